@@ -1,0 +1,109 @@
+//! The health-contract state (SPEC section 3): the first state in precedence order whose
+//! condition holds. `unverified` sits just before `healthy`, so a call nobody checked is never green.
+
+use super::layers::{self, LayerFindings};
+use crate::evidence::call::CallEvidence;
+use crate::evidence::{AuthError, EffectBoundary, Method};
+use crate::verdict::{HealthState, Layer, LayerStatus};
+
+/// Evidence about the session and catalog that outlives one call (filled by later stages; the
+/// call-level classifier treats `None` as not observed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionContext {
+    /// The catalog the call was chosen from is known to be stale.
+    pub catalog_stale: Option<bool>,
+    /// The call is in flight with valid progress and its absolute deadline holds.
+    pub working: bool,
+}
+
+/// Could this call's failure have committed a side effect before the response was lost?
+pub fn effect_may_be_committed(c: &CallEvidence, f: &LayerFindings) -> bool {
+    if f.get(Layer::Transport) != LayerStatus::Failed || c.method != Some(Method::ToolsCall) {
+        return false;
+    }
+    let may_deliver = match layers::transport_failure(c) {
+        Some((Some(kind), _)) => kind.may_have_delivered(),
+        // A 5xx came from a server that received the request.
+        Some((None, _)) => false,
+        None => false,
+    };
+    may_deliver && c.request_sent != Some(false) && c.effect_boundary != Some(EffectBoundary::None)
+}
+
+/// Decide the state from the layer findings and the session context.
+pub fn state(c: &CallEvidence, f: &LayerFindings, ctx: &SessionContext) -> HealthState {
+    use HealthState::*;
+    let failed = |l: Layer| f.get(l) == LayerStatus::Failed;
+    let effect_unknown = effect_may_be_committed(c, f);
+    if failed(Layer::Authorization) {
+        return NeedsAuth;
+    }
+    if failed(Layer::Transport) && !effect_unknown {
+        return TransportFailed;
+    }
+    if layers::incompatibility(c).is_some() {
+        return IncompatibleSession;
+    }
+    if ctx.catalog_stale == Some(true) {
+        return StaleCatalog;
+    }
+    if failed(Layer::Protocol) {
+        return ProtocolError;
+    }
+    if ctx.working {
+        return Working;
+    }
+    if failed(Layer::Execution) {
+        return ToolFailed;
+    }
+    // A lost response at a side-effect boundary stays unknown until a receipt speaks.
+    match (effect_unknown, f.get(Layer::Outcome)) {
+        (true, LayerStatus::Unobserved) => EffectUnknown,
+        (_, LayerStatus::Failed) => FalseSuccess,
+        (_, LayerStatus::Unobserved) => Unverified,
+        (_, LayerStatus::Passed) => {
+            // Healthy needs every earlier layer positively passed (or the effect reconciled).
+            let earlier_ok = [Layer::Transport, Layer::Protocol, Layer::Authorization, Layer::Execution]
+                .iter()
+                .all(|l| f.get(*l) == LayerStatus::Passed);
+            if earlier_ok || effect_unknown {
+                Healthy
+            } else {
+                Unverified
+            }
+        }
+    }
+}
+
+/// What a person or agent should do next, per SPEC's routing of each state.
+pub fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> String {
+    use HealthState::*;
+    let server = c.server.as_deref().unwrap_or("the server");
+    match state {
+        NeedsAuth => {
+            let scope = c.required_scope.as_deref();
+            if c.auth_error == Some(AuthError::InsufficientScope) || c.auth_status == Some(403) || c.http_status == Some(403) {
+                match scope {
+                    Some(s) => format!("ask the credential owner for scope '{s}'; never loop, never switch to a stronger credential"),
+                    None => "ask the credential owner for the required scope; never loop, never switch to a stronger credential".into(),
+                }
+            } else {
+                "refresh the credential once, then surface it to the credential owner".into()
+            }
+        }
+        TransportFailed => format!("check reachability of {server}; retry only within a fixed budget"),
+        IncompatibleSession => "route to the integration owner with the requested and accepted versions and the missing capabilities".into(),
+        StaleCatalog => "suspend the affected definitions and run one bounded rediscovery".into(),
+        ProtocolError => match f.reason(Layer::Protocol) {
+            Some("jsonrpc_-32601") => "refresh discovery: the method or tool is unknown to the server".into(),
+            Some("jsonrpc_-32602") => "fix the request contract: the server rejected the parameters".into(),
+            _ => "route to the client implementer with method, request id and error class".into(),
+        },
+        Working => "stay silent while progress is valid and the absolute deadline holds".into(),
+        ToolFailed => "inspect the tool or its input; retry only where the failure is known to be reversible".into(),
+        EffectUnknown => "block automatic retry; reconcile by operation key or destination query first".into(),
+        FalseSuccess => "open an outcome incident: the tool reported success but the outcome failed; do not declare completion".into(),
+        Unverified => "verify the destination before declaring completion".into(),
+        Healthy => "continue".into(),
+    }
+}

@@ -1,0 +1,148 @@
+//! The first failed layer (SPEC section 2): five ordered layers, each `passed`, `failed` or
+//! `unobserved`. A layer passes only on positive evidence; absence of an error is not evidence.
+
+use crate::evidence::call::CallEvidence;
+use crate::evidence::{Method, OutcomeResult, TransportOutcome};
+use crate::verdict::{Layer, LayerStatus, Layers};
+
+/// The layer statuses before masking, with the failure class of each failed layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerFindings {
+    pub status: [LayerStatus; 5],
+    pub reasons: [Option<String>; 5],
+}
+
+impl LayerFindings {
+    pub fn get(&self, l: Layer) -> LayerStatus {
+        self.status[l as usize]
+    }
+    pub fn reason(&self, l: Layer) -> Option<&str> {
+        self.reasons[l as usize].as_deref()
+    }
+    /// SPEC: the first failed layer is the verdict; every later layer is `unobserved`.
+    pub fn masked(&self) -> Layers {
+        let mut out = self.status;
+        if let Some(first) = out.iter().position(|s| *s == LayerStatus::Failed) {
+            for s in out.iter_mut().skip(first + 1) {
+                *s = LayerStatus::Unobserved;
+            }
+        }
+        Layers(out)
+    }
+}
+
+/// The transport failure of a call, if any, as (kind, reason).
+pub fn transport_failure(c: &CallEvidence) -> Option<(Option<TransportOutcome>, String)> {
+    if let Some(t) = c.transport.filter(|t| *t != TransportOutcome::Ok) {
+        return Some((Some(t), t.as_str().to_string()));
+    }
+    if let Some(t) = c.connection_error {
+        return Some((Some(t), t.as_str().to_string()));
+    }
+    if c.timeout_error && !c.response_seen {
+        return Some((Some(TransportOutcome::Timeout), "timeout".into()));
+    }
+    match c.http_status {
+        Some(h) if h >= 500 => Some((None, format!("http_{h}"))),
+        _ => None,
+    }
+}
+
+/// Authorization failure evidence: a 401/403 anywhere on the call, or a challenge attribute.
+pub fn authorization_failure(c: &CallEvidence) -> Option<String> {
+    let status = c.auth_status.or(c.http_status.filter(|h| *h == 401 || *h == 403));
+    if status.is_none() && c.auth_error.is_none() {
+        return None;
+    }
+    Some(match (c.auth_error, status) {
+        (Some(e), _) => e.as_str().to_string(),
+        (None, Some(401)) => "invalid_token".into(),
+        (None, Some(403)) => "insufficient_scope".into(),
+        (None, _) => "unauthorized".into(),
+    })
+}
+
+/// Whether the negotiation evidence says this session cannot work, with the reason.
+pub fn incompatibility(c: &CallEvidence) -> Option<String> {
+    if let Some(n) = &c.negotiation {
+        if n.version_accepted == Some(false) {
+            return Some("unsupported_protocol_version".into());
+        }
+        if !n.missing_capabilities.is_empty() {
+            return Some("missing_capability".into());
+        }
+    }
+    if c.method == Some(Method::Initialize) {
+        if let Some(code) = c.jsonrpc_error {
+            return Some(format!("initialize_failed_jsonrpc_{code}"));
+        }
+    }
+    None
+}
+
+/// Evaluate every layer from the call's evidence.
+pub fn evaluate(c: &CallEvidence) -> LayerFindings {
+    use LayerStatus::*;
+    let mut status = [Unobserved; 5];
+    let mut reasons: [Option<String>; 5] = Default::default();
+    let mut set = |l: Layer, s: LayerStatus, r: Option<String>| {
+        status[l as usize] = s;
+        reasons[l as usize] = r;
+    };
+
+    // Transport: any response, any HTTP status below 500, or an explicit `ok` is a pass.
+    let auth_fail = authorization_failure(c);
+    if let Some((_, reason)) = transport_failure(c) {
+        set(Layer::Transport, Failed, Some(reason));
+    } else if c.response_seen
+        || c.http_status.is_some()
+        || c.transport == Some(TransportOutcome::Ok)
+        || c.jsonrpc_error.is_some()
+        || auth_fail.is_some()
+    {
+        set(Layer::Transport, Passed, None);
+    }
+
+    // Protocol: a JSON-RPC error, a failed negotiation or a rejected request fails it. When the
+    // request was refused for authorization, the client's JSON-RPC error (often -32603) is its
+    // rendering of that refusal, so the protocol layer was never reached: unobserved.
+    if auth_fail.is_none() {
+        if let Some(r) = incompatibility(c) {
+            set(Layer::Protocol, Failed, Some(r));
+        } else if let Some(code) = c.jsonrpc_error {
+            set(Layer::Protocol, Failed, Some(format!("jsonrpc_{code}")));
+        } else if c.http_status == Some(400) {
+            set(Layer::Protocol, Failed, Some("http_400".into()));
+        } else if c.response_seen {
+            set(Layer::Protocol, Passed, None);
+        }
+    }
+
+    // Authorization: processed requests were authorized.
+    if let Some(r) = auth_fail {
+        set(Layer::Authorization, Failed, Some(r));
+    } else if c.response_seen {
+        set(Layer::Authorization, Passed, None);
+    }
+
+    // Execution: the tool's own result.
+    if c.tool_error {
+        set(Layer::Execution, Failed, Some("tool_error".into()));
+    } else if c.exec_timeout {
+        set(Layer::Execution, Failed, Some("tool_timeout".into()));
+    } else if c.output_schema_violated == Some(true) {
+        set(Layer::Execution, Failed, Some("output_schema_violated".into()));
+    } else if c.response_seen && c.jsonrpc_error.is_none() {
+        set(Layer::Execution, Passed, None);
+    }
+
+    // Outcome: the most recent destination check decides.
+    if let Some(o) = c.latest_outcome() {
+        if o.result == OutcomeResult::Confirmed {
+            set(Layer::Outcome, Passed, None);
+        } else {
+            set(Layer::Outcome, Failed, Some(format!("outcome_{}", o.result.as_str())));
+        }
+    }
+    LayerFindings { status, reasons }
+}

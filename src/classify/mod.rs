@@ -1,0 +1,95 @@
+//! Classify: pure functions from joined evidence to a [`Verdict`]. No I/O, no clocks, no state.
+
+pub mod contract;
+pub mod layers;
+
+pub use contract::SessionContext;
+
+use crate::evidence::call::CallEvidence;
+use crate::evidence::TransportOutcome;
+use crate::normalize::redact;
+use crate::verdict::{Confidence, DecidedBy, HealthState, Layer, LayerStatus, Verdict};
+
+/// What the correlator knows about how the chain was decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub revision: u32,
+    pub decided_by: DecidedBy,
+    /// The trace's root span was seen (the trace is complete as far as anyone can tell).
+    pub root_seen: bool,
+    /// Evidence was dropped from the chain (span limit), so the picture is partial.
+    pub truncated: bool,
+}
+
+/// Classify one call attempt.
+pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Verdict {
+    let findings = layers::evaluate(c);
+    let masked = findings.masked();
+    let state = contract::state(c, &findings, ctx);
+    let first = masked.first_failed();
+    let reason = first.and_then(|l| findings.reason(l).map(str::to_string)).or_else(|| match state {
+        HealthState::IncompatibleSession => layers::incompatibility(c),
+        _ if c.unexplained_error => Some("unclassified_error".into()),
+        _ => None,
+    });
+    let protocol_success = [Layer::Transport, Layer::Protocol, Layer::Authorization]
+        .iter()
+        .all(|l| masked.get(*l) == LayerStatus::Passed);
+    let verified_success = state == HealthState::Healthy && masked.get(Layer::Outcome) == LayerStatus::Passed;
+    let effect_unknown = contract::effect_may_be_committed(c, &findings);
+    let latest = c.latest_outcome();
+    Verdict {
+        trace_id: c.trace_id,
+        span_id: c.anchor_span_id,
+        method: c.method.as_ref().map(|m| m.as_str().to_string()),
+        tool: c.tool.clone(),
+        server: c.server.clone(),
+        request_id: c.request_id.clone(),
+        session_id_hash: c.session_id.as_ref().map(|s| redact::hash_hex(s.as_bytes())),
+        first_failed_layer: first,
+        layers: masked,
+        state,
+        reason,
+        confidence: confidence(c, state, d),
+        next_action: contract::next_action(state, c, &findings),
+        retry_safe: !(effect_unknown && latest.is_none()),
+        protocol_success,
+        verified_success,
+        required_scope: if state == HealthState::NeedsAuth { c.required_scope.clone() } else { None },
+        outcome_method: latest.map(|o| o.method.as_str()),
+        revision: d.revision,
+        decided_by: d.decided_by,
+        start_ns: c.start_ns,
+        end_ns: c.end_ns,
+    }
+}
+
+/// High when both sides of the exchange, or an explicit evidence attribute, back the verdict;
+/// lowered when the chain was cut short or a weak verifier (an LLM judge) decided the outcome.
+pub fn confidence(c: &CallEvidence, state: HealthState, d: Decision) -> Confidence {
+    // An error nobody classified only weakens a verdict that found no failure to explain it.
+    let unexplained = c.unexplained_error && matches!(state, HealthState::Unverified | HealthState::Healthy);
+    if d.decided_by.is_early() || d.truncated || unexplained {
+        return Confidence::Low;
+    }
+    let latest = c.latest_outcome();
+    let outcome_decides = matches!(state, HealthState::Healthy | HealthState::FalseSuccess);
+    if outcome_decides && latest.is_some_and(|o| o.method.is_weak()) {
+        return Confidence::Low;
+    }
+    let explicit = match state {
+        HealthState::TransportFailed | HealthState::EffectUnknown => c.transport.is_some_and(|t| t != TransportOutcome::Ok),
+        HealthState::NeedsAuth => c.auth_error.is_some() || c.auth_status.is_some(),
+        HealthState::IncompatibleSession => c.negotiation.is_some(),
+        HealthState::Healthy | HealthState::FalseSuccess => latest.is_some(),
+        _ => false,
+    };
+    let mut level = if (c.client_seen && c.server_seen) || explicit { Confidence::High } else { Confidence::Medium };
+    if !d.root_seen && d.decided_by == DecidedBy::MaxWait {
+        level = level.min(Confidence::Medium);
+    }
+    level
+}
+
+#[cfg(test)]
+mod tests;

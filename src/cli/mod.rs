@@ -1,0 +1,61 @@
+//! The command line: `serve` (the default), `replay`, `validate`. One file per command.
+
+pub mod replay;
+pub mod serve;
+pub mod validate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// mcp-health: are your agents' MCP tool calls really healthy?
+///
+/// Receives OTLP spans from MCP clients, servers and verifiers, joins them per call (by trace id),
+/// decides for each call the first failed layer (transport, protocol, authorization, execution,
+/// outcome) and a health state, and sends health spans and metrics back over OTLP and Prometheus.
+/// A call nobody verified is `unverified`, never `healthy`.
+#[derive(Parser, Debug)]
+#[command(name = "mcp-health", version, about, long_about, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  mcp-health                                  run on the embedded default (loopback, no backend)
+  mcp-health serve --config otel-config/mcp-health.yaml
+  mcp-health validate otel-config/mcp-health.yaml
+  mcp-health replay tests/fixtures/eight_calls.jsonl
+  mcp-health replay --format json traces.jsonl   one JSON verdict per line, then a summary
+  mcp-health print-default-config > my.yaml   start your own config from the default
+
+Environment: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT,
+OTEL_EXPORTER_OTLP_COMPRESSION, OTEL_METRIC_EXPORT_INTERVAL, OTEL_SERVICE_NAME, RUST_LOG.";
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the service (the default when no command is given).
+    Serve(serve::ServeArgs),
+    /// Classify OTLP/JSON files offline and print verdicts and the two success rates.
+    Replay(replay::ReplayArgs),
+    /// Check a configuration file; names the bad key and its line.
+    Validate(validate::ValidateArgs),
+    /// Print the embedded default configuration.
+    #[command(name = "print-default-config")]
+    PrintDefaultConfig,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Serve(serve::ServeArgs::default())) {
+        Command::Serve(a) => serve::run(a),
+        Command::Replay(a) => replay::run(a),
+        Command::Validate(a) => validate::run(a),
+        Command::PrintDefaultConfig => {
+            print!("{}", crate::config::DEFAULT_CONFIG);
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! `mcp-health replay FILE…`: the offline way to ask "what would it say about this?".
+//!
+//! Reads OTLP/JSON, one `ExportTraceServiceRequest` per line (what the collector's file exporter
+//! writes), joins spans by trace across all lines and files, and prints a verdict per call and the
+//! protocol and verified success rates side by side.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use crate::classify::{classify_call, SessionContext};
+use crate::correlate::{ChainLimits, Chains};
+use crate::normalize::normalize_request;
+use crate::receive::otlp_json;
+use crate::verdict::{DecidedBy, Verdict};
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// OTLP/JSON files, one ExportTraceServiceRequest per line; `-` reads standard input.
+    #[arg(required = true)]
+    pub files: Vec<String>,
+    /// `table` for people, `json` for one JSON object per verdict followed by a summary object.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// The two rates of SPEC section 2, reported side by side.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    pub summary: bool,
+    pub calls: u64,
+    pub protocol_successes: u64,
+    pub verified_successes: u64,
+    pub protocol_success_rate: f64,
+    pub verified_success_rate: f64,
+}
+
+impl Summary {
+    pub fn of(verdicts: &[Verdict]) -> Summary {
+        let calls = verdicts.len() as u64;
+        let p = verdicts.iter().filter(|v| v.protocol_success).count() as u64;
+        let v = verdicts.iter().filter(|v| v.verified_success).count() as u64;
+        let rate = |n: u64| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
+        Summary { summary: true, calls, protocol_successes: p, verified_successes: v, protocol_success_rate: rate(p), verified_success_rate: rate(v) }
+    }
+}
+
+/// Why a replay input was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{file}: {source}")]
+    Read { file: String, source: std::io::Error },
+    #[error("{file}:{line}: {source}")]
+    Decode { file: String, line: usize, source: otlp_json::JsonError },
+}
+
+/// Classify everything in `files`. Bad lines are reported and skipped, not fatal.
+pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verdict> {
+    let mut chains = Chains::new(ChainLimits {
+        max_chains: usize::MAX,
+        max_bytes: usize::MAX,
+        max_spans_per_chain: 100_000,
+        max_decided: 0,
+        ..ChainLimits::default()
+    });
+    let now = Instant::now();
+    let mut sink = Vec::new();
+    let started = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut lines_read = 0usize;
+    for file in files {
+        let reader: Box<dyn BufRead> = if file == "-" {
+            Box::new(BufReader::new(std::io::stdin()))
+        } else {
+            match std::fs::File::open(file) {
+                Ok(f) => Box::new(BufReader::new(f)),
+                Err(source) => {
+                    errors.push(ReplayError::Read { file: file.clone(), source });
+                    continue;
+                }
+            }
+        };
+        for (n, line) in reader.lines().enumerate() {
+            let line = match line {
+                Ok(l) => l,
+                Err(source) => {
+                    errors.push(ReplayError::Read { file: file.clone(), source });
+                    break;
+                }
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            match otlp_json::decode_traces(line.as_bytes()) {
+                Ok(req) => chains.ingest(normalize_request(&req), now, &mut sink),
+                Err(source) => errors.push(ReplayError::Decode { file: file.clone(), line: n + 1, source }),
+            }
+            lines_read += 1;
+            if last_progress.elapsed() > Duration::from_secs(2) {
+                eprintln!("replay: {lines_read} lines read, {} chains, {:.0?} elapsed", chains.in_flight(), started.elapsed());
+                last_progress = Instant::now();
+            }
+        }
+    }
+    chains.drain(DecidedBy::Replay, now, &mut sink);
+    let ctx = SessionContext::default();
+    let mut verdicts: Vec<Verdict> = sink
+        .iter()
+        .flat_map(|d| d.calls.iter().map(|c| classify_call(c, &ctx, d.decision)).collect::<Vec<_>>())
+        .collect();
+    verdicts.sort_by(|a, b| (a.start_ns, a.trace_id).cmp(&(b.start_ns, b.trace_id)));
+    verdicts
+}
+
+pub fn run(a: ReplayArgs) -> ExitCode {
+    let mut errors = Vec::new();
+    let verdicts = replay_files(&a.files, &mut errors);
+    for e in &errors {
+        eprintln!("error: {e}");
+    }
+    let summary = Summary::of(&verdicts);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let res = match a.format {
+        Format::Json => write_json(&mut out, &verdicts, &summary),
+        Format::Table => write_table(&mut out, &verdicts, &summary),
+    };
+    if res.is_err() {
+        return ExitCode::from(1);
+    }
+    if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn write_json(out: &mut impl Write, verdicts: &[Verdict], summary: &Summary) -> std::io::Result<()> {
+    for v in verdicts {
+        serde_json::to_writer(&mut *out, v)?;
+        writeln!(out)?;
+    }
+    serde_json::to_writer(&mut *out, summary)?;
+    writeln!(out)
+}
+
+fn write_table(out: &mut impl Write, verdicts: &[Verdict], s: &Summary) -> std::io::Result<()> {
+    writeln!(out, "{:<32} {:<12} {:<18} {:<14} {:<21} {:<10} {:<26}", "TRACE", "METHOD", "TOOL", "FIRST FAILED", "STATE", "CONFIDENCE", "REASON")?;
+    for v in verdicts {
+        writeln!(
+            out,
+            "{:<32} {:<12} {:<18} {:<14} {:<21} {:<10} {:<26}",
+            hex::encode(v.trace_id),
+            v.method.as_deref().unwrap_or("-"),
+            v.tool.as_deref().unwrap_or("-"),
+            v.first_failed_layer.map_or("-", |l| l.as_str()),
+            v.state.as_str(),
+            v.confidence.as_str(),
+            v.reason.as_deref().unwrap_or("-"),
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "calls: {}", s.calls)?;
+    writeln!(out, "protocol success: {} of {} ({:.1} %)", s.protocol_successes, s.calls, s.protocol_success_rate * 100.0)?;
+    writeln!(out, "verified success: {} of {} ({:.1} %)", s.verified_successes, s.calls, s.verified_success_rate * 100.0)
+}

@@ -1,0 +1,494 @@
+//! Configuration: one YAML file in the OpenTelemetry Collector's style, `${env:VAR}` substitution,
+//! standard `OTEL_*` variables as fallbacks, and an embedded default that needs nothing.
+//!
+//! Unknown keys are errors (a typo must not silently fall back to a default), reported with the
+//! key's line and column.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::correlate::ChainLimits;
+
+/// The embedded default: loopback only, no upstream, verdicts as JSON lines, Prometheus on.
+pub const DEFAULT_CONFIG: &str = include_str!("../../otel-config/default.yaml");
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: environment variable {var} is not set (line {line}); use ${{env:{var}:-default}} for a fallback")]
+    MissingEnv { path: String, var: String, line: usize },
+    #[error("{path}: {message}")]
+    Yaml { path: String, message: String },
+    #[error("{path}: {key}: {message}")]
+    Invalid { path: String, key: String, message: String },
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub receivers: Receivers,
+    #[serde(default)]
+    pub processors: Processors,
+    #[serde(default)]
+    pub exporters: Exporters,
+    #[serde(default)]
+    pub extensions: Extensions,
+    #[serde(default)]
+    pub service: Service,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Receivers {
+    #[serde(default)]
+    pub otlp: OtlpReceiver,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpReceiver {
+    #[serde(default)]
+    pub protocols: Protocols,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Protocols {
+    pub grpc: Option<GrpcReceiver>,
+    pub http: Option<HttpReceiver>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcReceiver {
+    #[serde(default = "default_grpc_endpoint")]
+    pub endpoint: String,
+    /// Largest request accepted, in MiB (the collector's key).
+    #[serde(default = "default_max_mib")]
+    pub max_recv_msg_size_mib: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HttpReceiver {
+    #[serde(default = "default_http_endpoint")]
+    pub endpoint: String,
+    /// Largest body accepted, in bytes, after decompression (the collector's key).
+    #[serde(default = "default_max_body")]
+    pub max_request_body_size: usize,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Processors {
+    #[serde(default)]
+    pub mcp_health: CorrelateConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CorrelateConfig {
+    #[serde(default = "d_2s", with = "humantime_serde")]
+    pub decision_wait: Duration,
+    #[serde(default = "d_30s", with = "humantime_serde")]
+    pub max_wait: Duration,
+    #[serde(default = "d_100k")]
+    pub max_chains: usize,
+    #[serde(default = "d_256mib")]
+    pub max_bytes: usize,
+    #[serde(default = "d_1000")]
+    pub max_spans_per_chain: usize,
+    #[serde(default = "d_5m", with = "humantime_serde")]
+    pub late_span_window: Duration,
+    #[serde(default = "d_100k")]
+    pub max_decided: usize,
+    /// Batches waiting for the correlator; past it receivers answer "retry later".
+    #[serde(default = "d_queue")]
+    pub queue_size: usize,
+}
+
+impl Default for CorrelateConfig {
+    fn default() -> Self {
+        serde_yaml_ng::from_str("{}").unwrap_or_else(|_| unreachable!("defaults deserialize"))
+    }
+}
+
+impl CorrelateConfig {
+    pub fn limits(&self) -> ChainLimits {
+        ChainLimits {
+            decision_wait: self.decision_wait,
+            max_wait: self.max_wait,
+            max_chains: self.max_chains,
+            max_bytes: self.max_bytes,
+            max_spans_per_chain: self.max_spans_per_chain,
+            late_span_window: self.late_span_window,
+            max_decided: self.max_decided,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Exporters {
+    pub otlp: Option<OtlpExporter>,
+    pub prometheus: Option<PrometheusExporter>,
+    pub verdict_log: Option<VerdictLog>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpExporter {
+    /// gRPC endpoint, e.g. `http://127.0.0.1:4317`. Falls back to `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
+    /// then `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub endpoint: Option<String>,
+    /// Metrics endpoint, if different. Falls back to `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, then `endpoint`.
+    pub metrics_endpoint: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// `gzip` or `none`.
+    pub compression: Option<String>,
+    /// Pass every received span on unchanged.
+    #[serde(default = "yes")]
+    pub passthrough: bool,
+    /// Send one health span per decided call.
+    #[serde(default = "yes")]
+    pub health_spans: bool,
+    /// Export metrics over OTLP.
+    #[serde(default = "yes")]
+    pub metrics: bool,
+    /// Falls back to `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds).
+    #[serde(default, with = "humantime_serde")]
+    pub metrics_interval: Option<Duration>,
+    #[serde(default)]
+    pub sending_queue: SendingQueue,
+    #[serde(default)]
+    pub retry_on_failure: RetryOnFailure,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SendingQueue {
+    /// Export requests held while the backend is slow or down.
+    #[serde(default = "d_queue")]
+    pub queue_size: usize,
+}
+
+impl Default for SendingQueue {
+    fn default() -> Self {
+        SendingQueue { queue_size: d_queue() }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RetryOnFailure {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default = "d_500ms", with = "humantime_serde")]
+    pub initial_interval: Duration,
+    #[serde(default = "d_30s", with = "humantime_serde")]
+    pub max_interval: Duration,
+    #[serde(default = "d_5m", with = "humantime_serde")]
+    pub max_elapsed_time: Duration,
+}
+
+impl Default for RetryOnFailure {
+    fn default() -> Self {
+        RetryOnFailure { enabled: true, initial_interval: d_500ms(), max_interval: d_30s(), max_elapsed_time: d_5m() }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PrometheusExporter {
+    #[serde(default = "default_prom_endpoint")]
+    pub endpoint: String,
+    /// Most series per metric; further attribute sets go to one `otel_metric_overflow="true"` series.
+    #[serde(default = "d_2000")]
+    pub cardinality_limit: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VerdictLog {
+    /// `stdout` or a file path; one JSON object per verdict.
+    #[serde(default = "default_stdout")]
+    pub path: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Extensions {
+    pub health_check: Option<HealthCheck>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheck {
+    #[serde(default = "default_health_endpoint")]
+    pub endpoint: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    #[serde(default)]
+    pub telemetry: Telemetry,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Telemetry {
+    #[serde(default)]
+    pub logs: Logs,
+    /// `service.name` of what mcp-health emits; falls back to `OTEL_SERVICE_NAME`.
+    pub service_name: Option<String>,
+    /// Seconds to finish deciding and flushing on SIGTERM.
+    #[serde(default, with = "humantime_serde")]
+    pub shutdown_timeout: Option<Duration>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Logs {
+    #[serde(default = "default_level")]
+    pub level: String,
+}
+
+impl Default for Logs {
+    fn default() -> Self {
+        Logs { level: default_level() }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_grpc_endpoint() -> String {
+    "127.0.0.1:4317".into()
+}
+fn default_http_endpoint() -> String {
+    "127.0.0.1:4318".into()
+}
+fn default_prom_endpoint() -> String {
+    "127.0.0.1:9464".into()
+}
+fn default_health_endpoint() -> String {
+    "127.0.0.1:13133".into()
+}
+fn default_stdout() -> String {
+    "stdout".into()
+}
+fn default_level() -> String {
+    "info".into()
+}
+fn default_max_mib() -> usize {
+    4
+}
+fn default_max_body() -> usize {
+    4 << 20
+}
+fn d_500ms() -> Duration {
+    Duration::from_millis(500)
+}
+fn d_2s() -> Duration {
+    Duration::from_secs(2)
+}
+fn d_10s() -> Duration {
+    Duration::from_secs(10)
+}
+fn d_30s() -> Duration {
+    Duration::from_secs(30)
+}
+fn d_5m() -> Duration {
+    Duration::from_secs(300)
+}
+fn d_100k() -> usize {
+    100_000
+}
+fn d_256mib() -> usize {
+    256 << 20
+}
+fn d_1000() -> usize {
+    1_000
+}
+fn d_2000() -> usize {
+    2_000
+}
+fn d_queue() -> usize {
+    256
+}
+
+/// Replace `${env:VAR}`, `${VAR}` and `${env:VAR:-default}` (the collector's forms). `$$` is a
+/// literal `$`. Substitution keeps line structure, so YAML errors still point at the right line.
+pub fn substitute_env(path: &str, text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+    let mut out = String::with_capacity(text.len());
+    for (n, line) in text.split_inclusive('\n').enumerate() {
+        let mut rest = line;
+        while let Some(pos) = rest.find('$') {
+            out.push_str(&rest[..pos]);
+            let after = &rest[pos + 1..];
+            if let Some(stripped) = after.strip_prefix('$') {
+                out.push('$');
+                rest = stripped;
+            } else if let (Some(body), Some(end)) = (after.strip_prefix('{'), after.find('}')) {
+                let inner = &body[..end - 1];
+                let inner = inner.strip_prefix("env:").unwrap_or(inner);
+                let (var, default) = match inner.split_once(":-") {
+                    Some((v, d)) => (v, Some(d)),
+                    None => (inner, None),
+                };
+                match lookup(var).or(default.map(str::to_string)) {
+                    Some(v) => out.push_str(&v),
+                    None => return Err(ConfigError::MissingEnv { path: path.into(), var: var.into(), line: n + 1 }),
+                }
+                rest = &after[end + 1..];
+            } else {
+                out.push('$');
+                rest = after;
+            }
+        }
+        out.push_str(rest);
+    }
+    Ok(out)
+}
+
+impl Config {
+    /// Parse a configuration text (after env substitution) and check its values.
+    pub fn parse(path: &str, text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let text = substitute_env(path, text, lookup)?;
+        let cfg: Config = serde_yaml_ng::from_str(&text).map_err(|e| ConfigError::Yaml {
+            path: path.into(),
+            message: match e.location() {
+                Some(l) => format!("line {}, column {}: {}", l.line(), l.column(), strip_location(&e.to_string())),
+                None => e.to_string(),
+            },
+        })?;
+        cfg.check(path)?;
+        Ok(cfg)
+    }
+
+    /// Read a file, or the embedded default when `path` is `None`.
+    pub fn load(path: Option<&str>) -> Result<Config, ConfigError> {
+        let env = |k: &str| std::env::var(k).ok();
+        match path {
+            None => Config::parse("<embedded default>", DEFAULT_CONFIG, &env),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.into(), source })?;
+                Config::parse(p, &text, &env)
+            }
+        }
+    }
+
+    fn check(&self, path: &str) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: &str| Err(ConfigError::Invalid { path: path.into(), key: key.into(), message: message.into() });
+        let p = &self.processors.mcp_health;
+        if p.decision_wait.is_zero() {
+            return bad("processors.mcp_health.decision_wait", "must be greater than zero");
+        }
+        if p.max_wait < p.decision_wait {
+            return bad("processors.mcp_health.max_wait", "must not be shorter than decision_wait");
+        }
+        if p.max_chains == 0 || p.queue_size == 0 || p.max_spans_per_chain == 0 {
+            return bad("processors.mcp_health", "max_chains, queue_size and max_spans_per_chain must be at least 1");
+        }
+        if let Some(g) = &self.receivers.otlp.protocols.grpc {
+            if g.endpoint.parse::<std::net::SocketAddr>().is_err() {
+                return bad("receivers.otlp.protocols.grpc.endpoint", "must be host:port with an IP address, e.g. 127.0.0.1:4317");
+            }
+            if g.max_recv_msg_size_mib == 0 {
+                return bad("receivers.otlp.protocols.grpc.max_recv_msg_size_mib", "must be at least 1");
+            }
+        }
+        if let Some(h) = &self.receivers.otlp.protocols.http {
+            if h.endpoint.parse::<std::net::SocketAddr>().is_err() {
+                return bad("receivers.otlp.protocols.http.endpoint", "must be host:port with an IP address, e.g. 127.0.0.1:4318");
+            }
+        }
+        if let Some(pr) = &self.exporters.prometheus {
+            if pr.endpoint.parse::<std::net::SocketAddr>().is_err() {
+                return bad("exporters.prometheus.endpoint", "must be host:port with an IP address, e.g. 127.0.0.1:9464");
+            }
+            if pr.cardinality_limit == 0 {
+                return bad("exporters.prometheus.cardinality_limit", "must be at least 1");
+            }
+        }
+        if let Some(o) = &self.exporters.otlp {
+            if let Some(c) = &o.compression {
+                if c != "gzip" && c != "none" {
+                    return bad("exporters.otlp.compression", "must be gzip or none");
+                }
+            }
+            if o.sending_queue.queue_size == 0 {
+                return bad("exporters.otlp.sending_queue.queue_size", "must be at least 1");
+            }
+        }
+        if let Some(h) = &self.extensions.health_check {
+            if h.endpoint.parse::<std::net::SocketAddr>().is_err() {
+                return bad("extensions.health_check.endpoint", "must be host:port with an IP address");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn strip_location(msg: &str) -> String {
+    match msg.find(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(k: &str) -> Option<String> {
+        match k {
+            "UPSTREAM" => Some("http://127.0.0.1:9999".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn embedded_default_parses() {
+        let c = Config::parse("default", DEFAULT_CONFIG, &env).unwrap();
+        assert!(c.receivers.otlp.protocols.grpc.is_some());
+        assert!(c.exporters.otlp.is_none(), "default needs no upstream");
+        assert!(c.exporters.prometheus.is_some());
+        assert!(c.exporters.verdict_log.is_some());
+    }
+
+    #[test]
+    fn env_substitution_forms() {
+        let t = "a: ${env:UPSTREAM}\nb: ${UPSTREAM}\nc: ${env:NOPE:-fallback}\nd: $$literal\n";
+        let s = substitute_env("x", t, &env).unwrap();
+        assert_eq!(s, "a: http://127.0.0.1:9999\nb: http://127.0.0.1:9999\nc: fallback\nd: $literal\n");
+        let e = substitute_env("x", "a: 1\nb: ${env:NOPE}\n", &env).unwrap_err();
+        assert!(e.to_string().contains("NOPE") && e.to_string().contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let t = "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpont: 127.0.0.1:4317\n";
+        let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
+        assert!(e.contains("endpont") && e.contains("line 5"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let t = "processors:\n  mcp_health:\n    decision_wait: 10s\n    max_wait: 1s\n";
+        let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
+        assert!(e.contains("processors.mcp_health.max_wait"), "{e}");
+        let t = "processors:\n  mcp_health:\n    decision_wait: soon\n";
+        let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
+        assert!(e.contains("line 3"), "{e}");
+    }
+}

@@ -1,0 +1,158 @@
+//! Stitch one trace's span evidence into call attempts.
+//!
+//! Every `tools/call` request in the trace gets a verdict; a trace with no `tools/call` gets one per
+//! MCP request in it (so a failed `initialize` is still reported). Client and server spans of one
+//! request join by method and `jsonrpc.request.id` (nested client spans of one request join too);
+//! evidence spans without a method (HTTP, transport, verifiers) join by an explicit request id, by
+//! span ancestry, or, when the trace holds exactly one call, to that call.
+
+use rustc_hash::FxHashMap;
+
+use crate::evidence::call::CallEvidence;
+use crate::evidence::{Method, SpanEvidence, SpanId};
+
+/// Group the spans of one trace into calls.
+pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
+    let parent: FxHashMap<SpanId, Option<SpanId>> = spans.iter().map(|s| (s.span_id, s.parent_span_id)).collect();
+    let mut group_of: FxHashMap<SpanId, usize> = FxHashMap::default();
+    let mut groups: Vec<(Method, Vec<usize>)> = Vec::new();
+    let mut by_request: FxHashMap<(Method, &str), usize> = FxHashMap::default();
+
+    // Spans in start order, so parents are grouped before their children.
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by_key(|i| (spans[*i].start_ns, spans[*i].end_ns == 0));
+
+    // 1. Requests: spans that name a (non-notification) method.
+    for &i in &order {
+        let s = &spans[i];
+        let Some(m) = s.method.as_ref().filter(|m| !m.is_notification()) else { continue };
+        let g = match s.request_id.as_deref() {
+            Some(rid) => *by_request.entry((m.clone(), rid)).or_insert_with(|| {
+                groups.push((m.clone(), Vec::new()));
+                groups.len() - 1
+            }),
+            None => match ancestor_group(s.parent_span_id, &parent, &group_of).filter(|g| groups[*g].0 == *m) {
+                Some(g) => g,
+                None => {
+                    groups.push((m.clone(), Vec::new()));
+                    groups.len() - 1
+                }
+            },
+        };
+        groups[g].1.push(i);
+        group_of.insert(s.span_id, g);
+    }
+
+    // 2. Evidence without a method joins a request.
+    let calls_idx: Vec<usize> = (0..groups.len()).filter(|g| groups[*g].0 == Method::ToolsCall).collect();
+    let mut loose: Vec<usize> = Vec::new();
+    for &i in &order {
+        let s = &spans[i];
+        if s.method.as_ref().is_some_and(|m| !m.is_notification()) {
+            continue;
+        }
+        let explicit = s.outcomes.iter().find_map(|o| o.request_id.as_deref()).or(s.request_id.as_deref());
+        let target = explicit
+            .and_then(|rid| calls_idx.iter().copied().find(|g| groups[*g].1.iter().any(|m| spans[*m].request_id.as_deref() == Some(rid))))
+            .or_else(|| {
+                s.operation_key.as_deref().and_then(|k| {
+                    calls_idx.iter().copied().find(|g| groups[*g].1.iter().any(|m| spans[*m].operation_key.as_deref() == Some(k)))
+                })
+            })
+            .or_else(|| ancestor_group(s.parent_span_id, &parent, &group_of))
+            .or_else(|| descendant_group(s.span_id, spans, &parent, &group_of))
+            .or_else(|| (calls_idx.len() == 1).then(|| calls_idx[0]))
+            .or_else(|| (groups.len() == 1).then_some(0));
+        match target {
+            Some(g) => {
+                groups[g].1.push(i);
+                group_of.insert(s.span_id, g);
+            }
+            None => loose.push(i),
+        }
+    }
+
+    // 3. Which groups get a verdict, and the session evidence they inherit.
+    let session_groups: Vec<usize> = (0..groups.len()).filter(|g| groups[*g].0 == Method::Initialize).collect();
+    let verdict_groups: Vec<usize> = if calls_idx.is_empty() { (0..groups.len()).collect() } else { calls_idx };
+    let mut out = Vec::with_capacity(verdict_groups.len().max(1));
+    for g in verdict_groups {
+        let mut call = CallEvidence::default();
+        for &i in &groups[g].1 {
+            call.absorb(&spans[i]);
+        }
+        if groups[g].0 != Method::Initialize {
+            inherit_session(&mut call, &session_groups, &groups, spans);
+        }
+        out.push(call);
+    }
+    // A trace whose only evidence has no method (a lone transport failure) is still one attempt.
+    if out.is_empty() && !loose.is_empty() && loose.iter().any(|i| spans[*i].is_mcp_evidence()) {
+        let mut call = CallEvidence::default();
+        for &i in &loose {
+            call.absorb(&spans[i]);
+        }
+        out.push(call);
+    }
+    out
+}
+
+/// A call carries forward the negotiation outcome of the session's `initialize` in the same trace.
+fn inherit_session(call: &mut CallEvidence, session_groups: &[usize], groups: &[(Method, Vec<usize>)], spans: &[SpanEvidence]) {
+    for &g in session_groups {
+        let mut init = CallEvidence::default();
+        for &i in &groups[g].1 {
+            init.absorb(&spans[i]);
+        }
+        if let Some(n) = init.negotiation {
+            let mine = call.negotiation.get_or_insert_with(Default::default);
+            if mine.requested_version.is_none() {
+                mine.requested_version = n.requested_version;
+            }
+            if mine.version_accepted.is_none() {
+                mine.version_accepted = n.version_accepted;
+            }
+            mine.missing_capabilities.extend(n.missing_capabilities);
+        }
+        if init.jsonrpc_error.is_some() {
+            call.negotiation.get_or_insert_with(Default::default).version_accepted = Some(false);
+        }
+        if call.session_id.is_none() {
+            call.session_id = init.session_id;
+        }
+    }
+}
+
+fn ancestor_group(mut p: Option<SpanId>, parent: &FxHashMap<SpanId, Option<SpanId>>, group_of: &FxHashMap<SpanId, usize>) -> Option<usize> {
+    // Bounded walk: a malformed trace may contain a parent cycle.
+    for _ in 0..64 {
+        let id = p?;
+        if let Some(g) = group_of.get(&id) {
+            return Some(*g);
+        }
+        p = *parent.get(&id)?;
+    }
+    None
+}
+
+/// The single group that has this span among its members' ancestors (an HTTP server span that
+/// wraps the MCP server span), if exactly one does.
+fn descendant_group(id: SpanId, spans: &[SpanEvidence], parent: &FxHashMap<SpanId, Option<SpanId>>, group_of: &FxHashMap<SpanId, usize>) -> Option<usize> {
+    let mut found: Option<usize> = None;
+    for s in spans {
+        let Some(&g) = group_of.get(&s.span_id) else { continue };
+        let mut p = s.parent_span_id;
+        for _ in 0..64 {
+            let Some(pid) = p else { break };
+            if pid == id {
+                if found.is_some_and(|f| f != g) {
+                    return None;
+                }
+                found = Some(g);
+                break;
+            }
+            p = parent.get(&pid).copied().flatten();
+        }
+    }
+    found
+}

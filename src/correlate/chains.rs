@@ -1,0 +1,275 @@
+//! Trace-keyed evidence chains: bounded, decided on quiet or at a maximum wait, revised by late
+//! spans. The correlator owns all state; it hands out decided chains, never half-built ones.
+//!
+//! Time is passed in (`now`) rather than read, so every rule here is testable without sleeping.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+
+use super::assemble::assemble_calls;
+use crate::classify::Decision;
+use crate::evidence::call::CallEvidence;
+use crate::evidence::{SpanEvidence, TraceId};
+use crate::normalize::NormalizedBatch;
+use crate::verdict::DecidedBy;
+
+/// The correlator's bounds and clocks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChainLimits {
+    /// A chain whose root has ended is decided once no span arrived for this long.
+    pub decision_wait: Duration,
+    /// A chain is decided this long after its first span, root or not.
+    pub max_wait: Duration,
+    /// Most chains in flight; past it the chain closest to its decision is decided early.
+    pub max_chains: usize,
+    /// Most evidence bytes held (in flight and decided-but-revisable).
+    pub max_bytes: usize,
+    /// Most spans of evidence kept per chain; more are counted and dropped.
+    pub max_spans_per_chain: usize,
+    /// How long a decided chain is kept so a late span can revise it.
+    pub late_span_window: Duration,
+    /// Most decided chains kept for revision.
+    pub max_decided: usize,
+}
+
+impl Default for ChainLimits {
+    fn default() -> Self {
+        ChainLimits {
+            decision_wait: Duration::from_secs(2),
+            max_wait: Duration::from_secs(30),
+            max_chains: 100_000,
+            max_bytes: 256 << 20,
+            max_spans_per_chain: 1_000,
+            late_span_window: Duration::from_secs(300),
+            max_decided: 100_000,
+        }
+    }
+}
+
+/// Counters the correlator keeps; the pipeline turns them into metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChainStats {
+    pub chains_created: u64,
+    pub chains_decided: u64,
+    /// Chains decided early because a bound was hit.
+    pub chains_evicted: u64,
+    /// Evidence spans that arrived after their chain was decided (each causes a revision).
+    pub late_spans: u64,
+    /// Evidence spans dropped because their chain hit `max_spans_per_chain`.
+    pub truncated_spans: u64,
+    /// Decided chains forgotten (window passed or bound hit); a later span starts afresh.
+    pub decided_expired: u64,
+}
+
+struct Chain {
+    spans: Vec<SpanEvidence>,
+    first_seen: Instant,
+    last_seen: Instant,
+    root_seen: bool,
+    truncated: bool,
+    bytes: usize,
+    revision: u32,
+}
+
+struct DecidedChain {
+    spans: Vec<SpanEvidence>,
+    root_seen: bool,
+    truncated: bool,
+    bytes: usize,
+    revision: u32,
+}
+
+/// A decided chain, ready for the classifier.
+#[derive(Debug)]
+pub struct DecidedCalls {
+    pub trace_id: TraceId,
+    pub calls: Vec<CallEvidence>,
+    pub decision: Decision,
+}
+
+/// The table of chains.
+pub struct Chains {
+    limits: ChainLimits,
+    active: FxHashMap<TraceId, Chain>,
+    due: BinaryHeap<Reverse<(Instant, TraceId)>>,
+    decided: FxHashMap<TraceId, DecidedChain>,
+    decided_order: VecDeque<(Instant, TraceId, u32)>,
+    bytes: usize,
+    pub stats: ChainStats,
+}
+
+impl Chains {
+    pub fn new(limits: ChainLimits) -> Self {
+        Chains {
+            limits,
+            active: FxHashMap::default(),
+            due: BinaryHeap::new(),
+            decided: FxHashMap::default(),
+            decided_order: VecDeque::new(),
+            bytes: 0,
+            stats: ChainStats::default(),
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.active.len()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Take in one normalized batch. Chains decided early to stay within bounds are appended to `out`.
+    pub fn ingest(&mut self, batch: NormalizedBatch, now: Instant, out: &mut Vec<DecidedCalls>) {
+        for a in &batch.activity {
+            if let Some(c) = self.active.get_mut(&a.trace_id) {
+                c.last_seen = now;
+                c.root_seen |= a.is_root;
+            }
+        }
+        for ev in batch.evidence {
+            self.add_span(ev, now, out);
+        }
+    }
+
+    fn add_span(&mut self, ev: SpanEvidence, now: Instant, out: &mut Vec<DecidedCalls>) {
+        let trace_id = ev.trace_id;
+        let is_root = ev.parent_span_id.is_none();
+        if !self.active.contains_key(&trace_id) {
+            if let Some(d) = self.decided.remove(&trace_id) {
+                // A late span: reopen the chain under its next revision.
+                self.stats.late_spans += 1;
+                self.active.insert(trace_id, Chain {
+                    spans: d.spans,
+                    first_seen: now,
+                    last_seen: now,
+                    root_seen: d.root_seen,
+                    truncated: d.truncated,
+                    bytes: d.bytes,
+                    revision: d.revision + 1,
+                });
+                self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
+            } else {
+                // HTTP-only spans enrich a chain; they never start one.
+                if !ev.is_mcp_evidence() {
+                    return;
+                }
+                self.make_room(now, out);
+                self.stats.chains_created += 1;
+                self.active.insert(trace_id, Chain {
+                    spans: Vec::with_capacity(4),
+                    first_seen: now,
+                    last_seen: now,
+                    root_seen: false,
+                    truncated: false,
+                    bytes: 0,
+                    revision: 0,
+                });
+                self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
+            }
+        }
+        let Some(chain) = self.active.get_mut(&trace_id) else { return };
+        chain.last_seen = now;
+        chain.root_seen |= is_root;
+        if chain.spans.len() >= self.limits.max_spans_per_chain {
+            chain.truncated = true;
+            self.stats.truncated_spans += 1;
+            return;
+        }
+        let b = ev.approx_bytes();
+        chain.bytes += b;
+        self.bytes += b;
+        chain.spans.push(ev);
+        if self.bytes > self.limits.max_bytes {
+            self.make_room(now, out);
+        }
+    }
+
+    /// Keep within `max_chains` and `max_bytes`: forget revisable decided chains first (they are
+    /// already reported), then decide the in-flight chains nearest their decision early.
+    fn make_room(&mut self, now: Instant, out: &mut Vec<DecidedCalls>) {
+        while self.bytes > self.limits.max_bytes && !self.decided.is_empty() {
+            self.expire_oldest_decided();
+        }
+        while (self.active.len() >= self.limits.max_chains || self.bytes > self.limits.max_bytes) && !self.active.is_empty() {
+            let Some(Reverse((_, id))) = self.due.pop() else { break };
+            if self.active.contains_key(&id) {
+                self.stats.chains_evicted += 1;
+                self.decide(id, DecidedBy::Evicted, now, out);
+            }
+        }
+    }
+
+    fn expire_oldest_decided(&mut self) {
+        while let Some((_, id, rev)) = self.decided_order.pop_front() {
+            if self.decided.get(&id).is_some_and(|d| d.revision == rev) {
+                if let Some(d) = self.decided.remove(&id) {
+                    self.bytes -= d.bytes;
+                    self.stats.decided_expired += 1;
+                }
+                return;
+            }
+        }
+    }
+
+    /// Decide every chain that is due at `now`.
+    pub fn tick(&mut self, now: Instant, out: &mut Vec<DecidedCalls>) {
+        while let Some(Reverse((at, id))) = self.due.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.due.pop();
+            let Some(c) = self.active.get(&id) else { continue };
+            let quiet = now.saturating_duration_since(c.last_seen) >= self.limits.decision_wait;
+            let expired = now.saturating_duration_since(c.first_seen) >= self.limits.max_wait;
+            if c.root_seen && quiet {
+                self.decide(id, DecidedBy::Quiet, now, out);
+            } else if expired {
+                self.decide(id, DecidedBy::MaxWait, now, out);
+            } else {
+                let next = if c.root_seen { c.last_seen + self.limits.decision_wait } else { now + self.limits.decision_wait };
+                let next = next.min(c.first_seen + self.limits.max_wait).max(now + Duration::from_millis(1));
+                self.due.push(Reverse((next, id)));
+            }
+        }
+        // Forget decided chains past the late-span window or over the count bound.
+        while let Some(&(at, _, _)) = self.decided_order.front() {
+            if now.saturating_duration_since(at) < self.limits.late_span_window && self.decided.len() <= self.limits.max_decided {
+                break;
+            }
+            self.expire_oldest_decided();
+        }
+    }
+
+    /// Decide everything in flight (shutdown).
+    pub fn drain(&mut self, by: DecidedBy, now: Instant, out: &mut Vec<DecidedCalls>) {
+        let ids: Vec<TraceId> = self.active.keys().copied().collect();
+        for id in ids {
+            self.decide(id, by, now, out);
+        }
+        self.due.clear();
+    }
+
+    fn decide(&mut self, id: TraceId, by: DecidedBy, now: Instant, out: &mut Vec<DecidedCalls>) {
+        let Some(c) = self.active.remove(&id) else { return };
+        self.stats.chains_decided += 1;
+        let calls = assemble_calls(&c.spans);
+        out.push(DecidedCalls {
+            trace_id: id,
+            calls,
+            decision: Decision { revision: c.revision, decided_by: by, root_seen: c.root_seen, truncated: c.truncated },
+        });
+        if self.limits.max_decided == 0 || by == DecidedBy::Shutdown {
+            self.bytes -= c.bytes;
+            return;
+        }
+        self.decided_order.push_back((now, id, c.revision));
+        self.decided.insert(id, DecidedChain { spans: c.spans, root_seen: c.root_seen, truncated: c.truncated, bytes: c.bytes, revision: c.revision });
+        while self.decided.len() > self.limits.max_decided {
+            self.expire_oldest_decided();
+        }
+    }
+}

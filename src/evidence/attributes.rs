@@ -1,0 +1,77 @@
+//! Attribute names read and written by mcp-health.
+//!
+//! Two groups: the OpenTelemetry MCP semantic conventions (read), and this project's own evidence
+//! attributes under the `mcp_health.` namespace for what the conventions lack (read), plus the
+//! verdict attributes put on health spans (written). The README's attribute reference mirrors this
+//! file; a change here is a change to the product's wire contract.
+
+// --- OpenTelemetry semantic conventions (read) ---
+pub const MCP_METHOD_NAME: &str = "mcp.method.name";
+pub const MCP_SESSION_ID: &str = "mcp.session.id";
+pub const MCP_PROTOCOL_VERSION: &str = "mcp.protocol.version";
+pub const JSONRPC_REQUEST_ID: &str = "jsonrpc.request.id";
+pub const RPC_RESPONSE_STATUS_CODE: &str = "rpc.response.status_code";
+pub const ERROR_TYPE: &str = "error.type";
+pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
+pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
+pub const NETWORK_TRANSPORT: &str = "network.transport";
+pub const SERVER_ADDRESS: &str = "server.address";
+pub const SERVER_PORT: &str = "server.port";
+pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+/// Older HTTP conventions, still emitted by many HTTP server instrumentations.
+pub const HTTP_STATUS_CODE_OLD: &str = "http.status_code";
+
+// --- mcp-health evidence attributes (read) ---
+/// Connection result of the attempt: `ok`, `dns_failure`, `connection_refused`,
+/// `connection_reset`, `tls_failure`, `timeout`.
+pub const TRANSPORT_OUTCOME: &str = "mcp_health.transport.outcome";
+/// Whether the request bytes were written before a transport failure (bool). Absent = unknown,
+/// which counts as "may have been delivered".
+pub const REQUEST_SENT: &str = "mcp_health.request.sent";
+/// HTTP status of an authorization challenge (401 or 403).
+pub const AUTH_STATUS: &str = "mcp_health.auth.status";
+/// The `error` parameter of `WWW-Authenticate`, sanitized to a fixed vocabulary.
+pub const AUTH_ERROR: &str = "mcp_health.auth.error";
+/// The `scope` parameter of `WWW-Authenticate`: the authority the call needs.
+pub const AUTH_REQUIRED_SCOPE: &str = "mcp_health.auth.required_scope";
+/// The protocol version the client asked for in `initialize` (or `_meta` on 2026-07-28).
+pub const SESSION_REQUESTED_VERSION: &str = "mcp_health.session.requested_version";
+/// Whether the client accepted the negotiated version (bool).
+pub const SESSION_VERSION_ACCEPTED: &str = "mcp_health.session.version_accepted";
+/// Capabilities the run needs that were not negotiated (string array or comma list).
+pub const SESSION_MISSING_CAPABILITIES: &str = "mcp_health.session.missing_capabilities";
+/// The tool did not finish in its time budget (bool).
+pub const EXECUTION_TIMEOUT: &str = "mcp_health.execution.timeout";
+/// Structured output checked against `outputSchema`: `valid`, `violated`.
+pub const EXECUTION_OUTPUT_SCHEMA: &str = "mcp_health.execution.output_schema";
+/// Whether the tool may commit a side effect: `side_effect` or `none`. Absent = unknown, which
+/// counts as a possible side effect.
+pub const EFFECT_BOUNDARY: &str = "mcp_health.effect.boundary";
+/// Outcome verifier result: `confirmed`, `missing`, `failed`, `stale`.
+pub const OUTCOME_RESULT: &str = "mcp_health.outcome.result";
+/// How the verifier checked: `file_digest`, `row_version`, `http_status`, `test_result`,
+/// `receipt`, `llm_judge` (weak).
+pub const OUTCOME_METHOD: &str = "mcp_health.outcome.method";
+/// When the destination was checked (Unix nanoseconds); defaults to the span's end time.
+pub const OUTCOME_CHECKED_AT: &str = "mcp_health.outcome.checked_at";
+/// The `jsonrpc.request.id` of the call a verifier checked, where a trace holds several calls.
+pub const OUTCOME_REQUEST_ID: &str = "mcp_health.outcome.request_id";
+/// A caller-chosen key that names one intended operation across attempts.
+pub const OPERATION_KEY: &str = "mcp_health.operation.key";
+/// Span event name for a verifier result carried as an event instead of a span.
+pub const OUTCOME_EVENT: &str = "mcp_health.outcome";
+
+// --- health span attributes (written) ---
+pub const VERDICT_STATE: &str = "mcp_health.verdict.state";
+pub const VERDICT_FIRST_FAILED_LAYER: &str = "mcp_health.verdict.first_failed_layer";
+pub const VERDICT_REASON: &str = "mcp_health.verdict.reason";
+pub const VERDICT_CONFIDENCE: &str = "mcp_health.verdict.confidence";
+pub const VERDICT_NEXT_ACTION: &str = "mcp_health.verdict.next_action";
+pub const VERDICT_REVISION: &str = "mcp_health.verdict.revision";
+pub const VERDICT_DECIDED_BY: &str = "mcp_health.verdict.decided_by";
+pub const VERDICT_RETRY_SAFE: &str = "mcp_health.verdict.retry_safe";
+pub const VERDICT_PROTOCOL_SUCCESS: &str = "mcp_health.verdict.protocol_success";
+pub const VERDICT_VERIFIED_SUCCESS: &str = "mcp_health.verdict.verified_success";
+pub const LAYER_PREFIX: &str = "mcp_health.layer.";
+pub const SESSION_ID_HASH: &str = "mcp_health.session.id_hash";
+pub const OUTCOME_METHOD_WRITTEN: &str = OUTCOME_METHOD;

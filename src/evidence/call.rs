@@ -1,0 +1,153 @@
+//! One tool-call attempt's evidence, joined from every span that spoke about it (client, server,
+//! HTTP, verifier). Built by the correlator, read by the classifier.
+
+use std::sync::Arc;
+
+use super::*;
+
+/// The joined evidence of one call attempt.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CallEvidence {
+    pub trace_id: TraceId,
+    /// The span the verdict hangs under: the client span if any, else the earliest span.
+    pub anchor_span_id: SpanId,
+    pub method: Option<Method>,
+    pub tool: Option<Arc<str>>,
+    pub request_id: Option<Box<str>>,
+    pub session_id: Option<Box<str>>,
+    pub protocol_version: Option<Arc<str>>,
+    pub server: Option<Arc<str>>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub client_seen: bool,
+    pub server_seen: bool,
+    /// JSON-RPC error codes reported (client and server may both report one).
+    pub jsonrpc_error: Option<i64>,
+    pub tool_error: bool,
+    /// A timeout reported by exception class (no project attribute says which layer).
+    pub timeout_error: bool,
+    pub connection_error: Option<TransportOutcome>,
+    /// A span of this call ended with ERROR status for a reason no attribute named.
+    pub unexplained_error: bool,
+    /// A response (result or JSON-RPC error) was observed for the request.
+    pub response_seen: bool,
+    pub transport: Option<TransportOutcome>,
+    pub request_sent: Option<bool>,
+    /// The most telling HTTP status seen (a failure status wins over a success status).
+    pub http_status: Option<u16>,
+    pub auth_status: Option<u16>,
+    pub auth_error: Option<AuthError>,
+    pub required_scope: Option<Box<str>>,
+    pub negotiation: Option<Negotiation>,
+    pub exec_timeout: bool,
+    pub output_schema_violated: Option<bool>,
+    pub effect_boundary: Option<EffectBoundary>,
+    pub outcomes: Vec<OutcomeReceipt>,
+    pub operation_key: Option<Box<str>>,
+    pub span_count: u32,
+}
+
+impl CallEvidence {
+    /// Fold one span's evidence into the call.
+    pub fn absorb(&mut self, s: &SpanEvidence) {
+        if self.span_count == 0 {
+            self.trace_id = s.trace_id;
+            self.anchor_span_id = s.span_id;
+            self.start_ns = s.start_ns;
+            self.end_ns = s.end_ns;
+        }
+        self.span_count += 1;
+        self.start_ns = self.start_ns.min(s.start_ns);
+        self.end_ns = self.end_ns.max(s.end_ns);
+        if s.method.is_some() && s.side == Side::Client && !self.client_seen {
+            // The outermost client span carries the verdict.
+            self.anchor_span_id = s.span_id;
+        }
+        if s.method.is_some() {
+            match s.side {
+                Side::Client => self.client_seen = true,
+                Side::Server => self.server_seen = true,
+                Side::Internal => {}
+            }
+        }
+        fill(&mut self.method, &s.method);
+        fill(&mut self.tool, &s.tool);
+        fill(&mut self.request_id, &s.request_id);
+        fill(&mut self.session_id, &s.session_id);
+        fill(&mut self.protocol_version, &s.protocol_version);
+        fill(&mut self.server, &s.server);
+        fill(&mut self.required_scope, &s.required_scope);
+        fill(&mut self.operation_key, &s.operation_key);
+        match s.error {
+            Some(CallError::JsonRpc(c)) => {
+                self.jsonrpc_error.get_or_insert(c);
+                if s.method.is_some() {
+                    self.response_seen = true;
+                }
+            }
+            Some(CallError::ToolError) => {
+                self.tool_error = true;
+                self.response_seen = true;
+            }
+            Some(CallError::Timeout) => self.timeout_error = true,
+            Some(CallError::Connection(t)) => self.connection_error = Some(t),
+            Some(CallError::Unclassified) => self.unexplained_error = true,
+            None => {
+                if s.method.is_some() && !s.status_error && s.transport.map_or(true, |t| t == TransportOutcome::Ok) {
+                    // A finished request span with no error: a result came back.
+                    self.response_seen = true;
+                }
+                if s.status_error && s.method.is_some() {
+                    self.unexplained_error = true;
+                }
+            }
+        }
+        if let Some(t) = s.transport {
+            // A failure outcome wins over `ok` from another span.
+            if self.transport.is_none() || t != TransportOutcome::Ok {
+                self.transport = Some(t);
+            }
+        }
+        fill_copy(&mut self.request_sent, s.request_sent);
+        if let Some(h) = s.http_status {
+            if self.http_status.map_or(true, |old| h > old) {
+                self.http_status = Some(h);
+            }
+        }
+        fill_copy(&mut self.auth_status, s.auth_status);
+        fill_copy(&mut self.auth_error, s.auth_error);
+        if let Some(n) = &s.negotiation {
+            let mine = self.negotiation.get_or_insert_with(Negotiation::default);
+            fill(&mut mine.requested_version, &n.requested_version);
+            fill_copy(&mut mine.version_accepted, n.version_accepted);
+            for c in &n.missing_capabilities {
+                if !mine.missing_capabilities.contains(c) {
+                    mine.missing_capabilities.push(c.clone());
+                }
+            }
+        }
+        self.exec_timeout |= s.exec_timeout;
+        if let Some(v) = s.output_schema_violated {
+            self.output_schema_violated = Some(self.output_schema_violated.unwrap_or(false) || v);
+        }
+        fill_copy(&mut self.effect_boundary, s.effect_boundary);
+        self.outcomes.extend(s.outcomes.iter().cloned());
+    }
+
+    /// The receipt that speaks last: the most recent check decides.
+    pub fn latest_outcome(&self) -> Option<&OutcomeReceipt> {
+        self.outcomes.iter().max_by_key(|o| o.checked_at_ns)
+    }
+}
+
+fn fill<T: Clone>(dst: &mut Option<T>, src: &Option<T>) {
+    if dst.is_none() {
+        dst.clone_from(src);
+    }
+}
+
+fn fill_copy<T: Copy>(dst: &mut Option<T>, src: Option<T>) {
+    if dst.is_none() {
+        *dst = src;
+    }
+}

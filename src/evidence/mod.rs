@@ -1,0 +1,328 @@
+//! The evidence model: what one span told us, in one vocabulary whatever instrumentation wrote it.
+//!
+//! Plain data, no I/O. Every field is optional because every instrumentation is partial: a field
+//! that no span set stays `None`, and the classifier treats `None` as "not observed", never as
+//! "fine". Free text from the wire (messages, arguments, results, headers) has no field here, so it
+//! cannot leak out of the service by construction.
+
+pub mod attributes;
+pub mod call;
+
+use std::sync::Arc;
+
+/// A W3C trace id.
+pub type TraceId = [u8; 16];
+/// A W3C span id.
+pub type SpanId = [u8; 8];
+
+/// Which side of the exchange a span describes, from its span kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Server,
+    Internal,
+}
+
+/// The MCP method, interned for the common ones so the hot path does not allocate for them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    ToolsCall,
+    ToolsList,
+    Initialize,
+    Other(Arc<str>),
+}
+
+impl Method {
+    pub fn parse(s: &str) -> Method {
+        match s {
+            "tools/call" => Method::ToolsCall,
+            "tools/list" => Method::ToolsList,
+            "initialize" => Method::Initialize,
+            other => Method::Other(Arc::from(other)),
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        match self {
+            Method::ToolsCall => "tools/call",
+            Method::ToolsList => "tools/list",
+            Method::Initialize => "initialize",
+            Method::Other(s) => s,
+        }
+    }
+    /// Notifications have no response, so no layer beyond transport can be observed for them.
+    pub fn is_notification(&self) -> bool {
+        matches!(self, Method::Other(s) if s.starts_with("notifications/"))
+    }
+}
+
+/// A connection-level result, as the project's `mcp_health.transport.outcome` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportOutcome {
+    Ok,
+    DnsFailure,
+    ConnectionRefused,
+    ConnectionReset,
+    TlsFailure,
+    Timeout,
+}
+
+impl TransportOutcome {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "ok" => Self::Ok,
+            "dns_failure" => Self::DnsFailure,
+            "connection_refused" => Self::ConnectionRefused,
+            "connection_reset" => Self::ConnectionReset,
+            "tls_failure" => Self::TlsFailure,
+            "timeout" => Self::Timeout,
+            _ => return None,
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::DnsFailure => "dns_failure",
+            Self::ConnectionRefused => "connection_refused",
+            Self::ConnectionReset => "connection_reset",
+            Self::TlsFailure => "tls_failure",
+            Self::Timeout => "timeout",
+        }
+    }
+    /// Failures after which the request may have reached the server (and committed an effect).
+    pub fn may_have_delivered(self) -> bool {
+        matches!(self, Self::Timeout | Self::ConnectionReset)
+    }
+}
+
+/// The `error` parameter of a `WWW-Authenticate` challenge, reduced to a fixed vocabulary so
+/// nothing the server wrote verbatim is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthError {
+    InvalidToken,
+    InsufficientScope,
+    InvalidRequest,
+    MissingToken,
+    Other,
+}
+
+impl AuthError {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "invalid_token" => Self::InvalidToken,
+            "insufficient_scope" => Self::InsufficientScope,
+            "invalid_request" => Self::InvalidRequest,
+            "missing_token" => Self::MissingToken,
+            _ => Self::Other,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidToken => "invalid_token",
+            Self::InsufficientScope => "insufficient_scope",
+            Self::InvalidRequest => "invalid_request",
+            Self::MissingToken => "missing_token",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// What an outcome verifier found at the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutcomeResult {
+    Confirmed,
+    Missing,
+    Failed,
+    Stale,
+}
+
+impl OutcomeResult {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "confirmed" => Self::Confirmed,
+            "missing" => Self::Missing,
+            "failed" => Self::Failed,
+            "stale" => Self::Stale,
+            _ => return None,
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Confirmed => "confirmed",
+            Self::Missing => "missing",
+            Self::Failed => "failed",
+            Self::Stale => "stale",
+        }
+    }
+}
+
+/// How a verifier checked. An LLM judge is weak evidence: it lowers confidence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifierMethod {
+    FileDigest,
+    RowVersion,
+    HttpStatus,
+    TestResult,
+    Receipt,
+    LlmJudge,
+    Unspecified,
+}
+
+impl VerifierMethod {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "file_digest" => Self::FileDigest,
+            "row_version" => Self::RowVersion,
+            "http_status" => Self::HttpStatus,
+            "test_result" => Self::TestResult,
+            "receipt" => Self::Receipt,
+            "llm_judge" => Self::LlmJudge,
+            _ => Self::Unspecified,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FileDigest => "file_digest",
+            Self::RowVersion => "row_version",
+            Self::HttpStatus => "http_status",
+            Self::TestResult => "test_result",
+            Self::Receipt => "receipt",
+            Self::LlmJudge => "llm_judge",
+            Self::Unspecified => "unspecified",
+        }
+    }
+    pub fn is_weak(self) -> bool {
+        matches!(self, Self::LlmJudge | Self::Unspecified)
+    }
+}
+
+/// One verifier's finding about a destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutcomeReceipt {
+    pub result: OutcomeResult,
+    pub method: VerifierMethod,
+    pub checked_at_ns: u64,
+    /// The request id of the call it checked, when the verifier names one.
+    pub request_id: Option<Box<str>>,
+}
+
+/// What the version/capability negotiation of a session showed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Negotiation {
+    pub requested_version: Option<Box<str>>,
+    pub version_accepted: Option<bool>,
+    pub missing_capabilities: Vec<Box<str>>,
+}
+
+/// Whether a tool may commit a side effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EffectBoundary {
+    SideEffect,
+    None,
+}
+
+/// The JSON-RPC / tool error a span reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// A JSON-RPC error response with this code.
+    JsonRpc(i64),
+    /// A result with `isError: true`.
+    ToolError,
+    /// The instrumentation reported a timeout (`error.type` of a timeout class).
+    Timeout,
+    /// The instrumentation reported a connection failure by exception class.
+    Connection(TransportOutcome),
+    /// Some other error class that says nothing about the layer.
+    Unclassified,
+}
+
+/// Everything one span said, in this project's vocabulary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpanEvidence {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub parent_span_id: Option<SpanId>,
+    pub side: Side,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub method: Option<Method>,
+    pub tool: Option<Arc<str>>,
+    pub request_id: Option<Box<str>>,
+    pub session_id: Option<Box<str>>,
+    pub protocol_version: Option<Arc<str>>,
+    /// `server.address[:server.port]`.
+    pub server: Option<Arc<str>>,
+    pub error: Option<CallError>,
+    /// The span's status was ERROR (without saying why).
+    pub status_error: bool,
+    pub http_status: Option<u16>,
+    pub transport: Option<TransportOutcome>,
+    pub request_sent: Option<bool>,
+    pub auth_error: Option<AuthError>,
+    pub auth_status: Option<u16>,
+    pub required_scope: Option<Box<str>>,
+    pub negotiation: Option<Negotiation>,
+    pub exec_timeout: bool,
+    pub output_schema_violated: Option<bool>,
+    pub effect_boundary: Option<EffectBoundary>,
+    pub outcomes: Vec<OutcomeReceipt>,
+    pub operation_key: Option<Box<str>>,
+}
+
+impl SpanEvidence {
+    pub fn new(trace_id: TraceId, span_id: SpanId) -> Self {
+        SpanEvidence {
+            trace_id,
+            span_id,
+            parent_span_id: None,
+            side: Side::Internal,
+            start_ns: 0,
+            end_ns: 0,
+            method: None,
+            tool: None,
+            request_id: None,
+            session_id: None,
+            protocol_version: None,
+            server: None,
+            error: None,
+            status_error: false,
+            http_status: None,
+            transport: None,
+            request_sent: None,
+            auth_error: None,
+            auth_status: None,
+            required_scope: None,
+            negotiation: None,
+            exec_timeout: false,
+            output_schema_violated: None,
+            effect_boundary: None,
+            outcomes: Vec::new(),
+            operation_key: None,
+        }
+    }
+
+    /// Approximate heap + inline bytes, for the correlator's memory bound.
+    pub fn approx_bytes(&self) -> usize {
+        fn s(o: &Option<Box<str>>) -> usize {
+            o.as_ref().map_or(0, |v| v.len())
+        }
+        std::mem::size_of::<Self>()
+            + s(&self.request_id)
+            + s(&self.session_id)
+            + s(&self.required_scope)
+            + s(&self.operation_key)
+            + self.outcomes.len() * std::mem::size_of::<OutcomeReceipt>()
+            + self.negotiation.as_ref().map_or(0, |n| {
+                std::mem::size_of::<Negotiation>() + n.missing_capabilities.iter().map(|c| c.len() + 16).sum::<usize>()
+            })
+    }
+
+    /// Whether this span says anything a classifier can use about an MCP call.
+    pub fn is_mcp_evidence(&self) -> bool {
+        self.method.is_some()
+            || self.transport.is_some()
+            || self.auth_error.is_some()
+            || self.auth_status.is_some()
+            || !self.outcomes.is_empty()
+            || self.negotiation.is_some()
+    }
+}

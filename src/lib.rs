@@ -1,0 +1,18 @@
+//! mcp-health: tells whether MCP tool calls are really healthy, from the OTLP spans of clients,
+//! servers and verifiers.
+//!
+//! The data takes one road and the modules follow it:
+//! [`receive`] (OTLP/gRPC, OTLP/HTTP) → [`normalize`] (dialects → [`evidence`]) → [`correlate`]
+//! (trace-keyed chains) → [`classify`] (pure functions → [`verdict`]) → [`emit`] (pass-through,
+//! health spans, metrics). [`pipeline`] wires the stages; [`cli`] is the command line.
+
+pub mod classify;
+pub mod cli;
+pub mod config;
+pub mod correlate;
+pub mod emit;
+pub mod evidence;
+pub mod normalize;
+pub mod pipeline;
+pub mod receive;
+pub mod verdict;

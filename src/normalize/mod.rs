@@ -1,0 +1,103 @@
+//! Normalize: OTLP spans in, [`SpanEvidence`] out.
+//!
+//! Each instrumentation dialect has one file; [`normalize_request`] walks a decoded
+//! `ExportTraceServiceRequest` once, lets the dialect read the span's attributes, and keeps only
+//! typed facts. Spans that carry no MCP evidence cost one attribute scan and no allocation: they
+//! only report that their trace was active (and whether they were its root), which the correlator
+//! needs to know when a trace has gone quiet.
+
+pub mod redact;
+pub mod semconv;
+pub mod value;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+use crate::evidence::{SpanEvidence, TraceId};
+
+/// One span that was not MCP evidence, seen only so the correlator knows its trace is active.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Activity {
+    pub trace_id: TraceId,
+    pub is_root: bool,
+}
+
+/// The result of normalizing one export request.
+#[derive(Debug, Default)]
+pub struct NormalizedBatch {
+    pub evidence: Vec<SpanEvidence>,
+    /// Non-evidence spans, de-duplicated per consecutive trace id.
+    pub activity: Vec<Activity>,
+    /// Spans whose trace or span id was not a valid W3C id; they are rejected.
+    pub rejected_spans: u64,
+    /// Known attributes whose value had a type we could not use; the span is kept, the value is not.
+    pub attribute_type_errors: u64,
+    pub spans: u64,
+}
+
+/// Why a span was refused by [`span_ids`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NormalizeError {
+    #[error("trace_id must be 16 bytes and not all zero (got {0} bytes)")]
+    BadTraceId(usize),
+    #[error("span_id must be 8 bytes and not all zero (got {0} bytes)")]
+    BadSpanId(usize),
+}
+
+/// The ids of a span, validated as the OTLP specification requires.
+pub fn span_ids(span: &Span) -> Result<(TraceId, [u8; 8]), NormalizeError> {
+    let trace_id: TraceId = span
+        .trace_id
+        .as_slice()
+        .try_into()
+        .ok()
+        .filter(|t: &TraceId| t.iter().any(|b| *b != 0))
+        .ok_or(NormalizeError::BadTraceId(span.trace_id.len()))?;
+    let span_id: [u8; 8] = span
+        .span_id
+        .as_slice()
+        .try_into()
+        .ok()
+        .filter(|s: &[u8; 8]| s.iter().any(|b| *b != 0))
+        .ok_or(NormalizeError::BadSpanId(span.span_id.len()))?;
+    Ok((trace_id, span_id))
+}
+
+/// Walk every span of a request once and produce evidence.
+pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
+    let mut out = NormalizedBatch::default();
+    for rs in &req.resource_spans {
+        for ss in &rs.scope_spans {
+            for span in &ss.spans {
+                out.spans += 1;
+                let (trace_id, span_id) = match span_ids(span) {
+                    Ok(ids) => ids,
+                    Err(_) => {
+                        out.rejected_spans += 1;
+                        continue;
+                    }
+                };
+                match semconv::read_span(trace_id, span_id, span, &mut out.attribute_type_errors) {
+                    Some(ev) => out.evidence.push(ev),
+                    None => {
+                        let is_root = span.parent_span_id.is_empty();
+                        match out.activity.last_mut() {
+                            Some(last) if last.trace_id == trace_id => last.is_root |= is_root,
+                            _ => out.activity.push(Activity { trace_id, is_root }),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Remove spans with invalid ids from a request, so what is passed on is what was accepted.
+pub fn drop_invalid_spans(req: &mut ExportTraceServiceRequest) {
+    for rs in &mut req.resource_spans {
+        for ss in &mut rs.scope_spans {
+            ss.spans.retain(|s| span_ids(s).is_ok());
+        }
+    }
+}

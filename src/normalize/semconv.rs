@@ -1,0 +1,299 @@
+//! The OpenTelemetry MCP semantic conventions dialect, plus this project's `mcp_health.*` evidence
+//! attributes (which any dialect may carry, so they are read here for all).
+//!
+//! Only typed facts are kept. `error.type` is read as a class (a JSON-RPC code, `tool_error`, a
+//! timeout or connection exception name), never as a message.
+
+use std::sync::Arc;
+
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span};
+
+use super::{redact, value};
+use crate::evidence::attributes as a;
+use crate::evidence::*;
+
+/// Read one span. `None` when the span carries no MCP evidence at all.
+pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, type_errors: &mut u64) -> Option<SpanEvidence> {
+    // Fast reject: most spans in a shared pipeline are not MCP. Look at keys only.
+    if !span.attributes.iter().any(|kv| is_evidence_key(&kv.key))
+        && !span.events.iter().any(|e| e.name == a::OUTCOME_EVENT)
+    {
+        return None;
+    }
+    let mut ev = SpanEvidence::new(trace_id, span_id);
+    ev.parent_span_id = span.parent_span_id.as_slice().try_into().ok().filter(|p: &SpanId| p.iter().any(|b| *b != 0));
+    ev.side = match SpanKind::try_from(span.kind) {
+        Ok(SpanKind::Client) | Ok(SpanKind::Producer) => Side::Client,
+        Ok(SpanKind::Server) | Ok(SpanKind::Consumer) => Side::Server,
+        _ => Side::Internal,
+    };
+    ev.start_ns = span.start_time_unix_nano;
+    ev.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
+    ev.status_error = span.status.as_ref().is_some_and(|s| s.code == StatusCode::Error as i32);
+
+    let mut server_address: Option<&str> = None;
+    let mut server_port: Option<i64> = None;
+    let mut error_type: Option<&str> = None;
+    let mut rpc_code: Option<i64> = None;
+    let mut outcome = OutcomeFields::default();
+    let mut negotiation = Negotiation::default();
+    let mut has_negotiation = false;
+
+    for kv in &span.attributes {
+        read_attribute(kv, &mut ev, &mut Fields {
+            server_address: &mut server_address,
+            server_port: &mut server_port,
+            error_type: &mut error_type,
+            rpc_code: &mut rpc_code,
+            outcome: &mut outcome,
+            negotiation: &mut negotiation,
+            has_negotiation: &mut has_negotiation,
+            type_errors,
+        });
+    }
+
+    if let Some(addr) = server_address {
+        let joined = match server_port {
+            Some(p) => format!("{addr}:{p}"),
+            None => addr.to_string(),
+        };
+        ev.server = Some(Arc::from(redact::ident(&joined)));
+    }
+    ev.error = classify_error(rpc_code, error_type);
+    if has_negotiation {
+        ev.negotiation = Some(negotiation);
+    }
+    if let Some(result) = outcome.result {
+        ev.outcomes.push(OutcomeReceipt {
+            result,
+            method: outcome.method.unwrap_or(VerifierMethod::Unspecified),
+            checked_at_ns: outcome.checked_at.unwrap_or(ev.end_ns),
+            request_id: outcome.request_id.clone(),
+        });
+    }
+    // Verifier results carried as span events.
+    for event in span.events.iter().filter(|e| e.name == a::OUTCOME_EVENT) {
+        let mut f = OutcomeFields::default();
+        for kv in &event.attributes {
+            read_outcome_attribute(kv, &mut f, type_errors);
+        }
+        if let Some(result) = f.result {
+            ev.outcomes.push(OutcomeReceipt {
+                result,
+                method: f.method.unwrap_or(VerifierMethod::Unspecified),
+                checked_at_ns: f.checked_at.unwrap_or(event.time_unix_nano),
+                request_id: f.request_id,
+            });
+        }
+    }
+    if ev.is_mcp_evidence() || ev.http_status.is_some() {
+        Some(ev)
+    } else {
+        None
+    }
+}
+
+/// Keys that make a span worth reading in full.
+fn is_evidence_key(k: &str) -> bool {
+    k.starts_with("mcp.")
+        || k.starts_with("mcp_health.")
+        || k == a::JSONRPC_REQUEST_ID
+        || k == a::HTTP_RESPONSE_STATUS_CODE
+        || k == a::HTTP_STATUS_CODE_OLD
+}
+
+#[derive(Default)]
+struct OutcomeFields {
+    result: Option<OutcomeResult>,
+    method: Option<VerifierMethod>,
+    checked_at: Option<u64>,
+    request_id: Option<Box<str>>,
+}
+
+struct Fields<'s, 'e> {
+    server_address: &'s mut Option<&'e str>,
+    server_port: &'s mut Option<i64>,
+    error_type: &'s mut Option<&'e str>,
+    rpc_code: &'s mut Option<i64>,
+    outcome: &'s mut OutcomeFields,
+    negotiation: &'s mut Negotiation,
+    has_negotiation: &'s mut bool,
+    type_errors: &'s mut u64,
+}
+
+fn read_attribute<'e>(kv: &'e KeyValue, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) {
+    let v = &kv.value;
+    let mut bad = false;
+    match kv.key.as_str() {
+        a::MCP_METHOD_NAME => match value::as_str(v) {
+            Some(m) => ev.method = Some(Method::parse(&redact::ident(m))),
+            None => bad = true,
+        },
+        a::MCP_SESSION_ID => match value::as_id(v) {
+            Some(s) => ev.session_id = Some(s.into_boxed_str()),
+            None => bad = true,
+        },
+        a::MCP_PROTOCOL_VERSION => match value::as_str(v) {
+            Some(s) => ev.protocol_version = Some(Arc::from(redact::ident(s))),
+            None => bad = true,
+        },
+        a::JSONRPC_REQUEST_ID => match value::as_id(v) {
+            Some(s) => ev.request_id = Some(redact::ident(&s)),
+            None => bad = true,
+        },
+        a::RPC_RESPONSE_STATUS_CODE => match value::as_i64(v) {
+            Some(c) => *f.rpc_code = Some(c),
+            None => bad = true,
+        },
+        a::ERROR_TYPE => match value::as_str(v) {
+            Some(s) => *f.error_type = Some(s),
+            None => match value::as_i64(v) {
+                Some(c) => *f.rpc_code = Some(c),
+                None => bad = true,
+            },
+        },
+        a::GEN_AI_TOOL_NAME => match value::as_str(v) {
+            Some(s) => ev.tool = Some(Arc::from(redact::ident(s))),
+            None => bad = true,
+        },
+        a::SERVER_ADDRESS => match value::as_str(v) {
+            Some(s) => *f.server_address = Some(s),
+            None => bad = true,
+        },
+        a::SERVER_PORT => match value::as_i64(v) {
+            Some(p) => *f.server_port = Some(p),
+            None => bad = true,
+        },
+        a::HTTP_RESPONSE_STATUS_CODE | a::HTTP_STATUS_CODE_OLD => match value::as_i64(v) {
+            Some(c) if (100..=599).contains(&c) => ev.http_status = Some(c as u16),
+            _ => bad = true,
+        },
+        a::TRANSPORT_OUTCOME => match value::as_str(v).and_then(TransportOutcome::parse) {
+            Some(t) => ev.transport = Some(t),
+            None => bad = true,
+        },
+        a::REQUEST_SENT => match value::as_bool(v) {
+            Some(b) => ev.request_sent = Some(b),
+            None => bad = true,
+        },
+        a::AUTH_STATUS => match value::as_i64(v) {
+            Some(c @ (401 | 403)) => ev.auth_status = Some(c as u16),
+            _ => bad = true,
+        },
+        a::AUTH_ERROR => match value::as_str(v) {
+            Some(s) => ev.auth_error = Some(AuthError::parse(s)),
+            None => bad = true,
+        },
+        a::AUTH_REQUIRED_SCOPE => match value::as_str(v) {
+            Some(s) => ev.required_scope = redact::scope(s),
+            None => bad = true,
+        },
+        a::SESSION_REQUESTED_VERSION => match value::as_str(v) {
+            Some(s) => {
+                f.negotiation.requested_version = Some(redact::ident(s));
+                *f.has_negotiation = true;
+            }
+            None => bad = true,
+        },
+        a::SESSION_VERSION_ACCEPTED => match value::as_bool(v) {
+            Some(b) => {
+                f.negotiation.version_accepted = Some(b);
+                *f.has_negotiation = true;
+            }
+            None => bad = true,
+        },
+        a::SESSION_MISSING_CAPABILITIES => match value::as_str_list(v) {
+            Some(list) => {
+                f.negotiation.missing_capabilities = list.iter().map(|c| redact::ident(c)).collect();
+                *f.has_negotiation = true;
+            }
+            None => bad = true,
+        },
+        a::EXECUTION_TIMEOUT => match value::as_bool(v) {
+            Some(b) => ev.exec_timeout = b,
+            None => bad = true,
+        },
+        a::EXECUTION_OUTPUT_SCHEMA => match value::as_str(v) {
+            Some("valid") => ev.output_schema_violated = Some(false),
+            Some("violated") => ev.output_schema_violated = Some(true),
+            _ => bad = true,
+        },
+        a::EFFECT_BOUNDARY => match value::as_str(v) {
+            Some("side_effect") => ev.effect_boundary = Some(EffectBoundary::SideEffect),
+            Some("none") => ev.effect_boundary = Some(EffectBoundary::None),
+            _ => bad = true,
+        },
+        a::OPERATION_KEY => match value::as_id(v) {
+            Some(s) => ev.operation_key = Some(redact::ident(&s)),
+            None => bad = true,
+        },
+        _ => read_outcome_attribute(kv, f.outcome, f.type_errors),
+    }
+    if bad {
+        *f.type_errors += 1;
+    }
+}
+
+fn read_outcome_attribute(kv: &KeyValue, f: &mut OutcomeFields, type_errors: &mut u64) {
+    let v = &kv.value;
+    let ok = match kv.key.as_str() {
+        a::OUTCOME_RESULT => value::as_str(v).and_then(OutcomeResult::parse).map(|r| f.result = Some(r)).is_some(),
+        a::OUTCOME_METHOD => value::as_str(v).map(|m| f.method = Some(VerifierMethod::parse(m))).is_some(),
+        a::OUTCOME_CHECKED_AT => value::as_i64(v).filter(|t| *t >= 0).map(|t| f.checked_at = Some(t as u64)).is_some(),
+        a::OUTCOME_REQUEST_ID => value::as_id(v).map(|r| f.request_id = Some(redact::ident(&r))).is_some(),
+        _ => true,
+    };
+    if !ok {
+        *type_errors += 1;
+    }
+}
+
+/// Reduce `rpc.response.status_code` / `error.type` to an error class.
+pub fn classify_error(rpc_code: Option<i64>, error_type: Option<&str>) -> Option<CallError> {
+    if error_type == Some("tool_error") {
+        return Some(CallError::ToolError);
+    }
+    if let Some(code) = rpc_code {
+        return Some(CallError::JsonRpc(code));
+    }
+    let et = error_type?;
+    if let Ok(code) = et.trim().parse::<i64>() {
+        return Some(CallError::JsonRpc(code));
+    }
+    let lower = et.to_ascii_lowercase();
+    Some(if lower.contains("timeout") || lower.contains("timedout") {
+        CallError::Timeout
+    } else if lower.contains("refused") || lower == "connecterror" || lower.ends_with(".connecterror") {
+        CallError::Connection(TransportOutcome::ConnectionRefused)
+    } else if lower.contains("gaierror") || lower.contains("dns") || lower.contains("nameresolution") {
+        CallError::Connection(TransportOutcome::DnsFailure)
+    } else if lower.contains("reset") || lower.contains("remoteprotocolerror") {
+        CallError::Connection(TransportOutcome::ConnectionReset)
+    } else {
+        CallError::Unclassified
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_classes() {
+        let cases: &[(Option<i64>, Option<&str>, Option<CallError>)] = &[
+            (None, Some("tool_error"), Some(CallError::ToolError)),
+            (Some(-32601), None, Some(CallError::JsonRpc(-32601))),
+            (None, Some("-32602"), Some(CallError::JsonRpc(-32602))),
+            (Some(-32601), Some("tool_error"), Some(CallError::ToolError)),
+            (None, Some("TimeoutError"), Some(CallError::Timeout)),
+            (None, Some("httpx.ConnectError"), Some(CallError::Connection(TransportOutcome::ConnectionRefused))),
+            (None, Some("socket.gaierror"), Some(CallError::Connection(TransportOutcome::DnsFailure))),
+            (None, Some("ValueError"), Some(CallError::Unclassified)),
+            (None, None, None),
+        ];
+        for (code, et, want) in cases {
+            assert_eq!(classify_error(*code, *et), *want, "{code:?} {et:?}");
+        }
+    }
+}

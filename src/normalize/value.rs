@@ -1,0 +1,59 @@
+//! Tolerant readers for OTLP `AnyValue`s: instrumentations disagree on types (a status code as a
+//! string, a request id as an int), so each reader accepts the forms that carry the same meaning
+//! and reports everything else as a type error instead of guessing.
+
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue};
+
+/// A string value, borrowed.
+pub fn as_str(v: &Option<AnyValue>) -> Option<&str> {
+    match v.as_ref()?.value.as_ref()? {
+        Value::StringValue(s) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// An integer, from an int, an integral double or a decimal string.
+pub fn as_i64(v: &Option<AnyValue>) -> Option<i64> {
+    match v.as_ref()?.value.as_ref()? {
+        Value::IntValue(i) => Some(*i),
+        Value::DoubleValue(d) if d.fract() == 0.0 && d.is_finite() && d.abs() < 9.0e15 => Some(*d as i64),
+        Value::StringValue(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// A boolean, from a bool or the strings `true` / `false`.
+pub fn as_bool(v: &Option<AnyValue>) -> Option<bool> {
+    match v.as_ref()?.value.as_ref()? {
+        Value::BoolValue(b) => Some(*b),
+        Value::StringValue(s) if s.eq_ignore_ascii_case("true") => Some(true),
+        Value::StringValue(s) if s.eq_ignore_ascii_case("false") => Some(false),
+        _ => None,
+    }
+}
+
+/// An identifier that may be written as a string or an int (JSON-RPC ids are either).
+pub fn as_id(v: &Option<AnyValue>) -> Option<String> {
+    match v.as_ref()?.value.as_ref()? {
+        Value::StringValue(s) => Some(s.clone()),
+        Value::IntValue(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// A list of strings, from an array of strings or a comma-separated string.
+pub fn as_str_list(v: &Option<AnyValue>) -> Option<Vec<String>> {
+    match v.as_ref()?.value.as_ref()? {
+        Value::StringValue(s) => Some(s.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect()),
+        Value::ArrayValue(a) => Some(
+            a.values
+                .iter()
+                .filter_map(|x| match x.value.as_ref()? {
+                    Value::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}

@@ -1,0 +1,90 @@
+//! OTLP/JSON decoding, shared by the HTTP receiver and `replay`.
+//!
+//! The protobuf JSON mapping lets enums be written by name (`"SPAN_KIND_CLIENT"`) as well as by
+//! number; `opentelemetry-proto`'s serde types only take numbers, so names are rewritten to numbers
+//! first. Everything else (hex ids, int64 as strings) the generated types already handle.
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use serde_json::Value;
+
+/// Why a JSON body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonError {
+    #[error("not JSON: {0}")]
+    Syntax(serde_json::Error),
+    #[error("not an OTLP ExportTraceServiceRequest: {0}")]
+    Shape(serde_json::Error),
+}
+
+/// Decode one `ExportTraceServiceRequest` from OTLP/JSON bytes.
+pub fn decode_traces(bytes: &[u8]) -> Result<ExportTraceServiceRequest, JsonError> {
+    let mut v: Value = serde_json::from_slice(bytes).map_err(JsonError::Syntax)?;
+    rewrite_enum_names(&mut v);
+    serde_json::from_value(v).map_err(JsonError::Shape)
+}
+
+fn rewrite_enum_names(v: &mut Value) {
+    let Some(rss) = v.get_mut("resourceSpans").and_then(Value::as_array_mut) else { return };
+    for rs in rss {
+        let Some(sss) = rs.get_mut("scopeSpans").and_then(Value::as_array_mut) else { continue };
+        for ss in sss {
+            let Some(spans) = ss.get_mut("spans").and_then(Value::as_array_mut) else { continue };
+            for span in spans {
+                if let Some(k) = span.get_mut("kind") {
+                    if let Some(n) = k.as_str().and_then(span_kind_number) {
+                        *k = Value::from(n);
+                    }
+                }
+                if let Some(c) = span.get_mut("status").and_then(|s| s.get_mut("code")) {
+                    if let Some(n) = c.as_str().and_then(status_code_number) {
+                        *c = Value::from(n);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn span_kind_number(s: &str) -> Option<i32> {
+    Some(match s {
+        "SPAN_KIND_UNSPECIFIED" => 0,
+        "SPAN_KIND_INTERNAL" => 1,
+        "SPAN_KIND_SERVER" => 2,
+        "SPAN_KIND_CLIENT" => 3,
+        "SPAN_KIND_PRODUCER" => 4,
+        "SPAN_KIND_CONSUMER" => 5,
+        _ => return None,
+    })
+}
+
+fn status_code_number(s: &str) -> Option<i32> {
+    Some(match s {
+        "STATUS_CODE_UNSET" => 0,
+        "STATUS_CODE_OK" => 1,
+        "STATUS_CODE_ERROR" => 2,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enum_names_and_numbers_decode_alike() {
+        let by_name = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"x","kind":"SPAN_KIND_CLIENT","status":{"code":"STATUS_CODE_ERROR"},"attributes":[{"key":"n","value":{"intValue":"42"}}]}]}]}]}"#;
+        let by_num = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"x","kind":3,"status":{"code":2},"attributes":[{"key":"n","value":{"intValue":42}}]}]}]}]}"#;
+        let a = decode_traces(by_name).unwrap();
+        let b = decode_traces(by_num).unwrap();
+        assert_eq!(a, b);
+        let span = &a.resource_spans[0].scope_spans[0].spans[0];
+        assert_eq!(span.kind, 3);
+        assert_eq!(span.trace_id.len(), 16);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(decode_traces(b"{not json").is_err());
+        assert!(decode_traces(br#"{"resourceSpans":"nope"}"#).is_err());
+    }
+}

@@ -1,0 +1,220 @@
+//! The one `Verdict` type every emitter reads. Emitters format it; they never re-derive it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::evidence::{SpanId, TraceId};
+
+/// The five ordered layers of a tool-call attempt (SPEC section 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    Transport,
+    Protocol,
+    Authorization,
+    Execution,
+    Outcome,
+}
+
+impl Layer {
+    pub const ALL: [Layer; 5] = [Layer::Transport, Layer::Protocol, Layer::Authorization, Layer::Execution, Layer::Outcome];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Transport => "transport",
+            Layer::Protocol => "protocol",
+            Layer::Authorization => "authorization",
+            Layer::Execution => "execution",
+            Layer::Outcome => "outcome",
+        }
+    }
+}
+
+/// What the evidence says about one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerStatus {
+    Passed,
+    Failed,
+    /// No evidence either way, or a layer after the first failed one.
+    Unobserved,
+}
+
+impl LayerStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayerStatus::Passed => "passed",
+            LayerStatus::Failed => "failed",
+            LayerStatus::Unobserved => "unobserved",
+        }
+    }
+}
+
+/// The status of every layer, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layers(pub [LayerStatus; 5]);
+
+impl Layers {
+    pub fn get(&self, l: Layer) -> LayerStatus {
+        self.0[l as usize]
+    }
+    pub fn first_failed(&self) -> Option<Layer> {
+        Layer::ALL.into_iter().find(|l| self.get(*l) == LayerStatus::Failed)
+    }
+}
+
+impl Serialize for Layers {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(5))?;
+        for l in Layer::ALL {
+            m.serialize_entry(l.as_str(), self.get(l).as_str())?;
+        }
+        m.end()
+    }
+}
+
+/// The health-contract state of SPEC section 3, in precedence order (earlier wins).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthState {
+    NeedsAuth,
+    /// A transport failure that cannot have committed anything (refused, DNS, TLS, 5xx), or a
+    /// timeout at a boundary declared free of side effects. Not in SPEC's list, which names no
+    /// state for "never reached the server"; see the README.
+    TransportFailed,
+    IncompatibleSession,
+    StaleCatalog,
+    ProtocolError,
+    Working,
+    ToolFailed,
+    EffectUnknown,
+    FalseSuccess,
+    Unverified,
+    Healthy,
+}
+
+impl HealthState {
+    pub const ALL: [HealthState; 11] = [
+        HealthState::NeedsAuth,
+        HealthState::TransportFailed,
+        HealthState::IncompatibleSession,
+        HealthState::StaleCatalog,
+        HealthState::ProtocolError,
+        HealthState::Working,
+        HealthState::ToolFailed,
+        HealthState::EffectUnknown,
+        HealthState::FalseSuccess,
+        HealthState::Unverified,
+        HealthState::Healthy,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthState::NeedsAuth => "needs_auth",
+            HealthState::TransportFailed => "transport_failed",
+            HealthState::IncompatibleSession => "incompatible_session",
+            HealthState::StaleCatalog => "stale_catalog",
+            HealthState::ProtocolError => "protocol_error",
+            HealthState::Working => "working",
+            HealthState::ToolFailed => "tool_failed",
+            HealthState::EffectUnknown => "effect_unknown",
+            HealthState::FalseSuccess => "false_success",
+            HealthState::Unverified => "unverified",
+            HealthState::Healthy => "healthy",
+        }
+    }
+}
+
+impl fmt::Display for HealthState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How much the verdict can be leaned on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    Low,
+    Medium,
+    High,
+}
+
+impl Confidence {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confidence::Low => "low",
+            Confidence::Medium => "medium",
+            Confidence::High => "high",
+        }
+    }
+}
+
+/// Why a chain was decided when it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecidedBy {
+    /// Its root span ended and the trace went quiet for `decision_wait`.
+    Quiet,
+    /// `max_wait` passed without the trace completing.
+    MaxWait,
+    /// Pushed out by the correlator's bounds before it completed.
+    Evicted,
+    /// The service was shutting down.
+    Shutdown,
+    /// Read from a file (replay): everything there is, is there.
+    Replay,
+}
+
+impl DecidedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Quiet => "quiet",
+            DecidedBy::MaxWait => "max_wait",
+            DecidedBy::Evicted => "evicted",
+            DecidedBy::Shutdown => "shutdown",
+            DecidedBy::Replay => "replay",
+        }
+    }
+    /// Decided before the evidence was known to be complete.
+    pub fn is_early(self) -> bool {
+        matches!(self, DecidedBy::Evicted | DecidedBy::Shutdown)
+    }
+}
+
+/// The classifier's answer for one call attempt.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    #[serde(serialize_with = "ser_hex")]
+    pub trace_id: TraceId,
+    #[serde(serialize_with = "ser_hex")]
+    pub span_id: SpanId,
+    pub method: Option<String>,
+    pub tool: Option<Arc<str>>,
+    pub server: Option<Arc<str>>,
+    pub request_id: Option<Box<str>>,
+    /// SHA-256 of the session id: joinable, not reusable.
+    pub session_id_hash: Option<String>,
+    pub first_failed_layer: Option<Layer>,
+    pub layers: Layers,
+    pub state: HealthState,
+    /// The sanitized failure class (`connection_refused`, `jsonrpc_-32601`, `insufficient_scope`).
+    pub reason: Option<String>,
+    pub confidence: Confidence,
+    pub next_action: String,
+    /// False when an automatic retry could repeat a side effect.
+    pub retry_safe: bool,
+    pub protocol_success: bool,
+    pub verified_success: bool,
+    pub required_scope: Option<Box<str>>,
+    pub outcome_method: Option<&'static str>,
+    pub revision: u32,
+    pub decided_by: DecidedBy,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+fn ser_hex<S: serde::Serializer, const N: usize>(b: &[u8; N], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex::encode(b))
+}
