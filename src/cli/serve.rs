@@ -1,10 +1,345 @@
-//! `mcp-health serve`.
+//! `mcp-health serve`: the service. Binds every listener first (so a port conflict fails at once
+//! with the address named), then runs until SIGTERM or Ctrl-C, decides what is in flight, flushes
+//! exports and exits within `service.telemetry.shutdown_timeout`.
+
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
 use clap::Args;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::config::Config;
+use crate::correlate::Chains;
+use crate::emit::metrics::{MetricsPipeline, MetricsSettings, OtlpMetricsTarget};
+use crate::emit::otlp_traces::{self, TraceSenderSettings};
+use crate::emit::prometheus;
+use crate::emit::verdict_log::VerdictLog;
+use crate::pipeline::{run_correlator, Emitters};
+use crate::receive::admit::Admission;
+use crate::receive::{otlp_grpc, otlp_http};
+
 #[derive(Args, Debug, Default)]
 pub struct ServeArgs {
-    /// YAML configuration; the embedded default when absent.
+    /// YAML configuration (collector style); the embedded default when absent.
     #[arg(long, short)]
     pub config: Option<String>,
 }
-pub fn run(_a: ServeArgs) -> ExitCode { ExitCode::SUCCESS }
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Bind(std::io::Error),
+    #[error(transparent)]
+    Metrics(#[from] crate::emit::metrics::MetricsError),
+    #[error(transparent)]
+    Export(#[from] otlp_traces::ExportError),
+    #[error("cannot open verdict log {0}: {1}")]
+    VerdictLog(String, std::io::Error),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+pub fn run(a: ServeArgs) -> ExitCode {
+    let cfg = match Config::load(a.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logs(&cfg.service.telemetry.logs.level);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("mcp-health").build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {}", ServeError::Runtime(e));
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(serve(cfg, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logs(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // Logs go to stderr: stdout carries verdict lines in the default configuration.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// `OTEL_EXPORTER_OTLP_HEADERS`: `k=v,k2=v2`, values percent-decoded.
+pub fn parse_otel_headers(s: &str) -> Vec<(String, String)> {
+    s.split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), percent_decode(v.trim())))
+        .filter(|(k, _)| !k.is_empty())
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() && s.is_char_boundary(i + 3) {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Run the service until `shutdown` resolves.
+pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
+    let service_name = cfg.service.telemetry.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "mcp-health".into());
+
+    // Exporter settings: config first, then the standard OTEL_* variables.
+    let otlp = cfg.exporters.otlp.clone().or_else(|| {
+        env("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).map(|_| {
+            serde_yaml_ng::from_str::<crate::config::OtlpExporter>("{}").unwrap_or_else(|_| unreachable!("defaults deserialize"))
+        })
+    });
+    let mut headers: Vec<(String, String)> = Vec::new();
+    let (mut traces_endpoint, mut metrics_endpoint, mut timeout, mut gzip) = (None, None, Duration::from_secs(10), false);
+    if let Some(o) = &otlp {
+        traces_endpoint = o.endpoint.clone().or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"));
+        metrics_endpoint = o.metrics_endpoint.clone().or_else(|| env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")).or_else(|| traces_endpoint.clone());
+        timeout = o.timeout.or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT").and_then(|ms| ms.parse().ok()).map(Duration::from_millis)).unwrap_or(timeout);
+        gzip = o.compression.clone().or_else(|| env("OTEL_EXPORTER_OTLP_COMPRESSION")).as_deref() == Some("gzip");
+        if let Some(h) = env("OTEL_EXPORTER_OTLP_HEADERS") {
+            headers = parse_otel_headers(&h);
+        }
+        for (k, v) in &o.headers {
+            headers.retain(|(hk, _)| !hk.eq_ignore_ascii_case(k));
+            headers.push((k.to_ascii_lowercase(), v.clone()));
+        }
+    }
+    let prom_cfg = cfg.exporters.prometheus.clone();
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    for (k, v) in &headers {
+        if let (Ok(k), Ok(v)) = (k.parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>(), v.parse()) {
+            metadata.insert(k, v);
+        }
+    }
+    let metrics = MetricsPipeline::build(MetricsSettings {
+        resource: opentelemetry_sdk::Resource::builder().with_service_name(service_name.clone()).build(),
+        prometheus: prom_cfg.is_some(),
+        otlp: match (&otlp, &metrics_endpoint) {
+            (Some(o), Some(ep)) if o.metrics => Some(OtlpMetricsTarget {
+                endpoint: otlp_traces::endpoint_uri(ep),
+                timeout,
+                interval: o.metrics_interval,
+                metadata,
+                gzip,
+            }),
+            _ => None,
+        },
+        cardinality_limit: prom_cfg.as_ref().map_or(2000, |p| p.cardinality_limit),
+    })?;
+    let meters = metrics.meters.clone();
+
+    let (sender, export_handles) = match (&otlp, &traces_endpoint) {
+        (Some(o), Some(ep)) if o.passthrough || o.health_spans => {
+            let (s, h) = otlp_traces::spawn(
+                TraceSenderSettings {
+                    endpoint: ep.clone(),
+                    timeout,
+                    headers: headers.clone(),
+                    gzip,
+                    queue_size: o.sending_queue.queue_size,
+                    workers: 2,
+                    retry: o.retry_on_failure.clone(),
+                },
+                meters.clone(),
+            )?;
+            (Some(s), h)
+        }
+        _ => (None, Vec::new()),
+    };
+    let passthrough = otlp.as_ref().is_some_and(|o| o.passthrough);
+    let health = otlp.as_ref().is_some_and(|o| o.health_spans);
+
+    let verdict_log = match &cfg.exporters.verdict_log {
+        Some(v) => Some(VerdictLog::open(&v.path).map_err(|e| ServeError::VerdictLog(v.path.clone(), e))?),
+        None => None,
+    };
+    let proc_cfg = &cfg.processors.mcp_health;
+    let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
+    let admission = Admission {
+        ingest: ingest_tx,
+        passthrough: sender.as_ref().filter(|_| passthrough).map(|s| s.queue.clone()),
+        meters: meters.clone(),
+    };
+    let emitters = Emitters {
+        meters: meters.clone(),
+        health_spans: sender.as_ref().filter(|_| health).map(|s| s.queue.clone()),
+        service_name,
+        verdict_log,
+    };
+    drop(sender);
+
+    // Bind everything before serving anything.
+    let grpc_l = match &cfg.receivers.otlp.protocols.grpc {
+        Some(g) => Some((bind(&g.endpoint).await?, g.max_recv_msg_size_mib << 20)),
+        None => None,
+    };
+    let http_l = match &cfg.receivers.otlp.protocols.http {
+        Some(h) => Some((bind(&h.endpoint).await?, h.max_request_body_size)),
+        None => None,
+    };
+    let prom_l = match &prom_cfg {
+        Some(p) => Some(bind(&p.endpoint).await?),
+        None => None,
+    };
+    let health_l = match &cfg.extensions.health_check {
+        Some(h) => Some(bind(&h.endpoint).await?),
+        None => None,
+    };
+
+    let tick = (proc_cfg.decision_wait / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let correlator = tokio::spawn(run_correlator(ingest_rx, Chains::new(proc_cfg.limits()), emitters, tick, stop_rx));
+
+    let (down_tx, down_rx) = watch::channel(false);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let wait_down = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let mut servers = Vec::new();
+    if let Some((l, max)) = grpc_l {
+        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "OTLP/gRPC receiver listening");
+        let adm = admission.clone();
+        let sd = wait_down(down_rx.clone());
+        servers.push(tokio::spawn(async move {
+            if let Err(e) = otlp_grpc::serve(l, adm, max, sd).await {
+                tracing::error!(error = %e, "OTLP/gRPC receiver failed");
+            }
+        }));
+    }
+    if let Some((l, max)) = http_l {
+        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "OTLP/HTTP receiver listening");
+        servers.push(spawn_http(l, otlp_http::router(admission.clone(), max), wait_down(down_rx.clone())));
+    }
+    drop(admission);
+    if let (Some(l), Some(reader)) = (prom_l, metrics.prometheus.clone()) {
+        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "Prometheus endpoint listening on /metrics");
+        let app = Router::new().route(
+            "/metrics",
+            get(move || {
+                let reader = reader.clone();
+                async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], prometheus::render(&reader)) }
+            }),
+        );
+        servers.push(spawn_http(l, app, wait_down(down_rx.clone())));
+    }
+    if let Some(l) = health_l {
+        let st = stopping.clone();
+        let started = std::time::Instant::now();
+        let app = Router::new().route(
+            "/",
+            get(move || {
+                let st = st.clone();
+                async move {
+                    if st.load(Ordering::Relaxed) {
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(serde_json::json!({"status": "Server is shutting down"})))
+                    } else {
+                        (axum::http::StatusCode::OK, axum::Json(serde_json::json!({"status": "Server available", "uptime_seconds": started.elapsed().as_secs()})))
+                    }
+                }
+            }),
+        );
+        servers.push(spawn_http(l, app, wait_down(down_rx.clone())));
+    }
+
+    shutdown.await;
+    tracing::info!("shutting down: deciding chains in flight and flushing exports");
+    stopping.store(true, Ordering::Relaxed);
+    let limit = cfg.service.telemetry.shutdown_timeout.unwrap_or(Duration::from_secs(10));
+    let finish = async {
+        let _ = down_tx.send(true);
+        for s in servers {
+            let _ = s.await;
+        }
+        let _ = stop_tx.send(());
+        let _ = correlator.await;
+        for h in export_handles {
+            let _ = h.await;
+        }
+    };
+    if tokio::time::timeout(limit, finish).await.is_err() {
+        tracing::warn!(?limit, "shutdown timeout reached; exiting with exports pending");
+    }
+    let provider = metrics.provider.clone();
+    let _ = tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(Duration::from_secs(3))).await;
+    Ok(())
+}
+
+fn spawn_http(l: tokio::net::TcpListener, app: Router, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(l, app).with_graceful_shutdown(shutdown).await {
+            tracing::error!(error = %e, "HTTP listener failed");
+        }
+    })
+}
+
+async fn bind(endpoint: &str) -> Result<tokio::net::TcpListener, ServeError> {
+    let addr: SocketAddr = endpoint
+        .parse()
+        .map_err(|e| ServeError::Bind(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad address {endpoint}: {e}"))))?;
+    otlp_grpc::bind(addr).await.map_err(ServeError::Bind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn otel_headers_parse() {
+        assert_eq!(
+            parse_otel_headers("api-key=abc%20def, X-Tenant = t1,bad"),
+            vec![("api-key".to_string(), "abc def".to_string()), ("x-tenant".to_string(), "t1".to_string())]
+        );
+    }
+}

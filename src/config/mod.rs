@@ -150,8 +150,9 @@ pub struct OtlpExporter {
     pub metrics_endpoint: Option<String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    #[serde(default = "d_10s", with = "humantime_serde")]
-    pub timeout: Duration,
+    /// Falls back to `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), then 10s.
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
     /// `gzip` or `none`.
     pub compression: Option<String>,
     /// Pass every received span on unchanged.
@@ -300,9 +301,6 @@ fn d_500ms() -> Duration {
 }
 fn d_2s() -> Duration {
     Duration::from_secs(2)
-}
-fn d_10s() -> Duration {
-    Duration::from_secs(10)
 }
 fn d_30s() -> Duration {
     Duration::from_secs(30)

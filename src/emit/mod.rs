@@ -1,1 +1,8 @@
-//! Emit.
+//! Emit: pass-through spans, health spans, metrics (OTLP and Prometheus) and verdict lines. Every
+//! emitter reads the same [`crate::verdict::Verdict`]; none re-derives it.
+
+pub mod health_spans;
+pub mod metrics;
+pub mod otlp_traces;
+pub mod prometheus;
+pub mod verdict_log;

@@ -1,3 +1,6 @@
-//! Receive: OTLP/gRPC and OTLP/HTTP in, admitted batches out.
+//! Receive: OTLP/gRPC and OTLP/HTTP in, admitted evidence batches out.
 
+pub mod admit;
+pub mod otlp_grpc;
+pub mod otlp_http;
 pub mod otlp_json;

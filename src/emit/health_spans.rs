@@ -1,0 +1,104 @@
+//! One health span per decided call, in the same trace as the call and under its client span, so a
+//! trace view shows the verdict beside the evidence. Built directly as OTLP protobuf so the trace
+//! and parent ids are the call's own.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, ResourceSpans, ScopeSpans, Span, Status};
+use sha2::{Digest, Sha256};
+
+use crate::evidence::attributes as a;
+use crate::verdict::{HealthState, Layer, Verdict};
+
+fn kv(key: &str, v: any_value::Value) -> KeyValue {
+    KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
+}
+fn s(key: &str, v: impl Into<String>) -> KeyValue {
+    kv(key, any_value::Value::StringValue(v.into()))
+}
+
+/// The health span of a verdict. `decided_ns` is when it was decided (the span's end).
+pub fn health_span(v: &Verdict, decided_ns: u64) -> Span {
+    let mut attrs = vec![
+        s(a::VERDICT_STATE, v.state.as_str()),
+        s(a::VERDICT_FIRST_FAILED_LAYER, v.first_failed_layer.map_or("none", |l| l.as_str())),
+        s(a::VERDICT_CONFIDENCE, v.confidence.as_str()),
+        s(a::VERDICT_NEXT_ACTION, v.next_action.clone()),
+        kv(a::VERDICT_REVISION, any_value::Value::IntValue(i64::from(v.revision))),
+        s(a::VERDICT_DECIDED_BY, v.decided_by.as_str()),
+        kv(a::VERDICT_RETRY_SAFE, any_value::Value::BoolValue(v.retry_safe)),
+        kv(a::VERDICT_PROTOCOL_SUCCESS, any_value::Value::BoolValue(v.protocol_success)),
+        kv(a::VERDICT_VERIFIED_SUCCESS, any_value::Value::BoolValue(v.verified_success)),
+    ];
+    for l in Layer::ALL {
+        attrs.push(s(&format!("{}{}", a::LAYER_PREFIX, l.as_str()), v.layers.get(l).as_str()));
+    }
+    if let Some(r) = &v.reason {
+        attrs.push(s(a::VERDICT_REASON, r.clone()));
+    }
+    if let Some(m) = &v.method {
+        attrs.push(s(a::MCP_METHOD_NAME, m.clone()));
+    }
+    if let Some(t) = &v.tool {
+        attrs.push(s(a::GEN_AI_TOOL_NAME, t.to_string()));
+    }
+    if let Some(sv) = &v.server {
+        attrs.push(s(a::SERVER_ADDRESS, sv.to_string()));
+    }
+    if let Some(r) = &v.request_id {
+        attrs.push(s(a::JSONRPC_REQUEST_ID, r.to_string()));
+    }
+    if let Some(h) = &v.session_id_hash {
+        attrs.push(s(a::SESSION_ID_HASH, h.clone()));
+    }
+    if let Some(sc) = &v.required_scope {
+        attrs.push(s(a::AUTH_REQUIRED_SCOPE, sc.to_string()));
+    }
+    if let Some(m) = v.outcome_method {
+        attrs.push(s(a::OUTCOME_METHOD_WRITTEN, m));
+    }
+    let status = match (v.state, v.first_failed_layer) {
+        (HealthState::Healthy, _) => StatusCode::Ok,
+        (_, Some(_)) => StatusCode::Error,
+        _ => StatusCode::Unset,
+    };
+    Span {
+        trace_id: v.trace_id.to_vec(),
+        span_id: health_span_id(v),
+        parent_span_id: v.span_id.to_vec(),
+        name: format!("mcp_health verdict {}", v.method.as_deref().unwrap_or("unknown")),
+        kind: SpanKind::Internal as i32,
+        start_time_unix_nano: v.start_ns.min(decided_ns),
+        end_time_unix_nano: decided_ns,
+        attributes: attrs,
+        status: Some(Status { code: status as i32, message: String::new() }),
+        ..Default::default()
+    }
+}
+
+/// Deterministic per (trace, call, revision): a re-sent verdict has the same id, a revision a new one.
+fn health_span_id(v: &Verdict) -> Vec<u8> {
+    let mut h = Sha256::new();
+    h.update(v.trace_id);
+    h.update(v.span_id);
+    h.update(v.revision.to_le_bytes());
+    let d = h.finalize();
+    let mut id = d[..8].to_vec();
+    if id.iter().all(|b| *b == 0) {
+        id[7] = 1;
+    }
+    id
+}
+
+/// Wrap health spans in one `ResourceSpans` of the service's resource.
+pub fn resource_spans(service_name: &str, spans: Vec<Span>) -> ResourceSpans {
+    ResourceSpans {
+        resource: Some(Resource { attributes: vec![s("service.name", service_name)], ..Default::default() }),
+        scope_spans: vec![ScopeSpans {
+            scope: Some(InstrumentationScope { name: "mcp-health".into(), version: env!("CARGO_PKG_VERSION").into(), ..Default::default() }),
+            spans,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}

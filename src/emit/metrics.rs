@@ -1,0 +1,228 @@
+//! Metrics through `opentelemetry_sdk`: one `MeterProvider` with up to two readers, an OTLP
+//! periodic reader (`opentelemetry-otlp`) and a manual reader that the Prometheus endpoint collects
+//! on each scrape, so both outputs carry the same series.
+//!
+//! Verdict metrics are labelled by tool and server, which are open sets: a [`SeriesGuard`] caps the
+//! attribute sets per metric and folds the rest into one `otel.metric.overflow="true"` series, as
+//! the collector's `spanmetrics` connector does.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry::metrics::{Counter, Gauge, Meter, MeterProvider as _};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::Resource;
+use rustc_hash::FxHashSet;
+
+use crate::verdict::Verdict;
+
+/// Why the metrics pipeline could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("OTLP metric exporter: {0}")]
+    Exporter(String),
+}
+
+/// Caps distinct attribute sets per metric.
+#[derive(Debug)]
+pub struct SeriesGuard {
+    limit: usize,
+    seen: Mutex<FxHashSet<String>>,
+    pub overflowed: AtomicU64,
+}
+
+impl SeriesGuard {
+    pub fn new(limit: usize) -> Self {
+        SeriesGuard { limit, seen: Mutex::new(FxHashSet::default()), overflowed: AtomicU64::new(0) }
+    }
+
+    /// The attributes to record with: the given ones while under the limit, else the overflow set.
+    pub fn admit(&self, attrs: Vec<KeyValue>) -> Vec<KeyValue> {
+        let key = attrs.iter().fold(String::new(), |mut k, kv| {
+            k.push_str(kv.key.as_str());
+            k.push('\u{1f}');
+            k.push_str(&kv.value.as_str());
+            k.push('\u{1e}');
+            k
+        });
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.contains(&key) {
+            return attrs;
+        }
+        if seen.len() < self.limit {
+            seen.insert(key);
+            return attrs;
+        }
+        self.overflowed.fetch_add(1, Ordering::Relaxed);
+        vec![KeyValue::new("otel.metric.overflow", true)]
+    }
+}
+
+/// Every instrument the service records.
+#[derive(Clone)]
+pub struct HealthMeters {
+    verdicts: Counter<u64>,
+    calls: Counter<u64>,
+    protocol_success: Counter<u64>,
+    verified_success: Counter<u64>,
+    verdict_guard: Arc<SeriesGuard>,
+    call_guard: Arc<SeriesGuard>,
+    pub spans_received: Counter<u64>,
+    pub spans_refused: Counter<u64>,
+    pub spans_rejected: Counter<u64>,
+    pub attributes_invalid: Counter<u64>,
+    pub spans_late: Counter<u64>,
+    pub spans_truncated: Counter<u64>,
+    pub chains_evicted: Counter<u64>,
+    pub chains_in_flight: Gauge<u64>,
+    pub evidence_bytes: Gauge<u64>,
+    pub exporter_sent: Counter<u64>,
+    pub exporter_dropped: Counter<u64>,
+}
+
+impl HealthMeters {
+    pub fn new(meter: &Meter, cardinality_limit: usize) -> Self {
+        let c = |name: &'static str, desc: &'static str| meter.u64_counter(name).with_description(desc).build();
+        HealthMeters {
+            verdicts: c("mcp_health.verdicts", "Decided call verdicts by health state, first failed layer, method, tool and server"),
+            calls: c("mcp_health.calls", "Decided calls (the denominator of both success rates)"),
+            protocol_success: c("mcp_health.calls.protocol_success", "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)"),
+            verified_success: c("mcp_health.calls.verified_success", "Calls whose outcome a verifier confirmed"),
+            verdict_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
+            call_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
+            spans_received: c("mcp_health.spans.received", "Spans received, by transport"),
+            spans_refused: c("mcp_health.spans.refused", "Spans refused (whole requests answered with an error), by transport and reason"),
+            spans_rejected: c("mcp_health.spans.rejected", "Spans rejected inside accepted requests (partial success), by transport"),
+            attributes_invalid: c("mcp_health.attributes.invalid", "Known attributes whose value had an unusable type"),
+            spans_late: c("mcp_health.spans.late", "Evidence spans that arrived after their chain was decided (each revises a verdict)"),
+            spans_truncated: c("mcp_health.spans.truncated", "Evidence spans dropped because their chain reached max_spans_per_chain"),
+            chains_evicted: c("mcp_health.chains.evicted", "Chains decided early because the correlator reached a bound"),
+            chains_in_flight: meter.u64_gauge("mcp_health.chains.in_flight").with_description("Chains waiting for a decision").build(),
+            evidence_bytes: meter.u64_gauge("mcp_health.evidence.bytes").with_description("Bytes of evidence held by the correlator").build(),
+            exporter_sent: c("mcp_health.exporter.sent", "Export requests delivered upstream, by signal"),
+            exporter_dropped: c("mcp_health.exporter.dropped", "Export requests or health spans dropped, by signal and reason"),
+        }
+    }
+
+    /// Record one verdict.
+    pub fn record(&self, v: &Verdict) {
+        let method = v.method.clone().unwrap_or_else(|| "unknown".into());
+        let tool = v.tool.as_deref().unwrap_or("").to_string();
+        let server = v.server.as_deref().unwrap_or("").to_string();
+        let base = vec![KeyValue::new("mcp.method.name", method), KeyValue::new("gen_ai.tool.name", tool), KeyValue::new("server.address", server)];
+        let mut va = base.clone();
+        va.push(KeyValue::new("state", v.state.as_str()));
+        va.push(KeyValue::new("first_failed_layer", v.first_failed_layer.map_or("none", |l| l.as_str())));
+        self.verdicts.add(1, &self.verdict_guard.admit(va));
+        let ca = self.call_guard.admit(base);
+        self.calls.add(1, &ca);
+        // Both success counters get a zero-valued point too, so the series exist before the first
+        // success and `rate(success) / rate(calls)` is 0 rather than absent.
+        self.protocol_success.add(u64::from(v.protocol_success), &ca);
+        self.verified_success.add(u64::from(v.verified_success), &ca);
+    }
+}
+
+/// The metrics pipeline: provider, instruments and the reader the Prometheus endpoint collects.
+pub struct MetricsPipeline {
+    pub provider: SdkMeterProvider,
+    pub meters: HealthMeters,
+    pub prometheus: Option<Arc<ManualReaderHandle>>,
+}
+
+/// A manual reader shared between the provider and the scrape endpoint.
+#[derive(Debug)]
+pub struct ManualReaderHandle(pub ManualReader);
+
+impl opentelemetry_sdk::metrics::reader::MetricReader for SharedReader {
+    fn register_pipeline(&self, pipeline: std::sync::Weak<opentelemetry_sdk::metrics::Pipeline>) {
+        self.0 .0.register_pipeline(pipeline)
+    }
+    fn collect(&self, rm: &mut opentelemetry_sdk::metrics::data::ResourceMetrics) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0 .0.collect(rm)
+    }
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0 .0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0 .0.shutdown_with_timeout(timeout)
+    }
+    fn temporality(&self, kind: opentelemetry_sdk::metrics::InstrumentKind) -> Temporality {
+        self.0 .0.temporality(kind)
+    }
+}
+
+/// The provider owns its readers; this wrapper lets the scrape endpoint keep a handle too.
+#[derive(Debug, Clone)]
+struct SharedReader(Arc<ManualReaderHandle>);
+
+/// Settings for [`MetricsPipeline::build`].
+pub struct MetricsSettings {
+    pub resource: Resource,
+    pub prometheus: bool,
+    pub otlp: Option<OtlpMetricsTarget>,
+    pub cardinality_limit: usize,
+}
+
+/// Where OTLP metrics go.
+pub struct OtlpMetricsTarget {
+    pub endpoint: String,
+    pub timeout: Duration,
+    pub interval: Option<Duration>,
+    pub metadata: tonic::metadata::MetadataMap,
+    pub gzip: bool,
+}
+
+impl MetricsPipeline {
+    /// Build the provider. Must run inside a Tokio runtime (the tonic exporter needs one).
+    pub fn build(s: MetricsSettings) -> Result<MetricsPipeline, MetricsError> {
+        let mut builder = SdkMeterProvider::builder().with_resource(s.resource);
+        let mut prom = None;
+        if s.prometheus {
+            let handle = Arc::new(ManualReaderHandle(ManualReader::builder().with_temporality(Temporality::Cumulative).build()));
+            builder = builder.with_reader(SharedReader(handle.clone()));
+            prom = Some(handle);
+        }
+        if let Some(t) = s.otlp {
+            use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+            let mut eb = opentelemetry_otlp::MetricExporter::builder()
+                .with_tonic()
+                .with_endpoint(t.endpoint)
+                .with_timeout(t.timeout)
+                .with_metadata(t.metadata);
+            if t.gzip {
+                eb = eb.with_compression(opentelemetry_otlp::Compression::Gzip);
+            }
+            let exporter = eb.build().map_err(|e| MetricsError::Exporter(e.to_string()))?;
+            let mut rb = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter);
+            if let Some(i) = t.interval {
+                rb = rb.with_interval(i);
+            }
+            builder = builder.with_reader(rb.build());
+        }
+        let provider = builder.build();
+        let meter = provider.meter("mcp-health");
+        let meters = HealthMeters::new(&meter, s.cardinality_limit);
+        Ok(MetricsPipeline { provider, meters, prometheus: prom })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_folds_sets_past_the_limit_into_overflow() {
+        let g = SeriesGuard::new(2);
+        let a = vec![KeyValue::new("tool", "a")];
+        let b = vec![KeyValue::new("tool", "b")];
+        let c = vec![KeyValue::new("tool", "c")];
+        assert_eq!(g.admit(a.clone()), a);
+        assert_eq!(g.admit(b.clone()), b);
+        assert_eq!(g.admit(c), vec![KeyValue::new("otel.metric.overflow", true)]);
+        assert_eq!(g.admit(a.clone()), a, "a known set stays itself");
+        assert_eq!(g.overflowed.load(Ordering::Relaxed), 1);
+    }
+}

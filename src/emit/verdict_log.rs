@@ -1,0 +1,31 @@
+//! Verdicts as JSON lines (stdout or a file): the embedded default's output, readable with `jq`.
+
+use std::io::Write;
+
+use crate::verdict::Verdict;
+
+/// Where verdict lines go.
+pub struct VerdictLog {
+    out: Box<dyn Write + Send>,
+}
+
+impl VerdictLog {
+    pub fn open(path: &str) -> std::io::Result<VerdictLog> {
+        let out: Box<dyn Write + Send> = if path == "stdout" {
+            Box::new(std::io::LineWriter::new(std::io::stdout()))
+        } else {
+            Box::new(std::io::BufWriter::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?))
+        };
+        Ok(VerdictLog { out })
+    }
+
+    pub fn write(&mut self, v: &Verdict) {
+        if serde_json::to_writer(&mut self.out, v).is_ok() {
+            let _ = self.out.write_all(b"\n");
+        }
+    }
+
+    pub fn flush(&mut self) {
+        let _ = self.out.flush();
+    }
+}
