@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::classify::{classify_call, SessionContext};
 use crate::correlate::{ChainStats, Chains, DecidedCalls};
 use crate::emit::health_spans;
-use crate::emit::metrics::HealthMeters;
+use crate::emit::metrics::{HealthMeters, VerdictTally};
 use crate::emit::otlp_traces::Outgoing;
 use crate::emit::verdict_log::VerdictLog;
 use crate::normalize::NormalizedBatch;
@@ -25,6 +25,7 @@ pub struct Emitters {
     pub health_spans: Option<mpsc::Sender<Outgoing>>,
     pub service_name: String,
     pub verdict_log: Option<VerdictLog>,
+    pub tally: VerdictTally,
 }
 
 impl Emitters {
@@ -34,7 +35,7 @@ impl Emitters {
         }
         let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         for v in verdicts {
-            self.meters.record(v);
+            self.tally.add(v);
             if let Some(log) = &mut self.verdict_log {
                 log.write(v);
             }
@@ -85,6 +86,7 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut chains:
             _ = interval.tick() => {
                 chains.tick(Instant::now(), &mut decided);
                 report(&chains, &emitters.meters, &mut last);
+                emitters.tally.flush(&emitters.meters);
             }
         }
         flush(&mut decided, &mut verdicts, &ctx, &mut emitters);
@@ -96,6 +98,7 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut chains:
     chains.drain(DecidedBy::Shutdown, Instant::now(), &mut decided);
     flush(&mut decided, &mut verdicts, &ctx, &mut emitters);
     report(&chains, &emitters.meters, &mut last);
+    emitters.tally.flush(&emitters.meters);
     tracing::info!(decided = chains.stats.chains_decided, "correlator stopped; chains in flight were decided at shutdown");
 }
 

@@ -1,5 +1,6 @@
 //! The command line: `serve` (the default), `replay`, `validate`. One file per command.
 
+pub mod loadgen;
 pub mod replay;
 pub mod serve;
 pub mod validate;
@@ -28,6 +29,7 @@ Examples:
   mcp-health validate otel-config/mcp-health.yaml
   mcp-health replay tests/fixtures/eight_calls.jsonl
   mcp-health replay --format json traces.jsonl   one JSON verdict per line, then a summary
+  mcp-health loadgen --endpoint 127.0.0.1:4317 --seconds 10
   mcp-health print-default-config > my.yaml   start your own config from the default
 
 Environment: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
@@ -42,6 +44,8 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Check a configuration file; names the bad key and its line.
     Validate(validate::ValidateArgs),
+    /// Send synthetic MCP spans to an OTLP/gRPC endpoint and report the accepted rate.
+    Loadgen(loadgen::LoadgenArgs),
     /// Print the embedded default configuration.
     #[command(name = "print-default-config")]
     PrintDefaultConfig,
@@ -53,6 +57,7 @@ pub fn main() -> ExitCode {
         Command::Serve(a) => serve::run(a),
         Command::Replay(a) => replay::run(a),
         Command::Validate(a) => validate::run(a),
+        Command::Loadgen(a) => loadgen::run(a),
         Command::PrintDefaultConfig => {
             print!("{}", crate::config::DEFAULT_CONFIG);
             ExitCode::SUCCESS

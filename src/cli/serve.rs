@@ -217,6 +217,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         health_spans: sender.as_ref().filter(|_| health).map(|s| s.queue.clone()),
         service_name,
         verdict_log,
+        tally: Default::default(),
     };
     drop(sender);
 

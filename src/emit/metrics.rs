@@ -14,9 +14,9 @@ use opentelemetry::metrics::{Counter, Gauge, Meter, MeterProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::verdict::Verdict;
+use crate::verdict::{HealthState, Layer, Verdict};
 
 /// Why the metrics pipeline could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -106,22 +106,78 @@ impl HealthMeters {
         }
     }
 
-    /// Record one verdict.
+    /// Record one verdict (tests and low-volume callers; the pipeline uses a [`VerdictTally`]).
     pub fn record(&self, v: &Verdict) {
-        let method = v.method.clone().unwrap_or_else(|| "unknown".into());
-        let tool = v.tool.as_deref().unwrap_or("").to_string();
-        let server = v.server.as_deref().unwrap_or("").to_string();
-        let base = vec![KeyValue::new("mcp.method.name", method), KeyValue::new("gen_ai.tool.name", tool), KeyValue::new("server.address", server)];
-        let mut va = base.clone();
-        va.push(KeyValue::new("state", v.state.as_str()));
-        va.push(KeyValue::new("first_failed_layer", v.first_failed_layer.map_or("none", |l| l.as_str())));
-        self.verdicts.add(1, &self.verdict_guard.admit(va));
-        let ca = self.call_guard.admit(base);
-        self.calls.add(1, &ca);
-        // Both success counters get a zero-valued point too, so the series exist before the first
+        let mut t = VerdictTally::default();
+        t.add(v);
+        t.flush(self);
+    }
+
+    fn add_verdicts(&self, key: &CallKey, state: HealthState, layer: Option<Layer>, n: u64) {
+        let mut va = key.attributes();
+        va.push(KeyValue::new("state", state.as_str()));
+        va.push(KeyValue::new("first_failed_layer", layer.map_or("none", |l| l.as_str())));
+        self.verdicts.add(n, &self.verdict_guard.admit(va));
+    }
+
+    fn add_calls(&self, key: &CallKey, counts: [u64; 3]) {
+        let ca = self.call_guard.admit(key.attributes());
+        self.calls.add(counts[0], &ca);
+        // Both success counters get a point even at zero, so the series exist before the first
         // success and `rate(success) / rate(calls)` is 0 rather than absent.
-        self.protocol_success.add(u64::from(v.protocol_success), &ca);
-        self.verified_success.add(u64::from(v.verified_success), &ca);
+        self.protocol_success.add(counts[1], &ca);
+        self.verified_success.add(counts[2], &ca);
+    }
+}
+
+/// The labels of a call series.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct CallKey {
+    method: Option<String>,
+    tool: Option<Arc<str>>,
+    server: Option<Arc<str>>,
+}
+
+impl CallKey {
+    fn attributes(&self) -> Vec<KeyValue> {
+        vec![
+            KeyValue::new("mcp.method.name", self.method.clone().unwrap_or_else(|| "unknown".into())),
+            KeyValue::new("gen_ai.tool.name", self.tool.as_deref().unwrap_or("").to_string()),
+            KeyValue::new("server.address", self.server.as_deref().unwrap_or("").to_string()),
+        ]
+    }
+}
+
+/// Verdict counts gathered between two flushes, so the SDK sees one `add` per series per flush
+/// rather than four per verdict.
+#[derive(Default)]
+pub struct VerdictTally {
+    verdicts: FxHashMap<(CallKey, HealthState, Option<Layer>), u64>,
+    calls: FxHashMap<CallKey, [u64; 3]>,
+}
+
+impl VerdictTally {
+    pub fn add(&mut self, v: &Verdict) {
+        let key = CallKey { method: v.method.clone(), tool: v.tool.clone(), server: v.server.clone() };
+        let c = self.calls.entry(key.clone()).or_default();
+        c[0] += 1;
+        c[1] += u64::from(v.protocol_success);
+        c[2] += u64::from(v.verified_success);
+        *self.verdicts.entry((key, v.state, v.first_failed_layer)).or_default() += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// Hand the counts to the SDK and start over.
+    pub fn flush(&mut self, m: &HealthMeters) {
+        for (k, c) in self.calls.drain() {
+            m.add_calls(&k, c);
+        }
+        for ((k, state, layer), n) in self.verdicts.drain() {
+            m.add_verdicts(&k, state, layer, n);
+        }
     }
 }
 

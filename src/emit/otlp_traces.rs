@@ -165,9 +165,9 @@ async fn send_once(channel: &Channel, s: &TraceSenderSettings, bytes: Bytes) -> 
 }
 
 /// A codec that sends bytes already encoded as an `ExportTraceServiceRequest` and decodes the
-/// generated response type.
+/// generated response type. Public for the load generator, which sends pre-encoded batches.
 #[derive(Clone, Copy, Default)]
-struct PreEncoded;
+pub struct PreEncoded;
 
 impl Codec for PreEncoded {
     type Encode = Bytes;
@@ -192,7 +192,7 @@ impl Encoder for PreEncoded {
 }
 
 #[derive(Clone, Copy, Default)]
-struct ResponseDecoder;
+pub struct ResponseDecoder;
 
 impl Decoder for ResponseDecoder {
     type Item = ExportTraceServiceResponse;

@@ -6,6 +6,7 @@
 //! only report that their trace was active (and whether they were its root), which the correlator
 //! needs to know when a trace has gone quiet.
 
+pub mod intern;
 pub mod redact;
 pub mod semconv;
 pub mod value;
@@ -66,6 +67,8 @@ pub fn span_ids(span: &Span) -> Result<(TraceId, [u8; 8]), NormalizeError> {
 /// Walk every span of a request once and produce evidence.
 pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
     let mut out = NormalizedBatch::default();
+    let total: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
+    out.evidence.reserve(total);
     for rs in &req.resource_spans {
         for ss in &rs.scope_spans {
             for span in &ss.spans {

@@ -4,11 +4,10 @@
 //! Only typed facts are kept. `error.type` is read as a class (a JSON-RPC code, `tool_error`, a
 //! timeout or connection exception name), never as a message.
 
-use std::sync::Arc;
-
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span};
 
+use super::intern::{intern, Kind};
 use super::{redact, value};
 use crate::evidence::attributes as a;
 use crate::evidence::*;
@@ -54,11 +53,10 @@ pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, type_errors: &
     }
 
     if let Some(addr) = server_address {
-        let joined = match server_port {
+        ev.server = Some(intern(Kind::Server, addr, server_port, || match server_port {
             Some(p) => format!("{addr}:{p}"),
             None => addr.to_string(),
-        };
-        ev.server = Some(Arc::from(redact::ident(&joined)));
+        }));
     }
     ev.error = classify_error(rpc_code, error_type);
     if has_negotiation {
@@ -127,7 +125,14 @@ fn read_attribute<'e>(kv: &'e KeyValue, ev: &mut SpanEvidence, f: &mut Fields<'_
     let mut bad = false;
     match kv.key.as_str() {
         a::MCP_METHOD_NAME => match value::as_str(v) {
-            Some(m) => ev.method = Some(Method::parse(&redact::ident(m))),
+            Some(m) => {
+                ev.method = Some(match m {
+                    "tools/call" => Method::ToolsCall,
+                    "tools/list" => Method::ToolsList,
+                    "initialize" => Method::Initialize,
+                    other => Method::Other(intern(Kind::Method, other, None, || other.to_string())),
+                })
+            }
             None => bad = true,
         },
         a::MCP_SESSION_ID => match value::as_id(v) {
@@ -135,7 +140,7 @@ fn read_attribute<'e>(kv: &'e KeyValue, ev: &mut SpanEvidence, f: &mut Fields<'_
             None => bad = true,
         },
         a::MCP_PROTOCOL_VERSION => match value::as_str(v) {
-            Some(s) => ev.protocol_version = Some(Arc::from(redact::ident(s))),
+            Some(s) => ev.protocol_version = Some(intern(Kind::Version, s, None, || s.to_string())),
             None => bad = true,
         },
         a::JSONRPC_REQUEST_ID => match value::as_id(v) {
@@ -154,7 +159,7 @@ fn read_attribute<'e>(kv: &'e KeyValue, ev: &mut SpanEvidence, f: &mut Fields<'_
             },
         },
         a::GEN_AI_TOOL_NAME => match value::as_str(v) {
-            Some(s) => ev.tool = Some(Arc::from(redact::ident(s))),
+            Some(s) => ev.tool = Some(intern(Kind::Tool, s, None, || s.to_string())),
             None => bad = true,
         },
         a::SERVER_ADDRESS => match value::as_str(v) {

@@ -1,0 +1,170 @@
+//! End-to-end throughput of the service beside the raw protobuf decode rate of the same batches.
+//!
+//!     cargo bench --bench throughput            (MCP_HEALTH_BENCH_SECS=10 by default)
+//!
+//! Prints: prost decode rate (one core, this process), normalize rate, the service's accepted
+//! spans/s over loopback gRPC, its CPU µs per span (from /proc), spans/s per core, peak RSS, and
+//! bytes per in-flight chain (held chains, measured by the correlator and by RSS growth).
+//! Numbers, not assertions: speed is reported, never asserted by a test.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_health::loadgen::{self, EncodedBatch};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+fn proc_cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = 100.0; // USER_HZ on Linux
+    let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    (ut + st) / ticks
+}
+
+fn proc_status_kib(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn scrape(port: u16) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(name) && !l.starts_with('#')).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+struct Service {
+    child: Child,
+    grpc: u16,
+    prom: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_service(decision_wait: &str, max_wait: &str) -> Service {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (grpc, prom, health) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{grpc}\n\
+processors:\n  mcp_health:\n    decision_wait: {decision_wait}\n    max_wait: {max_wait}\n    max_chains: 2000000\n    max_bytes: 4294967296\n    queue_size: 64\n    max_decided: 0\n\
+exporters:\n  prometheus:\n    endpoint: 127.0.0.1:{prom}\n\
+extensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\n\
+service:\n  telemetry:\n    logs:\n      level: warn\n"
+    );
+    let path = dir.path().join("bench.yaml");
+    std::fs::write(&path, cfg).expect("write config");
+    let child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+        .args(["serve", "--config", path.to_str().unwrap_or_default()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start mcp-health");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", health)).is_err() {
+        assert!(Instant::now() < deadline, "service did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Service { child, grpc, prom, _dir: dir }
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs benches as tests with no flag:
+    // then only check that the batches build.
+    let is_bench = std::env::args().any(|a| a == "--bench");
+    let secs: u64 = std::env::var("MCP_HEALTH_BENCH_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let calls_per_batch = 171; // 513 spans, about the size an SDK batch processor sends
+    let reqs: Vec<ExportTraceServiceRequest> = (0..64).map(|b| loadgen::build_request(b, calls_per_batch)).collect();
+    let batches: Vec<EncodedBatch> = reqs.iter().map(loadgen::encode).collect();
+    let spans_per_batch = batches[0].spans;
+    let bytes_per_span = batches[0].bytes.len() as f64 / spans_per_batch as f64;
+    if !is_bench {
+        assert!(batches.iter().all(|b| b.trace_id_offsets.len() as u64 == b.spans));
+        println!("throughput bench: batches build ({} spans each); run `cargo bench --bench throughput` to measure", spans_per_batch);
+        return;
+    }
+    println!("batch: {spans_per_batch} spans, {:.0} bytes/span encoded", bytes_per_span);
+
+    // 1. Raw prost decode rate of the same batches, one core.
+    let t = Instant::now();
+    let mut n = 0u64;
+    while t.elapsed() < Duration::from_secs(3) {
+        for b in &batches {
+            let r = ExportTraceServiceRequest::decode(b.bytes.clone()).expect("decode");
+            std::hint::black_box(&r);
+            n += b.spans;
+        }
+    }
+    let decode_rate = n as f64 / t.elapsed().as_secs_f64();
+    println!("prost decode:            {:>10.0} spans/s (one core)", decode_rate);
+
+    // 2. Decode + normalize, one core: the receiver's per-span work.
+    let t = Instant::now();
+    let mut n = 0u64;
+    while t.elapsed() < Duration::from_secs(3) {
+        for b in &batches {
+            let r = ExportTraceServiceRequest::decode(b.bytes.clone()).expect("decode");
+            let nb = mcp_health::normalize::normalize_request(&r);
+            n += nb.spans;
+        }
+    }
+    println!("decode + normalize:      {:>10.0} spans/s (one core)", n as f64 / t.elapsed().as_secs_f64());
+
+    // 3. The service end to end: gRPC in, normalize, correlate, classify, metrics.
+    let svc = start_service("1s", "5s");
+    let pid = svc.child.id();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let batches = Arc::new(batches);
+    // Warm up, then measure.
+    let _ = rt.block_on(loadgen::run(&format!("127.0.0.1:{}", svc.grpc), batches.clone(), Duration::from_secs(2), 2));
+    let cpu0 = proc_cpu_secs(pid);
+    let rep = rt.block_on(loadgen::run(&format!("127.0.0.1:{}", svc.grpc), batches.clone(), Duration::from_secs(secs), 2)).expect("load");
+    let cpu = proc_cpu_secs(pid) - cpu0;
+    std::thread::sleep(Duration::from_secs(3));
+    let text = scrape(svc.prom);
+    let rate = rep.spans_accepted as f64 / rep.elapsed.as_secs_f64();
+    println!("service accepted:        {:>10.0} spans/s over {:.1}s ({} requests ok, {} refused)", rate, rep.elapsed.as_secs_f64(), rep.requests_ok, rep.requests_refused);
+    println!("service CPU:             {:>10.2} µs/span ({:.2} CPU-s for {} spans)", cpu * 1e6 / rep.spans_accepted.max(1) as f64, cpu, rep.spans_accepted);
+    println!("spans/s per core:        {:>10.0} (accepted spans per service CPU-second)", rep.spans_accepted as f64 / cpu.max(1e-9));
+    println!("  vs decode rate:        {:>10.1} %", 100.0 * (rep.spans_accepted as f64 / cpu.max(1e-9)) / decode_rate);
+    println!("verdicts emitted:        {:>10.0}", metric(&text, "mcp_health_calls_total"));
+    println!("service peak RSS:        {:>10} KiB", proc_status_kib(pid, "VmHWM:"));
+    drop(svc);
+
+    // 4. Bytes per in-flight chain: hold chains (long decision_wait) and measure.
+    let svc = start_service("10m", "20m");
+    let pid = svc.child.id();
+    let rss0 = proc_status_kib(pid, "VmRSS:");
+    let held = rt.block_on(loadgen::run(&format!("127.0.0.1:{}", svc.grpc), batches.clone(), Duration::from_secs(3), 2)).expect("load");
+    std::thread::sleep(Duration::from_secs(2));
+    let text = scrape(svc.prom);
+    let chains = metric(&text, "mcp_health_chains_in_flight");
+    let ev_bytes = metric(&text, "mcp_health_evidence_bytes");
+    let rss1 = proc_status_kib(pid, "VmRSS:");
+    println!("held chains:             {:>10.0} ({} spans)", chains, held.spans_accepted);
+    println!("evidence bytes/chain:    {:>10.0} (correlator's own count)", ev_bytes / chains.max(1.0));
+    println!("RSS growth/chain:        {:>10.0} bytes (includes hash table and allocator overhead)", (rss1.saturating_sub(rss0) as f64 * 1024.0) / chains.max(1.0));
+}

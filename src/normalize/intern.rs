@@ -1,0 +1,75 @@
+//! A per-thread interner for the low-cardinality strings of the evidence model (tool names, server
+//! addresses, protocol versions, methods): the hot path pays a hash lookup instead of an allocation
+//! and a redaction check per span. Request ids and session ids are unique per call and are never
+//! interned (that would grow without bound). Each thread's table is capped and simply cleared when
+//! full, which keeps it bounded under a flood of distinct names.
+
+use std::cell::RefCell;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use rustc_hash::{FxHashMap, FxHasher};
+
+use super::redact;
+
+const CAP: usize = 4096;
+
+struct Entry {
+    kind: u8,
+    raw: Box<str>,
+    extra: i64,
+    value: Arc<str>,
+}
+
+thread_local! {
+    static TABLE: RefCell<FxHashMap<u64, Entry>> = RefCell::new(FxHashMap::default());
+}
+
+/// What is being interned; part of the key so a tool and a server of the same name stay apart.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Tool = 1,
+    Server = 2,
+    Version = 3,
+    Method = 4,
+}
+
+/// The redacted, shared form of `raw` (with `extra`, e.g. a port, as part of the key).
+pub fn intern(kind: Kind, raw: &str, extra: Option<i64>, make: impl FnOnce() -> String) -> Arc<str> {
+    let extra_v = extra.unwrap_or(i64::MIN);
+    let mut h = FxHasher::default();
+    (kind as u8).hash(&mut h);
+    raw.hash(&mut h);
+    extra_v.hash(&mut h);
+    let key = h.finish();
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        if let Some(e) = t.get(&key) {
+            if e.kind == kind as u8 && &*e.raw == raw && e.extra == extra_v {
+                return e.value.clone();
+            }
+        }
+        let value: Arc<str> = Arc::from(redact::ident(&make()));
+        if t.len() >= CAP {
+            t.clear();
+        }
+        t.insert(key, Entry { kind: kind as u8, raw: raw.into(), extra: extra_v, value: value.clone() });
+        value
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_input_same_arc_and_kinds_stay_apart() {
+        let a = intern(Kind::Tool, "create_ticket", None, || "create_ticket".into());
+        let b = intern(Kind::Tool, "create_ticket", None, || unreachable!("cached"));
+        assert!(Arc::ptr_eq(&a, &b));
+        let s = intern(Kind::Server, "create_ticket", Some(1), || "create_ticket:1".into());
+        assert_eq!(&*s, "create_ticket:1");
+        let secret = intern(Kind::Tool, "Bearer abcdef", None, || "Bearer abcdef".into());
+        assert!(secret.starts_with("sha256:"), "redaction still applies");
+    }
+}
