@@ -81,7 +81,8 @@ where
             let mut resp = fut.await?;
             let h = resp.headers_mut();
             let status = h.get("grpc-status").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let message = h.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+            // tonic percent-encodes grpc-message (a space is `%20`); match on the decoded text.
+            let message = h.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("").replace("%20", " ");
             match status.as_deref() {
                 Some("13") if message.contains("decode") || message.contains("invalid") || message.contains("buffer") => {
                     h.insert("grpc-status", http::HeaderValue::from_static("3"));
