@@ -1,0 +1,301 @@
+//! Catalog convergence (SPEC section 4): from a session's timeline of signals, `tools/list` pages
+//! and installs, decide `converged`, `stale`, `incomplete` or `unverifiable` at a moment in time.
+//!
+//! A pure function of timestamped evidence: the same timeline asked about the same moment gives the
+//! same answer, whatever order the spans arrived in. `converged` needs positive evidence of all
+//! three events — a signal-free or refreshed window, a complete traversal, and an install equal to
+//! what was discovered; anything missing is `unverifiable`, never `converged`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::digest::{registry_digest, ToolDigest, PROJECTION_VERSION};
+use crate::evidence::catalog::{ListPage, SignalSource};
+
+/// One timestamped catalog event of a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CatalogEventKind {
+    Signal(SignalSource),
+    /// A `tools/list` page; `start_ns` is when its request started.
+    Page { start_ns: u64, page: ListPage },
+    Installed(Arc<str>),
+    Capability(bool),
+    /// A new connection / `initialize` (for the on-reconnect refresh policy).
+    Reconnect,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogEvent {
+    /// When it happened (a page: when its response arrived).
+    pub at_ns: u64,
+    pub kind: CatalogEventKind,
+}
+
+/// What counts as bounded refresh evidence for a server that does not advertise `listChanged`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum RefreshPolicy {
+    /// No policy: without `listChanged` (or a TTL), convergence is `unverifiable`.
+    #[default]
+    None,
+    /// A complete discovery after the latest (re)connection.
+    OnReconnect,
+    /// A complete discovery no older than `max_age` (before a high-impact call, or an interval).
+    #[serde(rename = "max_age")]
+    MaxAge {
+        #[serde(with = "humantime_serde")]
+        max_age: Duration,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Convergence {
+    Converged,
+    Stale,
+    Incomplete,
+    Unverifiable,
+}
+
+impl Convergence {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Convergence::Converged => "converged",
+            Convergence::Stale => "stale",
+            Convergence::Incomplete => "incomplete",
+            Convergence::Unverifiable => "unverifiable",
+        }
+    }
+}
+
+/// The convergence verdict with the evidence behind it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CatalogVerdict {
+    pub convergence: Convergence,
+    pub reason: &'static str,
+    pub next_step: &'static str,
+    /// Latest change signal (ns).
+    pub signal_at_ns: Option<u64>,
+    pub traversal_start_ns: Option<u64>,
+    pub traversal_end_ns: Option<u64>,
+    /// Cursors sent, in order, in the latest traversal (`""` for the first page).
+    pub cursor_chain: Vec<String>,
+    pub discovered_digest: Option<String>,
+    pub installed_digest: Option<String>,
+    pub tool_digests: Vec<ToolDigest>,
+    pub projection_version: &'static str,
+}
+
+struct Traversal {
+    start_ns: u64,
+    end_ns: u64,
+    cursors: Vec<String>,
+    tools: Vec<ToolDigest>,
+    ttl_ms: Option<u64>,
+    complete: bool,
+}
+
+/// Decide convergence at `at_ns` from every event up to that moment.
+pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -> CatalogVerdict {
+    let mut evs: Vec<&CatalogEvent> = events.iter().filter(|e| e.at_ns <= at_ns).collect();
+    evs.sort_by_key(|e| e.at_ns);
+    let mut signal_at: Option<u64> = None;
+    let mut installed: Option<Arc<str>> = None;
+    let mut capability: Option<bool> = None;
+    let mut reconnect_at: Option<u64> = None;
+    let mut current: Option<Traversal> = None;
+    let mut last_complete: Option<Traversal> = None;
+    for e in evs {
+        match &e.kind {
+            CatalogEventKind::Signal(_) => signal_at = Some(e.at_ns),
+            CatalogEventKind::Installed(d) => installed = Some(d.clone()),
+            CatalogEventKind::Capability(c) => capability = Some(*c),
+            CatalogEventKind::Reconnect => reconnect_at = Some(e.at_ns),
+            CatalogEventKind::Page { start_ns, page } => {
+                let continues = page.cursor.is_some() && current.as_ref().is_some_and(|t| !t.complete);
+                if !continues {
+                    // A first page starts a traversal; an orphan continuation page starts an
+                    // incomplete one (its beginning was never seen).
+                    current = Some(Traversal { start_ns: *start_ns, end_ns: e.at_ns, cursors: Vec::new(), tools: Vec::new(), ttl_ms: None, complete: false });
+                }
+                if let Some(t) = current.as_mut() {
+                    t.cursors.push(page.cursor.as_deref().unwrap_or("").to_string());
+                    t.end_ns = e.at_ns;
+                    t.ttl_ms = page.ttl_ms.or(t.ttl_ms);
+                    t.tools.extend(page.tools.iter().map(|(n, d)| ToolDigest { name: n.to_string(), digest: d.to_string(), projection_version: PROJECTION_VERSION.into() }));
+                    let orphan = !continues && page.cursor.is_some();
+                    if !page.next_cursor_present && !orphan {
+                        t.complete = true;
+                    }
+                }
+                if current.as_ref().is_some_and(|t| t.complete) {
+                    last_complete = current.take();
+                }
+            }
+        }
+    }
+    let discovered = last_complete.as_ref().map(|t| registry_digest(&t.tools));
+    let shown = current.as_ref().or(last_complete.as_ref());
+    let mut v = CatalogVerdict {
+        convergence: Convergence::Unverifiable,
+        reason: "",
+        next_step: "",
+        signal_at_ns: signal_at,
+        traversal_start_ns: shown.map(|t| t.start_ns),
+        traversal_end_ns: shown.map(|t| t.end_ns),
+        cursor_chain: shown.map(|t| t.cursors.clone()).unwrap_or_default(),
+        discovered_digest: discovered.clone(),
+        installed_digest: installed.as_deref().map(str::to_string),
+        tool_digests: last_complete.as_ref().map(|t| t.tools.clone()).unwrap_or_default(),
+        projection_version: PROJECTION_VERSION,
+    };
+    let set = |v: &mut CatalogVerdict, c, reason, next| {
+        v.convergence = c;
+        v.reason = reason;
+        v.next_step = next;
+    };
+    const REFRESH: &str = "suspend the affected definitions; ask for one bounded refresh";
+    if current.is_some() {
+        set(&mut v, Convergence::Incomplete, "a traversal started but a nextCursor remains", "resume from the expected cursor if supported, else restart discovery once");
+        return v;
+    }
+    let Some(d) = last_complete else {
+        set(&mut v, Convergence::Unverifiable, "no complete tools/list traversal observed", "refresh on reconnect, before a high-impact run, or at a measured interval");
+        return v;
+    };
+    if signal_at.is_some_and(|s| s > d.start_ns) {
+        set(&mut v, Convergence::Stale, "the latest complete discovery predates the latest list-change signal", REFRESH);
+        return v;
+    }
+    let ttl_fresh = d.ttl_ms.map(|ttl| at_ns <= d.end_ns.saturating_add(ttl.saturating_mul(1_000_000)));
+    if ttl_fresh == Some(false) {
+        set(&mut v, Convergence::Stale, "the discovered catalog's ttlMs has expired", REFRESH);
+        return v;
+    }
+    match (&installed, &discovered) {
+        (Some(i), Some(dd)) if **i != **dd => {
+            set(&mut v, Convergence::Stale, "the installed registry differs from the last complete discovery", REFRESH);
+            return v;
+        }
+        (None, _) => {
+            set(&mut v, Convergence::Unverifiable, "the client's installed registry was not observed", "report the installed registry digest (mcp_health.catalog.installed_digest)");
+            return v;
+        }
+        _ => {}
+    }
+    // Is there bounded evidence that changes would have been seen? listChanged, a TTL, or a policy.
+    let bounded = capability == Some(true)
+        || ttl_fresh == Some(true)
+        || match policy {
+            RefreshPolicy::None => false,
+            RefreshPolicy::OnReconnect => reconnect_at.is_some_and(|r| d.start_ns >= r),
+            RefreshPolicy::MaxAge { max_age } => at_ns.saturating_sub(d.end_ns) <= max_age.as_nanos() as u64,
+        };
+    if !bounded {
+        set(&mut v, Convergence::Unverifiable, "the server does not advertise tools.listChanged and no refresh policy evidence holds", "record the signal as unavailable; refresh on reconnect, before a high-impact run, or at a measured interval");
+        return v;
+    }
+    set(&mut v, Convergence::Converged, "complete traversal after the latest signal, installed registry equals the discovered one", "continue; call, effect and outcome checks still apply");
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::digest::tool_digest;
+    use serde_json::json;
+
+    const MS: u64 = 1_000_000;
+
+    fn tools(defs: &[serde_json::Value]) -> Vec<(Arc<str>, Arc<str>)> {
+        defs.iter().map(|d| tool_digest(d).unwrap()).map(|t| (Arc::from(t.name.as_str()), Arc::from(t.digest.as_str()))).collect()
+    }
+    fn page(at: u64, cursor: Option<&str>, next: bool, t: Vec<(Arc<str>, Arc<str>)>) -> CatalogEvent {
+        CatalogEvent { at_ns: at * MS, kind: CatalogEventKind::Page { start_ns: at * MS - MS, page: ListPage { cursor: cursor.map(Into::into), next_cursor_present: next, tools: t, ttl_ms: None, cache_scope: None } } }
+    }
+    fn ev(at: u64, kind: CatalogEventKind) -> CatalogEvent {
+        CatalogEvent { at_ns: at * MS, kind }
+    }
+    fn installed(of: &[(Arc<str>, Arc<str>)]) -> CatalogEventKind {
+        let tds: Vec<ToolDigest> = of.iter().map(|(n, d)| ToolDigest { name: n.to_string(), digest: d.to_string(), projection_version: PROJECTION_VERSION.into() }).collect();
+        CatalogEventKind::Installed(Arc::from(registry_digest(&tds).as_str()))
+    }
+
+    /// SPEC section 4's six reference cases, plus the 2026-07-28 forms.
+    #[test]
+    fn six_case_fixture_and_2026_forms() {
+        let a = json!({"name":"create_ticket","inputSchema":{"type":"object","properties":{"title":{"type":"string"}}}});
+        let b = json!({"name":"read_ticket","inputSchema":{"type":"object","properties":{"ticketId":{"type":"string"}},"required":["ticketId"]}});
+        let b2 = json!({"name":"read_ticket","inputSchema":{"type":"object","properties":{"projectId":{"type":"string"},"ticketId":{"type":"string"}},"required":["projectId","ticketId"]}});
+        let (p1, p2) = (tools(&[a.clone()]), tools(&[b.clone()]));
+        let all = [p1.clone(), p2.clone()].concat();
+        let cap = ev(1, CatalogEventKind::Capability(true));
+        let baseline = vec![cap.clone(), page(10, None, true, p1.clone()), page(20, Some("c1"), false, p2.clone()), ev(21, installed(&all))];
+
+        // 1. a complete two-page baseline
+        let v = convergence(&baseline, RefreshPolicy::None, 30 * MS);
+        assert_eq!(v.convergence, Convergence::Converged, "{v:?}");
+        assert_eq!(v.cursor_chain, vec!["".to_string(), "c1".to_string()]);
+        assert_eq!(v.discovered_digest, v.installed_digest);
+
+        // 2. a tool removal, then a complete refresh and install
+        let mut c2 = baseline.clone();
+        c2.extend([ev(40, CatalogEventKind::Signal(SignalSource::Notification)), page(50, None, false, p1.clone()), ev(51, installed(&p1))]);
+        assert_eq!(convergence(&c2, RefreshPolicy::None, 60 * MS).convergence, Convergence::Converged);
+
+        // 3. a change notification with no new discovery: stale although the digests match
+        let mut c3 = baseline.clone();
+        c3.push(ev(40, CatalogEventKind::Signal(SignalSource::Notification)));
+        let v = convergence(&c3, RefreshPolicy::None, 60 * MS);
+        assert_eq!(v.convergence, Convergence::Stale);
+        assert_eq!(v.discovered_digest, v.installed_digest, "digests match, the snapshot is still older than the signal");
+
+        // 4. page one with a remaining nextCursor
+        let c4 = vec![cap.clone(), page(10, None, true, p1.clone())];
+        assert_eq!(convergence(&c4, RefreshPolicy::None, 30 * MS).convergence, Convergence::Incomplete);
+
+        // 5. same name, changed required input: re-discovered, but the client kept the old one
+        let p2b = tools(&[b2.clone()]);
+        assert_ne!(p2[0].1, p2b[0].1, "per-tool digests differ");
+        let mut c5 = baseline.clone();
+        c5.extend([ev(40, CatalogEventKind::Signal(SignalSource::Notification)), page(50, None, true, p1.clone()), page(55, Some("c1"), false, p2b.clone())]);
+        let v = convergence(&c5, RefreshPolicy::None, 60 * MS);
+        assert_eq!(v.convergence, Convergence::Stale, "{v:?}");
+        assert_ne!(v.discovered_digest, v.installed_digest);
+
+        // 6. no listChanged and no refresh policy evidence
+        let c6 = vec![ev(1, CatalogEventKind::Capability(false)), page(10, None, false, all.clone()), ev(11, installed(&all))];
+        assert_eq!(convergence(&c6, RefreshPolicy::None, 30 * MS).convergence, Convergence::Unverifiable);
+        // ... which a configured policy with evidence turns into converged, and its absence does not.
+        assert_eq!(convergence(&c6, RefreshPolicy::MaxAge { max_age: Duration::from_secs(60) }, 30 * MS).convergence, Convergence::Converged);
+        assert_eq!(convergence(&c6, RefreshPolicy::OnReconnect, 30 * MS).convergence, Convergence::Unverifiable);
+        let mut c6r = c6.clone();
+        c6r.insert(0, ev(5, CatalogEventKind::Reconnect));
+        assert_eq!(convergence(&c6r, RefreshPolicy::OnReconnect, 30 * MS).convergence, Convergence::Converged);
+
+        // 2026-07-28: a subscription event instead of a notification, and TTL freshness.
+        let mut s3 = baseline.clone();
+        s3.push(ev(40, CatalogEventKind::Signal(SignalSource::Subscription)));
+        assert_eq!(convergence(&s3, RefreshPolicy::None, 60 * MS).convergence, Convergence::Stale);
+        let ttl_page = |at: u64| CatalogEvent {
+            at_ns: at * MS,
+            kind: CatalogEventKind::Page { start_ns: at * MS - MS, page: ListPage { cursor: None, next_cursor_present: false, tools: all.clone(), ttl_ms: Some(1000), cache_scope: Some("session".into()) } },
+        };
+        let t = vec![ttl_page(10), ev(11, installed(&all))];
+        assert_eq!(convergence(&t, RefreshPolicy::None, 500 * MS).convergence, Convergence::Converged, "fresh by ttl, no listChanged needed");
+        assert_eq!(convergence(&t, RefreshPolicy::None, 2000 * MS).convergence, Convergence::Stale, "ttl expired");
+    }
+
+    #[test]
+    fn evaluation_is_as_of_a_moment_and_order_free() {
+        let p = tools(&[json!({"name":"x"})]);
+        let mut evs = vec![ev(1, CatalogEventKind::Capability(true)), page(10, None, false, p.clone()), ev(11, installed(&p)), ev(40, CatalogEventKind::Signal(SignalSource::Notification))];
+        assert_eq!(convergence(&evs, RefreshPolicy::None, 20 * MS).convergence, Convergence::Converged, "before the signal");
+        assert_eq!(convergence(&evs, RefreshPolicy::None, 41 * MS).convergence, Convergence::Stale, "after it");
+        evs.reverse();
+        assert_eq!(convergence(&evs, RefreshPolicy::None, 41 * MS).convergence, Convergence::Stale);
+        assert_eq!(convergence(&[], RefreshPolicy::None, 41 * MS).convergence, Convergence::Unverifiable);
+    }
+}
