@@ -35,7 +35,9 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
     let protocol_success = [Layer::Transport, Layer::Protocol, Layer::Authorization]
         .iter()
         .all(|l| masked.get(*l) == LayerStatus::Passed);
-    let verified_success = state == HealthState::Healthy && masked.get(Layer::Outcome) == LayerStatus::Passed;
+    // The unmasked outcome: a lost response reconciled by a confirmed receipt (effect_unknown →
+    // healthy) has a failed transport layer, which masks the outcome, yet its outcome was verified.
+    let verified_success = state == HealthState::Healthy && findings.get(Layer::Outcome) == LayerStatus::Passed;
     let effect_unknown = contract::effect_may_be_committed(c, &findings);
     let latest = c.latest_outcome();
     Verdict {

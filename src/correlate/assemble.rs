@@ -27,10 +27,21 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         let s = &spans[i];
         let Some(m) = s.method.as_ref().filter(|m| !m.is_notification()) else { continue };
         let g = match s.request_id.as_deref() {
-            Some(rid) => *by_request.entry((m.clone(), rid)).or_insert_with(|| {
-                groups.push((m.clone(), Vec::new()));
-                groups.len() - 1
-            }),
+            Some(rid) => match by_request.get(&(m.clone(), rid)) {
+                Some(g) => *g,
+                None => {
+                    // A request span under a span of the same method that names no request id
+                    // (an outer client span without `jsonrpc.request.id`) is the same request.
+                    let g = ancestor_group(s.parent_span_id, &parent, &group_of)
+                        .filter(|g| groups[*g].0 == *m && groups[*g].1.iter().all(|i| spans[*i].request_id.is_none()))
+                        .unwrap_or_else(|| {
+                            groups.push((m.clone(), Vec::new()));
+                            groups.len() - 1
+                        });
+                    by_request.insert((m.clone(), rid), g);
+                    g
+                }
+            },
             None => match ancestor_group(s.parent_span_id, &parent, &group_of).filter(|g| groups[*g].0 == *m) {
                 Some(g) => g,
                 None => {
@@ -51,9 +62,13 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         if s.method.as_ref().is_some_and(|m| !m.is_notification()) {
             continue;
         }
-        let explicit = s.outcomes.iter().find_map(|o| o.request_id.as_deref()).or(s.request_id.as_deref());
-        let target = explicit
-            .and_then(|rid| calls_idx.iter().copied().find(|g| groups[*g].1.iter().any(|m| spans[*m].request_id.as_deref() == Some(rid))))
+        let named_by_verifier = s.outcomes.iter().find_map(|o| o.request_id.as_deref());
+        let explicit = named_by_verifier.or(s.request_id.as_deref());
+        let by_id = explicit.and_then(|rid| calls_idx.iter().copied().find(|g| groups[*g].1.iter().any(|m| spans[*m].request_id.as_deref() == Some(rid))));
+        // A verifier that names the request it checked speaks about that request only: when the
+        // request is not in this trace, its result must not be guessed onto another call.
+        let unmatched_verifier = named_by_verifier.is_some() && by_id.is_none();
+        let target = by_id
             .or_else(|| {
                 s.operation_key.as_deref().and_then(|k| {
                     calls_idx.iter().copied().find(|g| groups[*g].1.iter().any(|m| spans[*m].operation_key.as_deref() == Some(k)))
@@ -62,7 +77,8 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
             .or_else(|| ancestor_group(s.parent_span_id, &parent, &group_of))
             .or_else(|| descendant_group(s.span_id, spans, &parent, &group_of))
             .or_else(|| (calls_idx.len() == 1).then(|| calls_idx[0]))
-            .or_else(|| (groups.len() == 1).then_some(0));
+            .or_else(|| (groups.len() == 1).then_some(0))
+            .filter(|_| !unmatched_verifier);
         match target {
             Some(g) => {
                 groups[g].1.push(i);

@@ -124,14 +124,24 @@ impl Chains {
 
     /// Take in one normalized batch. Chains decided early to stay within bounds are appended to `out`.
     pub fn ingest(&mut self, batch: NormalizedBatch, now: Instant, out: &mut Vec<DecidedCalls>) {
+        // Spans that may start a chain first, so that HTTP-only spans and activity of the same
+        // batch find the chain their trace starts in this batch, whatever the order in the export.
+        let mut enrich_only = Vec::new();
+        for ev in batch.evidence {
+            if ev.is_mcp_evidence() {
+                self.add_span(ev, now, out);
+            } else {
+                enrich_only.push(ev);
+            }
+        }
+        for ev in enrich_only {
+            self.add_span(ev, now, out);
+        }
         for a in &batch.activity {
             if let Some(c) = self.active.get_mut(&a.trace_id) {
                 c.last_seen = now;
                 c.root_seen |= a.is_root;
             }
-        }
-        for ev in batch.evidence {
-            self.add_span(ev, now, out);
         }
     }
 
@@ -191,10 +201,15 @@ impl Chains {
     /// Keep within `max_chains` and `max_bytes`: forget revisable decided chains first (they are
     /// already reported), then decide the in-flight chains nearest their decision early.
     fn make_room(&mut self, now: Instant, out: &mut Vec<DecidedCalls>) {
-        while self.bytes > self.limits.max_bytes && !self.decided.is_empty() {
-            self.expire_oldest_decided();
-        }
-        while (self.active.len() >= self.limits.max_chains || self.bytes > self.limits.max_bytes) && !self.active.is_empty() {
+        loop {
+            // An evicted chain is kept for revision like any decided chain, so its bytes are only
+            // released by forgetting it: do that before evicting the next live chain.
+            while self.bytes > self.limits.max_bytes && !self.decided.is_empty() {
+                self.expire_oldest_decided();
+            }
+            if !(self.active.len() >= self.limits.max_chains || self.bytes > self.limits.max_bytes) || self.active.is_empty() {
+                break;
+            }
             let Some(Reverse((_, id))) = self.due.pop() else { break };
             if self.active.contains_key(&id) {
                 self.stats.chains_evicted += 1;
@@ -236,7 +251,12 @@ impl Chains {
             }
         }
         // Forget decided chains past the late-span window or over the count bound.
-        while let Some(&(at, _, _)) = self.decided_order.front() {
+        while let Some(&(at, id, rev)) = self.decided_order.front() {
+            if !self.decided.get(&id).is_some_and(|d| d.revision == rev) {
+                // A chain reopened by a late span since: its old entry says nothing about the window.
+                self.decided_order.pop_front();
+                continue;
+            }
             if now.saturating_duration_since(at) < self.limits.late_span_window && self.decided.len() <= self.limits.max_decided {
                 break;
             }

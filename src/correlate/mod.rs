@@ -6,3 +6,6 @@ pub mod chains;
 
 pub use assemble::assemble_calls;
 pub use chains::{ChainLimits, ChainStats, Chains, DecidedCalls};
+
+#[cfg(test)]
+mod tests;

@@ -59,11 +59,14 @@ impl CallEvidence {
         self.span_count += 1;
         self.start_ns = self.start_ns.min(s.start_ns);
         self.end_ns = self.end_ns.max(s.end_ns);
-        if s.method.is_some() && s.side == Side::Client && !self.client_seen {
+        // A notification (progress, list_changed) has no response: it is evidence about the call,
+        // not a request span of it, and must never count as the call's result.
+        let is_request = s.method.as_ref().is_some_and(|m| !m.is_notification());
+        if is_request && s.side == Side::Client && !self.client_seen {
             // The outermost client span carries the verdict.
             self.anchor_span_id = s.span_id;
         }
-        if s.method.is_some() {
+        if is_request {
             match s.side {
                 Side::Client => self.client_seen = true,
                 Side::Server => self.server_seen = true,
@@ -81,7 +84,7 @@ impl CallEvidence {
         match s.error {
             Some(CallError::JsonRpc(c)) => {
                 self.jsonrpc_error.get_or_insert(c);
-                if s.method.is_some() {
+                if is_request {
                     self.response_seen = true;
                 }
             }
@@ -93,11 +96,11 @@ impl CallEvidence {
             Some(CallError::Connection(t)) => self.connection_error = Some(t),
             Some(CallError::Unclassified) => self.unexplained_error = true,
             None => {
-                if s.method.is_some() && !s.status_error && s.transport.map_or(true, |t| t == TransportOutcome::Ok) {
+                if is_request && !s.status_error && s.transport.map_or(true, |t| t == TransportOutcome::Ok) {
                     // A finished request span with no error: a result came back.
                     self.response_seen = true;
                 }
-                if s.status_error && s.method.is_some() {
+                if s.status_error && is_request {
                     self.unexplained_error = true;
                 }
             }

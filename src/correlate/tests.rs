@@ -1,0 +1,792 @@
+//! Tests for the correlator: the chain table's clocks and bounds (with explicit `Instant`s, never
+//! sleeping) and the assembly of one trace's spans into call attempts.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::classify::{classify_call, Decision, SessionContext};
+use crate::evidence::call::CallEvidence;
+use crate::evidence::*;
+use crate::normalize::{Activity, NormalizedBatch};
+use crate::verdict::{Confidence, DecidedBy, HealthState, Verdict};
+
+// --- builders -------------------------------------------------------------------------------
+
+fn tid(n: u8) -> TraceId {
+    [n; 16]
+}
+
+fn sid(n: u8) -> SpanId {
+    [n; 8]
+}
+
+/// A span with evidence nobody can mistake for HTTP-only: a tools/call request span.
+fn call_span(trace: u8, span: u8, parent: Option<u8>, side: Side, rid: &str) -> SpanEvidence {
+    let mut s = SpanEvidence::new(tid(trace), sid(span));
+    s.parent_span_id = parent.map(sid);
+    s.side = side;
+    s.method = Some(Method::ToolsCall);
+    s.tool = Some(Arc::from("create_ticket"));
+    s.request_id = Some(rid.into());
+    s.start_ns = span as u64 * 100;
+    s.end_ns = span as u64 * 100 + 50;
+    s
+}
+
+fn client(trace: u8, span: u8, rid: &str) -> SpanEvidence {
+    call_span(trace, span, None, Side::Client, rid)
+}
+
+fn server(trace: u8, span: u8, parent: u8, rid: &str) -> SpanEvidence {
+    call_span(trace, span, Some(parent), Side::Server, rid)
+}
+
+fn method_span(trace: u8, span: u8, parent: Option<u8>, side: Side, method: &str, rid: Option<&str>) -> SpanEvidence {
+    let mut s = call_span(trace, span, parent, side, rid.unwrap_or(""));
+    s.method = Some(Method::parse(method));
+    s.request_id = rid.map(Into::into);
+    if s.method != Some(Method::ToolsCall) {
+        s.tool = None;
+    }
+    s
+}
+
+fn verifier(trace: u8, span: u8, parent: Option<u8>, result: OutcomeResult, rid: Option<&str>) -> SpanEvidence {
+    let mut s = SpanEvidence::new(tid(trace), sid(span));
+    s.parent_span_id = parent.map(sid);
+    s.start_ns = span as u64 * 100;
+    s.end_ns = span as u64 * 100 + 50;
+    s.outcomes.push(OutcomeReceipt { result, method: VerifierMethod::RowVersion, checked_at_ns: s.end_ns, request_id: rid.map(Into::into) });
+    s
+}
+
+fn http_span(trace: u8, span: u8, parent: Option<u8>, status: u16) -> SpanEvidence {
+    let mut s = SpanEvidence::new(tid(trace), sid(span));
+    s.parent_span_id = parent.map(sid);
+    s.side = Side::Server;
+    s.http_status = Some(status);
+    s.start_ns = span as u64 * 100;
+    s.end_ns = span as u64 * 100 + 50;
+    s
+}
+
+fn batch(evidence: Vec<SpanEvidence>) -> NormalizedBatch {
+    NormalizedBatch { spans: evidence.len() as u64, evidence, ..Default::default() }
+}
+
+fn activity(trace: u8, is_root: bool) -> NormalizedBatch {
+    NormalizedBatch { activity: vec![Activity { trace_id: tid(trace), is_root }], spans: 1, ..Default::default() }
+}
+
+fn limits() -> ChainLimits {
+    ChainLimits {
+        decision_wait: Duration::from_secs(2),
+        max_wait: Duration::from_secs(30),
+        max_chains: 1_000,
+        max_bytes: 1 << 30,
+        max_spans_per_chain: 100,
+        late_span_window: Duration::from_secs(300),
+        max_decided: 1_000,
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn ingest(c: &mut Chains, b: NormalizedBatch, now: Instant) -> Vec<DecidedCalls> {
+    let mut out = Vec::new();
+    c.ingest(b, now, &mut out);
+    out
+}
+
+fn tick(c: &mut Chains, now: Instant) -> Vec<DecidedCalls> {
+    let mut out = Vec::new();
+    c.tick(now, &mut out);
+    out
+}
+
+fn verdicts(d: &DecidedCalls) -> Vec<Verdict> {
+    d.calls.iter().map(|c| classify_call(c, &SessionContext::default(), d.decision)).collect()
+}
+
+fn one_call(calls: &[CallEvidence], rid: &str) -> CallEvidence {
+    let found: Vec<&CallEvidence> = calls.iter().filter(|c| c.request_id.as_deref() == Some(rid)).collect();
+    assert_eq!(found.len(), 1, "exactly one call with request id {rid}: {calls:#?}");
+    found[0].clone()
+}
+
+// --- Chains: clocks -------------------------------------------------------------------------
+
+#[test]
+fn chain_with_root_is_decided_only_after_decision_wait_of_quiet() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    assert!(ingest(&mut c, batch(vec![client(1, 1, "1")]), t0).is_empty());
+    assert_eq!(c.in_flight(), 1);
+    assert!(tick(&mut c, t0 + ms(1_999)).is_empty(), "not quiet long enough");
+    let out = tick(&mut c, t0 + secs(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].trace_id, tid(1));
+    assert_eq!(out[0].decision.decided_by, DecidedBy::Quiet);
+    assert!(out[0].decision.root_seen);
+    assert_eq!(out[0].decision.revision, 0);
+    assert!(!out[0].decision.truncated);
+    assert_eq!(out[0].calls.len(), 1);
+    assert_eq!(c.in_flight(), 0);
+    assert_eq!(c.stats.chains_created, 1);
+    assert_eq!(c.stats.chains_decided, 1);
+    assert!(tick(&mut c, t0 + secs(60)).is_empty(), "decided once");
+}
+
+#[test]
+fn every_new_span_restarts_the_quiet_clock() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
+    // A span every second: never two seconds of quiet.
+    for i in 1..=10u8 {
+        assert!(tick(&mut c, t0 + secs(i as u64)).is_empty(), "decided while spans still arrive ({i}s)");
+        ingest(&mut c, batch(vec![server(1, 10 + i, 1, "1")]), t0 + secs(i as u64));
+    }
+    assert!(tick(&mut c, t0 + ms(11_999)).is_empty());
+    let out = tick(&mut c, t0 + secs(12));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].decision.decided_by, DecidedBy::Quiet);
+    assert_eq!(out[0].calls[0].span_count, 11);
+}
+
+#[test]
+fn chain_whose_root_arrives_late_waits_for_quiet_after_the_root() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
+    ingest(&mut c, batch(vec![client(1, 1, "1")]), t0 + secs(1));
+    assert!(tick(&mut c, t0 + secs(2)).is_empty(), "only one second of quiet since the root");
+    let out = tick(&mut c, t0 + secs(3));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].decision.decided_by, DecidedBy::Quiet);
+    assert!(out[0].decision.root_seen);
+}
+
+#[test]
+fn chain_without_root_is_decided_at_max_wait() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
+    for at in [secs(2), secs(4), secs(10), secs(29), ms(29_999)] {
+        assert!(tick(&mut c, t0 + at).is_empty(), "decided at {at:?} without a root");
+    }
+    let out = tick(&mut c, t0 + secs(30));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].decision.decided_by, DecidedBy::MaxWait);
+    assert!(!out[0].decision.root_seen);
+    // Without a root, a max-wait verdict is never high confidence.
+    let v = verdicts(&out[0]);
+    assert!(v[0].confidence <= Confidence::Medium);
+}
+
+#[test]
+fn chain_without_root_is_decided_at_max_wait_even_when_ticked_late() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
+    let out = tick(&mut c, t0 + secs(45));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].decision.decided_by, DecidedBy::MaxWait);
+}
+
+#[test]
+fn max_wait_decides_a_chain_that_never_goes_quiet() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
+    let mut decided = Vec::new();
+    for i in 1..=30u64 {
+        decided.extend(tick(&mut c, t0 + secs(i)));
+        if c.in_flight() == 0 {
+            break;
+        }
+        ingest(&mut c, batch(vec![server(1, 10 + i as u8, 1, "1")]), t0 + secs(i));
+    }
+    assert_eq!(decided.len(), 1);
+    assert_eq!(decided[0].decision.decided_by, DecidedBy::MaxWait);
+    assert!(decided[0].decision.root_seen);
+}
+
+#[test]
+fn root_reported_as_activity_lets_the_chain_decide_on_quiet() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
+    ingest(&mut c, activity(1, true), t0 + ms(500));
+    assert!(tick(&mut c, t0 + secs(2)).is_empty(), "activity restarted the quiet clock");
+    let out = tick(&mut c, t0 + ms(2_500));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].decision.decided_by, DecidedBy::Quiet);
+    assert!(out[0].decision.root_seen);
+}
+
+#[test]
+fn non_root_activity_keeps_the_chain_open_without_marking_a_root() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
+    ingest(&mut c, activity(1, false), t0 + secs(1));
+    assert!(tick(&mut c, t0 + secs(5)).is_empty(), "no root: only max_wait decides");
+    assert_eq!(tick(&mut c, t0 + secs(30))[0].decision.decided_by, DecidedBy::MaxWait);
+}
+
+#[test]
+fn activity_of_an_unknown_trace_starts_nothing() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, activity(7, true), t0);
+    assert_eq!(c.in_flight(), 0);
+    assert_eq!(c.stats.chains_created, 0);
+}
+
+#[test]
+fn root_activity_in_the_same_batch_as_the_first_evidence_counts() {
+    // One export holding the agent's (non-MCP) root span and the MCP client span under it.
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    let mut b = batch(vec![call_span(1, 2, Some(1), Side::Client, "1")]);
+    b.activity.push(Activity { trace_id: tid(1), is_root: true });
+    ingest(&mut c, b, t0);
+    let out = tick(&mut c, t0 + secs(2));
+    assert_eq!(out.len(), 1, "the root was seen, so two seconds of quiet decide");
+    assert_eq!(out[0].decision.decided_by, DecidedBy::Quiet);
+    assert!(out[0].decision.root_seen);
+}
+
+// --- Chains: revisions ----------------------------------------------------------------------
+
+#[test]
+fn late_span_after_decision_yields_the_next_revision() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![client(1, 1, "1"), server(1, 2, 1, "1")]), t0);
+    let first = tick(&mut c, t0 + secs(2));
+    assert_eq!(first.len(), 1);
+    assert_eq!(verdicts(&first[0])[0].state, HealthState::Unverified);
+    assert_eq!(first[0].decision.revision, 0);
+
+    // The verifier reports three seconds later.
+    ingest(&mut c, batch(vec![verifier(1, 3, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(5));
+    assert_eq!(c.stats.late_spans, 1);
+    assert_eq!(c.stats.chains_created, 1, "a revision is not a new chain");
+    assert!(tick(&mut c, t0 + ms(6_999)).is_empty());
+    let second = tick(&mut c, t0 + secs(7));
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].decision.revision, 1);
+    assert_eq!(second[0].decision.decided_by, DecidedBy::Quiet, "the root was seen in revision 0");
+    assert_eq!(second[0].calls.len(), 1);
+    assert_eq!(second[0].calls[0].span_count, 3, "the revision holds the earlier spans too");
+    let v = verdicts(&second[0]);
+    assert_eq!(v[0].state, HealthState::Healthy);
+    assert_eq!(v[0].revision, 1);
+
+    // And again: each late span moves the revision on.
+    ingest(&mut c, batch(vec![verifier(1, 4, Some(1), OutcomeResult::Missing, None)]), t0 + secs(8));
+    let third = tick(&mut c, t0 + secs(10));
+    assert_eq!(third[0].decision.revision, 2);
+    assert_eq!(verdicts(&third[0])[0].state, HealthState::FalseSuccess);
+    assert_eq!(c.stats.late_spans, 2);
+    assert_eq!(c.stats.chains_decided, 3);
+}
+
+#[test]
+fn late_span_after_the_late_span_window_starts_afresh() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(ChainLimits { late_span_window: secs(10), ..limits() });
+    ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
+    assert_eq!(tick(&mut c, t0 + secs(2)).len(), 1);
+    let held = c.bytes();
+    assert!(held > 0, "a decided chain is held for revision");
+    assert!(tick(&mut c, t0 + secs(11)).is_empty());
+    assert_eq!(c.stats.decided_expired, 0, "still within the window");
+    tick(&mut c, t0 + secs(12));
+    assert_eq!(c.stats.decided_expired, 1);
+    assert_eq!(c.bytes(), 0, "a forgotten chain frees its bytes");
+    ingest(&mut c, batch(vec![verifier(1, 3, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(13));
+    assert_eq!(c.stats.late_spans, 0);
+    assert_eq!(c.stats.chains_created, 2);
+    let out = tick(&mut c, t0 + secs(43));
+    assert_eq!(out[0].decision.revision, 0);
+    assert_eq!(out[0].calls[0].span_count, 1);
+}
+
+#[test]
+fn max_decided_bounds_the_chains_kept_for_revision() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(ChainLimits { max_decided: 2, ..limits() });
+    for t in 1..=3u8 {
+        ingest(&mut c, batch(vec![client(t, 1, "1")]), t0 + ms(t as u64));
+    }
+    assert_eq!(tick(&mut c, t0 + secs(3)).len(), 3);
+    assert_eq!(c.stats.decided_expired, 1, "the oldest decided chain is forgotten");
+    // The forgotten one starts afresh, the others are revised.
+    ingest(&mut c, batch(vec![verifier(1, 3, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(4));
+    ingest(&mut c, batch(vec![verifier(3, 3, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(4));
+    assert_eq!(c.stats.late_spans, 1);
+    assert_eq!(c.stats.chains_created, 4);
+}
+
+#[test]
+fn a_reopened_chain_does_not_cut_short_the_window_of_a_younger_chain() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(ChainLimits { late_span_window: secs(10), ..limits() });
+    ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
+    assert_eq!(tick(&mut c, t0 + secs(2)).len(), 1); // trace 1 decided at 2 s
+    ingest(&mut c, batch(vec![verifier(1, 3, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(3)); // reopened
+    ingest(&mut c, batch(vec![client(2, 1, "1")]), t0 + secs(3));
+    assert_eq!(tick(&mut c, t0 + secs(5)).len(), 2); // both decided at 5 s
+    // At 12.5 s only trace 1's first decision (at 2 s) is older than the window; the chains
+    // decided at 5 s are 7.5 s old and must still be revisable.
+    tick(&mut c, t0 + ms(12_500));
+    assert_eq!(c.stats.decided_expired, 0);
+    ingest(&mut c, batch(vec![verifier(1, 4, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(13));
+    ingest(&mut c, batch(vec![verifier(2, 4, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(13));
+    assert_eq!(c.stats.late_spans, 3);
+    let out = tick(&mut c, t0 + secs(15));
+    let mut revisions: Vec<(TraceId, u32)> = out.iter().map(|d| (d.trace_id, d.decision.revision)).collect();
+    revisions.sort();
+    assert_eq!(revisions, vec![(tid(1), 2), (tid(2), 1)]);
+}
+
+// --- Chains: bounds -------------------------------------------------------------------------
+
+#[test]
+fn max_chains_evicts_the_chain_nearest_its_decision() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(ChainLimits { max_chains: 2, ..limits() });
+    assert!(ingest(&mut c, batch(vec![client(1, 1, "1")]), t0).is_empty());
+    assert!(ingest(&mut c, batch(vec![client(2, 1, "1")]), t0 + ms(1)).is_empty());
+    let out = ingest(&mut c, batch(vec![client(3, 1, "1")]), t0 + ms(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].trace_id, tid(1), "the oldest is nearest its decision");
+    assert_eq!(out[0].decision.decided_by, DecidedBy::Evicted);
+    assert_eq!(c.stats.chains_evicted, 1);
+    assert_eq!(c.stats.chains_decided, 1);
+    assert_eq!(c.in_flight(), 2);
+    // An evicted verdict is never confident.
+    assert_eq!(verdicts(&out[0])[0].confidence, Confidence::Low);
+    // The survivors are decided normally.
+    let rest = tick(&mut c, t0 + secs(3));
+    assert_eq!(rest.len(), 2);
+    assert!(rest.iter().all(|d| d.decision.decided_by == DecidedBy::Quiet));
+}
+
+#[test]
+fn max_bytes_evicts_only_as_many_chains_as_needed() {
+    let t0 = Instant::now();
+    let b = client(1, 1, "1").approx_bytes();
+    let mut c = Chains::new(ChainLimits { max_bytes: 2 * b + b / 2, ..limits() });
+    assert!(ingest(&mut c, batch(vec![client(1, 1, "1")]), t0).is_empty());
+    assert!(ingest(&mut c, batch(vec![client(2, 1, "1")]), t0 + ms(1)).is_empty());
+    let out = ingest(&mut c, batch(vec![client(3, 1, "1")]), t0 + ms(2));
+    assert_eq!(out.len(), 1, "one eviction makes room: {:?}", out.iter().map(|d| d.trace_id).collect::<Vec<_>>());
+    assert_eq!(out[0].trace_id, tid(1));
+    assert_eq!(out[0].decision.decided_by, DecidedBy::Evicted);
+    assert_eq!(c.stats.chains_evicted, 1);
+    assert_eq!(c.in_flight(), 2);
+    assert!(c.bytes() <= 2 * b + b / 2, "held {} of {}", c.bytes(), 2 * b + b / 2);
+}
+
+#[test]
+fn max_bytes_forgets_decided_chains_before_evicting_live_ones() {
+    let t0 = Instant::now();
+    let b = client(1, 1, "1").approx_bytes();
+    let mut c = Chains::new(ChainLimits { max_bytes: 2 * b + b / 2, ..limits() });
+    ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
+    assert_eq!(tick(&mut c, t0 + secs(2)).len(), 1); // decided, held for revision
+    ingest(&mut c, batch(vec![client(2, 1, "1")]), t0 + secs(3));
+    let out = ingest(&mut c, batch(vec![client(3, 1, "1")]), t0 + secs(3));
+    assert!(out.is_empty(), "no live chain evicted while a decided one can be forgotten");
+    assert_eq!(c.stats.decided_expired, 1);
+    assert_eq!(c.stats.chains_evicted, 0);
+    assert_eq!(c.in_flight(), 2);
+}
+
+#[test]
+fn max_spans_per_chain_truncates_and_counts() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(ChainLimits { max_spans_per_chain: 2, ..limits() });
+    ingest(&mut c, batch(vec![client(1, 1, "1"), server(1, 2, 1, "1"), verifier(1, 3, Some(1), OutcomeResult::Confirmed, None)]), t0);
+    ingest(&mut c, batch(vec![verifier(1, 4, Some(1), OutcomeResult::Confirmed, None)]), t0);
+    assert_eq!(c.stats.truncated_spans, 2);
+    let out = tick(&mut c, t0 + secs(2));
+    assert_eq!(out.len(), 1);
+    assert!(out[0].decision.truncated);
+    assert_eq!(out[0].calls[0].span_count, 2);
+    assert!(out[0].calls[0].outcomes.is_empty(), "the dropped verifier spans are not in the call");
+    // A truncated chain is never confident.
+    assert_eq!(verdicts(&out[0])[0].confidence, Confidence::Low);
+}
+
+#[test]
+fn drain_at_shutdown_decides_everything_and_frees_memory() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    for t in 1..=3u8 {
+        ingest(&mut c, batch(vec![client(t, 1, "1")]), t0);
+    }
+    assert!(c.bytes() > 0);
+    let mut out = Vec::new();
+    c.drain(DecidedBy::Shutdown, t0 + ms(10), &mut out);
+    assert_eq!(out.len(), 3);
+    assert!(out.iter().all(|d| d.decision.decided_by == DecidedBy::Shutdown));
+    assert_eq!(c.in_flight(), 0);
+    assert_eq!(c.bytes(), 0, "nothing is kept for revision at shutdown");
+    assert_eq!(c.stats.chains_decided, 3);
+    assert_eq!(c.stats.chains_evicted, 0, "draining is not evicting");
+    assert!(verdicts(&out[0]).iter().all(|v| v.confidence == Confidence::Low));
+    assert!(tick(&mut c, t0 + secs(60)).is_empty());
+}
+
+#[test]
+fn drain_for_replay_keeps_nothing_when_max_decided_is_zero() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(ChainLimits { max_decided: 0, ..limits() });
+    ingest(&mut c, batch(vec![client(1, 1, "1"), server(1, 2, 1, "1")]), t0);
+    let mut out = Vec::new();
+    c.drain(DecidedBy::Replay, t0, &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].decision.decided_by, DecidedBy::Replay);
+    assert_eq!(c.bytes(), 0);
+}
+
+#[test]
+fn http_only_span_never_starts_a_chain_but_enriches_one() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![http_span(1, 9, None, 200)]), t0);
+    assert_eq!(c.in_flight(), 0);
+    assert_eq!(c.stats.chains_created, 0);
+    assert_eq!(c.bytes(), 0);
+    ingest(&mut c, batch(vec![client(2, 1, "1")]), t0);
+    ingest(&mut c, batch(vec![http_span(2, 2, Some(1), 401)]), t0 + ms(1));
+    let out = tick(&mut c, t0 + secs(3));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].calls[0].http_status, Some(401));
+    assert_eq!(verdicts(&out[0])[0].state, HealthState::NeedsAuth);
+}
+
+#[test]
+fn http_span_ahead_of_the_mcp_span_in_one_batch_is_kept() {
+    // One export from the server: the HTTP span that refused the request (401, semantic
+    // conventions only) comes first, the MCP client span of the same trace after it.
+    let t0 = Instant::now();
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![http_span(1, 2, Some(1), 401), client(1, 1, "1")]), t0);
+    let out = tick(&mut c, t0 + secs(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].calls[0].http_status, Some(401));
+    assert_eq!(verdicts(&out[0])[0].state, HealthState::NeedsAuth);
+}
+
+#[test]
+fn bytes_return_to_zero_once_everything_is_decided_and_forgotten() {
+    let t0 = Instant::now();
+    let mut c = Chains::new(ChainLimits { late_span_window: secs(10), ..limits() });
+    for t in 1..=5u8 {
+        ingest(&mut c, batch(vec![client(t, 1, "1"), server(t, 2, 1, "1")]), t0);
+    }
+    tick(&mut c, t0 + secs(2));
+    ingest(&mut c, batch(vec![verifier(2, 3, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(3));
+    tick(&mut c, t0 + secs(5));
+    tick(&mut c, t0 + secs(100));
+    assert_eq!(c.in_flight(), 0);
+    assert_eq!(c.bytes(), 0);
+    assert_eq!(c.stats.decided_expired, 5);
+}
+
+// --- assemble_calls -------------------------------------------------------------------------
+
+#[test]
+fn client_and_server_spans_of_one_request_join() {
+    let calls = assemble_calls(&[server(1, 2, 1, "1"), client(1, 1, "1")]);
+    assert_eq!(calls.len(), 1);
+    let call = &calls[0];
+    assert!(call.client_seen && call.server_seen);
+    assert_eq!(call.span_count, 2);
+    assert_eq!(call.anchor_span_id, sid(1), "the client span anchors the verdict");
+    assert_eq!(call.request_id.as_deref(), Some("1"));
+}
+
+#[test]
+fn two_tools_calls_in_one_trace_stay_two_calls() {
+    let mut s2 = server(1, 4, 3, "2");
+    s2.error = Some(CallError::ToolError);
+    let calls = assemble_calls(&[client(1, 1, "1"), server(1, 2, 1, "1"), client(1, 3, "2"), s2]);
+    assert_eq!(calls.len(), 2);
+    let c1 = one_call(&calls, "1");
+    let c2 = one_call(&calls, "2");
+    assert_eq!((c1.span_count, c2.span_count), (2, 2));
+    assert_eq!((c1.anchor_span_id, c2.anchor_span_id), (sid(1), sid(3)));
+    assert!(!c1.tool_error && c2.tool_error, "the tool error stays on its own call");
+    let d = Decision { revision: 0, decided_by: DecidedBy::Replay, root_seen: true, truncated: false };
+    assert_eq!(classify_call(&c1, &SessionContext::default(), d).state, HealthState::Unverified);
+    assert_eq!(classify_call(&c2, &SessionContext::default(), d).state, HealthState::ToolFailed);
+}
+
+#[test]
+fn verifier_naming_the_request_id_joins_the_right_call() {
+    for (named, other) in [("1", "2"), ("2", "1")] {
+        // The verifier hangs under neither call (its parent is the agent's root span).
+        let v = verifier(1, 9, Some(0x77), OutcomeResult::Confirmed, Some(named));
+        let calls = assemble_calls(&[client(1, 1, "1"), server(1, 2, 1, "1"), client(1, 3, "2"), server(1, 4, 3, "2"), v]);
+        assert_eq!(calls.len(), 2);
+        assert_eq!(one_call(&calls, named).outcomes.len(), 1, "verifier naming {named}");
+        assert!(one_call(&calls, other).outcomes.is_empty(), "verifier naming {named} must not touch {other}");
+    }
+}
+
+#[test]
+fn verifier_naming_the_request_id_wins_over_its_ancestry() {
+    // Parented under call 1's client span, but it says it checked call 2.
+    let v = verifier(1, 9, Some(1), OutcomeResult::Missing, Some("2"));
+    let calls = assemble_calls(&[client(1, 1, "1"), client(1, 3, "2"), v]);
+    assert!(one_call(&calls, "1").outcomes.is_empty());
+    assert_eq!(one_call(&calls, "2").outcomes.len(), 1);
+}
+
+#[test]
+fn verifier_naming_an_absent_request_id_confirms_nothing() {
+    // The only call in the trace is request 1; the verifier checked request 9, whose spans are
+    // not here. Its confirmation must not turn request 1 green.
+    let v = verifier(1, 9, None, OutcomeResult::Confirmed, Some("9"));
+    let calls = assemble_calls(&[client(1, 1, "1"), server(1, 2, 1, "1"), v]);
+    assert_eq!(calls.len(), 1);
+    assert!(calls[0].outcomes.is_empty());
+    let d = Decision { revision: 0, decided_by: DecidedBy::Replay, root_seen: true, truncated: false };
+    assert_eq!(classify_call(&calls[0], &SessionContext::default(), d).state, HealthState::Unverified);
+}
+
+#[test]
+fn verifier_with_an_operation_key_joins_the_call_with_that_key() {
+    let mut c2 = client(1, 3, "2");
+    c2.operation_key = Some("op-2".into());
+    let mut v = verifier(1, 9, None, OutcomeResult::Confirmed, None);
+    v.operation_key = Some("op-2".into());
+    let calls = assemble_calls(&[client(1, 1, "1"), c2, v]);
+    assert!(one_call(&calls, "1").outcomes.is_empty());
+    assert_eq!(one_call(&calls, "2").outcomes.len(), 1);
+}
+
+#[test]
+fn verifier_under_a_call_joins_it_by_ancestry() {
+    let v = verifier(1, 9, Some(3), OutcomeResult::Confirmed, None);
+    let calls = assemble_calls(&[client(1, 1, "1"), client(1, 3, "2"), v]);
+    assert!(one_call(&calls, "1").outcomes.is_empty());
+    assert_eq!(one_call(&calls, "2").outcomes.len(), 1);
+}
+
+#[test]
+fn unattributable_verifier_in_a_trace_with_two_calls_joins_neither() {
+    let v = verifier(1, 9, None, OutcomeResult::Confirmed, None);
+    let calls = assemble_calls(&[client(1, 1, "1"), client(1, 3, "2"), v]);
+    assert_eq!(calls.len(), 2);
+    assert!(calls.iter().all(|c| c.outcomes.is_empty()));
+}
+
+#[test]
+fn verifier_in_a_trace_with_one_call_joins_it() {
+    let v = verifier(1, 9, None, OutcomeResult::Confirmed, None);
+    let calls = assemble_calls(&[client(1, 1, "1"), server(1, 2, 1, "1"), v]);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].outcomes.len(), 1);
+}
+
+#[test]
+fn verifier_joins_the_only_tools_call_even_beside_an_initialize() {
+    let init = method_span(1, 7, None, Side::Client, "initialize", Some("0"));
+    let v = verifier(1, 9, None, OutcomeResult::Confirmed, None);
+    let calls = assemble_calls(&[init, client(1, 1, "1"), server(1, 2, 1, "1"), v]);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].method, Some(Method::ToolsCall));
+    assert_eq!(calls[0].outcomes.len(), 1);
+}
+
+#[test]
+fn evidence_without_ancestry_joins_the_only_request_of_a_trace_without_tools_call() {
+    // An initialize refused by the HTTP layer, whose span is not linked to the client span.
+    let init = method_span(1, 1, None, Side::Client, "initialize", Some("0"));
+    let mut http = http_span(1, 5, None, 401);
+    http.auth_status = Some(401);
+    let calls = assemble_calls(&[init, http]);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].method, Some(Method::Initialize));
+    assert_eq!(calls[0].auth_status, Some(401));
+    let d = Decision { revision: 0, decided_by: DecidedBy::Replay, root_seen: true, truncated: false };
+    assert_eq!(classify_call(&calls[0], &SessionContext::default(), d).state, HealthState::NeedsAuth);
+}
+
+#[test]
+fn http_span_wrapping_two_calls_joins_neither() {
+    // One HTTP POST carrying a JSON-RPC batch: both MCP server spans sit under it, so it cannot
+    // be attributed to one of them.
+    let h = http_span(1, 5, Some(0x66), 503);
+    let calls = assemble_calls(&[client(1, 1, "1"), client(1, 3, "2"), h, server(1, 2, 5, "1"), server(1, 4, 5, "2")]);
+    assert_eq!(calls.len(), 2);
+    assert!(calls.iter().all(|c| c.http_status.is_none() && c.span_count == 2), "{calls:#?}");
+}
+
+#[test]
+fn http_server_span_that_parents_the_mcp_server_span_joins_that_call() {
+    // h1 wraps call 1's MCP server span; its own parent is a proxy span that was not exported.
+    let h1 = http_span(1, 5, Some(0x66), 200);
+    let calls = assemble_calls(&[client(1, 1, "1"), h1, server(1, 2, 5, "1"), client(1, 3, "2"), server(1, 4, 3, "2")]);
+    assert_eq!(calls.len(), 2);
+    let c1 = one_call(&calls, "1");
+    let c2 = one_call(&calls, "2");
+    assert_eq!(c1.http_status, Some(200));
+    assert_eq!(c1.span_count, 3);
+    assert_eq!(c2.http_status, None);
+    assert_eq!(c2.span_count, 2);
+}
+
+#[test]
+fn http_server_span_under_the_client_span_joins_that_call() {
+    let h = http_span(1, 5, Some(3), 401);
+    let calls = assemble_calls(&[client(1, 1, "1"), client(1, 3, "2"), h]);
+    assert_eq!(one_call(&calls, "1").http_status, None);
+    assert_eq!(one_call(&calls, "2").http_status, Some(401));
+}
+
+#[test]
+fn trace_with_only_initialize_yields_one_verdict() {
+    let mut init = method_span(1, 1, None, Side::Client, "initialize", Some("0"));
+    init.negotiation = Some(Negotiation { requested_version: Some("2025-11-25".into()), version_accepted: Some(false), missing_capabilities: vec![] });
+    init.status_error = true;
+    let srv = method_span(1, 2, Some(1), Side::Server, "initialize", Some("0"));
+    let calls = assemble_calls(&[init, srv]);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].method, Some(Method::Initialize));
+    let d = Decision { revision: 0, decided_by: DecidedBy::Replay, root_seen: true, truncated: false };
+    assert_eq!(classify_call(&calls[0], &SessionContext::default(), d).state, HealthState::IncompatibleSession);
+}
+
+#[test]
+fn trace_without_tools_call_yields_one_verdict_per_request() {
+    let calls = assemble_calls(&[
+        method_span(1, 1, None, Side::Client, "initialize", Some("0")),
+        method_span(1, 2, None, Side::Client, "tools/list", Some("1")),
+        method_span(1, 3, Some(2), Side::Server, "tools/list", Some("1")),
+    ]);
+    assert_eq!(calls.len(), 2);
+    assert!(calls.iter().any(|c| c.method == Some(Method::Initialize) && c.span_count == 1));
+    assert!(calls.iter().any(|c| c.method == Some(Method::ToolsList) && c.span_count == 2));
+}
+
+#[test]
+fn initialize_and_tools_call_in_one_trace_give_one_verdict_for_the_call() {
+    let mut init = method_span(1, 1, None, Side::Client, "initialize", Some("0"));
+    init.session_id = Some("sess-1".into());
+    let calls = assemble_calls(&[init, client(1, 3, "1")]);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].method, Some(Method::ToolsCall));
+    assert_eq!(calls[0].session_id.as_deref(), Some("sess-1"), "the session id is inherited");
+}
+
+#[test]
+fn session_negotiation_from_initialize_is_inherited_by_a_tools_call() {
+    let mut init = method_span(1, 1, None, Side::Client, "initialize", Some("0"));
+    init.negotiation = Some(Negotiation { requested_version: Some("2025-11-25".into()), version_accepted: Some(true), missing_capabilities: vec!["tools.listChanged".into()] });
+    let calls = assemble_calls(&[init, client(1, 3, "1"), server(1, 4, 3, "1")]);
+    assert_eq!(calls.len(), 1);
+    let n = calls[0].negotiation.as_ref().expect("negotiation inherited");
+    assert_eq!(n.requested_version.as_deref(), Some("2025-11-25"));
+    assert_eq!(n.missing_capabilities, vec![Box::<str>::from("tools.listChanged")]);
+    let d = Decision { revision: 0, decided_by: DecidedBy::Replay, root_seen: true, truncated: false };
+    assert_eq!(classify_call(&calls[0], &SessionContext::default(), d).state, HealthState::IncompatibleSession);
+}
+
+#[test]
+fn a_failed_initialize_marks_the_inherited_version_not_accepted() {
+    let mut init = method_span(1, 1, None, Side::Client, "initialize", Some("0"));
+    init.error = Some(CallError::JsonRpc(-32602));
+    let calls = assemble_calls(&[init, client(1, 3, "1"), server(1, 4, 3, "1")]);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].negotiation.as_ref().and_then(|n| n.version_accepted), Some(false));
+}
+
+#[test]
+fn a_lone_transport_failure_without_method_is_one_attempt() {
+    let mut s = SpanEvidence::new(tid(1), sid(1));
+    s.transport = Some(TransportOutcome::ConnectionRefused);
+    let calls = assemble_calls(&[s]);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].transport, Some(TransportOutcome::ConnectionRefused));
+    let d = Decision { revision: 0, decided_by: DecidedBy::Replay, root_seen: true, truncated: false };
+    assert_eq!(classify_call(&calls[0], &SessionContext::default(), d).state, HealthState::TransportFailed);
+}
+
+#[test]
+fn a_lone_http_span_is_no_attempt() {
+    assert!(assemble_calls(&[http_span(1, 1, None, 200)]).is_empty());
+    assert!(assemble_calls(&[]).is_empty());
+}
+
+#[test]
+fn nested_client_spans_of_one_request_join() {
+    // `MCP send tools/call x` around `tools/call x`: only the outer carries the request id.
+    let inner = method_span(1, 2, Some(1), Side::Client, "tools/call", None);
+    let calls = assemble_calls(&[client(1, 1, "1"), inner, server(1, 3, 2, "1")]);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].span_count, 3);
+    assert_eq!(calls[0].anchor_span_id, sid(1), "the outermost client span anchors");
+}
+
+#[test]
+fn client_span_without_request_id_joins_the_server_span_under_it() {
+    // Client instrumentations often do not record `jsonrpc.request.id`; the server's span does.
+    let outer = method_span(1, 1, None, Side::Client, "tools/call", None);
+    let calls = assemble_calls(&[outer, server(1, 2, 1, "1")]);
+    assert_eq!(calls.len(), 1, "one request, one verdict: {calls:#?}");
+    assert!(calls[0].client_seen && calls[0].server_seen);
+    assert_eq!(calls[0].request_id.as_deref(), Some("1"));
+}
+
+#[test]
+fn a_nested_call_with_another_request_id_stays_its_own_call() {
+    // The tool of call 1 itself calls another tool (request 1 on its own session): the nested
+    // client span sits under call 1's server span but is a different request.
+    let calls = assemble_calls(&[client(1, 1, "5"), server(1, 2, 1, "5"), call_span(1, 3, Some(2), Side::Client, "1")]);
+    assert_eq!(calls.len(), 2);
+    assert_eq!(one_call(&calls, "5").span_count, 2);
+    assert_eq!(one_call(&calls, "1").span_count, 1);
+}
+
+#[test]
+fn a_notification_inside_a_call_is_evidence_not_a_call_or_a_response() {
+    let mut c = client(1, 1, "1");
+    c.error = Some(CallError::Timeout);
+    c.status_error = true;
+    c.effect_boundary = Some(EffectBoundary::SideEffect);
+    let progress = method_span(1, 2, Some(1), Side::Server, "notifications/progress", None);
+    let calls = assemble_calls(&[c, progress]);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].span_count, 2);
+    assert!(!calls[0].response_seen);
+    let d = Decision { revision: 0, decided_by: DecidedBy::Replay, root_seen: true, truncated: false };
+    let v = classify_call(&calls[0], &SessionContext::default(), d);
+    assert_eq!(v.state, HealthState::EffectUnknown);
+    assert!(!v.retry_safe);
+}
+
+#[test]
+fn a_parent_cycle_does_not_hang_assembly() {
+    let mut a = verifier(1, 1, Some(2), OutcomeResult::Confirmed, None);
+    a.start_ns = 1;
+    let mut b = verifier(1, 2, Some(1), OutcomeResult::Missing, None);
+    b.start_ns = 2;
+    let calls = assemble_calls(&[a, b, client(1, 3, "1"), client(1, 4, "2")]);
+    assert_eq!(calls.len(), 2);
+}

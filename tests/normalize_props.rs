@@ -1,0 +1,345 @@
+//! Property tests: arbitrary OTLP spans through normalize → correlate → classify.
+//!
+//! Spans carry attributes drawn from the keys mcp-health reads (src/evidence/attributes.rs) and
+//! random ones, with values of every `AnyValue` type, the right one or not; ids are random, short,
+//! empty or all-zero; kinds and status codes are any integer. Whatever comes in, nothing panics,
+//! the invalid-id count is exact, and no verdict is `healthy` unless a confirmed outcome receipt was
+//! part of that trace's input.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::{Duration, Instant};
+
+use mcp_health::classify::{classify_call, SessionContext};
+use mcp_health::correlate::{ChainLimits, Chains, DecidedCalls};
+use mcp_health::evidence::attributes as a;
+use mcp_health::normalize::normalize_request;
+use mcp_health::verdict::{DecidedBy, HealthState, Layer, LayerStatus};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, ArrayValue, KeyValue, KeyValueList};
+use opentelemetry_proto::tonic::trace::v1::{span::Event, ResourceSpans, ScopeSpans, Span, Status};
+use proptest::prelude::*;
+
+/// Every key mcp-health reads, plus the keys it writes (which an upstream mcp-health may have set).
+const KNOWN_KEYS: &[&str] = &[
+    a::MCP_METHOD_NAME,
+    a::MCP_SESSION_ID,
+    a::MCP_PROTOCOL_VERSION,
+    a::JSONRPC_REQUEST_ID,
+    a::RPC_RESPONSE_STATUS_CODE,
+    a::ERROR_TYPE,
+    a::GEN_AI_TOOL_NAME,
+    a::GEN_AI_OPERATION_NAME,
+    a::NETWORK_TRANSPORT,
+    a::SERVER_ADDRESS,
+    a::SERVER_PORT,
+    a::HTTP_RESPONSE_STATUS_CODE,
+    a::HTTP_STATUS_CODE_OLD,
+    a::TRANSPORT_OUTCOME,
+    a::REQUEST_SENT,
+    a::AUTH_STATUS,
+    a::AUTH_ERROR,
+    a::AUTH_REQUIRED_SCOPE,
+    a::SESSION_REQUESTED_VERSION,
+    a::SESSION_VERSION_ACCEPTED,
+    a::SESSION_MISSING_CAPABILITIES,
+    a::EXECUTION_TIMEOUT,
+    a::EXECUTION_OUTPUT_SCHEMA,
+    a::EFFECT_BOUNDARY,
+    a::OUTCOME_RESULT,
+    a::OUTCOME_METHOD,
+    a::OUTCOME_CHECKED_AT,
+    a::OUTCOME_REQUEST_ID,
+    a::OPERATION_KEY,
+    a::VERDICT_STATE,
+    a::VERDICT_FIRST_FAILED_LAYER,
+    a::VERDICT_PROTOCOL_SUCCESS,
+    a::VERDICT_VERIFIED_SUCCESS,
+    a::SESSION_ID_HASH,
+];
+
+/// String values that mean something to some reader, so the classifier's paths are reached.
+const MEANINGFUL: &[&str] = &[
+    "tools/call", "tools/list", "initialize", "notifications/progress", "notifications/tools/list_changed",
+    "confirmed", "missing", "failed", "stale", "llm_judge", "receipt", "file_digest",
+    "ok", "timeout", "dns_failure", "connection_refused", "connection_reset", "tls_failure",
+    "side_effect", "none", "valid", "violated", "true", "false",
+    "tool_error", "-32601", "-32602", "-32603", "-32700", "0", "401", "403", "503", "200",
+    "invalid_token", "insufficient_scope", "missing_token", "TimeoutError", "httpx.ConnectError", "socket.gaierror",
+    "1", "2", "7", "tickets:write", "Bearer abc", "", "2025-11-25", "a,b,,c",
+];
+
+fn any_value() -> impl Strategy<Value = Option<AnyValue>> {
+    let leaf = prop_oneof![
+        4 => prop::sample::select(MEANINGFUL).prop_map(|s| Value::StringValue(s.to_string())),
+        2 => ".{0,40}".prop_map(Value::StringValue),
+        3 => prop_oneof![Just(401i64), Just(403), Just(503), Just(200), Just(400), Just(-32601), Just(-1), Just(7), Just(0)].prop_map(Value::IntValue),
+        1 => any::<i64>().prop_map(Value::IntValue),
+        2 => any::<bool>().prop_map(Value::BoolValue),
+        1 => prop_oneof![any::<f64>(), Just(401.0), Just(f64::NAN), Just(f64::INFINITY), Just(-32602.0), Just(1e300)].prop_map(Value::DoubleValue),
+        1 => prop::collection::vec(any::<u8>(), 0..8).prop_map(Value::BytesValue),
+        1 => any::<i32>().prop_map(Value::StringValueStrindex),
+    ];
+    let value = leaf.prop_recursive(2, 8, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone().prop_map(|v| AnyValue { value: Some(v) }), 0..4).prop_map(|values| Value::ArrayValue(ArrayValue { values })),
+            prop::collection::vec(("[a-z.]{0,8}", inner).prop_map(|(k, v)| kv(k, Some(AnyValue { value: Some(v) }))), 0..3)
+                .prop_map(|values| Value::KvlistValue(KeyValueList { values })),
+        ]
+    });
+    prop_oneof![
+        10 => value.prop_map(|v| Some(AnyValue { value: Some(v) })),
+        1 => Just(Some(AnyValue { value: None })),
+        1 => Just(None),
+    ]
+}
+
+fn kv(key: String, value: Option<AnyValue>) -> KeyValue {
+    KeyValue { key, value, ..Default::default() }
+}
+
+fn attribute() -> impl Strategy<Value = KeyValue> {
+    let key = prop_oneof![
+        6 => prop::sample::select(KNOWN_KEYS).prop_map(str::to_string),
+        1 => "(mcp|mcp_health|http|rpc)\\.[a-z_.]{0,12}",
+        1 => ".{0,16}",
+    ];
+    (key, any_value()).prop_map(|(k, v)| kv(k, v))
+}
+
+/// A few valid trace and span ids, so that spans share traces and parents; and broken ones.
+fn trace_id() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        6 => (1u8..=4).prop_map(|n| vec![n; 16]),
+        1 => Just(vec![0u8; 16]),
+        1 => prop::collection::vec(any::<u8>(), 0..20),
+    ]
+}
+
+fn span_id() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        6 => (1u8..=12).prop_map(|n| vec![n; 8]),
+        1 => Just(vec![0u8; 8]),
+        1 => prop::collection::vec(any::<u8>(), 0..12),
+    ]
+}
+
+fn parent_id() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        3 => Just(Vec::new()),
+        4 => (1u8..=12).prop_map(|n| vec![n; 8]),
+        1 => prop::collection::vec(any::<u8>(), 0..12),
+    ]
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    let name = prop_oneof![3 => Just(a::OUTCOME_EVENT.to_string()), 1 => Just("exception".to_string()), 1 => ".{0,8}"];
+    (name, any::<u64>(), prop::collection::vec(attribute(), 0..4)).prop_map(|(name, time_unix_nano, attributes)| Event { name, time_unix_nano, attributes, ..Default::default() })
+}
+
+fn string_attr(key: &'static str, values: &'static [&'static str]) -> impl Strategy<Value = KeyValue> {
+    prop::sample::select(values).prop_map(move |v| kv(key.to_string(), Some(AnyValue { value: Some(Value::StringValue(v.to_string())) })))
+}
+
+/// The attributes of a plausible MCP span (a request, a verifier), each one optional, so that
+/// random noise on top of them still reaches every state and not only the failures.
+fn core_attributes() -> impl Strategy<Value = Vec<KeyValue>> {
+    (
+        prop::option::weighted(0.7, string_attr(a::MCP_METHOD_NAME, &["tools/call", "tools/call", "tools/list", "initialize", "notifications/progress"])),
+        prop::option::weighted(0.6, string_attr(a::JSONRPC_REQUEST_ID, &["1", "2"])),
+        prop::option::weighted(0.3, string_attr(a::OUTCOME_RESULT, &["confirmed", "confirmed", "missing", "failed", "stale"])),
+        prop::option::weighted(0.2, string_attr(a::TRANSPORT_OUTCOME, &["ok", "timeout", "connection_refused", "connection_reset"])),
+        prop::option::weighted(0.2, string_attr(a::EFFECT_BOUNDARY, &["side_effect", "none"])),
+    )
+        .prop_map(|(m, r, o, t, e)| [m, r, o, t, e].into_iter().flatten().collect())
+}
+
+fn span() -> impl Strategy<Value = Span> {
+    (
+        trace_id(),
+        span_id(),
+        parent_id(),
+        prop_oneof![3 => 0i32..4, 1 => -1i32..7, 1 => any::<i32>()],
+        prop::option::weighted(0.3, prop_oneof![(-1i32..4), any::<i32>()]),
+        (0u64..1_000, 0u64..1_000),
+        (core_attributes(), prop::collection::vec(attribute(), 0..6)),
+        prop::collection::vec(event(), 0..2),
+    )
+        .prop_map(|(trace_id, span_id, parent_span_id, kind, status, (start, len), (mut attributes, noise), events)| Span {
+            trace_id,
+            span_id,
+            parent_span_id,
+            kind,
+            status: status.map(|code| Status { code, ..Default::default() }),
+            start_time_unix_nano: start,
+            end_time_unix_nano: if len % 7 == 0 { 0 } else { start + len },
+            attributes: {
+                attributes.extend(noise);
+                attributes
+            },
+            events,
+            name: "span".into(),
+            ..Default::default()
+        })
+}
+
+/// Spans split over resource and scope groups, as exporters do.
+fn request() -> impl Strategy<Value = ExportTraceServiceRequest> {
+    prop::collection::vec(prop::collection::vec(prop::collection::vec(span(), 0..6), 0..3), 0..3).prop_map(|rs| ExportTraceServiceRequest {
+        resource_spans: rs
+            .into_iter()
+            .map(|ss| ResourceSpans { scope_spans: ss.into_iter().map(|spans| ScopeSpans { spans, ..Default::default() }).collect(), ..Default::default() })
+            .collect(),
+    })
+}
+
+fn spans_of(req: &ExportTraceServiceRequest) -> impl Iterator<Item = &Span> {
+    req.resource_spans.iter().flat_map(|rs| rs.scope_spans.iter()).flat_map(|ss| ss.spans.iter())
+}
+
+fn valid_id(id: &[u8], len: usize) -> bool {
+    id.len() == len && id.iter().any(|b| *b != 0)
+}
+
+/// Independent of the normalizer: does this span say, anywhere, "confirmed"?
+fn carries_confirmed_receipt(s: &Span) -> bool {
+    let confirmed = |kvs: &[KeyValue]| {
+        kvs.iter().any(|kv| kv.key == a::OUTCOME_RESULT && matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(Value::StringValue(x)) if x == "confirmed"))
+    };
+    confirmed(&s.attributes) || s.events.iter().any(|e| e.name == a::OUTCOME_EVENT && confirmed(&e.attributes))
+}
+
+fn limits() -> impl Strategy<Value = ChainLimits> {
+    (1usize..6, 0usize..4, 1usize..6, prop::option::of(600usize..4_000)).prop_map(|(max_chains, max_decided, max_spans, max_bytes)| ChainLimits {
+        decision_wait: Duration::from_secs(2),
+        max_wait: Duration::from_secs(30),
+        max_chains,
+        max_bytes: max_bytes.unwrap_or(usize::MAX),
+        max_spans_per_chain: max_spans,
+        late_span_window: Duration::from_secs(60),
+        max_decided,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn normalize_counts_exactly_the_spans_with_invalid_ids(req in request()) {
+        let batch = normalize_request(&req);
+        let total = spans_of(&req).count() as u64;
+        let invalid = spans_of(&req).filter(|s| !valid_id(&s.trace_id, 16) || !valid_id(&s.span_id, 8)).count() as u64;
+        prop_assert_eq!(batch.spans, total);
+        prop_assert_eq!(batch.rejected_spans, invalid);
+        // Everything accepted is either evidence or activity of a valid trace.
+        let valid_traces: HashSet<Vec<u8>> = spans_of(&req).filter(|s| valid_id(&s.trace_id, 16) && valid_id(&s.span_id, 8)).map(|s| s.trace_id.clone()).collect();
+        prop_assert!(batch.evidence.len() as u64 <= total - invalid);
+        for e in &batch.evidence {
+            prop_assert!(valid_traces.contains(e.trace_id.as_slice()));
+            prop_assert!(e.end_ns >= e.start_ns);
+        }
+        for act in &batch.activity {
+            prop_assert!(valid_traces.contains(act.trace_id.as_slice()));
+        }
+    }
+
+    #[test]
+    fn no_verdict_is_healthy_without_a_confirmed_receipt_in_its_trace(
+        batches in prop::collection::vec((request(), 0u64..5_000), 1..5),
+        lim in limits(),
+    ) {
+        let t0 = Instant::now();
+        let mut chains = Chains::new(lim);
+        let mut decided: Vec<DecidedCalls> = Vec::new();
+        let mut confirmed_traces: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let mut at = t0;
+        for (req, step_ms) in &batches {
+            for s in spans_of(req).filter(|s| carries_confirmed_receipt(s)) {
+                confirmed_traces.insert(s.trace_id.clone());
+            }
+            at += Duration::from_millis(*step_ms);
+            chains.tick(at, &mut decided);
+            chains.ingest(normalize_request(req), at, &mut decided);
+        }
+        chains.tick(at + Duration::from_secs(3), &mut decided);
+        chains.drain(DecidedBy::Shutdown, at + Duration::from_secs(4), &mut decided);
+        prop_assert_eq!(chains.in_flight(), 0);
+        // Forget everything kept for revision: the memory accounting must come back to zero.
+        chains.tick(at + Duration::from_secs(3_600), &mut decided);
+        prop_assert_eq!(chains.bytes(), 0);
+
+        let ctx = SessionContext::default();
+        for d in &decided {
+            for call in &d.calls {
+                let v = classify_call(call, &ctx, d.decision);
+                if v.state == HealthState::Healthy {
+                    prop_assert!(confirmed_traces.contains(d.trace_id.as_slice()), "healthy without a confirmed receipt in the trace: {:?}", v);
+                    prop_assert!(call.outcomes.iter().any(|o| o.result == mcp_health::evidence::OutcomeResult::Confirmed));
+                }
+                if v.verified_success {
+                    prop_assert_eq!(v.state, HealthState::Healthy);
+                }
+                if let Some(first) = v.first_failed_layer {
+                    for l in Layer::ALL.into_iter().filter(|l| *l > first) {
+                        prop_assert_eq!(v.layers.get(l), LayerStatus::Unobserved);
+                    }
+                }
+                prop_assert_eq!(v.trace_id, d.trace_id);
+            }
+        }
+    }
+
+    #[test]
+    fn decode_traces_never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = mcp_health::receive::otlp_json::decode_traces(&bytes);
+    }
+
+    #[test]
+    fn decode_traces_never_panics_on_json_shaped_text(text in "[\\[\\]{}\",:0-9a-zA-Z_ \\-]{0,200}") {
+        let _ = mcp_health::receive::otlp_json::decode_traces(text.as_bytes());
+    }
+
+    #[test]
+    fn decode_traces_never_panics_on_mutated_otlp_json(cut in 0usize..600, flip in 0usize..600, byte in any::<u8>()) {
+        let mut doc = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"x","kind":"SPAN_KIND_CLIENT","status":{"code":"STATUS_CODE_ERROR"},"attributes":[{"key":"mcp.method.name","value":{"stringValue":"tools/call"}},{"key":"n","value":{"intValue":"42"}}]}]}]}]}"#.to_vec();
+        if flip < doc.len() {
+            doc[flip] = byte;
+        }
+        doc.truncate(cut.max(1));
+        if let Ok(req) = mcp_health::receive::otlp_json::decode_traces(&doc) {
+            let _ = normalize_request(&req);
+        }
+    }
+}
+
+/// The properties above mean little if the generator never reaches the states they guard: run the
+/// same generators deterministically and check that a healthy verdict (and most other states) come
+/// out of random spans.
+#[test]
+fn the_span_generator_reaches_healthy_and_most_other_states() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let strategy = request();
+    let mut seen: BTreeSet<HealthState> = BTreeSet::new();
+    let mut rejected = 0u64;
+    let t0 = Instant::now();
+    for _ in 0..3_000 {
+        let req = strategy.new_tree(&mut runner).expect("value").current();
+        let batch = normalize_request(&req);
+        rejected += batch.rejected_spans;
+        let mut chains = Chains::new(ChainLimits::default());
+        let mut out = Vec::new();
+        chains.ingest(batch, t0, &mut out);
+        chains.drain(DecidedBy::Replay, t0, &mut out);
+        for d in &out {
+            for c in &d.calls {
+                seen.insert(classify_call(c, &SessionContext::default(), d.decision).state);
+            }
+        }
+    }
+    eprintln!("states reached: {seen:?}, rejected spans: {rejected}");
+    assert!(rejected > 0);
+    assert!(seen.contains(&HealthState::Healthy), "{seen:?}");
+    let evidence_states = HealthState::ALL.iter().filter(|s| !matches!(s, HealthState::StaleCatalog | HealthState::Working)).count();
+    assert!(seen.len() + 1 >= evidence_states, "only {seen:?}");
+}
