@@ -11,13 +11,16 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::classify::{classify_call, SessionContext};
-use crate::correlate::{ChainStats, Chains, DecidedCalls};
+use crate::classify::catalog::Convergence;
+use crate::correlate::{CatalogChange, ChainStats, Chains, DecidedCalls, Sessions};
+use crate::evidence::call::CallEvidence;
+use crate::evidence::{Method, Side};
 use crate::emit::health_spans;
 use crate::emit::metrics::{HealthMeters, VerdictTally};
 use crate::emit::otlp_traces::Outgoing;
 use crate::emit::verdict_log::VerdictLog;
 use crate::normalize::NormalizedBatch;
-use crate::verdict::{DecidedBy, Verdict};
+use crate::verdict::{DecidedBy, HealthState, Verdict};
 
 /// Where verdicts go.
 pub struct Emitters {
@@ -29,6 +32,28 @@ pub struct Emitters {
 }
 
 impl Emitters {
+    /// Catalog verdict changes: a health span in the trace of the span that caused the change,
+    /// a metric point, and a verdict line.
+    fn emit_catalog(&mut self, changes: &[CatalogChange]) {
+        let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        for ch in changes {
+            self.meters.record_catalog(ch.server.as_deref(), ch.verdict.convergence);
+            if let Some(log) = &mut self.verdict_log {
+                log.write_catalog(ch);
+            }
+        }
+        if let Some(log) = &mut self.verdict_log {
+            log.flush();
+        }
+        if let Some(tx) = &self.health_spans {
+            let spans = changes.iter().map(|c| health_spans::catalog_span(c, now_ns)).collect();
+            let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
+            if tx.try_send(Outgoing::Health(req)).is_err() {
+                self.meters.exporter_dropped.add(changes.len() as u64, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
+            }
+        }
+    }
+
     fn emit(&mut self, verdicts: &[Verdict]) {
         if verdicts.is_empty() {
             return;
@@ -53,20 +78,52 @@ impl Emitters {
     }
 }
 
+/// The session facts a call is classified with: its catalog's convergence when the call started.
+pub fn session_context(sessions: &Sessions, c: &CallEvidence) -> SessionContext {
+    let key = crate::evidence::session_key(c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), if c.client_seen { Side::Client } else { Side::Server });
+    // Catalog staleness is about choosing a tool; a `tools/list` is the remedy, not a victim.
+    let catalog = key.filter(|_| c.method == Some(Method::ToolsCall)).and_then(|k| sessions.verdict_at(&k, c.start_ns));
+    SessionContext { catalog_stale: catalog.map(|v| v.convergence == Convergence::Stale), ..SessionContext::default() }
+}
+
+/// Whether a verdict is worth reporting: every `tools/call`, and any other request that failed
+/// somewhere. A successful `tools/list` or `initialize` has no outcome to verify; reporting it as
+/// `unverified` would be noise, and it is covered by the catalog verdict.
+pub fn reportable(v: &Verdict) -> bool {
+    v.method.as_deref() == Some("tools/call") || v.first_failed_layer.is_some() || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
+}
+
 /// Classify a decided chain.
-pub fn verdicts_of(d: &DecidedCalls, ctx: &SessionContext) -> Vec<Verdict> {
-    d.calls.iter().map(|c| classify_call(c, ctx, d.decision)).collect()
+pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions) -> Vec<Verdict> {
+    d.calls.iter().map(|c| classify_call(c, &session_context(sessions, c), d.decision)).filter(reportable).collect()
+}
+
+/// The correlator's state: call chains and session (catalog) state.
+pub struct Correlator {
+    pub chains: Chains,
+    pub sessions: Sessions,
+}
+
+impl Correlator {
+    fn ingest(&mut self, batch: NormalizedBatch, decided: &mut Vec<DecidedCalls>, emitters: &mut Emitters) {
+        let now = Instant::now();
+        let changes = self.sessions.observe(&batch.evidence, now);
+        if !changes.is_empty() {
+            emitters.emit_catalog(&changes);
+        }
+        self.chains.ingest(batch, now, decided);
+    }
 }
 
 /// Run the correlator until `stop` fires, then take what is queued, decide everything still in
 /// flight (marked `shutdown`) and emit it.
-pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut chains: Chains, mut emitters: Emitters, tick: Duration, stop: oneshot::Receiver<()>) {
+pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut c: Correlator, mut emitters: Emitters, tick: Duration, stop: oneshot::Receiver<()>) {
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut decided = Vec::new();
     let mut verdicts = Vec::new();
     let mut last = ChainStats::default();
-    let ctx = SessionContext::default();
+    let mut last_expiry = Instant::now();
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -74,41 +131,46 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut chains:
             _ = &mut stop => break,
             b = rx.recv() => match b {
                 Some(batch) => {
-                    chains.ingest(batch, Instant::now(), &mut decided);
+                    c.ingest(batch, &mut decided, &mut emitters);
                     // Take whatever else is already queued before deciding, to amortize.
                     while let Ok(batch) = rx.try_recv() {
-                        chains.ingest(batch, Instant::now(), &mut decided);
+                        c.ingest(batch, &mut decided, &mut emitters);
                         if decided.len() > 64 { break; }
                     }
                 }
                 None => break,
             },
             _ = interval.tick() => {
-                chains.tick(Instant::now(), &mut decided);
-                report(&chains, &emitters.meters, &mut last);
+                let now = Instant::now();
+                c.chains.tick(now, &mut decided);
+                if now.saturating_duration_since(last_expiry) > Duration::from_secs(10) {
+                    c.sessions.expire(now);
+                    last_expiry = now;
+                }
+                report(&c.chains, &emitters.meters, &mut last);
                 emitters.tally.flush(&emitters.meters);
             }
         }
-        flush(&mut decided, &mut verdicts, &ctx, &mut emitters);
+        flush(&mut decided, &mut verdicts, &c.sessions, &mut emitters);
     }
     rx.close();
     while let Some(batch) = rx.recv().await {
-        chains.ingest(batch, Instant::now(), &mut decided);
+        c.ingest(batch, &mut decided, &mut emitters);
     }
-    chains.drain(DecidedBy::Shutdown, Instant::now(), &mut decided);
-    flush(&mut decided, &mut verdicts, &ctx, &mut emitters);
-    report(&chains, &emitters.meters, &mut last);
+    c.chains.drain(DecidedBy::Shutdown, Instant::now(), &mut decided);
+    flush(&mut decided, &mut verdicts, &c.sessions, &mut emitters);
+    report(&c.chains, &emitters.meters, &mut last);
     emitters.tally.flush(&emitters.meters);
-    tracing::info!(decided = chains.stats.chains_decided, "correlator stopped; chains in flight were decided at shutdown");
+    tracing::info!(decided = c.chains.stats.chains_decided, "correlator stopped; chains in flight were decided at shutdown");
 }
 
-fn flush(decided: &mut Vec<DecidedCalls>, verdicts: &mut Vec<Verdict>, ctx: &SessionContext, emitters: &mut Emitters) {
+fn flush(decided: &mut Vec<DecidedCalls>, verdicts: &mut Vec<Verdict>, sessions: &Sessions, emitters: &mut Emitters) {
     if decided.is_empty() {
         return;
     }
     verdicts.clear();
     for d in decided.drain(..) {
-        verdicts.extend(verdicts_of(&d, ctx));
+        verdicts.extend(verdicts_of(&d, sessions));
     }
     emitters.emit(verdicts);
 }

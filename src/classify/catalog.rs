@@ -162,7 +162,12 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
         return v;
     }
     let Some(d) = last_complete else {
-        set(&mut v, Convergence::Unverifiable, "no complete tools/list traversal observed", "refresh on reconnect, before a high-impact run, or at a measured interval");
+        if signal_at.is_some() {
+            // Whatever the client holds came from before a change signal it never followed up.
+            set(&mut v, Convergence::Stale, "a list-change signal with no complete rediscovery after it", REFRESH);
+        } else {
+            set(&mut v, Convergence::Unverifiable, "no complete tools/list traversal observed", "refresh on reconnect, before a high-impact run, or at a measured interval");
+        }
         return v;
     };
     if signal_at.is_some_and(|s| s > d.start_ns) {
@@ -297,5 +302,7 @@ mod tests {
         evs.reverse();
         assert_eq!(convergence(&evs, RefreshPolicy::None, 41 * MS).convergence, Convergence::Stale);
         assert_eq!(convergence(&[], RefreshPolicy::None, 41 * MS).convergence, Convergence::Unverifiable);
+        let only_signal = [ev(40, CatalogEventKind::Signal(SignalSource::Notification))];
+        assert_eq!(convergence(&only_signal, RefreshPolicy::None, 41 * MS).convergence, Convergence::Stale, "a signal nobody followed");
     }
 }

@@ -1,6 +1,9 @@
 //! Classify: pure functions from joined evidence to a [`Verdict`]. No I/O, no clocks, no state.
 
+pub mod catalog;
 pub mod contract;
+pub mod digest;
+pub mod drift;
 pub mod layers;
 
 pub use contract::SessionContext;

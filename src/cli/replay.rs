@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::classify::{classify_call, SessionContext};
-use crate::correlate::{ChainLimits, Chains};
+use crate::classify::catalog::CatalogVerdict;
+use crate::correlate::{ChainLimits, Chains, SessionLimits, Sessions};
 use crate::normalize::normalize_request;
 use crate::receive::otlp_json;
 use crate::verdict::{DecidedBy, Verdict};
@@ -63,8 +63,31 @@ pub enum ReplayError {
     Decode { file: String, line: usize, source: otlp_json::JsonError },
 }
 
+/// One session's catalog verdict, as `replay` reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct CatalogRow {
+    /// Always true: tells catalog lines from verdict lines in `--format json`.
+    pub catalog: bool,
+    /// SHA-256 of the session key (`session:<mcp.session.id>` or `client:<service>|server:<address>`).
+    pub session_hash: String,
+    pub server: Option<std::sync::Arc<str>>,
+    #[serde(flatten)]
+    pub verdict: CatalogVerdict,
+}
+
+/// Everything a replay decided.
+pub struct Replayed {
+    pub verdicts: Vec<Verdict>,
+    pub catalog: Vec<CatalogRow>,
+}
+
 /// Classify everything in `files`. Bad lines are reported and skipped, not fatal.
 pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verdict> {
+    replay(files, errors).verdicts
+}
+
+/// Classify calls and catalog sessions in `files`.
+pub fn replay(files: &[String], errors: &mut Vec<ReplayError>) -> Replayed {
     let mut chains = Chains::new(ChainLimits {
         max_chains: usize::MAX,
         max_bytes: usize::MAX,
@@ -72,6 +95,7 @@ pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verd
         max_decided: 0,
         ..ChainLimits::default()
     });
+    let mut sessions = Sessions::new(SessionLimits { max_sessions: usize::MAX, max_events_per_session: 100_000, ..SessionLimits::default() });
     let now = Instant::now();
     let mut sink = Vec::new();
     let started = Instant::now();
@@ -101,7 +125,11 @@ pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verd
                 continue;
             }
             match otlp_json::decode_traces(line.as_bytes()) {
-                Ok(req) => chains.ingest(normalize_request(&req), now, &mut sink),
+                Ok(req) => {
+                    let batch = normalize_request(&req);
+                    sessions.observe(&batch.evidence, now);
+                    chains.ingest(batch, now, &mut sink)
+                }
                 Err(source) => errors.push(ReplayError::Decode { file: file.clone(), line: n + 1, source }),
             }
             lines_read += 1;
@@ -112,18 +140,22 @@ pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verd
         }
     }
     chains.drain(DecidedBy::Replay, now, &mut sink);
-    let ctx = SessionContext::default();
     let mut verdicts: Vec<Verdict> = sink
         .iter()
-        .flat_map(|d| d.calls.iter().map(|c| classify_call(c, &ctx, d.decision)).collect::<Vec<_>>())
+        .flat_map(|d| crate::pipeline::verdicts_of(d, &sessions))
         .collect();
     verdicts.sort_by(|a, b| (a.start_ns, a.trace_id).cmp(&(b.start_ns, b.trace_id)));
-    verdicts
+    let catalog = sessions
+        .all_current()
+        .into_iter()
+        .map(|(session, server, verdict)| CatalogRow { catalog: true, session_hash: crate::normalize::redact::hash_hex(session.as_bytes()), server, verdict })
+        .collect();
+    Replayed { verdicts, catalog }
 }
 
 pub fn run(a: ReplayArgs) -> ExitCode {
     let mut errors = Vec::new();
-    let verdicts = replay_files(&a.files, &mut errors);
+    let Replayed { verdicts, catalog } = replay(&a.files, &mut errors);
     for e in &errors {
         eprintln!("error: {e}");
     }
@@ -131,8 +163,8 @@ pub fn run(a: ReplayArgs) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let res = match a.format {
-        Format::Json => write_json(&mut out, &verdicts, &summary),
-        Format::Table => write_table(&mut out, &verdicts, &summary),
+        Format::Json => write_json(&mut out, &verdicts, &catalog, &summary),
+        Format::Table => write_table(&mut out, &verdicts, &catalog, &summary),
     };
     if res.is_err() {
         return ExitCode::from(1);
@@ -144,16 +176,20 @@ pub fn run(a: ReplayArgs) -> ExitCode {
     }
 }
 
-fn write_json(out: &mut impl Write, verdicts: &[Verdict], summary: &Summary) -> std::io::Result<()> {
+fn write_json(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow], summary: &Summary) -> std::io::Result<()> {
     for v in verdicts {
         serde_json::to_writer(&mut *out, v)?;
+        writeln!(out)?;
+    }
+    for c in catalog {
+        serde_json::to_writer(&mut *out, c)?;
         writeln!(out)?;
     }
     serde_json::to_writer(&mut *out, summary)?;
     writeln!(out)
 }
 
-fn write_table(out: &mut impl Write, verdicts: &[Verdict], s: &Summary) -> std::io::Result<()> {
+fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow], s: &Summary) -> std::io::Result<()> {
     writeln!(out, "{:<32} {:<12} {:<18} {:<14} {:<21} {:<10} {:<26}", "TRACE", "METHOD", "TOOL", "FIRST FAILED", "STATE", "CONFIDENCE", "REASON")?;
     for v in verdicts {
         writeln!(
@@ -167,6 +203,13 @@ fn write_table(out: &mut impl Write, verdicts: &[Verdict], s: &Summary) -> std::
             v.confidence.as_str(),
             v.reason.as_deref().unwrap_or("-"),
         )?;
+    }
+    if !catalog.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "{:<16} {:<32} {:<13} {}", "CATALOG SESSION", "SERVER", "CONVERGENCE", "REASON")?;
+        for c in catalog {
+            writeln!(out, "{:<16} {:<32} {:<13} {}", &c.session_hash[..16], c.server.as_deref().unwrap_or("-"), c.verdict.convergence.as_str(), c.verdict.reason)?;
+        }
     }
     writeln!(out)?;
     writeln!(out, "calls: {}", s.calls)?;

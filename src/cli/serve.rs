@@ -14,12 +14,12 @@ use clap::Args;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::Config;
-use crate::correlate::Chains;
+use crate::correlate::{Chains, Sessions};
 use crate::emit::metrics::{MetricsPipeline, MetricsSettings, OtlpMetricsTarget};
 use crate::emit::otlp_traces::{self, TraceSenderSettings};
 use crate::emit::prometheus;
 use crate::emit::verdict_log::VerdictLog;
-use crate::pipeline::{run_correlator, Emitters};
+use crate::pipeline::{run_correlator, Correlator, Emitters};
 use crate::receive::admit::Admission;
 use crate::receive::{otlp_grpc, otlp_http};
 
@@ -211,6 +211,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         ingest: ingest_tx,
         passthrough: sender.as_ref().filter(|_| passthrough).map(|s| s.queue.clone()),
         meters: meters.clone(),
+        strip_tool_definitions: proc_cfg.strip_tool_definitions,
     };
     let emitters = Emitters {
         meters: meters.clone(),
@@ -241,7 +242,13 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
 
     let tick = (proc_cfg.decision_wait / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
     let (stop_tx, stop_rx) = oneshot::channel();
-    let correlator = tokio::spawn(run_correlator(ingest_rx, Chains::new(proc_cfg.limits()), emitters, tick, stop_rx));
+    let correlator = tokio::spawn(run_correlator(
+        ingest_rx,
+        Correlator { chains: Chains::new(proc_cfg.limits()), sessions: Sessions::new(proc_cfg.session_limits()) },
+        emitters,
+        tick,
+        stop_rx,
+    ));
 
     let (down_tx, down_rx) = watch::channel(false);
     let stopping = Arc::new(AtomicBool::new(false));

@@ -110,6 +110,19 @@ pub struct CorrelateConfig {
     /// Batches waiting for the correlator; past it receivers answer "retry later".
     #[serde(default = "d_queue")]
     pub queue_size: usize,
+    /// Sessions whose catalog state is kept.
+    #[serde(default = "d_100k")]
+    pub max_sessions: usize,
+    /// A session with no span for this long is forgotten.
+    #[serde(default = "d_1h", with = "humantime_serde")]
+    pub session_idle_expiry: Duration,
+    /// What counts as bounded refresh evidence for servers that do not advertise `listChanged`:
+    /// `{mode: none}`, `{mode: on_reconnect}`, `{mode: max_age, max_age: 10m}`.
+    #[serde(default)]
+    pub refresh_policy: crate::classify::catalog::RefreshPolicy,
+    /// Digest raw tool definitions (`mcp_health.catalog.tools`) and strip them before passing spans on.
+    #[serde(default = "yes")]
+    pub strip_tool_definitions: bool,
 }
 
 impl Default for CorrelateConfig {
@@ -119,6 +132,15 @@ impl Default for CorrelateConfig {
 }
 
 impl CorrelateConfig {
+    pub fn session_limits(&self) -> crate::correlate::SessionLimits {
+        crate::correlate::SessionLimits {
+            max_sessions: self.max_sessions,
+            max_events_per_session: 512,
+            idle_expiry: self.session_idle_expiry,
+            refresh_policy: self.refresh_policy,
+        }
+    }
+
     pub fn limits(&self) -> ChainLimits {
         ChainLimits {
             decision_wait: self.decision_wait,
@@ -307,6 +329,9 @@ fn d_30s() -> Duration {
 }
 fn d_5m() -> Duration {
     Duration::from_secs(300)
+}
+fn d_1h() -> Duration {
+    Duration::from_secs(3600)
 }
 fn d_100k() -> usize {
     100_000

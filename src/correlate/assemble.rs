@@ -103,7 +103,7 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         out.push(call);
     }
     // A trace whose only evidence has no method (a lone transport failure) is still one attempt.
-    if out.is_empty() && !loose.is_empty() && loose.iter().any(|i| spans[*i].is_mcp_evidence()) {
+    if out.is_empty() && !loose.is_empty() && loose.iter().any(|i| spans[*i].starts_chain()) {
         let mut call = CallEvidence::default();
         for &i in &loose {
             call.absorb(&spans[i]);

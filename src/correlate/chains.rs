@@ -128,7 +128,7 @@ impl Chains {
         // batch find the chain their trace starts in this batch, whatever the order in the export.
         let mut enrich_only = Vec::new();
         for ev in batch.evidence {
-            if ev.is_mcp_evidence() {
+            if ev.starts_chain() {
                 self.add_span(ev, now, out);
             } else {
                 enrich_only.push(ev);
@@ -164,7 +164,7 @@ impl Chains {
                 self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
             } else {
                 // HTTP-only spans enrich a chain; they never start one.
-                if !ev.is_mcp_evidence() {
+                if !ev.starts_chain() {
                     return;
                 }
                 self.make_room(now, out);

@@ -3,9 +3,11 @@
 
 pub mod assemble;
 pub mod chains;
+pub mod sessions;
 
 pub use assemble::assemble_calls;
 pub use chains::{ChainLimits, ChainStats, Chains, DecidedCalls};
+pub use sessions::{CatalogChange, SessionLimits, Sessions};
 
 #[cfg(test)]
 mod tests;

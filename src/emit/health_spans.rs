@@ -76,6 +76,50 @@ pub fn health_span(v: &Verdict, decided_ns: u64) -> Span {
     }
 }
 
+/// A catalog verdict change as a health span, in the trace of the span that caused it.
+pub fn catalog_span(c: &crate::correlate::CatalogChange, decided_ns: u64) -> Span {
+    let v = &c.verdict;
+    let mut attrs = vec![
+        s(a::CATALOG_CONVERGENCE, v.convergence.as_str()),
+        s(a::CATALOG_REASON, v.reason),
+        s(a::CATALOG_NEXT_STEP, v.next_step),
+        s(a::CATALOG_PROJECTION_VERSION, v.projection_version),
+        s(a::CATALOG_CURSOR_CHAIN, v.cursor_chain.iter().map(|c| if c.is_empty() { "<first>" } else { c.as_str() }).collect::<Vec<_>>().join(" > ")),
+    ];
+    for (k, t) in [(a::CATALOG_SIGNAL_AT, v.signal_at_ns), (a::CATALOG_TRAVERSAL_START, v.traversal_start_ns), (a::CATALOG_TRAVERSAL_END, v.traversal_end_ns)] {
+        if let Some(t) = t {
+            attrs.push(kv(k, any_value::Value::IntValue(t as i64)));
+        }
+    }
+    if let Some(d) = &v.discovered_digest {
+        attrs.push(s(a::CATALOG_DISCOVERED_DIGEST, d.clone()));
+    }
+    if let Some(d) = &v.installed_digest {
+        attrs.push(s(a::CATALOG_INSTALLED_DIGEST, d.clone()));
+    }
+    if let Some(sv) = &c.server {
+        attrs.push(s(a::SERVER_ADDRESS, sv.to_string()));
+    }
+    attrs.push(s(a::SESSION_ID_HASH, crate::normalize::redact::hash_hex(c.session_key.as_bytes())));
+    let mut h = Sha256::new();
+    h.update(c.trace_id);
+    h.update(c.span_id);
+    h.update(v.convergence.as_str());
+    let id = h.finalize()[..8].to_vec();
+    Span {
+        trace_id: c.trace_id.to_vec(),
+        span_id: id,
+        parent_span_id: c.span_id.to_vec(),
+        name: "mcp_health catalog".into(),
+        kind: SpanKind::Internal as i32,
+        start_time_unix_nano: c.at_ns.min(decided_ns),
+        end_time_unix_nano: decided_ns,
+        attributes: attrs,
+        status: Some(Status { code: if v.convergence == crate::classify::catalog::Convergence::Converged { StatusCode::Ok } else { StatusCode::Unset } as i32, message: String::new() }),
+        ..Default::default()
+    }
+}
+
 /// Deterministic per (trace, call, revision): a re-sent verdict has the same id, a revision a new one.
 fn health_span_id(v: &Verdict) -> Vec<u8> {
     let mut h = Sha256::new();

@@ -80,6 +80,9 @@ pub struct HealthMeters {
     pub evidence_bytes: Gauge<u64>,
     pub exporter_sent: Counter<u64>,
     pub exporter_dropped: Counter<u64>,
+    catalog_verdicts: Counter<u64>,
+    catalog_guard: Arc<SeriesGuard>,
+    pub drift_events: Counter<u64>,
 }
 
 impl HealthMeters {
@@ -103,6 +106,9 @@ impl HealthMeters {
             evidence_bytes: meter.u64_gauge("mcp_health.evidence.bytes").with_description("Bytes of evidence held by the correlator").build(),
             exporter_sent: c("mcp_health.exporter.sent", "Export requests delivered upstream, by signal"),
             exporter_dropped: c("mcp_health.exporter.dropped", "Export requests or health spans dropped, by signal and reason"),
+            catalog_verdicts: c("mcp_health.catalog.verdicts", "Catalog convergence verdict changes, by server and convergence"),
+            catalog_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
+            drift_events: c("mcp_health.catalog.drift", "Tool definitions that differ from their pin, by server and tool"),
         }
     }
 
@@ -111,6 +117,18 @@ impl HealthMeters {
         let mut t = VerdictTally::default();
         t.add(v);
         t.flush(self);
+    }
+
+    /// Record a catalog verdict change.
+    pub fn record_catalog(&self, server: Option<&str>, c: crate::classify::catalog::Convergence) {
+        let attrs = vec![KeyValue::new("server.address", server.unwrap_or("").to_string()), KeyValue::new("convergence", c.as_str())];
+        self.catalog_verdicts.add(1, &self.catalog_guard.admit(attrs));
+    }
+
+    /// Record a drift event (a definition that differs from its pin).
+    pub fn record_drift(&self, server: &str, tool: &str) {
+        let attrs = vec![KeyValue::new("server.address", server.to_string()), KeyValue::new("gen_ai.tool.name", tool.to_string())];
+        self.drift_events.add(1, &self.catalog_guard.admit(attrs));
     }
 
     fn add_verdicts(&self, key: &CallKey, state: HealthState, layer: Option<Layer>, n: u64) {

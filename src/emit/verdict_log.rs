@@ -25,6 +25,19 @@ impl VerdictLog {
         }
     }
 
+    /// A catalog verdict change, as one JSON line with `"catalog": true`.
+    pub fn write_catalog(&mut self, c: &crate::correlate::CatalogChange) {
+        let line = serde_json::json!({
+            "catalog": true,
+            "session_hash": crate::normalize::redact::hash_hex(c.session_key.as_bytes()),
+            "server": c.server.as_deref(),
+            "verdict": c.verdict,
+        });
+        if serde_json::to_writer(&mut self.out, &line).is_ok() {
+            let _ = self.out.write_all(b"\n");
+        }
+    }
+
     pub fn flush(&mut self) {
         let _ = self.out.flush();
     }

@@ -61,6 +61,32 @@ pub const OPERATION_KEY: &str = "mcp_health.operation.key";
 /// Span event name for a verifier result carried as an event instead of a span.
 pub const OUTCOME_EVENT: &str = "mcp_health.outcome";
 
+/// `tools/list` page: the cursor the request sent (absent or empty: the first page).
+pub const CATALOG_CURSOR: &str = "mcp_health.catalog.cursor";
+/// `tools/list` page: the result carried a non-null `nextCursor` (bool). Required for a page to count.
+pub const CATALOG_NEXT_CURSOR_PRESENT: &str = "mcp_health.catalog.next_cursor_present";
+/// `tools/list` page: number of tools on the page.
+pub const CATALOG_TOOL_COUNT: &str = "mcp_health.catalog.tool_count";
+/// `tools/list` page: per-tool digests, `name=sha256:<hex>` (string array).
+pub const CATALOG_TOOL_DIGESTS: &str = "mcp_health.catalog.tool_digests";
+/// `tools/list` page: the raw tool definitions (a JSON array as a string). Digested by mcp-health,
+/// then stripped before anything is passed on.
+pub const CATALOG_TOOLS: &str = "mcp_health.catalog.tools";
+/// 2026-07-28 `tools/list` result `ttlMs`.
+pub const CATALOG_TTL_MS: &str = "mcp_health.catalog.ttl_ms";
+/// 2026-07-28 `tools/list` result `cacheScope`.
+pub const CATALOG_CACHE_SCOPE: &str = "mcp_health.catalog.cache_scope";
+/// The registry digest the client installed and now chooses tools from.
+pub const CATALOG_INSTALLED_DIGEST: &str = "mcp_health.catalog.installed_digest";
+/// A list-change signal on a span that is not itself `notifications/tools/list_changed`: `list_changed`.
+pub const CATALOG_SIGNAL: &str = "mcp_health.catalog.signal";
+/// Where the signal came from: `notification` (2025-11-25) or `subscription` (2026-07-28 `subscriptions/listen`).
+pub const CATALOG_SIGNAL_SOURCE: &str = "mcp_health.catalog.signal_source";
+/// The digest of the tool definition a call used (for pin checks), `sha256:<hex>`.
+pub const CATALOG_TOOL_DIGEST: &str = "mcp_health.catalog.tool_digest";
+/// The server's `tools.listChanged` capability (bool), from `initialize` or `server/discover`.
+pub const SESSION_LIST_CHANGED_CAPABILITY: &str = "mcp_health.session.list_changed_capability";
+
 // --- health span attributes (written) ---
 pub const VERDICT_STATE: &str = "mcp_health.verdict.state";
 pub const VERDICT_FIRST_FAILED_LAYER: &str = "mcp_health.verdict.first_failed_layer";
@@ -75,3 +101,12 @@ pub const VERDICT_VERIFIED_SUCCESS: &str = "mcp_health.verdict.verified_success"
 pub const LAYER_PREFIX: &str = "mcp_health.layer.";
 pub const SESSION_ID_HASH: &str = "mcp_health.session.id_hash";
 pub const OUTCOME_METHOD_WRITTEN: &str = OUTCOME_METHOD;
+pub const CATALOG_CONVERGENCE: &str = "mcp_health.catalog.convergence";
+pub const CATALOG_REASON: &str = "mcp_health.catalog.reason";
+pub const CATALOG_DISCOVERED_DIGEST: &str = "mcp_health.catalog.discovered_digest";
+pub const CATALOG_PROJECTION_VERSION: &str = "mcp_health.catalog.projection_version";
+pub const CATALOG_SIGNAL_AT: &str = "mcp_health.catalog.signal_at";
+pub const CATALOG_TRAVERSAL_START: &str = "mcp_health.catalog.traversal_start";
+pub const CATALOG_TRAVERSAL_END: &str = "mcp_health.catalog.traversal_end";
+pub const CATALOG_CURSOR_CHAIN: &str = "mcp_health.catalog.cursor_chain";
+pub const CATALOG_NEXT_STEP: &str = "mcp_health.catalog.next_step";

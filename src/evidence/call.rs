@@ -17,6 +17,10 @@ pub struct CallEvidence {
     pub session_id: Option<Box<str>>,
     pub protocol_version: Option<Arc<str>>,
     pub server: Option<Arc<str>>,
+    /// `service.name` of the client side (the client's identity where there is no session).
+    pub service: Option<Arc<str>>,
+    /// The digest of the tool definition the client used, when reported.
+    pub tool_digest: Option<Arc<str>>,
     pub start_ns: u64,
     pub end_ns: u64,
     pub client_seen: bool,
@@ -45,6 +49,8 @@ pub struct CallEvidence {
     pub outcomes: Vec<OutcomeReceipt>,
     pub operation_key: Option<Box<str>>,
     pub span_count: u32,
+    /// Request spans (client or server spans of the call's method) folded in so far.
+    pub request_spans: u32,
 }
 
 impl CallEvidence {
@@ -57,11 +63,18 @@ impl CallEvidence {
             self.end_ns = s.end_ns;
         }
         self.span_count += 1;
-        self.start_ns = self.start_ns.min(s.start_ns);
         self.end_ns = self.end_ns.max(s.end_ns);
         // A notification (progress, list_changed) has no response: it is evidence about the call,
         // not a request span of it, and must never count as the call's result.
         let is_request = s.method.as_ref().is_some_and(|m| !m.is_notification());
+        // The call starts when its request does: evidence around it (an earlier notification in
+        // the trace, a verifier) must not move the moment its catalog is judged at.
+        if is_request {
+            self.start_ns = if self.request_spans == 0 { s.start_ns } else { self.start_ns.min(s.start_ns) };
+            self.request_spans += 1;
+        } else if self.request_spans == 0 {
+            self.start_ns = self.start_ns.min(s.start_ns);
+        }
         if is_request && s.side == Side::Client && !self.client_seen {
             // The outermost client span carries the verdict.
             self.anchor_span_id = s.span_id;
@@ -79,6 +92,12 @@ impl CallEvidence {
         fill(&mut self.session_id, &s.session_id);
         fill(&mut self.protocol_version, &s.protocol_version);
         fill(&mut self.server, &s.server);
+        if s.side == Side::Client {
+            fill(&mut self.service, &s.service);
+        }
+        if let Some(d) = s.catalog.as_ref().and_then(|c| c.tool_digest.clone()) {
+            self.tool_digest.get_or_insert(d);
+        }
         fill(&mut self.required_scope, &s.required_scope);
         fill(&mut self.operation_key, &s.operation_key);
         match s.error {

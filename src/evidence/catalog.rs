@@ -38,12 +38,19 @@ pub struct CatalogFacts {
     pub installed_digest: Option<Arc<str>>,
     /// The server's `tools.listChanged` capability, from `initialize` / `server/discover`.
     pub list_changed_capability: Option<bool>,
-    /// Raw tool definitions were present (and were digested, then dropped).
-    pub raw_definitions_stripped: bool,
+    /// Raw tool definitions were present (they were digested; the raw text is stripped before
+    /// anything is passed on).
+    pub raw_definitions_seen: bool,
+    /// The digest of the tool definition a call used.
+    pub tool_digest: Option<Arc<str>>,
 }
 
 impl CatalogFacts {
     pub fn is_empty(&self) -> bool {
-        self.signal.is_none() && self.page.is_none() && self.installed_digest.is_none() && self.list_changed_capability.is_none()
+        self.signal.is_none()
+            && self.page.is_none()
+            && self.installed_digest.is_none()
+            && self.list_changed_capability.is_none()
+            && self.tool_digest.is_none()
     }
 }

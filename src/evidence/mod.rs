@@ -7,6 +7,7 @@
 
 pub mod attributes;
 pub mod call;
+pub mod catalog;
 
 use std::sync::Arc;
 
@@ -266,6 +267,11 @@ pub struct SpanEvidence {
     pub effect_boundary: Option<EffectBoundary>,
     pub outcomes: Vec<OutcomeReceipt>,
     pub operation_key: Option<Box<str>>,
+    /// Catalog facts (signals, `tools/list` pages, installs), rare enough to box.
+    pub catalog: Option<Box<catalog::CatalogFacts>>,
+    /// `service.name` of the resource that emitted the span (the client's identity where the
+    /// protocol has no session).
+    pub service: Option<Arc<str>>,
 }
 
 impl SpanEvidence {
@@ -297,6 +303,8 @@ impl SpanEvidence {
             effect_boundary: None,
             outcomes: Vec::new(),
             operation_key: None,
+            catalog: None,
+            service: None,
         }
     }
 
@@ -324,5 +332,36 @@ impl SpanEvidence {
             || self.auth_status.is_some()
             || !self.outcomes.is_empty()
             || self.negotiation.is_some()
+            || self.catalog.is_some()
+    }
+
+    /// Whether this span can start a call chain: a request, or call-level evidence. Catalog facts
+    /// and notifications feed the session table instead; they only enrich an existing chain.
+    pub fn starts_chain(&self) -> bool {
+        self.method.as_ref().is_some_and(|m| !m.is_notification())
+            || self.transport.is_some()
+            || self.auth_error.is_some()
+            || self.auth_status.is_some()
+            || !self.outcomes.is_empty()
+            || self.negotiation.is_some()
+    }
+
+    /// The key of the session this span belongs to: `mcp.session.id` where the protocol has
+    /// sessions, else the client's identity and the server's (2026-07-28 has no session id).
+    pub fn session_key(&self) -> Option<String> {
+        session_key(self.session_id.as_deref(), self.service.as_deref(), self.server.as_deref(), self.side)
+    }
+}
+
+/// See [`SpanEvidence::session_key`]. Server-side spans without a session id do not know the
+/// client, so they key by server alone only when nothing better exists.
+pub fn session_key(session_id: Option<&str>, service: Option<&str>, server: Option<&str>, side: Side) -> Option<String> {
+    if let Some(sid) = session_id {
+        return Some(format!("session:{sid}"));
+    }
+    let server = server?;
+    match side {
+        Side::Server => None,
+        _ => Some(format!("client:{}|server:{server}", service.unwrap_or("?"))),
     }
 }

@@ -32,6 +32,7 @@ pub enum Kind {
     Server = 2,
     Version = 3,
     Method = 4,
+    Service = 5,
 }
 
 /// The redacted, shared form of `raw` (with `extra`, e.g. a port, as part of the key).

@@ -34,6 +34,8 @@ pub struct NormalizedBatch {
     /// Known attributes whose value had a type we could not use; the span is kept, the value is not.
     pub attribute_type_errors: u64,
     pub spans: u64,
+    /// Some span carried raw tool definitions, which must be stripped before passing it on.
+    pub raw_definitions_seen: bool,
 }
 
 /// Why a span was refused by [`span_ids`].
@@ -70,6 +72,9 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
     let total: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
     out.evidence.reserve(total);
     for rs in &req.resource_spans {
+        let service = rs.resource.as_ref().and_then(|r| {
+            r.attributes.iter().find(|kv| kv.key == "service.name").and_then(|kv| value::as_str(&kv.value)).map(|s| intern::intern(intern::Kind::Service, s, None, || s.to_string()))
+        });
         for ss in &rs.scope_spans {
             for span in &ss.spans {
                 out.spans += 1;
@@ -80,8 +85,11 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
                         continue;
                     }
                 };
-                match semconv::read_span(trace_id, span_id, span, &mut out.attribute_type_errors) {
-                    Some(ev) => out.evidence.push(ev),
+                match semconv::read_span(trace_id, span_id, span, service.as_ref(), &mut out.attribute_type_errors) {
+                    Some(ev) => {
+                        out.raw_definitions_seen |= ev.catalog.as_ref().is_some_and(|c| c.raw_definitions_seen);
+                        out.evidence.push(ev)
+                    }
                     None => {
                         let is_root = span.parent_span_id.is_empty();
                         match out.activity.last_mut() {
@@ -101,6 +109,18 @@ pub fn drop_invalid_spans(req: &mut ExportTraceServiceRequest) {
     for rs in &mut req.resource_spans {
         for ss in &mut rs.scope_spans {
             ss.spans.retain(|s| span_ids(s).is_ok());
+        }
+    }
+}
+
+/// Remove raw tool definitions (`mcp_health.catalog.tools`) from a request: mcp-health has digested
+/// them, and they are not to travel further.
+pub fn strip_raw_definitions(req: &mut ExportTraceServiceRequest) {
+    for rs in &mut req.resource_spans {
+        for ss in &mut rs.scope_spans {
+            for span in &mut ss.spans {
+                span.attributes.retain(|kv| kv.key != crate::evidence::attributes::CATALOG_TOOLS);
+            }
         }
     }
 }

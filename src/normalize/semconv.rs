@@ -10,10 +10,12 @@ use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, 
 use super::intern::{intern, Kind};
 use super::{redact, value};
 use crate::evidence::attributes as a;
+use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
 use crate::evidence::*;
+use std::sync::Arc;
 
 /// Read one span. `None` when the span carries no MCP evidence at all.
-pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, type_errors: &mut u64) -> Option<SpanEvidence> {
+pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
     // Fast reject: most spans in a shared pipeline are not MCP. Look at keys only.
     if !span.attributes.iter().any(|kv| is_evidence_key(&kv.key))
         && !span.events.iter().any(|e| e.name == a::OUTCOME_EVENT)
@@ -38,8 +40,13 @@ pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, type_errors: &
     let mut outcome = OutcomeFields::default();
     let mut negotiation = Negotiation::default();
     let mut has_negotiation = false;
+    let mut cat = CatalogAcc::default();
 
     for kv in &span.attributes {
+        if kv.key.starts_with("mcp_health.catalog.") || kv.key == a::SESSION_LIST_CHANGED_CAPABILITY {
+            cat.read(kv, type_errors);
+            continue;
+        }
         read_attribute(kv, &mut ev, &mut Fields {
             server_address: &mut server_address,
             server_port: &mut server_port,
@@ -61,6 +68,11 @@ pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, type_errors: &
     ev.error = classify_error(rpc_code, error_type);
     if has_negotiation {
         ev.negotiation = Some(negotiation);
+    }
+    ev.service = service.cloned();
+    let facts = cat.finish(ev.method.as_ref());
+    if !facts.is_empty() || facts.raw_definitions_seen {
+        ev.catalog = Some(Box::new(facts));
     }
     if let Some(result) = outcome.result {
         ev.outcomes.push(OutcomeReceipt {
@@ -90,6 +102,121 @@ pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, type_errors: &
     } else {
         None
     }
+}
+
+/// Catalog attributes gathered over one span's attributes.
+#[derive(Default)]
+struct CatalogAcc {
+    cursor: Option<Box<str>>,
+    next_cursor_present: Option<bool>,
+    tools: Vec<(Arc<str>, Arc<str>)>,
+    raw_seen: bool,
+    ttl_ms: Option<u64>,
+    cache_scope: Option<Arc<str>>,
+    installed: Option<Arc<str>>,
+    signal: bool,
+    source: Option<SignalSource>,
+    capability: Option<bool>,
+    tool_digest: Option<Arc<str>>,
+}
+
+fn digest_str(s: &str) -> Option<Arc<str>> {
+    let ok = s.len() == 7 + 64 && s.starts_with("sha256:") && s[7..].bytes().all(|b| b.is_ascii_hexdigit());
+    ok.then(|| Arc::from(s.to_ascii_lowercase()))
+}
+
+impl CatalogAcc {
+    fn read(&mut self, kv: &KeyValue, type_errors: &mut u64) {
+        let v = &kv.value;
+        let ok = match kv.key.as_str() {
+            a::CATALOG_CURSOR => value::as_str(v).map(|c| self.cursor = (!c.is_empty()).then(|| redact::ident(c))).is_some(),
+            a::CATALOG_NEXT_CURSOR_PRESENT => value::as_bool(v).map(|b| self.next_cursor_present = Some(b)).is_some(),
+            a::CATALOG_TOOL_COUNT => value::as_i64(v).is_some(),
+            a::CATALOG_TOOL_DIGESTS => match value::as_str_list(v) {
+                Some(list) => {
+                    for item in list {
+                        if let Some((name, d)) = item.split_once('=').and_then(|(n, d)| Some((n, digest_str(d)?))) {
+                            self.tools.push((intern(Kind::Tool, name, None, || name.to_string()), d));
+                        }
+                    }
+                    true
+                }
+                None => false,
+            },
+            a::CATALOG_TOOLS => match value::as_str(v) {
+                Some(raw) => {
+                    self.raw_seen = true;
+                    self.tools.extend(digest_definitions(raw));
+                    true
+                }
+                None => false,
+            },
+            a::CATALOG_TTL_MS => value::as_i64(v).filter(|t| *t >= 0).map(|t| self.ttl_ms = Some(t as u64)).is_some(),
+            a::CATALOG_CACHE_SCOPE => value::as_str(v).map(|c| self.cache_scope = Some(intern(Kind::Version, c, Some(1), || c.to_string()))).is_some(),
+            a::CATALOG_INSTALLED_DIGEST => value::as_str(v).and_then(digest_str).map(|d| self.installed = Some(d)).is_some(),
+            a::CATALOG_TOOL_DIGEST => value::as_str(v).and_then(digest_str).map(|d| self.tool_digest = Some(d)).is_some(),
+            a::CATALOG_SIGNAL => value::as_str(v).filter(|s| *s == "list_changed").map(|_| self.signal = true).is_some(),
+            a::CATALOG_SIGNAL_SOURCE => match value::as_str(v) {
+                Some("notification") => {
+                    self.source = Some(SignalSource::Notification);
+                    true
+                }
+                Some("subscription") => {
+                    self.source = Some(SignalSource::Subscription);
+                    true
+                }
+                _ => false,
+            },
+            a::SESSION_LIST_CHANGED_CAPABILITY => value::as_bool(v).map(|b| self.capability = Some(b)).is_some(),
+            _ => true,
+        };
+        if !ok {
+            *type_errors += 1;
+        }
+    }
+
+    fn finish(self, method: Option<&Method>) -> CatalogFacts {
+        let is_notification = matches!(method, Some(Method::Other(m)) if &**m == "notifications/tools/list_changed");
+        let signal = if is_notification {
+            Some(self.source.unwrap_or(SignalSource::Notification))
+        } else if self.signal {
+            Some(self.source.unwrap_or(SignalSource::Notification))
+        } else {
+            None
+        };
+        // A page counts only when it says whether more pages follow.
+        let page = match (method, self.next_cursor_present) {
+            (Some(Method::ToolsList), Some(next)) => Some(ListPage { cursor: self.cursor, next_cursor_present: next, tools: self.tools, ttl_ms: self.ttl_ms, cache_scope: self.cache_scope }),
+            _ => None,
+        };
+        CatalogFacts {
+            signal,
+            page,
+            installed_digest: self.installed,
+            list_changed_capability: self.capability,
+            raw_definitions_seen: self.raw_seen,
+            tool_digest: self.tool_digest,
+        }
+    }
+}
+
+thread_local! {
+    static DIGESTS: std::cell::RefCell<crate::classify::digest::DigestCache> = Default::default();
+}
+
+/// Digest each definition of a raw JSON array of tools (a `tools/list` result's `tools`).
+fn digest_definitions(raw: &str) -> Vec<(Arc<str>, Arc<str>)> {
+    let Ok(serde_json::Value::Array(defs)) = serde_json::from_str::<serde_json::Value>(raw) else { return Vec::new() };
+    DIGESTS.with(|c| {
+        let mut c = c.borrow_mut();
+        defs.iter()
+            .filter_map(|d| {
+                let raw = serde_json::to_vec(d).ok()?;
+                let t = c.digest_raw(&raw).ok()?;
+                Some((intern(Kind::Tool, &t.name, None, || t.name.clone()), Arc::from(t.digest.as_str())))
+            })
+            .collect()
+    })
 }
 
 /// Keys that make a span worth reading in full.

@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 
 use crate::emit::metrics::HealthMeters;
 use crate::emit::otlp_traces::Outgoing;
-use crate::normalize::{drop_invalid_spans, normalize_request, NormalizedBatch};
+use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
 
 /// What the receiver should answer.
 #[derive(Debug, PartialEq, Eq)]
@@ -24,6 +24,8 @@ pub struct Admission {
     pub ingest: mpsc::Sender<NormalizedBatch>,
     pub passthrough: Option<mpsc::Sender<Outgoing>>,
     pub meters: HealthMeters,
+    /// Remove raw tool definitions before passing spans on (they were digested).
+    pub strip_tool_definitions: bool,
 }
 
 impl Admission {
@@ -53,6 +55,7 @@ impl Admission {
         };
         let batch = normalize_request(&req);
         let rejected = batch.rejected_spans;
+        let raw_defs = batch.raw_definitions_seen;
         if batch.attribute_type_errors > 0 {
             self.meters.attributes_invalid.add(batch.attribute_type_errors, &[]);
         }
@@ -60,6 +63,9 @@ impl Admission {
         if let Some(permit) = pass_permit {
             if rejected > 0 {
                 drop_invalid_spans(&mut req);
+            }
+            if raw_defs && self.strip_tool_definitions {
+                strip_raw_definitions(&mut req);
             }
             permit.send(Outgoing::Passthrough(req));
         }

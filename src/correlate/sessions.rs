@@ -1,0 +1,213 @@
+//! Session state that outlives one trace: each session's catalog timeline (signals, `tools/list`
+//! pages, installs, capability, reconnects), keyed by `mcp.session.id` or, where the protocol has
+//! no session, by client identity + server identity. Bounded in sessions and in events per session,
+//! and expired when idle.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+
+use crate::classify::catalog::{convergence, CatalogEvent, CatalogEventKind, CatalogVerdict, Convergence, RefreshPolicy};
+use crate::evidence::{Method, SpanEvidence};
+
+/// Bounds of the session table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionLimits {
+    pub max_sessions: usize,
+    pub max_events_per_session: usize,
+    pub idle_expiry: Duration,
+    pub refresh_policy: RefreshPolicy,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits { max_sessions: 100_000, max_events_per_session: 512, idle_expiry: Duration::from_secs(3600), refresh_policy: RefreshPolicy::None }
+    }
+}
+
+struct SessionState {
+    events: Vec<CatalogEvent>,
+    /// Request ids of pages already recorded (client and server report the same page).
+    page_requests: Vec<Box<str>>,
+    last_seen: Instant,
+    last: Option<Convergence>,
+    /// Latest span time of the session (calls included): the moment its current verdict is for.
+    last_activity_ns: u64,
+    server: Option<Arc<str>>,
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+}
+
+impl SessionState {
+    /// A session seen only through `initialize` has no catalog to judge yet.
+    fn has_catalog_evidence(&self) -> bool {
+        self.events.iter().any(|e| !matches!(e.kind, CatalogEventKind::Reconnect))
+    }
+}
+
+/// A session whose catalog verdict changed.
+#[derive(Clone, Debug)]
+pub struct CatalogChange {
+    pub session_key: String,
+    pub server: Option<Arc<str>>,
+    pub verdict: CatalogVerdict,
+    /// The span that caused the change (the health span goes in its trace).
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+    pub at_ns: u64,
+}
+
+/// The session table.
+pub struct Sessions {
+    limits: SessionLimits,
+    map: FxHashMap<String, SessionState>,
+    pub expired: u64,
+}
+
+impl Sessions {
+    pub fn new(limits: SessionLimits) -> Self {
+        Sessions { limits, map: FxHashMap::default(), expired: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn policy(&self) -> RefreshPolicy {
+        self.limits.refresh_policy
+    }
+
+    /// Record the catalog facts of a batch of spans; returns the sessions whose verdict changed.
+    pub fn observe<'a>(&mut self, spans: impl IntoIterator<Item = &'a SpanEvidence>, now: Instant) -> Vec<CatalogChange> {
+        let mut touched: Vec<(String, u64)> = Vec::new();
+        for s in spans {
+            let reconnect = s.method == Some(Method::Initialize);
+            if s.catalog.is_none() && !reconnect {
+                // A call only moves a known session's clock (a TTL can expire before it).
+                if s.method == Some(Method::ToolsCall) && !self.map.is_empty() {
+                    if let Some(st) = s.session_key().and_then(|k| self.map.get_mut(&k)) {
+                        st.last_activity_ns = st.last_activity_ns.max(s.start_ns);
+                        st.last_seen = now;
+                    }
+                }
+                continue;
+            }
+            let Some(key) = s.session_key() else { continue };
+            if !self.map.contains_key(&key) && self.map.len() >= self.limits.max_sessions {
+                self.evict_idlest();
+            }
+            let st = self.map.entry(key.clone()).or_insert_with(|| SessionState {
+                events: Vec::new(),
+                page_requests: Vec::new(),
+                last_seen: now,
+                last: None,
+                last_activity_ns: 0,
+                server: s.server.clone(),
+                trace_id: s.trace_id,
+                span_id: s.span_id,
+            });
+            st.last_seen = now;
+            st.last_activity_ns = st.last_activity_ns.max(s.end_ns.max(s.start_ns));
+            st.trace_id = s.trace_id;
+            st.span_id = s.span_id;
+            if st.server.is_none() {
+                st.server = s.server.clone();
+            }
+            let mut push = |kind: CatalogEventKind, at_ns: u64| st.events.push(CatalogEvent { at_ns, kind });
+            if reconnect {
+                push(CatalogEventKind::Reconnect, s.start_ns);
+            }
+            if let Some(c) = &s.catalog {
+                if let Some(cap) = c.list_changed_capability {
+                    push(CatalogEventKind::Capability(cap), s.start_ns);
+                }
+                if let Some(sig) = c.signal {
+                    push(CatalogEventKind::Signal(sig), s.end_ns);
+                }
+                if let Some(d) = &c.installed_digest {
+                    push(CatalogEventKind::Installed(d.clone()), s.end_ns);
+                }
+                if let Some(p) = &c.page {
+                    let dup = s.request_id.as_ref().is_some_and(|r| st.page_requests.contains(r));
+                    if !dup {
+                        if let Some(r) = &s.request_id {
+                            st.page_requests.push(r.clone());
+                        }
+                        push(CatalogEventKind::Page { start_ns: s.start_ns, page: p.clone() }, s.end_ns);
+                    }
+                }
+            }
+            // Bounded: the oldest events go first; the verdict needs the latest ones.
+            let cap = self.limits.max_events_per_session;
+            if st.events.len() > cap {
+                st.events.sort_by_key(|e| e.at_ns);
+                let drop = st.events.len() - cap;
+                st.events.drain(..drop);
+            }
+            if st.page_requests.len() > cap {
+                st.page_requests.drain(..cap / 2);
+            }
+            let at = s.end_ns.max(s.start_ns);
+            match touched.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, t)) => *t = (*t).max(at),
+                None => touched.push((key, at)),
+            }
+        }
+        let mut changes = Vec::new();
+        for (key, at) in touched {
+            let policy = self.limits.refresh_policy;
+            let Some(st) = self.map.get_mut(&key) else { continue };
+            if !st.has_catalog_evidence() {
+                continue;
+            }
+            let latest = st.events.iter().map(|e| e.at_ns).max().unwrap_or(at).max(st.last_activity_ns);
+            let v = convergence(&st.events, policy, latest.max(at));
+            if st.last != Some(v.convergence) {
+                st.last = Some(v.convergence);
+                changes.push(CatalogChange { session_key: key, server: st.server.clone(), verdict: v, trace_id: st.trace_id, span_id: st.span_id, at_ns: latest.max(at) });
+            }
+        }
+        changes
+    }
+
+    /// The catalog verdict of a session at a moment (a call's start), if the session is known.
+    pub fn verdict_at(&self, key: &str, at_ns: u64) -> Option<CatalogVerdict> {
+        let st = self.map.get(key)?;
+        Some(convergence(&st.events, self.limits.refresh_policy, at_ns))
+    }
+
+    /// The current verdict of every session (for `replay` and the gate API).
+    pub fn all_current(&self) -> Vec<(String, Option<Arc<str>>, CatalogVerdict)> {
+        let mut out: Vec<_> = self
+            .map
+            .iter()
+            .filter(|(_, st)| st.has_catalog_evidence())
+            .map(|(k, st)| {
+                let at = st.events.iter().map(|e| e.at_ns).max().unwrap_or(0).max(st.last_activity_ns);
+                (k.clone(), st.server.clone(), convergence(&st.events, self.limits.refresh_policy, at))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Forget sessions idle past the expiry.
+    pub fn expire(&mut self, now: Instant) {
+        let idle = self.limits.idle_expiry;
+        let before = self.map.len();
+        self.map.retain(|_, st| now.saturating_duration_since(st.last_seen) < idle);
+        self.expired += (before - self.map.len()) as u64;
+    }
+
+    fn evict_idlest(&mut self) {
+        if let Some(k) = self.map.iter().min_by_key(|(_, st)| st.last_seen).map(|(k, _)| k.clone()) {
+            self.map.remove(&k);
+            self.expired += 1;
+        }
+    }
+}
