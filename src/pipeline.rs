@@ -11,7 +11,10 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::classify::{classify_call, SessionContext};
+use std::sync::Arc;
+
 use crate::classify::catalog::Convergence;
+use crate::classify::pinning::{Lockfile, PinCheck};
 use crate::correlate::{CatalogChange, ChainStats, Chains, DecidedCalls, Sessions};
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{Method, Side};
@@ -54,6 +57,28 @@ impl Emitters {
         }
     }
 
+    /// Drift events: metric, verdict line, health span in the trace of the `tools/list` span.
+    fn emit_drift(&mut self, events: &[DriftEvent]) {
+        let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        for e in events {
+            tracing::warn!(server = %e.server, tool = %e.tool, changes = e.changes.len(), "tool contract differs from its pin");
+            self.meters.record_drift(&e.server, &e.tool);
+            if let Some(log) = &mut self.verdict_log {
+                log.write_json(e);
+            }
+        }
+        if let Some(log) = &mut self.verdict_log {
+            log.flush();
+        }
+        if let Some(tx) = &self.health_spans {
+            let spans = events.iter().map(|e| health_spans::drift_span(e, now_ns)).collect();
+            let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
+            if tx.try_send(Outgoing::Health(req)).is_err() {
+                self.meters.exporter_dropped.add(events.len() as u64, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
+            }
+        }
+    }
+
     fn emit(&mut self, verdicts: &[Verdict]) {
         if verdicts.is_empty() {
             return;
@@ -78,12 +103,25 @@ impl Emitters {
     }
 }
 
-/// The session facts a call is classified with: its catalog's convergence when the call started.
-pub fn session_context(sessions: &Sessions, c: &CallEvidence) -> SessionContext {
+/// The session facts a call is classified with: its catalog's convergence when the call started,
+/// and whether the tool definition it used differs from its pin.
+pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvidence) -> SessionContext {
+    // Catalog staleness and drift are about choosing a tool; a `tools/list` is the remedy, not a victim.
+    if c.method != Some(Method::ToolsCall) {
+        return SessionContext::default();
+    }
     let key = crate::evidence::session_key(c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), if c.client_seen { Side::Client } else { Side::Server });
-    // Catalog staleness is about choosing a tool; a `tools/list` is the remedy, not a victim.
-    let catalog = key.filter(|_| c.method == Some(Method::ToolsCall)).and_then(|k| sessions.verdict_at(&k, c.start_ns));
-    SessionContext { catalog_stale: catalog.map(|v| v.convergence == Convergence::Stale), ..SessionContext::default() }
+    let catalog = key.as_ref().and_then(|k| sessions.verdict_at(k, c.start_ns));
+    let mut ctx = SessionContext { catalog_stale: catalog.map(|v| v.convergence == Convergence::Stale), ..SessionContext::default() };
+    if let (Some(pins), Some(server), Some(tool)) = (pins, c.server.as_deref(), c.tool.as_deref()) {
+        let in_use = c.tool_digest.clone().or_else(|| key.as_ref().and_then(|k| sessions.tool_digest_at(k, tool, c.start_ns)));
+        if let Some(d) = in_use {
+            if let PinCheck::Drift { changes, .. } = pins.check(server, tool, &d, crate::normalize::definitions::lookup(&d).as_ref()) {
+                ctx.contract_drift = Some(changes);
+            }
+        }
+    }
+    ctx
 }
 
 /// Whether a verdict is worth reporting: every `tools/call`, and any other request that failed
@@ -94,22 +132,72 @@ pub fn reportable(v: &Verdict) -> bool {
 }
 
 /// Classify a decided chain.
-pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions) -> Vec<Verdict> {
-    d.calls.iter().map(|c| classify_call(c, &session_context(sessions, c), d.decision)).filter(reportable).collect()
+pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile>) -> Vec<Verdict> {
+    d.calls.iter().map(|c| classify_call(c, &session_context(sessions, pins, c), d.decision)).filter(reportable).collect()
 }
 
-/// The correlator's state: call chains and session (catalog) state.
+/// A discovered definition that differs from its pin.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DriftEvent {
+    pub drift: bool,
+    pub server: String,
+    pub tool: String,
+    pub pinned_digest: String,
+    pub digest: String,
+    pub changes: Vec<crate::classify::drift::ContractChange>,
+    #[serde(skip)]
+    pub trace_id: [u8; 16],
+    #[serde(skip)]
+    pub span_id: [u8; 8],
+}
+
+/// Check the tools of every `tools/list` page in `spans` against the pins; each drifted
+/// (server, tool, digest) is reported once.
+pub fn detect_drift(spans: &[crate::evidence::SpanEvidence], pins: &Lockfile, seen: &mut rustc_hash::FxHashSet<(Arc<str>, Arc<str>, Arc<str>)>) -> Vec<DriftEvent> {
+    let mut out = Vec::new();
+    for s in spans {
+        let (Some(server), Some(page)) = (&s.server, s.catalog.as_ref().and_then(|c| c.page.as_ref())) else { continue };
+        for (tool, digest) in &page.tools {
+            let key = (server.clone(), tool.clone(), digest.clone());
+            if seen.contains(&key) {
+                continue;
+            }
+            if let PinCheck::Drift { pinned_digest, changes } = pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref()) {
+                if seen.len() > 100_000 {
+                    seen.clear();
+                }
+                seen.insert(key);
+                out.push(DriftEvent { drift: true, server: server.to_string(), tool: tool.to_string(), pinned_digest, digest: digest.to_string(), changes, trace_id: s.trace_id, span_id: s.span_id });
+            }
+        }
+    }
+    out
+}
+
+/// The correlator's state: call chains, session (catalog) state and the contract pins.
 pub struct Correlator {
     pub chains: Chains,
     pub sessions: Sessions,
+    pub pins: Option<Arc<Lockfile>>,
+    pub drift_seen: rustc_hash::FxHashSet<(Arc<str>, Arc<str>, Arc<str>)>,
 }
 
 impl Correlator {
+    pub fn new(chains: Chains, sessions: Sessions, pins: Option<Arc<Lockfile>>) -> Self {
+        Correlator { chains, sessions, pins, drift_seen: Default::default() }
+    }
+
     fn ingest(&mut self, batch: NormalizedBatch, decided: &mut Vec<DecidedCalls>, emitters: &mut Emitters) {
         let now = Instant::now();
         let changes = self.sessions.observe(&batch.evidence, now);
         if !changes.is_empty() {
             emitters.emit_catalog(&changes);
+        }
+        if let Some(pins) = &self.pins {
+            let drift = detect_drift(&batch.evidence, pins, &mut self.drift_seen);
+            if !drift.is_empty() {
+                emitters.emit_drift(&drift);
+            }
         }
         self.chains.ingest(batch, now, decided);
     }
@@ -151,26 +239,26 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut c: Corr
                 emitters.tally.flush(&emitters.meters);
             }
         }
-        flush(&mut decided, &mut verdicts, &c.sessions, &mut emitters);
+        flush(&mut decided, &mut verdicts, &c, &mut emitters);
     }
     rx.close();
     while let Some(batch) = rx.recv().await {
         c.ingest(batch, &mut decided, &mut emitters);
     }
     c.chains.drain(DecidedBy::Shutdown, Instant::now(), &mut decided);
-    flush(&mut decided, &mut verdicts, &c.sessions, &mut emitters);
+    flush(&mut decided, &mut verdicts, &c, &mut emitters);
     report(&c.chains, &emitters.meters, &mut last);
     emitters.tally.flush(&emitters.meters);
     tracing::info!(decided = c.chains.stats.chains_decided, "correlator stopped; chains in flight were decided at shutdown");
 }
 
-fn flush(decided: &mut Vec<DecidedCalls>, verdicts: &mut Vec<Verdict>, sessions: &Sessions, emitters: &mut Emitters) {
+fn flush(decided: &mut Vec<DecidedCalls>, verdicts: &mut Vec<Verdict>, c: &Correlator, emitters: &mut Emitters) {
     if decided.is_empty() {
         return;
     }
     verdicts.clear();
     for d in decided.drain(..) {
-        verdicts.extend(verdicts_of(&d, sessions));
+        verdicts.extend(verdicts_of(&d, &c.sessions, c.pins.as_deref()));
     }
     emitters.emit(verdicts);
 }

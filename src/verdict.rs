@@ -85,6 +85,8 @@ pub enum HealthState {
     /// state for "never reached the server"; see the README.
     TransportFailed,
     IncompatibleSession,
+    /// The tool definition in use differs from its pin (issue 3's contract pinning).
+    ContractDrift,
     StaleCatalog,
     ProtocolError,
     Working,
@@ -96,10 +98,11 @@ pub enum HealthState {
 }
 
 impl HealthState {
-    pub const ALL: [HealthState; 11] = [
+    pub const ALL: [HealthState; 12] = [
         HealthState::NeedsAuth,
         HealthState::TransportFailed,
         HealthState::IncompatibleSession,
+        HealthState::ContractDrift,
         HealthState::StaleCatalog,
         HealthState::ProtocolError,
         HealthState::Working,
@@ -114,6 +117,7 @@ impl HealthState {
             HealthState::NeedsAuth => "needs_auth",
             HealthState::TransportFailed => "transport_failed",
             HealthState::IncompatibleSession => "incompatible_session",
+            HealthState::ContractDrift => "contract_drift",
             HealthState::StaleCatalog => "stale_catalog",
             HealthState::ProtocolError => "protocol_error",
             HealthState::Working => "working",
@@ -208,6 +212,9 @@ pub struct Verdict {
     pub protocol_success: bool,
     pub verified_success: bool,
     pub required_scope: Option<Box<str>>,
+    /// What changed against the pin, for `contract_drift`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contract_changes: Vec<crate::classify::drift::ContractChange>,
     pub outcome_method: Option<&'static str>,
     pub revision: u32,
     pub decided_by: DecidedBy,

@@ -14,6 +14,9 @@ pub struct SessionContext {
     pub catalog_stale: Option<bool>,
     /// The call is in flight with valid progress and its absolute deadline holds.
     pub working: bool,
+    /// The tool definition in use differs from its pin: what changed (empty when no definition
+    /// was observed to diff).
+    pub contract_drift: Option<Vec<super::drift::ContractChange>>,
 }
 
 /// Could this call's failure have committed a side effect before the response was lost?
@@ -43,6 +46,9 @@ pub fn state(c: &CallEvidence, f: &LayerFindings, ctx: &SessionContext) -> Healt
     }
     if layers::incompatibility(c).is_some() {
         return IncompatibleSession;
+    }
+    if ctx.contract_drift.is_some() {
+        return ContractDrift;
     }
     if ctx.catalog_stale == Some(true) {
         return StaleCatalog;
@@ -93,6 +99,7 @@ pub fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> S
         }
         TransportFailed => format!("check reachability of {server}; retry only within a fixed budget"),
         IncompatibleSession => "route to the integration owner with the requested and accepted versions and the missing capabilities".into(),
+        ContractDrift => "stop the call: the tool's contract changed since it was pinned; review the change and re-pin (mcp-health lock --update) or roll the server back".into(),
         StaleCatalog => "suspend the affected definitions and run one bounded rediscovery".into(),
         ProtocolError => match f.reason(Layer::Protocol) {
             Some("jsonrpc_-32601") => "refresh discovery: the method or tool is unknown to the server".into(),

@@ -18,9 +18,10 @@ use LayerStatus::{Failed as F, Passed as P, Unobserved as U};
 // --- builders -------------------------------------------------------------------------------
 
 const QUIET: Decision = Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
-const NO_CTX: SessionContext = SessionContext { catalog_stale: None, working: false };
-const STALE: SessionContext = SessionContext { catalog_stale: Some(true), working: false };
-const WORKING: SessionContext = SessionContext { catalog_stale: None, working: true };
+const NO_CTX: SessionContext = SessionContext { catalog_stale: None, working: false, contract_drift: None };
+const STALE: SessionContext = SessionContext { catalog_stale: Some(true), working: false, contract_drift: None };
+const DRIFT: SessionContext = SessionContext { catalog_stale: None, working: false, contract_drift: Some(vec![]) };
+const WORKING: SessionContext = SessionContext { catalog_stale: None, working: true, contract_drift: None };
 
 /// A `tools/call` the client sent; nothing is known about what came back.
 fn sent() -> CallEvidence {
@@ -517,8 +518,12 @@ fn state_cases() -> Vec<StateCase> {
         // stale_catalog (only from the session context today).
         row("stale catalog on an otherwise confirmed call", with(answered(), |c| c.outcomes.push(confirmed())), STALE, StaleCatalog, true, true, false),
         row("stale catalog outranks a protocol error", with(answered(), |c| c.jsonrpc_error = Some(-32601)), STALE, StaleCatalog, true, false, false),
-        row("stale catalog outranks working", answered(), SessionContext { catalog_stale: Some(true), working: true }, StaleCatalog, true, true, false),
-        row("a catalog known fresh is not stale", with(answered(), |c| c.outcomes.push(confirmed())), SessionContext { catalog_stale: Some(false), working: false }, Healthy, true, true, true),
+        row("stale catalog outranks working", answered(), SessionContext { catalog_stale: Some(true), working: true, contract_drift: None }, StaleCatalog, true, true, false),
+        row("a definition that differs from its pin is contract drift", answered(), DRIFT, ContractDrift, true, true, false),
+        row("contract drift outranks a stale catalog", answered(), SessionContext { catalog_stale: Some(true), working: false, contract_drift: Some(vec![]) }, ContractDrift, true, true, false),
+        row("an incompatible session outranks contract drift", with(answered(), |c| c.negotiation = Some(refused_version())), DRIFT, IncompatibleSession, true, false, false),
+        row("authorization outranks contract drift", with(sent(), |c| c.http_status = Some(401)), DRIFT, NeedsAuth, true, false, false),
+        row("a catalog known fresh is not stale", with(answered(), |c| c.outcomes.push(confirmed())), SessionContext { catalog_stale: Some(false), working: false, contract_drift: None }, Healthy, true, true, true),
         // protocol_error.
         row("-32601 method not found", with(answered(), |c| c.jsonrpc_error = Some(-32601)), NO_CTX, ProtocolError, true, false, false),
         row("-32602 invalid params", with(answered(), |c| c.jsonrpc_error = Some(-32602)), NO_CTX, ProtocolError, true, false, false),
@@ -593,7 +598,7 @@ fn state_table_covers_every_health_state() {
         assert!(cases.iter().any(|c| c.state == s), "no row reaches {s}");
     }
     // Every state but the two that need session context is reached from call evidence alone.
-    for s in HealthState::ALL.into_iter().filter(|s| !matches!(s, HealthState::StaleCatalog | HealthState::Working)) {
+    for s in HealthState::ALL.into_iter().filter(|s| !matches!(s, HealthState::StaleCatalog | HealthState::Working | HealthState::ContractDrift)) {
         assert!(cases.iter().any(|c| c.state == s && c.ctx == NO_CTX), "no evidence-only row reaches {s}");
     }
 }

@@ -1,6 +1,7 @@
 //! The command line: `serve` (the default), `replay`, `validate`. One file per command.
 
 pub mod loadgen;
+pub mod lock;
 pub mod replay;
 pub mod serve;
 pub mod validate;
@@ -29,6 +30,8 @@ Examples:
   mcp-health validate otel-config/mcp-health.yaml
   mcp-health replay tests/fixtures/eight_calls.jsonl
   mcp-health replay --format json traces.jsonl   one JSON verdict per line, then a summary
+  mcp-health lock traces.jsonl --lockfile mcp-health.lock.json   pin tool contracts
+  mcp-health verify traces.jsonl --lockfile mcp-health.lock.json exit 1 on contract drift
   mcp-health loadgen --endpoint 127.0.0.1:4317 --seconds 10
   mcp-health print-default-config > my.yaml   start your own config from the default
 
@@ -44,6 +47,10 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Check a configuration file; names the bad key and its line.
     Validate(validate::ValidateArgs),
+    /// Pin tool contracts (digest + definition per server and tool) from observed discoveries.
+    Lock(lock::LockArgs),
+    /// Check observed tool definitions against a lockfile; names what changed. Exit 1 on drift.
+    Verify(lock::VerifyArgs),
     /// Send synthetic MCP spans to an OTLP/gRPC endpoint and report the accepted rate.
     Loadgen(loadgen::LoadgenArgs),
     /// Print the embedded default configuration.
@@ -58,6 +65,8 @@ pub fn main() -> ExitCode {
         Command::Replay(a) => replay::run(a),
         Command::Validate(a) => validate::run(a),
         Command::Loadgen(a) => loadgen::run(a),
+        Command::Lock(a) => lock::run_lock(a),
+        Command::Verify(a) => lock::run_verify(a),
         Command::PrintDefaultConfig => {
             print!("{}", crate::config::DEFAULT_CONFIG);
             ExitCode::SUCCESS

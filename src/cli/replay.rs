@@ -12,6 +12,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use crate::classify::catalog::CatalogVerdict;
+use crate::classify::pinning::Lockfile;
 use crate::correlate::{ChainLimits, Chains, SessionLimits, Sessions};
 use crate::normalize::normalize_request;
 use crate::receive::otlp_json;
@@ -22,6 +23,9 @@ pub struct ReplayArgs {
     /// OTLP/JSON files, one ExportTraceServiceRequest per line; `-` reads standard input.
     #[arg(required = true)]
     pub files: Vec<String>,
+    /// Check discovered tool definitions against this lockfile (see `mcp-health lock`).
+    #[arg(long)]
+    pub lockfile: Option<String>,
     /// `table` for people, `json` for one JSON object per verdict followed by a summary object.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -79,15 +83,19 @@ pub struct CatalogRow {
 pub struct Replayed {
     pub verdicts: Vec<Verdict>,
     pub catalog: Vec<CatalogRow>,
+    /// Every tool definition discovered, in (server, tool, time) order (for `lock`).
+    pub discoveries: Vec<crate::correlate::Discovery>,
+    /// Definitions that differ from their pins (when replayed with a lockfile).
+    pub drift: Vec<crate::pipeline::DriftEvent>,
 }
 
 /// Classify everything in `files`. Bad lines are reported and skipped, not fatal.
 pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verdict> {
-    replay(files, errors).verdicts
+    replay(files, None, errors).verdicts
 }
 
-/// Classify calls and catalog sessions in `files`.
-pub fn replay(files: &[String], errors: &mut Vec<ReplayError>) -> Replayed {
+/// Classify calls and catalog sessions in `files`, checking tool definitions against `pins`.
+pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<ReplayError>) -> Replayed {
     let mut chains = Chains::new(ChainLimits {
         max_chains: usize::MAX,
         max_bytes: usize::MAX,
@@ -142,7 +150,7 @@ pub fn replay(files: &[String], errors: &mut Vec<ReplayError>) -> Replayed {
     chains.drain(DecidedBy::Replay, now, &mut sink);
     let mut verdicts: Vec<Verdict> = sink
         .iter()
-        .flat_map(|d| crate::pipeline::verdicts_of(d, &sessions))
+        .flat_map(|d| crate::pipeline::verdicts_of(d, &sessions, pins))
         .collect();
     verdicts.sort_by(|a, b| (a.start_ns, a.trace_id).cmp(&(b.start_ns, b.trace_id)));
     let catalog = sessions
@@ -150,12 +158,41 @@ pub fn replay(files: &[String], errors: &mut Vec<ReplayError>) -> Replayed {
         .into_iter()
         .map(|(session, server, verdict)| CatalogRow { catalog: true, session_hash: crate::normalize::redact::hash_hex(session.as_bytes()), server, verdict })
         .collect();
-    Replayed { verdicts, catalog }
+    let mut seen = Default::default();
+    let drift = match pins {
+        Some(p) => {
+            // Every discovery, in time order, against the pins.
+            let mut all = Vec::new();
+            for d in sessions.discoveries() {
+                let check = p.check(&d.server, &d.tool, &d.digest, crate::normalize::definitions::lookup(&d.digest).as_ref());
+                if let crate::classify::pinning::PinCheck::Drift { pinned_digest, changes } = check {
+                    if seen_insert(&mut seen, &d) {
+                        all.push(crate::pipeline::DriftEvent { drift: true, server: d.server.to_string(), tool: d.tool.to_string(), pinned_digest, digest: d.digest.to_string(), changes, trace_id: [0; 16], span_id: [0; 8] });
+                    }
+                }
+            }
+            all
+        }
+        None => Vec::new(),
+    };
+    Replayed { verdicts, catalog, discoveries: sessions.discoveries(), drift }
+}
+
+fn seen_insert(seen: &mut std::collections::HashSet<(String, String, String)>, d: &crate::correlate::Discovery) -> bool {
+    seen.insert((d.server.to_string(), d.tool.to_string(), d.digest.to_string()))
 }
 
 pub fn run(a: ReplayArgs) -> ExitCode {
     let mut errors = Vec::new();
-    let Replayed { verdicts, catalog } = replay(&a.files, &mut errors);
+    let pins = match a.lockfile.as_deref().map(super::lock::load_lockfile) {
+        Some(Ok(l)) => Some(l),
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+        None => None,
+    };
+    let Replayed { verdicts, catalog, drift, .. } = replay(&a.files, pins.as_ref(), &mut errors);
     for e in &errors {
         eprintln!("error: {e}");
     }
@@ -163,7 +200,7 @@ pub fn run(a: ReplayArgs) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let res = match a.format {
-        Format::Json => write_json(&mut out, &verdicts, &catalog, &summary),
+        Format::Json => drift.iter().try_for_each(|d| serde_json::to_writer(&mut out, d).map_err(std::io::Error::other).and_then(|_| writeln!(out))).and_then(|_| write_json(&mut out, &verdicts, &catalog, &summary)),
         Format::Table => write_table(&mut out, &verdicts, &catalog, &summary),
     };
     if res.is_err() {

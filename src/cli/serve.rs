@@ -43,6 +43,8 @@ pub enum ServeError {
     Export(#[from] otlp_traces::ExportError),
     #[error("cannot open verdict log {0}: {1}")]
     VerdictLog(String, std::io::Error),
+    #[error(transparent)]
+    Lockfile(super::lock::LockError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
 }
@@ -206,6 +208,10 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         None => None,
     };
     let proc_cfg = &cfg.processors.mcp_health;
+    let pins = match &proc_cfg.lockfile {
+        Some(p) => Some(Arc::new(super::lock::load_lockfile(p).map_err(ServeError::Lockfile)?)),
+        None => None,
+    };
     let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
     let admission = Admission {
         ingest: ingest_tx,
@@ -244,7 +250,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
     let (stop_tx, stop_rx) = oneshot::channel();
     let correlator = tokio::spawn(run_correlator(
         ingest_rx,
-        Correlator { chains: Chains::new(proc_cfg.limits()), sessions: Sessions::new(proc_cfg.session_limits()) },
+        Correlator::new(Chains::new(proc_cfg.limits()), Sessions::new(proc_cfg.session_limits()), pins),
         emitters,
         tick,
         stop_rx,

@@ -120,6 +120,10 @@ pub struct CorrelateConfig {
     /// `{mode: none}`, `{mode: on_reconnect}`, `{mode: max_age, max_age: 10m}`.
     #[serde(default)]
     pub refresh_policy: crate::classify::catalog::RefreshPolicy,
+    /// A lockfile (`mcp-health lock`): calls whose tool definition differs from its pin are
+    /// `contract_drift`, and drifted discoveries are reported.
+    #[serde(default)]
+    pub lockfile: Option<String>,
     /// Digest raw tool definitions (`mcp_health.catalog.tools`) and strip them before passing spans on.
     #[serde(default = "yes")]
     pub strip_tool_definitions: bool,

@@ -7,7 +7,7 @@ pub mod sessions;
 
 pub use assemble::assemble_calls;
 pub use chains::{ChainLimits, ChainStats, Chains, DecidedCalls};
-pub use sessions::{CatalogChange, SessionLimits, Sessions};
+pub use sessions::{CatalogChange, Discovery, SessionLimits, Sessions};
 
 #[cfg(test)]
 mod tests;

@@ -46,6 +46,15 @@ impl SessionState {
     }
 }
 
+/// A tool definition seen on a `tools/list` page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Discovery {
+    pub server: Arc<str>,
+    pub tool: Arc<str>,
+    pub digest: Arc<str>,
+    pub at_ns: u64,
+}
+
 /// A session whose catalog verdict changed.
 #[derive(Clone, Debug)]
 pub struct CatalogChange {
@@ -193,6 +202,38 @@ impl Sessions {
             })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// The digest of `tool` in the latest page of the session at or before `at_ns`: the definition
+    /// the client most plausibly acted on.
+    pub fn tool_digest_at(&self, key: &str, tool: &str, at_ns: u64) -> Option<Arc<str>> {
+        let st = self.map.get(key)?;
+        st.events
+            .iter()
+            .filter(|e| e.at_ns <= at_ns)
+            .filter_map(|e| match &e.kind {
+                CatalogEventKind::Page { page, .. } => page.tools.iter().find(|(n, _)| &**n == tool).map(|(_, d)| (e.at_ns, d.clone())),
+                _ => None,
+            })
+            .max_by_key(|(at, _)| *at)
+            .map(|(_, d)| d)
+    }
+
+    /// Every (server, tool, digest) discovered, with the time of the page it was on.
+    pub fn discoveries(&self) -> Vec<Discovery> {
+        let mut out = Vec::new();
+        for st in self.map.values() {
+            let Some(server) = &st.server else { continue };
+            for e in &st.events {
+                if let CatalogEventKind::Page { page, .. } = &e.kind {
+                    for (name, digest) in &page.tools {
+                        out.push(Discovery { server: server.clone(), tool: name.clone(), digest: digest.clone(), at_ns: e.at_ns });
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.server, &a.tool, a.at_ns).cmp(&(&b.server, &b.tool, b.at_ns)));
         out
     }
 

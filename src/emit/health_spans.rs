@@ -120,6 +120,35 @@ pub fn catalog_span(c: &crate::correlate::CatalogChange, decided_ns: u64) -> Spa
     }
 }
 
+/// A drift event as a health span under the `tools/list` span that showed the new definition.
+pub fn drift_span(e: &crate::pipeline::DriftEvent, decided_ns: u64) -> Span {
+    let mut attrs = vec![
+        s(a::SERVER_ADDRESS, e.server.clone()),
+        s(a::GEN_AI_TOOL_NAME, e.tool.clone()),
+        s("mcp_health.drift.pinned_digest", e.pinned_digest.clone()),
+        s("mcp_health.drift.digest", e.digest.clone()),
+    ];
+    let changes: Vec<AnyValue> = e.changes.iter().map(|c| AnyValue { value: Some(any_value::Value::StringValue(c.describe())) }).collect();
+    attrs.push(kv("mcp_health.drift.changes", any_value::Value::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue { values: changes })));
+    let mut h = Sha256::new();
+    h.update(e.trace_id);
+    h.update(e.span_id);
+    h.update(e.tool.as_bytes());
+    h.update(b"drift");
+    Span {
+        trace_id: e.trace_id.to_vec(),
+        span_id: h.finalize()[..8].to_vec(),
+        parent_span_id: e.span_id.to_vec(),
+        name: "mcp_health contract_drift".into(),
+        kind: SpanKind::Internal as i32,
+        start_time_unix_nano: decided_ns,
+        end_time_unix_nano: decided_ns,
+        attributes: attrs,
+        status: Some(Status { code: StatusCode::Error as i32, message: String::new() }),
+        ..Default::default()
+    }
+}
+
 /// Deterministic per (trace, call, revision): a re-sent verdict has the same id, a revision a new one.
 fn health_span_id(v: &Verdict) -> Vec<u8> {
     let mut h = Sha256::new();

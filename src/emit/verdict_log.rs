@@ -38,6 +38,13 @@ impl VerdictLog {
         }
     }
 
+    /// Any other serializable record (drift events).
+    pub fn write_json<T: serde::Serialize>(&mut self, v: &T) {
+        if serde_json::to_writer(&mut self.out, v).is_ok() {
+            let _ = self.out.write_all(b"\n");
+        }
+    }
+
     pub fn flush(&mut self) {
         let _ = self.out.flush();
     }

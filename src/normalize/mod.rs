@@ -6,6 +6,7 @@
 //! only report that their trace was active (and whether they were its root), which the correlator
 //! needs to know when a trace has gone quiet.
 
+pub mod definitions;
 pub mod intern;
 pub mod redact;
 pub mod semconv;
