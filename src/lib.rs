@@ -12,6 +12,7 @@ pub mod config;
 pub mod correlate;
 pub mod emit;
 pub mod evidence;
+pub mod gate;
 pub mod loadgen;
 pub mod normalize;
 pub mod pipeline;

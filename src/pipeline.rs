@@ -180,17 +180,22 @@ pub struct Correlator {
     pub sessions: Sessions,
     pub pins: Option<Arc<Lockfile>>,
     pub drift_seen: rustc_hash::FxHashSet<(Arc<str>, Arc<str>, Arc<str>)>,
+    /// Where catalog verdicts are published for the gate API.
+    pub board: Arc<crate::gate::CatalogBoard>,
 }
 
 impl Correlator {
     pub fn new(chains: Chains, sessions: Sessions, pins: Option<Arc<Lockfile>>) -> Self {
-        Correlator { chains, sessions, pins, drift_seen: Default::default() }
+        Correlator { chains, sessions, pins, drift_seen: Default::default(), board: Default::default() }
     }
 
     fn ingest(&mut self, batch: NormalizedBatch, decided: &mut Vec<DecidedCalls>, emitters: &mut Emitters) {
         let now = Instant::now();
         let changes = self.sessions.observe(&batch.evidence, now);
         if !changes.is_empty() {
+            for ch in &changes {
+                self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
+            }
             emitters.emit_catalog(&changes);
         }
         if let Some(pins) = &self.pins {

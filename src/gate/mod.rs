@@ -1,0 +1,99 @@
+//! The gate: what an agent runtime or MCP gateway asks before a tool call — "may I call this tool
+//! with this definition?" — and "what is the catalog verdict of this session or server now?".
+//!
+//! [`GateState`] is the answerable state, shared between the correlator (which publishes catalog
+//! verdicts as they change) and the gRPC service in [`service`] (defined in
+//! `proto/mcp_health/v1/gate.proto`).
+
+pub mod service;
+
+use std::sync::{Arc, RwLock};
+
+use rustc_hash::FxHashMap;
+
+use crate::classify::catalog::CatalogVerdict;
+use crate::classify::drift::ContractChange;
+use crate::classify::pinning::{Lockfile, PinCheck};
+
+/// The latest catalog verdict of every session, as the correlator last decided it.
+#[derive(Default)]
+pub struct CatalogBoard {
+    sessions: RwLock<FxHashMap<String, (Option<Arc<str>>, CatalogVerdict)>>,
+}
+
+impl CatalogBoard {
+    const CAP: usize = 100_000;
+
+    pub fn publish(&self, session_key: &str, server: Option<Arc<str>>, v: CatalogVerdict) {
+        let mut m = self.sessions.write().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= Self::CAP && !m.contains_key(session_key) {
+            m.clear();
+        }
+        m.insert(session_key.to_string(), (server, v));
+    }
+
+    pub fn get(&self, session_key: &str) -> Option<(Option<Arc<str>>, CatalogVerdict)> {
+        self.sessions.read().unwrap_or_else(|p| p.into_inner()).get(session_key).cloned()
+    }
+
+    /// Every session of a server: (session key hash, verdict).
+    pub fn for_server(&self, server: &str) -> Vec<(String, CatalogVerdict)> {
+        let m = self.sessions.read().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<_> = m
+            .iter()
+            .filter(|(_, (s, _))| s.as_deref() == Some(server))
+            .map(|(k, (_, v))| (crate::normalize::redact::hash_hex(k.as_bytes()), v.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}
+
+/// What to answer for a tool that has no pin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnpinnedPolicy {
+    #[default]
+    Allow,
+    Deny,
+}
+
+/// The gate's answer about one tool definition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolDecision {
+    pub allow: bool,
+    /// `matches_pin`, `unpinned`, `contract_drift`, `projection_mismatch`, `no_lockfile`.
+    pub reason: &'static str,
+    pub pinned_digest: Option<String>,
+    pub changes: Vec<ContractChange>,
+}
+
+/// Shared state behind the gate.
+#[derive(Clone, Default)]
+pub struct GateState {
+    pub pins: Option<Arc<Lockfile>>,
+    pub board: Arc<CatalogBoard>,
+    pub unpinned: UnpinnedPolicy,
+}
+
+impl GateState {
+    /// Allow or deny a call that is about to use `digest` as the definition of `tool` on `server`.
+    pub fn check_tool(&self, server: &str, tool: &str, digest: &str) -> ToolDecision {
+        let Some(pins) = &self.pins else {
+            return ToolDecision { allow: self.unpinned == UnpinnedPolicy::Allow, reason: "no_lockfile", pinned_digest: None, changes: vec![] };
+        };
+        match pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref()) {
+            PinCheck::Matches => ToolDecision { allow: true, reason: "matches_pin", pinned_digest: Some(digest.to_string()), changes: vec![] },
+            PinCheck::Unpinned => ToolDecision { allow: self.unpinned == UnpinnedPolicy::Allow, reason: "unpinned", pinned_digest: None, changes: vec![] },
+            PinCheck::ProjectionMismatch { .. } => ToolDecision { allow: false, reason: "projection_mismatch", pinned_digest: pins.pin(server, tool).map(|p| p.digest.clone()), changes: vec![] },
+            PinCheck::Drift { pinned_digest, changes } => ToolDecision { allow: false, reason: "contract_drift", pinned_digest: Some(pinned_digest), changes },
+        }
+    }
+
+    /// The catalog verdict of a session (by `mcp.session.id`), or of a client at a server where the
+    /// protocol has no session.
+    pub fn catalog_of(&self, session_id: Option<&str>, client: Option<&str>, server: Option<&str>) -> Option<CatalogVerdict> {
+        let key = crate::evidence::session_key(session_id, client, server, crate::evidence::Side::Client)?;
+        self.board.get(&key).map(|(_, v)| v)
+    }
+}
