@@ -133,7 +133,22 @@ pub fn reportable(v: &Verdict) -> bool {
 
 /// Classify a decided chain.
 pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile>) -> Vec<Verdict> {
-    d.calls.iter().map(|c| classify_call(c, &session_context(sessions, pins, c), d.decision)).filter(reportable).collect()
+    let classify = |c: &CallEvidence| classify_call(c, &session_context(sessions, pins, c), d.decision);
+    let previous: Vec<Verdict> = d.previous.iter().map(classify).filter(reportable).collect();
+    d.calls
+        .iter()
+        .map(classify)
+        .map(|mut v| {
+            // A revision names what it replaces: the same call is the one under the same span.
+            v.supersedes = previous.iter().find(|p| p.span_id == v.span_id).map(|p| crate::verdict::Superseded {
+                state: p.state,
+                protocol_success: p.protocol_success,
+                verified_success: p.verified_success,
+            });
+            v
+        })
+        .filter(reportable)
+        .collect()
 }
 
 /// A discovered definition that differs from its pin.
@@ -277,4 +292,46 @@ fn report(chains: &Chains, m: &HealthMeters, last: &mut ChainStats) {
     m.chains_in_flight.record(chains.in_flight() as u64, &[]);
     m.evidence_bytes.record(chains.bytes() as u64, &[]);
     *last = s.clone();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, VerifierMethod};
+    use crate::normalize::NormalizedBatch;
+
+    fn call_span() -> SpanEvidence {
+        let mut s = SpanEvidence::new([7; 16], [1; 8]);
+        s.method = Some(Method::ToolsCall);
+        s.side = Side::Client;
+        s.request_id = Some("1".into());
+        s.start_ns = 10;
+        s.end_ns = 20;
+        s
+    }
+
+    #[test]
+    fn a_late_receipt_revises_and_names_what_it_supersedes() {
+        let mut chains = Chains::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() });
+        let sessions = Sessions::new(SessionLimits::default());
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        chains.ingest(NormalizedBatch { evidence: vec![call_span()], ..Default::default() }, t0, &mut out);
+        chains.tick(t0 + Duration::from_millis(20), &mut out);
+        let first = verdicts_of(&out.remove(0), &sessions, None);
+        assert_eq!(first[0].state, HealthState::Unverified);
+        assert_eq!(first[0].supersedes, None);
+
+        let mut v = SpanEvidence::new([7; 16], [3; 8]);
+        v.parent_span_id = Some([1; 8]);
+        v.outcomes.push(OutcomeReceipt { result: OutcomeResult::Confirmed, method: VerifierMethod::Receipt, checked_at_ns: 30, request_id: None });
+        chains.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
+        chains.tick(t0 + Duration::from_millis(50), &mut out);
+        let second = verdicts_of(&out.remove(0), &sessions, None);
+        assert_eq!(second[0].revision, 1);
+        assert_eq!(second[0].state, HealthState::Healthy);
+        let p = second[0].supersedes.expect("a revision names what it replaces");
+        assert_eq!((p.state, p.protocol_success, p.verified_success), (HealthState::Unverified, true, false));
+    }
 }

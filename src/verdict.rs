@@ -217,9 +217,20 @@ pub struct Verdict {
     pub contract_changes: Vec<crate::classify::drift::ContractChange>,
     pub outcome_method: Option<&'static str>,
     pub revision: u32,
+    /// For a revision: what the previous verdict of this call said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<Superseded>,
     pub decided_by: DecidedBy,
     pub start_ns: u64,
     pub end_ns: u64,
+}
+
+/// The verdict a revision replaces: enough to count the change, not the call twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Superseded {
+    pub state: HealthState,
+    pub protocol_success: bool,
+    pub verified_success: bool,
 }
 
 fn ser_hex<S: serde::Serializer, const N: usize>(b: &[u8; N], s: S) -> Result<S::Ok, S::Error> {

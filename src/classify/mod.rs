@@ -65,6 +65,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         contract_changes: if state == HealthState::ContractDrift { ctx.contract_drift.clone().unwrap_or_default() } else { Vec::new() },
         outcome_method: latest.map(|o| o.method.as_str()),
         revision: d.revision,
+        supersedes: None,
         decided_by: d.decided_by,
         start_ns: c.start_ns,
         end_ns: c.end_ns,

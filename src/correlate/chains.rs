@@ -72,6 +72,9 @@ struct Chain {
     truncated: bool,
     bytes: usize,
     revision: u32,
+    /// The calls as the previous revision saw them (empty for revision 0), so the emitters can
+    /// count what a revision changed instead of counting the call twice.
+    previous: Vec<CallEvidence>,
 }
 
 struct DecidedChain {
@@ -88,6 +91,8 @@ pub struct DecidedCalls {
     pub trace_id: TraceId,
     pub calls: Vec<CallEvidence>,
     pub decision: Decision,
+    /// For a revision: the calls as the previous decision saw them.
+    pub previous: Vec<CallEvidence>,
 }
 
 /// The table of chains.
@@ -152,7 +157,9 @@ impl Chains {
             if let Some(d) = self.decided.remove(&trace_id) {
                 // A late span: reopen the chain under its next revision.
                 self.stats.late_spans += 1;
+                let previous = assemble_calls(&d.spans);
                 self.active.insert(trace_id, Chain {
+                    previous,
                     spans: d.spans,
                     first_seen: now,
                     last_seen: now,
@@ -177,6 +184,7 @@ impl Chains {
                     truncated: false,
                     bytes: 0,
                     revision: 0,
+                    previous: Vec::new(),
                 });
                 self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
             }
@@ -281,6 +289,7 @@ impl Chains {
             trace_id: id,
             calls,
             decision: Decision { revision: c.revision, decided_by: by, root_seen: c.root_seen, truncated: c.truncated },
+            previous: c.previous,
         });
         if self.limits.max_decided == 0 || by == DecidedBy::Shutdown {
             self.bytes -= c.bytes;

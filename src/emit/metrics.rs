@@ -83,6 +83,7 @@ pub struct HealthMeters {
     catalog_verdicts: Counter<u64>,
     catalog_guard: Arc<SeriesGuard>,
     pub drift_events: Counter<u64>,
+    success_retracted: Counter<u64>,
 }
 
 impl HealthMeters {
@@ -109,6 +110,7 @@ impl HealthMeters {
             catalog_verdicts: c("mcp_health.catalog.verdicts", "Catalog convergence verdict changes, by server and convergence"),
             catalog_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
             drift_events: c("mcp_health.catalog.drift", "Tool definitions that differ from their pin, by server and tool"),
+            success_retracted: c("mcp_health.calls.success_retracted", "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)"),
         }
     }
 
@@ -138,8 +140,16 @@ impl HealthMeters {
         self.verdicts.add(n, &self.verdict_guard.admit(va));
     }
 
-    fn add_calls(&self, key: &CallKey, counts: [u64; 3]) {
+    fn add_calls(&self, key: &CallKey, counts: [u64; 5]) {
         let ca = self.call_guard.admit(key.attributes());
+        if counts[3] + counts[4] > 0 {
+            let mut ra = ca.clone();
+            ra.push(KeyValue::new("kind", "protocol"));
+            self.success_retracted.add(counts[3], &ra);
+            ra.pop();
+            ra.push(KeyValue::new("kind", "verified"));
+            self.success_retracted.add(counts[4], &ra);
+        }
         self.calls.add(counts[0], &ca);
         // Both success counters get a point even at zero, so the series exist before the first
         // success and `rate(success) / rate(calls)` is 0 rather than absent.
@@ -171,16 +181,29 @@ impl CallKey {
 #[derive(Default)]
 pub struct VerdictTally {
     verdicts: FxHashMap<(CallKey, HealthState, Option<Layer>), u64>,
-    calls: FxHashMap<CallKey, [u64; 3]>,
+    calls: FxHashMap<CallKey, [u64; 5]>,
 }
 
 impl VerdictTally {
+    /// Count a verdict. A revision counts the call once only: it adds a success that the previous
+    /// verdict lacked; a success it withdraws is counted in `mcp_health.calls.success_retracted`
+    /// (counters cannot go down). Every verdict, revisions included, counts in `mcp_health.verdicts`.
     pub fn add(&mut self, v: &Verdict) {
         let key = CallKey { method: v.method.clone(), tool: v.tool.clone(), server: v.server.clone() };
         let c = self.calls.entry(key.clone()).or_default();
-        c[0] += 1;
-        c[1] += u64::from(v.protocol_success);
-        c[2] += u64::from(v.verified_success);
+        match v.supersedes {
+            None => {
+                c[0] += 1;
+                c[1] += u64::from(v.protocol_success);
+                c[2] += u64::from(v.verified_success);
+            }
+            Some(p) => {
+                c[1] += u64::from(v.protocol_success && !p.protocol_success);
+                c[2] += u64::from(v.verified_success && !p.verified_success);
+                c[3] += u64::from(p.protocol_success && !v.protocol_success);
+                c[4] += u64::from(p.verified_success && !v.verified_success);
+            }
+        }
         *self.verdicts.entry((key, v.state, v.first_failed_layer)).or_default() += 1;
     }
 
@@ -286,6 +309,52 @@ impl MetricsPipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn verdict(protocol: bool, verified: bool, supersedes: Option<crate::verdict::Superseded>) -> Verdict {
+        Verdict {
+            trace_id: [1; 16],
+            span_id: [2; 8],
+            method: Some("tools/call".into()),
+            tool: Some(Arc::from("t")),
+            server: None,
+            request_id: None,
+            session_id_hash: None,
+            first_failed_layer: None,
+            layers: crate::verdict::Layers([crate::verdict::LayerStatus::Passed; 5]),
+            state: if verified { HealthState::Healthy } else { HealthState::Unverified },
+            reason: None,
+            confidence: crate::verdict::Confidence::High,
+            next_action: String::new(),
+            retry_safe: true,
+            protocol_success: protocol,
+            verified_success: verified,
+            required_scope: None,
+            contract_changes: vec![],
+            outcome_method: None,
+            revision: u32::from(supersedes.is_some()),
+            supersedes,
+            decided_by: crate::verdict::DecidedBy::Quiet,
+            start_ns: 0,
+            end_ns: 0,
+        }
+    }
+
+    #[test]
+    fn a_revision_counts_the_change_not_the_call_again() {
+        let mut t = VerdictTally::default();
+        t.add(&verdict(true, false, None));
+        let was = crate::verdict::Superseded { state: HealthState::Unverified, protocol_success: true, verified_success: false };
+        t.add(&verdict(true, true, Some(was)));
+        let counts: Vec<[u64; 5]> = t.calls.values().copied().collect();
+        assert_eq!(counts, vec![[1, 1, 1, 0, 0]], "one call, one protocol success, one verified success");
+        // A revision that withdraws a success is counted as a retraction.
+        let mut t = VerdictTally::default();
+        t.add(&verdict(true, true, None));
+        let was = crate::verdict::Superseded { state: HealthState::Healthy, protocol_success: true, verified_success: true };
+        t.add(&verdict(true, false, Some(was)));
+        assert_eq!(t.calls.values().copied().collect::<Vec<_>>(), vec![[1, 1, 1, 0, 1]]);
+        assert_eq!(t.verdicts.values().sum::<u64>(), 2, "both verdicts are counted as verdicts");
+    }
 
     #[test]
     fn guard_folds_sets_past_the_limit_into_overflow() {
