@@ -165,7 +165,7 @@ pub async fn run(endpoint: &str, batches: Arc<Vec<EncodedBatch>>, duration: Dura
                 if grpc.ready().await.is_err() {
                     break;
                 }
-                match grpc.unary(tonic::Request::new(body), path.clone(), PreEncoded).await {
+                match grpc.unary(tonic::Request::new(body), path.clone(), PreEncoded::<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse>::default()).await {
                     Ok(_) => {
                         ok.fetch_add(1, Ordering::Relaxed);
                         spans.fetch_add(b.spans, Ordering::Relaxed);

@@ -19,6 +19,7 @@ use crate::correlate::{CatalogChange, ChainStats, Chains, DecidedCalls, Sessions
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{Method, Side};
 use crate::emit::health_spans;
+use crate::classify::incidents::IncidentBook;
 use crate::emit::metrics::{HealthMeters, VerdictTally};
 use crate::emit::otlp_traces::Outgoing;
 use crate::emit::verdict_log::VerdictLog;
@@ -32,7 +33,72 @@ pub struct Emitters {
     pub service_name: String,
     pub verdict_log: Option<VerdictLog>,
     pub tally: VerdictTally,
+    pub incidents: IncidentBook,
+    /// Attribute sets of the open-incident gauge last reported, so a group that closed reads 0.
+    pub incident_groups: rustc_hash::FxHashSet<[String; 4]>,
 }
+
+impl Emitters {
+    pub fn new(meters: HealthMeters, health_spans: Option<mpsc::Sender<Outgoing>>, service_name: String, verdict_log: Option<VerdictLog>) -> Self {
+        Emitters { meters, health_spans, service_name, verdict_log, tally: VerdictTally::default(), incidents: IncidentBook::default(), incident_groups: Default::default() }
+    }
+
+    /// Fold verdicts into incidents and emit each transition (log record, metric, verdict line).
+    fn emit_incidents(&mut self, verdicts: &[Verdict], now_ns: u64) {
+        let mut changed = Vec::new();
+        for v in verdicts {
+            changed.extend(self.incidents.observe(v));
+        }
+        if changed.is_empty() {
+            return;
+        }
+        for (t, inc) in &changed {
+            let layer = inc.cause.first_failed_layer.map_or("none", |l| l.as_str());
+            self.meters.incidents_transitions.add(1, &[KeyValue::new("transition", t.as_str()), KeyValue::new("first_failed_layer", layer)]);
+            if let Some(log) = &mut self.verdict_log {
+                log.write_json(&serde_json::json!({"incident": true, "transition": t.as_str(), "row": inc}));
+            }
+        }
+        if let Some(tx) = &self.health_spans {
+            let req = crate::emit::incidents::log_records(&self.service_name, &changed, now_ns);
+            if tx.try_send(Outgoing::Logs(req)).is_err() {
+                self.meters.exporter_dropped.add(changed.len() as u64, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
+            }
+        }
+    }
+
+    /// Report the open-incident gauge (groups that closed are set to 0).
+    fn report_incidents(&mut self) {
+        let mut counts: rustc_hash::FxHashMap<[String; 4], u64> = Default::default();
+        for inc in self.incidents.open_incidents() {
+            let c = &inc.cause;
+            let key = [
+                c.first_failed_layer.map_or("none", |l| l.as_str()).to_string(),
+                c.state.as_str().to_string(),
+                c.server.as_deref().unwrap_or("").to_string(),
+                inc.state.as_str().to_string(),
+            ];
+            *counts.entry(key).or_default() += 1;
+        }
+        for gone in self.incident_groups.iter().filter(|k| !counts.contains_key(*k)) {
+            self.meters.incidents_open.record(0, &incident_attrs(gone));
+        }
+        for (k, n) in &counts {
+            self.meters.incidents_open.record(*n, &incident_attrs(k));
+        }
+        self.incident_groups = counts.into_keys().collect();
+    }
+}
+
+fn incident_attrs(k: &[String; 4]) -> [KeyValue; 4] {
+    [
+        KeyValue::new("first_failed_layer", k[0].clone()),
+        KeyValue::new("state", k[1].clone()),
+        KeyValue::new("server.address", k[2].clone()),
+        KeyValue::new("incident_state", k[3].clone()),
+    ]
+}
+
 
 impl Emitters {
     /// Catalog verdict changes: a health span in the trace of the span that caused the change,
@@ -90,6 +156,7 @@ impl Emitters {
                 log.write(v);
             }
         }
+        self.emit_incidents(verdicts, now_ns);
         if let Some(log) = &mut self.verdict_log {
             log.flush();
         }
@@ -197,11 +264,24 @@ pub struct Correlator {
     pub drift_seen: rustc_hash::FxHashSet<(Arc<str>, Arc<str>, Arc<str>)>,
     /// Where catalog verdicts are published for the gate API.
     pub board: Arc<crate::gate::CatalogBoard>,
+    convergence_groups: rustc_hash::FxHashSet<(String, Convergence)>,
 }
 
 impl Correlator {
     pub fn new(chains: Chains, sessions: Sessions, pins: Option<Arc<Lockfile>>) -> Self {
-        Correlator { chains, sessions, pins, drift_seen: Default::default(), board: Default::default() }
+        Correlator { chains, sessions, pins, drift_seen: Default::default(), board: Default::default(), convergence_groups: Default::default() }
+    }
+
+    /// Sessions per current convergence verdict, by server (groups that emptied read 0).
+    fn report_convergence(&mut self, m: &HealthMeters) {
+        let counts = self.sessions.convergence_counts();
+        for (server, conv) in self.convergence_groups.iter().filter(|k| !counts.contains_key(*k)) {
+            m.catalog_convergence.record(0, &[KeyValue::new("server.address", server.clone()), KeyValue::new("convergence", conv.as_str())]);
+        }
+        for ((server, conv), n) in &counts {
+            m.catalog_convergence.record(*n, &[KeyValue::new("server.address", server.clone()), KeyValue::new("convergence", conv.as_str())]);
+        }
+        self.convergence_groups = counts.into_keys().collect();
     }
 
     fn ingest(&mut self, batch: NormalizedBatch, decided: &mut Vec<DecidedCalls>, emitters: &mut Emitters) {
@@ -232,6 +312,7 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut c: Corr
     let mut verdicts = Vec::new();
     let mut last = ChainStats::default();
     let mut last_expiry = Instant::now();
+    let mut last_convergence = Instant::now();
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -257,6 +338,11 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut c: Corr
                 }
                 report(&c.chains, &emitters.meters, &mut last);
                 emitters.tally.flush(&emitters.meters);
+                emitters.report_incidents();
+                if now.saturating_duration_since(last_convergence) > Duration::from_secs(5) {
+                    c.report_convergence(&emitters.meters);
+                    last_convergence = now;
+                }
             }
         }
         flush(&mut decided, &mut verdicts, &c, &mut emitters);
@@ -269,6 +355,8 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut c: Corr
     flush(&mut decided, &mut verdicts, &c, &mut emitters);
     report(&c.chains, &emitters.meters, &mut last);
     emitters.tally.flush(&emitters.meters);
+    emitters.report_incidents();
+    c.report_convergence(&emitters.meters);
     tracing::info!(decided = c.chains.stats.chains_decided, "correlator stopped; chains in flight were decided at shutdown");
 }
 

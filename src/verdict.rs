@@ -212,6 +212,15 @@ pub struct Verdict {
     pub protocol_success: bool,
     pub verified_success: bool,
     pub required_scope: Option<Box<str>>,
+    /// Hash of the credential the call used (`mcp_health.auth.credential_id`), for grouping.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential_hash: Option<Box<str>>,
+    /// An approved authorization flow is pending: waiting, not stuck.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub auth_flow_pending: bool,
+    /// The client's `service.name`: the affected agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Arc<str>>,
     /// What changed against the pin, for `contract_drift`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub contract_changes: Vec<crate::classify::drift::ContractChange>,

@@ -272,9 +272,9 @@ fn json_lines(path: &str) -> (Vec<Value>, Value) {
         .map(|(i, l)| serde_json::from_str(l).unwrap_or_else(|e| panic!("{path}: line {} is not JSON ({e}): {l}", i + 1)))
         .collect();
     let summary = lines.pop().expect("a summary line");
-    // Catalog verdict lines (`"catalog": true`) come after the call verdicts; they are checked in
-    // tests/catalog_fixtures.rs.
-    lines.retain(|v| v.get("catalog").is_none());
+    // Catalog (`"catalog": true`), incident (`"incident": true`) and drift lines are checked in
+    // tests/catalog_fixtures.rs, tests/incidents.rs and tests/pinning_cli.rs.
+    lines.retain(|v| v.get("catalog").is_none() && v.get("incident").is_none() && v.get("drift").is_none());
     assert_eq!(summary["summary"], Value::Bool(true), "the last line is the summary: {summary}");
     for v in &lines {
         assert!(v.get("summary").is_none(), "only the last line is a summary: {v}");

@@ -4,6 +4,7 @@ pub mod catalog;
 pub mod contract;
 pub mod digest;
 pub mod drift;
+pub mod incidents;
 pub mod pinning;
 pub mod layers;
 
@@ -62,6 +63,9 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         protocol_success,
         verified_success,
         required_scope: if state == HealthState::NeedsAuth { c.required_scope.clone() } else { None },
+        credential_hash: c.credential_hash.clone(),
+        auth_flow_pending: state == HealthState::NeedsAuth && c.auth_flow_pending == Some(true),
+        agent: c.service.clone(),
         contract_changes: if state == HealthState::ContractDrift { ctx.contract_drift.clone().unwrap_or_default() } else { Vec::new() },
         outcome_method: latest.map(|o| o.method.as_str()),
         revision: d.revision,

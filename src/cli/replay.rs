@@ -87,6 +87,16 @@ pub struct Replayed {
     pub discoveries: Vec<crate::correlate::Discovery>,
     /// Definitions that differ from their pins (when replayed with a lockfile).
     pub drift: Vec<crate::pipeline::DriftEvent>,
+    /// Incident transitions, in the order of the verdicts' evidence times.
+    pub incidents: Vec<IncidentLine>,
+}
+
+/// One incident transition, as `replay` reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct IncidentLine {
+    pub incident: bool,
+    pub transition: crate::classify::incidents::Transition,
+    pub row: crate::classify::incidents::Incident,
 }
 
 /// Classify everything in `files`. Bad lines are reported and skipped, not fatal.
@@ -175,7 +185,11 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
         }
         None => Vec::new(),
     };
-    Replayed { verdicts, catalog, discoveries: sessions.discoveries(), drift }
+    let mut book = crate::classify::incidents::IncidentBook::default();
+    let mut by_time: Vec<&Verdict> = verdicts.iter().collect();
+    by_time.sort_by_key(|v| (v.end_ns, v.start_ns));
+    let incidents = by_time.into_iter().flat_map(|v| book.observe(v)).map(|(transition, row)| IncidentLine { incident: true, transition, row }).collect();
+    Replayed { verdicts, catalog, discoveries: sessions.discoveries(), drift, incidents }
 }
 
 fn seen_insert(seen: &mut std::collections::HashSet<(String, String, String)>, d: &crate::correlate::Discovery) -> bool {
@@ -192,7 +206,7 @@ pub fn run(a: ReplayArgs) -> ExitCode {
         }
         None => None,
     };
-    let Replayed { verdicts, catalog, drift, .. } = replay(&a.files, pins.as_ref(), &mut errors);
+    let Replayed { verdicts, catalog, drift, incidents, .. } = replay(&a.files, pins.as_ref(), &mut errors);
     for e in &errors {
         eprintln!("error: {e}");
     }
@@ -200,8 +214,13 @@ pub fn run(a: ReplayArgs) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let res = match a.format {
-        Format::Json => drift.iter().try_for_each(|d| serde_json::to_writer(&mut out, d).map_err(std::io::Error::other).and_then(|_| writeln!(out))).and_then(|_| write_json(&mut out, &verdicts, &catalog, &summary)),
-        Format::Table => write_table(&mut out, &verdicts, &catalog, &summary),
+        Format::Json => drift
+            .iter()
+            .map(|d| serde_json::to_value(d))
+            .chain(incidents.iter().map(serde_json::to_value))
+            .try_for_each(|v| v.map_err(std::io::Error::other).and_then(|v| serde_json::to_writer(&mut out, &v).map_err(std::io::Error::other)).and_then(|_| writeln!(out)))
+            .and_then(|_| write_json(&mut out, &verdicts, &catalog, &summary)),
+        Format::Table => write_table(&mut out, &verdicts, &catalog, &summary).and_then(|_| write_incidents(&mut out, &incidents)),
     };
     if res.is_err() {
         return ExitCode::from(1);
@@ -224,6 +243,37 @@ fn write_json(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow]
     }
     serde_json::to_writer(&mut *out, summary)?;
     writeln!(out)
+}
+
+fn write_incidents(out: &mut impl Write, incidents: &[IncidentLine]) -> std::io::Result<()> {
+    // The final state of each incident.
+    let mut last: Vec<&IncidentLine> = Vec::new();
+    for l in incidents {
+        match last.iter_mut().find(|x| x.row.id == l.row.id) {
+            Some(x) => *x = l,
+            None => last.push(l),
+        }
+    }
+    if last.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "{:<16} {:<9} {:<14} {:<21} {:<28} {:>5} {:>7}", "INCIDENT", "STATE", "FIRST FAILED", "HEALTH STATE", "SERVER", "CALLS", "RETRIES")?;
+    for l in last {
+        let r = &l.row;
+        writeln!(
+            out,
+            "{:<16} {:<9} {:<14} {:<21} {:<28} {:>5} {:>7}",
+            r.id,
+            r.state.as_str(),
+            r.cause.first_failed_layer.map_or("-", |x| x.as_str()),
+            r.cause.state.as_str(),
+            r.cause.server.as_deref().unwrap_or("-"),
+            r.calls,
+            r.retry_count
+        )?;
+    }
+    Ok(())
 }
 
 fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow], s: &Summary) -> std::io::Result<()> {

@@ -219,13 +219,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         meters: meters.clone(),
         strip_tool_definitions: proc_cfg.strip_tool_definitions,
     };
-    let emitters = Emitters {
-        meters: meters.clone(),
-        health_spans: sender.as_ref().filter(|_| health).map(|s| s.queue.clone()),
-        service_name,
-        verdict_log,
-        tally: Default::default(),
-    };
+    let emitters = Emitters::new(meters.clone(), sender.as_ref().filter(|_| health).map(|s| s.queue.clone()), service_name, verdict_log);
     drop(sender);
 
     // Bind everything before serving anything.
@@ -245,12 +239,18 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         Some(h) => Some(bind(&h.endpoint).await?),
         None => None,
     };
+    let gate_l = match &cfg.extensions.gate {
+        Some(g) => Some((bind(&g.endpoint).await?, g.unpinned)),
+        None => None,
+    };
 
     let tick = (proc_cfg.decision_wait / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
     let (stop_tx, stop_rx) = oneshot::channel();
+    let correlator = Correlator::new(Chains::new(proc_cfg.limits()), Sessions::new(proc_cfg.session_limits()), pins.clone());
+    let gate_state = gate_l.as_ref().map(|(_, unpinned)| crate::gate::GateState { pins, board: correlator.board.clone(), unpinned: *unpinned });
     let correlator = tokio::spawn(run_correlator(
         ingest_rx,
-        Correlator::new(Chains::new(proc_cfg.limits()), Sessions::new(proc_cfg.session_limits()), pins),
+        correlator,
         emitters,
         tick,
         stop_rx,
@@ -277,6 +277,15 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         servers.push(spawn_http(l, otlp_http::router(admission.clone(), max), wait_down(down_rx.clone())));
     }
     drop(admission);
+    if let (Some((l, _)), Some(state)) = (gate_l, gate_state) {
+        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "gate gRPC API listening");
+        let sd = wait_down(down_rx.clone());
+        servers.push(tokio::spawn(async move {
+            if let Err(e) = crate::gate::service::serve(l, state, sd).await {
+                tracing::error!(error = %e, "gate gRPC API failed");
+            }
+        }));
+    }
     if let (Some(l), Some(reader)) = (prom_l, metrics.prometheus.clone()) {
         tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "Prometheus endpoint listening on /metrics");
         let app = Router::new().route(

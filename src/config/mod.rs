@@ -254,6 +254,18 @@ pub struct VerdictLog {
 #[serde(deny_unknown_fields)]
 pub struct Extensions {
     pub health_check: Option<HealthCheck>,
+    /// The gate gRPC API (`proto/mcp_health/v1/gate.proto`); off when absent.
+    pub gate: Option<GateConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GateConfig {
+    #[serde(default = "default_gate_endpoint")]
+    pub endpoint: String,
+    /// The answer for a tool with no pin (or when no lockfile is configured): `allow` or `deny`.
+    #[serde(default)]
+    pub unpinned: crate::gate::UnpinnedPolicy,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -309,6 +321,9 @@ fn default_prom_endpoint() -> String {
 }
 fn default_health_endpoint() -> String {
     "127.0.0.1:13133".into()
+}
+fn default_gate_endpoint() -> String {
+    "127.0.0.1:4320".into()
 }
 fn default_stdout() -> String {
     "stdout".into()
@@ -462,6 +477,11 @@ impl Config {
                 return bad("extensions.health_check.endpoint", "must be host:port with an IP address");
             }
         }
+        if let Some(g) = &self.extensions.gate {
+            if g.endpoint.parse::<std::net::SocketAddr>().is_err() {
+                return bad("extensions.gate.endpoint", "must be host:port with an IP address, e.g. 127.0.0.1:4320");
+            }
+        }
         Ok(())
     }
 }
@@ -507,6 +527,18 @@ mod tests {
         let t = "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpont: 127.0.0.1:4317\n";
         let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
         assert!(e.contains("endpont") && e.contains("line 5"), "{e}");
+    }
+
+    #[test]
+    fn gate_extension_parses_and_is_checked() {
+        let t = "extensions:\n  gate:\n    unpinned: deny\n";
+        let c = Config::parse("c.yaml", t, &env).unwrap();
+        assert_eq!(c.extensions.gate, Some(GateConfig { endpoint: "127.0.0.1:4320".into(), unpinned: crate::gate::UnpinnedPolicy::Deny }));
+        assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().extensions.gate, None, "absent = gate off");
+        let e = Config::parse("c.yaml", "extensions:\n  gate:\n    unpinned: maybe\n", &env).unwrap_err().to_string();
+        assert!(e.contains("line 3"), "{e}");
+        let e = Config::parse("c.yaml", "extensions:\n  gate:\n    endpoint: localhost\n", &env).unwrap_err().to_string();
+        assert!(e.contains("extensions.gate.endpoint"), "{e}");
     }
 
     #[test]

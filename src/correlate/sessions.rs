@@ -237,6 +237,17 @@ impl Sessions {
         out
     }
 
+    /// Sessions per (server, last convergence verdict).
+    pub fn convergence_counts(&self) -> FxHashMap<(String, Convergence), u64> {
+        let mut m: FxHashMap<(String, Convergence), u64> = FxHashMap::default();
+        for st in self.map.values() {
+            if let Some(c) = st.last {
+                *m.entry((st.server.as_deref().unwrap_or("").to_string(), c)).or_default() += 1;
+            }
+        }
+        m
+    }
+
     /// Forget sessions idle past the expiry.
     pub fn expire(&mut self, now: Instant) {
         let idle = self.limits.idle_expiry;

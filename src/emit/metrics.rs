@@ -84,6 +84,9 @@ pub struct HealthMeters {
     catalog_guard: Arc<SeriesGuard>,
     pub drift_events: Counter<u64>,
     success_retracted: Counter<u64>,
+    pub incidents_open: Gauge<u64>,
+    pub incidents_transitions: Counter<u64>,
+    pub catalog_convergence: Gauge<u64>,
 }
 
 impl HealthMeters {
@@ -110,6 +113,9 @@ impl HealthMeters {
             catalog_verdicts: c("mcp_health.catalog.verdicts", "Catalog convergence verdict changes, by server and convergence"),
             catalog_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
             drift_events: c("mcp_health.catalog.drift", "Tool definitions that differ from their pin, by server and tool"),
+            incidents_open: meter.u64_gauge("mcp_health.incidents.open").with_description("Open incidents by first failed layer, health state, server and incident state (open, waiting)").build(),
+            incidents_transitions: c("mcp_health.incidents.transitions", "Incident lifecycle transitions (opened, updated, resolved) by first failed layer"),
+            catalog_convergence: meter.u64_gauge("mcp_health.catalog.convergence").with_description("Sessions per current catalog convergence verdict, by server").build(),
             success_retracted: c("mcp_health.calls.success_retracted", "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)"),
         }
     }
@@ -329,6 +335,9 @@ mod tests {
             protocol_success: protocol,
             verified_success: verified,
             required_scope: None,
+            credential_hash: None,
+            auth_flow_pending: false,
+            agent: None,
             contract_changes: vec![],
             outcome_method: None,
             revision: u32::from(supersedes.is_some()),

@@ -2,6 +2,7 @@
 //! emitter reads the same [`crate::verdict::Verdict`]; none re-derives it.
 
 pub mod health_spans;
+pub mod incidents;
 pub mod metrics;
 pub mod otlp_traces;
 pub mod prometheus;

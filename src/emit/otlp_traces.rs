@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes};
 use opentelemetry::KeyValue;
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use prost::Message;
 use tokio::sync::{mpsc, Mutex};
@@ -28,6 +29,8 @@ pub enum Outgoing {
     Passthrough(ExportTraceServiceRequest),
     /// Health spans made by this service.
     Health(ExportTraceServiceRequest),
+    /// Incident log records made by this service.
+    Logs(ExportLogsServiceRequest),
 }
 
 impl Outgoing {
@@ -35,6 +38,7 @@ impl Outgoing {
         match self {
             Outgoing::Passthrough(_) => "passthrough",
             Outgoing::Health(_) => "health_spans",
+            Outgoing::Logs(_) => "incident_logs",
         }
     }
 }
@@ -95,11 +99,12 @@ pub fn spawn(s: TraceSenderSettings, meters: HealthMeters) -> Result<(TraceSende
                 let next = rx.lock().await.recv().await;
                 let Some(item) = next else { break };
                 let signal = item.signal();
-                let bytes = match &item {
-                    Outgoing::Passthrough(r) | Outgoing::Health(r) => Bytes::from(r.encode_to_vec()),
+                let (bytes, path) = match &item {
+                    Outgoing::Passthrough(r) | Outgoing::Health(r) => (Bytes::from(r.encode_to_vec()), TRACES_PATH),
+                    Outgoing::Logs(r) => (Bytes::from(r.encode_to_vec()), LOGS_PATH),
                 };
                 drop(item);
-                match send_with_retry(&channel, &s, bytes).await {
+                match send_with_retry(&channel, &s, bytes, path).await {
                     Ok(()) => meters.exporter_sent.add(1, &[KeyValue::new("signal", signal)]),
                     Err(e) => {
                         tracing::warn!(signal, code = ?e.code(), "export upstream failed; request dropped");
@@ -124,11 +129,23 @@ fn retryable(st: &Status) -> Option<Option<Duration>> {
     }
 }
 
-async fn send_with_retry(channel: &Channel, s: &TraceSenderSettings, bytes: Bytes) -> Result<(), Status> {
+const TRACES_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+const LOGS_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+
+async fn send_with_retry(channel: &Channel, s: &TraceSenderSettings, bytes: Bytes, path: &'static str) -> Result<(), Status> {
     let started = Instant::now();
     let mut backoff = s.retry.initial_interval;
     loop {
-        match send_once(channel, s, bytes.clone()).await {
+        let sent = if path == LOGS_PATH {
+            send_once::<ExportLogsServiceResponse>(channel, s, bytes.clone(), path).await.map(|_| ())
+        } else {
+            send_once::<ExportTraceServiceResponse>(channel, s, bytes.clone(), path).await.map(|r| {
+                if let Some(ps) = r.partial_success.as_ref().filter(|p| p.rejected_spans > 0) {
+                    tracing::warn!(rejected = ps.rejected_spans, "upstream rejected some spans");
+                }
+            })
+        };
+        match sent {
             Ok(()) => return Ok(()),
             Err(st) => {
                 let Some(hint) = retryable(&st).filter(|_| s.retry.enabled) else { return Err(st) };
@@ -144,7 +161,7 @@ async fn send_with_retry(channel: &Channel, s: &TraceSenderSettings, bytes: Byte
     }
 }
 
-async fn send_once(channel: &Channel, s: &TraceSenderSettings, bytes: Bytes) -> Result<(), Status> {
+async fn send_once<R: Message + Default + Send + 'static>(channel: &Channel, s: &TraceSenderSettings, bytes: Bytes, path: &'static str) -> Result<R, Status> {
     let mut grpc = tonic::client::Grpc::new(channel.clone());
     if s.gzip {
         grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
@@ -156,33 +173,38 @@ async fn send_once(channel: &Channel, s: &TraceSenderSettings, bytes: Bytes) -> 
             req.metadata_mut().insert(k, v);
         }
     }
-    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/opentelemetry.proto.collector.trace.v1.TraceService/Export");
-    let resp: tonic::Response<ExportTraceServiceResponse> = grpc.unary(req, path, PreEncoded).await?;
-    if let Some(ps) = resp.get_ref().partial_success.as_ref().filter(|p| p.rejected_spans > 0) {
-        tracing::warn!(rejected = ps.rejected_spans, "upstream rejected some spans");
-    }
-    Ok(())
+    let resp: tonic::Response<R> = grpc.unary(req, tonic::codegen::http::uri::PathAndQuery::from_static(path), PreEncoded::<R>::default()).await?;
+    Ok(resp.into_inner())
 }
 
-/// A codec that sends bytes already encoded as an `ExportTraceServiceRequest` and decodes the
-/// generated response type. Public for the load generator, which sends pre-encoded batches.
-#[derive(Clone, Copy, Default)]
-pub struct PreEncoded;
+/// A codec that sends bytes already encoded as an OTLP export request and decodes the generated
+/// response type `R`. Public for the load generator, which sends pre-encoded batches.
+pub struct PreEncoded<R = ExportTraceServiceResponse>(std::marker::PhantomData<fn() -> R>);
 
-impl Codec for PreEncoded {
+impl<R> Default for PreEncoded<R> {
+    fn default() -> Self {
+        PreEncoded(std::marker::PhantomData)
+    }
+}
+
+impl<R: Message + Default + Send + 'static> Codec for PreEncoded<R> {
     type Encode = Bytes;
-    type Decode = ExportTraceServiceResponse;
-    type Encoder = PreEncoded;
-    type Decoder = ResponseDecoder;
+    type Decode = R;
+    type Encoder = BytesEncoder;
+    type Decoder = ResponseDecoder<R>;
     fn encoder(&mut self) -> Self::Encoder {
-        PreEncoded
+        BytesEncoder
     }
     fn decoder(&mut self) -> Self::Decoder {
-        ResponseDecoder
+        ResponseDecoder(std::marker::PhantomData)
     }
 }
 
-impl Encoder for PreEncoded {
+/// Writes pre-encoded bytes as the message.
+#[derive(Clone, Copy, Default)]
+pub struct BytesEncoder;
+
+impl Encoder for BytesEncoder {
     type Item = Bytes;
     type Error = Status;
     fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
@@ -191,14 +213,14 @@ impl Encoder for PreEncoded {
     }
 }
 
-#[derive(Clone, Copy, Default)]
-pub struct ResponseDecoder;
+/// Decodes a generated response message.
+pub struct ResponseDecoder<R>(std::marker::PhantomData<fn() -> R>);
 
-impl Decoder for ResponseDecoder {
-    type Item = ExportTraceServiceResponse;
+impl<R: Message + Default> Decoder for ResponseDecoder<R> {
+    type Item = R;
     type Error = Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<R>, Status> {
         let b = src.copy_to_bytes(src.remaining());
-        ExportTraceServiceResponse::decode(b).map(Some).map_err(|e| Status::internal(format!("bad upstream response: {e}")))
+        R::decode(b).map(Some).map_err(|e| Status::internal(format!("bad upstream response: {e}")))
     }
 }

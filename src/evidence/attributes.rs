@@ -34,6 +34,12 @@ pub const AUTH_STATUS: &str = "mcp_health.auth.status";
 pub const AUTH_ERROR: &str = "mcp_health.auth.error";
 /// The `scope` parameter of `WWW-Authenticate`: the authority the call needs.
 pub const AUTH_REQUIRED_SCOPE: &str = "mcp_health.auth.required_scope";
+/// An identifier of the credential the call used (key id, client id, token hash — never the
+/// token). mcp-health stores and emits only its SHA-256, to group failures by credential owner.
+pub const AUTH_CREDENTIAL_ID: &str = "mcp_health.auth.credential_id";
+/// The state of an authorization flow the failure started: `pending` (approved, awaiting
+/// completion: the incident is waiting, not stuck), `completed`, `denied`.
+pub const AUTH_FLOW: &str = "mcp_health.auth.flow";
 /// The protocol version the client asked for in `initialize` (or `_meta` on 2026-07-28).
 pub const SESSION_REQUESTED_VERSION: &str = "mcp_health.session.requested_version";
 /// Whether the client accepted the negotiated version (bool).

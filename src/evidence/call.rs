@@ -42,6 +42,8 @@ pub struct CallEvidence {
     pub auth_status: Option<u16>,
     pub auth_error: Option<AuthError>,
     pub required_scope: Option<Box<str>>,
+    pub credential_hash: Option<Box<str>>,
+    pub auth_flow_pending: Option<bool>,
     pub negotiation: Option<Negotiation>,
     pub exec_timeout: bool,
     pub output_schema_violated: Option<bool>,
@@ -99,6 +101,10 @@ impl CallEvidence {
             self.tool_digest.get_or_insert(d);
         }
         fill(&mut self.required_scope, &s.required_scope);
+        fill(&mut self.credential_hash, &s.credential_hash);
+        if s.auth_flow_pending.is_some() {
+            self.auth_flow_pending = s.auth_flow_pending;
+        }
         fill(&mut self.operation_key, &s.operation_key);
         match s.error {
             Some(CallError::JsonRpc(c)) => {

@@ -261,6 +261,10 @@ pub struct SpanEvidence {
     pub auth_error: Option<AuthError>,
     pub auth_status: Option<u16>,
     pub required_scope: Option<Box<str>>,
+    /// SHA-256 (hex, first 32 chars) of `mcp_health.auth.credential_id`.
+    pub credential_hash: Option<Box<str>>,
+    /// `mcp_health.auth.flow` = `pending`.
+    pub auth_flow_pending: Option<bool>,
     pub negotiation: Option<Negotiation>,
     pub exec_timeout: bool,
     pub output_schema_violated: Option<bool>,
@@ -297,6 +301,8 @@ impl SpanEvidence {
             auth_error: None,
             auth_status: None,
             required_scope: None,
+            credential_hash: None,
+            auth_flow_pending: None,
             negotiation: None,
             exec_timeout: false,
             output_schema_violated: None,

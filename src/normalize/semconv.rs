@@ -320,6 +320,15 @@ fn read_attribute<'e>(kv: &'e KeyValue, ev: &mut SpanEvidence, f: &mut Fields<'_
             Some(s) => ev.auth_error = Some(AuthError::parse(s)),
             None => bad = true,
         },
+        a::AUTH_CREDENTIAL_ID => match value::as_id(v) {
+            Some(c) => ev.credential_hash = Some(redact::hash_hex(c.as_bytes())[..32].into()),
+            None => bad = true,
+        },
+        a::AUTH_FLOW => match value::as_str(v) {
+            Some("pending") => ev.auth_flow_pending = Some(true),
+            Some("completed" | "denied") => ev.auth_flow_pending = Some(false),
+            _ => bad = true,
+        },
         a::AUTH_REQUIRED_SCOPE => match value::as_str(v) {
             Some(s) => ev.required_scope = redact::scope(s),
             None => bad = true,

@@ -494,6 +494,12 @@ impl Service {
 
     /// Verdict JSON lines printed so far (complete lines only).
     pub fn verdicts(&self) -> Vec<serde_json::Value> {
+        self.json_lines().into_iter().filter(|v: &serde_json::Value| v.get("trace_id").is_some() && v.get("state").is_some()).collect()
+    }
+
+    /// Every complete JSON line on stdout: call verdicts, and catalog (`"catalog": true`),
+    /// incident (`"incident": true`) and drift (`"drift": true`) lines.
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
         let out = self.stdout();
         let complete = match out.rfind('\n') {
             Some(i) => &out[..=i],

@@ -1,0 +1,338 @@
+//! Incidents (SPEC section 6): failures that share a cause are one incident, not one alert per
+//! attempt. The [`IncidentBook`] is a deterministic fold over verdicts — no I/O, time passed in —
+//! so every lifecycle rule is testable as a table.
+//!
+//! Cause = first failed layer (or the state's layer), server, sanitized error class, credential
+//! owner (a hash) and tool; an authorization incident is per credential, not per tool, so five
+//! tools refused for one expired token are one incident. An incident opens on the first failing
+//! verdict, is updated by each further one, and resolves only when a later call of the same scope
+//! passed the failed layer **and** its intended outcome was observed (`healthy`); a successful
+//! retry without outcome evidence leaves it open. An incident whose authorization flow is pending
+//! is `waiting`, not stuck.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::verdict::{Confidence, HealthState, Layer, Verdict};
+
+/// What groups failures into one incident.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Cause {
+    pub first_failed_layer: Option<Layer>,
+    pub state: HealthState,
+    pub server: Option<Arc<str>>,
+    pub error_class: Option<String>,
+    pub credential_hash: Option<Box<str>>,
+    /// `None` for authorization incidents: the credential, not the tool, is the cause.
+    pub tool: Option<Arc<str>>,
+}
+
+/// Where an incident stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IncidentState {
+    Open,
+    /// An approved authorization flow is pending: waiting, not stuck.
+    Waiting,
+    Resolved,
+}
+
+impl IncidentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IncidentState::Open => "open",
+            IncidentState::Waiting => "waiting",
+            IncidentState::Resolved => "resolved",
+        }
+    }
+}
+
+/// A lifecycle step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transition {
+    Opened,
+    Updated,
+    Resolved,
+}
+
+impl Transition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transition::Opened => "opened",
+            Transition::Updated => "updated",
+            Transition::Resolved => "resolved",
+        }
+    }
+}
+
+/// One incident row (SPEC section 6).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Incident {
+    /// Stable id: a hash of the cause.
+    pub id: String,
+    pub cause: Cause,
+    pub state: IncidentState,
+    /// Affected agents (`service.name` of the clients), bounded.
+    pub agents: BTreeSet<Arc<str>>,
+    /// Impact: failed calls, and distinct sessions (hashes, bounded).
+    pub calls: u64,
+    pub sessions: BTreeSet<String>,
+    /// Attempts that failed with this cause (the first one included).
+    pub retry_count: u64,
+    pub first_evidence_ns: u64,
+    pub last_evidence_ns: u64,
+    pub confidence: Confidence,
+    /// The authority the calls need (an OAuth scope; never a token).
+    pub required_authority: Option<Box<str>>,
+    /// The latest verifier result seen on the incident's calls.
+    pub verifier_result: Option<&'static str>,
+    pub next_action: String,
+}
+
+/// The incidents of the service.
+#[derive(Default)]
+pub struct IncidentBook {
+    open: FxHashMap<Cause, Incident>,
+    pub resolved_total: u64,
+}
+
+const MAX_SET: usize = 64;
+const MAX_OPEN: usize = 10_000;
+
+/// Whether a verdict's state is a failure worth an incident.
+pub fn is_failure(s: HealthState) -> bool {
+    !matches!(s, HealthState::Working | HealthState::Unverified | HealthState::Healthy)
+}
+
+/// The cause of a failing verdict.
+pub fn cause_of(v: &Verdict) -> Option<Cause> {
+    if !is_failure(v.state) {
+        return None;
+    }
+    let auth = v.state == HealthState::NeedsAuth;
+    Some(Cause {
+        first_failed_layer: v.first_failed_layer,
+        state: v.state,
+        server: v.server.clone(),
+        error_class: v.reason.clone(),
+        credential_hash: v.credential_hash.clone(),
+        tool: if auth { None } else { v.tool.clone() },
+    })
+}
+
+impl IncidentBook {
+    pub fn open_incidents(&self) -> impl Iterator<Item = &Incident> {
+        self.open.values()
+    }
+
+    /// Fold one verdict in; returns the incidents that changed, with their transition.
+    pub fn observe(&mut self, v: &Verdict) -> Vec<(Transition, Incident)> {
+        let mut out = Vec::new();
+        if let Some(cause) = cause_of(v) {
+            let id = crate::normalize::redact::hash_hex(format!("{cause:?}").as_bytes())[..16].to_string();
+            let waiting = v.auth_flow_pending;
+            let state = if waiting { IncidentState::Waiting } else { IncidentState::Open };
+            let transition = if self.open.contains_key(&cause) { Transition::Updated } else { Transition::Opened };
+            if transition == Transition::Opened && self.open.len() >= MAX_OPEN {
+                // Bounded: the stalest incident makes room (it stays counted as resolved-by-eviction).
+                if let Some(k) = self.open.iter().min_by_key(|(_, i)| i.last_evidence_ns).map(|(k, _)| k.clone()) {
+                    self.open.remove(&k);
+                }
+            }
+            let inc = self.open.entry(cause.clone()).or_insert_with(|| Incident {
+                id,
+                cause,
+                state,
+                agents: BTreeSet::new(),
+                calls: 0,
+                sessions: BTreeSet::new(),
+                retry_count: 0,
+                first_evidence_ns: v.start_ns,
+                last_evidence_ns: v.end_ns,
+                confidence: v.confidence,
+                required_authority: None,
+                verifier_result: None,
+                next_action: v.next_action.clone(),
+            });
+            inc.state = state;
+            inc.calls += 1;
+            inc.retry_count += 1;
+            inc.first_evidence_ns = inc.first_evidence_ns.min(v.start_ns);
+            inc.last_evidence_ns = inc.last_evidence_ns.max(v.end_ns);
+            inc.confidence = inc.confidence.max(v.confidence);
+            inc.next_action.clone_from(&v.next_action);
+            if let Some(a) = &v.agent {
+                if inc.agents.len() < MAX_SET {
+                    inc.agents.insert(a.clone());
+                }
+            }
+            if let Some(s) = &v.session_id_hash {
+                if inc.sessions.len() < MAX_SET {
+                    inc.sessions.insert(s.clone());
+                }
+            }
+            if v.required_scope.is_some() {
+                inc.required_authority.clone_from(&v.required_scope);
+            }
+            if v.outcome_method.is_some() {
+                inc.verifier_result = Some(outcome_word(v));
+            }
+            out.push((transition, inc.clone()));
+            return out;
+        }
+        // A verdict that passed: it resolves incidents of its scope only when the outcome was
+        // observed (healthy). An unverified success is not enough.
+        if v.state != HealthState::Healthy {
+            return out;
+        }
+        let resolved: Vec<Cause> = self.open.keys().filter(|c| resolves(c, v)).cloned().collect();
+        for c in resolved {
+            if let Some(mut inc) = self.open.remove(&c) {
+                inc.state = IncidentState::Resolved;
+                inc.last_evidence_ns = inc.last_evidence_ns.max(v.end_ns);
+                inc.verifier_result = Some("confirmed");
+                self.resolved_total += 1;
+                out.push((Transition::Resolved, inc));
+            }
+        }
+        out
+    }
+}
+
+fn outcome_word(v: &Verdict) -> &'static str {
+    match (v.state, v.layers.get(Layer::Outcome)) {
+        (HealthState::FalseSuccess, _) => "failed_or_missing",
+        (_, crate::verdict::LayerStatus::Passed) => "confirmed",
+        _ => "unobserved",
+    }
+}
+
+/// Does a healthy verdict show the cause's failure is gone? Same server; same tool (unless the
+/// incident is per credential); same credential when both name one.
+fn resolves(c: &Cause, v: &Verdict) -> bool {
+    c.server == v.server
+        && (c.tool.is_none() || c.tool == v.tool)
+        && match (&c.credential_hash, &v.credential_hash) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::{DecidedBy, LayerStatus, Layers};
+
+    fn verdict(state: HealthState, layer: Option<Layer>, tool: &str, reason: Option<&str>) -> Verdict {
+        let mut layers = [LayerStatus::Passed; 5];
+        if let Some(l) = layer {
+            layers[l as usize] = LayerStatus::Failed;
+            for s in layers.iter_mut().skip(l as usize + 1) {
+                *s = LayerStatus::Unobserved;
+            }
+        }
+        if state == HealthState::Unverified {
+            layers[4] = LayerStatus::Unobserved;
+        }
+        Verdict {
+            trace_id: [1; 16],
+            span_id: [2; 8],
+            method: Some("tools/call".into()),
+            tool: Some(Arc::from(tool)),
+            server: Some(Arc::from("tickets:443")),
+            request_id: None,
+            session_id_hash: Some("s1".into()),
+            first_failed_layer: layer,
+            layers: Layers(layers),
+            state,
+            reason: reason.map(str::to_string),
+            confidence: Confidence::High,
+            next_action: "x".into(),
+            retry_safe: true,
+            protocol_success: false,
+            verified_success: state == HealthState::Healthy,
+            required_scope: None,
+            credential_hash: Some("cred-a".into()),
+            auth_flow_pending: false,
+            agent: Some(Arc::from("agent")),
+            contract_changes: vec![],
+            outcome_method: (state == HealthState::Healthy).then_some("receipt"),
+            revision: 0,
+            supersedes: None,
+            decided_by: DecidedBy::Quiet,
+            start_ns: 10,
+            end_ns: 20,
+        }
+    }
+
+    fn expired() -> Verdict {
+        verdict(HealthState::NeedsAuth, Some(Layer::Authorization), "create_ticket", Some("invalid_token"))
+    }
+
+    #[test]
+    fn five_failures_on_one_expired_credential_are_one_incident() {
+        let mut book = IncidentBook::default();
+        let mut transitions = Vec::new();
+        for tool in ["create_ticket", "read_ticket", "create_ticket", "close_ticket", "read_ticket"] {
+            let mut v = expired();
+            v.tool = Some(Arc::from(tool));
+            transitions.extend(book.observe(&v).into_iter().map(|(t, _)| t));
+        }
+        assert_eq!(transitions, vec![Transition::Opened, Transition::Updated, Transition::Updated, Transition::Updated, Transition::Updated]);
+        let open: Vec<&Incident> = book.open_incidents().collect();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].retry_count, 5);
+        assert_eq!(open[0].cause.first_failed_layer, Some(Layer::Authorization));
+        assert_eq!(open[0].cause.tool, None, "per credential, not per tool");
+    }
+
+    #[test]
+    fn a_successful_retry_alone_does_not_resolve_only_an_observed_outcome_does() {
+        let mut book = IncidentBook::default();
+        for _ in 0..5 {
+            book.observe(&expired());
+        }
+        // The credential was refreshed: the call passes authorization, but nobody verified it.
+        let retry = verdict(HealthState::Unverified, None, "create_ticket", None);
+        assert!(book.observe(&retry).is_empty());
+        assert_eq!(book.open_incidents().count(), 1, "still open: outcome not observed");
+        // A healthy call (outcome confirmed) on another server resolves nothing here.
+        let mut elsewhere = verdict(HealthState::Healthy, None, "create_ticket", None);
+        elsewhere.server = Some(Arc::from("other:443"));
+        assert!(book.observe(&elsewhere).is_empty());
+        // A healthy call with another credential does not show this credential works.
+        let mut other_cred = verdict(HealthState::Healthy, None, "create_ticket", None);
+        other_cred.credential_hash = Some("cred-b".into());
+        assert!(book.observe(&other_cred).is_empty());
+        // The same server and credential, outcome confirmed: resolved.
+        let ok = verdict(HealthState::Healthy, None, "create_ticket", None);
+        let t = book.observe(&ok);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].0, Transition::Resolved);
+        assert_eq!(t[0].1.state, IncidentState::Resolved);
+        assert_eq!(book.open_incidents().count(), 0);
+    }
+
+    #[test]
+    fn causes_split_by_layer_class_and_tool_and_waiting_is_not_open() {
+        let mut book = IncidentBook::default();
+        book.observe(&verdict(HealthState::ToolFailed, Some(Layer::Execution), "a", Some("tool_error")));
+        book.observe(&verdict(HealthState::ToolFailed, Some(Layer::Execution), "b", Some("tool_error")));
+        book.observe(&verdict(HealthState::ToolFailed, Some(Layer::Execution), "a", Some("tool_timeout")));
+        book.observe(&verdict(HealthState::TransportFailed, Some(Layer::Transport), "a", Some("connection_refused")));
+        assert_eq!(book.open_incidents().count(), 4);
+        let mut w = expired();
+        w.auth_flow_pending = true;
+        let t = book.observe(&w);
+        assert_eq!(t[0].1.state, IncidentState::Waiting);
+        // Working, unverified and healthy never open an incident.
+        for s in [HealthState::Working, HealthState::Unverified] {
+            assert!(book.observe(&verdict(s, None, "z", None)).is_empty());
+        }
+        assert_eq!(book.open_incidents().count(), 5);
+    }
+}
