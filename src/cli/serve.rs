@@ -219,13 +219,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         meters: meters.clone(),
         strip_tool_definitions: proc_cfg.strip_tool_definitions,
     };
-    let emitters = Emitters {
-        meters: meters.clone(),
-        health_spans: sender.as_ref().filter(|_| health).map(|s| s.queue.clone()),
-        service_name,
-        verdict_log,
-        tally: Default::default(),
-    };
+    let emitters = Emitters::new(meters.clone(), sender.as_ref().filter(|_| health).map(|s| s.queue.clone()), service_name, verdict_log);
     drop(sender);
 
     // Bind everything before serving anything.
