@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::classify::catalog::Convergence;
 use crate::classify::pinning::{Lockfile, PinCheck};
+use crate::classify::progress::{InFlight, ProgressPolicy};
 use crate::correlate::{CatalogChange, ChainStats, Chains, DecidedCalls, Sessions};
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{Method, Side};
@@ -145,6 +146,22 @@ impl Emitters {
         }
     }
 
+    /// Interim `working` reports: a verdict line and a health span, not counted as decided calls.
+    fn emit_interim(&mut self, verdicts: &[Verdict]) {
+        let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        if let Some(log) = &mut self.verdict_log {
+            for v in verdicts {
+                log.write(v);
+            }
+            log.flush();
+        }
+        if let Some(tx) = &self.health_spans {
+            let spans = verdicts.iter().map(|v| health_spans::health_span(v, now_ns)).collect();
+            let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
+            let _ = tx.try_send(Outgoing::Health(req));
+        }
+    }
+
     fn emit(&mut self, verdicts: &[Verdict]) {
         if verdicts.is_empty() {
             return;
@@ -199,8 +216,8 @@ pub fn reportable(v: &Verdict) -> bool {
 }
 
 /// Classify a decided chain.
-pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile>) -> Vec<Verdict> {
-    let classify = |c: &CallEvidence| classify_call(c, &session_context(sessions, pins, c), d.decision);
+pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile>, progress: &ProgressPolicy, now_ns: u64) -> Vec<Verdict> {
+    let classify = |c: &CallEvidence| classify_with_clocks(c, sessions, pins, progress, now_ns, d.decision);
     let previous: Vec<Verdict> = d.previous.iter().map(classify).filter(reportable).collect();
     d.calls
         .iter()
@@ -216,6 +233,30 @@ pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile
         })
         .filter(reportable)
         .collect()
+}
+
+/// Classify a call with its session context and its progress clocks at `now_ns`.
+pub fn classify_with_clocks(c: &CallEvidence, sessions: &Sessions, pins: Option<&Lockfile>, progress: &ProgressPolicy, now_ns: u64, d: crate::classify::Decision) -> Verdict {
+    let mut ctx = session_context(sessions, pins, c);
+    if c.progress.is_empty() {
+        return classify_call(c, &ctx, d);
+    }
+    let f = crate::classify::progress::check(c);
+    match crate::classify::progress::in_flight(c, &f, progress.clocks(c.tool.as_deref()), now_ns) {
+        InFlight::Working => {
+            ctx.working = true;
+            classify_call(c, &ctx, d)
+        }
+        InFlight::InactivityExceeded | InFlight::DeadlineExceeded => {
+            let mut c = c.clone();
+            c.clock_expired = Some(match crate::classify::progress::in_flight(&c, &f, progress.clocks(c.tool.as_deref()), now_ns) {
+                InFlight::DeadlineExceeded => "deadline_exceeded",
+                _ => "inactivity_exceeded",
+            });
+            classify_call(&c, &ctx, d)
+        }
+        _ => classify_call(c, &ctx, d),
+    }
 }
 
 /// A discovered definition that differs from its pin.
@@ -265,11 +306,69 @@ pub struct Correlator {
     /// Where catalog verdicts are published for the gate API.
     pub board: Arc<crate::gate::CatalogBoard>,
     convergence_groups: rustc_hash::FxHashSet<(String, Convergence)>,
+    pub progress: ProgressPolicy,
+    /// In-flight calls already reported `working` (reported once; the final verdict follows).
+    working_reported: rustc_hash::FxHashSet<([u8; 16], [u8; 8])>,
+    working_groups: rustc_hash::FxHashSet<(String, String)>,
 }
 
 impl Correlator {
     pub fn new(chains: Chains, sessions: Sessions, pins: Option<Arc<Lockfile>>) -> Self {
-        Correlator { chains, sessions, pins, drift_seen: Default::default(), board: Default::default(), convergence_groups: Default::default() }
+        Correlator {
+            chains,
+            sessions,
+            pins,
+            drift_seen: Default::default(),
+            board: Default::default(),
+            convergence_groups: Default::default(),
+            progress: ProgressPolicy::default(),
+            working_reported: Default::default(),
+            working_groups: Default::default(),
+        }
+    }
+
+    /// Check the clocks of in-flight calls with progress: report `working` ones while they run
+    /// (once each), hold their chains open past `max_wait`, and decide the ones whose clock expired.
+    fn check_progress(&mut self, now: Instant, decided: &mut Vec<DecidedCalls>, emitters: &mut Emitters) {
+        let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let mut working: rustc_hash::FxHashMap<(String, String), u64> = Default::default();
+        let mut interim = Vec::new();
+        for id in self.chains.progress_chains() {
+            let Some(calls) = self.chains.peek_calls(&id) else { continue };
+            let (mut hold, mut expired) = (false, false);
+            for c in &calls {
+                let f = crate::classify::progress::check(c);
+                match crate::classify::progress::in_flight(c, &f, self.progress.clocks(c.tool.as_deref()), now_ns) {
+                    InFlight::Working => {
+                        hold = true;
+                        *working.entry((c.tool.as_deref().unwrap_or("").to_string(), c.server.as_deref().unwrap_or("").to_string())).or_default() += 1;
+                        if self.working_reported.insert((c.trace_id, c.anchor_span_id)) {
+                            let d = crate::classify::Decision { revision: 0, decided_by: DecidedBy::InFlight, root_seen: false, truncated: false };
+                            interim.push(classify_with_clocks(c, &self.sessions, self.pins.as_deref(), &self.progress, now_ns, d));
+                        }
+                    }
+                    InFlight::InactivityExceeded | InFlight::DeadlineExceeded => expired = true,
+                    _ => {}
+                }
+            }
+            self.chains.set_hold(&id, hold);
+            if expired && !hold {
+                self.chains.decide_now(id, DecidedBy::Clock, now, decided);
+            }
+        }
+        if !interim.is_empty() {
+            emitters.emit_interim(&interim);
+        }
+        for (tool, server) in self.working_groups.iter().filter(|k| !working.contains_key(*k)) {
+            emitters.meters.calls_working.record(0, &[KeyValue::new("gen_ai.tool.name", tool.clone()), KeyValue::new("server.address", server.clone())]);
+        }
+        for ((tool, server), n) in &working {
+            emitters.meters.calls_working.record(*n, &[KeyValue::new("gen_ai.tool.name", tool.clone()), KeyValue::new("server.address", server.clone())]);
+        }
+        self.working_groups = working.into_keys().collect();
+        if self.working_reported.len() > 100_000 {
+            self.working_reported.clear();
+        }
     }
 
     /// Sessions per current convergence verdict, by server (groups that emptied read 0).
@@ -313,6 +412,7 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut c: Corr
     let mut last = ChainStats::default();
     let mut last_expiry = Instant::now();
     let mut last_convergence = Instant::now();
+    let mut last_progress = Instant::now();
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -339,6 +439,10 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut c: Corr
                 report(&c.chains, &emitters.meters, &mut last);
                 emitters.tally.flush(&emitters.meters);
                 emitters.report_incidents();
+                if now.saturating_duration_since(last_progress) >= Duration::from_secs(1) {
+                    c.check_progress(now, &mut decided, &mut emitters);
+                    last_progress = now;
+                }
                 if now.saturating_duration_since(last_convergence) > Duration::from_secs(5) {
                     c.report_convergence(&emitters.meters);
                     last_convergence = now;
@@ -366,7 +470,8 @@ fn flush(decided: &mut Vec<DecidedCalls>, verdicts: &mut Vec<Verdict>, c: &Corre
     }
     verdicts.clear();
     for d in decided.drain(..) {
-        verdicts.extend(verdicts_of(&d, &c.sessions, c.pins.as_deref()));
+        let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        verdicts.extend(verdicts_of(&d, &c.sessions, c.pins.as_deref(), &c.progress, now_ns));
     }
     emitters.emit(verdicts);
 }
@@ -407,7 +512,7 @@ mod tests {
         let mut out = Vec::new();
         chains.ingest(NormalizedBatch { evidence: vec![call_span()], ..Default::default() }, t0, &mut out);
         chains.tick(t0 + Duration::from_millis(20), &mut out);
-        let first = verdicts_of(&out.remove(0), &sessions, None);
+        let first = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);
         assert_eq!(first[0].state, HealthState::Unverified);
         assert_eq!(first[0].supersedes, None);
 
@@ -416,7 +521,7 @@ mod tests {
         v.outcomes.push(OutcomeReceipt { result: OutcomeResult::Confirmed, method: VerifierMethod::Receipt, checked_at_ns: 30, request_id: None });
         chains.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
         chains.tick(t0 + Duration::from_millis(50), &mut out);
-        let second = verdicts_of(&out.remove(0), &sessions, None);
+        let second = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);
         assert_eq!(second[0].revision, 1);
         assert_eq!(second[0].state, HealthState::Healthy);
         let p = second[0].supersedes.expect("a revision names what it replaces");

@@ -169,6 +169,10 @@ pub enum DecidedBy {
     Shutdown,
     /// Read from a file (replay): everything there is, is there.
     Replay,
+    /// An in-flight call outlived its inactivity window or absolute deadline.
+    Clock,
+    /// An interim report on a call still in flight (`working`); the final verdict follows.
+    InFlight,
 }
 
 impl DecidedBy {
@@ -179,6 +183,8 @@ impl DecidedBy {
             DecidedBy::Evicted => "evicted",
             DecidedBy::Shutdown => "shutdown",
             DecidedBy::Replay => "replay",
+            DecidedBy::Clock => "clock",
+            DecidedBy::InFlight => "in_flight",
         }
     }
     /// Decided before the evidence was known to be complete.
@@ -221,6 +227,9 @@ pub struct Verdict {
     /// The client's `service.name`: the affected agent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<Arc<str>>,
+    /// Progress evidence of a long call (SPEC section 5), when there was any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<crate::classify::progress::ProgressFindings>,
     /// What changed against the pin, for `contract_drift`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub contract_changes: Vec<crate::classify::drift::ContractChange>,

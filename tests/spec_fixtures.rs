@@ -128,7 +128,7 @@ fn nine_states_each_trace_is_exactly_its_state() {
 }
 
 #[test]
-fn nine_states_fixture_covers_the_nine_spec_states_with_one_pending() {
+fn nine_states_fixture_covers_the_nine_spec_states() {
     let exp = expected("nine_states.expected.json");
     let mut named: Vec<HealthState> = exp["states"].as_object().expect("states").values().map(|v| state_named(v.as_str().expect("name"))).collect();
     named.extend(exp["pending"].as_object().expect("pending").keys().map(|k| state_named(k)));
@@ -140,7 +140,7 @@ fn nine_states_fixture_covers_the_nine_spec_states_with_one_pending() {
         .filter(|s| !matches!(s, HealthState::TransportFailed | HealthState::ContractDrift | HealthState::Unverified))
         .collect();
     assert_eq!(named, spec);
-    assert_eq!(exp["pending"].as_object().expect("pending").keys().collect::<Vec<_>>(), vec!["working"], "only `working` (issue 4) is pending");
+    assert!(exp["pending"].as_object().expect("pending").is_empty(), "no state is pending any more");
 }
 
 /// One OTLP/JSON line with the given spans of one resource.
@@ -231,11 +231,11 @@ fn nine_states_stale_catalog_list_changed_without_rediscovery() {
 }
 
 #[test]
-#[ignore = "pending: issue 4 (progress clocks): progress notifications are not read or checked yet, and the progress attribute names used here are provisional until that issue defines them"]
 fn nine_states_working_long_call_with_valid_progress() {
     // A tools/call still in flight: its client and server spans have not ended (so are not
-    // exported), but the server sent progress notifications for the request's token whose values
-    // strictly increase, and the absolute deadline has not passed. SPEC section 5: working.
+    // exported), but the request's start was reported (`mcp_health.call.phase=request_sent`, with
+    // the progress token it supplied), the server sent progress notifications for that token whose
+    // values strictly increase, and the absolute deadline has not passed. SPEC section 5: working.
     let t = "09000000000000000000000000000009";
     let progress = |span: &str, at: u64, value: i64| {
         otlp_span(t, span, Some("0200000000000001"), "notifications/progress", "SPAN_KIND_SERVER", at, at + 1, &[
@@ -246,10 +246,30 @@ fn nine_states_working_long_call_with_valid_progress() {
             ("mcp_health.progress.total", Value::from(100)),
         ])
     };
-    let lines = vec![export_line("reports-mcp", vec![progress("0200000000000002", 1_000, 10), progress("0200000000000003", 2_000, 20), progress("0200000000000004", 3_000, 35)])];
+    let sent = otlp_span(t, "0100000000000001", None, "tools/call export_report", "SPAN_KIND_CLIENT", 0, 0, &[
+        ("mcp.method.name", Value::from("tools/call")),
+        ("gen_ai.tool.name", Value::from("export_report")),
+        ("jsonrpc.request.id", Value::from("9")),
+        ("mcp.session.id", Value::from("sess-long")),
+        ("mcp_health.progress.token", Value::from("tok-1")),
+        ("mcp_health.call.phase", Value::from("request_sent")),
+    ]);
+    let mut lines = vec![export_line("agent", vec![sent.clone()])];
+    lines.push(export_line("reports-mcp", vec![progress("0200000000000002", 1_000, 10), progress("0200000000000003", 2_000, 20), progress("0200000000000004", 3_000, 35)]));
     let verdicts = replay_lines(&lines);
     assert_eq!(verdicts.len(), 1, "{verdicts:?}");
     assert_eq!(verdicts[0].state, HealthState::Working, "{:?}", verdicts[0]);
+    assert_eq!(verdicts[0].progress.as_ref().map(|p| p.valid_updates), Some(3));
+
+    // The same notifications without the request's token are not valid evidence: never working.
+    let mut unsupplied = lines.clone();
+    unsupplied[0] = export_line("agent", vec![otlp_span(t, "0100000000000001", None, "tools/call export_report", "SPAN_KIND_CLIENT", 0, 0, &[
+        ("mcp.method.name", Value::from("tools/call")),
+        ("jsonrpc.request.id", Value::from("9")),
+        ("mcp_health.call.phase", Value::from("request_sent")),
+    ])]);
+    let v = replay_lines(&unsupplied);
+    assert_ne!(v[0].state, HealthState::Working, "{:?}", v[0]);
 }
 
 // --- the binary -----------------------------------------------------------------------------

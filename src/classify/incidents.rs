@@ -256,6 +256,7 @@ mod tests {
             protocol_success: false,
             verified_success: state == HealthState::Healthy,
             required_scope: None,
+            progress: None,
             credential_hash: Some("cred-a".into()),
             auth_flow_pending: false,
             agent: Some(Arc::from("agent")),

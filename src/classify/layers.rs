@@ -95,6 +95,7 @@ pub fn evaluate(c: &CallEvidence) -> LayerFindings {
     if let Some((_, reason)) = transport_failure(c) {
         set(Layer::Transport, Failed, Some(reason));
     } else if c.response_seen
+        || !c.progress.is_empty()
         || c.http_status.is_some()
         || c.transport == Some(TransportOutcome::Ok)
         || c.jsonrpc_error.is_some()
@@ -126,7 +127,10 @@ pub fn evaluate(c: &CallEvidence) -> LayerFindings {
     }
 
     // Execution: the tool's own result.
-    if c.tool_error {
+    if let Some(why) = c.clock_expired {
+        // In flight past its inactivity window or absolute deadline: the tool did not finish.
+        set(Layer::Execution, Failed, Some(why.into()));
+    } else if c.tool_error {
         set(Layer::Execution, Failed, Some("tool_error".into()));
     } else if c.exec_timeout {
         set(Layer::Execution, Failed, Some("tool_timeout".into()));

@@ -5,6 +5,7 @@ pub mod contract;
 pub mod digest;
 pub mod drift;
 pub mod incidents;
+pub mod progress;
 pub mod pinning;
 pub mod layers;
 
@@ -63,6 +64,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         protocol_success,
         verified_success,
         required_scope: if state == HealthState::NeedsAuth { c.required_scope.clone() } else { None },
+        progress: (!c.progress.is_empty()).then(|| progress::check(c)),
         credential_hash: c.credential_hash.clone(),
         auth_flow_pending: state == HealthState::NeedsAuth && c.auth_flow_pending == Some(true),
         agent: c.service.clone(),

@@ -115,6 +115,8 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
     });
     let mut sessions = Sessions::new(SessionLimits { max_sessions: usize::MAX, max_events_per_session: 100_000, ..SessionLimits::default() });
     let now = Instant::now();
+    // The clocks of calls still in flight at the end of the input are read at the latest span time.
+    let mut latest_ns = 0u64;
     let mut sink = Vec::new();
     let started = Instant::now();
     let mut last_progress = Instant::now();
@@ -145,6 +147,7 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
             match otlp_json::decode_traces(line.as_bytes()) {
                 Ok(req) => {
                     let batch = normalize_request(&req);
+                    latest_ns = batch.evidence.iter().map(|e| e.end_ns.max(e.start_ns)).fold(latest_ns, u64::max);
                     sessions.observe(&batch.evidence, now);
                     chains.ingest(batch, now, &mut sink)
                 }
@@ -160,7 +163,7 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
     chains.drain(DecidedBy::Replay, now, &mut sink);
     let mut verdicts: Vec<Verdict> = sink
         .iter()
-        .flat_map(|d| crate::pipeline::verdicts_of(d, &sessions, pins))
+        .flat_map(|d| crate::pipeline::verdicts_of(d, &sessions, pins, &crate::classify::progress::ProgressPolicy::default(), latest_ns))
         .collect();
     verdicts.sort_by(|a, b| (a.start_ns, a.trace_id).cmp(&(b.start_ns, b.trace_id)));
     let catalog = sessions

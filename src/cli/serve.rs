@@ -246,7 +246,8 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
 
     let tick = (proc_cfg.decision_wait / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
     let (stop_tx, stop_rx) = oneshot::channel();
-    let correlator = Correlator::new(Chains::new(proc_cfg.limits()), Sessions::new(proc_cfg.session_limits()), pins.clone());
+    let mut correlator = Correlator::new(Chains::new(proc_cfg.limits()), Sessions::new(proc_cfg.session_limits()), pins.clone());
+    correlator.progress = proc_cfg.progress.clone();
     let gate_state = gate_l.as_ref().map(|(_, unpinned)| crate::gate::GateState { pins, board: correlator.board.clone(), unpinned: *unpinned });
     let correlator = tokio::spawn(run_correlator(
         ingest_rx,

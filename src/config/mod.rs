@@ -120,6 +120,9 @@ pub struct CorrelateConfig {
     /// `{mode: none}`, `{mode: on_reconnect}`, `{mode: max_age, max_age: 10m}`.
     #[serde(default)]
     pub refresh_policy: crate::classify::catalog::RefreshPolicy,
+    /// Clocks of long calls: `{default: {inactivity: 30s, deadline: 10m}, tools: {name: {...}}}`.
+    #[serde(default)]
+    pub progress: crate::classify::progress::ProgressPolicy,
     /// A lockfile (`mcp-health lock`): calls whose tool definition differs from its pin are
     /// `contract_drift`, and drifted discoveries are reported.
     #[serde(default)]

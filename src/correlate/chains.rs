@@ -75,6 +75,10 @@ struct Chain {
     /// The calls as the previous revision saw them (empty for revision 0), so the emitters can
     /// count what a revision changed instead of counting the call twice.
     previous: Vec<CallEvidence>,
+    /// Progress notifications arrived: the call may be a long one in flight.
+    has_progress: bool,
+    /// Held open past `max_wait` because a call in it is `working` (valid progress, clocks hold).
+    held: bool,
 }
 
 struct DecidedChain {
@@ -167,6 +171,8 @@ impl Chains {
                     truncated: d.truncated,
                     bytes: d.bytes,
                     revision: d.revision + 1,
+                    has_progress: false,
+                    held: false,
                 });
                 self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
             } else {
@@ -185,6 +191,8 @@ impl Chains {
                     bytes: 0,
                     revision: 0,
                     previous: Vec::new(),
+                    has_progress: false,
+                    held: false,
                 });
                 self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
             }
@@ -192,6 +200,7 @@ impl Chains {
         let Some(chain) = self.active.get_mut(&trace_id) else { return };
         chain.last_seen = now;
         chain.root_seen |= is_root;
+        chain.has_progress |= ev.progress.is_some();
         if chain.spans.len() >= self.limits.max_spans_per_chain {
             chain.truncated = true;
             self.stats.truncated_spans += 1;
@@ -250,11 +259,12 @@ impl Chains {
             let expired = now.saturating_duration_since(c.first_seen) >= self.limits.max_wait;
             if c.root_seen && quiet {
                 self.decide(id, DecidedBy::Quiet, now, out);
-            } else if expired {
+            } else if expired && !c.held {
                 self.decide(id, DecidedBy::MaxWait, now, out);
             } else {
                 let next = if c.root_seen { c.last_seen + self.limits.decision_wait } else { now + self.limits.decision_wait };
-                let next = next.min(c.first_seen + self.limits.max_wait).max(now + Duration::from_millis(1));
+                let next = if c.held { next } else { next.min(c.first_seen + self.limits.max_wait) };
+                let next = next.max(now + Duration::from_millis(1));
                 self.due.push(Reverse((next, id)));
             }
         }
@@ -270,6 +280,28 @@ impl Chains {
             }
             self.expire_oldest_decided();
         }
+    }
+
+    /// Chains in flight that carry progress notifications: the pipeline checks their clocks.
+    pub fn progress_chains(&self) -> Vec<TraceId> {
+        self.active.iter().filter(|(_, c)| c.has_progress).map(|(id, _)| *id).collect()
+    }
+
+    /// The calls of an in-flight chain as they stand, without deciding it.
+    pub fn peek_calls(&self, id: &TraceId) -> Option<Vec<CallEvidence>> {
+        self.active.get(id).map(|c| assemble_calls(&c.spans))
+    }
+
+    /// Hold a chain open past `max_wait` (a call in it is working), or release it.
+    pub fn set_hold(&mut self, id: &TraceId, hold: bool) {
+        if let Some(c) = self.active.get_mut(id) {
+            c.held = hold;
+        }
+    }
+
+    /// Decide a chain now (a clock expired).
+    pub fn decide_now(&mut self, id: TraceId, by: DecidedBy, now: Instant, out: &mut Vec<DecidedCalls>) {
+        self.decide(id, by, now, out);
     }
 
     /// Decide everything in flight (shutdown).

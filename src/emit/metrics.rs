@@ -87,6 +87,7 @@ pub struct HealthMeters {
     pub incidents_open: Gauge<u64>,
     pub incidents_transitions: Counter<u64>,
     pub catalog_convergence: Gauge<u64>,
+    pub calls_working: Gauge<u64>,
 }
 
 impl HealthMeters {
@@ -115,6 +116,7 @@ impl HealthMeters {
             drift_events: c("mcp_health.catalog.drift", "Tool definitions that differ from their pin, by server and tool"),
             incidents_open: meter.u64_gauge("mcp_health.incidents.open").with_description("Open incidents by first failed layer, health state, server and incident state (open, waiting)").build(),
             incidents_transitions: c("mcp_health.incidents.transitions", "Incident lifecycle transitions (opened, updated, resolved) by first failed layer"),
+            calls_working: meter.u64_gauge("mcp_health.calls.working").with_description("In-flight calls with valid progress whose clocks hold, by tool and server").build(),
             catalog_convergence: meter.u64_gauge("mcp_health.catalog.convergence").with_description("Sessions per current catalog convergence verdict, by server").build(),
             success_retracted: c("mcp_health.calls.success_retracted", "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)"),
         }
@@ -335,6 +337,7 @@ mod tests {
             protocol_success: protocol,
             verified_success: verified,
             required_scope: None,
+            progress: None,
             credential_hash: None,
             auth_flow_pending: false,
             agent: None,

@@ -93,6 +93,17 @@ pub const CATALOG_TOOL_DIGEST: &str = "mcp_health.catalog.tool_digest";
 /// The server's `tools.listChanged` capability (bool), from `initialize` or `server/discover`.
 pub const SESSION_LIST_CHANGED_CAPABILITY: &str = "mcp_health.session.list_changed_capability";
 
+/// The progress token: on a `tools/call` request span, the `_meta.progressToken` the request
+/// supplied; on a `notifications/progress` span, the token it carries.
+pub const PROGRESS_TOKEN: &str = "mcp_health.progress.token";
+/// `notifications/progress`: the progress value (number).
+pub const PROGRESS_VALUE: &str = "mcp_health.progress.value";
+/// `notifications/progress`: the total, when known (number).
+pub const PROGRESS_TOTAL: &str = "mcp_health.progress.total";
+/// On a `tools/call` span: `request_sent` marks a span emitted when the request left (the call is in
+/// flight; no response is implied), as a wire tap or an instrumentation that reports starts emits.
+pub const CALL_PHASE: &str = "mcp_health.call.phase";
+
 // --- health span attributes (written) ---
 pub const VERDICT_STATE: &str = "mcp_health.verdict.state";
 pub const VERDICT_FIRST_FAILED_LAYER: &str = "mcp_health.verdict.first_failed_layer";

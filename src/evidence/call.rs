@@ -53,6 +53,15 @@ pub struct CallEvidence {
     pub span_count: u32,
     /// Request spans (client or server spans of the call's method) folded in so far.
     pub request_spans: u32,
+    /// Progress notifications about this call (SPEC section 5).
+    pub progress: Vec<ProgressMark>,
+    /// The progress token the request supplied.
+    pub progress_token: Option<Box<str>>,
+    /// When the response arrived: the end of a request span that is not a `request_sent` marker.
+    pub response_end_ns: Option<u64>,
+    /// Set by the correlator when an in-flight call outlived its inactivity window or absolute
+    /// deadline: `inactivity_exceeded` or `deadline_exceeded`.
+    pub clock_expired: Option<&'static str>,
 }
 
 impl CallEvidence {
@@ -71,6 +80,15 @@ impl CallEvidence {
         let is_request = s.method.as_ref().is_some_and(|m| !m.is_notification());
         // The call starts when its request does: evidence around it (an earlier notification in
         // the trace, a verifier) must not move the moment its catalog is judged at.
+        if let Some(p) = &s.progress {
+            self.progress.push((**p).clone());
+        }
+        if is_request {
+            fill(&mut self.progress_token, &s.progress_token);
+            if !s.request_sent_marker {
+                self.response_end_ns = Some(self.response_end_ns.map_or(s.end_ns, |e| e.min(s.end_ns)));
+            }
+        }
         if is_request {
             self.start_ns = if self.request_spans == 0 { s.start_ns } else { self.start_ns.min(s.start_ns) };
             self.request_spans += 1;
@@ -121,7 +139,7 @@ impl CallEvidence {
             Some(CallError::Connection(t)) => self.connection_error = Some(t),
             Some(CallError::Unclassified) => self.unexplained_error = true,
             None => {
-                if is_request && !s.status_error && s.transport.map_or(true, |t| t == TransportOutcome::Ok) {
+                if is_request && !s.request_sent_marker && !s.status_error && s.transport.map_or(true, |t| t == TransportOutcome::Ok) {
                     // A finished request span with no error: a result came back.
                     self.response_seen = true;
                 }

@@ -206,6 +206,15 @@ pub struct OutcomeReceipt {
     pub request_id: Option<Box<str>>,
 }
 
+/// One progress notification (SPEC section 5).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgressMark {
+    pub token: Box<str>,
+    pub value: f64,
+    pub total: Option<f64>,
+    pub at_ns: u64,
+}
+
 /// What the version/capability negotiation of a session showed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Negotiation {
@@ -271,6 +280,12 @@ pub struct SpanEvidence {
     pub effect_boundary: Option<EffectBoundary>,
     pub outcomes: Vec<OutcomeReceipt>,
     pub operation_key: Option<Box<str>>,
+    /// A `notifications/progress` span's progress.
+    pub progress: Option<Box<ProgressMark>>,
+    /// The progress token a request span says the request supplied.
+    pub progress_token: Option<Box<str>>,
+    /// The span only marks that the request was sent (`mcp_health.call.phase=request_sent`).
+    pub request_sent_marker: bool,
     /// Catalog facts (signals, `tools/list` pages, installs), rare enough to box.
     pub catalog: Option<Box<catalog::CatalogFacts>>,
     /// `service.name` of the resource that emitted the span (the client's identity where the
@@ -309,6 +324,9 @@ impl SpanEvidence {
             effect_boundary: None,
             outcomes: Vec::new(),
             operation_key: None,
+            progress: None,
+            progress_token: None,
+            request_sent_marker: false,
             catalog: None,
             service: None,
         }
@@ -339,12 +357,14 @@ impl SpanEvidence {
             || !self.outcomes.is_empty()
             || self.negotiation.is_some()
             || self.catalog.is_some()
+            || self.progress.is_some()
     }
 
     /// Whether this span can start a call chain: a request, or call-level evidence. Catalog facts
     /// and notifications feed the session table instead; they only enrich an existing chain.
     pub fn starts_chain(&self) -> bool {
         self.method.as_ref().is_some_and(|m| !m.is_notification())
+            || self.progress.is_some()
             || self.transport.is_some()
             || self.auth_error.is_some()
             || self.auth_status.is_some()

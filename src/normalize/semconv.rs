@@ -41,6 +41,7 @@ pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, service: Optio
     let mut negotiation = Negotiation::default();
     let mut has_negotiation = false;
     let mut cat = CatalogAcc::default();
+    let (mut progress_token, mut progress_value, mut progress_total) = (None, None, None);
 
     for kv in &span.attributes {
         if kv.key.starts_with("mcp_health.catalog.") || kv.key == a::SESSION_LIST_CHANGED_CAPABILITY {
@@ -55,6 +56,9 @@ pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, service: Optio
             outcome: &mut outcome,
             negotiation: &mut negotiation,
             has_negotiation: &mut has_negotiation,
+            progress_token: &mut progress_token,
+            progress_value: &mut progress_value,
+            progress_total: &mut progress_total,
             type_errors,
         });
     }
@@ -70,6 +74,14 @@ pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, service: Optio
         ev.negotiation = Some(negotiation);
     }
     ev.service = service.cloned();
+    let is_progress = matches!(&ev.method, Some(Method::Other(m)) if &**m == "notifications/progress");
+    match (is_progress, progress_token, progress_value) {
+        (true, Some(token), Some(value)) => {
+            ev.progress = Some(Box::new(ProgressMark { token, value, total: progress_total, at_ns: ev.end_ns.max(ev.start_ns) }));
+        }
+        (false, Some(token), _) => ev.progress_token = Some(token),
+        _ => {}
+    }
     let facts = cat.finish(ev.method.as_ref());
     if !facts.is_empty() || facts.raw_definitions_seen {
         ev.catalog = Some(Box::new(facts));
@@ -247,6 +259,9 @@ struct Fields<'s, 'e> {
     outcome: &'s mut OutcomeFields,
     negotiation: &'s mut Negotiation,
     has_negotiation: &'s mut bool,
+    progress_token: &'s mut Option<Box<str>>,
+    progress_value: &'s mut Option<f64>,
+    progress_total: &'s mut Option<f64>,
     type_errors: &'s mut u64,
 }
 
@@ -318,6 +333,23 @@ fn read_attribute<'e>(kv: &'e KeyValue, ev: &mut SpanEvidence, f: &mut Fields<'_
         },
         a::AUTH_ERROR => match value::as_str(v) {
             Some(s) => ev.auth_error = Some(AuthError::parse(s)),
+            None => bad = true,
+        },
+        a::PROGRESS_TOKEN => match value::as_id(v) {
+            Some(t) => *f.progress_token = Some(redact::ident(&t)),
+            None => bad = true,
+        },
+        a::PROGRESS_VALUE => match value::as_f64(v) {
+            Some(x) => *f.progress_value = Some(x),
+            None => bad = true,
+        },
+        a::PROGRESS_TOTAL => match value::as_f64(v) {
+            Some(x) => *f.progress_total = Some(x),
+            None => bad = true,
+        },
+        a::CALL_PHASE => match value::as_str(v) {
+            Some("request_sent") => ev.request_sent_marker = true,
+            Some(_) => {}
             None => bad = true,
         },
         a::AUTH_CREDENTIAL_ID => match value::as_id(v) {

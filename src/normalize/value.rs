@@ -57,3 +57,13 @@ pub fn as_str_list(v: &Option<AnyValue>) -> Option<Vec<String>> {
         _ => None,
     }
 }
+
+/// A number, from a double, an int or a decimal string.
+pub fn as_f64(v: &Option<AnyValue>) -> Option<f64> {
+    match v.as_ref()?.value.as_ref()? {
+        Value::DoubleValue(d) if d.is_finite() => Some(*d),
+        Value::IntValue(i) => Some(*i as f64),
+        Value::StringValue(s) => s.trim().parse::<f64>().ok().filter(|d| d.is_finite()),
+        _ => None,
+    }
+}
