@@ -433,7 +433,8 @@ pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut c: Corr
                 let now = Instant::now();
                 c.chains.tick(now, &mut decided);
                 if now.saturating_duration_since(last_expiry) > Duration::from_secs(10) {
-                    c.sessions.expire(now);
+                    let gone = c.sessions.expire(now);
+                    c.board.forget(&gone);
                     last_expiry = now;
                 }
                 report(&c.chains, &emitters.meters, &mut last);
@@ -492,6 +493,7 @@ mod tests {
     use super::*;
     use crate::correlate::{ChainLimits, SessionLimits};
     use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, VerifierMethod};
+    use crate::verdict::DecidedBy;
     use crate::normalize::NormalizedBatch;
 
     fn call_span() -> SpanEvidence {
@@ -502,6 +504,75 @@ mod tests {
         s.start_ns = 10;
         s.end_ns = 20;
         s
+    }
+
+    /// SPEC section 3's falsifiable transition: a timed-out call at a side-effect boundary is
+    /// `effect_unknown` (retry blocked); a later receipt whose deliverable check fails moves it to
+    /// `false_success`.
+    #[test]
+    fn effect_unknown_moves_to_false_success_when_a_failing_receipt_arrives() {
+        let mut chains = Chains::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() });
+        let sessions = Sessions::new(SessionLimits::default());
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        let mut timed_out = call_span();
+        timed_out.transport = Some(crate::evidence::TransportOutcome::Timeout);
+        timed_out.effect_boundary = Some(crate::evidence::EffectBoundary::SideEffect);
+        chains.ingest(NormalizedBatch { evidence: vec![timed_out], ..Default::default() }, t0, &mut out);
+        chains.tick(t0 + Duration::from_millis(20), &mut out);
+        let first = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);
+        assert_eq!(first[0].state, HealthState::EffectUnknown);
+        assert!(!first[0].retry_safe, "automatic retry is blocked until reconciliation");
+
+        let mut receipt = SpanEvidence::new([7; 16], [4; 8]);
+        receipt.parent_span_id = Some([1; 8]);
+        receipt.outcomes.push(OutcomeReceipt { result: OutcomeResult::Failed, method: VerifierMethod::TestResult, checked_at_ns: 40, request_id: None });
+        chains.ingest(NormalizedBatch { evidence: vec![receipt], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
+        chains.tick(t0 + Duration::from_millis(50), &mut out);
+        let second = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);
+        assert_eq!(second[0].state, HealthState::FalseSuccess);
+        assert_eq!(second[0].supersedes.map(|p| p.state), Some(HealthState::EffectUnknown));
+    }
+
+    /// SPEC section 3's other transition: a call on a stale catalog is `stale_catalog`; after a
+    /// complete refresh (and install) the next call moves on to its own layers' state.
+    #[test]
+    fn a_stale_catalog_followed_by_a_complete_refresh_moves_on() {
+        use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
+        let mut sessions = Sessions::new(SessionLimits::default());
+        let fact = |at: u64, f: CatalogFacts| {
+            let mut s = SpanEvidence::new([9; 16], [at as u8; 8]);
+            s.session_id = Some("s-1".into());
+            s.side = Side::Client;
+            s.start_ns = at;
+            s.end_ns = at;
+            s.catalog = Some(Box::new(f));
+            s
+        };
+        let page = |at: u64| {
+            let mut s = fact(at, CatalogFacts { page: Some(ListPage { cursor: None, next_cursor_present: false, tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))], ttl_ms: None, cache_scope: None }), ..Default::default() });
+            s.method = Some(Method::ToolsList);
+            s
+        };
+        let installed = crate::classify::digest::registry_digest(&[crate::classify::digest::ToolDigest { name: "t".into(), digest: "sha256:aa".into(), projection_version: crate::classify::digest::PROJECTION_VERSION.into() }]);
+        let timeline = vec![
+            fact(1, CatalogFacts { list_changed_capability: Some(true), ..Default::default() }),
+            page(10),
+            fact(11, CatalogFacts { installed_digest: Some(Arc::from(installed.as_str())), ..Default::default() }),
+            fact(20, CatalogFacts { signal: Some(SignalSource::Notification), ..Default::default() }),
+            page(40),
+            fact(41, CatalogFacts { installed_digest: Some(Arc::from(installed.as_str())), ..Default::default() }),
+        ];
+        sessions.observe(&timeline, Instant::now());
+        let call_at = |at: u64| {
+            let mut c = CallEvidence { method: Some(Method::ToolsCall), session_id: Some("s-1".into()), client_seen: true, response_seen: true, start_ns: at, ..Default::default() };
+            c.outcomes.push(OutcomeReceipt { result: OutcomeResult::Confirmed, method: VerifierMethod::Receipt, checked_at_ns: at + 5, request_id: None });
+            c
+        };
+        let d = crate::classify::Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
+        let p = ProgressPolicy::default();
+        assert_eq!(classify_with_clocks(&call_at(30), &sessions, None, &p, 0, d).state, HealthState::StaleCatalog, "between the signal and the refresh");
+        assert_eq!(classify_with_clocks(&call_at(50), &sessions, None, &p, 0, d).state, HealthState::Healthy, "after the complete refresh it moves on");
     }
 
     #[test]

@@ -204,7 +204,8 @@ pub struct Verdict {
     pub tool: Option<Arc<str>>,
     pub server: Option<Arc<str>>,
     pub request_id: Option<Box<str>>,
-    /// SHA-256 of the session id: joinable, not reusable.
+    /// SHA-256 of the session key `session:<mcp.session.id>`: joinable with catalog verdicts and
+    /// the gate's answers, not reusable as a session id.
     pub session_id_hash: Option<String>,
     pub first_failed_layer: Option<Layer>,
     pub layers: Layers,

@@ -53,7 +53,8 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         tool: c.tool.clone(),
         server: c.server.clone(),
         request_id: c.request_id.clone(),
-        session_id_hash: c.session_id.as_ref().map(|s| redact::hash_hex(s.as_bytes())),
+        // The hash of the session key, as catalog verdicts and the gate report it, so the two join.
+        session_id_hash: c.session_id.as_ref().map(|s| redact::hash_hex(format!("session:{s}").as_bytes())),
         first_failed_layer: first,
         layers: masked,
         state,

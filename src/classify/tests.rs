@@ -904,7 +904,7 @@ fn verdict_carries_identity_but_hashes_the_session_id() {
     let hash = v.session_id_hash.expect("session hash");
     assert_eq!(hash.len(), 64);
     assert!(!hash.contains("sess-secret-1"));
-    assert_eq!(hash, crate::normalize::redact::hash_hex(b"sess-secret-1"));
+    assert_eq!(hash, crate::normalize::redact::hash_hex(b"session:sess-secret-1"), "the hash of the session key, as catalog verdicts report it");
     let d = Decision { revision: 3, decided_by: DecidedBy::MaxWait, root_seen: true, truncated: false };
     let v = classify_call(&c, &NO_CTX, d);
     assert_eq!((v.revision, v.decided_by), (3, DecidedBy::MaxWait));

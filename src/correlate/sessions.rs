@@ -249,11 +249,15 @@ impl Sessions {
     }
 
     /// Forget sessions idle past the expiry.
-    pub fn expire(&mut self, now: Instant) {
+    /// Returns the keys forgotten, so whoever mirrors sessions (the gate's board) forgets them too.
+    pub fn expire(&mut self, now: Instant) -> Vec<String> {
         let idle = self.limits.idle_expiry;
-        let before = self.map.len();
-        self.map.retain(|_, st| now.saturating_duration_since(st.last_seen) < idle);
-        self.expired += (before - self.map.len()) as u64;
+        let gone: Vec<String> = self.map.iter().filter(|(_, st)| now.saturating_duration_since(st.last_seen) >= idle).map(|(k, _)| k.clone()).collect();
+        for k in &gone {
+            self.map.remove(k);
+        }
+        self.expired += gone.len() as u64;
+        gone
     }
 
     fn evict_idlest(&mut self) {

@@ -32,6 +32,17 @@ impl CatalogBoard {
         m.insert(session_key.to_string(), (server, v));
     }
 
+    /// Forget sessions the correlator forgot.
+    pub fn forget(&self, session_keys: &[String]) {
+        if session_keys.is_empty() {
+            return;
+        }
+        let mut m = self.sessions.write().unwrap_or_else(|p| p.into_inner());
+        for k in session_keys {
+            m.remove(k);
+        }
+    }
+
     pub fn get(&self, session_key: &str) -> Option<(Option<Arc<str>>, CatalogVerdict)> {
         self.sessions.read().unwrap_or_else(|p| p.into_inner()).get(session_key).cloned()
     }
