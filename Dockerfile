@@ -1,7 +1,7 @@
 # Multi-stage build: compile in the Rust image, run from a slim Debian with only the binary.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 COPY benches ./benches
 COPY otel-config ./otel-config
