@@ -113,7 +113,7 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
         max_decided: 0,
         ..ChainLimits::default()
     });
-    let mut sessions = Sessions::new(SessionLimits { max_sessions: usize::MAX, max_events_per_session: 100_000, ..SessionLimits::default() });
+    let mut sessions = Sessions::new(SessionLimits { max_sessions: usize::MAX, max_events_per_session: 100_000, track_call_activity: true, ..SessionLimits::default() });
     let now = Instant::now();
     // The clocks of calls still in flight at the end of the input are read at the latest span time.
     let mut latest_ns = 0u64;

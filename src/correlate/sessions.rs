@@ -18,11 +18,15 @@ pub struct SessionLimits {
     pub max_events_per_session: usize,
     pub idle_expiry: Duration,
     pub refresh_policy: RefreshPolicy,
+    /// Move a session's clock with its calls (so a TTL can expire between discoveries in the
+    /// session's current verdict). Costs a key per call span; `replay` turns it on, the service
+    /// judges each call at its own start time and does not need it.
+    pub track_call_activity: bool,
 }
 
 impl Default for SessionLimits {
     fn default() -> Self {
-        SessionLimits { max_sessions: 100_000, max_events_per_session: 512, idle_expiry: Duration::from_secs(3600), refresh_policy: RefreshPolicy::None }
+        SessionLimits { max_sessions: 100_000, max_events_per_session: 512, idle_expiry: Duration::from_secs(3600), refresh_policy: RefreshPolicy::None, track_call_activity: false }
     }
 }
 
@@ -98,7 +102,7 @@ impl Sessions {
             let reconnect = s.method == Some(Method::Initialize);
             if s.catalog.is_none() && !reconnect {
                 // A call only moves a known session's clock (a TTL can expire before it).
-                if s.method == Some(Method::ToolsCall) && !self.map.is_empty() {
+                if self.limits.track_call_activity && s.method == Some(Method::ToolsCall) && !self.map.is_empty() {
                     if let Some(st) = s.session_key().and_then(|k| self.map.get_mut(&k)) {
                         st.last_activity_ns = st.last_activity_ns.max(s.start_ns);
                         st.last_seen = now;

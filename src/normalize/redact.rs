@@ -31,7 +31,42 @@ pub fn scope(s: &str) -> Option<Box<str>> {
 
 /// Hex SHA-256, for identifiers that must be joinable but not readable (session ids).
 pub fn hash_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    to_hex(&Sha256::digest(bytes))
+}
+
+/// Lower-case hex, without going through a `char` iterator (this is on the verdict path).
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize]);
+        out.push(DIGITS[(b & 15) as usize]);
+    }
+    // Only ASCII hex digits were written.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+thread_local! {
+    static SESSION_HASHES: std::cell::RefCell<rustc_hash::FxHashMap<Box<str>, std::sync::Arc<str>>> = Default::default();
+}
+
+/// The hash of a session key `session:<id>`, cached per thread: many calls share a session.
+pub fn session_hash(session_id: &str) -> std::sync::Arc<str> {
+    SESSION_HASHES.with(|m| {
+        let mut m = m.borrow_mut();
+        if let Some(h) = m.get(session_id) {
+            return h.clone();
+        }
+        let mut h = Sha256::new();
+        h.update(b"session:");
+        h.update(session_id.as_bytes());
+        let v: std::sync::Arc<str> = std::sync::Arc::from(to_hex(&h.finalize()));
+        if m.len() >= 4096 {
+            m.clear();
+        }
+        m.insert(session_id.into(), v.clone());
+        v
+    })
 }
 
 /// Heuristic for values that are credentials whatever key they came under: bearer prefixes, JWTs,
@@ -63,6 +98,14 @@ mod tests {
         assert!(ident("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig").starts_with("sha256:"));
         assert!(ident(&"x".repeat(200)).starts_with("sha256:"));
         assert!(ident("sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ").starts_with("sha256:"));
+    }
+
+    #[test]
+    fn hex_and_session_hash_agree_with_the_reference() {
+        assert_eq!(to_hex(&[0x00, 0xab, 0xff]), "00abff");
+        assert_eq!(hash_hex(b"abc"), hex::encode(Sha256::digest(b"abc")));
+        assert_eq!(&*session_hash("s-1"), hash_hex(b"session:s-1"));
+        assert_eq!(&*session_hash("s-1"), hash_hex(b"session:s-1"), "cached answer is the same");
     }
 
     #[test]
