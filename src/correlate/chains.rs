@@ -156,7 +156,8 @@ impl Chains {
 
     fn add_span(&mut self, ev: SpanEvidence, now: Instant, out: &mut Vec<DecidedCalls>) {
         let trace_id = ev.trace_id;
-        let is_root = ev.parent_span_id.is_none();
+        // A `request_sent` marker has no parent but is not the ended root: the call still runs.
+        let is_root = ev.parent_span_id.is_none() && !ev.request_sent_marker;
         if !self.active.contains_key(&trace_id) {
             if let Some(d) = self.decided.remove(&trace_id) {
                 // A late span: reopen the chain under its next revision.
