@@ -575,6 +575,41 @@ mod tests {
         assert_eq!(classify_with_clocks(&call_at(50), &sessions, None, &p, 0, d).state, HealthState::Healthy, "after the complete refresh it moves on");
     }
 
+    /// Issue 4: a verifier that reports in its own trace joins its call by operation key.
+    #[test]
+    fn a_verifier_in_another_trace_joins_by_operation_key() {
+        let mut chains = Chains::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() });
+        let sessions = Sessions::new(SessionLimits::default());
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        let mut call = call_span();
+        call.operation_key = Some("op-77".into());
+        chains.ingest(NormalizedBatch { evidence: vec![call], ..Default::default() }, t0, &mut out);
+        chains.tick(t0 + Duration::from_millis(20), &mut out);
+        assert_eq!(verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0)[0].state, HealthState::Unverified);
+
+        let mut v = SpanEvidence::new([8; 16], [5; 8]);
+        v.operation_key = Some("op-77".into());
+        v.outcomes.push(OutcomeReceipt { result: OutcomeResult::Confirmed, method: VerifierMethod::RowVersion, checked_at_ns: 50, request_id: None });
+        chains.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
+        chains.tick(t0 + Duration::from_millis(50), &mut out);
+        let d = out.remove(0);
+        assert_eq!(d.trace_id, [7; 16], "the receipt joined the call's trace");
+        let v = verdicts_of(&d, &sessions, None, &ProgressPolicy::default(), 0);
+        assert_eq!((v[0].state, v[0].revision), (HealthState::Healthy, 1));
+        assert_eq!(chains.stats.joined_by_operation_key, 1);
+    }
+
+    /// A receipt checked before the call started is stale evidence about something else.
+    #[test]
+    fn a_receipt_older_than_the_call_is_ignored() {
+        let mut c = CallEvidence { method: Some(Method::ToolsCall), response_seen: true, client_seen: true, start_ns: 100, ..Default::default() };
+        c.outcomes.push(OutcomeReceipt { result: OutcomeResult::Confirmed, method: VerifierMethod::Receipt, checked_at_ns: 50, request_id: None });
+        let d = crate::classify::Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
+        let sessions = Sessions::new(SessionLimits::default());
+        assert_eq!(classify_with_clocks(&c, &sessions, None, &ProgressPolicy::default(), 0, d).state, HealthState::Unverified);
+    }
+
     #[test]
     fn a_late_receipt_revises_and_names_what_it_supersedes() {
         let mut chains = Chains::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() });

@@ -62,6 +62,8 @@ pub struct ChainStats {
     pub truncated_spans: u64,
     /// Decided chains forgotten (window passed or bound hit); a later span starts afresh.
     pub decided_expired: u64,
+    /// Verifier spans from another trace joined to their call by operation key.
+    pub joined_by_operation_key: u64,
 }
 
 struct Chain {
@@ -107,6 +109,8 @@ pub struct Chains {
     decided: FxHashMap<TraceId, DecidedChain>,
     decided_order: VecDeque<(Instant, TraceId, u32)>,
     bytes: usize,
+    /// Operation keys of calls, so a verifier reporting in another trace joins its call.
+    operations: FxHashMap<Box<str>, TraceId>,
     pub stats: ChainStats,
 }
 
@@ -119,6 +123,7 @@ impl Chains {
             decided: FxHashMap::default(),
             decided_order: VecDeque::new(),
             bytes: 0,
+            operations: FxHashMap::default(),
             stats: ChainStats::default(),
         }
     }
@@ -154,7 +159,26 @@ impl Chains {
         }
     }
 
-    fn add_span(&mut self, ev: SpanEvidence, now: Instant, out: &mut Vec<DecidedCalls>) {
+    fn add_span(&mut self, mut ev: SpanEvidence, now: Instant, out: &mut Vec<DecidedCalls>) {
+        if let Some(key) = ev.operation_key.as_deref() {
+            if ev.method.is_some() {
+                // A call names its operation: remember where it lives.
+                if self.operations.len() >= 100_000 {
+                    self.operations.clear();
+                }
+                self.operations.insert(key.into(), ev.trace_id);
+            } else if !ev.outcomes.is_empty() {
+                // A verifier in another trace that names the operation joins the call's chain
+                // (reopening it as a late span when it was decided already).
+                if let Some(&t) = self.operations.get(key) {
+                    if t != ev.trace_id {
+                        ev.trace_id = t;
+                        ev.parent_span_id = None;
+                        self.stats.joined_by_operation_key += 1;
+                    }
+                }
+            }
+        }
         let trace_id = ev.trace_id;
         // A `request_sent` marker has no parent but is not the ended root: the call still runs.
         let is_root = ev.parent_span_id.is_none() && !ev.request_sent_marker;

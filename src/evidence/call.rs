@@ -181,8 +181,10 @@ impl CallEvidence {
     }
 
     /// The receipt that speaks last: the most recent check decides.
+    /// Receipts checked before the call started say nothing about its outcome (they are stale
+    /// evidence) and are ignored.
     pub fn latest_outcome(&self) -> Option<&OutcomeReceipt> {
-        self.outcomes.iter().max_by_key(|o| o.checked_at_ns)
+        self.outcomes.iter().filter(|o| self.start_ns == 0 || o.checked_at_ns >= self.start_ns).max_by_key(|o| o.checked_at_ns)
     }
 }
 

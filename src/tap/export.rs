@@ -1,0 +1,186 @@
+//! The tap's OTLP/gRPC span exporter: a bounded queue, batches, and a sender that never blocks the
+//! proxied stream. When the collector is down or slow, spans are dropped and counted, and stderr
+//! says so at most once a minute.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use tokio::sync::mpsc;
+
+/// Settings of [`spawn`].
+#[derive(Clone, Debug)]
+pub struct ExportSettings {
+    /// OTLP/gRPC endpoint (`http://host:port`, or `host:port`).
+    pub endpoint: String,
+    /// `service.name` of the resource: the client's identity where the protocol has no session.
+    pub service_name: String,
+    /// Spans held while the collector is slow; past it new spans are dropped.
+    pub queue_size: usize,
+    pub max_batch: usize,
+    /// A batch is sent at the latest this long after its first span.
+    pub batch_delay: Duration,
+    pub timeout: Duration,
+    /// How often a failing export may be reported on stderr.
+    pub warn_interval: Duration,
+}
+
+impl ExportSettings {
+    pub fn new(endpoint: impl Into<String>, service_name: impl Into<String>) -> Self {
+        ExportSettings {
+            endpoint: endpoint.into(),
+            service_name: service_name.into(),
+            queue_size: 8192,
+            max_batch: 512,
+            batch_delay: Duration::from_millis(200),
+            timeout: Duration::from_secs(5),
+            warn_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Counters of the exporter.
+#[derive(Debug, Default)]
+pub struct ExportStats {
+    pub sent: AtomicU64,
+    pub dropped: AtomicU64,
+    pub failed_requests: AtomicU64,
+    last_warn: Mutex<Option<Instant>>,
+}
+
+impl ExportStats {
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Where the observer puts its spans. Cheap to clone; never blocks.
+#[derive(Clone)]
+pub struct SpanSink {
+    tx: mpsc::Sender<Span>,
+    stats: Arc<ExportStats>,
+    endpoint: Arc<str>,
+    warn_interval: Duration,
+}
+
+impl SpanSink {
+    /// Queue a span; when the queue is full it is dropped and counted.
+    pub fn emit(&self, span: Span) {
+        if self.tx.try_send(span).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            warn_limited(&self.stats, self.warn_interval, &format!("span queue full (collector at {} slow or down)", self.endpoint));
+        }
+    }
+
+    pub fn stats(&self) -> &Arc<ExportStats> {
+        &self.stats
+    }
+}
+
+/// Say on stderr that spans are being dropped, at most once per `interval`.
+fn warn_limited(stats: &ExportStats, interval: Duration, why: &str) {
+    let mut last = stats.last_warn.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_some_and(|t| t.elapsed() < interval) {
+        return;
+    }
+    *last = Some(Instant::now());
+    eprintln!("mcp-health tap: {why}; spans are dropped ({} so far), the proxied traffic is not affected", stats.dropped());
+}
+
+/// The running exporter task.
+pub struct Exporter {
+    join: tokio::task::JoinHandle<()>,
+    pub stats: Arc<ExportStats>,
+}
+
+impl Exporter {
+    /// Wait until every queued span was sent or dropped (all [`SpanSink`]s must be dropped first),
+    /// at most `timeout`. Returns (sent, dropped).
+    pub async fn finish(self, timeout: Duration) -> (u64, u64) {
+        let stats = self.stats.clone();
+        let mut join = self.join;
+        if tokio::time::timeout(timeout, &mut join).await.is_err() {
+            join.abort();
+        }
+        (stats.sent(), stats.dropped())
+    }
+}
+
+/// Add `http://` to `host:port`.
+pub fn endpoint_uri(e: &str) -> String {
+    crate::emit::otlp_traces::endpoint_uri(e)
+}
+
+/// Start the exporter. Must be called inside a Tokio runtime.
+pub fn spawn(settings: ExportSettings) -> Result<(SpanSink, Exporter), String> {
+    let uri = endpoint_uri(&settings.endpoint);
+    let channel = tonic::transport::Endpoint::from_shared(uri.clone())
+        .map_err(|e| format!("invalid OTLP endpoint {uri:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(settings.timeout)
+        .connect_lazy();
+    let (tx, mut rx) = mpsc::channel::<Span>(settings.queue_size.max(1));
+    let stats = Arc::new(ExportStats::default());
+    let sink = SpanSink { tx, stats: stats.clone(), endpoint: uri.clone().into(), warn_interval: settings.warn_interval };
+    let resource = Resource {
+        attributes: vec![
+            str_kv("service.name", &settings.service_name),
+            str_kv("telemetry.sdk.name", "mcp-health-tap"),
+            str_kv("telemetry.sdk.language", "rust"),
+            str_kv("telemetry.sdk.version", env!("CARGO_PKG_VERSION")),
+        ],
+        ..Default::default()
+    };
+    let scope = InstrumentationScope { name: "mcp-health-tap".into(), version: env!("CARGO_PKG_VERSION").into(), ..Default::default() };
+    let st = stats.clone();
+    let join = tokio::spawn(async move {
+        let mut client = TraceServiceClient::new(channel);
+        let mut closed = false;
+        while !closed {
+            let Some(first) = rx.recv().await else { break };
+            let mut batch = vec![first];
+            let deadline = tokio::time::Instant::now() + settings.batch_delay;
+            while batch.len() < settings.max_batch {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(s)) => batch.push(s),
+                    Ok(None) => {
+                        closed = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            let n = batch.len() as u64;
+            let req = ExportTraceServiceRequest {
+                resource_spans: vec![ResourceSpans {
+                    resource: Some(resource.clone()),
+                    scope_spans: vec![ScopeSpans { scope: Some(scope.clone()), spans: batch, ..Default::default() }],
+                    ..Default::default()
+                }],
+            };
+            match client.export(req).await {
+                Ok(_) => {
+                    st.sent.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    st.dropped.fetch_add(n, Ordering::Relaxed);
+                    st.failed_requests.fetch_add(1, Ordering::Relaxed);
+                    warn_limited(&st, settings.warn_interval, &format!("OTLP export to {uri} failed ({:?}: {})", e.code(), e.message().chars().take(120).collect::<String>()));
+                }
+            }
+        }
+    });
+    Ok((sink, Exporter { join, stats }))
+}
+
+fn str_kv(k: &str, v: &str) -> KeyValue {
+    KeyValue { key: k.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }), ..Default::default() }
+}

@@ -1,0 +1,643 @@
+//! The observer: reads JSON-RPC messages beside the stream and builds OTLP spans.
+//!
+//! Transport-agnostic: the stdio and HTTP pumps feed it parsed messages with a [`Ctx`] (when the
+//! bytes passed, which session, which HTTP exchange) and HTTP facts (status, challenge, transport
+//! failure); it keeps the requests in flight and each session's catalog traversal, and produces:
+//!
+//! - one CLIENT span per request/response pair, named `<method>` (`tools/call <tool>` for calls),
+//!   with the OpenTelemetry MCP attributes and this project's evidence attributes;
+//! - for `tools/call`, a zero-length `mcp_health.call.phase=request_sent` CLIENT span when the
+//!   request passes (a child of the call's span, so an in-flight call is visible and its trace is
+//!   not decided before the response);
+//! - INTERNAL spans for `notifications/tools/list_changed` and `notifications/progress` (progress
+//!   goes in the trace of the call that supplied its token, under the call's span);
+//! - after a complete `tools/list` traversal, a small INTERNAL span with the registry digest as
+//!   `mcp_health.catalog.installed_digest`. Assumption, stated in the README: the tap sees what the
+//!   client received and takes it as what the client installed — a client that filters or ignores
+//!   the catalog it received is not visible on the wire.
+//!
+//! Trace context: a request whose `params._meta.traceparent` is a valid W3C traceparent gets its
+//! trace id and becomes a child of its span id (so the tap's spans join the agent's trace); else a
+//! fresh trace per request.
+//!
+//! Never emitted: arguments, results, error messages, progress messages, raw tool definitions,
+//! tokens, headers other than the session id and protocol version, bodies. Identifiers that could
+//! carry a pasted secret (request ids, progress tokens, cursors, tool names) go through
+//! `redact::ident`.
+
+use rustc_hash::FxHashMap;
+use serde_json::Value;
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span, Status};
+
+use super::{new_span_id, new_trace_id, Challenge};
+use crate::classify::digest::{registry_digest, DigestCache, ToolDigest};
+use crate::evidence::attributes as a;
+use crate::normalize::redact;
+
+/// How the tap reaches the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// stdio: `network.transport=pipe`.
+    Pipe,
+    /// streamable HTTP: `network.transport=tcp`.
+    Tcp,
+}
+
+/// Who the server is, as the spans name it.
+#[derive(Clone, Debug)]
+pub struct ServerIdentity {
+    /// `server.address`: the host, or for stdio the command name.
+    pub address: String,
+    pub port: Option<u16>,
+    pub transport: Transport,
+}
+
+/// Where and when a message passed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ctx<'a> {
+    pub at_ns: u64,
+    /// The session the message travelled in (`Mcp-Session-Id` of the HTTP request; none on stdio).
+    pub session_id: Option<&'a str>,
+    /// A session id the server assigned in this response (`Mcp-Session-Id` on an `initialize`
+    /// response): the span names it.
+    pub assigned_session_id: Option<&'a str>,
+    /// `MCP-Protocol-Version` of the HTTP request.
+    pub protocol_version: Option<&'a str>,
+    /// The HTTP exchange (one request/response) the message belongs to.
+    pub exchange: Option<u64>,
+    /// HTTP status of the response carrying the message.
+    pub http_status: Option<u16>,
+    /// The HTTP request carried an `Authorization` header (its presence only).
+    pub had_authorization: bool,
+}
+
+/// Counters, for the exit summary and the tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObserverStats {
+    pub messages: u64,
+    pub parse_errors: u64,
+    pub spans: u64,
+    pub unmatched_responses: u64,
+    pub expired_requests: u64,
+}
+
+/// A request waiting for its response.
+#[derive(Clone, Debug)]
+struct Pending {
+    method: String,
+    tool: Option<Box<str>>,
+    /// The id as the span writes it.
+    id_display: Box<str>,
+    session_id: Option<String>,
+    protocol_version: Option<String>,
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    parent: Option<[u8; 8]>,
+    start_ns: u64,
+    /// `tools/list`: the raw cursor sent (compared with the previous page's `nextCursor`, never
+    /// emitted raw).
+    cursor: Option<String>,
+    progress_token: Option<AnyValue>,
+    /// The raw progress token, to find the call a notification is about.
+    progress_key: Option<String>,
+    requested_version: Option<Box<str>>,
+    exchange: Option<u64>,
+    had_authorization: bool,
+}
+
+/// A `tools/list` traversal in progress.
+#[derive(Debug, Default)]
+struct Traversal {
+    tools: Vec<ToolDigest>,
+    /// The `nextCursor` the next page must send.
+    expect: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct SessionState {
+    protocol_version: Option<String>,
+    traversal: Option<Traversal>,
+}
+
+/// See the module documentation.
+pub struct Observer {
+    server: ServerIdentity,
+    pending: FxHashMap<(String, String), Pending>,
+    sessions: FxHashMap<String, SessionState>,
+    digests: DigestCache,
+    spans: Vec<Span>,
+    pub stats: ObserverStats,
+}
+
+/// Most requests kept in flight; past it the oldest is forgotten (counted as expired).
+const MAX_PENDING: usize = 65_536;
+const MAX_SESSIONS: usize = 16_384;
+
+fn kv(key: &str, v: any_value::Value) -> KeyValue {
+    KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
+}
+fn s(key: &str, v: impl Into<String>) -> KeyValue {
+    kv(key, any_value::Value::StringValue(v.into()))
+}
+fn int(key: &str, v: i64) -> KeyValue {
+    kv(key, any_value::Value::IntValue(v))
+}
+fn boolean(key: &str, v: bool) -> KeyValue {
+    kv(key, any_value::Value::BoolValue(v))
+}
+
+/// A JSON-RPC id as a map key (type-exact: `1` and `"1"` differ) and as the span writes it.
+fn id_key(id: &Value) -> Option<(String, Box<str>)> {
+    match id {
+        Value::String(x) => Some((format!("s:{x}"), redact::ident(x))),
+        Value::Number(n) => Some((format!("n:{n}"), redact::ident(&n.to_string()))),
+        _ => None,
+    }
+}
+
+/// A progress token (string or integer) as an attribute value, and its raw key.
+fn progress_token(v: &Value) -> Option<(AnyValue, String)> {
+    let value = match v {
+        Value::String(x) => any_value::Value::StringValue(redact::ident(x).into()),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => any_value::Value::IntValue(i),
+            None => any_value::Value::StringValue(redact::ident(&n.to_string()).into()),
+        },
+        _ => return None,
+    };
+    let key = match v {
+        Value::String(x) => format!("s:{x}"),
+        other => format!("n:{other}"),
+    };
+    Some((AnyValue { value: Some(value) }, key))
+}
+
+/// Parse a W3C `traceparent` (version 00 format; later versions read by the same prefix).
+pub fn parse_traceparent(tp: &str) -> Option<([u8; 16], [u8; 8])> {
+    let parts: Vec<&str> = tp.trim().split('-').collect();
+    if parts.len() < 4 || parts[0].len() != 2 || parts[0] == "ff" || parts[1].len() != 32 || parts[2].len() != 16 || parts[3].len() != 2 {
+        return None;
+    }
+    if parts[0] == "00" && parts.len() != 4 {
+        return None;
+    }
+    let lower_hex = |x: &str| x.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !parts[..4].iter().all(|p| lower_hex(p)) {
+        return None;
+    }
+    let t: [u8; 16] = hex::decode(parts[1]).ok()?.try_into().ok()?;
+    let sp: [u8; 8] = hex::decode(parts[2]).ok()?.try_into().ok()?;
+    if t.iter().all(|b| *b == 0) || sp.iter().all(|b| *b == 0) {
+        return None;
+    }
+    Some((t, sp))
+}
+
+/// Known JSON-RPC method names are kept verbatim; anything else goes through `ident` (a method
+/// name is client-chosen text).
+fn method_name(m: &str) -> Box<str> {
+    redact::ident(m)
+}
+
+impl Observer {
+    pub fn new(server: ServerIdentity) -> Self {
+        Observer { server, pending: FxHashMap::default(), sessions: FxHashMap::default(), digests: DigestCache::default(), spans: Vec::new(), stats: ObserverStats::default() }
+    }
+
+    /// The spans built since the last call.
+    pub fn take_spans(&mut self) -> Vec<Span> {
+        std::mem::take(&mut self.spans)
+    }
+
+    /// Requests still waiting for a response.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Read one line / body / SSE event: a JSON-RPC message or a batch (array). Unparseable input
+    /// is counted and otherwise ignored.
+    pub fn client_bytes(&mut self, bytes: &[u8], ctx: &Ctx<'_>) {
+        self.bytes(bytes, ctx, true)
+    }
+
+    /// See [`Self::client_bytes`]; messages from the server.
+    pub fn server_bytes(&mut self, bytes: &[u8], ctx: &Ctx<'_>) {
+        self.bytes(bytes, ctx, false)
+    }
+
+    fn bytes(&mut self, bytes: &[u8], ctx: &Ctx<'_>, from_client: bool) {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Array(batch)) => {
+                for m in &batch {
+                    self.message(m, ctx, from_client);
+                }
+            }
+            Ok(m @ Value::Object(_)) => self.message(&m, ctx, from_client),
+            _ => self.stats.parse_errors += 1,
+        }
+    }
+
+    fn message(&mut self, m: &Value, ctx: &Ctx<'_>, from_client: bool) {
+        self.stats.messages += 1;
+        if from_client {
+            self.client_message(m, ctx)
+        } else {
+            self.server_message(m, ctx)
+        }
+    }
+
+    /// A message from the client.
+    pub fn client_message(&mut self, m: &Value, ctx: &Ctx<'_>) {
+        let Some(method) = m.get("method").and_then(Value::as_str) else {
+            return; // a response to a server request (sampling, elicitation, roots): not evidence here
+        };
+        let Some((key, id_display)) = m.get("id").and_then(id_key) else {
+            return; // a client notification (initialized, cancelled, roots changed)
+        };
+        let params = m.get("params");
+        let meta = params.and_then(|p| p.get("_meta"));
+        let (trace_id, parent) = match meta.and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(parse_traceparent) {
+            Some((t, p)) => (t, Some(p)),
+            None => (new_trace_id(), None),
+        };
+        let (progress_token, progress_key) = match meta.and_then(|m| m.get("progressToken")).and_then(progress_token) {
+            Some((v, k)) => (Some(v), Some(k)),
+            None => (None, None),
+        };
+        let tool = (method == "tools/call").then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str).map(redact::ident)).flatten();
+        let p = Pending {
+            method: method_name(method).into(),
+            tool,
+            id_display,
+            session_id: ctx.session_id.map(str::to_string),
+            protocol_version: ctx.protocol_version.map(str::to_string),
+            trace_id,
+            span_id: new_span_id(),
+            parent,
+            start_ns: ctx.at_ns,
+            cursor: (method == "tools/list").then(|| params.and_then(|p| p.get("cursor")).and_then(Value::as_str).map(str::to_string)).flatten(),
+            progress_token,
+            progress_key,
+            requested_version: (method == "initialize").then(|| params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str).map(redact::ident)).flatten(),
+            exchange: ctx.exchange,
+            had_authorization: ctx.had_authorization,
+        };
+        if method == "tools/call" {
+            self.request_sent_span(&p);
+        }
+        if self.pending.len() >= MAX_PENDING {
+            if let Some(oldest) = self.pending.iter().min_by_key(|(_, p)| p.start_ns).map(|(k, _)| k.clone()) {
+                self.pending.remove(&oldest);
+                self.stats.expired_requests += 1;
+            }
+        }
+        self.pending.insert((ctx.session_id.unwrap_or("").to_string(), key), p);
+    }
+
+    /// A message from the server.
+    pub fn server_message(&mut self, m: &Value, ctx: &Ctx<'_>) {
+        if let Some(method) = m.get("method").and_then(Value::as_str) {
+            if m.get("id").is_some_and(|i| !i.is_null()) {
+                return; // a server request (sampling, elicitation, ping): not evidence here
+            }
+            match method {
+                "notifications/tools/list_changed" => self.list_changed(ctx),
+                "notifications/progress" => self.progress(m.get("params"), ctx),
+                _ => {}
+            }
+            return;
+        }
+        let Some((key, _)) = m.get("id").and_then(id_key) else { return };
+        if m.get("result").is_none() && m.get("error").is_none() {
+            return;
+        }
+        let session_key = ctx.session_id.unwrap_or("").to_string();
+        let Some(p) = self.pending.remove(&(session_key, key)) else {
+            self.stats.unmatched_responses += 1;
+            return;
+        };
+        self.response(p, m, ctx);
+    }
+
+    /// An HTTP 401 or 403 answered the requests of `exchange`: each becomes a span with the
+    /// status and the sanitized challenge.
+    /// The challenge comes already sanitized ([`super::parse_www_authenticate`]): the raw header
+    /// never reaches the observer.
+    pub fn http_auth_failure(&mut self, exchange: u64, status: u16, c: &Challenge, ctx: &Ctx<'_>) {
+        for p in self.take_exchange(exchange) {
+            let error = c.error.or((status == 401 && !p.had_authorization).then_some("missing_token"));
+            let mut attrs = self.common_attrs(&p, ctx.assigned_session_id.or(p.session_id.as_deref()));
+            attrs.push(int(a::HTTP_RESPONSE_STATUS_CODE, i64::from(status)));
+            attrs.push(int(a::AUTH_STATUS, i64::from(status)));
+            if let Some(e) = error {
+                attrs.push(s(a::AUTH_ERROR, e));
+            }
+            if let Some(sc) = &c.scope {
+                attrs.push(s(a::AUTH_REQUIRED_SCOPE, sc.to_string()));
+            }
+            self.push_call_span(&p, ctx.at_ns, attrs, true);
+        }
+    }
+
+    /// The response of `exchange` ended: requests of it that got no JSON-RPC response and whose
+    /// HTTP status was an error are reported with that status. Requests answered by a 2xx without
+    /// a response stay in flight (the answer may come on another stream).
+    pub fn exchange_end(&mut self, exchange: u64, status: u16, ctx: &Ctx<'_>) {
+        if (200..300).contains(&status) {
+            return;
+        }
+        for p in self.take_exchange(exchange) {
+            let mut attrs = self.common_attrs(&p, ctx.assigned_session_id.or(p.session_id.as_deref()));
+            attrs.push(int(a::HTTP_RESPONSE_STATUS_CODE, i64::from(status)));
+            self.push_call_span(&p, ctx.at_ns, attrs, status >= 400);
+        }
+    }
+
+    /// The requests of `exchange` met a transport failure (`connection_refused`, `timeout`,
+    /// `dns_failure`, `connection_reset`). `request_sent`: whether the request bytes may have
+    /// reached the server (false when the connection was never made).
+    pub fn transport_failure(&mut self, exchange: u64, outcome: &'static str, request_sent: bool, ctx: &Ctx<'_>) {
+        for p in self.take_exchange(exchange) {
+            let mut attrs = self.common_attrs(&p, p.session_id.as_deref());
+            attrs.push(s(a::TRANSPORT_OUTCOME, outcome));
+            attrs.push(boolean(a::REQUEST_SENT, request_sent));
+            attrs.push(s(a::ERROR_TYPE, outcome));
+            self.push_call_span(&p, ctx.at_ns, attrs, true);
+        }
+    }
+
+    /// Forget requests older than `before_ns` (their response never came); returns how many.
+    pub fn expire(&mut self, before_ns: u64) -> usize {
+        let n = self.pending.len();
+        self.pending.retain(|_, p| p.start_ns >= before_ns);
+        let gone = n - self.pending.len();
+        self.stats.expired_requests += gone as u64;
+        gone
+    }
+
+    fn take_exchange(&mut self, exchange: u64) -> Vec<Pending> {
+        let keys: Vec<(String, String)> = self.pending.iter().filter(|(_, p)| p.exchange == Some(exchange)).map(|(k, _)| k.clone()).collect();
+        let mut out: Vec<Pending> = keys.into_iter().filter_map(|k| self.pending.remove(&k)).collect();
+        out.sort_by_key(|p| p.start_ns);
+        out
+    }
+
+    fn session(&mut self, key: &str) -> &mut SessionState {
+        if !self.sessions.contains_key(key) && self.sessions.len() >= MAX_SESSIONS {
+            self.sessions.clear();
+        }
+        self.sessions.entry(key.to_string()).or_default()
+    }
+
+    /// The attributes every span of a request carries.
+    fn common_attrs(&self, p: &Pending, session_id: Option<&str>) -> Vec<KeyValue> {
+        let mut attrs = vec![s(a::MCP_METHOD_NAME, p.method.clone()), s(a::JSONRPC_REQUEST_ID, p.id_display.to_string())];
+        self.identity_attrs(&mut attrs, session_id, p.protocol_version.as_deref());
+        if let Some(t) = &p.tool {
+            attrs.push(s(a::GEN_AI_TOOL_NAME, t.to_string()));
+            attrs.push(s(a::GEN_AI_OPERATION_NAME, "execute_tool"));
+        }
+        if let Some(tok) = &p.progress_token {
+            attrs.push(KeyValue { key: a::PROGRESS_TOKEN.into(), value: Some(tok.clone()), ..Default::default() });
+        }
+        attrs
+    }
+
+    /// Session, protocol version and server identity.
+    fn identity_attrs(&self, attrs: &mut Vec<KeyValue>, session_id: Option<&str>, version: Option<&str>) {
+        if let Some(sid) = session_id {
+            attrs.push(s(a::MCP_SESSION_ID, sid));
+        }
+        let negotiated = self.sessions.get(session_id.unwrap_or("")).and_then(|st| st.protocol_version.as_deref());
+        if let Some(v) = version.or(negotiated) {
+            attrs.push(s(a::MCP_PROTOCOL_VERSION, redact::ident(v).to_string()));
+        }
+        attrs.push(s(a::NETWORK_TRANSPORT, match self.server.transport {
+            Transport::Pipe => "pipe",
+            Transport::Tcp => "tcp",
+        }));
+        attrs.push(s(a::SERVER_ADDRESS, self.server.address.clone()));
+        if let Some(port) = self.server.port {
+            attrs.push(int(a::SERVER_PORT, i64::from(port)));
+        }
+    }
+
+    fn span_name(p: &Pending) -> String {
+        match &p.tool {
+            Some(t) => format!("{} {t}", p.method),
+            None => p.method.clone(),
+        }
+    }
+
+    fn push_call_span(&mut self, p: &Pending, end_ns: u64, attrs: Vec<KeyValue>, error: bool) {
+        let span = Span {
+            trace_id: p.trace_id.to_vec(),
+            span_id: p.span_id.to_vec(),
+            parent_span_id: p.parent.map(|x| x.to_vec()).unwrap_or_default(),
+            name: Self::span_name(p),
+            kind: SpanKind::Client as i32,
+            start_time_unix_nano: p.start_ns,
+            end_time_unix_nano: end_ns.max(p.start_ns),
+            attributes: attrs,
+            status: Some(Status { code: if error { StatusCode::Error } else { StatusCode::Unset } as i32, message: String::new() }),
+            ..Default::default()
+        };
+        self.push(span);
+    }
+
+    fn push(&mut self, span: Span) {
+        self.stats.spans += 1;
+        self.spans.push(span);
+    }
+
+    fn request_sent_span(&mut self, p: &Pending) {
+        let mut attrs = self.common_attrs(p, p.session_id.as_deref());
+        attrs.push(s(a::CALL_PHASE, "request_sent"));
+        let span = Span {
+            trace_id: p.trace_id.to_vec(),
+            span_id: new_span_id().to_vec(),
+            parent_span_id: p.span_id.to_vec(),
+            name: Self::span_name(p),
+            kind: SpanKind::Client as i32,
+            start_time_unix_nano: p.start_ns,
+            end_time_unix_nano: p.start_ns,
+            attributes: attrs,
+            ..Default::default()
+        };
+        self.push(span);
+    }
+
+    fn response(&mut self, p: Pending, m: &Value, ctx: &Ctx<'_>) {
+        let session_id = ctx.assigned_session_id.or(p.session_id.as_deref()).map(str::to_string);
+        let result = m.get("result");
+        // initialize: remember the negotiated version for the session's later spans.
+        let mut negotiated: Option<String> = None;
+        if p.method == "initialize" {
+            negotiated = result.and_then(|r| r.get("protocolVersion")).and_then(Value::as_str).map(str::to_string);
+            if let Some(v) = &negotiated {
+                let key = session_id.clone().unwrap_or_default();
+                self.session(&key).protocol_version = Some(v.clone());
+            }
+        }
+        let mut p = p;
+        if negotiated.is_some() {
+            p.protocol_version = negotiated.clone();
+        }
+        let mut attrs = self.common_attrs(&p, session_id.as_deref());
+        if let Some(h) = ctx.http_status {
+            attrs.push(int(a::HTTP_RESPONSE_STATUS_CODE, i64::from(h)));
+        }
+        let mut error = false;
+        if let Some(e) = m.get("error") {
+            error = true;
+            match e.get("code").and_then(Value::as_i64) {
+                Some(code) => {
+                    attrs.push(s(a::ERROR_TYPE, code.to_string()));
+                    attrs.push(s(a::RPC_RESPONSE_STATUS_CODE, code.to_string()));
+                }
+                None => attrs.push(s(a::ERROR_TYPE, "_OTHER")),
+            }
+        } else if result.and_then(|r| r.get("isError")).and_then(Value::as_bool) == Some(true) {
+            error = true;
+            attrs.push(s(a::ERROR_TYPE, "tool_error"));
+        }
+        match p.method.as_str() {
+            "initialize" => {
+                if let Some(v) = &p.requested_version {
+                    attrs.push(s(a::SESSION_REQUESTED_VERSION, v.to_string()));
+                }
+                if let Some(r) = result {
+                    let cap = r.get("capabilities").and_then(|c| c.get("tools")).and_then(|t| t.get("listChanged")).and_then(Value::as_bool).unwrap_or(false);
+                    attrs.push(boolean(a::SESSION_LIST_CHANGED_CAPABILITY, cap));
+                }
+            }
+            "tools/list" => {
+                if let Some(r) = result {
+                    self.list_page(&p, r, &mut attrs, session_id.as_deref(), ctx);
+                }
+            }
+            _ => {}
+        }
+        self.push_call_span(&p, ctx.at_ns, attrs, error);
+    }
+
+    /// A `tools/list` page: cursor, nextCursor, digests; a complete traversal is installed.
+    fn list_page(&mut self, p: &Pending, r: &Value, attrs: &mut Vec<KeyValue>, session_id: Option<&str>, ctx: &Ctx<'_>) {
+        let next = r.get("nextCursor").and_then(Value::as_str).filter(|c| !c.is_empty()).map(str::to_string);
+        let tools: &[Value] = r.get("tools").and_then(Value::as_array).map_or(&[], Vec::as_slice);
+        let mut digests = Vec::with_capacity(tools.len());
+        for t in tools {
+            let Ok(raw) = serde_json::to_vec(t) else { continue };
+            if let Ok(d) = self.digests.digest_raw(&raw) {
+                digests.push(d);
+            }
+        }
+        if let Some(c) = p.cursor.as_deref().filter(|c| !c.is_empty()) {
+            attrs.push(s(a::CATALOG_CURSOR, redact::ident(c).to_string()));
+        }
+        attrs.push(boolean(a::CATALOG_NEXT_CURSOR_PRESENT, next.is_some()));
+        attrs.push(int(a::CATALOG_TOOL_COUNT, tools.len() as i64));
+        let list: Vec<AnyValue> = digests.iter().map(|d| AnyValue { value: Some(any_value::Value::StringValue(format!("{}={}", redact::ident(&d.name), d.digest))) }).collect();
+        attrs.push(kv(a::CATALOG_TOOL_DIGESTS, any_value::Value::ArrayValue(ArrayValue { values: list })));
+        if let Some(ttl) = r.get("ttlMs").and_then(Value::as_i64).filter(|t| *t >= 0) {
+            attrs.push(int(a::CATALOG_TTL_MS, ttl));
+        }
+        if let Some(cs) = r.get("cacheScope").and_then(Value::as_str) {
+            attrs.push(s(a::CATALOG_CACHE_SCOPE, redact::ident(cs).to_string()));
+        }
+
+        // The traversal: a first page starts one; a page continues it only when it sent the
+        // cursor the previous page returned; the page without nextCursor completes it.
+        let key = session_id.unwrap_or("").to_string();
+        let st = self.session(&key);
+        let first = p.cursor.as_deref().is_none_or(str::is_empty);
+        let mut trav = if first {
+            Some(Traversal::default())
+        } else {
+            match st.traversal.take() {
+                Some(t) if t.expect.as_deref() == p.cursor.as_deref() => Some(t),
+                _ => None, // a page whose beginning the tap did not see: no complete registry
+            }
+        };
+        let mut installed: Option<String> = None;
+        if let Some(t) = trav.as_mut() {
+            t.tools.extend(digests);
+            match &next {
+                Some(n) => t.expect = Some(n.clone()),
+                None => installed = Some(registry_digest(&t.tools)),
+            }
+        }
+        st.traversal = if installed.is_some() { None } else { trav };
+        if let Some(d) = installed {
+            let mut iattrs = vec![s(a::CATALOG_INSTALLED_DIGEST, d), s(a::CATALOG_PROJECTION_VERSION, crate::classify::digest::PROJECTION_VERSION)];
+            self.identity_attrs(&mut iattrs, session_id, p.protocol_version.as_deref());
+            let span = Span {
+                trace_id: p.trace_id.to_vec(),
+                span_id: new_span_id().to_vec(),
+                parent_span_id: p.span_id.to_vec(),
+                name: "mcp_health catalog installed".into(),
+                kind: SpanKind::Internal as i32,
+                start_time_unix_nano: ctx.at_ns,
+                end_time_unix_nano: ctx.at_ns,
+                attributes: iattrs,
+                ..Default::default()
+            };
+            self.push(span);
+        }
+    }
+
+    fn notification_span(&mut self, method: &str, trace: [u8; 16], parent: Option<[u8; 8]>, mut attrs: Vec<KeyValue>, ctx: &Ctx<'_>) {
+        let mut all = vec![s(a::MCP_METHOD_NAME, method)];
+        let sid = ctx.assigned_session_id.or(ctx.session_id);
+        self.identity_attrs(&mut all, sid, ctx.protocol_version);
+        all.append(&mut attrs);
+        let span = Span {
+            trace_id: trace.to_vec(),
+            span_id: new_span_id().to_vec(),
+            parent_span_id: parent.map(|p| p.to_vec()).unwrap_or_default(),
+            name: method.to_string(),
+            kind: SpanKind::Internal as i32,
+            start_time_unix_nano: ctx.at_ns,
+            end_time_unix_nano: ctx.at_ns,
+            attributes: all,
+            ..Default::default()
+        };
+        self.push(span);
+    }
+
+    fn list_changed(&mut self, ctx: &Ctx<'_>) {
+        // A traversal under way when the list changed is no longer a snapshot of one catalog.
+        let key = ctx.session_id.unwrap_or("").to_string();
+        if let Some(st) = self.sessions.get_mut(&key) {
+            st.traversal = None;
+        }
+        self.notification_span("notifications/tools/list_changed", new_trace_id(), None, vec![s(a::CATALOG_SIGNAL_SOURCE, "notification")], ctx);
+    }
+
+    fn progress(&mut self, params: Option<&Value>, ctx: &Ctx<'_>) {
+        let Some(params) = params else { return };
+        let Some((tok, key)) = params.get("progressToken").and_then(progress_token) else { return };
+        let Some(value) = params.get("progress").and_then(Value::as_f64) else { return };
+        let session_key = ctx.session_id.unwrap_or("");
+        // The call that supplied the token, in this session (on HTTP a notification may come on
+        // the POST's stream or the session's GET stream).
+        let call = self.pending.iter().find(|((sk, _), p)| sk == session_key && p.progress_key.as_deref() == Some(key.as_str())).map(|(_, p)| (p.trace_id, p.span_id));
+        let (trace, parent) = match call {
+            Some((t, p)) => (t, Some(p)),
+            None => (new_trace_id(), None),
+        };
+        let mut attrs = vec![KeyValue { key: a::PROGRESS_TOKEN.into(), value: Some(tok), ..Default::default() }, kv(a::PROGRESS_VALUE, any_value::Value::DoubleValue(value))];
+        if let Some(total) = params.get("total").and_then(Value::as_f64) {
+            attrs.push(kv(a::PROGRESS_TOTAL, any_value::Value::DoubleValue(total)));
+        }
+        self.notification_span("notifications/progress", trace, parent, attrs, ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,353 @@
+//! The evidence tap: a transparent MCP proxy that emits full evidence over OTLP for any client and
+//! server, with no code change on either side (issue 5).
+//!
+//! Two modes share one observer:
+//!
+//! - [`stdio`]: wraps a stdio server command; the client's stdin goes to the server's stdin and the
+//!   server's stdout to our stdout byte for byte (newline-delimited JSON-RPC), stderr is inherited.
+//! - [`http`]: a reverse proxy in front of a streamable-HTTP server; every request and response goes
+//!   through unchanged (headers, bodies, `text/event-stream` streams teed, never buffered).
+//!
+//! Forwarding never waits for parsing: the pumps hand a copy of each chunk to the observer task
+//! through a bounded queue (full → the copy is dropped and counted, the bytes still flow). The
+//! [`jsonrpc::Observer`] turns the JSON-RPC traffic into OTLP spans (OpenTelemetry MCP conventions
+//! plus this project's `mcp_health.*` evidence attributes) and [`export`] batches them to an OTLP
+//! endpoint through another bounded queue.
+//!
+//! What leaves: typed facts only — method, request id, tool name, session id, versions, capability,
+//! cursors and digests of `tools/list` pages, progress token/value/total, error codes, HTTP status,
+//! the sanitized `WWW-Authenticate` error word and scope. Never arguments, results, messages,
+//! tokens, raw headers or bodies.
+
+pub mod export;
+pub mod http;
+pub mod jsonrpc;
+pub mod stdio;
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Unix time in nanoseconds.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+static ID_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A random non-zero 64-bit value (ids only need uniqueness, not cryptographic strength).
+fn random_u64() -> u64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(ID_COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u64(now_ns());
+    h.finish() | 1
+}
+
+/// A fresh W3C trace id.
+pub fn new_trace_id() -> [u8; 16] {
+    let mut t = [0u8; 16];
+    t[..8].copy_from_slice(&random_u64().to_be_bytes());
+    t[8..].copy_from_slice(&random_u64().to_be_bytes());
+    t
+}
+
+/// A fresh span id.
+pub fn new_span_id() -> [u8; 8] {
+    random_u64().to_be_bytes()
+}
+
+/// Splits a byte stream into lines (`\n`-terminated, a trailing `\r` dropped), bounded: a line
+/// longer than `max` is skipped whole and counted, so a runaway message cannot grow memory.
+pub struct LineSplitter {
+    buf: Vec<u8>,
+    max: usize,
+    skipping: bool,
+    pub oversize: u64,
+}
+
+impl LineSplitter {
+    pub fn new(max: usize) -> Self {
+        LineSplitter { buf: Vec::new(), max, skipping: false, oversize: 0 }
+    }
+
+    /// Feed a chunk; `f` is called with each complete line.
+    pub fn feed(&mut self, mut chunk: &[u8], mut f: impl FnMut(&[u8])) {
+        while let Some(p) = chunk.iter().position(|b| *b == b'\n') {
+            let (head, rest) = (&chunk[..p], &chunk[p + 1..]);
+            if self.skipping {
+                self.skipping = false;
+            } else if self.buf.len() + head.len() > self.max {
+                self.oversize += 1;
+            } else if self.buf.is_empty() {
+                f(trim_cr(head));
+            } else {
+                self.buf.extend_from_slice(head);
+                let line = std::mem::take(&mut self.buf);
+                f(trim_cr(&line));
+            }
+            self.buf.clear();
+            chunk = rest;
+        }
+        if self.skipping {
+            return;
+        }
+        if self.buf.len() + chunk.len() > self.max {
+            self.oversize += 1;
+            self.buf.clear();
+            self.skipping = true;
+        } else {
+            self.buf.extend_from_slice(chunk);
+        }
+    }
+
+    /// What is left without a newline at end of stream (a last message without `\n`).
+    pub fn finish(&mut self, mut f: impl FnMut(&[u8])) {
+        if !self.skipping && !self.buf.is_empty() {
+            let line = std::mem::take(&mut self.buf);
+            f(trim_cr(&line));
+        }
+        self.skipping = false;
+    }
+}
+
+fn trim_cr(l: &[u8]) -> &[u8] {
+    l.strip_suffix(b"\r").unwrap_or(l)
+}
+
+/// An incremental `text/event-stream` parser (the WHATWG event-stream format): `data:` lines are
+/// joined with `\n` and an event is dispatched at a blank line. Only the data is kept; `id:`,
+/// `event:` and `retry:` fields are not evidence. Bounded like [`LineSplitter`].
+pub struct SseParser {
+    lines: LineSplitter,
+    data: Vec<u8>,
+    has_data: bool,
+    max: usize,
+    /// A leading `\r` that may be the first half of a `\r\n` split across chunks.
+    pending_cr: bool,
+}
+
+impl SseParser {
+    pub fn new(max: usize) -> Self {
+        SseParser { lines: LineSplitter::new(max), data: Vec::new(), has_data: false, max, pending_cr: false }
+    }
+
+    /// Feed a chunk; `f` is called with the data of each complete event.
+    pub fn feed(&mut self, chunk: &[u8], mut f: impl FnMut(&[u8])) {
+        // The format allows CR, LF or CRLF line ends: normalize a lone CR to LF.
+        let normalized;
+        let chunk = if chunk.contains(&b'\r') || self.pending_cr {
+            let mut v = Vec::with_capacity(chunk.len());
+            let mut i = 0;
+            if self.pending_cr {
+                self.pending_cr = false;
+                if chunk.first() == Some(&b'\n') {
+                    i = 1; // the LF of a CRLF whose CR ended the previous chunk
+                }
+            }
+            while i < chunk.len() {
+                let b = chunk[i];
+                if b == b'\r' {
+                    v.push(b'\n');
+                    if i + 1 == chunk.len() {
+                        self.pending_cr = true;
+                    } else if chunk[i + 1] == b'\n' {
+                        i += 1;
+                    }
+                } else {
+                    v.push(b);
+                }
+                i += 1;
+            }
+            normalized = v;
+            &normalized[..]
+        } else {
+            chunk
+        };
+        let (data, has_data, max) = (&mut self.data, &mut self.has_data, self.max);
+        self.lines.feed(chunk, |line| {
+            if line.is_empty() {
+                if *has_data {
+                    f(data);
+                }
+                data.clear();
+                *has_data = false;
+                return;
+            }
+            let (field, value) = match line.iter().position(|b| *b == b':') {
+                Some(0) => return, // a comment
+                Some(p) => {
+                    let v = &line[p + 1..];
+                    (&line[..p], v.strip_prefix(b" ").unwrap_or(v))
+                }
+                None => (line, &b""[..]),
+            };
+            if field == b"data" {
+                if *has_data {
+                    data.push(b'\n');
+                }
+                if data.len() + value.len() <= max {
+                    data.extend_from_slice(value);
+                }
+                *has_data = true;
+            }
+        });
+    }
+}
+
+/// The sanitized content of a `WWW-Authenticate` challenge: the `error` code word (a fixed
+/// vocabulary) and the `scope` (RFC 6749 scope tokens only, through `redact::scope`). Nothing else
+/// of the header — realm, `error_description`, `resource_metadata` — is kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Challenge {
+    pub error: Option<&'static str>,
+    pub scope: Option<Box<str>>,
+}
+
+/// Parse the Bearer challenge of a `WWW-Authenticate` value (RFC 6750 §3, RFC 9110 §11.6.1).
+/// Tolerates several challenges in one value; the first `Bearer` one is read.
+pub fn parse_www_authenticate(h: &str) -> Challenge {
+    let mut out = Challenge::default();
+    let params = auth_params(h);
+    for (k, v) in params {
+        match k.to_ascii_lowercase().as_str() {
+            "error" if out.error.is_none() => {
+                out.error = Some(match v.as_str() {
+                    "invalid_token" => "invalid_token",
+                    "insufficient_scope" => "insufficient_scope",
+                    "invalid_request" => "invalid_request",
+                    _ => "other",
+                })
+            }
+            "scope" if out.scope.is_none() => out.scope = crate::normalize::redact::scope(&v),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The auth-params of the first Bearer challenge, `(name, value)` with quoted strings unescaped.
+fn auth_params(h: &str) -> Vec<(String, String)> {
+    let b = h.as_bytes();
+    let mut i = 0;
+    let mut out = Vec::new();
+    let mut in_bearer = false;
+    let mut seen_bearer = false;
+    let skip_ws = |i: &mut usize| {
+        while *i < b.len() && (b[*i] == b' ' || b[*i] == b'\t' || b[*i] == b',') {
+            *i += 1;
+        }
+    };
+    loop {
+        skip_ws(&mut i);
+        if i >= b.len() {
+            break;
+        }
+        // A token: an auth-scheme or a param name.
+        let start = i;
+        while i < b.len() && !matches!(b[i], b' ' | b'\t' | b',' | b'=') {
+            i += 1;
+        }
+        let token = &h[start..i];
+        let mut j = i;
+        while j < b.len() && (b[j] == b' ' || b[j] == b'\t') {
+            j += 1;
+        }
+        if j < b.len() && b[j] == b'=' && !token.is_empty() {
+            // name = value
+            i = j + 1;
+            while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
+                i += 1;
+            }
+            let mut value = String::new();
+            if i < b.len() && b[i] == b'"' {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    if b[i] == b'\\' && i + 1 < b.len() {
+                        i += 1;
+                    }
+                    // Push whole UTF-8 characters.
+                    let ch_len = utf8_len(b[i]);
+                    value.push_str(h.get(i..i + ch_len).unwrap_or(""));
+                    i += ch_len;
+                }
+                i += 1; // closing quote
+            } else {
+                let vs = i;
+                while i < b.len() && b[i] != b',' && b[i] != b' ' && b[i] != b'\t' {
+                    i += 1;
+                }
+                value.push_str(&h[vs..i]);
+            }
+            if in_bearer {
+                out.push((token.to_string(), value));
+            }
+        } else {
+            // A new challenge's scheme (token68 values after a scheme are skipped as params
+            // without `=`).
+            if token.eq_ignore_ascii_case("bearer") && !seen_bearer {
+                in_bearer = true;
+                seen_bearer = true;
+            } else if !token.is_empty() && token.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_') {
+                in_bearer = false;
+            }
+            if token.is_empty() {
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn utf8_len(first: u8) -> usize {
+    match first {
+        0xf0..=0xff => 4,
+        0xe0..=0xef => 3,
+        0xc0..=0xdf => 2,
+        _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_split_across_chunks_and_bounded() {
+        let mut s = LineSplitter::new(16);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        s.feed(b"ab", |l| got.push(l.to_vec()));
+        s.feed(b"c\r\nde\n", |l| got.push(l.to_vec()));
+        s.feed(b"0123456789abcdefXYZ", |l| got.push(l.to_vec()));
+        s.feed(b"more\nok\n", |l| got.push(l.to_vec()));
+        s.feed(b"tail", |l| got.push(l.to_vec()));
+        s.finish(|l| got.push(l.to_vec()));
+        assert_eq!(got, vec![b"abc".to_vec(), b"de".to_vec(), b"ok".to_vec(), b"tail".to_vec()]);
+        assert_eq!(s.oversize, 1);
+    }
+
+    #[test]
+    fn sse_events_with_multiline_data_and_crlf_split() {
+        let mut p = SseParser::new(1 << 20);
+        let mut got: Vec<String> = Vec::new();
+        let stream = b": comment\r\nevent: message\r\nid: 7\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\ndata:x\n\nretry: 5\n\n";
+        for part in stream.chunks(3) {
+            p.feed(part, |d| got.push(String::from_utf8_lossy(d).into_owned()));
+        }
+        assert_eq!(got, vec!["{\"a\":\n1}".to_string(), "x".to_string()]);
+    }
+
+    #[test]
+    fn www_authenticate_keeps_the_error_word_and_scope_only() {
+        let c = parse_www_authenticate(r#"Bearer realm="mcp", error="insufficient_scope", error_description="needs SECRET-DESC", scope="tools:write files:read", resource_metadata="https://auth.example.test/.well-known/x""#);
+        assert_eq!(c, Challenge { error: Some("insufficient_scope"), scope: Some("tools:write files:read".into()) });
+        let c = parse_www_authenticate(r#"Basic realm="x", Bearer error=invalid_token"#);
+        assert_eq!(c.error, Some("invalid_token"));
+        assert_eq!(c.scope, None);
+        let c = parse_www_authenticate(r#"Bearer error="made_up_<script>", scope="ok bad\"quote""#);
+        assert_eq!(c.error, Some("other"));
+        assert_eq!(c.scope.as_deref(), Some("ok"));
+        assert_eq!(parse_www_authenticate("Bearer"), Challenge::default());
+        assert_eq!(parse_www_authenticate(r#"Basic realm="x", error="invalid_token""#), Challenge::default(), "only the Bearer challenge counts");
+        assert_eq!(parse_www_authenticate(""), Challenge::default());
+    }
+}
