@@ -45,6 +45,11 @@ struct Prometheus {
 
 impl Prometheus {
     async fn start(target: std::net::SocketAddr) -> Prometheus {
+        Prometheus::start_with_rules(target, None).await
+    }
+
+    /// Start with `rule_files` pointing at `rules` (the project's alert rules, unchanged).
+    async fn start_with_rules(target: std::net::SocketAddr, rules: Option<&std::path::Path>) -> Prometheus {
         let mut last = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().unwrap();
@@ -52,7 +57,8 @@ impl Prometheus {
             std::fs::write(
                 &cfg,
                 format!(
-                    "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: mcp-health\n    scrape_interval: 1s\n    static_configs:\n      - targets: ['{target}']\n"
+                    "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n{}scrape_configs:\n  - job_name: mcp-health\n    scrape_interval: 1s\n    static_configs:\n      - targets: ['{target}']\n",
+                    rules.map_or(String::new(), |r| format!("rule_files:\n  - {}\n", r.display()))
                 ),
             )
             .unwrap();
@@ -165,4 +171,34 @@ async fn prometheus_scrapes_the_service_and_promtool_accepts_the_exposition() {
     assert_eq!(prom.query("sum(mcp_health_calls_protocol_success_total)").await.as_deref(), Some("3"));
     assert_eq!(prom.query("sum(mcp_health_calls_verified_success_total)").await.as_deref(), Some("1"));
     assert_eq!(prom.query("sum(mcp_health_verdicts_total{state=\"needs_auth\"})").await.as_deref(), Some("2"));
+}
+
+/// Issue 4: real Prometheus scrapes the service while a fixture replays, with the project's own
+/// alert rules (otel-config/alerts.yml, unchanged, `for: 1m`), and the expected alert becomes
+/// firing: five calls refused for one expired credential are one authorization incident.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authorization_incident_alert_becomes_firing() {
+    if !prometheus_available() {
+        return;
+    }
+    let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::default() }).await;
+    for line in fixture_lines("incidents_five_expired.jsonl") {
+        let r = svc.post_json(line.as_bytes()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    svc.wait_metric("mcp_health_incidents_open", Duration::from_secs(30), |v| v == 1.0).await;
+    let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("otel-config/alerts.yml");
+    let prom = Prometheus::start_with_rules(svc.prom_addr(), Some(&rules)).await;
+    // `for: 1m` in the real rules: pending first, firing a minute later.
+    eventually_async(Duration::from_secs(40), "MCPIncidentOpen{first_failed_layer=authorization} to be pending or firing", || async {
+        prom.query("count(ALERTS{alertname=\"MCPIncidentOpen\", first_failed_layer=\"authorization\"})").await.filter(|v| v == "1").map(|_| ())
+    })
+    .await;
+    eventually_async(Duration::from_secs(120), "MCPIncidentOpen{first_failed_layer=authorization} to be firing", || async {
+        prom.query("count(ALERTS{alertname=\"MCPIncidentOpen\", first_failed_layer=\"authorization\", alertstate=\"firing\"})").await.filter(|v| v == "1").map(|_| ())
+    })
+    .await;
+    // One incident, one alert: grouped by cause, not one per attempt; and no other layer alerts.
+    assert_eq!(prom.query("count(ALERTS{alertname=\"MCPIncidentOpen\", alertstate=\"firing\"})").await.as_deref(), Some("1"));
+    assert_eq!(prom.query("sum(mcp_health_incidents_open{first_failed_layer=\"authorization\"})").await.as_deref(), Some("1"));
 }
