@@ -68,6 +68,18 @@ impl Emitters {
         }
     }
 
+    /// Queue health spans upstream (built only when an exporter is configured); a full queue
+    /// drops them, counted — health spans never block the correlator.
+    fn send_health_spans(&self, build: impl FnOnce() -> Vec<opentelemetry_proto::tonic::trace::v1::Span>) {
+        let Some(tx) = &self.health_spans else { return };
+        let spans = build();
+        let n = spans.len() as u64;
+        let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
+        if tx.try_send(Outgoing::Health(req)).is_err() {
+            self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
+        }
+    }
+
     /// Report the open-incident gauge (groups that closed are set to 0).
     fn report_incidents(&mut self) {
         let mut counts: rustc_hash::FxHashMap<[String; 4], u64> = Default::default();
@@ -115,13 +127,7 @@ impl Emitters {
         if let Some(log) = &mut self.verdict_log {
             log.flush();
         }
-        if let Some(tx) = &self.health_spans {
-            let spans = changes.iter().map(|c| health_spans::catalog_span(c, now_ns)).collect();
-            let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
-            if tx.try_send(Outgoing::Health(req)).is_err() {
-                self.meters.exporter_dropped.add(changes.len() as u64, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
-            }
-        }
+        self.send_health_spans(|| changes.iter().map(|c| health_spans::catalog_span(c, now_ns)).collect());
     }
 
     /// Drift events: metric, verdict line, health span in the trace of the `tools/list` span.
@@ -137,13 +143,7 @@ impl Emitters {
         if let Some(log) = &mut self.verdict_log {
             log.flush();
         }
-        if let Some(tx) = &self.health_spans {
-            let spans = events.iter().map(|e| health_spans::drift_span(e, now_ns)).collect();
-            let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
-            if tx.try_send(Outgoing::Health(req)).is_err() {
-                self.meters.exporter_dropped.add(events.len() as u64, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
-            }
-        }
+        self.send_health_spans(|| events.iter().map(|e| health_spans::drift_span(e, now_ns)).collect());
     }
 
     /// Interim `working` reports: a verdict line and a health span, not counted as decided calls.
@@ -155,11 +155,7 @@ impl Emitters {
             }
             log.flush();
         }
-        if let Some(tx) = &self.health_spans {
-            let spans = verdicts.iter().map(|v| health_spans::health_span(v, now_ns)).collect();
-            let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
-            let _ = tx.try_send(Outgoing::Health(req));
-        }
+        self.send_health_spans(|| verdicts.iter().map(|v| health_spans::health_span(v, now_ns)).collect());
     }
 
     fn emit(&mut self, verdicts: &[Verdict]) {
@@ -177,13 +173,7 @@ impl Emitters {
         if let Some(log) = &mut self.verdict_log {
             log.flush();
         }
-        if let Some(tx) = &self.health_spans {
-            let spans = verdicts.iter().map(|v| health_spans::health_span(v, now_ns)).collect();
-            let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
-            if tx.try_send(Outgoing::Health(req)).is_err() {
-                self.meters.exporter_dropped.add(verdicts.len() as u64, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
-            }
-        }
+        self.send_health_spans(|| verdicts.iter().map(|v| health_spans::health_span(v, now_ns)).collect());
     }
 }
 
