@@ -17,4 +17,5 @@ pub mod loadgen;
 pub mod normalize;
 pub mod pipeline;
 pub mod receive;
+pub mod tap;
 pub mod verdict;

@@ -4,6 +4,7 @@ pub mod loadgen;
 pub mod lock;
 pub mod replay;
 pub mod serve;
+pub mod tap;
 pub mod validate;
 
 use std::process::ExitCode;
@@ -33,6 +34,8 @@ Examples:
   mcp-health lock traces.jsonl --lockfile mcp-health.lock.json   pin tool contracts
   mcp-health verify traces.jsonl --lockfile mcp-health.lock.json exit 1 on contract drift
   mcp-health loadgen --endpoint 127.0.0.1:4317 --seconds 10
+  mcp-health tap -- python server.py          wrap a stdio MCP server, emit evidence spans over OTLP
+  mcp-health tap --listen 127.0.0.1:8080 --upstream http://127.0.0.1:8000   the same for streamable HTTP
   mcp-health print-default-config > my.yaml   start your own config from the default
 
 Environment: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
@@ -53,6 +56,8 @@ pub enum Command {
     Verify(lock::VerifyArgs),
     /// Send synthetic MCP spans to an OTLP/gRPC endpoint and report the accepted rate.
     Loadgen(loadgen::LoadgenArgs),
+    /// A transparent MCP proxy (stdio or streamable HTTP) that emits evidence spans over OTLP.
+    Tap(tap::TapArgs),
     /// Print the embedded default configuration.
     #[command(name = "print-default-config")]
     PrintDefaultConfig,
@@ -67,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Loadgen(a) => loadgen::run(a),
         Command::Lock(a) => lock::run_lock(a),
         Command::Verify(a) => lock::run_verify(a),
+        Command::Tap(a) => tap::run(a),
         Command::PrintDefaultConfig => {
             print!("{}", crate::config::DEFAULT_CONFIG);
             ExitCode::SUCCESS

@@ -506,6 +506,7 @@ impl Observer {
             error = true;
             attrs.push(s(a::ERROR_TYPE, "tool_error"));
         }
+        let mut installed: Option<Span> = None;
         match p.method.as_str() {
             "initialize" => {
                 if let Some(v) = &p.requested_version {
@@ -518,16 +519,20 @@ impl Observer {
             }
             "tools/list" => {
                 if let Some(r) = result {
-                    self.list_page(&p, r, &mut attrs, session_id.as_deref(), ctx);
+                    installed = self.list_page(&p, r, &mut attrs, session_id.as_deref(), ctx);
                 }
             }
             _ => {}
         }
         self.push_call_span(&p, ctx.at_ns, attrs, error);
+        if let Some(span) = installed {
+            self.push(span);
+        }
     }
 
     /// A `tools/list` page: cursor, nextCursor, digests; a complete traversal is installed.
-    fn list_page(&mut self, p: &Pending, r: &Value, attrs: &mut Vec<KeyValue>, session_id: Option<&str>, ctx: &Ctx<'_>) {
+    /// Returns the installed-registry span when the page completed a traversal.
+    fn list_page(&mut self, p: &Pending, r: &Value, attrs: &mut Vec<KeyValue>, session_id: Option<&str>, ctx: &Ctx<'_>) -> Option<Span> {
         let next = r.get("nextCursor").and_then(Value::as_str).filter(|c| !c.is_empty()).map(str::to_string);
         let tools: &[Value] = r.get("tools").and_then(Value::as_array).map_or(&[], Vec::as_slice);
         let mut digests = Vec::with_capacity(tools.len());
@@ -573,10 +578,10 @@ impl Observer {
             }
         }
         st.traversal = if installed.is_some() { None } else { trav };
-        if let Some(d) = installed {
+        installed.map(|d| {
             let mut iattrs = vec![s(a::CATALOG_INSTALLED_DIGEST, d), s(a::CATALOG_PROJECTION_VERSION, crate::classify::digest::PROJECTION_VERSION)];
             self.identity_attrs(&mut iattrs, session_id, p.protocol_version.as_deref());
-            let span = Span {
+            Span {
                 trace_id: p.trace_id.to_vec(),
                 span_id: new_span_id().to_vec(),
                 parent_span_id: p.span_id.to_vec(),
@@ -586,9 +591,8 @@ impl Observer {
                 end_time_unix_nano: ctx.at_ns,
                 attributes: iattrs,
                 ..Default::default()
-            };
-            self.push(span);
-        }
+            }
+        })
     }
 
     fn notification_span(&mut self, method: &str, trace: [u8; 16], parent: Option<[u8; 8]>, mut attrs: Vec<KeyValue>, ctx: &Ctx<'_>) {

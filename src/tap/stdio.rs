@@ -78,12 +78,13 @@ pub async fn run(command: Vec<OsString>, server_address: Option<String>, sink: S
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                         Err(_) => break,
                     };
-                    let at_ns = now_ns();
+                    // The observer's copy is queued before the bytes reach the server, so the
+                    // observer always sees a request before its response (a non-blocking send).
+                    if tx.try_send(Chunk::Data { from_client: true, at_ns: now_ns(), bytes: buf[..n].to_vec() }).is_err() {
+                        unobserved.fetch_add(1, Ordering::Relaxed);
+                    }
                     if child_in.write_all(&buf[..n]).is_err() {
                         break; // the server closed its stdin or exited
-                    }
-                    if tx.try_send(Chunk::Data { from_client: true, at_ns, bytes: buf[..n].to_vec() }).is_err() {
-                        unobserved.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 drop(child_in); // EOF to the server

@@ -1,0 +1,136 @@
+//! `mcp-health tap`: the evidence tap (see `crate::tap`).
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::tap::{export, http, stdio};
+
+/// Arguments of `mcp-health tap`.
+#[derive(Args, Debug, Default)]
+#[command(after_help = "\
+Examples:
+  mcp-health tap -- npx -y @modelcontextprotocol/server-everything     wrap a stdio server
+  mcp-health tap --otlp-endpoint http://127.0.0.1:4317 -- python server.py
+  mcp-health tap --listen 127.0.0.1:8080 --upstream http://127.0.0.1:8000   in front of an HTTP server
+
+In a client's MCP configuration, put `mcp-health tap --` before the server command, or point the
+client at the --listen address instead of the server's. Spans go to --otlp-endpoint (default
+$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://127.0.0.1:4317);
+when it is down, spans are dropped and counted and the proxied traffic is not affected.")]
+pub struct TapArgs {
+    /// OTLP/gRPC endpoint for the spans.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the spans (the client's identity where the protocol has no session).
+    #[arg(long, value_name = "NAME", env = "OTEL_SERVICE_NAME", default_value = "mcp-health-tap")]
+    pub service_name: String,
+    /// HTTP mode: listen here (port 0: any free port; the bound address is printed on stderr).
+    #[arg(long, value_name = "ADDR", requires = "upstream")]
+    pub listen: Option<SocketAddr>,
+    /// HTTP mode: the streamable-HTTP MCP server (`http://host:port[/prefix]`).
+    #[arg(long, value_name = "URL", requires = "listen")]
+    pub upstream: Option<String>,
+    /// HTTP mode: longest wait for the upstream's response head (then 504).
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = humantime::parse_duration)]
+    pub upstream_timeout: Duration,
+    /// HTTP mode: longest wait for a connection to the upstream (then 502, `timeout`).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub connect_timeout: Duration,
+    /// stdio mode: `server.address` of the spans (default: the command's file name).
+    #[arg(long, value_name = "NAME")]
+    pub server_address: Option<String>,
+    /// stdio mode: the server command and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// The OTLP endpoint: the flag, else the OTLP environment variables, else the local default.
+pub fn resolve_endpoint(flag: Option<&str>) -> String {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    flag.map(str::to_string).or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT")).unwrap_or_else(|| "http://127.0.0.1:4317".into())
+}
+
+pub fn run(a: TapArgs) -> ExitCode {
+    let http_mode = a.listen.is_some();
+    if http_mode != a.command.is_empty() {
+        eprintln!("mcp-health tap: give either a server command after `--` (stdio) or --listen and --upstream (HTTP), not both");
+        return ExitCode::from(2);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().thread_name("mcp-health-tap").build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mcp-health tap: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let endpoint = resolve_endpoint(a.otlp_endpoint.as_deref());
+    let code = rt.block_on(async move {
+        let (sink, exporter) = match export::spawn(export::ExportSettings::new(endpoint, a.service_name.clone())) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("mcp-health tap: {e}");
+                return 2;
+            }
+        };
+        let code = if http_mode {
+            let upstream = match http::parse_upstream(a.upstream.as_deref().unwrap_or("")) {
+                Ok(u) => u,
+                Err(e) => {
+                    eprintln!("mcp-health tap: {e}");
+                    return 2;
+                }
+            };
+            let settings = http::HttpSettings { listen: a.listen.expect("listen set in HTTP mode"), upstream: upstream.clone(), response_timeout: a.upstream_timeout, connect_timeout: a.connect_timeout };
+            let on_bound = |addr: SocketAddr| eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {upstream}");
+            match http::run(settings, sink, on_bound, shutdown_signal()).await {
+                Ok(r) => {
+                    if r.unobserved_events > 0 || r.stats.parse_errors > 0 {
+                        eprintln!("mcp-health tap: {} exchanges, {} events not observed (queue full), {} unparseable messages", r.exchanges, r.unobserved_events, r.stats.parse_errors);
+                    }
+                    0
+                }
+                Err(e) => {
+                    eprintln!("mcp-health tap: {e}");
+                    1
+                }
+            }
+        } else {
+            match stdio::run(a.command, a.server_address, sink).await {
+                Ok(r) => {
+                    if r.unobserved_chunks > 0 {
+                        eprintln!("mcp-health tap: {} chunks forwarded but not observed (observer queue full)", r.unobserved_chunks);
+                    }
+                    r.exit_code
+                }
+                Err(e) => {
+                    eprintln!("mcp-health tap: {e}");
+                    127
+                }
+            }
+        };
+        let (_sent, dropped) = exporter.finish(Duration::from_secs(3)).await;
+        if dropped > 0 {
+            eprintln!("mcp-health tap: {dropped} spans could not be exported");
+        }
+        code
+    });
+    // The stdin pump may still be blocked in read(2): exit without waiting for it.
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}

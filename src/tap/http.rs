@@ -1,0 +1,476 @@
+//! Streamable-HTTP mode: `mcp-health tap --listen ADDR --upstream http://host:port`.
+//!
+//! A reverse proxy (hyper 1 server + hyper-util pooled client). Every request — POST, GET, DELETE,
+//! any path — goes upstream with its method, path, query, headers (`Authorization`,
+//! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Host` included) and body unchanged; only hop-by-hop
+//! headers (RFC 9110 §7.6.1) are left to each connection. Request bodies (one JSON-RPC message or
+//! batch) are read whole before they are sent on; response bodies are streamed frame by frame
+//! (`text/event-stream` included) and teed to the observer, never buffered.
+//!
+//! Upstream failures: a connection that cannot be made is answered 502 and reported as
+//! `mcp_health.transport.outcome` = `connection_refused`, `dns_failure` or `timeout` with
+//! `mcp_health.request.sent=false`; no response head within `--upstream-timeout` is 504 + `timeout`;
+//! a response cut short is `connection_reset` (the client sees the stream end with an error).
+
+use std::convert::Infallible;
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustc_hash::FxHashMap;
+use tokio::sync::mpsc;
+
+use super::export::SpanSink;
+use super::jsonrpc::{Ctx, Observer, ObserverStats, ServerIdentity, Transport};
+use super::{now_ns, parse_www_authenticate, Challenge, SseParser};
+
+/// Largest request body forwarded (larger: 413). MCP request bodies are single JSON-RPC messages.
+pub const MAX_REQUEST_BODY: usize = 64 << 20;
+/// Largest JSON response body / SSE event the observer parses (the bytes still flow).
+pub const MAX_PARSE: usize = 16 << 20;
+
+/// Settings of [`run`].
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    pub listen: SocketAddr,
+    /// `http://host:port[/prefix]`: request paths are appended to the prefix.
+    pub upstream: Uri,
+    /// Longest wait for an upstream response head.
+    pub response_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// What the HTTP tap did, for the exit summary.
+#[derive(Debug, Default)]
+pub struct HttpReport {
+    pub exchanges: u64,
+    pub unobserved_events: u64,
+    pub stats: ObserverStats,
+}
+
+enum Event {
+    Request { exchange: u64, at_ns: u64, session_id: Option<String>, protocol_version: Option<String>, had_authorization: bool, body: Option<Bytes> },
+    ResponseHead { exchange: u64, at_ns: u64, status: u16, kind: BodyKind, assigned_session_id: Option<String>, challenge: Option<Challenge> },
+    Chunk { exchange: u64, at_ns: u64, bytes: Bytes },
+    End { exchange: u64, at_ns: u64 },
+    Failed { exchange: u64, at_ns: u64, outcome: &'static str, request_sent: bool },
+    Stop,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyKind {
+    Json,
+    Sse,
+    Other,
+}
+
+type RespBody = BoxBody<Bytes, Box<dyn StdError + Send + Sync>>;
+
+struct Shared {
+    client: Client<HttpConnector, Full<Bytes>>,
+    scheme_authority: String,
+    prefix: String,
+    events: mpsc::Sender<Event>,
+    next_exchange: AtomicU64,
+    unobserved: AtomicU64,
+    response_timeout: Duration,
+}
+
+impl Shared {
+    fn observe(&self, e: Event) {
+        if self.events.try_send(e).is_err() {
+            self.unobserved.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `server.address` and `server.port` of an upstream URI.
+pub fn upstream_identity(u: &Uri) -> ServerIdentity {
+    ServerIdentity { address: u.host().unwrap_or("").trim_matches(['[', ']']).to_string(), port: Some(u.port_u16().unwrap_or(80)), transport: Transport::Tcp }
+}
+
+/// Parse and check an upstream URL (`http` only: the tap does not originate TLS).
+pub fn parse_upstream(s: &str) -> Result<Uri, String> {
+    let u: Uri = s.parse().map_err(|e| format!("invalid --upstream {s:?}: {e}"))?;
+    match u.scheme_str() {
+        Some("http") => {}
+        Some(other) => return Err(format!("--upstream {s:?}: scheme {other} is not supported (http only)")),
+        None => return Err(format!("--upstream {s:?}: give a URL such as http://127.0.0.1:8000")),
+    }
+    if u.host().is_none() {
+        return Err(format!("--upstream {s:?}: no host"));
+    }
+    Ok(u)
+}
+
+/// Bind and serve until `shutdown` resolves. `on_bound` is told the bound address (port 0 works).
+pub async fn run(settings: HttpSettings, sink: SpanSink, on_bound: impl FnOnce(SocketAddr), shutdown: impl std::future::Future<Output = ()>) -> Result<HttpReport, String> {
+    let listener = tokio::net::TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    on_bound(bound);
+    serve(listener, settings, sink, shutdown).await
+}
+
+/// Serve on an already bound listener.
+pub async fn serve(listener: tokio::net::TcpListener, settings: HttpSettings, sink: SpanSink, shutdown: impl std::future::Future<Output = ()>) -> Result<HttpReport, String> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(settings.connect_timeout));
+    // Header names keep the case each side wrote them in.
+    let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(90)).http1_preserve_header_case(true).build(connector);
+    let up = &settings.upstream;
+    let scheme_authority = format!("{}://{}", up.scheme_str().unwrap_or("http"), up.authority().map(|a| a.as_str()).unwrap_or(""));
+    let prefix = up.path().trim_end_matches('/').to_string();
+    let (tx, rx) = mpsc::channel::<Event>(8192);
+    let shared = Arc::new(Shared { client, scheme_authority, prefix, events: tx.clone(), next_exchange: AtomicU64::new(0), unobserved: AtomicU64::new(0), response_timeout: settings.response_timeout });
+    let observer = tokio::spawn(observe_loop(rx, upstream_identity(up), sink));
+
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            acc = listener.accept() => {
+                let (stream, _) = match acc {
+                    Ok(x) => x,
+                    Err(e) => {
+                        // EMFILE and the like: back off instead of spinning.
+                        eprintln!("mcp-health tap: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let sh = shared.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(req, sh.clone()));
+                    let _ = hyper::server::conn::http1::Builder::new().keep_alive(true).preserve_header_case(true).serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+    let exchanges = shared.next_exchange.load(Ordering::Relaxed);
+    let unobserved = shared.unobserved.load(Ordering::Relaxed);
+    let _ = tx.send(Event::Stop).await;
+    drop(tx);
+    let stats = observer.await.unwrap_or_default();
+    Ok(HttpReport { exchanges, unobserved_events: unobserved, stats })
+}
+
+fn header_str(h: &HeaderMap, name: &str) -> Option<String> {
+    h.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection, so each side sets its own.
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<HeaderName> = h
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"] {
+        h.remove(n);
+    }
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<RespBody> {
+    let mut r = Response::new(Full::new(Bytes::from(format!("mcp-health tap: {text}\n"))).map_err(|e| match e {}).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<RespBody>, Infallible> {
+    let at_ns = now_ns();
+    let exchange = sh.next_exchange.fetch_add(1, Ordering::Relaxed);
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_REQUEST_BODY).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => {
+            let too_large = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
+            return Ok(if too_large { plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large") } else { plain(StatusCode::BAD_REQUEST, "request body could not be read") });
+        }
+    };
+    let is_post = parts.method == hyper::Method::POST;
+    sh.observe(Event::Request {
+        exchange,
+        at_ns,
+        session_id: header_str(&parts.headers, "mcp-session-id"),
+        protocol_version: header_str(&parts.headers, "mcp-protocol-version"),
+        had_authorization: parts.headers.contains_key(hyper::header::AUTHORIZATION),
+        body: (is_post && !body.is_empty()).then(|| body.clone()),
+    });
+
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri: Uri = match format!("{}{}{}", sh.scheme_authority, sh.prefix, pq).parse() {
+        Ok(u) => u,
+        Err(_) => {
+            sh.observe(Event::End { exchange, at_ns });
+            return Ok(plain(StatusCode::BAD_REQUEST, "bad request target"));
+        }
+    };
+    let mut up = Request::new(Full::new(body));
+    *up.method_mut() = parts.method;
+    *up.uri_mut() = uri;
+    *up.headers_mut() = parts.headers;
+    // The extensions carry the request's header-name case map (and nothing else of the client's).
+    *up.extensions_mut() = parts.extensions;
+    strip_hop_by_hop(up.headers_mut());
+
+    let resp = match tokio::time::timeout(sh.response_timeout, sh.client.request(up)).await {
+        Err(_) => {
+            sh.observe(Event::Failed { exchange, at_ns: now_ns(), outcome: "timeout", request_sent: true });
+            return Ok(plain(StatusCode::GATEWAY_TIMEOUT, "upstream timeout"));
+        }
+        Ok(Err(e)) => {
+            let (outcome, request_sent) = classify_client_error(&e);
+            sh.observe(Event::Failed { exchange, at_ns: now_ns(), outcome, request_sent });
+            return Ok(plain(StatusCode::BAD_GATEWAY, &format!("upstream {outcome}")));
+        }
+        Ok(Ok(r)) => r,
+    };
+    let (mut rparts, rbody) = resp.into_parts();
+    let status = rparts.status.as_u16();
+    let ct = rparts.headers.get(hyper::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    let kind = if ct.starts_with("text/event-stream") {
+        BodyKind::Sse
+    } else if ct.contains("json") {
+        BodyKind::Json
+    } else {
+        BodyKind::Other
+    };
+    // Only the sanitized error word and scope leave this function.
+    let challenge = (status == 401 || status == 403).then(|| {
+        let all: Vec<&str> = rparts.headers.get_all(hyper::header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).collect();
+        let bearer = all.iter().find(|v| v.to_ascii_lowercase().contains("bearer")).or(all.first());
+        bearer.map(|v| parse_www_authenticate(v)).unwrap_or_default()
+    });
+    sh.observe(Event::ResponseHead { exchange, at_ns: now_ns(), status, kind, assigned_session_id: header_str(&rparts.headers, "mcp-session-id"), challenge });
+    strip_hop_by_hop(&mut rparts.headers);
+    let tee = TeeBody { inner: rbody, exchange, sh: sh.clone(), done: false };
+    Ok(Response::from_parts(rparts, tee.boxed()))
+}
+
+/// (outcome, request_sent) of an upstream client error.
+fn classify_client_error(e: &hyper_util::client::legacy::Error) -> (&'static str, bool) {
+    let connect = e.is_connect();
+    let mut src: Option<&(dyn StdError + 'static)> = Some(e);
+    let mut outcome: Option<&'static str> = None;
+    while let Some(s) = src {
+        if s.to_string().starts_with("dns error") {
+            outcome = Some("dns_failure");
+            break;
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            outcome = match io.kind() {
+                ConnectionRefused => Some("connection_refused"),
+                TimedOut => Some("timeout"),
+                ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => Some("connection_reset"),
+                _ => None,
+            };
+            if outcome.is_some() {
+                break;
+            }
+        }
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
+                outcome = Some("connection_reset");
+                break;
+            }
+            if h.is_timeout() {
+                outcome = Some("timeout");
+                break;
+            }
+        }
+        src = s.source();
+    }
+    (outcome.unwrap_or(if connect { "connection_refused" } else { "connection_reset" }), !connect)
+}
+
+/// The upstream response body, forwarded frame by frame; each data frame is also handed to the
+/// observer (a refcounted `Bytes`, not a copy).
+struct TeeBody {
+    inner: Incoming,
+    exchange: u64,
+    sh: Arc<Shared>,
+    done: bool,
+}
+
+impl Body for TeeBody {
+    type Data = Bytes;
+    type Error = Box<dyn StdError + Send + Sync>;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => {
+                if let Some(d) = f.data_ref() {
+                    this.sh.observe(Event::Chunk { exchange: this.exchange, at_ns: now_ns(), bytes: d.clone() });
+                }
+                Poll::Ready(Some(Ok(f)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.done = true;
+                this.sh.observe(Event::Failed { exchange: this.exchange, at_ns: now_ns(), outcome: "connection_reset", request_sent: true });
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            Poll::Ready(None) => {
+                if !this.done {
+                    this.done = true;
+                    this.sh.observe(Event::End { exchange: this.exchange, at_ns: now_ns() });
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for TeeBody {
+    fn drop(&mut self) {
+        if !self.done {
+            // An empty body that was never polled, or a client that went away mid-stream.
+            self.sh.observe(Event::End { exchange: self.exchange, at_ns: now_ns() });
+        }
+    }
+}
+
+/// Per-exchange state of the observer task.
+struct Exchange {
+    session_id: Option<String>,
+    protocol_version: Option<String>,
+    had_authorization: bool,
+    status: Option<u16>,
+    assigned_session_id: Option<String>,
+    body: BodyState,
+}
+
+enum BodyState {
+    None,
+    Json(Vec<u8>, bool),
+    Sse(Box<SseParser>),
+}
+
+impl Exchange {
+    fn ctx(&self, at_ns: u64, exchange: u64) -> Ctx<'_> {
+        Ctx {
+            at_ns,
+            session_id: self.session_id.as_deref(),
+            assigned_session_id: self.assigned_session_id.as_deref(),
+            protocol_version: self.protocol_version.as_deref(),
+            exchange: Some(exchange),
+            http_status: self.status,
+            had_authorization: self.had_authorization,
+        }
+    }
+}
+
+async fn observe_loop(mut rx: mpsc::Receiver<Event>, identity: ServerIdentity, sink: SpanSink) -> ObserverStats {
+    let mut obs = Observer::new(identity);
+    let mut exchanges: FxHashMap<u64, Exchange> = FxHashMap::default();
+    let mut sweep = tokio::time::interval(Duration::from_secs(60));
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => ev,
+            _ = sweep.tick() => {
+                // Requests whose response never came (a stream that was never resumed).
+                obs.expire(now_ns().saturating_sub(15 * 60 * 1_000_000_000));
+                continue;
+            }
+        };
+        let Some(ev) = ev else { break };
+        match ev {
+            Event::Stop => break,
+            Event::Request { exchange, at_ns, session_id, protocol_version, had_authorization, body } => {
+                let ex = exchanges.entry(exchange).or_insert(Exchange { session_id, protocol_version, had_authorization, status: None, assigned_session_id: None, body: BodyState::None });
+                if let Some(b) = body {
+                    let ctx = ex.ctx(at_ns, exchange);
+                    obs.client_bytes(&b, &ctx);
+                }
+            }
+            Event::ResponseHead { exchange, at_ns, status, kind, assigned_session_id, challenge } => {
+                let Some(ex) = exchanges.get_mut(&exchange) else { continue };
+                ex.status = Some(status);
+                ex.assigned_session_id = assigned_session_id;
+                ex.body = match kind {
+                    BodyKind::Json => BodyState::Json(Vec::new(), false),
+                    BodyKind::Sse => BodyState::Sse(Box::new(SseParser::new(MAX_PARSE))),
+                    BodyKind::Other => BodyState::None,
+                };
+                if let Some(c) = challenge {
+                    let ctx = ex.ctx(at_ns, exchange);
+                    obs.http_auth_failure(exchange, status, &c, &ctx);
+                }
+            }
+            Event::Chunk { exchange, at_ns, bytes } => {
+                let Some(ex) = exchanges.get_mut(&exchange) else { continue };
+                let mut body = std::mem::replace(&mut ex.body, BodyState::None);
+                match &mut body {
+                    BodyState::Json(buf, over) => {
+                        if buf.len() + bytes.len() > MAX_PARSE {
+                            *over = true;
+                            buf.clear();
+                        } else if !*over {
+                            buf.extend_from_slice(&bytes);
+                        }
+                    }
+                    BodyState::Sse(p) => {
+                        let ctx = ex.ctx(at_ns, exchange);
+                        p.feed(&bytes, |data| obs.server_bytes(data, &ctx));
+                    }
+                    BodyState::None => {}
+                }
+                ex.body = body;
+            }
+            Event::End { exchange, at_ns } => {
+                let Some(ex) = exchanges.remove(&exchange) else { continue };
+                let ctx = ex.ctx(at_ns, exchange);
+                if let BodyState::Json(buf, false) = &ex.body {
+                    obs.server_bytes(buf, &ctx);
+                }
+                if let Some(st) = ex.status {
+                    obs.exchange_end(exchange, st, &ctx);
+                }
+            }
+            Event::Failed { exchange, at_ns, outcome, request_sent } => {
+                let Some(ex) = exchanges.remove(&exchange) else { continue };
+                let ctx = ex.ctx(at_ns, exchange);
+                obs.transport_failure(exchange, outcome, request_sent, &ctx);
+            }
+        }
+        for s in obs.take_spans() {
+            sink.emit(s);
+        }
+    }
+    for s in obs.take_spans() {
+        sink.emit(s);
+    }
+    obs.stats
+}

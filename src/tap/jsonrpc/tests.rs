@@ -1,0 +1,454 @@
+//! The observer, fed JSON-RPC lines and bodies as the pumps would.
+
+use serde_json::json;
+
+use super::*;
+use crate::classify::digest::tool_digest;
+
+fn stdio_observer() -> Observer {
+    Observer::new(ServerIdentity { address: "fake-server".into(), port: None, transport: Transport::Pipe })
+}
+
+fn http_observer() -> Observer {
+    Observer::new(ServerIdentity { address: "127.0.0.1".into(), port: Some(8931), transport: Transport::Tcp })
+}
+
+fn at(ns: u64) -> Ctx<'static> {
+    Ctx { at_ns: ns, ..Default::default() }
+}
+
+fn attr<'a>(s: &'a Span, key: &str) -> Option<&'a any_value::Value> {
+    s.attributes.iter().find(|k| k.key == key).and_then(|k| k.value.as_ref()).and_then(|v| v.value.as_ref())
+}
+fn astr<'a>(s: &'a Span, key: &str) -> Option<&'a str> {
+    match attr(s, key) {
+        Some(any_value::Value::StringValue(x)) => Some(x),
+        _ => None,
+    }
+}
+fn aint(s: &Span, key: &str) -> Option<i64> {
+    match attr(s, key) {
+        Some(any_value::Value::IntValue(x)) => Some(*x),
+        _ => None,
+    }
+}
+fn abool(s: &Span, key: &str) -> Option<bool> {
+    match attr(s, key) {
+        Some(any_value::Value::BoolValue(x)) => Some(*x),
+        _ => None,
+    }
+}
+fn adouble(s: &Span, key: &str) -> Option<f64> {
+    match attr(s, key) {
+        Some(any_value::Value::DoubleValue(x)) => Some(*x),
+        _ => None,
+    }
+}
+fn astrs(s: &Span, key: &str) -> Vec<String> {
+    match attr(s, key) {
+        Some(any_value::Value::ArrayValue(a)) => a
+            .values
+            .iter()
+            .filter_map(|v| match v.value.as_ref() {
+                Some(any_value::Value::StringValue(x)) => Some(x.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => vec![],
+    }
+}
+
+fn client(o: &mut Observer, v: serde_json::Value, ns: u64) {
+    o.client_bytes(v.to_string().as_bytes(), &at(ns));
+}
+fn server(o: &mut Observer, v: serde_json::Value, ns: u64) {
+    o.server_bytes(v.to_string().as_bytes(), &at(ns));
+}
+
+fn tools_page_1() -> serde_json::Value {
+    json!([
+        {"name": "echo", "description": "Echo the input", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+        {"name": "add", "description": "Add two numbers", "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}, "icons": [{"src": "x.png"}]}
+    ])
+}
+fn tools_page_2() -> serde_json::Value {
+    json!([{"name": "fail", "description": "Always fails", "inputSchema": {"type": "object"}, "annotations": {"destructiveHint": false}}])
+}
+
+#[test]
+fn initialize_records_versions_and_list_changed_capability() {
+    let mut o = stdio_observer();
+    client(&mut o, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}), 1_000);
+    assert!(o.take_spans().is_empty(), "no span before the response");
+    server(&mut o, json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"s","version":"1"}}}), 5_000);
+    let spans = o.take_spans();
+    assert_eq!(spans.len(), 1);
+    let s = &spans[0];
+    assert_eq!(s.name, "initialize");
+    assert_eq!(s.kind, SpanKind::Client as i32);
+    assert_eq!((s.start_time_unix_nano, s.end_time_unix_nano), (1_000, 5_000));
+    assert_eq!(astr(s, a::MCP_METHOD_NAME), Some("initialize"));
+    assert_eq!(astr(s, a::JSONRPC_REQUEST_ID), Some("0"));
+    assert_eq!(astr(s, a::SESSION_REQUESTED_VERSION), Some("2025-11-25"));
+    assert_eq!(astr(s, a::MCP_PROTOCOL_VERSION), Some("2025-06-18"), "the negotiated version");
+    assert_eq!(abool(s, a::SESSION_LIST_CHANGED_CAPABILITY), Some(true));
+    assert_eq!(astr(s, a::NETWORK_TRANSPORT), Some("pipe"));
+    assert_eq!(astr(s, a::SERVER_ADDRESS), Some("fake-server"));
+    assert_eq!(aint(s, a::SERVER_PORT), None);
+    assert_eq!(astr(s, a::MCP_SESSION_ID), None, "stdio has no session");
+    assert!(astr(s, a::ERROR_TYPE).is_none());
+
+    // Later spans of the session carry the negotiated version.
+    client(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"ping"}), 6_000);
+    server(&mut o, json!({"jsonrpc":"2.0","id":1,"result":{}}), 7_000);
+    let spans = o.take_spans();
+    assert_eq!(astr(&spans[0], a::MCP_PROTOCOL_VERSION), Some("2025-06-18"));
+
+    // A server without tools.listChanged.
+    let mut o = stdio_observer();
+    client(&mut o, json!({"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25"}}), 1);
+    server(&mut o, json!({"jsonrpc":"2.0","id":"init","result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}}), 2);
+    assert_eq!(abool(&o.take_spans()[0], a::SESSION_LIST_CHANGED_CAPABILITY), Some(false));
+}
+
+#[test]
+fn paginated_list_gives_cursors_digests_and_the_installed_registry() {
+    let mut o = stdio_observer();
+    client(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}), 10);
+    server(&mut o, json!({"jsonrpc":"2.0","id":1,"result":{"tools": tools_page_1(), "nextCursor": "page-2"}}), 20);
+    client(&mut o, json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"page-2"}}), 30);
+    server(&mut o, json!({"jsonrpc":"2.0","id":2,"result":{"tools": tools_page_2()}}), 40);
+    let spans = o.take_spans();
+    assert_eq!(spans.len(), 3, "two pages and the installed registry: {spans:#?}");
+    let (p1, p2, inst) = (&spans[0], &spans[1], &spans[2]);
+
+    assert_eq!(p1.name, "tools/list");
+    assert_eq!(astr(p1, a::CATALOG_CURSOR), None, "the first page sends no cursor");
+    assert_eq!(abool(p1, a::CATALOG_NEXT_CURSOR_PRESENT), Some(true));
+    assert_eq!(aint(p1, a::CATALOG_TOOL_COUNT), Some(2));
+    let want1: Vec<String> = tools_page_1().as_array().unwrap().iter().map(|t| {
+        let d = tool_digest(t).unwrap();
+        format!("{}={}", d.name, d.digest)
+    }).collect();
+    assert_eq!(astrs(p1, a::CATALOG_TOOL_DIGESTS), want1, "digests equal tool_digest of the definitions");
+
+    assert_eq!(astr(p2, a::CATALOG_CURSOR), Some("page-2"));
+    assert_eq!(abool(p2, a::CATALOG_NEXT_CURSOR_PRESENT), Some(false));
+    assert_eq!(aint(p2, a::CATALOG_TOOL_COUNT), Some(1));
+
+    let all: Vec<_> = tools_page_1().as_array().unwrap().iter().chain(tools_page_2().as_array().unwrap()).map(|t| tool_digest(t).unwrap()).collect();
+    assert_eq!(inst.kind, SpanKind::Internal as i32);
+    assert_eq!(astr(inst, a::CATALOG_INSTALLED_DIGEST), Some(registry_digest(&all).as_str()));
+    assert_eq!(inst.trace_id, p2.trace_id, "in the trace of the page that completed the traversal");
+    assert_eq!(inst.parent_span_id, p2.span_id);
+    assert_eq!(astr(inst, a::SERVER_ADDRESS), Some("fake-server"));
+    assert_eq!(inst.end_time_unix_nano, 40);
+
+    // No raw definition leaves.
+    let dump = format!("{spans:?}");
+    assert!(!dump.contains("Echo the input") && !dump.contains("inputSchema") && !dump.contains("x.png"));
+}
+
+#[test]
+fn an_orphan_or_interrupted_traversal_installs_nothing() {
+    let mut o = stdio_observer();
+    // A continuation page whose first page the tap never saw.
+    client(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":"page-2"}}), 10);
+    server(&mut o, json!({"jsonrpc":"2.0","id":1,"result":{"tools": tools_page_2()}}), 20);
+    assert_eq!(o.take_spans().len(), 1, "the page, no install");
+    // A list change in the middle of a traversal.
+    client(&mut o, json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}), 30);
+    server(&mut o, json!({"jsonrpc":"2.0","id":2,"result":{"tools": tools_page_1(), "nextCursor": "page-2"}}), 40);
+    server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}), 45);
+    client(&mut o, json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":"page-2"}}), 50);
+    server(&mut o, json!({"jsonrpc":"2.0","id":3,"result":{"tools": tools_page_2()}}), 60);
+    let spans = o.take_spans();
+    assert_eq!(spans.len(), 3);
+    assert!(spans.iter().all(|s| astr(s, a::CATALOG_INSTALLED_DIGEST).is_none()));
+    // A fresh traversal after it installs.
+    client(&mut o, json!({"jsonrpc":"2.0","id":4,"method":"tools/list"}), 70);
+    server(&mut o, json!({"jsonrpc":"2.0","id":4,"result":{"tools": tools_page_2(), "nextCursor": null}}), 80);
+    let spans = o.take_spans();
+    assert_eq!(abool(&spans[0], a::CATALOG_NEXT_CURSOR_PRESENT), Some(false), "a null nextCursor is no next page");
+    let d = registry_digest(&[tool_digest(&tools_page_2()[0]).unwrap()]);
+    assert_eq!(astr(&spans[1], a::CATALOG_INSTALLED_DIGEST), Some(d.as_str()));
+}
+
+#[test]
+fn list_changed_is_its_own_span() {
+    let mut o = stdio_observer();
+    server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}), 99);
+    let spans = o.take_spans();
+    assert_eq!(spans.len(), 1);
+    assert_eq!(spans[0].name, "notifications/tools/list_changed");
+    assert_eq!(astr(&spans[0], a::MCP_METHOD_NAME), Some("notifications/tools/list_changed"));
+    assert_eq!(spans[0].kind, SpanKind::Internal as i32);
+    assert_eq!(spans[0].end_time_unix_nano, 99);
+    assert_eq!(astr(&spans[0], a::SERVER_ADDRESS), Some("fake-server"));
+    // Other notifications and server requests are not evidence here.
+    server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}), 100);
+    server(&mut o, json!({"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{}}), 101);
+    assert!(o.take_spans().is_empty());
+}
+
+#[test]
+fn a_successful_call_has_a_request_sent_marker_and_a_client_span() {
+    let mut o = stdio_observer();
+    client(&mut o, json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}), 100);
+    let marker = o.take_spans();
+    assert_eq!(marker.len(), 1, "the marker is emitted when the request passes");
+    let m = &marker[0];
+    assert_eq!(astr(m, a::CALL_PHASE), Some("request_sent"));
+    assert_eq!((m.start_time_unix_nano, m.end_time_unix_nano), (100, 100));
+    assert_eq!(m.name, "tools/call echo");
+    server(&mut o, json!({"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"hi"}]}}), 300);
+    let spans = o.take_spans();
+    assert_eq!(spans.len(), 1);
+    let s = &spans[0];
+    assert_eq!(s.name, "tools/call echo");
+    assert_eq!(s.kind, SpanKind::Client as i32);
+    assert_eq!(astr(s, a::GEN_AI_TOOL_NAME), Some("echo"));
+    assert_eq!(astr(s, a::GEN_AI_OPERATION_NAME), Some("execute_tool"));
+    assert_eq!(astr(s, a::JSONRPC_REQUEST_ID), Some("5"));
+    assert_eq!(astr(s, a::CALL_PHASE), None);
+    assert!(astr(s, a::ERROR_TYPE).is_none());
+    assert_eq!(s.status.as_ref().unwrap().code, StatusCode::Unset as i32);
+    assert_eq!(m.trace_id, s.trace_id);
+    assert_eq!(m.parent_span_id, s.span_id, "the marker is a child of the call's span");
+    assert!(s.parent_span_id.is_empty(), "no traceparent: a root span in a fresh trace");
+    assert_eq!(o.in_flight(), 0);
+}
+
+#[test]
+fn is_error_and_jsonrpc_errors() {
+    let mut o = stdio_observer();
+    client(&mut o, json!({"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"fail","arguments":{}}}), 1);
+    server(&mut o, json!({"jsonrpc":"2.0","id":"a","result":{"isError":true,"content":[{"type":"text","text":"boom"}]}}), 2);
+    client(&mut o, json!({"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"nope","arguments":{}}}), 3);
+    server(&mut o, json!({"jsonrpc":"2.0","id":"b","error":{"code":-32602,"message":"Unknown tool: nope"}}), 4);
+    client(&mut o, json!({"jsonrpc":"2.0","id":"c","method":"resources/lsit"}), 5);
+    server(&mut o, json!({"jsonrpc":"2.0","id":"c","error":{"code":-32601,"message":"Method not found"}}), 6);
+    let spans: Vec<Span> = o.take_spans().into_iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect();
+    assert_eq!(spans.len(), 3);
+    assert_eq!(astr(&spans[0], a::ERROR_TYPE), Some("tool_error"));
+    assert_eq!(astr(&spans[0], a::RPC_RESPONSE_STATUS_CODE), None);
+    assert_eq!(spans[0].status.as_ref().unwrap().code, StatusCode::Error as i32);
+    assert_eq!(astr(&spans[1], a::ERROR_TYPE), Some("-32602"));
+    assert_eq!(astr(&spans[1], a::RPC_RESPONSE_STATUS_CODE), Some("-32602"));
+    assert_eq!(astr(&spans[1], a::GEN_AI_TOOL_NAME), Some("nope"));
+    assert_eq!(spans[2].name, "resources/lsit");
+    assert_eq!(astr(&spans[2], a::ERROR_TYPE), Some("-32601"));
+    let dump = format!("{spans:?}");
+    assert!(!dump.contains("Unknown tool") && !dump.contains("boom") && !dump.contains("Method not found"), "no messages or results");
+    for s in &spans {
+        assert!(s.status.as_ref().unwrap().message.is_empty());
+    }
+}
+
+#[test]
+fn progress_notifications_join_the_call_they_belong_to() {
+    let mut o = stdio_observer();
+    client(&mut o, json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"slow","arguments":{},"_meta":{"progressToken":"tok-1"}}}), 1_000);
+    server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-1","progress":1,"total":3,"message":"step one of SECRET-PROGRESS"}}), 2_000);
+    server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-1","progress":2.5}}), 3_000);
+    server(&mut o, json!({"jsonrpc":"2.0","id":9,"result":{"content":[]}}), 4_000);
+    let spans = o.take_spans();
+    assert_eq!(spans.len(), 4, "{spans:#?}");
+    let (marker, p1, p2, call) = (&spans[0], &spans[1], &spans[2], &spans[3]);
+    assert_eq!(astr(marker, a::PROGRESS_TOKEN), Some("tok-1"), "the request's token is on the marker");
+    assert_eq!(astr(call, a::PROGRESS_TOKEN), Some("tok-1"), "and on the call span");
+    for p in [p1, p2] {
+        assert_eq!(p.name, "notifications/progress");
+        assert_eq!(astr(p, a::MCP_METHOD_NAME), Some("notifications/progress"));
+        assert_eq!(astr(p, a::PROGRESS_TOKEN), Some("tok-1"));
+        assert_eq!(p.trace_id, call.trace_id, "in the call's trace");
+        assert_eq!(p.parent_span_id, call.span_id, "under the call's span");
+    }
+    assert_eq!(adouble(p1, a::PROGRESS_VALUE), Some(1.0));
+    assert_eq!(adouble(p1, a::PROGRESS_TOTAL), Some(3.0));
+    assert_eq!(adouble(p2, a::PROGRESS_VALUE), Some(2.5));
+    assert_eq!(adouble(p2, a::PROGRESS_TOTAL), None);
+    assert_eq!(p1.end_time_unix_nano, 2_000);
+    assert!(!format!("{spans:?}").contains("SECRET-PROGRESS"), "progress messages never leave");
+
+    // An integer token; a notification for a token nobody supplied goes in its own trace.
+    client(&mut o, json!({"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":42}}}), 5_000);
+    server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":42,"progress":1}}), 6_000);
+    server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"42","progress":1}}), 6_500);
+    let spans = o.take_spans();
+    assert_eq!(aint(&spans[0], a::PROGRESS_TOKEN), Some(42));
+    assert_eq!(aint(&spans[1], a::PROGRESS_TOKEN), Some(42));
+    assert_eq!(spans[1].trace_id, spans[0].trace_id);
+    assert_ne!(spans[2].trace_id, spans[0].trace_id, "the string \"42\" is another token");
+    assert!(spans[2].parent_span_id.is_empty());
+}
+
+#[test]
+fn traceparent_in_meta_joins_the_agents_trace() {
+    let mut o = stdio_observer();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    client(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"traceparent":tp,"progressToken":"p"}}}), 1);
+    server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1}}), 2);
+    server(&mut o, json!({"jsonrpc":"2.0","id":1,"result":{}}), 3);
+    let spans = o.take_spans();
+    let want_trace = hex::decode("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
+    assert!(spans.iter().all(|s| s.trace_id == want_trace), "every span of the call joins the agent's trace");
+    let call = spans.last().unwrap();
+    assert_eq!(call.parent_span_id, hex::decode("00f067aa0ba902b7").unwrap(), "a child of the agent's span");
+    // Invalid traceparents are ignored: fresh trace, root span.
+    for bad in ["00-00000000000000000000000000000000-00f067aa0ba902b7-01", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "garbage"] {
+        client(&mut o, json!({"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":{"traceparent":bad}}}), 4);
+        server(&mut o, json!({"jsonrpc":"2.0","id":2,"result":{}}), 5);
+        let s = o.take_spans();
+        assert_ne!(s[0].trace_id, want_trace, "{bad}");
+        assert!(s[0].parent_span_id.is_empty(), "{bad}");
+    }
+    assert_eq!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future"), Some((want_trace.try_into().unwrap(), [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7])));
+}
+
+fn http_ctx<'a>(ns: u64, session: Option<&'a str>, exchange: u64, status: Option<u16>, auth: bool) -> Ctx<'a> {
+    Ctx { at_ns: ns, session_id: session, exchange: Some(exchange), http_status: status, had_authorization: auth, protocol_version: session.map(|_| "2025-11-25"), ..Default::default() }
+}
+
+#[test]
+fn http_session_ids_status_and_versions() {
+    let mut o = http_observer();
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}).to_string();
+    o.client_bytes(init.as_bytes(), &Ctx { at_ns: 1, exchange: Some(1), ..Default::default() });
+    let resp = json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}}).to_string();
+    o.server_bytes(resp.as_bytes(), &Ctx { at_ns: 2, exchange: Some(1), http_status: Some(200), assigned_session_id: Some("sess-A"), ..Default::default() });
+    o.exchange_end(1, 200, &at(3));
+    let s = o.take_spans();
+    assert_eq!(astr(&s[0], a::MCP_SESSION_ID), Some("sess-A"), "the session the server assigned");
+    assert_eq!(aint(&s[0], a::HTTP_RESPONSE_STATUS_CODE), Some(200));
+    assert_eq!(astr(&s[0], a::NETWORK_TRANSPORT), Some("tcp"));
+    assert_eq!(astr(&s[0], a::SERVER_ADDRESS), Some("127.0.0.1"));
+    assert_eq!(aint(&s[0], a::SERVER_PORT), Some(8931));
+
+    // A call in the session; its response on the POST's SSE stream.
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}), http_ctx(4, Some("sess-A"), 2, None, true));
+    o.server_bytes(json!({"jsonrpc":"2.0","id":1,"result":{}}).to_string().as_bytes(), &http_ctx(5, Some("sess-A"), 2, Some(200), true));
+    let s = o.take_spans();
+    let call = s.last().unwrap();
+    assert_eq!(astr(call, a::MCP_SESSION_ID), Some("sess-A"));
+    assert_eq!(astr(call, a::MCP_PROTOCOL_VERSION), Some("2025-11-25"));
+
+    // Same request id in another session does not match.
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":7,"method":"ping"}), http_ctx(6, Some("sess-B"), 3, None, true));
+    o.server_bytes(json!({"jsonrpc":"2.0","id":7,"result":{}}).to_string().as_bytes(), &http_ctx(7, Some("sess-A"), 9, Some(200), true));
+    assert!(o.take_spans().is_empty());
+    assert_eq!(o.stats.unmatched_responses, 1);
+    // A 2xx without the response keeps the request in flight (it may come on the GET stream).
+    o.exchange_end(3, 200, &at(8));
+    assert_eq!(o.in_flight(), 1);
+    // A 404 (expired session) ends it with the status.
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":8,"method":"tools/list"}), http_ctx(9, Some("sess-gone"), 4, None, true));
+    o.exchange_end(4, 404, &at(10));
+    let s = o.take_spans();
+    assert_eq!(aint(&s[0], a::HTTP_RESPONSE_STATUS_CODE), Some(404));
+    assert_eq!(s[0].status.as_ref().unwrap().code, StatusCode::Error as i32);
+}
+
+fn client_http(o: &mut Observer, v: serde_json::Value, ctx: Ctx<'_>) {
+    o.client_bytes(v.to_string().as_bytes(), &ctx);
+}
+
+#[test]
+fn auth_challenges_401_and_403() {
+    let mut o = http_observer();
+    let hdr_403 = r#"Bearer realm="mcp", error="insufficient_scope", scope="tools:write", error_description="SECRET-DESCRIPTION", resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource""#;
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_file"}}), http_ctx(1, Some("s"), 1, None, true));
+    o.http_auth_failure(1, 403, &crate::tap::parse_www_authenticate(hdr_403), &http_ctx(2, Some("s"), 1, Some(403), true));
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}), http_ctx(3, None, 2, None, true));
+    o.http_auth_failure(2, 401, &crate::tap::parse_www_authenticate(r#"Bearer error="invalid_token""#), &http_ctx(4, None, 2, Some(401), true));
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":3,"method":"initialize","params":{}}), http_ctx(5, None, 3, None, false));
+    o.http_auth_failure(3, 401, &crate::tap::parse_www_authenticate(r#"Bearer resource_metadata="x""#), &http_ctx(6, None, 3, Some(401), false));
+    o.exchange_end(1, 403, &at(7)); // nothing left: already reported
+    let spans: Vec<Span> = o.take_spans().into_iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect();
+    assert_eq!(spans.len(), 3);
+    let s403 = &spans[0];
+    assert_eq!(aint(s403, a::HTTP_RESPONSE_STATUS_CODE), Some(403));
+    assert_eq!(aint(s403, a::AUTH_STATUS), Some(403));
+    assert_eq!(astr(s403, a::AUTH_ERROR), Some("insufficient_scope"));
+    assert_eq!(astr(s403, a::AUTH_REQUIRED_SCOPE), Some("tools:write"));
+    assert_eq!(astr(s403, a::GEN_AI_TOOL_NAME), Some("write_file"));
+    assert_eq!(astr(&spans[1], a::AUTH_ERROR), Some("invalid_token"));
+    assert_eq!(astr(&spans[1], a::AUTH_REQUIRED_SCOPE), None);
+    assert_eq!(astr(&spans[2], a::AUTH_ERROR), Some("missing_token"), "401 to a request without Authorization");
+    let dump = format!("{spans:?}");
+    assert!(!dump.contains("SECRET-DESCRIPTION") && !dump.contains("realm") && !dump.contains("well-known"));
+}
+
+#[test]
+fn transport_failures_name_the_outcome() {
+    let mut o = http_observer();
+    client_http(&mut o, json!([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}},{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/initialized"}]), http_ctx(1, None, 5, None, false));
+    o.transport_failure(5, "connection_refused", false, &at(2));
+    let spans: Vec<Span> = o.take_spans().into_iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect();
+    assert_eq!(spans.len(), 2, "both requests of the batch, not the notification");
+    for s in &spans {
+        assert_eq!(astr(s, a::TRANSPORT_OUTCOME), Some("connection_refused"));
+        assert_eq!(abool(s, a::REQUEST_SENT), Some(false));
+        assert_eq!(s.status.as_ref().unwrap().code, StatusCode::Error as i32);
+    }
+    assert_eq!(o.in_flight(), 0);
+}
+
+#[test]
+fn junk_is_counted_not_fatal() {
+    let mut o = stdio_observer();
+    o.client_bytes(b"{not json", &at(1));
+    o.server_bytes(b"Content-Length: 12", &at(2));
+    o.server_bytes(b"   ", &at(3));
+    o.client_bytes(b"42", &at(4));
+    assert_eq!(o.stats.parse_errors, 3);
+    assert!(o.take_spans().is_empty());
+    // A response nobody asked for.
+    server(&mut o, json!({"jsonrpc":"2.0","id":99,"result":{}}), 5);
+    assert_eq!(o.stats.unmatched_responses, 1);
+    // Expiry forgets requests whose response never came.
+    client(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"ping"}), 10);
+    assert_eq!(o.expire(11), 1);
+    assert_eq!(o.in_flight(), 0);
+}
+
+#[test]
+fn planted_secrets_never_reach_a_span() {
+    const SECRETS: [&str; 9] = [
+        "SECRET-ARGUMENT-7f3a",
+        "SECRET-RESULT-91bc",
+        "SECRET-ERROR-MSG-44",
+        "SECRET-STRUCTURED-55",
+        "SECRET-DEFINITION-66",
+        "SECRET-CLIENTINFO-77",
+        "sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",
+        "SECRET-PROGRESS-MSG-88",
+    ];
+    let mut o = http_observer();
+    let ctx = |ns| http_ctx(ns, Some("sess-p"), 1, Some(200), true);
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","clientInfo":{"name":"SECRET-CLIENTINFO-77"},"capabilities":{}}}), ctx(1));
+    o.server_bytes(json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"instructions":"SECRET-RESULT-91bc"}}).to_string().as_bytes(), &ctx(2));
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":null}}), ctx(3));
+    o.server_bytes(json!({"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","description":"SECRET-DEFINITION-66","inputSchema":{"type":"object","properties":{"SECRET-DEFINITION-66":{"type":"string"}}}}],"nextCursor":"sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0"}}).to_string().as_bytes(), &ctx(4));
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0"}}), ctx(5));
+    o.server_bytes(json!({"jsonrpc":"2.0","id":2,"result":{"tools":[]}}).to_string().as_bytes(), &ctx(6));
+    // Arguments with a token, a result, structured content, an error message.
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl","method":"tools/call","params":{"name":"t","arguments":{"q":"SECRET-ARGUMENT-7f3a","token":"sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0"},"_meta":{"progressToken":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"}}}), ctx(7));
+    o.server_bytes(json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl","progress":1,"message":"SECRET-PROGRESS-MSG-88"}}).to_string().as_bytes(), &ctx(8));
+    o.server_bytes(json!({"jsonrpc":"2.0","id":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl","result":{"content":[{"type":"text","text":"SECRET-RESULT-91bc"}],"structuredContent":{"x":"SECRET-STRUCTURED-55"}}}).to_string().as_bytes(), &ctx(9));
+    client_http(&mut o, json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t","arguments":{"q":"SECRET-ARGUMENT-7f3a"}}}), ctx(10));
+    o.server_bytes(json!({"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"SECRET-ERROR-MSG-44","data":{"SECRET-ERROR-MSG-44":1}}}).to_string().as_bytes(), &ctx(11));
+    let spans = o.take_spans();
+    assert!(spans.len() >= 8, "{}", spans.len());
+    let dump = format!("{spans:?}");
+    for secret in SECRETS {
+        assert!(!dump.contains(secret), "{secret} leaked into a span");
+    }
+    // The joins still work on the hashed forms.
+    let call = spans.iter().find(|s| astr(s, a::JSONRPC_REQUEST_ID).is_some_and(|r| r.starts_with("sha256:")) && astr(s, a::CALL_PHASE).is_none()).expect("the call span");
+    let progress = spans.iter().find(|s| s.name == "notifications/progress").unwrap();
+    assert_eq!(progress.trace_id, call.trace_id);
+    assert_eq!(astr(progress, a::PROGRESS_TOKEN), astr(call, a::PROGRESS_TOKEN));
+    assert!(spans.iter().any(|s| astr(s, a::CATALOG_INSTALLED_DIGEST).is_some()), "the secret-looking cursor still chains the pages");
+}

@@ -1,0 +1,82 @@
+//! The evidence tap around npm's `@modelcontextprotocol/server-everything` (stdio), the real server
+//! issue 5 names, with the real mcp-health deciding from the tap's spans.
+//!
+//! Optional: runs when `tests/tap/everything/node_modules` holds the package (`scripts/install-test-deps`
+//! installs it with `npm ci` when npm is present); otherwise it says so and passes.
+
+mod support;
+#[path = "tap/driver.rs"]
+mod driver;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use driver::{drive_stdio, req, Step, Wait};
+use serde_json::{json, Value};
+use support::*;
+
+fn everything_bin() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tap/everything/node_modules/.bin/mcp-server-everything");
+    let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    (p.exists() && node).then_some(p)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_through_the_tap() {
+    let Some(bin) = everything_bin() else {
+        eprintln!("server-everything is not installed (scripts/install-test-deps): skipping");
+        return;
+    };
+    // Generous decision_wait: the long-running operation's progress arrives over ~1.5 s.
+    let svc = Service::start(Cfg { decision_wait: "500ms", max_wait: "10s", ..Cfg::default() }).await;
+    let endpoint = format!("http://{}", svc.grpc_addr());
+    let script = vec![
+        req(0, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}})),
+        // The server registers its tools after `initialized` and says so: wait for the signal,
+        // then discover, as a well-behaved client does.
+        Step { line: json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), wait_for: Wait::Notification("notifications/tools/list_changed") },
+        req(1, "tools/list", json!({})),
+        req(2, "tools/call", json!({"name": "echo", "arguments": {"message": "SECRET-EVERYTHING-ARG"}})),
+        req(3, "tools/call", json!({"name": "get-sum", "arguments": {"a": 2, "b": 3}})),
+        req(4, "tools/call", json!({"name": "trigger-long-running-operation", "arguments": {"duration": 1, "steps": 3}, "_meta": {"progressToken": "long-1"}})),
+        req(5, "tools/call", json!({"name": "no-such-tool", "arguments": {}})),
+    ];
+    let run = tokio::task::spawn_blocking(move || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mcp-health"));
+        c.args(["tap", "--otlp-endpoint", &endpoint, "--server-address", "server-everything", "--"]).arg(bin).arg("stdio");
+        c.env_remove("OTEL_SERVICE_NAME");
+        drive_stdio(c, &script)
+    })
+    .await
+    .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(out.contains("SECRET-EVERYTHING-ARG"), "the echo came back through the tap: {out}");
+    assert_eq!(out.matches("notifications/progress").count(), 3, "three progress notifications passed through: {out}");
+
+    let by_tool = |vs: &[Value], tool: &str| vs.iter().find(|v| v["tool"] == tool).cloned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let vs = loop {
+        let vs = svc.verdicts();
+        if ["echo", "get-sum", "trigger-long-running-operation", "no-such-tool"].iter().all(|t| by_tool(&vs, t).is_some()) {
+            break vs;
+        }
+        assert!(Instant::now() < deadline, "verdicts of the four calls; have {vs:#?}\ntap stderr: {}", run.stderr);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for t in ["echo", "get-sum"] {
+        let v = by_tool(&vs, t).unwrap();
+        assert_eq!(v["state"], "unverified", "{v}");
+        assert_eq!(v["protocol_success"], true);
+    }
+    let long = by_tool(&vs, "trigger-long-running-operation").unwrap();
+    assert_eq!(long["state"], "unverified", "{long}");
+    assert_eq!(long["progress"]["valid_updates"], 3, "{long}");
+    let unknown = by_tool(&vs, "no-such-tool").unwrap();
+    assert!(unknown["state"] == "protocol_error" || unknown["state"] == "tool_failed", "an unknown tool is a JSON-RPC error or an isError result: {unknown}");
+
+    let last = eventually(Duration::from_secs(10), "the catalog verdict", || svc.json_lines().into_iter().filter(|l| l["catalog"] == true).last()).await;
+    assert_eq!(last["verdict"]["convergence"], "converged", "{last}");
+    assert_eq!(last["server"], "server-everything");
+    assert!(!svc.stdout().contains("SECRET-EVERYTHING-ARG"));
+}
