@@ -102,7 +102,7 @@ pub fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> S
         ContractDrift => "stop the call: the tool's contract changed since it was pinned; review the change and re-pin (mcp-health lock --update) or roll the server back".into(),
         StaleCatalog => "suspend the affected definitions and run one bounded rediscovery".into(),
         ProtocolError => match f.reason(Layer::Protocol) {
-            Some("jsonrpc_-32601") => "refresh discovery: the method or tool is unknown to the server".into(),
+            Some("jsonrpc_-32601") | Some("unknown_tool") => "refresh discovery: the method or tool is unknown to the server".into(),
             Some("jsonrpc_-32602") => "fix the request contract: the server rejected the parameters".into(),
             _ => "route to the client implementer with method, request id and error class".into(),
         },

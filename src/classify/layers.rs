@@ -112,6 +112,10 @@ pub fn evaluate(c: &CallEvidence) -> LayerFindings {
             set(Layer::Protocol, Failed, Some(r));
         } else if let Some(code) = c.jsonrpc_error {
             set(Layer::Protocol, Failed, Some(format!("jsonrpc_{code}")));
+        } else if c.unknown_tool {
+            // An unknown tool is a protocol failure (SPEC §3) even when the server wrapped it in an
+            // `isError` result, as FastMCP does.
+            set(Layer::Protocol, Failed, Some("unknown_tool".into()));
         } else if c.http_status == Some(400) {
             set(Layer::Protocol, Failed, Some("http_400".into()));
         } else if c.response_seen {
@@ -136,7 +140,7 @@ pub fn evaluate(c: &CallEvidence) -> LayerFindings {
         set(Layer::Execution, Failed, Some("tool_timeout".into()));
     } else if c.output_schema_violated == Some(true) {
         set(Layer::Execution, Failed, Some("output_schema_violated".into()));
-    } else if c.response_seen && c.jsonrpc_error.is_none() {
+    } else if c.response_seen && c.jsonrpc_error.is_none() && !c.unknown_tool {
         set(Layer::Execution, Passed, None);
     }
 

@@ -97,6 +97,7 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         for &i in &groups[g].1 {
             call.absorb(&spans[i]);
         }
+        call.settle();
         if groups[g].0 != Method::Initialize {
             inherit_session(&mut call, &session_groups, &groups, spans);
         }
@@ -108,6 +109,7 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         for &i in &loose {
             call.absorb(&spans[i]);
         }
+        call.settle();
         out.push(call);
     }
     out
@@ -120,6 +122,7 @@ fn inherit_session(call: &mut CallEvidence, session_groups: &[usize], groups: &[
         for &i in &groups[g].1 {
             init.absorb(&spans[i]);
         }
+        init.settle();
         if let Some(n) = init.negotiation {
             let mine = call.negotiation.get_or_insert_with(Default::default);
             if mine.requested_version.is_none() {

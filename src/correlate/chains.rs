@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 use super::assemble::assemble_calls;
+use super::crossjoin::{self, CrossJoin};
 use crate::classify::Decision;
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{SpanEvidence, TraceId};
@@ -81,6 +82,15 @@ struct Chain {
     has_progress: bool,
     /// Held open past `max_wait` because a call in it is `working` (valid progress, clocks hold).
     held: bool,
+    /// Request spans of either side seen: a chain with server requests only may be the server half
+    /// of a call whose client half is in another trace (`crossjoin`).
+    has_client_req: bool,
+    has_server_req: bool,
+    /// A server half already waited one extra `decision_wait` for its client half.
+    deferred: bool,
+    /// The trace's root is a server-side span (an HTTP server span, or an MCP server span with no
+    /// parent): the server started a trace of its own, so the client half is elsewhere.
+    server_rooted: bool,
 }
 
 struct DecidedChain {
@@ -89,6 +99,12 @@ struct DecidedChain {
     truncated: bool,
     bytes: usize,
     revision: u32,
+}
+
+/// Whether a chain's spans hold client / server request spans.
+fn sides(spans: &[SpanEvidence]) -> (bool, bool) {
+    let req = |side| spans.iter().any(|s| s.side == side && s.method.as_ref().is_some_and(|m| !m.is_notification()));
+    (req(crate::evidence::Side::Client), req(crate::evidence::Side::Server))
 }
 
 /// A decided chain, ready for the classifier.
@@ -112,6 +128,8 @@ pub struct Chains {
     /// Operation keys of calls, so a verifier reporting in another trace joins its call.
     operations: FxHashMap<Box<str>, TraceId>,
     pub stats: ChainStats,
+    /// The cross-trace join of split calls (see `crossjoin`).
+    pub cross: CrossJoin,
 }
 
 impl Chains {
@@ -125,6 +143,7 @@ impl Chains {
             bytes: 0,
             operations: FxHashMap::default(),
             stats: ChainStats::default(),
+            cross: CrossJoin::default(),
         }
     }
 
@@ -182,55 +201,59 @@ impl Chains {
         let trace_id = ev.trace_id;
         // A `request_sent` marker has no parent but is not the ended root: the call still runs.
         let is_root = ev.parent_span_id.is_none() && !ev.request_sent_marker;
-        if !self.active.contains_key(&trace_id) {
-            if let Some(d) = self.decided.remove(&trace_id) {
-                // A late span: reopen the chain under its next revision.
-                self.stats.late_spans += 1;
-                let previous = assemble_calls(&d.spans);
-                self.active.insert(trace_id, Chain {
-                    previous,
-                    spans: d.spans,
-                    first_seen: now,
-                    last_seen: now,
-                    root_seen: d.root_seen,
-                    truncated: d.truncated,
-                    bytes: d.bytes,
-                    revision: d.revision + 1,
-                    has_progress: false,
-                    held: false,
-                });
-                self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
-            } else {
-                // HTTP-only spans enrich a chain; they never start one.
-                if !ev.starts_chain() {
-                    return;
+        if !self.active.contains_key(&trace_id) && !self.reopen(trace_id, now) {
+            // HTTP-only spans enrich a chain; they never start one. A refused MCP request's HTTP
+            // span, alone in its trace, may belong to a client request in another trace.
+            if !ev.starts_chain() {
+                if crossjoin::is_orphan_candidate(&ev) {
+                    let active = &self.active;
+                    match self.cross.match_late_http(&ev, |t| active.contains_key(t)) {
+                        Some((t, parent)) if self.decided.contains_key(&t) || self.active.contains_key(&t) => {
+                            self.add_span(crossjoin::rehome(ev, t, parent), now, out);
+                        }
+                        _ => self.cross.push_orphan(now, ev, self.limits.max_wait),
+                    }
                 }
-                self.make_room(now, out);
-                self.stats.chains_created += 1;
-                self.active.insert(trace_id, Chain {
-                    spans: Vec::with_capacity(4),
-                    first_seen: now,
-                    last_seen: now,
-                    root_seen: false,
-                    truncated: false,
-                    bytes: 0,
-                    revision: 0,
-                    previous: Vec::new(),
-                    has_progress: false,
-                    held: false,
-                });
-                self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
+                return;
             }
+            self.make_room(now, out);
+            self.stats.chains_created += 1;
+            self.active.insert(trace_id, Chain {
+                spans: Vec::with_capacity(4),
+                first_seen: now,
+                last_seen: now,
+                root_seen: false,
+                truncated: false,
+                bytes: 0,
+                revision: 0,
+                previous: Vec::new(),
+                has_progress: false,
+                held: false,
+                has_client_req: false,
+                has_server_req: false,
+                deferred: false,
+                server_rooted: false,
+            });
+            self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
         }
         let Some(chain) = self.active.get_mut(&trace_id) else { return };
         chain.last_seen = now;
         chain.root_seen |= is_root;
+        chain.server_rooted |= is_root && ev.side == crate::evidence::Side::Server;
         chain.has_progress |= ev.progress.is_some();
         if chain.spans.len() >= self.limits.max_spans_per_chain {
             chain.truncated = true;
             self.stats.truncated_spans += 1;
             return;
         }
+        if ev.method.as_ref().is_some_and(|m| !m.is_notification()) {
+            match ev.side {
+                crate::evidence::Side::Client => chain.has_client_req = true,
+                crate::evidence::Side::Server => chain.has_server_req = true,
+                crate::evidence::Side::Internal => {}
+            }
+        }
+        self.cross.index(trace_id, &ev);
         let b = ev.approx_bytes();
         chain.bytes += b;
         self.bytes += b;
@@ -238,6 +261,32 @@ impl Chains {
         if self.bytes > self.limits.max_bytes {
             self.make_room(now, out);
         }
+    }
+
+    /// Reopen a decided chain under its next revision (a late span, or a joined half).
+    fn reopen(&mut self, trace_id: TraceId, now: Instant) -> bool {
+        let Some(d) = self.decided.remove(&trace_id) else { return false };
+        self.stats.late_spans += 1;
+        let previous = assemble_calls(&d.spans);
+        let (has_client_req, has_server_req) = sides(&d.spans);
+        self.active.insert(trace_id, Chain {
+            previous,
+            spans: d.spans,
+            first_seen: now,
+            last_seen: now,
+            root_seen: d.root_seen,
+            truncated: d.truncated,
+            bytes: d.bytes,
+            revision: d.revision + 1,
+            has_progress: false,
+            held: false,
+            has_client_req,
+            has_server_req,
+            deferred: true,
+            server_rooted: false,
+        });
+        self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
+        true
     }
 
     /// Keep within `max_chains` and `max_bytes`: forget revisable decided chains first (they are
@@ -266,6 +315,7 @@ impl Chains {
                 if let Some(d) = self.decided.remove(&id) {
                     self.bytes -= d.bytes;
                     self.stats.decided_expired += 1;
+                    self.cross.unindex(id, &d.spans);
                 }
                 return;
             }
@@ -282,7 +332,13 @@ impl Chains {
             let Some(c) = self.active.get(&id) else { continue };
             let quiet = now.saturating_duration_since(c.last_seen) >= self.limits.decision_wait;
             let expired = now.saturating_duration_since(c.first_seen) >= self.limits.max_wait;
-            if c.root_seen && quiet {
+            if c.root_seen && quiet && c.server_rooted && c.has_server_req && !c.has_client_req && !c.deferred && !expired {
+                // A server half waits once more for a client half exported a little later.
+                if let Some(c) = self.active.get_mut(&id) {
+                    c.deferred = true;
+                }
+                self.due.push(Reverse((now + self.limits.decision_wait, id)));
+            } else if c.root_seen && quiet {
                 self.decide(id, DecidedBy::Quiet, now, out);
             } else if expired && !c.held {
                 self.decide(id, DecidedBy::MaxWait, now, out);
@@ -338,7 +394,91 @@ impl Chains {
         self.due.clear();
     }
 
+    /// Move the spans of chain `src` into chain `dst` (active, or decided and then revised).
+    fn merge_into(&mut self, src: TraceId, dst: TraceId, now: Instant) -> bool {
+        if !self.active.contains_key(&src) || (!self.active.contains_key(&dst) && !self.reopen(dst, now)) {
+            return false;
+        }
+        let Some(s) = self.active.remove(&src) else { return false };
+        self.cross.unindex(src, &s.spans);
+        for ev in &s.spans {
+            self.cross.index(dst, ev);
+        }
+        let Some(d) = self.active.get_mut(&dst) else { return false };
+        d.spans.extend(s.spans);
+        d.bytes += s.bytes;
+        d.last_seen = now;
+        d.has_server_req |= s.has_server_req;
+        d.has_client_req |= s.has_client_req;
+        d.has_progress |= s.has_progress;
+        d.truncated |= s.truncated;
+        true
+    }
+
+    /// The cross-trace joins of a chain about to be decided (see `crossjoin`). Returns false when
+    /// the chain was a server half and went into its client half's chain (no verdict of its own).
+    fn cross_join(&mut self, id: TraceId, now: Instant) -> bool {
+        let Some(c) = self.active.get(&id) else { return false };
+        // 1. A server half goes to its client half.
+        if c.has_server_req && !c.has_client_req {
+            if let Some(h) = crossjoin::server_half(&c.spans) {
+                let (active, decided) = (&self.active, &self.decided);
+                let target = self.cross.find_client_half(&h, id, |t| active.get(t).map(|c| &c.spans[..]).or_else(|| decided.get(t).map(|d| &d.spans[..])));
+                if let Some(t) = target {
+                    if self.merge_into(id, t, now) {
+                        self.cross.stats.halves_joined += 1;
+                        return false;
+                    }
+                }
+            }
+            return true;
+        }
+        // 2. A client half takes in the server halves still in flight.
+        if c.has_client_req {
+            for h in crossjoin::client_halves(&c.spans) {
+                let mut found = Vec::new();
+                for t in self.cross.candidates(&h.method, &h.request_id, id) {
+                    let Some(sc) = self.active.get(&t).filter(|sc| sc.has_server_req && !sc.has_client_req) else { continue };
+                    let Some(sh) = crossjoin::server_half(&sc.spans) else { continue };
+                    if sh.method != h.method || sh.request_id != h.request_id || !crossjoin::contains((h.start_ns, h.end_ns), (sh.start_ns, sh.end_ns)) {
+                        continue;
+                    }
+                    // Symmetric: the server half must have exactly this client half.
+                    let (active, decided) = (&self.active, &self.decided);
+                    if self.cross.find_client_half(&sh, t, |x| active.get(x).map(|c| &c.spans[..]).or_else(|| decided.get(x).map(|d| &d.spans[..]))) == Some(id) {
+                        found.push(t);
+                    }
+                }
+                match found.len() {
+                    1 => {
+                        if self.merge_into(found[0], id, now) {
+                            self.cross.stats.halves_joined += 1;
+                        }
+                    }
+                    0 => {}
+                    _ => self.cross.stats.ambiguous += 1,
+                }
+            }
+        }
+        // 3. Refused HTTP requests kept as orphans.
+        let refused = self.active.get(&id).map(|c| crossjoin::refused_requests(&c.spans)).unwrap_or_default();
+        let active = &self.active;
+        let joined = self.cross.take_orphans(&refused, |t| *t != id && active.contains_key(t));
+        if let Some(c) = self.active.get_mut(&id) {
+            for ev in joined {
+                let b = ev.approx_bytes();
+                c.bytes += b;
+                self.bytes += b;
+                c.spans.push(ev);
+            }
+        }
+        true
+    }
+
     fn decide(&mut self, id: TraceId, by: DecidedBy, now: Instant, out: &mut Vec<DecidedCalls>) {
+        if !self.cross_join(id, now) {
+            return;
+        }
         let Some(c) = self.active.remove(&id) else { return };
         self.stats.chains_decided += 1;
         let calls = assemble_calls(&c.spans);
@@ -350,8 +490,10 @@ impl Chains {
         });
         if self.limits.max_decided == 0 || by == DecidedBy::Shutdown {
             self.bytes -= c.bytes;
+            self.cross.unindex(id, &c.spans);
             return;
         }
+        self.cross.remember_refused(now, crossjoin::refused_requests(&c.spans), self.limits.late_span_window);
         self.decided_order.push_back((now, id, c.revision));
         self.decided.insert(id, DecidedChain { spans: c.spans, root_seen: c.root_seen, truncated: c.truncated, bytes: c.bytes, revision: c.revision });
         while self.decided.len() > self.limits.max_decided {

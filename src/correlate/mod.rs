@@ -3,6 +3,7 @@
 
 pub mod assemble;
 pub mod chains;
+pub mod crossjoin;
 pub mod sessions;
 
 pub use assemble::assemble_calls;

@@ -20,6 +20,10 @@ pub const SERVER_PORT: &str = "server.port";
 pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
 /// Older HTTP conventions, still emitted by many HTTP server instrumentations.
 pub const HTTP_STATUS_CODE_OLD: &str = "http.status_code";
+/// The request path of an HTTP server span (read only to tell an MCP endpoint, `…/mcp`).
+pub const URL_PATH: &str = "url.path";
+pub const HTTP_TARGET_OLD: &str = "http.target";
+pub const HTTP_ROUTE: &str = "http.route";
 
 // --- mcp-health evidence attributes (read) ---
 /// Connection result of the attempt: `ok`, `dns_failure`, `connection_refused`,

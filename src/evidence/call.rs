@@ -62,6 +62,14 @@ pub struct CallEvidence {
     /// Set by the correlator when an in-flight call outlived its inactivity window or absolute
     /// deadline: `inactivity_exceeded` or `deadline_exceeded`.
     pub clock_expired: Option<&'static str>,
+    /// The server said it does not know the tool (SPEC §3: `protocol_error`, refresh discovery).
+    pub unknown_tool: bool,
+    /// Every JSON-RPC error seen came from client spans that may have rendered a refused HTTP
+    /// request as `-32603` (see [`SpanEvidence::error_maybe_client_rendered`]); [`Self::settle`]
+    /// decides what it was.
+    pub rendered_error_only: bool,
+    /// A JSON-RPC error came from a span that is not such a client rendering.
+    pub attributed_error: bool,
 }
 
 impl CallEvidence {
@@ -126,10 +134,24 @@ impl CallEvidence {
         fill(&mut self.operation_key, &s.operation_key);
         match s.error {
             Some(CallError::JsonRpc(c)) => {
+                if s.error_maybe_client_rendered && s.side == Side::Client {
+                    self.rendered_error_only = !self.attributed_error;
+                } else {
+                    // A server's (or an unambiguous) code outranks a client's rendering.
+                    if self.rendered_error_only {
+                        self.jsonrpc_error = None;
+                    }
+                    self.attributed_error = true;
+                    self.rendered_error_only = false;
+                }
                 self.jsonrpc_error.get_or_insert(c);
                 if is_request {
                     self.response_seen = true;
                 }
+            }
+            Some(CallError::UnknownTool) => {
+                self.unknown_tool = true;
+                self.response_seen = true;
             }
             Some(CallError::ToolError) => {
                 self.tool_error = true;
@@ -178,6 +200,21 @@ impl CallEvidence {
         }
         fill_copy(&mut self.effect_boundary, s.effect_boundary);
         self.outcomes.extend(s.outcomes.iter().cloned());
+    }
+
+    /// Finish the call once every span is absorbed. A `-32603` that only a client rendered, with
+    /// nothing from the server side (no server span, no HTTP status), cannot be attributed: it is
+    /// what the `mcp` SDK 2.x client reports for any refused HTTP request (401, 403, 404, 5xx) as
+    /// well as a server's internal error. It is then kept as an unexplained error (no layer fails
+    /// or passes on it: the verdict is `unverified` with low confidence), never as a protocol error
+    /// or a failed negotiation. The cross-trace join (`correlate::crossjoin`) brings in the HTTP
+    /// server span where one exists, and with it the real status.
+    pub fn settle(&mut self) {
+        if self.rendered_error_only && !self.server_seen && self.http_status.is_none() && self.auth_status.is_none() && self.auth_error.is_none() {
+            self.jsonrpc_error = None;
+            self.response_seen = false;
+            self.unexplained_error = true;
+        }
     }
 
     /// The receipt that speaks last: the most recent check decides.

@@ -241,6 +241,9 @@ pub enum CallError {
     Timeout,
     /// The instrumentation reported a connection failure by exception class.
     Connection(TransportOutcome),
+    /// The server does not know the tool it was asked to run (FastMCP reports it as an `isError`
+    /// result with `error.type=NotFoundError`; SPEC §3 puts an unknown tool in `protocol_error`).
+    UnknownTool,
     /// Some other error class that says nothing about the layer.
     Unclassified,
 }
@@ -288,6 +291,13 @@ pub struct SpanEvidence {
     pub request_sent_marker: bool,
     /// Catalog facts (signals, `tools/list` pages, installs), rare enough to box.
     pub catalog: Option<Box<catalog::CatalogFacts>>,
+    /// The JSON-RPC error on this client span may be the client's own rendering of a refused
+    /// HTTP request (the `mcp` SDK 2.x client answers any HTTP status >= 400 with `-32603`), not
+    /// a response from the server. Set by the dialects that know it.
+    pub error_maybe_client_rendered: bool,
+    /// An HTTP server span on an MCP endpoint (a path ending in `/mcp`): eligible for the
+    /// cross-trace join of refused requests (see `correlate::crossjoin`).
+    pub http_mcp_endpoint: bool,
     /// `service.name` of the resource that emitted the span (the client's identity where the
     /// protocol has no session).
     pub service: Option<Arc<str>>,
@@ -329,6 +339,8 @@ impl SpanEvidence {
             request_sent_marker: false,
             catalog: None,
             service: None,
+            error_maybe_client_rendered: false,
+            http_mcp_endpoint: false,
         }
     }
 
@@ -358,6 +370,9 @@ impl SpanEvidence {
             || self.negotiation.is_some()
             || self.catalog.is_some()
             || self.progress.is_some()
+            // A span that only names the JSON-RPC request id (traceloop's `ResponseStreamWriter`
+            // under its request span) enriches the call it belongs to; it never starts a chain.
+            || self.request_id.is_some()
     }
 
     /// Whether this span can start a call chain: a request, or call-level evidence. Catalog facts

@@ -1,21 +1,58 @@
 //! Normalize: OTLP spans in, [`SpanEvidence`] out.
 //!
-//! Each instrumentation dialect has one file; [`normalize_request`] walks a decoded
-//! `ExportTraceServiceRequest` once, lets the dialect read the span's attributes, and keeps only
-//! typed facts. Spans that carry no MCP evidence cost one attribute scan and no allocation: they
+//! Each instrumentation dialect has one file and one line in [`DIALECTS`]; [`normalize_request`]
+//! walks a decoded `ExportTraceServiceRequest` once, picks the dialect of each span (by its
+//! instrumentation scope name, once per scope, else by a cheap look at the span's name and
+//! attribute keys), lets it read the span, and keeps only typed facts. Spans that carry no MCP evidence cost one attribute scan and no allocation: they
 //! only report that their trace was active (and whether they were its root), which the correlator
 //! needs to know when a trace has gone quiet.
 
 pub mod definitions;
+pub mod fastmcp;
 pub mod intern;
+pub mod logfire;
+pub mod mcp_sdk;
 pub mod redact;
 pub mod semconv;
+pub mod traceloop;
 pub mod value;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use crate::evidence::{SpanEvidence, TraceId};
+use crate::evidence::{SpanEvidence, SpanId, TraceId};
+use std::sync::Arc;
+
+/// Reads one span of a dialect: `None` when it carries no MCP evidence. The arguments are the
+/// span's validated ids, the span, the resource's `service.name`, and a counter of attribute
+/// values with an unusable type.
+pub type ReadSpan = fn(TraceId, SpanId, &Span, Option<&Arc<str>>, &mut u64) -> Option<SpanEvidence>;
+
+/// One instrumentation dialect.
+pub struct Dialect {
+    pub name: &'static str,
+    /// Instrumentation scope names that are this dialect's (exact match).
+    pub scopes: &'static [&'static str],
+    /// For a span under a scope no dialect names: whether it is this dialect's (span name and
+    /// attribute keys only; it must be cheap, it runs on every such span).
+    pub sniff: fn(&Span) -> bool,
+    pub read: ReadSpan,
+}
+
+/// The registry. Adding a dialect is one file and one line here; the semantic conventions come
+/// last, as the fallback for every span no other dialect claims (they also read this project's
+/// `mcp_health.*` attributes, which any emitter may add).
+pub static DIALECTS: &[Dialect] = &[mcp_sdk::DIALECT, fastmcp::DIALECT, traceloop::DIALECT, logfire::DIALECT, semconv::DIALECT];
+
+/// The dialect that owns a scope name, if one names it.
+pub fn dialect_of_scope(scope: &str) -> Option<&'static Dialect> {
+    DIALECTS.iter().find(|d| d.scopes.contains(&scope))
+}
+
+/// The dialect of one span: its scope's, else the first whose sniff claims it, else semconv.
+pub fn dialect_of_span(by_scope: Option<&'static Dialect>, span: &Span) -> &'static Dialect {
+    by_scope.or_else(|| DIALECTS.iter().find(|d| (d.sniff)(span))).unwrap_or(&semconv::DIALECT)
+}
 
 /// One span that was not MCP evidence, seen only so the correlator knows its trace is active.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +114,7 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
             r.attributes.iter().find(|kv| kv.key == "service.name").and_then(|kv| value::as_str(&kv.value)).map(|s| intern::intern(intern::Kind::Service, s, None, || s.to_string()))
         });
         for ss in &rs.scope_spans {
+            let by_scope = ss.scope.as_ref().and_then(|sc| dialect_of_scope(&sc.name));
             for span in &ss.spans {
                 out.spans += 1;
                 let (trace_id, span_id) = match span_ids(span) {
@@ -86,7 +124,8 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
                         continue;
                     }
                 };
-                match semconv::read_span(trace_id, span_id, span, service.as_ref(), &mut out.attribute_type_errors) {
+                let dialect = dialect_of_span(by_scope, span);
+                match (dialect.read)(trace_id, span_id, span, service.as_ref(), &mut out.attribute_type_errors) {
                     Some(ev) => {
                         out.raw_definitions_seen |= ev.catalog.as_ref().is_some_and(|c| c.raw_definitions_seen);
                         out.evidence.push(ev)

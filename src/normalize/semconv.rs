@@ -234,6 +234,17 @@ fn digest_definitions(raw: &str) -> Vec<(Arc<str>, Arc<str>)> {
     })
 }
 
+/// Whether an HTTP path is an MCP endpoint: the streamable-HTTP path every SDK defaults to,
+/// `/mcp` (query string ignored, one trailing slash allowed). Other mount points are not guessed.
+pub fn is_mcp_path(p: &str) -> bool {
+    let p = p.split(['?', '#']).next().unwrap_or("");
+    let p = p.strip_suffix('/').unwrap_or(p);
+    p.ends_with("/mcp")
+}
+
+/// The semantic-conventions dialect, the fallback of the registry (see `normalize::DIALECTS`).
+pub const DIALECT: super::Dialect = super::Dialect { name: "semconv", scopes: &[], sniff: |_| false, read: read_span };
+
 /// Keys that make a span worth reading in full.
 fn is_evidence_key(k: &str) -> bool {
     k.starts_with("mcp.")
@@ -319,6 +330,12 @@ fn read_attribute<'e>(kv: &'e KeyValue, ev: &mut SpanEvidence, f: &mut Fields<'_
             Some(c) if (100..=599).contains(&c) => ev.http_status = Some(c as u16),
             _ => bad = true,
         },
+        // The request path of an HTTP server span: only whether it is an MCP endpoint is kept.
+        a::HTTP_TARGET_OLD | a::URL_PATH | a::HTTP_ROUTE => {
+            if let Some(p) = value::as_str(v) {
+                ev.http_mcp_endpoint |= is_mcp_path(p);
+            }
+        }
         a::TRANSPORT_OUTCOME => match value::as_str(v).and_then(TransportOutcome::parse) {
             Some(t) => ev.transport = Some(t),
             None => bad = true,

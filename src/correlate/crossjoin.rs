@@ -1,0 +1,479 @@
+//! The cross-trace join: the two halves of one call that landed in different traces.
+//!
+//! A chain is one trace, but real instrumentations split a call over two traces when the server
+//! side does not continue the client's trace:
+//! - FastMCP behind HTTP server tracing parents its MCP SERVER span on the HTTP server span
+//!   (`POST /mcp`), which started a trace of its own, with no link to the client's;
+//! - a request refused before MCP handling (401, 403) leaves only an HTTP server span on the server
+//!   side, alone in its trace, while the client's span (if it says anything) says `-32603`.
+//!
+//! Two joins, both decided when a chain is decided, both bounded:
+//! 1. **Halves by request.** A *server half* is a chain whose request spans are all SERVER spans
+//!    of one request (one method and `jsonrpc.request.id`). Its *client half* is a chain with a
+//!    CLIENT request span of the same method and request id and no server span of it, whose
+//!    interval contains the server span's (± [`SLACK_NS`] of clock skew), with the same server
+//!    address and session id where both sides name one. The join is made only when exactly one
+//!    client half qualifies (request ids are small per-session counters, so a busy pipeline has
+//!    many candidates: an ambiguous match is no match, and is counted). Candidates are found
+//!    through an index of request spans by (method, request id), kept for the chains the
+//!    correlator holds and dropped with them. The server half's spans move into the client's chain
+//!    (a decided client chain is revised, as for a late span); the server half gives no verdict of
+//!    its own. A server half that found no client half waits one more `decision_wait` before it is
+//!    decided alone, so a client half exported a little later still finds it.
+//! 2. **Refused HTTP requests.** An HTTP SERVER span on an MCP endpoint (`…/mcp`) with a status
+//!    >= 400 whose trace holds no MCP span is kept (at most [`MAX_ORPHANS`], for `max_wait`). A client
+//!    request that failed or never completed, with no server span of its own, whose interval
+//!    contains exactly one such HTTP span (same server where both name one) takes it in: the HTTP
+//!    status then decides the authorization layer (401/403 → `needs_auth`), and the client's
+//!    `-32603` is read as the rendering of that refusal, not as a protocol error. An HTTP span
+//!    arriving after its client chain was decided finds it through a ring of recent refused client
+//!    requests ([`MAX_REFUSED`]) and revises it.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustc_hash::FxHashMap;
+
+use crate::evidence::{CallError, Method, Side, SpanEvidence, SpanId, TraceId};
+
+/// Clock skew tolerated between the two processes' clocks when one interval must contain the other.
+pub const SLACK_NS: u64 = 500_000_000;
+/// Refused-looking HTTP server spans kept while their client half may still arrive.
+pub const MAX_ORPHANS: usize = 4096;
+/// Recently decided client requests that failed without a server side, for late HTTP spans.
+pub const MAX_REFUSED: usize = 4096;
+
+/// Counters of the joins.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CrossJoinStats {
+    pub halves_joined: u64,
+    pub http_joined: u64,
+    /// Joins not made because more than one candidate qualified.
+    pub ambiguous: u64,
+}
+
+/// One request's span interval, as the join compares them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Half {
+    pub method: Method,
+    pub request_id: Box<str>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub server: Option<Arc<str>>,
+    pub session: Option<Box<str>>,
+}
+
+/// A client request that failed or never completed without any server-side evidence.
+#[derive(Clone, Debug)]
+pub struct Refused {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub server: Option<Arc<str>>,
+}
+
+#[derive(Default)]
+pub struct CrossJoin {
+    by_request: FxHashMap<(Method, Box<str>), Vec<TraceId>>,
+    /// Refused-looking HTTP spans waiting for their client half; `true` once found ambiguous
+    /// (contested: it never joins anything).
+    pub orphans: VecDeque<(Instant, SpanEvidence, bool)>,
+    pub refused: VecDeque<(Instant, Refused)>,
+    /// Refused-looking client requests of chains still in flight, so an HTTP span that two of
+    /// them could have answered is known to be ambiguous whichever is decided first.
+    open_refused: VecDeque<Refused>,
+    pub stats: CrossJoinStats,
+}
+
+fn is_request(s: &SpanEvidence) -> bool {
+    s.method.as_ref().is_some_and(|m| !m.is_notification())
+}
+
+/// `outer` contains `inner`, give or take the clock skew.
+pub fn contains(outer: (u64, u64), inner: (u64, u64)) -> bool {
+    outer.0 <= inner.0.saturating_add(SLACK_NS) && inner.1 <= outer.1.saturating_add(SLACK_NS)
+}
+
+/// The HTTP request started while the client request was open (give or take `slack`).
+fn started_within(r: &Refused, start_ns: u64, slack: u64) -> bool {
+    r.start_ns <= start_ns.saturating_add(slack) && start_ns <= r.end_ns.saturating_add(slack)
+}
+
+fn compatible<T: PartialEq + ?Sized>(a: Option<&T>, b: Option<&T>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// The server half a chain is, if it is one: SERVER request spans of exactly one request, and no
+/// CLIENT request span.
+pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
+    let mut half: Option<Half> = None;
+    for s in spans.iter().filter(|s| is_request(s)) {
+        match s.side {
+            Side::Client => return None,
+            Side::Internal => continue,
+            Side::Server => {}
+        }
+        let (m, rid) = (s.method.clone()?, s.request_id.as_deref()?);
+        match &mut half {
+            None => half = Some(Half { method: m, request_id: rid.into(), start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone(), session: s.session_id.clone() }),
+            Some(h) if h.method == m && &*h.request_id == rid => {
+                h.start_ns = h.start_ns.min(s.start_ns);
+                h.end_ns = h.end_ns.max(s.end_ns);
+                if h.server.is_none() {
+                    h.server = s.server.clone();
+                }
+                if h.session.is_none() {
+                    h.session = s.session_id.clone();
+                }
+            }
+            Some(_) => return None,
+        }
+    }
+    half
+}
+
+/// The client request spans of a chain that name a request id and have no server span of that
+/// request in the chain: the client halves waiting for a server half.
+pub fn client_halves(spans: &[SpanEvidence]) -> Vec<Half> {
+    let served = |m: &Method, rid: &str| spans.iter().any(|s| s.side == Side::Server && s.method.as_ref() == Some(m) && s.request_id.as_deref() == Some(rid));
+    spans
+        .iter()
+        .filter(|s| is_request(s) && s.side == Side::Client)
+        .filter_map(|s| {
+            let (m, rid) = (s.method.clone()?, s.request_id.as_deref()?);
+            (!served(&m, rid)).then(|| Half { method: m, request_id: rid.into(), start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone(), session: s.session_id.clone() })
+        })
+        .collect()
+}
+
+/// Whether a chain's spans hold a client half matching `h` (a server half).
+fn holds_client_half_of(spans: &[SpanEvidence], h: &Half) -> bool {
+    client_halves(spans).iter().any(|c| {
+        c.method == h.method
+            && c.request_id == h.request_id
+            && contains((c.start_ns, c.end_ns), (h.start_ns, h.end_ns))
+            && compatible(c.server.as_deref(), h.server.as_deref())
+            && compatible(c.session.as_deref(), h.session.as_deref())
+    })
+}
+
+/// Client requests of a chain that failed or never completed and have no server-side evidence
+/// in the chain (no server span of the same method, no HTTP status): candidates for a refused
+/// HTTP request.
+pub fn refused_requests(spans: &[SpanEvidence]) -> Vec<Refused> {
+    if spans.iter().any(|s| s.http_status.is_some() || s.auth_status.is_some()) {
+        return Vec::new();
+    }
+    let served = |m: &Method| spans.iter().any(|s| s.side == Side::Server && s.method.as_ref() == Some(m));
+    spans
+        .iter()
+        .filter(|s| is_request(s) && s.side == Side::Client)
+        .filter(|s| matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified)) || s.status_error || s.request_sent_marker)
+        .filter(|s| !served(s.method.as_ref().unwrap()))
+        .map(|s| Refused { trace_id: s.trace_id, span_id: s.span_id, start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone() })
+        .collect()
+}
+
+/// Whether an HTTP span may be a refused MCP request waiting for its client half.
+pub fn is_orphan_candidate(s: &SpanEvidence) -> bool {
+    s.side == Side::Server && s.http_mcp_endpoint && s.http_status.is_some_and(|h| h >= 400) && s.method.is_none()
+}
+
+/// Re-home an HTTP span into the trace of the client request it answered, under that request's
+/// span, so the correlator joins it to that call by ancestry.
+pub fn rehome(mut s: SpanEvidence, trace_id: TraceId, parent: SpanId) -> SpanEvidence {
+    s.trace_id = trace_id;
+    s.parent_span_id = Some(parent);
+    s
+}
+
+impl CrossJoin {
+    /// Index the request spans of a chain under `trace`.
+    pub fn index(&mut self, trace: TraceId, s: &SpanEvidence) {
+        if is_request(s) && s.side == Side::Client && (matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified)) || s.status_error || s.request_sent_marker) {
+            if self.open_refused.len() >= MAX_REFUSED {
+                self.open_refused.pop_front();
+            }
+            self.open_refused.push_back(Refused { trace_id: trace, span_id: s.span_id, start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone() });
+        }
+        if let (Some(m), Some(rid)) = (s.method.as_ref().filter(|m| !m.is_notification()), s.request_id.as_deref()) {
+            let v = self.by_request.entry((m.clone(), rid.into())).or_default();
+            if !v.contains(&trace) {
+                v.push(trace);
+            }
+        }
+    }
+
+    /// Drop a chain's entries (it was forgotten, or merged into another chain).
+    pub fn unindex(&mut self, trace: TraceId, spans: &[SpanEvidence]) {
+        for s in spans {
+            if let (Some(m), Some(rid)) = (s.method.as_ref().filter(|m| !m.is_notification()), s.request_id.as_deref()) {
+                let key = (m.clone(), Box::<str>::from(rid));
+                if let Some(v) = self.by_request.get_mut(&key) {
+                    v.retain(|t| *t != trace);
+                    if v.is_empty() {
+                        self.by_request.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Other chains holding a request span of (method, request id).
+    pub fn candidates(&self, m: &Method, rid: &str, not: TraceId) -> Vec<TraceId> {
+        self.by_request.get(&(m.clone(), Box::<str>::from(rid))).map(|v| v.iter().copied().filter(|t| *t != not).collect()).unwrap_or_default()
+    }
+
+    /// The one chain (by `spans_of`) holding the client half of server half `h`, if exactly one does.
+    pub fn find_client_half<'a>(&mut self, h: &Half, not: TraceId, spans_of: impl Fn(&TraceId) -> Option<&'a [SpanEvidence]>) -> Option<TraceId> {
+        let found: Vec<TraceId> = self.candidates(&h.method, &h.request_id, not).into_iter().filter(|t| spans_of(t).is_some_and(|sp| holds_client_half_of(sp, h))).collect();
+        match found.len() {
+            1 => Some(found[0]),
+            0 => None,
+            _ => {
+                self.stats.ambiguous += 1;
+                None
+            }
+        }
+    }
+
+    /// Keep a refused-looking HTTP span until its client half is decided.
+    pub fn push_orphan(&mut self, now: Instant, s: SpanEvidence, keep_for: std::time::Duration) {
+        while self.orphans.front().is_some_and(|(t, _, _)| now.saturating_duration_since(*t) > keep_for) || self.orphans.len() >= MAX_ORPHANS {
+            self.orphans.pop_front();
+        }
+        self.orphans.push_back((now, s, false));
+    }
+
+    /// Take the orphan HTTP spans that answered the `refused` requests (all of one chain). An HTTP
+    /// request answers a client request when it started while the client request was open: first
+    /// without any clock slack, and only when no orphan fits that way, within [`SLACK_NS`]. A
+    /// client request takes an orphan only when exactly one fits (nested client spans of one
+    /// request, as FastMCP's over the SDK's, are one request: the innermost takes it). Returned
+    /// re-homed under their request.
+    pub fn take_orphans(&mut self, refused: &[Refused], is_active: impl Fn(&TraceId) -> bool) -> Vec<SpanEvidence> {
+        let Some(trace) = refused.first().map(|r| r.trace_id) else { return Vec::new() };
+        if self.orphans.is_empty() {
+            self.open_refused.retain(|x| x.trace_id != trace);
+            return Vec::new();
+        }
+        // Innermost first, so a nested outer span of the same request finds its orphan taken.
+        let mut order: Vec<&Refused> = refused.iter().collect();
+        order.sort_by_key(|r| r.end_ns.saturating_sub(r.start_ns));
+        let mut out = Vec::new();
+        for r in order {
+            let fits = |slack: u64| -> Vec<usize> {
+                self.orphans
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (_, o, _))| started_within(r, o.start_ns, slack) && compatible(r.server.as_deref(), o.server.as_deref()))
+                    .map(|(i, _)| i)
+                    .collect()
+            };
+            let (mut hits, mut slack) = (fits(0), 0);
+            if hits.is_empty() {
+                (hits, slack) = (fits(SLACK_NS), SLACK_NS);
+            }
+            if hits.len() > 1 {
+                self.stats.ambiguous += 1;
+                continue;
+            }
+            let Some(&i) = hits.first() else { continue };
+            // Another chain in flight could have sent it too: contested for good.
+            let o = &self.orphans[i].1;
+            let rival = self.open_refused.iter().any(|x| x.trace_id != trace && is_active(&x.trace_id) && started_within(x, o.start_ns, slack) && compatible(x.server.as_deref(), o.server.as_deref()));
+            if rival || self.orphans[i].2 {
+                if !self.orphans[i].2 {
+                    self.stats.ambiguous += 1;
+                }
+                self.orphans[i].2 = true;
+                continue;
+            }
+            if let Some((_, o, _)) = self.orphans.remove(i) {
+                self.stats.http_joined += 1;
+                out.push(rehome(o, trace, r.span_id));
+            }
+        }
+        self.open_refused.retain(|x| x.trace_id != trace);
+        out
+    }
+
+    /// Remember the refused requests of a decided chain, for HTTP spans arriving after it.
+    pub fn remember_refused(&mut self, now: Instant, refused: Vec<Refused>, keep_for: std::time::Duration) {
+        for r in refused {
+            while self.refused.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > keep_for) || self.refused.len() >= MAX_REFUSED {
+                self.refused.pop_front();
+            }
+            self.refused.push_back((now, r));
+        }
+    }
+
+    /// The decided chain whose refused request a late HTTP span answered, if exactly one chain
+    /// fits (without clock slack first, then within [`SLACK_NS`]; nested client spans of one chain
+    /// count once). The chain's entries are consumed.
+    pub fn match_late_http(&mut self, o: &SpanEvidence, is_active: impl Fn(&TraceId) -> bool) -> Option<(TraceId, SpanId)> {
+        // A client request still in flight may be the one it answered: leave it to that decision.
+        if self.open_refused.iter().any(|x| is_active(&x.trace_id) && started_within(x, o.start_ns, SLACK_NS)) {
+            return None;
+        }
+        let fits = |slack: u64| -> Vec<usize> {
+            self.refused.iter().enumerate().filter(|(_, (_, r))| started_within(r, o.start_ns, slack) && compatible(r.server.as_deref(), o.server.as_deref())).map(|(i, _)| i).collect()
+        };
+        let mut hits = fits(0);
+        if hits.is_empty() {
+            hits = fits(SLACK_NS);
+        }
+        let first = *hits.first()?;
+        let trace = self.refused[first].1.trace_id;
+        if hits.iter().any(|i| self.refused[*i].1.trace_id != trace) {
+            self.stats.ambiguous += 1;
+            return None;
+        }
+        let inner = hits.iter().copied().min_by_key(|i| self.refused[*i].1.end_ns.saturating_sub(self.refused[*i].1.start_ns)).unwrap();
+        let span = self.refused[inner].1.span_id;
+        self.refused.retain(|(_, r)| r.trace_id != trace);
+        self.stats.http_joined += 1;
+        Some((trace, span))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::correlate::{ChainLimits, Chains};
+    use crate::normalize::NormalizedBatch;
+
+    const MS: u64 = 1_000_000;
+
+    fn limits() -> ChainLimits {
+        ChainLimits { decision_wait: Duration::from_millis(100), max_wait: Duration::from_secs(5), ..ChainLimits::default() }
+    }
+
+    fn span(trace: u8, id: u8, parent: Option<u8>, side: Side, method: Option<Method>, rid: Option<&str>, at: (u64, u64)) -> SpanEvidence {
+        let mut s = SpanEvidence::new([trace; 16], [id; 8]);
+        s.parent_span_id = parent.map(|p| [p; 8]);
+        s.side = side;
+        s.method = method;
+        s.request_id = rid.map(Into::into);
+        s.start_ns = at.0 * MS;
+        s.end_ns = at.1 * MS;
+        s
+    }
+
+    fn refused_client(trace: u8, at: (u64, u64)) -> SpanEvidence {
+        let mut c = span(trace, 1, None, Side::Client, Some(Method::Initialize), Some("1"), at);
+        c.error = Some(CallError::JsonRpc(-32603));
+        c.error_maybe_client_rendered = true;
+        c
+    }
+
+    fn http(trace: u8, status: u16, at: (u64, u64)) -> SpanEvidence {
+        let mut h = span(trace, 9, None, Side::Server, None, None, at);
+        h.http_status = Some(status);
+        h.http_mcp_endpoint = true;
+        h
+    }
+
+    fn feed(c: &mut Chains, spans: Vec<SpanEvidence>, now: Instant, out: &mut Vec<crate::correlate::DecidedCalls>) {
+        c.ingest(NormalizedBatch { evidence: spans, ..Default::default() }, now, out);
+    }
+
+    #[test]
+    fn a_refused_request_takes_the_http_status_from_another_trace_before_or_after_its_decision() {
+        for late in [false, true] {
+            let mut c = Chains::new(limits());
+            let t0 = Instant::now();
+            let mut out = Vec::new();
+            feed(&mut c, vec![refused_client(1, (100, 110))], t0, &mut out);
+            if !late {
+                feed(&mut c, vec![http(2, 403, (102, 104))], t0, &mut out);
+            }
+            c.tick(t0 + Duration::from_millis(200), &mut out);
+            if late {
+                assert_eq!(out.len(), 1);
+                assert_eq!(out[0].calls[0].http_status, None, "decided before the HTTP span came");
+                feed(&mut c, vec![http(2, 403, (102, 104))], t0 + Duration::from_millis(300), &mut out);
+                c.tick(t0 + Duration::from_millis(500), &mut out);
+            }
+            let last = out.last().unwrap();
+            assert_eq!(last.trace_id, [1; 16]);
+            assert_eq!(last.calls[0].http_status, Some(403), "late={late}");
+            assert_eq!(last.calls[0].jsonrpc_error, Some(-32603), "kept, but the auth failure explains it");
+            assert_eq!(last.decision.revision, late as u32);
+            assert_eq!(c.cross.stats.http_joined, 1);
+        }
+    }
+
+    #[test]
+    fn an_http_span_two_refused_requests_could_have_answered_joins_neither() {
+        let mut c = Chains::new(limits());
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        feed(&mut c, vec![refused_client(1, (100, 110)), refused_client(3, (101, 111)), http(2, 401, (102, 104))], t0, &mut out);
+        c.tick(t0 + Duration::from_millis(200), &mut out);
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|d| d.calls[0].http_status.is_none()), "whichever is decided first");
+        assert_eq!(c.cross.stats.http_joined, 0);
+        assert!(c.cross.stats.ambiguous > 0);
+    }
+
+    #[test]
+    fn a_server_half_in_another_trace_joins_its_client_half_and_gives_no_verdict_of_its_own() {
+        let mut c = Chains::new(limits());
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        let client = span(1, 1, None, Side::Client, Some(Method::ToolsCall), Some("4"), (100, 120));
+        let mut http_root = http(2, 200, (101, 119));
+        http_root.span_id = [7; 8];
+        let server = span(2, 8, Some(7), Side::Server, Some(Method::ToolsCall), Some("4"), (102, 118));
+        feed(&mut c, vec![server, http_root], t0, &mut out);
+        feed(&mut c, vec![client], t0 + Duration::from_millis(150), &mut out);
+        c.tick(t0 + Duration::from_millis(400), &mut out);
+        c.tick(t0 + Duration::from_millis(600), &mut out);
+        let calls: Vec<_> = out.iter().flat_map(|d| d.calls.iter()).collect();
+        assert_eq!(calls.len(), 1, "{out:#?}");
+        assert!(calls[0].client_seen && calls[0].server_seen);
+        assert_eq!(out.last().unwrap().trace_id, [1; 16], "the verdict is the client's trace's");
+        assert_eq!(c.cross.stats.halves_joined, 1);
+    }
+
+    #[test]
+    fn the_same_request_id_in_two_client_traces_is_ambiguous() {
+        let mut c = Chains::new(limits());
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        let a = span(1, 1, None, Side::Client, Some(Method::ToolsCall), Some("4"), (100, 120));
+        let b = span(3, 3, None, Side::Client, Some(Method::ToolsCall), Some("4"), (99, 121));
+        let server = span(2, 8, None, Side::Server, Some(Method::ToolsCall), Some("4"), (102, 118));
+        feed(&mut c, vec![a, b, server], t0, &mut out);
+        c.tick(t0 + Duration::from_millis(400), &mut out);
+        c.tick(t0 + Duration::from_millis(600), &mut out);
+        assert_eq!(out.iter().flat_map(|d| d.calls.iter()).count(), 3, "no join: three verdicts");
+        assert_eq!(c.cross.stats.halves_joined, 0);
+        assert!(c.cross.stats.ambiguous > 0);
+    }
+
+    #[test]
+    fn a_client_rendered_error_alone_is_unattributed() {
+        let mut call = crate::evidence::call::CallEvidence::default();
+        call.absorb(&refused_client(1, (100, 110)));
+        call.settle();
+        assert_eq!(call.jsonrpc_error, None);
+        assert!(call.unexplained_error && !call.response_seen);
+        // With the server's own code, the code stands.
+        let mut call = crate::evidence::call::CallEvidence::default();
+        call.absorb(&refused_client(1, (100, 110)));
+        let mut srv = span(1, 2, Some(1), Side::Server, Some(Method::Initialize), Some("1"), (101, 109));
+        srv.error = Some(CallError::JsonRpc(-32603));
+        call.absorb(&srv);
+        call.settle();
+        assert_eq!(call.jsonrpc_error, Some(-32603));
+    }
+}

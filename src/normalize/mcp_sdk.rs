@@ -1,0 +1,79 @@
+//! Dialect `mcp_sdk`: the built-in OpenTelemetry tracing of the `mcp` Python SDK 2.x
+//! (instrumentation scope `mcp-python-sdk`).
+//!
+//! Observed with mcp 2.3.0 (tests/dialects/stack_sdk.py):
+//! - client: one CLIENT span per request, `MCP send <method>[ <tool>]`, with `mcp.method.name` and
+//!   `jsonrpc.request.id` only (no `gen_ai.tool.name`, no `server.address`, no session id); on a
+//!   JSON-RPC error `error.type` and `rpc.response.status_code` as strings. Any HTTP status >= 400
+//!   (401, 403, 404, 5xx) is reported as `-32603` ("Server returned an error response"), and an
+//!   uncaught server exception arrives as code `0` on the legacy (initialize) handshake;
+//! - server: one SERVER span per request, `<method>[ <tool>]`, child of the client span through
+//!   `_meta` trace context (over streamable HTTP too: the SDK's extracted context wins over an HTTP
+//!   server span, which then sits alone in its own trace), with `mcp.protocol.version`,
+//!   `gen_ai.tool.name`, `error.type=tool_error` for `isError`, the code for an `MCPError`, or the
+//!   exception class for anything else (answered to the client as `0` / `-32603`);
+//!   `notifications/initialized` gets a SERVER span in a trace of its own;
+//! - nothing about cursors, progress or list-changed notifications, no session id, no metrics.
+//!
+//! Mapping: the conventions reader ([`super::semconv`]) plus four corrections: the tool name from
+//! the span name when the attribute is missing; code `0` is read as `-32603` (internal error);
+//! an exception class on a server request span is read as the `-32603` the SDK answered with;
+//! a client's `-32603` is marked as possibly the client's own rendering of a refused HTTP request
+//! (see `CallEvidence::settle`).
+
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+use super::intern::{intern, Kind};
+use super::Dialect;
+use crate::evidence::*;
+use std::sync::Arc;
+
+pub const SCOPE: &str = "mcp-python-sdk";
+
+pub const DIALECT: Dialect = Dialect { name: "mcp_sdk", scopes: &[SCOPE], sniff: |s| s.name.starts_with("MCP send "), read };
+
+fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
+    let mut ev = super::semconv::read_span(trace_id, span_id, span, service, type_errors)?;
+    correct_sdk_family(&mut ev, span);
+    Some(ev)
+}
+
+/// The corrections shared by everything built on the SDK 2.x (the SDK's own spans, FastMCP's).
+pub fn correct_sdk_family(ev: &mut SpanEvidence, span: &Span) {
+    if ev.tool.is_none() && ev.method == Some(Method::ToolsCall) {
+        if let Some(t) = tool_from_name(&span.name) {
+            ev.tool = Some(intern(Kind::Tool, t, None, || t.to_string()));
+        }
+    }
+    let is_request = ev.method.as_ref().is_some_and(|m| !m.is_notification());
+    match ev.error {
+        // An uncaught server exception on the legacy handshake: JSON-RPC code 0, an internal error.
+        Some(CallError::JsonRpc(0)) => ev.error = Some(CallError::JsonRpc(-32603)),
+        // The server span names the exception class; the client was answered with an internal error.
+        Some(CallError::Unclassified) if ev.side == Side::Server && is_request => ev.error = Some(CallError::JsonRpc(-32603)),
+        _ => {}
+    }
+    if ev.side == Side::Client && ev.error == Some(CallError::JsonRpc(-32603)) {
+        ev.error_maybe_client_rendered = true;
+    }
+}
+
+/// `MCP send tools/call x` (client) or `tools/call x` (server) → `x`.
+pub fn tool_from_name(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("MCP send ").unwrap_or(name);
+    let tool = rest.strip_prefix("tools/call ")?.trim();
+    (!tool.is_empty() && tool.len() <= 256).then_some(tool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names_from_span_names() {
+        assert_eq!(tool_from_name("MCP send tools/call echo"), Some("echo"));
+        assert_eq!(tool_from_name("tools/call echo"), Some("echo"));
+        assert_eq!(tool_from_name("MCP send tools/list"), None);
+        assert_eq!(tool_from_name("tools/call "), None);
+    }
+}
