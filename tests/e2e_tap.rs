@@ -178,7 +178,7 @@ async fn stdio_tap_feeds_mcp_health_verdicts_and_catalog_convergence() {
     let run = tokio::task::spawn_blocking(move || drive_stdio(tap_cmd(py, &endpoint), &the_script())).await.unwrap();
     assert_eq!(run.code, Some(3), "{}", run.stderr);
 
-    let by_tool = |vs: &[Value], tool: &str| vs.iter().find(|v| v["tool"] == tool && v["method"] == "tools/call").cloned();
+    let by_tool = |vs: &[Value], tool: &str| vs.iter().rfind(|v| v["tool"] == tool && v["method"] == "tools/call" && v["decided_by"] != "in_flight").cloned();
     let deadline = Instant::now() + Duration::from_secs(20);
     let verdicts = loop {
         let vs = svc.verdicts();
@@ -450,7 +450,7 @@ async fn http_tap_feeds_mcp_health_auth_and_execution_verdicts() {
     }
     send(tap2, &post(Some("full-token"), Some(&sid), call(5, "slow", json!({})))).await;
 
-    let by_tool = |vs: &[Value], tool: &str| vs.iter().find(|v| v["tool"] == tool).cloned();
+    let by_tool = |vs: &[Value], tool: &str| vs.iter().rfind(|v| v["tool"] == tool && v["decided_by"] != "in_flight").cloned();
     let vs = eventually(Duration::from_secs(20), "five call verdicts", || {
         let vs = svc.verdicts();
         ["echo", "fail", "write_file", "add", "slow"].iter().all(|t| by_tool(&vs, t).is_some()).then_some(vs)

@@ -54,7 +54,7 @@ async fn server_everything_through_the_tap() {
     assert!(out.contains("SECRET-EVERYTHING-ARG"), "the echo came back through the tap: {out}");
     assert_eq!(out.matches("notifications/progress").count(), 3, "three progress notifications passed through: {out}");
 
-    let by_tool = |vs: &[Value], tool: &str| vs.iter().find(|v| v["tool"] == tool).cloned();
+    let by_tool = |vs: &[Value], tool: &str| vs.iter().rfind(|v| v["tool"] == tool && v["decided_by"] != "in_flight").cloned();
     let deadline = Instant::now() + Duration::from_secs(30);
     let vs = loop {
         let vs = svc.verdicts();
@@ -69,14 +69,26 @@ async fn server_everything_through_the_tap() {
         assert_eq!(v["state"], "unverified", "{v}");
         assert_eq!(v["protocol_success"], true);
     }
+    // While it ran, the service may have reported it `working` (an interim verdict): never anything else.
+    for interim in vs.iter().filter(|v| v["decided_by"] == "in_flight") {
+        assert_eq!(interim["state"], "working", "{interim}");
+    }
     let long = by_tool(&vs, "trigger-long-running-operation").unwrap();
     assert_eq!(long["state"], "unverified", "{long}");
     assert_eq!(long["progress"]["valid_updates"], 3, "{long}");
     let unknown = by_tool(&vs, "no-such-tool").unwrap();
     assert!(unknown["state"] == "protocol_error" || unknown["state"] == "tool_failed", "an unknown tool is a JSON-RPC error or an isError result: {unknown}");
 
-    let last = eventually(Duration::from_secs(10), "the catalog verdict", || svc.json_lines().into_iter().filter(|l| l["catalog"] == true).last()).await;
-    assert_eq!(last["verdict"]["convergence"], "converged", "{last}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let last = loop {
+        let last = svc.json_lines().into_iter().rfind(|l| l["catalog"] == true);
+        if last.as_ref().is_some_and(|l| l["verdict"]["convergence"] == "converged") {
+            break last.unwrap();
+        }
+        assert!(Instant::now() < deadline, "a converged catalog after the signal and the discovery; last catalog line: {last:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(last["verdict"]["signal_at_ns"].as_u64() < last["verdict"]["traversal_start_ns"].as_u64(), "the discovery followed the signal: {last}");
     assert_eq!(last["server"], "server-everything");
     assert!(!svc.stdout().contains("SECRET-EVERYTHING-ARG"));
 }

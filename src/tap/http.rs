@@ -41,6 +41,8 @@ use super::{now_ns, parse_www_authenticate, Challenge, SseParser};
 pub const MAX_REQUEST_BODY: usize = 64 << 20;
 /// Largest JSON response body / SSE event the observer parses (the bytes still flow).
 pub const MAX_PARSE: usize = 16 << 20;
+/// Open exchanges the observer tracks; past it the oldest are forgotten (their end was lost).
+const MAX_EXCHANGES: usize = 16_384;
 
 /// Settings of [`run`].
 #[derive(Clone, Debug)]
@@ -402,6 +404,14 @@ async fn observe_loop(mut rx: mpsc::Receiver<Event>, identity: ServerIdentity, s
             _ = sweep.tick() => {
                 // Requests whose response never came (a stream that was never resumed).
                 obs.expire(now_ns().saturating_sub(15 * 60 * 1_000_000_000));
+                // Exchanges whose end event was lost (observer queue full): bounded, oldest first.
+                if exchanges.len() > MAX_EXCHANGES {
+                    let mut ids: Vec<u64> = exchanges.keys().copied().collect();
+                    ids.sort_unstable();
+                    for id in &ids[..ids.len() - MAX_EXCHANGES / 2] {
+                        exchanges.remove(id);
+                    }
+                }
                 continue;
             }
         };
