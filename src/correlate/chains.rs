@@ -437,7 +437,7 @@ impl Chains {
         if c.has_client_req {
             for h in crossjoin::client_halves(&c.spans) {
                 let mut found = Vec::new();
-                for t in self.cross.candidates(&h.method, &h.request_id, id) {
+                for t in self.cross.server_candidates(&h, id) {
                     let Some(sc) = self.active.get(&t).filter(|sc| sc.has_server_req && !sc.has_client_req) else { continue };
                     let Some(sh) = crossjoin::server_half(&sc.spans) else { continue };
                     if sh.method != h.method || sh.request_id != h.request_id || !crossjoin::contains((h.start_ns, h.end_ns), (sh.start_ns, sh.end_ns)) {

@@ -44,6 +44,31 @@ pub const MAX_ORPHANS: usize = 4096;
 /// Recently decided client requests that failed without a server side, for late HTTP spans.
 pub const MAX_REFUSED: usize = 4096;
 
+/// The index's time bucket.
+const BUCKET_NS: u64 = 1_000_000_000;
+/// Most buckets probed for one lookup (a client request open longer finds no server half started
+/// after this many seconds).
+const MAX_BUCKETS: u64 = 120;
+/// How long before its server half a client request may have started (the server half of a
+/// longer call is not joined).
+const CLIENT_LOOKBACK_NS: u64 = 60 * BUCKET_NS;
+
+fn key(side: Side, m: &Method, rid: &str, bucket: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    (side as u8).hash(&mut h);
+    m.as_str().hash(&mut h);
+    rid.hash(&mut h);
+    bucket.hash(&mut h);
+    h.finish()
+}
+
+fn span_key(s: &SpanEvidence) -> Option<u64> {
+    let m = s.method.as_ref().filter(|m| !m.is_notification())?;
+    (s.side != Side::Internal).then_some(())?;
+    Some(key(s.side, m, s.request_id.as_deref()?, s.start_ns / BUCKET_NS))
+}
+
 /// Counters of the joins.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CrossJoinStats {
@@ -76,7 +101,9 @@ pub struct Refused {
 
 #[derive(Default)]
 pub struct CrossJoin {
-    by_request: FxHashMap<(Method, Box<str>), Vec<TraceId>>,
+    /// Request spans by (side, method, request id, start second): request ids are small
+    /// per-session counters, so the start time keeps each bucket small however many sessions run.
+    by_request: FxHashMap<u64, Vec<TraceId>>,
     /// Refused-looking HTTP spans waiting for their client half; `true` once found ambiguous
     /// (contested: it never joins anything).
     pub orphans: VecDeque<(Instant, SpanEvidence, bool)>,
@@ -201,8 +228,8 @@ impl CrossJoin {
             }
             self.open_refused.push_back(Refused { trace_id: trace, span_id: s.span_id, start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone() });
         }
-        if let (Some(m), Some(rid)) = (s.method.as_ref().filter(|m| !m.is_notification()), s.request_id.as_deref()) {
-            let v = self.by_request.entry((m.clone(), rid.into())).or_default();
+        if let Some(k) = span_key(s) {
+            let v = self.by_request.entry(k).or_default();
             if !v.contains(&trace) {
                 v.push(trace);
             }
@@ -211,27 +238,42 @@ impl CrossJoin {
 
     /// Drop a chain's entries (it was forgotten, or merged into another chain).
     pub fn unindex(&mut self, trace: TraceId, spans: &[SpanEvidence]) {
-        for s in spans {
-            if let (Some(m), Some(rid)) = (s.method.as_ref().filter(|m| !m.is_notification()), s.request_id.as_deref()) {
-                let key = (m.clone(), Box::<str>::from(rid));
-                if let Some(v) = self.by_request.get_mut(&key) {
-                    v.retain(|t| *t != trace);
-                    if v.is_empty() {
-                        self.by_request.remove(&key);
-                    }
+        for k in spans.iter().filter_map(span_key) {
+            if let Some(v) = self.by_request.get_mut(&k) {
+                v.retain(|t| *t != trace);
+                if v.is_empty() {
+                    self.by_request.remove(&k);
                 }
             }
         }
     }
 
-    /// Other chains holding a request span of (method, request id).
-    pub fn candidates(&self, m: &Method, rid: &str, not: TraceId) -> Vec<TraceId> {
-        self.by_request.get(&(m.clone(), Box::<str>::from(rid))).map(|v| v.iter().copied().filter(|t| *t != not).collect()).unwrap_or_default()
+    /// Other chains holding a `side` request span of (method, request id) that started in
+    /// `[from_ns, to_ns]` (at most [`MAX_BUCKETS`] seconds are probed).
+    fn candidates(&self, side: Side, m: &Method, rid: &str, from_ns: u64, to_ns: u64, not: TraceId) -> Vec<TraceId> {
+        let (a, b) = (from_ns / BUCKET_NS, to_ns / BUCKET_NS);
+        let mut out = Vec::new();
+        for bucket in a..=b.min(a + MAX_BUCKETS) {
+            if let Some(v) = self.by_request.get(&key(side, m, rid, bucket)) {
+                for t in v {
+                    if *t != not && !out.contains(t) {
+                        out.push(*t);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Chains that may hold the server half of client half `h`.
+    pub fn server_candidates(&self, h: &Half, not: TraceId) -> Vec<TraceId> {
+        self.candidates(Side::Server, &h.method, &h.request_id, h.start_ns.saturating_sub(SLACK_NS), h.end_ns.saturating_add(SLACK_NS), not)
     }
 
     /// The one chain (by `spans_of`) holding the client half of server half `h`, if exactly one does.
     pub fn find_client_half<'a>(&mut self, h: &Half, not: TraceId, spans_of: impl Fn(&TraceId) -> Option<&'a [SpanEvidence]>) -> Option<TraceId> {
-        let found: Vec<TraceId> = self.candidates(&h.method, &h.request_id, not).into_iter().filter(|t| spans_of(t).is_some_and(|sp| holds_client_half_of(sp, h))).collect();
+        let from = h.start_ns.saturating_sub(CLIENT_LOOKBACK_NS);
+        let found: Vec<TraceId> = self.candidates(Side::Client, &h.method, &h.request_id, from, h.start_ns.saturating_add(SLACK_NS), not).into_iter().filter(|t| spans_of(t).is_some_and(|sp| holds_client_half_of(sp, h))).collect();
         match found.len() {
             1 => Some(found[0]),
             0 => None,

@@ -164,3 +164,27 @@ pub fn strip_raw_definitions(req: &mut ExportTraceServiceRequest) {
         }
     }
 }
+
+#[cfg(test)]
+mod dialect_tests {
+    use super::*;
+
+    fn span(name: &str, keys: &[&str]) -> Span {
+        Span { name: name.into(), attributes: keys.iter().map(|k| opentelemetry_proto::tonic::common::v1::KeyValue { key: (*k).into(), ..Default::default() }).collect(), ..Default::default() }
+    }
+
+    #[test]
+    fn the_registry_picks_by_scope_then_by_sniffing_then_semconv() {
+        let pick = |scope: &str, s: &Span| dialect_of_span(dialect_of_scope(scope), s).name;
+        assert_eq!(pick("mcp-python-sdk", &span("x", &[])), "mcp_sdk");
+        assert_eq!(pick("fastmcp", &span("x", &[])), "fastmcp");
+        assert_eq!(pick("opentelemetry.instrumentation.mcp.instrumentation", &span("x", &[])), "traceloop");
+        assert_eq!(pick("logfire.mcp", &span("x", &[])), "logfire");
+        // Renamed or wrapped scopes: the span itself tells.
+        assert_eq!(pick("custom", &span("MCP send tools/call a", &[])), "mcp_sdk");
+        assert_eq!(pick("custom", &span("tools/call a", &["fastmcp.component.key"])), "fastmcp");
+        assert_eq!(pick("custom", &span("a.tool", &["traceloop.span.kind"])), "traceloop");
+        assert_eq!(pick("custom", &span("MCP request: tools/call a", &[])), "logfire");
+        assert_eq!(pick("opentelemetry.instrumentation.asgi", &span("POST /mcp", &["http.status_code"])), "semconv");
+    }
+}
