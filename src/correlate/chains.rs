@@ -101,6 +101,9 @@ struct DecidedChain {
     revision: u32,
 }
 
+/// The least extra wait of a server half for its client half (see `crossjoin`).
+const SERVER_HALF_WAIT: Duration = Duration::from_secs(2);
+
 /// Whether a chain's spans hold client / server request spans.
 fn sides(spans: &[SpanEvidence]) -> (bool, bool) {
     let req = |side| spans.iter().any(|s| s.side == side && s.method.as_ref().is_some_and(|m| !m.is_notification()));
@@ -333,11 +336,12 @@ impl Chains {
             let quiet = now.saturating_duration_since(c.last_seen) >= self.limits.decision_wait;
             let expired = now.saturating_duration_since(c.first_seen) >= self.limits.max_wait;
             if c.root_seen && quiet && c.server_rooted && c.has_server_req && !c.has_client_req && !c.deferred && !expired {
-                // A server half waits once more for a client half exported a little later.
+                // A server half waits once more for a client half exported a little later (another
+                // process, another exporter schedule): at least 2 s.
                 if let Some(c) = self.active.get_mut(&id) {
                     c.deferred = true;
                 }
-                self.due.push(Reverse((now + self.limits.decision_wait, id)));
+                self.due.push(Reverse((now + self.limits.decision_wait.max(SERVER_HALF_WAIT), id)));
             } else if c.root_seen && quiet {
                 self.decide(id, DecidedBy::Quiet, now, out);
             } else if expired && !c.held {

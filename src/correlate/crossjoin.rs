@@ -18,8 +18,8 @@
 //!    through an index of request spans by (method, request id), kept for the chains the
 //!    correlator holds and dropped with them. The server half's spans move into the client's chain
 //!    (a decided client chain is revised, as for a late span); the server half gives no verdict of
-//!    its own. A server half that found no client half waits one more `decision_wait` before it is
-//!    decided alone, so a client half exported a little later still finds it.
+//!    its own. A server half (a trace whose root is a server span) waits one more `decision_wait`, at
+//!    least 2 s, before it is decided alone, so a client half exported a little later still finds it.
 //! 2. **Refused HTTP requests.** An HTTP SERVER span on an MCP endpoint (`…/mcp`) with a status
 //!    >= 400 whose trace holds no MCP span is kept (at most [`MAX_ORPHANS`], for `max_wait`). A client
 //!    request that failed or never completed, with no server span of its own, whose interval
@@ -496,7 +496,8 @@ mod tests {
         let server = span(2, 8, None, Side::Server, Some(Method::ToolsCall), Some("4"), (102, 118));
         feed(&mut c, vec![a, b, server], t0, &mut out);
         c.tick(t0 + Duration::from_millis(400), &mut out);
-        c.tick(t0 + Duration::from_millis(600), &mut out);
+        // The server half (its root is a server span) waits 2 s more for a client half.
+        c.tick(t0 + Duration::from_millis(2_600), &mut out);
         assert_eq!(out.iter().flat_map(|d| d.calls.iter()).count(), 3, "no join: three verdicts");
         assert_eq!(c.cross.stats.halves_joined, 0);
         assert!(c.cross.stats.ambiguous > 0);
