@@ -330,7 +330,9 @@ impl Observer {
     /// never reaches the observer.
     pub fn http_auth_failure(&mut self, exchange: u64, status: u16, c: &Challenge, ctx: &Ctx<'_>) {
         for p in self.take_exchange(exchange) {
-            let error = c.error.or((status == 401 && !p.had_authorization).then_some("missing_token"));
+            // A 401 to a request that carried no credential is a missing token, whatever word the
+            // server chose (the `mcp` SDK says invalid_token for both).
+            let error = if status == 401 && !p.had_authorization { Some("missing_token") } else { c.error };
             let mut attrs = self.common_attrs(&p, ctx.assigned_session_id.or(p.session_id.as_deref()));
             attrs.push(int(a::HTTP_RESPONSE_STATUS_CODE, i64::from(status)));
             attrs.push(int(a::AUTH_STATUS, i64::from(status)));

@@ -208,6 +208,7 @@ pub struct Challenge {
 pub fn parse_www_authenticate(h: &str) -> Challenge {
     let mut out = Challenge::default();
     let params = auth_params(h);
+    let mut description: Option<String> = None;
     for (k, v) in params {
         match k.to_ascii_lowercase().as_str() {
             "error" if out.error.is_none() => {
@@ -219,7 +220,33 @@ pub fn parse_www_authenticate(h: &str) -> Challenge {
                 })
             }
             "scope" if out.scope.is_none() => out.scope = crate::normalize::redact::scope(&v),
+            "error_description" => description = Some(v),
             _ => {}
+        }
+    }
+    // Some servers (the `mcp` Python SDK's bearer middleware) name the missing scope only in the
+    // description ("Required scope: tools:call"). Read the scope tokens after `scope:` /
+    // `scopes:`, through `redact::scope`; nothing else of the description is kept.
+    if out.scope.is_none() && out.error == Some("insufficient_scope") {
+        if let Some(d) = description {
+            let lower = d.to_ascii_lowercase();
+            let at = lower.find("scopes:").map(|i| i + 7).or_else(|| lower.find("scope:").map(|i| i + 6));
+            if let Some(i) = at {
+                // The first token, and the next ones only while the list goes on with commas:
+                // "Required scope: tools:call for …" → `tools:call`; "scopes: a, b." → `a b`.
+                let mut kept: Vec<&str> = Vec::new();
+                for w in d[i..].split_whitespace() {
+                    let more = w.ends_with(',');
+                    let t = w.trim_end_matches([',', '.', ';', ')']);
+                    if !t.is_empty() {
+                        kept.push(t);
+                    }
+                    if !more {
+                        break;
+                    }
+                }
+                out.scope = crate::normalize::redact::scope(&kept.join(" "));
+            }
         }
     }
     out
@@ -349,5 +376,14 @@ mod tests {
         assert_eq!(parse_www_authenticate("Bearer"), Challenge::default());
         assert_eq!(parse_www_authenticate(r#"Basic realm="x", error="invalid_token""#), Challenge::default(), "only the Bearer challenge counts");
         assert_eq!(parse_www_authenticate(""), Challenge::default());
+        // The scope named only in the description (the `mcp` SDK's bearer middleware).
+        let c = parse_www_authenticate(r#"Bearer error="insufficient_scope", error_description="Required scope: tools:call", resource_metadata="http://x/""#);
+        assert_eq!(c.scope.as_deref(), Some("tools:call"));
+        let c = parse_www_authenticate(r#"Bearer error="insufficient_scope", error_description="Missing scopes: a:b, c. Ask SECRET-ADMIN""#);
+        assert_eq!(c.scope.as_deref(), Some("a:b c"), "the listed scope tokens only");
+        let c = parse_www_authenticate(r#"Bearer error="insufficient_scope", error_description="Required scope: files:write for SECRET-PATH""#);
+        assert_eq!(c.scope.as_deref(), Some("files:write"));
+        let c = parse_www_authenticate(r#"Bearer error="invalid_token", error_description="scope: not-read-for-401""#);
+        assert_eq!(c.scope, None, "only an insufficient_scope challenge names a scope");
     }
 }
