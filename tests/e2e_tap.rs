@@ -167,6 +167,52 @@ async fn stdio_forwards_bytes_unchanged_and_emits_the_evidence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_with_the_collector_down_still_forwards_and_says_so_once() {
+    let Some(py) = python() else {
+        eprintln!("python3 not found: skipping");
+        return;
+    };
+    let dead = dead_port();
+    let endpoint = format!("http://127.0.0.1:{}", dead.port);
+    let (direct, tapped) = tokio::task::spawn_blocking(move || (drive_stdio(direct_cmd(py), &the_script()), drive_stdio(tap_cmd(py, &endpoint), &the_script()))).await.unwrap();
+    assert_eq!(tapped.stdout, direct.stdout, "nothing changes for the client");
+    assert_eq!(tapped.code, Some(3));
+    assert_eq!(tapped.stderr.matches("spans are dropped").count(), 1, "one warning within the minute: {}", tapped.stderr);
+    assert!(tapped.stderr.contains("spans could not be exported"), "{}", tapped.stderr);
+}
+
+#[test]
+fn stdio_forwards_sigterm_and_exits_with_the_servers_status() {
+    let Some(py) = python() else {
+        eprintln!("python3 not found: skipping");
+        return;
+    };
+    let dead = dead_port();
+    let mut child = tap_cmd(py, &format!("http://127.0.0.1:{}", dead.port)).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    use std::io::Write;
+    writeln!(stdin, "{}", json!({"jsonrpc":"2.0","id":1,"method":"ping"})).unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("\"id\":1"), "{line}");
+    // SIGTERM to the tap reaches the server (whose default action is to die of it): the tap exits
+    // as the server did, 128 + 15, although its stdin is still open.
+    let st = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "the tap did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(128 + 15));
+    drop(stdin);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_tap_feeds_mcp_health_verdicts_and_catalog_convergence() {
     let Some(py) = python() else {
         eprintln!("python3 not found: skipping");
