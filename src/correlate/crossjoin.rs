@@ -200,7 +200,7 @@ pub fn refused_requests(spans: &[SpanEvidence]) -> Vec<Refused> {
     spans
         .iter()
         .filter(|s| is_request(s) && s.side == Side::Client)
-        .filter(|s| matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified)) || s.status_error || s.request_sent_marker)
+        .filter(|s| matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified)) || s.status_error || s.request_sent_marker || s.response_unobserved)
         .filter(|s| !served(s.method.as_ref().unwrap()))
         .map(|s| Refused { trace_id: s.trace_id, span_id: s.span_id, start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone() })
         .collect()
@@ -222,7 +222,7 @@ pub fn rehome(mut s: SpanEvidence, trace_id: TraceId, parent: SpanId) -> SpanEvi
 impl CrossJoin {
     /// Index the request spans of a chain under `trace`.
     pub fn index(&mut self, trace: TraceId, s: &SpanEvidence) {
-        if is_request(s) && s.side == Side::Client && (matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified)) || s.status_error || s.request_sent_marker) {
+        if is_request(s) && s.side == Side::Client && (matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified)) || s.status_error || s.request_sent_marker || s.response_unobserved) {
             if self.open_refused.len() >= MAX_REFUSED {
                 self.open_refused.pop_front();
             }

@@ -93,7 +93,7 @@ impl CallEvidence {
         }
         if is_request {
             fill(&mut self.progress_token, &s.progress_token);
-            if !s.request_sent_marker {
+            if !s.request_sent_marker && !s.response_unobserved {
                 self.response_end_ns = Some(self.response_end_ns.map_or(s.end_ns, |e| e.min(s.end_ns)));
             }
         }
@@ -161,7 +161,7 @@ impl CallEvidence {
             Some(CallError::Connection(t)) => self.connection_error = Some(t),
             Some(CallError::Unclassified) => self.unexplained_error = true,
             None => {
-                if is_request && !s.request_sent_marker && !s.status_error && s.transport.map_or(true, |t| t == TransportOutcome::Ok) {
+                if is_request && !s.request_sent_marker && !s.response_unobserved && !s.status_error && s.transport.map_or(true, |t| t == TransportOutcome::Ok) {
                     // A finished request span with no error: a result came back.
                     self.response_seen = true;
                 }

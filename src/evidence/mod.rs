@@ -298,6 +298,10 @@ pub struct SpanEvidence {
     /// An HTTP server span on an MCP endpoint (a path ending in `/mcp`): eligible for the
     /// cross-trace join of refused requests (see `correlate::crossjoin`).
     pub http_mcp_endpoint: bool,
+    /// The request span ended without any response observed (cancelled: traceloop's UNSET status,
+    /// logfire's span with neither a response nor an error). Unlike `request_sent_marker` it is
+    /// no sign of a call still in flight.
+    pub response_unobserved: bool,
     /// `service.name` of the resource that emitted the span (the client's identity where the
     /// protocol has no session).
     pub service: Option<Arc<str>>,
@@ -341,6 +345,7 @@ impl SpanEvidence {
             service: None,
             error_maybe_client_rendered: false,
             http_mcp_endpoint: false,
+            response_unobserved: false,
         }
     }
 

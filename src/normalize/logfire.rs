@@ -85,7 +85,7 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<st
         let class = span.events.iter().filter(|e| e.name == "exception").flat_map(|e| &e.attributes).find(|kv| kv.key == "exception.type").and_then(|kv| value::as_str(&kv.value));
         ev.error = Some(semconv::classify_error(None, class).unwrap_or(CallError::Unclassified));
     } else {
-        ev.request_sent_marker = true;
+        ev.response_unobserved = true;
     }
     Some(ev)
 }

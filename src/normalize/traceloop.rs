@@ -80,7 +80,7 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<st
     ev.error = semconv::classify_error(None, attr(span, a::ERROR_TYPE));
     if status == StatusCode::Unset as i32 && ev.error.is_none() {
         // The instrumentation sets OK on every result; UNSET means the call never completed.
-        ev.request_sent_marker = true;
+        ev.response_unobserved = true;
     }
     Some(ev)
 }
