@@ -65,7 +65,16 @@ async fn run_stack(stack: &'static str, venv: &str, expected: impl Fn(&[Value]) 
     let endpoint = format!("http://{}", svc.grpc_addr());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dialects/run.py");
     let started = Instant::now();
-    let out = tokio::task::spawn_blocking(move || Command::new(py).arg(script).arg(stack).arg(endpoint).env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").output())
+    let out = tokio::task::spawn_blocking(move || {
+        let mut cmd = Command::new(py);
+        cmd.arg(script).arg(stack).arg(endpoint);
+        // The scenarios set their own endpoint and service names; ambient OpenTelemetry settings
+        // of the machine must not change them.
+        for var in ["OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_EXPORTER", "OTEL_TRACES_SAMPLER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "TRACELOOP_TRACE_CONTENT"] {
+            cmd.env_remove(var);
+        }
+        cmd.output()
+    })
         .await
         .unwrap()
         .expect("run tests/dialects/run.py");
