@@ -409,7 +409,12 @@ impl Chains {
             self.cross.index(dst, ev);
         }
         let Some(d) = self.active.get_mut(&dst) else { return false };
-        d.spans.extend(s.spans);
+        // The moved spans now belong to the call's chain: one trace per chain, so the verdict and
+        // its health span land in the trace the call is decided in.
+        d.spans.extend(s.spans.into_iter().map(|mut ev| {
+            ev.trace_id = dst;
+            ev
+        }));
         d.bytes += s.bytes;
         d.last_seen = now;
         d.has_server_req |= s.has_server_req;
