@@ -99,11 +99,26 @@ pub struct Refused {
     pub server: Option<Arc<str>>,
 }
 
+/// The chains under one index key: almost always one, kept inline (no allocation).
+enum Slot {
+    One(TraceId),
+    Many(Vec<TraceId>),
+}
+
+impl Slot {
+    fn as_slice(&self) -> &[TraceId] {
+        match self {
+            Slot::One(t) => std::slice::from_ref(t),
+            Slot::Many(v) => v,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct CrossJoin {
     /// Request spans by (side, method, request id, start second): request ids are small
     /// per-session counters, so the start time keeps each bucket small however many sessions run.
-    by_request: FxHashMap<u64, Vec<TraceId>>,
+    by_request: FxHashMap<u64, Slot>,
     /// Refused-looking HTTP spans waiting for their client half; `true` once found ambiguous
     /// (contested: it never joins anything).
     pub orphans: VecDeque<(Instant, SpanEvidence, bool)>,
@@ -229,9 +244,22 @@ impl CrossJoin {
             self.open_refused.push_back(Refused { trace_id: trace, span_id: s.span_id, start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone() });
         }
         if let Some(k) = span_key(s) {
-            let v = self.by_request.entry(k).or_default();
-            if !v.contains(&trace) {
-                v.push(trace);
+            match self.by_request.entry(k) {
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(Slot::One(trace));
+                }
+                std::collections::hash_map::Entry::Occupied(mut e) => match e.get_mut() {
+                    Slot::One(t) if *t == trace => {}
+                    Slot::One(t) => {
+                        let first = *t;
+                        e.insert(Slot::Many(vec![first, trace]));
+                    }
+                    Slot::Many(v) => {
+                        if !v.contains(&trace) {
+                            v.push(trace);
+                        }
+                    }
+                },
             }
         }
     }
@@ -239,11 +267,16 @@ impl CrossJoin {
     /// Drop a chain's entries (it was forgotten, or merged into another chain).
     pub fn unindex(&mut self, trace: TraceId, spans: &[SpanEvidence]) {
         for k in spans.iter().filter_map(span_key) {
-            if let Some(v) = self.by_request.get_mut(&k) {
-                v.retain(|t| *t != trace);
-                if v.is_empty() {
-                    self.by_request.remove(&k);
+            let gone = match self.by_request.get_mut(&k) {
+                Some(Slot::One(t)) => *t == trace,
+                Some(Slot::Many(v)) => {
+                    v.retain(|t| *t != trace);
+                    v.is_empty()
                 }
+                None => false,
+            };
+            if gone {
+                self.by_request.remove(&k);
             }
         }
     }
@@ -255,7 +288,7 @@ impl CrossJoin {
         let mut out = Vec::new();
         for bucket in a..=b.min(a + MAX_BUCKETS) {
             if let Some(v) = self.by_request.get(&key(side, m, rid, bucket)) {
-                for t in v {
+                for t in v.as_slice() {
                     if *t != not && !out.contains(t) {
                         out.push(*t);
                     }
@@ -301,7 +334,6 @@ impl CrossJoin {
     pub fn take_orphans(&mut self, refused: &[Refused], is_active: impl Fn(&TraceId) -> bool) -> Vec<SpanEvidence> {
         let Some(trace) = refused.first().map(|r| r.trace_id) else { return Vec::new() };
         if self.orphans.is_empty() {
-            self.open_refused.retain(|x| x.trace_id != trace);
             return Vec::new();
         }
         // Innermost first, so a nested outer span of the same request finds its orphan taken.
@@ -341,7 +373,8 @@ impl CrossJoin {
                 out.push(rehome(o, trace, r.span_id));
             }
         }
-        self.open_refused.retain(|x| x.trace_id != trace);
+        // This chain's own entries in `open_refused` age out of the ring; a decided chain is not
+        // active, so they no longer count as rivals.
         out
     }
 
