@@ -102,14 +102,16 @@ pub struct Refused {
 /// The chains under one index key: almost always one, kept inline (no allocation).
 enum Slot {
     One(TraceId),
-    Many(Vec<TraceId>),
+    /// A set, not a list: a busy key (request id "1" of every new session in one second) must not
+    /// make indexing and unindexing linear in the number of chains sharing it.
+    Many(rustc_hash::FxHashSet<TraceId>),
 }
 
 impl Slot {
-    fn as_slice(&self) -> &[TraceId] {
+    fn iter(&self) -> Box<dyn Iterator<Item = &TraceId> + '_> {
         match self {
-            Slot::One(t) => std::slice::from_ref(t),
-            Slot::Many(v) => v,
+            Slot::One(t) => Box::new(std::iter::once(t)),
+            Slot::Many(v) => Box::new(v.iter()),
         }
     }
 }
@@ -252,12 +254,10 @@ impl CrossJoin {
                     Slot::One(t) if *t == trace => {}
                     Slot::One(t) => {
                         let first = *t;
-                        e.insert(Slot::Many(vec![first, trace]));
+                        e.insert(Slot::Many([first, trace].into_iter().collect()));
                     }
                     Slot::Many(v) => {
-                        if !v.contains(&trace) {
-                            v.push(trace);
-                        }
+                        v.insert(trace);
                     }
                 },
             }
@@ -270,7 +270,7 @@ impl CrossJoin {
             let gone = match self.by_request.get_mut(&k) {
                 Some(Slot::One(t)) => *t == trace,
                 Some(Slot::Many(v)) => {
-                    v.retain(|t| *t != trace);
+                    v.remove(&trace);
                     v.is_empty()
                 }
                 None => false,
@@ -288,7 +288,7 @@ impl CrossJoin {
         let mut out = Vec::new();
         for bucket in a..=b.min(a + MAX_BUCKETS) {
             if let Some(v) = self.by_request.get(&key(side, m, rid, bucket)) {
-                for t in v.as_slice() {
+                for t in v.iter() {
                     if *t != not && !out.contains(t) {
                         out.push(*t);
                     }
