@@ -5,14 +5,11 @@
 //! inside them can run in parallel. Every wait is a poll against a deadline.
 #![allow(dead_code)]
 
-use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -821,26 +818,8 @@ impl Decoder for RawCodec {
 // OTLP builders
 // ---------------------------------------------------------------------------------------------
 
-static COUNTER: AtomicU64 = AtomicU64::new(1);
-
-fn random_u64() -> u64 {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(Instant::now().elapsed().as_nanos());
-    h.write_u32(std::process::id());
-    h.finish() | 1
-}
-
-pub fn new_trace_id() -> [u8; 16] {
-    let mut t = [0u8; 16];
-    t[..8].copy_from_slice(&random_u64().to_be_bytes());
-    t[8..].copy_from_slice(&random_u64().to_be_bytes());
-    t
-}
-
-pub fn new_span_id() -> [u8; 8] {
-    random_u64().to_be_bytes()
-}
+/// Fresh W3C ids: the library's own generator (the tap uses it too).
+pub use mcp_health::tap::{new_span_id, new_trace_id};
 
 pub fn kv(key: &str, v: any_value::Value) -> KeyValue {
     KeyValue { key: key.into(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
