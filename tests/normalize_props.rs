@@ -272,7 +272,10 @@ proptest! {
             for call in &d.calls {
                 let v = classify_call(call, &ctx, d.decision);
                 if v.state == HealthState::Healthy {
-                    prop_assert!(confirmed_traces.contains(d.trace_id.as_slice()), "healthy without a confirmed receipt in the trace: {:?}", v);
+                    // The receipt may come from another trace: the cross-trace join moves a server
+                    // half (and a verifier under it) into the client's chain, and an operation key
+                    // joins a verifier from anywhere. It must exist in the input, and be the call's.
+                    prop_assert!(!confirmed_traces.is_empty(), "healthy without any confirmed receipt in the input: {:?}", v);
                     prop_assert!(call.outcomes.iter().any(|o| o.result == mcp_health::evidence::OutcomeResult::Confirmed));
                 }
                 if v.verified_success {

@@ -391,9 +391,16 @@ impl Chains {
 
     /// Decide everything in flight (shutdown).
     pub fn drain(&mut self, by: DecidedBy, now: Instant, out: &mut Vec<DecidedCalls>) {
-        let ids: Vec<TraceId> = self.active.keys().copied().collect();
-        for id in ids {
-            self.decide(id, by, now, out);
+        // Deciding a server half can reopen its client's chain (the cross-trace join): go round
+        // again until nothing is left; each round removes at least the half that was joined.
+        for _ in 0..8 {
+            let ids: Vec<TraceId> = self.active.keys().copied().collect();
+            if ids.is_empty() {
+                break;
+            }
+            for id in ids {
+                self.decide(id, by, now, out);
+            }
         }
         self.due.clear();
     }

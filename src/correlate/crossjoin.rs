@@ -178,7 +178,13 @@ pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
             Some(_) => return None,
         }
     }
-    half
+    // An internal request span of another request (another method, or another request id) means
+    // this trace is more than one request's server half: no join.
+    let h = half?;
+    let foreign = spans.iter().filter(|s| is_request(s) && s.side == Side::Internal).any(|s| {
+        s.method.as_ref() != Some(&h.method) || s.request_id.as_deref().is_some_and(|r| r != &*h.request_id)
+    });
+    (!foreign).then_some(h)
 }
 
 /// The client request spans of a chain that name a request id and have no server span of that
