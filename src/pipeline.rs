@@ -237,12 +237,9 @@ pub fn classify_with_clocks(c: &CallEvidence, sessions: &Sessions, pins: Option<
             ctx.working = true;
             classify_call(c, &ctx, d)
         }
-        InFlight::InactivityExceeded | InFlight::DeadlineExceeded => {
+        expired @ (InFlight::InactivityExceeded | InFlight::DeadlineExceeded) => {
             let mut c = c.clone();
-            c.clock_expired = Some(match crate::classify::progress::in_flight(&c, &f, progress.clocks(c.tool.as_deref()), now_ns) {
-                InFlight::DeadlineExceeded => "deadline_exceeded",
-                _ => "inactivity_exceeded",
-            });
+            c.clock_expired = Some(if expired == InFlight::DeadlineExceeded { "deadline_exceeded" } else { "inactivity_exceeded" });
             classify_call(&c, &ctx, d)
         }
         _ => classify_call(c, &ctx, d),
@@ -460,8 +457,8 @@ fn flush(decided: &mut Vec<DecidedCalls>, verdicts: &mut Vec<Verdict>, c: &Corre
         return;
     }
     verdicts.clear();
+    let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     for d in decided.drain(..) {
-        let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         verdicts.extend(verdicts_of(&d, &c.sessions, c.pins.as_deref(), &c.progress, now_ns));
     }
     emitters.emit(verdicts);
