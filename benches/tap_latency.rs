@@ -24,7 +24,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest
 const TOOL_RESULT: &str = r#"{"content":[{"type":"text","text":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}]}"#;
 
 fn request_line(id: u64) -> String {
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hello"}},"_meta":{{"progressToken":"p{id}"}}}}}}"#)
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hello"}},"_meta":{{"progressToken":"p{id}"}}}}}}"#
+    )
 }
 
 /// The stdio echo MCP server: answers every request at once.
@@ -141,7 +143,10 @@ struct NullSink(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
 #[tonic::async_trait]
 impl TraceService for NullSink {
-    async fn export(&self, r: tonic::Request<ExportTraceServiceRequest>) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+    async fn export(
+        &self,
+        r: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let n: usize = r.get_ref().resource_spans.iter().flat_map(|x| &x.scope_spans).map(|x| x.spans.len()).sum();
         self.0.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
@@ -171,7 +176,8 @@ fn main() {
         echo_server();
     }
     let is_bench = std::env::args().any(|a| a == "--bench");
-    let n: usize = if is_bench { std::env::var("MCP_HEALTH_TAP_BENCH_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(5000) } else { 50 };
+    let n: usize =
+        if is_bench { std::env::var("MCP_HEALTH_TAP_BENCH_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(5000) } else { 50 };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
 
     // An OTLP receiver for the tap's spans.
@@ -180,7 +186,10 @@ fn main() {
     let otlp = listener.local_addr().unwrap();
     let svc = spans.clone();
     rt.spawn(async move {
-        let _ = tonic::transport::Server::builder().add_service(TraceServiceServer::new(svc)).serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)).await;
+        let _ = tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(svc))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await;
     });
 
     // An HTTP echo MCP server.
@@ -207,7 +216,10 @@ fn main() {
     direct.env("TAP_BENCH_ECHO", "1");
     let d = stats(stdio_round_trips(direct, n));
     let mut tapped = Command::new(tap);
-    tapped.args(["tap", "--otlp-endpoint", &format!("http://{otlp}"), "--server-address", "bench-echo", "--"]).arg(&me).env("TAP_BENCH_ECHO", "1");
+    tapped
+        .args(["tap", "--otlp-endpoint", &format!("http://{otlp}"), "--server-address", "bench-echo", "--"])
+        .arg(&me)
+        .env("TAP_BENCH_ECHO", "1");
     let t = stats(stdio_round_trips(tapped, n));
     print_row("stdio direct", &d);
     print_row("stdio through tap", &t);
@@ -215,7 +227,15 @@ fn main() {
 
     // HTTP
     let mut child = Command::new(tap)
-        .args(["tap", "--listen", "127.0.0.1:0", "--upstream", &format!("http://{http_addr}"), "--otlp-endpoint", &format!("http://{otlp}")])
+        .args([
+            "tap",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("http://{http_addr}"),
+            "--otlp-endpoint",
+            &format!("http://{otlp}"),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -224,7 +244,12 @@ fn main() {
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut first = String::new();
     err.read_line(&mut first).unwrap();
-    let tap_addr: SocketAddr = first.split("listening on http://").nth(1).and_then(|r| r.split(',').next()).and_then(|a| a.trim().parse().ok()).unwrap_or_else(|| panic!("tap said {first:?}"));
+    let tap_addr: SocketAddr = first
+        .split("listening on http://")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|a| a.trim().parse().ok())
+        .unwrap_or_else(|| panic!("tap said {first:?}"));
     std::thread::spawn(move || {
         let mut sink = String::new();
         let _ = err.read_to_string(&mut sink);

@@ -146,8 +146,19 @@ fn main() {
     std::thread::sleep(Duration::from_secs(3));
     let text = scrape(svc.prom);
     let rate = rep.spans_accepted as f64 / rep.elapsed.as_secs_f64();
-    println!("service accepted:        {:>10.0} spans/s over {:.1}s ({} requests ok, {} refused)", rate, rep.elapsed.as_secs_f64(), rep.requests_ok, rep.requests_refused);
-    println!("service CPU:             {:>10.2} µs/span ({:.2} CPU-s for {} spans)", cpu * 1e6 / rep.spans_accepted.max(1) as f64, cpu, rep.spans_accepted);
+    println!(
+        "service accepted:        {:>10.0} spans/s over {:.1}s ({} requests ok, {} refused)",
+        rate,
+        rep.elapsed.as_secs_f64(),
+        rep.requests_ok,
+        rep.requests_refused
+    );
+    println!(
+        "service CPU:             {:>10.2} µs/span ({:.2} CPU-s for {} spans)",
+        cpu * 1e6 / rep.spans_accepted.max(1) as f64,
+        cpu,
+        rep.spans_accepted
+    );
     println!("spans/s per core:        {:>10.0} (accepted spans per service CPU-second)", rep.spans_accepted as f64 / cpu.max(1e-9));
     println!("  vs decode rate:        {:>10.1} %", 100.0 * (rep.spans_accepted as f64 / cpu.max(1e-9)) / decode_rate);
     println!("verdicts emitted:        {:>10.0}", metric(&text, "mcp_health_calls_total"));
@@ -166,5 +177,8 @@ fn main() {
     let rss1 = proc_status_kib(pid, "VmRSS:");
     println!("held chains:             {:>10.0} ({} spans)", chains, held.spans_accepted);
     println!("evidence bytes/chain:    {:>10.0} (correlator's own count)", ev_bytes / chains.max(1.0));
-    println!("RSS growth/chain:        {:>10.0} bytes (includes hash table and allocator overhead)", (rss1.saturating_sub(rss0) as f64 * 1024.0) / chains.max(1.0));
+    println!(
+        "RSS growth/chain:        {:>10.0} bytes (includes hash table and allocator overhead)",
+        (rss1.saturating_sub(rss0) as f64 * 1024.0) / chains.max(1.0)
+    );
 }

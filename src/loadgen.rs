@@ -98,7 +98,10 @@ pub fn build_request(batch_no: u32, calls: u32) -> ExportTraceServiceRequest {
             kind: SpanKind::Internal as i32,
             start_time_unix_nano: base + 50_000_000,
             end_time_unix_nano: base + 60_000_000,
-            attributes: vec![s("mcp_health.outcome.result", if c % 5 == 3 { "missing" } else { "confirmed" }), s("mcp_health.outcome.method", "receipt")],
+            attributes: vec![
+                s("mcp_health.outcome.result", if c % 5 == 3 { "missing" } else { "confirmed" }),
+                s("mcp_health.outcome.method", "receipt"),
+            ],
             ..Default::default()
         });
     }
@@ -145,7 +148,12 @@ pub struct LoadReport {
 }
 
 /// Send batches round-robin to `endpoint` for `duration`, `in_flight` requests at a time.
-pub async fn run(endpoint: &str, batches: Arc<Vec<EncodedBatch>>, duration: Duration, in_flight: usize) -> Result<LoadReport, tonic::transport::Error> {
+pub async fn run(
+    endpoint: &str,
+    batches: Arc<Vec<EncodedBatch>>,
+    duration: Duration,
+    in_flight: usize,
+) -> Result<LoadReport, tonic::transport::Error> {
     let channel = tonic::transport::Endpoint::from_shared(crate::emit::otlp_traces::endpoint_uri(endpoint))?.connect().await?;
     let ok = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
@@ -154,7 +162,8 @@ pub async fn run(endpoint: &str, batches: Arc<Vec<EncodedBatch>>, duration: Dura
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..in_flight.max(1) {
-        let (channel, batches, ok, refused, spans, next) = (channel.clone(), batches.clone(), ok.clone(), refused.clone(), spans.clone(), next.clone());
+        let (channel, batches, ok, refused, spans, next) =
+            (channel.clone(), batches.clone(), ok.clone(), refused.clone(), spans.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             let path = tonic::codegen::http::uri::PathAndQuery::from_static("/opentelemetry.proto.collector.trace.v1.TraceService/Export");
             while start.elapsed() < duration {
@@ -165,7 +174,14 @@ pub async fn run(endpoint: &str, batches: Arc<Vec<EncodedBatch>>, duration: Dura
                 if grpc.ready().await.is_err() {
                     break;
                 }
-                match grpc.unary(tonic::Request::new(body), path.clone(), PreEncoded::<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse>::default()).await {
+                match grpc
+                    .unary(
+                        tonic::Request::new(body),
+                        path.clone(),
+                        PreEncoded::<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse>::default(),
+                    )
+                    .await
+                {
                     Ok(_) => {
                         ok.fetch_add(1, Ordering::Relaxed);
                         spans.fetch_add(b.spans, Ordering::Relaxed);
@@ -200,10 +216,18 @@ mod tests {
         assert_eq!(b.trace_id_offsets.len(), 60, "three spans per call");
         let a = Req::decode(stamp(&b, 1)).unwrap();
         let c = Req::decode(stamp(&b, 2)).unwrap();
-        let ids = |r: &Req| r.resource_spans.iter().flat_map(|x| &x.scope_spans).flat_map(|x| &x.spans).map(|s| s.trace_id.clone()).collect::<Vec<_>>();
+        let ids = |r: &Req| {
+            r.resource_spans.iter().flat_map(|x| &x.scope_spans).flat_map(|x| &x.spans).map(|s| s.trace_id.clone()).collect::<Vec<_>>()
+        };
         assert_ne!(ids(&a), ids(&c));
         let mut a2 = a.clone();
-        for (x, y) in a2.resource_spans.iter_mut().flat_map(|r| &mut r.scope_spans).flat_map(|s| &mut s.spans).zip(c.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans)) {
+        for (x, y) in a2
+            .resource_spans
+            .iter_mut()
+            .flat_map(|r| &mut r.scope_spans)
+            .flat_map(|s| &mut s.spans)
+            .zip(c.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans))
+        {
             x.trace_id = y.trace_id.clone();
         }
         assert_eq!(a2, c, "nothing but trace ids differs");

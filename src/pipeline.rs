@@ -14,16 +14,16 @@ use crate::classify::{classify_call, SessionContext};
 use std::sync::Arc;
 
 use crate::classify::catalog::Convergence;
+use crate::classify::incidents::IncidentBook;
 use crate::classify::pinning::{Lockfile, PinCheck};
 use crate::classify::progress::{InFlight, ProgressPolicy};
 use crate::correlate::{CatalogChange, ChainStats, Chains, DecidedCalls, Sessions};
-use crate::evidence::call::CallEvidence;
-use crate::evidence::{Method, Side};
 use crate::emit::health_spans;
-use crate::classify::incidents::IncidentBook;
 use crate::emit::metrics::{HealthMeters, VerdictTally};
 use crate::emit::otlp_traces::Outgoing;
 use crate::emit::verdict_log::VerdictLog;
+use crate::evidence::call::CallEvidence;
+use crate::evidence::{Method, Side};
 use crate::normalize::NormalizedBatch;
 use crate::verdict::{DecidedBy, HealthState, Verdict};
 
@@ -40,8 +40,21 @@ pub struct Emitters {
 }
 
 impl Emitters {
-    pub fn new(meters: HealthMeters, health_spans: Option<mpsc::Sender<Outgoing>>, service_name: String, verdict_log: Option<VerdictLog>) -> Self {
-        Emitters { meters, health_spans, service_name, verdict_log, tally: VerdictTally::default(), incidents: IncidentBook::default(), incident_groups: Default::default() }
+    pub fn new(
+        meters: HealthMeters,
+        health_spans: Option<mpsc::Sender<Outgoing>>,
+        service_name: String,
+        verdict_log: Option<VerdictLog>,
+    ) -> Self {
+        Emitters {
+            meters,
+            health_spans,
+            service_name,
+            verdict_log,
+            tally: VerdictTally::default(),
+            incidents: IncidentBook::default(),
+            incident_groups: Default::default(),
+        }
     }
 
     /// Fold verdicts into incidents and emit each transition (log record, metric, verdict line).
@@ -55,7 +68,9 @@ impl Emitters {
         }
         for (t, inc) in &changed {
             let layer = inc.cause.first_failed_layer.map_or("none", |l| l.as_str());
-            self.meters.incidents_transitions.add(1, &[KeyValue::new("transition", t.as_str()), KeyValue::new("first_failed_layer", layer)]);
+            self.meters
+                .incidents_transitions
+                .add(1, &[KeyValue::new("transition", t.as_str()), KeyValue::new("first_failed_layer", layer)]);
             if let Some(log) = &mut self.verdict_log {
                 log.write_json(&serde_json::json!({"incident": true, "transition": t.as_str(), "row": inc}));
             }
@@ -63,7 +78,9 @@ impl Emitters {
         if let Some(tx) = &self.health_spans {
             let req = crate::emit::incidents::log_records(&self.service_name, &changed, now_ns);
             if tx.try_send(Outgoing::Logs(req)).is_err() {
-                self.meters.exporter_dropped.add(changed.len() as u64, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
+                self.meters
+                    .exporter_dropped
+                    .add(changed.len() as u64, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
             }
         }
     }
@@ -111,7 +128,6 @@ fn incident_attrs(k: &[String; 4]) -> [KeyValue; 4] {
         KeyValue::new("incident_state", k[3].clone()),
     ]
 }
-
 
 impl Emitters {
     /// Catalog verdict changes: a health span in the trace of the span that caused the change,
@@ -184,7 +200,12 @@ pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvi
     if c.method != Some(Method::ToolsCall) {
         return SessionContext::default();
     }
-    let key = crate::evidence::session_key(c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), if c.client_seen { Side::Client } else { Side::Server });
+    let key = crate::evidence::session_key(
+        c.session_id.as_deref(),
+        c.service.as_deref(),
+        c.server.as_deref(),
+        if c.client_seen { Side::Client } else { Side::Server },
+    );
     let catalog = key.as_ref().and_then(|k| sessions.verdict_at(k, c.start_ns));
     let mut ctx = SessionContext { catalog_stale: catalog.map(|v| v.convergence == Convergence::Stale), ..SessionContext::default() };
     if let (Some(pins), Some(server), Some(tool)) = (pins, c.server.as_deref(), c.tool.as_deref()) {
@@ -202,7 +223,9 @@ pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvi
 /// somewhere. A successful `tools/list` or `initialize` has no outcome to verify; reporting it as
 /// `unverified` would be noise, and it is covered by the catalog verdict.
 pub fn reportable(v: &Verdict) -> bool {
-    v.method.as_deref() == Some("tools/call") || v.first_failed_layer.is_some() || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
+    v.method.as_deref() == Some("tools/call")
+        || v.first_failed_layer.is_some()
+        || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
 }
 
 /// Classify a decided chain.
@@ -226,7 +249,14 @@ pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile
 }
 
 /// Classify a call with its session context and its progress clocks at `now_ns`.
-pub fn classify_with_clocks(c: &CallEvidence, sessions: &Sessions, pins: Option<&Lockfile>, progress: &ProgressPolicy, now_ns: u64, d: crate::classify::Decision) -> Verdict {
+pub fn classify_with_clocks(
+    c: &CallEvidence,
+    sessions: &Sessions,
+    pins: Option<&Lockfile>,
+    progress: &ProgressPolicy,
+    now_ns: u64,
+    d: crate::classify::Decision,
+) -> Verdict {
     let mut ctx = session_context(sessions, pins, c);
     if c.progress.is_empty() {
         return classify_call(c, &ctx, d);
@@ -263,7 +293,11 @@ pub struct DriftEvent {
 
 /// Check the tools of every `tools/list` page in `spans` against the pins; each drifted
 /// (server, tool, digest) is reported once.
-pub fn detect_drift(spans: &[crate::evidence::SpanEvidence], pins: &Lockfile, seen: &mut rustc_hash::FxHashSet<(Arc<str>, Arc<str>, Arc<str>)>) -> Vec<DriftEvent> {
+pub fn detect_drift(
+    spans: &[crate::evidence::SpanEvidence],
+    pins: &Lockfile,
+    seen: &mut rustc_hash::FxHashSet<(Arc<str>, Arc<str>, Arc<str>)>,
+) -> Vec<DriftEvent> {
     let mut out = Vec::new();
     for s in spans {
         let (Some(server), Some(page)) = (&s.server, s.catalog.as_ref().and_then(|c| c.page.as_ref())) else { continue };
@@ -272,12 +306,23 @@ pub fn detect_drift(spans: &[crate::evidence::SpanEvidence], pins: &Lockfile, se
             if seen.contains(&key) {
                 continue;
             }
-            if let PinCheck::Drift { pinned_digest, changes } = pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref()) {
+            if let PinCheck::Drift { pinned_digest, changes } =
+                pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref())
+            {
                 if seen.len() > 100_000 {
                     seen.clear();
                 }
                 seen.insert(key);
-                out.push(DriftEvent { drift: true, server: server.to_string(), tool: tool.to_string(), pinned_digest, digest: digest.to_string(), changes, trace_id: s.trace_id, span_id: s.span_id });
+                out.push(DriftEvent {
+                    drift: true,
+                    server: server.to_string(),
+                    tool: tool.to_string(),
+                    pinned_digest,
+                    digest: digest.to_string(),
+                    changes,
+                    trace_id: s.trace_id,
+                    span_id: s.span_id,
+                });
             }
         }
     }
@@ -328,9 +373,16 @@ impl Correlator {
                 match crate::classify::progress::in_flight(c, &f, self.progress.clocks(c.tool.as_deref()), now_ns) {
                     InFlight::Working => {
                         hold = true;
-                        *working.entry((c.tool.as_deref().unwrap_or("").to_string(), c.server.as_deref().unwrap_or("").to_string())).or_default() += 1;
+                        *working
+                            .entry((c.tool.as_deref().unwrap_or("").to_string(), c.server.as_deref().unwrap_or("").to_string()))
+                            .or_default() += 1;
                         if self.working_reported.insert((c.trace_id, c.anchor_span_id)) {
-                            let d = crate::classify::Decision { revision: 0, decided_by: DecidedBy::InFlight, root_seen: false, truncated: false };
+                            let d = crate::classify::Decision {
+                                revision: 0,
+                                decided_by: DecidedBy::InFlight,
+                                root_seen: false,
+                                truncated: false,
+                            };
                             interim.push(classify_with_clocks(c, &self.sessions, self.pins.as_deref(), &self.progress, now_ns, d));
                         }
                     }
@@ -347,10 +399,16 @@ impl Correlator {
             emitters.emit_interim(&interim);
         }
         for (tool, server) in self.working_groups.iter().filter(|k| !working.contains_key(*k)) {
-            emitters.meters.calls_working.record(0, &[KeyValue::new("gen_ai.tool.name", tool.clone()), KeyValue::new("server.address", server.clone())]);
+            emitters
+                .meters
+                .calls_working
+                .record(0, &[KeyValue::new("gen_ai.tool.name", tool.clone()), KeyValue::new("server.address", server.clone())]);
         }
         for ((tool, server), n) in &working {
-            emitters.meters.calls_working.record(*n, &[KeyValue::new("gen_ai.tool.name", tool.clone()), KeyValue::new("server.address", server.clone())]);
+            emitters
+                .meters
+                .calls_working
+                .record(*n, &[KeyValue::new("gen_ai.tool.name", tool.clone()), KeyValue::new("server.address", server.clone())]);
         }
         self.working_groups = working.into_keys().collect();
         if self.working_reported.len() > 100_000 {
@@ -362,10 +420,12 @@ impl Correlator {
     fn report_convergence(&mut self, m: &HealthMeters) {
         let counts = self.sessions.convergence_counts();
         for (server, conv) in self.convergence_groups.iter().filter(|k| !counts.contains_key(*k)) {
-            m.catalog_convergence.record(0, &[KeyValue::new("server.address", server.clone()), KeyValue::new("convergence", conv.as_str())]);
+            m.catalog_convergence
+                .record(0, &[KeyValue::new("server.address", server.clone()), KeyValue::new("convergence", conv.as_str())]);
         }
         for ((server, conv), n) in &counts {
-            m.catalog_convergence.record(*n, &[KeyValue::new("server.address", server.clone()), KeyValue::new("convergence", conv.as_str())]);
+            m.catalog_convergence
+                .record(*n, &[KeyValue::new("server.address", server.clone()), KeyValue::new("convergence", conv.as_str())]);
         }
         self.convergence_groups = counts.into_keys().collect();
     }
@@ -391,7 +451,13 @@ impl Correlator {
 
 /// Run the correlator until `stop` fires, then take what is queued, decide everything still in
 /// flight (marked `shutdown`) and emit it.
-pub async fn run_correlator(mut rx: mpsc::Receiver<NormalizedBatch>, mut c: Correlator, mut emitters: Emitters, tick: Duration, stop: oneshot::Receiver<()>) {
+pub async fn run_correlator(
+    mut rx: mpsc::Receiver<NormalizedBatch>,
+    mut c: Correlator,
+    mut emitters: Emitters,
+    tick: Duration,
+    stop: oneshot::Receiver<()>,
+) {
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut decided = Vec::new();
@@ -480,8 +546,8 @@ mod tests {
     use super::*;
     use crate::correlate::{ChainLimits, SessionLimits};
     use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, VerifierMethod};
-    use crate::verdict::DecidedBy;
     use crate::normalize::NormalizedBatch;
+    use crate::verdict::DecidedBy;
 
     fn call_span() -> SpanEvidence {
         let mut s = SpanEvidence::new([7; 16], [1; 8]);
@@ -513,7 +579,12 @@ mod tests {
 
         let mut receipt = SpanEvidence::new([7; 16], [4; 8]);
         receipt.parent_span_id = Some([1; 8]);
-        receipt.outcomes.push(OutcomeReceipt { result: OutcomeResult::Failed, method: VerifierMethod::TestResult, checked_at_ns: 40, request_id: None });
+        receipt.outcomes.push(OutcomeReceipt {
+            result: OutcomeResult::Failed,
+            method: VerifierMethod::TestResult,
+            checked_at_ns: 40,
+            request_id: None,
+        });
         chains.ingest(NormalizedBatch { evidence: vec![receipt], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
         chains.tick(t0 + Duration::from_millis(50), &mut out);
         let second = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);
@@ -537,11 +608,27 @@ mod tests {
             s
         };
         let page = |at: u64| {
-            let mut s = fact(at, CatalogFacts { page: Some(ListPage { cursor: None, next_cursor_present: false, tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))], ttl_ms: None, cache_scope: None }), ..Default::default() });
+            let mut s = fact(
+                at,
+                CatalogFacts {
+                    page: Some(ListPage {
+                        cursor: None,
+                        next_cursor_present: false,
+                        tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))],
+                        ttl_ms: None,
+                        cache_scope: None,
+                    }),
+                    ..Default::default()
+                },
+            );
             s.method = Some(Method::ToolsList);
             s
         };
-        let installed = crate::classify::digest::registry_digest(&[crate::classify::digest::ToolDigest { name: "t".into(), digest: "sha256:aa".into(), projection_version: crate::classify::digest::PROJECTION_VERSION.into() }]);
+        let installed = crate::classify::digest::registry_digest(&[crate::classify::digest::ToolDigest {
+            name: "t".into(),
+            digest: "sha256:aa".into(),
+            projection_version: crate::classify::digest::PROJECTION_VERSION.into(),
+        }]);
         let timeline = vec![
             fact(1, CatalogFacts { list_changed_capability: Some(true), ..Default::default() }),
             page(10),
@@ -552,14 +639,34 @@ mod tests {
         ];
         sessions.observe(&timeline, Instant::now());
         let call_at = |at: u64| {
-            let mut c = CallEvidence { method: Some(Method::ToolsCall), session_id: Some("s-1".into()), client_seen: true, response_seen: true, start_ns: at, ..Default::default() };
-            c.outcomes.push(OutcomeReceipt { result: OutcomeResult::Confirmed, method: VerifierMethod::Receipt, checked_at_ns: at + 5, request_id: None });
+            let mut c = CallEvidence {
+                method: Some(Method::ToolsCall),
+                session_id: Some("s-1".into()),
+                client_seen: true,
+                response_seen: true,
+                start_ns: at,
+                ..Default::default()
+            };
+            c.outcomes.push(OutcomeReceipt {
+                result: OutcomeResult::Confirmed,
+                method: VerifierMethod::Receipt,
+                checked_at_ns: at + 5,
+                request_id: None,
+            });
             c
         };
         let d = crate::classify::Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
         let p = ProgressPolicy::default();
-        assert_eq!(classify_with_clocks(&call_at(30), &sessions, None, &p, 0, d).state, HealthState::StaleCatalog, "between the signal and the refresh");
-        assert_eq!(classify_with_clocks(&call_at(50), &sessions, None, &p, 0, d).state, HealthState::Healthy, "after the complete refresh it moves on");
+        assert_eq!(
+            classify_with_clocks(&call_at(30), &sessions, None, &p, 0, d).state,
+            HealthState::StaleCatalog,
+            "between the signal and the refresh"
+        );
+        assert_eq!(
+            classify_with_clocks(&call_at(50), &sessions, None, &p, 0, d).state,
+            HealthState::Healthy,
+            "after the complete refresh it moves on"
+        );
     }
 
     /// Issue 4: a verifier that reports in its own trace joins its call by operation key.
@@ -577,7 +684,12 @@ mod tests {
 
         let mut v = SpanEvidence::new([8; 16], [5; 8]);
         v.operation_key = Some("op-77".into());
-        v.outcomes.push(OutcomeReceipt { result: OutcomeResult::Confirmed, method: VerifierMethod::RowVersion, checked_at_ns: 50, request_id: None });
+        v.outcomes.push(OutcomeReceipt {
+            result: OutcomeResult::Confirmed,
+            method: VerifierMethod::RowVersion,
+            checked_at_ns: 50,
+            request_id: None,
+        });
         chains.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
         chains.tick(t0 + Duration::from_millis(50), &mut out);
         let d = out.remove(0);
@@ -590,8 +702,14 @@ mod tests {
     /// A receipt checked before the call started is stale evidence about something else.
     #[test]
     fn a_receipt_older_than_the_call_is_ignored() {
-        let mut c = CallEvidence { method: Some(Method::ToolsCall), response_seen: true, client_seen: true, start_ns: 100, ..Default::default() };
-        c.outcomes.push(OutcomeReceipt { result: OutcomeResult::Confirmed, method: VerifierMethod::Receipt, checked_at_ns: 50, request_id: None });
+        let mut c =
+            CallEvidence { method: Some(Method::ToolsCall), response_seen: true, client_seen: true, start_ns: 100, ..Default::default() };
+        c.outcomes.push(OutcomeReceipt {
+            result: OutcomeResult::Confirmed,
+            method: VerifierMethod::Receipt,
+            checked_at_ns: 50,
+            request_id: None,
+        });
         let d = crate::classify::Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
         let sessions = Sessions::new(SessionLimits::default());
         assert_eq!(classify_with_clocks(&c, &sessions, None, &ProgressPolicy::default(), 0, d).state, HealthState::Unverified);
@@ -611,7 +729,12 @@ mod tests {
 
         let mut v = SpanEvidence::new([7; 16], [3; 8]);
         v.parent_span_id = Some([1; 8]);
-        v.outcomes.push(OutcomeReceipt { result: OutcomeResult::Confirmed, method: VerifierMethod::Receipt, checked_at_ns: 30, request_id: None });
+        v.outcomes.push(OutcomeReceipt {
+            result: OutcomeResult::Confirmed,
+            method: VerifierMethod::Receipt,
+            checked_at_ns: 30,
+            request_id: None,
+        });
         chains.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
         chains.tick(t0 + Duration::from_millis(50), &mut out);
         let second = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);

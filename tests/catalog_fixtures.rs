@@ -17,7 +17,10 @@ fn expected() -> Value {
 }
 
 fn replay_json() -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).args(["replay", "--format", "json", &fixture("catalog_cases.jsonl")]).output().expect("run replay");
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+        .args(["replay", "--format", "json", &fixture("catalog_cases.jsonl")])
+        .output()
+        .expect("run replay");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("utf-8").lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect()
 }
@@ -89,7 +92,10 @@ fn a_call_after_ttl_expiry_is_stale_catalog() {
 
 #[test]
 fn raw_definitions_never_reach_the_output() {
-    let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).args(["replay", "--format", "json", &fixture("catalog_cases.jsonl")]).output().expect("run replay");
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+        .args(["replay", "--format", "json", &fixture("catalog_cases.jsonl")])
+        .output()
+        .expect("run replay");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("inputSchema") && !text.contains("Read a ticket"), "tool definitions leaked: {text}");
 }

@@ -10,13 +10,17 @@ use serde_json::Value;
 
 fn replay(stack: &str) -> Vec<Value> {
     let file = format!("{}/tests/fixtures/dialects/{stack}.jsonl", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).args(["replay", "--format", "json", &file]).output().expect("run mcp-health replay");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_mcp-health")).args(["replay", "--format", "json", &file]).output().expect("run mcp-health replay");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect()
 }
 
 fn check(stack: &str) {
-    let expected: Value = serde_json::from_str(&std::fs::read_to_string(format!("{}/tests/fixtures/dialects/expected.json", env!("CARGO_MANIFEST_DIR"))).unwrap()).unwrap();
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}/tests/fixtures/dialects/expected.json", env!("CARGO_MANIFEST_DIR"))).unwrap(),
+    )
+    .unwrap();
     let lines = replay(stack);
     let mut got: BTreeMap<(String, String), Vec<Value>> = BTreeMap::new();
     for v in lines.iter().filter(|v| v.get("state").is_some()) {
@@ -24,7 +28,11 @@ fn check(stack: &str) {
             Some(t) => format!("{} {t}", v["method"].as_str().unwrap()),
             None => v["method"].as_str().unwrap().to_string(),
         };
-        got.entry((v["agent"].as_str().unwrap_or("").to_string(), key)).or_default().push(serde_json::json!([v["state"], v["reason"], v["confidence"]]));
+        got.entry((v["agent"].as_str().unwrap_or("").to_string(), key)).or_default().push(serde_json::json!([
+            v["state"],
+            v["reason"],
+            v["confidence"]
+        ]));
     }
     let mut want: BTreeMap<(String, String), Vec<Value>> = BTreeMap::new();
     for (agent, calls) in expected[stack].as_object().unwrap() {

@@ -14,7 +14,8 @@ use support::*;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn rpc_status(body: &[u8]) -> tonic_types::Status {
-    tonic_types::Status::decode(body).unwrap_or_else(|e| panic!("body is not a google.rpc.Status ({e}): {:?}", String::from_utf8_lossy(body)))
+    tonic_types::Status::decode(body)
+        .unwrap_or_else(|e| panic!("body is not a google.rpc.Status ({e}): {:?}", String::from_utf8_lossy(body)))
 }
 
 /// A field-1 length prefix that runs past the end of the buffer.
@@ -40,9 +41,15 @@ async fn undecodable_input_is_refused_as_invalid() {
     // gzip that is not gzip.
     let r = svc.post_traces("application/x-protobuf", false, b"not gzip at all").await;
     assert_eq!(r.status, 400);
-    let r = http_request(svc.http_addr(), "POST", "/v1/traces", &[("Content-Type", "application/x-protobuf"), ("Content-Encoding", "gzip")], b"not gzip at all")
-        .await
-        .unwrap();
+    let r = http_request(
+        svc.http_addr(),
+        "POST",
+        "/v1/traces",
+        &[("Content-Type", "application/x-protobuf"), ("Content-Encoding", "gzip")],
+        b"not gzip at all",
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(rpc_status(&r.body).code, 3);
 
@@ -204,7 +211,9 @@ async fn a_flood_past_the_queues_gets_retryable_refusals() {
         exporter_timeout: "1s",
         otlp_metrics: false,
         // Workers give a request up after ~1.5 s, so the queue drains once the flood stops.
-        retry_on_failure: Some("      enabled: true\n      initial_interval: 200ms\n      max_interval: 500ms\n      max_elapsed_time: 1500ms"),
+        retry_on_failure: Some(
+            "      enabled: true\n      initial_interval: 200ms\n      max_interval: 500ms\n      max_elapsed_time: 1500ms",
+        ),
         ..Cfg::default()
     })
     .await;
@@ -289,7 +298,8 @@ async fn planted_secrets_never_come_out() {
 
     let spans = sink.spans();
     assert!(spans.iter().all(ReceivedSpan::is_health_span), "pass-through is off: only health spans go out");
-    let outputs = [("sink (health spans, metrics)", sink.dump()), ("Prometheus text", prom), ("stdout", svc.stdout()), ("stderr", svc.stderr())];
+    let outputs =
+        [("sink (health spans, metrics)", sink.dump()), ("Prometheus text", prom), ("stdout", svc.stdout()), ("stderr", svc.stderr())];
     for (where_, text) in &outputs {
         for p in &planted {
             assert!(!text.contains(p.as_str()), "planted secret {p} appears in {where_}");

@@ -70,14 +70,24 @@ async fn run_stack(stack: &'static str, venv: &str, expected: impl Fn(&[Value]) 
         cmd.arg(script).arg(stack).arg(endpoint);
         // The scenarios set their own endpoint and service names; ambient OpenTelemetry settings
         // of the machine must not change them.
-        for var in ["OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_EXPORTER", "OTEL_TRACES_SAMPLER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "TRACELOOP_TRACE_CONTENT"] {
+        for var in [
+            "OTEL_SDK_DISABLED",
+            "OTEL_SERVICE_NAME",
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "OTEL_TRACES_EXPORTER",
+            "OTEL_TRACES_SAMPLER",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+            "TRACELOOP_TRACE_CONTENT",
+        ] {
             cmd.env_remove(var);
         }
         cmd.output()
     })
-        .await
-        .unwrap()
-        .expect("run tests/dialects/run.py");
+    .await
+    .unwrap()
+    .expect("run tests/dialects/run.py");
     assert!(out.status.success(), "{stack} scenarios failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let manifest: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("manifest: {e}: {stdout}"));
@@ -104,7 +114,10 @@ fn common(r: &Run, auth_methods: &[&str]) {
     for label in ["none", "bad", "noscope"] {
         for traced in ["", "-traced"] {
             let steps = r.steps(&format!("http-{label}{traced}"));
-            assert!(steps.iter().any(|x| x["step"] == "initialize" && x.get("exception").is_some()), "{s}: http-{label}{traced} refused: {steps:?}");
+            assert!(
+                steps.iter().any(|x| x["step"] == "initialize" && x.get("exception").is_some()),
+                "{s}: http-{label}{traced} refused: {steps:?}"
+            );
         }
     }
 
@@ -123,7 +136,11 @@ fn common(r: &Run, auth_methods: &[&str]) {
     }
     // An isError result.
     let fails = r.call("stdio", "fails");
-    assert_eq!((fails["state"].as_str(), fails["first_failed_layer"].as_str(), fails["reason"].as_str()), (Some("tool_failed"), Some("execution"), Some("tool_error")), "{s}");
+    assert_eq!(
+        (fails["state"].as_str(), fails["first_failed_layer"].as_str(), fails["reason"].as_str()),
+        (Some("tool_failed"), Some("execution"), Some("tool_error")),
+        "{s}"
+    );
     // No instrumentation records progress notifications: a long call is just a call.
     let slow = r.call("stdio", "slow");
     assert_eq!(slow["state"], "unverified", "{s}: {slow}");
@@ -149,12 +166,19 @@ fn common(r: &Run, auth_methods: &[&str]) {
         // negotiation, an outage or an invented authorization verdict.
         for v in r.of(&format!("http-{label}")) {
             let st = v["state"].as_str().unwrap();
-            assert!(!["protocol_error", "incompatible_session", "transport_failed", "needs_auth", "healthy"].contains(&st), "{s} http-{label}: {v}");
+            assert!(
+                !["protocol_error", "incompatible_session", "transport_failed", "needs_auth", "healthy"].contains(&st),
+                "{s} http-{label}: {v}"
+            );
         }
     }
     // One call, one verdict: the halves of a call split over two traces are joined.
     assert_eq!(r.of("http-ok-traced").iter().filter(|v| v["method"] == "tools/call").count(), 1, "{s}");
-    assert!(!r.verdicts.iter().any(|v| v["agent"].is_null() && v["method"] == "tools/call"), "{s}: a server half decided alone: {:#?}", r.verdicts);
+    assert!(
+        !r.verdicts.iter().any(|v| v["agent"].is_null() && v["method"] == "tools/call"),
+        "{s}: a server half decided alone: {:#?}",
+        r.verdicts
+    );
 }
 
 fn expected_common(stack: &str, vs: &[Value], auth_methods: &[&str]) -> bool {

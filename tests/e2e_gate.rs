@@ -44,7 +44,11 @@ impl GateService {
             let dir = tempfile::tempdir().expect("tempdir");
             let yaml = Cfg::default()
                 .yaml(&ports)
-                .replacen("processors:\n  mcp_health:\n", &format!("processors:\n  mcp_health:\n    lockfile: {}\n", serde_json::to_string(lockfile).unwrap()), 1)
+                .replacen(
+                    "processors:\n  mcp_health:\n",
+                    &format!("processors:\n  mcp_health:\n    lockfile: {}\n", serde_json::to_string(lockfile).unwrap()),
+                    1,
+                )
                 .replacen("extensions:\n", &format!("extensions:\n  gate:\n    endpoint: 127.0.0.1:{gate}\n    unpinned: {unpinned}\n"), 1);
             assert!(yaml.contains("lockfile:") && yaml.contains("gate:"), "the shared YAML changed shape:\n{yaml}");
             let config = dir.path().join("mcp-health.yaml");
@@ -100,7 +104,9 @@ impl GateService {
     async fn post_fixture(&self, name: &str) {
         let addr = SocketAddr::from(([127, 0, 0, 1], self.ports.http));
         for line in fixture_lines(name) {
-            let r = http_request(addr, "POST", "/v1/traces", &[("Content-Type", "application/json")], line.as_bytes()).await.expect("POST /v1/traces");
+            let r = http_request(addr, "POST", "/v1/traces", &[("Content-Type", "application/json")], line.as_bytes())
+                .await
+                .expect("POST /v1/traces");
             assert_eq!(r.status, 200, "{}", r.text());
         }
     }
@@ -166,7 +172,10 @@ fn fixture_digest(name: &str, tool: &str) -> String {
 }
 
 async fn check(c: &mut GateClient<tonic::transport::Channel>, tool: &str, digest: &str) -> CheckToolResponse {
-    c.check_tool(CheckToolRequest { server: SERVER.into(), tool: tool.into(), digest: digest.into() }).await.expect("CheckTool").into_inner()
+    c.check_tool(CheckToolRequest { server: SERVER.into(), tool: tool.into(), digest: digest.into() })
+        .await
+        .expect("CheckTool")
+        .into_inner()
 }
 
 async fn verdict(c: &mut GateClient<tonic::transport::Channel>, req: CatalogVerdictRequest) -> CatalogVerdictResponse {
@@ -204,7 +213,8 @@ async fn gate_allows_pins_denies_drift_and_answers_catalog_verdicts() {
     assert_eq!(v.cursor_chain, vec![String::new()], "one first page");
     assert!(v.discovered_digest.starts_with("sha256:"), "{v:?}");
     let spans = fixture_spans("drift_after.jsonl");
-    let installed = spans.iter().find_map(|s| span_attr(s, "mcp_health.catalog.installed_digest")).and_then(|v| v["stringValue"].as_str()).unwrap();
+    let installed =
+        spans.iter().find_map(|s| span_attr(s, "mcp_health.catalog.installed_digest")).and_then(|v| v["stringValue"].as_str()).unwrap();
     assert_eq!(v.installed_digest, installed);
     assert_eq!(v.discovered_digest, v.installed_digest);
     let list = spans.iter().find(|s| s["name"] == "tools/list").unwrap();
@@ -267,7 +277,10 @@ async fn gate_allows_pins_denies_drift_and_answers_catalog_verdicts() {
     // Malformed requests: INVALID_ARGUMENT with a message that says what is wrong.
     for (req, says) in [
         (CheckToolRequest { server: SERVER.into(), tool: "search_tickets".into(), digest: "sha256:1234".into() }, "64 hex"),
-        (CheckToolRequest { server: SERVER.into(), tool: "search_tickets".into(), digest: drifted.trim_start_matches("sha256:").into() }, "sha256:"),
+        (
+            CheckToolRequest { server: SERVER.into(), tool: "search_tickets".into(), digest: drifted.trim_start_matches("sha256:").into() },
+            "sha256:",
+        ),
         (CheckToolRequest { server: SERVER.into(), tool: String::new(), digest: drifted.clone() }, "tool"),
         (CheckToolRequest { server: String::new(), tool: "search_tickets".into(), digest: drifted.clone() }, "server"),
     ] {
@@ -307,7 +320,10 @@ async fn unpinned_deny_policy_denies_tools_without_a_pin() {
     // SIGTERM with a gate client still connected: the gate shuts down with the other listeners.
     let pid = svc.child.lock().unwrap().as_ref().unwrap().id();
     assert!(Command::new("kill").arg("-TERM").arg(pid.to_string()).status().unwrap().success());
-    let status = eventually(WAIT, "mcp-health to exit after SIGTERM", || svc.child.lock().unwrap().as_mut().and_then(|c| c.try_wait().ok().flatten())).await;
+    let status = eventually(WAIT, "mcp-health to exit after SIGTERM", || {
+        svc.child.lock().unwrap().as_mut().and_then(|c| c.try_wait().ok().flatten())
+    })
+    .await;
     assert!(status.success(), "{status:?}\n{}", svc.stderr());
     drop(c);
 }
@@ -316,6 +332,10 @@ async fn unpinned_deny_policy_denies_tools_without_a_pin() {
 async fn readme_client(endpoint: &str, digest: String) -> Result<bool, Box<dyn std::error::Error>> {
     use mcp_health::gate::service::pb::{gate_client::GateClient, CheckToolRequest};
     let mut gate = GateClient::connect(endpoint.to_string()).await?;
-    let ok = gate.check_tool(CheckToolRequest { server: "tickets.example.test:8443".into(), tool: "search_tickets".into(), digest }).await?.into_inner().allow;
+    let ok = gate
+        .check_tool(CheckToolRequest { server: "tickets.example.test:8443".into(), tool: "search_tickets".into(), digest })
+        .await?
+        .into_inner()
+        .allow;
     Ok(ok)
 }

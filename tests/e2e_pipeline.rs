@@ -157,7 +157,8 @@ async fn sdk_spans_pass_through_unchanged_and_each_call_gets_one_health_span_and
 
     // Pass-through: every span the SDK sent arrives at the sink, byte for byte the same span,
     // under the same resource and scope.
-    let sent = reference.wait_for(WAIT, "the reference sink to get every span", |s| Some(s.spans()).filter(|v| v.len() >= sent_spans)).await;
+    let sent =
+        reference.wait_for(WAIT, "the reference sink to get every span", |s| Some(s.spans()).filter(|v| v.len() >= sent_spans)).await;
     assert_eq!(sent.len(), sent_spans, "the SDK exported each span once");
     let sent_ids: HashSet<Vec<u8>> = sent.iter().map(|s| s.span.span_id.clone()).collect();
     let passed = sink
@@ -268,10 +269,12 @@ async fn otlp_http_fixture_in_every_encoding_gives_verdict_lines_and_prometheus_
         if is_json {
             assert!(r.header("content-type").is_some_and(|c| c.starts_with("application/json")), "JSON answered in JSON");
             let body: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON response");
-            let rejected = body.pointer("/partialSuccess/rejectedSpans").and_then(|v| v.as_i64().or_else(|| v.as_str()?.parse().ok())).unwrap_or(0);
+            let rejected =
+                body.pointer("/partialSuccess/rejectedSpans").and_then(|v| v.as_i64().or_else(|| v.as_str()?.parse().ok())).unwrap_or(0);
             assert_eq!(rejected, 0, "{body}");
         } else {
-            let resp = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse::decode(&r.body[..]).expect("protobuf response");
+            let resp = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse::decode(&r.body[..])
+                .expect("protobuf response");
             assert!(resp.partial_success.as_ref().is_none_or(|p| p.rejected_spans == 0), "{resp:?}");
         }
     }
@@ -315,22 +318,29 @@ async fn sigterm_decides_chains_in_flight_and_exits_zero() {
 
     // The chain is held (its root is missing): in flight, and not decided.
     svc.wait_metric("mcp_health_chains_in_flight", WAIT, |v| v >= 1.0).await;
-    sink.wait_for(WAIT, "the pass-through copy of the span", |s| s.spans().iter().any(|r| r.span.span_id == client.to_vec()).then_some(())).await;
+    sink.wait_for(WAIT, "the pass-through copy of the span", |s| s.spans().iter().any(|r| r.span.span_id == client.to_vec()).then_some(()))
+        .await;
     assert!(svc.verdicts().is_empty(), "no verdict before shutdown: {}", svc.stdout());
     assert!(sink.health_spans().is_empty());
 
     let started = std::time::Instant::now();
-    let status = svc.terminate(Duration::from_secs(20)).await.unwrap_or_else(|| panic!("did not exit within 20 s of SIGTERM\n{}", svc.stderr()));
+    let status =
+        svc.terminate(Duration::from_secs(20)).await.unwrap_or_else(|| panic!("did not exit within 20 s of SIGTERM\n{}", svc.stderr()));
     assert!(status.success(), "exit status {status}\n{}", svc.stderr());
     assert!(started.elapsed() < Duration::from_secs(15), "shutdown took {:?}", started.elapsed());
 
     let verdicts = svc.verdicts();
-    let v = verdicts.iter().find(|v| v["trace_id"] == hex(&trace)).unwrap_or_else(|| panic!("no verdict for the in-flight chain: {}", svc.stdout()));
+    let v = verdicts
+        .iter()
+        .find(|v| v["trace_id"] == hex(&trace))
+        .unwrap_or_else(|| panic!("no verdict for the in-flight chain: {}", svc.stdout()));
     assert_eq!(v["decided_by"], "shutdown", "{v}");
     assert_eq!(v["span_id"], hex(&client));
 
     let h = sink
-        .wait_for(Duration::from_secs(5), "the shutdown health span", |s| s.health_spans().into_iter().find(|h| h.span.trace_id == trace.to_vec()))
+        .wait_for(Duration::from_secs(5), "the shutdown health span", |s| {
+            s.health_spans().into_iter().find(|h| h.span.trace_id == trace.to_vec())
+        })
         .await;
     assert_eq!(h.attr_str("mcp_health.verdict.decided_by"), Some("shutdown"));
     assert_eq!(h.span.parent_span_id, client.to_vec());

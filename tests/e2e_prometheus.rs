@@ -191,11 +191,17 @@ async fn the_authorization_incident_alert_becomes_firing() {
     let prom = Prometheus::start_with_rules(svc.prom_addr(), Some(&rules)).await;
     // `for: 1m` in the real rules: pending first, firing a minute later.
     eventually_async(Duration::from_secs(40), "MCPIncidentOpen{first_failed_layer=authorization} to be pending or firing", || async {
-        prom.query("count(ALERTS{alertname=\"MCPIncidentOpen\", first_failed_layer=\"authorization\"})").await.filter(|v| v == "1").map(|_| ())
+        prom.query("count(ALERTS{alertname=\"MCPIncidentOpen\", first_failed_layer=\"authorization\"})")
+            .await
+            .filter(|v| v == "1")
+            .map(|_| ())
     })
     .await;
     eventually_async(Duration::from_secs(120), "MCPIncidentOpen{first_failed_layer=authorization} to be firing", || async {
-        prom.query("count(ALERTS{alertname=\"MCPIncidentOpen\", first_failed_layer=\"authorization\", alertstate=\"firing\"})").await.filter(|v| v == "1").map(|_| ())
+        prom.query("count(ALERTS{alertname=\"MCPIncidentOpen\", first_failed_layer=\"authorization\", alertstate=\"firing\"})")
+            .await
+            .filter(|v| v == "1")
+            .map(|_| ())
     })
     .await;
     // One incident, one alert: grouped by cause, not one per attempt; and no other layer alerts.

@@ -6,9 +6,9 @@
 //!
 //! Needs `python3` (the tests say so and pass trivially when it is missing).
 
-mod support;
 #[path = "tap/driver.rs"]
 mod driver;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -35,7 +35,14 @@ const SECRETS: [&str; 8] = [
 ];
 
 fn python() -> Option<&'static str> {
-    Command::new("python3").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().ok().filter(|s| s.success()).map(|_| "python3")
+    Command::new("python3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()
+        .filter(|s| s.success())
+        .map(|_| "python3")
 }
 
 fn fake_server() -> PathBuf {
@@ -52,7 +59,11 @@ fn tap_bin() -> &'static str {
 
 fn the_script() -> Vec<Step> {
     vec![
-        req(0, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "SECRET-CLIENT-NAME", "version": "1"}})),
+        req(
+            0,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "SECRET-CLIENT-NAME", "version": "1"}}),
+        ),
         Step { line: json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), wait_for: Wait::Nothing },
         req(1, "tools/list", json!({})),
         req(2, "tools/list", json!({"cursor": "page-1"})),
@@ -74,7 +85,11 @@ fn direct_cmd(py: &str) -> Command {
 
 fn tap_cmd(py: &str, endpoint: &str) -> Command {
     let mut c = Command::new(tap_bin());
-    c.args(["tap", "--otlp-endpoint", endpoint, "--server-address", "fake-mcp", "--"]).arg(py).arg(fake_server()).arg("--exit-code").arg("3");
+    c.args(["tap", "--otlp-endpoint", endpoint, "--server-address", "fake-mcp", "--"])
+        .arg(py)
+        .arg(fake_server())
+        .arg("--exit-code")
+        .arg("3");
     c.env_remove("OTEL_SERVICE_NAME").env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
     c
 }
@@ -116,16 +131,27 @@ async fn stdio_forwards_bytes_unchanged_and_emits_the_evidence() {
 
     // Transparent: the client sees the same bytes, the same exit code, the server's stderr.
     assert!(!direct.stdout.is_empty());
-    assert_eq!(String::from_utf8_lossy(&tapped.stdout), String::from_utf8_lossy(&direct.stdout), "the client sees exactly the direct run's bytes");
+    assert_eq!(
+        String::from_utf8_lossy(&tapped.stdout),
+        String::from_utf8_lossy(&direct.stdout),
+        "the client sees exactly the direct run's bytes"
+    );
     assert_eq!(tapped.stdout, direct.stdout);
     assert_eq!(direct.code, Some(3));
     assert_eq!(tapped.code, Some(3), "the tap exits with the server's code; stderr: {}", tapped.stderr);
     assert!(tapped.stderr.contains("fake-mcp-server: ready on stdio"), "stderr passes through: {}", tapped.stderr);
 
     // The tap flushed before exiting: everything is in the sink.
-    let spans = sink.wait_for(Duration::from_secs(10), "the tap's spans", |s| Some(s.spans()).filter(|v| v.iter().filter(|x| x.attr("mcp_health.catalog.installed_digest").is_some()).count() >= 2)).await;
+    let spans = sink
+        .wait_for(Duration::from_secs(10), "the tap's spans", |s| {
+            Some(s.spans()).filter(|v| v.iter().filter(|x| x.attr("mcp_health.catalog.installed_digest").is_some()).count() >= 2)
+        })
+        .await;
     for s in &spans {
-        assert_eq!(s.resource.as_ref().and_then(|r| attr(&r.attributes, "service.name")), Some(&any_value::Value::StringValue("mcp-health-tap".into())));
+        assert_eq!(
+            s.resource.as_ref().and_then(|r| attr(&r.attributes, "service.name")),
+            Some(&any_value::Value::StringValue("mcp-health-tap".into()))
+        );
         assert_eq!(str_attr(s, "server.address"), Some("fake-mcp"));
         assert_eq!(str_attr(s, "network.transport"), Some("pipe"));
         assert!(str_attr(s, "mcp.session.id").is_none(), "stdio has no session id");
@@ -137,8 +163,14 @@ async fn stdio_forwards_bytes_unchanged_and_emits_the_evidence() {
 
     let lists: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.span.name == "tools/list").collect();
     assert_eq!(lists.len(), 4);
-    assert_eq!(lists.iter().map(|s| str_attr(s, "mcp_health.catalog.cursor")).collect::<Vec<_>>(), vec![None, Some("page-1"), None, Some("page-1")]);
-    assert_eq!(lists.iter().map(|s| bool_attr(s, "mcp_health.catalog.next_cursor_present")).collect::<Vec<_>>(), vec![Some(true), Some(false), Some(true), Some(false)]);
+    assert_eq!(
+        lists.iter().map(|s| str_attr(s, "mcp_health.catalog.cursor")).collect::<Vec<_>>(),
+        vec![None, Some("page-1"), None, Some("page-1")]
+    );
+    assert_eq!(
+        lists.iter().map(|s| bool_attr(s, "mcp_health.catalog.next_cursor_present")).collect::<Vec<_>>(),
+        vec![Some(true), Some(false), Some(true), Some(false)]
+    );
     let installed: Vec<&str> = spans.iter().filter_map(|s| str_attr(s, "mcp_health.catalog.installed_digest")).collect();
     assert_eq!(installed.len(), 2);
     assert_ne!(installed[0], installed[1], "the registry changed between the two traversals");
@@ -148,7 +180,9 @@ async fn stdio_forwards_bytes_unchanged_and_emits_the_evidence() {
     assert_eq!(hex(&echo[0].span.trace_id), "5a1f0e2d3c4b5a69788796a5b4c3d2e1", "traceparent joins the agent's trace");
     assert_eq!(hex(&echo[0].span.parent_span_id), "1122334455667788");
     assert_eq!(str_attr(echo[0], "gen_ai.operation.name"), Some("execute_tool"));
-    assert!(spans.iter().any(|s| str_attr(s, "mcp_health.call.phase") == Some("request_sent") && str_attr(s, "gen_ai.tool.name") == Some("echo")));
+    assert!(spans
+        .iter()
+        .any(|s| str_attr(s, "mcp_health.call.phase") == Some("request_sent") && str_attr(s, "gen_ai.tool.name") == Some("echo")));
     assert_eq!(str_attr(call_spans(&spans, "fail")[0], "error.type"), Some("tool_error"));
     let nope = call_spans(&spans, "nope")[0];
     assert_eq!(str_attr(nope, "error.type"), Some("-32602"));
@@ -174,7 +208,11 @@ async fn stdio_with_the_collector_down_still_forwards_and_says_so_once() {
     };
     let dead = dead_port();
     let endpoint = format!("http://127.0.0.1:{}", dead.port);
-    let (direct, tapped) = tokio::task::spawn_blocking(move || (drive_stdio(direct_cmd(py), &the_script()), drive_stdio(tap_cmd(py, &endpoint), &the_script()))).await.unwrap();
+    let (direct, tapped) = tokio::task::spawn_blocking(move || {
+        (drive_stdio(direct_cmd(py), &the_script()), drive_stdio(tap_cmd(py, &endpoint), &the_script()))
+    })
+    .await
+    .unwrap();
     assert_eq!(tapped.stdout, direct.stdout, "nothing changes for the client");
     assert_eq!(tapped.code, Some(3));
     assert_eq!(tapped.stderr.matches("spans are dropped").count(), 1, "one warning within the minute: {}", tapped.stderr);
@@ -188,7 +226,12 @@ fn stdio_forwards_sigterm_and_exits_with_the_servers_status() {
         return;
     };
     let dead = dead_port();
-    let mut child = tap_cmd(py, &format!("http://127.0.0.1:{}", dead.port)).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = tap_cmd(py, &format!("http://127.0.0.1:{}", dead.port))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     use std::io::Write;
@@ -224,7 +267,9 @@ async fn stdio_tap_feeds_mcp_health_verdicts_and_catalog_convergence() {
     let run = tokio::task::spawn_blocking(move || drive_stdio(tap_cmd(py, &endpoint), &the_script())).await.unwrap();
     assert_eq!(run.code, Some(3), "{}", run.stderr);
 
-    let by_tool = |vs: &[Value], tool: &str| vs.iter().rfind(|v| v["tool"] == tool && v["method"] == "tools/call" && v["decided_by"] != "in_flight").cloned();
+    let by_tool = |vs: &[Value], tool: &str| {
+        vs.iter().rfind(|v| v["tool"] == tool && v["method"] == "tools/call" && v["decided_by"] != "in_flight").cloned()
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     let verdicts = loop {
         let vs = svc.verdicts();
@@ -287,7 +332,14 @@ impl Drop for Proc {
 fn start_fake_http(py: &str) -> (Proc, SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let err_path = dir.path().join("stderr");
-    let mut child = Command::new(py).arg(fake_server()).arg("--http").arg("0").stdout(Stdio::piped()).stderr(std::fs::File::create(&err_path).unwrap()).spawn().expect("spawn the fake server");
+    let mut child = Command::new(py)
+        .arg(fake_server())
+        .arg("--http")
+        .arg("0")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("spawn the fake server");
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let port: u16 = line.trim().strip_prefix("PORT ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("fake server said {line:?}"));
@@ -370,7 +422,12 @@ fn http_script(sid: &str) -> Vec<Exchange> {
         post(Some("read-token"), Some(sid), call(6, "write_file", json!({}))),
         post(Some("bad-token"), Some(sid), call(7, "echo", json!({}))),
         post(None, None, json!({"jsonrpc":"2.0","id":8,"method":"initialize","params":{"protocolVersion":"2025-11-25"}})),
-        Exchange { method: "GET", path: "/mcp", headers: vec![("Authorization", "Bearer full-token".into()), ("Mcp-Session-Id", sid.into())], body: Value::Null },
+        Exchange {
+            method: "GET",
+            path: "/mcp",
+            headers: vec![("Authorization", "Bearer full-token".into()), ("Mcp-Session-Id", sid.into())],
+            body: Value::Null,
+        },
     ]
 }
 
@@ -423,7 +480,8 @@ async fn http_forwards_exchanges_unchanged_and_emits_the_evidence() {
     let ok_init = inits.iter().find(|s| int_attr(s, "http.response.status_code") == Some(200)).expect("the initialize that succeeded");
     assert_eq!(str_attr(ok_init, "mcp.session.id"), Some(sid.as_str()), "the session id the server assigned");
     assert_eq!(bool_attr(ok_init, "mcp_health.session.list_changed_capability"), Some(true));
-    let refused_init = inits.iter().find(|s| int_attr(s, "http.response.status_code") == Some(401)).expect("the initialize without a token");
+    let refused_init =
+        inits.iter().find(|s| int_attr(s, "http.response.status_code") == Some(401)).expect("the initialize without a token");
     assert_eq!(str_attr(refused_init, "mcp_health.auth.error"), Some("missing_token"));
     assert_eq!(int_attr(refused_init, "mcp_health.auth.status"), Some(401));
 
@@ -441,14 +499,17 @@ async fn http_forwards_exchanges_unchanged_and_emits_the_evidence() {
     assert_eq!(str_attr(w, "mcp_health.auth.required_scope"), Some("files:write"));
     assert_eq!(str_attr(call_spans(&spans, "fail")[0], "error.type"), Some("tool_error"));
     let slow_str = call_spans(&spans, "slow").into_iter().find(|s| str_attr(s, "mcp_health.progress.token") == Some("prog-http")).unwrap();
-    let p: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.span.name == "notifications/progress" && s.span.trace_id == slow_str.span.trace_id).collect();
+    let p: Vec<&ReceivedSpan> =
+        spans.iter().filter(|s| s.span.name == "notifications/progress" && s.span.trace_id == slow_str.span.trace_id).collect();
     assert_eq!(p.len(), 3, "progress from the POST's SSE stream joins its call");
     assert_eq!(str_attr(p[0], "mcp.session.id"), Some(sid.as_str()));
     let slow_int = call_spans(&spans, "slow").into_iter().find(|s| int_attr(s, "mcp_health.progress.token") == Some(9)).unwrap();
     assert_eq!(spans.iter().filter(|s| s.span.name == "notifications/progress" && s.span.trace_id == slow_int.span.trace_id).count(), 3);
     let lists: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.span.name == "tools/list").collect();
     assert_eq!(lists.len(), 2);
-    assert!(spans.iter().any(|s| s.attr("mcp_health.catalog.installed_digest").is_some() && str_attr(s, "mcp.session.id") == Some(sid.as_str())));
+    assert!(spans
+        .iter()
+        .any(|s| s.attr("mcp_health.catalog.installed_digest").is_some() && str_attr(s, "mcp.session.id") == Some(sid.as_str())));
 
     let dump = sink.dump();
     for secret in SECRETS {
@@ -464,7 +525,11 @@ async fn http_upstream_refused_is_502_and_a_transport_span() {
     let (_tap, tap) = start_tap_http(&format!("http://127.0.0.1:{}", dead.port), &sink.endpoint()).await;
     let r = send(tap, &post(Some("full-token"), Some("sess-x"), call(1, "echo", json!({})))).await;
     assert_eq!(r.status, 502);
-    let spans = sink.wait_for(Duration::from_secs(10), "the transport failure span", |s| Some(s.spans()).filter(|v| v.iter().any(|x| x.attr("mcp_health.transport.outcome").is_some()))).await;
+    let spans = sink
+        .wait_for(Duration::from_secs(10), "the transport failure span", |s| {
+            Some(s.spans()).filter(|v| v.iter().any(|x| x.attr("mcp_health.transport.outcome").is_some()))
+        })
+        .await;
     let s = spans.iter().find(|x| x.attr("mcp_health.transport.outcome").is_some()).unwrap();
     assert_eq!(str_attr(s, "mcp_health.transport.outcome"), Some("connection_refused"));
     assert_eq!(bool_attr(s, "mcp_health.request.sent"), Some(false));

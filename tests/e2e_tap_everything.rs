@@ -4,9 +4,9 @@
 //! Optional: runs when `tests/tap/everything/node_modules` holds the package (`scripts/install-test-deps`
 //! installs it with `npm ci` when npm is present); otherwise it says so and passes.
 
-mod support;
 #[path = "tap/driver.rs"]
 mod driver;
+mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -35,11 +35,18 @@ async fn server_everything_through_the_tap() {
         req(0, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}})),
         // The server registers its tools after `initialized` and says so: wait for the signal,
         // then discover, as a well-behaved client does.
-        Step { line: json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), wait_for: Wait::Notification("notifications/tools/list_changed") },
+        Step {
+            line: json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            wait_for: Wait::Notification("notifications/tools/list_changed"),
+        },
         req(1, "tools/list", json!({})),
         req(2, "tools/call", json!({"name": "echo", "arguments": {"message": "SECRET-EVERYTHING-ARG"}})),
         req(3, "tools/call", json!({"name": "get-sum", "arguments": {"a": 2, "b": 3}})),
-        req(4, "tools/call", json!({"name": "trigger-long-running-operation", "arguments": {"duration": 1, "steps": 3}, "_meta": {"progressToken": "long-1"}})),
+        req(
+            4,
+            "tools/call",
+            json!({"name": "trigger-long-running-operation", "arguments": {"duration": 1, "steps": 3}, "_meta": {"progressToken": "long-1"}}),
+        ),
         req(5, "tools/call", json!({"name": "no-such-tool", "arguments": {}})),
     ];
     let run = tokio::task::spawn_blocking(move || {
@@ -77,7 +84,10 @@ async fn server_everything_through_the_tap() {
     assert_eq!(long["state"], "unverified", "{long}");
     assert_eq!(long["progress"]["valid_updates"], 3, "{long}");
     let unknown = by_tool(&vs, "no-such-tool").unwrap();
-    assert!(unknown["state"] == "protocol_error" || unknown["state"] == "tool_failed", "an unknown tool is a JSON-RPC error or an isError result: {unknown}");
+    assert!(
+        unknown["state"] == "protocol_error" || unknown["state"] == "tool_failed",
+        "an unknown tool is a JSON-RPC error or an isError result: {unknown}"
+    );
 
     let deadline = Instant::now() + Duration::from_secs(10);
     let last = loop {
@@ -88,7 +98,10 @@ async fn server_everything_through_the_tap() {
         assert!(Instant::now() < deadline, "a converged catalog after the signal and the discovery; last catalog line: {last:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(last["verdict"]["signal_at_ns"].as_u64() < last["verdict"]["traversal_start_ns"].as_u64(), "the discovery followed the signal: {last}");
+    assert!(
+        last["verdict"]["signal_at_ns"].as_u64() < last["verdict"]["traversal_start_ns"].as_u64(),
+        "the discovery followed the signal: {last}"
+    );
     assert_eq!(last["server"], "server-everything");
     assert!(!svc.stdout().contains("SECRET-EVERYTHING-ARG"));
 }

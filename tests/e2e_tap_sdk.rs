@@ -45,14 +45,23 @@ async fn sdk_client_and_server_through_the_tap_give_the_full_set() {
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "sdk_through_tap.py failed:\n{stderr}");
-    let manifest: Value = String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("the manifest");
+    let manifest: Value =
+        String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok()).expect("the manifest");
     let stdio = manifest["tap-sdk-stdio"].as_array().unwrap();
-    assert_eq!(stdio.iter().find(|s| s["step"] == "tools/call slow").unwrap()["progress"], 3, "the client got its progress through the tap: {manifest}");
+    assert_eq!(
+        stdio.iter().find(|s| s["step"] == "tools/call slow").unwrap()["progress"],
+        3,
+        "the client got its progress through the tap: {manifest}"
+    );
     assert_eq!(stdio.last().unwrap()["pages"], 3, "the re-list saw the added tool: {manifest}");
 
     // The final verdict of each call (an in-flight `working` report may come first).
     let find = |vs: &[Value], agent: &str, method: &str, tool: Option<&str>| {
-        vs.iter().rfind(|v| v["agent"] == agent && v["method"] == method && tool.is_none_or(|t| v["tool"] == t) && v["decided_by"] != "in_flight").cloned()
+        vs.iter()
+            .rfind(|v| {
+                v["agent"] == agent && v["method"] == method && tool.is_none_or(|t| v["tool"] == t) && v["decided_by"] != "in_flight"
+            })
+            .cloned()
     };
     let wanted: [(&str, &str, Option<&str>); 9] = [
         ("tap-sdk-stdio", "tools/call", Some("echo")),
@@ -111,7 +120,8 @@ async fn sdk_client_and_server_through_the_tap_give_the_full_set() {
     loop {
         let last = svc.json_lines().into_iter().rfind(|l| l["catalog"] == true && l["server"] == "sdk-server");
         if let Some(l) = &last {
-            let names: Vec<&str> = l["verdict"]["tool_digests"].as_array().map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect()).unwrap_or_default();
+            let names: Vec<&str> =
+                l["verdict"]["tool_digests"].as_array().map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect()).unwrap_or_default();
             if l["verdict"]["convergence"] == "converged" && names.contains(&"extra") {
                 assert!(l["verdict"]["signal_at_ns"].as_u64().unwrap() < l["verdict"]["traversal_start_ns"].as_u64().unwrap(), "{l}");
                 assert_eq!(names.len(), 7);
@@ -122,5 +132,8 @@ async fn sdk_client_and_server_through_the_tap_give_the_full_set() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let all = svc.stdout();
-    assert!(!all.contains("SECRET-SDK-ARGUMENT") && !all.contains("tok-good") && !all.contains("tok-noscope"), "no argument or token in verdicts");
+    assert!(
+        !all.contains("SECRET-SDK-ARGUMENT") && !all.contains("tok-good") && !all.contains("tok-noscope"),
+        "no argument or token in verdicts"
+    );
 }

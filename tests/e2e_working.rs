@@ -28,7 +28,9 @@ fn attr(k: &str, v: Value) -> Value {
 }
 
 fn line(service: &str, spans: Vec<Value>) -> Vec<u8> {
-    json!({"resourceSpans": [{"resource": {"attributes": [attr("service.name", json!(service))]}, "scopeSpans": [{"spans": spans}]}]}).to_string().into_bytes()
+    json!({"resourceSpans": [{"resource": {"attributes": [attr("service.name", json!(service))]}, "scopeSpans": [{"spans": spans}]}]})
+        .to_string()
+        .into_bytes()
 }
 
 fn span(id: &str, parent: Option<&str>, name: &str, kind: u8, start: u64, end: u64, attrs: Vec<Value>) -> Value {
@@ -56,16 +58,37 @@ async fn an_in_flight_call_with_valid_progress_is_working_until_its_response_arr
     let svc = Service::start(Cfg { decision_wait: "300ms", max_wait: "2s", ..Cfg::default() }).await;
     let t0 = now_ns();
     // The request left (a tap or a start-reporting instrumentation emits this marker)...
-    let r = svc.post_json(&line("agent", vec![span(CLIENT, None, "tools/call export_report", 3, t0, t0, call_attrs(vec![attr("mcp_health.call.phase", json!("request_sent"))]))])).await;
+    let r = svc
+        .post_json(&line(
+            "agent",
+            vec![span(
+                CLIENT,
+                None,
+                "tools/call export_report",
+                3,
+                t0,
+                t0,
+                call_attrs(vec![attr("mcp_health.call.phase", json!("request_sent"))]),
+            )],
+        ))
+        .await;
     assert_eq!(r.status, 200);
     // ...and the server reports progress, strictly increasing, for the request's token.
     let progress = |k: u64| {
-        span(&format!("02000000000000{k:02}"), Some(CLIENT), "notifications/progress", 2, t0 + k * 1_000_000, t0 + k * 1_000_000, vec![
-            attr("mcp.method.name", json!("notifications/progress")),
-            attr("mcp_health.progress.token", json!("tok-42")),
-            attr("mcp_health.progress.value", json!(k * 10)),
-            attr("mcp_health.progress.total", json!(100)),
-        ])
+        span(
+            &format!("02000000000000{k:02}"),
+            Some(CLIENT),
+            "notifications/progress",
+            2,
+            t0 + k * 1_000_000,
+            t0 + k * 1_000_000,
+            vec![
+                attr("mcp.method.name", json!("notifications/progress")),
+                attr("mcp_health.progress.token", json!("tok-42")),
+                attr("mcp_health.progress.value", json!(k * 10)),
+                attr("mcp_health.progress.total", json!(100)),
+            ],
+        )
     };
     assert_eq!(svc.post_json(&line("reports-mcp", (1..=3).map(progress).collect())).await.status, 200);
 
@@ -83,7 +106,12 @@ async fn an_in_flight_call_with_valid_progress_is_working_until_its_response_arr
 
     // The response arrives: the final verdict follows, no longer working.
     let end = now_ns();
-    assert_eq!(svc.post_json(&line("agent", vec![span("0100000000000009", None, "tools/call export_report", 3, t0, end, call_attrs(vec![]))])).await.status, 200);
+    assert_eq!(
+        svc.post_json(&line("agent", vec![span("0100000000000009", None, "tools/call export_report", 3, t0, end, call_attrs(vec![]))]))
+            .await
+            .status,
+        200
+    );
     let v = svc.wait_verdicts(2, Duration::from_secs(20)).await;
     let last = v.last().unwrap();
     assert_ne!(last["state"], "working", "{last}");

@@ -20,7 +20,11 @@ fn incident_lines(files: &[&str]) -> Vec<Value> {
     args.extend(files.iter().map(|f| fixture(f)));
     let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).args(&args).output().expect("run replay");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str::<Value>(l).expect("JSON line")).filter(|l| l["incident"] == true).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON line"))
+        .filter(|l| l["incident"] == true)
+        .collect()
 }
 
 #[test]
@@ -53,7 +57,10 @@ fn an_observed_outcome_resolves_it() {
 
 #[test]
 fn the_credential_id_never_appears_in_any_output() {
-    let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).args(["replay", "--format", "json", &fixture("incidents_five_expired.jsonl")]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+        .args(["replay", "--format", "json", &fixture("incidents_five_expired.jsonl")])
+        .output()
+        .unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("key-7731"));
     let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).args(["replay", &fixture("incidents_five_expired.jsonl")]).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("key-7731"));

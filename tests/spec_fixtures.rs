@@ -68,7 +68,11 @@ fn eight_calls_each_trace_fails_at_its_expected_layer_and_nothing_after_it_is_ob
                     if l < first {
                         assert_ne!(v.layers.get(l), LayerStatus::Failed, "trace {trace}: {l:?} before the first failure");
                     } else if l > first {
-                        assert_eq!(v.layers.get(l), LayerStatus::Unobserved, "trace {trace}: {l:?} after the first failure must be unobserved");
+                        assert_eq!(
+                            v.layers.get(l),
+                            LayerStatus::Unobserved,
+                            "trace {trace}: {l:?} after the first failure must be unobserved"
+                        );
                     }
                 }
             }
@@ -130,7 +134,8 @@ fn nine_states_each_trace_is_exactly_its_state() {
 #[test]
 fn nine_states_fixture_covers_the_nine_spec_states() {
     let exp = expected("nine_states.expected.json");
-    let mut named: Vec<HealthState> = exp["states"].as_object().expect("states").values().map(|v| state_named(v.as_str().expect("name"))).collect();
+    let mut named: Vec<HealthState> =
+        exp["states"].as_object().expect("states").values().map(|v| state_named(v.as_str().expect("name"))).collect();
     named.extend(exp["pending"].as_object().expect("pending").keys().map(|k| state_named(k)));
     named.sort();
     // SPEC section 3 lists nine states; `transport_failed`, `contract_drift` (issue 3's pinning)
@@ -169,7 +174,16 @@ fn attrs(pairs: &[(&str, Value)]) -> Vec<Value> {
         .collect()
 }
 
-fn otlp_span(trace: &str, span: &str, parent: Option<&str>, name: &str, kind: &str, start_ms: u64, end_ms: u64, a: &[(&str, Value)]) -> Value {
+fn otlp_span(
+    trace: &str,
+    span: &str,
+    parent: Option<&str>,
+    name: &str,
+    kind: &str,
+    start_ms: u64,
+    end_ms: u64,
+    a: &[(&str, Value)],
+) -> Value {
     const T0: u64 = 1_764_000_000_000_000_000;
     let mut s = serde_json::json!({
         "traceId": trace, "spanId": span, "name": name, "kind": kind,
@@ -206,24 +220,63 @@ fn nine_states_stale_catalog_list_changed_without_rediscovery() {
         ]
     };
     let lines = vec![
-        export_line("agent", vec![
-            otlp_span(t, "0100000000000001", None, "tools/list", "SPAN_KIND_CLIENT", 0, 10, &[
-                ("mcp.method.name", Value::from("tools/list")),
-                ("jsonrpc.request.id", Value::from("1")),
-                ("mcp.session.id", Value::from("sess-stale")),
-                ("mcp_health.catalog.next_cursor_present", Value::from(false)),
-            ]),
-            otlp_span(t, "0100000000000002", None, "notifications/tools/list_changed", "SPAN_KIND_SERVER", 20, 21, &[
-                ("mcp.method.name", Value::from("notifications/tools/list_changed")),
-                ("mcp.session.id", Value::from("sess-stale")),
-            ]),
-            otlp_span(t, "0100000000000003", None, "tools/call read_ticket", "SPAN_KIND_CLIENT", 30, 60, &call("2")),
-        ]),
-        export_line("tickets-mcp", vec![otlp_span(t, "0200000000000003", Some("0100000000000003"), "tools/call read_ticket", "SPAN_KIND_SERVER", 35, 55, &call("2"))]),
-        export_line("verifier", vec![otlp_span(t, "0300000000000003", Some("0100000000000003"), "verify", "SPAN_KIND_INTERNAL", 70, 80, &[
-            ("mcp_health.outcome.result", Value::from("confirmed")),
-            ("mcp_health.outcome.method", Value::from("receipt")),
-        ])]),
+        export_line(
+            "agent",
+            vec![
+                otlp_span(
+                    t,
+                    "0100000000000001",
+                    None,
+                    "tools/list",
+                    "SPAN_KIND_CLIENT",
+                    0,
+                    10,
+                    &[
+                        ("mcp.method.name", Value::from("tools/list")),
+                        ("jsonrpc.request.id", Value::from("1")),
+                        ("mcp.session.id", Value::from("sess-stale")),
+                        ("mcp_health.catalog.next_cursor_present", Value::from(false)),
+                    ],
+                ),
+                otlp_span(
+                    t,
+                    "0100000000000002",
+                    None,
+                    "notifications/tools/list_changed",
+                    "SPAN_KIND_SERVER",
+                    20,
+                    21,
+                    &[("mcp.method.name", Value::from("notifications/tools/list_changed")), ("mcp.session.id", Value::from("sess-stale"))],
+                ),
+                otlp_span(t, "0100000000000003", None, "tools/call read_ticket", "SPAN_KIND_CLIENT", 30, 60, &call("2")),
+            ],
+        ),
+        export_line(
+            "tickets-mcp",
+            vec![otlp_span(
+                t,
+                "0200000000000003",
+                Some("0100000000000003"),
+                "tools/call read_ticket",
+                "SPAN_KIND_SERVER",
+                35,
+                55,
+                &call("2"),
+            )],
+        ),
+        export_line(
+            "verifier",
+            vec![otlp_span(
+                t,
+                "0300000000000003",
+                Some("0100000000000003"),
+                "verify",
+                "SPAN_KIND_INTERNAL",
+                70,
+                80,
+                &[("mcp_health.outcome.result", Value::from("confirmed")), ("mcp_health.outcome.method", Value::from("receipt"))],
+            )],
+        ),
     ];
     let verdicts = replay_lines(&lines);
     let call = verdicts.iter().find(|v| v.method.as_deref() == Some("tools/call")).expect("a verdict for the tools/call");
@@ -238,24 +291,45 @@ fn nine_states_working_long_call_with_valid_progress() {
     // values strictly increase, and the absolute deadline has not passed. SPEC section 5: working.
     let t = "09000000000000000000000000000009";
     let progress = |span: &str, at: u64, value: i64| {
-        otlp_span(t, span, Some("0200000000000001"), "notifications/progress", "SPAN_KIND_SERVER", at, at + 1, &[
-            ("mcp.method.name", Value::from("notifications/progress")),
+        otlp_span(
+            t,
+            span,
+            Some("0200000000000001"),
+            "notifications/progress",
+            "SPAN_KIND_SERVER",
+            at,
+            at + 1,
+            &[
+                ("mcp.method.name", Value::from("notifications/progress")),
+                ("mcp.session.id", Value::from("sess-long")),
+                ("mcp_health.progress.token", Value::from("tok-1")),
+                ("mcp_health.progress.value", Value::from(value)),
+                ("mcp_health.progress.total", Value::from(100)),
+            ],
+        )
+    };
+    let sent = otlp_span(
+        t,
+        "0100000000000001",
+        None,
+        "tools/call export_report",
+        "SPAN_KIND_CLIENT",
+        0,
+        0,
+        &[
+            ("mcp.method.name", Value::from("tools/call")),
+            ("gen_ai.tool.name", Value::from("export_report")),
+            ("jsonrpc.request.id", Value::from("9")),
             ("mcp.session.id", Value::from("sess-long")),
             ("mcp_health.progress.token", Value::from("tok-1")),
-            ("mcp_health.progress.value", Value::from(value)),
-            ("mcp_health.progress.total", Value::from(100)),
-        ])
-    };
-    let sent = otlp_span(t, "0100000000000001", None, "tools/call export_report", "SPAN_KIND_CLIENT", 0, 0, &[
-        ("mcp.method.name", Value::from("tools/call")),
-        ("gen_ai.tool.name", Value::from("export_report")),
-        ("jsonrpc.request.id", Value::from("9")),
-        ("mcp.session.id", Value::from("sess-long")),
-        ("mcp_health.progress.token", Value::from("tok-1")),
-        ("mcp_health.call.phase", Value::from("request_sent")),
-    ]);
+            ("mcp_health.call.phase", Value::from("request_sent")),
+        ],
+    );
     let mut lines = vec![export_line("agent", vec![sent.clone()])];
-    lines.push(export_line("reports-mcp", vec![progress("0200000000000002", 1_000, 10), progress("0200000000000003", 2_000, 20), progress("0200000000000004", 3_000, 35)]));
+    lines.push(export_line(
+        "reports-mcp",
+        vec![progress("0200000000000002", 1_000, 10), progress("0200000000000003", 2_000, 20), progress("0200000000000004", 3_000, 35)],
+    ));
     let verdicts = replay_lines(&lines);
     assert_eq!(verdicts.len(), 1, "{verdicts:?}");
     assert_eq!(verdicts[0].state, HealthState::Working, "{:?}", verdicts[0]);
@@ -263,11 +337,23 @@ fn nine_states_working_long_call_with_valid_progress() {
 
     // The same notifications without the request's token are not valid evidence: never working.
     let mut unsupplied = lines.clone();
-    unsupplied[0] = export_line("agent", vec![otlp_span(t, "0100000000000001", None, "tools/call export_report", "SPAN_KIND_CLIENT", 0, 0, &[
-        ("mcp.method.name", Value::from("tools/call")),
-        ("jsonrpc.request.id", Value::from("9")),
-        ("mcp_health.call.phase", Value::from("request_sent")),
-    ])]);
+    unsupplied[0] = export_line(
+        "agent",
+        vec![otlp_span(
+            t,
+            "0100000000000001",
+            None,
+            "tools/call export_report",
+            "SPAN_KIND_CLIENT",
+            0,
+            0,
+            &[
+                ("mcp.method.name", Value::from("tools/call")),
+                ("jsonrpc.request.id", Value::from("9")),
+                ("mcp_health.call.phase", Value::from("request_sent")),
+            ],
+        )],
+    );
     let v = replay_lines(&unsupplied);
     assert_ne!(v[0].state, HealthState::Working, "{:?}", v[0]);
 }

@@ -19,7 +19,10 @@ use crate::evidence::catalog::{ListPage, SignalSource};
 pub enum CatalogEventKind {
     Signal(SignalSource),
     /// A `tools/list` page; `start_ns` is when its request started.
-    Page { start_ns: u64, page: ListPage },
+    Page {
+        start_ns: u64,
+        page: ListPage,
+    },
     Installed(Arc<str>),
     Capability(bool),
     /// A new connection / `initialize` (for the on-reconnect refresh policy).
@@ -118,13 +121,24 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
                 if !continues {
                     // A first page starts a traversal; an orphan continuation page starts an
                     // incomplete one (its beginning was never seen).
-                    current = Some(Traversal { start_ns: *start_ns, end_ns: e.at_ns, cursors: Vec::new(), tools: Vec::new(), ttl_ms: None, complete: false });
+                    current = Some(Traversal {
+                        start_ns: *start_ns,
+                        end_ns: e.at_ns,
+                        cursors: Vec::new(),
+                        tools: Vec::new(),
+                        ttl_ms: None,
+                        complete: false,
+                    });
                 }
                 if let Some(t) = current.as_mut() {
                     t.cursors.push(page.cursor.as_deref().unwrap_or("").to_string());
                     t.end_ns = e.at_ns;
                     t.ttl_ms = page.ttl_ms.or(t.ttl_ms);
-                    t.tools.extend(page.tools.iter().map(|(n, d)| ToolDigest { name: n.to_string(), digest: d.to_string(), projection_version: PROJECTION_VERSION.into() }));
+                    t.tools.extend(page.tools.iter().map(|(n, d)| ToolDigest {
+                        name: n.to_string(),
+                        digest: d.to_string(),
+                        projection_version: PROJECTION_VERSION.into(),
+                    }));
                     let orphan = !continues && page.cursor.is_some();
                     if !page.next_cursor_present && !orphan {
                         t.complete = true;
@@ -158,7 +172,12 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
     };
     const REFRESH: &str = "suspend the affected definitions; ask for one bounded refresh";
     if current.is_some() {
-        set(&mut v, Convergence::Incomplete, "a traversal started but a nextCursor remains", "resume from the expected cursor if supported, else restart discovery once");
+        set(
+            &mut v,
+            Convergence::Incomplete,
+            "a traversal started but a nextCursor remains",
+            "resume from the expected cursor if supported, else restart discovery once",
+        );
         return v;
     }
     let Some(d) = last_complete else {
@@ -166,7 +185,12 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
             // Whatever the client holds came from before a change signal it never followed up.
             set(&mut v, Convergence::Stale, "a list-change signal with no complete rediscovery after it", REFRESH);
         } else {
-            set(&mut v, Convergence::Unverifiable, "no complete tools/list traversal observed", "refresh on reconnect, before a high-impact run, or at a measured interval");
+            set(
+                &mut v,
+                Convergence::Unverifiable,
+                "no complete tools/list traversal observed",
+                "refresh on reconnect, before a high-impact run, or at a measured interval",
+            );
         }
         return v;
     };
@@ -185,7 +209,12 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
             return v;
         }
         (None, _) => {
-            set(&mut v, Convergence::Unverifiable, "the client's installed registry was not observed", "report the installed registry digest (mcp_health.catalog.installed_digest)");
+            set(
+                &mut v,
+                Convergence::Unverifiable,
+                "the client's installed registry was not observed",
+                "report the installed registry digest (mcp_health.catalog.installed_digest)",
+            );
             return v;
         }
         _ => {}
@@ -199,10 +228,20 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
             RefreshPolicy::MaxAge { max_age } => at_ns.saturating_sub(d.end_ns) <= max_age.as_nanos() as u64,
         };
     if !bounded {
-        set(&mut v, Convergence::Unverifiable, "the server does not advertise tools.listChanged and no refresh policy evidence holds", "record the signal as unavailable; refresh on reconnect, before a high-impact run, or at a measured interval");
+        set(
+            &mut v,
+            Convergence::Unverifiable,
+            "the server does not advertise tools.listChanged and no refresh policy evidence holds",
+            "record the signal as unavailable; refresh on reconnect, before a high-impact run, or at a measured interval",
+        );
         return v;
     }
-    set(&mut v, Convergence::Converged, "complete traversal after the latest signal, installed registry equals the discovered one", "continue; call, effect and outcome checks still apply");
+    set(
+        &mut v,
+        Convergence::Converged,
+        "complete traversal after the latest signal, installed registry equals the discovered one",
+        "continue; call, effect and outcome checks still apply",
+    );
     v
 }
 
@@ -218,13 +257,22 @@ mod tests {
         defs.iter().map(|d| tool_digest(d).unwrap()).map(|t| (Arc::from(t.name.as_str()), Arc::from(t.digest.as_str()))).collect()
     }
     fn page(at: u64, cursor: Option<&str>, next: bool, t: Vec<(Arc<str>, Arc<str>)>) -> CatalogEvent {
-        CatalogEvent { at_ns: at * MS, kind: CatalogEventKind::Page { start_ns: at * MS - MS, page: ListPage { cursor: cursor.map(Into::into), next_cursor_present: next, tools: t, ttl_ms: None, cache_scope: None } } }
+        CatalogEvent {
+            at_ns: at * MS,
+            kind: CatalogEventKind::Page {
+                start_ns: at * MS - MS,
+                page: ListPage { cursor: cursor.map(Into::into), next_cursor_present: next, tools: t, ttl_ms: None, cache_scope: None },
+            },
+        }
     }
     fn ev(at: u64, kind: CatalogEventKind) -> CatalogEvent {
         CatalogEvent { at_ns: at * MS, kind }
     }
     fn installed(of: &[(Arc<str>, Arc<str>)]) -> CatalogEventKind {
-        let tds: Vec<ToolDigest> = of.iter().map(|(n, d)| ToolDigest { name: n.to_string(), digest: d.to_string(), projection_version: PROJECTION_VERSION.into() }).collect();
+        let tds: Vec<ToolDigest> = of
+            .iter()
+            .map(|(n, d)| ToolDigest { name: n.to_string(), digest: d.to_string(), projection_version: PROJECTION_VERSION.into() })
+            .collect();
         CatalogEventKind::Installed(Arc::from(registry_digest(&tds).as_str()))
     }
 
@@ -237,7 +285,8 @@ mod tests {
         let (p1, p2) = (tools(&[a.clone()]), tools(&[b.clone()]));
         let all = [p1.clone(), p2.clone()].concat();
         let cap = ev(1, CatalogEventKind::Capability(true));
-        let baseline = vec![cap.clone(), page(10, None, true, p1.clone()), page(20, Some("c1"), false, p2.clone()), ev(21, installed(&all))];
+        let baseline =
+            vec![cap.clone(), page(10, None, true, p1.clone()), page(20, Some("c1"), false, p2.clone()), ev(21, installed(&all))];
 
         // 1. a complete two-page baseline
         let v = convergence(&baseline, RefreshPolicy::None, 30 * MS);
@@ -247,7 +296,11 @@ mod tests {
 
         // 2. a tool removal, then a complete refresh and install
         let mut c2 = baseline.clone();
-        c2.extend([ev(40, CatalogEventKind::Signal(SignalSource::Notification)), page(50, None, false, p1.clone()), ev(51, installed(&p1))]);
+        c2.extend([
+            ev(40, CatalogEventKind::Signal(SignalSource::Notification)),
+            page(50, None, false, p1.clone()),
+            ev(51, installed(&p1)),
+        ]);
         assert_eq!(convergence(&c2, RefreshPolicy::None, 60 * MS).convergence, Convergence::Converged);
 
         // 3. a change notification with no new discovery: stale although the digests match
@@ -265,7 +318,11 @@ mod tests {
         let p2b = tools(&[b2.clone()]);
         assert_ne!(p2[0].1, p2b[0].1, "per-tool digests differ");
         let mut c5 = baseline.clone();
-        c5.extend([ev(40, CatalogEventKind::Signal(SignalSource::Notification)), page(50, None, true, p1.clone()), page(55, Some("c1"), false, p2b.clone())]);
+        c5.extend([
+            ev(40, CatalogEventKind::Signal(SignalSource::Notification)),
+            page(50, None, true, p1.clone()),
+            page(55, Some("c1"), false, p2b.clone()),
+        ]);
         let v = convergence(&c5, RefreshPolicy::None, 60 * MS);
         assert_eq!(v.convergence, Convergence::Stale, "{v:?}");
         assert_ne!(v.discovered_digest, v.installed_digest);
@@ -274,7 +331,10 @@ mod tests {
         let c6 = vec![ev(1, CatalogEventKind::Capability(false)), page(10, None, false, all.clone()), ev(11, installed(&all))];
         assert_eq!(convergence(&c6, RefreshPolicy::None, 30 * MS).convergence, Convergence::Unverifiable);
         // ... which a configured policy with evidence turns into converged, and its absence does not.
-        assert_eq!(convergence(&c6, RefreshPolicy::MaxAge { max_age: Duration::from_secs(60) }, 30 * MS).convergence, Convergence::Converged);
+        assert_eq!(
+            convergence(&c6, RefreshPolicy::MaxAge { max_age: Duration::from_secs(60) }, 30 * MS).convergence,
+            Convergence::Converged
+        );
         assert_eq!(convergence(&c6, RefreshPolicy::OnReconnect, 30 * MS).convergence, Convergence::Unverifiable);
         let mut c6r = c6.clone();
         c6r.insert(0, ev(5, CatalogEventKind::Reconnect));
@@ -286,17 +346,35 @@ mod tests {
         assert_eq!(convergence(&s3, RefreshPolicy::None, 60 * MS).convergence, Convergence::Stale);
         let ttl_page = |at: u64| CatalogEvent {
             at_ns: at * MS,
-            kind: CatalogEventKind::Page { start_ns: at * MS - MS, page: ListPage { cursor: None, next_cursor_present: false, tools: all.clone(), ttl_ms: Some(1000), cache_scope: Some("session".into()) } },
+            kind: CatalogEventKind::Page {
+                start_ns: at * MS - MS,
+                page: ListPage {
+                    cursor: None,
+                    next_cursor_present: false,
+                    tools: all.clone(),
+                    ttl_ms: Some(1000),
+                    cache_scope: Some("session".into()),
+                },
+            },
         };
         let t = vec![ttl_page(10), ev(11, installed(&all))];
-        assert_eq!(convergence(&t, RefreshPolicy::None, 500 * MS).convergence, Convergence::Converged, "fresh by ttl, no listChanged needed");
+        assert_eq!(
+            convergence(&t, RefreshPolicy::None, 500 * MS).convergence,
+            Convergence::Converged,
+            "fresh by ttl, no listChanged needed"
+        );
         assert_eq!(convergence(&t, RefreshPolicy::None, 2000 * MS).convergence, Convergence::Stale, "ttl expired");
     }
 
     #[test]
     fn evaluation_is_as_of_a_moment_and_order_free() {
         let p = tools(&[json!({"name":"x"})]);
-        let mut evs = vec![ev(1, CatalogEventKind::Capability(true)), page(10, None, false, p.clone()), ev(11, installed(&p)), ev(40, CatalogEventKind::Signal(SignalSource::Notification))];
+        let mut evs = vec![
+            ev(1, CatalogEventKind::Capability(true)),
+            page(10, None, false, p.clone()),
+            ev(11, installed(&p)),
+            ev(40, CatalogEventKind::Signal(SignalSource::Notification)),
+        ];
         assert_eq!(convergence(&evs, RefreshPolicy::None, 20 * MS).convergence, Convergence::Converged, "before the signal");
         assert_eq!(convergence(&evs, RefreshPolicy::None, 41 * MS).convergence, Convergence::Stale, "after it");
         evs.reverse();

@@ -11,22 +11,50 @@ use serde_json::{Map, Value};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ContractChange {
-    ParameterAdded { parameter: String },
-    ParameterRemoved { parameter: String },
+    ParameterAdded {
+        parameter: String,
+    },
+    ParameterRemoved {
+        parameter: String,
+    },
     /// One parameter removed and one added with the same schema otherwise.
-    ParameterRenamed { from: String, to: String },
-    RequiredChanged { now_required: Vec<String>, no_longer_required: Vec<String> },
-    TypeChanged { parameter: String, from: String, to: String },
-    EnumNarrowed { parameter: String, removed: Vec<String> },
-    EnumWidened { parameter: String, added: Vec<String> },
+    ParameterRenamed {
+        from: String,
+        to: String,
+    },
+    RequiredChanged {
+        now_required: Vec<String>,
+        no_longer_required: Vec<String>,
+    },
+    TypeChanged {
+        parameter: String,
+        from: String,
+        to: String,
+    },
+    EnumNarrowed {
+        parameter: String,
+        removed: Vec<String>,
+    },
+    EnumWidened {
+        parameter: String,
+        added: Vec<String>,
+    },
     /// The tool's description (`parameter: None`) or a parameter's changed: semantic drift.
-    DescriptionChanged { parameter: Option<String> },
-    AnnotationFlipped { annotation: String, from: String, to: String },
+    DescriptionChanged {
+        parameter: Option<String>,
+    },
+    AnnotationFlipped {
+        annotation: String,
+        from: String,
+        to: String,
+    },
     OutputSchemaChanged,
     TitleChanged,
     ExecutionChanged,
     /// A schema change none of the above names (e.g. a `minimum`).
-    ParameterSchemaChanged { parameter: String },
+    ParameterSchemaChanged {
+        parameter: String,
+    },
 }
 
 impl ContractChange {
@@ -80,7 +108,9 @@ fn enum_values(v: &Value) -> Option<BTreeSet<String>> {
 
 fn without(v: &Value, keys: &[&str]) -> Value {
     match v {
-        Value::Object(m) => Value::Object(m.iter().filter(|(k, _)| !keys.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()),
+        Value::Object(m) => {
+            Value::Object(m.iter().filter(|(k, _)| !keys.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect())
+        }
         other => other.clone(),
     }
 }
@@ -193,31 +223,49 @@ mod tests {
 
     #[test]
     fn drift_table() {
-        let base = search(json!({"query":{"type":"string"},"limit":{"type":"integer","description":"max results"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}), json!(["query"]));
+        let base = search(
+            json!({"query":{"type":"string"},"limit":{"type":"integer","description":"max results"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}),
+            json!(["query"]),
+        );
         let cases: Vec<(&str, Value, Vec<ContractChange>)> = vec![
             (
                 "rename query -> q",
-                search(json!({"q":{"type":"string"},"limit":{"type":"integer","description":"max results"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}), json!(["q"])),
+                search(
+                    json!({"q":{"type":"string"},"limit":{"type":"integer","description":"max results"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}),
+                    json!(["q"]),
+                ),
                 vec![ParameterRenamed { from: "query".into(), to: "q".into() }],
             ),
             (
                 "meaning change on the same integer",
-                search(json!({"query":{"type":"string"},"limit":{"type":"integer","description":"page index"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}), json!(["query"])),
+                search(
+                    json!({"query":{"type":"string"},"limit":{"type":"integer","description":"page index"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}),
+                    json!(["query"]),
+                ),
                 vec![DescriptionChanged { parameter: Some("limit".into()) }],
             ),
             (
                 "enum narrowed",
-                search(json!({"query":{"type":"string"},"limit":{"type":"integer","description":"max results"},"sort":{"type":"string","enum":["asc","desc"]}}), json!(["query"])),
+                search(
+                    json!({"query":{"type":"string"},"limit":{"type":"integer","description":"max results"},"sort":{"type":"string","enum":["asc","desc"]}}),
+                    json!(["query"]),
+                ),
                 vec![EnumNarrowed { parameter: "sort".into(), removed: vec!["\"relevance\"".into()] }],
             ),
             (
                 "type changed",
-                search(json!({"query":{"type":"string"},"limit":{"type":"string","description":"max results"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}), json!(["query"])),
+                search(
+                    json!({"query":{"type":"string"},"limit":{"type":"string","description":"max results"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}),
+                    json!(["query"]),
+                ),
                 vec![TypeChanged { parameter: "limit".into(), from: "integer".into(), to: "string".into() }],
             ),
             (
                 "required added",
-                search(json!({"query":{"type":"string"},"limit":{"type":"integer","description":"max results"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}), json!(["query","limit"])),
+                search(
+                    json!({"query":{"type":"string"},"limit":{"type":"integer","description":"max results"},"sort":{"type":"string","enum":["asc","desc","relevance"]}}),
+                    json!(["query", "limit"]),
+                ),
                 vec![RequiredChanged { now_required: vec!["limit".into()], no_longer_required: vec![] }],
             ),
             (
@@ -235,7 +283,8 @@ mod tests {
     #[test]
     fn annotation_flip_and_tool_level_changes_are_named() {
         let a = json!({"name":"delete","description":"Delete","annotations":{"destructiveHint":false}});
-        let b = json!({"name":"delete","description":"Delete forever","annotations":{"destructiveHint":true},"outputSchema":{"type":"object"}});
+        let b =
+            json!({"name":"delete","description":"Delete forever","annotations":{"destructiveHint":true},"outputSchema":{"type":"object"}});
         let d = contract_diff(&a, &b);
         assert!(d.contains(&AnnotationFlipped { annotation: "destructiveHint".into(), from: "false".into(), to: "true".into() }));
         assert!(d.contains(&DescriptionChanged { parameter: None }));

@@ -283,7 +283,10 @@ mod tests {
             v.tool = Some(Arc::from(tool));
             transitions.extend(book.observe(&v).into_iter().map(|(t, _)| t));
         }
-        assert_eq!(transitions, vec![Transition::Opened, Transition::Updated, Transition::Updated, Transition::Updated, Transition::Updated]);
+        assert_eq!(
+            transitions,
+            vec![Transition::Opened, Transition::Updated, Transition::Updated, Transition::Updated, Transition::Updated]
+        );
         let open: Vec<&Incident> = book.open_incidents().collect();
         assert_eq!(open.len(), 1);
         assert_eq!(open[0].retry_count, 5);

@@ -5,9 +5,9 @@ pub mod contract;
 pub mod digest;
 pub mod drift;
 pub mod incidents;
-pub mod progress;
-pub mod pinning;
 pub mod layers;
+pub mod pinning;
+pub mod progress;
 
 pub use contract::SessionContext;
 
@@ -38,9 +38,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         _ if c.unexplained_error => Some("unclassified_error".into()),
         _ => None,
     });
-    let protocol_success = [Layer::Transport, Layer::Protocol, Layer::Authorization]
-        .iter()
-        .all(|l| masked.get(*l) == LayerStatus::Passed);
+    let protocol_success = [Layer::Transport, Layer::Protocol, Layer::Authorization].iter().all(|l| masked.get(*l) == LayerStatus::Passed);
     // The unmasked outcome: a lost response reconciled by a confirmed receipt (effect_unknown →
     // healthy) has a failed transport layer, which masks the outcome, yet its outcome was verified.
     let verified_success = state == HealthState::Healthy && findings.get(Layer::Outcome) == LayerStatus::Passed;

@@ -118,7 +118,12 @@ mod tests {
     use serde_json::json;
 
     fn pin_of(def: &Value) -> Pin {
-        Pin { digest: tool_digest(def).unwrap().digest, projection_version: PROJECTION_VERSION.into(), first_seen: "2026-11-29T00:00:00Z".into(), definition: Some(project(def).unwrap()) }
+        Pin {
+            digest: tool_digest(def).unwrap().digest,
+            projection_version: PROJECTION_VERSION.into(),
+            first_seen: "2026-11-29T00:00:00Z".into(),
+            definition: Some(project(def).unwrap()),
+        }
     }
 
     #[test]
@@ -133,7 +138,9 @@ mod tests {
         assert_eq!(l.check("docs:443", "search", &d_old, None), PinCheck::Matches);
         assert_eq!(l.check("other:443", "search", &d_old, None), PinCheck::Unpinned);
         match l.check("docs:443", "search", &d_new, Some(&project(&new).unwrap())) {
-            PinCheck::Drift { changes, .. } => assert_eq!(changes, vec![ContractChange::ParameterRenamed { from: "query".into(), to: "q".into() }]),
+            PinCheck::Drift { changes, .. } => {
+                assert_eq!(changes, vec![ContractChange::ParameterRenamed { from: "query".into(), to: "q".into() }])
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(l.check("docs:443", "search", &d_new, None), PinCheck::Drift { ref changes, .. } if changes.is_empty()));

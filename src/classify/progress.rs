@@ -116,7 +116,10 @@ pub fn check(c: &CallEvidence) -> ProgressFindings {
 
 /// The call's standing at `now_ns` against its clocks.
 pub fn in_flight(c: &CallEvidence, f: &ProgressFindings, clocks: Clocks, now_ns: u64) -> InFlight {
-    let done = c.response_end_ns.is_some() || c.response_seen || c.jsonrpc_error.is_some() || c.transport.is_some_and(|t| t != crate::evidence::TransportOutcome::Ok);
+    let done = c.response_end_ns.is_some()
+        || c.response_seen
+        || c.jsonrpc_error.is_some()
+        || c.transport.is_some_and(|t| t != crate::evidence::TransportOutcome::Ok);
     if done {
         return InFlight::Completed;
     }
@@ -142,7 +145,10 @@ mod tests {
             method: Some(Method::ToolsCall),
             start_ns: 100 * S,
             progress_token: token.map(Into::into),
-            progress: marks.iter().map(|(t, v, at)| ProgressMark { token: (*t).into(), value: *v, total: Some(100.0), at_ns: *at * S }).collect(),
+            progress: marks
+                .iter()
+                .map(|(t, v, at)| ProgressMark { token: (*t).into(), value: *v, total: Some(100.0), at_ns: *at * S })
+                .collect(),
             ..Default::default()
         }
     }

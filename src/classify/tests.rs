@@ -103,11 +103,41 @@ fn layer_cases() -> Vec<LayerCase> {
         row("a request span alone proves no layer", sent(), [U, U, U, U, U], None, None),
         row("a result without error passes the first four layers, not the outcome", answered(), [P, P, P, P, U], None, None),
         // Transport failures, each kind with its own reason.
-        row("transport dns_failure", with(sent(), |c| c.transport = Some(TransportOutcome::DnsFailure)), [F, U, U, U, U], Some(Transport), Some("dns_failure")),
-        row("transport connection_refused", with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionRefused)), [F, U, U, U, U], Some(Transport), Some("connection_refused")),
-        row("transport connection_reset", with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionReset)), [F, U, U, U, U], Some(Transport), Some("connection_reset")),
-        row("transport tls_failure", with(sent(), |c| c.transport = Some(TransportOutcome::TlsFailure)), [F, U, U, U, U], Some(Transport), Some("tls_failure")),
-        row("transport timeout", with(sent(), |c| c.transport = Some(TransportOutcome::Timeout)), [F, U, U, U, U], Some(Transport), Some("timeout")),
+        row(
+            "transport dns_failure",
+            with(sent(), |c| c.transport = Some(TransportOutcome::DnsFailure)),
+            [F, U, U, U, U],
+            Some(Transport),
+            Some("dns_failure"),
+        ),
+        row(
+            "transport connection_refused",
+            with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionRefused)),
+            [F, U, U, U, U],
+            Some(Transport),
+            Some("connection_refused"),
+        ),
+        row(
+            "transport connection_reset",
+            with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionReset)),
+            [F, U, U, U, U],
+            Some(Transport),
+            Some("connection_reset"),
+        ),
+        row(
+            "transport tls_failure",
+            with(sent(), |c| c.transport = Some(TransportOutcome::TlsFailure)),
+            [F, U, U, U, U],
+            Some(Transport),
+            Some("tls_failure"),
+        ),
+        row(
+            "transport timeout",
+            with(sent(), |c| c.transport = Some(TransportOutcome::Timeout)),
+            [F, U, U, U, U],
+            Some(Transport),
+            Some("timeout"),
+        ),
         row(
             "connection failure named only by the exception class",
             with(sent(), |c| c.connection_error = Some(TransportOutcome::ConnectionRefused)),
@@ -125,20 +155,74 @@ fn layer_cases() -> Vec<LayerCase> {
             Some(Transport),
             Some("dns_failure"),
         ),
-        row("timeout exception with no response is a transport timeout", with(sent(), |c| c.timeout_error = true), [F, U, U, U, U], Some(Transport), Some("timeout")),
-        row("timeout exception after a response is not a transport failure", with(answered(), |c| c.timeout_error = true), [P, P, P, P, U], None, None),
+        row(
+            "timeout exception with no response is a transport timeout",
+            with(sent(), |c| c.timeout_error = true),
+            [F, U, U, U, U],
+            Some(Transport),
+            Some("timeout"),
+        ),
+        row(
+            "timeout exception after a response is not a transport failure",
+            with(answered(), |c| c.timeout_error = true),
+            [P, P, P, P, U],
+            None,
+            None,
+        ),
         row("http 503 fails transport", with(sent(), |c| c.http_status = Some(503)), [F, U, U, U, U], Some(Transport), Some("http_503")),
         row("http 500 fails transport", with(sent(), |c| c.http_status = Some(500)), [F, U, U, U, U], Some(Transport), Some("http_500")),
-        row("http 503 fails transport even after a response", with(answered(), |c| c.http_status = Some(503)), [F, U, U, U, U], Some(Transport), Some("http_503")),
+        row(
+            "http 503 fails transport even after a response",
+            with(answered(), |c| c.http_status = Some(503)),
+            [F, U, U, U, U],
+            Some(Transport),
+            Some("http_503"),
+        ),
         // Transport passes on positive evidence only, and nothing else follows from it.
-        row("an explicit transport ok passes transport only", with(sent(), |c| c.transport = Some(TransportOutcome::Ok)), [P, U, U, U, U], None, None),
+        row(
+            "an explicit transport ok passes transport only",
+            with(sent(), |c| c.transport = Some(TransportOutcome::Ok)),
+            [P, U, U, U, U],
+            None,
+            None,
+        ),
         row("an http 200 passes transport only", with(sent(), |c| c.http_status = Some(200)), [P, U, U, U, U], None, None),
-        row("an http 404 passes transport and proves nothing more", with(sent(), |c| c.http_status = Some(404)), [P, U, U, U, U], None, None),
+        row(
+            "an http 404 passes transport and proves nothing more",
+            with(sent(), |c| c.http_status = Some(404)),
+            [P, U, U, U, U],
+            None,
+            None,
+        ),
         // Protocol.
-        row("a JSON-RPC error is a response: transport passed, protocol failed", with(sent(), |c| c.jsonrpc_error = Some(-32601)), [P, F, U, U, U], Some(Protocol), Some("jsonrpc_-32601")),
-        row("jsonrpc -32700 parse error", with(answered(), |c| c.jsonrpc_error = Some(-32700)), [P, F, U, U, U], Some(Protocol), Some("jsonrpc_-32700")),
-        row("jsonrpc -32600 invalid request", with(answered(), |c| c.jsonrpc_error = Some(-32600)), [P, F, U, U, U], Some(Protocol), Some("jsonrpc_-32600")),
-        row("jsonrpc -32602 invalid params", with(answered(), |c| c.jsonrpc_error = Some(-32602)), [P, F, U, U, U], Some(Protocol), Some("jsonrpc_-32602")),
+        row(
+            "a JSON-RPC error is a response: transport passed, protocol failed",
+            with(sent(), |c| c.jsonrpc_error = Some(-32601)),
+            [P, F, U, U, U],
+            Some(Protocol),
+            Some("jsonrpc_-32601"),
+        ),
+        row(
+            "jsonrpc -32700 parse error",
+            with(answered(), |c| c.jsonrpc_error = Some(-32700)),
+            [P, F, U, U, U],
+            Some(Protocol),
+            Some("jsonrpc_-32700"),
+        ),
+        row(
+            "jsonrpc -32600 invalid request",
+            with(answered(), |c| c.jsonrpc_error = Some(-32600)),
+            [P, F, U, U, U],
+            Some(Protocol),
+            Some("jsonrpc_-32600"),
+        ),
+        row(
+            "jsonrpc -32602 invalid params",
+            with(answered(), |c| c.jsonrpc_error = Some(-32602)),
+            [P, F, U, U, U],
+            Some(Protocol),
+            Some("jsonrpc_-32602"),
+        ),
         row("http 400 fails protocol", with(sent(), |c| c.http_status = Some(400)), [P, F, U, U, U], Some(Protocol), Some("http_400")),
         row(
             "a refused protocol version fails protocol",
@@ -150,7 +234,13 @@ fn layer_cases() -> Vec<LayerCase> {
             Some(Protocol),
             Some("unsupported_protocol_version"),
         ),
-        row("a capability the run needs was not negotiated", with(answered(), |c| c.negotiation = Some(missing_capability())), [P, F, U, U, U], Some(Protocol), Some("missing_capability")),
+        row(
+            "a capability the run needs was not negotiated",
+            with(answered(), |c| c.negotiation = Some(missing_capability())),
+            [P, F, U, U, U],
+            Some(Protocol),
+            Some("missing_capability"),
+        ),
         row(
             "a refused version is named before a missing capability",
             with(answered(), |c| c.negotiation = Some(Negotiation { missing_capabilities: vec!["sampling".into()], ..refused_version() })),
@@ -187,10 +277,28 @@ fn layer_cases() -> Vec<LayerCase> {
         ),
         // Authorization.
         row("auth challenge 401", with(sent(), |c| c.auth_status = Some(401)), [P, U, F, U, U], Some(Authorization), Some("invalid_token")),
-        row("auth challenge 403", with(sent(), |c| c.auth_status = Some(403)), [P, U, F, U, U], Some(Authorization), Some("insufficient_scope")),
+        row(
+            "auth challenge 403",
+            with(sent(), |c| c.auth_status = Some(403)),
+            [P, U, F, U, U],
+            Some(Authorization),
+            Some("insufficient_scope"),
+        ),
         row("plain http 401", with(sent(), |c| c.http_status = Some(401)), [P, U, F, U, U], Some(Authorization), Some("invalid_token")),
-        row("plain http 403", with(sent(), |c| c.http_status = Some(403)), [P, U, F, U, U], Some(Authorization), Some("insufficient_scope")),
-        row("a missing token with no status", with(sent(), |c| c.auth_error = Some(AuthError::MissingToken)), [P, U, F, U, U], Some(Authorization), Some("missing_token")),
+        row(
+            "plain http 403",
+            with(sent(), |c| c.http_status = Some(403)),
+            [P, U, F, U, U],
+            Some(Authorization),
+            Some("insufficient_scope"),
+        ),
+        row(
+            "a missing token with no status",
+            with(sent(), |c| c.auth_error = Some(AuthError::MissingToken)),
+            [P, U, F, U, U],
+            Some(Authorization),
+            Some("missing_token"),
+        ),
         row(
             "the challenge's error is named before the status",
             with(sent(), |c| {
@@ -211,7 +319,13 @@ fn layer_cases() -> Vec<LayerCase> {
             Some(Authorization),
             Some("insufficient_scope"),
         ),
-        row("an unexpected challenge status is still unauthorized", with(sent(), |c| c.auth_status = Some(407)), [P, U, F, U, U], Some(Authorization), Some("unauthorized")),
+        row(
+            "an unexpected challenge status is still unauthorized",
+            with(sent(), |c| c.auth_status = Some(407)),
+            [P, U, F, U, U],
+            Some(Authorization),
+            Some("unauthorized"),
+        ),
         row(
             "auth failure rendered by the client as -32603: protocol was never reached",
             with(sent(), |c| {
@@ -248,7 +362,13 @@ fn layer_cases() -> Vec<LayerCase> {
         // Execution.
         row("isError: true", with(answered(), |c| c.tool_error = true), [P, P, P, F, U], Some(Execution), Some("tool_error")),
         row("tool timeout", with(answered(), |c| c.exec_timeout = true), [P, P, P, F, U], Some(Execution), Some("tool_timeout")),
-        row("structured output violates outputSchema", with(answered(), |c| c.output_schema_violated = Some(true)), [P, P, P, F, U], Some(Execution), Some("output_schema_violated")),
+        row(
+            "structured output violates outputSchema",
+            with(answered(), |c| c.output_schema_violated = Some(true)),
+            [P, P, P, F, U],
+            Some(Execution),
+            Some("output_schema_violated"),
+        ),
         row(
             "a tool error is named before a tool timeout",
             with(answered(), |c| {
@@ -270,7 +390,13 @@ fn layer_cases() -> Vec<LayerCase> {
             Some(Execution),
             Some("tool_timeout"),
         ),
-        row("valid structured output passes execution", with(answered(), |c| c.output_schema_violated = Some(false)), [P, P, P, P, U], None, None),
+        row(
+            "valid structured output passes execution",
+            with(answered(), |c| c.output_schema_violated = Some(false)),
+            [P, P, P, P, U],
+            None,
+            None,
+        ),
         // Outcome.
         row("verifier confirmed", with(answered(), |c| c.outcomes.push(confirmed())), [P, P, P, P, P], None, None),
         row(
@@ -314,7 +440,13 @@ fn layer_cases() -> Vec<LayerCase> {
             None,
             None,
         ),
-        row("a confirmed outcome does not pass the unobserved earlier layers", with(sent(), |c| c.outcomes.push(confirmed())), [U, U, U, U, P], None, None),
+        row(
+            "a confirmed outcome does not pass the unobserved earlier layers",
+            with(sent(), |c| c.outcomes.push(confirmed())),
+            [U, U, U, U, P],
+            None,
+            None,
+        ),
         // Masking: one early break is one failure, not five.
         row(
             "a transport failure masks a tool error and a failed outcome",
@@ -411,10 +543,13 @@ fn failed_layers_before_masking_are_still_evaluated_independently() {
 fn a_json_rpc_error_response_is_no_tool_result_even_before_masking() {
     // The response came back, but as a JSON-RPC error: the tool never produced a result, so
     // execution is unobserved, not passed, whether or not a later stage masks it.
-    for c in [with(answered(), |c| c.jsonrpc_error = Some(-32601)), with(answered(), |c| {
-        c.jsonrpc_error = Some(-32603);
-        c.auth_status = Some(401);
-    })] {
+    for c in [
+        with(answered(), |c| c.jsonrpc_error = Some(-32601)),
+        with(answered(), |c| {
+            c.jsonrpc_error = Some(-32603);
+            c.auth_status = Some(401);
+        }),
+    ] {
         let f = layers::evaluate(&c);
         assert_eq!(f.get(Layer::Execution), U, "{c:?}");
         assert_eq!(f.get(Layer::Authorization), if c.auth_status.is_some() { F } else { P });
@@ -435,104 +570,424 @@ struct StateCase {
 
 fn state_cases() -> Vec<StateCase> {
     use HealthState::*;
-    let row = |name, ev, ctx, state, retry_safe, protocol_success, verified_success| StateCase { name, ev, ctx, state, retry_safe, protocol_success, verified_success };
+    let row = |name, ev, ctx, state, retry_safe, protocol_success, verified_success| StateCase {
+        name,
+        ev,
+        ctx,
+        state,
+        retry_safe,
+        protocol_success,
+        verified_success,
+    };
     let side_effect = |c: CallEvidence| with(c, |c| c.effect_boundary = Some(EffectBoundary::SideEffect));
     vec![
         // needs_auth, and what it outranks.
-        row("401 invalid_token", with(sent(), |c| {
-            c.http_status = Some(401);
-            c.auth_error = Some(AuthError::InvalidToken);
-        }), NO_CTX, NeedsAuth, true, false, false),
-        row("403 insufficient_scope", with(sent(), |c| {
-            c.http_status = Some(403);
-            c.auth_error = Some(AuthError::InsufficientScope);
-            c.required_scope = Some("tickets:write".into());
-        }), NO_CTX, NeedsAuth, true, false, false),
-        row("missing token without any status", with(sent(), |c| c.auth_error = Some(AuthError::MissingToken)), NO_CTX, NeedsAuth, true, false, false),
-        row("auth failure + JSON-RPC -32603 is needs_auth, not protocol_error", with(sent(), |c| {
-            c.jsonrpc_error = Some(-32603);
-            c.response_seen = true;
-            c.auth_status = Some(401);
-        }), NO_CTX, NeedsAuth, true, false, false),
-        row("auth failure outranks an incompatible session", with(answered(), |c| {
-            c.negotiation = Some(refused_version());
-            c.auth_status = Some(401);
-        }), NO_CTX, NeedsAuth, true, false, false),
+        row(
+            "401 invalid_token",
+            with(sent(), |c| {
+                c.http_status = Some(401);
+                c.auth_error = Some(AuthError::InvalidToken);
+            }),
+            NO_CTX,
+            NeedsAuth,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "403 insufficient_scope",
+            with(sent(), |c| {
+                c.http_status = Some(403);
+                c.auth_error = Some(AuthError::InsufficientScope);
+                c.required_scope = Some("tickets:write".into());
+            }),
+            NO_CTX,
+            NeedsAuth,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "missing token without any status",
+            with(sent(), |c| c.auth_error = Some(AuthError::MissingToken)),
+            NO_CTX,
+            NeedsAuth,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "auth failure + JSON-RPC -32603 is needs_auth, not protocol_error",
+            with(sent(), |c| {
+                c.jsonrpc_error = Some(-32603);
+                c.response_seen = true;
+                c.auth_status = Some(401);
+            }),
+            NO_CTX,
+            NeedsAuth,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "auth failure outranks an incompatible session",
+            with(answered(), |c| {
+                c.negotiation = Some(refused_version());
+                c.auth_status = Some(401);
+            }),
+            NO_CTX,
+            NeedsAuth,
+            true,
+            false,
+            false,
+        ),
         row("auth failure outranks a stale catalog", with(sent(), |c| c.auth_status = Some(403)), STALE, NeedsAuth, true, false, false),
         row("auth failure outranks working", with(sent(), |c| c.auth_status = Some(403)), WORKING, NeedsAuth, true, false, false),
-        row("an undiscoverable authorization server is needs_auth, never a transport outage", with(sent(), |c| {
-            c.auth_error = Some(AuthError::MissingToken);
-            c.transport = Some(TransportOutcome::DnsFailure);
-        }), NO_CTX, NeedsAuth, true, false, false),
-        row("auth failure outranks a tool error", with(answered(), |c| {
-            c.auth_status = Some(403);
-            c.tool_error = true;
-        }), NO_CTX, NeedsAuth, true, false, false),
+        row(
+            "an undiscoverable authorization server is needs_auth, never a transport outage",
+            with(sent(), |c| {
+                c.auth_error = Some(AuthError::MissingToken);
+                c.transport = Some(TransportOutcome::DnsFailure);
+            }),
+            NO_CTX,
+            NeedsAuth,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "auth failure outranks a tool error",
+            with(answered(), |c| {
+                c.auth_status = Some(403);
+                c.tool_error = true;
+            }),
+            NO_CTX,
+            NeedsAuth,
+            true,
+            false,
+            false,
+        ),
         // transport_failed: failures that cannot have committed anything.
-        row("connection refused at a side-effect boundary is transport_failed", side_effect(with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionRefused))), NO_CTX, TransportFailed, true, false, false),
-        row("connection refused from the exception class", side_effect(with(sent(), |c| c.connection_error = Some(TransportOutcome::ConnectionRefused))), NO_CTX, TransportFailed, true, false, false),
-        row("dns failure", side_effect(with(sent(), |c| c.transport = Some(TransportOutcome::DnsFailure))), NO_CTX, TransportFailed, true, false, false),
-        row("tls failure", side_effect(with(sent(), |c| c.transport = Some(TransportOutcome::TlsFailure))), NO_CTX, TransportFailed, true, false, false),
-        row("http 503 at a side-effect boundary", side_effect(with(sent(), |c| c.http_status = Some(503))), NO_CTX, TransportFailed, true, false, false),
-        row("timeout at a boundary declared free of side effects", with(sent(), |c| {
-            c.transport = Some(TransportOutcome::Timeout);
-            c.effect_boundary = Some(EffectBoundary::None);
-        }), NO_CTX, TransportFailed, true, false, false),
-        row("timeout at a side-effect boundary with the request known unsent", with(timed_out_at_side_effect(), |c| c.request_sent = Some(false)), NO_CTX, TransportFailed, true, false, false),
-        row("timeout of a tools/list commits nothing", with(timed_out_at_side_effect(), |c| c.method = Some(Method::ToolsList)), NO_CTX, TransportFailed, true, false, false),
-        row("timeout of an initialize commits nothing", with(timed_out_at_side_effect(), |c| c.method = Some(Method::Initialize)), NO_CTX, TransportFailed, true, false, false),
-        row("transport failure outranks a stale catalog", with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionRefused)), STALE, TransportFailed, true, false, false),
-        row("transport failure outranks an incompatible session", with(sent(), |c| {
-            c.transport = Some(TransportOutcome::ConnectionRefused);
-            c.negotiation = Some(refused_version());
-        }), NO_CTX, TransportFailed, true, false, false),
+        row(
+            "connection refused at a side-effect boundary is transport_failed",
+            side_effect(with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionRefused))),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "connection refused from the exception class",
+            side_effect(with(sent(), |c| c.connection_error = Some(TransportOutcome::ConnectionRefused))),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "dns failure",
+            side_effect(with(sent(), |c| c.transport = Some(TransportOutcome::DnsFailure))),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "tls failure",
+            side_effect(with(sent(), |c| c.transport = Some(TransportOutcome::TlsFailure))),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "http 503 at a side-effect boundary",
+            side_effect(with(sent(), |c| c.http_status = Some(503))),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "timeout at a boundary declared free of side effects",
+            with(sent(), |c| {
+                c.transport = Some(TransportOutcome::Timeout);
+                c.effect_boundary = Some(EffectBoundary::None);
+            }),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "timeout at a side-effect boundary with the request known unsent",
+            with(timed_out_at_side_effect(), |c| c.request_sent = Some(false)),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "timeout of a tools/list commits nothing",
+            with(timed_out_at_side_effect(), |c| c.method = Some(Method::ToolsList)),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "timeout of an initialize commits nothing",
+            with(timed_out_at_side_effect(), |c| c.method = Some(Method::Initialize)),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "transport failure outranks a stale catalog",
+            with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionRefused)),
+            STALE,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "transport failure outranks an incompatible session",
+            with(sent(), |c| {
+                c.transport = Some(TransportOutcome::ConnectionRefused);
+                c.negotiation = Some(refused_version());
+            }),
+            NO_CTX,
+            TransportFailed,
+            true,
+            false,
+            false,
+        ),
         // effect_unknown: the response was lost where a side effect may have committed.
         row("timeout at a side-effect boundary", timed_out_at_side_effect(), NO_CTX, EffectUnknown, false, false, false),
-        row("timeout with the request known sent", with(timed_out_at_side_effect(), |c| c.request_sent = Some(true)), NO_CTX, EffectUnknown, false, false, false),
-        row("timeout with an undeclared boundary counts as a possible side effect", with(sent(), |c| c.transport = Some(TransportOutcome::Timeout)), NO_CTX, EffectUnknown, false, false, false),
-        row("connection reset at a side-effect boundary", side_effect(with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionReset))), NO_CTX, EffectUnknown, false, false, false),
-        row("connection reset from the exception class", side_effect(with(sent(), |c| c.connection_error = Some(TransportOutcome::ConnectionReset))), NO_CTX, EffectUnknown, false, false, false),
-        row("timeout exception class with no response", side_effect(with(sent(), |c| c.timeout_error = true)), NO_CTX, EffectUnknown, false, false, false),
-        row("effect_unknown + a later failed receipt is false_success", with(timed_out_at_side_effect(), |c| {
-            c.outcomes.push(receipt(OutcomeResult::Failed, VerifierMethod::RowVersion, 50));
-        }), NO_CTX, FalseSuccess, true, false, false),
-        row("effect_unknown + a later missing receipt is false_success", with(timed_out_at_side_effect(), |c| {
-            c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::RowVersion, 50));
-        }), NO_CTX, FalseSuccess, true, false, false),
-        row("effect_unknown + a confirmed receipt is healthy", with(timed_out_at_side_effect(), |c| c.outcomes.push(confirmed())), NO_CTX, Healthy, true, false, true),
+        row(
+            "timeout with the request known sent",
+            with(timed_out_at_side_effect(), |c| c.request_sent = Some(true)),
+            NO_CTX,
+            EffectUnknown,
+            false,
+            false,
+            false,
+        ),
+        row(
+            "timeout with an undeclared boundary counts as a possible side effect",
+            with(sent(), |c| c.transport = Some(TransportOutcome::Timeout)),
+            NO_CTX,
+            EffectUnknown,
+            false,
+            false,
+            false,
+        ),
+        row(
+            "connection reset at a side-effect boundary",
+            side_effect(with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionReset))),
+            NO_CTX,
+            EffectUnknown,
+            false,
+            false,
+            false,
+        ),
+        row(
+            "connection reset from the exception class",
+            side_effect(with(sent(), |c| c.connection_error = Some(TransportOutcome::ConnectionReset))),
+            NO_CTX,
+            EffectUnknown,
+            false,
+            false,
+            false,
+        ),
+        row(
+            "timeout exception class with no response",
+            side_effect(with(sent(), |c| c.timeout_error = true)),
+            NO_CTX,
+            EffectUnknown,
+            false,
+            false,
+            false,
+        ),
+        row(
+            "effect_unknown + a later failed receipt is false_success",
+            with(timed_out_at_side_effect(), |c| {
+                c.outcomes.push(receipt(OutcomeResult::Failed, VerifierMethod::RowVersion, 50));
+            }),
+            NO_CTX,
+            FalseSuccess,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "effect_unknown + a later missing receipt is false_success",
+            with(timed_out_at_side_effect(), |c| {
+                c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::RowVersion, 50));
+            }),
+            NO_CTX,
+            FalseSuccess,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "effect_unknown + a confirmed receipt is healthy",
+            with(timed_out_at_side_effect(), |c| c.outcomes.push(confirmed())),
+            NO_CTX,
+            Healthy,
+            true,
+            false,
+            true,
+        ),
         // incompatible_session.
-        row("initialize: the client refused the negotiated version", with(answered(), |c| {
-            c.method = Some(Method::Initialize);
-            c.negotiation = Some(refused_version());
-        }), NO_CTX, IncompatibleSession, true, false, false),
-        row("initialize answered with a JSON-RPC error", with(sent(), |c| {
-            c.method = Some(Method::Initialize);
-            c.jsonrpc_error = Some(-32602);
-        }), NO_CTX, IncompatibleSession, true, false, false),
-        row("a tools/call in a session missing a needed capability", with(answered(), |c| c.negotiation = Some(missing_capability())), NO_CTX, IncompatibleSession, true, false, false),
-        row("incompatible session outranks a stale catalog", with(answered(), |c| c.negotiation = Some(refused_version())), STALE, IncompatibleSession, true, false, false),
-        row("incompatible session outranks a JSON-RPC error", with(answered(), |c| {
-            c.negotiation = Some(missing_capability());
-            c.jsonrpc_error = Some(-32601);
-        }), NO_CTX, IncompatibleSession, true, false, false),
+        row(
+            "initialize: the client refused the negotiated version",
+            with(answered(), |c| {
+                c.method = Some(Method::Initialize);
+                c.negotiation = Some(refused_version());
+            }),
+            NO_CTX,
+            IncompatibleSession,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "initialize answered with a JSON-RPC error",
+            with(sent(), |c| {
+                c.method = Some(Method::Initialize);
+                c.jsonrpc_error = Some(-32602);
+            }),
+            NO_CTX,
+            IncompatibleSession,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "a tools/call in a session missing a needed capability",
+            with(answered(), |c| c.negotiation = Some(missing_capability())),
+            NO_CTX,
+            IncompatibleSession,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "incompatible session outranks a stale catalog",
+            with(answered(), |c| c.negotiation = Some(refused_version())),
+            STALE,
+            IncompatibleSession,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "incompatible session outranks a JSON-RPC error",
+            with(answered(), |c| {
+                c.negotiation = Some(missing_capability());
+                c.jsonrpc_error = Some(-32601);
+            }),
+            NO_CTX,
+            IncompatibleSession,
+            true,
+            false,
+            false,
+        ),
         // stale_catalog (only from the session context today).
-        row("stale catalog on an otherwise confirmed call", with(answered(), |c| c.outcomes.push(confirmed())), STALE, StaleCatalog, true, true, false),
-        row("stale catalog outranks a protocol error", with(answered(), |c| c.jsonrpc_error = Some(-32601)), STALE, StaleCatalog, true, false, false),
-        row("stale catalog outranks working", answered(), SessionContext { catalog_stale: Some(true), working: true, contract_drift: None }, StaleCatalog, true, true, false),
+        row(
+            "stale catalog on an otherwise confirmed call",
+            with(answered(), |c| c.outcomes.push(confirmed())),
+            STALE,
+            StaleCatalog,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "stale catalog outranks a protocol error",
+            with(answered(), |c| c.jsonrpc_error = Some(-32601)),
+            STALE,
+            StaleCatalog,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "stale catalog outranks working",
+            answered(),
+            SessionContext { catalog_stale: Some(true), working: true, contract_drift: None },
+            StaleCatalog,
+            true,
+            true,
+            false,
+        ),
         row("a definition that differs from its pin is contract drift", answered(), DRIFT, ContractDrift, true, true, false),
-        row("contract drift outranks a stale catalog", answered(), SessionContext { catalog_stale: Some(true), working: false, contract_drift: Some(vec![]) }, ContractDrift, true, true, false),
-        row("an incompatible session outranks contract drift", with(answered(), |c| c.negotiation = Some(refused_version())), DRIFT, IncompatibleSession, true, false, false),
+        row(
+            "contract drift outranks a stale catalog",
+            answered(),
+            SessionContext { catalog_stale: Some(true), working: false, contract_drift: Some(vec![]) },
+            ContractDrift,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "an incompatible session outranks contract drift",
+            with(answered(), |c| c.negotiation = Some(refused_version())),
+            DRIFT,
+            IncompatibleSession,
+            true,
+            false,
+            false,
+        ),
         row("authorization outranks contract drift", with(sent(), |c| c.http_status = Some(401)), DRIFT, NeedsAuth, true, false, false),
-        row("a catalog known fresh is not stale", with(answered(), |c| c.outcomes.push(confirmed())), SessionContext { catalog_stale: Some(false), working: false, contract_drift: None }, Healthy, true, true, true),
+        row(
+            "a catalog known fresh is not stale",
+            with(answered(), |c| c.outcomes.push(confirmed())),
+            SessionContext { catalog_stale: Some(false), working: false, contract_drift: None },
+            Healthy,
+            true,
+            true,
+            true,
+        ),
         // protocol_error.
         row("-32601 method not found", with(answered(), |c| c.jsonrpc_error = Some(-32601)), NO_CTX, ProtocolError, true, false, false),
         row("-32602 invalid params", with(answered(), |c| c.jsonrpc_error = Some(-32602)), NO_CTX, ProtocolError, true, false, false),
         row("http 400", with(sent(), |c| c.http_status = Some(400)), NO_CTX, ProtocolError, true, false, false),
-        row("protocol error outranks working", with(answered(), |c| c.jsonrpc_error = Some(-32602)), WORKING, ProtocolError, true, false, false),
-        row("protocol error outranks a failed outcome", with(answered(), |c| {
-            c.jsonrpc_error = Some(-32602);
-            c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 1));
-        }), NO_CTX, ProtocolError, true, false, false),
+        row(
+            "protocol error outranks working",
+            with(answered(), |c| c.jsonrpc_error = Some(-32602)),
+            WORKING,
+            ProtocolError,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "protocol error outranks a failed outcome",
+            with(answered(), |c| {
+                c.jsonrpc_error = Some(-32602);
+                c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 1));
+            }),
+            NO_CTX,
+            ProtocolError,
+            true,
+            false,
+            false,
+        ),
         // working (only from the session context today).
         row("a call in flight with valid progress", sent(), WORKING, Working, true, false, false),
         row("working outranks tool_failed (SPEC order)", with(answered(), |c| c.tool_error = true), WORKING, Working, true, true, false),
@@ -540,40 +995,128 @@ fn state_cases() -> Vec<StateCase> {
         row("isError: true", with(answered(), |c| c.tool_error = true), NO_CTX, ToolFailed, true, true, false),
         row("tool timeout", with(answered(), |c| c.exec_timeout = true), NO_CTX, ToolFailed, true, true, false),
         row("output schema violated", with(answered(), |c| c.output_schema_violated = Some(true)), NO_CTX, ToolFailed, true, true, false),
-        row("tool_failed outranks false_success", with(answered(), |c| {
-            c.tool_error = true;
-            c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 1));
-        }), NO_CTX, ToolFailed, true, true, false),
-        row("tool_failed outranks a confirmed outcome", with(answered(), |c| {
-            c.tool_error = true;
-            c.outcomes.push(confirmed());
-        }), NO_CTX, ToolFailed, true, true, false),
+        row(
+            "tool_failed outranks false_success",
+            with(answered(), |c| {
+                c.tool_error = true;
+                c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 1));
+            }),
+            NO_CTX,
+            ToolFailed,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "tool_failed outranks a confirmed outcome",
+            with(answered(), |c| {
+                c.tool_error = true;
+                c.outcomes.push(confirmed());
+            }),
+            NO_CTX,
+            ToolFailed,
+            true,
+            true,
+            false,
+        ),
         // false_success.
-        row("success but the artifact is missing", with(answered(), |c| c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::RowVersion, 1))), NO_CTX, FalseSuccess, true, true, false),
-        row("success but the destination is stale", with(answered(), |c| c.outcomes.push(receipt(OutcomeResult::Stale, VerifierMethod::FileDigest, 1))), NO_CTX, FalseSuccess, true, true, false),
-        row("a later failed check overrides an earlier confirmation", with(answered(), |c| {
-            c.outcomes.push(receipt(OutcomeResult::Confirmed, VerifierMethod::Receipt, 1));
-            c.outcomes.push(receipt(OutcomeResult::Failed, VerifierMethod::TestResult, 2));
-        }), NO_CTX, FalseSuccess, true, true, false),
+        row(
+            "success but the artifact is missing",
+            with(answered(), |c| c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::RowVersion, 1))),
+            NO_CTX,
+            FalseSuccess,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "success but the destination is stale",
+            with(answered(), |c| c.outcomes.push(receipt(OutcomeResult::Stale, VerifierMethod::FileDigest, 1))),
+            NO_CTX,
+            FalseSuccess,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "a later failed check overrides an earlier confirmation",
+            with(answered(), |c| {
+                c.outcomes.push(receipt(OutcomeResult::Confirmed, VerifierMethod::Receipt, 1));
+                c.outcomes.push(receipt(OutcomeResult::Failed, VerifierMethod::TestResult, 2));
+            }),
+            NO_CTX,
+            FalseSuccess,
+            true,
+            true,
+            false,
+        ),
         // unverified: never green without a verifier.
         row("success without a verifier is unverified", answered(), NO_CTX, Unverified, true, true, false),
-        row("success at a side-effect boundary without a verifier is unverified", side_effect(answered()), NO_CTX, Unverified, true, true, false),
-        row("a successful initialize is unverified (nothing checks it)", with(answered(), |c| c.method = Some(Method::Initialize)), NO_CTX, Unverified, true, true, false),
+        row(
+            "success at a side-effect boundary without a verifier is unverified",
+            side_effect(answered()),
+            NO_CTX,
+            Unverified,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "a successful initialize is unverified (nothing checks it)",
+            with(answered(), |c| c.method = Some(Method::Initialize)),
+            NO_CTX,
+            Unverified,
+            true,
+            true,
+            false,
+        ),
         row("nothing observed at all is unverified", sent(), NO_CTX, Unverified, true, false, false),
-        row("a confirmed outcome with no observed response is unverified", with(sent(), |c| c.outcomes.push(confirmed())), NO_CTX, Unverified, true, false, false),
-        row("a confirmed outcome with only transport ok is unverified", with(sent(), |c| {
-            c.transport = Some(TransportOutcome::Ok);
-            c.outcomes.push(confirmed());
-        }), NO_CTX, Unverified, true, false, false),
+        row(
+            "a confirmed outcome with no observed response is unverified",
+            with(sent(), |c| c.outcomes.push(confirmed())),
+            NO_CTX,
+            Unverified,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "a confirmed outcome with only transport ok is unverified",
+            with(sent(), |c| {
+                c.transport = Some(TransportOutcome::Ok);
+                c.outcomes.push(confirmed());
+            }),
+            NO_CTX,
+            Unverified,
+            true,
+            false,
+            false,
+        ),
         // healthy.
         row("success confirmed by a receipt", with(answered(), |c| c.outcomes.push(confirmed())), NO_CTX, Healthy, true, true, true),
-        row("success confirmed by a weak llm judge is still healthy", with(answered(), |c| {
-            c.outcomes.push(receipt(OutcomeResult::Confirmed, VerifierMethod::LlmJudge, 1));
-        }), NO_CTX, Healthy, true, true, true),
-        row("a later confirmation overrides an earlier missing check", with(answered(), |c| {
-            c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 1));
-            c.outcomes.push(receipt(OutcomeResult::Confirmed, VerifierMethod::Receipt, 2));
-        }), NO_CTX, Healthy, true, true, true),
+        row(
+            "success confirmed by a weak llm judge is still healthy",
+            with(answered(), |c| {
+                c.outcomes.push(receipt(OutcomeResult::Confirmed, VerifierMethod::LlmJudge, 1));
+            }),
+            NO_CTX,
+            Healthy,
+            true,
+            true,
+            true,
+        ),
+        row(
+            "a later confirmation overrides an earlier missing check",
+            with(answered(), |c| {
+                c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 1));
+                c.outcomes.push(receipt(OutcomeResult::Confirmed, VerifierMethod::Receipt, 2));
+            }),
+            NO_CTX,
+            Healthy,
+            true,
+            true,
+            true,
+        ),
     ]
 }
 
@@ -598,7 +1141,9 @@ fn state_table_covers_every_health_state() {
         assert!(cases.iter().any(|c| c.state == s), "no row reaches {s}");
     }
     // Every state but the two that need session context is reached from call evidence alone.
-    for s in HealthState::ALL.into_iter().filter(|s| !matches!(s, HealthState::StaleCatalog | HealthState::Working | HealthState::ContractDrift)) {
+    for s in
+        HealthState::ALL.into_iter().filter(|s| !matches!(s, HealthState::StaleCatalog | HealthState::Working | HealthState::ContractDrift))
+    {
         assert!(cases.iter().any(|c| c.state == s && c.ctx == NO_CTX), "no evidence-only row reaches {s}");
     }
 }
@@ -754,37 +1299,151 @@ fn confidence_table() {
     let client_only = |c: CallEvidence| CallEvidence { server_seen: false, ..c };
     let weak = |m| with(answered(), |c| c.outcomes.push(receipt(OutcomeResult::Confirmed, m, 1)));
     let cases: Vec<(&str, CallEvidence, Decision, HealthState, Confidence)> = vec![
-        ("healthy on a strong receipt, client only", client_only(with(answered(), |c| c.outcomes.push(confirmed()))), QUIET, HealthState::Healthy, High),
+        (
+            "healthy on a strong receipt, client only",
+            client_only(with(answered(), |c| c.outcomes.push(confirmed()))),
+            QUIET,
+            HealthState::Healthy,
+            High,
+        ),
         ("healthy on an llm judge is low", weak(VerifierMethod::LlmJudge), QUIET, HealthState::Healthy, Low),
         ("healthy on an unspecified verifier method is low", weak(VerifierMethod::Unspecified), QUIET, HealthState::Healthy, Low),
-        ("false success on an llm judge is low", with(answered(), |c| c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::LlmJudge, 1))), QUIET, HealthState::FalseSuccess, Low),
-        ("a weak verifier does not lower a verdict it did not decide", with(weak(VerifierMethod::LlmJudge), |c| c.tool_error = true), QUIET, HealthState::ToolFailed, High),
+        (
+            "false success on an llm judge is low",
+            with(answered(), |c| c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::LlmJudge, 1))),
+            QUIET,
+            HealthState::FalseSuccess,
+            Low,
+        ),
+        (
+            "a weak verifier does not lower a verdict it did not decide",
+            with(weak(VerifierMethod::LlmJudge), |c| c.tool_error = true),
+            QUIET,
+            HealthState::ToolFailed,
+            High,
+        ),
         ("evicted chains are low", answered(), d(DecidedBy::Evicted, true, false), HealthState::Unverified, Low),
         ("chains cut by shutdown are low", answered(), d(DecidedBy::Shutdown, true, false), HealthState::Unverified, Low),
-        ("truncated chains are low", with(answered(), |c| c.tool_error = true), d(DecidedBy::Quiet, true, true), HealthState::ToolFailed, Low),
-        ("an unexplained error weakens an unverified call", with(answered(), |c| c.unexplained_error = true), QUIET, HealthState::Unverified, Low),
-        ("an unexplained error weakens a healthy call", with(answered(), |c| {
-            c.unexplained_error = true;
-            c.outcomes.push(confirmed());
-        }), QUIET, HealthState::Healthy, Low),
-        ("an unexplained error does not weaken a failure it sits beside", with(answered(), |c| {
-            c.unexplained_error = true;
-            c.tool_error = true;
-        }), QUIET, HealthState::ToolFailed, High),
+        (
+            "truncated chains are low",
+            with(answered(), |c| c.tool_error = true),
+            d(DecidedBy::Quiet, true, true),
+            HealthState::ToolFailed,
+            Low,
+        ),
+        (
+            "an unexplained error weakens an unverified call",
+            with(answered(), |c| c.unexplained_error = true),
+            QUIET,
+            HealthState::Unverified,
+            Low,
+        ),
+        (
+            "an unexplained error weakens a healthy call",
+            with(answered(), |c| {
+                c.unexplained_error = true;
+                c.outcomes.push(confirmed());
+            }),
+            QUIET,
+            HealthState::Healthy,
+            Low,
+        ),
+        (
+            "an unexplained error does not weaken a failure it sits beside",
+            with(answered(), |c| {
+                c.unexplained_error = true;
+                c.tool_error = true;
+            }),
+            QUIET,
+            HealthState::ToolFailed,
+            High,
+        ),
         ("both sides seen is high", with(answered(), |c| c.jsonrpc_error = Some(-32601)), QUIET, HealthState::ProtocolError, High),
-        ("one side only is medium", client_only(with(answered(), |c| c.jsonrpc_error = Some(-32601))), QUIET, HealthState::ProtocolError, Medium),
-        ("transport failure named by the transport attribute is high", with(sent(), |c| c.transport = Some(TransportOutcome::DnsFailure)), QUIET, HealthState::TransportFailed, High),
-        ("transport failure read from an http 503 on one side is medium", with(sent(), |c| c.http_status = Some(503)), QUIET, HealthState::TransportFailed, Medium),
+        (
+            "one side only is medium",
+            client_only(with(answered(), |c| c.jsonrpc_error = Some(-32601))),
+            QUIET,
+            HealthState::ProtocolError,
+            Medium,
+        ),
+        (
+            "transport failure named by the transport attribute is high",
+            with(sent(), |c| c.transport = Some(TransportOutcome::DnsFailure)),
+            QUIET,
+            HealthState::TransportFailed,
+            High,
+        ),
+        (
+            "transport failure read from an http 503 on one side is medium",
+            with(sent(), |c| c.http_status = Some(503)),
+            QUIET,
+            HealthState::TransportFailed,
+            Medium,
+        ),
         ("effect unknown named by the transport attribute is high", timed_out_at_side_effect(), QUIET, HealthState::EffectUnknown, High),
-        ("effect unknown from an exception class on one side is medium", with(sent(), |c| c.timeout_error = true), QUIET, HealthState::EffectUnknown, Medium),
-        ("needs_auth from a challenge attribute is high", with(sent(), |c| c.auth_error = Some(AuthError::InvalidToken)), QUIET, HealthState::NeedsAuth, High),
-        ("needs_auth from the auth status attribute is high", with(sent(), |c| c.auth_status = Some(401)), QUIET, HealthState::NeedsAuth, High),
-        ("needs_auth from a plain http 401 on one side is medium", with(sent(), |c| c.http_status = Some(401)), QUIET, HealthState::NeedsAuth, Medium),
-        ("incompatible session from negotiation evidence is high", client_only(with(answered(), |c| c.negotiation = Some(refused_version()))), QUIET, HealthState::IncompatibleSession, High),
-        ("max wait without a root caps high at medium", with(answered(), |c| c.outcomes.push(confirmed())), d(DecidedBy::MaxWait, false, false), HealthState::Healthy, Medium),
-        ("max wait with the root seen keeps high", with(answered(), |c| c.outcomes.push(confirmed())), d(DecidedBy::MaxWait, true, false), HealthState::Healthy, High),
-        ("max wait without a root leaves medium at medium", client_only(with(answered(), |c| c.tool_error = true)), d(DecidedBy::MaxWait, false, false), HealthState::ToolFailed, Medium),
-        ("replay is complete evidence", with(answered(), |c| c.outcomes.push(confirmed())), d(DecidedBy::Replay, true, false), HealthState::Healthy, High),
+        (
+            "effect unknown from an exception class on one side is medium",
+            with(sent(), |c| c.timeout_error = true),
+            QUIET,
+            HealthState::EffectUnknown,
+            Medium,
+        ),
+        (
+            "needs_auth from a challenge attribute is high",
+            with(sent(), |c| c.auth_error = Some(AuthError::InvalidToken)),
+            QUIET,
+            HealthState::NeedsAuth,
+            High,
+        ),
+        (
+            "needs_auth from the auth status attribute is high",
+            with(sent(), |c| c.auth_status = Some(401)),
+            QUIET,
+            HealthState::NeedsAuth,
+            High,
+        ),
+        (
+            "needs_auth from a plain http 401 on one side is medium",
+            with(sent(), |c| c.http_status = Some(401)),
+            QUIET,
+            HealthState::NeedsAuth,
+            Medium,
+        ),
+        (
+            "incompatible session from negotiation evidence is high",
+            client_only(with(answered(), |c| c.negotiation = Some(refused_version()))),
+            QUIET,
+            HealthState::IncompatibleSession,
+            High,
+        ),
+        (
+            "max wait without a root caps high at medium",
+            with(answered(), |c| c.outcomes.push(confirmed())),
+            d(DecidedBy::MaxWait, false, false),
+            HealthState::Healthy,
+            Medium,
+        ),
+        (
+            "max wait with the root seen keeps high",
+            with(answered(), |c| c.outcomes.push(confirmed())),
+            d(DecidedBy::MaxWait, true, false),
+            HealthState::Healthy,
+            High,
+        ),
+        (
+            "max wait without a root leaves medium at medium",
+            client_only(with(answered(), |c| c.tool_error = true)),
+            d(DecidedBy::MaxWait, false, false),
+            HealthState::ToolFailed,
+            Medium,
+        ),
+        (
+            "replay is complete evidence",
+            with(answered(), |c| c.outcomes.push(confirmed())),
+            d(DecidedBy::Replay, true, false),
+            HealthState::Healthy,
+            High,
+        ),
     ];
     for (name, ev, decision, want_state, want) in cases {
         let v = classify_call(&ev, &NO_CTX, decision);
@@ -820,13 +1479,16 @@ fn next_action_names_the_required_scope_for_a_403() {
     assert!(v.next_action.contains("never switch to a stronger credential"), "{}", v.next_action);
     assert_eq!(v.required_scope.as_deref(), Some("tickets:write"));
     // A 403 with the scope but only as a status (no challenge error) is routed the same way.
-    for c in [with(sent(), |c| {
-        c.auth_status = Some(403);
-        c.required_scope = Some("repo".into());
-    }), with(sent(), |c| {
-        c.http_status = Some(403);
-        c.required_scope = Some("repo".into());
-    })] {
+    for c in [
+        with(sent(), |c| {
+            c.auth_status = Some(403);
+            c.required_scope = Some("repo".into());
+        }),
+        with(sent(), |c| {
+            c.http_status = Some(403);
+            c.required_scope = Some("repo".into());
+        }),
+    ] {
         assert!(classify(&c).next_action.contains("'repo'"), "{c:?}");
     }
 }
@@ -841,11 +1503,21 @@ fn next_action_per_state() {
         (with(sent(), |c| c.auth_status = Some(403)), NO_CTX, HealthState::NeedsAuth, "ask the credential owner for the required scope"),
         (with(sent(), |c| c.auth_status = Some(401)), NO_CTX, HealthState::NeedsAuth, "refresh the credential once"),
         (with(sent(), |c| c.auth_error = Some(AuthError::InsufficientScope)), NO_CTX, HealthState::NeedsAuth, "required scope"),
-        (with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionRefused)), NO_CTX, HealthState::TransportFailed, "check reachability of tickets.example.test:8443"),
-        (with(sent(), |c| {
-            c.transport = Some(TransportOutcome::ConnectionRefused);
-            c.server = None;
-        }), NO_CTX, HealthState::TransportFailed, "check reachability of the server"),
+        (
+            with(sent(), |c| c.transport = Some(TransportOutcome::ConnectionRefused)),
+            NO_CTX,
+            HealthState::TransportFailed,
+            "check reachability of tickets.example.test:8443",
+        ),
+        (
+            with(sent(), |c| {
+                c.transport = Some(TransportOutcome::ConnectionRefused);
+                c.server = None;
+            }),
+            NO_CTX,
+            HealthState::TransportFailed,
+            "check reachability of the server",
+        ),
         (with(answered(), |c| c.negotiation = Some(refused_version())), NO_CTX, HealthState::IncompatibleSession, "integration owner"),
         (answered(), STALE, HealthState::StaleCatalog, "one bounded rediscovery"),
         (with(answered(), |c| c.jsonrpc_error = Some(-32601)), NO_CTX, HealthState::ProtocolError, "refresh discovery"),
@@ -854,7 +1526,12 @@ fn next_action_per_state() {
         (sent(), WORKING, HealthState::Working, "stay silent"),
         (with(answered(), |c| c.tool_error = true), NO_CTX, HealthState::ToolFailed, "known to be reversible"),
         (timed_out_at_side_effect(), NO_CTX, HealthState::EffectUnknown, "block automatic retry"),
-        (with(answered(), |c| c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 1))), NO_CTX, HealthState::FalseSuccess, "outcome incident"),
+        (
+            with(answered(), |c| c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 1))),
+            NO_CTX,
+            HealthState::FalseSuccess,
+            "outcome incident",
+        ),
         (answered(), NO_CTX, HealthState::Unverified, "verify the destination"),
         (with(answered(), |c| c.outcomes.push(confirmed())), NO_CTX, HealthState::Healthy, "continue"),
     ];
@@ -904,7 +1581,11 @@ fn verdict_carries_identity_but_hashes_the_session_id() {
     let hash = v.session_id_hash.expect("session hash");
     assert_eq!(hash.len(), 64);
     assert!(!hash.contains("sess-secret-1"));
-    assert_eq!(hash, crate::normalize::redact::hash_hex(b"session:sess-secret-1"), "the hash of the session key, as catalog verdicts report it");
+    assert_eq!(
+        hash,
+        crate::normalize::redact::hash_hex(b"session:sess-secret-1"),
+        "the hash of the session key, as catalog verdicts report it"
+    );
     let d = Decision { revision: 3, decided_by: DecidedBy::MaxWait, root_seen: true, truncated: false };
     let v = classify_call(&c, &NO_CTX, d);
     assert_eq!((v.revision, v.decided_by), (3, DecidedBy::MaxWait));

@@ -123,7 +123,11 @@ pub fn run_lock(a: LockArgs) -> ExitCode {
     }
     let total: usize = lock.servers.values().map(|t| t.len()).sum();
     println!("{}: {total} tool(s) pinned across {} server(s); {added} new, {updated} re-pinned", a.lockfile, lock.servers.len());
-    if errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 pub fn run_verify(a: VerifyArgs) -> ExitCode {

@@ -54,7 +54,14 @@ impl Summary {
         let p = verdicts.iter().filter(|v| v.protocol_success).count() as u64;
         let v = verdicts.iter().filter(|v| v.verified_success).count() as u64;
         let rate = |n: u64| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
-        Summary { summary: true, calls, protocol_successes: p, verified_successes: v, protocol_success_rate: rate(p), verified_success_rate: rate(v) }
+        Summary {
+            summary: true,
+            calls,
+            protocol_successes: p,
+            verified_successes: v,
+            protocol_success_rate: rate(p),
+            verified_success_rate: rate(v),
+        }
     }
 }
 
@@ -113,7 +120,12 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
         max_decided: 0,
         ..ChainLimits::default()
     });
-    let mut sessions = Sessions::new(SessionLimits { max_sessions: usize::MAX, max_events_per_session: 100_000, track_call_activity: true, ..SessionLimits::default() });
+    let mut sessions = Sessions::new(SessionLimits {
+        max_sessions: usize::MAX,
+        max_events_per_session: 100_000,
+        track_call_activity: true,
+        ..SessionLimits::default()
+    });
     let now = Instant::now();
     // The clocks of calls still in flight at the end of the input are read at the latest span time.
     let mut latest_ns = 0u64;
@@ -169,7 +181,12 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
     let catalog = sessions
         .all_current()
         .into_iter()
-        .map(|(session, server, verdict)| CatalogRow { catalog: true, session_hash: crate::normalize::redact::hash_hex(session.as_bytes()), server, verdict })
+        .map(|(session, server, verdict)| CatalogRow {
+            catalog: true,
+            session_hash: crate::normalize::redact::hash_hex(session.as_bytes()),
+            server,
+            verdict,
+        })
         .collect();
     let mut seen = Default::default();
     let drift = match pins {
@@ -180,7 +197,16 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
                 let check = p.check(&d.server, &d.tool, &d.digest, crate::normalize::definitions::lookup(&d.digest).as_ref());
                 if let crate::classify::pinning::PinCheck::Drift { pinned_digest, changes } = check {
                     if seen_insert(&mut seen, &d) {
-                        all.push(crate::pipeline::DriftEvent { drift: true, server: d.server.to_string(), tool: d.tool.to_string(), pinned_digest, digest: d.digest.to_string(), changes, trace_id: [0; 16], span_id: [0; 8] });
+                        all.push(crate::pipeline::DriftEvent {
+                            drift: true,
+                            server: d.server.to_string(),
+                            tool: d.tool.to_string(),
+                            pinned_digest,
+                            digest: d.digest.to_string(),
+                            changes,
+                            trace_id: [0; 16],
+                            span_id: [0; 8],
+                        });
                     }
                 }
             }
@@ -191,7 +217,11 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
     let mut book = crate::classify::incidents::IncidentBook::default();
     let mut by_time: Vec<&Verdict> = verdicts.iter().collect();
     by_time.sort_by_key(|v| (v.end_ns, v.start_ns));
-    let incidents = by_time.into_iter().flat_map(|v| book.observe(v)).map(|(transition, row)| IncidentLine { incident: true, transition, row }).collect();
+    let incidents = by_time
+        .into_iter()
+        .flat_map(|v| book.observe(v))
+        .map(|(transition, row)| IncidentLine { incident: true, transition, row })
+        .collect();
     Replayed { verdicts, catalog, discoveries: sessions.discoveries(), drift, incidents }
 }
 
@@ -221,7 +251,11 @@ pub fn run(a: ReplayArgs) -> ExitCode {
             .iter()
             .map(|d| serde_json::to_value(d))
             .chain(incidents.iter().map(serde_json::to_value))
-            .try_for_each(|v| v.map_err(std::io::Error::other).and_then(|v| serde_json::to_writer(&mut out, &v).map_err(std::io::Error::other)).and_then(|_| writeln!(out)))
+            .try_for_each(|v| {
+                v.map_err(std::io::Error::other)
+                    .and_then(|v| serde_json::to_writer(&mut out, &v).map_err(std::io::Error::other))
+                    .and_then(|_| writeln!(out))
+            })
             .and_then(|_| write_json(&mut out, &verdicts, &catalog, &summary)),
         Format::Table => write_table(&mut out, &verdicts, &catalog, &summary).and_then(|_| write_incidents(&mut out, &incidents)),
     };
@@ -261,7 +295,11 @@ fn write_incidents(out: &mut impl Write, incidents: &[IncidentLine]) -> std::io:
         return Ok(());
     }
     writeln!(out)?;
-    writeln!(out, "{:<16} {:<9} {:<14} {:<21} {:<28} {:>5} {:>7}", "INCIDENT", "STATE", "FIRST FAILED", "HEALTH STATE", "SERVER", "CALLS", "RETRIES")?;
+    writeln!(
+        out,
+        "{:<16} {:<9} {:<14} {:<21} {:<28} {:>5} {:>7}",
+        "INCIDENT", "STATE", "FIRST FAILED", "HEALTH STATE", "SERVER", "CALLS", "RETRIES"
+    )?;
     for l in last {
         let r = &l.row;
         writeln!(
@@ -280,7 +318,11 @@ fn write_incidents(out: &mut impl Write, incidents: &[IncidentLine]) -> std::io:
 }
 
 fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow], s: &Summary) -> std::io::Result<()> {
-    writeln!(out, "{:<32} {:<12} {:<18} {:<14} {:<21} {:<10} {:<26}", "TRACE", "METHOD", "TOOL", "FIRST FAILED", "STATE", "CONFIDENCE", "REASON")?;
+    writeln!(
+        out,
+        "{:<32} {:<12} {:<18} {:<14} {:<21} {:<10} {:<26}",
+        "TRACE", "METHOD", "TOOL", "FIRST FAILED", "STATE", "CONFIDENCE", "REASON"
+    )?;
     for v in verdicts {
         writeln!(
             out,
@@ -298,7 +340,14 @@ fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow
         writeln!(out)?;
         writeln!(out, "{:<16} {:<32} {:<13} {}", "CATALOG SESSION", "SERVER", "CONVERGENCE", "REASON")?;
         for c in catalog {
-            writeln!(out, "{:<16} {:<32} {:<13} {}", &c.session_hash[..16], c.server.as_deref().unwrap_or("-"), c.verdict.convergence.as_str(), c.verdict.reason)?;
+            writeln!(
+                out,
+                "{:<16} {:<32} {:<13} {}",
+                &c.session_hash[..16],
+                c.server.as_deref().unwrap_or("-"),
+                c.verdict.convergence.as_str(),
+                c.verdict.reason
+            )?;
         }
     }
     writeln!(out)?;

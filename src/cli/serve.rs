@@ -135,20 +135,26 @@ fn percent_decode(s: &str) -> String {
 
 /// Run the service until `shutdown` resolves.
 pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
-    let service_name = cfg.service.telemetry.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "mcp-health".into());
+    let service_name =
+        cfg.service.telemetry.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "mcp-health".into());
 
     // Exporter settings: config first, then the standard OTEL_* variables.
     let otlp = cfg.exporters.otlp.clone().or_else(|| {
-        env("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).map(|_| {
-            serde_yaml_ng::from_str::<crate::config::OtlpExporter>("{}").unwrap_or_else(|_| unreachable!("defaults deserialize"))
-        })
+        env("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+            .map(|_| serde_yaml_ng::from_str::<crate::config::OtlpExporter>("{}").unwrap_or_else(|_| unreachable!("defaults deserialize")))
     });
     let mut headers: Vec<(String, String)> = Vec::new();
     let (mut traces_endpoint, mut metrics_endpoint, mut timeout, mut gzip) = (None, None, Duration::from_secs(10), false);
     if let Some(o) = &otlp {
-        traces_endpoint = o.endpoint.clone().or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"));
-        metrics_endpoint = o.metrics_endpoint.clone().or_else(|| env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")).or_else(|| traces_endpoint.clone());
-        timeout = o.timeout.or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT").and_then(|ms| ms.parse().ok()).map(Duration::from_millis)).unwrap_or(timeout);
+        traces_endpoint =
+            o.endpoint.clone().or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"));
+        metrics_endpoint =
+            o.metrics_endpoint.clone().or_else(|| env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")).or_else(|| traces_endpoint.clone());
+        timeout = o
+            .timeout
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT").and_then(|ms| ms.parse().ok()).map(Duration::from_millis))
+            .unwrap_or(timeout);
         gzip = o.compression.clone().or_else(|| env("OTEL_EXPORTER_OTLP_COMPRESSION")).as_deref() == Some("gzip");
         if let Some(h) = env("OTEL_EXPORTER_OTLP_HEADERS") {
             headers = parse_otel_headers(&h);
@@ -169,13 +175,9 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         resource: opentelemetry_sdk::Resource::builder().with_service_name(service_name.clone()).build(),
         prometheus: prom_cfg.is_some(),
         otlp: match (&otlp, &metrics_endpoint) {
-            (Some(o), Some(ep)) if o.metrics => Some(OtlpMetricsTarget {
-                endpoint: otlp_traces::endpoint_uri(ep),
-                timeout,
-                interval: o.metrics_interval,
-                metadata,
-                gzip,
-            }),
+            (Some(o), Some(ep)) if o.metrics => {
+                Some(OtlpMetricsTarget { endpoint: otlp_traces::endpoint_uri(ep), timeout, interval: o.metrics_interval, metadata, gzip })
+            }
             _ => None,
         },
         cardinality_limit: prom_cfg.as_ref().map_or(2000, |p| p.cardinality_limit),
@@ -248,14 +250,9 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
     let (stop_tx, stop_rx) = oneshot::channel();
     let mut correlator = Correlator::new(Chains::new(proc_cfg.limits()), Sessions::new(proc_cfg.session_limits()), pins.clone());
     correlator.progress = proc_cfg.progress.clone();
-    let gate_state = gate_l.as_ref().map(|(_, unpinned)| crate::gate::GateState { pins, board: correlator.board.clone(), unpinned: *unpinned });
-    let correlator = tokio::spawn(run_correlator(
-        ingest_rx,
-        correlator,
-        emitters,
-        tick,
-        stop_rx,
-    ));
+    let gate_state =
+        gate_l.as_ref().map(|(_, unpinned)| crate::gate::GateState { pins, board: correlator.board.clone(), unpinned: *unpinned });
+    let correlator = tokio::spawn(run_correlator(ingest_rx, correlator, emitters, tick, stop_rx));
 
     let (down_tx, down_rx) = watch::channel(false);
     let stopping = Arc::new(AtomicBool::new(false));
@@ -289,13 +286,16 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
     }
     if let (Some(l), Some(reader)) = (prom_l, metrics.prometheus.clone()) {
         tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "Prometheus endpoint listening on /metrics");
-        let app = Router::new().route(
-            "/metrics",
-            get(move || {
-                let reader = reader.clone();
-                async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], prometheus::render(&reader)) }
-            }),
-        );
+        let app =
+            Router::new().route(
+                "/metrics",
+                get(move || {
+                    let reader = reader.clone();
+                    async move {
+                        ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], prometheus::render(&reader))
+                    }
+                }),
+            );
         servers.push(spawn_http(l, app, wait_down(down_rx.clone())));
     }
     if let Some(l) = health_l {
@@ -309,7 +309,10 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
                     if st.load(Ordering::Relaxed) {
                         (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(serde_json::json!({"status": "Server is shutting down"})))
                     } else {
-                        (axum::http::StatusCode::OK, axum::Json(serde_json::json!({"status": "Server available", "uptime_seconds": started.elapsed().as_secs()})))
+                        (
+                            axum::http::StatusCode::OK,
+                            axum::Json(serde_json::json!({"status": "Server available", "uptime_seconds": started.elapsed().as_secs()})),
+                        )
                     }
                 }
             }),
@@ -340,7 +343,11 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
     Ok(())
 }
 
-fn spawn_http(l: tokio::net::TcpListener, app: Router, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> tokio::task::JoinHandle<()> {
+fn spawn_http(
+    l: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         if let Err(e) = axum::serve(l, app).with_graceful_shutdown(shutdown).await {
             tracing::error!(error = %e, "HTTP listener failed");

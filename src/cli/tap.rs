@@ -51,7 +51,10 @@ pub struct TapArgs {
 /// The OTLP endpoint: the flag, else the OTLP environment variables, else the local default.
 pub fn resolve_endpoint(flag: Option<&str>) -> String {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-    flag.map(str::to_string).or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT")).unwrap_or_else(|| "http://127.0.0.1:4317".into())
+    flag.map(str::to_string)
+        .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+        .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        .unwrap_or_else(|| "http://127.0.0.1:4317".into())
 }
 
 pub fn run(a: TapArgs) -> ExitCode {
@@ -84,12 +87,20 @@ pub fn run(a: TapArgs) -> ExitCode {
                     return 2;
                 }
             };
-            let settings = http::HttpSettings { listen: a.listen.expect("listen set in HTTP mode"), upstream: upstream.clone(), response_timeout: a.upstream_timeout, connect_timeout: a.connect_timeout };
+            let settings = http::HttpSettings {
+                listen: a.listen.expect("listen set in HTTP mode"),
+                upstream: upstream.clone(),
+                response_timeout: a.upstream_timeout,
+                connect_timeout: a.connect_timeout,
+            };
             let on_bound = |addr: SocketAddr| eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {upstream}");
             match http::run(settings, sink, on_bound, shutdown_signal()).await {
                 Ok(r) => {
                     if r.unobserved_events > 0 || r.stats.parse_errors > 0 {
-                        eprintln!("mcp-health tap: {} exchanges, {} events not observed (queue full), {} unparseable messages", r.exchanges, r.unobserved_events, r.stats.parse_errors);
+                        eprintln!(
+                            "mcp-health tap: {} exchanges, {} events not observed (queue full), {} unparseable messages",
+                            r.exchanges, r.unobserved_events, r.stats.parse_errors
+                        );
                     }
                     0
                 }

@@ -64,7 +64,8 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         }
         let named_by_verifier = s.outcomes.iter().find_map(|o| o.request_id.as_deref());
         let explicit = named_by_verifier.or(s.request_id.as_deref());
-        let by_id = explicit.and_then(|rid| calls_idx.iter().copied().find(|g| groups[*g].1.iter().any(|m| spans[*m].request_id.as_deref() == Some(rid))));
+        let by_id = explicit
+            .and_then(|rid| calls_idx.iter().copied().find(|g| groups[*g].1.iter().any(|m| spans[*m].request_id.as_deref() == Some(rid))));
         // A verifier that names the request it checked speaks about that request only: when the
         // request is not in this trace, its result must not be guessed onto another call.
         let unmatched_verifier = named_by_verifier.is_some() && by_id.is_none();
@@ -156,7 +157,12 @@ fn ancestor_group(mut p: Option<SpanId>, parent: &FxHashMap<SpanId, Option<SpanI
 
 /// The single group that has this span among its members' ancestors (an HTTP server span that
 /// wraps the MCP server span), if exactly one does.
-fn descendant_group(id: SpanId, spans: &[SpanEvidence], parent: &FxHashMap<SpanId, Option<SpanId>>, group_of: &FxHashMap<SpanId, usize>) -> Option<usize> {
+fn descendant_group(
+    id: SpanId,
+    spans: &[SpanEvidence],
+    parent: &FxHashMap<SpanId, Option<SpanId>>,
+    group_of: &FxHashMap<SpanId, usize>,
+) -> Option<usize> {
     let mut found: Option<usize> = None;
     for s in spans {
         let Some(&g) = group_of.get(&s.span_id) else { continue };

@@ -221,22 +221,25 @@ impl Chains {
             }
             self.make_room(now, out);
             self.stats.chains_created += 1;
-            self.active.insert(trace_id, Chain {
-                spans: Vec::with_capacity(4),
-                first_seen: now,
-                last_seen: now,
-                root_seen: false,
-                truncated: false,
-                bytes: 0,
-                revision: 0,
-                previous: Vec::new(),
-                has_progress: false,
-                held: false,
-                has_client_req: false,
-                has_server_req: false,
-                deferred: false,
-                server_rooted: false,
-            });
+            self.active.insert(
+                trace_id,
+                Chain {
+                    spans: Vec::with_capacity(4),
+                    first_seen: now,
+                    last_seen: now,
+                    root_seen: false,
+                    truncated: false,
+                    bytes: 0,
+                    revision: 0,
+                    previous: Vec::new(),
+                    has_progress: false,
+                    held: false,
+                    has_client_req: false,
+                    has_server_req: false,
+                    deferred: false,
+                    server_rooted: false,
+                },
+            );
             self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
         }
         let Some(chain) = self.active.get_mut(&trace_id) else { return };
@@ -272,22 +275,25 @@ impl Chains {
         self.stats.late_spans += 1;
         let previous = assemble_calls(&d.spans);
         let (has_client_req, has_server_req) = sides(&d.spans);
-        self.active.insert(trace_id, Chain {
-            previous,
-            spans: d.spans,
-            first_seen: now,
-            last_seen: now,
-            root_seen: d.root_seen,
-            truncated: d.truncated,
-            bytes: d.bytes,
-            revision: d.revision + 1,
-            has_progress: false,
-            held: false,
-            has_client_req,
-            has_server_req,
-            deferred: true,
-            server_rooted: false,
-        });
+        self.active.insert(
+            trace_id,
+            Chain {
+                previous,
+                spans: d.spans,
+                first_seen: now,
+                last_seen: now,
+                root_seen: d.root_seen,
+                truncated: d.truncated,
+                bytes: d.bytes,
+                revision: d.revision + 1,
+                has_progress: false,
+                held: false,
+                has_client_req,
+                has_server_req,
+                deferred: true,
+                server_rooted: false,
+            },
+        );
         self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
         true
     }
@@ -439,7 +445,9 @@ impl Chains {
         if c.has_server_req && !c.has_client_req {
             if let Some(h) = crossjoin::server_half(&c.spans) {
                 let (active, decided) = (&self.active, &self.decided);
-                let target = self.cross.find_client_half(&h, id, |t| active.get(t).map(|c| &c.spans[..]).or_else(|| decided.get(t).map(|d| &d.spans[..])));
+                let target = self
+                    .cross
+                    .find_client_half(&h, id, |t| active.get(t).map(|c| &c.spans[..]).or_else(|| decided.get(t).map(|d| &d.spans[..])));
                 if let Some(t) = target {
                     if self.merge_into(id, t, now) {
                         self.cross.stats.halves_joined += 1;
@@ -456,12 +464,19 @@ impl Chains {
                 for t in self.cross.server_candidates(&h, id) {
                     let Some(sc) = self.active.get(&t).filter(|sc| sc.has_server_req && !sc.has_client_req) else { continue };
                     let Some(sh) = crossjoin::server_half(&sc.spans) else { continue };
-                    if sh.method != h.method || sh.request_id != h.request_id || !crossjoin::contains((h.start_ns, h.end_ns), (sh.start_ns, sh.end_ns)) {
+                    if sh.method != h.method
+                        || sh.request_id != h.request_id
+                        || !crossjoin::contains((h.start_ns, h.end_ns), (sh.start_ns, sh.end_ns))
+                    {
                         continue;
                     }
                     // Symmetric: the server half must have exactly this client half.
                     let (active, decided) = (&self.active, &self.decided);
-                    if self.cross.find_client_half(&sh, t, |x| active.get(x).map(|c| &c.spans[..]).or_else(|| decided.get(x).map(|d| &d.spans[..]))) == Some(id) {
+                    if self
+                        .cross
+                        .find_client_half(&sh, t, |x| active.get(x).map(|c| &c.spans[..]).or_else(|| decided.get(x).map(|d| &d.spans[..])))
+                        == Some(id)
+                    {
                         found.push(t);
                     }
                 }
@@ -511,7 +526,10 @@ impl Chains {
         }
         self.cross.remember_refused(now, crossjoin::refused_requests(&c.spans), self.limits.late_span_window);
         self.decided_order.push_back((now, id, c.revision));
-        self.decided.insert(id, DecidedChain { spans: c.spans, root_seen: c.root_seen, truncated: c.truncated, bytes: c.bytes, revision: c.revision });
+        self.decided.insert(
+            id,
+            DecidedChain { spans: c.spans, root_seen: c.root_seen, truncated: c.truncated, bytes: c.bytes, revision: c.revision },
+        );
         while self.decided.len() > self.limits.max_decided {
             self.expire_oldest_decided();
         }

@@ -164,7 +164,16 @@ pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
         }
         let (m, rid) = (s.method.clone()?, s.request_id.as_deref()?);
         match &mut half {
-            None => half = Some(Half { method: m, request_id: rid.into(), start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone(), session: s.session_id.clone() }),
+            None => {
+                half = Some(Half {
+                    method: m,
+                    request_id: rid.into(),
+                    start_ns: s.start_ns,
+                    end_ns: s.end_ns,
+                    server: s.server.clone(),
+                    session: s.session_id.clone(),
+                })
+            }
             Some(h) if h.method == m && &*h.request_id == rid => {
                 h.start_ns = h.start_ns.min(s.start_ns);
                 h.end_ns = h.end_ns.max(s.end_ns);
@@ -181,22 +190,32 @@ pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
     // An internal request span of another request (another method, or another request id) means
     // this trace is more than one request's server half: no join.
     let h = half?;
-    let foreign = spans.iter().filter(|s| is_request(s) && s.side == Side::Internal).any(|s| {
-        s.method.as_ref() != Some(&h.method) || s.request_id.as_deref().is_some_and(|r| r != &*h.request_id)
-    });
+    let foreign = spans
+        .iter()
+        .filter(|s| is_request(s) && s.side == Side::Internal)
+        .any(|s| s.method.as_ref() != Some(&h.method) || s.request_id.as_deref().is_some_and(|r| r != &*h.request_id));
     (!foreign).then_some(h)
 }
 
 /// The client request spans of a chain that name a request id and have no server span of that
 /// request in the chain: the client halves waiting for a server half.
 pub fn client_halves(spans: &[SpanEvidence]) -> Vec<Half> {
-    let served = |m: &Method, rid: &str| spans.iter().any(|s| s.side == Side::Server && s.method.as_ref() == Some(m) && s.request_id.as_deref() == Some(rid));
+    let served = |m: &Method, rid: &str| {
+        spans.iter().any(|s| s.side == Side::Server && s.method.as_ref() == Some(m) && s.request_id.as_deref() == Some(rid))
+    };
     spans
         .iter()
         .filter(|s| is_request(s) && s.side == Side::Client)
         .filter_map(|s| {
             let (m, rid) = (s.method.clone()?, s.request_id.as_deref()?);
-            (!served(&m, rid)).then(|| Half { method: m, request_id: rid.into(), start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone(), session: s.session_id.clone() })
+            (!served(&m, rid)).then(|| Half {
+                method: m,
+                request_id: rid.into(),
+                start_ns: s.start_ns,
+                end_ns: s.end_ns,
+                server: s.server.clone(),
+                session: s.session_id.clone(),
+            })
         })
         .collect()
 }
@@ -223,7 +242,12 @@ pub fn refused_requests(spans: &[SpanEvidence]) -> Vec<Refused> {
     spans
         .iter()
         .filter(|s| is_request(s) && s.side == Side::Client)
-        .filter(|s| matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified)) || s.status_error || s.request_sent_marker || s.response_unobserved)
+        .filter(|s| {
+            matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified))
+                || s.status_error
+                || s.request_sent_marker
+                || s.response_unobserved
+        })
         .filter(|s| !served(s.method.as_ref().unwrap()))
         .map(|s| Refused { trace_id: s.trace_id, span_id: s.span_id, start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone() })
         .collect()
@@ -245,11 +269,23 @@ pub fn rehome(mut s: SpanEvidence, trace_id: TraceId, parent: SpanId) -> SpanEvi
 impl CrossJoin {
     /// Index the request spans of a chain under `trace`.
     pub fn index(&mut self, trace: TraceId, s: &SpanEvidence) {
-        if is_request(s) && s.side == Side::Client && (matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified)) || s.status_error || s.request_sent_marker || s.response_unobserved) {
+        if is_request(s)
+            && s.side == Side::Client
+            && (matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified))
+                || s.status_error
+                || s.request_sent_marker
+                || s.response_unobserved)
+        {
             if self.open_refused.len() >= MAX_REFUSED {
                 self.open_refused.pop_front();
             }
-            self.open_refused.push_back(Refused { trace_id: trace, span_id: s.span_id, start_ns: s.start_ns, end_ns: s.end_ns, server: s.server.clone() });
+            self.open_refused.push_back(Refused {
+                trace_id: trace,
+                span_id: s.span_id,
+                start_ns: s.start_ns,
+                end_ns: s.end_ns,
+                server: s.server.clone(),
+            });
         }
         if let Some(k) = span_key(s) {
             match self.by_request.entry(k) {
@@ -310,9 +346,18 @@ impl CrossJoin {
     }
 
     /// The one chain (by `spans_of`) holding the client half of server half `h`, if exactly one does.
-    pub fn find_client_half<'a>(&mut self, h: &Half, not: TraceId, spans_of: impl Fn(&TraceId) -> Option<&'a [SpanEvidence]>) -> Option<TraceId> {
+    pub fn find_client_half<'a>(
+        &mut self,
+        h: &Half,
+        not: TraceId,
+        spans_of: impl Fn(&TraceId) -> Option<&'a [SpanEvidence]>,
+    ) -> Option<TraceId> {
         let from = h.start_ns.saturating_sub(CLIENT_LOOKBACK_NS);
-        let found: Vec<TraceId> = self.candidates(Side::Client, &h.method, &h.request_id, from, h.start_ns.saturating_add(SLACK_NS), not).into_iter().filter(|t| spans_of(t).is_some_and(|sp| holds_client_half_of(sp, h))).collect();
+        let found: Vec<TraceId> = self
+            .candidates(Side::Client, &h.method, &h.request_id, from, h.start_ns.saturating_add(SLACK_NS), not)
+            .into_iter()
+            .filter(|t| spans_of(t).is_some_and(|sp| holds_client_half_of(sp, h)))
+            .collect();
         match found.len() {
             1 => Some(found[0]),
             0 => None,
@@ -325,7 +370,9 @@ impl CrossJoin {
 
     /// Keep a refused-looking HTTP span until its client half is decided.
     pub fn push_orphan(&mut self, now: Instant, s: SpanEvidence, keep_for: std::time::Duration) {
-        while self.orphans.front().is_some_and(|(t, _, _)| now.saturating_duration_since(*t) > keep_for) || self.orphans.len() >= MAX_ORPHANS {
+        while self.orphans.front().is_some_and(|(t, _, _)| now.saturating_duration_since(*t) > keep_for)
+            || self.orphans.len() >= MAX_ORPHANS
+        {
             self.orphans.pop_front();
         }
         self.orphans.push_back((now, s, false));
@@ -366,7 +413,12 @@ impl CrossJoin {
             let Some(&i) = hits.first() else { continue };
             // Another chain in flight could have sent it too: contested for good.
             let o = &self.orphans[i].1;
-            let rival = self.open_refused.iter().any(|x| x.trace_id != trace && is_active(&x.trace_id) && started_within(x, o.start_ns, slack) && compatible(x.server.as_deref(), o.server.as_deref()));
+            let rival = self.open_refused.iter().any(|x| {
+                x.trace_id != trace
+                    && is_active(&x.trace_id)
+                    && started_within(x, o.start_ns, slack)
+                    && compatible(x.server.as_deref(), o.server.as_deref())
+            });
             if rival || self.orphans[i].2 {
                 if !self.orphans[i].2 {
                     self.stats.ambiguous += 1;
@@ -387,7 +439,9 @@ impl CrossJoin {
     /// Remember the refused requests of a decided chain, for HTTP spans arriving after it.
     pub fn remember_refused(&mut self, now: Instant, refused: Vec<Refused>, keep_for: std::time::Duration) {
         for r in refused {
-            while self.refused.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > keep_for) || self.refused.len() >= MAX_REFUSED {
+            while self.refused.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > keep_for)
+                || self.refused.len() >= MAX_REFUSED
+            {
                 self.refused.pop_front();
             }
             self.refused.push_back((now, r));
@@ -403,7 +457,12 @@ impl CrossJoin {
             return None;
         }
         let fits = |slack: u64| -> Vec<usize> {
-            self.refused.iter().enumerate().filter(|(_, (_, r))| started_within(r, o.start_ns, slack) && compatible(r.server.as_deref(), o.server.as_deref())).map(|(i, _)| i).collect()
+            self.refused
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, r))| started_within(r, o.start_ns, slack) && compatible(r.server.as_deref(), o.server.as_deref()))
+                .map(|(i, _)| i)
+                .collect()
         };
         let mut hits = fits(0);
         if hits.is_empty() {

@@ -26,7 +26,13 @@ pub struct SessionLimits {
 
 impl Default for SessionLimits {
     fn default() -> Self {
-        SessionLimits { max_sessions: 100_000, max_events_per_session: 512, idle_expiry: Duration::from_secs(3600), refresh_policy: RefreshPolicy::None, track_call_activity: false }
+        SessionLimits {
+            max_sessions: 100_000,
+            max_events_per_session: 512,
+            idle_expiry: Duration::from_secs(3600),
+            refresh_policy: RefreshPolicy::None,
+            track_call_activity: false,
+        }
     }
 }
 
@@ -182,7 +188,14 @@ impl Sessions {
             let v = convergence(&st.events, policy, latest.max(at));
             if st.last != Some(v.convergence) {
                 st.last = Some(v.convergence);
-                changes.push(CatalogChange { session_key: key, server: st.server.clone(), verdict: v, trace_id: st.trace_id, span_id: st.span_id, at_ns: latest.max(at) });
+                changes.push(CatalogChange {
+                    session_key: key,
+                    server: st.server.clone(),
+                    verdict: v,
+                    trace_id: st.trace_id,
+                    span_id: st.span_id,
+                    at_ns: latest.max(at),
+                });
             }
         }
         changes
@@ -256,7 +269,8 @@ impl Sessions {
     /// Returns the keys forgotten, so whoever mirrors sessions (the gate's board) forgets them too.
     pub fn expire(&mut self, now: Instant) -> Vec<String> {
         let idle = self.limits.idle_expiry;
-        let gone: Vec<String> = self.map.iter().filter(|(_, st)| now.saturating_duration_since(st.last_seen) >= idle).map(|(k, _)| k.clone()).collect();
+        let gone: Vec<String> =
+            self.map.iter().filter(|(_, st)| now.saturating_duration_since(st.last_seen) >= idle).map(|(k, _)| k.clone()).collect();
         for k in &gone {
             self.map.remove(k);
         }

@@ -57,7 +57,12 @@ fn verifier(trace: u8, span: u8, parent: Option<u8>, result: OutcomeResult, rid:
     s.parent_span_id = parent.map(sid);
     s.start_ns = span as u64 * 100;
     s.end_ns = span as u64 * 100 + 50;
-    s.outcomes.push(OutcomeReceipt { result, method: VerifierMethod::RowVersion, checked_at_ns: s.end_ns, request_id: rid.map(Into::into) });
+    s.outcomes.push(OutcomeReceipt {
+        result,
+        method: VerifierMethod::RowVersion,
+        checked_at_ns: s.end_ns,
+        request_id: rid.map(Into::into),
+    });
     s
 }
 
@@ -347,8 +352,8 @@ fn a_reopened_chain_does_not_cut_short_the_window_of_a_younger_chain() {
     ingest(&mut c, batch(vec![verifier(1, 3, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(3)); // reopened
     ingest(&mut c, batch(vec![client(2, 1, "1")]), t0 + secs(3));
     assert_eq!(tick(&mut c, t0 + secs(5)).len(), 2); // both decided at 5 s
-    // At 12.5 s only trace 1's first decision (at 2 s) is older than the window; the chains
-    // decided at 5 s are 7.5 s old and must still be revisable.
+                                                     // At 12.5 s only trace 1's first decision (at 2 s) is older than the window; the chains
+                                                     // decided at 5 s are 7.5 s old and must still be revisable.
     tick(&mut c, t0 + ms(12_500));
     assert_eq!(c.stats.decided_expired, 0);
     ingest(&mut c, batch(vec![verifier(1, 4, Some(1), OutcomeResult::Confirmed, None)]), t0 + secs(13));
@@ -663,7 +668,8 @@ fn http_server_span_under_the_client_span_joins_that_call() {
 #[test]
 fn trace_with_only_initialize_yields_one_verdict() {
     let mut init = method_span(1, 1, None, Side::Client, "initialize", Some("0"));
-    init.negotiation = Some(Negotiation { requested_version: Some("2025-11-25".into()), version_accepted: Some(false), missing_capabilities: vec![] });
+    init.negotiation =
+        Some(Negotiation { requested_version: Some("2025-11-25".into()), version_accepted: Some(false), missing_capabilities: vec![] });
     init.status_error = true;
     let srv = method_span(1, 2, Some(1), Side::Server, "initialize", Some("0"));
     let calls = assemble_calls(&[init, srv]);
@@ -698,7 +704,11 @@ fn initialize_and_tools_call_in_one_trace_give_one_verdict_for_the_call() {
 #[test]
 fn session_negotiation_from_initialize_is_inherited_by_a_tools_call() {
     let mut init = method_span(1, 1, None, Side::Client, "initialize", Some("0"));
-    init.negotiation = Some(Negotiation { requested_version: Some("2025-11-25".into()), version_accepted: Some(true), missing_capabilities: vec!["tools.listChanged".into()] });
+    init.negotiation = Some(Negotiation {
+        requested_version: Some("2025-11-25".into()),
+        version_accepted: Some(true),
+        missing_capabilities: vec!["tools.listChanged".into()],
+    });
     let calls = assemble_calls(&[init, client(1, 3, "1"), server(1, 4, 3, "1")]);
     assert_eq!(calls.len(), 1);
     let n = calls[0].negotiation.as_ref().expect("negotiation inherited");

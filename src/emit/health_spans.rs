@@ -84,9 +84,16 @@ pub fn catalog_span(c: &crate::correlate::CatalogChange, decided_ns: u64) -> Spa
         s(a::CATALOG_REASON, v.reason),
         s(a::CATALOG_NEXT_STEP, v.next_step),
         s(a::CATALOG_PROJECTION_VERSION, v.projection_version),
-        s(a::CATALOG_CURSOR_CHAIN, v.cursor_chain.iter().map(|c| if c.is_empty() { "<first>" } else { c.as_str() }).collect::<Vec<_>>().join(" > ")),
+        s(
+            a::CATALOG_CURSOR_CHAIN,
+            v.cursor_chain.iter().map(|c| if c.is_empty() { "<first>" } else { c.as_str() }).collect::<Vec<_>>().join(" > "),
+        ),
     ];
-    for (k, t) in [(a::CATALOG_SIGNAL_AT, v.signal_at_ns), (a::CATALOG_TRAVERSAL_START, v.traversal_start_ns), (a::CATALOG_TRAVERSAL_END, v.traversal_end_ns)] {
+    for (k, t) in [
+        (a::CATALOG_SIGNAL_AT, v.signal_at_ns),
+        (a::CATALOG_TRAVERSAL_START, v.traversal_start_ns),
+        (a::CATALOG_TRAVERSAL_END, v.traversal_end_ns),
+    ] {
         if let Some(t) = t {
             attrs.push(kv(k, any_value::Value::IntValue(t as i64)));
         }
@@ -115,7 +122,10 @@ pub fn catalog_span(c: &crate::correlate::CatalogChange, decided_ns: u64) -> Spa
         start_time_unix_nano: c.at_ns.min(decided_ns),
         end_time_unix_nano: decided_ns,
         attributes: attrs,
-        status: Some(Status { code: if v.convergence == crate::classify::catalog::Convergence::Converged { StatusCode::Ok } else { StatusCode::Unset } as i32, message: String::new() }),
+        status: Some(Status {
+            code: if v.convergence == crate::classify::catalog::Convergence::Converged { StatusCode::Ok } else { StatusCode::Unset } as i32,
+            message: String::new(),
+        }),
         ..Default::default()
     }
 }
@@ -129,7 +139,10 @@ pub fn drift_span(e: &crate::pipeline::DriftEvent, decided_ns: u64) -> Span {
         s("mcp_health.drift.digest", e.digest.clone()),
     ];
     let changes: Vec<AnyValue> = e.changes.iter().map(|c| AnyValue { value: Some(any_value::Value::StringValue(c.describe())) }).collect();
-    attrs.push(kv("mcp_health.drift.changes", any_value::Value::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue { values: changes })));
+    attrs.push(kv(
+        "mcp_health.drift.changes",
+        any_value::Value::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue { values: changes }),
+    ));
     let mut h = Sha256::new();
     h.update(e.trace_id);
     h.update(e.span_id);
@@ -168,7 +181,11 @@ pub fn resource_spans(service_name: &str, spans: Vec<Span>) -> ResourceSpans {
     ResourceSpans {
         resource: Some(Resource { attributes: vec![s("service.name", service_name)], ..Default::default() }),
         scope_spans: vec![ScopeSpans {
-            scope: Some(InstrumentationScope { name: "mcp-health".into(), version: env!("CARGO_PKG_VERSION").into(), ..Default::default() }),
+            scope: Some(InstrumentationScope {
+                name: "mcp-health".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                ..Default::default()
+            }),
             spans,
             ..Default::default()
         }],

@@ -37,7 +37,9 @@ pub fn attributes(t: Transition, inc: &Incident) -> Vec<KeyValue> {
         s("mcp_health.verdict.next_action", inc.next_action.clone()),
         kv(
             "mcp_health.incident.agents",
-            any_value::Value::ArrayValue(ArrayValue { values: inc.agents.iter().map(|a| AnyValue { value: Some(any_value::Value::StringValue(a.to_string())) }).collect() }),
+            any_value::Value::ArrayValue(ArrayValue {
+                values: inc.agents.iter().map(|a| AnyValue { value: Some(any_value::Value::StringValue(a.to_string())) }).collect(),
+            }),
         ),
     ];
     if let Some(sv) = &c.server {
@@ -96,7 +98,11 @@ pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns:
         resource_logs: vec![ResourceLogs {
             resource: Some(Resource { attributes: vec![s("service.name", service_name)], ..Default::default() }),
             scope_logs: vec![ScopeLogs {
-                scope: Some(InstrumentationScope { name: "mcp-health".into(), version: env!("CARGO_PKG_VERSION").into(), ..Default::default() }),
+                scope: Some(InstrumentationScope {
+                    name: "mcp-health".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..Default::default()
+                }),
                 log_records: records,
                 ..Default::default()
             }],

@@ -96,7 +96,10 @@ impl HealthMeters {
         HealthMeters {
             verdicts: c("mcp_health.verdicts", "Decided call verdicts by health state, first failed layer, method, tool and server"),
             calls: c("mcp_health.calls", "Decided calls (the denominator of both success rates)"),
-            protocol_success: c("mcp_health.calls.protocol_success", "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)"),
+            protocol_success: c(
+                "mcp_health.calls.protocol_success",
+                "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)",
+            ),
             verified_success: c("mcp_health.calls.verified_success", "Calls whose outcome a verifier confirmed"),
             verdict_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
             call_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
@@ -108,17 +111,35 @@ impl HealthMeters {
             spans_truncated: c("mcp_health.spans.truncated", "Evidence spans dropped because their chain reached max_spans_per_chain"),
             chains_evicted: c("mcp_health.chains.evicted", "Chains decided early because the correlator reached a bound"),
             chains_in_flight: meter.u64_gauge("mcp_health.chains.in_flight").with_description("Chains waiting for a decision").build(),
-            evidence_bytes: meter.u64_gauge("mcp_health.evidence.bytes").with_description("Bytes of evidence held by the correlator").build(),
+            evidence_bytes: meter
+                .u64_gauge("mcp_health.evidence.bytes")
+                .with_description("Bytes of evidence held by the correlator")
+                .build(),
             exporter_sent: c("mcp_health.exporter.sent", "Export requests delivered upstream, by signal"),
             exporter_dropped: c("mcp_health.exporter.dropped", "Export requests or health spans dropped, by signal and reason"),
             catalog_verdicts: c("mcp_health.catalog.verdicts", "Catalog convergence verdict changes, by server and convergence"),
             catalog_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
             drift_events: c("mcp_health.catalog.drift", "Tool definitions that differ from their pin, by server and tool"),
-            incidents_open: meter.u64_gauge("mcp_health.incidents.open").with_description("Open incidents by first failed layer, health state, server and incident state (open, waiting)").build(),
-            incidents_transitions: c("mcp_health.incidents.transitions", "Incident lifecycle transitions (opened, updated, resolved) by first failed layer"),
-            calls_working: meter.u64_gauge("mcp_health.calls.working").with_description("In-flight calls with valid progress whose clocks hold, by tool and server").build(),
-            catalog_convergence: meter.u64_gauge("mcp_health.catalog.convergence").with_description("Sessions per current catalog convergence verdict, by server").build(),
-            success_retracted: c("mcp_health.calls.success_retracted", "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)"),
+            incidents_open: meter
+                .u64_gauge("mcp_health.incidents.open")
+                .with_description("Open incidents by first failed layer, health state, server and incident state (open, waiting)")
+                .build(),
+            incidents_transitions: c(
+                "mcp_health.incidents.transitions",
+                "Incident lifecycle transitions (opened, updated, resolved) by first failed layer",
+            ),
+            calls_working: meter
+                .u64_gauge("mcp_health.calls.working")
+                .with_description("In-flight calls with valid progress whose clocks hold, by tool and server")
+                .build(),
+            catalog_convergence: meter
+                .u64_gauge("mcp_health.catalog.convergence")
+                .with_description("Sessions per current catalog convergence verdict, by server")
+                .build(),
+            success_retracted: c(
+                "mcp_health.calls.success_retracted",
+                "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)",
+            ),
         }
     }
 

@@ -161,7 +161,12 @@ async fn send_with_retry(channel: &Channel, s: &TraceSenderSettings, bytes: Byte
     }
 }
 
-async fn send_once<R: Message + Default + Send + 'static>(channel: &Channel, s: &TraceSenderSettings, bytes: Bytes, path: &'static str) -> Result<R, Status> {
+async fn send_once<R: Message + Default + Send + 'static>(
+    channel: &Channel,
+    s: &TraceSenderSettings,
+    bytes: Bytes,
+    path: &'static str,
+) -> Result<R, Status> {
     let mut grpc = tonic::client::Grpc::new(channel.clone());
     if s.gzip {
         grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
@@ -173,7 +178,8 @@ async fn send_once<R: Message + Default + Send + 'static>(channel: &Channel, s: 
             req.metadata_mut().insert(k, v);
         }
     }
-    let resp: tonic::Response<R> = grpc.unary(req, tonic::codegen::http::uri::PathAndQuery::from_static(path), PreEncoded::<R>::default()).await?;
+    let resp: tonic::Response<R> =
+        grpc.unary(req, tonic::codegen::http::uri::PathAndQuery::from_static(path), PreEncoded::<R>::default()).await?;
     Ok(resp.into_inner())
 }
 

@@ -161,7 +161,12 @@ impl CallEvidence {
             Some(CallError::Connection(t)) => self.connection_error = Some(t),
             Some(CallError::Unclassified) => self.unexplained_error = true,
             None => {
-                if is_request && !s.request_sent_marker && !s.response_unobserved && !s.status_error && s.transport.map_or(true, |t| t == TransportOutcome::Ok) {
+                if is_request
+                    && !s.request_sent_marker
+                    && !s.response_unobserved
+                    && !s.status_error
+                    && s.transport.map_or(true, |t| t == TransportOutcome::Ok)
+                {
                     // A finished request span with no error: a result came back.
                     self.response_seen = true;
                 }
@@ -210,7 +215,12 @@ impl CallEvidence {
     /// or a failed negotiation. The cross-trace join (`correlate::crossjoin`) brings in the HTTP
     /// server span where one exists, and with it the real status.
     pub fn settle(&mut self) {
-        if self.rendered_error_only && !self.server_seen && self.http_status.is_none() && self.auth_status.is_none() && self.auth_error.is_none() {
+        if self.rendered_error_only
+            && !self.server_seen
+            && self.http_status.is_none()
+            && self.auth_status.is_none()
+            && self.auth_error.is_none()
+        {
             self.jsonrpc_error = None;
             self.response_seen = false;
             self.unexplained_error = true;

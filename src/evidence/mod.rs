@@ -360,9 +360,10 @@ impl SpanEvidence {
             + s(&self.required_scope)
             + s(&self.operation_key)
             + self.outcomes.len() * std::mem::size_of::<OutcomeReceipt>()
-            + self.negotiation.as_ref().map_or(0, |n| {
-                std::mem::size_of::<Negotiation>() + n.missing_capabilities.iter().map(|c| c.len() + 16).sum::<usize>()
-            })
+            + self
+                .negotiation
+                .as_ref()
+                .map_or(0, |n| std::mem::size_of::<Negotiation>() + n.missing_capabilities.iter().map(|c| c.len() + 16).sum::<usize>())
     }
 
     /// Whether this span says anything a classifier can use about an MCP call.

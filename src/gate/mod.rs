@@ -91,13 +91,29 @@ impl GateState {
     /// Allow or deny a call that is about to use `digest` as the definition of `tool` on `server`.
     pub fn check_tool(&self, server: &str, tool: &str, digest: &str) -> ToolDecision {
         let Some(pins) = &self.pins else {
-            return ToolDecision { allow: self.unpinned == UnpinnedPolicy::Allow, reason: "no_lockfile", pinned_digest: None, changes: vec![] };
+            return ToolDecision {
+                allow: self.unpinned == UnpinnedPolicy::Allow,
+                reason: "no_lockfile",
+                pinned_digest: None,
+                changes: vec![],
+            };
         };
         match pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref()) {
-            PinCheck::Matches => ToolDecision { allow: true, reason: "matches_pin", pinned_digest: Some(digest.to_string()), changes: vec![] },
-            PinCheck::Unpinned => ToolDecision { allow: self.unpinned == UnpinnedPolicy::Allow, reason: "unpinned", pinned_digest: None, changes: vec![] },
-            PinCheck::ProjectionMismatch { .. } => ToolDecision { allow: false, reason: "projection_mismatch", pinned_digest: pins.pin(server, tool).map(|p| p.digest.clone()), changes: vec![] },
-            PinCheck::Drift { pinned_digest, changes } => ToolDecision { allow: false, reason: "contract_drift", pinned_digest: Some(pinned_digest), changes },
+            PinCheck::Matches => {
+                ToolDecision { allow: true, reason: "matches_pin", pinned_digest: Some(digest.to_string()), changes: vec![] }
+            }
+            PinCheck::Unpinned => {
+                ToolDecision { allow: self.unpinned == UnpinnedPolicy::Allow, reason: "unpinned", pinned_digest: None, changes: vec![] }
+            }
+            PinCheck::ProjectionMismatch { .. } => ToolDecision {
+                allow: false,
+                reason: "projection_mismatch",
+                pinned_digest: pins.pin(server, tool).map(|p| p.digest.clone()),
+                changes: vec![],
+            },
+            PinCheck::Drift { pinned_digest, changes } => {
+                ToolDecision { allow: false, reason: "contract_drift", pinned_digest: Some(pinned_digest), changes }
+            }
         }
     }
 

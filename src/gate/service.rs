@@ -41,7 +41,11 @@ impl GateService {
 }
 
 /// Serve the gate on `listener` until `shutdown` resolves.
-pub async fn serve(listener: tokio::net::TcpListener, state: GateState, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), tonic::transport::Error> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: GateState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
     tonic::transport::Server::builder()
         .add_service(GateService::new(state).into_server())
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
@@ -55,7 +59,9 @@ fn parse_digest(d: &str) -> Result<String, Status> {
         Ok(d.to_ascii_lowercase())
     } else {
         let shown: String = d.chars().take(80).collect();
-        Err(Status::invalid_argument(format!("digest must be \"sha256:\" followed by 64 hex digits (a mcp-tool-v1 contract digest), got {shown:?}")))
+        Err(Status::invalid_argument(format!(
+            "digest must be \"sha256:\" followed by 64 hex digits (a mcp-tool-v1 contract digest), got {shown:?}"
+        )))
     }
 }
 
@@ -113,17 +119,28 @@ impl GateService {
     pub fn catalog_verdict_inner(&self, r: &pb::CatalogVerdictRequest) -> Result<pb::CatalogVerdictResponse, Status> {
         let nonempty = |s: &str| Some(s.to_string()).filter(|s| !s.trim().is_empty());
         let (session_id, client, server) = (nonempty(&r.session_id), nonempty(&r.client), nonempty(&r.server));
-        let one = |v: Option<CatalogVerdict>| pb::CatalogVerdictResponse { found: v.is_some(), verdict: v.as_ref().map(Into::into), sessions: Vec::new() };
+        let one = |v: Option<CatalogVerdict>| pb::CatalogVerdictResponse {
+            found: v.is_some(),
+            verdict: v.as_ref().map(Into::into),
+            sessions: Vec::new(),
+        };
         match (session_id, client, server) {
             // A session id names the session whatever else is given.
             (Some(sid), _, _) => Ok(one(self.state.catalog_of(Some(&sid), None, None))),
             (None, Some(c), Some(s)) => Ok(one(self.state.catalog_of(None, Some(&c), Some(&s)))),
             (None, None, Some(s)) => {
-                let sessions: Vec<pb::SessionVerdict> =
-                    self.state.board.for_server(&s).iter().map(|(hash, v)| pb::SessionVerdict { session_hash: hash.clone(), verdict: Some(v.into()) }).collect();
+                let sessions: Vec<pb::SessionVerdict> = self
+                    .state
+                    .board
+                    .for_server(&s)
+                    .iter()
+                    .map(|(hash, v)| pb::SessionVerdict { session_hash: hash.clone(), verdict: Some(v.into()) })
+                    .collect();
                 Ok(pb::CatalogVerdictResponse { found: !sessions.is_empty(), verdict: None, sessions })
             }
-            (None, Some(_), None) => Err(Status::invalid_argument("client needs server: a session without an id is named by client and server")),
+            (None, Some(_), None) => {
+                Err(Status::invalid_argument("client needs server: a session without an id is named by client and server"))
+            }
             (None, None, None) => Err(Status::invalid_argument("name a session (session_id, or client and server) or a server")),
         }
     }
@@ -205,7 +222,12 @@ mod tests {
         let old = json!({"name":"search","inputSchema":{"type":"object","properties":{"query":{"type":"string"}},"required":["query"]}});
         let new = json!({"name":"search","inputSchema":{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}});
         let mut l = Lockfile::new();
-        let pin = Pin { digest: digest_of(&old), projection_version: PROJECTION_VERSION.into(), first_seen: "2026-11-29T00:00:00Z".into(), definition: Some(project(&old).unwrap()) };
+        let pin = Pin {
+            digest: digest_of(&old),
+            projection_version: PROJECTION_VERSION.into(),
+            first_seen: "2026-11-29T00:00:00Z".into(),
+            definition: Some(project(&old).unwrap()),
+        };
         l.add(SERVER, "search", pin, false);
         let g = GateService::new(GateState { pins: Some(Arc::new(l)), ..GateState::default() });
 
@@ -215,7 +237,10 @@ mod tests {
         crate::normalize::definitions::remember(&digest_of(&new), project(&new).unwrap());
         let r = g.check_tool_inner(&req(SERVER, "search", &digest_of(&new))).unwrap();
         assert!(!r.allow && r.reason == "contract_drift" && r.pinned_digest == digest_of(&old), "{r:?}");
-        assert_eq!(r.changes, vec![pb::Change { kind: "parameter_renamed".into(), description: "parameter `query` renamed to `q`".into() }]);
+        assert_eq!(
+            r.changes,
+            vec![pb::Change { kind: "parameter_renamed".into(), description: "parameter `query` renamed to `q`".into() }]
+        );
 
         let r = g.check_tool_inner(&req(SERVER, "other", &digest_of(&old))).unwrap();
         assert!(r.allow && r.reason == "unpinned", "{r:?}");
@@ -233,7 +258,9 @@ mod tests {
         assert!(r.found);
         assert_eq!(r.verdict.unwrap().convergence, "unverifiable");
 
-        let r = g.catalog_verdict_inner(&pb::CatalogVerdictRequest { client: "agent".into(), server: SERVER.into(), ..Default::default() }).unwrap();
+        let r = g
+            .catalog_verdict_inner(&pb::CatalogVerdictRequest { client: "agent".into(), server: SERVER.into(), ..Default::default() })
+            .unwrap();
         assert!(r.found && r.verdict.is_some());
 
         let r = g.catalog_verdict_inner(&pb::CatalogVerdictRequest { session_id: "nobody".into(), ..Default::default() }).unwrap();

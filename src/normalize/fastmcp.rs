@@ -32,7 +32,8 @@ use std::sync::Arc;
 
 pub const SCOPE: &str = "fastmcp";
 
-pub const DIALECT: Dialect = Dialect { name: "fastmcp", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("fastmcp.")), read };
+pub const DIALECT: Dialect =
+    Dialect { name: "fastmcp", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("fastmcp.")), read };
 
 /// Protocol generations without sessions (the `mcp.session.id` FastMCP reports there is per request).
 const SESSIONLESS: &[&str] = &["2026-07-28"];

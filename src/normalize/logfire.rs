@@ -35,7 +35,8 @@ const SERVER_PREFIX: &str = "MCP server handle request: ";
 /// Bodies larger than this are not parsed at all (their `isError` / `code` stay unknown).
 const MAX_BODY: usize = 1 << 20;
 
-pub const DIALECT: Dialect = Dialect { name: "logfire", scopes: &[SCOPE], sniff: |s| s.name.starts_with(CLIENT_PREFIX) || s.name.starts_with(SERVER_PREFIX), read };
+pub const DIALECT: Dialect =
+    Dialect { name: "logfire", scopes: &[SCOPE], sniff: |s| s.name.starts_with(CLIENT_PREFIX) || s.name.starts_with(SERVER_PREFIX), read };
 
 /// The two fields of a response body mcp-health reads.
 #[derive(serde::Deserialize)]
@@ -82,7 +83,13 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<st
             }
         }
     } else if ev.status_error {
-        let class = span.events.iter().filter(|e| e.name == "exception").flat_map(|e| &e.attributes).find(|kv| kv.key == "exception.type").and_then(|kv| value::as_str(&kv.value));
+        let class = span
+            .events
+            .iter()
+            .filter(|e| e.name == "exception")
+            .flat_map(|e| &e.attributes)
+            .find(|kv| kv.key == "exception.type")
+            .and_then(|kv| value::as_str(&kv.value));
         ev.error = Some(semconv::classify_error(None, class).unwrap_or(CallError::Unclassified));
     } else {
         ev.response_unobserved = true;

@@ -111,7 +111,11 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
     out.evidence.reserve(total);
     for rs in &req.resource_spans {
         let service = rs.resource.as_ref().and_then(|r| {
-            r.attributes.iter().find(|kv| kv.key == "service.name").and_then(|kv| value::as_str(&kv.value)).map(|s| intern::intern(intern::Kind::Service, s, None, || s.to_string()))
+            r.attributes
+                .iter()
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| value::as_str(&kv.value))
+                .map(|s| intern::intern(intern::Kind::Service, s, None, || s.to_string()))
         });
         for ss in &rs.scope_spans {
             let by_scope = ss.scope.as_ref().and_then(|sc| dialect_of_scope(&sc.name));
@@ -170,7 +174,14 @@ mod dialect_tests {
     use super::*;
 
     fn span(name: &str, keys: &[&str]) -> Span {
-        Span { name: name.into(), attributes: keys.iter().map(|k| opentelemetry_proto::tonic::common::v1::KeyValue { key: (*k).into(), ..Default::default() }).collect(), ..Default::default() }
+        Span {
+            name: name.into(),
+            attributes: keys
+                .iter()
+                .map(|k| opentelemetry_proto::tonic::common::v1::KeyValue { key: (*k).into(), ..Default::default() })
+                .collect(),
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub fn ident(s: &str) -> Box<str> {
 pub fn scope(s: &str) -> Option<Box<str>> {
     let kept: Vec<&str> = s
         .split(' ')
-        .filter(|t| !t.is_empty() && t.len() <= 64 && t.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b)))
+        .filter(|t| {
+            !t.is_empty() && t.len() <= 64 && t.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
+        })
         .filter(|t| !looks_like_secret(t))
         .take(16)
         .collect();

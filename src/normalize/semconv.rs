@@ -15,11 +15,15 @@ use crate::evidence::*;
 use std::sync::Arc;
 
 /// Read one span. `None` when the span carries no MCP evidence at all.
-pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
+pub fn read_span(
+    trace_id: TraceId,
+    span_id: SpanId,
+    span: &Span,
+    service: Option<&Arc<str>>,
+    type_errors: &mut u64,
+) -> Option<SpanEvidence> {
     // Fast reject: most spans in a shared pipeline are not MCP. Look at keys only.
-    if !span.attributes.iter().any(|kv| is_evidence_key(&kv.key))
-        && !span.events.iter().any(|e| e.name == a::OUTCOME_EVENT)
-    {
+    if !span.attributes.iter().any(|kv| is_evidence_key(&kv.key)) && !span.events.iter().any(|e| e.name == a::OUTCOME_EVENT) {
         return None;
     }
     let mut ev = SpanEvidence::new(trace_id, span_id);
@@ -48,19 +52,23 @@ pub fn read_span(trace_id: TraceId, span_id: SpanId, span: &Span, service: Optio
             cat.read(kv, type_errors);
             continue;
         }
-        read_attribute(kv, &mut ev, &mut Fields {
-            server_address: &mut server_address,
-            server_port: &mut server_port,
-            error_type: &mut error_type,
-            rpc_code: &mut rpc_code,
-            outcome: &mut outcome,
-            negotiation: &mut negotiation,
-            has_negotiation: &mut has_negotiation,
-            progress_token: &mut progress_token,
-            progress_value: &mut progress_value,
-            progress_total: &mut progress_total,
-            type_errors,
-        });
+        read_attribute(
+            kv,
+            &mut ev,
+            &mut Fields {
+                server_address: &mut server_address,
+                server_port: &mut server_port,
+                error_type: &mut error_type,
+                rpc_code: &mut rpc_code,
+                outcome: &mut outcome,
+                negotiation: &mut negotiation,
+                has_negotiation: &mut has_negotiation,
+                progress_token: &mut progress_token,
+                progress_value: &mut progress_value,
+                progress_total: &mut progress_total,
+                type_errors,
+            },
+        );
     }
 
     if let Some(addr) = server_address {
@@ -164,7 +172,9 @@ impl CatalogAcc {
                 None => false,
             },
             a::CATALOG_TTL_MS => value::as_i64(v).filter(|t| *t >= 0).map(|t| self.ttl_ms = Some(t as u64)).is_some(),
-            a::CATALOG_CACHE_SCOPE => value::as_str(v).map(|c| self.cache_scope = Some(intern(Kind::Version, c, Some(1), || c.to_string()))).is_some(),
+            a::CATALOG_CACHE_SCOPE => {
+                value::as_str(v).map(|c| self.cache_scope = Some(intern(Kind::Version, c, Some(1), || c.to_string()))).is_some()
+            }
             a::CATALOG_INSTALLED_DIGEST => value::as_str(v).and_then(digest_str).map(|d| self.installed = Some(d)).is_some(),
             a::CATALOG_TOOL_DIGEST => value::as_str(v).and_then(digest_str).map(|d| self.tool_digest = Some(d)).is_some(),
             a::CATALOG_SIGNAL => value::as_str(v).filter(|s| *s == "list_changed").map(|_| self.signal = true).is_some(),
@@ -198,7 +208,13 @@ impl CatalogAcc {
         };
         // A page counts only when it says whether more pages follow.
         let page = match (method, self.next_cursor_present) {
-            (Some(Method::ToolsList), Some(next)) => Some(ListPage { cursor: self.cursor, next_cursor_present: next, tools: self.tools, ttl_ms: self.ttl_ms, cache_scope: self.cache_scope }),
+            (Some(Method::ToolsList), Some(next)) => Some(ListPage {
+                cursor: self.cursor,
+                next_cursor_present: next,
+                tools: self.tools,
+                ttl_ms: self.ttl_ms,
+                cache_scope: self.cache_scope,
+            }),
             _ => None,
         };
         CatalogFacts {

@@ -37,7 +37,8 @@ const ENTITY_NAME: &str = "traceloop.entity.name";
 const WORKFLOW_NAME: &str = "traceloop.workflow.name";
 const REQUEST_ID: &str = "mcp.request.id";
 
-pub const DIALECT: Dialect = Dialect { name: "traceloop", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("traceloop.")), read };
+pub const DIALECT: Dialect =
+    Dialect { name: "traceloop", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("traceloop.")), read };
 
 fn attr<'s>(span: &'s Span, key: &str) -> Option<&'s str> {
     span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| value::as_str(&kv.value))

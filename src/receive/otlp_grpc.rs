@@ -28,7 +28,8 @@ impl TraceService for OtlpTraceService {
     async fn export(&self, request: Request<ExportTraceServiceRequest>) -> Result<Response<ExportTraceServiceResponse>, Status> {
         match self.admission.admit(request.into_inner(), "grpc") {
             Admitted::Accepted { rejected, message } => Ok(Response::new(ExportTraceServiceResponse {
-                partial_success: (rejected > 0).then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
+                partial_success: (rejected > 0)
+                    .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
             })),
             // UNAVAILABLE is retryable for every OTLP client.
             Admitted::Busy => Err(Status::unavailable("mcp-health is at capacity; retry with backoff")),
@@ -101,7 +102,5 @@ where
 
 /// Bind a listener, with a message that names the address on failure.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
 }

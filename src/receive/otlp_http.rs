@@ -43,7 +43,12 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
         "application/json" => Encoding::Json,
         _ => {
             st.admission.refused("http", "unsupported_media_type");
-            return error(Encoding::Protobuf, StatusCode::UNSUPPORTED_MEDIA_TYPE, 3, "Content-Type must be application/x-protobuf or application/json");
+            return error(
+                Encoding::Protobuf,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                3,
+                "Content-Type must be application/x-protobuf or application/json",
+            );
         }
     };
     let raw = match axum::body::to_bytes(body, st.max_body).await {
@@ -53,7 +58,8 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
             return error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("request body exceeds {} bytes", st.max_body));
         }
     };
-    let content_encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity").trim().to_ascii_lowercase();
+    let content_encoding =
+        headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity").trim().to_ascii_lowercase();
     let bytes = match content_encoding.as_str() {
         "identity" | "" => raw,
         "gzip" => match gunzip(&raw, st.max_body) {
@@ -69,11 +75,18 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
         },
         other => {
             st.admission.refused("http", "unsupported_encoding");
-            return error(enc, StatusCode::UNSUPPORTED_MEDIA_TYPE, 3, &format!("Content-Encoding {other:?} is not supported (use gzip or none)"));
+            return error(
+                enc,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                3,
+                &format!("Content-Encoding {other:?} is not supported (use gzip or none)"),
+            );
         }
     };
     let req = match enc {
-        Encoding::Protobuf => ExportTraceServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportTraceServiceRequest: {e}")),
+        Encoding::Protobuf => {
+            ExportTraceServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportTraceServiceRequest: {e}"))
+        }
         Encoding::Json => otlp_json::decode_traces(&bytes).map_err(|e| e.to_string()),
     };
     let req = match req {
@@ -86,11 +99,15 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
     match st.admission.admit(req, "http") {
         Admitted::Accepted { rejected, message } => {
             let resp = ExportTraceServiceResponse {
-                partial_success: (rejected > 0).then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
+                partial_success: (rejected > 0)
+                    .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
             };
             match enc {
                 Encoding::Protobuf => ([(header::CONTENT_TYPE, "application/x-protobuf")], resp.encode_to_vec()).into_response(),
-                Encoding::Json => ([(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(&resp).unwrap_or_else(|_| b"{}".to_vec())).into_response(),
+                Encoding::Json => {
+                    ([(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(&resp).unwrap_or_else(|_| b"{}".to_vec()))
+                        .into_response()
+                }
             }
         }
         Admitted::Busy => {
@@ -121,6 +138,9 @@ fn error(enc: Encoding, status: StatusCode, code: i32, message: &str) -> Respons
     let body = tonic_types::Status { code, message: message.to_string(), details: vec![] };
     match enc {
         Encoding::Protobuf => (status, [(header::CONTENT_TYPE, "application/x-protobuf")], body.encode_to_vec()).into_response(),
-        Encoding::Json => (status, [(header::CONTENT_TYPE, "application/json")], serde_json::json!({"code": code, "message": message}).to_string()).into_response(),
+        Encoding::Json => {
+            (status, [(header::CONTENT_TYPE, "application/json")], serde_json::json!({"code": code, "message": message}).to_string())
+                .into_response()
+        }
     }
 }

@@ -173,7 +173,11 @@ pub fn spawn(settings: ExportSettings) -> Result<(SpanSink, Exporter), String> {
                 Err(e) => {
                     st.dropped.fetch_add(n, Ordering::Relaxed);
                     st.failed_requests.fetch_add(1, Ordering::Relaxed);
-                    warn_limited(&st, settings.warn_interval, &format!("OTLP export to {uri} failed ({:?}: {})", e.code(), e.message().chars().take(120).collect::<String>()));
+                    warn_limited(
+                        &st,
+                        settings.warn_interval,
+                        &format!("OTLP export to {uri} failed ({:?}: {})", e.code(), e.message().chars().take(120).collect::<String>()),
+                    );
                 }
             }
         }

@@ -64,11 +64,37 @@ pub struct HttpReport {
 }
 
 enum Event {
-    Request { exchange: u64, at_ns: u64, session_id: Option<String>, protocol_version: Option<String>, had_authorization: bool, body: Option<Bytes> },
-    ResponseHead { exchange: u64, at_ns: u64, status: u16, kind: BodyKind, assigned_session_id: Option<String>, challenge: Option<Challenge> },
-    Chunk { exchange: u64, at_ns: u64, bytes: Bytes },
-    End { exchange: u64, at_ns: u64 },
-    Failed { exchange: u64, at_ns: u64, outcome: &'static str, request_sent: bool },
+    Request {
+        exchange: u64,
+        at_ns: u64,
+        session_id: Option<String>,
+        protocol_version: Option<String>,
+        had_authorization: bool,
+        body: Option<Bytes>,
+    },
+    ResponseHead {
+        exchange: u64,
+        at_ns: u64,
+        status: u16,
+        kind: BodyKind,
+        assigned_session_id: Option<String>,
+        challenge: Option<Challenge>,
+    },
+    Chunk {
+        exchange: u64,
+        at_ns: u64,
+        bytes: Bytes,
+    },
+    End {
+        exchange: u64,
+        at_ns: u64,
+    },
+    Failed {
+        exchange: u64,
+        at_ns: u64,
+        outcome: &'static str,
+        request_sent: bool,
+    },
     Stop,
 }
 
@@ -101,7 +127,11 @@ impl Shared {
 
 /// `server.address` and `server.port` of an upstream URI.
 pub fn upstream_identity(u: &Uri) -> ServerIdentity {
-    ServerIdentity { address: u.host().unwrap_or("").trim_matches(['[', ']']).to_string(), port: Some(u.port_u16().unwrap_or(80)), transport: Transport::Tcp }
+    ServerIdentity {
+        address: u.host().unwrap_or("").trim_matches(['[', ']']).to_string(),
+        port: Some(u.port_u16().unwrap_or(80)),
+        transport: Transport::Tcp,
+    }
 }
 
 /// Parse and check an upstream URL (`http` only: the tap does not originate TLS).
@@ -119,25 +149,45 @@ pub fn parse_upstream(s: &str) -> Result<Uri, String> {
 }
 
 /// Bind and serve until `shutdown` resolves. `on_bound` is told the bound address (port 0 works).
-pub async fn run(settings: HttpSettings, sink: SpanSink, on_bound: impl FnOnce(SocketAddr), shutdown: impl std::future::Future<Output = ()>) -> Result<HttpReport, String> {
-    let listener = tokio::net::TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+pub async fn run(
+    settings: HttpSettings,
+    sink: SpanSink,
+    on_bound: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<HttpReport, String> {
+    let listener =
+        tokio::net::TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     on_bound(bound);
     serve(listener, settings, sink, shutdown).await
 }
 
 /// Serve on an already bound listener.
-pub async fn serve(listener: tokio::net::TcpListener, settings: HttpSettings, sink: SpanSink, shutdown: impl std::future::Future<Output = ()>) -> Result<HttpReport, String> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    settings: HttpSettings,
+    sink: SpanSink,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<HttpReport, String> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(settings.connect_timeout));
     // Header names keep the case each side wrote them in.
-    let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(90)).http1_preserve_header_case(true).build(connector);
+    let client =
+        Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(90)).http1_preserve_header_case(true).build(connector);
     let up = &settings.upstream;
     let scheme_authority = format!("{}://{}", up.scheme_str().unwrap_or("http"), up.authority().map(|a| a.as_str()).unwrap_or(""));
     let prefix = up.path().trim_end_matches('/').to_string();
     let (tx, rx) = mpsc::channel::<Event>(8192);
-    let shared = Arc::new(Shared { client, scheme_authority, prefix, events: tx.clone(), next_exchange: AtomicU64::new(0), unobserved: AtomicU64::new(0), response_timeout: settings.response_timeout });
+    let shared = Arc::new(Shared {
+        client,
+        scheme_authority,
+        prefix,
+        events: tx.clone(),
+        next_exchange: AtomicU64::new(0),
+        unobserved: AtomicU64::new(0),
+        response_timeout: settings.response_timeout,
+    });
     let observer = tokio::spawn(observe_loop(rx, upstream_identity(up), sink));
 
     tokio::pin!(shutdown);
@@ -207,7 +257,11 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Resp
         Ok(c) => c.to_bytes(),
         Err(e) => {
             let too_large = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
-            return Ok(if too_large { plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large") } else { plain(StatusCode::BAD_REQUEST, "request body could not be read") });
+            return Ok(if too_large {
+                plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+            } else {
+                plain(StatusCode::BAD_REQUEST, "request body could not be read")
+            });
         }
     };
     let is_post = parts.method == hyper::Method::POST;
@@ -264,7 +318,14 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Resp
         let bearer = all.iter().find(|v| v.to_ascii_lowercase().contains("bearer")).or(all.first());
         bearer.map(|v| parse_www_authenticate(v)).unwrap_or_default()
     });
-    sh.observe(Event::ResponseHead { exchange, at_ns: now_ns(), status, kind, assigned_session_id: header_str(&rparts.headers, "mcp-session-id"), challenge });
+    sh.observe(Event::ResponseHead {
+        exchange,
+        at_ns: now_ns(),
+        status,
+        kind,
+        assigned_session_id: header_str(&rparts.headers, "mcp-session-id"),
+        challenge,
+    });
     strip_hop_by_hop(&mut rparts.headers);
     let tee = TeeBody { inner: rbody, exchange, sh: sh.clone(), done: false };
     Ok(Response::from_parts(rparts, tee.boxed()))
@@ -331,7 +392,12 @@ impl Body for TeeBody {
             }
             Poll::Ready(Some(Err(e))) => {
                 this.done = true;
-                this.sh.observe(Event::Failed { exchange: this.exchange, at_ns: now_ns(), outcome: "connection_reset", request_sent: true });
+                this.sh.observe(Event::Failed {
+                    exchange: this.exchange,
+                    at_ns: now_ns(),
+                    outcome: "connection_reset",
+                    request_sent: true,
+                });
                 Poll::Ready(Some(Err(Box::new(e))))
             }
             Poll::Ready(None) => {
@@ -419,7 +485,14 @@ async fn observe_loop(mut rx: mpsc::Receiver<Event>, identity: ServerIdentity, s
         match ev {
             Event::Stop => break,
             Event::Request { exchange, at_ns, session_id, protocol_version, had_authorization, body } => {
-                let ex = exchanges.entry(exchange).or_insert(Exchange { session_id, protocol_version, had_authorization, status: None, assigned_session_id: None, body: BodyState::None });
+                let ex = exchanges.entry(exchange).or_insert(Exchange {
+                    session_id,
+                    protocol_version,
+                    had_authorization,
+                    status: None,
+                    assigned_session_id: None,
+                    body: BodyState::None,
+                });
                 if let Some(b) = body {
                     let ctx = ex.ctx(at_ns, exchange);
                     obs.client_bytes(&b, &ctx);

@@ -203,7 +203,14 @@ fn method_name(m: &str) -> Box<str> {
 
 impl Observer {
     pub fn new(server: ServerIdentity) -> Self {
-        Observer { server, pending: FxHashMap::default(), sessions: FxHashMap::default(), digests: DigestCache::default(), spans: Vec::new(), stats: ObserverStats::default() }
+        Observer {
+            server,
+            pending: FxHashMap::default(),
+            sessions: FxHashMap::default(),
+            digests: DigestCache::default(),
+            spans: Vec::new(),
+            stats: ObserverStats::default(),
+        }
     }
 
     /// The spans built since the last call.
@@ -269,7 +276,8 @@ impl Observer {
             Some((v, k)) => (Some(v), Some(k)),
             None => (None, None),
         };
-        let tool = (method == "tools/call").then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str).map(redact::ident)).flatten();
+        let tool =
+            (method == "tools/call").then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str).map(redact::ident)).flatten();
         let p = Pending {
             method: method_name(method).into(),
             tool,
@@ -280,10 +288,14 @@ impl Observer {
             span_id: new_span_id(),
             parent,
             start_ns: ctx.at_ns,
-            cursor: (method == "tools/list").then(|| params.and_then(|p| p.get("cursor")).and_then(Value::as_str).map(str::to_string)).flatten(),
+            cursor: (method == "tools/list")
+                .then(|| params.and_then(|p| p.get("cursor")).and_then(Value::as_str).map(str::to_string))
+                .flatten(),
             progress_token,
             progress_key,
-            requested_version: (method == "initialize").then(|| params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str).map(redact::ident)).flatten(),
+            requested_version: (method == "initialize")
+                .then(|| params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str).map(redact::ident))
+                .flatten(),
             exchange: ctx.exchange,
             had_authorization: ctx.had_authorization,
         };
@@ -383,7 +395,8 @@ impl Observer {
     }
 
     fn take_exchange(&mut self, exchange: u64) -> Vec<Pending> {
-        let keys: Vec<(String, String)> = self.pending.iter().filter(|(_, p)| p.exchange == Some(exchange)).map(|(k, _)| k.clone()).collect();
+        let keys: Vec<(String, String)> =
+            self.pending.iter().filter(|(_, p)| p.exchange == Some(exchange)).map(|(k, _)| k.clone()).collect();
         let mut out: Vec<Pending> = keys.into_iter().filter_map(|k| self.pending.remove(&k)).collect();
         out.sort_by_key(|p| p.start_ns);
         out
@@ -419,10 +432,13 @@ impl Observer {
         if let Some(v) = version.or(negotiated) {
             attrs.push(s(a::MCP_PROTOCOL_VERSION, redact::ident(v).to_string()));
         }
-        attrs.push(s(a::NETWORK_TRANSPORT, match self.server.transport {
-            Transport::Pipe => "pipe",
-            Transport::Tcp => "tcp",
-        }));
+        attrs.push(s(
+            a::NETWORK_TRANSPORT,
+            match self.server.transport {
+                Transport::Pipe => "pipe",
+                Transport::Tcp => "tcp",
+            },
+        ));
         attrs.push(s(a::SERVER_ADDRESS, self.server.address.clone()));
         if let Some(port) = self.server.port {
             attrs.push(int(a::SERVER_PORT, i64::from(port)));
@@ -515,7 +531,12 @@ impl Observer {
                     attrs.push(s(a::SESSION_REQUESTED_VERSION, v.to_string()));
                 }
                 if let Some(r) = result {
-                    let cap = r.get("capabilities").and_then(|c| c.get("tools")).and_then(|t| t.get("listChanged")).and_then(Value::as_bool).unwrap_or(false);
+                    let cap = r
+                        .get("capabilities")
+                        .and_then(|c| c.get("tools"))
+                        .and_then(|t| t.get("listChanged"))
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false);
                     attrs.push(boolean(a::SESSION_LIST_CHANGED_CAPABILITY, cap));
                 }
             }
@@ -549,7 +570,10 @@ impl Observer {
         }
         attrs.push(boolean(a::CATALOG_NEXT_CURSOR_PRESENT, next.is_some()));
         attrs.push(int(a::CATALOG_TOOL_COUNT, tools.len() as i64));
-        let list: Vec<AnyValue> = digests.iter().map(|d| AnyValue { value: Some(any_value::Value::StringValue(format!("{}={}", redact::ident(&d.name), d.digest))) }).collect();
+        let list: Vec<AnyValue> = digests
+            .iter()
+            .map(|d| AnyValue { value: Some(any_value::Value::StringValue(format!("{}={}", redact::ident(&d.name), d.digest))) })
+            .collect();
         attrs.push(kv(a::CATALOG_TOOL_DIGESTS, any_value::Value::ArrayValue(ArrayValue { values: list })));
         if let Some(ttl) = r.get("ttlMs").and_then(Value::as_i64).filter(|t| *t >= 0) {
             attrs.push(int(a::CATALOG_TTL_MS, ttl));
@@ -581,7 +605,8 @@ impl Observer {
         }
         st.traversal = if installed.is_some() { None } else { trav };
         installed.map(|d| {
-            let mut iattrs = vec![s(a::CATALOG_INSTALLED_DIGEST, d), s(a::CATALOG_PROJECTION_VERSION, crate::classify::digest::PROJECTION_VERSION)];
+            let mut iattrs =
+                vec![s(a::CATALOG_INSTALLED_DIGEST, d), s(a::CATALOG_PROJECTION_VERSION, crate::classify::digest::PROJECTION_VERSION)];
             self.identity_attrs(&mut iattrs, session_id, p.protocol_version.as_deref());
             Span {
                 trace_id: p.trace_id.to_vec(),
@@ -622,7 +647,13 @@ impl Observer {
         if let Some(st) = self.sessions.get_mut(&key) {
             st.traversal = None;
         }
-        self.notification_span("notifications/tools/list_changed", new_trace_id(), None, vec![s(a::CATALOG_SIGNAL_SOURCE, "notification")], ctx);
+        self.notification_span(
+            "notifications/tools/list_changed",
+            new_trace_id(),
+            None,
+            vec![s(a::CATALOG_SIGNAL_SOURCE, "notification")],
+            ctx,
+        );
     }
 
     fn progress(&mut self, params: Option<&Value>, ctx: &Ctx<'_>) {
@@ -632,12 +663,19 @@ impl Observer {
         let session_key = ctx.session_id.unwrap_or("");
         // The call that supplied the token, in this session (on HTTP a notification may come on
         // the POST's stream or the session's GET stream).
-        let call = self.pending.iter().find(|((sk, _), p)| sk == session_key && p.progress_key.as_deref() == Some(key.as_str())).map(|(_, p)| (p.trace_id, p.span_id));
+        let call = self
+            .pending
+            .iter()
+            .find(|((sk, _), p)| sk == session_key && p.progress_key.as_deref() == Some(key.as_str()))
+            .map(|(_, p)| (p.trace_id, p.span_id));
         let (trace, parent) = match call {
             Some((t, p)) => (t, Some(p)),
             None => (new_trace_id(), None),
         };
-        let mut attrs = vec![KeyValue { key: a::PROGRESS_TOKEN.into(), value: Some(tok), ..Default::default() }, kv(a::PROGRESS_VALUE, any_value::Value::DoubleValue(value))];
+        let mut attrs = vec![
+            KeyValue { key: a::PROGRESS_TOKEN.into(), value: Some(tok), ..Default::default() },
+            kv(a::PROGRESS_VALUE, any_value::Value::DoubleValue(value)),
+        ];
         if let Some(total) = params.get("total").and_then(Value::as_f64) {
             attrs.push(kv(a::PROGRESS_TOTAL, any_value::Value::DoubleValue(total)));
         }

@@ -365,7 +365,9 @@ mod tests {
 
     #[test]
     fn www_authenticate_keeps_the_error_word_and_scope_only() {
-        let c = parse_www_authenticate(r#"Bearer realm="mcp", error="insufficient_scope", error_description="needs SECRET-DESC", scope="tools:write files:read", resource_metadata="https://auth.example.test/.well-known/x""#);
+        let c = parse_www_authenticate(
+            r#"Bearer realm="mcp", error="insufficient_scope", error_description="needs SECRET-DESC", scope="tools:write files:read", resource_metadata="https://auth.example.test/.well-known/x""#,
+        );
         assert_eq!(c, Challenge { error: Some("insufficient_scope"), scope: Some("tools:write files:read".into()) });
         let c = parse_www_authenticate(r#"Basic realm="x", Bearer error=invalid_token"#);
         assert_eq!(c.error, Some("invalid_token"));
@@ -374,14 +376,22 @@ mod tests {
         assert_eq!(c.error, Some("other"));
         assert_eq!(c.scope.as_deref(), Some("ok"));
         assert_eq!(parse_www_authenticate("Bearer"), Challenge::default());
-        assert_eq!(parse_www_authenticate(r#"Basic realm="x", error="invalid_token""#), Challenge::default(), "only the Bearer challenge counts");
+        assert_eq!(
+            parse_www_authenticate(r#"Basic realm="x", error="invalid_token""#),
+            Challenge::default(),
+            "only the Bearer challenge counts"
+        );
         assert_eq!(parse_www_authenticate(""), Challenge::default());
         // The scope named only in the description (the `mcp` SDK's bearer middleware).
-        let c = parse_www_authenticate(r#"Bearer error="insufficient_scope", error_description="Required scope: tools:call", resource_metadata="http://x/""#);
+        let c = parse_www_authenticate(
+            r#"Bearer error="insufficient_scope", error_description="Required scope: tools:call", resource_metadata="http://x/""#,
+        );
         assert_eq!(c.scope.as_deref(), Some("tools:call"));
-        let c = parse_www_authenticate(r#"Bearer error="insufficient_scope", error_description="Missing scopes: a:b, c. Ask SECRET-ADMIN""#);
+        let c =
+            parse_www_authenticate(r#"Bearer error="insufficient_scope", error_description="Missing scopes: a:b, c. Ask SECRET-ADMIN""#);
         assert_eq!(c.scope.as_deref(), Some("a:b c"), "the listed scope tokens only");
-        let c = parse_www_authenticate(r#"Bearer error="insufficient_scope", error_description="Required scope: files:write for SECRET-PATH""#);
+        let c =
+            parse_www_authenticate(r#"Bearer error="insufficient_scope", error_description="Required scope: files:write for SECRET-PATH""#);
         assert_eq!(c.scope.as_deref(), Some("files:write"));
         let c = parse_www_authenticate(r#"Bearer error="invalid_token", error_description="scope: not-read-for-401""#);
         assert_eq!(c.scope, None, "only an insufficient_scope challenge names a scope");

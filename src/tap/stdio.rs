@@ -123,7 +123,8 @@ pub async fn run(command: Vec<OsString>, server_address: Option<String>, sink: S
     };
 
     // The observer, beside the stream.
-    let identity = ServerIdentity { address: server_address.unwrap_or_else(|| command_name(program)), port: None, transport: Transport::Pipe };
+    let identity =
+        ServerIdentity { address: server_address.unwrap_or_else(|| command_name(program)), port: None, transport: Transport::Pipe };
     let observer = tokio::spawn(async move {
         let mut obs = Observer::new(identity);
         let mut from_client = LineSplitter::new(MAX_LINE);

@@ -150,8 +150,12 @@ impl Sink {
         let max = 64 << 20;
         tokio::spawn(async move {
             let r = tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(svc.clone()).accept_compressed(CompressionEncoding::Gzip).max_decoding_message_size(max))
-                .add_service(MetricsServiceServer::new(svc.clone()).accept_compressed(CompressionEncoding::Gzip).max_decoding_message_size(max))
+                .add_service(
+                    TraceServiceServer::new(svc.clone()).accept_compressed(CompressionEncoding::Gzip).max_decoding_message_size(max),
+                )
+                .add_service(
+                    MetricsServiceServer::new(svc.clone()).accept_compressed(CompressionEncoding::Gzip).max_decoding_message_size(max),
+                )
                 .add_service(LogsServiceServer::new(svc).accept_compressed(CompressionEncoding::Gzip).max_decoding_message_size(max))
                 .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), async {
                     let _ = stopped.await;
@@ -388,7 +392,11 @@ impl Cfg {
         }
         let _ = write!(y, "  prometheus:\n    endpoint: 127.0.0.1:{}\n  verdict_log:\n    path: stdout\n", p.prometheus);
         let _ = write!(y, "extensions:\n  health_check:\n    endpoint: 127.0.0.1:{}\n", p.health);
-        let _ = write!(y, "service:\n  telemetry:\n    logs:\n      level: {}\n    shutdown_timeout: {}\n", self.log_level, self.shutdown_timeout);
+        let _ = write!(
+            y,
+            "service:\n  telemetry:\n    logs:\n      level: {}\n    shutdown_timeout: {}\n",
+            self.log_level, self.shutdown_timeout
+        );
         y
     }
 }
@@ -658,7 +666,13 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<HttpRespo
 /// One request on a fresh connection (`Connection: close`), response read to EOF. The body is
 /// written concurrently with reading, so a server that answers early (413) and stops reading does
 /// not deadlock the client; write errors after a complete response are ignored.
-pub async fn http_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> std::io::Result<HttpResponse> {
+pub async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpResponse> {
     let fut = async {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
@@ -682,10 +696,15 @@ pub async fn http_request(addr: SocketAddr, method: &str, path: &str, headers: &
         match (read_result, parse_response(&buf)) {
             (_, Some(r)) => Ok(r),
             (Err(e), None) => Err(e),
-            (Ok(_), None) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("incomplete HTTP response: {:?}", String::from_utf8_lossy(&buf)))),
+            (Ok(_), None) => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("incomplete HTTP response: {:?}", String::from_utf8_lossy(&buf)),
+            )),
         }
     };
-    tokio::time::timeout(Duration::from_secs(30), fut).await.map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "HTTP request timed out"))?
+    tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "HTTP request timed out"))?
 }
 
 fn parse_response(buf: &[u8]) -> Option<HttpResponse> {
@@ -773,7 +792,12 @@ pub async fn grpc_export(addr: SocketAddr, req: ExportTraceServiceRequest) -> Re
 
 /// Send arbitrary bytes as the body of a TraceService/Export call.
 pub async fn grpc_export_raw(addr: SocketAddr, bytes: Bytes) -> Result<ExportTraceServiceResponse, Status> {
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().timeout(Duration::from_secs(30)).connect().await.expect("connect");
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .expect("connect");
     let mut grpc = tonic::client::Grpc::new(ch);
     grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
     let path = tonic::codegen::http::uri::PathAndQuery::from_static("/opentelemetry.proto.collector.trace.v1.TraceService/Export");
@@ -875,7 +899,11 @@ pub fn request(service: &str, spans: Vec<Span>) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(Resource { attributes: vec![kv_str("service.name", service)], ..Default::default() }),
-            scope_spans: vec![ScopeSpans { scope: Some(InstrumentationScope { name: "e2e".into(), ..Default::default() }), spans, ..Default::default() }],
+            scope_spans: vec![ScopeSpans {
+                scope: Some(InstrumentationScope { name: "e2e".into(), ..Default::default() }),
+                spans,
+                ..Default::default()
+            }],
             ..Default::default()
         }],
     }
@@ -891,7 +919,12 @@ pub fn fixture_path(name: &str) -> PathBuf {
 
 /// Non-empty lines of a JSONL fixture.
 pub fn fixture_lines(name: &str) -> Vec<String> {
-    std::fs::read_to_string(fixture_path(name)).expect("read fixture").lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
+    std::fs::read_to_string(fixture_path(name))
+        .expect("read fixture")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 pub fn fixture_json(name: &str) -> serde_json::Value {

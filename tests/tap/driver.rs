@@ -71,7 +71,9 @@ pub fn drive_stdio(mut cmd: Command, script: &[Step]) -> StdioRun {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx.recv_timeout(left).unwrap_or_else(|_| panic!("nothing for {} (output so far: {})", step.line, String::from_utf8_lossy(&out)));
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("nothing for {} (output so far: {})", step.line, String::from_utf8_lossy(&out)));
             out.extend_from_slice(&line);
             let v: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
             let done = match &step.wait_for {
@@ -99,4 +101,3 @@ pub fn drive_stdio(mut cmd: Command, script: &[Step]) -> StdioRun {
     }
     StdioRun { stdout: out, stderr: err_reader.join().unwrap(), code: status.code() }
 }
-

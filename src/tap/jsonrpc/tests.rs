@@ -78,9 +78,17 @@ fn tools_page_2() -> serde_json::Value {
 #[test]
 fn initialize_records_versions_and_list_changed_capability() {
     let mut o = stdio_observer();
-    client(&mut o, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}), 1_000);
+    client(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}),
+        1_000,
+    );
     assert!(o.take_spans().is_empty(), "no span before the response");
-    server(&mut o, json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"s","version":"1"}}}), 5_000);
+    server(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"s","version":"1"}}}),
+        5_000,
+    );
     let spans = o.take_spans();
     assert_eq!(spans.len(), 1);
     let s = &spans[0];
@@ -126,17 +134,23 @@ fn paginated_list_gives_cursors_digests_and_the_installed_registry() {
     assert_eq!(astr(p1, a::CATALOG_CURSOR), None, "the first page sends no cursor");
     assert_eq!(abool(p1, a::CATALOG_NEXT_CURSOR_PRESENT), Some(true));
     assert_eq!(aint(p1, a::CATALOG_TOOL_COUNT), Some(2));
-    let want1: Vec<String> = tools_page_1().as_array().unwrap().iter().map(|t| {
-        let d = tool_digest(t).unwrap();
-        format!("{}={}", d.name, d.digest)
-    }).collect();
+    let want1: Vec<String> = tools_page_1()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let d = tool_digest(t).unwrap();
+            format!("{}={}", d.name, d.digest)
+        })
+        .collect();
     assert_eq!(astrs(p1, a::CATALOG_TOOL_DIGESTS), want1, "digests equal tool_digest of the definitions");
 
     assert_eq!(astr(p2, a::CATALOG_CURSOR), Some("page-2"));
     assert_eq!(abool(p2, a::CATALOG_NEXT_CURSOR_PRESENT), Some(false));
     assert_eq!(aint(p2, a::CATALOG_TOOL_COUNT), Some(1));
 
-    let all: Vec<_> = tools_page_1().as_array().unwrap().iter().chain(tools_page_2().as_array().unwrap()).map(|t| tool_digest(t).unwrap()).collect();
+    let all: Vec<_> =
+        tools_page_1().as_array().unwrap().iter().chain(tools_page_2().as_array().unwrap()).map(|t| tool_digest(t).unwrap()).collect();
     assert_eq!(inst.kind, SpanKind::Internal as i32);
     assert_eq!(astr(inst, a::CATALOG_INSTALLED_DIGEST), Some(registry_digest(&all).as_str()));
     assert_eq!(inst.trace_id, p2.trace_id, "in the trace of the page that completed the traversal");
@@ -248,8 +262,16 @@ fn is_error_and_jsonrpc_errors() {
 #[test]
 fn progress_notifications_join_the_call_they_belong_to() {
     let mut o = stdio_observer();
-    client(&mut o, json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"slow","arguments":{},"_meta":{"progressToken":"tok-1"}}}), 1_000);
-    server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-1","progress":1,"total":3,"message":"step one of SECRET-PROGRESS"}}), 2_000);
+    client(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"slow","arguments":{},"_meta":{"progressToken":"tok-1"}}}),
+        1_000,
+    );
+    server(
+        &mut o,
+        json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-1","progress":1,"total":3,"message":"step one of SECRET-PROGRESS"}}),
+        2_000,
+    );
     server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok-1","progress":2.5}}), 3_000);
     server(&mut o, json!({"jsonrpc":"2.0","id":9,"result":{"content":[]}}), 4_000);
     let spans = o.take_spans();
@@ -287,7 +309,11 @@ fn progress_notifications_join_the_call_they_belong_to() {
 fn traceparent_in_meta_joins_the_agents_trace() {
     let mut o = stdio_observer();
     let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    client(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"traceparent":tp,"progressToken":"p"}}}), 1);
+    client(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"traceparent":tp,"progressToken":"p"}}}),
+        1,
+    );
     server(&mut o, json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1}}), 2);
     server(&mut o, json!({"jsonrpc":"2.0","id":1,"result":{}}), 3);
     let spans = o.take_spans();
@@ -296,18 +322,34 @@ fn traceparent_in_meta_joins_the_agents_trace() {
     let call = spans.last().unwrap();
     assert_eq!(call.parent_span_id, hex::decode("00f067aa0ba902b7").unwrap(), "a child of the agent's span");
     // Invalid traceparents are ignored: fresh trace, root span.
-    for bad in ["00-00000000000000000000000000000000-00f067aa0ba902b7-01", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "garbage"] {
+    for bad in [
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+        "garbage",
+    ] {
         client(&mut o, json!({"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":{"traceparent":bad}}}), 4);
         server(&mut o, json!({"jsonrpc":"2.0","id":2,"result":{}}), 5);
         let s = o.take_spans();
         assert_ne!(s[0].trace_id, want_trace, "{bad}");
         assert!(s[0].parent_span_id.is_empty(), "{bad}");
     }
-    assert_eq!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future"), Some((want_trace.try_into().unwrap(), [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7])));
+    assert_eq!(
+        parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future"),
+        Some((want_trace.try_into().unwrap(), [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]))
+    );
 }
 
 fn http_ctx<'a>(ns: u64, session: Option<&'a str>, exchange: u64, status: Option<u16>, auth: bool) -> Ctx<'a> {
-    Ctx { at_ns: ns, session_id: session, exchange: Some(exchange), http_status: status, had_authorization: auth, protocol_version: session.map(|_| "2025-11-25"), ..Default::default() }
+    Ctx {
+        at_ns: ns,
+        session_id: session,
+        exchange: Some(exchange),
+        http_status: status,
+        had_authorization: auth,
+        protocol_version: session.map(|_| "2025-11-25"),
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -315,8 +357,12 @@ fn http_session_ids_status_and_versions() {
     let mut o = http_observer();
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}).to_string();
     o.client_bytes(init.as_bytes(), &Ctx { at_ns: 1, exchange: Some(1), ..Default::default() });
-    let resp = json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}}).to_string();
-    o.server_bytes(resp.as_bytes(), &Ctx { at_ns: 2, exchange: Some(1), http_status: Some(200), assigned_session_id: Some("sess-A"), ..Default::default() });
+    let resp =
+        json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}}).to_string();
+    o.server_bytes(
+        resp.as_bytes(),
+        &Ctx { at_ns: 2, exchange: Some(1), http_status: Some(200), assigned_session_id: Some("sess-A"), ..Default::default() },
+    );
     o.exchange_end(1, 200, &at(3));
     let s = o.take_spans();
     assert_eq!(astr(&s[0], a::MCP_SESSION_ID), Some("sess-A"), "the session the server assigned");
@@ -326,7 +372,11 @@ fn http_session_ids_status_and_versions() {
     assert_eq!(aint(&s[0], a::SERVER_PORT), Some(8931));
 
     // A call in the session; its response on the POST's SSE stream.
-    client_http(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}), http_ctx(4, Some("sess-A"), 2, None, true));
+    client_http(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}),
+        http_ctx(4, Some("sess-A"), 2, None, true),
+    );
     o.server_bytes(json!({"jsonrpc":"2.0","id":1,"result":{}}).to_string().as_bytes(), &http_ctx(5, Some("sess-A"), 2, Some(200), true));
     let s = o.take_spans();
     let call = s.last().unwrap();
@@ -357,12 +407,26 @@ fn client_http(o: &mut Observer, v: serde_json::Value, ctx: Ctx<'_>) {
 fn auth_challenges_401_and_403() {
     let mut o = http_observer();
     let hdr_403 = r#"Bearer realm="mcp", error="insufficient_scope", scope="tools:write", error_description="SECRET-DESCRIPTION", resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource""#;
-    client_http(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_file"}}), http_ctx(1, Some("s"), 1, None, true));
+    client_http(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_file"}}),
+        http_ctx(1, Some("s"), 1, None, true),
+    );
     o.http_auth_failure(1, 403, &crate::tap::parse_www_authenticate(hdr_403), &http_ctx(2, Some("s"), 1, Some(403), true));
     client_http(&mut o, json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}), http_ctx(3, None, 2, None, true));
-    o.http_auth_failure(2, 401, &crate::tap::parse_www_authenticate(r#"Bearer error="invalid_token""#), &http_ctx(4, None, 2, Some(401), true));
+    o.http_auth_failure(
+        2,
+        401,
+        &crate::tap::parse_www_authenticate(r#"Bearer error="invalid_token""#),
+        &http_ctx(4, None, 2, Some(401), true),
+    );
     client_http(&mut o, json!({"jsonrpc":"2.0","id":3,"method":"initialize","params":{}}), http_ctx(5, None, 3, None, false));
-    o.http_auth_failure(3, 401, &crate::tap::parse_www_authenticate(r#"Bearer resource_metadata="x""#), &http_ctx(6, None, 3, Some(401), false));
+    o.http_auth_failure(
+        3,
+        401,
+        &crate::tap::parse_www_authenticate(r#"Bearer resource_metadata="x""#),
+        &http_ctx(6, None, 3, Some(401), false),
+    );
     o.exchange_end(1, 403, &at(7)); // nothing left: already reported
     let spans: Vec<Span> = o.take_spans().into_iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect();
     assert_eq!(spans.len(), 3);
@@ -382,7 +446,11 @@ fn auth_challenges_401_and_403() {
 #[test]
 fn transport_failures_name_the_outcome() {
     let mut o = http_observer();
-    client_http(&mut o, json!([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}},{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/initialized"}]), http_ctx(1, None, 5, None, false));
+    client_http(
+        &mut o,
+        json!([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}},{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/initialized"}]),
+        http_ctx(1, None, 5, None, false),
+    );
     o.transport_failure(5, "connection_refused", false, &at(2));
     let spans: Vec<Span> = o.take_spans().into_iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect();
     assert_eq!(spans.len(), 2, "both requests of the batch, not the notification");
@@ -427,18 +495,39 @@ fn planted_secrets_never_reach_a_span() {
     ];
     let mut o = http_observer();
     let ctx = |ns| http_ctx(ns, Some("sess-p"), 1, Some(200), true);
-    client_http(&mut o, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","clientInfo":{"name":"SECRET-CLIENTINFO-77"},"capabilities":{}}}), ctx(1));
+    client_http(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","clientInfo":{"name":"SECRET-CLIENTINFO-77"},"capabilities":{}}}),
+        ctx(1),
+    );
     o.server_bytes(json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"instructions":"SECRET-RESULT-91bc"}}).to_string().as_bytes(), &ctx(2));
     client_http(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":null}}), ctx(3));
     o.server_bytes(json!({"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","description":"SECRET-DEFINITION-66","inputSchema":{"type":"object","properties":{"SECRET-DEFINITION-66":{"type":"string"}}}}],"nextCursor":"sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0"}}).to_string().as_bytes(), &ctx(4));
-    client_http(&mut o, json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0"}}), ctx(5));
+    client_http(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0"}}),
+        ctx(5),
+    );
     o.server_bytes(json!({"jsonrpc":"2.0","id":2,"result":{"tools":[]}}).to_string().as_bytes(), &ctx(6));
     // Arguments with a token, a result, structured content, an error message.
-    client_http(&mut o, json!({"jsonrpc":"2.0","id":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl","method":"tools/call","params":{"name":"t","arguments":{"q":"SECRET-ARGUMENT-7f3a","token":"sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0"},"_meta":{"progressToken":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"}}}), ctx(7));
+    client_http(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl","method":"tools/call","params":{"name":"t","arguments":{"q":"SECRET-ARGUMENT-7f3a","token":"sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0"},"_meta":{"progressToken":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"}}}),
+        ctx(7),
+    );
     o.server_bytes(json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl","progress":1,"message":"SECRET-PROGRESS-MSG-88"}}).to_string().as_bytes(), &ctx(8));
     o.server_bytes(json!({"jsonrpc":"2.0","id":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl","result":{"content":[{"type":"text","text":"SECRET-RESULT-91bc"}],"structuredContent":{"x":"SECRET-STRUCTURED-55"}}}).to_string().as_bytes(), &ctx(9));
-    client_http(&mut o, json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t","arguments":{"q":"SECRET-ARGUMENT-7f3a"}}}), ctx(10));
-    o.server_bytes(json!({"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"SECRET-ERROR-MSG-44","data":{"SECRET-ERROR-MSG-44":1}}}).to_string().as_bytes(), &ctx(11));
+    client_http(
+        &mut o,
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t","arguments":{"q":"SECRET-ARGUMENT-7f3a"}}}),
+        ctx(10),
+    );
+    o.server_bytes(
+        json!({"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"SECRET-ERROR-MSG-44","data":{"SECRET-ERROR-MSG-44":1}}})
+            .to_string()
+            .as_bytes(),
+        &ctx(11),
+    );
     let spans = o.take_spans();
     assert!(spans.len() >= 8, "{}", spans.len());
     let dump = format!("{spans:?}");
@@ -446,7 +535,10 @@ fn planted_secrets_never_reach_a_span() {
         assert!(!dump.contains(secret), "{secret} leaked into a span");
     }
     // The joins still work on the hashed forms.
-    let call = spans.iter().find(|s| astr(s, a::JSONRPC_REQUEST_ID).is_some_and(|r| r.starts_with("sha256:")) && astr(s, a::CALL_PHASE).is_none()).expect("the call span");
+    let call = spans
+        .iter()
+        .find(|s| astr(s, a::JSONRPC_REQUEST_ID).is_some_and(|r| r.starts_with("sha256:")) && astr(s, a::CALL_PHASE).is_none())
+        .expect("the call span");
     let progress = spans.iter().find(|s| s.name == "notifications/progress").unwrap();
     assert_eq!(progress.trace_id, call.trace_id);
     assert_eq!(astr(progress, a::PROGRESS_TOKEN), astr(call, a::PROGRESS_TOKEN));
