@@ -6,16 +6,18 @@
 //! (trace-keyed chains) → [`classify`] (pure functions → [`verdict`]) → [`emit`] (pass-through,
 //! health spans, metrics). [`pipeline`] wires the stages; [`cli`] is the command line.
 
+pub mod bounded;
 pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod correlate;
 pub mod emit;
+pub mod engine;
 pub mod evidence;
 pub mod gate;
 pub mod loadgen;
 pub mod normalize;
-pub mod pipeline;
 pub mod receive;
+pub mod service;
 pub mod tap;
 pub mod verdict;

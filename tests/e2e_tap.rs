@@ -296,11 +296,11 @@ async fn stdio_tap_feeds_mcp_health_verdicts_and_catalog_convergence() {
     let last = eventually(Duration::from_secs(20), "a converged catalog with the changed tool set", || {
         let lines: Vec<Value> = svc.json_lines().into_iter().filter(|l| l["catalog"] == true).collect();
         let last = lines.last()?.clone();
-        let names: Vec<&str> = last["verdict"]["tool_digests"].as_array()?.iter().filter_map(|t| t["name"].as_str()).collect();
-        (last["verdict"]["convergence"] == "converged" && names.contains(&"search")).then_some(last)
+        let names: Vec<&str> = last["tool_digests"].as_array()?.iter().filter_map(|t| t["name"].as_str()).collect();
+        (last["convergence"] == "converged" && names.contains(&"search")).then_some(last)
     })
     .await;
-    let v = &last["verdict"];
+    let v = &last;
     let names: Vec<&str> = v["tool_digests"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
     assert!(!names.contains(&"add"), "the removed tool is gone: {names:?}");
     assert_eq!(names.len(), 6);

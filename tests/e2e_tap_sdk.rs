@@ -121,9 +121,9 @@ async fn sdk_client_and_server_through_the_tap_give_the_full_set() {
         let last = svc.json_lines().into_iter().rfind(|l| l["catalog"] == true && l["server"] == "sdk-server");
         if let Some(l) = &last {
             let names: Vec<&str> =
-                l["verdict"]["tool_digests"].as_array().map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect()).unwrap_or_default();
-            if l["verdict"]["convergence"] == "converged" && names.contains(&"extra") {
-                assert!(l["verdict"]["signal_at_ns"].as_u64().unwrap() < l["verdict"]["traversal_start_ns"].as_u64().unwrap(), "{l}");
+                l["tool_digests"].as_array().map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect()).unwrap_or_default();
+            if l["convergence"] == "converged" && names.contains(&"extra") {
+                assert!(l["signal_at_ns"].as_u64().unwrap() < l["traversal_start_ns"].as_u64().unwrap(), "{l}");
                 assert_eq!(names.len(), 7);
                 break;
             }

@@ -6,8 +6,9 @@
 //! the invalid-id count is exact, and no verdict is `healthy` unless a confirmed outcome receipt was
 //! part of that trace's input.
 
+use mcp_health::evidence::time::Moment;
 use std::collections::{BTreeSet, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mcp_health::classify::{classify_call, SessionContext};
 use mcp_health::correlate::{ChainLimits, Chains, DecidedCalls};
@@ -305,7 +306,7 @@ proptest! {
         batches in prop::collection::vec((request(), 0u64..5_000), 1..5),
         lim in limits(),
     ) {
-        let t0 = Instant::now();
+        let t0 = Moment::from_nanos(1_000_000_000_000);
         let mut chains = Chains::new(lim);
         let mut decided: Vec<DecidedCalls> = Vec::new();
         let mut confirmed_traces: BTreeSet<Vec<u8>> = BTreeSet::new();
@@ -383,7 +384,7 @@ fn the_span_generator_reaches_healthy_and_most_other_states() {
     let strategy = request();
     let mut seen: BTreeSet<HealthState> = BTreeSet::new();
     let mut rejected = 0u64;
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     for _ in 0..3_000 {
         let req = strategy.new_tree(&mut runner).expect("value").current();
         let batch = normalize_request(&req);

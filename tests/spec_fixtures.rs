@@ -91,8 +91,8 @@ fn eight_calls_protocol_success_rate_is_exactly_three_eighths_and_verified_one_e
     assert_eq!(want_protocol, 0.375, "the fixture file still says what SPEC says");
     assert_eq!(want_verified, 0.125, "the fixture file still says what SPEC says");
     assert_eq!(s.calls, 8);
-    assert_eq!(s.protocol_success_rate, want_protocol, "{s:?}");
-    assert_eq!(s.verified_success_rate, want_verified, "{s:?}");
+    assert_eq!(s.protocol_success_rate, Some(want_protocol), "{s:?}");
+    assert_eq!(s.verified_success_rate, Some(want_verified), "{s:?}");
     assert_eq!((s.protocol_successes, s.verified_successes), (3, 1));
 }
 

@@ -4,29 +4,34 @@
 //! writes), joins spans by trace across all lines and files, and prints a verdict per call and the
 //! protocol and verified success rates side by side.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::classify::catalog::CatalogVerdict;
 use crate::classify::pinning::Lockfile;
-use crate::correlate::{ChainLimits, Chains, SessionLimits, Sessions};
-use crate::normalize::normalize_request;
-use crate::receive::otlp_json;
-use crate::verdict::{DecidedBy, Verdict};
+use crate::config::Config;
+use crate::correlate::CatalogChange;
+use crate::emit::sink::Collect;
+use crate::engine::{CatalogLine, Decided, DriftEvent, Engine, EngineConfig, IncidentChange};
+pub use crate::service::replay::ReplayError;
+use crate::verdict::Verdict;
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
     /// OTLP/JSON files, one ExportTraceServiceRequest per line; `-` reads standard input.
     #[arg(required = true)]
     pub files: Vec<String>,
-    /// Check discovered tool definitions against this lockfile (see `mcp-health lock`).
+    /// The service's configuration (its `processors.mcp_health` settings decide as the service
+    /// would); the embedded default when absent.
+    #[arg(long, short)]
+    pub config: Option<String>,
+    /// Check discovered tool definitions against this lockfile (see `mcp-health lock`); overrides
+    /// the configuration's `lockfile`.
     #[arg(long)]
     pub lockfile: Option<String>,
-    /// `table` for people, `json` for one JSON object per verdict followed by a summary object.
+    /// `table` for people, `json` for one JSON object per record followed by a summary object.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }
@@ -37,23 +42,26 @@ pub enum Format {
     Json,
 }
 
-/// The two rates of SPEC section 2, reported side by side.
+/// The two rates of SPEC section 2, reported side by side. Both count `tools/call` attempts
+/// only: an `initialize` or a `ping` is no tool call.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Summary {
     pub summary: bool,
     pub calls: u64,
     pub protocol_successes: u64,
     pub verified_successes: u64,
-    pub protocol_success_rate: f64,
-    pub verified_success_rate: f64,
+    /// `None` when there were no calls: "no calls", not 0 %.
+    pub protocol_success_rate: Option<f64>,
+    pub verified_success_rate: Option<f64>,
 }
 
 impl Summary {
     pub fn of(verdicts: &[Verdict]) -> Summary {
-        let calls = verdicts.len() as u64;
-        let p = verdicts.iter().filter(|v| v.protocol_success).count() as u64;
-        let v = verdicts.iter().filter(|v| v.verified_success).count() as u64;
-        let rate = |n: u64| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
+        let attempts: Vec<&Verdict> = verdicts.iter().filter(|v| v.method.as_deref() == Some("tools/call")).collect();
+        let calls = attempts.len() as u64;
+        let p = attempts.iter().filter(|v| v.protocol_success).count() as u64;
+        let v = attempts.iter().filter(|v| v.verified_success).count() as u64;
+        let rate = |n: u64| (calls > 0).then(|| n as f64 / calls as f64);
         Summary {
             summary: true,
             calls,
@@ -65,181 +73,98 @@ impl Summary {
     }
 }
 
-/// Why a replay input was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
-    #[error("{file}: {source}")]
-    Read { file: String, source: std::io::Error },
-    #[error("{file}:{line}: {source}")]
-    Decode { file: String, line: usize, source: otlp_json::JsonError },
-}
-
-/// One session's catalog verdict, as `replay` reports it.
-#[derive(Clone, Debug, Serialize)]
-pub struct CatalogRow {
-    /// Always true: tells catalog lines from verdict lines in `--format json`.
-    pub catalog: bool,
-    /// SHA-256 of the session key (`session:<mcp.session.id>` or `client:<service>|server:<address>`).
-    pub session_hash: String,
-    pub server: Option<std::sync::Arc<str>>,
-    #[serde(flatten)]
-    pub verdict: CatalogVerdict,
-}
-
 /// Everything a replay decided.
 pub struct Replayed {
+    /// The final verdict of every call (its latest revision), in (start, trace) order.
     pub verdicts: Vec<Verdict>,
-    pub catalog: Vec<CatalogRow>,
+    /// Every record in the order the engine decided it (revisions and interim reports included).
+    pub records: Vec<Decided>,
+    /// Each session's catalog verdict at the end of the input.
+    pub catalog: Vec<CatalogChange>,
     /// Every tool definition discovered, in (server, tool, time) order (for `lock`).
     pub discoveries: Vec<crate::correlate::Discovery>,
     /// Definitions that differ from their pins (when replayed with a lockfile).
-    pub drift: Vec<crate::pipeline::DriftEvent>,
-    /// Incident transitions, in the order of the verdicts' evidence times.
-    pub incidents: Vec<IncidentLine>,
+    pub drift: Vec<DriftEvent>,
+    /// Incident transitions, in the order the engine decided them.
+    pub incidents: Vec<IncidentChange>,
 }
 
-/// One incident transition, as `replay` reports it.
-#[derive(Clone, Debug, Serialize)]
-pub struct IncidentLine {
-    pub incident: bool,
-    pub transition: crate::classify::incidents::Transition,
-    pub row: crate::classify::incidents::Incident,
-}
-
-/// Classify everything in `files`. Bad lines are reported and skipped, not fatal.
+/// Classify everything in `files` with the embedded default configuration. Bad lines are
+/// reported and skipped, not fatal.
 pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verdict> {
     replay(files, None, errors).verdicts
 }
 
-/// Classify calls and catalog sessions in `files`, checking tool definitions against `pins`.
-pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<ReplayError>) -> Replayed {
-    let mut chains = Chains::new(ChainLimits {
-        max_chains: usize::MAX,
-        max_bytes: usize::MAX,
-        max_spans_per_chain: 100_000,
-        max_decided: 0,
-        ..ChainLimits::default()
-    });
-    let mut sessions = Sessions::new(SessionLimits {
-        max_sessions: usize::MAX,
-        max_events_per_session: 100_000,
-        track_call_activity: true,
-        ..SessionLimits::default()
-    });
-    let now = Instant::now();
-    // The clocks of calls still in flight at the end of the input are read at the latest span time.
-    let mut latest_ns = 0u64;
-    let mut sink = Vec::new();
-    let started = Instant::now();
-    let mut last_progress = Instant::now();
-    let mut lines_read = 0usize;
-    for file in files {
-        let reader: Box<dyn BufRead> = if file == "-" {
-            Box::new(BufReader::new(std::io::stdin()))
-        } else {
-            match std::fs::File::open(file) {
-                Ok(f) => Box::new(BufReader::new(f)),
-                Err(source) => {
-                    errors.push(ReplayError::Read { file: file.clone(), source });
-                    continue;
-                }
-            }
-        };
-        for (n, line) in reader.lines().enumerate() {
-            let line = match line {
-                Ok(l) => l,
-                Err(source) => {
-                    errors.push(ReplayError::Read { file: file.clone(), source });
-                    break;
-                }
-            };
-            if line.trim().is_empty() {
-                continue;
-            }
-            match otlp_json::decode_traces(line.as_bytes()) {
-                Ok(req) => {
-                    let batch = normalize_request(&req);
-                    latest_ns = batch.evidence.iter().map(|e| e.end_ns.max(e.start_ns)).fold(latest_ns, u64::max);
-                    sessions.observe(&batch.evidence, now);
-                    chains.ingest(batch, now, &mut sink)
-                }
-                Err(source) => errors.push(ReplayError::Decode { file: file.clone(), line: n + 1, source }),
-            }
-            lines_read += 1;
-            if last_progress.elapsed() > Duration::from_secs(2) {
-                eprintln!("replay: {lines_read} lines read, {} chains, {:.0?} elapsed", chains.in_flight(), started.elapsed());
-                last_progress = Instant::now();
-            }
-        }
-    }
-    chains.drain(DecidedBy::Replay, now, &mut sink);
-    let mut verdicts: Vec<Verdict> = sink
-        .iter()
-        .flat_map(|d| crate::pipeline::verdicts_of(d, &sessions, pins, &crate::classify::progress::ProgressPolicy::default(), latest_ns))
-        .collect();
-    verdicts.sort_by(|a, b| (a.start_ns, a.trace_id).cmp(&(b.start_ns, b.trace_id)));
-    let catalog = sessions
-        .all_current()
-        .into_iter()
-        .map(|(session, server, verdict)| CatalogRow {
-            catalog: true,
-            session_hash: crate::normalize::redact::hash_hex(session.as_bytes()),
-            server,
-            verdict,
-        })
-        .collect();
-    let mut seen = Default::default();
-    let drift = match pins {
-        Some(p) => {
-            // Every discovery, in time order, against the pins.
-            let mut all = Vec::new();
-            for d in sessions.discoveries() {
-                let check = p.check(&d.server, &d.tool, &d.digest, crate::normalize::definitions::lookup(&d.digest).as_ref());
-                if let crate::classify::pinning::PinCheck::Drift { pinned_digest, changes } = check {
-                    if seen_insert(&mut seen, &d) {
-                        all.push(crate::pipeline::DriftEvent {
-                            drift: true,
-                            server: d.server.to_string(),
-                            tool: d.tool.to_string(),
-                            pinned_digest,
-                            digest: d.digest.to_string(),
-                            changes,
-                            trace_id: [0; 16],
-                            span_id: [0; 8],
-                        });
-                    }
-                }
-            }
-            all
-        }
-        None => Vec::new(),
-    };
-    let mut book = crate::classify::incidents::IncidentBook::default();
-    let mut by_time: Vec<&Verdict> = verdicts.iter().collect();
-    by_time.sort_by_key(|v| (v.end_ns, v.start_ns));
-    let incidents = by_time
-        .into_iter()
-        .flat_map(|v| book.observe(v))
-        .map(|(transition, row)| IncidentLine { incident: true, transition, row })
-        .collect();
-    Replayed { verdicts, catalog, discoveries: sessions.discoveries(), drift, incidents }
+/// The engine configuration of a configuration file (`None`: the embedded default).
+pub fn engine_config(cfg: &Config) -> EngineConfig {
+    let p = &cfg.processors.mcp_health;
+    let mut e = EngineConfig::new(p.limits(), p.session_limits());
+    e.progress = p.progress.clone();
+    e
 }
 
-fn seen_insert(seen: &mut std::collections::HashSet<(String, String, String)>, d: &crate::correlate::Discovery) -> bool {
-    seen.insert((d.server.to_string(), d.tool.to_string(), d.digest.to_string()))
+/// Classify calls and catalog sessions in `files` with the embedded default configuration,
+/// checking tool definitions against `pins`.
+pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<ReplayError>) -> Replayed {
+    let cfg = Config::load(None).unwrap_or_else(|e| unreachable!("the embedded default parses: {e}"));
+    let mut ec = engine_config(&cfg);
+    ec.pins = pins.cloned().map(std::sync::Arc::new);
+    replay_with(files, ec, errors)
+}
+
+/// Replay `files` through an engine configured with `cfg`.
+pub fn replay_with(files: &[String], cfg: EngineConfig, errors: &mut Vec<ReplayError>) -> Replayed {
+    let mut engine = Engine::new(cfg);
+    let mut sink = Collect::default();
+    let end = crate::service::replay::replay(files, &mut engine, &mut sink, errors);
+    let records = sink.0;
+    let verdicts = final_verdicts(&records);
+    let mut drift = Vec::new();
+    let mut incidents = Vec::new();
+    for r in &records {
+        match r {
+            Decided::Drift(d) => drift.push(d.clone()),
+            Decided::Incident(i) => incidents.push(i.clone()),
+            _ => {}
+        }
+    }
+    Replayed { verdicts, catalog: engine.catalog_rows(end), discoveries: engine.discoveries(), drift, incidents, records }
+}
+
+/// The latest revision of each call's verdict, in (start, trace, span) order.
+pub fn final_verdicts(records: &[Decided]) -> Vec<Verdict> {
+    let mut last: rustc_hash::FxHashMap<([u8; 16], [u8; 8]), &Verdict> = Default::default();
+    for r in records {
+        if let Decided::Call(v) = r {
+            last.insert((v.trace_id, v.span_id), v);
+        }
+    }
+    let mut out: Vec<Verdict> = last.into_values().cloned().collect();
+    out.sort_by(|a, b| (a.start_ns, a.trace_id, a.span_id).cmp(&(b.start_ns, b.trace_id, b.span_id)));
+    out
 }
 
 pub fn run(a: ReplayArgs) -> ExitCode {
     let mut errors = Vec::new();
-    let pins = match a.lockfile.as_deref().map(super::lock::load_lockfile) {
-        Some(Ok(l)) => Some(l),
+    let cfg = match Config::load(a.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let lockfile = a.lockfile.as_deref().or(cfg.processors.mcp_health.lockfile.as_deref());
+    let pins = match lockfile.map(super::lock::load_lockfile) {
+        Some(Ok(l)) => Some(std::sync::Arc::new(l)),
         Some(Err(e)) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
         None => None,
     };
-    let Replayed { verdicts, catalog, drift, incidents, .. } = replay(&a.files, pins.as_ref(), &mut errors);
+    let mut ec = engine_config(&cfg);
+    ec.pins = pins;
+    let Replayed { verdicts, catalog, drift, incidents, .. } = replay_with(&a.files, ec, &mut errors);
     for e in &errors {
         eprintln!("error: {e}");
     }
@@ -247,16 +172,7 @@ pub fn run(a: ReplayArgs) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let res = match a.format {
-        Format::Json => drift
-            .iter()
-            .map(|d| serde_json::to_value(d))
-            .chain(incidents.iter().map(serde_json::to_value))
-            .try_for_each(|v| {
-                v.map_err(std::io::Error::other)
-                    .and_then(|v| serde_json::to_writer(&mut out, &v).map_err(std::io::Error::other))
-                    .and_then(|_| writeln!(out))
-            })
-            .and_then(|_| write_json(&mut out, &verdicts, &catalog, &summary)),
+        Format::Json => write_json(&mut out, &drift, &incidents, &verdicts, &catalog, &summary),
         Format::Table => write_table(&mut out, &verdicts, &catalog, &summary).and_then(|_| write_incidents(&mut out, &incidents)),
     };
     if res.is_err() {
@@ -269,22 +185,35 @@ pub fn run(a: ReplayArgs) -> ExitCode {
     }
 }
 
-fn write_json(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow], summary: &Summary) -> std::io::Result<()> {
-    for v in verdicts {
-        serde_json::to_writer(&mut *out, v)?;
-        writeln!(out)?;
+/// Drift, incident transitions, final verdicts and catalog verdicts, each in the shape of the
+/// service's verdict lines, then the summary.
+fn write_json(
+    out: &mut impl Write,
+    drift: &[DriftEvent],
+    incidents: &[IncidentChange],
+    verdicts: &[Verdict],
+    catalog: &[CatalogChange],
+    summary: &Summary,
+) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    let records = drift
+        .iter()
+        .cloned()
+        .map(Decided::Drift)
+        .chain(incidents.iter().cloned().map(Decided::Incident))
+        .chain(verdicts.iter().cloned().map(Decided::Call))
+        .chain(catalog.iter().cloned().map(Decided::Catalog));
+    for r in records {
+        r.write_line(&mut buf).map_err(std::io::Error::other)?;
     }
-    for c in catalog {
-        serde_json::to_writer(&mut *out, c)?;
-        writeln!(out)?;
-    }
+    out.write_all(&buf)?;
     serde_json::to_writer(&mut *out, summary)?;
     writeln!(out)
 }
 
-fn write_incidents(out: &mut impl Write, incidents: &[IncidentLine]) -> std::io::Result<()> {
+fn write_incidents(out: &mut impl Write, incidents: &[IncidentChange]) -> std::io::Result<()> {
     // The final state of each incident.
-    let mut last: Vec<&IncidentLine> = Vec::new();
+    let mut last: Vec<&IncidentChange> = Vec::new();
     for l in incidents {
         match last.iter_mut().find(|x| x.row.id == l.row.id) {
             Some(x) => *x = l,
@@ -317,7 +246,7 @@ fn write_incidents(out: &mut impl Write, incidents: &[IncidentLine]) -> std::io:
     Ok(())
 }
 
-fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow], s: &Summary) -> std::io::Result<()> {
+fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogChange], s: &Summary) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<32} {:<12} {:<18} {:<14} {:<21} {:<10} {:<26}",
@@ -340,10 +269,11 @@ fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow
         writeln!(out)?;
         writeln!(out, "{:<16} {:<32} {:<13} {}", "CATALOG SESSION", "SERVER", "CONVERGENCE", "REASON")?;
         for c in catalog {
+            let line = CatalogLine::of(c);
             writeln!(
                 out,
                 "{:<16} {:<32} {:<13} {}",
-                &c.session_hash[..16],
+                &line.session_hash[..16],
                 c.server.as_deref().unwrap_or("-"),
                 c.verdict.convergence.as_str(),
                 c.verdict.reason
@@ -351,7 +281,8 @@ fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogRow
         }
     }
     writeln!(out)?;
-    writeln!(out, "calls: {}", s.calls)?;
-    writeln!(out, "protocol success: {} of {} ({:.1} %)", s.protocol_successes, s.calls, s.protocol_success_rate * 100.0)?;
-    writeln!(out, "verified success: {} of {} ({:.1} %)", s.verified_successes, s.calls, s.verified_success_rate * 100.0)
+    writeln!(out, "tool calls: {}", s.calls)?;
+    let rate = |r: Option<f64>| r.map_or_else(|| "no calls".to_string(), |r| format!("{:.1} %", r * 100.0));
+    writeln!(out, "protocol success: {} of {} ({})", s.protocol_successes, s.calls, rate(s.protocol_success_rate))?;
+    writeln!(out, "verified success: {} of {} ({})", s.verified_successes, s.calls, rate(s.verified_success_rate))
 }

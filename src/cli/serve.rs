@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,14 +13,16 @@ use clap::Args;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::Config;
-use crate::correlate::{Chains, Sessions};
 use crate::emit::metrics::{MetricsPipeline, MetricsSettings, OtlpMetricsTarget};
 use crate::emit::otlp_traces::{self, TraceSenderSettings};
 use crate::emit::prometheus;
+use crate::emit::sink::{HealthSpanSink, MetricsSink, Sinks};
 use crate::emit::verdict_log::VerdictLog;
-use crate::pipeline::{run_correlator, Correlator, Emitters};
+use crate::engine::Engine;
+use crate::evidence::time::Moment;
 use crate::receive::admit::Admission;
 use crate::receive::{otlp_grpc, otlp_http};
+use crate::service::{run_engine, Heartbeat};
 
 #[derive(Args, Debug, Default)]
 pub struct ServeArgs {
@@ -47,6 +48,8 @@ pub enum ServeError {
     Lockfile(super::lock::LockError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("the engine stopped unexpectedly; verdicts can no longer be decided")]
+    EngineStopped,
 }
 
 pub fn run(a: ServeArgs) -> ExitCode {
@@ -65,7 +68,11 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(serve(cfg, shutdown_signal())) {
+    let r = rt.block_on(serve(cfg, shutdown_signal()));
+    // A task still stuck (an engine that never yields) must not hold the process past its
+    // shutdown timeout: the runtime is left behind, not joined.
+    rt.shutdown_background();
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -221,7 +228,14 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         meters: meters.clone(),
         strip_tool_definitions: proc_cfg.strip_tool_definitions,
     };
-    let emitters = Emitters::new(meters.clone(), sender.as_ref().filter(|_| health).map(|s| s.queue.clone()), service_name, verdict_log);
+    let mut sinks = Sinks::default();
+    sinks.push(MetricsSink::new(meters.clone()));
+    if let Some(s) = sender.as_ref().filter(|_| health) {
+        sinks.push(HealthSpanSink { queue: s.queue.clone(), service_name: service_name.clone(), meters: meters.clone() });
+    }
+    if let Some(log) = verdict_log {
+        sinks.push(log);
+    }
     drop(sender);
 
     // Bind everything before serving anything.
@@ -248,14 +262,16 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
 
     let tick = (proc_cfg.decision_wait / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
     let (stop_tx, stop_rx) = oneshot::channel();
-    let mut correlator = Correlator::new(Chains::new(proc_cfg.limits()), Sessions::new(proc_cfg.session_limits()), pins.clone());
-    correlator.progress = proc_cfg.progress.clone();
-    let gate_state =
-        gate_l.as_ref().map(|(_, unpinned)| crate::gate::GateState { pins, board: correlator.board.clone(), unpinned: *unpinned });
-    let correlator = tokio::spawn(run_correlator(ingest_rx, correlator, emitters, tick, stop_rx));
+    let mut engine_cfg = super::replay::engine_config(&cfg);
+    engine_cfg.pins = pins.clone();
+    let engine = Engine::new(engine_cfg);
+    let gate_state = gate_l.as_ref().map(|(_, unpinned)| crate::gate::GateState { pins, board: engine.board(), unpinned: *unpinned });
+    let heartbeat = Heartbeat::new(Moment::wall_now());
+    // The engine steps at least every tick; silent for much longer than that, it is stuck.
+    let stall_after = (tick * 40).max(Duration::from_secs(10));
+    let mut engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone()));
 
     let (down_tx, down_rx) = watch::channel(false);
-    let stopping = Arc::new(AtomicBool::new(false));
     let wait_down = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
@@ -299,30 +315,49 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         servers.push(spawn_http(l, app, wait_down(down_rx.clone())));
     }
     if let Some(l) = health_l {
-        let st = stopping.clone();
+        let hb = heartbeat.clone();
         let started = std::time::Instant::now();
         let app = Router::new().route(
             "/",
             get(move || {
-                let st = st.clone();
+                let hb = hb.clone();
                 async move {
-                    if st.load(Ordering::Relaxed) {
-                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(serde_json::json!({"status": "Server is shutting down"})))
-                    } else {
-                        (
-                            axum::http::StatusCode::OK,
-                            axum::Json(serde_json::json!({"status": "Server available", "uptime_seconds": started.elapsed().as_secs()})),
-                        )
-                    }
+                    let h = hb.health(Moment::wall_now(), stall_after);
+                    let code = if h.is_ok() { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
+                    (code, axum::Json(serde_json::json!({"status": h.as_str(), "uptime_seconds": started.elapsed().as_secs()})))
                 }
             }),
         );
         servers.push(spawn_http(l, app, wait_down(down_rx.clone())));
     }
 
-    shutdown.await;
+    // Run until asked to stop, or until the engine dies or stops stepping: a service that can no
+    // longer decide verdicts exits non-zero rather than accept spans it will never judge.
+    let mut watchdog = tokio::time::interval(Duration::from_secs(1));
+    let mut failed = false;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            r = &mut engine_task => {
+                match r {
+                    Err(e) if e.is_panic() => tracing::error!("the engine panicked"),
+                    _ => tracing::error!("the engine stopped"),
+                }
+                failed = true;
+                break;
+            }
+            _ = watchdog.tick() => {
+                if heartbeat.health(Moment::wall_now(), stall_after * 3) == crate::service::health::Health::Stuck {
+                    tracing::error!(?stall_after, "the engine is stuck");
+                    failed = true;
+                    break;
+                }
+            }
+        }
+    }
     tracing::info!("shutting down: deciding chains in flight and flushing exports");
-    stopping.store(true, Ordering::Relaxed);
+    heartbeat.set_draining();
     let limit = cfg.service.telemetry.shutdown_timeout.unwrap_or(Duration::from_secs(10));
     let finish = async {
         let _ = down_tx.send(true);
@@ -330,7 +365,9 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
             let _ = s.await;
         }
         let _ = stop_tx.send(());
-        let _ = correlator.await;
+        if !failed {
+            let _ = (&mut engine_task).await;
+        }
         for h in export_handles {
             let _ = h.await;
         }
@@ -339,7 +376,14 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
         tracing::warn!(?limit, "shutdown timeout reached; exiting with exports pending");
     }
     let provider = metrics.provider.clone();
-    let _ = tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(Duration::from_secs(3))).await;
+    let _ = tokio::time::timeout(
+        Duration::from_secs(4),
+        tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(Duration::from_secs(3))),
+    )
+    .await;
+    if failed {
+        return Err(ServeError::EngineStopped);
+    }
     Ok(())
 }
 

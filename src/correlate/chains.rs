@@ -3,9 +3,10 @@
 //!
 //! Time is passed in (`now`) rather than read, so every rule here is testable without sleeping.
 
+use crate::evidence::time::Moment;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
@@ -65,12 +66,15 @@ pub struct ChainStats {
     pub decided_expired: u64,
     /// Verifier spans from another trace joined to their call by operation key.
     pub joined_by_operation_key: u64,
+    /// Evidence spans of a trace whose decided chain was already forgotten (past the late-span
+    /// window or `max_decided`): they cannot revise its verdict.
+    pub late_evidence_dropped: u64,
 }
 
 struct Chain {
     spans: Vec<SpanEvidence>,
-    first_seen: Instant,
-    last_seen: Instant,
+    first_seen: Moment,
+    last_seen: Moment,
     root_seen: bool,
     truncated: bool,
     bytes: usize,
@@ -124,15 +128,18 @@ pub struct DecidedCalls {
 pub struct Chains {
     limits: ChainLimits,
     active: FxHashMap<TraceId, Chain>,
-    due: BinaryHeap<Reverse<(Instant, TraceId)>>,
+    due: BinaryHeap<Reverse<(Moment, TraceId)>>,
     decided: FxHashMap<TraceId, DecidedChain>,
-    decided_order: VecDeque<(Instant, TraceId, u32)>,
+    decided_order: VecDeque<(Moment, TraceId, u32)>,
     bytes: usize,
     /// Operation keys of calls, so a verifier reporting in another trace joins its call.
     operations: FxHashMap<Box<str>, TraceId>,
     pub stats: ChainStats,
     /// The cross-trace join of split calls (see `crossjoin`).
     pub cross: CrossJoin,
+    /// Traces whose decided chain was forgotten, so evidence arriving for them is counted as
+    /// evidence that came too late, not mistaken for a new trace.
+    forgotten: crate::bounded::BoundedSet<TraceId>,
 }
 
 impl Chains {
@@ -147,6 +154,7 @@ impl Chains {
             operations: FxHashMap::default(),
             stats: ChainStats::default(),
             cross: CrossJoin::default(),
+            forgotten: crate::bounded::BoundedSet::with_capacity("forgotten_traces", 100_000),
         }
     }
 
@@ -159,7 +167,7 @@ impl Chains {
     }
 
     /// Take in one normalized batch. Chains decided early to stay within bounds are appended to `out`.
-    pub fn ingest(&mut self, batch: NormalizedBatch, now: Instant, out: &mut Vec<DecidedCalls>) {
+    pub fn ingest(&mut self, batch: NormalizedBatch, now: Moment, out: &mut Vec<DecidedCalls>) {
         // Spans that may start a chain first, so that HTTP-only spans and activity of the same
         // batch find the chain their trace starts in this batch, whatever the order in the export.
         let mut enrich_only = Vec::new();
@@ -181,7 +189,7 @@ impl Chains {
         }
     }
 
-    fn add_span(&mut self, mut ev: SpanEvidence, now: Instant, out: &mut Vec<DecidedCalls>) {
+    fn add_span(&mut self, mut ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
         if let Some(key) = ev.operation_key.as_deref() {
             if ev.method.is_some() {
                 // A call names its operation: remember where it lives.
@@ -205,6 +213,9 @@ impl Chains {
         // A `request_sent` marker has no parent but is not the ended root: the call still runs.
         let is_root = ev.parent_span_id.is_none() && !ev.request_sent_marker;
         if !self.active.contains_key(&trace_id) && !self.reopen(trace_id, now) {
+            if self.forgotten.contains(&trace_id) {
+                self.stats.late_evidence_dropped += 1;
+            }
             // HTTP-only spans enrich a chain; they never start one. A refused MCP request's HTTP
             // span, alone in its trace, may belong to a client request in another trace.
             if !ev.starts_chain() {
@@ -270,7 +281,7 @@ impl Chains {
     }
 
     /// Reopen a decided chain under its next revision (a late span, or a joined half).
-    fn reopen(&mut self, trace_id: TraceId, now: Instant) -> bool {
+    fn reopen(&mut self, trace_id: TraceId, now: Moment) -> bool {
         let Some(d) = self.decided.remove(&trace_id) else { return false };
         self.stats.late_spans += 1;
         let previous = assemble_calls(&d.spans);
@@ -300,7 +311,7 @@ impl Chains {
 
     /// Keep within `max_chains` and `max_bytes`: forget revisable decided chains first (they are
     /// already reported), then decide the in-flight chains nearest their decision early.
-    fn make_room(&mut self, now: Instant, out: &mut Vec<DecidedCalls>) {
+    fn make_room(&mut self, now: Moment, out: &mut Vec<DecidedCalls>) {
         loop {
             // An evicted chain is kept for revision like any decided chain, so its bytes are only
             // released by forgetting it: do that before evicting the next live chain.
@@ -325,6 +336,7 @@ impl Chains {
                     self.bytes -= d.bytes;
                     self.stats.decided_expired += 1;
                     self.cross.unindex(id, &d.spans);
+                    self.forgotten.insert(id);
                 }
                 return;
             }
@@ -332,7 +344,7 @@ impl Chains {
     }
 
     /// Decide every chain that is due at `now`.
-    pub fn tick(&mut self, now: Instant, out: &mut Vec<DecidedCalls>) {
+    pub fn tick(&mut self, now: Moment, out: &mut Vec<DecidedCalls>) {
         while let Some(Reverse((at, id))) = self.due.peek().copied() {
             if at > now {
                 break;
@@ -391,12 +403,12 @@ impl Chains {
     }
 
     /// Decide a chain now (a clock expired).
-    pub fn decide_now(&mut self, id: TraceId, by: DecidedBy, now: Instant, out: &mut Vec<DecidedCalls>) {
+    pub fn decide_now(&mut self, id: TraceId, by: DecidedBy, now: Moment, out: &mut Vec<DecidedCalls>) {
         self.decide(id, by, now, out);
     }
 
     /// Decide everything in flight (shutdown).
-    pub fn drain(&mut self, by: DecidedBy, now: Instant, out: &mut Vec<DecidedCalls>) {
+    pub fn drain(&mut self, by: DecidedBy, now: Moment, out: &mut Vec<DecidedCalls>) {
         // Deciding a server half can reopen its client's chain (the cross-trace join): go round
         // again until nothing is left; each round removes at least the half that was joined.
         for _ in 0..8 {
@@ -412,7 +424,7 @@ impl Chains {
     }
 
     /// Move the spans of chain `src` into chain `dst` (active, or decided and then revised).
-    fn merge_into(&mut self, src: TraceId, dst: TraceId, now: Instant) -> bool {
+    fn merge_into(&mut self, src: TraceId, dst: TraceId, now: Moment) -> bool {
         if !self.active.contains_key(&src) || (!self.active.contains_key(&dst) && !self.reopen(dst, now)) {
             return false;
         }
@@ -439,7 +451,7 @@ impl Chains {
 
     /// The cross-trace joins of a chain about to be decided (see `crossjoin`). Returns false when
     /// the chain was a server half and went into its client half's chain (no verdict of its own).
-    fn cross_join(&mut self, id: TraceId, now: Instant) -> bool {
+    fn cross_join(&mut self, id: TraceId, now: Moment) -> bool {
         let Some(c) = self.active.get(&id) else { return false };
         // 1. A server half goes to its client half.
         if c.has_server_req && !c.has_client_req {
@@ -506,7 +518,7 @@ impl Chains {
         true
     }
 
-    fn decide(&mut self, id: TraceId, by: DecidedBy, now: Instant, out: &mut Vec<DecidedCalls>) {
+    fn decide(&mut self, id: TraceId, by: DecidedBy, now: Moment, out: &mut Vec<DecidedCalls>) {
         if !self.cross_join(id, now) {
             return;
         }

@@ -29,9 +29,9 @@
 //!    arriving after its client chain was decided finds it through a ring of recent refused client
 //!    requests ([`MAX_REFUSED`]) and revises it.
 
+use crate::evidence::time::Moment;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
@@ -123,8 +123,8 @@ pub struct CrossJoin {
     by_request: FxHashMap<u64, Slot>,
     /// Refused-looking HTTP spans waiting for their client half; `true` once found ambiguous
     /// (contested: it never joins anything).
-    pub orphans: VecDeque<(Instant, SpanEvidence, bool)>,
-    pub refused: VecDeque<(Instant, Refused)>,
+    pub orphans: VecDeque<(Moment, SpanEvidence, bool)>,
+    pub refused: VecDeque<(Moment, Refused)>,
     /// Refused-looking client requests of chains still in flight, so an HTTP span that two of
     /// them could have answered is known to be ambiguous whichever is decided first.
     open_refused: VecDeque<Refused>,
@@ -369,7 +369,7 @@ impl CrossJoin {
     }
 
     /// Keep a refused-looking HTTP span until its client half is decided.
-    pub fn push_orphan(&mut self, now: Instant, s: SpanEvidence, keep_for: std::time::Duration) {
+    pub fn push_orphan(&mut self, now: Moment, s: SpanEvidence, keep_for: std::time::Duration) {
         while self.orphans.front().is_some_and(|(t, _, _)| now.saturating_duration_since(*t) > keep_for)
             || self.orphans.len() >= MAX_ORPHANS
         {
@@ -437,7 +437,7 @@ impl CrossJoin {
     }
 
     /// Remember the refused requests of a decided chain, for HTTP spans arriving after it.
-    pub fn remember_refused(&mut self, now: Instant, refused: Vec<Refused>, keep_for: std::time::Duration) {
+    pub fn remember_refused(&mut self, now: Moment, refused: Vec<Refused>, keep_for: std::time::Duration) {
         for r in refused {
             while self.refused.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > keep_for)
                 || self.refused.len() >= MAX_REFUSED
@@ -521,7 +521,7 @@ mod tests {
         h
     }
 
-    fn feed(c: &mut Chains, spans: Vec<SpanEvidence>, now: Instant, out: &mut Vec<crate::correlate::DecidedCalls>) {
+    fn feed(c: &mut Chains, spans: Vec<SpanEvidence>, now: Moment, out: &mut Vec<crate::correlate::DecidedCalls>) {
         c.ingest(NormalizedBatch { evidence: spans, ..Default::default() }, now, out);
     }
 
@@ -529,7 +529,7 @@ mod tests {
     fn a_refused_request_takes_the_http_status_from_another_trace_before_or_after_its_decision() {
         for late in [false, true] {
             let mut c = Chains::new(limits());
-            let t0 = Instant::now();
+            let t0 = Moment::from_nanos(1_000_000_000_000);
             let mut out = Vec::new();
             feed(&mut c, vec![refused_client(1, (100, 110))], t0, &mut out);
             if !late {
@@ -554,7 +554,7 @@ mod tests {
     #[test]
     fn an_http_span_two_refused_requests_could_have_answered_joins_neither() {
         let mut c = Chains::new(limits());
-        let t0 = Instant::now();
+        let t0 = Moment::from_nanos(1_000_000_000_000);
         let mut out = Vec::new();
         feed(&mut c, vec![refused_client(1, (100, 110)), refused_client(3, (101, 111)), http(2, 401, (102, 104))], t0, &mut out);
         c.tick(t0 + Duration::from_millis(200), &mut out);
@@ -567,7 +567,7 @@ mod tests {
     #[test]
     fn a_server_half_in_another_trace_joins_its_client_half_and_gives_no_verdict_of_its_own() {
         let mut c = Chains::new(limits());
-        let t0 = Instant::now();
+        let t0 = Moment::from_nanos(1_000_000_000_000);
         let mut out = Vec::new();
         let client = span(1, 1, None, Side::Client, Some(Method::ToolsCall), Some("4"), (100, 120));
         let mut http_root = http(2, 200, (101, 119));
@@ -587,7 +587,7 @@ mod tests {
     #[test]
     fn the_same_request_id_in_two_client_traces_is_ambiguous() {
         let mut c = Chains::new(limits());
-        let t0 = Instant::now();
+        let t0 = Moment::from_nanos(1_000_000_000_000);
         let mut out = Vec::new();
         let a = span(1, 1, None, Side::Client, Some(Method::ToolsCall), Some("4"), (100, 120));
         let b = span(3, 3, None, Side::Client, Some(Method::ToolsCall), Some("4"), (99, 121));

@@ -3,8 +3,9 @@
 //! no session, by client identity + server identity. Bounded in sessions and in events per session,
 //! and expired when idle.
 
+use crate::evidence::time::Moment;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
@@ -40,13 +41,15 @@ struct SessionState {
     events: Vec<CatalogEvent>,
     /// Request ids of pages already recorded (client and server report the same page).
     page_requests: Vec<Box<str>>,
-    last_seen: Instant,
+    last_seen: Moment,
     last: Option<Convergence>,
     /// Latest span time of the session (calls included): the moment its current verdict is for.
     last_activity_ns: u64,
     server: Option<Arc<str>>,
     trace_id: [u8; 16],
     span_id: [u8; 8],
+    /// A page of this session carried a TTL: its verdict can change with time alone.
+    has_ttl: bool,
 }
 
 impl SessionState {
@@ -102,7 +105,7 @@ impl Sessions {
     }
 
     /// Record the catalog facts of a batch of spans; returns the sessions whose verdict changed.
-    pub fn observe<'a>(&mut self, spans: impl IntoIterator<Item = &'a SpanEvidence>, now: Instant) -> Vec<CatalogChange> {
+    pub fn observe<'a>(&mut self, spans: impl IntoIterator<Item = &'a SpanEvidence>, now: Moment) -> Vec<CatalogChange> {
         let mut touched: Vec<(String, u64)> = Vec::new();
         for s in spans {
             let reconnect = s.method == Some(Method::Initialize);
@@ -129,6 +132,7 @@ impl Sessions {
                 server: s.server.clone(),
                 trace_id: s.trace_id,
                 span_id: s.span_id,
+                has_ttl: false,
             });
             st.last_seen = now;
             st.last_activity_ns = st.last_activity_ns.max(s.end_ns.max(s.start_ns));
@@ -152,6 +156,7 @@ impl Sessions {
                     push(CatalogEventKind::Installed(d.clone()), s.end_ns);
                 }
                 if let Some(p) = &c.page {
+                    st.has_ttl |= p.ttl_ms.is_some();
                     let dup = s.request_id.as_ref().is_some_and(|r| st.page_requests.contains(r));
                     if !dup {
                         if let Some(r) = &s.request_id {
@@ -205,6 +210,61 @@ impl Sessions {
     pub fn verdict_at(&self, key: &str, at_ns: u64) -> Option<CatalogVerdict> {
         let st = self.map.get(key)?;
         Some(convergence(&st.events, self.limits.refresh_policy, at_ns))
+    }
+
+    /// Re-evaluate, at `now`, the sessions whose verdict can change with time alone (a page with a
+    /// TTL, or a `max_age` policy): a TTL that expires with no new span is a transition when it
+    /// happens, not at the next evidence. Returns the sessions whose verdict changed.
+    pub fn reevaluate(&mut self, now: Moment) -> Vec<CatalogChange> {
+        let policy = self.limits.refresh_policy;
+        let by_age = matches!(policy, RefreshPolicy::MaxAge { .. });
+        let at = now.as_nanos();
+        let mut changes = Vec::new();
+        for (key, st) in self.map.iter_mut() {
+            if !(by_age || st.has_ttl) || !st.has_catalog_evidence() {
+                continue;
+            }
+            // Never judge a session before its own latest evidence (clocks of two processes differ).
+            let latest = st.events.iter().map(|e| e.at_ns).max().unwrap_or(0);
+            let v = convergence(&st.events, policy, at.max(latest));
+            if st.last != Some(v.convergence) {
+                st.last = Some(v.convergence);
+                changes.push(CatalogChange {
+                    session_key: key.clone(),
+                    server: st.server.clone(),
+                    verdict: v,
+                    trace_id: st.trace_id,
+                    span_id: st.span_id,
+                    at_ns: at.max(latest),
+                });
+            }
+        }
+        changes.sort_by(|a, b| a.session_key.cmp(&b.session_key));
+        changes
+    }
+
+    /// The verdict of every session with catalog evidence, evaluated at `now` (never before the
+    /// session's own latest evidence), in session-key order.
+    pub fn all_at(&self, now: Moment) -> Vec<CatalogChange> {
+        let mut out: Vec<CatalogChange> = self
+            .map
+            .iter()
+            .filter(|(_, st)| st.has_catalog_evidence())
+            .map(|(k, st)| {
+                let latest = st.events.iter().map(|e| e.at_ns).max().unwrap_or(0).max(st.last_activity_ns);
+                let at = now.as_nanos().max(latest);
+                CatalogChange {
+                    session_key: k.clone(),
+                    server: st.server.clone(),
+                    verdict: convergence(&st.events, self.limits.refresh_policy, at),
+                    trace_id: st.trace_id,
+                    span_id: st.span_id,
+                    at_ns: at,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.session_key.cmp(&b.session_key));
+        out
     }
 
     /// The current verdict of every session (for `replay` and the gate API).
@@ -267,7 +327,7 @@ impl Sessions {
 
     /// Forget sessions idle past the expiry.
     /// Returns the keys forgotten, so whoever mirrors sessions (the gate's board) forgets them too.
-    pub fn expire(&mut self, now: Instant) -> Vec<String> {
+    pub fn expire(&mut self, now: Moment) -> Vec<String> {
         let idle = self.limits.idle_expiry;
         let gone: Vec<String> =
             self.map.iter().filter(|(_, st)| now.saturating_duration_since(st.last_seen) >= idle).map(|(k, _)| k.clone()).collect();

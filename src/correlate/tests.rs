@@ -1,8 +1,9 @@
-//! Tests for the correlator: the chain table's clocks and bounds (with explicit `Instant`s, never
+//! Tests for the correlator: the chain table's clocks and bounds (with explicit `Moment`s, never
 //! sleeping) and the assembly of one trace's spans into call attempts.
 
+use crate::evidence::time::Moment;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::*;
 use crate::classify::{classify_call, Decision, SessionContext};
@@ -104,13 +105,13 @@ fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-fn ingest(c: &mut Chains, b: NormalizedBatch, now: Instant) -> Vec<DecidedCalls> {
+fn ingest(c: &mut Chains, b: NormalizedBatch, now: Moment) -> Vec<DecidedCalls> {
     let mut out = Vec::new();
     c.ingest(b, now, &mut out);
     out
 }
 
-fn tick(c: &mut Chains, now: Instant) -> Vec<DecidedCalls> {
+fn tick(c: &mut Chains, now: Moment) -> Vec<DecidedCalls> {
     let mut out = Vec::new();
     c.tick(now, &mut out);
     out
@@ -130,7 +131,7 @@ fn one_call(calls: &[CallEvidence], rid: &str) -> CallEvidence {
 
 #[test]
 fn chain_with_root_is_decided_only_after_decision_wait_of_quiet() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     assert!(ingest(&mut c, batch(vec![client(1, 1, "1")]), t0).is_empty());
     assert_eq!(c.in_flight(), 1);
@@ -151,7 +152,7 @@ fn chain_with_root_is_decided_only_after_decision_wait_of_quiet() {
 
 #[test]
 fn every_new_span_restarts_the_quiet_clock() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
     // A span every second: never two seconds of quiet.
@@ -168,7 +169,7 @@ fn every_new_span_restarts_the_quiet_clock() {
 
 #[test]
 fn chain_whose_root_arrives_late_waits_for_quiet_after_the_root() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
     ingest(&mut c, batch(vec![client(1, 1, "1")]), t0 + secs(1));
@@ -181,7 +182,7 @@ fn chain_whose_root_arrives_late_waits_for_quiet_after_the_root() {
 
 #[test]
 fn chain_without_root_is_decided_at_max_wait() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
     for at in [secs(2), secs(4), secs(10), secs(29), ms(29_999)] {
@@ -198,7 +199,7 @@ fn chain_without_root_is_decided_at_max_wait() {
 
 #[test]
 fn chain_without_root_is_decided_at_max_wait_even_when_ticked_late() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
     let out = tick(&mut c, t0 + secs(45));
@@ -208,7 +209,7 @@ fn chain_without_root_is_decided_at_max_wait_even_when_ticked_late() {
 
 #[test]
 fn max_wait_decides_a_chain_that_never_goes_quiet() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
     let mut decided = Vec::new();
@@ -226,7 +227,7 @@ fn max_wait_decides_a_chain_that_never_goes_quiet() {
 
 #[test]
 fn root_reported_as_activity_lets_the_chain_decide_on_quiet() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
     ingest(&mut c, activity(1, true), t0 + ms(500));
@@ -239,7 +240,7 @@ fn root_reported_as_activity_lets_the_chain_decide_on_quiet() {
 
 #[test]
 fn non_root_activity_keeps_the_chain_open_without_marking_a_root() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![server(1, 2, 1, "1")]), t0);
     ingest(&mut c, activity(1, false), t0 + secs(1));
@@ -249,7 +250,7 @@ fn non_root_activity_keeps_the_chain_open_without_marking_a_root() {
 
 #[test]
 fn activity_of_an_unknown_trace_starts_nothing() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, activity(7, true), t0);
     assert_eq!(c.in_flight(), 0);
@@ -259,7 +260,7 @@ fn activity_of_an_unknown_trace_starts_nothing() {
 #[test]
 fn root_activity_in_the_same_batch_as_the_first_evidence_counts() {
     // One export holding the agent's (non-MCP) root span and the MCP client span under it.
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     let mut b = batch(vec![call_span(1, 2, Some(1), Side::Client, "1")]);
     b.activity.push(Activity { trace_id: tid(1), is_root: true });
@@ -274,7 +275,7 @@ fn root_activity_in_the_same_batch_as_the_first_evidence_counts() {
 
 #[test]
 fn late_span_after_decision_yields_the_next_revision() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![client(1, 1, "1"), server(1, 2, 1, "1")]), t0);
     let first = tick(&mut c, t0 + secs(2));
@@ -308,7 +309,7 @@ fn late_span_after_decision_yields_the_next_revision() {
 
 #[test]
 fn late_span_after_the_late_span_window_starts_afresh() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(ChainLimits { late_span_window: secs(10), ..limits() });
     ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
     assert_eq!(tick(&mut c, t0 + secs(2)).len(), 1);
@@ -329,7 +330,7 @@ fn late_span_after_the_late_span_window_starts_afresh() {
 
 #[test]
 fn max_decided_bounds_the_chains_kept_for_revision() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(ChainLimits { max_decided: 2, ..limits() });
     for t in 1..=3u8 {
         ingest(&mut c, batch(vec![client(t, 1, "1")]), t0 + ms(t as u64));
@@ -345,7 +346,7 @@ fn max_decided_bounds_the_chains_kept_for_revision() {
 
 #[test]
 fn a_reopened_chain_does_not_cut_short_the_window_of_a_younger_chain() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(ChainLimits { late_span_window: secs(10), ..limits() });
     ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
     assert_eq!(tick(&mut c, t0 + secs(2)).len(), 1); // trace 1 decided at 2 s
@@ -369,7 +370,7 @@ fn a_reopened_chain_does_not_cut_short_the_window_of_a_younger_chain() {
 
 #[test]
 fn max_chains_evicts_the_chain_nearest_its_decision() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(ChainLimits { max_chains: 2, ..limits() });
     assert!(ingest(&mut c, batch(vec![client(1, 1, "1")]), t0).is_empty());
     assert!(ingest(&mut c, batch(vec![client(2, 1, "1")]), t0 + ms(1)).is_empty());
@@ -390,7 +391,7 @@ fn max_chains_evicts_the_chain_nearest_its_decision() {
 
 #[test]
 fn max_bytes_evicts_only_as_many_chains_as_needed() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let b = client(1, 1, "1").approx_bytes();
     let mut c = Chains::new(ChainLimits { max_bytes: 2 * b + b / 2, ..limits() });
     assert!(ingest(&mut c, batch(vec![client(1, 1, "1")]), t0).is_empty());
@@ -406,7 +407,7 @@ fn max_bytes_evicts_only_as_many_chains_as_needed() {
 
 #[test]
 fn max_bytes_forgets_decided_chains_before_evicting_live_ones() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let b = client(1, 1, "1").approx_bytes();
     let mut c = Chains::new(ChainLimits { max_bytes: 2 * b + b / 2, ..limits() });
     ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
@@ -421,7 +422,7 @@ fn max_bytes_forgets_decided_chains_before_evicting_live_ones() {
 
 #[test]
 fn max_spans_per_chain_truncates_and_counts() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(ChainLimits { max_spans_per_chain: 2, ..limits() });
     ingest(&mut c, batch(vec![client(1, 1, "1"), server(1, 2, 1, "1"), verifier(1, 3, Some(1), OutcomeResult::Confirmed, None)]), t0);
     ingest(&mut c, batch(vec![verifier(1, 4, Some(1), OutcomeResult::Confirmed, None)]), t0);
@@ -437,7 +438,7 @@ fn max_spans_per_chain_truncates_and_counts() {
 
 #[test]
 fn drain_at_shutdown_decides_everything_and_frees_memory() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     for t in 1..=3u8 {
         ingest(&mut c, batch(vec![client(t, 1, "1")]), t0);
@@ -457,7 +458,7 @@ fn drain_at_shutdown_decides_everything_and_frees_memory() {
 
 #[test]
 fn drain_for_replay_keeps_nothing_when_max_decided_is_zero() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(ChainLimits { max_decided: 0, ..limits() });
     ingest(&mut c, batch(vec![client(1, 1, "1"), server(1, 2, 1, "1")]), t0);
     let mut out = Vec::new();
@@ -469,7 +470,7 @@ fn drain_for_replay_keeps_nothing_when_max_decided_is_zero() {
 
 #[test]
 fn http_only_span_never_starts_a_chain_but_enriches_one() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![http_span(1, 9, None, 200)]), t0);
     assert_eq!(c.in_flight(), 0);
@@ -487,7 +488,7 @@ fn http_only_span_never_starts_a_chain_but_enriches_one() {
 fn http_span_ahead_of_the_mcp_span_in_one_batch_is_kept() {
     // One export from the server: the HTTP span that refused the request (401, semantic
     // conventions only) comes first, the MCP client span of the same trace after it.
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(limits());
     ingest(&mut c, batch(vec![http_span(1, 2, Some(1), 401), client(1, 1, "1")]), t0);
     let out = tick(&mut c, t0 + secs(2));
@@ -498,7 +499,7 @@ fn http_span_ahead_of_the_mcp_span_in_one_batch_is_kept() {
 
 #[test]
 fn bytes_return_to_zero_once_everything_is_decided_and_forgotten() {
-    let t0 = Instant::now();
+    let t0 = Moment::from_nanos(1_000_000_000_000);
     let mut c = Chains::new(ChainLimits { late_span_window: secs(10), ..limits() });
     for t in 1..=5u8 {
         ingest(&mut c, batch(vec![client(t, 1, "1"), server(t, 2, 1, "1")]), t0);

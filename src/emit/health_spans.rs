@@ -131,7 +131,7 @@ pub fn catalog_span(c: &crate::correlate::CatalogChange, decided_ns: u64) -> Spa
 }
 
 /// A drift event as a health span under the `tools/list` span that showed the new definition.
-pub fn drift_span(e: &crate::pipeline::DriftEvent, decided_ns: u64) -> Span {
+pub fn drift_span(e: &crate::engine::DriftEvent, decided_ns: u64) -> Span {
     let mut attrs = vec![
         s(a::SERVER_ADDRESS, e.server.clone()),
         s(a::GEN_AI_TOOL_NAME, e.tool.clone()),

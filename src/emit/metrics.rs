@@ -76,6 +76,8 @@ pub struct HealthMeters {
     pub spans_late: Counter<u64>,
     pub spans_truncated: Counter<u64>,
     pub chains_evicted: Counter<u64>,
+    pub chains_callless: Counter<u64>,
+    pub late_evidence_dropped: Counter<u64>,
     pub chains_in_flight: Gauge<u64>,
     pub evidence_bytes: Gauge<u64>,
     pub exporter_sent: Counter<u64>,
@@ -110,6 +112,14 @@ impl HealthMeters {
             spans_late: c("mcp_health.spans.late", "Evidence spans that arrived after their chain was decided (each revises a verdict)"),
             spans_truncated: c("mcp_health.spans.truncated", "Evidence spans dropped because their chain reached max_spans_per_chain"),
             chains_evicted: c("mcp_health.chains.evicted", "Chains decided early because the correlator reached a bound"),
+            chains_callless: c(
+                "mcp_health.chains.callless",
+                "Chains that gave no verdict because they hold no MCP request (a verifier or an HTTP span alone)",
+            ),
+            late_evidence_dropped: c(
+                "mcp_health.spans.late_dropped",
+                "Evidence spans for a chain already forgotten (past late_span_window or max_decided): no revision is possible",
+            ),
             chains_in_flight: meter.u64_gauge("mcp_health.chains.in_flight").with_description("Chains waiting for a decision").build(),
             evidence_bytes: meter
                 .u64_gauge("mcp_health.evidence.bytes")

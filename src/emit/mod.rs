@@ -6,4 +6,5 @@ pub mod incidents;
 pub mod metrics;
 pub mod otlp_traces;
 pub mod prometheus;
+pub mod sink;
 pub mod verdict_log;

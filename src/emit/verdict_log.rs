@@ -1,51 +1,55 @@
-//! Verdicts as JSON lines (stdout or a file): the embedded default's output, readable with `jq`.
+//! Decided records as JSON lines (stdout or a file): the embedded default's output, readable with
+//! `jq`. The same line shapes as `replay --format json` (see [`crate::engine::Decided::write_line`]).
 
 use std::io::Write;
 
-use crate::verdict::Verdict;
+use super::sink::Sink;
+use crate::engine::Decided;
+use crate::evidence::time::Moment;
 
 /// Where verdict lines go.
 pub struct VerdictLog {
     out: Box<dyn Write + Send>,
+    /// Lines of one engine step, written with one call (no scan for newlines, no small writes).
+    buf: Vec<u8>,
+    /// Records that could not be serialized or written.
+    pub write_errors: u64,
 }
 
 impl VerdictLog {
     pub fn open(path: &str) -> std::io::Result<VerdictLog> {
         let out: Box<dyn Write + Send> = if path == "stdout" {
-            Box::new(std::io::LineWriter::new(std::io::stdout()))
+            Box::new(std::io::stdout())
         } else {
-            Box::new(std::io::BufWriter::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?))
+            Box::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?)
         };
-        Ok(VerdictLog { out })
+        Ok(VerdictLog { out, buf: Vec::with_capacity(64 << 10), write_errors: 0 })
     }
 
-    pub fn write(&mut self, v: &Verdict) {
-        if serde_json::to_writer(&mut self.out, v).is_ok() {
-            let _ = self.out.write_all(b"\n");
+    /// A log writing into any writer (tests).
+    pub fn to_writer(out: Box<dyn Write + Send>) -> VerdictLog {
+        VerdictLog { out, buf: Vec::new(), write_errors: 0 }
+    }
+}
+
+impl Sink for VerdictLog {
+    fn accept(&mut self, records: &[Decided], _now: Moment) {
+        for r in records {
+            if r.write_line(&mut self.buf).is_err() {
+                self.write_errors += 1;
+            }
         }
+        self.flush();
     }
 
-    /// A catalog verdict change, as one JSON line with `"catalog": true`.
-    pub fn write_catalog(&mut self, c: &crate::correlate::CatalogChange) {
-        let line = serde_json::json!({
-            "catalog": true,
-            "session_hash": crate::normalize::redact::hash_hex(c.session_key.as_bytes()),
-            "server": c.server.as_deref(),
-            "verdict": c.verdict,
-        });
-        if serde_json::to_writer(&mut self.out, &line).is_ok() {
-            let _ = self.out.write_all(b"\n");
+    fn flush(&mut self) {
+        if self.buf.is_empty() {
+            return;
         }
-    }
-
-    /// Any other serializable record (drift events).
-    pub fn write_json<T: serde::Serialize>(&mut self, v: &T) {
-        if serde_json::to_writer(&mut self.out, v).is_ok() {
-            let _ = self.out.write_all(b"\n");
+        if self.out.write_all(&self.buf).and_then(|_| self.out.flush()).is_err() {
+            self.write_errors += 1;
+            tracing::warn!("verdict log write failed");
         }
-    }
-
-    pub fn flush(&mut self) {
-        let _ = self.out.flush();
+        self.buf.clear();
     }
 }

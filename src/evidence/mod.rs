@@ -8,6 +8,7 @@
 pub mod attributes;
 pub mod call;
 pub mod catalog;
+pub mod time;
 
 use std::sync::Arc;
 

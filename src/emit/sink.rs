@@ -1,0 +1,209 @@
+//! Sinks: where the engine's [`Decided`] records go. One trait, several implementations, the same
+//! records in serve and in replay — a sink formats, it never re-derives.
+
+use opentelemetry::KeyValue;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use rustc_hash::FxHashSet;
+use tokio::sync::mpsc;
+
+use super::health_spans;
+use super::metrics::{HealthMeters, VerdictTally};
+use super::otlp_traces::Outgoing;
+use crate::classify::catalog::Convergence;
+use crate::engine::{Decided, Gauges};
+use crate::evidence::time::Moment;
+
+/// A destination of decided records.
+pub trait Sink: Send {
+    /// Take the records decided at `now` (one engine step's worth).
+    fn accept(&mut self, records: &[Decided], now: Moment);
+    /// Report the engine's point-in-time figures (metric sinks only).
+    fn report(&mut self, _gauges: &Gauges) {}
+    /// Push out whatever is buffered.
+    fn flush(&mut self) {}
+}
+
+/// Every configured sink, fed the same records in the same order.
+#[derive(Default)]
+pub struct Sinks(pub Vec<Box<dyn Sink>>);
+
+impl Sinks {
+    pub fn push(&mut self, s: impl Sink + 'static) {
+        self.0.push(Box::new(s));
+    }
+}
+
+impl Sink for Sinks {
+    fn accept(&mut self, records: &[Decided], now: Moment) {
+        if records.is_empty() {
+            return;
+        }
+        for s in &mut self.0 {
+            s.accept(records, now);
+        }
+    }
+    fn report(&mut self, gauges: &Gauges) {
+        for s in &mut self.0 {
+            s.report(gauges);
+        }
+    }
+    fn flush(&mut self) {
+        for s in &mut self.0 {
+            s.flush();
+        }
+    }
+}
+
+/// Collects records (replay, tests).
+#[derive(Default)]
+pub struct Collect(pub Vec<Decided>);
+
+impl Sink for Collect {
+    fn accept(&mut self, records: &[Decided], _now: Moment) {
+        self.0.extend_from_slice(records);
+    }
+}
+
+/// Health spans (and incident log records) for the OTLP exporter's queue. A full queue drops
+/// them, counted: health spans never block the engine.
+pub struct HealthSpanSink {
+    pub queue: mpsc::Sender<Outgoing>,
+    pub service_name: String,
+    pub meters: HealthMeters,
+}
+
+impl Sink for HealthSpanSink {
+    fn accept(&mut self, records: &[Decided], now: Moment) {
+        let now_ns = now.as_nanos();
+        let mut spans = Vec::new();
+        let mut incidents = Vec::new();
+        for r in records {
+            match r {
+                Decided::Call(v) | Decided::Interim(v) => spans.push(health_spans::health_span(v, now_ns)),
+                Decided::Catalog(c) => spans.push(health_spans::catalog_span(c, now_ns)),
+                Decided::Drift(d) => spans.push(health_spans::drift_span(d, now_ns)),
+                Decided::Incident(i) => incidents.push((i.transition, i.row.clone())),
+            }
+        }
+        if !spans.is_empty() {
+            let n = spans.len() as u64;
+            let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
+            if self.queue.try_send(Outgoing::Health(req)).is_err() {
+                self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
+            }
+        }
+        if !incidents.is_empty() {
+            let req = super::incidents::log_records(&self.service_name, &incidents, now_ns);
+            if self.queue.try_send(Outgoing::Logs(req)).is_err() {
+                self.meters
+                    .exporter_dropped
+                    .add(incidents.len() as u64, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
+            }
+        }
+    }
+}
+
+/// Metrics: verdict and call counters (a revision counts the call once), catalog and drift
+/// counters, incident transitions, and the engine's gauges. Gauge groups that emptied read 0.
+pub struct MetricsSink {
+    meters: HealthMeters,
+    tally: VerdictTally,
+    last_stats: crate::correlate::ChainStats,
+    last_callless: u64,
+    incident_groups: FxHashSet<[String; 4]>,
+    convergence_groups: FxHashSet<(String, Convergence)>,
+    working_groups: FxHashSet<(String, String)>,
+}
+
+impl MetricsSink {
+    pub fn new(meters: HealthMeters) -> Self {
+        MetricsSink {
+            meters,
+            tally: VerdictTally::default(),
+            last_stats: Default::default(),
+            last_callless: 0,
+            incident_groups: Default::default(),
+            convergence_groups: Default::default(),
+            working_groups: Default::default(),
+        }
+    }
+}
+
+impl Sink for MetricsSink {
+    fn accept(&mut self, records: &[Decided], _now: Moment) {
+        for r in records {
+            match r {
+                Decided::Call(v) => self.tally.add(v),
+                Decided::Interim(_) => {}
+                Decided::Catalog(c) => self.meters.record_catalog(c.server.as_deref(), c.verdict.convergence),
+                Decided::Drift(d) => {
+                    tracing::warn!(server = %d.server, tool = %d.tool, changes = d.changes.len(), "tool contract differs from its pin");
+                    self.meters.record_drift(&d.server, &d.tool);
+                }
+                Decided::Incident(i) => {
+                    let layer = i.row.cause.first_failed_layer.map_or("none", |l| l.as_str());
+                    self.meters
+                        .incidents_transitions
+                        .add(1, &[KeyValue::new("transition", i.transition.as_str()), KeyValue::new("first_failed_layer", layer)]);
+                }
+            }
+        }
+    }
+
+    fn report(&mut self, g: &Gauges) {
+        let m = &self.meters;
+        let (s, last) = (&g.chain_stats, &self.last_stats);
+        m.spans_late.add(s.late_spans.saturating_sub(last.late_spans), &[]);
+        m.spans_truncated.add(s.truncated_spans.saturating_sub(last.truncated_spans), &[]);
+        m.chains_evicted.add(s.chains_evicted.saturating_sub(last.chains_evicted), &[]);
+        m.late_evidence_dropped.add(s.late_evidence_dropped.saturating_sub(last.late_evidence_dropped), &[]);
+        m.chains_callless.add(g.callless_chains.saturating_sub(self.last_callless), &[]);
+        m.chains_in_flight.record(g.chains_in_flight, &[]);
+        m.evidence_bytes.record(g.evidence_bytes, &[]);
+        self.last_stats = s.clone();
+        self.last_callless = g.callless_chains;
+        self.tally.flush(m);
+
+        let incident_attrs = |k: &[String; 4]| {
+            [
+                KeyValue::new("first_failed_layer", k[0].clone()),
+                KeyValue::new("state", k[1].clone()),
+                KeyValue::new("server.address", k[2].clone()),
+                KeyValue::new("incident_state", k[3].clone()),
+            ]
+        };
+        for gone in self.incident_groups.iter().filter(|k| !g.incidents_open.contains_key(*k)) {
+            m.incidents_open.record(0, &incident_attrs(gone));
+        }
+        for (k, n) in &g.incidents_open {
+            m.incidents_open.record(*n, &incident_attrs(k));
+        }
+        self.incident_groups = g.incidents_open.keys().cloned().collect();
+
+        let conv_attrs = |(server, conv): &(String, Convergence)| {
+            [KeyValue::new("server.address", server.clone()), KeyValue::new("convergence", conv.as_str())]
+        };
+        for gone in self.convergence_groups.iter().filter(|k| !g.convergence.contains_key(*k)) {
+            m.catalog_convergence.record(0, &conv_attrs(gone));
+        }
+        for (k, n) in &g.convergence {
+            m.catalog_convergence.record(*n, &conv_attrs(k));
+        }
+        self.convergence_groups = g.convergence.keys().cloned().collect();
+
+        let working_attrs = |(tool, server): &(String, String)| {
+            [KeyValue::new("gen_ai.tool.name", tool.clone()), KeyValue::new("server.address", server.clone())]
+        };
+        for gone in self.working_groups.iter().filter(|k| !g.working.contains_key(*k)) {
+            m.calls_working.record(0, &working_attrs(gone));
+        }
+        for (k, n) in &g.working {
+            m.calls_working.record(*n, &working_attrs(k));
+        }
+        self.working_groups = g.working.keys().cloned().collect();
+    }
+
+    fn flush(&mut self) {
+        self.tally.flush(&self.meters);
+    }
+}

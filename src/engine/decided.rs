@@ -1,0 +1,105 @@
+//! What the engine decides: the one record type every sink reads, in serve and in replay alike.
+
+use serde::Serialize;
+
+use crate::classify::catalog::CatalogVerdict;
+use crate::classify::drift::ContractChange;
+use crate::classify::incidents::{Incident, Transition};
+use crate::correlate::CatalogChange;
+use crate::evidence::{SpanId, TraceId};
+use crate::verdict::Verdict;
+
+/// One thing the engine decided. Sinks format these; they never re-derive them.
+#[derive(Clone, Debug)]
+pub enum Decided {
+    /// A call's verdict: its first decision, or a revision (`revision > 0`, `supersedes` set).
+    Call(Verdict),
+    /// An interim report on a call still in flight (`working`); the final verdict follows.
+    Interim(Verdict),
+    /// A session's catalog verdict changed (new evidence, or time passed a TTL or `max_age`).
+    Catalog(CatalogChange),
+    /// A discovered tool definition differs from its pin.
+    Drift(DriftEvent),
+    /// An incident opened, was updated or resolved.
+    Incident(IncidentChange),
+}
+
+/// A discovered definition that differs from its pin.
+#[derive(Clone, Debug, Serialize)]
+pub struct DriftEvent {
+    pub drift: bool,
+    pub server: String,
+    pub tool: String,
+    pub pinned_digest: String,
+    pub digest: String,
+    pub changes: Vec<ContractChange>,
+    #[serde(skip)]
+    pub trace_id: TraceId,
+    #[serde(skip)]
+    pub span_id: SpanId,
+}
+
+/// An incident transition, as every sink reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct IncidentChange {
+    /// Always true: tells incident lines from verdict lines.
+    pub incident: bool,
+    pub transition: Transition,
+    pub row: Incident,
+}
+
+/// One session's catalog verdict, as a JSON line (`"catalog": true`), the same in serve and replay.
+#[derive(Clone, Debug, Serialize)]
+pub struct CatalogLine<'a> {
+    /// Always true: tells catalog lines from verdict lines.
+    pub catalog: bool,
+    /// SHA-256 of the session key (`session:<mcp.session.id>` or `client:<service>|server:<address>`).
+    pub session_hash: String,
+    pub server: Option<&'a str>,
+    #[serde(flatten)]
+    pub verdict: &'a CatalogVerdict,
+}
+
+impl<'a> CatalogLine<'a> {
+    pub fn of(c: &'a CatalogChange) -> Self {
+        CatalogLine {
+            catalog: true,
+            session_hash: crate::normalize::redact::hash_hex(c.session_key.as_bytes()),
+            server: c.server.as_deref(),
+            verdict: &c.verdict,
+        }
+    }
+}
+
+impl Decided {
+    /// The record as one JSON value: the shape of a verdict line.
+    pub fn to_json(&self) -> serde_json::Result<serde_json::Value> {
+        match self {
+            Decided::Call(v) | Decided::Interim(v) => serde_json::to_value(v),
+            Decided::Catalog(c) => serde_json::to_value(CatalogLine::of(c)),
+            Decided::Drift(d) => serde_json::to_value(d),
+            Decided::Incident(i) => serde_json::to_value(i),
+        }
+    }
+
+    /// Write the record as one JSON line into `buf` (nothing is written on error).
+    pub fn write_line(&self, buf: &mut Vec<u8>) -> serde_json::Result<()> {
+        let start = buf.len();
+        let r = match self {
+            Decided::Call(v) | Decided::Interim(v) => serde_json::to_writer(&mut *buf, v),
+            Decided::Catalog(c) => serde_json::to_writer(&mut *buf, &CatalogLine::of(c)),
+            Decided::Drift(d) => serde_json::to_writer(&mut *buf, d),
+            Decided::Incident(i) => serde_json::to_writer(&mut *buf, i),
+        };
+        match r {
+            Ok(()) => {
+                buf.push(b'\n');
+                Ok(())
+            }
+            Err(e) => {
+                buf.truncate(start);
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The engine: the one pipeline every driver runs (the service, `replay`, the tests).
+//!
+//! Synchronous and single-owner: [`Engine::ingest`] takes a normalized batch, [`Engine::tick`]
+//! lets time pass, [`Engine::drain`] decides what is left. Time is always a parameter (a
+//! [`Moment`]): the service passes the wall clock, `replay` the span-time clock, tests a manual
+//! one. Nothing here reads a clock, does I/O or knows where its records go: everything it decides
+//! comes out as [`Decided`] records for the sinks (`emit/`).
+//!
+//! The engine owns every piece of state that outlives one batch: the chain table and its joins,
+//! the catalog sessions, the incident book, the drift already reported, the calls already
+//! reported `working`, and the gate's view of the catalogs.
+
+pub mod decided;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+
+use crate::classify::catalog::Convergence;
+use crate::classify::incidents::IncidentBook;
+use crate::classify::pinning::{Lockfile, PinCheck};
+use crate::classify::progress::{InFlight, ProgressPolicy};
+use crate::classify::{classify_call, Decision, SessionContext};
+use crate::correlate::{ChainLimits, ChainStats, Chains, DecidedCalls, SessionLimits, Sessions};
+use crate::evidence::call::CallEvidence;
+use crate::evidence::time::Moment;
+use crate::evidence::{Method, Side, SpanEvidence};
+use crate::normalize::NormalizedBatch;
+use crate::verdict::{DecidedBy, HealthState, Verdict};
+
+pub use decided::{CatalogLine, Decided, DriftEvent, IncidentChange};
+
+/// How often (on the engine's clock) time-based verdicts are re-evaluated: catalog TTLs and
+/// `max_age` policies, and the progress clocks of calls in flight.
+const REEVALUATE_EVERY: Duration = Duration::from_secs(1);
+/// How often idle sessions are expired.
+const EXPIRE_EVERY: Duration = Duration::from_secs(10);
+
+/// Everything the engine is configured with.
+#[derive(Clone, Debug, Default)]
+pub struct EngineConfig {
+    pub chains: ChainLimits,
+    pub sessions: SessionLimits,
+    pub progress: ProgressPolicy,
+    pub pins: Option<Arc<Lockfile>>,
+    /// Most (server, tool, digest) drift reports remembered (each is reported once).
+    pub max_drift_reported: usize,
+    /// Most in-flight calls remembered as already reported `working`.
+    pub max_working_reported: usize,
+}
+
+impl EngineConfig {
+    pub fn new(chains: ChainLimits, sessions: SessionLimits) -> Self {
+        EngineConfig { chains, sessions, max_drift_reported: 100_000, max_working_reported: 100_000, ..Default::default() }
+    }
+}
+
+/// Point-in-time figures the metric sinks report as gauges.
+#[derive(Clone, Debug, Default)]
+pub struct Gauges {
+    pub chains_in_flight: u64,
+    pub evidence_bytes: u64,
+    pub chain_stats: ChainStats,
+    /// Open incidents by (first failed layer, state, server, incident state).
+    pub incidents_open: FxHashMap<[String; 4], u64>,
+    /// Sessions by (server, convergence).
+    pub convergence: FxHashMap<(String, Convergence), u64>,
+    /// Calls reported working, by (tool, server).
+    pub working: FxHashMap<(String, String), u64>,
+    /// Chains that gave no verdict because they hold no MCP request (a verifier or an HTTP span alone).
+    pub callless_chains: u64,
+}
+
+/// The engine. See the module documentation.
+pub struct Engine {
+    chains: Chains,
+    sessions: Sessions,
+    pins: Option<Arc<Lockfile>>,
+    progress: ProgressPolicy,
+    incidents: IncidentBook,
+    /// Drift already reported, oldest first out.
+    drift_reported: crate::bounded::BoundedSet<(Arc<str>, Arc<str>, Arc<str>)>,
+    /// In-flight calls already reported `working` (reported once; the final verdict follows).
+    working_reported: crate::bounded::BoundedSet<([u8; 16], [u8; 8])>,
+    working: FxHashMap<(String, String), u64>,
+    /// Where catalog verdicts are published for the gate API.
+    board: Arc<crate::gate::CatalogBoard>,
+    last_reevaluated: Option<Moment>,
+    last_expired: Option<Moment>,
+    callless_chains: u64,
+    scratch: Vec<DecidedCalls>,
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Self {
+        Engine {
+            chains: Chains::new(cfg.chains),
+            sessions: Sessions::new(cfg.sessions),
+            pins: cfg.pins,
+            progress: cfg.progress,
+            incidents: IncidentBook::default(),
+            drift_reported: crate::bounded::BoundedSet::with_capacity("drift_reported", cfg.max_drift_reported),
+            working_reported: crate::bounded::BoundedSet::with_capacity("working_reported", cfg.max_working_reported),
+            working: FxHashMap::default(),
+            board: Arc::default(),
+            last_reevaluated: None,
+            last_expired: None,
+            callless_chains: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The gate's view of the catalogs (shared with the gate service, published by the engine).
+    pub fn board(&self) -> Arc<crate::gate::CatalogBoard> {
+        self.board.clone()
+    }
+
+    pub fn chains(&self) -> &Chains {
+        &self.chains
+    }
+
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.chains.in_flight()
+    }
+
+    /// Take in one normalized batch at `now`.
+    pub fn ingest(&mut self, batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
+        let changes = self.sessions.observe(&batch.evidence, now);
+        self.publish_catalog(changes, out);
+        if let Some(pins) = self.pins.clone() {
+            self.detect_drift(&batch.evidence, &pins, out);
+        }
+        let mut decided = std::mem::take(&mut self.scratch);
+        self.chains.ingest(batch, now, &mut decided);
+        self.classify_decided(&mut decided, now, out);
+        self.scratch = decided;
+    }
+
+    /// Let time pass to `now`: decide due chains, move time-based verdicts (TTL expiry, `max_age`,
+    /// progress clocks), forget idle sessions.
+    pub fn tick(&mut self, now: Moment, out: &mut Vec<Decided>) {
+        let mut decided = std::mem::take(&mut self.scratch);
+        self.chains.tick(now, &mut decided);
+        if self.last_reevaluated.is_none_or(|t| now.saturating_duration_since(t) >= REEVALUATE_EVERY) {
+            self.last_reevaluated = Some(now);
+            let changes = self.sessions.reevaluate(now);
+            self.publish_catalog(changes, out);
+            self.check_progress(now, &mut decided, out);
+        }
+        if self.last_expired.is_none_or(|t| now.saturating_duration_since(t) >= EXPIRE_EVERY) {
+            self.last_expired = Some(now);
+            let gone = self.sessions.expire(now);
+            self.board.forget(&gone);
+        }
+        self.classify_decided(&mut decided, now, out);
+        self.scratch = decided;
+    }
+
+    /// Decide everything still in flight (shutdown, end of a replay), marked `by`.
+    pub fn drain(&mut self, by: DecidedBy, now: Moment, out: &mut Vec<Decided>) {
+        let mut decided = std::mem::take(&mut self.scratch);
+        self.chains.drain(by, now, &mut decided);
+        self.classify_decided(&mut decided, now, out);
+        self.scratch = decided;
+    }
+
+    /// The figures the metric sinks report as gauges.
+    pub fn gauges(&self) -> Gauges {
+        let mut incidents_open: FxHashMap<[String; 4], u64> = FxHashMap::default();
+        for inc in self.incidents.open_incidents() {
+            let c = &inc.cause;
+            let key = [
+                c.first_failed_layer.map_or("none", |l| l.as_str()).to_string(),
+                c.state.as_str().to_string(),
+                c.server.as_deref().unwrap_or("").to_string(),
+                inc.state.as_str().to_string(),
+            ];
+            *incidents_open.entry(key).or_default() += 1;
+        }
+        Gauges {
+            chains_in_flight: self.chains.in_flight() as u64,
+            evidence_bytes: self.chains.bytes() as u64,
+            chain_stats: self.chains.stats.clone(),
+            incidents_open,
+            convergence: self.sessions.convergence_counts(),
+            working: self.working.clone(),
+            callless_chains: self.callless_chains,
+        }
+    }
+
+    /// The current catalog verdict of every session, evaluated at `now` (for `replay`).
+    pub fn catalog_rows(&self, now: Moment) -> Vec<crate::correlate::CatalogChange> {
+        self.sessions.all_at(now)
+    }
+
+    /// Every tool definition discovered, in (server, tool, time) order (for `lock`).
+    pub fn discoveries(&self) -> Vec<crate::correlate::Discovery> {
+        self.sessions.discoveries()
+    }
+
+    fn publish_catalog(&mut self, changes: Vec<crate::correlate::CatalogChange>, out: &mut Vec<Decided>) {
+        for ch in changes {
+            self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
+            out.push(Decided::Catalog(ch));
+        }
+    }
+
+    fn classify_decided(&mut self, decided: &mut Vec<DecidedCalls>, now: Moment, out: &mut Vec<Decided>) {
+        for d in decided.drain(..) {
+            if !d.calls.iter().any(|c| c.method.is_some()) && d.previous.is_empty() {
+                // A verifier alone, an HTTP span alone: nothing was called, so nothing is judged.
+                self.callless_chains += 1;
+                continue;
+            }
+            for v in verdicts_of(&d, &self.sessions, self.pins.as_deref(), &self.progress, now.as_nanos()) {
+                for (transition, row) in self.incidents.observe(&v) {
+                    out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+                }
+                out.push(Decided::Call(v));
+            }
+        }
+    }
+
+    /// Check the clocks of calls in flight with progress: report each working call once (interim),
+    /// hold its chain past `max_wait`, decide it when a clock expires.
+    fn check_progress(&mut self, now: Moment, decided: &mut Vec<DecidedCalls>, out: &mut Vec<Decided>) {
+        let mut working: FxHashMap<(String, String), u64> = FxHashMap::default();
+        let now_ns = now.as_nanos();
+        for id in self.chains.progress_chains() {
+            let Some(calls) = self.chains.peek_calls(&id) else { continue };
+            let (mut hold, mut expired) = (false, false);
+            for c in &calls {
+                if c.progress.is_empty() {
+                    continue;
+                }
+                let f = crate::classify::progress::check(c);
+                match crate::classify::progress::in_flight(c, &f, self.progress.clocks(c.tool.as_deref()), now_ns) {
+                    InFlight::Working => {
+                        hold = true;
+                        *working
+                            .entry((c.tool.as_deref().unwrap_or("").to_string(), c.server.as_deref().unwrap_or("").to_string()))
+                            .or_default() += 1;
+                        if self.working_reported.insert((c.trace_id, c.anchor_span_id)) {
+                            let d = Decision { revision: 0, decided_by: DecidedBy::InFlight, root_seen: false, truncated: false };
+                            out.push(Decided::Interim(classify_with_clocks(
+                                c,
+                                &self.sessions,
+                                self.pins.as_deref(),
+                                &self.progress,
+                                now_ns,
+                                d,
+                            )));
+                        }
+                    }
+                    InFlight::InactivityExceeded | InFlight::DeadlineExceeded => expired = true,
+                    _ => {}
+                }
+            }
+            self.chains.set_hold(&id, hold);
+            if expired && !hold {
+                self.chains.decide_now(id, DecidedBy::Clock, now, decided);
+            }
+        }
+        self.working = working;
+    }
+
+    /// Check the tools of every `tools/list` page in `spans` against the pins; each drifted
+    /// (server, tool, digest) is reported once.
+    fn detect_drift(&mut self, spans: &[SpanEvidence], pins: &Lockfile, out: &mut Vec<Decided>) {
+        for s in spans {
+            let (Some(server), Some(page)) = (&s.server, s.catalog.as_ref().and_then(|c| c.page.as_ref())) else { continue };
+            for (tool, digest) in &page.tools {
+                let key = (server.clone(), tool.clone(), digest.clone());
+                if self.drift_reported.contains(&key) {
+                    continue;
+                }
+                if let PinCheck::Drift { pinned_digest, changes } =
+                    pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref())
+                {
+                    self.drift_reported.insert(key);
+                    out.push(Decided::Drift(DriftEvent {
+                        drift: true,
+                        server: server.to_string(),
+                        tool: tool.to_string(),
+                        pinned_digest,
+                        digest: digest.to_string(),
+                        changes,
+                        trace_id: s.trace_id,
+                        span_id: s.span_id,
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// The session facts a call is classified with: its catalog's convergence when the call started,
+/// and whether the tool definition it used differs from its pin.
+pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvidence) -> SessionContext {
+    // Catalog staleness and drift are about choosing a tool; a `tools/list` is the remedy, not a victim.
+    if c.method != Some(Method::ToolsCall) {
+        return SessionContext::default();
+    }
+    let key = crate::evidence::session_key(
+        c.session_id.as_deref(),
+        c.service.as_deref(),
+        c.server.as_deref(),
+        if c.client_seen { Side::Client } else { Side::Server },
+    );
+    let catalog = key.as_ref().and_then(|k| sessions.verdict_at(k, c.start_ns));
+    let mut ctx = SessionContext { catalog_stale: catalog.map(|v| v.convergence == Convergence::Stale), ..SessionContext::default() };
+    if let (Some(pins), Some(server), Some(tool)) = (pins, c.server.as_deref(), c.tool.as_deref()) {
+        let in_use = c.tool_digest.clone().or_else(|| key.as_ref().and_then(|k| sessions.tool_digest_at(k, tool, c.start_ns)));
+        if let Some(d) = in_use {
+            if let PinCheck::Drift { changes, .. } = pins.check(server, tool, &d, crate::normalize::definitions::lookup(&d).as_ref()) {
+                ctx.contract_drift = Some(changes);
+            }
+        }
+    }
+    ctx
+}
+
+/// Whether a verdict is worth reporting: every `tools/call`, and any other request that failed
+/// somewhere. A successful `tools/list` or `initialize` has no outcome to verify; reporting it as
+/// `unverified` would be noise, and it is covered by the catalog verdict.
+pub fn reportable(v: &Verdict) -> bool {
+    v.method.as_deref() == Some("tools/call")
+        || v.first_failed_layer.is_some()
+        || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
+}
+
+/// Classify a decided chain.
+pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile>, progress: &ProgressPolicy, now_ns: u64) -> Vec<Verdict> {
+    let classify = |c: &CallEvidence| classify_with_clocks(c, sessions, pins, progress, now_ns, d.decision);
+    let previous: Vec<Verdict> = d.previous.iter().map(classify).filter(reportable).collect();
+    d.calls
+        .iter()
+        .map(classify)
+        .map(|mut v| {
+            // A revision names what it replaces: the same call is the one under the same span.
+            v.supersedes = previous.iter().find(|p| p.span_id == v.span_id).map(|p| crate::verdict::Superseded {
+                state: p.state,
+                protocol_success: p.protocol_success,
+                verified_success: p.verified_success,
+            });
+            v
+        })
+        .filter(reportable)
+        .collect()
+}
+
+/// Classify a call with its session context and its progress clocks at `now_ns`.
+pub fn classify_with_clocks(
+    c: &CallEvidence,
+    sessions: &Sessions,
+    pins: Option<&Lockfile>,
+    progress: &ProgressPolicy,
+    now_ns: u64,
+    d: Decision,
+) -> Verdict {
+    let mut ctx = session_context(sessions, pins, c);
+    if c.progress.is_empty() {
+        return classify_call(c, &ctx, d);
+    }
+    let f = crate::classify::progress::check(c);
+    match crate::classify::progress::in_flight(c, &f, progress.clocks(c.tool.as_deref()), now_ns) {
+        InFlight::Working => {
+            ctx.working = true;
+            classify_call(c, &ctx, d)
+        }
+        expired @ (InFlight::InactivityExceeded | InFlight::DeadlineExceeded) => {
+            let mut c = c.clone();
+            c.clock_expired = Some(if expired == InFlight::DeadlineExceeded { "deadline_exceeded" } else { "inactivity_exceeded" });
+            classify_call(&c, &ctx, d)
+        }
+        _ => classify_call(c, &ctx, d),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,202 @@
+//! The engine's own rules, with a manual clock.
+use super::*;
+use crate::correlate::{ChainLimits, SessionLimits};
+use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, VerifierMethod};
+use crate::normalize::NormalizedBatch;
+use crate::verdict::DecidedBy;
+use std::time::Duration;
+
+fn call_span() -> SpanEvidence {
+    let mut s = SpanEvidence::new([7; 16], [1; 8]);
+    s.method = Some(Method::ToolsCall);
+    s.side = Side::Client;
+    s.request_id = Some("1".into());
+    s.start_ns = 10;
+    s.end_ns = 20;
+    s
+}
+
+/// SPEC section 3's falsifiable transition: a timed-out call at a side-effect boundary is
+/// `effect_unknown` (retry blocked); a later receipt whose deliverable check fails moves it to
+/// `false_success`.
+#[test]
+fn effect_unknown_moves_to_false_success_when_a_failing_receipt_arrives() {
+    let mut chains = Chains::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() });
+    let sessions = Sessions::new(SessionLimits::default());
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut out = Vec::new();
+    let mut timed_out = call_span();
+    timed_out.transport = Some(crate::evidence::TransportOutcome::Timeout);
+    timed_out.effect_boundary = Some(crate::evidence::EffectBoundary::SideEffect);
+    chains.ingest(NormalizedBatch { evidence: vec![timed_out], ..Default::default() }, t0, &mut out);
+    chains.tick(t0 + Duration::from_millis(20), &mut out);
+    let first = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);
+    assert_eq!(first[0].state, HealthState::EffectUnknown);
+    assert!(!first[0].retry_safe, "automatic retry is blocked until reconciliation");
+
+    let mut receipt = SpanEvidence::new([7; 16], [4; 8]);
+    receipt.parent_span_id = Some([1; 8]);
+    receipt.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Failed,
+        method: VerifierMethod::TestResult,
+        checked_at_ns: 40,
+        request_id: None,
+    });
+    chains.ingest(NormalizedBatch { evidence: vec![receipt], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
+    chains.tick(t0 + Duration::from_millis(50), &mut out);
+    let second = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);
+    assert_eq!(second[0].state, HealthState::FalseSuccess);
+    assert_eq!(second[0].supersedes.map(|p| p.state), Some(HealthState::EffectUnknown));
+}
+
+/// SPEC section 3's other transition: a call on a stale catalog is `stale_catalog`; after a
+/// complete refresh (and install) the next call moves on to its own layers' state.
+#[test]
+fn a_stale_catalog_followed_by_a_complete_refresh_moves_on() {
+    use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
+    let mut sessions = Sessions::new(SessionLimits::default());
+    let fact = |at: u64, f: CatalogFacts| {
+        let mut s = SpanEvidence::new([9; 16], [at as u8; 8]);
+        s.session_id = Some("s-1".into());
+        s.side = Side::Client;
+        s.start_ns = at;
+        s.end_ns = at;
+        s.catalog = Some(Box::new(f));
+        s
+    };
+    let page = |at: u64| {
+        let mut s = fact(
+            at,
+            CatalogFacts {
+                page: Some(ListPage {
+                    cursor: None,
+                    next_cursor_present: false,
+                    tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))],
+                    ttl_ms: None,
+                    cache_scope: None,
+                }),
+                ..Default::default()
+            },
+        );
+        s.method = Some(Method::ToolsList);
+        s
+    };
+    let installed = crate::classify::digest::registry_digest(&[crate::classify::digest::ToolDigest {
+        name: "t".into(),
+        digest: "sha256:aa".into(),
+        projection_version: crate::classify::digest::PROJECTION_VERSION.into(),
+    }]);
+    let timeline = vec![
+        fact(1, CatalogFacts { list_changed_capability: Some(true), ..Default::default() }),
+        page(10),
+        fact(11, CatalogFacts { installed_digest: Some(Arc::from(installed.as_str())), ..Default::default() }),
+        fact(20, CatalogFacts { signal: Some(SignalSource::Notification), ..Default::default() }),
+        page(40),
+        fact(41, CatalogFacts { installed_digest: Some(Arc::from(installed.as_str())), ..Default::default() }),
+    ];
+    sessions.observe(&timeline, Moment::from_nanos(1_000_000_000_000));
+    let call_at = |at: u64| {
+        let mut c = CallEvidence {
+            method: Some(Method::ToolsCall),
+            session_id: Some("s-1".into()),
+            client_seen: true,
+            response_seen: true,
+            start_ns: at,
+            ..Default::default()
+        };
+        c.outcomes.push(OutcomeReceipt {
+            result: OutcomeResult::Confirmed,
+            method: VerifierMethod::Receipt,
+            checked_at_ns: at + 5,
+            request_id: None,
+        });
+        c
+    };
+    let d = crate::classify::Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
+    let p = ProgressPolicy::default();
+    assert_eq!(
+        classify_with_clocks(&call_at(30), &sessions, None, &p, 0, d).state,
+        HealthState::StaleCatalog,
+        "between the signal and the refresh"
+    );
+    assert_eq!(
+        classify_with_clocks(&call_at(50), &sessions, None, &p, 0, d).state,
+        HealthState::Healthy,
+        "after the complete refresh it moves on"
+    );
+}
+
+/// Issue 4: a verifier that reports in its own trace joins its call by operation key.
+#[test]
+fn a_verifier_in_another_trace_joins_by_operation_key() {
+    let mut chains = Chains::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() });
+    let sessions = Sessions::new(SessionLimits::default());
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut out = Vec::new();
+    let mut call = call_span();
+    call.operation_key = Some("op-77".into());
+    chains.ingest(NormalizedBatch { evidence: vec![call], ..Default::default() }, t0, &mut out);
+    chains.tick(t0 + Duration::from_millis(20), &mut out);
+    assert_eq!(verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0)[0].state, HealthState::Unverified);
+
+    let mut v = SpanEvidence::new([8; 16], [5; 8]);
+    v.operation_key = Some("op-77".into());
+    v.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::RowVersion,
+        checked_at_ns: 50,
+        request_id: None,
+    });
+    chains.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
+    chains.tick(t0 + Duration::from_millis(50), &mut out);
+    let d = out.remove(0);
+    assert_eq!(d.trace_id, [7; 16], "the receipt joined the call's trace");
+    let v = verdicts_of(&d, &sessions, None, &ProgressPolicy::default(), 0);
+    assert_eq!((v[0].state, v[0].revision), (HealthState::Healthy, 1));
+    assert_eq!(chains.stats.joined_by_operation_key, 1);
+}
+
+/// A receipt checked before the call started is stale evidence about something else.
+#[test]
+fn a_receipt_older_than_the_call_is_ignored() {
+    let mut c =
+        CallEvidence { method: Some(Method::ToolsCall), response_seen: true, client_seen: true, start_ns: 100, ..Default::default() };
+    c.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: 50,
+        request_id: None,
+    });
+    let d = crate::classify::Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
+    let sessions = Sessions::new(SessionLimits::default());
+    assert_eq!(classify_with_clocks(&c, &sessions, None, &ProgressPolicy::default(), 0, d).state, HealthState::Unverified);
+}
+
+#[test]
+fn a_late_receipt_revises_and_names_what_it_supersedes() {
+    let mut chains = Chains::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() });
+    let sessions = Sessions::new(SessionLimits::default());
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut out = Vec::new();
+    chains.ingest(NormalizedBatch { evidence: vec![call_span()], ..Default::default() }, t0, &mut out);
+    chains.tick(t0 + Duration::from_millis(20), &mut out);
+    let first = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);
+    assert_eq!(first[0].state, HealthState::Unverified);
+    assert_eq!(first[0].supersedes, None);
+
+    let mut v = SpanEvidence::new([7; 16], [3; 8]);
+    v.parent_span_id = Some([1; 8]);
+    v.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: 30,
+        request_id: None,
+    });
+    chains.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
+    chains.tick(t0 + Duration::from_millis(50), &mut out);
+    let second = verdicts_of(&out.remove(0), &sessions, None, &ProgressPolicy::default(), 0);
+    assert_eq!(second[0].revision, 1);
+    assert_eq!(second[0].state, HealthState::Healthy);
+    let p = second[0].supersedes.expect("a revision names what it replaces");
+    assert_eq!((p.state, p.protocol_success, p.verified_success), (HealthState::Unverified, true, false));
+}

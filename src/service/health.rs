@@ -1,0 +1,112 @@
+//! The engine's heartbeat: what the health check reads, so a dead or stuck engine answers 503
+//! instead of a green "available" while nothing is decided.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::evidence::time::Moment;
+
+/// Beaten by the engine task on every step; read by the health check.
+#[derive(Debug, Default)]
+pub struct Heartbeat {
+    last_beat_ns: AtomicU64,
+    stopped: AtomicBool,
+    draining: AtomicBool,
+}
+
+/// What the health check answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    Available,
+    /// The engine has not stepped for longer than the stall limit.
+    Stuck,
+    /// The engine task ended (it panicked, or it finished).
+    Stopped,
+    /// The service is shutting down.
+    Draining,
+}
+
+impl Health {
+    pub fn is_ok(self) -> bool {
+        self == Health::Available
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Available => "Server available",
+            Health::Stuck => "Engine stuck",
+            Health::Stopped => "Engine stopped",
+            Health::Draining => "Server is shutting down",
+        }
+    }
+}
+
+/// Sets `stopped` when dropped: at the end of the engine task, and when it unwinds from a panic.
+pub struct StoppedGuard(Arc<Heartbeat>);
+
+impl Drop for StoppedGuard {
+    fn drop(&mut self) {
+        self.0.stopped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Heartbeat {
+    pub fn new(now: Moment) -> Arc<Heartbeat> {
+        let h = Arc::new(Heartbeat::default());
+        h.beat(now);
+        h
+    }
+
+    pub fn beat(&self, now: Moment) {
+        self.last_beat_ns.store(now.as_nanos(), Ordering::Relaxed);
+    }
+
+    /// A guard the engine task holds for its lifetime.
+    pub fn guard(self: &Arc<Self>) -> StoppedGuard {
+        StoppedGuard(self.clone())
+    }
+
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// The health at `now`: stuck when the engine has not stepped for `stall_after`.
+    pub fn health(&self, now: Moment, stall_after: Duration) -> Health {
+        if self.draining.load(Ordering::SeqCst) {
+            Health::Draining
+        } else if self.stopped.load(Ordering::SeqCst) {
+            Health::Stopped
+        } else if now.saturating_duration_since(Moment::from_nanos(self.last_beat_ns.load(Ordering::Relaxed))) > stall_after {
+            Health::Stuck
+        } else {
+            Health::Available
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_or_silent_engine_is_not_available() {
+        let t0 = Moment::from_nanos(1_000_000_000);
+        let h = Heartbeat::new(t0);
+        let stall = Duration::from_secs(5);
+        assert_eq!(h.health(t0 + Duration::from_secs(4), stall), Health::Available);
+        assert_eq!(h.health(t0 + Duration::from_secs(6), stall), Health::Stuck, "no step for longer than the stall limit");
+        h.beat(t0 + Duration::from_secs(6));
+        assert_eq!(h.health(t0 + Duration::from_secs(7), stall), Health::Available);
+        // The engine task panics: its guard unwinds and the health says so for good.
+        let hb = h.clone();
+        let r = std::thread::spawn(move || {
+            let _g = hb.guard();
+            panic!("engine panicked");
+        })
+        .join();
+        assert!(r.is_err());
+        assert_eq!(h.health(t0 + Duration::from_secs(7), stall), Health::Stopped);
+        h.set_draining();
+        assert_eq!(h.health(t0 + Duration::from_secs(7), stall), Health::Draining);
+    }
+}

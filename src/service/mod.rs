@@ -1,0 +1,76 @@
+//! Drivers: what runs the [`Engine`](crate::engine::Engine). The service feeds it from the
+//! receivers' queue on the wall clock ([`run_engine`]); `replay` feeds it from files on the
+//! span-time clock ([`replay`]). Both hand every decided record to the same [`Sinks`].
+
+pub mod health;
+pub mod replay;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::emit::sink::{Sink, Sinks};
+use crate::engine::Engine;
+use crate::evidence::time::Moment;
+use crate::normalize::NormalizedBatch;
+use crate::verdict::DecidedBy;
+pub use health::Heartbeat;
+
+/// Most queued batches taken in one engine step before its records go to the sinks.
+const BATCHES_PER_STEP: usize = 64;
+
+/// Run the engine on the wall clock until `stop` fires (or every sender is gone), then take
+/// what is queued, decide everything still in flight (marked `shutdown`) and flush the sinks.
+/// The heartbeat is beaten on every step, so a stuck engine shows on the health check.
+pub async fn run_engine(
+    mut rx: mpsc::Receiver<NormalizedBatch>,
+    mut engine: Engine,
+    mut sinks: Sinks,
+    tick: Duration,
+    stop: oneshot::Receiver<()>,
+    heartbeat: Arc<Heartbeat>,
+) {
+    let _stopped = heartbeat.guard();
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut out = Vec::new();
+    tokio::pin!(stop);
+    loop {
+        heartbeat.beat(Moment::wall_now());
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            b = rx.recv() => match b {
+                Some(batch) => {
+                    let now = Moment::wall_now();
+                    engine.ingest(batch, now, &mut out);
+                    // Take whatever else is already queued before handing records on, to amortize.
+                    for _ in 0..BATCHES_PER_STEP {
+                        let Ok(batch) = rx.try_recv() else { break };
+                        engine.ingest(batch, now, &mut out);
+                    }
+                }
+                None => break,
+            },
+            _ = interval.tick() => {
+                let now = Moment::wall_now();
+                engine.tick(now, &mut out);
+                sinks.report(&engine.gauges());
+            }
+        }
+        sinks.accept(&out, Moment::wall_now());
+        out.clear();
+    }
+    rx.close();
+    while let Some(batch) = rx.recv().await {
+        engine.ingest(batch, Moment::wall_now(), &mut out);
+    }
+    let in_flight = engine.in_flight();
+    let now = Moment::wall_now();
+    engine.drain(DecidedBy::Shutdown, now, &mut out);
+    sinks.accept(&out, now);
+    sinks.report(&engine.gauges());
+    sinks.flush();
+    tracing::info!(in_flight, "engine stopped; the chains in flight were decided at shutdown");
+}
