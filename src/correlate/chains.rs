@@ -473,7 +473,8 @@ impl Chains {
         if c.has_client_req {
             for h in crossjoin::client_halves(&c.spans) {
                 let mut found = Vec::new();
-                for t in self.cross.server_candidates(&h, id) {
+                let Some(candidates) = self.cross.server_candidates(&h, id) else { continue };
+                for t in candidates {
                     let Some(sc) = self.active.get(&t).filter(|sc| sc.has_server_req && !sc.has_client_req) else { continue };
                     let Some(sh) = crossjoin::server_half(&sc.spans) else { continue };
                     if sh.method != h.method

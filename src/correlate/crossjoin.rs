@@ -44,6 +44,11 @@ pub const MAX_ORPHANS: usize = 4096;
 /// Recently decided client requests that failed without a server side, for late HTTP spans.
 pub const MAX_REFUSED: usize = 4096;
 
+/// Most candidate chains one lookup examines. Request ids are small per-session counters (every
+/// FastMCP session's first call is id 1), so a busy second can hold thousands of chains under one
+/// key; past this many, a unique match cannot be shown cheaply and none is made (counted).
+pub const MAX_CANDIDATES: usize = 32;
+
 /// The index's time bucket.
 const BUCKET_NS: u64 = 1_000_000_000;
 /// Most buckets probed for one lookup (a client request open longer finds no server half started
@@ -53,20 +58,39 @@ const MAX_BUCKETS: u64 = 120;
 /// longer call is not joined).
 const CLIENT_LOOKBACK_NS: u64 = 60 * BUCKET_NS;
 
-fn key(side: Side, m: &Method, rid: &str, bucket: u64) -> u64 {
+/// The index's three kinds of key: every request span by start second; spans that name a
+/// session by that session (a half that names one is looked up there, exactly, whatever the
+/// traffic of other sessions); spans that name none by start second (the rest a half that names
+/// a session is compatible with).
+#[derive(Clone, Copy, Hash)]
+enum Kind {
+    Bucket,
+    Session,
+    Sessionless,
+}
+
+fn key(kind: Kind, side: Side, m: &Method, rid: &str, discriminator: impl std::hash::Hash) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = rustc_hash::FxHasher::default();
+    kind.hash(&mut h);
     (side as u8).hash(&mut h);
     m.as_str().hash(&mut h);
     rid.hash(&mut h);
-    bucket.hash(&mut h);
+    discriminator.hash(&mut h);
     h.finish()
 }
 
-fn span_key(s: &SpanEvidence) -> Option<u64> {
+/// The index keys of a request span: its bucket key, and its session key or sessionless key.
+fn span_keys(s: &SpanEvidence) -> Option<[u64; 2]> {
     let m = s.method.as_ref().filter(|m| !m.is_notification())?;
     (s.side != Side::Internal).then_some(())?;
-    Some(key(s.side, m, s.request_id.as_deref()?, s.start_ns / BUCKET_NS))
+    let rid = s.request_id.as_deref()?;
+    let bucket = s.start_ns / BUCKET_NS;
+    let second = match s.session_id.as_deref() {
+        Some(sid) => key(Kind::Session, s.side, m, rid, sid),
+        None => key(Kind::Sessionless, s.side, m, rid, bucket),
+    };
+    Some([key(Kind::Bucket, s.side, m, rid, bucket), second])
 }
 
 /// Counters of the joins.
@@ -76,6 +100,11 @@ pub struct CrossJoinStats {
     pub http_joined: u64,
     /// Joins not made because more than one candidate qualified.
     pub ambiguous: u64,
+    /// Lookups that found more than [`MAX_CANDIDATES`] chains under one request key: no join is
+    /// made (uniqueness cannot be shown within the bound), and the lookup costs no more.
+    pub candidates_capped: u64,
+    /// Candidate chains examined, over all lookups (what the bound keeps linear).
+    pub candidates_examined: u64,
 }
 
 /// One request's span interval, as the join compares them.
@@ -287,7 +316,7 @@ impl CrossJoin {
                 server: s.server.clone(),
             });
         }
-        if let Some(k) = span_key(s) {
+        for k in span_keys(s).into_iter().flatten() {
             match self.by_request.entry(k) {
                 std::collections::hash_map::Entry::Vacant(e) => {
                     e.insert(Slot::One(trace));
@@ -308,7 +337,7 @@ impl CrossJoin {
 
     /// Drop a chain's entries (it was forgotten, or merged into another chain).
     pub fn unindex(&mut self, trace: TraceId, spans: &[SpanEvidence]) {
-        for k in spans.iter().filter_map(span_key) {
+        for k in spans.iter().filter_map(span_keys).flatten() {
             let gone = match self.by_request.get_mut(&k) {
                 Some(Slot::One(t)) => *t == trace,
                 Some(Slot::Many(v)) => {
@@ -324,25 +353,41 @@ impl CrossJoin {
     }
 
     /// Other chains holding a `side` request span of (method, request id) that started in
-    /// `[from_ns, to_ns]` (at most [`MAX_BUCKETS`] seconds are probed).
-    fn candidates(&self, side: Side, m: &Method, rid: &str, from_ns: u64, to_ns: u64, not: TraceId) -> Vec<TraceId> {
+    /// `[from_ns, to_ns]` (at most [`MAX_BUCKETS`] seconds are probed). `None` when more than
+    /// [`MAX_CANDIDATES`] chains qualify: the caller makes no join.
+    fn candidates(&mut self, side: Side, h: &Half, from_ns: u64, to_ns: u64, not: TraceId) -> Option<Vec<TraceId>> {
         let (a, b) = (from_ns / BUCKET_NS, to_ns / BUCKET_NS);
-        let mut out = Vec::new();
-        for bucket in a..=b.min(a + MAX_BUCKETS) {
-            if let Some(v) = self.by_request.get(&key(side, m, rid, bucket)) {
-                for t in v.iter() {
-                    if *t != not && !out.contains(t) {
-                        out.push(*t);
+        let (m, rid) = (&h.method, &*h.request_id);
+        // A half that names its session looks there, and among the spans that name none; a half
+        // that names none is compatible with every span of its key and time.
+        let keys: Vec<u64> = match h.session.as_deref() {
+            Some(sid) => std::iter::once(key(Kind::Session, side, m, rid, sid))
+                .chain((a..=b.min(a + MAX_BUCKETS)).map(|bucket| key(Kind::Sessionless, side, m, rid, bucket)))
+                .collect(),
+            None => (a..=b.min(a + MAX_BUCKETS)).map(|bucket| key(Kind::Bucket, side, m, rid, bucket)).collect(),
+        };
+        let mut out: Vec<TraceId> = Vec::new();
+        for k in keys {
+            let Some(v) = self.by_request.get(&k) else { continue };
+            for t in v.iter() {
+                // A chain indexed in two buckets is found twice; `out` is at most MAX_CANDIDATES long.
+                if *t != not && !out.contains(t) {
+                    if out.len() == MAX_CANDIDATES {
+                        self.stats.candidates_capped += 1;
+                        self.stats.candidates_examined += out.len() as u64;
+                        return None;
                     }
+                    out.push(*t);
                 }
             }
         }
-        out
+        self.stats.candidates_examined += out.len() as u64;
+        Some(out)
     }
 
-    /// Chains that may hold the server half of client half `h`.
-    pub fn server_candidates(&self, h: &Half, not: TraceId) -> Vec<TraceId> {
-        self.candidates(Side::Server, &h.method, &h.request_id, h.start_ns.saturating_sub(SLACK_NS), h.end_ns.saturating_add(SLACK_NS), not)
+    /// Chains that may hold the server half of client half `h` (`None`: too many to tell).
+    pub fn server_candidates(&mut self, h: &Half, not: TraceId) -> Option<Vec<TraceId>> {
+        self.candidates(Side::Server, h, h.start_ns.saturating_sub(SLACK_NS), h.end_ns.saturating_add(SLACK_NS), not)
     }
 
     /// The one chain (by `spans_of`) holding the client half of server half `h`, if exactly one does.
@@ -354,7 +399,7 @@ impl CrossJoin {
     ) -> Option<TraceId> {
         let from = h.start_ns.saturating_sub(CLIENT_LOOKBACK_NS);
         let found: Vec<TraceId> = self
-            .candidates(Side::Client, &h.method, &h.request_id, from, h.start_ns.saturating_add(SLACK_NS), not)
+            .candidates(Side::Client, h, from, h.start_ns.saturating_add(SLACK_NS), not)?
             .into_iter()
             .filter(|t| spans_of(t).is_some_and(|sp| holds_client_half_of(sp, h)))
             .collect();
@@ -489,6 +534,7 @@ mod tests {
     use super::*;
     use crate::correlate::{ChainLimits, Chains};
     use crate::normalize::NormalizedBatch;
+    use crate::verdict::DecidedBy;
 
     const MS: u64 = 1_000_000;
 
@@ -582,6 +628,59 @@ mod tests {
         assert!(calls[0].client_seen && calls[0].server_seen);
         assert_eq!(out.last().unwrap().trace_id, [1; 16], "the verdict is the client's trace's");
         assert_eq!(c.cross.stats.halves_joined, 1);
+    }
+
+    /// Issue 8, defect 1: FastMCP behind HTTP server tracing, where every session's first call is
+    /// id 1 and each server half is a trace of its own. Many such calls at once are decided with
+    /// bounded work per decision (the engine froze on 1,000), and joined where the session says
+    /// which client half is whose.
+    #[test]
+    fn a_thousand_split_calls_sharing_request_id_one_are_decided_with_bounded_work() {
+        for with_sessions in [true, false] {
+            let n: u32 = 1_000;
+            let mut c = Chains::new(ChainLimits { max_wait: Duration::from_secs(30), ..limits() });
+            let t0 = Moment::from_nanos(1_000_000_000_000);
+            let mut out = Vec::new();
+            let id = |side: u8, i: u32| {
+                let mut t = [side; 16];
+                t[..4].copy_from_slice(&i.to_be_bytes());
+                t
+            };
+            let mut batch = Vec::new();
+            for i in 0..n {
+                let at = (100 + u64::from(i % 50), 150 + u64::from(i % 50));
+                let mut client = span(0, 1, None, Side::Client, Some(Method::ToolsCall), Some("1"), at);
+                client.trace_id = id(1, i);
+                let mut root = http(0, 200, (at.0 + 1, at.1 - 1));
+                root.trace_id = id(2, i);
+                root.span_id = [7; 8];
+                let mut server = span(0, 8, Some(7), Side::Server, Some(Method::ToolsCall), Some("1"), (at.0 + 2, at.1 - 2));
+                server.trace_id = id(2, i);
+                if with_sessions {
+                    client.session_id = Some(format!("s-{i}").into());
+                    server.session_id = Some(format!("s-{i}").into());
+                }
+                batch.extend([server, root, client]);
+            }
+            feed(&mut c, batch, t0, &mut out);
+            c.tick(t0 + Duration::from_millis(400), &mut out);
+            c.tick(t0 + Duration::from_secs(3), &mut out);
+            c.drain(DecidedBy::Shutdown, t0 + Duration::from_secs(4), &mut out);
+            let calls: usize = out.iter().map(|d| d.calls.len()).sum();
+            let decisions = out.len() as u64;
+            let st = &c.cross.stats;
+            if with_sessions {
+                assert_eq!(st.halves_joined, u64::from(n), "the session names each client half");
+                assert_eq!(calls, n as usize, "one verdict per call");
+                assert!(st.candidates_examined <= 4 * u64::from(n), "an exact lookup per half: {st:?}");
+            } else {
+                assert_eq!(st.halves_joined, 0, "a thousand candidates: no unique match can be shown");
+                assert_eq!(calls, 2 * n as usize, "each half alone");
+                assert!(st.candidates_capped > 0, "{st:?}");
+            }
+            let per_decision = (MAX_CANDIDATES * (MAX_CANDIDATES + 1)) as u64;
+            assert!(st.candidates_examined <= per_decision * decisions.max(1) * 2, "bounded per decision: {st:?}");
+        }
     }
 
     #[test]
