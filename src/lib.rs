@@ -6,6 +6,7 @@
 //! (trace-keyed chains) → [`classify`] (pure functions → [`verdict`]) → [`emit`] (pass-through,
 //! health spans, metrics). [`pipeline`] wires the stages; [`cli`] is the command line.
 
+pub mod bounded;
 pub mod classify;
 pub mod cli;
 pub mod config;
