@@ -6,7 +6,6 @@
 //! transport-level (`_meta`). Hashing the description is deliberate: "max results" becoming "page
 //! index" on the same integer is drift that structural validation misses.
 
-use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -79,37 +78,6 @@ pub fn registry_digest(tools: &[ToolDigest]) -> String {
     sha256_tag(&canonical(&arr))
 }
 
-/// Digests keyed by a hash of the raw definition bytes, so an unchanged definition is not
-/// re-parsed and re-canonicalized (JCS + SHA-256 of a 2 KB definition costs ~100 µs; hashing the
-/// raw bytes ~2 µs). Bounded: cleared when full.
-#[derive(Default)]
-pub struct DigestCache {
-    map: FxHashMap<[u8; 32], ToolDigest>,
-    pub hits: u64,
-    pub misses: u64,
-}
-
-impl DigestCache {
-    const CAP: usize = 16_384;
-
-    /// Digest a raw JSON tool definition.
-    pub fn digest_raw(&mut self, raw: &[u8]) -> Result<ToolDigest, DigestError> {
-        let key: [u8; 32] = Sha256::digest(raw).into();
-        if let Some(d) = self.map.get(&key) {
-            self.hits += 1;
-            return Ok(d.clone());
-        }
-        self.misses += 1;
-        let v: Value = serde_json::from_slice(raw).map_err(|e| DigestError::Json(e.to_string()))?;
-        let d = tool_digest(&v)?;
-        if self.map.len() >= Self::CAP {
-            self.map.clear();
-        }
-        self.map.insert(key, d.clone());
-        Ok(d)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,21 +105,6 @@ mod tests {
     }
 
     #[test]
-    fn digest_ignores_order_spacing_icons_and_meta() {
-        let a = r#"{"name":"search","description":"Search docs","inputSchema":{"type":"object","properties":{"query":{"type":"string"}},"required":["query"]},"icons":[{"src":"a.png"}]}"#;
-        let b = "{ \"inputSchema\" : { \"required\":[\"query\"], \"properties\" : {\"query\":{\"type\":\"string\"}}, \"type\":\"object\" },\n \"description\":\"Search docs\", \"name\":\"search\", \"_meta\": {\"x\": 1}, \"icons\":[{\"src\":\"b.svg\"}] }";
-        let mut cache = DigestCache::default();
-        let da = cache.digest_raw(a.as_bytes()).unwrap();
-        let db = cache.digest_raw(b.as_bytes()).unwrap();
-        assert_eq!(da, db);
-        assert_eq!(da.projection_version, PROJECTION_VERSION);
-        assert!(da.digest.starts_with("sha256:") && da.digest.len() == 7 + 64);
-        assert_eq!(cache.misses, 2);
-        cache.digest_raw(a.as_bytes()).unwrap();
-        assert_eq!(cache.hits, 1, "an unchanged definition is not re-canonicalized");
-    }
-
-    #[test]
     fn changed_required_input_changes_the_digest() {
         // SPEC fixture case 5: read_ticket from ticketId to projectId + ticketId.
         let old = json!({"name":"read_ticket","inputSchema":{"type":"object","properties":{"ticketId":{"type":"string"}},"required":["ticketId"]}});
@@ -164,13 +117,12 @@ mod tests {
         let t1 = tool_digest(&json!({"name":"a"})).unwrap();
         let t2 = tool_digest(&json!({"name":"b","description":"x"})).unwrap();
         assert_eq!(registry_digest(&[t1.clone(), t2.clone()]), registry_digest(&[t2.clone(), t1.clone()]));
-        assert_ne!(registry_digest(&[t1.clone()]), registry_digest(&[t1, t2]));
+        assert_ne!(registry_digest(std::slice::from_ref(&t1)), registry_digest(&[t1, t2]));
     }
 
     #[test]
     fn bad_definitions_are_errors() {
         assert_eq!(tool_digest(&json!([1])), Err(DigestError::NotAnObject));
         assert_eq!(tool_digest(&json!({"description":"x"})), Err(DigestError::NoName));
-        assert!(DigestCache::default().digest_raw(b"{not json").is_err());
     }
 }

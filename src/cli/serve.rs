@@ -142,6 +142,8 @@ fn percent_decode(s: &str) -> String {
 
 /// Run the service until `shutdown` resolves.
 pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
+    // Table and cache limits, before anything fills a table.
+    cfg.processors.mcp_health.state_limits.apply();
     let service_name =
         cfg.service.telemetry.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "mcp-health".into());
 

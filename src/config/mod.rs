@@ -130,6 +130,67 @@ pub struct CorrelateConfig {
     /// Digest raw tool definitions (`mcp_health.catalog.tools`) and strip them before passing spans on.
     #[serde(default = "yes")]
     pub strip_tool_definitions: bool,
+    /// Limits of the service's tables and caches (`limits:`); what hits one is counted in
+    /// `mcp_health.state.evicted{table}`.
+    #[serde(default, rename = "limits")]
+    pub state_limits: StateLimits,
+}
+
+/// `processors.mcp_health.limits`: the most entries each table or cache keeps. When one is full,
+/// its oldest entry goes (see `crate::bounded`) and is counted under the table's name, which is
+/// also the key here. Every limit must be at least 1.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StateLimits {
+    /// The gate's board: the latest catalog verdict per session.
+    #[serde(default = "d_100k")]
+    pub gate_board: usize,
+    /// Contract digests by raw-definition hash (one cache per receiving thread).
+    #[serde(default = "d_16k")]
+    pub digest_cache: usize,
+    /// Projections of the tool definitions seen, by digest (what drift reports diff against).
+    #[serde(default = "d_8k")]
+    pub tool_definitions: usize,
+    /// Interned tool, server, version and method names (per receiving thread).
+    #[serde(default = "d_4k")]
+    pub interner: usize,
+    /// Hashed session ids (per receiving thread).
+    #[serde(default = "d_4k")]
+    pub redaction_cache: usize,
+    /// Sessions the evidence tap keeps (protocol version, `tools/list` traversal). The tap takes
+    /// no configuration file: it uses this default.
+    #[serde(default = "d_16k")]
+    pub tap_sessions: usize,
+}
+
+impl Default for StateLimits {
+    fn default() -> Self {
+        serde_yaml_ng::from_str("{}").unwrap_or_else(|_| unreachable!("defaults deserialize"))
+    }
+}
+
+impl StateLimits {
+    /// Every limit with its key, for validation and documentation.
+    pub fn entries(&self) -> [(&'static str, usize); 6] {
+        [
+            ("gate_board", self.gate_board),
+            ("digest_cache", self.digest_cache),
+            ("tool_definitions", self.tool_definitions),
+            ("interner", self.interner),
+            ("redaction_cache", self.redaction_cache),
+            ("tap_sessions", self.tap_sessions),
+        ]
+    }
+
+    /// Set the process-wide tables to these limits; called once at start-up, before any of them
+    /// is used. (`tap_sessions` is the tap observer's, passed to its constructor.)
+    pub fn apply(&self) {
+        crate::gate::set_board_capacity(self.gate_board);
+        crate::normalize::digest_cache::set_capacity(self.digest_cache);
+        crate::normalize::definitions::set_capacity(self.tool_definitions);
+        crate::normalize::intern::set_capacity(self.interner);
+        crate::normalize::redact::set_session_cache_capacity(self.redaction_cache);
+    }
 }
 
 impl Default for CorrelateConfig {
@@ -362,6 +423,15 @@ fn d_100k() -> usize {
 fn d_256mib() -> usize {
     256 << 20
 }
+fn d_16k() -> usize {
+    16_384
+}
+fn d_8k() -> usize {
+    8_192
+}
+fn d_4k() -> usize {
+    4_096
+}
 fn d_1000() -> usize {
     1_000
 }
@@ -444,6 +514,11 @@ impl Config {
         }
         if p.max_chains == 0 || p.queue_size == 0 || p.max_spans_per_chain == 0 {
             return bad("processors.mcp_health", "max_chains, queue_size and max_spans_per_chain must be at least 1");
+        }
+        for (key, limit) in p.state_limits.entries() {
+            if limit == 0 {
+                return bad(&format!("processors.mcp_health.limits.{key}"), "must be at least 1");
+            }
         }
         if let Some(g) = &self.receivers.otlp.protocols.grpc {
             if g.endpoint.parse::<std::net::SocketAddr>().is_err() {
@@ -543,6 +618,31 @@ mod tests {
         assert!(e.contains("line 3"), "{e}");
         let e = Config::parse("c.yaml", "extensions:\n  gate:\n    endpoint: localhost\n", &env).unwrap_err().to_string();
         assert!(e.contains("extensions.gate.endpoint"), "{e}");
+    }
+
+    #[test]
+    fn limits_parse_with_defaults_and_refuse_zero() {
+        let c = Config::parse("c.yaml", "{}", &env).unwrap();
+        assert_eq!(
+            c.processors.mcp_health.state_limits.entries(),
+            [
+                ("gate_board", 100_000),
+                ("digest_cache", 16_384),
+                ("tool_definitions", 8_192),
+                ("interner", 4_096),
+                ("redaction_cache", 4_096),
+                ("tap_sessions", 16_384)
+            ]
+        );
+        let t = "processors:\n  mcp_health:\n    limits:\n      interner: 10\n      gate_board: 5\n";
+        let l = Config::parse("c.yaml", t, &env).unwrap().processors.mcp_health.state_limits;
+        assert_eq!((l.interner, l.gate_board, l.redaction_cache), (10, 5, 4_096));
+        let t = "processors:\n  mcp_health:\n    limits:\n      redaction_cache: 0\n";
+        let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
+        assert!(e.contains("processors.mcp_health.limits.redaction_cache"), "{e}");
+        let t = "processors:\n  mcp_health:\n    limits:\n      interners: 1\n";
+        let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
+        assert!(e.contains("interners") && e.contains("line 4"), "{e}");
     }
 
     #[test]

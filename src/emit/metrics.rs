@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opentelemetry::metrics::{Counter, Gauge, Meter, MeterProvider as _};
+use opentelemetry::metrics::{Counter, Gauge, Meter, MeterProvider as _, ObservableCounter};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
@@ -90,6 +90,9 @@ pub struct HealthMeters {
     pub incidents_transitions: Counter<u64>,
     pub catalog_convergence: Gauge<u64>,
     pub calls_working: Gauge<u64>,
+    /// Entries the bounded tables evicted, by table: read from `crate::bounded::evictions` at each
+    /// collection.
+    pub state_evicted: ObservableCounter<u64>,
 }
 
 impl HealthMeters {
@@ -150,6 +153,16 @@ impl HealthMeters {
                 "mcp_health.calls.success_retracted",
                 "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)",
             ),
+            state_evicted: meter
+                .u64_observable_counter("mcp_health.state.evicted")
+                .with_description("Entries a bounded table or cache forgot because it was full, by table")
+                .with_unit("{entry}")
+                .with_callback(|o| {
+                    for (table, n) in crate::bounded::evictions() {
+                        o.observe(n, &[KeyValue::new("table", table)]);
+                    }
+                })
+                .build(),
         }
     }
 

@@ -7,28 +7,44 @@
 
 pub mod service;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use rustc_hash::FxHashMap;
-
+use crate::bounded::BoundedMap;
 use crate::classify::catalog::CatalogVerdict;
 use crate::classify::drift::ContractChange;
 use crate::classify::pinning::{Lockfile, PinCheck};
 
-/// The latest catalog verdict of every session, as the correlator last decided it.
-#[derive(Default)]
+/// Sessions a board made by `CatalogBoard::default()` keeps (`processors.mcp_health.limits.gate_board`).
+static BOARD_CAPACITY: AtomicUsize = AtomicUsize::new(100_000);
+
+/// The capacity of boards created from now on by `CatalogBoard::default()`; set once at start-up.
+pub fn set_board_capacity(cap: usize) {
+    BOARD_CAPACITY.store(cap, Ordering::Relaxed);
+}
+
+/// The latest catalog verdict of every session, as the correlator last decided it. Bounded: past
+/// its capacity the session published least recently is forgotten (counted as `gate_board`).
 pub struct CatalogBoard {
-    sessions: RwLock<FxHashMap<String, (Option<Arc<str>>, CatalogVerdict)>>,
+    sessions: RwLock<BoundedMap<String, BoardEntry>>,
+}
+
+/// A session's server (if known) and catalog verdict.
+type BoardEntry = (Option<Arc<str>>, CatalogVerdict);
+
+impl Default for CatalogBoard {
+    fn default() -> Self {
+        CatalogBoard::with_capacity(BOARD_CAPACITY.load(Ordering::Relaxed))
+    }
 }
 
 impl CatalogBoard {
-    const CAP: usize = 100_000;
+    pub fn with_capacity(cap: usize) -> Self {
+        CatalogBoard { sessions: RwLock::new(BoundedMap::with_capacity("gate_board", cap)) }
+    }
 
     pub fn publish(&self, session_key: &str, server: Option<Arc<str>>, v: CatalogVerdict) {
         let mut m = self.sessions.write().unwrap_or_else(|p| p.into_inner());
-        if m.len() >= Self::CAP && !m.contains_key(session_key) {
-            m.clear();
-        }
         m.insert(session_key.to_string(), (server, v));
     }
 

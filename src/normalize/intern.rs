@@ -1,18 +1,28 @@
 //! A per-thread interner for the low-cardinality strings of the evidence model (tool names, server
 //! addresses, protocol versions, methods): the hot path pays a hash lookup instead of an allocation
 //! and a redaction check per span. Request ids and session ids are unique per call and are never
-//! interned (that would grow without bound). Each thread's table is capped and simply cleared when
-//! full, which keeps it bounded under a flood of distinct names.
+//! interned (that would grow without bound). Each thread's table is capped: past its capacity the
+//! oldest name is forgotten and counted as `interner`, which keeps it bounded under a flood of
+//! distinct names.
 
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::FxHasher;
 
 use super::redact;
+use crate::bounded::BoundedMap;
 
-const CAP: usize = 4096;
+/// Names each thread's table keeps (`processors.mcp_health.limits.interner`).
+static CAPACITY: AtomicUsize = AtomicUsize::new(4096);
+
+/// Set the capacity of every thread's table (once at start-up; a table already created adopts it
+/// at its next insert).
+pub fn set_capacity(cap: usize) {
+    CAPACITY.store(cap, Ordering::Relaxed);
+}
 
 struct Entry {
     kind: u8,
@@ -22,7 +32,7 @@ struct Entry {
 }
 
 thread_local! {
-    static TABLE: RefCell<FxHashMap<u64, Entry>> = RefCell::new(FxHashMap::default());
+    static TABLE: RefCell<BoundedMap<u64, Entry>> = RefCell::new(BoundedMap::with_capacity("interner", CAPACITY.load(Ordering::Relaxed)));
 }
 
 /// What is being interned; part of the key so a tool and a server of the same name stay apart.
@@ -51,8 +61,9 @@ pub fn intern(kind: Kind, raw: &str, extra: Option<i64>, make: impl FnOnce() -> 
             }
         }
         let value: Arc<str> = Arc::from(redact::ident(&make()));
-        if t.len() >= CAP {
-            t.clear();
+        let cap = CAPACITY.load(Ordering::Relaxed);
+        if t.capacity() != cap {
+            t.set_capacity(cap);
         }
         t.insert(key, Entry { kind: kind as u8, raw: raw.into(), extra: extra_v, value: value.clone() });
         value

@@ -8,6 +8,7 @@
 //! needs to know when a trace has gone quiet.
 
 pub mod definitions;
+pub mod digest_cache;
 pub mod fastmcp;
 pub mod intern;
 pub mod logfire;

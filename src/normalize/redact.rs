@@ -2,7 +2,11 @@
 //! safe alphabet, or hashed. Free text (messages, arguments, results, headers, bodies) is never
 //! read into the evidence model at all; these helpers guard the identifiers that are.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use sha2::{Digest, Sha256};
+
+use crate::bounded::BoundedMap;
 
 /// Longest identifier kept verbatim (tool names, request ids, server addresses).
 pub const MAX_IDENT: usize = 128;
@@ -48,11 +52,22 @@ pub fn to_hex(bytes: &[u8]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-thread_local! {
-    static SESSION_HASHES: std::cell::RefCell<rustc_hash::FxHashMap<Box<str>, std::sync::Arc<str>>> = Default::default();
+/// Session hashes each thread keeps (`processors.mcp_health.limits.redaction_cache`).
+static SESSION_CACHE_CAPACITY: AtomicUsize = AtomicUsize::new(4096);
+
+/// Set the capacity of every thread's session-hash cache (once at start-up; a cache already
+/// created adopts it at its next insert).
+pub fn set_session_cache_capacity(cap: usize) {
+    SESSION_CACHE_CAPACITY.store(cap, Ordering::Relaxed);
 }
 
-/// The hash of a session key `session:<id>`, cached per thread: many calls share a session.
+thread_local! {
+    static SESSION_HASHES: std::cell::RefCell<BoundedMap<Box<str>, std::sync::Arc<str>>> =
+        std::cell::RefCell::new(BoundedMap::with_capacity("redaction_cache", SESSION_CACHE_CAPACITY.load(Ordering::Relaxed)));
+}
+
+/// The hash of a session key `session:<id>`, cached per thread: many calls share a session. Past
+/// the cache's capacity the oldest is forgotten, counted as `redaction_cache`.
 pub fn session_hash(session_id: &str) -> std::sync::Arc<str> {
     SESSION_HASHES.with(|m| {
         let mut m = m.borrow_mut();
@@ -63,8 +78,9 @@ pub fn session_hash(session_id: &str) -> std::sync::Arc<str> {
         h.update(b"session:");
         h.update(session_id.as_bytes());
         let v: std::sync::Arc<str> = std::sync::Arc::from(to_hex(&h.finalize()));
-        if m.len() >= 4096 {
-            m.clear();
+        let cap = SESSION_CACHE_CAPACITY.load(Ordering::Relaxed);
+        if m.capacity() != cap {
+            m.set_capacity(cap);
         }
         m.insert(session_id.into(), v.clone());
         v

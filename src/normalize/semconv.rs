@@ -228,15 +228,10 @@ impl CatalogAcc {
     }
 }
 
-thread_local! {
-    static DIGESTS: std::cell::RefCell<crate::classify::digest::DigestCache> = Default::default();
-}
-
 /// Digest each definition of a raw JSON array of tools (a `tools/list` result's `tools`).
 fn digest_definitions(raw: &str) -> Vec<(Arc<str>, Arc<str>)> {
     let Ok(serde_json::Value::Array(defs)) = serde_json::from_str::<serde_json::Value>(raw) else { return Vec::new() };
-    DIGESTS.with(|c| {
-        let mut c = c.borrow_mut();
+    super::digest_cache::with_thread_cache(|c| {
         defs.iter()
             .filter_map(|d| {
                 let raw = serde_json::to_vec(d).ok()?;

@@ -32,8 +32,10 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, Ke
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span, Status};
 
 use super::{new_span_id, new_trace_id, Challenge};
-use crate::classify::digest::{registry_digest, DigestCache, ToolDigest};
+use crate::bounded::BoundedMap;
+use crate::classify::digest::{registry_digest, ToolDigest};
 use crate::evidence::attributes as a;
+use crate::normalize::digest_cache::DigestCache;
 use crate::normalize::redact;
 
 /// How the tap reaches the server.
@@ -125,7 +127,9 @@ struct SessionState {
 pub struct Observer {
     server: ServerIdentity,
     pending: FxHashMap<(String, String), Pending>,
-    sessions: FxHashMap<String, SessionState>,
+    sessions: BoundedMap<String, SessionState>,
+    /// Where a session goes when `sessions` can hold none (capacity 0): forgotten at once.
+    no_session: SessionState,
     digests: DigestCache,
     spans: Vec<Span>,
     pub stats: ObserverStats,
@@ -133,7 +137,22 @@ pub struct Observer {
 
 /// Most requests kept in flight; past it the oldest is forgotten (counted as expired).
 const MAX_PENDING: usize = 65_536;
-const MAX_SESSIONS: usize = 16_384;
+
+/// The limits of an [`Observer`]'s tables (`processors.mcp_health.limits.tap_sessions` and
+/// `digest_cache`); past them the oldest entry is forgotten and counted (`tap_sessions`,
+/// `digest_cache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObserverLimits {
+    pub sessions: usize,
+    pub digests: usize,
+}
+
+impl Default for ObserverLimits {
+    fn default() -> Self {
+        let l = crate::config::StateLimits::default();
+        ObserverLimits { sessions: l.tap_sessions, digests: l.digest_cache }
+    }
+}
 
 fn kv(key: &str, v: any_value::Value) -> KeyValue {
     KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
@@ -202,12 +221,18 @@ fn method_name(m: &str) -> Box<str> {
 }
 
 impl Observer {
+    /// An observer with the default limits.
     pub fn new(server: ServerIdentity) -> Self {
+        Observer::with_limits(server, ObserverLimits::default())
+    }
+
+    pub fn with_limits(server: ServerIdentity, limits: ObserverLimits) -> Self {
         Observer {
             server,
             pending: FxHashMap::default(),
-            sessions: FxHashMap::default(),
-            digests: DigestCache::default(),
+            sessions: BoundedMap::with_capacity("tap_sessions", limits.sessions),
+            no_session: SessionState::default(),
+            digests: DigestCache::with_capacity(limits.digests),
             spans: Vec::new(),
             stats: ObserverStats::default(),
         }
@@ -403,10 +428,16 @@ impl Observer {
     }
 
     fn session(&mut self, key: &str) -> &mut SessionState {
-        if !self.sessions.contains_key(key) && self.sessions.len() >= MAX_SESSIONS {
-            self.sessions.clear();
+        if !self.sessions.contains(key) {
+            self.sessions.insert(key.to_string(), SessionState::default());
         }
-        self.sessions.entry(key.to_string()).or_default()
+        match self.sessions.get_mut(key) {
+            Some(st) => st,
+            None => {
+                self.no_session = SessionState::default();
+                &mut self.no_session
+            }
+        }
     }
 
     /// The attributes every span of a request carries.

@@ -544,3 +544,25 @@ fn planted_secrets_never_reach_a_span() {
     assert_eq!(astr(progress, a::PROGRESS_TOKEN), astr(call, a::PROGRESS_TOKEN));
     assert!(spans.iter().any(|s| astr(s, a::CATALOG_INSTALLED_DIGEST).is_some()), "the secret-looking cursor still chains the pages");
 }
+
+#[test]
+fn sessions_past_the_limit_forget_the_oldest_and_are_counted() {
+    let identity = ServerIdentity { address: "127.0.0.1".into(), port: Some(8931), transport: Transport::Tcp };
+    let mut o = Observer::with_limits(identity, ObserverLimits { sessions: 1, digests: 4 });
+    let before = crate::bounded::evicted("tap_sessions");
+    for (n, sess) in [(0u64, "sess-A"), (10, "sess-B")] {
+        let init = json!({"jsonrpc":"2.0","id":n,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}).to_string();
+        o.client_bytes(init.as_bytes(), &Ctx { at_ns: n + 1, exchange: Some(n), ..Default::default() });
+        let resp = json!({"jsonrpc":"2.0","id":n,"result":{"protocolVersion":"2025-11-25","capabilities":{}}}).to_string();
+        o.server_bytes(
+            resp.as_bytes(),
+            &Ctx { at_ns: n + 2, exchange: Some(n), http_status: Some(200), assigned_session_id: Some(sess), ..Default::default() },
+        );
+        o.exchange_end(n, 200, &at(n + 3));
+    }
+    o.take_spans();
+    // Other tests' observers share the counter but never reach their (default) limit.
+    assert!(crate::bounded::evicted("tap_sessions") > before, "sess-A was evicted and counted");
+    assert_eq!(o.sessions.len(), 1);
+    assert!(o.sessions.contains("sess-B") && !o.sessions.contains("sess-A"), "the newest session is kept");
+}
