@@ -1583,7 +1583,7 @@ fn verdict_carries_identity_but_hashes_the_session_id() {
     assert!(!hash.contains("sess-secret-1"));
     assert_eq!(
         hash,
-        crate::normalize::redact::hash_hex(b"session:sess-secret-1"),
+        crate::evidence::hash::hash_hex(b"session:sess-secret-1"),
         "the hash of the session key, as catalog verdicts report it"
     );
     let d = Decision { revision: 3, decided_by: DecidedBy::MaxWait, root_seen: true, truncated: false };

@@ -8,6 +8,7 @@
 pub mod attributes;
 pub mod call;
 pub mod catalog;
+pub mod hash;
 
 use std::sync::Arc;
 
