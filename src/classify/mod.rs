@@ -29,7 +29,7 @@ pub struct Decision {
 
 /// Classify one call attempt.
 pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Verdict {
-    let findings = layers::evaluate(c);
+    let findings = layers::evaluate_in(c, ctx);
     let masked = findings.masked();
     let state = contract::state(c, &findings, ctx);
     let first = masked.first_failed();
