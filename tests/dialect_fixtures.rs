@@ -66,3 +66,28 @@ fn traceloop_spans() {
 fn logfire_spans() {
     check("logfire");
 }
+
+/// Issue 8 defect 10: traceloop on both sides (a FastMCP 2 server on mcp 1.x adds `mcp.server` →
+/// `<tool>.tool` spans with no request id, under the client's `ResponseStreamWriter`). A minimal
+/// reproduction as spans (tests/fixtures/dialects/traceloop_both_sides.jsonl: two calls, the
+/// server's spans exported first): one call, one verdict, with the client's request id, seen from
+/// both sides.
+#[test]
+fn traceloop_on_both_sides_gives_one_verdict_per_call() {
+    let lines = replay("traceloop_both_sides");
+    let verdicts: Vec<&Value> = lines.iter().filter(|v| v.get("state").is_some() && v.get("incident").is_none()).collect();
+    let got: Vec<(&str, &str, &str, &str)> = verdicts
+        .iter()
+        .map(|v| {
+            (
+                v["tool"].as_str().unwrap(),
+                v["request_id"].as_str().unwrap_or("null"),
+                v["state"].as_str().unwrap(),
+                v["confidence"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, vec![("echo", "3", "unverified", "high"), ("fails", "4", "tool_failed", "high")], "{verdicts:?}");
+    let summary = lines.iter().find(|l| l["summary"] == true).expect("summary");
+    assert_eq!(summary["calls"], 2, "two calls, not four: {summary}");
+}

@@ -89,3 +89,26 @@ fn a_broken_lockfile_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.json"));
 }
+
+/// Issue 8 defect 13: a lockfile whose digest is shorter than a contract digest used to panic
+/// `verify` (slicing the digest for display); it is refused when the lockfile is read, naming the
+/// tool, with exit code 2 — in `verify`, `lock` and `replay --lockfile` alike.
+#[test]
+fn a_lockfile_with_a_short_digest_is_an_error_naming_the_tool_not_a_panic() {
+    let (_d, path) = locked();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let l: Value = serde_json::from_str(&text).unwrap();
+    let good = l["servers"]["tickets.example.test:8443"]["search_tickets"]["digest"].as_str().unwrap().to_string();
+    std::fs::write(&path, text.replace(&good, "sha256:abc")).unwrap();
+    for args in [
+        vec!["verify", &fixture("drift_after.jsonl"), "--lockfile", &path],
+        vec!["lock", &fixture("drift_after.jsonl"), "--lockfile", &path],
+    ] {
+        let args: Vec<&str> = args.iter().map(|s| s.as_ref()).collect();
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(err.contains("search_tickets") && err.contains("64 hex"), "{args:?}: {err}");
+    }
+}

@@ -91,6 +91,15 @@ pub struct CatalogVerdict {
     pub projection_version: &'static str,
 }
 
+impl CatalogVerdict {
+    /// Whether `tool` is in this catalog, answered only for a converged one (a complete traversal
+    /// after the latest signal, installed as discovered); `None` otherwise: an incomplete, stale
+    /// or unverifiable catalog is no evidence that a tool is unknown.
+    pub fn knows_tool(&self, tool: &str) -> Option<bool> {
+        (self.convergence == Convergence::Converged).then(|| self.tool_digests.iter().any(|t| t.name == tool))
+    }
+}
+
 struct Traversal {
     start_ns: u64,
     end_ns: u64,
@@ -171,6 +180,23 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
         v.next_step = next;
     };
     const REFRESH: &str = "suspend the affected definitions; ask for one bounded refresh";
+    // A change signal that no complete traversal has answered keeps the catalog stale whatever
+    // partial traversal follows it (issue 8: the TypeScript SDK's `listChanged.autoRefresh`
+    // re-lists page one only). The verdict says `stale`, not `incomplete`: both hold, but what
+    // the client holds is known to predate a change, and `stale` is what keeps the calls chosen
+    // from it `stale_catalog` (SPEC §3: a signal not followed by a complete rediscovery) — an
+    // `incomplete` verdict would let them through as `unverified`. The partial traversal stays
+    // visible in `traversal_*` and `cursor_chain`, and the next step names both remedies.
+    let unanswered_signal = signal_at.is_some_and(|s| last_complete.as_ref().map_or(true, |d| s > d.start_ns));
+    if current.is_some() && unanswered_signal {
+        set(
+            &mut v,
+            Convergence::Stale,
+            "a list-change signal followed only by a partial rediscovery (a nextCursor remains)",
+            "suspend the affected definitions; resume from the expected cursor if supported, else restart discovery once",
+        );
+        return v;
+    }
     if current.is_some() {
         set(
             &mut v,
@@ -364,6 +390,37 @@ mod tests {
             "fresh by ttl, no listChanged needed"
         );
         assert_eq!(convergence(&t, RefreshPolicy::None, 2000 * MS).convergence, Convergence::Stale, "ttl expired");
+    }
+
+    /// Issue 8 defect 7: a partial re-list after a change signal (the TypeScript SDK's
+    /// `listChanged.autoRefresh` fetches page one only) does not clear the staleness; a complete
+    /// one does; a partial traversal with no signal before it is still `incomplete`.
+    #[test]
+    fn a_partial_relist_after_a_signal_stays_stale() {
+        let p1 = tools(&[json!({"name":"a"})]);
+        let p2 = tools(&[json!({"name":"b"})]);
+        let all = [p1.clone(), p2.clone()].concat();
+        let mut evs = vec![
+            ev(1, CatalogEventKind::Capability(true)),
+            page(10, None, true, p1.clone()),
+            page(20, Some("c1"), false, p2.clone()),
+            ev(21, installed(&all)),
+            ev(40, CatalogEventKind::Signal(SignalSource::Notification)),
+        ];
+        assert_eq!(convergence(&evs, RefreshPolicy::None, 45 * MS).convergence, Convergence::Stale, "no re-list");
+        evs.push(page(50, None, true, p1.clone()));
+        let v = convergence(&evs, RefreshPolicy::None, 60 * MS);
+        assert_eq!(v.convergence, Convergence::Stale, "page one only after the signal: {v:?}");
+        assert_eq!(v.cursor_chain, vec!["".to_string()], "the partial traversal is still shown");
+        evs.push(page(55, Some("c1"), false, p2.clone()));
+        evs.push(ev(56, installed(&all)));
+        assert_eq!(convergence(&evs, RefreshPolicy::None, 60 * MS).convergence, Convergence::Converged, "completed");
+        // A signal only before the last complete traversal: a later partial one is just incomplete.
+        evs.push(page(70, None, true, p1.clone()));
+        assert_eq!(convergence(&evs, RefreshPolicy::None, 80 * MS).convergence, Convergence::Incomplete);
+        // No complete traversal at all, a signal, then page one: stale as well.
+        let only = vec![ev(5, CatalogEventKind::Signal(SignalSource::Notification)), page(10, None, true, p1.clone())];
+        assert_eq!(convergence(&only, RefreshPolicy::None, 20 * MS).convergence, Convergence::Stale);
     }
 
     #[test]

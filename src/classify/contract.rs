@@ -17,6 +17,11 @@ pub struct SessionContext {
     /// The tool definition in use differs from its pin: what changed (empty when no definition
     /// was observed to diff).
     pub contract_drift: Option<Vec<super::drift::ContractChange>>,
+    /// Whether the called tool is in the session's converged catalog (a complete traversal, at
+    /// the call's start): `Some(false)` makes the call an unknown tool (SPEC §3, `protocol_error`)
+    /// however the server worded its answer; `None` (no converged catalog known, or no tool name)
+    /// and the rule does not apply.
+    pub tool_in_catalog: Option<bool>,
 }
 
 /// Could this call's failure have committed a side effect before the response was lost?

@@ -133,7 +133,7 @@ impl IncidentBook {
     pub fn observe(&mut self, v: &Verdict) -> Vec<(Transition, Incident)> {
         let mut out = Vec::new();
         if let Some(cause) = cause_of(v) {
-            let id = crate::normalize::redact::hash_hex(format!("{cause:?}").as_bytes())[..16].to_string();
+            let id = crate::evidence::hash::hash_hex(format!("{cause:?}").as_bytes())[..16].to_string();
             let waiting = v.auth_flow_pending;
             let state = if waiting { IncidentState::Waiting } else { IncidentState::Open };
             let transition = if self.open.contains_key(&cause) { Transition::Updated } else { Transition::Opened };

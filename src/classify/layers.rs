@@ -1,6 +1,7 @@
 //! The first failed layer (SPEC section 2): five ordered layers, each `passed`, `failed` or
 //! `unobserved`. A layer passes only on positive evidence; absence of an error is not evidence.
 
+use super::contract::SessionContext;
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{Method, OutcomeResult, TransportOutcome};
 use crate::verdict::{Layer, LayerStatus, Layers};
@@ -80,7 +81,28 @@ pub fn incompatibility(c: &CallEvidence) -> Option<String> {
     None
 }
 
-/// Evaluate every layer from the call's evidence.
+/// Evaluate every layer from the call's evidence and what its session knows. SPEC §3: an unknown
+/// tool is a protocol error however the server words it (the TypeScript SDK's `McpServer` and
+/// server-everything answer "Tool X not found" as an `isError` result, FastMCP raises
+/// `NotFoundError`), and the evidence is the session's catalog: a `tools/call` of a tool absent
+/// from the converged catalog fails the protocol layer with `unknown_tool` — the same rule for
+/// every dialect and the tap, decided without reading any result text. A failure at an earlier
+/// layer (transport, authorization) or a protocol failure already named (a JSON-RPC code) stays.
+pub fn evaluate_in(c: &CallEvidence, ctx: &SessionContext) -> LayerFindings {
+    use LayerStatus::*;
+    let mut f = evaluate(c);
+    let earlier_failed = [Layer::Transport, Layer::Protocol, Layer::Authorization].iter().any(|l| f.get(*l) == Failed);
+    if c.method == Some(Method::ToolsCall) && ctx.tool_in_catalog == Some(false) && !earlier_failed {
+        f.status[Layer::Protocol as usize] = Failed;
+        f.reasons[Layer::Protocol as usize] = Some("unknown_tool".into());
+        // The answer was the server's rendering of an unknown tool, not the tool's own result.
+        f.status[Layer::Execution as usize] = Unobserved;
+        f.reasons[Layer::Execution as usize] = None;
+    }
+    f
+}
+
+/// Evaluate every layer from the call's evidence alone.
 pub fn evaluate(c: &CallEvidence) -> LayerFindings {
     use LayerStatus::*;
     let mut status = [Unobserved; 5];

@@ -12,8 +12,8 @@ pub mod progress;
 pub use contract::SessionContext;
 
 use crate::evidence::call::CallEvidence;
+use crate::evidence::hash;
 use crate::evidence::TransportOutcome;
-use crate::normalize::redact;
 use crate::verdict::{Confidence, DecidedBy, HealthState, Layer, LayerStatus, Verdict};
 
 /// What the correlator knows about how the chain was decided.
@@ -29,7 +29,7 @@ pub struct Decision {
 
 /// Classify one call attempt.
 pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Verdict {
-    let findings = layers::evaluate(c);
+    let findings = layers::evaluate_in(c, ctx);
     let masked = findings.masked();
     let state = contract::state(c, &findings, ctx);
     let first = masked.first_failed();
@@ -52,7 +52,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         server: c.server.clone(),
         request_id: c.request_id.clone(),
         // The hash of the session key, as catalog verdicts and the gate report it, so the two join.
-        session_id_hash: c.session_id.as_ref().map(|s| redact::session_hash(s).to_string()),
+        session_id_hash: c.session_id.as_ref().map(|s| hash::session_hash(s).to_string()),
         first_failed_layer: first,
         layers: masked,
         state,

@@ -41,6 +41,27 @@ pub enum LockfileError {
     Parse(serde_json::Error),
     #[error("lockfile version {0}; this mcp-health reads version {LOCKFILE_VERSION}")]
     Version(u32),
+    #[error("server {server:?}, tool {tool:?}: {error}")]
+    BadDigest { server: String, tool: String, error: DigestFormatError },
+}
+
+/// A contract digest that is not `sha256:` followed by 64 hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("digest must be \"sha256:\" followed by 64 hex digits (a {PROJECTION_VERSION} contract digest), got {shown:?}")]
+pub struct DigestFormatError {
+    /// The offending value, cut to 80 characters.
+    pub shown: String,
+}
+
+/// The one validation of a contract digest, for the lockfile and the gate alike: `sha256:` and 64
+/// hex digits. Returned lowercased (digests are written in lowercase hex).
+pub fn parse_digest(d: &str) -> Result<String, DigestFormatError> {
+    let ok = d.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if ok {
+        Ok(d.to_ascii_lowercase())
+    } else {
+        Err(DigestFormatError { shown: d.chars().take(80).collect() })
+    }
 }
 
 /// The answer of a pin check.
@@ -66,6 +87,16 @@ impl Lockfile {
         let l: Lockfile = serde_json::from_str(text).map_err(LockfileError::Parse)?;
         if l.version != LOCKFILE_VERSION {
             return Err(LockfileError::Version(l.version));
+        }
+        // Every pin's digest is validated here, once, so no later reader meets a malformed one.
+        for (server, tools) in &l.servers {
+            for (tool, pin) in tools {
+                parse_digest(&pin.digest).map_err(|error| LockfileError::BadDigest {
+                    server: server.clone(),
+                    tool: tool.clone(),
+                    error,
+                })?;
+            }
         }
         Ok(l)
     }
@@ -157,5 +188,25 @@ mod tests {
         assert_eq!(Lockfile::parse(&text).unwrap(), l);
         assert!(matches!(Lockfile::parse(&text.replace("\"version\": 1", "\"version\": 9")), Err(LockfileError::Version(9))));
         assert!(matches!(Lockfile::parse("{"), Err(LockfileError::Parse(..))));
+    }
+
+    /// Issue 8 defect 13: a pin whose digest is not a full contract digest is refused at parse
+    /// time, naming the server and tool.
+    #[test]
+    fn lockfile_with_a_short_digest_is_refused_naming_the_tool() {
+        let mut l = Lockfile::new();
+        l.add("a:1", "y", pin_of(&json!({"name":"y"})), false);
+        let good = l.pin("a:1", "y").unwrap().digest.clone();
+        let text = l.to_pretty().replace(&good, "sha256:abc");
+        match Lockfile::parse(&text) {
+            Err(e @ LockfileError::BadDigest { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("\"y\"") && msg.contains("\"a:1\"") && msg.contains("64 hex"), "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_digest(&good).is_ok());
+        assert_eq!(parse_digest(&good.to_ascii_uppercase().replace("SHA256:", "sha256:")).unwrap(), good);
+        assert!(parse_digest(&good.replace("sha256:", "md5:")).is_err());
     }
 }

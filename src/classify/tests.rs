@@ -18,10 +18,12 @@ use LayerStatus::{Failed as F, Passed as P, Unobserved as U};
 // --- builders -------------------------------------------------------------------------------
 
 const QUIET: Decision = Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
-const NO_CTX: SessionContext = SessionContext { catalog_stale: None, working: false, contract_drift: None };
-const STALE: SessionContext = SessionContext { catalog_stale: Some(true), working: false, contract_drift: None };
-const DRIFT: SessionContext = SessionContext { catalog_stale: None, working: false, contract_drift: Some(vec![]) };
-const WORKING: SessionContext = SessionContext { catalog_stale: None, working: true, contract_drift: None };
+const NO_CTX: SessionContext = SessionContext { catalog_stale: None, working: false, contract_drift: None, tool_in_catalog: None };
+const STALE: SessionContext = SessionContext { catalog_stale: Some(true), working: false, contract_drift: None, tool_in_catalog: None };
+const DRIFT: SessionContext = SessionContext { catalog_stale: None, working: false, contract_drift: Some(vec![]), tool_in_catalog: None };
+const UNKNOWN_TOOL: SessionContext =
+    SessionContext { catalog_stale: Some(false), working: false, contract_drift: None, tool_in_catalog: Some(false) };
+const WORKING: SessionContext = SessionContext { catalog_stale: None, working: true, contract_drift: None, tool_in_catalog: None };
 
 /// A `tools/call` the client sent; nothing is known about what came back.
 fn sent() -> CallEvidence {
@@ -928,7 +930,7 @@ fn state_cases() -> Vec<StateCase> {
         row(
             "stale catalog outranks working",
             answered(),
-            SessionContext { catalog_stale: Some(true), working: true, contract_drift: None },
+            SessionContext { catalog_stale: Some(true), working: true, contract_drift: None, tool_in_catalog: None },
             StaleCatalog,
             true,
             true,
@@ -938,7 +940,7 @@ fn state_cases() -> Vec<StateCase> {
         row(
             "contract drift outranks a stale catalog",
             answered(),
-            SessionContext { catalog_stale: Some(true), working: false, contract_drift: Some(vec![]) },
+            SessionContext { catalog_stale: Some(true), working: false, contract_drift: Some(vec![]), tool_in_catalog: None },
             ContractDrift,
             true,
             true,
@@ -957,7 +959,7 @@ fn state_cases() -> Vec<StateCase> {
         row(
             "a catalog known fresh is not stale",
             with(answered(), |c| c.outcomes.push(confirmed())),
-            SessionContext { catalog_stale: Some(false), working: false, contract_drift: None },
+            SessionContext { catalog_stale: Some(false), working: false, contract_drift: None, tool_in_catalog: None },
             Healthy,
             true,
             true,
@@ -967,6 +969,62 @@ fn state_cases() -> Vec<StateCase> {
         row("-32601 method not found", with(answered(), |c| c.jsonrpc_error = Some(-32601)), NO_CTX, ProtocolError, true, false, false),
         row("-32602 invalid params", with(answered(), |c| c.jsonrpc_error = Some(-32602)), NO_CTX, ProtocolError, true, false, false),
         row("http 400", with(sent(), |c| c.http_status = Some(400)), NO_CTX, ProtocolError, true, false, false),
+        // Issue 8 defect 8: an unknown tool, by the session's converged catalog, whatever the
+        // server answered (the TypeScript SDK's and server-everything's `isError` result).
+        row(
+            "a tool absent from the converged catalog answered as isError is an unknown tool",
+            with(answered(), |c| c.tool_error = true),
+            UNKNOWN_TOOL,
+            ProtocolError,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "a tool absent from the converged catalog, answered without error",
+            answered(),
+            UNKNOWN_TOOL,
+            ProtocolError,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "a tool in the converged catalog answered as isError stays tool_failed",
+            with(answered(), |c| c.tool_error = true),
+            SessionContext { tool_in_catalog: Some(true), ..NO_CTX },
+            ToolFailed,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "no converged catalog: the unknown-tool rule does not apply",
+            with(answered(), |c| c.tool_error = true),
+            NO_CTX,
+            ToolFailed,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "authorization outranks an unknown tool",
+            with(sent(), |c| c.http_status = Some(401)),
+            UNKNOWN_TOOL,
+            NeedsAuth,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "a stale catalog outranks an unknown tool",
+            with(answered(), |c| c.tool_error = true),
+            SessionContext { catalog_stale: Some(true), tool_in_catalog: Some(false), ..NO_CTX },
+            StaleCatalog,
+            true,
+            false,
+            false,
+        ),
         row(
             "protocol error outranks working",
             with(answered(), |c| c.jsonrpc_error = Some(-32602)),
@@ -1130,7 +1188,7 @@ fn state_table_precedence_retry_safety_and_success_flags() {
         assert_eq!(v.verified_success, case.verified_success, "{}: verified_success", case.name);
         assert_masked_after_first_failure(case.name, &v.layers);
         // The state function agrees with the verdict.
-        assert_eq!(state(&case.ev, &layers::evaluate(&case.ev), &case.ctx), case.state, "{}: contract::state", case.name);
+        assert_eq!(state(&case.ev, &layers::evaluate_in(&case.ev, &case.ctx), &case.ctx), case.state, "{}: contract::state", case.name);
     }
 }
 
@@ -1583,10 +1641,31 @@ fn verdict_carries_identity_but_hashes_the_session_id() {
     assert!(!hash.contains("sess-secret-1"));
     assert_eq!(
         hash,
-        crate::normalize::redact::hash_hex(b"session:sess-secret-1"),
+        crate::evidence::hash::hash_hex(b"session:sess-secret-1"),
         "the hash of the session key, as catalog verdicts report it"
     );
     let d = Decision { revision: 3, decided_by: DecidedBy::MaxWait, root_seen: true, truncated: false };
     let v = classify_call(&c, &NO_CTX, d);
     assert_eq!((v.revision, v.decided_by), (3, DecidedBy::MaxWait));
+}
+
+/// Issue 8 defect 8: the unknown-tool verdict names `unknown_tool` at the protocol layer, routes
+/// to a rediscovery, and does not depend on how (or whether) the server reported an error.
+#[test]
+fn an_unknown_tool_by_the_converged_catalog_is_a_protocol_error_named_unknown_tool() {
+    let ctx = SessionContext { tool_in_catalog: Some(false), ..NO_CTX };
+    for ev in [with(answered(), |c| c.tool_error = true), answered(), with(answered(), |c| c.unknown_tool = true)] {
+        let v = classify_call(&ev, &ctx, QUIET);
+        assert_eq!(v.state, HealthState::ProtocolError, "{ev:?}");
+        assert_eq!(v.first_failed_layer, Some(Layer::Protocol));
+        assert_eq!(v.reason.as_deref(), Some("unknown_tool"));
+        assert_eq!(v.layers.get(Layer::Execution), LayerStatus::Unobserved);
+        assert!(v.next_action.contains("refresh discovery"), "{}", v.next_action);
+    }
+    // A JSON-RPC code already names the protocol failure: it is kept.
+    let v = classify_call(&with(answered(), |c| c.jsonrpc_error = Some(-32602)), &ctx, QUIET);
+    assert_eq!(v.reason.as_deref(), Some("jsonrpc_-32602"));
+    // Not a tools/call: the rule does not apply.
+    let list = with(answered(), |c| c.method = Some(Method::ToolsList));
+    assert_eq!(classify_call(&list, &ctx, QUIET).state, HealthState::Unverified);
 }

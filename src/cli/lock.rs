@@ -63,6 +63,11 @@ fn rfc3339(ns: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_nanos(ns)).to_string()
 }
 
+/// The first 19 characters of a digest (`sha256:` and 12 hex digits), for display; never panics.
+fn short(d: &str) -> &str {
+    d.char_indices().nth(19).map_or(d, |(i, _)| &d[..i])
+}
+
 fn report_errors(errors: &[ReplayError]) {
     for e in errors {
         eprintln!("error: {e}");
@@ -142,7 +147,7 @@ pub fn run_verify(a: VerifyArgs) -> ExitCode {
     let r = replay(&a.files, Some(&pins), &mut errors);
     report_errors(&errors);
     for d in &r.drift {
-        println!("DRIFT {} {}: pinned {} now {}", d.server, d.tool, &d.pinned_digest[..19], &d.digest[..19]);
+        println!("DRIFT {} {}: pinned {} now {}", d.server, d.tool, short(&d.pinned_digest), short(&d.digest));
         if d.changes.is_empty() {
             println!("  - definition changed (no definition observed to diff; send raw definitions in mcp_health.catalog.tools)");
         }

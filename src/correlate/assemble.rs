@@ -2,14 +2,16 @@
 //!
 //! Every `tools/call` request in the trace gets a verdict; a trace with no `tools/call` gets one per
 //! MCP request in it (so a failed `initialize` is still reported). Client and server spans of one
-//! request join by method and `jsonrpc.request.id` (nested client spans of one request join too);
+//! request join by method and `jsonrpc.request.id` (nested client spans of one request join too;
+//! a server span that neither a request id nor ancestry places joins the one enclosing client
+//! request of its method and tool, see [`server_half_of`]);
 //! evidence spans without a method (HTTP, transport, verifiers) join by an explicit request id, by
 //! span ancestry, or, when the trace holds exactly one call, to that call.
 
 use rustc_hash::FxHashMap;
 
 use crate::evidence::call::CallEvidence;
-use crate::evidence::{Method, SpanEvidence, SpanId};
+use crate::evidence::{Method, Side, SpanEvidence, SpanId};
 
 /// Group the spans of one trace into calls.
 pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
@@ -42,7 +44,10 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
                     g
                 }
             },
-            None => match ancestor_group(s.parent_span_id, &parent, &group_of).filter(|g| groups[*g].0 == *m) {
+            None => match ancestor_group(s.parent_span_id, &parent, &group_of)
+                .filter(|g| groups[*g].0 == *m)
+                .or_else(|| server_half_of(s, m, &groups, spans))
+            {
                 Some(g) => g,
                 None => {
                     groups.push((m.clone(), Vec::new()));
@@ -114,6 +119,36 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         out.push(call);
     }
     out
+}
+
+/// The request a server-side span belongs to when neither a request id nor ancestry says so. A
+/// server's request span with no `jsonrpc.request.id` whose parent is a span that carries no
+/// evidence (traceloop with a FastMCP 2 server: `mcp.server` → `<tool>.tool`, under the client's
+/// `ResponseStreamWriter`) is the server half of the one request of the same method and tool whose
+/// client span encloses it in time and that has no server half yet — when exactly one does.
+/// Without it the server span was a second verdict for the same call (issue 8, defect 10).
+fn server_half_of(s: &SpanEvidence, m: &Method, groups: &[(Method, Vec<usize>)], spans: &[SpanEvidence]) -> Option<usize> {
+    if s.side != Side::Server || s.tool.is_none() {
+        return None;
+    }
+    let is_request = |x: &SpanEvidence| x.method.as_ref().is_some_and(|m| !m.is_notification());
+    let encloses = |c: &SpanEvidence| c.start_ns <= s.start_ns && (c.end_ns == 0 || s.end_ns <= c.end_ns);
+    let mut found = None;
+    for (g, (gm, members)) in groups.iter().enumerate() {
+        if gm != m {
+            continue;
+        }
+        let mut member_spans = members.iter().map(|i| &spans[*i]);
+        let candidate = members.iter().all(|i| !(spans[*i].side == Side::Server && is_request(&spans[*i])))
+            && member_spans.any(|c| c.side == Side::Client && is_request(c) && c.tool == s.tool && encloses(c));
+        if candidate {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(g);
+        }
+    }
+    found
 }
 
 /// A call carries forward the negotiation outcome of the session's `initialize` in the same trace.

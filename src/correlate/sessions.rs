@@ -267,6 +267,13 @@ impl Sessions {
         out
     }
 
+    /// Whether `tool` is in the session's converged catalog at a moment (a call's start); `None`
+    /// when the session is unknown or its catalog was not converged then (see
+    /// [`CatalogVerdict::knows_tool`]).
+    pub fn tool_in_catalog_at(&self, key: &str, tool: &str, at_ns: u64) -> Option<bool> {
+        self.verdict_at(key, at_ns)?.knows_tool(tool)
+    }
+
     /// The current verdict of every session (for `replay` and the gate API).
     pub fn all_current(&self) -> Vec<(String, Option<Arc<str>>, CatalogVerdict)> {
         let mut out: Vec<_> = self

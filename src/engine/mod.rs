@@ -313,7 +313,11 @@ pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvi
         if c.client_seen { Side::Client } else { Side::Server },
     );
     let catalog = key.as_ref().and_then(|k| sessions.verdict_at(k, c.start_ns));
-    let mut ctx = SessionContext { catalog_stale: catalog.map(|v| v.convergence == Convergence::Stale), ..SessionContext::default() };
+    let mut ctx = SessionContext {
+        catalog_stale: catalog.as_ref().map(|v| v.convergence == Convergence::Stale),
+        tool_in_catalog: catalog.as_ref().zip(c.tool.as_deref()).and_then(|(v, t)| v.knows_tool(t)),
+        ..SessionContext::default()
+    };
     if let (Some(pins), Some(server), Some(tool)) = (pins, c.server.as_deref(), c.tool.as_deref()) {
         let in_use = c.tool_digest.clone().or_else(|| key.as_ref().and_then(|k| sessions.tool_digest_at(k, tool, c.start_ns)));
         if let Some(d) = in_use {

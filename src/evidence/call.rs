@@ -70,6 +70,22 @@ pub struct CallEvidence {
     pub rendered_error_only: bool,
     /// A JSON-RPC error came from a span that is not such a client rendering.
     pub attributed_error: bool,
+    /// The rank of the spans that gave `service` and `server` (see [`identity_rank`]): the
+    /// call's session key is computed from them, so they must not depend on absorption order.
+    pub service_rank: Option<IdentityRank>,
+    pub server_rank: Option<IdentityRank>,
+}
+
+/// Which span names a call's identity (its client's `service.name` and its server address, the
+/// session key where the protocol has no session): a client-side request span over any other,
+/// then the innermost one — the latest start, the span closest to the wire, such as a tap's span
+/// under the agent's — then the greatest span id. A total order on spans, so the same spans give
+/// the same identity whatever order they were absorbed in, and a call in flight (seen through the
+/// wire-level span first) keeps the key it will have at the end.
+pub type IdentityRank = (bool, u64, SpanId);
+
+fn identity_rank(s: &SpanEvidence, is_request: bool) -> IdentityRank {
+    (is_request && s.side == Side::Client, s.start_ns, s.span_id)
 }
 
 impl CallEvidence {
@@ -119,9 +135,15 @@ impl CallEvidence {
         fill(&mut self.request_id, &s.request_id);
         fill(&mut self.session_id, &s.session_id);
         fill(&mut self.protocol_version, &s.protocol_version);
-        fill(&mut self.server, &s.server);
-        if s.side == Side::Client {
-            fill(&mut self.service, &s.service);
+        let rank = identity_rank(s, is_request);
+        if s.server.is_some() && self.server_rank.map_or(true, |r| rank > r) {
+            self.server.clone_from(&s.server);
+            self.server_rank = Some(rank);
+        }
+        // Only a client-side span knows the client's identity.
+        if s.side == Side::Client && s.service.is_some() && self.service_rank.map_or(true, |r| rank > r) {
+            self.service.clone_from(&s.service);
+            self.service_rank = Some(rank);
         }
         if let Some(d) = s.catalog.as_ref().and_then(|c| c.tool_digest.clone()) {
             self.tool_digest.get_or_insert(d);
@@ -244,5 +266,44 @@ fn fill<T: Clone>(dst: &mut Option<T>, src: &Option<T>) {
 fn fill_copy<T: Copy>(dst: &mut Option<T>, src: Option<T>) {
     if dst.is_none() {
         *dst = src;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 8 defect 12: an agent's client span and a tap's client span (under it, later, with
+    /// its own `--service-name`) give one identity, and so one session key, in either order.
+    #[test]
+    fn identity_does_not_depend_on_absorption_order() {
+        let span = |id: u8, start: u64, service: &str, server: Option<&str>| {
+            let mut s = SpanEvidence::new([1; 16], [id; 8]);
+            s.method = Some(Method::ToolsCall);
+            s.side = Side::Client;
+            s.start_ns = start;
+            s.end_ns = start + 100;
+            s.service = Some(Arc::from(service));
+            s.server = server.map(Arc::from);
+            s
+        };
+        let agent = span(1, 10, "agent", Some("localhost:8931"));
+        let mut tap = span(2, 12, "tap", Some("127.0.0.1:8931"));
+        tap.parent_span_id = Some([1; 8]);
+        let mut http = SpanEvidence::new([1; 16], [3; 8]);
+        http.side = Side::Server;
+        http.start_ns = 13;
+        http.server = Some(Arc::from("server-side:8931"));
+        let orders = [[&agent, &tap, &http], [&tap, &agent, &http], [&http, &tap, &agent], [&http, &agent, &tap]];
+        let keys: Vec<_> = orders
+            .iter()
+            .map(|o| {
+                let mut c = CallEvidence::default();
+                o.iter().for_each(|s| c.absorb(s));
+                (c.service.clone(), c.server.clone())
+            })
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] == w[1]), "{keys:?}");
+        assert_eq!(keys[0], (Some(Arc::from("tap")), Some(Arc::from("127.0.0.1:8931"))), "the innermost client span names the call");
     }
 }

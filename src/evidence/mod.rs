@@ -8,6 +8,7 @@
 pub mod attributes;
 pub mod call;
 pub mod catalog;
+pub mod hash;
 pub mod time;
 
 use std::sync::Arc;
@@ -247,6 +248,25 @@ pub enum CallError {
     UnknownTool,
     /// Some other error class that says nothing about the layer.
     Unclassified,
+}
+
+impl CallError {
+    /// A JSON-RPC error response with `code`, normalized the one way every source (each dialect and
+    /// the tap's spans) is read: code `0`, which no JSON-RPC error defines, is what the `mcp` SDKs
+    /// answer for an uncaught server exception, so it is read as `-32603` (internal error). One
+    /// failure then has one reason, and one incident, whoever reported it.
+    pub fn jsonrpc(code: i64) -> CallError {
+        CallError::JsonRpc(normalize_jsonrpc_code(code))
+    }
+}
+
+/// See [`CallError::jsonrpc`]: the single mapping of a reported JSON-RPC error code.
+pub fn normalize_jsonrpc_code(code: i64) -> i64 {
+    if code == 0 {
+        -32603
+    } else {
+        code
+    }
 }
 
 /// Everything one span said, in this project's vocabulary.

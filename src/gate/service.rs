@@ -52,17 +52,9 @@ pub async fn serve(
         .await
 }
 
-/// `sha256:` and 64 hex digits; returned lowercased (digests are written in lowercase hex).
+/// `sha256:` and 64 hex digits, by the same rule the lockfile is read with.
 fn parse_digest(d: &str) -> Result<String, Status> {
-    let ok = d.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
-    if ok {
-        Ok(d.to_ascii_lowercase())
-    } else {
-        let shown: String = d.chars().take(80).collect();
-        Err(Status::invalid_argument(format!(
-            "digest must be \"sha256:\" followed by 64 hex digits (a mcp-tool-v1 contract digest), got {shown:?}"
-        )))
-    }
+    crate::classify::pinning::parse_digest(d).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 fn required<'a>(field: &str, v: &'a str) -> Result<&'a str, Status> {

@@ -19,7 +19,10 @@
 //!
 //! Mapping: the conventions reader and the SDK-family corrections ([`super::mcp_sdk`]), plus:
 //! `error.type=NotFoundError` on a `tools/call` is an unknown tool — a protocol failure by SPEC §3
-//! (`protocol_error`, refresh discovery), even though FastMCP sends it as an `isError` result; a
+//! (`protocol_error`, refresh discovery), even though FastMCP sends it as an `isError` result (this
+//! reads the exception *type* FastMCP records, never message text; the rule for every dialect and
+//! the tap is the catalog's, `classify::layers::evaluate_in`: a tool absent from the session's
+//! converged catalog is unknown); a
 //! `mcp.session.id` on a 2026-07-28 span is dropped (a per-request id is no session: catalog state
 //! is then keyed by client and server, as SPEC §1 says for sessionless protocols).
 

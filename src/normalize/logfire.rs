@@ -79,7 +79,7 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<st
             if f.is_error == Some(true) {
                 ev.error = Some(CallError::ToolError);
             } else if let Some(code) = f.code {
-                ev.error = Some(CallError::JsonRpc(if code == 0 { -32603 } else { code }));
+                ev.error = Some(CallError::jsonrpc(code));
             }
         }
     } else if ev.status_error {

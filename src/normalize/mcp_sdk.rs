@@ -16,7 +16,7 @@
 //! - nothing about cursors, progress or list-changed notifications, no session id, no metrics.
 //!
 //! Mapping: the conventions reader ([`super::semconv`]) plus four corrections: the tool name from
-//! the span name when the attribute is missing; code `0` is read as `-32603` (internal error);
+//! the span name when the attribute is missing; code `0` is read as `-32603` (internal error, by the shared `CallError::jsonrpc`);
 //! an exception class on a server request span is read as the `-32603` the SDK answered with;
 //! a client's `-32603` is marked as possibly the client's own rendering of a refused HTTP request
 //! (see `CallEvidence::settle`).
@@ -46,12 +46,11 @@ pub fn correct_sdk_family(ev: &mut SpanEvidence, span: &Span) {
         }
     }
     let is_request = ev.method.as_ref().is_some_and(|m| !m.is_notification());
-    match ev.error {
-        // An uncaught server exception on the legacy handshake: JSON-RPC code 0, an internal error.
-        Some(CallError::JsonRpc(0)) => ev.error = Some(CallError::JsonRpc(-32603)),
+    // Code 0 (an uncaught server exception on the legacy handshake) is already read as -32603 by
+    // the conventions reader (`CallError::jsonrpc`, the one normalization of every source).
+    if ev.error == Some(CallError::Unclassified) && ev.side == Side::Server && is_request {
         // The server span names the exception class; the client was answered with an internal error.
-        Some(CallError::Unclassified) if ev.side == Side::Server && is_request => ev.error = Some(CallError::JsonRpc(-32603)),
-        _ => {}
+        ev.error = Some(CallError::jsonrpc(-32603));
     }
     if ev.side == Side::Client && ev.error == Some(CallError::JsonRpc(-32603)) {
         ev.error_maybe_client_rendered = true;

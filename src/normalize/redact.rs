@@ -2,12 +2,6 @@
 //! safe alphabet, or hashed. Free text (messages, arguments, results, headers, bodies) is never
 //! read into the evidence model at all; these helpers guard the identifiers that are.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use sha2::{Digest, Sha256};
-
-use crate::bounded::BoundedMap;
-
 /// Longest identifier kept verbatim (tool names, request ids, server addresses).
 pub const MAX_IDENT: usize = 128;
 
@@ -35,57 +29,9 @@ pub fn scope(s: &str) -> Option<Box<str>> {
     (!kept.is_empty()).then(|| kept.join(" ").into_boxed_str())
 }
 
-/// Hex SHA-256, for identifiers that must be joinable but not readable (session ids).
-pub fn hash_hex(bytes: &[u8]) -> String {
-    to_hex(&Sha256::digest(bytes))
-}
-
-/// Lower-case hex, without going through a `char` iterator (this is on the verdict path).
-pub fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = Vec::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize]);
-        out.push(DIGITS[(b & 15) as usize]);
-    }
-    // Only ASCII hex digits were written.
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// Session hashes each thread keeps (`processors.mcp_health.limits.redaction_cache`).
-static SESSION_CACHE_CAPACITY: AtomicUsize = AtomicUsize::new(4096);
-
-/// Set the capacity of every thread's session-hash cache (once at start-up; a cache already
-/// created adopts it at its next insert).
-pub fn set_session_cache_capacity(cap: usize) {
-    SESSION_CACHE_CAPACITY.store(cap, Ordering::Relaxed);
-}
-
-thread_local! {
-    static SESSION_HASHES: std::cell::RefCell<BoundedMap<Box<str>, std::sync::Arc<str>>> =
-        std::cell::RefCell::new(BoundedMap::with_capacity("redaction_cache", SESSION_CACHE_CAPACITY.load(Ordering::Relaxed)));
-}
-
-/// The hash of a session key `session:<id>`, cached per thread: many calls share a session. Past
-/// the cache's capacity the oldest is forgotten, counted as `redaction_cache`.
-pub fn session_hash(session_id: &str) -> std::sync::Arc<str> {
-    SESSION_HASHES.with(|m| {
-        let mut m = m.borrow_mut();
-        if let Some(h) = m.get(session_id) {
-            return h.clone();
-        }
-        let mut h = Sha256::new();
-        h.update(b"session:");
-        h.update(session_id.as_bytes());
-        let v: std::sync::Arc<str> = std::sync::Arc::from(to_hex(&h.finalize()));
-        let cap = SESSION_CACHE_CAPACITY.load(Ordering::Relaxed);
-        if m.capacity() != cap {
-            m.set_capacity(cap);
-        }
-        m.insert(session_id.into(), v.clone());
-        v
-    })
-}
+// The hashes of identifiers live with the evidence model (the classifier needs them and must not
+// depend on the normalizers); re-exported here for the readers and emitters that use them.
+pub use crate::evidence::hash::{hash_hex, session_hash, set_session_cache_capacity, to_hex};
 
 /// Heuristic for values that are credentials whatever key they came under: bearer prefixes, JWTs,
 /// long high-entropy tokens.
@@ -108,6 +54,7 @@ pub fn looks_like_secret(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     #[test]
     fn identifiers_pass_but_tokens_are_hashed() {

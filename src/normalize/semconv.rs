@@ -459,11 +459,11 @@ pub fn classify_error(rpc_code: Option<i64>, error_type: Option<&str>) -> Option
         return Some(CallError::ToolError);
     }
     if let Some(code) = rpc_code {
-        return Some(CallError::JsonRpc(code));
+        return Some(CallError::jsonrpc(code));
     }
     let et = error_type?;
     if let Ok(code) = et.trim().parse::<i64>() {
-        return Some(CallError::JsonRpc(code));
+        return Some(CallError::jsonrpc(code));
     }
     let lower = et.to_ascii_lowercase();
     Some(if lower.contains("timeout") || lower.contains("timedout") {
@@ -489,6 +489,10 @@ mod tests {
             (None, Some("tool_error"), Some(CallError::ToolError)),
             (Some(-32601), None, Some(CallError::JsonRpc(-32601))),
             (None, Some("-32602"), Some(CallError::JsonRpc(-32602))),
+            // Code 0 (an uncaught server exception, as the tap reports what the wire said) is read
+            // as -32603 like every dialect reads it.
+            (Some(0), Some("0"), Some(CallError::JsonRpc(-32603))),
+            (None, Some("0"), Some(CallError::JsonRpc(-32603))),
             (Some(-32601), Some("tool_error"), Some(CallError::ToolError)),
             (None, Some("TimeoutError"), Some(CallError::Timeout)),
             (None, Some("httpx.ConnectError"), Some(CallError::Connection(TransportOutcome::ConnectionRefused))),

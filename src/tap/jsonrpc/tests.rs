@@ -566,3 +566,35 @@ fn sessions_past_the_limit_forget_the_oldest_and_are_counted() {
     assert_eq!(o.sessions.len(), 1);
     assert!(o.sessions.contains("sess-B") && !o.sessions.contains("sess-A"), "the newest session is kept");
 }
+
+/// Issue 8 defect 9: JSON-RPC code 0 (an uncaught server exception) is one failure with one
+/// reason whoever reports it: the tap's span (which reports the code the wire carried) reads as
+/// -32603 through every dialect that may claim it, as the SDK and logfire readers read it.
+#[test]
+fn jsonrpc_code_zero_reads_as_internal_error_through_the_tap_and_every_dialect() {
+    use crate::evidence::CallError;
+    let mut o = stdio_observer();
+    client(&mut o, json!({"jsonrpc":"2.0","id":"z","method":"tools/call","params":{"name":"explodes","arguments":{}}}), 1);
+    server(&mut o, json!({"jsonrpc":"2.0","id":"z","error":{"code":0,"message":"boom"}}), 2);
+    let spans: Vec<Span> = o.take_spans().into_iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect();
+    assert_eq!(spans.len(), 1);
+    assert_eq!(astr(&spans[0], a::RPC_RESPONSE_STATUS_CODE), Some("0"), "the tap reports what the wire said");
+    let (t, s) = crate::normalize::span_ids(&spans[0]).unwrap();
+    let want = Some(CallError::JsonRpc(-32603));
+    for d in crate::normalize::DIALECTS.iter().filter(|d| ["semconv", "mcp_sdk", "fastmcp"].contains(&d.name)) {
+        let ev = (d.read)(t, s, &spans[0], None, &mut 0).expect("evidence");
+        assert_eq!(ev.error, want, "dialect {}", d.name);
+    }
+    // logfire reads the code from the response body; the same normalization applies.
+    let mut lf = spans[0].clone();
+    lf.name = "MCP server handle request: tools/call explodes".into();
+    lf.attributes = vec![KeyValue {
+        key: "response".into(),
+        value: Some(AnyValue { value: Some(any_value::Value::StringValue(r#"{"code":0,"message":"boom"}"#.into())) }),
+        ..Default::default()
+    }];
+    let ev = (crate::normalize::logfire::DIALECT.read)(t, s, &lf, None, &mut 0).expect("evidence");
+    assert_eq!(ev.error, want, "logfire");
+    assert_eq!(CallError::jsonrpc(0), CallError::JsonRpc(-32603));
+    assert_eq!(CallError::jsonrpc(-32602), CallError::JsonRpc(-32602));
+}
