@@ -69,7 +69,14 @@ pub struct ChainStats {
     /// Evidence spans of a trace whose decided chain was already forgotten (past the late-span
     /// window or `max_decided`): they cannot revise its verdict.
     pub late_evidence_dropped: u64,
+    /// Verifiers that arrived before the call naming their operation key, parked until it does.
+    pub verifiers_parked: u64,
+    /// Parked verifiers dropped: a key over its bound, or the call never came within the window.
+    pub parked_dropped: u64,
 }
+
+/// Most verifiers parked under one operation key.
+const MAX_PARKED_PER_KEY: usize = 16;
 
 struct Chain {
     spans: Vec<SpanEvidence>,
@@ -133,13 +140,21 @@ pub struct Chains {
     decided_order: VecDeque<(Moment, TraceId, u32)>,
     bytes: usize,
     /// Operation keys of calls, so a verifier reporting in another trace joins its call.
-    operations: FxHashMap<Box<str>, TraceId>,
+    operations: crate::bounded::BoundedMap<Box<str>, TraceId>,
+    /// Verifiers that named an operation key before any call did, waiting for their call (for
+    /// `late_span_window`, bounded in keys and per key).
+    parked: crate::bounded::BoundedMap<Box<str>, Vec<(Moment, SpanEvidence)>>,
     pub stats: ChainStats,
     /// The cross-trace join of split calls (see `crossjoin`).
     pub cross: CrossJoin,
     /// Traces whose decided chain was forgotten, so evidence arriving for them is counted as
     /// evidence that came too late, not mistaken for a new trace.
     forgotten: crate::bounded::BoundedSet<TraceId>,
+    /// Chains decided but not kept for revision (`max_decided: 0`, or decided at shutdown). They
+    /// stay in the join index until the end of the step that decided them — the whole drain at
+    /// shutdown — so a client half decided first still counts as a rival of one decided later:
+    /// "an ambiguous match is no match" must not depend on the order of decisions.
+    limbo: FxHashMap<TraceId, DecidedChain>,
 }
 
 impl Chains {
@@ -151,10 +166,12 @@ impl Chains {
             decided: FxHashMap::default(),
             decided_order: VecDeque::new(),
             bytes: 0,
-            operations: FxHashMap::default(),
+            operations: crate::bounded::BoundedMap::with_capacity("operation_keys", 100_000),
+            parked: crate::bounded::BoundedMap::with_capacity("parked_verifiers", 10_000),
             stats: ChainStats::default(),
             cross: CrossJoin::default(),
             forgotten: crate::bounded::BoundedSet::with_capacity("forgotten_traces", 100_000),
+            limbo: FxHashMap::default(),
         }
     }
 
@@ -187,28 +204,63 @@ impl Chains {
                 c.root_seen |= a.is_root;
             }
         }
+        self.release_limbo();
+    }
+
+    /// Forget the chains decided in this step that are not kept for revision (see `limbo`).
+    fn release_limbo(&mut self) {
+        for (id, d) in std::mem::take(&mut self.limbo) {
+            self.bytes -= d.bytes;
+            self.cross.unindex(id, &d.spans);
+        }
     }
 
     fn add_span(&mut self, mut ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
+        let mut unparked = Vec::new();
         if let Some(key) = ev.operation_key.as_deref() {
             if ev.method.is_some() {
-                // A call names its operation: remember where it lives.
-                if self.operations.len() >= 100_000 {
-                    self.operations.clear();
-                }
+                // A call names its operation: remember where it lives, and take in the verifiers
+                // that reported before it.
                 self.operations.insert(key.into(), ev.trace_id);
+                if let Some(waiting) = self.parked.remove(key) {
+                    unparked = waiting;
+                }
             } else if !ev.outcomes.is_empty() {
                 // A verifier in another trace that names the operation joins the call's chain
                 // (reopening it as a late span when it was decided already).
-                if let Some(&t) = self.operations.get(key) {
-                    if t != ev.trace_id {
+                match self.operations.get(key) {
+                    Some(&t) if t != ev.trace_id => {
                         ev.trace_id = t;
                         ev.parent_span_id = None;
                         self.stats.joined_by_operation_key += 1;
                     }
+                    Some(_) => {}
+                    None if !self.active.contains_key(&ev.trace_id) && !self.decided.contains_key(&ev.trace_id) => {
+                        // Its call has not arrived yet: park it (bounded, counted) instead of
+                        // judging a verifier alone.
+                        self.stats.verifiers_parked += 1;
+                        let key: Box<str> = key.into();
+                        match self.parked.get_or_insert_with(key, Vec::new) {
+                            Some(v) if v.len() < MAX_PARKED_PER_KEY => v.push((now, ev)),
+                            _ => self.stats.parked_dropped += 1,
+                        }
+                        return;
+                    }
+                    None => {}
                 }
             }
         }
+        if !unparked.is_empty() {
+            self.add_span_inner(ev, now, out);
+            for (_, v) in unparked {
+                self.add_span(v, now, out);
+            }
+            return;
+        }
+        self.add_span_inner(ev, now, out);
+    }
+
+    fn add_span_inner(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
         let trace_id = ev.trace_id;
         // A `request_sent` marker has no parent but is not the ended root: the call still runs.
         let is_root = ev.parent_span_id.is_none() && !ev.request_sent_marker;
@@ -282,7 +334,7 @@ impl Chains {
 
     /// Reopen a decided chain under its next revision (a late span, or a joined half).
     fn reopen(&mut self, trace_id: TraceId, now: Moment) -> bool {
-        let Some(d) = self.decided.remove(&trace_id) else { return false };
+        let Some(d) = self.decided.remove(&trace_id).or_else(|| self.limbo.remove(&trace_id)) else { return false };
         self.stats.late_spans += 1;
         let previous = assemble_calls(&d.spans);
         let (has_client_req, has_server_req) = sides(&d.spans);
@@ -383,6 +435,18 @@ impl Chains {
             }
             self.expire_oldest_decided();
         }
+        if !self.parked.is_empty() {
+            let window = self.limits.late_span_window;
+            let mut dropped = 0;
+            self.parked.retain(|_, v| {
+                let before = v.len();
+                v.retain(|(at, _)| now.saturating_duration_since(*at) < window);
+                dropped += (before - v.len()) as u64;
+                !v.is_empty()
+            });
+            self.stats.parked_dropped += dropped;
+        }
+        self.release_limbo();
     }
 
     /// Chains in flight that carry progress notifications: the pipeline checks their clocks.
@@ -411,16 +475,19 @@ impl Chains {
     pub fn drain(&mut self, by: DecidedBy, now: Moment, out: &mut Vec<DecidedCalls>) {
         // Deciding a server half can reopen its client's chain (the cross-trace join): go round
         // again until nothing is left; each round removes at least the half that was joined.
+        // In trace-id order, so the outcome does not depend on the table's history.
         for _ in 0..8 {
-            let ids: Vec<TraceId> = self.active.keys().copied().collect();
+            let mut ids: Vec<TraceId> = self.active.keys().copied().collect();
             if ids.is_empty() {
                 break;
             }
+            ids.sort_unstable();
             for id in ids {
                 self.decide(id, by, now, out);
             }
         }
         self.due.clear();
+        self.release_limbo();
     }
 
     /// Move the spans of chain `src` into chain `dst` (active, or decided and then revised).
@@ -456,10 +523,10 @@ impl Chains {
         // 1. A server half goes to its client half.
         if c.has_server_req && !c.has_client_req {
             if let Some(h) = crossjoin::server_half(&c.spans) {
-                let (active, decided) = (&self.active, &self.decided);
-                let target = self
-                    .cross
-                    .find_client_half(&h, id, |t| active.get(t).map(|c| &c.spans[..]).or_else(|| decided.get(t).map(|d| &d.spans[..])));
+                let (active, decided, limbo) = (&self.active, &self.decided, &self.limbo);
+                let target = self.cross.find_client_half(&h, id, |t| {
+                    active.get(t).map(|c| &c.spans[..]).or_else(|| decided.get(t).or_else(|| limbo.get(t)).map(|d| &d.spans[..]))
+                });
                 if let Some(t) = target {
                     if self.merge_into(id, t, now) {
                         self.cross.stats.halves_joined += 1;
@@ -484,11 +551,10 @@ impl Chains {
                         continue;
                     }
                     // Symmetric: the server half must have exactly this client half.
-                    let (active, decided) = (&self.active, &self.decided);
-                    if self
-                        .cross
-                        .find_client_half(&sh, t, |x| active.get(x).map(|c| &c.spans[..]).or_else(|| decided.get(x).map(|d| &d.spans[..])))
-                        == Some(id)
+                    let (active, decided, limbo) = (&self.active, &self.decided, &self.limbo);
+                    if self.cross.find_client_half(&sh, t, |x| {
+                        active.get(x).map(|c| &c.spans[..]).or_else(|| decided.get(x).or_else(|| limbo.get(x)).map(|d| &d.spans[..]))
+                    }) == Some(id)
                     {
                         found.push(t);
                     }
@@ -533,8 +599,10 @@ impl Chains {
             previous: c.previous,
         });
         if self.limits.max_decided == 0 || by == DecidedBy::Shutdown {
-            self.bytes -= c.bytes;
-            self.cross.unindex(id, &c.spans);
+            self.limbo.insert(
+                id,
+                DecidedChain { spans: c.spans, root_seen: c.root_seen, truncated: c.truncated, bytes: c.bytes, revision: c.revision },
+            );
             return;
         }
         self.cross.remember_refused(now, crossjoin::refused_requests(&c.spans), self.limits.late_span_window);

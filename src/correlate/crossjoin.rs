@@ -700,6 +700,27 @@ mod tests {
         assert!(c.cross.stats.ambiguous > 0);
     }
 
+    /// Issue 8, defect 3: at shutdown, and with `max_decided: 0`, a decided client half used to
+    /// leave the index at once, so the client half decided second looked unique and took the
+    /// server half. Whatever the order of decisions, two client halves for one server half is no join.
+    #[test]
+    fn an_ambiguous_match_stays_no_match_through_a_drain_in_either_order() {
+        for max_decided in [0, 100_000] {
+            for order in [[1u8, 3], [3, 1]] {
+                let mut c = Chains::new(ChainLimits { max_decided, ..limits() });
+                let t0 = Moment::from_nanos(1_000_000_000_000);
+                let mut out = Vec::new();
+                let client = |t: u8, at| span(t, t, None, Side::Client, Some(Method::ToolsCall), Some("4"), at);
+                let server = span(2, 8, None, Side::Server, Some(Method::ToolsCall), Some("4"), (102, 118));
+                feed(&mut c, vec![client(order[0], (100, 120)), client(order[1], (99, 121)), server], t0, &mut out);
+                c.drain(DecidedBy::Shutdown, t0 + Duration::from_millis(10), &mut out);
+                assert_eq!(c.cross.stats.halves_joined, 0, "max_decided={max_decided} order={order:?}: {:?}", c.cross.stats);
+                assert_eq!(out.iter().flat_map(|d| d.calls.iter()).count(), 3, "no join: three verdicts");
+                assert_eq!(c.bytes(), 0, "chains decided at shutdown are released once the drain is complete");
+            }
+        }
+    }
+
     #[test]
     fn a_client_rendered_error_alone_is_unattributed() {
         let mut call = crate::evidence::call::CallEvidence::default();

@@ -78,6 +78,8 @@ pub struct HealthMeters {
     pub chains_evicted: Counter<u64>,
     pub chains_callless: Counter<u64>,
     pub late_evidence_dropped: Counter<u64>,
+    pub verifiers_parked: Counter<u64>,
+    pub verifiers_parked_dropped: Counter<u64>,
     pub chains_in_flight: Gauge<u64>,
     pub evidence_bytes: Gauge<u64>,
     pub exporter_sent: Counter<u64>,
@@ -122,6 +124,14 @@ impl HealthMeters {
             late_evidence_dropped: c(
                 "mcp_health.spans.late_dropped",
                 "Evidence spans for a chain already forgotten (past late_span_window or max_decided): no revision is possible",
+            ),
+            verifiers_parked: c(
+                "mcp_health.verifiers.parked",
+                "Verifier spans that named an operation key before its call arrived, parked until it does",
+            ),
+            verifiers_parked_dropped: c(
+                "mcp_health.verifiers.parked_dropped",
+                "Parked verifier spans dropped (their call never came within late_span_window, or a key held too many)",
             ),
             chains_in_flight: meter.u64_gauge("mcp_health.chains.in_flight").with_description("Chains waiting for a decision").build(),
             evidence_bytes: meter

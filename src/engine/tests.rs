@@ -200,3 +200,86 @@ fn a_late_receipt_revises_and_names_what_it_supersedes() {
     let p = second[0].supersedes.expect("a revision names what it replaces");
     assert_eq!((p.state, p.protocol_success, p.verified_success), (HealthState::Unverified, true, false));
 }
+
+fn engine(decision_wait_ms: u64) -> Engine {
+    Engine::new(EngineConfig::new(
+        ChainLimits { decision_wait: Duration::from_millis(decision_wait_ms), ..ChainLimits::default() },
+        SessionLimits::default(),
+    ))
+}
+
+fn calls(out: &[Decided]) -> Vec<&Verdict> {
+    out.iter()
+        .filter_map(|d| match d {
+            Decided::Call(v) => Some(v),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 8, defect 2: a verifier that reports (in its own trace, by operation key) before its
+/// call arrives waits for the call instead of becoming a call-less `false_success` of its own.
+#[test]
+fn a_verifier_before_its_call_is_parked_and_joins_it() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    for result in [OutcomeResult::Confirmed, OutcomeResult::Missing] {
+        let mut e = engine(10);
+        let mut out = Vec::new();
+        let mut v = SpanEvidence::new([8; 16], [5; 8]);
+        v.operation_key = Some("op-9".into());
+        v.outcomes.push(OutcomeReceipt { result, method: VerifierMethod::RowVersion, checked_at_ns: 50, request_id: None });
+        e.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0, &mut out);
+        e.tick(t0 + Duration::from_millis(100), &mut out);
+        assert!(calls(&out).is_empty(), "a verifier alone is judged nothing: {out:?}");
+        assert!(!out.iter().any(|d| matches!(d, Decided::Incident(_))), "and opens no incident");
+        let mut call = call_span();
+        call.operation_key = Some("op-9".into());
+        e.ingest(NormalizedBatch { evidence: vec![call], ..Default::default() }, t0 + Duration::from_millis(200), &mut out);
+        e.tick(t0 + Duration::from_millis(300), &mut out);
+        let got = calls(&out);
+        assert_eq!(got.len(), 1, "{out:?}");
+        let want = if result == OutcomeResult::Confirmed { HealthState::Healthy } else { HealthState::FalseSuccess };
+        assert_eq!((got[0].state, got[0].method.as_deref(), got[0].trace_id), (want, Some("tools/call"), [7; 16]));
+        assert_eq!((e.chains().stats.verifiers_parked, e.chains().stats.joined_by_operation_key), (1, 1));
+    }
+}
+
+/// A verifier whose call never comes is dropped after the late-span window, counted; no verdict.
+#[test]
+fn a_parked_verifier_whose_call_never_comes_is_dropped_and_counted() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut e = engine(10);
+    let mut out = Vec::new();
+    let mut v = SpanEvidence::new([8; 16], [5; 8]);
+    v.operation_key = Some("op-lost".into());
+    v.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Missing,
+        method: VerifierMethod::RowVersion,
+        checked_at_ns: 50,
+        request_id: None,
+    });
+    e.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0, &mut out);
+    e.tick(t0 + Duration::from_secs(301), &mut out);
+    assert!(calls(&out).is_empty());
+    assert_eq!(e.chains().stats.parked_dropped, 1);
+}
+
+/// A chain with no MCP request (an HTTP span with a verifier in its trace, no call) gives no
+/// verdict, only a count.
+#[test]
+fn a_callless_chain_yields_no_verdict_only_a_count() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut e = engine(10);
+    let mut out = Vec::new();
+    let mut v = SpanEvidence::new([8; 16], [5; 8]);
+    v.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Failed,
+        method: VerifierMethod::TestResult,
+        checked_at_ns: 50,
+        request_id: None,
+    });
+    e.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0, &mut out);
+    e.tick(t0 + Duration::from_secs(40), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(e.gauges().callless_chains, 1);
+}
