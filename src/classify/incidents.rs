@@ -10,7 +10,7 @@
 //! retry without outcome evidence leaves it open. An incident whose authorization flow is pending
 //! is `waiting`, not stuck.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -94,14 +94,53 @@ pub struct Incident {
 }
 
 /// The incidents of the service.
+///
+/// The fold goes by evidence time, not by the order verdicts are decided in: a healthy call
+/// resolves the incidents of its scope whose failures ended before it did, and a failure decided
+/// after a healthy call of its scope that ended later is opened and resolved at once. So the set
+/// of open incidents is the same whichever chain is decided first (at shutdown, in replay, on two
+/// instances). Recent healthy calls are kept per server for that, bounded.
 #[derive(Default)]
 pub struct IncidentBook {
     open: FxHashMap<Cause, Incident>,
+    recoveries: FxHashMap<Option<Arc<str>>, VecDeque<Recovery>>,
     pub resolved_total: u64,
+}
+
+/// The scope of a healthy call: what it shows works again, and when its evidence ended.
+#[derive(Clone, Debug)]
+struct Recovery {
+    tool: Option<Arc<str>>,
+    credential_hash: Option<Box<str>>,
+    session_id_hash: Option<String>,
+    agent: Option<Arc<str>>,
+    end_ns: u64,
+}
+
+impl Recovery {
+    fn of(v: &Verdict) -> Recovery {
+        Recovery {
+            tool: v.tool.clone(),
+            credential_hash: v.credential_hash.clone(),
+            session_id_hash: v.session_id_hash.clone(),
+            agent: v.agent.clone(),
+            end_ns: v.end_ns,
+        }
+    }
 }
 
 const MAX_SET: usize = 64;
 const MAX_OPEN: usize = 10_000;
+/// Recent healthy calls kept per server, and servers kept.
+const MAX_RECOVERIES: usize = 256;
+const MAX_RECOVERY_SERVERS: usize = 10_000;
+
+/// An incident's stable id: a hash of its cause's canonical JSON (field order fixed by the type,
+/// not by `Debug`), the same on every instance and across versions that keep the cause's fields.
+pub fn incident_id(cause: &Cause) -> String {
+    let canonical = serde_json::to_vec(cause).unwrap_or_default();
+    crate::evidence::hash::hash_hex(&canonical)[..16].to_string()
+}
 
 /// Whether a verdict's state is a failure worth an incident.
 pub fn is_failure(s: HealthState) -> bool {
@@ -133,7 +172,7 @@ impl IncidentBook {
     pub fn observe(&mut self, v: &Verdict) -> Vec<(Transition, Incident)> {
         let mut out = Vec::new();
         if let Some(cause) = cause_of(v) {
-            let id = crate::evidence::hash::hash_hex(format!("{cause:?}").as_bytes())[..16].to_string();
+            let id = incident_id(&cause);
             let waiting = v.auth_flow_pending;
             let state = if waiting { IncidentState::Waiting } else { IncidentState::Open };
             let transition = if self.open.contains_key(&cause) { Transition::Updated } else { Transition::Opened };
@@ -182,6 +221,17 @@ impl IncidentBook {
                 inc.verifier_result = Some(outcome_word(v));
             }
             out.push((transition, inc.clone()));
+            // Decided after a healthy call of its scope that ended later: already recovered.
+            let key = inc.cause.clone();
+            let recovered = self
+                .recoveries
+                .get(&inc.cause.server)
+                .and_then(|rs| rs.iter().filter(|r| r.end_ns >= inc.last_evidence_ns && resolves(inc, r)).map(|r| r.end_ns).max());
+            if let Some(end_ns) = recovered {
+                if let Some(inc) = self.open.remove(&key) {
+                    out.push(self.resolve(inc, end_ns));
+                }
+            }
             return out;
         }
         // A verdict that passed: it resolves incidents of its scope only when the outcome was
@@ -189,17 +239,50 @@ impl IncidentBook {
         if v.state != HealthState::Healthy {
             return out;
         }
-        let resolved: Vec<Cause> = self.open.keys().filter(|c| resolves(c, v)).cloned().collect();
+        let r = Recovery::of(v);
+        let resolved: Vec<Cause> = self
+            .open
+            .iter()
+            .filter(|(c, inc)| c.server == v.server && inc.last_evidence_ns <= r.end_ns && resolves(inc, &r))
+            .map(|(c, _)| c.clone())
+            .collect();
         for c in resolved {
-            if let Some(mut inc) = self.open.remove(&c) {
-                inc.state = IncidentState::Resolved;
-                inc.last_evidence_ns = inc.last_evidence_ns.max(v.end_ns);
-                inc.verifier_result = Some("confirmed");
-                self.resolved_total += 1;
-                out.push((Transition::Resolved, inc));
+            if let Some(inc) = self.open.remove(&c) {
+                out.push(self.resolve(inc, r.end_ns));
             }
         }
+        self.remember(v.server.clone(), r);
         out
+    }
+
+    fn resolve(&mut self, mut inc: Incident, end_ns: u64) -> (Transition, Incident) {
+        inc.state = IncidentState::Resolved;
+        inc.last_evidence_ns = inc.last_evidence_ns.max(end_ns);
+        inc.verifier_result = Some("confirmed");
+        self.resolved_total += 1;
+        (Transition::Resolved, inc)
+    }
+
+    /// Keep a healthy call's scope (the latest per scope; bounded per server and in servers).
+    fn remember(&mut self, server: Option<Arc<str>>, r: Recovery) {
+        if !self.recoveries.contains_key(&server) && self.recoveries.len() >= MAX_RECOVERY_SERVERS {
+            // The server whose latest recovery is oldest makes room.
+            if let Some(k) = self.recoveries.iter().min_by_key(|(_, q)| q.back().map_or(0, |r| r.end_ns)).map(|(k, _)| k.clone()) {
+                self.recoveries.remove(&k);
+            }
+        }
+        let q = self.recoveries.entry(server).or_default();
+        let same = |x: &Recovery| {
+            x.tool == r.tool && x.credential_hash == r.credential_hash && x.session_id_hash == r.session_id_hash && x.agent == r.agent
+        };
+        if let Some(x) = q.iter_mut().find(|x| same(x)) {
+            x.end_ns = x.end_ns.max(r.end_ns);
+            return;
+        }
+        if q.len() >= MAX_RECOVERIES {
+            q.pop_front();
+        }
+        q.push_back(r);
     }
 }
 
@@ -211,15 +294,25 @@ fn outcome_word(v: &Verdict) -> &'static str {
     }
 }
 
-/// Does a healthy verdict show the cause's failure is gone? Same server; same tool (unless the
-/// incident is per credential); same credential when both name one.
-fn resolves(c: &Cause, v: &Verdict) -> bool {
-    c.server == v.server
-        && (c.tool.is_none() || c.tool == v.tool)
-        && match (&c.credential_hash, &v.credential_hash) {
-            (Some(a), Some(b)) => a == b,
-            _ => true,
-        }
+/// Does a healthy call show the incident's failure is gone? (The server is matched by the caller.)
+/// Same tool, unless the incident is per credential. When the incident names a credential, the
+/// call must name the same one: a call that names none shows nothing about it. A stale catalog is
+/// a session's: the call must be of one of the incident's sessions (or, where the protocol has
+/// none, of one of its agents). Missing evidence never resolves.
+fn resolves(inc: &Incident, r: &Recovery) -> bool {
+    let c = &inc.cause;
+    let tool = c.tool.is_none() || c.tool == r.tool;
+    let credential = match (&c.credential_hash, &r.credential_hash) {
+        (Some(a), Some(b)) => a == b,
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    let session = c.state != HealthState::StaleCatalog
+        || match &r.session_id_hash {
+            Some(s) => inc.sessions.contains(s),
+            None => inc.sessions.is_empty() && r.agent.as_ref().is_some_and(|a| inc.agents.contains(a)),
+        };
+    tool && credential && session
 }
 
 #[cfg(test)]
@@ -338,5 +431,89 @@ mod tests {
             assert!(book.observe(&verdict(s, None, "z", None)).is_empty());
         }
         assert_eq!(book.open_incidents().count(), 5);
+    }
+
+    fn open_ids(book: &IncidentBook) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = book.open_incidents().map(|i| (i.id.clone(), i.last_evidence_ns)).collect();
+        v.sort();
+        v
+    }
+
+    fn at(mut v: Verdict, start: u64, end: u64) -> Verdict {
+        v.start_ns = start;
+        v.end_ns = end;
+        v
+    }
+
+    /// Issue 8, defect 4: the open incidents do not depend on the order verdicts are decided in.
+    /// A failure before a healthy call of its scope is resolved by it; one after it stays open.
+    #[test]
+    fn open_incidents_are_the_same_in_every_decision_order() {
+        let healthy = at(verdict(HealthState::Healthy, None, "create_ticket", None), 40, 50);
+        let early = at(expired(), 10, 20);
+        let late = at(verdict(HealthState::ToolFailed, Some(Layer::Execution), "create_ticket", Some("tool_error")), 60, 70);
+        let early_tool = at(verdict(HealthState::ToolFailed, Some(Layer::Execution), "create_ticket", Some("tool_error")), 5, 8);
+        let all = [early, healthy, late, early_tool];
+        let mut seen = None;
+        // Every permutation of the four decisions.
+        let mut idx = [0usize, 1, 2, 3];
+        let mut perms = vec![idx];
+        while next_permutation(&mut idx) {
+            perms.push(idx);
+        }
+        assert_eq!(perms.len(), 24);
+        for p in perms {
+            let mut book = IncidentBook::default();
+            for i in p {
+                book.observe(&all[i]);
+            }
+            let open = open_ids(&book);
+            assert_eq!(open.len(), 1, "only the failure after the healthy call stays open: {p:?}");
+            assert_eq!(open[0].1, 70);
+            match &seen {
+                None => seen = Some(open),
+                Some(s) => assert_eq!(s, &open, "order {p:?}"),
+            }
+        }
+    }
+
+    fn next_permutation(a: &mut [usize]) -> bool {
+        let Some(i) = (1..a.len()).rev().find(|&i| a[i - 1] < a[i]) else { return false };
+        let j = (i..a.len()).rev().find(|&j| a[j] > a[i - 1]).unwrap_or(i);
+        a.swap(i - 1, j);
+        a[i..].reverse();
+        true
+    }
+
+    /// Issue 8, defect 4: only matching evidence resolves. A healthy call that names no credential
+    /// shows nothing about an expired one; another session's healthy call shows nothing about this
+    /// session's stale catalog.
+    #[test]
+    fn only_matching_evidence_resolves() {
+        let mut book = IncidentBook::default();
+        book.observe(&expired());
+        let mut anonymous = at(verdict(HealthState::Healthy, None, "create_ticket", None), 30, 40);
+        anonymous.credential_hash = None;
+        assert!(book.observe(&anonymous).is_empty(), "no credential named: nothing shown");
+        assert_eq!(book.open_incidents().count(), 1);
+
+        let mut book = IncidentBook::default();
+        let stale = verdict(HealthState::StaleCatalog, None, "create_ticket", Some("catalog_stale"));
+        book.observe(&stale);
+        let mut other_session = at(verdict(HealthState::Healthy, None, "create_ticket", None), 30, 40);
+        other_session.session_id_hash = Some("s2".into());
+        assert!(book.observe(&other_session).is_empty(), "another session's catalog says nothing of s1's");
+        let same_session = at(verdict(HealthState::Healthy, None, "create_ticket", None), 30, 40);
+        assert_eq!(book.observe(&same_session).first().map(|t| t.0), Some(Transition::Resolved));
+    }
+
+    #[test]
+    fn the_incident_id_is_a_hash_of_the_canonical_cause() {
+        let c = cause_of(&expired()).unwrap();
+        assert_eq!(incident_id(&c), incident_id(&c.clone()));
+        assert_eq!(incident_id(&c).len(), 16);
+        let mut other = c.clone();
+        other.server = Some(Arc::from("x:1"));
+        assert_ne!(incident_id(&c), incident_id(&other));
     }
 }
