@@ -37,7 +37,7 @@ fn every_session_gets_exactly_its_convergence_verdict() {
     let sessions = exp["sessions"].as_object().expect("sessions");
     assert_eq!(rows.len(), sessions.len(), "one catalog verdict per session: {rows:#?}");
     for (key, want) in sessions {
-        let row = rows.iter().find(|r| r["session_hash"] == Value::from(hash(key))).unwrap_or_else(|| panic!("no verdict for {key}"));
+        let row = rows.iter().find(|r| r["session_hash"] == hash(key)).unwrap_or_else(|| panic!("no verdict for {key}"));
         assert_eq!(row["convergence"], want["convergence"], "case {}: {row}", want["case"]);
         // Every verdict carries its evidence and a next step.
         assert!(row["reason"].as_str().is_some_and(|r| !r.is_empty()), "{row}");
@@ -50,7 +50,7 @@ fn every_session_gets_exactly_its_convergence_verdict() {
 fn case_3_is_stale_with_matching_digests_and_case_5_has_different_tool_digests() {
     let exp = expected();
     let lines = replay_json();
-    let row = |key: &str| lines.iter().find(|r| r["session_hash"] == Value::from(hash(key))).cloned().unwrap_or_else(|| panic!("{key}"));
+    let row = |key: &str| lines.iter().find(|r| r["session_hash"] == hash(key)).cloned().unwrap_or_else(|| panic!("{key}"));
     let c3 = row("session:cat-3");
     assert_eq!(c3["convergence"], "stale");
     assert_eq!(c3["discovered_digest"], c3["installed_digest"], "the digests match; the snapshot predates the signal");
@@ -70,7 +70,7 @@ fn case_3_is_stale_with_matching_digests_and_case_5_has_different_tool_digests()
 #[test]
 fn case_1_converges_across_pages_with_the_cursor_chain_recorded() {
     let lines = replay_json();
-    let c1 = lines.iter().find(|r| r["session_hash"] == Value::from(hash("session:cat-1"))).expect("case 1");
+    let c1 = lines.iter().find(|r| r["session_hash"] == hash("session:cat-1")).expect("case 1");
     assert_eq!(c1["convergence"], "converged");
     assert_eq!(c1["cursor_chain"], serde_json::json!(["", "c1"]));
     // Page 2 carried raw definitions: converged means the service's registry digest, computed from

@@ -118,14 +118,14 @@ fn a_partial_relist_after_a_change_signal_keeps_calls_stale_catalog() {
 /// that lacks the tool, the call is `protocol_error` / `unknown_tool`, read from the catalog alone.
 #[test]
 fn a_tool_absent_from_the_converged_catalog_is_an_unknown_tool() {
-    let s = Some("ts-2");
+    let sid = "ts-2";
     let mut sessions = Sessions::new(SessionLimits::default());
-    sessions.observe(&baseline(s, "agent"), Moment::from_nanos(1_000_000_000_000));
-    let key = format!("session:{}", s.unwrap());
+    sessions.observe(&baseline(Some(sid), "agent"), Moment::from_nanos(1_000_000_000_000));
+    let key = format!("session:{sid}");
     assert_eq!(sessions.tool_in_catalog_at(&key, "nope", 30), Some(false));
     assert_eq!(sessions.tool_in_catalog_at(&key, "add", 30), Some(true));
     assert_eq!(sessions.tool_in_catalog_at(&key, "add", 15), None, "mid-traversal: no converged catalog yet");
-    let mut c = call(s, "nope", 30);
+    let mut c = call(Some(sid), "nope", 30);
     c.tool_error = true;
     let v = classify_call(&c, &session_context(&sessions, None, &c), D);
     assert_eq!(
@@ -133,7 +133,7 @@ fn a_tool_absent_from_the_converged_catalog_is_an_unknown_tool() {
         (HealthState::ProtocolError, Some(Layer::Protocol), Some("unknown_tool"))
     );
     // A known tool's isError stays a tool failure.
-    let mut known = call(s, "add", 30);
+    let mut known = call(Some(sid), "add", 30);
     known.tool_error = true;
     assert_eq!(state_of(&sessions, &known), HealthState::ToolFailed);
     // No converged catalog (an unknown session): the rule does not apply.

@@ -158,7 +158,8 @@ fn every_alert_carries_first_failed_layer_severity_annotations_and_ignores_waiti
                 r["labels"]["first_failed_layer"].is_string() || by_layer,
                 "{name}: neither a first_failed_layer label nor an expression that keeps it: {expr}"
             );
-            for want in ["severity"] {
+            {
+                let want = "severity";
                 assert!(r["labels"][want].is_string(), "{name}: no {want} label");
             }
             for want in ["summary", "description"] {

@@ -174,6 +174,7 @@ fn attrs(pairs: &[(&str, Value)]) -> Vec<Value> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)] // one argument per OTLP span field the fixtures vary
 fn otlp_span(
     trace: &str,
     span: &str,

@@ -187,7 +187,7 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
     // from it `stale_catalog` (SPEC §3: a signal not followed by a complete rediscovery) — an
     // `incomplete` verdict would let them through as `unverified`. The partial traversal stays
     // visible in `traversal_*` and `cursor_chain`, and the next step names both remedies.
-    let unanswered_signal = signal_at.is_some_and(|s| last_complete.as_ref().map_or(true, |d| s > d.start_ns));
+    let unanswered_signal = signal_at.is_some_and(|s| last_complete.as_ref().is_none_or(|d| s > d.start_ns));
     if current.is_some() && unanswered_signal {
         set(
             &mut v,
@@ -308,7 +308,7 @@ mod tests {
         let a = json!({"name":"create_ticket","inputSchema":{"type":"object","properties":{"title":{"type":"string"}}}});
         let b = json!({"name":"read_ticket","inputSchema":{"type":"object","properties":{"ticketId":{"type":"string"}},"required":["ticketId"]}});
         let b2 = json!({"name":"read_ticket","inputSchema":{"type":"object","properties":{"projectId":{"type":"string"},"ticketId":{"type":"string"}},"required":["projectId","ticketId"]}});
-        let (p1, p2) = (tools(&[a.clone()]), tools(&[b.clone()]));
+        let (p1, p2) = (tools(std::slice::from_ref(&a)), tools(std::slice::from_ref(&b)));
         let all = [p1.clone(), p2.clone()].concat();
         let cap = ev(1, CatalogEventKind::Capability(true));
         let baseline =
@@ -341,7 +341,7 @@ mod tests {
         assert_eq!(convergence(&c4, RefreshPolicy::None, 30 * MS).convergence, Convergence::Incomplete);
 
         // 5. same name, changed required input: re-discovered, but the client kept the old one
-        let p2b = tools(&[b2.clone()]);
+        let p2b = tools(std::slice::from_ref(&b2));
         assert_ne!(p2[0].1, p2b[0].1, "per-tool digests differ");
         let mut c5 = baseline.clone();
         c5.extend([

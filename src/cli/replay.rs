@@ -140,7 +140,7 @@ pub fn final_verdicts(records: &[Decided]) -> Vec<Verdict> {
         }
     }
     let mut out: Vec<Verdict> = last.into_values().cloned().collect();
-    out.sort_by(|a, b| (a.start_ns, a.trace_id, a.span_id).cmp(&(b.start_ns, b.trace_id, b.span_id)));
+    out.sort_by_key(|a| (a.start_ns, a.trace_id, a.span_id));
     out
 }
 
@@ -267,7 +267,7 @@ fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogCha
     }
     if !catalog.is_empty() {
         writeln!(out)?;
-        writeln!(out, "{:<16} {:<32} {:<13} {}", "CATALOG SESSION", "SERVER", "CONVERGENCE", "REASON")?;
+        writeln!(out, "{:<16} {:<32} {:<13} REASON", "CATALOG SESSION", "SERVER", "CONVERGENCE")?;
         for c in catalog {
             let line = CatalogLine::of(c);
             writeln!(

@@ -425,7 +425,7 @@ impl Chains {
         }
         // Forget decided chains past the late-span window or over the count bound.
         while let Some(&(at, id, rev)) = self.decided_order.front() {
-            if !self.decided.get(&id).is_some_and(|d| d.revision == rev) {
+            if self.decided.get(&id).is_none_or(|d| d.revision != rev) {
                 // A chain reopened by a late span since: its old entry says nothing about the window.
                 self.decided_order.pop_front();
                 continue;

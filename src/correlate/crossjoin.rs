@@ -22,12 +22,12 @@
 //!    least 2 s, before it is decided alone, so a client half exported a little later still finds it.
 //! 2. **Refused HTTP requests.** An HTTP SERVER span on an MCP endpoint (`…/mcp`) with a status
 //!    >= 400 whose trace holds no MCP span is kept (at most [`MAX_ORPHANS`], for `max_wait`). A client
-//!    request that failed or never completed, with no server span of its own, whose interval
-//!    contains exactly one such HTTP span (same server where both name one) takes it in: the HTTP
-//!    status then decides the authorization layer (401/403 → `needs_auth`), and the client's
-//!    `-32603` is read as the rendering of that refusal, not as a protocol error. An HTTP span
-//!    arriving after its client chain was decided finds it through a ring of recent refused client
-//!    requests ([`MAX_REFUSED`]) and revises it.
+//!    > request that failed or never completed, with no server span of its own, whose interval
+//!    > contains exactly one such HTTP span (same server where both name one) takes it in: the HTTP
+//!    > status then decides the authorization layer (401/403 → `needs_auth`), and the client's
+//!    > `-32603` is read as the rendering of that refusal, not as a protocol error. An HTTP span
+//!    > arriving after its client chain was decided finds it through a ring of recent refused client
+//!    > requests ([`MAX_REFUSED`]) and revises it.
 
 use crate::evidence::time::Moment;
 use std::collections::VecDeque;

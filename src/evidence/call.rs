@@ -136,12 +136,12 @@ impl CallEvidence {
         fill(&mut self.session_id, &s.session_id);
         fill(&mut self.protocol_version, &s.protocol_version);
         let rank = identity_rank(s, is_request);
-        if s.server.is_some() && self.server_rank.map_or(true, |r| rank > r) {
+        if s.server.is_some() && self.server_rank.is_none_or(|r| rank > r) {
             self.server.clone_from(&s.server);
             self.server_rank = Some(rank);
         }
         // Only a client-side span knows the client's identity.
-        if s.side == Side::Client && s.service.is_some() && self.service_rank.map_or(true, |r| rank > r) {
+        if s.side == Side::Client && s.service.is_some() && self.service_rank.is_none_or(|r| rank > r) {
             self.service.clone_from(&s.service);
             self.service_rank = Some(rank);
         }
@@ -187,7 +187,7 @@ impl CallEvidence {
                     && !s.request_sent_marker
                     && !s.response_unobserved
                     && !s.status_error
-                    && s.transport.map_or(true, |t| t == TransportOutcome::Ok)
+                    && s.transport.is_none_or(|t| t == TransportOutcome::Ok)
                 {
                     // A finished request span with no error: a result came back.
                     self.response_seen = true;
@@ -205,7 +205,7 @@ impl CallEvidence {
         }
         fill_copy(&mut self.request_sent, s.request_sent);
         if let Some(h) = s.http_status {
-            if self.http_status.map_or(true, |old| h > old) {
+            if self.http_status.is_none_or(|old| h > old) {
                 self.http_status = Some(h);
             }
         }

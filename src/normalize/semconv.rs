@@ -199,13 +199,7 @@ impl CatalogAcc {
 
     fn finish(self, method: Option<&Method>) -> CatalogFacts {
         let is_notification = matches!(method, Some(Method::Other(m)) if &**m == "notifications/tools/list_changed");
-        let signal = if is_notification {
-            Some(self.source.unwrap_or(SignalSource::Notification))
-        } else if self.signal {
-            Some(self.source.unwrap_or(SignalSource::Notification))
-        } else {
-            None
-        };
+        let signal = (is_notification || self.signal).then(|| self.source.unwrap_or(SignalSource::Notification));
         // A page counts only when it says whether more pages follow.
         let page = match (method, self.next_cursor_present) {
             (Some(Method::ToolsList), Some(next)) => Some(ListPage {
