@@ -283,3 +283,59 @@ fn a_callless_chain_yields_no_verdict_only_a_count() {
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(e.gauges().callless_chains, 1);
 }
+
+/// Issue 8, defect 6: with `ttlMs: 0` (the mcp SDK 2.3 default on 2026-07-28) a discovery is
+/// stale the moment after it ends. The engine moves the catalog verdict (line, gate) on its clock
+/// when the TTL expires, with no new evidence, instead of saying `converged` until the next span.
+#[test]
+fn a_ttl_expiry_is_a_catalog_transition_at_the_expiry_with_no_new_evidence() {
+    use crate::evidence::catalog::{CatalogFacts, ListPage};
+    let t0 = 1_000_000_000_000u64;
+    let mut e = engine(10);
+    let mut out = Vec::new();
+    let installed = crate::classify::digest::registry_digest(&[crate::classify::digest::ToolDigest {
+        name: "t".into(),
+        digest: "sha256:aa".into(),
+        projection_version: crate::classify::digest::PROJECTION_VERSION.into(),
+    }]);
+    let mut page = SpanEvidence::new([9; 16], [1; 8]);
+    page.session_id = Some("s-ttl".into());
+    page.side = Side::Client;
+    page.method = Some(Method::ToolsList);
+    page.start_ns = t0;
+    page.end_ns = t0 + 1_000;
+    page.catalog = Some(Box::new(CatalogFacts {
+        page: Some(ListPage {
+            cursor: None,
+            next_cursor_present: false,
+            tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))],
+            ttl_ms: Some(2_000),
+            cache_scope: None,
+        }),
+        installed_digest: Some(Arc::from(installed.as_str())),
+        ..Default::default()
+    }));
+    e.ingest(NormalizedBatch { evidence: vec![page], ..Default::default() }, Moment::from_nanos(t0 + 1_000), &mut out);
+    let conv = |out: &[Decided]| {
+        out.iter()
+            .filter_map(|d| match d {
+                Decided::Catalog(c) => Some(c.verdict.convergence),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(conv(&out), vec![Convergence::Converged]);
+    let gate = |e: &Engine| e.board().get("session:s-ttl").map(|(_, v)| v.convergence);
+    assert_eq!(gate(&e), Some(Convergence::Converged));
+    out.clear();
+    // Time passes within the TTL: nothing changes.
+    e.tick(Moment::from_nanos(t0 + 1_500_000_000), &mut out);
+    assert!(conv(&out).is_empty());
+    // Past the TTL, with no new span: one transition, and the gate says so.
+    e.tick(Moment::from_nanos(t0 + 3_000_000_000), &mut out);
+    assert_eq!(conv(&out), vec![Convergence::Stale], "{out:?}");
+    assert_eq!(gate(&e), Some(Convergence::Stale));
+    out.clear();
+    e.tick(Moment::from_nanos(t0 + 5_000_000_000), &mut out);
+    assert!(conv(&out).is_empty(), "a transition is reported once");
+}
