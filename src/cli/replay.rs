@@ -114,9 +114,20 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
 
 /// Replay `files` through an engine configured with `cfg`.
 pub fn replay_with(files: &[String], cfg: EngineConfig, errors: &mut Vec<ReplayError>) -> Replayed {
+    replay_until(files, cfg, None, errors)
+}
+
+/// Replay `files` through an engine configured with `cfg`, its clock moved on to `until` after
+/// the last line (see [`crate::service::replay::replay_until`]).
+pub fn replay_until(
+    files: &[String],
+    cfg: EngineConfig,
+    until: Option<crate::evidence::time::Moment>,
+    errors: &mut Vec<ReplayError>,
+) -> Replayed {
     let mut engine = Engine::new(cfg);
     let mut sink = Collect::default();
-    let end = crate::service::replay::replay(files, &mut engine, &mut sink, errors);
+    let end = crate::service::replay::replay_until(files, &mut engine, &mut sink, errors, until);
     let records = sink.0;
     let verdicts = final_verdicts(&records);
     let mut drift = Vec::new();

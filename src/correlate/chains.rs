@@ -277,7 +277,7 @@ impl Chains {
                         Some((t, parent)) if self.decided.contains_key(&t) || self.active.contains_key(&t) => {
                             self.add_span(crossjoin::rehome(ev, t, parent), now, out);
                         }
-                        _ => self.cross.push_orphan(now, ev, self.limits.max_wait),
+                        _ => self.cross.push_orphan(now, ev, self.limits.late_span_window),
                     }
                 }
                 return;

@@ -21,7 +21,7 @@
 //!    its own. A server half (a trace whose root is a server span) waits one more `decision_wait`, at
 //!    least 2 s, before it is decided alone, so a client half exported a little later still finds it.
 //! 2. **Refused HTTP requests.** An HTTP SERVER span on an MCP endpoint (`…/mcp`) with a status
-//!    >= 400 whose trace holds no MCP span is kept (at most [`MAX_ORPHANS`], for `max_wait`). A client
+//!    >= 400 whose trace holds no MCP span is kept (at most [`MAX_ORPHANS`], for `late_span_window`: its client may export much later, at exit). A client
 //!    > request that failed or never completed, with no server span of its own, whose interval
 //!    > contains exactly one such HTTP span (same server where both name one) takes it in: the HTTP
 //!    > status then decides the authorization layer (401/403 → `needs_auth`), and the client's

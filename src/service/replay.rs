@@ -28,6 +28,19 @@ pub enum ReplayError {
 /// engine and its records to `sink`; bad lines are reported in `errors` and skipped. Returns the
 /// span-time clock at the end (the moment the final state is for).
 pub fn replay(files: &[String], engine: &mut Engine, sink: &mut dyn Sink, errors: &mut Vec<ReplayError>) -> Moment {
+    replay_until(files, engine, sink, errors, None)
+}
+
+/// [`replay`], with the clock moved on to `until` after the last line (when it is later) before
+/// what is still in flight is drained: "what would the service say at `until`, had it received
+/// these spans as they were made".
+pub fn replay_until(
+    files: &[String],
+    engine: &mut Engine,
+    sink: &mut dyn Sink,
+    errors: &mut Vec<ReplayError>,
+    until: Option<Moment>,
+) -> Moment {
     let mut now = Moment::ZERO;
     let mut out = Vec::new();
     let started = Instant::now();
@@ -74,6 +87,10 @@ pub fn replay(files: &[String], engine: &mut Engine, sink: &mut dyn Sink, errors
                 last_progress = Instant::now();
             }
         }
+    }
+    if let Some(t) = until.filter(|t| *t > now) {
+        now = t;
+        engine.tick(now, &mut out);
     }
     engine.drain(DecidedBy::Replay, now, &mut out);
     // Time-based verdicts as of the end of the input.
