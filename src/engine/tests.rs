@@ -4,6 +4,7 @@ use crate::correlate::{ChainLimits, SessionLimits};
 use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, VerifierMethod};
 use crate::normalize::NormalizedBatch;
 use crate::verdict::DecidedBy;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn call_span() -> SpanEvidence {
@@ -338,4 +339,153 @@ fn a_ttl_expiry_is_a_catalog_transition_at_the_expiry_with_no_new_evidence() {
     out.clear();
     e.tick(Moment::from_nanos(t0 + 5_000_000_000), &mut out);
     assert!(conv(&out).is_empty(), "a transition is reported once");
+}
+
+mod permutations {
+    //! Issue 8: any permutation of the spans and batches of a generated set gives the same final
+    //! verdicts (spans arriving within the late-span window), and none greener than in order.
+
+    use super::*;
+    use crate::evidence::{CallError, TransportOutcome};
+    use proptest::prelude::*;
+
+    /// One generated call: its client span, and what else may be known about it.
+    #[derive(Clone, Debug)]
+    struct Call {
+        server_span: bool,
+        error: u8,
+        receipt: Option<(OutcomeResult, bool)>,
+    }
+
+    fn call() -> impl Strategy<Value = Call> {
+        (
+            any::<bool>(),
+            0u8..4,
+            proptest::option::of((
+                prop_oneof![Just(OutcomeResult::Confirmed), Just(OutcomeResult::Missing), Just(OutcomeResult::Failed)],
+                any::<bool>(),
+            )),
+        )
+            .prop_map(|(server_span, error, receipt)| Call { server_span, error, receipt })
+    }
+
+    fn spans(calls: &[Call]) -> Vec<SpanEvidence> {
+        let mut out = Vec::new();
+        for (i, c) in calls.iter().enumerate() {
+            let i = i as u8 + 1;
+            let t0 = 1_000_000_000_000u64 + u64::from(i) * 1_000_000;
+            let mut client = SpanEvidence::new([i; 16], [i; 8]);
+            client.method = Some(Method::ToolsCall);
+            client.side = Side::Client;
+            client.tool = Some(Arc::from("create"));
+            client.server = Some(Arc::from("srv:1"));
+            client.request_id = Some(i.to_string().into());
+            client.operation_key = Some(format!("op-{i}").into());
+            client.start_ns = t0;
+            client.end_ns = t0 + 500_000;
+            match c.error {
+                1 => client.transport = Some(TransportOutcome::ConnectionRefused),
+                2 => client.error = Some(CallError::JsonRpc(-32601)),
+                3 => client.http_status = Some(503),
+                _ => {}
+            }
+            out.push(client);
+            if c.server_span {
+                let mut s = SpanEvidence::new([i; 16], [i.wrapping_add(100); 8]);
+                s.parent_span_id = Some([i; 8]);
+                s.method = Some(Method::ToolsCall);
+                s.side = Side::Server;
+                s.tool = Some(Arc::from("create"));
+                s.request_id = Some(i.to_string().into());
+                s.start_ns = t0 + 100_000;
+                s.end_ns = t0 + 400_000;
+                out.push(s);
+            }
+            if let Some((result, own_trace)) = c.receipt {
+                // A verifier under the call, or in a trace of its own joined by operation key.
+                let mut v = SpanEvidence::new(if own_trace { [i.wrapping_add(200); 16] } else { [i; 16] }, [i.wrapping_add(50); 8]);
+                if own_trace {
+                    v.operation_key = Some(format!("op-{i}").into());
+                } else {
+                    v.parent_span_id = Some([i; 8]);
+                }
+                v.start_ns = t0 + 600_000;
+                v.end_ns = t0 + 700_000;
+                v.outcomes.push(OutcomeReceipt {
+                    result,
+                    method: VerifierMethod::RowVersion,
+                    checked_at_ns: t0 + 700_000,
+                    request_id: None,
+                });
+                out.push(v);
+            }
+        }
+        out
+    }
+
+    /// Feed `batches` one per step of `steps_ms`, then let time pass and drain; the final verdict
+    /// of each call (its latest revision).
+    fn run(batches: Vec<Vec<SpanEvidence>>, steps_ms: &[u64]) -> BTreeMap<([u8; 16], [u8; 8]), (HealthState, String)> {
+        let mut e = engine(100);
+        let mut out = Vec::new();
+        let mut now = Moment::from_nanos(2_000_000_000_000);
+        for (i, b) in batches.into_iter().enumerate() {
+            now += Duration::from_millis(steps_ms.get(i).copied().unwrap_or(0));
+            e.ingest(NormalizedBatch { evidence: b, ..Default::default() }, now, &mut out);
+            e.tick(now, &mut out);
+        }
+        e.tick(now + Duration::from_secs(40), &mut out);
+        e.drain(DecidedBy::Replay, now + Duration::from_secs(41), &mut out);
+        let mut last = BTreeMap::new();
+        for d in &out {
+            if let Decided::Call(v) = d {
+                last.insert((v.trace_id, v.span_id), (v.state, format!("{:?}", v.layers)));
+            }
+        }
+        last
+    }
+
+    fn green(s: HealthState) -> u8 {
+        match s {
+            HealthState::Healthy => 2,
+            HealthState::Unverified | HealthState::Working => 1,
+            _ => 0,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+        #[test]
+        fn any_arrival_order_gives_the_same_final_verdicts(
+            calls in proptest::collection::vec(call(), 1..6),
+            seed in any::<u64>(),
+            cuts in proptest::collection::vec(0usize..20, 0..6),
+            steps in proptest::collection::vec(0u64..400, 0..12),
+        ) {
+            let all = spans(&calls);
+            let in_order = run(vec![all.clone()], &[]);
+            // A permutation from the seed (Fisher-Yates with a small LCG), cut into batches.
+            let mut perm = all.clone();
+            let mut x = seed | 1;
+            for i in (1..perm.len()).rev() {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                perm.swap(i, (x >> 33) as usize % (i + 1));
+            }
+            let mut batches = Vec::new();
+            let mut rest = perm.as_slice();
+            for c in cuts {
+                let c = c.min(rest.len());
+                let (a, b) = rest.split_at(c);
+                batches.push(a.to_vec());
+                rest = b;
+            }
+            batches.push(rest.to_vec());
+            let shuffled = run(batches, &steps);
+            for (k, (state, _)) in &shuffled {
+                let want = in_order.get(k).map(|v| v.0);
+                prop_assert!(want.is_some_and(|w| green(*state) <= green(w)), "{k:?}: {state:?} is greener than in order ({want:?})");
+            }
+            prop_assert_eq!(shuffled, in_order);
+        }
+    }
 }
