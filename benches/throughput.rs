@@ -1,6 +1,10 @@
 //! End-to-end throughput of the service beside the raw protobuf decode rate of the same batches.
 //!
 //!     cargo bench --bench throughput            (MCP_HEALTH_BENCH_SECS=10 by default)
+//!     MCP_HEALTH_BENCH_BASELINE=/path/to/older/mcp-health cargo bench --bench throughput
+//!
+//! With a baseline binary, the service is measured twice in the same run — the baseline, then
+//! this build — and the two are printed side by side (shared machines are noisy: compare ratios).
 //!
 //! Prints: prost decode rate (one core, this process), normalize rate, the service's accepted
 //! spans/s over loopback gRPC, its CPU µs per span (from /proc), spans/s per core, peak RSS, and
@@ -66,6 +70,10 @@ impl Drop for Service {
 }
 
 fn start_service(decision_wait: &str, max_wait: &str) -> Service {
+    start_binary(env!("CARGO_BIN_EXE_mcp-health"), decision_wait, max_wait)
+}
+
+fn start_binary(bin: &str, decision_wait: &str, max_wait: &str) -> Service {
     let dir = tempfile::tempdir().expect("tempdir");
     let (grpc, prom, health) = (free_port(), free_port(), free_port());
     let cfg = format!(
@@ -77,7 +85,7 @@ service:\n  telemetry:\n    logs:\n      level: warn\n"
     );
     let path = dir.path().join("bench.yaml");
     std::fs::write(&path, cfg).expect("write config");
-    let child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+    let child = Command::new(bin)
         .args(["serve", "--config", path.to_str().unwrap_or_default()])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -134,10 +142,43 @@ fn main() {
     println!("decode + normalize:      {:>10.0} spans/s (one core)", n as f64 / t.elapsed().as_secs_f64());
 
     // 3. The service end to end: gRPC in, normalize, correlate, classify, metrics.
-    let svc = start_service("1s", "5s");
-    let pid = svc.child.id();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     let batches = Arc::new(batches);
+    let mut runs = Vec::new();
+    if let Ok(base) = std::env::var("MCP_HEALTH_BENCH_BASELINE") {
+        runs.push(("baseline", measure(&rt, &base, &batches, secs, decode_rate)));
+    }
+    runs.push(("this build", measure(&rt, env!("CARGO_BIN_EXE_mcp-health"), &batches, secs, decode_rate)));
+    if runs.len() > 1 {
+        println!("side by side (same run):  {:>14} {:>14}", runs[0].0, runs[1].0);
+        println!("  spans/s per core:       {:>14.0} {:>14.0}", runs[0].1, runs[1].1);
+        println!("  this build / baseline:  {:>14.2}", runs[1].1 / runs[0].1.max(1e-9));
+    }
+
+    // 4. Bytes per in-flight chain: hold chains (long decision_wait) and measure.
+    let batches: Arc<Vec<EncodedBatch>> = batches;
+    let svc = start_service("10m", "20m");
+    let pid = svc.child.id();
+    let rss0 = proc_status_kib(pid, "VmRSS:");
+    let held = rt.block_on(loadgen::run(&format!("127.0.0.1:{}", svc.grpc), batches.clone(), Duration::from_secs(3), 2)).expect("load");
+    std::thread::sleep(Duration::from_secs(2));
+    let text = scrape(svc.prom);
+    let chains = metric(&text, "mcp_health_chains_in_flight");
+    let ev_bytes = metric(&text, "mcp_health_evidence_bytes");
+    let rss1 = proc_status_kib(pid, "VmRSS:");
+    println!("held chains:             {:>10.0} ({} spans)", chains, held.spans_accepted);
+    println!("evidence bytes/chain:    {:>10.0} (correlator's own count)", ev_bytes / chains.max(1.0));
+    println!(
+        "RSS growth/chain:        {:>10.0} bytes (includes hash table and allocator overhead)",
+        (rss1.saturating_sub(rss0) as f64 * 1024.0) / chains.max(1.0)
+    );
+}
+
+/// Run the service binary `bin` under load; print its figures; return accepted spans per CPU-second.
+fn measure(rt: &tokio::runtime::Runtime, bin: &str, batches: &Arc<Vec<EncodedBatch>>, secs: u64, decode_rate: f64) -> f64 {
+    println!("-- service: {bin}");
+    let svc = start_binary(bin, "1s", "5s");
+    let pid = svc.child.id();
     // Warm up, then measure.
     let _ = rt.block_on(loadgen::run(&format!("127.0.0.1:{}", svc.grpc), batches.clone(), Duration::from_secs(2), 2));
     let cpu0 = proc_cpu_secs(pid);
@@ -159,26 +200,10 @@ fn main() {
         cpu,
         rep.spans_accepted
     );
-    println!("spans/s per core:        {:>10.0} (accepted spans per service CPU-second)", rep.spans_accepted as f64 / cpu.max(1e-9));
-    println!("  vs decode rate:        {:>10.1} %", 100.0 * (rep.spans_accepted as f64 / cpu.max(1e-9)) / decode_rate);
+    let per_core = rep.spans_accepted as f64 / cpu.max(1e-9);
+    println!("spans/s per core:        {:>10.0} (accepted spans per service CPU-second)", per_core);
+    println!("  vs decode rate:        {:>10.1} %", 100.0 * per_core / decode_rate);
     println!("verdicts emitted:        {:>10.0}", metric(&text, "mcp_health_calls_total"));
     println!("service peak RSS:        {:>10} KiB", proc_status_kib(pid, "VmHWM:"));
-    drop(svc);
-
-    // 4. Bytes per in-flight chain: hold chains (long decision_wait) and measure.
-    let svc = start_service("10m", "20m");
-    let pid = svc.child.id();
-    let rss0 = proc_status_kib(pid, "VmRSS:");
-    let held = rt.block_on(loadgen::run(&format!("127.0.0.1:{}", svc.grpc), batches.clone(), Duration::from_secs(3), 2)).expect("load");
-    std::thread::sleep(Duration::from_secs(2));
-    let text = scrape(svc.prom);
-    let chains = metric(&text, "mcp_health_chains_in_flight");
-    let ev_bytes = metric(&text, "mcp_health_evidence_bytes");
-    let rss1 = proc_status_kib(pid, "VmRSS:");
-    println!("held chains:             {:>10.0} ({} spans)", chains, held.spans_accepted);
-    println!("evidence bytes/chain:    {:>10.0} (correlator's own count)", ev_bytes / chains.max(1.0));
-    println!(
-        "RSS growth/chain:        {:>10.0} bytes (includes hash table and allocator overhead)",
-        (rss1.saturating_sub(rss0) as f64 * 1024.0) / chains.max(1.0)
-    );
+    per_core
 }
