@@ -230,10 +230,10 @@ pub struct Verdict {
     pub agent: Option<Arc<str>>,
     /// Progress evidence of a long call (SPEC section 5), when there was any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<crate::classify::progress::ProgressFindings>,
+    pub progress: Option<ProgressFindings>,
     /// What changed against the pin, for `contract_drift`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub contract_changes: Vec<crate::classify::drift::ContractChange>,
+    pub contract_changes: Vec<ContractChange>,
     pub outcome_method: Option<&'static str>,
     pub revision: u32,
     /// For a revision: what the previous verdict of this call said.
@@ -254,4 +254,106 @@ pub struct Superseded {
 
 fn ser_hex<S: serde::Serializer, const N: usize>(b: &[u8; N], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&hex::encode(b))
+}
+
+// What the classifier found, carried in a verdict: plain data, so the verdict type depends on
+// nothing above it (classify/ re-exports these where they are made).
+
+/// One semantic change of a tool contract.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ContractChange {
+    ParameterAdded {
+        parameter: String,
+    },
+    ParameterRemoved {
+        parameter: String,
+    },
+    /// One parameter removed and one added with the same schema otherwise.
+    ParameterRenamed {
+        from: String,
+        to: String,
+    },
+    RequiredChanged {
+        now_required: Vec<String>,
+        no_longer_required: Vec<String>,
+    },
+    TypeChanged {
+        parameter: String,
+        from: String,
+        to: String,
+    },
+    EnumNarrowed {
+        parameter: String,
+        removed: Vec<String>,
+    },
+    EnumWidened {
+        parameter: String,
+        added: Vec<String>,
+    },
+    /// The tool's description (`parameter: None`) or a parameter's changed: semantic drift.
+    DescriptionChanged {
+        parameter: Option<String>,
+    },
+    AnnotationFlipped {
+        annotation: String,
+        from: String,
+        to: String,
+    },
+    OutputSchemaChanged,
+    TitleChanged,
+    ExecutionChanged,
+    /// A schema change none of the above names (e.g. a `minimum`).
+    ParameterSchemaChanged {
+        parameter: String,
+    },
+}
+
+impl ContractChange {
+    /// A short human sentence.
+    pub fn describe(&self) -> String {
+        use ContractChange::*;
+        match self {
+            ParameterAdded { parameter } => format!("parameter `{parameter}` added"),
+            ParameterRemoved { parameter } => format!("parameter `{parameter}` removed"),
+            ParameterRenamed { from, to } => format!("parameter `{from}` renamed to `{to}`"),
+            RequiredChanged { now_required, no_longer_required } => {
+                format!("required changed: now required {now_required:?}, no longer required {no_longer_required:?}")
+            }
+            TypeChanged { parameter, from, to } => format!("parameter `{parameter}` type changed from {from} to {to}"),
+            EnumNarrowed { parameter, removed } => format!("enum of `{parameter}` narrowed: {removed:?} removed"),
+            EnumWidened { parameter, added } => format!("enum of `{parameter}` widened: {added:?} added"),
+            DescriptionChanged { parameter: None } => "tool description changed".into(),
+            DescriptionChanged { parameter: Some(p) } => format!("description of `{p}` changed"),
+            AnnotationFlipped { annotation, from, to } => format!("annotation `{annotation}` changed from {from} to {to}"),
+            OutputSchemaChanged => "output schema changed".into(),
+            TitleChanged => "title changed".into(),
+            ExecutionChanged => "execution settings changed".into(),
+            ParameterSchemaChanged { parameter } => format!("schema of `{parameter}` changed"),
+        }
+    }
+}
+
+/// Why a progress notification was not valid evidence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressIssue {
+    /// The request supplied no progress token (or it was not observed): nothing can be validated.
+    TokenNotSupplied,
+    /// A token other than the one the request supplied.
+    WrongToken,
+    /// A value not greater than the previous valid one.
+    NoIncrease,
+    /// After the terminal response.
+    AfterCompletion,
+}
+
+/// What the progress evidence of a call says.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ProgressFindings {
+    pub valid_updates: u32,
+    pub issues: Vec<ProgressIssue>,
+    pub last_valid_ns: Option<u64>,
+    pub last_value: Option<f64>,
+    pub total: Option<f64>,
 }

@@ -4,83 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use serde::Serialize;
+pub use crate::verdict::ContractChange;
 use serde_json::{Map, Value};
-
-/// One semantic change of a tool contract.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ContractChange {
-    ParameterAdded {
-        parameter: String,
-    },
-    ParameterRemoved {
-        parameter: String,
-    },
-    /// One parameter removed and one added with the same schema otherwise.
-    ParameterRenamed {
-        from: String,
-        to: String,
-    },
-    RequiredChanged {
-        now_required: Vec<String>,
-        no_longer_required: Vec<String>,
-    },
-    TypeChanged {
-        parameter: String,
-        from: String,
-        to: String,
-    },
-    EnumNarrowed {
-        parameter: String,
-        removed: Vec<String>,
-    },
-    EnumWidened {
-        parameter: String,
-        added: Vec<String>,
-    },
-    /// The tool's description (`parameter: None`) or a parameter's changed: semantic drift.
-    DescriptionChanged {
-        parameter: Option<String>,
-    },
-    AnnotationFlipped {
-        annotation: String,
-        from: String,
-        to: String,
-    },
-    OutputSchemaChanged,
-    TitleChanged,
-    ExecutionChanged,
-    /// A schema change none of the above names (e.g. a `minimum`).
-    ParameterSchemaChanged {
-        parameter: String,
-    },
-}
-
-impl ContractChange {
-    /// A short human sentence.
-    pub fn describe(&self) -> String {
-        use ContractChange::*;
-        match self {
-            ParameterAdded { parameter } => format!("parameter `{parameter}` added"),
-            ParameterRemoved { parameter } => format!("parameter `{parameter}` removed"),
-            ParameterRenamed { from, to } => format!("parameter `{from}` renamed to `{to}`"),
-            RequiredChanged { now_required, no_longer_required } => {
-                format!("required changed: now required {now_required:?}, no longer required {no_longer_required:?}")
-            }
-            TypeChanged { parameter, from, to } => format!("parameter `{parameter}` type changed from {from} to {to}"),
-            EnumNarrowed { parameter, removed } => format!("enum of `{parameter}` narrowed: {removed:?} removed"),
-            EnumWidened { parameter, added } => format!("enum of `{parameter}` widened: {added:?} added"),
-            DescriptionChanged { parameter: None } => "tool description changed".into(),
-            DescriptionChanged { parameter: Some(p) } => format!("description of `{p}` changed"),
-            AnnotationFlipped { annotation, from, to } => format!("annotation `{annotation}` changed from {from} to {to}"),
-            OutputSchemaChanged => "output schema changed".into(),
-            TitleChanged => "title changed".into(),
-            ExecutionChanged => "execution settings changed".into(),
-            ParameterSchemaChanged { parameter } => format!("schema of `{parameter}` changed"),
-        }
-    }
-}
 
 fn props(schema: Option<&Value>) -> Map<String, Value> {
     schema.and_then(|s| s.get("properties")).and_then(Value::as_object).cloned().unwrap_or_default()

@@ -10,21 +10,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::evidence::call::CallEvidence;
+pub use crate::verdict::{ProgressFindings, ProgressIssue};
 
-/// Why a progress notification was not valid evidence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProgressIssue {
-    /// The request supplied no progress token (or it was not observed): nothing can be validated.
-    TokenNotSupplied,
-    /// A token other than the one the request supplied.
-    WrongToken,
-    /// A value not greater than the previous valid one.
-    NoIncrease,
-    /// After the terminal response.
-    AfterCompletion,
-}
+use crate::evidence::call::CallEvidence;
 
 /// The two clocks of a tool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -56,16 +44,6 @@ impl ProgressPolicy {
     pub fn clocks(&self, tool: Option<&str>) -> Clocks {
         tool.and_then(|t| self.tools.get(t)).copied().unwrap_or(self.default)
     }
-}
-
-/// What the progress evidence of a call says.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct ProgressFindings {
-    pub valid_updates: u32,
-    pub issues: Vec<ProgressIssue>,
-    pub last_valid_ns: Option<u64>,
-    pub last_value: Option<f64>,
-    pub total: Option<f64>,
 }
 
 /// Where an in-flight call stands against its clocks.

@@ -165,7 +165,7 @@ pub fn run(a: ReplayArgs) -> ExitCode {
         }
     };
     let lockfile = a.lockfile.as_deref().or(cfg.processors.mcp_health.lockfile.as_deref());
-    let pins = match lockfile.map(super::lock::load_lockfile) {
+    let pins = match lockfile.map(crate::config::lockfile::load_lockfile) {
         Some(Ok(l)) => Some(std::sync::Arc::new(l)),
         Some(Err(e)) => {
             eprintln!("error: {e}");

@@ -45,7 +45,7 @@ pub enum ServeError {
     #[error("cannot open verdict log {0}: {1}")]
     VerdictLog(String, std::io::Error),
     #[error(transparent)]
-    Lockfile(super::lock::LockError),
+    Lockfile(crate::config::lockfile::LockError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
     #[error("the engine stopped unexpectedly; verdicts can no longer be decided")]
@@ -220,7 +220,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
     };
     let proc_cfg = &cfg.processors.mcp_health;
     let pins = match &proc_cfg.lockfile {
-        Some(p) => Some(Arc::new(super::lock::load_lockfile(p).map_err(ServeError::Lockfile)?)),
+        Some(p) => Some(Arc::new(crate::config::lockfile::load_lockfile(p).map_err(ServeError::Lockfile)?)),
         None => None,
     };
     let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);

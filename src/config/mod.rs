@@ -4,6 +4,8 @@
 //! Unknown keys are errors (a typo must not silently fall back to a default), reported with the
 //! key's line and column.
 
+pub mod lockfile;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
