@@ -489,3 +489,35 @@ mod permutations {
         }
     }
 }
+
+/// Issue 8, defect 5: with `max_decided: 1`, a receipt for a call whose chain was already
+/// forgotten cannot revise it; it used to vanish without a trace. It is counted.
+#[test]
+fn late_evidence_for_a_forgotten_chain_is_counted() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut e = Engine::new(EngineConfig::new(
+        ChainLimits { decision_wait: Duration::from_millis(10), max_decided: 1, ..ChainLimits::default() },
+        SessionLimits::default(),
+    ));
+    let mut out = Vec::new();
+    let mut second = call_span();
+    second.trace_id = [6; 16];
+    e.ingest(NormalizedBatch { evidence: vec![call_span(), second], ..Default::default() }, t0, &mut out);
+    e.tick(t0 + Duration::from_millis(20), &mut out);
+    e.tick(t0 + Duration::from_millis(40), &mut out);
+    assert_eq!(calls(&out).len(), 2);
+    let mut receipt = SpanEvidence::new([7; 16], [4; 8]);
+    receipt.parent_span_id = Some([1; 8]);
+    receipt.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Missing,
+        method: VerifierMethod::RowVersion,
+        checked_at_ns: 40,
+        request_id: None,
+    });
+    let before = e.gauges().chain_stats.late_evidence_dropped;
+    // Whichever of the two was forgotten to stay within max_decided, its receipt is counted.
+    let mut receipt6 = receipt.clone();
+    receipt6.trace_id = [6; 16];
+    e.ingest(NormalizedBatch { evidence: vec![receipt, receipt6], ..Default::default() }, t0 + Duration::from_millis(50), &mut out);
+    assert_eq!(e.gauges().chain_stats.late_evidence_dropped, before + 1, "one of the two chains was forgotten");
+}
