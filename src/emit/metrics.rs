@@ -102,7 +102,7 @@ impl HealthMeters {
         let c = |name: &'static str, desc: &'static str| meter.u64_counter(name).with_description(desc).build();
         HealthMeters {
             verdicts: c("mcp_health.verdicts", "Decided call verdicts by health state, first failed layer, method, tool and server"),
-            calls: c("mcp_health.calls", "Decided calls (the denominator of both success rates)"),
+            calls: c("mcp_health.calls", "Decided tools/call attempts (the denominator of both success rates; other methods count in mcp_health.verdicts only)"),
             protocol_success: c(
                 "mcp_health.calls.protocol_success",
                 "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)",
@@ -252,7 +252,13 @@ impl VerdictTally {
     /// (counters cannot go down). Every verdict, revisions included, counts in `mcp_health.verdicts`.
     pub fn add(&mut self, v: &Verdict) {
         let key = CallKey { method: v.method.clone(), tool: v.tool.clone(), server: v.server.clone() };
-        let c = self.calls.entry(key.clone()).or_default();
+        *self.verdicts.entry((key.clone(), v.state, v.first_failed_layer)).or_default() += 1;
+        // The two success rates count `tools/call` attempts only (SPEC section 2): an `initialize`
+        // or a `ping` is a verdict, not a tool call.
+        if v.method.as_deref() != Some("tools/call") {
+            return;
+        }
+        let c = self.calls.entry(key).or_default();
         match v.supersedes {
             None => {
                 c[0] += 1;
@@ -266,7 +272,6 @@ impl VerdictTally {
                 c[4] += u64::from(p.verified_success && !v.verified_success);
             }
         }
-        *self.verdicts.entry((key, v.state, v.first_failed_layer)).or_default() += 1;
     }
 
     pub fn is_empty(&self) -> bool {
