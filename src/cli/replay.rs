@@ -100,6 +100,8 @@ pub fn engine_config(cfg: &Config) -> EngineConfig {
     let p = &cfg.processors.mcp_health;
     let mut e = EngineConfig::new(p.limits(), p.session_limits());
     e.progress = p.progress.clone();
+    e.max_drift_reported = p.state_limits.drift_reported;
+    e.max_working_reported = p.state_limits.working_reported;
     e
 }
 

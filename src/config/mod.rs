@@ -163,6 +163,18 @@ pub struct StateLimits {
     /// no configuration file: it uses this default.
     #[serde(default = "d_16k")]
     pub tap_sessions: usize,
+    /// Operation keys of calls, so a verifier in another trace finds its call.
+    #[serde(default = "d_100k")]
+    pub operation_keys: usize,
+    /// Operation keys under which verifiers wait for a call that has not arrived yet.
+    #[serde(default = "d_10k")]
+    pub parked_verifiers: usize,
+    /// (server, tool, digest) drift already reported (each is reported once).
+    #[serde(default = "d_100k")]
+    pub drift_reported: usize,
+    /// In-flight calls already reported `working` (reported once; the final verdict follows).
+    #[serde(default = "d_100k")]
+    pub working_reported: usize,
 }
 
 impl Default for StateLimits {
@@ -173,7 +185,7 @@ impl Default for StateLimits {
 
 impl StateLimits {
     /// Every limit with its key, for validation and documentation.
-    pub fn entries(&self) -> [(&'static str, usize); 6] {
+    pub fn entries(&self) -> [(&'static str, usize); 10] {
         [
             ("gate_board", self.gate_board),
             ("digest_cache", self.digest_cache),
@@ -181,6 +193,10 @@ impl StateLimits {
             ("interner", self.interner),
             ("redaction_cache", self.redaction_cache),
             ("tap_sessions", self.tap_sessions),
+            ("operation_keys", self.operation_keys),
+            ("parked_verifiers", self.parked_verifiers),
+            ("drift_reported", self.drift_reported),
+            ("working_reported", self.working_reported),
         ]
     }
 
@@ -221,6 +237,8 @@ impl CorrelateConfig {
             max_spans_per_chain: self.max_spans_per_chain,
             late_span_window: self.late_span_window,
             max_decided: self.max_decided,
+            max_operation_keys: self.state_limits.operation_keys,
+            max_parked_verifiers: self.state_limits.parked_verifiers,
         }
     }
 }
@@ -424,6 +442,9 @@ fn d_100k() -> usize {
 }
 fn d_256mib() -> usize {
     256 << 20
+}
+fn d_10k() -> usize {
+    10_000
 }
 fn d_16k() -> usize {
     16_384
@@ -633,7 +654,11 @@ mod tests {
                 ("tool_definitions", 8_192),
                 ("interner", 4_096),
                 ("redaction_cache", 4_096),
-                ("tap_sessions", 16_384)
+                ("tap_sessions", 16_384),
+                ("operation_keys", 100_000),
+                ("parked_verifiers", 10_000),
+                ("drift_reported", 100_000),
+                ("working_reported", 100_000)
             ]
         );
         let t = "processors:\n  mcp_health:\n    limits:\n      interner: 10\n      gate_board: 5\n";

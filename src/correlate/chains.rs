@@ -35,6 +35,10 @@ pub struct ChainLimits {
     pub late_span_window: Duration,
     /// Most decided chains kept for revision.
     pub max_decided: usize,
+    /// Most operation keys remembered (a verifier in another trace finds its call by one).
+    pub max_operation_keys: usize,
+    /// Most operation keys under which verifiers wait for their call.
+    pub max_parked_verifiers: usize,
 }
 
 impl Default for ChainLimits {
@@ -47,6 +51,8 @@ impl Default for ChainLimits {
             max_spans_per_chain: 1_000,
             late_span_window: Duration::from_secs(300),
             max_decided: 100_000,
+            max_operation_keys: 100_000,
+            max_parked_verifiers: 10_000,
         }
     }
 }
@@ -159,6 +165,7 @@ pub struct Chains {
 
 impl Chains {
     pub fn new(limits: ChainLimits) -> Self {
+        let (max_operation_keys, max_parked_verifiers) = (limits.max_operation_keys, limits.max_parked_verifiers);
         Chains {
             limits,
             active: FxHashMap::default(),
@@ -166,8 +173,8 @@ impl Chains {
             decided: FxHashMap::default(),
             decided_order: VecDeque::new(),
             bytes: 0,
-            operations: crate::bounded::BoundedMap::with_capacity("operation_keys", 100_000),
-            parked: crate::bounded::BoundedMap::with_capacity("parked_verifiers", 10_000),
+            operations: crate::bounded::BoundedMap::with_capacity("operation_keys", max_operation_keys),
+            parked: crate::bounded::BoundedMap::with_capacity("parked_verifiers", max_parked_verifiers),
             stats: ChainStats::default(),
             cross: CrossJoin::default(),
             forgotten: crate::bounded::BoundedSet::with_capacity("forgotten_traces", 100_000),

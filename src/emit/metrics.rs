@@ -102,7 +102,10 @@ impl HealthMeters {
         let c = |name: &'static str, desc: &'static str| meter.u64_counter(name).with_description(desc).build();
         HealthMeters {
             verdicts: c("mcp_health.verdicts", "Decided call verdicts by health state, first failed layer, method, tool and server"),
-            calls: c("mcp_health.calls", "Decided tools/call attempts (the denominator of both success rates; other methods count in mcp_health.verdicts only)"),
+            calls: c(
+                "mcp_health.calls",
+                "Decided tools/call attempts (the denominator of both success rates; other methods count in mcp_health.verdicts only)",
+            ),
             protocol_success: c(
                 "mcp_health.calls.protocol_success",
                 "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)",
