@@ -94,6 +94,7 @@ fn limits() -> ChainLimits {
         max_spans_per_chain: 100,
         late_span_window: Duration::from_secs(300),
         max_decided: 1_000,
+        ..ChainLimits::default()
     }
 }
 
