@@ -275,6 +275,7 @@ fn limits() -> impl Strategy<Value = ChainLimits> {
             max_spans_per_chain: max_spans,
             late_span_window: Duration::from_secs(60),
             max_decided,
+            ..ChainLimits::default()
         }
     })
 }
