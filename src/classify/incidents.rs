@@ -10,7 +10,7 @@
 //! retry without outcome evidence leaves it open. An incident whose authorization flow is pending
 //! is `waiting`, not stuck.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -103,36 +103,52 @@ pub struct Incident {
 #[derive(Default)]
 pub struct IncidentBook {
     open: FxHashMap<Cause, Incident>,
-    recoveries: FxHashMap<Option<Arc<str>>, VecDeque<Recovery>>,
+    recoveries: FxHashMap<Option<Arc<str>>, FxHashMap<Scope, u64>>,
     pub resolved_total: u64,
 }
 
-/// The scope of a healthy call: what it shows works again, and when its evidence ended.
-#[derive(Clone, Debug)]
-struct Recovery {
-    tool: Option<Arc<str>>,
-    credential_hash: Option<Box<str>>,
-    session_id_hash: Option<String>,
-    agent: Option<Arc<str>>,
-    end_ns: u64,
+/// What a healthy call shows works again, as the keys an incident's cause is looked up by (one
+/// per way a cause can match: see [`resolves`]); the value kept is the latest evidence end.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Scope {
+    /// Any call of the server (a cause that names neither tool nor credential).
+    Server,
+    Tool(Arc<str>),
+    Credential(Box<str>),
+    ToolCredential(Arc<str>, Box<str>),
+    /// For a stale catalog: tool, credential (`None`: any) and the session (or, where the protocol
+    /// has none, the agent).
+    Session(Option<Arc<str>>, Option<Box<str>>, String),
+    Agent(Option<Arc<str>>, Option<Box<str>>, Arc<str>),
 }
 
-impl Recovery {
-    fn of(v: &Verdict) -> Recovery {
-        Recovery {
-            tool: v.tool.clone(),
-            credential_hash: v.credential_hash.clone(),
-            session_id_hash: v.session_id_hash.clone(),
-            agent: v.agent.clone(),
-            end_ns: v.end_ns,
+/// The scopes a healthy call shows, each with the call's evidence end.
+fn scopes_of(v: &Verdict) -> Vec<Scope> {
+    let mut out = vec![Scope::Server];
+    if let Some(t) = &v.tool {
+        out.push(Scope::Tool(t.clone()));
+    }
+    if let Some(c) = &v.credential_hash {
+        out.push(Scope::Credential(c.clone()));
+        if let Some(t) = &v.tool {
+            out.push(Scope::ToolCredential(t.clone(), c.clone()));
         }
     }
+    let creds = std::iter::once(None).chain(v.credential_hash.clone().map(Some));
+    for c in creds {
+        match (&v.session_id_hash, &v.agent) {
+            (Some(s), _) => out.push(Scope::Session(v.tool.clone(), c, s.clone())),
+            (None, Some(a)) => out.push(Scope::Agent(v.tool.clone(), c, a.clone())),
+            _ => {}
+        }
+    }
+    out
 }
 
 const MAX_SET: usize = 64;
 const MAX_OPEN: usize = 10_000;
-/// Recent healthy calls kept per server, and servers kept.
-const MAX_RECOVERIES: usize = 256;
+/// Scopes of healthy calls kept per server, and servers kept.
+const MAX_RECOVERIES: usize = 4096;
 const MAX_RECOVERY_SERVERS: usize = 10_000;
 
 /// An incident's stable id: a hash of its cause's canonical JSON (field order fixed by the type,
@@ -223,10 +239,8 @@ impl IncidentBook {
             out.push((transition, inc.clone()));
             // Decided after a healthy call of its scope that ended later: already recovered.
             let key = inc.cause.clone();
-            let recovered = self
-                .recoveries
-                .get(&inc.cause.server)
-                .and_then(|rs| rs.iter().filter(|r| r.end_ns >= inc.last_evidence_ns && resolves(inc, r)).map(|r| r.end_ns).max());
+            let recovered =
+                self.recoveries.get(&inc.cause.server).and_then(|rs| latest_recovery(inc, rs)).filter(|end| *end >= inc.last_evidence_ns);
             if let Some(end_ns) = recovered {
                 if let Some(inc) = self.open.remove(&key) {
                     out.push(self.resolve(inc, end_ns));
@@ -239,19 +253,19 @@ impl IncidentBook {
         if v.state != HealthState::Healthy {
             return out;
         }
-        let r = Recovery::of(v);
+        let scopes = scopes_of(v);
         let resolved: Vec<Cause> = self
             .open
             .iter()
-            .filter(|(c, inc)| c.server == v.server && inc.last_evidence_ns <= r.end_ns && resolves(inc, &r))
+            .filter(|(c, inc)| c.server == v.server && inc.last_evidence_ns <= v.end_ns && shows(v, inc))
             .map(|(c, _)| c.clone())
             .collect();
         for c in resolved {
             if let Some(inc) = self.open.remove(&c) {
-                out.push(self.resolve(inc, r.end_ns));
+                out.push(self.resolve(inc, v.end_ns));
             }
         }
-        self.remember(v.server.clone(), r);
+        self.remember(v.server.clone(), scopes, v.end_ns);
         out
     }
 
@@ -263,27 +277,72 @@ impl IncidentBook {
         (Transition::Resolved, inc)
     }
 
-    /// Keep a healthy call's scope (the latest per scope; bounded per server and in servers).
-    fn remember(&mut self, server: Option<Arc<str>>, r: Recovery) {
+    /// Keep the scopes of a healthy call (bounded per server and in servers; what makes room is
+    /// the oldest evidence).
+    fn remember(&mut self, server: Option<Arc<str>>, scopes: Vec<Scope>, end_ns: u64) {
         if !self.recoveries.contains_key(&server) && self.recoveries.len() >= MAX_RECOVERY_SERVERS {
-            // The server whose latest recovery is oldest makes room.
-            if let Some(k) = self.recoveries.iter().min_by_key(|(_, q)| q.back().map_or(0, |r| r.end_ns)).map(|(k, _)| k.clone()) {
+            let oldest = self.recoveries.iter().min_by_key(|(_, m)| m.get(&Scope::Server).copied().unwrap_or(0)).map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
                 self.recoveries.remove(&k);
             }
         }
-        let q = self.recoveries.entry(server).or_default();
-        let same = |x: &Recovery| {
-            x.tool == r.tool && x.credential_hash == r.credential_hash && x.session_id_hash == r.session_id_hash && x.agent == r.agent
-        };
-        if let Some(x) = q.iter_mut().find(|x| same(x)) {
-            x.end_ns = x.end_ns.max(r.end_ns);
-            return;
+        let m = self.recoveries.entry(server).or_default();
+        for sc in scopes {
+            if !m.contains_key(&sc) && m.len() >= MAX_RECOVERIES {
+                if let Some(k) = m.iter().filter(|(k, _)| **k != Scope::Server).min_by_key(|(_, e)| **e).map(|(k, _)| k.clone()) {
+                    m.remove(&k);
+                }
+            }
+            let e = m.entry(sc).or_insert(0);
+            *e = (*e).max(end_ns);
         }
-        if q.len() >= MAX_RECOVERIES {
-            q.pop_front();
-        }
-        q.push_back(r);
     }
+}
+
+/// The scope a healthy call must show to resolve the incident (the server is matched apart).
+/// Same tool, unless the incident is per credential. When the incident names a credential, the
+/// call must name the same one: a call that names none shows nothing about it.
+fn wanted_scope(inc: &Incident) -> Scope {
+    let c = &inc.cause;
+    match (&c.tool, &c.credential_hash) {
+        (None, None) => Scope::Server,
+        (Some(t), None) => Scope::Tool(t.clone()),
+        (None, Some(k)) => Scope::Credential(k.clone()),
+        (Some(t), Some(k)) => Scope::ToolCredential(t.clone(), k.clone()),
+    }
+}
+
+/// Does healthy call `v` show the incident's failure is gone? (The server is matched apart.) The
+/// same rule as [`wanted_scope`] plus, for a stale catalog, the session: a stale catalog is a
+/// session's, so the call must be of one of the incident's sessions (or, where the protocol has
+/// none, of one of its agents). Missing evidence never resolves.
+fn shows(v: &Verdict, inc: &Incident) -> bool {
+    let c = &inc.cause;
+    let tool = c.tool.is_none() || c.tool == v.tool;
+    let credential = c.credential_hash.is_none() || c.credential_hash == v.credential_hash;
+    let session = c.state != HealthState::StaleCatalog
+        || match (&v.session_id_hash, &v.agent) {
+            (Some(s), _) => inc.sessions.contains(s),
+            (None, Some(a)) => inc.sessions.is_empty() && inc.agents.contains(a),
+            (None, None) => false,
+        };
+    tool && credential && session
+}
+
+/// The latest evidence end of a healthy call that resolves `inc`, among a server's scopes.
+fn latest_recovery(inc: &Incident, m: &FxHashMap<Scope, u64>) -> Option<u64> {
+    if inc.cause.state != HealthState::StaleCatalog {
+        return m.get(&wanted_scope(inc)).copied();
+    }
+    // A session's scope holds its tool and credential too: one call showed all of it.
+    let (tool, cred) = (&inc.cause.tool, &inc.cause.credential_hash);
+    let by_session = inc.sessions.iter().filter_map(|s| m.get(&Scope::Session(tool.clone(), cred.clone(), s.clone()))).max().copied();
+    let by_agent = if inc.sessions.is_empty() {
+        inc.agents.iter().filter_map(|a| m.get(&Scope::Agent(tool.clone(), cred.clone(), a.clone()))).max().copied()
+    } else {
+        None
+    };
+    by_session.or(by_agent)
 }
 
 fn outcome_word(v: &Verdict) -> &'static str {
@@ -292,27 +351,6 @@ fn outcome_word(v: &Verdict) -> &'static str {
         (_, crate::verdict::LayerStatus::Passed) => "confirmed",
         _ => "unobserved",
     }
-}
-
-/// Does a healthy call show the incident's failure is gone? (The server is matched by the caller.)
-/// Same tool, unless the incident is per credential. When the incident names a credential, the
-/// call must name the same one: a call that names none shows nothing about it. A stale catalog is
-/// a session's: the call must be of one of the incident's sessions (or, where the protocol has
-/// none, of one of its agents). Missing evidence never resolves.
-fn resolves(inc: &Incident, r: &Recovery) -> bool {
-    let c = &inc.cause;
-    let tool = c.tool.is_none() || c.tool == r.tool;
-    let credential = match (&c.credential_hash, &r.credential_hash) {
-        (Some(a), Some(b)) => a == b,
-        (Some(_), None) => false,
-        (None, _) => true,
-    };
-    let session = c.state != HealthState::StaleCatalog
-        || match &r.session_id_hash {
-            Some(s) => inc.sessions.contains(s),
-            None => inc.sessions.is_empty() && r.agent.as_ref().is_some_and(|a| inc.agents.contains(a)),
-        };
-    tool && credential && session
 }
 
 #[cfg(test)]
