@@ -125,7 +125,9 @@ enum GunzipError {
 
 fn gunzip(raw: &[u8], limit: usize) -> Result<Bytes, GunzipError> {
     let mut out = Vec::with_capacity(raw.len().saturating_mul(4).min(limit));
-    let mut dec = flate2::read::GzDecoder::new(raw).take(limit as u64 + 1);
+    // Every member of a multi-member body (RFC 1952 §2.2): concatenated members are one stream,
+    // and a protobuf body split over members is the concatenation, a valid message.
+    let mut dec = flate2::read::MultiGzDecoder::new(raw).take(limit as u64 + 1);
     dec.read_to_end(&mut out).map_err(GunzipError::Corrupt)?;
     if out.len() > limit {
         return Err(GunzipError::TooLarge);
@@ -142,5 +144,30 @@ fn error(enc: Encoding, status: StatusCode, code: i32, message: &str) -> Respons
             (status, [(header::CONTENT_TYPE, "application/json")], serde_json::json!({"code": code, "message": message}).to_string())
                 .into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn gz(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    /// Issue 10: a body of 15 concatenated gzip members was answered 200 with only the first read.
+    #[test]
+    fn every_member_of_a_multi_member_gzip_body_is_read() {
+        let parts: Vec<Vec<u8>> = (0..15u8).map(|i| vec![i; 100]).collect();
+        let body: Vec<u8> = parts.iter().flat_map(|p| gz(p)).collect();
+        let out = gunzip(&body, 1 << 20).ok().expect("decompressed");
+        assert_eq!(out.len(), 1500);
+        assert_eq!(&out[..], &parts.concat()[..]);
+        // The size limit holds over all members together.
+        assert!(matches!(gunzip(&body, 1000), Err(GunzipError::TooLarge)));
     }
 }
