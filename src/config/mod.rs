@@ -61,7 +61,9 @@ pub struct OtlpReceiver {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Protocols {
+    #[serde(default, deserialize_with = "empty_is_default")]
     pub grpc: Option<GrpcReceiver>,
+    #[serde(default, deserialize_with = "empty_is_default")]
     pub http: Option<HttpReceiver>,
 }
 
@@ -246,8 +248,11 @@ impl CorrelateConfig {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Exporters {
+    #[serde(default, deserialize_with = "empty_is_default")]
     pub otlp: Option<OtlpExporter>,
+    #[serde(default, deserialize_with = "empty_is_default")]
     pub prometheus: Option<PrometheusExporter>,
+    #[serde(default, deserialize_with = "empty_is_default")]
     pub verdict_log: Option<VerdictLog>,
 }
 
@@ -338,8 +343,10 @@ pub struct VerdictLog {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Extensions {
+    #[serde(default, deserialize_with = "empty_is_default")]
     pub health_check: Option<HealthCheck>,
     /// The gate gRPC API (`proto/mcp_health/v1/gate.proto`); off when absent.
+    #[serde(default, deserialize_with = "empty_is_default")]
     pub gate: Option<GateConfig>,
 }
 
@@ -431,6 +438,21 @@ fn d_2s() -> Duration {
 fn d_30s() -> Duration {
     Duration::from_secs(30)
 }
+/// A component named with an empty value (`grpc:`, `health_check:`) is on with its defaults, as in
+/// the collector; only a component that is not named at all is off.
+fn empty_is_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    match Option::<T>::deserialize(d)? {
+        Some(t) => Ok(Some(t)),
+        None => T::deserialize(serde::de::value::MapDeserializer::<_, serde::de::value::Error>::new(std::iter::empty::<((), ())>()))
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
 fn d_5m() -> Duration {
     Duration::from_secs(300)
 }
@@ -641,6 +663,22 @@ mod tests {
         assert!(e.contains("line 3"), "{e}");
         let e = Config::parse("c.yaml", "extensions:\n  gate:\n    endpoint: localhost\n", &env).unwrap_err().to_string();
         assert!(e.contains("extensions.gate.endpoint"), "{e}");
+    }
+
+    /// Issue 10: `protocols: {grpc:, http:}` and `health_check:` (empty values) disabled the
+    /// receivers and the health check while `validate` said ok. Empty means defaults.
+    #[test]
+    fn an_empty_component_is_on_with_its_defaults() {
+        let t = "receivers:\n  otlp:\n    protocols:\n      grpc:\n      http:\nextensions:\n  health_check:\n  gate:\nexporters:\n  prometheus:\n  verdict_log:\n";
+        let c = Config::parse("c.yaml", t, &env).unwrap();
+        assert_eq!(c.receivers.otlp.protocols.grpc.as_ref().map(|g| g.endpoint.as_str()), Some("127.0.0.1:4317"));
+        assert_eq!(c.receivers.otlp.protocols.http.as_ref().map(|h| h.endpoint.as_str()), Some("127.0.0.1:4318"));
+        assert!(c.extensions.health_check.is_some() && c.extensions.gate.is_some());
+        assert!(c.exporters.prometheus.is_some());
+        assert_eq!(c.exporters.verdict_log.as_ref().map(|v| v.path.as_str()), Some("stdout"));
+        // Not named at all: off.
+        let c = Config::parse("c.yaml", "receivers:\n  otlp:\n    protocols:\n      grpc:\n", &env).unwrap();
+        assert!(c.receivers.otlp.protocols.http.is_none() && c.extensions.gate.is_none());
     }
 
     #[test]
