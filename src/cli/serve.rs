@@ -330,7 +330,9 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
                 }
             }),
         );
-        servers.push(spawn_http(l, app, wait_down(down_rx.clone())));
+        // Not shut down with the others: it answers 503 from the start of the drain until the
+        // process exits, so a load balancer stops sending before the receivers close.
+        let _health = spawn_http(l, app, std::future::pending::<()>());
     }
 
     // Run until asked to stop, or until the engine dies or stops stepping: a service that can no
