@@ -403,10 +403,17 @@ fn spawn_http(
     })
 }
 
+/// Bind `host:port`; a name (`localhost:4317`) is resolved and its first address bound.
 async fn bind(endpoint: &str) -> Result<tokio::net::TcpListener, ServeError> {
-    let addr: SocketAddr = endpoint
-        .parse()
-        .map_err(|e| ServeError::Bind(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad address {endpoint}: {e}"))))?;
+    let bad = |m: String| ServeError::Bind(std::io::Error::new(std::io::ErrorKind::InvalidInput, m));
+    let addr: SocketAddr = match endpoint.parse() {
+        Ok(a) => a,
+        Err(_) => tokio::net::lookup_host(endpoint)
+            .await
+            .map_err(|e| bad(format!("cannot resolve {endpoint}: {e}")))?
+            .next()
+            .ok_or_else(|| bad(format!("{endpoint} resolves to no address")))?,
+    };
     otlp_grpc::bind(addr).await.map_err(ServeError::Bind)
 }
 

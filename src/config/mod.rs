@@ -566,21 +566,25 @@ impl Config {
             }
         }
         if let Some(g) = &self.receivers.otlp.protocols.grpc {
-            if g.endpoint.parse::<std::net::SocketAddr>().is_err() {
-                return bad("receivers.otlp.protocols.grpc.endpoint", "must be host:port with an IP address, e.g. 127.0.0.1:4317");
+            if !listen_address_ok(&g.endpoint) {
+                return bad("receivers.otlp.protocols.grpc.endpoint", "must be host:port, e.g. 127.0.0.1:4317 or localhost:4317");
             }
-            if g.max_recv_msg_size_mib == 0 {
-                return bad("receivers.otlp.protocols.grpc.max_recv_msg_size_mib", "must be at least 1");
+            if !(1..=MAX_MESSAGE_MIB).contains(&g.max_recv_msg_size_mib) {
+                return bad("receivers.otlp.protocols.grpc.max_recv_msg_size_mib", "must be from 1 to 4096 (MiB)");
             }
         }
         if let Some(h) = &self.receivers.otlp.protocols.http {
-            if h.endpoint.parse::<std::net::SocketAddr>().is_err() {
-                return bad("receivers.otlp.protocols.http.endpoint", "must be host:port with an IP address, e.g. 127.0.0.1:4318");
+            if !listen_address_ok(&h.endpoint) {
+                return bad("receivers.otlp.protocols.http.endpoint", "must be host:port, e.g. 127.0.0.1:4318 or localhost:4318");
             }
         }
+        let level = self.service.telemetry.logs.level.to_ascii_lowercase();
+        if !["error", "warn", "info", "debug", "trace", "off"].contains(&level.as_str()) {
+            return bad("service.telemetry.logs.level", "must be one of error, warn, info, debug, trace, off");
+        }
         if let Some(pr) = &self.exporters.prometheus {
-            if pr.endpoint.parse::<std::net::SocketAddr>().is_err() {
-                return bad("exporters.prometheus.endpoint", "must be host:port with an IP address, e.g. 127.0.0.1:9464");
+            if !listen_address_ok(&pr.endpoint) {
+                return bad("exporters.prometheus.endpoint", "must be host:port, e.g. 127.0.0.1:9464 or localhost:9464");
             }
             if pr.cardinality_limit == 0 {
                 return bad("exporters.prometheus.cardinality_limit", "must be at least 1");
@@ -597,17 +601,32 @@ impl Config {
             }
         }
         if let Some(h) = &self.extensions.health_check {
-            if h.endpoint.parse::<std::net::SocketAddr>().is_err() {
-                return bad("extensions.health_check.endpoint", "must be host:port with an IP address");
+            if !listen_address_ok(&h.endpoint) {
+                return bad("extensions.health_check.endpoint", "must be host:port, e.g. 127.0.0.1:13133 or localhost:13133");
             }
         }
         if let Some(g) = &self.extensions.gate {
-            if g.endpoint.parse::<std::net::SocketAddr>().is_err() {
-                return bad("extensions.gate.endpoint", "must be host:port with an IP address, e.g. 127.0.0.1:4320");
+            if !listen_address_ok(&g.endpoint) {
+                return bad("extensions.gate.endpoint", "must be host:port, e.g. 127.0.0.1:4320 or localhost:4320");
             }
         }
         Ok(())
     }
+}
+
+/// The largest gRPC message size that may be configured: 4 GiB, far above any OTLP sender's.
+const MAX_MESSAGE_MIB: usize = 4096;
+
+/// `host:port` where host is an IP address (IPv6 in brackets) or a DNS name, as the collector takes.
+pub fn listen_address_ok(s: &str) -> bool {
+    if s.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = s.rsplit_once(':') else { return false };
+    port.parse::<u16>().is_ok()
+        && !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
 }
 
 fn strip_location(msg: &str) -> String {
@@ -663,6 +682,25 @@ mod tests {
         assert!(e.contains("line 3"), "{e}");
         let e = Config::parse("c.yaml", "extensions:\n  gate:\n    endpoint: localhost\n", &env).unwrap_err().to_string();
         assert!(e.contains("extensions.gate.endpoint"), "{e}");
+    }
+
+    /// Issue 10: a misspelled log level silently disabled every log; a message size of 2^44 MiB
+    /// passed and made every request too large; `localhost:4317` was refused.
+    #[test]
+    fn log_levels_message_sizes_and_host_names_are_checked() {
+        let e = Config::parse("c.yaml", "service:\n  telemetry:\n    logs:\n      level: warning\n", &env).unwrap_err().to_string();
+        assert!(e.contains("service.telemetry.logs.level"), "{e}");
+        let t = "receivers:\n  otlp:\n    protocols:\n      grpc:\n        max_recv_msg_size_mib: 17592186044416\n";
+        let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
+        assert!(e.contains("max_recv_msg_size_mib"), "{e}");
+        let t = "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: localhost:4317\n";
+        assert!(Config::parse("c.yaml", t, &env).is_ok());
+        for bad in ["localhost", ":4317", "local host:1", "a..b:1", "x:99999"] {
+            assert!(!listen_address_ok(bad), "{bad}");
+        }
+        for good in ["127.0.0.1:4317", "[::1]:4317", "localhost:4317", "mcp-health.ns.svc:4317"] {
+            assert!(listen_address_ok(good), "{good}");
+        }
     }
 
     /// Issue 10: `protocols: {grpc:, http:}` and `health_check:` (empty values) disabled the
