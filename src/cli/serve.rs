@@ -149,9 +149,15 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
 
     // Exporter settings: config first, then the standard OTEL_* variables.
     let otlp = cfg.exporters.otlp.clone().or_else(|| {
-        env("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-            .map(|_| serde_yaml_ng::from_str::<crate::config::OtlpExporter>("{}").unwrap_or_else(|_| unreachable!("defaults deserialize")))
+        env("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).map(|_| {
+            // The OTEL_* variables configure mcp-health's own telemetry (metrics, health spans),
+            // as the SDK specification says. Pass-through of received spans is only ever
+            // switched on in the configuration: pointed at the collector that feeds
+            // mcp-health, a variable alone made every span loop.
+            let mut o: crate::config::OtlpExporter = serde_yaml_ng::from_str("{}").unwrap_or_else(|_| unreachable!("defaults deserialize"));
+            o.passthrough = false;
+            o
+        })
     });
     let mut headers: Vec<(String, String)> = Vec::new();
     let (mut traces_endpoint, mut metrics_endpoint, mut timeout, mut gzip) = (None, None, Duration::from_secs(10), false);

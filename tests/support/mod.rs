@@ -337,6 +337,8 @@ pub struct Cfg {
     pub http_max_body: usize,
     pub shutdown_timeout: &'static str,
     pub log_level: &'static str,
+    /// Environment variables for the service process (the OTEL_* ones are removed otherwise).
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Default for Cfg {
@@ -358,6 +360,7 @@ impl Default for Cfg {
             http_max_body: 4 << 20,
             shutdown_timeout: "10s",
             log_level: "info",
+            env: Vec::new(),
         }
     }
 }
@@ -432,6 +435,7 @@ impl Service {
                 .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
                 .env_remove("OTEL_EXPORTER_OTLP_HEADERS")
                 .env_remove("OTEL_SERVICE_NAME")
+                .envs(cfg.env.iter().map(|(k, v)| (*k, v.as_str())))
                 .stdin(Stdio::null())
                 .stdout(stdout)
                 .stderr(stderr)
