@@ -68,7 +68,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let r = rt.block_on(serve(cfg, shutdown_signal()));
+    let r = rt.block_on(serve(cfg, a.config.clone(), shutdown_signal()));
     // A task still stuck (an engine that never yields) must not hold the process past its
     // shutdown timeout: the runtime is left behind, not joined.
     rt.shutdown_background();
@@ -88,24 +88,61 @@ fn init_logs(level: &str) {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
+/// SIGTERM, SIGINT, SIGQUIT and SIGUSR1 all drain (decide what is in flight, flush, exit): none
+/// of them ends the process with chains in flight lost. SIGHUP is handled apart ([`on_sighup`]).
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        use tokio::signal::unix::{signal, SignalKind};
+        let kinds = [SignalKind::terminate(), SignalKind::quit(), SignalKind::user_defined1()];
+        let mut streams: Vec<_> = kinds.into_iter().filter_map(|k| signal(k).ok()).collect();
+        if streams.is_empty() {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+        let any = futures_any(&mut streams);
         tokio::select! {
-            _ = term.recv() => {},
+            _ = any => {},
             _ = tokio::signal::ctrl_c() => {},
         }
     }
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The first of several signal streams to fire.
+#[cfg(unix)]
+async fn futures_any(streams: &mut [tokio::signal::unix::Signal]) {
+    std::future::poll_fn(|cx| {
+        for s in streams.iter_mut() {
+            if s.poll_recv(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// SIGHUP: reopen the verdict log (log rotation) and check the configuration file again. An
+/// invalid file is logged and the running configuration kept; a valid one is reported, and the
+/// settings it changes take effect at the next start (a live reload of the engine is not built).
+#[cfg(unix)]
+async fn on_sighup(config_path: Option<String>, reopen: Option<Arc<std::sync::atomic::AtomicBool>>) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        if let Some(r) = &reopen {
+            r.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        match config_path.as_deref().map(|p| Config::load(Some(p))) {
+            Some(Ok(_)) => {
+                tracing::info!("SIGHUP: verdict log reopened; the configuration file is valid (changes apply at the next start)")
+            }
+            Some(Err(e)) => tracing::error!(error = %e, "SIGHUP: the configuration file is invalid; the running configuration is kept"),
+            None => tracing::info!("SIGHUP: verdict log reopened (embedded default configuration)"),
+        }
     }
 }
 
@@ -141,7 +178,7 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// Run the service until `shutdown` resolves.
-pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
+pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
     // Table and cache limits, before anything fills a table.
     cfg.processors.mcp_health.state_limits.apply();
     let service_name =
@@ -241,9 +278,14 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()>)
     if let Some(s) = sender.as_ref().filter(|_| health) {
         sinks.push(HealthSpanSink { queue: s.queue.clone(), service_name: service_name.clone(), meters: meters.clone() });
     }
+    let reopen = verdict_log.as_ref().map(|l| l.reopen.clone());
     if let Some(log) = verdict_log {
         sinks.push(log);
     }
+    #[cfg(unix)]
+    tokio::spawn(on_sighup(config_path, reopen));
+    #[cfg(not(unix))]
+    let _ = (config_path, reopen);
     drop(sender);
 
     // Bind everything before serving anything.

@@ -95,6 +95,8 @@ pub struct HealthMeters {
     /// Entries the bounded tables evicted, by table: read from `crate::bounded::evictions` at each
     /// collection.
     pub state_evicted: ObservableCounter<u64>,
+    /// Verdict-log records lost to failed writes (a full disk), read at each collection.
+    pub verdict_log_write_errors: ObservableCounter<u64>,
 }
 
 impl HealthMeters {
@@ -166,6 +168,12 @@ impl HealthMeters {
                 "mcp_health.calls.success_retracted",
                 "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)",
             ),
+            verdict_log_write_errors: meter
+                .u64_observable_counter("mcp_health.verdict_log.write_errors")
+                .with_description("Verdict-log records lost because a write failed (a full disk); no partial line is left")
+                .with_unit("{record}")
+                .with_callback(|o| o.observe(crate::emit::verdict_log::WRITE_ERRORS.load(std::sync::atomic::Ordering::Relaxed), &[]))
+                .build(),
             state_evicted: meter
                 .u64_observable_counter("mcp_health.state.evicted")
                 .with_description("Entries a bounded table or cache forgot because it was full, by table")

@@ -609,9 +609,14 @@ impl Service {
 
     /// Send SIGTERM and wait for the exit, at most `timeout`. `None` when it did not exit in time.
     pub async fn terminate(&self, timeout: Duration) -> Option<ExitStatus> {
+        self.signal_and_wait("TERM", timeout).await
+    }
+
+    /// Send a signal by name (`kill -NAME`) and wait up to `timeout` for the exit.
+    pub async fn signal_and_wait(&self, name: &str, timeout: Duration) -> Option<ExitStatus> {
         let pid = self.child.lock().unwrap().as_ref()?.id();
-        let st = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().expect("run kill");
-        assert!(st.success(), "kill -TERM {pid} failed");
+        let st = Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().expect("run kill");
+        assert!(st.success(), "kill -{name} {pid} failed");
         let deadline = Instant::now() + timeout;
         loop {
             {
