@@ -312,3 +312,78 @@ async fn planted_secrets_never_come_out() {
     let h = &sink.health_spans()[0];
     assert_eq!(h.attr_str("mcp_health.auth.required_scope"), Some("tickets:write"), "{h:#?}");
 }
+
+/// Issue 10: identifiers were copied verbatim into health spans, verdict lines, Prometheus labels
+/// and the gate — a request id, a tool name, a method name, `server.address` with `user:secret@`,
+/// a tools/list cursor, `service.name`, a token inside `required_scope`, and base64-shaped keys
+/// with `/`, `+` or `=`. Labels and identifiers come only from safe vocabularies now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_identifiers_never_come_out() {
+    let key = |tag: &str| format!("{tag}AbC123dEf456gHi789/Key+==");
+    let (rid, svc_name, scope_tok) = (key("PLANTEDrid"), key("PLANTEDsvc"), key("PLANTEDscope"));
+    let attr = |k: &str, v: &str| serde_json::json!({"key": k, "value": {"stringValue": v}});
+    let span = |trace: &str, span: &str, method: &str, extra: Vec<serde_json::Value>| {
+        let mut attrs = vec![
+            attr("mcp.method.name", method),
+            attr("jsonrpc.request.id", &rid),
+            attr("mcp.session.id", "PLANTEDsession"),
+            attr("server.address", "admin:PLANTEDPASS@tickets.example.test"),
+        ];
+        attrs.extend(extra);
+        serde_json::json!({"traceId": trace, "spanId": span, "name": method, "kind": 3,
+            "startTimeUnixNano": "1764000000000000000", "endTimeUnixNano": "1764000000010000000",
+            "attributes": attrs, "status": {"code": 2}})
+    };
+    let spans = vec![
+        span(
+            "0a000000000000000000000000000001",
+            "0100000000000001",
+            "tools/call",
+            vec![
+                attr("gen_ai.tool.name", "PLANTED tool name"),
+                attr("http.response.status_code", "403"),
+                attr("mcp_health.auth.error", "insufficient_scope"),
+                attr("mcp_health.auth.required_scope", &format!("tickets:write {scope_tok}")),
+            ],
+        ),
+        span("0a000000000000000000000000000002", "0100000000000002", "x/PLANTEDMETHOD", vec![]),
+        span(
+            "0a000000000000000000000000000003",
+            "0100000000000003",
+            "tools/list",
+            vec![
+                attr("mcp_health.catalog.cursor", "PLANTEDCURSOR"),
+                serde_json::json!({"key": "mcp_health.catalog.next_cursor_present", "value": {"boolValue": false}}),
+            ],
+        ),
+    ];
+    let line = serde_json::json!({"resourceSpans": [{"resource": {"attributes": [attr("service.name", &svc_name)]},
+        "scopeSpans": [{"scope": {"name": "fixture"}, "spans": spans}]}]})
+    .to_string();
+    let sink = Sink::start().await;
+    let svc = Service::start(Cfg { passthrough: false, log_level: "debug", ..Cfg::with_sink(&sink) }).await;
+    let r = svc.post_json(line.as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let verdicts = svc.wait_verdicts(1, WAIT).await;
+    assert!(verdicts.iter().any(|v| v["state"] == "needs_auth"), "{verdicts:#?}");
+    sink.wait_for(WAIT, "health spans", |s| (!s.health_spans().is_empty()).then_some(())).await;
+    let prom = svc.wait_metric("mcp_health_verdicts_total", WAIT, |v| v >= 1.0).await;
+    // Give the other two spans time to be decided (a verdict, a catalog line or nothing).
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let outputs = [
+        ("sink (health spans, metrics, logs)", sink.dump()),
+        ("Prometheus text", prom),
+        ("stdout", svc.stdout()),
+        ("stderr", svc.stderr()),
+    ];
+    for (where_, text) in &outputs {
+        assert!(
+            !text.contains("PLANTED"),
+            "a planted identifier appears in {where_}: {}",
+            &text[text.find("PLANTED").unwrap().saturating_sub(80)..]
+                [..200.min(text.len() - text.find("PLANTED").unwrap().saturating_sub(80))]
+        );
+    }
+    // What stays readable stays: the host without its userinfo, the scope token that is one.
+    assert!(svc.stdout().contains("tickets.example.test") && svc.stdout().contains("tickets:write"));
+}

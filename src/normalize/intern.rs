@@ -60,7 +60,14 @@ pub fn intern(kind: Kind, raw: &str, extra: Option<i64>, make: impl FnOnce() -> 
                 return e.value.clone();
             }
         }
-        let value: Arc<str> = Arc::from(redact::ident(&make()));
+        let made = make();
+        // Each kind through its safe vocabulary: labels and identifiers never carry free text.
+        let value: Arc<str> = Arc::from(match kind {
+            Kind::Tool => redact::tool_name(&made),
+            Kind::Server => redact::address(&made),
+            Kind::Method => redact::method(&made).into(),
+            Kind::Version | Kind::Service => redact::ident(&made),
+        });
         let cap = CAPACITY.load(Ordering::Relaxed);
         if t.capacity() != cap {
             t.set_capacity(cap);

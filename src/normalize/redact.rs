@@ -33,6 +33,88 @@ pub fn scope(s: &str) -> Option<Box<str>> {
 // depend on the normalizers); re-exported here for the readers and emitters that use them.
 pub use crate::evidence::hash::{hash_hex, session_hash, set_session_cache_capacity, to_hex};
 
+/// The MCP method names of the specification (2025-11-25 and 2026-07-28). A method outside the
+/// list is client-chosen text: it becomes `other` (or `notifications/other`), never a label.
+pub const MCP_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "subscriptions/listen",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+    "tasks/get",
+    "tasks/list",
+    "tasks/result",
+    "tasks/cancel",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/message",
+    "notifications/resources/updated",
+    "notifications/resources/list_changed",
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/roots/list_changed",
+    "notifications/elicitation/complete",
+    "notifications/tasks/status",
+];
+
+/// A method name from the specification's list, else `other` (`notifications/other` for an
+/// unknown notification, so it stays one).
+pub fn method(s: &str) -> &'static str {
+    match MCP_METHODS.iter().find(|m| **m == s) {
+        Some(m) => m,
+        None if s.starts_with("notifications/") => "notifications/other",
+        None => "other",
+    }
+}
+
+/// A tool name as the specification's rule allows it (1–128 of `A-Z a-z 0-9 _ - .`, 2025-11-25)
+/// and not credential-shaped; anything else is hashed (joins still work, the text is not kept).
+pub fn tool_name(s: &str) -> Box<str> {
+    let ok = (1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)) && !looks_like_secret(s);
+    if ok {
+        s.into()
+    } else {
+        hashed(s)
+    }
+}
+
+/// A server address without userinfo (`user:secret@`), scheme or path, then as [`ident`].
+pub fn address(s: &str) -> Box<str> {
+    let s = s.split_once("://").map_or(s, |(_, rest)| rest);
+    let s = s.rsplit_once('@').map_or(s, |(_, host)| host);
+    let s = s.split(['/', '?', '#']).next().unwrap_or("");
+    ident(s)
+}
+
+/// A cursor of a paginated list: opaque server text (it may embed anything), kept only as a hash
+/// so pages still chain. Idempotent: a cursor the tap already hashed passes unchanged.
+pub fn cursor(s: &str) -> Box<str> {
+    let is_hash = s.len() == 23 && s.starts_with("sha256:") && s[7..].bytes().all(|b| b.is_ascii_hexdigit());
+    if is_hash {
+        s.into()
+    } else {
+        hashed(s)
+    }
+}
+
+fn hashed(s: &str) -> Box<str> {
+    format!("sha256:{}", &hash_hex(s.as_bytes())[..16]).into_boxed_str()
+}
+
 /// Heuristic for values that are credentials whatever key they came under: bearer prefixes, JWTs,
 /// long high-entropy tokens.
 pub fn looks_like_secret(s: &str) -> bool {
@@ -44,11 +126,15 @@ pub fn looks_like_secret(s: &str) -> bool {
     if s.starts_with("eyJ") && s.matches('.').count() == 2 {
         return true;
     }
-    // A long run without separators that mixes digits and letters reads as a key.
-    s.len() >= 32
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        && s.bytes().any(|b| b.is_ascii_digit())
-        && s.bytes().any(|b| b.is_ascii_alphabetic())
+    // A long run without separators that mixes digits and letters reads as a key; base64 (with
+    // `+`, `/`, `=` padding) and base64url alike.
+    let b64 = |b: u8| b.is_ascii_alphanumeric() || b"_-+/=".contains(&b);
+    let mixed = s.bytes().any(|b| b.is_ascii_digit()) && s.bytes().any(|b| b.is_ascii_alphabetic());
+    if s.len() >= 32 && s.bytes().all(b64) && mixed {
+        return true;
+    }
+    // Shorter base64 with its tell-tale characters: `+` or `/` inside and `=` padding.
+    s.len() >= 16 && s.bytes().all(b64) && mixed && s.ends_with('=') && s.bytes().any(|b| b == b'+' || b == b'/')
 }
 
 #[cfg(test)]
@@ -71,6 +157,33 @@ mod tests {
         assert_eq!(hash_hex(b"abc"), hex::encode(Sha256::digest(b"abc")));
         assert_eq!(&*session_hash("s-1"), hash_hex(b"session:s-1"));
         assert_eq!(&*session_hash("s-1"), hash_hex(b"session:s-1"), "cached answer is the same");
+    }
+
+    #[test]
+    fn vocabularies_keep_what_the_specification_names_and_hash_the_rest() {
+        assert_eq!(method("tools/call"), "tools/call");
+        assert_eq!(method("tools/call?token=abc"), "other");
+        assert_eq!(method("notifications/x-secret"), "notifications/other");
+        assert_eq!(&*tool_name("create_ticket"), "create_ticket");
+        assert!(tool_name("create ticket").starts_with("sha256:"));
+        assert!(tool_name("a/b").starts_with("sha256:"));
+        assert!(tool_name(&"t".repeat(129)).starts_with("sha256:"));
+        assert_eq!(&*address("user:s3cret@tickets.example:443"), "tickets.example:443");
+        assert_eq!(&*address("https://tok@api.example/mcp?key=1"), "api.example");
+        assert!(cursor("eyJwYWdlIjoyfQ==").starts_with("sha256:"));
+        assert_eq!(cursor(&cursor("c1")), cursor("c1"), "idempotent: the tap's hash passes the receiver");
+    }
+
+    #[test]
+    fn base64_keys_are_credentials() {
+        for k in ["AbC123dEf456gHi789/Key+Xyz0==", "dGhpcyBpcyBhIHNlY3JldCBrZXkgMTIzNDU2Nzg5MA==", "Zm9vYmFyMTIz+/ab=="] {
+            assert!(looks_like_secret(k), "{k}");
+            assert!(ident(k).starts_with("sha256:"), "{k}");
+            assert_eq!(scope(&format!("tickets:write {k}")).as_deref(), Some("tickets:write"), "{k}");
+        }
+        for ok in ["tickets:write", "create_ticket", "2025-11-25", "repo"] {
+            assert!(!looks_like_secret(ok), "{ok}");
+        }
     }
 
     #[test]

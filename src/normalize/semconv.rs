@@ -149,7 +149,7 @@ impl CatalogAcc {
     fn read(&mut self, kv: &KeyValue, type_errors: &mut u64) {
         let v = &kv.value;
         let ok = match kv.key.as_str() {
-            a::CATALOG_CURSOR => value::as_str(v).map(|c| self.cursor = (!c.is_empty()).then(|| redact::ident(c))).is_some(),
+            a::CATALOG_CURSOR => value::as_str(v).map(|c| self.cursor = (!c.is_empty()).then(|| redact::cursor(c))).is_some(),
             a::CATALOG_NEXT_CURSOR_PRESENT => value::as_bool(v).map(|b| self.next_cursor_present = Some(b)).is_some(),
             a::CATALOG_TOOL_COUNT => value::as_i64(v).is_some(),
             a::CATALOG_TOOL_DIGESTS => match value::as_str_list(v) {

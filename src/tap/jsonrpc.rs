@@ -214,10 +214,10 @@ pub fn parse_traceparent(tp: &str) -> Option<([u8; 16], [u8; 8])> {
     Some((t, sp))
 }
 
-/// Known JSON-RPC method names are kept verbatim; anything else goes through `ident` (a method
-/// name is client-chosen text).
+/// Method names of the specification are kept; anything else is `other` (a method name is
+/// client-chosen text), as the receiver does.
 fn method_name(m: &str) -> Box<str> {
-    redact::ident(m)
+    redact::method(m).into()
 }
 
 impl Observer {
@@ -597,7 +597,7 @@ impl Observer {
             }
         }
         if let Some(c) = p.cursor.as_deref().filter(|c| !c.is_empty()) {
-            attrs.push(s(a::CATALOG_CURSOR, redact::ident(c).to_string()));
+            attrs.push(s(a::CATALOG_CURSOR, redact::cursor(c).to_string()));
         }
         attrs.push(boolean(a::CATALOG_NEXT_CURSOR_PRESENT, next.is_some()));
         attrs.push(int(a::CATALOG_TOOL_COUNT, tools.len() as i64));
