@@ -40,6 +40,18 @@ pub struct Config {
     pub extensions: Extensions,
     #[serde(default)]
     pub service: Service,
+    /// Where the cross-trace state outlives the process (`storage.directory`); absent, it is kept
+    /// in memory only.
+    #[serde(default)]
+    pub storage: Option<Storage>,
+}
+
+/// `storage:` — the embedded durable state store.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Storage {
+    /// A directory the service may write; the store is `state.redb` in it (created if missing).
+    pub directory: std::path::PathBuf,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -514,6 +526,9 @@ impl Config {
         }
         if p.max_chains == 0 || p.queue_size == 0 || p.max_spans_per_chain == 0 {
             return bad("processors.mcp_health", "max_chains, queue_size and max_spans_per_chain must be at least 1");
+        }
+        if self.storage.as_ref().is_some_and(|st| st.directory.as_os_str().is_empty()) {
+            return bad("storage.directory", "must be a directory path");
         }
         for (key, limit) in p.state_limits.entries() {
             if limit == 0 {

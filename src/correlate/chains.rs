@@ -110,6 +110,7 @@ struct DecidedChain {
     truncated: bool,
     bytes: usize,
     revision: u32,
+    decided_at: Moment,
 }
 
 /// The least extra wait of a server half for its client half (see `crossjoin`).
@@ -155,6 +156,12 @@ pub struct Chains {
     /// shutdown — so a client half decided first still counts as a rival of one decided later:
     /// "an ambiguous match is no match" must not depend on the order of decisions.
     limbo: FxHashMap<TraceId, DecidedChain>,
+    /// Record which decided chains and operation keys changed, for the state store.
+    track: bool,
+    dirty: rustc_hash::FxHashSet<TraceId>,
+    dirty_ops: rustc_hash::FxHashSet<Box<str>>,
+    /// Chains decided at shutdown (not kept for revision here), still to be put in the store.
+    shutdown_decided: Vec<crate::state::DecidedRecord>,
 }
 
 impl Chains {
@@ -172,7 +179,98 @@ impl Chains {
             cross: CrossJoin::default(),
             forgotten: crate::bounded::BoundedSet::with_capacity("forgotten_traces", 100_000),
             limbo: FxHashMap::default(),
+            track: false,
+            dirty: Default::default(),
+            dirty_ops: Default::default(),
+            shutdown_decided: Vec::new(),
         }
+    }
+
+    /// Record, from now on, which decided chains change (for the state store).
+    pub fn track_changes(&mut self) {
+        self.track = true;
+    }
+
+    fn mark(&mut self, id: TraceId, spans: &[SpanEvidence]) {
+        if self.track {
+            self.dirty.insert(id);
+            for s in spans {
+                if let (Some(k), Some(_)) = (s.operation_key.as_deref(), &s.method) {
+                    self.dirty_ops.insert(k.into());
+                }
+            }
+        }
+    }
+
+    /// The decided chains and operation keys changed since the last call, as store changes: a
+    /// decided chain kept for revision is put, one forgotten is deleted; an operation key is kept
+    /// while the chain of its call is (so a verifier after a restart still finds it).
+    pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
+        use crate::state::{trace_key, DecidedRecord, Record, Table};
+        let shutdown = std::mem::take(&mut self.shutdown_decided);
+        for r in shutdown {
+            self.dirty.remove(&r.trace_id);
+            for s in &r.spans {
+                if let (Some(k), Some(_)) = (s.operation_key.as_deref(), &s.method) {
+                    if self.operations.get(k) == Some(&r.trace_id) {
+                        self.dirty_ops.remove(k);
+                        out.put(k.to_string(), Record::Operation(r.trace_id));
+                    }
+                }
+            }
+            out.put(trace_key(&r.trace_id), Record::Decided(Box::new(r)));
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            match self.decided.get(&id) {
+                Some(d) => out.put(
+                    trace_key(&id),
+                    Record::Decided(Box::new(DecidedRecord {
+                        trace_id: id,
+                        spans: d.spans.clone(),
+                        root_seen: d.root_seen,
+                        truncated: d.truncated,
+                        revision: d.revision,
+                        decided_at_ns: d.decided_at.as_nanos(),
+                    })),
+                ),
+                // Reopened by a late span: the stored revision stays until the new one is decided.
+                None if self.active.contains_key(&id) => {}
+                None => out.delete(Table::Decided, trace_key(&id)),
+            }
+        }
+        for k in std::mem::take(&mut self.dirty_ops) {
+            match self.operations.get(&k) {
+                Some(t) if self.decided.contains_key(t) || self.active.contains_key(t) => out.put(k.to_string(), Record::Operation(*t)),
+                _ => out.delete(Table::Operations, k.to_string()),
+            }
+        }
+    }
+
+    /// Take back a decided chain from the store (at start-up, oldest first). It is kept for
+    /// revision until `late_span_window` after its decision, like any decided chain.
+    pub fn restore_decided(&mut self, r: crate::state::DecidedRecord) {
+        if self.active.contains_key(&r.trace_id) || self.decided.contains_key(&r.trace_id) {
+            return;
+        }
+        let bytes: usize = r.spans.iter().map(|s| s.approx_bytes()).sum();
+        for ev in &r.spans {
+            self.cross.index(r.trace_id, ev);
+        }
+        let at = Moment::from_nanos(r.decided_at_ns);
+        self.bytes += bytes;
+        self.decided_order.push_back((at, r.trace_id, r.revision));
+        self.decided.insert(
+            r.trace_id,
+            DecidedChain { spans: r.spans, root_seen: r.root_seen, truncated: r.truncated, bytes, revision: r.revision, decided_at: at },
+        );
+        while self.decided.len() > self.limits.max_decided {
+            self.expire_oldest_decided();
+        }
+    }
+
+    /// Take back an operation key from the store.
+    pub fn restore_operation(&mut self, key: &str, trace: TraceId) {
+        self.operations.insert(key.into(), trace);
     }
 
     pub fn in_flight(&self) -> usize {
@@ -385,6 +483,7 @@ impl Chains {
         while let Some((_, id, rev)) = self.decided_order.pop_front() {
             if self.decided.get(&id).is_some_and(|d| d.revision == rev) {
                 if let Some(d) = self.decided.remove(&id) {
+                    self.mark(id, &d.spans);
                     self.bytes -= d.bytes;
                     self.stats.decided_expired += 1;
                     self.cross.unindex(id, &d.spans);
@@ -599,17 +698,45 @@ impl Chains {
             previous: c.previous,
         });
         if self.limits.max_decided == 0 || by == DecidedBy::Shutdown {
+            if self.track && self.limits.max_decided > 0 {
+                // Decided at shutdown: not kept here, but kept in the store, so that a late span
+                // after the restart still revises it.
+                self.mark(id, &c.spans);
+                self.shutdown_decided.push(crate::state::DecidedRecord {
+                    trace_id: id,
+                    spans: c.spans.clone(),
+                    root_seen: c.root_seen,
+                    truncated: c.truncated,
+                    revision: c.revision,
+                    decided_at_ns: now.as_nanos(),
+                });
+            }
             self.limbo.insert(
                 id,
-                DecidedChain { spans: c.spans, root_seen: c.root_seen, truncated: c.truncated, bytes: c.bytes, revision: c.revision },
+                DecidedChain {
+                    spans: c.spans,
+                    root_seen: c.root_seen,
+                    truncated: c.truncated,
+                    bytes: c.bytes,
+                    revision: c.revision,
+                    decided_at: now,
+                },
             );
             return;
         }
         self.cross.remember_refused(now, crossjoin::refused_requests(&c.spans), self.limits.late_span_window);
         self.decided_order.push_back((now, id, c.revision));
+        self.mark(id, &c.spans);
         self.decided.insert(
             id,
-            DecidedChain { spans: c.spans, root_seen: c.root_seen, truncated: c.truncated, bytes: c.bytes, revision: c.revision },
+            DecidedChain {
+                spans: c.spans,
+                root_seen: c.root_seen,
+                truncated: c.truncated,
+                bytes: c.bytes,
+                revision: c.revision,
+                decided_at: now,
+            },
         );
         while self.decided.len() > self.limits.max_decided {
             self.expire_oldest_decided();
