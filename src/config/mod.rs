@@ -624,6 +624,21 @@ mod tests {
     }
 
     #[test]
+    fn storage_directory_parses_and_unknown_keys_are_rejected() {
+        let c = Config::parse("c.yaml", "storage:\n  directory: /var/lib/mcp-health\n", &env).unwrap();
+        assert_eq!(c.storage, Some(Storage { directory: "/var/lib/mcp-health".into() }));
+        assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().storage, None, "absent = in memory");
+        let e = Config::parse("c.yaml", "storage:\n  dir: /x\n", &env).unwrap_err().to_string();
+        assert!(e.contains("dir"), "{e}");
+        let e = Config::parse("c.yaml", "storage:\n  directory: ''\n", &env).unwrap_err().to_string();
+        assert!(e.contains("storage.directory"), "{e}");
+        // The documented example, uncommented, is accepted.
+        let doc =
+            include_str!("../../otel-config/mcp-health.yaml").replace("# storage:", "storage:").replace("#   directory:", "  directory:");
+        assert!(Config::parse("doc", &doc, &env).unwrap().storage.is_some());
+    }
+
+    #[test]
     fn gate_extension_parses_and_is_checked() {
         let t = "extensions:\n  gate:\n    unpinned: deny\n";
         let c = Config::parse("c.yaml", t, &env).unwrap();
