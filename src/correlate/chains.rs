@@ -113,6 +113,11 @@ struct DecidedChain {
     decided_at: Moment,
 }
 
+/// The operation keys the calls of a chain named.
+fn op_keys(spans: &[SpanEvidence]) -> Vec<Box<str>> {
+    spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.clone()).collect()
+}
+
 /// The least extra wait of a server half for its client half (see `crossjoin`).
 const SERVER_HALF_WAIT: Duration = Duration::from_secs(2);
 
@@ -162,6 +167,10 @@ pub struct Chains {
     dirty_ops: rustc_hash::FxHashSet<Box<str>>,
     /// Chains decided at shutdown (not kept for revision here), still to be put in the store.
     shutdown_decided: Vec<crate::state::DecidedRecord>,
+    /// Decided chains forgotten here under a bound (`max_decided`, `max_bytes`) before their
+    /// late-span window passed, still in the store: a late span takes one back from there
+    /// (decision time and operation keys, so the window still ends it and its keys go with it).
+    spilled: crate::bounded::BoundedMap<TraceId, (Moment, Vec<Box<str>>)>,
 }
 
 impl Chains {
@@ -183,6 +192,7 @@ impl Chains {
             dirty: Default::default(),
             dirty_ops: Default::default(),
             shutdown_decided: Vec::new(),
+            spilled: crate::bounded::BoundedMap::with_capacity("spilled_decided", 100_000),
         }
     }
 
@@ -234,13 +244,16 @@ impl Chains {
                     })),
                 ),
                 // Reopened by a late span: the stored revision stays until the new one is decided.
-                None if self.active.contains_key(&id) => {}
+                // Spilled under a bound: it stays in the store until its window passes.
+                None if self.active.contains_key(&id) || self.spilled.contains(&id) => {}
                 None => out.delete(Table::Decided, trace_key(&id)),
             }
         }
         for k in std::mem::take(&mut self.dirty_ops) {
             match self.operations.get(&k) {
-                Some(t) if self.decided.contains_key(t) || self.active.contains_key(t) => out.put(k.to_string(), Record::Operation(*t)),
+                Some(t) if self.decided.contains_key(t) || self.active.contains_key(t) || self.spilled.contains(t) => {
+                    out.put(k.to_string(), Record::Operation(*t))
+                }
                 _ => out.delete(Table::Operations, k.to_string()),
             }
         }
@@ -264,7 +277,29 @@ impl Chains {
             DecidedChain { spans: r.spans, root_seen: r.root_seen, truncated: r.truncated, bytes, revision: r.revision, decided_at: at },
         );
         while self.decided.len() > self.limits.max_decided {
-            self.expire_oldest_decided();
+            self.expire_oldest_decided(false);
+        }
+    }
+
+    /// The decided chain a span would revise, when it is one forgotten here under a bound but
+    /// still in the store (its own trace, or its call's by operation key for a verifier).
+    pub fn spilled_target(&self, ev: &SpanEvidence) -> Option<TraceId> {
+        if self.spilled.is_empty() {
+            return None;
+        }
+        let own = ev.trace_id;
+        let target = match ev.operation_key.as_deref() {
+            Some(k) if ev.method.is_none() && !ev.outcomes.is_empty() => self.operations.get(k).copied().unwrap_or(own),
+            _ => own,
+        };
+        (self.spilled.contains(&target) && !self.active.contains_key(&target) && !self.decided.contains_key(&target)).then_some(target)
+    }
+
+    /// A spilled chain came back from the store (`Some`), or the store no longer has it.
+    pub fn unspill(&mut self, id: TraceId, record: Option<crate::state::DecidedRecord>) {
+        self.spilled.remove(&id);
+        if let Some(r) = record {
+            self.restore_decided(r);
         }
     }
 
@@ -466,7 +501,7 @@ impl Chains {
             // An evicted chain is kept for revision like any decided chain, so its bytes are only
             // released by forgetting it: do that before evicting the next live chain.
             while self.bytes > self.limits.max_bytes && !self.decided.is_empty() {
-                self.expire_oldest_decided();
+                self.expire_oldest_decided(false);
             }
             if !(self.active.len() >= self.limits.max_chains || self.bytes > self.limits.max_bytes) || self.active.is_empty() {
                 break;
@@ -479,11 +514,17 @@ impl Chains {
         }
     }
 
-    fn expire_oldest_decided(&mut self) {
+    /// Forget the oldest decided chain: its window passed (`by_window`), or a bound needs room.
+    /// With a store, one forgotten under a bound stays in the store until its window passes.
+    fn expire_oldest_decided(&mut self, by_window: bool) {
         while let Some((_, id, rev)) = self.decided_order.pop_front() {
             if self.decided.get(&id).is_some_and(|d| d.revision == rev) {
                 if let Some(d) = self.decided.remove(&id) {
-                    self.mark(id, &d.spans);
+                    if self.track && !by_window {
+                        self.spilled.insert(id, (d.decided_at, op_keys(&d.spans)));
+                    } else {
+                        self.mark(id, &d.spans);
+                    }
                     self.bytes -= d.bytes;
                     self.stats.decided_expired += 1;
                     self.cross.unindex(id, &d.spans);
@@ -529,10 +570,27 @@ impl Chains {
                 self.decided_order.pop_front();
                 continue;
             }
-            if now.saturating_duration_since(at) < self.limits.late_span_window && self.decided.len() <= self.limits.max_decided {
+            let past = now.saturating_duration_since(at) >= self.limits.late_span_window;
+            if !past && self.decided.len() <= self.limits.max_decided {
                 break;
             }
-            self.expire_oldest_decided();
+            self.expire_oldest_decided(past);
+        }
+        if !self.spilled.is_empty() {
+            // Spilled chains past their window leave the store too.
+            let window = self.limits.late_span_window;
+            let mut gone = Vec::new();
+            self.spilled.retain(|id, (at, keys)| {
+                let keep = now.saturating_duration_since(*at) < window;
+                if !keep {
+                    gone.push((*id, std::mem::take(keys)));
+                }
+                keep
+            });
+            for (id, keys) in gone {
+                self.dirty.insert(id);
+                self.dirty_ops.extend(keys);
+            }
         }
         if !self.parked.is_empty() {
             let window = self.limits.late_span_window;
@@ -739,7 +797,7 @@ impl Chains {
             },
         );
         while self.decided.len() > self.limits.max_decided {
-            self.expire_oldest_decided();
+            self.expire_oldest_decided(false);
         }
     }
 }

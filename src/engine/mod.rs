@@ -199,6 +199,26 @@ impl Engine {
         }
     }
 
+    /// Late evidence for a decided chain forgotten under a bound (`max_decided`, `max_bytes`)
+    /// within its late-span window: take the chain back from the store first, so the evidence
+    /// revises it instead of being dropped.
+    fn take_back_spilled(&mut self, spans: &[SpanEvidence]) {
+        let Some(store) = self.store.clone() else { return };
+        for ev in spans {
+            let Some(id) = self.chains.spilled_target(ev) else { continue };
+            match store.get(crate::state::Table::Decided, &crate::state::trace_key(&id)) {
+                Ok(Some(crate::state::Record::Decided(r))) => self.chains.unspill(id, Some(*r)),
+                Ok(_) => self.chains.unspill(id, None),
+                Err(e) => {
+                    // The evidence is then late for a forgotten chain, as without a store.
+                    self.store_errors += 1;
+                    self.chains.unspill(id, None);
+                    tracing::warn!(error = %e, "could not read a decided chain back from the state store");
+                }
+            }
+        }
+    }
+
     /// Loads and writes of the state store that failed.
     pub fn store_errors(&self) -> u64 {
         self.store_errors
@@ -228,6 +248,7 @@ impl Engine {
         if let Some(pins) = self.pins.clone() {
             self.detect_drift(&batch.evidence, &pins, out);
         }
+        self.take_back_spilled(&batch.evidence);
         let mut decided = std::mem::take(&mut self.scratch);
         self.chains.ingest(batch, now, &mut decided);
         self.classify_decided(&mut decided, now, out);

@@ -196,6 +196,9 @@ fn a_failing_store_is_counted_and_changes_no_verdict() {
         fn apply(&mut self, _: &crate::state::Changes) -> Result<(), crate::state::StoreError> {
             Err(crate::state::StoreError::Backend("down".into()))
         }
+        fn get(&mut self, _: crate::state::Table, _: &str) -> Result<Option<crate::state::Record>, crate::state::StoreError> {
+            Err(crate::state::StoreError::Backend("down".into()))
+        }
     }
     let run = |store: Option<StoreHandle>| {
         let mut cfg =
@@ -215,4 +218,51 @@ fn a_failing_store_is_counted_and_changes_no_verdict() {
     assert_eq!(plain, broken);
     assert_eq!(errs0, 0);
     assert!(errs >= 2, "the load and the writes are counted: {errs}");
+}
+
+/// Issue 8, defect 5: a decided chain forgotten under `max_decided` before its late-span window
+/// passed is revised from the store by a late receipt; without a store the receipt is dropped.
+#[test]
+fn late_evidence_for_a_chain_forgotten_under_a_bound_revises_it_from_the_store() {
+    let run = |store: Option<StoreHandle>| {
+        let mut cfg = EngineConfig::new(
+            ChainLimits { decision_wait: Duration::from_millis(10), max_decided: 1, ..ChainLimits::default() },
+            SessionLimits::default(),
+        );
+        cfg.store = store;
+        let mut e = Engine::new(cfg);
+        let mut out = Vec::new();
+        let mut first = call(2, 200);
+        first.operation_key = Some("op-2".into());
+        e.ingest(batch(vec![first]), at(0), &mut out);
+        e.tick(at(20), &mut out);
+        // A second decided chain pushes the first out of memory (max_decided: 1).
+        e.ingest(batch(vec![call(5, 300)]), at(200), &mut out);
+        e.tick(at(400), &mut out);
+        out.clear();
+        // A verifier in its own trace, by operation key, and a receipt under the call.
+        let mut by_key = SpanEvidence::new([6; 16], [6; 8]);
+        by_key.operation_key = Some("op-2".into());
+        by_key.outcomes.push(OutcomeReceipt {
+            result: OutcomeResult::Confirmed,
+            method: VerifierMethod::RowVersion,
+            checked_at_ns: 260,
+            request_id: None,
+        });
+        e.ingest(batch(vec![by_key]), at(10_000), &mut out);
+        e.tick(at(10_100), &mut out);
+        (calls(&out).into_iter().map(|v| (v.trace_id, v.revision, v.state)).collect::<Vec<_>>(), e)
+    };
+    let (plain, e) = run(None);
+    assert!(plain.is_empty(), "{plain:?}");
+    assert_eq!(e.chains().stats.late_evidence_dropped, 1, "in memory only, it comes too late: {:?}", e.chains().stats);
+    let store = StoreHandle::new(MemoryStore::new());
+    let (with_store, mut e) = run(Some(store.clone()));
+    assert_eq!(with_store, vec![([2; 16], 1, HealthState::Healthy)]);
+    // Once the window passes, the store forgets the chains too.
+    let mut out = Vec::new();
+    e.tick(at(400_000), &mut out);
+    e.drain(DecidedBy::Shutdown, at(400_001), &mut out);
+    let snap = store.load().unwrap();
+    assert!(snap.decided.is_empty() && snap.operations.is_empty(), "{} {:?}", snap.decided.len(), snap.operations);
 }

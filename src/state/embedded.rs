@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableTable, TableDefinition};
 
-use super::{Changes, Snapshot, StateStore, StoreError, Table};
+use super::{Changes, Record, Snapshot, StateStore, StoreError, Table};
 
 fn def(t: Table) -> TableDefinition<'static, &'static str, &'static [u8]> {
     TableDefinition::new(t.as_str())
@@ -65,6 +65,15 @@ impl StateStore for EmbeddedStore {
             }
         }
         Ok(s)
+    }
+
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
+        let tx = self.db.begin_read().map_err(backend)?;
+        let t = tx.open_table(def(table)).map_err(backend)?;
+        match t.get(key).map_err(backend)? {
+            Some(v) => Ok(Some(Record::decode(table, key, v.value())?)),
+            None => Ok(None),
+        }
     }
 
     fn apply(&mut self, changes: &Changes) -> Result<(), StoreError> {

@@ -37,6 +37,10 @@ impl StateStore for MemoryStore {
         Ok(s)
     }
 
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
+        Ok(self.records.get(&(table, key.to_string())).cloned())
+    }
+
     fn apply(&mut self, changes: &Changes) -> Result<(), StoreError> {
         for c in &changes.changes {
             match &c.value {

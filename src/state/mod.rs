@@ -173,6 +173,18 @@ impl Record {
         }
     }
 
+    /// A record of `table` from its stored bytes.
+    pub fn decode(table: Table, key: &str, bytes: &[u8]) -> Result<Record, StoreError> {
+        Ok(match table {
+            Table::Sessions => Record::Session(Box::new(decode(table, key, bytes)?)),
+            Table::Incidents => Record::Incident(Box::new(decode(table, key, bytes)?)),
+            Table::Recoveries => Record::Recoveries(decode(table, key, bytes)?),
+            Table::Decided => Record::Decided(Box::new(decode(table, key, bytes)?)),
+            Table::Operations => Record::Operation(decode(table, key, bytes)?),
+            Table::DriftReported => Record::DriftReported(decode(table, key, bytes)?),
+        })
+    }
+
     /// The record's bytes as stored.
     pub fn encode(&self) -> Result<Vec<u8>, StoreError> {
         match self {
@@ -271,6 +283,9 @@ pub trait StateStore: Send {
     fn load(&mut self) -> Result<Snapshot, StoreError>;
     /// Apply the changes as one transaction: all of them or none.
     fn apply(&mut self, changes: &Changes) -> Result<(), StoreError>;
+    /// One record, by table and key (a decided chain the engine forgot under its bounds, wanted
+    /// back by a late span).
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError>;
     /// Bytes the store holds on disk, where it knows (for the benchmark).
     fn bytes_on_disk(&self) -> Option<u64> {
         None
@@ -302,6 +317,10 @@ impl StoreHandle {
 
     pub fn bytes_on_disk(&self) -> Option<u64> {
         self.lock().bytes_on_disk()
+    }
+
+    pub fn get(&self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
+        self.lock().get(table, key)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn StateStore>> {
