@@ -9,6 +9,13 @@
 //! The engine owns every piece of state that outlives one batch: the chain table and its joins,
 //! the catalog sessions, the incident book, the drift already reported, the calls already
 //! reported `working`, and the gate's view of the catalogs.
+//!
+//! With a state store ([`EngineConfig::store`], `storage.directory`), the engine records which
+//! keys of that state changed and writes them as one transaction at most every
+//! [`crate::state::PERSIST_EVERY`] of its own time and at every drain; it loads them back when it
+//! is made (sessions, and the gate's view from them; open incidents and recoveries; decided chains
+//! still in their late-span window, with their operation keys; drift reported). A store error is
+//! logged and counted and the engine goes on in memory: no verdict depends on a write.
 
 pub mod decided;
 
