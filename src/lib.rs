@@ -19,5 +19,6 @@ pub mod loadgen;
 pub mod normalize;
 pub mod receive;
 pub mod service;
+pub mod state;
 pub mod tap;
 pub mod verdict;

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::evidence::{SpanId, TraceId};
 
 /// The five ordered layers of a tool-call attempt (SPEC section 2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Layer {
     Transport,
@@ -76,7 +76,7 @@ impl Serialize for Layers {
 }
 
 /// The health-contract state of SPEC section 3, in precedence order (earlier wins).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthState {
     NeedsAuth,
@@ -137,7 +137,7 @@ impl fmt::Display for HealthState {
 }
 
 /// How much the verdict can be leaned on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Confidence {
     Low,

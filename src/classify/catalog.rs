@@ -15,7 +15,7 @@ use super::digest::{registry_digest, ToolDigest, PROJECTION_VERSION};
 use crate::evidence::catalog::{ListPage, SignalSource};
 
 /// One timestamped catalog event of a session.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum CatalogEventKind {
     Signal(SignalSource),
     /// A `tools/list` page; `start_ns` is when its request started.
@@ -29,7 +29,7 @@ pub enum CatalogEventKind {
     Reconnect,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CatalogEvent {
     /// When it happened (a page: when its response arrived).
     pub at_ns: u64,
@@ -53,7 +53,7 @@ pub enum RefreshPolicy {
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Convergence {
     Converged,

@@ -14,12 +14,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::verdict::{Confidence, HealthState, Layer, Verdict};
 
 /// What groups failures into one incident.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Cause {
     pub first_failed_layer: Option<Layer>,
     pub state: HealthState,
@@ -31,7 +31,7 @@ pub struct Cause {
 }
 
 /// Where an incident stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IncidentState {
     Open,
@@ -69,8 +69,27 @@ impl Transition {
     }
 }
 
+/// The latest verifier result seen on an incident's calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifierResult {
+    Confirmed,
+    FailedOrMissing,
+    Unobserved,
+}
+
+impl VerifierResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifierResult::Confirmed => "confirmed",
+            VerifierResult::FailedOrMissing => "failed_or_missing",
+            VerifierResult::Unobserved => "unobserved",
+        }
+    }
+}
+
 /// One incident row (SPEC section 6).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Incident {
     /// Stable id: a hash of the cause.
     pub id: String,
@@ -89,7 +108,7 @@ pub struct Incident {
     /// The authority the calls need (an OAuth scope; never a token).
     pub required_authority: Option<Box<str>>,
     /// The latest verifier result seen on the incident's calls.
-    pub verifier_result: Option<&'static str>,
+    pub verifier_result: Option<VerifierResult>,
     pub next_action: String,
 }
 
@@ -105,12 +124,16 @@ pub struct IncidentBook {
     open: FxHashMap<Cause, Incident>,
     recoveries: FxHashMap<Option<Arc<str>>, FxHashMap<Scope, u64>>,
     pub resolved_total: u64,
+    /// Record which incidents and recoveries change, for the state store.
+    track: bool,
+    dirty_open: rustc_hash::FxHashSet<Cause>,
+    dirty_recoveries: rustc_hash::FxHashSet<Option<Arc<str>>>,
 }
 
 /// What a healthy call shows works again, as the keys an incident's cause is looked up by (one
-/// per way a cause can match: see [`resolves`]); the value kept is the latest evidence end.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Scope {
+/// per way a cause can match: see [`wanted_scope`] and [`shows`]); the value kept is the latest evidence end.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Scope {
     /// Any call of the server (a cause that names neither tool nor credential).
     Server,
     Tool(Arc<str>),
@@ -120,6 +143,14 @@ enum Scope {
     /// has none, the agent).
     Session(Option<Arc<str>>, Option<Box<str>>, String),
     Agent(Option<Arc<str>>, Option<Box<str>>, Arc<str>),
+}
+
+/// One remembered scope of healthy calls and the latest evidence end that showed it (the store's
+/// record of a server's recoveries is a list of these).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recovery {
+    pub scope: Scope,
+    pub end_ns: u64,
 }
 
 /// The scopes a healthy call shows, each with the call's evidence end.
@@ -180,6 +211,66 @@ pub fn cause_of(v: &Verdict) -> Option<Cause> {
 }
 
 impl IncidentBook {
+    /// Record, from now on, which incidents change (for the state store).
+    pub fn track_changes(&mut self) {
+        self.track = true;
+    }
+
+    /// The incidents and recoveries changed since the last call, as store changes: an open
+    /// incident is put, a resolved (or evicted) one deleted.
+    pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
+        use crate::state::{recovery_key, Record, RecoveriesRecord, Table};
+        for c in std::mem::take(&mut self.dirty_open) {
+            match self.open.get(&c) {
+                Some(inc) => out.put(inc.id.clone(), Record::Incident(Box::new(inc.clone()))),
+                None => out.delete(Table::Incidents, incident_id(&c)),
+            }
+        }
+        for server in std::mem::take(&mut self.dirty_recoveries) {
+            let key = recovery_key(server.as_deref());
+            match self.recoveries.get(&server) {
+                Some(m) => out.put(
+                    key,
+                    Record::Recoveries(RecoveriesRecord {
+                        server,
+                        recent: m.iter().map(|(scope, end_ns)| Recovery { scope: scope.clone(), end_ns: *end_ns }).collect(),
+                    }),
+                ),
+                None => out.delete(Table::Recoveries, key),
+            }
+        }
+    }
+
+    /// Take back an open incident from the store (at start-up), within the same bound.
+    pub fn restore_incident(&mut self, inc: Incident) {
+        if self.open.len() < MAX_OPEN || self.open.contains_key(&inc.cause) {
+            self.open.insert(inc.cause.clone(), inc);
+        }
+    }
+
+    /// Take back a server's recent healthy calls from the store (at start-up).
+    pub fn restore_recoveries(&mut self, server: Option<Arc<str>>, recent: Vec<Recovery>) {
+        if self.recoveries.len() < MAX_RECOVERY_SERVERS || self.recoveries.contains_key(&server) {
+            let mut recent = recent;
+            // Within the bound, the latest first.
+            recent.sort_by_key(|r| std::cmp::Reverse(r.end_ns));
+            recent.truncate(MAX_RECOVERIES);
+            self.recoveries.insert(server, recent.into_iter().map(|r| (r.scope, r.end_ns)).collect());
+        }
+    }
+
+    fn mark_open(&mut self, c: &Cause) {
+        if self.track {
+            self.dirty_open.insert(c.clone());
+        }
+    }
+
+    fn mark_server(&mut self, s: &Option<Arc<str>>) {
+        if self.track {
+            self.dirty_recoveries.insert(s.clone());
+        }
+    }
+
     pub fn open_incidents(&self) -> impl Iterator<Item = &Incident> {
         self.open.values()
     }
@@ -196,8 +287,10 @@ impl IncidentBook {
                 // Bounded: the stalest incident makes room (it stays counted as resolved-by-eviction).
                 if let Some(k) = self.open.iter().min_by_key(|(_, i)| i.last_evidence_ns).map(|(k, _)| k.clone()) {
                     self.open.remove(&k);
+                    self.mark_open(&k);
                 }
             }
+            self.mark_open(&cause);
             let inc = self.open.entry(cause.clone()).or_insert_with(|| Incident {
                 id,
                 cause,
@@ -270,9 +363,10 @@ impl IncidentBook {
     }
 
     fn resolve(&mut self, mut inc: Incident, end_ns: u64) -> (Transition, Incident) {
+        self.mark_open(&inc.cause);
         inc.state = IncidentState::Resolved;
         inc.last_evidence_ns = inc.last_evidence_ns.max(end_ns);
-        inc.verifier_result = Some("confirmed");
+        inc.verifier_result = Some(VerifierResult::Confirmed);
         self.resolved_total += 1;
         (Transition::Resolved, inc)
     }
@@ -280,10 +374,12 @@ impl IncidentBook {
     /// Keep the scopes of a healthy call (bounded per server and in servers; what makes room is
     /// the oldest evidence).
     fn remember(&mut self, server: Option<Arc<str>>, scopes: Vec<Scope>, end_ns: u64) {
+        self.mark_server(&server);
         if !self.recoveries.contains_key(&server) && self.recoveries.len() >= MAX_RECOVERY_SERVERS {
             let oldest = self.recoveries.iter().min_by_key(|(_, m)| m.get(&Scope::Server).copied().unwrap_or(0)).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 self.recoveries.remove(&k);
+                self.mark_server(&k);
             }
         }
         let m = self.recoveries.entry(server).or_default();
@@ -345,11 +441,11 @@ fn latest_recovery(inc: &Incident, m: &FxHashMap<Scope, u64>) -> Option<u64> {
     by_session.or(by_agent)
 }
 
-fn outcome_word(v: &Verdict) -> &'static str {
+fn outcome_word(v: &Verdict) -> VerifierResult {
     match (v.state, v.layers.get(Layer::Outcome)) {
-        (HealthState::FalseSuccess, _) => "failed_or_missing",
-        (_, crate::verdict::LayerStatus::Passed) => "confirmed",
-        _ => "unobserved",
+        (HealthState::FalseSuccess, _) => VerifierResult::FailedOrMissing,
+        (_, crate::verdict::LayerStatus::Passed) => VerifierResult::Confirmed,
+        _ => VerifierResult::Unobserved,
     }
 }
 

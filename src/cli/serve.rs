@@ -48,6 +48,8 @@ pub enum ServeError {
     Lockfile(crate::config::lockfile::LockError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("cannot open the state store in {0}: {1}")]
+    Store(String, crate::state::StoreError),
     #[error("the engine stopped unexpectedly; verdicts can no longer be decided")]
     EngineStopped,
 }
@@ -314,6 +316,13 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     let (stop_tx, stop_rx) = oneshot::channel();
     let mut engine_cfg = super::replay::engine_config(&cfg);
     engine_cfg.pins = pins.clone();
+    if let Some(st) = &cfg.storage {
+        // Asked for durable state and not getting it is an error at start, not a silent downgrade.
+        let store = crate::state::StoreHandle::open_directory(&st.directory)
+            .map_err(|e| ServeError::Store(st.directory.display().to_string(), e))?;
+        tracing::info!(directory = %st.directory.display(), "state store opened");
+        engine_cfg.store = Some(store);
+    }
     let engine = Engine::new(engine_cfg);
     let gate_state = gate_l.as_ref().map(|(_, unpinned)| crate::gate::GateState { pins, board: engine.board(), unpinned: *unpinned });
     let heartbeat = Heartbeat::new(Moment::wall_now());

@@ -42,6 +42,18 @@ pub struct Config {
     pub extensions: Extensions,
     #[serde(default)]
     pub service: Service,
+    /// Where the cross-trace state outlives the process (`storage.directory`); absent, it is kept
+    /// in memory only.
+    #[serde(default)]
+    pub storage: Option<Storage>,
+}
+
+/// `storage:` — the embedded durable state store.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Storage {
+    /// A directory the service may write; the store is `state.redb` in it (created if missing).
+    pub directory: std::path::PathBuf,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -560,6 +572,9 @@ impl Config {
         if p.max_chains == 0 || p.queue_size == 0 || p.max_spans_per_chain == 0 {
             return bad("processors.mcp_health", "max_chains, queue_size and max_spans_per_chain must be at least 1");
         }
+        if self.storage.as_ref().is_some_and(|st| st.directory.as_os_str().is_empty()) {
+            return bad("storage.directory", "must be a directory path");
+        }
         for (key, limit) in p.state_limits.entries() {
             if limit == 0 {
                 return bad(&format!("processors.mcp_health.limits.{key}"), "must be at least 1");
@@ -670,6 +685,21 @@ mod tests {
         let t = "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpont: 127.0.0.1:4317\n";
         let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
         assert!(e.contains("endpont") && e.contains("line 5"), "{e}");
+    }
+
+    #[test]
+    fn storage_directory_parses_and_unknown_keys_are_rejected() {
+        let c = Config::parse("c.yaml", "storage:\n  directory: /var/lib/mcp-health\n", &env).unwrap();
+        assert_eq!(c.storage, Some(Storage { directory: "/var/lib/mcp-health".into() }));
+        assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().storage, None, "absent = in memory");
+        let e = Config::parse("c.yaml", "storage:\n  dir: /x\n", &env).unwrap_err().to_string();
+        assert!(e.contains("dir"), "{e}");
+        let e = Config::parse("c.yaml", "storage:\n  directory: ''\n", &env).unwrap_err().to_string();
+        assert!(e.contains("storage.directory"), "{e}");
+        // The documented example, uncommented, is accepted.
+        let doc =
+            include_str!("../../otel-config/mcp-health.yaml").replace("# storage:", "storage:").replace("#   directory:", "  directory:");
+        assert!(Config::parse("doc", &doc, &env).unwrap().storage.is_some());
     }
 
     #[test]

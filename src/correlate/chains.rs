@@ -116,6 +116,12 @@ struct DecidedChain {
     truncated: bool,
     bytes: usize,
     revision: u32,
+    decided_at: Moment,
+}
+
+/// The operation keys the calls of a chain named.
+fn op_keys(spans: &[SpanEvidence]) -> Vec<Box<str>> {
+    spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.clone()).collect()
 }
 
 /// The least extra wait of a server half for its client half (see `crossjoin`).
@@ -161,6 +167,16 @@ pub struct Chains {
     /// shutdown — so a client half decided first still counts as a rival of one decided later:
     /// "an ambiguous match is no match" must not depend on the order of decisions.
     limbo: FxHashMap<TraceId, DecidedChain>,
+    /// Record which decided chains and operation keys changed, for the state store.
+    track: bool,
+    dirty: rustc_hash::FxHashSet<TraceId>,
+    dirty_ops: rustc_hash::FxHashSet<Box<str>>,
+    /// Chains decided at shutdown (not kept for revision here), still to be put in the store.
+    shutdown_decided: Vec<crate::state::DecidedRecord>,
+    /// Decided chains forgotten here under a bound (`max_decided`, `max_bytes`) before their
+    /// late-span window passed, still in the store: a late span takes one back from there
+    /// (decision time and operation keys, so the window still ends it and its keys go with it).
+    spilled: crate::bounded::BoundedMap<TraceId, (Moment, Vec<Box<str>>)>,
 }
 
 impl Chains {
@@ -179,7 +195,124 @@ impl Chains {
             cross: CrossJoin::default(),
             forgotten: crate::bounded::BoundedSet::with_capacity("forgotten_traces", 100_000),
             limbo: FxHashMap::default(),
+            track: false,
+            dirty: Default::default(),
+            dirty_ops: Default::default(),
+            shutdown_decided: Vec::new(),
+            spilled: crate::bounded::BoundedMap::with_capacity("spilled_decided", 100_000),
         }
+    }
+
+    /// Record, from now on, which decided chains change (for the state store).
+    pub fn track_changes(&mut self) {
+        self.track = true;
+    }
+
+    fn mark(&mut self, id: TraceId, spans: &[SpanEvidence]) {
+        if self.track {
+            self.dirty.insert(id);
+            for s in spans {
+                if let (Some(k), Some(_)) = (s.operation_key.as_deref(), &s.method) {
+                    self.dirty_ops.insert(k.into());
+                }
+            }
+        }
+    }
+
+    /// The decided chains and operation keys changed since the last call, as store changes: a
+    /// decided chain kept for revision is put, one forgotten is deleted; an operation key is kept
+    /// while the chain of its call is (so a verifier after a restart still finds it).
+    pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
+        use crate::state::{trace_key, DecidedRecord, Record, Table};
+        let shutdown = std::mem::take(&mut self.shutdown_decided);
+        for r in shutdown {
+            self.dirty.remove(&r.trace_id);
+            for s in &r.spans {
+                if let (Some(k), Some(_)) = (s.operation_key.as_deref(), &s.method) {
+                    if self.operations.get(k) == Some(&r.trace_id) {
+                        self.dirty_ops.remove(k);
+                        out.put(k.to_string(), Record::Operation(r.trace_id));
+                    }
+                }
+            }
+            out.put(trace_key(&r.trace_id), Record::Decided(Box::new(r)));
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            match self.decided.get(&id) {
+                Some(d) => out.put(
+                    trace_key(&id),
+                    Record::Decided(Box::new(DecidedRecord {
+                        trace_id: id,
+                        spans: d.spans.clone(),
+                        root_seen: d.root_seen,
+                        truncated: d.truncated,
+                        revision: d.revision,
+                        decided_at_ns: d.decided_at.as_nanos(),
+                    })),
+                ),
+                // Reopened by a late span: the stored revision stays until the new one is decided.
+                // Spilled under a bound: it stays in the store until its window passes.
+                None if self.active.contains_key(&id) || self.spilled.contains(&id) => {}
+                None => out.delete(Table::Decided, trace_key(&id)),
+            }
+        }
+        for k in std::mem::take(&mut self.dirty_ops) {
+            match self.operations.get(&k) {
+                Some(t) if self.decided.contains_key(t) || self.active.contains_key(t) || self.spilled.contains(t) => {
+                    out.put(k.to_string(), Record::Operation(*t))
+                }
+                _ => out.delete(Table::Operations, k.to_string()),
+            }
+        }
+    }
+
+    /// Take back a decided chain from the store (at start-up, oldest first). It is kept for
+    /// revision until `late_span_window` after its decision, like any decided chain.
+    pub fn restore_decided(&mut self, r: crate::state::DecidedRecord) {
+        if self.active.contains_key(&r.trace_id) || self.decided.contains_key(&r.trace_id) {
+            return;
+        }
+        let bytes: usize = r.spans.iter().map(|s| s.approx_bytes()).sum();
+        for ev in &r.spans {
+            self.cross.index(r.trace_id, ev);
+        }
+        let at = Moment::from_nanos(r.decided_at_ns);
+        self.bytes += bytes;
+        self.decided_order.push_back((at, r.trace_id, r.revision));
+        self.decided.insert(
+            r.trace_id,
+            DecidedChain { spans: r.spans, root_seen: r.root_seen, truncated: r.truncated, bytes, revision: r.revision, decided_at: at },
+        );
+        while self.decided.len() > self.limits.max_decided {
+            self.expire_oldest_decided(false);
+        }
+    }
+
+    /// The decided chain a span would revise, when it is one forgotten here under a bound but
+    /// still in the store (its own trace, or its call's by operation key for a verifier).
+    pub fn spilled_target(&self, ev: &SpanEvidence) -> Option<TraceId> {
+        if self.spilled.is_empty() {
+            return None;
+        }
+        let own = ev.trace_id;
+        let target = match ev.operation_key.as_deref() {
+            Some(k) if ev.method.is_none() && !ev.outcomes.is_empty() => self.operations.get(k).copied().unwrap_or(own),
+            _ => own,
+        };
+        (self.spilled.contains(&target) && !self.active.contains_key(&target) && !self.decided.contains_key(&target)).then_some(target)
+    }
+
+    /// A spilled chain came back from the store (`Some`), or the store no longer has it.
+    pub fn unspill(&mut self, id: TraceId, record: Option<crate::state::DecidedRecord>) {
+        self.spilled.remove(&id);
+        if let Some(r) = record {
+            self.restore_decided(r);
+        }
+    }
+
+    /// Take back an operation key from the store.
+    pub fn restore_operation(&mut self, key: &str, trace: TraceId) {
+        self.operations.insert(key.into(), trace);
     }
 
     pub fn in_flight(&self) -> usize {
@@ -375,7 +508,7 @@ impl Chains {
             // An evicted chain is kept for revision like any decided chain, so its bytes are only
             // released by forgetting it: do that before evicting the next live chain.
             while self.bytes > self.limits.max_bytes && !self.decided.is_empty() {
-                self.expire_oldest_decided();
+                self.expire_oldest_decided(false);
             }
             if !(self.active.len() >= self.limits.max_chains || self.bytes > self.limits.max_bytes) || self.active.is_empty() {
                 break;
@@ -388,10 +521,17 @@ impl Chains {
         }
     }
 
-    fn expire_oldest_decided(&mut self) {
+    /// Forget the oldest decided chain: its window passed (`by_window`), or a bound needs room.
+    /// With a store, one forgotten under a bound stays in the store until its window passes.
+    fn expire_oldest_decided(&mut self, by_window: bool) {
         while let Some((_, id, rev)) = self.decided_order.pop_front() {
             if self.decided.get(&id).is_some_and(|d| d.revision == rev) {
                 if let Some(d) = self.decided.remove(&id) {
+                    if self.track && !by_window {
+                        self.spilled.insert(id, (d.decided_at, op_keys(&d.spans)));
+                    } else {
+                        self.mark(id, &d.spans);
+                    }
                     self.bytes -= d.bytes;
                     self.stats.decided_expired += 1;
                     self.cross.unindex(id, &d.spans);
@@ -437,10 +577,27 @@ impl Chains {
                 self.decided_order.pop_front();
                 continue;
             }
-            if now.saturating_duration_since(at) < self.limits.late_span_window && self.decided.len() <= self.limits.max_decided {
+            let past = now.saturating_duration_since(at) >= self.limits.late_span_window;
+            if !past && self.decided.len() <= self.limits.max_decided {
                 break;
             }
-            self.expire_oldest_decided();
+            self.expire_oldest_decided(past);
+        }
+        if !self.spilled.is_empty() {
+            // Spilled chains past their window leave the store too.
+            let window = self.limits.late_span_window;
+            let mut gone = Vec::new();
+            self.spilled.retain(|id, (at, keys)| {
+                let keep = now.saturating_duration_since(*at) < window;
+                if !keep {
+                    gone.push((*id, std::mem::take(keys)));
+                }
+                keep
+            });
+            for (id, keys) in gone {
+                self.dirty.insert(id);
+                self.dirty_ops.extend(keys);
+            }
         }
         if !self.parked.is_empty() {
             let window = self.limits.late_span_window;
@@ -606,20 +763,48 @@ impl Chains {
             previous: c.previous,
         });
         if self.limits.max_decided == 0 || by == DecidedBy::Shutdown {
+            if self.track && self.limits.max_decided > 0 {
+                // Decided at shutdown: not kept here, but kept in the store, so that a late span
+                // after the restart still revises it.
+                self.mark(id, &c.spans);
+                self.shutdown_decided.push(crate::state::DecidedRecord {
+                    trace_id: id,
+                    spans: c.spans.clone(),
+                    root_seen: c.root_seen,
+                    truncated: c.truncated,
+                    revision: c.revision,
+                    decided_at_ns: now.as_nanos(),
+                });
+            }
             self.limbo.insert(
                 id,
-                DecidedChain { spans: c.spans, root_seen: c.root_seen, truncated: c.truncated, bytes: c.bytes, revision: c.revision },
+                DecidedChain {
+                    spans: c.spans,
+                    root_seen: c.root_seen,
+                    truncated: c.truncated,
+                    bytes: c.bytes,
+                    revision: c.revision,
+                    decided_at: now,
+                },
             );
             return;
         }
         self.cross.remember_refused(now, crossjoin::refused_requests(&c.spans), self.limits.late_span_window);
         self.decided_order.push_back((now, id, c.revision));
+        self.mark(id, &c.spans);
         self.decided.insert(
             id,
-            DecidedChain { spans: c.spans, root_seen: c.root_seen, truncated: c.truncated, bytes: c.bytes, revision: c.revision },
+            DecidedChain {
+                spans: c.spans,
+                root_seen: c.root_seen,
+                truncated: c.truncated,
+                bytes: c.bytes,
+                revision: c.revision,
+                decided_at: now,
+            },
         );
         while self.decided.len() > self.limits.max_decided {
-            self.expire_oldest_decided();
+            self.expire_oldest_decided(false);
         }
     }
 }

@@ -85,11 +85,68 @@ pub struct Sessions {
     limits: SessionLimits,
     map: FxHashMap<String, SessionState>,
     pub expired: u64,
+    /// Record which sessions change, for the state store.
+    track: bool,
+    dirty: rustc_hash::FxHashSet<String>,
 }
 
 impl Sessions {
     pub fn new(limits: SessionLimits) -> Self {
-        Sessions { limits, map: FxHashMap::default(), expired: 0 }
+        Sessions { limits, map: FxHashMap::default(), expired: 0, track: false, dirty: Default::default() }
+    }
+
+    /// Record, from now on, which sessions change (for the state store).
+    pub fn track_changes(&mut self) {
+        self.track = true;
+    }
+
+    fn mark(&mut self, key: &str) {
+        if self.track && !self.dirty.contains(key) {
+            self.dirty.insert(key.to_string());
+        }
+    }
+
+    /// The sessions changed since the last call, as store changes (put, or delete when forgotten).
+    pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
+        use crate::state::{Record, SessionRecord, Table};
+        for key in std::mem::take(&mut self.dirty) {
+            match self.map.get(&key) {
+                Some(st) => {
+                    let rec = SessionRecord {
+                        events: st.events.clone(),
+                        page_requests: st.page_requests.clone(),
+                        last_seen_ns: st.last_seen.as_nanos(),
+                        last: st.last,
+                        last_activity_ns: st.last_activity_ns,
+                        server: st.server.clone(),
+                        trace_id: st.trace_id,
+                        span_id: st.span_id,
+                        has_ttl: st.has_ttl,
+                    };
+                    out.put(key, Record::Session(Box::new(rec)));
+                }
+                None => out.delete(Table::Sessions, key),
+            }
+        }
+    }
+
+    /// Take back a session from the store (at start-up), within the same bound.
+    pub fn restore(&mut self, key: String, r: crate::state::SessionRecord) {
+        if !self.map.contains_key(&key) && self.map.len() >= self.limits.max_sessions {
+            return;
+        }
+        let st = SessionState {
+            events: r.events,
+            page_requests: r.page_requests,
+            last_seen: Moment::from_nanos(r.last_seen_ns),
+            last: r.last,
+            last_activity_ns: r.last_activity_ns,
+            server: r.server,
+            trace_id: r.trace_id,
+            span_id: r.span_id,
+            has_ttl: r.has_ttl,
+        };
+        self.map.insert(key, st);
     }
 
     pub fn len(&self) -> usize {
@@ -183,6 +240,9 @@ impl Sessions {
             }
         }
         let mut changes = Vec::new();
+        for (key, _) in &touched {
+            self.mark(key);
+        }
         for (key, at) in touched {
             let policy = self.limits.refresh_policy;
             let Some(st) = self.map.get_mut(&key) else { continue };
@@ -240,6 +300,9 @@ impl Sessions {
             }
         }
         changes.sort_by(|a, b| a.session_key.cmp(&b.session_key));
+        for c in &changes {
+            self.mark(&c.session_key);
+        }
         changes
     }
 
@@ -340,6 +403,7 @@ impl Sessions {
             self.map.iter().filter(|(_, st)| now.saturating_duration_since(st.last_seen) >= idle).map(|(k, _)| k.clone()).collect();
         for k in &gone {
             self.map.remove(k);
+            self.mark(k);
         }
         self.expired += gone.len() as u64;
         gone
@@ -348,6 +412,7 @@ impl Sessions {
     fn evict_idlest(&mut self) {
         if let Some(k) = self.map.iter().min_by_key(|(_, st)| st.last_seen).map(|(k, _)| k.clone()) {
             self.map.remove(&k);
+            self.mark(&k);
             self.expired += 1;
         }
     }

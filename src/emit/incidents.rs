@@ -58,7 +58,7 @@ pub fn attributes(t: Transition, inc: &Incident) -> Vec<KeyValue> {
         a.push(s("mcp_health.incident.required_authority", sc.to_string()));
     }
     if let Some(vr) = inc.verifier_result {
-        a.push(s("mcp_health.incident.verifier_result", vr));
+        a.push(s("mcp_health.incident.verifier_result", vr.as_str()));
     }
     a
 }

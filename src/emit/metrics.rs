@@ -77,6 +77,7 @@ pub struct HealthMeters {
     pub spans_truncated: Counter<u64>,
     pub chains_evicted: Counter<u64>,
     pub chains_callless: Counter<u64>,
+    pub store_errors: Counter<u64>,
     pub late_evidence_dropped: Counter<u64>,
     pub verifiers_parked: Counter<u64>,
     pub verifiers_parked_dropped: Counter<u64>,
@@ -125,6 +126,10 @@ impl HealthMeters {
             chains_callless: c(
                 "mcp_health.chains.callless",
                 "Chains that gave no verdict because they hold no MCP request (a verifier or an HTTP span alone)",
+            ),
+            store_errors: c(
+                "mcp_health.state.store_errors",
+                "Loads and writes of the state store (storage.directory) that failed; the engine went on in memory",
             ),
             late_evidence_dropped: c(
                 "mcp_health.spans.late_dropped",

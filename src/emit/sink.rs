@@ -110,6 +110,7 @@ pub struct MetricsSink {
     tally: VerdictTally,
     last_stats: crate::correlate::ChainStats,
     last_callless: u64,
+    last_store_errors: u64,
     incident_groups: FxHashSet<[String; 4]>,
     convergence_groups: FxHashSet<(String, Convergence)>,
     working_groups: FxHashSet<(String, String)>,
@@ -122,6 +123,7 @@ impl MetricsSink {
             tally: VerdictTally::default(),
             last_stats: Default::default(),
             last_callless: 0,
+            last_store_errors: 0,
             incident_groups: Default::default(),
             convergence_groups: Default::default(),
             working_groups: Default::default(),
@@ -164,6 +166,8 @@ impl Sink for MetricsSink {
         m.evidence_bytes.record(g.evidence_bytes, &[]);
         self.last_stats = s.clone();
         self.last_callless = g.callless_chains;
+        m.store_errors.add(g.store_errors.saturating_sub(self.last_store_errors), &[]);
+        self.last_store_errors = g.store_errors;
         self.tally.flush(m);
 
         let incident_attrs = |k: &[String; 4]| {

@@ -9,6 +9,13 @@
 //! The engine owns every piece of state that outlives one batch: the chain table and its joins,
 //! the catalog sessions, the incident book, the drift already reported, the calls already
 //! reported `working`, and the gate's view of the catalogs.
+//!
+//! With a state store ([`EngineConfig::store`], `storage.directory`), the engine records which
+//! keys of that state changed and writes them as one transaction at most every
+//! [`crate::state::PERSIST_EVERY`] of its own time and at every drain; it loads them back when it
+//! is made (sessions, and the gate's view from them; open incidents and recoveries; decided chains
+//! still in their late-span window, with their operation keys; drift reported). A store error is
+//! logged and counted and the engine goes on in memory: no verdict depends on a write.
 
 pub mod decided;
 
@@ -48,6 +55,9 @@ pub struct EngineConfig {
     pub max_drift_reported: usize,
     /// Most in-flight calls remembered as already reported `working`.
     pub max_working_reported: usize,
+    /// Where the cross-trace state is kept beyond the process (`storage.directory`); `None`
+    /// keeps it in the engine's own tables only.
+    pub store: Option<crate::state::StoreHandle>,
 }
 
 impl EngineConfig {
@@ -70,6 +80,8 @@ pub struct Gauges {
     pub working: FxHashMap<(String, String), u64>,
     /// Chains that gave no verdict because they hold no MCP request (a verifier or an HTTP span alone).
     pub callless_chains: u64,
+    /// Loads and writes of the state store that failed (the engine went on in memory).
+    pub store_errors: u64,
 }
 
 /// The engine. See the module documentation.
@@ -90,11 +102,17 @@ pub struct Engine {
     last_expired: Option<Moment>,
     callless_chains: u64,
     scratch: Vec<DecidedCalls>,
+    store: Option<crate::state::StoreHandle>,
+    last_persisted: Option<Moment>,
+    store_errors: u64,
+    /// Drift reported since the last write to the store.
+    drift_dirty: Vec<crate::state::DriftRecord>,
 }
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Self {
-        Engine {
+        let store = cfg.store.clone();
+        let mut e = Engine {
             chains: Chains::new(cfg.chains),
             sessions: Sessions::new(cfg.sessions),
             pins: cfg.pins,
@@ -108,7 +126,109 @@ impl Engine {
             last_expired: None,
             callless_chains: 0,
             scratch: Vec::new(),
+            store: None,
+            last_persisted: None,
+            store_errors: 0,
+            drift_dirty: Vec::new(),
+        };
+        if let Some(store) = store {
+            e.attach(store);
         }
+        e
+    }
+
+    /// Take back the state kept in `store` and keep it there from now on.
+    fn attach(&mut self, store: crate::state::StoreHandle) {
+        self.chains.track_changes();
+        self.sessions.track_changes();
+        self.incidents.track_changes();
+        match store.load() {
+            Ok(snap) => self.restore(snap),
+            Err(e) => {
+                // Carry on in memory: nothing is judged from a state that could not be read.
+                self.store_errors += 1;
+                tracing::error!(error = %e, "could not load the state store; starting with empty state");
+            }
+        }
+        self.store = Some(store);
+    }
+
+    fn restore(&mut self, mut snap: crate::state::Snapshot) {
+        let counts = (snap.sessions.len(), snap.incidents.len(), snap.decided.len());
+        for (key, r) in snap.sessions {
+            self.sessions.restore(key, r);
+        }
+        for (key, server, verdict) in self.sessions.all_current() {
+            self.board.publish(&key, server, verdict);
+        }
+        for inc in snap.incidents {
+            self.incidents.restore_incident(inc);
+        }
+        for r in snap.recoveries {
+            self.incidents.restore_recoveries(r.server, r.recent);
+        }
+        // Oldest first, so the late-span window and `max_decided` forget them in order.
+        snap.decided.sort_by_key(|d| d.decided_at_ns);
+        for d in snap.decided {
+            self.chains.restore_decided(d);
+        }
+        for (key, trace) in snap.operations {
+            self.chains.restore_operation(&key, trace);
+        }
+        for d in snap.drift_reported {
+            self.drift_reported.insert((d.server, d.tool, d.digest));
+        }
+        tracing::info!(sessions = counts.0, incidents = counts.1, decided = counts.2, "state loaded from the store");
+    }
+
+    /// Write what changed to the store: at most every `PERSIST_EVERY` of engine time, and
+    /// whenever `force`. A failed write is logged and counted; the engine goes on in memory (its
+    /// verdicts never depend on the store having taken a write).
+    fn persist(&mut self, now: Moment, force: bool) {
+        let Some(store) = self.store.clone() else { return };
+        if !force && self.last_persisted.is_some_and(|t| now.saturating_duration_since(t) < crate::state::PERSIST_EVERY) {
+            return;
+        }
+        self.last_persisted = Some(now);
+        let mut changes = crate::state::Changes::default();
+        self.sessions.take_changes(&mut changes);
+        self.incidents.take_changes(&mut changes);
+        self.chains.take_changes(&mut changes);
+        for d in self.drift_dirty.drain(..) {
+            changes.put(d.key(), crate::state::Record::DriftReported(d));
+        }
+        if changes.is_empty() {
+            return;
+        }
+        if let Err(e) = store.apply(&changes) {
+            self.store_errors += 1;
+            tracing::warn!(error = %e, changes = changes.len(), "could not write the state store; going on in memory");
+        }
+    }
+
+    /// Late evidence for a decided chain forgotten under a bound (`max_decided`, `max_bytes`)
+    /// within its late-span window: take the chain back from the store first, so the evidence
+    /// revises it instead of being dropped.
+    fn take_back_spilled(&mut self, spans: &[SpanEvidence]) {
+        let Some(store) = self.store.clone() else { return };
+        for ev in spans {
+            let Some(id) = self.chains.spilled_target(ev) else { continue };
+            match store.get(crate::state::Table::Decided, &crate::state::trace_key(&id)) {
+                Ok(Some(crate::state::Record::Decided(r))) => self.chains.unspill(id, Some(*r)),
+                Ok(_) => self.chains.unspill(id, None),
+                Err(e) => {
+                    // The evidence is then late for a forgotten chain, as without a store.
+                    self.store_errors += 1;
+                    self.chains.unspill(id, None);
+                    tracing::warn!(error = %e, "could not read a decided chain back from the state store");
+                }
+            }
+        }
+    }
+
+    /// Loads and writes of the state store that failed.
+    pub fn store_errors(&self) -> u64 {
+        self.store_errors
     }
 
     /// The gate's view of the catalogs (shared with the gate service, published by the engine).
@@ -135,10 +255,12 @@ impl Engine {
         if let Some(pins) = self.pins.clone() {
             self.detect_drift(&batch.evidence, &pins, out);
         }
+        self.take_back_spilled(&batch.evidence);
         let mut decided = std::mem::take(&mut self.scratch);
         self.chains.ingest(batch, now, &mut decided);
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
+        self.persist(now, false);
     }
 
     /// Let time pass to `now`: decide due chains, move time-based verdicts (TTL expiry, `max_age`,
@@ -159,6 +281,7 @@ impl Engine {
         }
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
+        self.persist(now, false);
     }
 
     /// Decide everything still in flight (shutdown, end of a replay), marked `by`.
@@ -167,6 +290,12 @@ impl Engine {
         self.chains.drain(by, now, &mut decided);
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
+        self.persist(now, true);
+    }
+
+    /// Write every pending change to the store now (the driver calls it before it stops).
+    pub fn flush_store(&mut self, now: Moment) {
+        self.persist(now, true);
     }
 
     /// The figures the metric sinks report as gauges.
@@ -190,6 +319,7 @@ impl Engine {
             convergence: self.sessions.convergence_counts(),
             working: self.working.clone(),
             callless_chains: self.callless_chains,
+            store_errors: self.store_errors,
         }
     }
 
@@ -282,6 +412,13 @@ impl Engine {
                 if let PinCheck::Drift { pinned_digest, changes } =
                     pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref())
                 {
+                    if self.store.is_some() {
+                        self.drift_dirty.push(crate::state::DriftRecord {
+                            server: key.0.clone(),
+                            tool: key.1.clone(),
+                            digest: key.2.clone(),
+                        });
+                    }
                     self.drift_reported.insert(key);
                     out.push(Decided::Drift(DriftEvent {
                         drift: true,
@@ -386,5 +523,7 @@ pub fn classify_with_clocks(
     }
 }
 
+#[cfg(test)]
+mod store_tests;
 #[cfg(test)]
 mod tests;

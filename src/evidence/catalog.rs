@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 /// Where a list-change signal came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SignalSource {
     /// `notifications/tools/list_changed` (2025-11-25).
@@ -14,7 +14,7 @@ pub enum SignalSource {
 }
 
 /// One `tools/list` page as a span reported it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListPage {
     /// The cursor the request sent; `None` for the first page.
     pub cursor: Option<Box<str>>,
@@ -29,7 +29,7 @@ pub struct ListPage {
 }
 
 /// Catalog facts one span carried.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CatalogFacts {
     /// A list-change signal received at the span's end time.
     pub signal: Option<SignalSource>,

@@ -19,7 +19,7 @@ pub type TraceId = [u8; 16];
 pub type SpanId = [u8; 8];
 
 /// Which side of the exchange a span describes, from its span kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Side {
     Client,
     Server,
@@ -27,7 +27,7 @@ pub enum Side {
 }
 
 /// The MCP method, interned for the common ones so the hot path does not allocate for them.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Method {
     ToolsCall,
     ToolsList,
@@ -59,7 +59,7 @@ impl Method {
 }
 
 /// A connection-level result, as the project's `mcp_health.transport.outcome` names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TransportOutcome {
     Ok,
     DnsFailure,
@@ -99,7 +99,7 @@ impl TransportOutcome {
 
 /// The `error` parameter of a `WWW-Authenticate` challenge, reduced to a fixed vocabulary so
 /// nothing the server wrote verbatim is stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AuthError {
     InvalidToken,
     InsufficientScope,
@@ -130,7 +130,7 @@ impl AuthError {
 }
 
 /// What an outcome verifier found at the destination.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OutcomeResult {
     Confirmed,
     Missing,
@@ -159,7 +159,7 @@ impl OutcomeResult {
 }
 
 /// How a verifier checked. An LLM judge is weak evidence: it lowers confidence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum VerifierMethod {
     FileDigest,
     RowVersion,
@@ -199,7 +199,7 @@ impl VerifierMethod {
 }
 
 /// One verifier's finding about a destination.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutcomeReceipt {
     pub result: OutcomeResult,
     pub method: VerifierMethod,
@@ -209,7 +209,7 @@ pub struct OutcomeReceipt {
 }
 
 /// One progress notification (SPEC section 5).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProgressMark {
     pub token: Box<str>,
     pub value: f64,
@@ -218,7 +218,7 @@ pub struct ProgressMark {
 }
 
 /// What the version/capability negotiation of a session showed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Negotiation {
     pub requested_version: Option<Box<str>>,
     pub version_accepted: Option<bool>,
@@ -226,14 +226,14 @@ pub struct Negotiation {
 }
 
 /// Whether a tool may commit a side effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum EffectBoundary {
     SideEffect,
     None,
 }
 
 /// The JSON-RPC / tool error a span reported.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CallError {
     /// A JSON-RPC error response with this code.
     JsonRpc(i64),
@@ -270,7 +270,7 @@ pub fn normalize_jsonrpc_code(code: i64) -> i64 {
 }
 
 /// Everything one span said, in this project's vocabulary.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SpanEvidence {
     pub trace_id: TraceId,
     pub span_id: SpanId,

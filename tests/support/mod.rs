@@ -291,14 +291,16 @@ pub struct Ports {
     pub http: u16,
     pub prometheus: u16,
     pub health: u16,
+    /// For `extensions.gate`, when `Cfg::gate` is set.
+    pub gate: u16,
 }
 
 impl Ports {
-    /// Four distinct ports the OS just handed out (all held until all are chosen).
+    /// Five distinct ports the OS just handed out (all held until all are chosen).
     pub fn pick() -> Ports {
-        let ls: Vec<StdListener> = (0..4).map(|_| StdListener::bind("127.0.0.1:0").expect("bind port 0")).collect();
+        let ls: Vec<StdListener> = (0..5).map(|_| StdListener::bind("127.0.0.1:0").expect("bind port 0")).collect();
         let p: Vec<u16> = ls.iter().map(|l| l.local_addr().unwrap().port()).collect();
-        Ports { grpc: p[0], http: p[1], prometheus: p[2], health: p[3] }
+        Ports { grpc: p[0], http: p[1], prometheus: p[2], health: p[3], gate: p[4] }
     }
 }
 
@@ -339,6 +341,10 @@ pub struct Cfg {
     pub log_level: &'static str,
     /// Environment variables for the service process (the OTEL_* ones are removed otherwise).
     pub env: Vec<(&'static str, String)>,
+    /// `storage.directory` (the durable state store); none when `None`.
+    pub storage: Option<PathBuf>,
+    /// `extensions.gate` on `Ports::gate` (`unpinned: allow`).
+    pub gate: bool,
 }
 
 impl Default for Cfg {
@@ -361,6 +367,8 @@ impl Default for Cfg {
             shutdown_timeout: "10s",
             log_level: "info",
             env: Vec::new(),
+            storage: None,
+            gate: false,
         }
     }
 }
@@ -395,6 +403,12 @@ impl Cfg {
         }
         let _ = write!(y, "  prometheus:\n    endpoint: 127.0.0.1:{}\n  verdict_log:\n    path: stdout\n", p.prometheus);
         let _ = write!(y, "extensions:\n  health_check:\n    endpoint: 127.0.0.1:{}\n", p.health);
+        if self.gate {
+            let _ = write!(y, "  gate:\n    endpoint: 127.0.0.1:{}\n    unpinned: allow\n", p.gate);
+        }
+        if let Some(d) = &self.storage {
+            let _ = write!(y, "storage:\n  directory: {}\n", serde_json::to_string(d).unwrap());
+        }
         let _ = write!(
             y,
             "service:\n  telemetry:\n    logs:\n      level: {}\n    shutdown_timeout: {}\n",
@@ -486,6 +500,9 @@ impl Service {
     }
     pub fn health_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.ports.health))
+    }
+    pub fn gate_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.ports.gate))
     }
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -604,6 +621,17 @@ impl Service {
         match self.child.lock().unwrap().as_mut() {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
+        }
+    }
+
+    /// SIGKILL the process (no shutdown of any kind) and reap it.
+    pub fn kill(&self) {
+        let mut guard = self.child.lock().unwrap();
+        if let Some(mut c) = guard.take() {
+            // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+            let rc = unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGKILL) };
+            assert_eq!(rc, 0, "kill -KILL failed");
+            let _ = c.wait();
         }
     }
 

@@ -1,0 +1,125 @@
+//! The durable state store's cost: the same decided calls through the engine with no store, with
+//! the in-memory store and with the embedded (redb) store in a temporary directory.
+//!
+//!     cargo bench --bench store            (MCP_HEALTH_BENCH_CALLS=20000 by default)
+//!
+//! Prints, per store: µs of engine time (wall clock, this thread) per verdict and the ratio to no
+//! store; for the embedded store, the file's growth per verdict and the bytes handed to write(2)
+//! per verdict (`wchar` of /proc/self/io). Calls arrive 10 per 10 ms of engine time, so the engine
+//! writes a transaction of about 100 calls every 100 ms, as in the service. Numbers, not
+//! assertions.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_health::correlate::{ChainLimits, SessionLimits};
+use mcp_health::engine::{Decided, Engine, EngineConfig};
+use mcp_health::evidence::time::Moment;
+use mcp_health::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
+use mcp_health::normalize::NormalizedBatch;
+use mcp_health::state::{MemoryStore, StoreHandle};
+use mcp_health::verdict::DecidedBy;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const PER_STEP: usize = 10;
+const STEP: Duration = Duration::from_millis(10);
+
+fn call(n: u64) -> Vec<SpanEvidence> {
+    let mut trace = [0u8; 16];
+    trace[..8].copy_from_slice(&n.to_be_bytes());
+    trace[15] = 1;
+    let t = 1_764_000_000_000_000_000 + n * 1_000_000;
+    let mut c = SpanEvidence::new(trace, [1; 8]);
+    c.method = Some(Method::ToolsCall);
+    c.side = Side::Client;
+    c.tool = Some(Arc::from("create_ticket"));
+    c.server = Some(Arc::from("tickets.example.test:8443"));
+    c.session_id = Some(format!("sess-{}", n % 64).into());
+    c.request_id = Some(n.to_string().into());
+    c.protocol_version = Some(Arc::from("2025-11-25"));
+    c.operation_key = Some(format!("op-{n}").into());
+    c.start_ns = t;
+    c.end_ns = t + 20_000_000;
+    let mut v = SpanEvidence::new(trace, [2; 8]);
+    v.parent_span_id = Some([1; 8]);
+    v.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: t + 30_000_000,
+        request_id: None,
+    });
+    vec![c, v]
+}
+
+fn wchar() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    s.lines().find_map(|l| l.strip_prefix("wchar: ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+struct Run {
+    secs: f64,
+    verdicts: u64,
+    wchar: u64,
+}
+
+fn run(calls: u64, store: Option<StoreHandle>) -> Run {
+    let mut cfg =
+        EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(20), ..ChainLimits::default() }, SessionLimits::default());
+    cfg.store = store;
+    let mut e = Engine::new(cfg);
+    let mut out: Vec<Decided> = Vec::new();
+    let mut now = Moment::from_nanos(1_764_000_000_000_000_000);
+    let mut verdicts = 0;
+    let (w0, start) = (wchar(), Instant::now());
+    let mut n = 0;
+    while n < calls {
+        let evidence: Vec<SpanEvidence> = (n..(n + PER_STEP as u64).min(calls)).flat_map(call).collect();
+        n += PER_STEP as u64;
+        e.ingest(NormalizedBatch { evidence, ..Default::default() }, now, &mut out);
+        now += STEP;
+        e.tick(now, &mut out);
+        verdicts += out.iter().filter(|d| matches!(d, Decided::Call(_))).count() as u64;
+        out.clear();
+    }
+    now += Duration::from_secs(1);
+    e.tick(now, &mut out);
+    e.drain(DecidedBy::Shutdown, now, &mut out);
+    verdicts += out.iter().filter(|d| matches!(d, Decided::Call(_))).count() as u64;
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(e.store_errors(), 0);
+    Run { secs, verdicts, wchar: wchar().saturating_sub(w0) }
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs benches as tests with no flag:
+    // then only a smoke run.
+    let is_bench = std::env::args().any(|a| a == "--bench");
+    let calls: u64 =
+        if is_bench { std::env::var("MCP_HEALTH_BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000) } else { 200 };
+
+    // Warm the allocator and the code paths first.
+    run(calls.min(2_000), None);
+    let none = run(calls, None);
+    let mem = run(calls, Some(StoreHandle::new(MemoryStore::new())));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = StoreHandle::open_directory(dir.path()).expect("open the embedded store");
+    let size0 = store.bytes_on_disk().unwrap_or(0);
+    let emb = run(calls, Some(store.clone()));
+    let size = store.bytes_on_disk().unwrap_or(0).saturating_sub(size0);
+
+    let us = |r: &Run| r.secs * 1e6 / r.verdicts.max(1) as f64;
+    println!("store bench: {calls} calls, {} per {:?} of engine time (one write at most every 100 ms)", PER_STEP, STEP);
+    println!("  no store:       {:8.2} µs/verdict ({} verdicts)", us(&none), none.verdicts);
+    println!("  memory store:   {:8.2} µs/verdict  x{:.2}", us(&mem), us(&mem) / us(&none));
+    println!("  embedded redb:  {:8.2} µs/verdict  x{:.2}", us(&emb), us(&emb) / us(&none));
+    println!(
+        "  embedded redb:  {:8.0} bytes/verdict file growth, {:8.0} bytes/verdict written (write(2)); file {} KiB (was {} KiB)",
+        size as f64 / emb.verdicts.max(1) as f64,
+        emb.wchar as f64 / emb.verdicts.max(1) as f64,
+        (size0 + size) / 1024,
+        size0 / 1024
+    );
+    assert_eq!((none.verdicts, mem.verdicts, emb.verdicts), (calls, calls, calls));
+}

@@ -1,0 +1,268 @@
+//! The engine with a state store: what it kept outlives the engine (a restart), on a manual clock.
+use super::*;
+use crate::classify::incidents::Transition;
+use crate::correlate::{ChainLimits, SessionLimits};
+use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
+use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, TransportOutcome, VerifierMethod};
+use crate::normalize::NormalizedBatch;
+use crate::state::{MemoryStore, StoreHandle};
+use std::time::Duration;
+
+const T0: u64 = 1_000_000_000_000;
+
+fn engine_with(store: &StoreHandle) -> Engine {
+    let mut cfg =
+        EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+    cfg.store = Some(store.clone());
+    Engine::new(cfg)
+}
+
+fn at(ms: u64) -> Moment {
+    Moment::from_nanos(T0) + Duration::from_millis(ms)
+}
+
+fn batch(evidence: Vec<SpanEvidence>) -> NormalizedBatch {
+    NormalizedBatch { evidence, ..Default::default() }
+}
+
+/// A session whose catalog went stale: capability, page, install, then a list-change signal.
+fn stale_session() -> Vec<SpanEvidence> {
+    let fact = |n: u8, at: u64, f: CatalogFacts| {
+        let mut s = SpanEvidence::new([9; 16], [n; 8]);
+        s.session_id = Some("s-1".into());
+        s.side = Side::Client;
+        s.server = Some(Arc::from("srv:1"));
+        s.start_ns = at;
+        s.end_ns = at;
+        s.catalog = Some(Box::new(f));
+        s
+    };
+    let page = ListPage {
+        cursor: None,
+        next_cursor_present: false,
+        tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))],
+        ttl_ms: None,
+        cache_scope: None,
+    };
+    let installed = crate::classify::digest::registry_digest(&[crate::classify::digest::ToolDigest {
+        name: "t".into(),
+        digest: "sha256:aa".into(),
+        projection_version: crate::classify::digest::PROJECTION_VERSION.into(),
+    }]);
+    let mut listed = fact(2, 10, CatalogFacts { page: Some(page), ..Default::default() });
+    listed.method = Some(Method::ToolsList);
+    vec![
+        fact(1, 1, CatalogFacts { list_changed_capability: Some(true), ..Default::default() }),
+        listed,
+        fact(3, 11, CatalogFacts { installed_digest: Some(Arc::from(installed.as_str())), ..Default::default() }),
+        fact(4, 20, CatalogFacts { signal: Some(SignalSource::Notification), ..Default::default() }),
+    ]
+}
+
+fn call(trace: u8, start_ns: u64) -> SpanEvidence {
+    let mut s = SpanEvidence::new([trace; 16], [1; 8]);
+    s.method = Some(Method::ToolsCall);
+    s.side = Side::Client;
+    s.tool = Some(Arc::from("t"));
+    s.server = Some(Arc::from("srv:1"));
+    s.request_id = Some("1".into());
+    s.start_ns = start_ns;
+    s.end_ns = start_ns + 10;
+    s
+}
+
+fn refused(trace: u8, start_ns: u64) -> SpanEvidence {
+    let mut s = call(trace, start_ns);
+    s.transport = Some(TransportOutcome::ConnectionRefused);
+    s
+}
+
+fn calls(out: &[Decided]) -> Vec<&Verdict> {
+    out.iter()
+        .filter_map(|d| match d {
+            Decided::Call(v) => Some(v),
+            _ => None,
+        })
+        .collect()
+}
+
+fn incidents(out: &[Decided]) -> Vec<(Transition, String, u64)> {
+    out.iter()
+        .filter_map(|d| match d {
+            Decided::Incident(i) => Some((i.transition, i.row.id.clone(), i.row.retry_count)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Ingest, persist, drop the engine with no drain (a SIGKILL), start a new one from the store.
+fn restart_keeps_state(open: &dyn Fn() -> StoreHandle) {
+    let mut out = Vec::new();
+    let store = open();
+    let mut e = engine_with(&store);
+    e.ingest(batch(stale_session()), at(0), &mut out);
+    e.ingest(batch(vec![refused(1, 100), call(2, 200)]), at(1), &mut out);
+    e.tick(at(20), &mut out);
+    e.tick(at(200), &mut out);
+    let before = e.board().get("session:s-1").expect("the gate knows the session").1;
+    assert_eq!(before.convergence, Convergence::Stale);
+    assert_eq!(calls(&out).iter().find(|v| v.trace_id == [2; 16]).map(|v| v.state), Some(HealthState::Unverified));
+    let opened = incidents(&out);
+    assert_eq!(opened.len(), 1, "{opened:?}");
+    assert_eq!((opened[0].0, opened[0].2), (Transition::Opened, 1));
+    drop(e);
+    drop(store);
+
+    let mut e = engine_with(&open());
+    out.clear();
+    // The gate finds the session with the same verdict, before any new evidence.
+    assert_eq!(e.board().get("session:s-1").map(|(_, v)| v), Some(before));
+    // The same failure again: the incident goes on.
+    e.ingest(batch(vec![refused(3, 300)]), at(1_000), &mut out);
+    // A late receipt for the call decided before the restart revises it.
+    let mut receipt = SpanEvidence::new([2; 16], [5; 8]);
+    receipt.parent_span_id = Some([1; 8]);
+    receipt.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: 250,
+        request_id: None,
+    });
+    // A call on the stale session is still `stale_catalog`.
+    let mut on_stale = call(4, 400);
+    on_stale.session_id = Some("s-1".into());
+    e.ingest(batch(vec![receipt, on_stale]), at(1_001), &mut out);
+    e.tick(at(1_100), &mut out);
+    let inc: Vec<_> = incidents(&out).into_iter().filter(|i| i.1 == opened[0].1).collect();
+    assert_eq!(inc, vec![(Transition::Updated, opened[0].1.clone(), 2)], "no second `opened`");
+    let got = calls(&out);
+    let revised = got.iter().find(|v| v.trace_id == [2; 16]).expect("the late receipt revises the call");
+    assert_eq!((revised.revision, revised.state), (1, HealthState::Healthy));
+    assert_eq!(revised.supersedes.map(|p| p.state), Some(HealthState::Unverified));
+    assert_eq!(got.iter().find(|v| v.trace_id == [4; 16]).map(|v| v.state), Some(HealthState::StaleCatalog));
+    assert_eq!(e.store_errors(), 0);
+}
+
+#[test]
+fn a_restart_from_the_memory_store_keeps_sessions_incidents_and_revisable_calls() {
+    let store = StoreHandle::new(MemoryStore::new());
+    restart_keeps_state(&|| store.clone());
+}
+
+#[test]
+fn a_restart_from_the_embedded_store_keeps_sessions_incidents_and_revisable_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    // The second engine opens the file again (the first one's handle is closed by then).
+    restart_keeps_state(&|| StoreHandle::open_directory(dir.path()).unwrap());
+}
+
+/// A decided chain past the late-span window is forgotten on load like in memory: no revision.
+#[test]
+fn a_decided_chain_past_the_window_is_forgotten_after_a_restart() {
+    let store = StoreHandle::new(MemoryStore::new());
+    let mut out = Vec::new();
+    let mut e = engine_with(&store);
+    e.ingest(batch(vec![call(2, 200)]), at(0), &mut out);
+    e.tick(at(20), &mut out);
+    e.drain(DecidedBy::Shutdown, at(30), &mut out);
+    drop(e);
+    let mut e = engine_with(&store);
+    out.clear();
+    e.tick(at(301_000), &mut out);
+    let mut receipt = SpanEvidence::new([2; 16], [5; 8]);
+    receipt.parent_span_id = Some([1; 8]);
+    receipt.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: 250,
+        request_id: None,
+    });
+    e.ingest(batch(vec![receipt]), at(301_001), &mut out);
+    e.tick(at(301_100), &mut out);
+    assert!(calls(&out).iter().all(|v| v.revision == 0), "{out:?}");
+    // The store forgot it too.
+    let snap = store.load().unwrap();
+    assert!(snap.decided.is_empty(), "{:?}", snap.decided.len());
+}
+
+/// A store that fails is counted and the engine goes on with the same verdicts.
+#[test]
+fn a_failing_store_is_counted_and_changes_no_verdict() {
+    struct Broken;
+    impl crate::state::StateStore for Broken {
+        fn load(&mut self) -> Result<crate::state::Snapshot, crate::state::StoreError> {
+            Err(crate::state::StoreError::Backend("down".into()))
+        }
+        fn apply(&mut self, _: &crate::state::Changes) -> Result<(), crate::state::StoreError> {
+            Err(crate::state::StoreError::Backend("down".into()))
+        }
+        fn get(&mut self, _: crate::state::Table, _: &str) -> Result<Option<crate::state::Record>, crate::state::StoreError> {
+            Err(crate::state::StoreError::Backend("down".into()))
+        }
+    }
+    let run = |store: Option<StoreHandle>| {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = store;
+        let mut e = Engine::new(cfg);
+        let mut out = Vec::new();
+        e.ingest(batch(stale_session()), at(0), &mut out);
+        e.ingest(batch(vec![refused(1, 100), call(2, 200)]), at(1), &mut out);
+        e.tick(at(200), &mut out);
+        e.drain(DecidedBy::Shutdown, at(300), &mut out);
+        let lines: Vec<String> = out.iter().map(|d| d.to_json().unwrap().to_string()).collect();
+        (lines, e.gauges().store_errors)
+    };
+    let (plain, errs0) = run(None);
+    let (broken, errs) = run(Some(StoreHandle::new(Broken)));
+    assert_eq!(plain, broken);
+    assert_eq!(errs0, 0);
+    assert!(errs >= 2, "the load and the writes are counted: {errs}");
+}
+
+/// Issue 8, defect 5: a decided chain forgotten under `max_decided` before its late-span window
+/// passed is revised from the store by a late receipt; without a store the receipt is dropped.
+#[test]
+fn late_evidence_for_a_chain_forgotten_under_a_bound_revises_it_from_the_store() {
+    let run = |store: Option<StoreHandle>| {
+        let mut cfg = EngineConfig::new(
+            ChainLimits { decision_wait: Duration::from_millis(10), max_decided: 1, ..ChainLimits::default() },
+            SessionLimits::default(),
+        );
+        cfg.store = store;
+        let mut e = Engine::new(cfg);
+        let mut out = Vec::new();
+        let mut first = call(2, 200);
+        first.operation_key = Some("op-2".into());
+        e.ingest(batch(vec![first]), at(0), &mut out);
+        e.tick(at(20), &mut out);
+        // A second decided chain pushes the first out of memory (max_decided: 1).
+        e.ingest(batch(vec![call(5, 300)]), at(200), &mut out);
+        e.tick(at(400), &mut out);
+        out.clear();
+        // A verifier in its own trace, by operation key, and a receipt under the call.
+        let mut by_key = SpanEvidence::new([6; 16], [6; 8]);
+        by_key.operation_key = Some("op-2".into());
+        by_key.outcomes.push(OutcomeReceipt {
+            result: OutcomeResult::Confirmed,
+            method: VerifierMethod::RowVersion,
+            checked_at_ns: 260,
+            request_id: None,
+        });
+        e.ingest(batch(vec![by_key]), at(10_000), &mut out);
+        e.tick(at(10_100), &mut out);
+        (calls(&out).into_iter().map(|v| (v.trace_id, v.revision, v.state)).collect::<Vec<_>>(), e)
+    };
+    let (plain, e) = run(None);
+    assert!(plain.is_empty(), "{plain:?}");
+    assert_eq!(e.chains().stats.late_evidence_dropped, 1, "in memory only, it comes too late: {:?}", e.chains().stats);
+    let store = StoreHandle::new(MemoryStore::new());
+    let (with_store, mut e) = run(Some(store.clone()));
+    assert_eq!(with_store, vec![([2; 16], 1, HealthState::Healthy)]);
+    // Once the window passes, the store forgets the chains too.
+    let mut out = Vec::new();
+    e.tick(at(400_000), &mut out);
+    e.drain(DecidedBy::Shutdown, at(400_001), &mut out);
+    let snap = store.load().unwrap();
+    assert!(snap.decided.is_empty() && snap.operations.is_empty(), "{} {:?}", snap.decided.len(), snap.operations);
+}

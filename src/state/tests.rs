@@ -1,0 +1,180 @@
+//! Every record kind through the embedded store and back; the encoding's size.
+use super::*;
+use crate::classify::catalog::{CatalogEvent, CatalogEventKind, Convergence};
+use crate::classify::incidents::{Cause, Incident, IncidentState, Recovery, VerifierResult};
+use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
+use crate::evidence::{
+    CallError, Method, Negotiation, OutcomeReceipt, OutcomeResult, ProgressMark, Side, SpanEvidence, TransportOutcome, VerifierMethod,
+};
+use crate::verdict::{Confidence, HealthState, Layer};
+
+fn page() -> ListPage {
+    ListPage {
+        cursor: Some("c1".into()),
+        next_cursor_present: false,
+        tools: vec![(Arc::from("search"), Arc::from("sha256:aa")), (Arc::from("write"), Arc::from("sha256:bb"))],
+        ttl_ms: Some(60_000),
+        cache_scope: Some(Arc::from("session")),
+    }
+}
+
+fn rich_span(n: u8) -> SpanEvidence {
+    let mut s = SpanEvidence::new([n; 16], [n; 8]);
+    s.parent_span_id = Some([9; 8]);
+    s.side = Side::Client;
+    s.start_ns = 1_700_000_000_000_000_000;
+    s.end_ns = 1_700_000_000_250_000_000;
+    s.method = Some(Method::ToolsCall);
+    s.tool = Some(Arc::from("search"));
+    s.request_id = Some("42".into());
+    s.session_id = Some("sess-1".into());
+    s.protocol_version = Some(Arc::from("2025-11-25"));
+    s.server = Some(Arc::from("api.example:443"));
+    s.error = Some(CallError::JsonRpc(-32603));
+    s.http_status = Some(200);
+    s.transport = Some(TransportOutcome::Ok);
+    s.credential_hash = Some("abcd".into());
+    s.negotiation =
+        Some(Negotiation { requested_version: Some("2025-11-25".into()), version_accepted: Some(true), missing_capabilities: vec![] });
+    s.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: 5,
+        request_id: None,
+    });
+    s.operation_key = Some("op-1".into());
+    s.progress = Some(Box::new(ProgressMark { token: "p".into(), value: 0.5, total: Some(1.0), at_ns: 7 }));
+    s.catalog = Some(Box::new(CatalogFacts { signal: Some(SignalSource::Notification), page: Some(page()), ..Default::default() }));
+    s.service = Some(Arc::from("agent-a"));
+    s
+}
+
+fn session() -> SessionRecord {
+    SessionRecord {
+        events: vec![
+            CatalogEvent { at_ns: 1, kind: CatalogEventKind::Capability(true) },
+            CatalogEvent { at_ns: 10, kind: CatalogEventKind::Page { start_ns: 9, page: page() } },
+            CatalogEvent { at_ns: 11, kind: CatalogEventKind::Installed(Arc::from("sha256:cc")) },
+            CatalogEvent { at_ns: 20, kind: CatalogEventKind::Signal(SignalSource::Subscription) },
+            CatalogEvent { at_ns: 30, kind: CatalogEventKind::Reconnect },
+        ],
+        page_requests: vec!["7".into()],
+        last_seen_ns: 123,
+        last: Some(Convergence::Stale),
+        last_activity_ns: 30,
+        server: Some(Arc::from("api.example:443")),
+        trace_id: [1; 16],
+        span_id: [2; 8],
+        has_ttl: true,
+    }
+}
+
+fn incident() -> Incident {
+    Incident {
+        id: "0123456789abcdef".into(),
+        cause: Cause {
+            first_failed_layer: Some(Layer::Authorization),
+            state: HealthState::NeedsAuth,
+            server: Some(Arc::from("api.example:443")),
+            error_class: Some("invalid_token".into()),
+            credential_hash: Some("abcd".into()),
+            tool: None,
+        },
+        state: IncidentState::Open,
+        agents: [Arc::from("agent-a")].into_iter().collect(),
+        calls: 3,
+        sessions: ["h1".to_string()].into_iter().collect(),
+        retry_count: 3,
+        first_evidence_ns: 1,
+        last_evidence_ns: 9,
+        confidence: Confidence::High,
+        required_authority: Some("repo:read".into()),
+        verifier_result: Some(VerifierResult::FailedOrMissing),
+        next_action: "refresh the credential".into(),
+    }
+}
+
+fn decided() -> DecidedRecord {
+    DecidedRecord {
+        trace_id: [3; 16],
+        spans: vec![rich_span(3), rich_span(4)],
+        root_seen: true,
+        truncated: false,
+        revision: 2,
+        decided_at_ns: 77,
+    }
+}
+
+fn all_changes() -> Changes {
+    let mut c = Changes::default();
+    c.put("session:sess-1".into(), Record::Session(Box::new(session())));
+    c.put(incident().id.clone(), Record::Incident(Box::new(incident())));
+    let rec = Recovery { scope: crate::classify::incidents::Scope::Session(Some(Arc::from("search")), None, "h1".into()), end_ns: 5 };
+    c.put(
+        recovery_key(Some("api.example:443")),
+        Record::Recoveries(RecoveriesRecord { server: Some(Arc::from("api.example:443")), recent: vec![rec] }),
+    );
+    c.put(trace_key(&[3; 16]), Record::Decided(Box::new(decided())));
+    c.put("op-1".into(), Record::Operation([3; 16]));
+    let d = DriftRecord { server: Arc::from("s"), tool: Arc::from("t"), digest: Arc::from("sha256:dd") };
+    c.put(d.key(), Record::DriftReported(d));
+    c
+}
+
+fn check(s: &Snapshot) {
+    assert_eq!(s.sessions, vec![("session:sess-1".to_string(), session())]);
+    assert_eq!(s.incidents, vec![incident()]);
+    assert_eq!(s.recoveries.len(), 1);
+    assert_eq!(s.recoveries[0].server.as_deref(), Some("api.example:443"));
+    assert_eq!(s.recoveries[0].recent[0].end_ns, 5);
+    assert_eq!(s.recoveries[0].recent[0].scope, crate::classify::incidents::Scope::Session(Some(Arc::from("search")), None, "h1".into()));
+    assert_eq!(s.decided, vec![decided()]);
+    assert_eq!(s.operations, vec![("op-1".to_string(), [3; 16])]);
+    assert_eq!(s.drift_reported, vec![DriftRecord { server: Arc::from("s"), tool: Arc::from("t"), digest: Arc::from("sha256:dd") }]);
+}
+
+#[test]
+fn every_record_kind_round_trips_through_the_embedded_store_and_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut st = EmbeddedStore::open(dir.path()).unwrap();
+        assert!(st.load().unwrap().is_empty());
+        st.apply(&all_changes()).unwrap();
+        check(&st.load().unwrap());
+    }
+    // Another process (here: another open) finds the same records.
+    let mut st = EmbeddedStore::open(dir.path()).unwrap();
+    check(&st.load().unwrap());
+    // Deletes remove them.
+    let mut del = Changes::default();
+    for c in all_changes().changes {
+        del.delete(c.table, c.key);
+    }
+    st.apply(&del).unwrap();
+    assert!(st.load().unwrap().is_empty());
+}
+
+#[test]
+fn the_memory_store_keeps_the_same_records() {
+    let mut st = MemoryStore::new();
+    st.apply(&all_changes()).unwrap();
+    check(&st.load().unwrap());
+}
+
+#[test]
+fn a_record_that_does_not_decode_is_an_error_naming_it() {
+    let mut s = Snapshot::default();
+    let e = s.push_encoded(Table::Decided, "ab", b"\xff\xff").unwrap_err();
+    assert!(e.to_string().contains("decided/ab"), "{e}");
+}
+
+/// Why postcard: the same records, measured in both encodings.
+#[test]
+fn postcard_is_smaller_than_json_for_the_records() {
+    let d = decided();
+    let (pc, js) = (encode(&d).unwrap().len(), serde_json::to_vec(&d).unwrap().len());
+    let (spc, sjs) = (encode(&session()).unwrap().len(), serde_json::to_vec(&session()).unwrap().len());
+    let (ipc, ijs) = (encode(&incident()).unwrap().len(), serde_json::to_vec(&incident()).unwrap().len());
+    println!("decided chain: postcard {pc} B, json {js} B; session: {spc} B vs {sjs} B; incident: {ipc} B vs {ijs} B");
+    assert!(pc * 2 < js && spc * 2 < sjs && ipc < ijs);
+}
