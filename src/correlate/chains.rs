@@ -108,15 +108,33 @@ struct Chain {
     /// The trace's root is a server-side span (an HTTP server span, or an MCP server span with no
     /// parent): the server started a trace of its own, so the client half is elsewhere.
     server_rooted: bool,
+    /// The keys this chain is indexed under in the cross-trace join (see `crossjoin::half_keys`).
+    index_keys: Vec<u64>,
 }
 
 struct DecidedChain {
+    index_keys: Vec<u64>,
     spans: Vec<SpanEvidence>,
     root_seen: bool,
     truncated: bool,
     bytes: usize,
     revision: u32,
     decided_at: Moment,
+}
+
+impl DecidedChain {
+    /// What is kept of a chain decided at `at`.
+    fn of(c: Chain, at: Moment) -> DecidedChain {
+        DecidedChain {
+            index_keys: c.index_keys,
+            spans: c.spans,
+            root_seen: c.root_seen,
+            truncated: c.truncated,
+            bytes: c.bytes,
+            revision: c.revision,
+            decided_at: at,
+        }
+    }
 }
 
 /// The operation keys the calls of a chain named.
@@ -167,6 +185,8 @@ pub struct Chains {
     /// shutdown — so a client half decided first still counts as a rival of one decided later:
     /// "an ambiguous match is no match" must not depend on the order of decisions.
     limbo: FxHashMap<TraceId, DecidedChain>,
+    /// Chains that took a request span in this batch: indexed once, at the end of the batch.
+    pending_index: Vec<TraceId>,
     /// Record which decided chains and operation keys changed, for the state store.
     track: bool,
     dirty: rustc_hash::FxHashSet<TraceId>,
@@ -195,6 +215,7 @@ impl Chains {
             cross: CrossJoin::default(),
             forgotten: crate::bounded::BoundedSet::with_capacity("forgotten_traces", 100_000),
             limbo: FxHashMap::default(),
+            pending_index: Vec::new(),
             track: false,
             dirty: Default::default(),
             dirty_ops: Default::default(),
@@ -273,15 +294,22 @@ impl Chains {
             return;
         }
         let bytes: usize = r.spans.iter().map(|s| s.approx_bytes()).sum();
-        for ev in &r.spans {
-            self.cross.index(r.trace_id, ev);
-        }
+        let index_keys = crossjoin::half_keys(&r.spans);
+        self.cross.insert_keys(r.trace_id, &index_keys);
         let at = Moment::from_nanos(r.decided_at_ns);
         self.bytes += bytes;
         self.decided_order.push_back((at, r.trace_id, r.revision));
         self.decided.insert(
             r.trace_id,
-            DecidedChain { spans: r.spans, root_seen: r.root_seen, truncated: r.truncated, bytes, revision: r.revision, decided_at: at },
+            DecidedChain {
+                index_keys,
+                spans: r.spans,
+                root_seen: r.root_seen,
+                truncated: r.truncated,
+                bytes,
+                revision: r.revision,
+                decided_at: at,
+            },
         );
         while self.decided.len() > self.limits.max_decided {
             self.expire_oldest_decided(false);
@@ -344,14 +372,34 @@ impl Chains {
                 c.root_seen |= a.is_root;
             }
         }
+        self.index_pending();
         self.release_limbo();
+    }
+
+    /// Index, once per batch, the chains that took request spans in it: under the keys of their
+    /// spans that may be one half of a split call (none, for a chain holding both halves).
+    fn index_pending(&mut self) {
+        let mut pending = std::mem::take(&mut self.pending_index);
+        pending.sort_unstable();
+        pending.dedup();
+        for id in pending.drain(..) {
+            let Some(c) = self.active.get_mut(&id) else { continue };
+            let keys = crossjoin::half_keys(&c.spans);
+            let new: Vec<u64> = keys.into_iter().filter(|k| !c.index_keys.contains(k)).collect();
+            if new.is_empty() {
+                continue;
+            }
+            self.cross.insert_keys(id, &new);
+            c.index_keys.extend(new);
+        }
+        self.pending_index = pending;
     }
 
     /// Forget the chains decided in this step that are not kept for revision (see `limbo`).
     fn release_limbo(&mut self) {
         for (id, d) in std::mem::take(&mut self.limbo) {
             self.bytes -= d.bytes;
-            self.cross.unindex(id, &d.spans);
+            self.cross.remove_keys(id, &d.index_keys);
         }
     }
 
@@ -441,6 +489,7 @@ impl Chains {
                     has_server_req: false,
                     deferred: false,
                     server_rooted: false,
+                    index_keys: Vec::new(),
                 },
             );
             self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
@@ -462,7 +511,10 @@ impl Chains {
                 crate::evidence::Side::Internal => {}
             }
         }
-        self.cross.index(trace_id, &ev);
+        self.cross.note_request(trace_id, &ev);
+        if ev.method.as_ref().is_some_and(|m| !m.is_notification()) && ev.request_id.is_some() {
+            self.pending_index.push(trace_id);
+        }
         let b = ev.approx_bytes();
         chain.bytes += b;
         self.bytes += b;
@@ -495,6 +547,7 @@ impl Chains {
                 has_server_req,
                 deferred: true,
                 server_rooted: false,
+                index_keys: d.index_keys,
             },
         );
         self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
@@ -534,7 +587,7 @@ impl Chains {
                     }
                     self.bytes -= d.bytes;
                     self.stats.decided_expired += 1;
-                    self.cross.unindex(id, &d.spans);
+                    self.cross.remove_keys(id, &d.index_keys);
                     self.forgotten.insert(id);
                 }
                 return;
@@ -660,10 +713,7 @@ impl Chains {
             return false;
         }
         let Some(s) = self.active.remove(&src) else { return false };
-        self.cross.unindex(src, &s.spans);
-        for ev in &s.spans {
-            self.cross.index(dst, ev);
-        }
+        self.cross.remove_keys(src, &s.index_keys);
         let Some(d) = self.active.get_mut(&dst) else { return false };
         // The moved spans now belong to the call's chain: one trace per chain, so the verdict and
         // its health span land in the trace the call is decided in.
@@ -753,14 +803,14 @@ impl Chains {
         if !self.cross_join(id, now) {
             return;
         }
-        let Some(c) = self.active.remove(&id) else { return };
+        let Some(mut c) = self.active.remove(&id) else { return };
         self.stats.chains_decided += 1;
         let calls = assemble_calls(&c.spans);
         out.push(DecidedCalls {
             trace_id: id,
             calls,
             decision: Decision { revision: c.revision, decided_by: by, root_seen: c.root_seen, truncated: c.truncated },
-            previous: c.previous,
+            previous: std::mem::take(&mut c.previous),
         });
         if self.limits.max_decided == 0 || by == DecidedBy::Shutdown {
             if self.track && self.limits.max_decided > 0 {
@@ -776,33 +826,13 @@ impl Chains {
                     decided_at_ns: now.as_nanos(),
                 });
             }
-            self.limbo.insert(
-                id,
-                DecidedChain {
-                    spans: c.spans,
-                    root_seen: c.root_seen,
-                    truncated: c.truncated,
-                    bytes: c.bytes,
-                    revision: c.revision,
-                    decided_at: now,
-                },
-            );
+            self.limbo.insert(id, DecidedChain::of(c, now));
             return;
         }
         self.cross.remember_refused(now, crossjoin::refused_requests(&c.spans), self.limits.late_span_window);
         self.decided_order.push_back((now, id, c.revision));
         self.mark(id, &c.spans);
-        self.decided.insert(
-            id,
-            DecidedChain {
-                spans: c.spans,
-                root_seen: c.root_seen,
-                truncated: c.truncated,
-                bytes: c.bytes,
-                revision: c.revision,
-                decided_at: now,
-            },
-        );
+        self.decided.insert(id, DecidedChain::of(c, now));
         while self.decided.len() > self.limits.max_decided {
             self.expire_oldest_decided(false);
         }

@@ -93,6 +93,34 @@ fn span_keys(s: &SpanEvidence) -> Option<[u64; 2]> {
     Some([key(Kind::Bucket, s.side, m, rid, bucket), second])
 }
 
+/// The index keys of the spans of a chain that may be one half of a split call: client requests
+/// without a server span of the same request in the chain, and the server requests of a chain
+/// with no client request. A chain holding both halves of its calls (the common case) needs no
+/// entry at all, so it costs the index nothing.
+pub fn half_keys(spans: &[SpanEvidence]) -> Vec<u64> {
+    let has_client_req = spans.iter().any(|s| is_request(s) && s.side == Side::Client);
+    let served: rustc_hash::FxHashSet<(&str, &str)> = spans
+        .iter()
+        .filter(|s| is_request(s) && s.side == Side::Server)
+        .filter_map(|s| Some((s.method.as_ref()?.as_str(), s.request_id.as_deref()?)))
+        .collect();
+    let mut out = Vec::new();
+    for s in spans.iter().filter(|s| is_request(s)) {
+        let half = match s.side {
+            Side::Client => match (&s.method, s.request_id.as_deref()) {
+                (Some(m), Some(r)) => !served.contains(&(m.as_str(), r)),
+                _ => false,
+            },
+            Side::Server => !has_client_req,
+            Side::Internal => false,
+        };
+        if half {
+            out.extend(span_keys(s).into_iter().flatten());
+        }
+    }
+    out
+}
+
 /// Counters of the joins.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CrossJoinStats {
@@ -296,8 +324,9 @@ pub fn rehome(mut s: SpanEvidence, trace_id: TraceId, parent: SpanId) -> SpanEvi
 }
 
 impl CrossJoin {
-    /// Index the request spans of a chain under `trace`.
-    pub fn index(&mut self, trace: TraceId, s: &SpanEvidence) {
+    /// Note a request span of a chain: a client request that failed or never completed may be
+    /// the one a refused HTTP request answered (see `take_orphans`).
+    pub fn note_request(&mut self, trace: TraceId, s: &SpanEvidence) {
         if is_request(s)
             && s.side == Side::Client
             && (matches!(s.error, Some(CallError::JsonRpc(_)) | Some(CallError::Unclassified))
@@ -316,7 +345,11 @@ impl CrossJoin {
                 server: s.server.clone(),
             });
         }
-        for k in span_keys(s).into_iter().flatten() {
+    }
+
+    /// Index a chain under `keys` (see [`half_keys`]).
+    pub fn insert_keys(&mut self, trace: TraceId, keys: &[u64]) {
+        for &k in keys {
             match self.by_request.entry(k) {
                 std::collections::hash_map::Entry::Vacant(e) => {
                     e.insert(Slot::One(trace));
@@ -336,9 +369,9 @@ impl CrossJoin {
     }
 
     /// Drop a chain's entries (it was forgotten, or merged into another chain).
-    pub fn unindex(&mut self, trace: TraceId, spans: &[SpanEvidence]) {
-        for k in spans.iter().filter_map(span_keys).flatten() {
-            let gone = match self.by_request.get_mut(&k) {
+    pub fn remove_keys(&mut self, trace: TraceId, keys: &[u64]) {
+        for k in keys {
+            let gone = match self.by_request.get_mut(k) {
                 Some(Slot::One(t)) => *t == trace,
                 Some(Slot::Many(v)) => {
                     v.remove(&trace);
@@ -347,7 +380,7 @@ impl CrossJoin {
                 None => false,
             };
             if gone {
-                self.by_request.remove(&k);
+                self.by_request.remove(k);
             }
         }
     }
