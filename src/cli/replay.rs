@@ -299,3 +299,55 @@ fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogCha
     writeln!(out, "protocol success: {} of {} ({})", s.protocol_successes, s.calls, rate(s.protocol_success_rate))?;
     writeln!(out, "verified success: {} of {} ({})", s.verified_successes, s.calls, rate(s.verified_success_rate))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::{Confidence, DecidedBy, HealthState, LayerStatus, Layers};
+
+    fn verdict(method: &str, protocol_success: bool, verified_success: bool) -> Verdict {
+        Verdict {
+            trace_id: [1; 16],
+            span_id: [2; 8],
+            method: Some(method.into()),
+            tool: None,
+            server: None,
+            request_id: None,
+            session_id_hash: None,
+            first_failed_layer: None,
+            layers: Layers([LayerStatus::Passed; 5]),
+            state: HealthState::Healthy,
+            reason: None,
+            confidence: Confidence::High,
+            next_action: String::new(),
+            retry_safe: true,
+            protocol_success,
+            verified_success,
+            required_scope: None,
+            progress: None,
+            credential_hash: None,
+            auth_flow_pending: false,
+            agent: None,
+            contract_changes: vec![],
+            outcome_method: None,
+            revision: 0,
+            supersedes: None,
+            decided_by: DecidedBy::Quiet,
+            start_ns: 0,
+            end_ns: 0,
+        }
+    }
+
+    /// Issue 8, defect 11: the two rates count `tools/call` attempts only (an `initialize` or a
+    /// `ping` verdict is not a tool call), and with no calls they are "no calls", not 0 %.
+    #[test]
+    fn the_rates_count_tool_calls_only_and_none_is_not_zero() {
+        let s = Summary::of(&[verdict("tools/call", true, false), verdict("initialize", false, false), verdict("ping", false, false)]);
+        assert_eq!((s.calls, s.protocol_success_rate, s.verified_success_rate), (1, Some(1.0), Some(0.0)));
+        let none = Summary::of(&[verdict("initialize", false, false)]);
+        assert_eq!((none.calls, none.protocol_success_rate), (0, None));
+        let mut out = Vec::new();
+        write_table(&mut out, &[], &[], &none).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("0 of 0 (no calls)"));
+    }
+}
