@@ -238,7 +238,6 @@ impl CorrelateConfig {
             max_events_per_session: 512,
             idle_expiry: self.session_idle_expiry,
             refresh_policy: self.refresh_policy,
-            track_call_activity: false,
         }
     }
 

@@ -19,10 +19,6 @@ pub struct SessionLimits {
     pub max_events_per_session: usize,
     pub idle_expiry: Duration,
     pub refresh_policy: RefreshPolicy,
-    /// Move a session's clock with its calls (so a TTL can expire between discoveries in the
-    /// session's current verdict). Costs a key per call span; `replay` turns it on, the service
-    /// judges each call at its own start time and does not need it.
-    pub track_call_activity: bool,
 }
 
 impl Default for SessionLimits {
@@ -32,7 +28,6 @@ impl Default for SessionLimits {
             max_events_per_session: 512,
             idle_expiry: Duration::from_secs(3600),
             refresh_policy: RefreshPolicy::None,
-            track_call_activity: false,
         }
     }
 }
@@ -166,14 +161,9 @@ impl Sessions {
         let mut touched: Vec<(String, u64)> = Vec::new();
         for s in spans {
             let reconnect = s.method == Some(Method::Initialize);
+            // A call moves no session's clock: time passes on the engine's clock (`reevaluate`),
+            // and each call is judged at its own start.
             if s.catalog.is_none() && !reconnect {
-                // A call only moves a known session's clock (a TTL can expire before it).
-                if self.limits.track_call_activity && s.method == Some(Method::ToolsCall) && !self.map.is_empty() {
-                    if let Some(st) = s.session_key().and_then(|k| self.map.get_mut(&k)) {
-                        st.last_activity_ns = st.last_activity_ns.max(s.start_ns);
-                        st.last_seen = now;
-                    }
-                }
                 continue;
             }
             let Some(key) = s.session_key() else { continue };
