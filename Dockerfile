@@ -11,8 +11,12 @@ RUN cargo build --release --locked --bin mcp-health
 FROM debian:bookworm-slim
 RUN useradd --system --uid 10001 mcp-health
 COPY --from=build /src/target/release/mcp-health /usr/local/bin/mcp-health
-COPY otel-config/mcp-health.yaml /etc/mcp-health/config.yaml
+# Listens on the container's interfaces; addresses and log level move with MCP_HEALTH_* variables,
+# mcp-health's own telemetry with the standard OTEL_* ones (see the file).
+COPY otel-config/container.yaml /etc/mcp-health/config.yaml
 USER 10001
 EXPOSE 14317 14318 9464 13133
+# No curl in the image: the binary asks its own health check.
+HEALTHCHECK --interval=10s --timeout=4s --retries=3 CMD ["/usr/local/bin/mcp-health", "health", "--endpoint", "127.0.0.1:13133"]
 ENTRYPOINT ["/usr/local/bin/mcp-health"]
 CMD ["serve", "--config", "/etc/mcp-health/config.yaml"]

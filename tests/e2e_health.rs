@@ -40,3 +40,38 @@ async fn the_health_check_says_503_from_the_start_of_the_drain_until_exit() {
     assert!(seen.contains(&503), "503 while draining: {seen:?}");
     assert!(!seen.iter().skip_while(|c| **c != 503).any(|c| *c == 200), "never green again once draining: {seen:?}");
 }
+
+/// The container's health check (`HEALTHCHECK`): `mcp-health health` exits 0 while the service
+/// answers 200, and 1 when nothing answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_subcommand_exits_0_on_200_and_1_otherwise() {
+    let svc = Service::start(Cfg { exporter: None, ..Cfg::default() }).await;
+    let run = |addr: String| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+            .args(["health", "--endpoint", &addr, "--timeout", "2s"])
+            .output()
+            .unwrap()
+    };
+    let ok = tokio::task::spawn_blocking({
+        let addr = svc.health_addr().to_string();
+        move || run(addr)
+    })
+    .await
+    .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let dead = dead_port();
+    let down = tokio::task::spawn_blocking(move || run(format!("127.0.0.1:{}", dead.port))).await.unwrap();
+    assert_eq!(down.status.code(), Some(1));
+}
+
+/// The image's configuration is valid as shipped, and with its addresses moved by environment.
+#[test]
+fn the_container_configuration_validates() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/otel-config/container.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-health")).args(["validate", path]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cfg = mcp_health::config::Config::load(Some(path)).unwrap();
+    let grpc = cfg.receivers.otlp.protocols.grpc.unwrap().endpoint;
+    assert!(grpc.starts_with("0.0.0.0:") || std::env::var("MCP_HEALTH_GRPC_ENDPOINT").is_ok(), "reachable in a container: {grpc}");
+    assert!(cfg.exporters.otlp.is_none(), "no pass-through unless switched on");
+}

@@ -1,5 +1,6 @@
 //! The command line: `serve` (the default), `replay`, `validate`. One file per command.
 
+pub mod health;
 pub mod loadgen;
 pub mod lock;
 pub mod replay;
@@ -37,6 +38,7 @@ Examples:
   mcp-health tap -- python server.py          wrap a stdio MCP server, emit evidence spans over OTLP
   mcp-health tap --listen 127.0.0.1:8080 --upstream http://127.0.0.1:8000   the same for streamable HTTP
   mcp-health print-default-config > my.yaml   start your own config from the default
+  mcp-health health --endpoint 127.0.0.1:13133   exit 0 when the service answers 200
 
 Environment: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
 OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT,
@@ -58,6 +60,8 @@ pub enum Command {
     Loadgen(loadgen::LoadgenArgs),
     /// A transparent MCP proxy (stdio or streamable HTTP) that emits evidence spans over OTLP.
     Tap(tap::TapArgs),
+    /// Ask a running service's health check: exit 0 when it answers 200 (a container HEALTHCHECK).
+    Health(health::HealthArgs),
     /// Print the embedded default configuration.
     #[command(name = "print-default-config")]
     PrintDefaultConfig,
@@ -73,6 +77,7 @@ pub fn main() -> ExitCode {
         Command::Lock(a) => lock::run_lock(a),
         Command::Verify(a) => lock::run_verify(a),
         Command::Tap(a) => tap::run(a),
+        Command::Health(a) => health::run(a),
         Command::PrintDefaultConfig => {
             print!("{}", crate::config::DEFAULT_CONFIG);
             ExitCode::SUCCESS
