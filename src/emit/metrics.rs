@@ -2,19 +2,20 @@
 //! periodic reader (`opentelemetry-otlp`) and a manual reader that the Prometheus endpoint collects
 //! on each scrape, so both outputs carry the same series.
 //!
-//! Verdict metrics are labelled by tool and server, which are open sets: a [`SeriesGuard`] caps the
-//! attribute sets per metric and folds the rest into one `otel.metric.overflow="true"` series, as
-//! the collector's `spanmetrics` connector does.
+//! Verdict metrics are labelled by tool and server, which are open sets: every instrument's stream
+//! has the configured cardinality limit (`exporters.prometheus.cardinality_limit`, an SDK view),
+//! and the SDK folds attribute sets past it into one `otel.metric.overflow="true"` series, as the
+//! collector's `spanmetrics` connector does. (A hand-written guard used to do this under the SDK's
+//! own default limit of 2000, so a configured limit above 2000 had no effect.)
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::metrics::{Counter, Gauge, Meter, MeterProvider as _, ObservableCounter};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::verdict::{HealthState, Layer, Verdict};
 
@@ -25,41 +26,6 @@ pub enum MetricsError {
     Exporter(String),
 }
 
-/// Caps distinct attribute sets per metric.
-#[derive(Debug)]
-pub struct SeriesGuard {
-    limit: usize,
-    seen: Mutex<FxHashSet<String>>,
-    pub overflowed: AtomicU64,
-}
-
-impl SeriesGuard {
-    pub fn new(limit: usize) -> Self {
-        SeriesGuard { limit, seen: Mutex::new(FxHashSet::default()), overflowed: AtomicU64::new(0) }
-    }
-
-    /// The attributes to record with: the given ones while under the limit, else the overflow set.
-    pub fn admit(&self, attrs: Vec<KeyValue>) -> Vec<KeyValue> {
-        let key = attrs.iter().fold(String::new(), |mut k, kv| {
-            k.push_str(kv.key.as_str());
-            k.push('\u{1f}');
-            k.push_str(&kv.value.as_str());
-            k.push('\u{1e}');
-            k
-        });
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.contains(&key) {
-            return attrs;
-        }
-        if seen.len() < self.limit {
-            seen.insert(key);
-            return attrs;
-        }
-        self.overflowed.fetch_add(1, Ordering::Relaxed);
-        vec![KeyValue::new("otel.metric.overflow", true)]
-    }
-}
-
 /// Every instrument the service records.
 #[derive(Clone)]
 pub struct HealthMeters {
@@ -67,8 +33,6 @@ pub struct HealthMeters {
     calls: Counter<u64>,
     protocol_success: Counter<u64>,
     verified_success: Counter<u64>,
-    verdict_guard: Arc<SeriesGuard>,
-    call_guard: Arc<SeriesGuard>,
     pub spans_received: Counter<u64>,
     pub spans_refused: Counter<u64>,
     pub spans_rejected: Counter<u64>,
@@ -86,7 +50,6 @@ pub struct HealthMeters {
     pub exporter_sent: Counter<u64>,
     pub exporter_dropped: Counter<u64>,
     catalog_verdicts: Counter<u64>,
-    catalog_guard: Arc<SeriesGuard>,
     pub drift_events: Counter<u64>,
     success_retracted: Counter<u64>,
     pub incidents_open: Gauge<u64>,
@@ -101,7 +64,7 @@ pub struct HealthMeters {
 }
 
 impl HealthMeters {
-    pub fn new(meter: &Meter, cardinality_limit: usize) -> Self {
+    pub fn new(meter: &Meter) -> Self {
         let c = |name: &'static str, desc: &'static str| meter.u64_counter(name).with_description(desc).build();
         HealthMeters {
             verdicts: c("mcp_health.verdicts", "Decided call verdicts by health state, first failed layer, method, tool and server"),
@@ -114,8 +77,6 @@ impl HealthMeters {
                 "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)",
             ),
             verified_success: c("mcp_health.calls.verified_success", "Calls whose outcome a verifier confirmed"),
-            verdict_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
-            call_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
             spans_received: c("mcp_health.spans.received", "Spans received, by transport"),
             spans_refused: c("mcp_health.spans.refused", "Spans refused (whole requests answered with an error), by transport and reason"),
             spans_rejected: c("mcp_health.spans.rejected", "Spans rejected inside accepted requests (partial success), by transport"),
@@ -151,7 +112,6 @@ impl HealthMeters {
             exporter_sent: c("mcp_health.exporter.sent", "Export requests delivered upstream, by signal"),
             exporter_dropped: c("mcp_health.exporter.dropped", "Export requests or health spans dropped, by signal and reason"),
             catalog_verdicts: c("mcp_health.catalog.verdicts", "Catalog convergence verdict changes, by server and convergence"),
-            catalog_guard: Arc::new(SeriesGuard::new(cardinality_limit)),
             drift_events: c("mcp_health.catalog.drift", "Tool definitions that differ from their pin, by server and tool"),
             incidents_open: meter
                 .u64_gauge("mcp_health.incidents.open")
@@ -202,24 +162,24 @@ impl HealthMeters {
     /// Record a catalog verdict change.
     pub fn record_catalog(&self, server: Option<&str>, c: crate::classify::catalog::Convergence) {
         let attrs = vec![KeyValue::new("server.address", server.unwrap_or("").to_string()), KeyValue::new("convergence", c.as_str())];
-        self.catalog_verdicts.add(1, &self.catalog_guard.admit(attrs));
+        self.catalog_verdicts.add(1, &attrs);
     }
 
     /// Record a drift event (a definition that differs from its pin).
     pub fn record_drift(&self, server: &str, tool: &str) {
         let attrs = vec![KeyValue::new("server.address", server.to_string()), KeyValue::new("gen_ai.tool.name", tool.to_string())];
-        self.drift_events.add(1, &self.catalog_guard.admit(attrs));
+        self.drift_events.add(1, &attrs);
     }
 
     fn add_verdicts(&self, key: &CallKey, state: HealthState, layer: Option<Layer>, n: u64) {
         let mut va = key.attributes();
         va.push(KeyValue::new("state", state.as_str()));
         va.push(KeyValue::new("first_failed_layer", layer.map_or("none", |l| l.as_str())));
-        self.verdicts.add(n, &self.verdict_guard.admit(va));
+        self.verdicts.add(n, &va);
     }
 
     fn add_calls(&self, key: &CallKey, counts: [u64; 5]) {
-        let ca = self.call_guard.admit(key.attributes());
+        let ca = key.attributes();
         if counts[3] + counts[4] > 0 {
             let mut ra = ca.clone();
             ra.push(KeyValue::new("kind", "protocol"));
@@ -382,9 +342,14 @@ impl MetricsPipeline {
             }
             builder = builder.with_reader(rb.build());
         }
+        // The configured limit on every stream: past it the SDK records into the overflow series.
+        let limit = s.cardinality_limit.max(1);
+        builder = builder.with_view(move |_: &opentelemetry_sdk::metrics::Instrument| {
+            opentelemetry_sdk::metrics::Stream::builder().with_cardinality_limit(limit).build().ok()
+        });
         let provider = builder.build();
         let meter = provider.meter("mcp-health");
-        let meters = HealthMeters::new(&meter, s.cardinality_limit);
+        let meters = HealthMeters::new(&meter);
         Ok(MetricsPipeline { provider, meters, prometheus: prom })
     }
 }
@@ -443,16 +408,36 @@ mod tests {
         assert_eq!(t.verdicts.values().sum::<u64>(), 2, "both verdicts are counted as verdicts");
     }
 
+    fn pipeline(limit: usize) -> MetricsPipeline {
+        MetricsPipeline::build(MetricsSettings {
+            resource: Resource::builder().with_service_name("t").build(),
+            prometheus: true,
+            otlp: None,
+            cardinality_limit: limit,
+        })
+        .unwrap()
+    }
+
+    fn verdicts_for_tools(p: &MetricsPipeline, n: usize) -> String {
+        for i in 0..n {
+            let mut v = verdict(true, false, None);
+            v.tool = Some(std::sync::Arc::from(format!("tool_{i}")));
+            p.meters.record(&v);
+        }
+        crate::emit::prometheus::render(p.prometheus.as_ref().unwrap())
+    }
+
+    /// Issue 10: a `cardinality_limit` above 2000 had no effect (the SDK's default stream limit
+    /// applied under the hand-written guard). The configured limit is the SDK's now.
     #[test]
-    fn guard_folds_sets_past_the_limit_into_overflow() {
-        let g = SeriesGuard::new(2);
-        let a = vec![KeyValue::new("tool", "a")];
-        let b = vec![KeyValue::new("tool", "b")];
-        let c = vec![KeyValue::new("tool", "c")];
-        assert_eq!(g.admit(a.clone()), a);
-        assert_eq!(g.admit(b.clone()), b);
-        assert_eq!(g.admit(c), vec![KeyValue::new("otel.metric.overflow", true)]);
-        assert_eq!(g.admit(a.clone()), a, "a known set stays itself");
-        assert_eq!(g.overflowed.load(Ordering::Relaxed), 1);
+    fn a_cardinality_limit_above_2000_takes_effect_and_overflow_folds_past_it() {
+        let text = verdicts_for_tools(&pipeline(3000), 2500);
+        let series = text.lines().filter(|l| l.starts_with("mcp_health_calls_total{")).count();
+        assert_eq!(series, 2500, "every tool its own series under a limit of 3000");
+        assert!(!text.contains("otel_metric_overflow"));
+        let text = verdicts_for_tools(&pipeline(10), 50);
+        let series: Vec<&str> = text.lines().filter(|l| l.starts_with("mcp_health_calls_total{")).collect();
+        assert!(series.len() <= 11, "at most the limit plus the overflow series: {}", series.len());
+        assert!(series.iter().any(|l| l.contains("otel_metric_overflow=\"true\"")), "{series:?}");
     }
 }
