@@ -341,6 +341,8 @@ pub struct Cfg {
     pub log_level: &'static str,
     /// Environment variables for the service process (the OTEL_* ones are removed otherwise).
     pub env: Vec<(&'static str, String)>,
+    /// `exporters.prometheus.cardinality_limit` (the service's default when `None`).
+    pub cardinality_limit: Option<usize>,
     /// `storage.directory` (the durable state store); none when `None`.
     pub storage: Option<PathBuf>,
     /// `extensions.gate` on `Ports::gate` (`unpinned: allow`).
@@ -367,6 +369,7 @@ impl Default for Cfg {
             shutdown_timeout: "10s",
             log_level: "info",
             env: Vec::new(),
+            cardinality_limit: None,
             storage: None,
             gate: false,
         }
@@ -401,7 +404,11 @@ impl Cfg {
                 let _ = write!(y, "    retry_on_failure:\n{r}\n");
             }
         }
-        let _ = write!(y, "  prometheus:\n    endpoint: 127.0.0.1:{}\n  verdict_log:\n    path: stdout\n", p.prometheus);
+        let _ = write!(y, "  prometheus:\n    endpoint: 127.0.0.1:{}\n", p.prometheus);
+        if let Some(n) = self.cardinality_limit {
+            let _ = writeln!(y, "    cardinality_limit: {n}");
+        }
+        y.push_str("  verdict_log:\n    path: stdout\n");
         let _ = write!(y, "extensions:\n  health_check:\n    endpoint: 127.0.0.1:{}\n", p.health);
         if self.gate {
             let _ = write!(y, "  gate:\n    endpoint: 127.0.0.1:{}\n    unpinned: allow\n", p.gate);
