@@ -4,6 +4,8 @@
 //! number; `opentelemetry-proto`'s serde types only take numbers, so names are rewritten to numbers
 //! first. Everything else (hex ids, int64 as strings) the generated types already handle.
 
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use serde_json::Value;
 
@@ -21,6 +23,21 @@ pub fn decode_traces(bytes: &[u8]) -> Result<ExportTraceServiceRequest, JsonErro
     let mut v: Value = serde_json::from_slice(bytes).map_err(JsonError::Syntax)?;
     rewrite_enum_names(&mut v);
     serde_json::from_value(v).map_err(JsonError::Shape)
+}
+
+/// Decode one `ExportMetricsServiceRequest` from OTLP/JSON bytes (passed on, never read).
+pub fn decode_metrics(bytes: &[u8]) -> Result<ExportMetricsServiceRequest, String> {
+    decode_other(bytes, "ExportMetricsServiceRequest")
+}
+
+/// Decode one `ExportLogsServiceRequest` from OTLP/JSON bytes (passed on, never read).
+pub fn decode_logs(bytes: &[u8]) -> Result<ExportLogsServiceRequest, String> {
+    decode_other(bytes, "ExportLogsServiceRequest")
+}
+
+fn decode_other<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, String> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| JsonError::Syntax(e).to_string())?;
+    serde_json::from_value(v).map_err(|e| format!("not an OTLP {what}: {e}"))
 }
 
 fn rewrite_enum_names(v: &mut Value) {
@@ -80,6 +97,22 @@ mod tests {
         let span = &a.resource_spans[0].scope_spans[0].spans[0];
         assert_eq!(span.kind, 3);
         assert_eq!(span.trace_id.len(), 16);
+    }
+
+    #[test]
+    fn metrics_and_logs_decode_from_otlp_json() {
+        let m = br#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"s"}}]},"scopeMetrics":[{"metrics":[{"name":"m","unit":"1","sum":{"aggregationTemporality":2,"isMonotonic":true,"dataPoints":[{"asInt":"5","timeUnixNano":"1700000000000000000"}]}}]}]}]}"#;
+        let m = decode_metrics(m).unwrap();
+        let metric = &m.resource_metrics[0].scope_metrics[0].metrics[0];
+        assert_eq!(metric.name, "m");
+        assert!(matches!(metric.data, Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Sum(_))));
+        let l = br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1700000000000000000","severityNumber":9,"body":{"stringValue":"hi"},"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708"}]}]}]}"#;
+        let l = decode_logs(l).unwrap();
+        let rec = &l.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(rec.severity_number, 9);
+        assert_eq!(rec.trace_id.len(), 16);
+        assert!(decode_logs(b"{nope").is_err());
+        assert!(decode_metrics(br#"{"resourceMetrics":7}"#).is_err());
     }
 
     #[test]
