@@ -222,3 +222,64 @@ async fn undecodable_metrics_and_logs_are_refused_permanently() {
     assert!(text.contains("reason=\"undecodable\""), "{text}");
     svc.assert_alive(WAIT).await;
 }
+
+/// Metrics and logs reserve a place in the export queue before they are accepted, as spans do:
+/// with the upstream down and the queue full they get UNAVAILABLE / 503 + Retry-After (retryable),
+/// never an acceptance that is then lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_export_queue_refuses_metrics_and_logs_retryably() {
+    let dead = dead_port();
+    let svc = Service::start(Cfg {
+        exporter: Some(format!("http://127.0.0.1:{}", dead.port)),
+        sending_queue_size: 1,
+        exporter_timeout: "1s",
+        otlp_metrics: false,
+        health_spans: false,
+        // Workers hold a request for ~5 s, so the queue stays full during the flood.
+        retry_on_failure: Some("      enabled: true\n      initial_interval: 500ms\n      max_interval: 1s\n      max_elapsed_time: 5s"),
+        ..Cfg::default()
+    })
+    .await;
+
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..16 {
+        let ch = channel(&svc).await;
+        set.spawn(async move {
+            if i % 2 == 0 {
+                MetricsServiceClient::new(ch).export(metrics_request("flood")).await.map(|_| ())
+            } else {
+                LogsServiceClient::new(ch).export(logs_request("flood")).await.map(|_| ())
+            }
+        });
+    }
+    let mut unavailable = 0;
+    while let Some(r) = set.join_next().await {
+        match r.unwrap() {
+            Ok(()) => {}
+            Err(s) if s.code() == tonic::Code::Unavailable => unavailable += 1,
+            Err(s) => panic!("unexpected answer to a flood request: {s:?}"),
+        }
+    }
+    assert!(unavailable >= 1, "no UNAVAILABLE among 16 gRPC metrics/logs requests");
+
+    let mut busy = 0;
+    for (i, path) in ["/v1/metrics", "/v1/logs"].iter().cycle().take(8).enumerate() {
+        let body = if i % 2 == 0 { metrics_request("flood").encode_to_vec() } else { logs_request("flood").encode_to_vec() };
+        let r = post(&svc, path, "application/x-protobuf", &body).await;
+        match r.status {
+            200 => {}
+            503 => {
+                assert!(r.header("retry-after").is_some_and(|v| v.parse::<u64>().is_ok()), "{:?}", r.headers);
+                busy += 1;
+            }
+            s => panic!("unexpected HTTP {s} on {path}: {}", r.text()),
+        }
+    }
+    assert!(busy >= 1, "no 503 among 8 HTTP metrics/logs requests");
+
+    let text = svc.wait_metric("mcp_health_signals_refused_total", WAIT, |v| v > 0.0).await;
+    assert!(text.contains("reason=\"exporter_busy\""), "{text}");
+    svc.assert_alive(WAIT).await;
+    drop(svc);
+    drop(dead);
+}
