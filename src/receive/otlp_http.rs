@@ -222,13 +222,18 @@ fn unzstd(raw: &[u8], limit: usize) -> Result<Bytes, DecompressError> {
 }
 
 /// `deflate` is zlib (RFC 9110 §8.4.1.2, RFC 1950); a raw deflate stream (RFC 1951), which some
-/// clients send under that name, is read too: it is told apart by the zlib header's check bits.
+/// clients send under that name, is read too: it is told apart by the zlib header's check bits,
+/// and a body that only looks like zlib (a raw stream can start with valid check bits) and does
+/// not read as zlib is read as raw deflate.
 fn inflate(raw: &[u8], limit: usize) -> Result<Bytes, DecompressError> {
     let zlib = raw.len() >= 2 && raw[0] & 0x0f == 8 && raw[0] >> 4 <= 7 && (u16::from(raw[0]) << 8 | u16::from(raw[1])) % 31 == 0;
-    if zlib {
-        read_limited(flate2::read::ZlibDecoder::new(raw), raw.len(), limit)
-    } else {
-        read_limited(flate2::read::DeflateDecoder::new(raw), raw.len(), limit)
+    let raw_deflate = || read_limited(flate2::read::DeflateDecoder::new(raw), raw.len(), limit);
+    if !zlib {
+        return raw_deflate();
+    }
+    match read_limited(flate2::read::ZlibDecoder::new(raw), raw.len(), limit) {
+        Err(DecompressError::Corrupt(e)) => raw_deflate().map_err(|_| DecompressError::Corrupt(e)),
+        r => r,
     }
 }
 
