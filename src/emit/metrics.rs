@@ -36,6 +36,10 @@ pub struct HealthMeters {
     pub spans_received: Counter<u64>,
     pub spans_refused: Counter<u64>,
     pub spans_rejected: Counter<u64>,
+    /// Metric data points and log records received (pass-through only; never judged).
+    pub signals_received: Counter<u64>,
+    pub signals_refused: Counter<u64>,
+    pub signals_dropped: Counter<u64>,
     pub attributes_invalid: Counter<u64>,
     pub spans_late: Counter<u64>,
     pub spans_truncated: Counter<u64>,
@@ -80,6 +84,18 @@ impl HealthMeters {
             spans_received: c("mcp_health.spans.received", "Spans received, by transport"),
             spans_refused: c("mcp_health.spans.refused", "Spans refused (whole requests answered with an error), by transport and reason"),
             spans_rejected: c("mcp_health.spans.rejected", "Spans rejected inside accepted requests (partial success), by transport"),
+            signals_received: c(
+                "mcp_health.signals.received",
+                "Metric data points and log records received for pass-through, by signal (metrics, logs) and transport",
+            ),
+            signals_refused: c(
+                "mcp_health.signals.refused",
+                "Metric data points and log records refused (whole requests answered with an error; an unreadable one counts 1), by signal, transport and reason",
+            ),
+            signals_dropped: c(
+                "mcp_health.signals.dropped",
+                "Metric data points and log records accepted and not passed on (pass-through is off), by signal and reason",
+            ),
             attributes_invalid: c("mcp_health.attributes.invalid", "Known attributes whose value had an unusable type"),
             spans_late: c("mcp_health.spans.late", "Evidence spans that arrived after their chain was decided (each revises a verdict)"),
             spans_truncated: c("mcp_health.spans.truncated", "Evidence spans dropped because their chain reached max_spans_per_chain"),

@@ -1,5 +1,5 @@
-//! The OTLP/gRPC trace sender: pass-through spans and health spans go upstream through one bounded
-//! queue and a few workers.
+//! The OTLP/gRPC sender: pass-through spans, metrics and logs, health spans and incident logs go
+//! upstream through one bounded queue and a few workers.
 //!
 //! Each request is encoded once into bytes; retries resend those bytes (a refcount, not a deep
 //! copy). The queue is what makes a down backend visible: receivers reserve a place in it before
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes};
 use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use prost::Message;
 use tokio::sync::{mpsc, Mutex};
@@ -31,6 +32,10 @@ pub enum Outgoing {
     Health(ExportTraceServiceRequest),
     /// Incident log records made by this service.
     Logs(ExportLogsServiceRequest),
+    /// Metrics received from a client, passed on unchanged.
+    PassthroughMetrics(ExportMetricsServiceRequest),
+    /// Log records received from a client, passed on unchanged.
+    PassthroughLogs(ExportLogsServiceRequest),
 }
 
 impl Outgoing {
@@ -39,6 +44,8 @@ impl Outgoing {
             Outgoing::Passthrough(_) => "passthrough",
             Outgoing::Health(_) => "health_spans",
             Outgoing::Logs(_) => "incident_logs",
+            Outgoing::PassthroughMetrics(_) => "passthrough_metrics",
+            Outgoing::PassthroughLogs(_) => "passthrough_logs",
         }
     }
 }
@@ -101,7 +108,8 @@ pub fn spawn(s: TraceSenderSettings, meters: HealthMeters) -> Result<(TraceSende
                 let signal = item.signal();
                 let (bytes, path) = match &item {
                     Outgoing::Passthrough(r) | Outgoing::Health(r) => (Bytes::from(r.encode_to_vec()), TRACES_PATH),
-                    Outgoing::Logs(r) => (Bytes::from(r.encode_to_vec()), LOGS_PATH),
+                    Outgoing::Logs(r) | Outgoing::PassthroughLogs(r) => (Bytes::from(r.encode_to_vec()), LOGS_PATH),
+                    Outgoing::PassthroughMetrics(r) => (Bytes::from(r.encode_to_vec()), METRICS_PATH),
                 };
                 drop(item);
                 match send_with_retry(&channel, &s, bytes, path).await {
@@ -131,13 +139,24 @@ fn retryable(st: &Status) -> Option<Option<Duration>> {
 
 const TRACES_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 const LOGS_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+const METRICS_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
 async fn send_with_retry(channel: &Channel, s: &TraceSenderSettings, bytes: Bytes, path: &'static str) -> Result<(), Status> {
     let started = Instant::now();
     let mut backoff = s.retry.initial_interval;
     loop {
         let sent = if path == LOGS_PATH {
-            send_once::<ExportLogsServiceResponse>(channel, s, bytes.clone(), path).await.map(|_| ())
+            send_once::<ExportLogsServiceResponse>(channel, s, bytes.clone(), path).await.map(|r| {
+                if let Some(ps) = r.partial_success.as_ref().filter(|p| p.rejected_log_records > 0) {
+                    tracing::warn!(rejected = ps.rejected_log_records, "upstream rejected some log records");
+                }
+            })
+        } else if path == METRICS_PATH {
+            send_once::<ExportMetricsServiceResponse>(channel, s, bytes.clone(), path).await.map(|r| {
+                if let Some(ps) = r.partial_success.as_ref().filter(|p| p.rejected_data_points > 0) {
+                    tracing::warn!(rejected = ps.rejected_data_points, "upstream rejected some metric data points");
+                }
+            })
         } else {
             send_once::<ExportTraceServiceResponse>(channel, s, bytes.clone(), path).await.map(|r| {
                 if let Some(ps) = r.partial_success.as_ref().filter(|p| p.rejected_spans > 0) {

@@ -2,7 +2,10 @@
 //! the whole request with a retryable answer so the sender keeps its data.
 
 use opentelemetry::KeyValue;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use tokio::sync::mpsc;
 
 use crate::emit::metrics::HealthMeters;
@@ -32,6 +35,59 @@ impl Admission {
     /// Count a request refused before it could be read (undecodable, too large).
     pub fn refused(&self, transport: &'static str, reason: &'static str) {
         self.meters.spans_refused.add(1, &[KeyValue::new("transport", transport), KeyValue::new("reason", reason)]);
+    }
+
+    /// [`Self::refused`] for any signal: `"traces"`, `"metrics"` or `"logs"`.
+    pub fn refused_signal(&self, signal: &'static str, transport: &'static str, reason: &'static str) {
+        if signal == "traces" {
+            return self.refused(transport, reason);
+        }
+        let attrs = [KeyValue::new("signal", signal), KeyValue::new("transport", transport), KeyValue::new("reason", reason)];
+        self.meters.signals_refused.add(1, &attrs);
+    }
+
+    /// Metrics are not read: passed on unchanged when pass-through is on, else dropped and counted.
+    pub fn admit_metrics(&self, req: ExportMetricsServiceRequest, transport: &'static str) -> Admitted {
+        let points = req
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+            .map(|m| match &m.data {
+                Some(Data::Gauge(g)) => g.data_points.len(),
+                Some(Data::Sum(s)) => s.data_points.len(),
+                Some(Data::Histogram(h)) => h.data_points.len(),
+                Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+                Some(Data::Summary(s)) => s.data_points.len(),
+                None => 0,
+            } as u64)
+            .sum();
+        self.pass_on("metrics", points, transport, || Outgoing::PassthroughMetrics(req))
+    }
+
+    /// Logs are not read: passed on unchanged when pass-through is on, else dropped and counted.
+    pub fn admit_logs(&self, req: ExportLogsServiceRequest, transport: &'static str) -> Admitted {
+        let records = req.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len() as u64).sum();
+        self.pass_on("logs", records, transport, || Outgoing::PassthroughLogs(req))
+    }
+
+    /// Reserve a place in the exporter queue as [`Self::admit`] does, so a full queue answers a
+    /// retryable refusal rather than losing the request.
+    fn pass_on(&self, signal: &'static str, items: u64, transport: &'static str, out: impl FnOnce() -> Outgoing) -> Admitted {
+        let sig = KeyValue::new("signal", signal);
+        self.meters.signals_received.add(items, &[sig.clone(), KeyValue::new("transport", transport)]);
+        match &self.passthrough {
+            Some(p) => match p.try_reserve() {
+                Ok(permit) => permit.send(out()),
+                Err(_) => {
+                    let attrs = [sig, KeyValue::new("transport", transport), KeyValue::new("reason", "exporter_busy")];
+                    self.meters.signals_refused.add(items, &attrs);
+                    return Admitted::Busy;
+                }
+            },
+            None => self.meters.signals_dropped.add(items, &[sig, KeyValue::new("reason", "passthrough_off")]),
+        }
+        Admitted::Accepted { rejected: 0, message: String::new() }
     }
 
     pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: &'static str) -> Admitted {

@@ -1,4 +1,5 @@
-//! OTLP/gRPC receiver on `opentelemetry-proto`'s generated `TraceService`.
+//! OTLP/gRPC receiver on `opentelemetry-proto`'s generated `TraceService`, `MetricsService` and
+//! `LogsService` (metrics and logs are passed on, not read). Requests may be gzip or zstd.
 //!
 //! tonic's prost codec reports undecodable input as INTERNAL and an oversize message as
 //! OUT_OF_RANGE, which OTLP clients treat as "retry" — a malformed or oversize request would be
@@ -10,6 +11,10 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{MetricsService, MetricsServiceServer};
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse};
 use tonic::codec::CompressionEncoding;
@@ -31,8 +36,32 @@ impl TraceService for OtlpTraceService {
                 partial_success: (rejected > 0)
                     .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
             })),
-            // UNAVAILABLE is retryable for every OTLP client.
-            Admitted::Busy => Err(Status::unavailable("mcp-health is at capacity; retry with backoff")),
+            Admitted::Busy => Err(busy()),
+        }
+    }
+}
+
+/// UNAVAILABLE is retryable for every OTLP client.
+fn busy() -> Status {
+    Status::unavailable("mcp-health is at capacity; retry with backoff")
+}
+
+#[tonic::async_trait]
+impl MetricsService for OtlpTraceService {
+    async fn export(&self, request: Request<ExportMetricsServiceRequest>) -> Result<Response<ExportMetricsServiceResponse>, Status> {
+        match self.admission.admit_metrics(request.into_inner(), "grpc") {
+            Admitted::Accepted { .. } => Ok(Response::new(ExportMetricsServiceResponse { partial_success: None })),
+            Admitted::Busy => Err(busy()),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl LogsService for OtlpTraceService {
+    async fn export(&self, request: Request<ExportLogsServiceRequest>) -> Result<Response<ExportLogsServiceResponse>, Status> {
+        match self.admission.admit_logs(request.into_inner(), "grpc") {
+            Admitted::Accepted { .. } => Ok(Response::new(ExportLogsServiceResponse { partial_success: None })),
+            Admitted::Busy => Err(busy()),
         }
     }
 }
@@ -44,13 +73,26 @@ pub async fn serve(
     max_message_bytes: usize,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let svc = TraceServiceServer::new(OtlpTraceService { admission: admission.clone() })
+    let traces = TraceServiceServer::new(OtlpTraceService { admission: admission.clone() })
         .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+        .max_decoding_message_size(max_message_bytes);
+    let metrics = MetricsServiceServer::new(OtlpTraceService { admission: admission.clone() })
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+        .max_decoding_message_size(max_message_bytes);
+    let logs = LogsServiceServer::new(OtlpTraceService { admission: admission.clone() })
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Gzip)
         .max_decoding_message_size(max_message_bytes);
     tonic::transport::Server::builder()
         .layer(tower::layer::layer_fn(move |inner| OtlpStatus { inner, admission: admission.clone() }))
-        .add_service(svc)
+        .add_service(traces)
+        .add_service(metrics)
+        .add_service(logs)
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
         .await
 }
@@ -76,6 +118,14 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let path = req.uri().path();
+        let signal = if path.contains(".metrics.") {
+            "metrics"
+        } else if path.contains(".logs.") {
+            "logs"
+        } else {
+            "traces"
+        };
         let fut = self.inner.call(req);
         let admission = self.admission.clone();
         Box::pin(async move {
@@ -85,13 +135,21 @@ where
             // tonic percent-encodes grpc-message (a space is `%20`); match on the decoded text.
             let message = h.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("").replace("%20", " ");
             match status.as_deref() {
-                Some("13") if message.contains("decode") || message.contains("invalid") || message.contains("buffer") => {
+                // A decompressed message over the limit (a gzip or zstd bomb): RESOURCE_EXHAUSTED
+                // already, without RetryInfo; only counted.
+                Some("8") if message.contains("size limit") => admission.refused_signal(signal, "grpc", "too_large"),
+                Some("13")
+                    if message.contains("decode")
+                        || message.contains("decompress")
+                        || message.contains("invalid")
+                        || message.contains("buffer") =>
+                {
                     h.insert("grpc-status", http::HeaderValue::from_static("3"));
-                    admission.refused("grpc", "undecodable");
+                    admission.refused_signal(signal, "grpc", "undecodable");
                 }
                 Some("11") if message.contains("too large") => {
                     h.insert("grpc-status", http::HeaderValue::from_static("8"));
-                    admission.refused("grpc", "too_large");
+                    admission.refused_signal(signal, "grpc", "too_large");
                 }
                 _ => {}
             }

@@ -1,8 +1,9 @@
-//! OTLP/HTTP receiver: `POST /v1/traces`, protobuf or JSON bodies, optionally gzip.
+//! OTLP/HTTP receiver: `POST /v1/traces`, `/v1/metrics` and `/v1/logs` (metrics and logs are
+//! passed on, not read), protobuf or JSON bodies, optionally gzip, zstd or deflate.
 //!
 //! Answers as the OTLP specification says: 200 with a partial-success body in the request's own
 //! encoding; 400 with a `google.rpc.Status` for undecodable input; 413 for a body over the limit
-//! (checked after decompression too, so a small gzip bomb is refused); 415 for other media types;
+//! (checked after decompression too, so a small gzip or zstd bomb is refused); 415 for other media types;
 //! 503 with `Retry-After` when the service sheds load.
 
 use std::io::Read;
@@ -13,6 +14,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse};
 use prost::Message;
 
@@ -31,57 +34,19 @@ enum Encoding {
     Json,
 }
 
-/// The `/v1/traces` router.
+/// The `/v1/traces`, `/v1/metrics` and `/v1/logs` router.
 pub fn router(admission: Admission, max_body: usize) -> Router {
-    Router::new().route("/v1/traces", post(traces)).with_state(HttpState { admission, max_body })
+    Router::new()
+        .route("/v1/traces", post(traces))
+        .route("/v1/metrics", post(metrics))
+        .route("/v1/logs", post(logs))
+        .with_state(HttpState { admission, max_body })
 }
 
 async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let enc = match ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase().as_str() {
-        "application/x-protobuf" | "application/protobuf" => Encoding::Protobuf,
-        "application/json" => Encoding::Json,
-        _ => {
-            st.admission.refused("http", "unsupported_media_type");
-            return error(
-                Encoding::Protobuf,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                3,
-                "Content-Type must be application/x-protobuf or application/json",
-            );
-        }
-    };
-    let raw = match axum::body::to_bytes(body, st.max_body).await {
+    let (enc, bytes) = match read_body(&st, "traces", &headers, body).await {
         Ok(b) => b,
-        Err(_) => {
-            st.admission.refused("http", "too_large");
-            return error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("request body exceeds {} bytes", st.max_body));
-        }
-    };
-    let content_encoding =
-        headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity").trim().to_ascii_lowercase();
-    let bytes = match content_encoding.as_str() {
-        "identity" | "" => raw,
-        "gzip" => match gunzip(&raw, st.max_body) {
-            Ok(b) => b,
-            Err(GunzipError::TooLarge) => {
-                st.admission.refused("http", "too_large");
-                return error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("decompressed body exceeds {} bytes", st.max_body));
-            }
-            Err(GunzipError::Corrupt(e)) => {
-                st.admission.refused("http", "undecodable");
-                return error(enc, StatusCode::BAD_REQUEST, 3, &format!("gzip body could not be decompressed: {e}"));
-            }
-        },
-        other => {
-            st.admission.refused("http", "unsupported_encoding");
-            return error(
-                enc,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                3,
-                &format!("Content-Encoding {other:?} is not supported (use gzip or none)"),
-            );
-        }
+        Err(r) => return r,
     };
     let req = match enc {
         Encoding::Protobuf => {
@@ -97,42 +62,179 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
         }
     };
     match st.admission.admit(req, "http") {
-        Admitted::Accepted { rejected, message } => {
-            let resp = ExportTraceServiceResponse {
+        Admitted::Accepted { rejected, message } => ok(
+            enc,
+            &ExportTraceServiceResponse {
                 partial_success: (rejected > 0)
                     .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
-            };
-            match enc {
-                Encoding::Protobuf => ([(header::CONTENT_TYPE, "application/x-protobuf")], resp.encode_to_vec()).into_response(),
-                Encoding::Json => {
-                    ([(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(&resp).unwrap_or_else(|_| b"{}".to_vec()))
-                        .into_response()
-                }
-            }
+            },
+        ),
+        Admitted::Busy => busy(enc),
+    }
+}
+
+/// Metrics are passed on (or dropped), not read.
+async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let (enc, bytes) = match read_body(&st, "metrics", &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let req = match enc {
+        Encoding::Protobuf => {
+            ExportMetricsServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportMetricsServiceRequest: {e}"))
         }
-        Admitted::Busy => {
-            let mut r = error(enc, StatusCode::SERVICE_UNAVAILABLE, 14, "mcp-health is at capacity; retry later");
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            r
+        Encoding::Json => otlp_json::decode_metrics(&bytes),
+    };
+    match req.map(|r| st.admission.admit_metrics(r, "http")) {
+        Ok(Admitted::Accepted { .. }) => ok(enc, &ExportMetricsServiceResponse { partial_success: None }),
+        Ok(Admitted::Busy) => busy(enc),
+        Err(msg) => {
+            st.admission.refused_signal("metrics", "http", "undecodable");
+            error(enc, StatusCode::BAD_REQUEST, 3, &msg)
         }
     }
 }
 
-enum GunzipError {
+/// Logs are passed on (or dropped), not read.
+async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let (enc, bytes) = match read_body(&st, "logs", &headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let req = match enc {
+        Encoding::Protobuf => ExportLogsServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportLogsServiceRequest: {e}")),
+        Encoding::Json => otlp_json::decode_logs(&bytes),
+    };
+    match req.map(|r| st.admission.admit_logs(r, "http")) {
+        Ok(Admitted::Accepted { .. }) => ok(enc, &ExportLogsServiceResponse { partial_success: None }),
+        Ok(Admitted::Busy) => busy(enc),
+        Err(msg) => {
+            st.admission.refused_signal("logs", "http", "undecodable");
+            error(enc, StatusCode::BAD_REQUEST, 3, &msg)
+        }
+    }
+}
+
+/// Media type, body within the limit, decompressed within the limit; or the error answer.
+async fn read_body(st: &HttpState, signal: &'static str, headers: &HeaderMap, body: Body) -> Result<(Encoding, Bytes), Response> {
+    let refused = |reason| st.admission.refused_signal(signal, "http", reason);
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let enc = match ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase().as_str() {
+        "application/x-protobuf" | "application/protobuf" => Encoding::Protobuf,
+        "application/json" => Encoding::Json,
+        _ => {
+            refused("unsupported_media_type");
+            return Err(error(
+                Encoding::Protobuf,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                3,
+                "Content-Type must be application/x-protobuf or application/json",
+            ));
+        }
+    };
+    let raw = match axum::body::to_bytes(body, st.max_body).await {
+        Ok(b) => b,
+        Err(_) => {
+            refused("too_large");
+            return Err(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("request body exceeds {} bytes", st.max_body)));
+        }
+    };
+    let content_encoding =
+        headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity").trim().to_ascii_lowercase();
+    match decompress(&content_encoding, raw, st.max_body) {
+        Some(Ok(b)) => Ok((enc, b)),
+        Some(Err(DecompressError::TooLarge)) => {
+            refused("too_large");
+            Err(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("decompressed body exceeds {} bytes", st.max_body)))
+        }
+        Some(Err(DecompressError::Corrupt(e))) => {
+            refused("undecodable");
+            Err(error(enc, StatusCode::BAD_REQUEST, 3, &format!("{content_encoding} body could not be decompressed: {e}")))
+        }
+        None => {
+            refused("unsupported_encoding");
+            Err(error(
+                enc,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                3,
+                &format!("Content-Encoding {content_encoding:?} is not supported (use gzip, zstd, deflate or none)"),
+            ))
+        }
+    }
+}
+
+fn ok<M: Message + serde::Serialize>(enc: Encoding, resp: &M) -> Response {
+    match enc {
+        Encoding::Protobuf => ([(header::CONTENT_TYPE, "application/x-protobuf")], resp.encode_to_vec()).into_response(),
+        Encoding::Json => {
+            ([(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(resp).unwrap_or_else(|_| b"{}".to_vec())).into_response()
+        }
+    }
+}
+
+fn busy(enc: Encoding) -> Response {
+    let mut r = error(enc, StatusCode::SERVICE_UNAVAILABLE, 14, "mcp-health is at capacity; retry later");
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+#[derive(Debug)]
+enum DecompressError {
     TooLarge,
     Corrupt(std::io::Error),
 }
 
-fn gunzip(raw: &[u8], limit: usize) -> Result<Bytes, GunzipError> {
-    let mut out = Vec::with_capacity(raw.len().saturating_mul(4).min(limit));
-    // Every member of a multi-member body (RFC 1952 §2.2): concatenated members are one stream,
-    // and a protobuf body split over members is the concatenation, a valid message.
-    let mut dec = flate2::read::MultiGzDecoder::new(raw).take(limit as u64 + 1);
-    dec.read_to_end(&mut out).map_err(GunzipError::Corrupt)?;
+/// Undo `Content-Encoding`, reading at most `limit` bytes out; `None` for an encoding not known.
+fn decompress(content_encoding: &str, raw: Bytes, limit: usize) -> Option<Result<Bytes, DecompressError>> {
+    Some(match content_encoding {
+        "identity" | "" => Ok(raw),
+        "gzip" | "x-gzip" => gunzip(&raw, limit),
+        "zstd" => unzstd(&raw, limit),
+        "deflate" => inflate(&raw, limit),
+        _ => return None,
+    })
+}
+
+/// Read `dec` to its end, or fail as soon as it yields more than `limit` bytes.
+fn read_limited(dec: impl Read, compressed_len: usize, limit: usize) -> Result<Bytes, DecompressError> {
+    let mut out = Vec::with_capacity(compressed_len.saturating_mul(4).min(limit));
+    dec.take(limit as u64 + 1).read_to_end(&mut out).map_err(DecompressError::Corrupt)?;
     if out.len() > limit {
-        return Err(GunzipError::TooLarge);
+        return Err(DecompressError::TooLarge);
     }
     Ok(Bytes::from(out))
+}
+
+fn gunzip(raw: &[u8], limit: usize) -> Result<Bytes, DecompressError> {
+    // Every member of a multi-member body (RFC 1952 §2.2): concatenated members are one stream,
+    // and a protobuf body split over members is the concatenation, a valid message.
+    read_limited(flate2::read::MultiGzDecoder::new(raw), raw.len(), limit)
+}
+
+/// zstd (RFC 8878); concatenated frames are read as one stream, like gzip members. The window a
+/// frame may ask for is bounded by the body limit (at least 8 MiB, the usual encoders' default),
+/// so a small body cannot make the decoder reserve zstd's default maximum of 128 MiB.
+fn unzstd(raw: &[u8], limit: usize) -> Result<Bytes, DecompressError> {
+    let mut dec = zstd::stream::read::Decoder::with_buffer(raw).map_err(DecompressError::Corrupt)?;
+    let window_log = (usize::BITS - limit.saturating_sub(1).leading_zeros()).clamp(23, 30);
+    dec.window_log_max(window_log).map_err(DecompressError::Corrupt)?;
+    read_limited(dec, raw.len(), limit)
+}
+
+/// `deflate` is zlib (RFC 9110 §8.4.1.2, RFC 1950); a raw deflate stream (RFC 1951), which some
+/// clients send under that name, is read too: it is told apart by the zlib header's check bits,
+/// and a body that only looks like zlib (a raw stream can start with valid check bits) and does
+/// not read as zlib is read as raw deflate.
+fn inflate(raw: &[u8], limit: usize) -> Result<Bytes, DecompressError> {
+    let zlib = raw.len() >= 2 && raw[0] & 0x0f == 8 && raw[0] >> 4 <= 7 && (u16::from(raw[0]) << 8 | u16::from(raw[1])) % 31 == 0;
+    let raw_deflate = || read_limited(flate2::read::DeflateDecoder::new(raw), raw.len(), limit);
+    if !zlib {
+        return raw_deflate();
+    }
+    match read_limited(flate2::read::ZlibDecoder::new(raw), raw.len(), limit) {
+        Err(DecompressError::Corrupt(e)) => raw_deflate().map_err(|_| DecompressError::Corrupt(e)),
+        r => r,
+    }
 }
 
 /// An error answer with a `google.rpc.Status` body in the request's encoding.
@@ -164,10 +266,52 @@ mod tests {
     fn every_member_of_a_multi_member_gzip_body_is_read() {
         let parts: Vec<Vec<u8>> = (0..15u8).map(|i| vec![i; 100]).collect();
         let body: Vec<u8> = parts.iter().flat_map(|p| gz(p)).collect();
-        let out = gunzip(&body, 1 << 20).ok().expect("decompressed");
+        let out = gunzip(&body, 1 << 20).expect("decompressed");
         assert_eq!(out.len(), 1500);
         assert_eq!(&out[..], &parts.concat()[..]);
         // The size limit holds over all members together.
-        assert!(matches!(gunzip(&body, 1000), Err(GunzipError::TooLarge)));
+        assert!(matches!(gunzip(&body, 1000), Err(DecompressError::TooLarge)));
+    }
+
+    fn bomb_of(n: usize) -> Vec<u8> {
+        vec![b'z'; n]
+    }
+
+    #[test]
+    fn zstd_bodies_are_read_and_a_zstd_bomb_is_too_large() {
+        let data = b"hello zstd".repeat(100);
+        let z = zstd::encode_all(&data[..], 3).unwrap();
+        let out = decompress("zstd", Bytes::from(z.clone()), 1 << 20).unwrap().unwrap();
+        assert_eq!(&out[..], &data[..]);
+        // Concatenated frames are one stream.
+        let two: Vec<u8> = [z.clone(), z].concat();
+        assert_eq!(unzstd(&two, 1 << 20).unwrap().len(), 2 * data.len());
+        // 16 MiB inflated from a few hundred bytes, against a 64 KiB limit.
+        let bomb = zstd::encode_all(&bomb_of(16 << 20)[..], 19).unwrap();
+        assert!(bomb.len() < 4096, "{}", bomb.len());
+        assert!(matches!(unzstd(&bomb, 64 << 10), Err(DecompressError::TooLarge)));
+        assert!(matches!(unzstd(b"not zstd at all", 1 << 20), Err(DecompressError::Corrupt(_))));
+    }
+
+    #[test]
+    fn deflate_is_zlib_and_raw_deflate_is_read_too() {
+        let data = b"hello deflate".repeat(100);
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(&data).unwrap();
+        let zlib = z.finish().unwrap();
+        assert_eq!(&decompress("deflate", Bytes::from(zlib), 1 << 20).unwrap().unwrap()[..], &data[..]);
+        let mut r = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+        r.write_all(&data).unwrap();
+        let raw = r.finish().unwrap();
+        assert_eq!(&inflate(&raw, 1 << 20).unwrap()[..], &data[..]);
+        let mut b = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        b.write_all(&bomb_of(16 << 20)).unwrap();
+        assert!(matches!(inflate(&b.finish().unwrap(), 64 << 10), Err(DecompressError::TooLarge)));
+    }
+
+    #[test]
+    fn unknown_encodings_are_not_guessed() {
+        assert!(decompress("br", Bytes::from_static(b"x"), 10).is_none());
+        assert_eq!(&decompress("identity", Bytes::from_static(b"x"), 10).unwrap().unwrap()[..], b"x");
     }
 }

@@ -4,6 +4,8 @@
 //! number; `opentelemetry-proto`'s serde types only take numbers, so names are rewritten to numbers
 //! first. Everything else (hex ids, int64 as strings) the generated types already handle.
 
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use serde_json::Value;
 
@@ -21,6 +23,68 @@ pub fn decode_traces(bytes: &[u8]) -> Result<ExportTraceServiceRequest, JsonErro
     let mut v: Value = serde_json::from_slice(bytes).map_err(JsonError::Syntax)?;
     rewrite_enum_names(&mut v);
     serde_json::from_value(v).map_err(JsonError::Shape)
+}
+
+/// Decode one `ExportMetricsServiceRequest` from OTLP/JSON bytes (passed on, never read); enums
+/// may be written by name here too.
+pub fn decode_metrics(bytes: &[u8]) -> Result<ExportMetricsServiceRequest, String> {
+    decode_other(bytes, "ExportMetricsServiceRequest")
+}
+
+/// Decode one `ExportLogsServiceRequest` from OTLP/JSON bytes (passed on, never read).
+pub fn decode_logs(bytes: &[u8]) -> Result<ExportLogsServiceRequest, String> {
+    decode_other(bytes, "ExportLogsServiceRequest")
+}
+
+fn decode_other<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, String> {
+    let mut v: Value = serde_json::from_slice(bytes).map_err(|e| JsonError::Syntax(e).to_string())?;
+    rewrite_other_enum_names(&mut v);
+    serde_json::from_value(v).map_err(|e| format!("not an OTLP {what}: {e}"))
+}
+
+/// The enums of metrics and logs written by name: `severityNumber` and `aggregationTemporality`,
+/// wherever they are (the field names occur nowhere else in the two requests).
+fn rewrite_other_enum_names(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                let n = match (k.as_str(), x.as_str()) {
+                    ("severityNumber", Some(s)) => severity_number(s),
+                    ("aggregationTemporality", Some(s)) => match s {
+                        "AGGREGATION_TEMPORALITY_UNSPECIFIED" => Some(0),
+                        "AGGREGATION_TEMPORALITY_DELTA" => Some(1),
+                        "AGGREGATION_TEMPORALITY_CUMULATIVE" => Some(2),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match n {
+                    Some(n) => *x = Value::from(n),
+                    None => rewrite_other_enum_names(x),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(rewrite_other_enum_names),
+        _ => {}
+    }
+}
+
+/// `SEVERITY_NUMBER_TRACE` = 1 … `SEVERITY_NUMBER_FATAL4` = 24, four per level.
+fn severity_number(s: &str) -> Option<i32> {
+    let rest = s.strip_prefix("SEVERITY_NUMBER_")?;
+    if rest == "UNSPECIFIED" {
+        return Some(0);
+    }
+    let levels = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"];
+    let (i, level) = levels.iter().enumerate().find(|(_, l)| rest.starts_with(**l))?;
+    let sub = match &rest[level.len()..] {
+        "" => 1,
+        "2" => 2,
+        "3" => 3,
+        "4" => 4,
+        _ => return None,
+    };
+    Some(i as i32 * 4 + sub)
 }
 
 fn rewrite_enum_names(v: &mut Value) {
@@ -80,6 +144,32 @@ mod tests {
         let span = &a.resource_spans[0].scope_spans[0].spans[0];
         assert_eq!(span.kind, 3);
         assert_eq!(span.trace_id.len(), 16);
+    }
+
+    #[test]
+    fn metrics_and_logs_decode_from_otlp_json() {
+        let m = br#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"s"}}]},"scopeMetrics":[{"metrics":[{"name":"m","unit":"1","sum":{"aggregationTemporality":2,"isMonotonic":true,"dataPoints":[{"asInt":"5","timeUnixNano":"1700000000000000000"}]}}]}]}]}"#;
+        let m = decode_metrics(m).unwrap();
+        let metric = &m.resource_metrics[0].scope_metrics[0].metrics[0];
+        assert_eq!(metric.name, "m");
+        assert!(matches!(metric.data, Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Sum(_))));
+        let l = br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1700000000000000000","severityNumber":9,"body":{"stringValue":"hi"},"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708"}]}]}]}"#;
+        let l = decode_logs(l).unwrap();
+        let rec = &l.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(rec.severity_number, 9);
+        assert_eq!(rec.trace_id.len(), 16);
+        // Enums by name decode as by number.
+        let by_name = br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"severityNumber":"SEVERITY_NUMBER_WARN3"},{"severityNumber":"SEVERITY_NUMBER_FATAL4"},{"severityNumber":"SEVERITY_NUMBER_TRACE"}]}]}]}"#;
+        let recs = &decode_logs(by_name).unwrap().resource_logs[0].scope_logs[0].log_records;
+        assert_eq!(recs.iter().map(|r| r.severity_number).collect::<Vec<_>>(), vec![15, 24, 1]);
+        let by_name = br#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"m","sum":{"aggregationTemporality":"AGGREGATION_TEMPORALITY_DELTA","dataPoints":[]}}]}]}]}"#;
+        let m = decode_metrics(by_name).unwrap();
+        match &m.resource_metrics[0].scope_metrics[0].metrics[0].data {
+            Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Sum(s)) => assert_eq!(s.aggregation_temporality, 1),
+            other => panic!("{other:?}"),
+        }
+        assert!(decode_logs(b"{nope").is_err());
+        assert!(decode_metrics(br#"{"resourceMetrics":7}"#).is_err());
     }
 
     #[test]
