@@ -824,6 +824,23 @@ mod tests {
                         && c.extensions.gate.as_ref().unwrap().unpinned == crate::gate::UnpinnedPolicy::Deny
                 },
             ),
+            (
+                "an optional value that expands to nothing is absent; otherwise it is read as written",
+                format!(
+                    "{}service:\n  telemetry:\n    service_name: ${{env:UNSET:-}}\n    shutdown_timeout: ${{env:WAIT}}\nprocessors:\n  mcp_health:\n    lockfile: \"${{env:UNSET:-}}\"\n",
+                    otlp("    timeout: 3s\n    compression: ${env:UNSET:-gzip}\n    metrics_endpoint: x$${TOK}\n")
+                ),
+                |c| {
+                    let o = c.exporters.otlp.as_ref().unwrap();
+                    c.service.telemetry.service_name.is_none()
+                        && c.processors.mcp_health.lockfile.is_none()
+                        && c.service.telemetry.shutdown_timeout == Some(Duration::from_secs(5))
+                        && o.timeout == Some(Duration::from_secs(3))
+                        && o.compression.as_deref() == Some("gzip")
+                        && o.metrics_endpoint.as_deref() == Some("x${TOK}")
+                        && c.storage.is_none()
+                },
+            ),
         ];
         let both = |k: &str| vars(k).or_else(|| env(k));
         for (name, text, check) in cases {
@@ -832,11 +849,15 @@ mod tests {
                 Err(e) => panic!("{name}: {e}"),
             }
         }
+        let c = Config::parse("c.yaml", "storage:\n  directory: ${env:UNSET:-/var/lib/x}\n", &both).unwrap();
+        assert_eq!(c.storage, Some(Storage { directory: "/var/lib/x".into() }));
         // Keys are taken as written, and a variable that is not set is named with key, line, column.
         let c = Config::parse("c.yaml", &otlp("    headers:\n      ${TOK}: v\n"), &both).unwrap();
         assert!(c.exporters.otlp.unwrap().headers.contains_key("${TOK}"));
         let e = Config::parse("c.yaml", &otlp("    headers:\n      a: ${env:NOPE}\n"), &both).unwrap_err().to_string();
         assert!(e.contains("NOPE") && e.contains("exporters.otlp.headers.a") && e.contains("line 5, column 10"), "{e}");
+        let e = Config::parse("c.yaml", "service:\n  telemetry:\n    service_name: ${NOPE}\n", &both).unwrap_err().to_string();
+        assert!(e.contains("NOPE") && e.contains("service.telemetry.service_name") && e.contains("line 3, column 19"), "{e}");
         let e = Config::parse("c.yaml", "processors:\n  mcp_health:\n    max_chains: ${env:TOK}\n", &both).unwrap_err().to_string();
         assert!(e.contains("processors.mcp_health.max_chains") && e.contains("line 3, column 17"), "{e}");
     }

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, IntoDeserializer, MapAccess, SeqAccess, VariantAccess, Visitor};
 
 /// Where variables are looked up (the process environment, or a table in tests).
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -150,7 +150,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Subst<'_, D> {
         self.de.deserialize_byte_buf(Wrap { inner: visitor, env: self.env, want: Want::Any })
     }
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.de.deserialize_option(Wrap { inner: visitor, env: self.env, want: Want::Any })
+        self.de.deserialize_option(Opt { inner: visitor, env: self.env })
     }
     fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
         self.de.deserialize_unit(Wrap { inner: visitor, env: self.env, want: Want::Any })
@@ -287,6 +287,127 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<'_, V> {
     }
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<V::Value, A::Error> {
         self.inner.visit_enum(Enum { data, env: self.env })
+    }
+}
+
+/// An optional value: a reference that expands to nothing (`${env:VAR:-}`) is an absent value,
+/// as when the text was substituted before parsing.
+struct Opt<'a, V> {
+    inner: V,
+    env: Env<'a>,
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Opt<'_, V> {
+    type Value = V::Value;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.inner.expecting(f)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_none()
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_unit()
+    }
+    fn visit_some<D: Deserializer<'de>>(self, de: D) -> Result<V::Value, D::Error> {
+        de.deserialize_any(Present { inner: self.inner, env: self.env })
+    }
+}
+
+/// What is inside `Some`: expanded strings are checked for emptiness, everything else is handed on.
+struct Present<'a, V> {
+    inner: V,
+    env: Env<'a>,
+}
+
+impl<'de, V: Visitor<'de>> Present<'_, V> {
+    fn expanded<E: de::Error>(self, s: String) -> Result<V::Value, E> {
+        if s.is_empty() {
+            return self.inner.visit_none();
+        }
+        self.inner.visit_some(Expanded { s, marker: std::marker::PhantomData })
+    }
+}
+
+macro_rules! present {
+    ($($method:ident($ty:ty)),* $(,)?) => {$(
+        fn $method<E: de::Error>(self, v: $ty) -> Result<V::Value, E> {
+            self.inner.visit_some(v.into_deserializer())
+        }
+    )*};
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Present<'_, V> {
+    type Value = V::Value;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.inner.expecting(f)
+    }
+    present! { visit_bool(bool), visit_i64(i64), visit_u64(u64), visit_i128(i128), visit_u128(u128), visit_f64(f64) }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<V::Value, E> {
+        match self.env.expand(v)? {
+            Some(s) => self.expanded(s),
+            None => self.inner.visit_some(v.to_string().into_deserializer()),
+        }
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<V::Value, E> {
+        match self.env.expand(v)? {
+            Some(s) => self.expanded(s),
+            None => self.inner.visit_some(de::value::BorrowedStrDeserializer::new(v)),
+        }
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<V::Value, E> {
+        match self.env.expand(&v)? {
+            Some(s) => self.expanded(s),
+            None => self.inner.visit_some(v.into_deserializer()),
+        }
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_none()
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
+        self.inner.visit_some(de::value::SeqAccessDeserializer::new(Seq { seq, env: self.env }))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.inner.visit_some(de::value::MapAccessDeserializer::new(Map { map, env: self.env }))
+    }
+}
+
+/// An expanded string, read as the target asks (`${env:VAR}` for a number, boolean or duration).
+struct Expanded<E> {
+    s: String,
+    marker: std::marker::PhantomData<E>,
+}
+
+impl<E> Expanded<E> {
+    fn visit<'de, V: Visitor<'de>>(self, visitor: V, want: Want) -> Result<V::Value, E>
+    where
+        E: de::Error,
+    {
+        // Already expanded: the lookup is not used again.
+        Wrap { inner: visitor, env: Env { lookup: &|_| None }, want }.expanded(self.s)
+    }
+}
+
+macro_rules! expanded_as {
+    ($($method:ident => $want:ident),* $(,)?) => {$(
+        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, E> {
+            self.visit(visitor, Want::$want)
+        }
+    )*};
+}
+
+impl<'de, E: de::Error> Deserializer<'de> for Expanded<E> {
+    type Error = E;
+    expanded_as! {
+        deserialize_any => Any, deserialize_bool => Bool,
+        deserialize_i8 => Int, deserialize_i16 => Int, deserialize_i32 => Int, deserialize_i64 => Int, deserialize_i128 => Int,
+        deserialize_u8 => Int, deserialize_u16 => Int, deserialize_u32 => Int, deserialize_u64 => Int, deserialize_u128 => Int,
+        deserialize_f32 => Float, deserialize_f64 => Float,
+    }
+    fn deserialize_enum<V: Visitor<'de>>(self, _name: &'static str, _variants: &'static [&'static str], visitor: V) -> Result<V::Value, E> {
+        visitor.visit_enum(self.s.into_deserializer())
+    }
+    serde::forward_to_deserialize_any! {
+        char str string bytes byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map struct identifier ignored_any
     }
 }
 
