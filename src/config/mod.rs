@@ -849,6 +849,10 @@ mod tests {
                 Err(e) => panic!("{name}: {e}"),
             }
         }
+        let t = "processors:\n  mcp_health:\n    refresh_policy: {mode: '${env:UNSET:-max_age}', max_age: \"${env:WAIT}\"}\n    progress:\n      tools:\n        t:\n          inactivity: ${env:WAIT}\n          deadline: 1m\n";
+        let p = Config::parse("c.yaml", t, &both).unwrap().processors.mcp_health;
+        assert_eq!(p.refresh_policy, crate::classify::catalog::RefreshPolicy::MaxAge { max_age: Duration::from_secs(5) });
+        assert_eq!(p.progress.clocks(Some("t")).inactivity, Duration::from_secs(5));
         let c = Config::parse("c.yaml", "storage:\n  directory: ${env:UNSET:-/var/lib/x}\n", &both).unwrap();
         assert_eq!(c.storage, Some(Storage { directory: "/var/lib/x".into() }));
         // Keys are taken as written, and a variable that is not set is named with key, line, column.

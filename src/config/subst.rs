@@ -87,13 +87,11 @@ enum Want {
 pub struct Subst<'a, D> {
     de: D,
     env: Env<'a>,
-    /// Expand identifiers too: set for enum variants (`unpinned: ${env:POLICY}`), not for keys.
-    ident: bool,
 }
 
 impl<'a, D> Subst<'a, D> {
     pub fn new(de: D, lookup: Lookup<'a>) -> Self {
-        Subst { de, env: Env { lookup }, ident: false }
+        Subst { de, env: Env { lookup } }
     }
 }
 
@@ -106,13 +104,12 @@ struct Wrap<'a, V> {
 struct Seed<'a, S> {
     seed: S,
     env: Env<'a>,
-    ident: bool,
 }
 
 impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Seed<'_, S> {
     type Value = S::Value;
     fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<S::Value, D::Error> {
-        self.seed.deserialize(Subst { de, env: self.env, ident: self.ident })
+        self.seed.deserialize(Subst { de, env: self.env })
     }
 }
 
@@ -189,12 +186,10 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Subst<'_, D> {
     ) -> Result<V::Value, D::Error> {
         self.de.deserialize_enum(name, variants, Wrap { inner: visitor, env: self.env, want: Want::Any })
     }
+    /// Only values get here (keys are never wrapped): an enum variant or a tag, such as
+    /// `unpinned: ${env:POLICY}` or `mode: ${env:MODE}`.
     fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        if self.ident {
-            self.de.deserialize_identifier(Wrap { inner: visitor, env: self.env, want: Want::Any })
-        } else {
-            self.de.deserialize_identifier(visitor)
-        }
+        self.de.deserialize_identifier(Wrap { inner: visitor, env: self.env, want: Want::Any })
     }
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
         self.de.deserialize_ignored_any(visitor)
@@ -274,10 +269,10 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<'_, V> {
         self.inner.visit_unit()
     }
     fn visit_some<D: Deserializer<'de>>(self, de: D) -> Result<V::Value, D::Error> {
-        self.inner.visit_some(Subst { de, env: self.env, ident: false })
+        self.inner.visit_some(Subst { de, env: self.env })
     }
     fn visit_newtype_struct<D: Deserializer<'de>>(self, de: D) -> Result<V::Value, D::Error> {
-        self.inner.visit_newtype_struct(Subst { de, env: self.env, ident: false })
+        self.inner.visit_newtype_struct(Subst { de, env: self.env })
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
         self.inner.visit_seq(Seq { seq, env: self.env })
@@ -419,7 +414,7 @@ struct Seq<'a, A> {
 impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Seq<'_, A> {
     type Error = A::Error;
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, A::Error> {
-        self.seq.next_element_seed(Seed { seed, env: self.env, ident: false })
+        self.seq.next_element_seed(Seed { seed, env: self.env })
     }
     fn size_hint(&self) -> Option<usize> {
         self.seq.size_hint()
@@ -438,7 +433,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Map<'_, A> {
         self.map.next_key_seed(seed)
     }
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, A::Error> {
-        self.map.next_value_seed(Seed { seed, env: self.env, ident: false })
+        self.map.next_value_seed(Seed { seed, env: self.env })
     }
     fn size_hint(&self) -> Option<usize> {
         self.map.size_hint()
@@ -454,7 +449,7 @@ impl<'a, 'de, A: EnumAccess<'de>> EnumAccess<'de> for Enum<'a, A> {
     type Error = A::Error;
     type Variant = Variant<'a, A::Variant>;
     fn variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<(T::Value, Self::Variant), A::Error> {
-        let (v, variant) = self.data.variant_seed(Seed { seed, env: self.env, ident: true })?;
+        let (v, variant) = self.data.variant_seed(Seed { seed, env: self.env })?;
         Ok((v, Variant { variant, env: self.env }))
     }
 }
@@ -470,7 +465,7 @@ impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for Variant<'_, A> {
         self.variant.unit_variant()
     }
     fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, A::Error> {
-        self.variant.newtype_variant_seed(Seed { seed, env: self.env, ident: false })
+        self.variant.newtype_variant_seed(Seed { seed, env: self.env })
     }
     fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
         self.variant.tuple_variant(len, Wrap { inner: visitor, env: self.env, want: Want::Any })
