@@ -8,6 +8,8 @@
 //!
 //! A value containing a reference is read as the target asks: a boolean, number or duration field
 //! may be given as `${env:VAR}` (the expanded text is parsed as that type), as in the collector.
+//! An optional value whose expansion is empty (`${env:VAR:-}`) is absent. In flow style
+//! (`{a: ...}`) a reference must be quoted, since `{` and `}` end a plain scalar there.
 
 use std::fmt;
 
