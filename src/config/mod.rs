@@ -1,10 +1,14 @@
 //! Configuration: one YAML file in the OpenTelemetry Collector's style, `${env:VAR}` substitution,
 //! standard `OTEL_*` variables as fallbacks, and an embedded default that needs nothing.
 //!
+//! Substitution happens per scalar value after the YAML is parsed (see [`subst`]): a value is
+//! always one scalar, never YAML syntax, and comments are never looked at.
+//!
 //! Unknown keys are errors (a typo must not silently fall back to a default), reported with the
-//! key's line and column.
+//! key's line and column; so are bad values found after parsing (`check`).
 
 pub mod lockfile;
+pub mod subst;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,10 +27,14 @@ pub enum ConfigError {
     Read { path: String, source: std::io::Error },
     #[error("{path}: environment variable {var} is not set (line {line}); use ${{env:{var}:-default}} for a fallback")]
     MissingEnv { path: String, var: String, line: usize },
+    /// The YAML does not parse or does not fit (unknown key, wrong type, variable not set); the
+    /// message names the line, column and key.
     #[error("{path}: {message}")]
     Yaml { path: String, message: String },
-    #[error("{path}: {key}: {message}")]
-    Invalid { path: String, key: String, message: String },
+    /// A value that parsed but is not allowed. `at` is `line L, column C: ` of the key (or of its
+    /// nearest ancestor written in the file, when the value is a default), empty if unknown.
+    #[error("{path}: {at}{key}: {message}")]
+    Invalid { path: String, at: String, key: String, message: String },
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -498,52 +506,31 @@ fn d_queue() -> usize {
     256
 }
 
-/// Replace `${env:VAR}`, `${VAR}` and `${env:VAR:-default}` (the collector's forms). `$$` is a
-/// literal `$`. Substitution keeps line structure, so YAML errors still point at the right line.
+/// Expand `${env:VAR}`, `${VAR}` and `${env:VAR:-default}` (the collector's forms) in one string;
+/// `$$` is a literal `$`. [`Config::parse`] applies this to each scalar value after parsing, never
+/// to the text; `line` in the error counts within `text`.
 pub fn substitute_env(path: &str, text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
-    let mut out = String::with_capacity(text.len());
-    for (n, line) in text.split_inclusive('\n').enumerate() {
-        let mut rest = line;
-        while let Some(pos) = rest.find('$') {
-            out.push_str(&rest[..pos]);
-            let after = &rest[pos + 1..];
-            if let Some(stripped) = after.strip_prefix('$') {
-                out.push('$');
-                rest = stripped;
-            } else if let (Some(body), Some(end)) = (after.strip_prefix('{'), after.find('}')) {
-                let inner = &body[..end - 1];
-                let inner = inner.strip_prefix("env:").unwrap_or(inner);
-                let (var, default) = match inner.split_once(":-") {
-                    Some((v, d)) => (v, Some(d)),
-                    None => (inner, None),
-                };
-                match lookup(var).or(default.map(str::to_string)) {
-                    Some(v) => out.push_str(&v),
-                    None => return Err(ConfigError::MissingEnv { path: path.into(), var: var.into(), line: n + 1 }),
-                }
-                rest = &after[end + 1..];
-            } else {
-                out.push('$');
-                rest = after;
-            }
-        }
-        out.push_str(rest);
-    }
-    Ok(out)
+    subst::expand(text, lookup).map_err(|m| ConfigError::MissingEnv { path: path.into(), var: m.var, line: m.line })
 }
 
 impl Config {
-    /// Parse a configuration text (after env substitution) and check its values.
+    /// Parse a configuration text, substituting variables in each scalar value, and check its values.
     pub fn parse(path: &str, text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let text = substitute_env(path, text, lookup)?;
-        let cfg: Config = serde_yaml_ng::from_str(&text).map_err(|e| ConfigError::Yaml {
+        let de = subst::Subst::new(serde_yaml_ng::Deserializer::from_str(text), lookup);
+        let cfg = Config::deserialize(de).map_err(|e: serde_yaml_ng::Error| ConfigError::Yaml {
             path: path.into(),
             message: match e.location() {
                 Some(l) => format!("line {}, column {}: {}", l.line(), l.column(), strip_location(&e.to_string())),
                 None => e.to_string(),
             },
         })?;
-        cfg.check(path)?;
+        cfg.check(path).map_err(|e| match e {
+            ConfigError::Invalid { path, key, message, .. } => {
+                let at = subst::locate(text, &key).map(|(l, c)| format!("line {l}, column {c}: ")).unwrap_or_default();
+                ConfigError::Invalid { path, at, key, message }
+            }
+            e => e,
+        })?;
         Ok(cfg)
     }
 
@@ -560,7 +547,9 @@ impl Config {
     }
 
     fn check(&self, path: &str) -> Result<(), ConfigError> {
-        let bad = |key: &str, message: &str| Err(ConfigError::Invalid { path: path.into(), key: key.into(), message: message.into() });
+        let bad = |key: &str, message: &str| {
+            Err(ConfigError::Invalid { path: path.into(), at: String::new(), key: key.into(), message: message.into() })
+        };
         let p = &self.processors.mcp_health;
         if p.decision_wait.is_zero() {
             return bad("processors.mcp_health.decision_wait", "must be greater than zero");
@@ -775,6 +764,132 @@ mod tests {
         let t = "processors:\n  mcp_health:\n    limits:\n      interners: 1\n";
         let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
         assert!(e.contains("interners") && e.contains("line 4"), "{e}");
+    }
+
+    /// Issue 10: substitution was textual. A value with `#` lost its tail (read as a comment), a
+    /// value with a newline injected keys, and `${env:X}` in a comment had to be set. Now each
+    /// scalar value is substituted after parsing; the existing forms and typed fields still work.
+    #[test]
+    fn substitution_is_per_value_after_parsing() {
+        let vars = |k: &str| match k {
+            "TOK" => Some("Bearer abc #def".to_string()),
+            "NL" => Some("svc\n    logs:\n      level: debug\ncompression: none".to_string()),
+            "N" => Some("7".to_string()),
+            "OFF" => Some("false".to_string()),
+            "WAIT" => Some("5s".to_string()),
+            "POLICY" => Some("deny".to_string()),
+            _ => None,
+        };
+        let otlp = |extra: &str| format!("exporters:\n  otlp:\n    endpoint: http://127.0.0.1:4317\n{extra}");
+        type Check = fn(&Config) -> bool;
+        let cases: &[(&str, String, Check)] = &[
+            (
+                "a value with # keeps it",
+                otlp("    headers:\n      authorization: ${env:TOK}\n      plain: x${TOK}y\n"),
+                |c| {
+                    let h = &c.exporters.otlp.as_ref().unwrap().headers;
+                    h["authorization"] == "Bearer abc #def" && h["plain"] == "xBearer abc #defy"
+                },
+            ),
+            (
+                "a value with a newline is one value and injects no key",
+                "service:\n  telemetry:\n    service_name: ${env:NL}\n".into(),
+                |c| {
+                    c.service.telemetry.service_name.as_deref() == Some("svc\n    logs:\n      level: debug\ncompression: none")
+                        && c.service.telemetry.logs.level == "info"
+                },
+            ),
+            (
+                "a reference in a comment is not looked at",
+                "# token: ${env:UNSET}\nservice:  # ${UNSET}\n  telemetry:\n    service_name: a # ${env:UNSET:-x}\n".into(),
+                |c| c.service.telemetry.service_name.as_deref() == Some("a"),
+            ),
+            (
+                "the existing forms",
+                "service:\n  telemetry:\n    service_name: '${env:UPSTREAM}|${UPSTREAM}|${env:UNSET:-fallback}|$$literal|$'\n".into(),
+                |c| c.service.telemetry.service_name.as_deref() == Some("http://127.0.0.1:9999|http://127.0.0.1:9999|fallback|$literal|$"),
+            ),
+            (
+                "numbers, booleans, durations and enum values may be references",
+                format!(
+                    "{}processors:\n  mcp_health:\n    max_chains: ${{env:N}}\n    decision_wait: ${{env:WAIT}}\n    max_wait: ${{env:UNSET:-9s}}\nextensions:\n  gate:\n    unpinned: ${{env:POLICY}}\n",
+                    otlp("    passthrough: ${env:OFF}\n")
+                ),
+                |c| {
+                    let p = &c.processors.mcp_health;
+                    p.max_chains == 7
+                        && p.decision_wait == Duration::from_secs(5)
+                        && p.max_wait == Duration::from_secs(9)
+                        && !c.exporters.otlp.as_ref().unwrap().passthrough
+                        && c.extensions.gate.as_ref().unwrap().unpinned == crate::gate::UnpinnedPolicy::Deny
+                },
+            ),
+            (
+                "an optional value that expands to nothing is absent; otherwise it is read as written",
+                format!(
+                    "{}service:\n  telemetry:\n    service_name: ${{env:UNSET:-}}\n    shutdown_timeout: ${{env:WAIT}}\nprocessors:\n  mcp_health:\n    lockfile: \"${{env:UNSET:-}}\"\n",
+                    otlp("    timeout: 3s\n    compression: ${env:UNSET:-gzip}\n    metrics_endpoint: x$${TOK}\n")
+                ),
+                |c| {
+                    let o = c.exporters.otlp.as_ref().unwrap();
+                    c.service.telemetry.service_name.is_none()
+                        && c.processors.mcp_health.lockfile.is_none()
+                        && c.service.telemetry.shutdown_timeout == Some(Duration::from_secs(5))
+                        && o.timeout == Some(Duration::from_secs(3))
+                        && o.compression.as_deref() == Some("gzip")
+                        && o.metrics_endpoint.as_deref() == Some("x${TOK}")
+                        && c.storage.is_none()
+                },
+            ),
+        ];
+        let both = |k: &str| vars(k).or_else(|| env(k));
+        for (name, text, check) in cases {
+            match Config::parse("c.yaml", text, &both) {
+                Ok(c) => assert!(check(&c), "{name}: {c:#?}"),
+                Err(e) => panic!("{name}: {e}"),
+            }
+        }
+        let t = "processors:\n  mcp_health:\n    refresh_policy: {mode: '${env:UNSET:-max_age}', max_age: \"${env:WAIT}\"}\n    progress:\n      tools:\n        t:\n          inactivity: ${env:WAIT}\n          deadline: 1m\n";
+        let p = Config::parse("c.yaml", t, &both).unwrap().processors.mcp_health;
+        assert_eq!(p.refresh_policy, crate::classify::catalog::RefreshPolicy::MaxAge { max_age: Duration::from_secs(5) });
+        assert_eq!(p.progress.clocks(Some("t")).inactivity, Duration::from_secs(5));
+        let c = Config::parse("c.yaml", "storage:\n  directory: ${env:UNSET:-/var/lib/x}\n", &both).unwrap();
+        assert_eq!(c.storage, Some(Storage { directory: "/var/lib/x".into() }));
+        // Keys are taken as written, and a variable that is not set is named with key, line, column.
+        let c = Config::parse("c.yaml", &otlp("    headers:\n      ${TOK}: v\n"), &both).unwrap();
+        assert!(c.exporters.otlp.unwrap().headers.contains_key("${TOK}"));
+        let e = Config::parse("c.yaml", &otlp("    headers:\n      a: ${env:NOPE}\n"), &both).unwrap_err().to_string();
+        assert!(e.contains("NOPE") && e.contains("exporters.otlp.headers.a") && e.contains("line 5, column 10"), "{e}");
+        let e = Config::parse("c.yaml", "service:\n  telemetry:\n    service_name: ${NOPE}\n", &both).unwrap_err().to_string();
+        assert!(e.contains("NOPE") && e.contains("service.telemetry.service_name") && e.contains("line 3, column 19"), "{e}");
+        let e = Config::parse("c.yaml", "processors:\n  mcp_health:\n    max_chains: ${env:TOK}\n", &both).unwrap_err().to_string();
+        assert!(e.contains("processors.mcp_health.max_chains") && e.contains("line 3, column 17"), "{e}");
+    }
+
+    /// Issue 10: errors found after parsing had no line and column.
+    #[test]
+    fn bad_values_found_after_parsing_name_key_line_and_column() {
+        let cases = [
+            (
+                "processors:\n  mcp_health:\n    decision_wait: 0s\n",
+                "line 3, column 5: processors.mcp_health.decision_wait: must be greater",
+            ),
+            // Flow style too.
+            (
+                "processors: {mcp_health: {limits: {interner: 0}}}\n",
+                "line 1, column 36: processors.mcp_health.limits.interner: must be at least 1",
+            ),
+            // The key is a default (not written): its nearest written ancestor.
+            (
+                "processors:\n  mcp_health:\n    decision_wait: 40s\n",
+                "line 2, column 3: processors.mcp_health.max_wait: must not be shorter",
+            ),
+            ("exporters:\n  prometheus:\n    endpoint: nowhere\n", "line 3, column 5: exporters.prometheus.endpoint: must be host:port"),
+        ];
+        for (text, want) in cases {
+            let e = Config::parse("c.yaml", text, &env).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
     }
 
     #[test]

@@ -159,15 +159,38 @@ pub fn drop_invalid_spans(req: &mut ExportTraceServiceRequest) {
 }
 
 /// Remove raw tool definitions (`mcp_health.catalog.tools`) from a request: mcp-health has digested
-/// them, and they are not to travel further.
-pub fn strip_raw_definitions(req: &mut ExportTraceServiceRequest) {
+/// them, and they are not to travel further. Every place an attribute can sit is stripped — the
+/// resource, the scope, spans, span events and links — whatever the value's type (string, array,
+/// map) and whatever the instrumentation scope, so a form no dialect reads does not slip through.
+/// Returns how many attributes were removed.
+pub fn strip_raw_definitions(req: &mut ExportTraceServiceRequest) -> usize {
+    use opentelemetry_proto::tonic::common::v1::KeyValue;
+    fn strip(attrs: &mut Vec<KeyValue>) -> usize {
+        let before = attrs.len();
+        attrs.retain(|kv| kv.key != crate::evidence::attributes::CATALOG_TOOLS);
+        before - attrs.len()
+    }
+    let mut removed = 0;
     for rs in &mut req.resource_spans {
+        if let Some(r) = &mut rs.resource {
+            removed += strip(&mut r.attributes);
+        }
         for ss in &mut rs.scope_spans {
+            if let Some(scope) = &mut ss.scope {
+                removed += strip(&mut scope.attributes);
+            }
             for span in &mut ss.spans {
-                span.attributes.retain(|kv| kv.key != crate::evidence::attributes::CATALOG_TOOLS);
+                removed += strip(&mut span.attributes);
+                for ev in &mut span.events {
+                    removed += strip(&mut ev.attributes);
+                }
+                for link in &mut span.links {
+                    removed += strip(&mut link.attributes);
+                }
             }
         }
     }
+    removed
 }
 
 #[cfg(test)]
