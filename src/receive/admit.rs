@@ -218,7 +218,7 @@ mod tests {
         let passed_on = |strip: bool| {
             let (ingest, _ingest_rx) = mpsc::channel(4);
             let (pass, mut pass_rx) = mpsc::channel(4);
-            let meters = HealthMeters::new(&opentelemetry::global::meter("admit-test"), 100);
+            let meters = HealthMeters::new(&opentelemetry::global::meter("admit-test"));
             let admission = Admission { ingest, passthrough: Some(pass), meters, strip_tool_definitions: strip };
             assert!(matches!(admission.admit(planted.clone(), "grpc"), Admitted::Accepted { rejected: 0, .. }));
             match pass_rx.try_recv() {
