@@ -387,3 +387,31 @@ async fn planted_identifiers_never_come_out() {
     // What stays readable stays: the host without its userinfo, the scope token that is one.
     assert!(svc.stdout().contains("tickets.example.test") && svc.stdout().contains("tickets:write"));
 }
+
+/// Issue 10: memory was not bounded. With the collector's `memory_limiter` semantics, above the
+/// soft limit every receiver refuses whole requests retryably (503 + `Retry-After`, gRPC
+/// `UNAVAILABLE`), counted, while the service stays healthy; under it, data is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn above_the_memory_limit_requests_are_refused_retryably_and_counted() {
+    let line = fixture_lines("eight_calls.jsonl").remove(0);
+    // A limit the process is always above.
+    let svc = Service::start(Cfg { exporter: None, memory_limit_mib: Some(1), ..Cfg::default() }).await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let r = svc.post_json(line.as_bytes()).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.header("retry-after").is_some(), "retryable: Retry-After is set");
+    let proto = mcp_health::receive::otlp_json::decode_traces(line.as_bytes()).unwrap();
+    let g = svc.grpc_export(proto).await.expect_err("refused");
+    assert_eq!(g.code(), tonic::Code::Unavailable, "{g:?}");
+    let text = svc.metrics_text().await;
+    assert!(
+        text.lines().any(|l| l.starts_with("mcp_health_spans_refused_total") && l.contains("reason=\"memory_limit\"")),
+        "refusals counted by reason: {text}"
+    );
+    assert_eq!(svc.health_status().await, Some(200), "refusing data is not being unhealthy");
+    drop(svc);
+    // A limit far above: accepted.
+    let svc = Service::start(Cfg { exporter: None, memory_limit_mib: Some(1 << 20), ..Cfg::default() }).await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(svc.post_json(line.as_bytes()).await.status, 200);
+}

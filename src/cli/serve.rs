@@ -269,11 +269,17 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
         None => None,
     };
     let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
+    let memory = cfg.processors.memory_limiter.as_ref().map(|m| {
+        let limiter = Arc::new(crate::receive::memory::MemoryLimiter::new(m.limit_mib, m.spike_limit_mib));
+        tokio::spawn(sample_memory(limiter.clone(), m.check_interval));
+        limiter
+    });
     let admission = Admission {
         ingest: ingest_tx,
         passthrough: sender.as_ref().filter(|_| passthrough).map(|s| s.queue.clone()),
         meters: meters.clone(),
         strip_tool_definitions: proc_cfg.strip_tool_definitions,
+        memory,
     };
     let mut sinks = Sinks::default();
     sinks.push(MetricsSink::new(meters.clone()));
@@ -458,6 +464,26 @@ fn spawn_http(
             tracing::error!(error = %e, "HTTP listener failed");
         }
     })
+}
+
+/// Sample the process's memory for the memory limiter; log each crossing of the soft limit.
+async fn sample_memory(limiter: Arc<crate::receive::memory::MemoryLimiter>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let Some(rss) = crate::receive::memory::process_rss() else { continue };
+        let (soft, hard) = limiter.limits();
+        match limiter.sample(rss) {
+            Some(true) => tracing::warn!(
+                rss_mib = rss >> 20,
+                soft_mib = soft >> 20,
+                hard_mib = hard >> 20,
+                "memory above the soft limit: refusing data (retryable) until it is back under"
+            ),
+            Some(false) => tracing::info!(rss_mib = rss >> 20, soft_mib = soft >> 20, "memory back under the soft limit: accepting data"),
+            None => {}
+        }
+    }
 }
 
 /// Bind `host:port`; a name (`localhost:4317`) is resolved and its first address bound.

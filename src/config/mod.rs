@@ -112,6 +112,24 @@ pub struct HttpReceiver {
 pub struct Processors {
     #[serde(default)]
     pub mcp_health: CorrelateConfig,
+    /// The collector's `memory_limiter`: refuse (retryably) above `limit_mib - spike_limit_mib`.
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub memory_limiter: Option<MemoryLimiterConfig>,
+}
+
+/// `processors.memory_limiter`, with the collector's keys and defaults.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryLimiterConfig {
+    /// How often memory is sampled.
+    #[serde(default = "d_1s", with = "humantime_serde")]
+    pub check_interval: Duration,
+    /// The hard limit (the process's resident set), in MiB.
+    #[serde(default)]
+    pub limit_mib: u64,
+    /// The allowance above the soft limit, in MiB (default: a fifth of `limit_mib`).
+    #[serde(default)]
+    pub spike_limit_mib: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -472,6 +490,9 @@ where
     }
 }
 
+fn d_1s() -> Duration {
+    Duration::from_secs(1)
+}
 fn d_5m() -> Duration {
     Duration::from_secs(300)
 }
@@ -550,6 +571,17 @@ impl Config {
         let bad = |key: &str, message: &str| {
             Err(ConfigError::Invalid { path: path.into(), at: String::new(), key: key.into(), message: message.into() })
         };
+        if let Some(m) = &self.processors.memory_limiter {
+            if m.limit_mib == 0 {
+                return bad("processors.memory_limiter.limit_mib", "must be set (MiB, greater than zero)");
+            }
+            if m.spike_limit_mib.is_some_and(|s| s >= m.limit_mib) {
+                return bad("processors.memory_limiter.spike_limit_mib", "must be smaller than limit_mib");
+            }
+            if m.check_interval.is_zero() {
+                return bad("processors.memory_limiter.check_interval", "must be greater than zero");
+            }
+        }
         let p = &self.processors.mcp_health;
         if p.decision_wait.is_zero() {
             return bad("processors.mcp_health.decision_wait", "must be greater than zero");
@@ -719,6 +751,21 @@ mod tests {
         for good in ["127.0.0.1:4317", "[::1]:4317", "localhost:4317", "mcp-health.ns.svc:4317"] {
             assert!(listen_address_ok(good), "{good}");
         }
+    }
+
+    #[test]
+    fn the_memory_limiter_takes_the_collector_keys() {
+        let t = "processors:\n  memory_limiter:\n    check_interval: 2s\n    limit_mib: 512\n    spike_limit_mib: 128\n";
+        let m = Config::parse("c.yaml", t, &env).unwrap().processors.memory_limiter.unwrap();
+        assert_eq!((m.check_interval, m.limit_mib, m.spike_limit_mib), (Duration::from_secs(2), 512, Some(128)));
+        for (bad, key) in [
+            ("processors:\n  memory_limiter:\n", "limit_mib"),
+            ("processors:\n  memory_limiter:\n    limit_mib: 100\n    spike_limit_mib: 100\n", "spike_limit_mib"),
+        ] {
+            let e = Config::parse("c.yaml", bad, &env).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
+        assert!(Config::parse("c.yaml", "{}", &env).unwrap().processors.memory_limiter.is_none(), "off unless configured");
     }
 
     /// Issue 10: `protocols: {grpc:, http:}` and `health_check:` (empty values) disabled the

@@ -65,6 +65,8 @@ pub struct HealthMeters {
     pub state_evicted: ObservableCounter<u64>,
     /// Verdict-log records lost to failed writes (a full disk), read at each collection.
     pub verdict_log_write_errors: ObservableCounter<u64>,
+    /// The process's resident set, read at each collection (what the memory limiter compares).
+    pub process_memory_rss: opentelemetry::metrics::ObservableGauge<u64>,
 }
 
 impl HealthMeters {
@@ -149,6 +151,16 @@ impl HealthMeters {
                 "mcp_health.calls.success_retracted",
                 "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)",
             ),
+            process_memory_rss: meter
+                .u64_observable_gauge("mcp_health.process.memory.rss")
+                .with_description("Resident set of the process (what processors.memory_limiter compares with its limits)")
+                .with_unit("By")
+                .with_callback(|o| {
+                    if let Some(rss) = crate::receive::memory::process_rss() {
+                        o.observe(rss, &[]);
+                    }
+                })
+                .build(),
             verdict_log_write_errors: meter
                 .u64_observable_counter("mcp_health.verdict_log.write_errors")
                 .with_description("Verdict-log records lost because a write failed (a full disk); no partial line is left")

@@ -29,9 +29,16 @@ pub struct Admission {
     pub meters: HealthMeters,
     /// Remove raw tool definitions before passing spans on (they were digested).
     pub strip_tool_definitions: bool,
+    /// `processors.memory_limiter`: above its soft limit every request is refused, retryably.
+    pub memory: Option<std::sync::Arc<super::memory::MemoryLimiter>>,
 }
 
 impl Admission {
+    /// Above the memory limiter's soft limit: refuse, retryably.
+    fn over_memory(&self) -> bool {
+        self.memory.as_ref().is_some_and(|m| m.over())
+    }
+
     /// Count a request refused before it could be read (undecodable, too large).
     pub fn refused(&self, transport: &'static str, reason: &'static str) {
         self.meters.spans_refused.add(1, &[KeyValue::new("transport", transport), KeyValue::new("reason", reason)]);
@@ -76,6 +83,10 @@ impl Admission {
     fn pass_on(&self, signal: &'static str, items: u64, transport: &'static str, out: impl FnOnce() -> Outgoing) -> Admitted {
         let sig = KeyValue::new("signal", signal);
         self.meters.signals_received.add(items, &[sig.clone(), KeyValue::new("transport", transport)]);
+        if self.over_memory() {
+            self.meters.signals_refused.add(items, &[sig, KeyValue::new("transport", transport), KeyValue::new("reason", "memory_limit")]);
+            return Admitted::Busy;
+        }
         match &self.passthrough {
             Some(p) => match p.try_reserve() {
                 Ok(permit) => permit.send(out()),
@@ -94,6 +105,10 @@ impl Admission {
         let spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
         let tr = KeyValue::new("transport", transport);
         self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
+        if self.over_memory() {
+            self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
+            return Admitted::Busy;
+        }
         // Reserve both places first, so a request is either taken whole or refused whole.
         let Ok(ingest_permit) = self.ingest.try_reserve() else {
             self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "correlator_busy")]);
@@ -219,7 +234,7 @@ mod tests {
             let (ingest, _ingest_rx) = mpsc::channel(4);
             let (pass, mut pass_rx) = mpsc::channel(4);
             let meters = HealthMeters::new(&opentelemetry::global::meter("admit-test"));
-            let admission = Admission { ingest, passthrough: Some(pass), meters, strip_tool_definitions: strip };
+            let admission = Admission { ingest, passthrough: Some(pass), meters, strip_tool_definitions: strip, memory: None };
             assert!(matches!(admission.admit(planted.clone(), "grpc"), Admitted::Accepted { rejected: 0, .. }));
             match pass_rx.try_recv() {
                 Ok(Outgoing::Passthrough(req)) => req,

@@ -343,6 +343,8 @@ pub struct Cfg {
     pub env: Vec<(&'static str, String)>,
     /// `exporters.prometheus.cardinality_limit` (the service's default when `None`).
     pub cardinality_limit: Option<usize>,
+    /// `processors.memory_limiter.limit_mib` (checked every 100 ms); no limiter when `None`.
+    pub memory_limit_mib: Option<u64>,
     /// `storage.directory` (the durable state store); none when `None`.
     pub storage: Option<PathBuf>,
     /// `extensions.gate` on `Ports::gate` (`unpinned: allow`).
@@ -370,6 +372,7 @@ impl Default for Cfg {
             log_level: "info",
             env: Vec::new(),
             cardinality_limit: None,
+            memory_limit_mib: None,
             storage: None,
             gate: false,
         }
@@ -393,6 +396,9 @@ impl Cfg {
             "processors:\n  mcp_health:\n    decision_wait: {}\n    max_wait: {}\n    max_spans_per_chain: {}\n    queue_size: {}\n",
             self.decision_wait, self.max_wait, self.max_spans_per_chain, self.queue_size
         );
+        if let Some(mib) = self.memory_limit_mib {
+            let _ = write!(y, "  memory_limiter:\n    check_interval: 100ms\n    limit_mib: {mib}\n");
+        }
         y.push_str("exporters:\n");
         if let Some(ep) = &self.exporter {
             let _ = write!(
