@@ -35,7 +35,7 @@ pub struct Admission {
 
 impl Admission {
     /// Above the memory limiter's soft limit: refuse, retryably.
-    fn over_memory(&self) -> bool {
+    pub fn over_memory(&self) -> bool {
         self.memory.as_ref().is_some_and(|m| m.over())
     }
 
@@ -124,6 +124,9 @@ impl Admission {
             },
             None => None,
         };
+        if let Some(m) = &self.memory {
+            m.charge(spans.saturating_mul(super::memory::BYTES_PER_ADMITTED_SPAN));
+        }
         let batch = normalize_request(&req);
         let rejected = batch.rejected_spans;
         if batch.attribute_type_errors > 0 {

@@ -108,6 +108,8 @@ impl<S, B, RB> tower::Service<http::Request<B>> for OtlpStatus<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<RB>> + Send,
     S::Future: Send + 'static,
+    RB: Default + Send + 'static,
+    S::Error: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -126,6 +128,13 @@ where
         } else {
             "traces"
         };
+        // Above the memory limit, refuse before the request is read and decoded: decoding what is
+        // refused is what drives memory up under overload.
+        if self.admission.over_memory() {
+            self.admission.refused_signal(signal, "grpc", "memory_limit");
+            let resp = busy().into_http::<RB>();
+            return Box::pin(async move { Ok(resp) });
+        }
         let fut = self.inner.call(req);
         let admission = self.admission.clone();
         Box::pin(async move {

@@ -132,6 +132,11 @@ async fn read_body(st: &HttpState, signal: &'static str, headers: &HeaderMap, bo
             ));
         }
     };
+    // Above the memory limit, refuse before the body is read and decoded.
+    if st.admission.over_memory() {
+        refused("memory_limit");
+        return Err(busy(enc));
+    }
     let raw = match axum::body::to_bytes(body, st.max_body).await {
         Ok(b) => b,
         Err(_) => {
