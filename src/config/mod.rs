@@ -351,11 +351,32 @@ pub struct RetryOnFailure {
     pub max_interval: Duration,
     #[serde(default = "d_5m", with = "humantime_serde")]
     pub max_elapsed_time: Duration,
+    /// Each wait is spread over `interval × [1 − f, 1 + f]` (the collector's default, 0.5): the
+    /// OTLP exporter specification requires jitter, so many senders do not retry in step.
+    #[serde(default = "d_half")]
+    pub randomization_factor: f64,
+    /// How much the interval grows after each retry (the collector's default, 1.5).
+    #[serde(default = "d_one_and_half")]
+    pub multiplier: f64,
+}
+
+fn d_half() -> f64 {
+    0.5
+}
+fn d_one_and_half() -> f64 {
+    1.5
 }
 
 impl Default for RetryOnFailure {
     fn default() -> Self {
-        RetryOnFailure { enabled: true, initial_interval: d_500ms(), max_interval: d_30s(), max_elapsed_time: d_5m() }
+        RetryOnFailure {
+            enabled: true,
+            initial_interval: d_500ms(),
+            max_interval: d_30s(),
+            max_elapsed_time: d_5m(),
+            randomization_factor: d_half(),
+            multiplier: d_one_and_half(),
+        }
     }
 }
 
@@ -571,6 +592,15 @@ impl Config {
         let bad = |key: &str, message: &str| {
             Err(ConfigError::Invalid { path: path.into(), at: String::new(), key: key.into(), message: message.into() })
         };
+        if let Some(o) = &self.exporters.otlp {
+            let r = &o.retry_on_failure;
+            if !(0.0..1.0).contains(&r.randomization_factor) {
+                return bad("exporters.otlp.retry_on_failure.randomization_factor", "must be at least 0 and less than 1");
+            }
+            if !(r.multiplier >= 1.0 && r.multiplier.is_finite()) {
+                return bad("exporters.otlp.retry_on_failure.multiplier", "must be at least 1");
+            }
+        }
         if let Some(m) = &self.processors.memory_limiter {
             if m.limit_mib == 0 {
                 return bad("processors.memory_limiter.limit_mib", "must be set (MiB, greater than zero)");

@@ -141,6 +141,21 @@ const TRACES_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/
 const LOGS_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 const METRICS_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
+/// `interval` spread over `[1 − factor, 1 + factor]` by `r` in `[0, 1)`, as the collector's
+/// exponential backoff does.
+pub fn jittered(interval: Duration, factor: f64, r: f64) -> Duration {
+    let f = factor.clamp(0.0, 1.0);
+    interval.mul_f64((1.0 - f + 2.0 * f * r.clamp(0.0, 1.0)).max(0.0))
+}
+
+/// A number in `[0, 1)` for jitter (not for anything that needs to be unpredictable).
+fn unit_random() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
 async fn send_with_retry(channel: &Channel, s: &TraceSenderSettings, bytes: Bytes, path: &'static str) -> Result<(), Status> {
     let started = Instant::now();
     let mut backoff = s.retry.initial_interval;
@@ -168,13 +183,14 @@ async fn send_with_retry(channel: &Channel, s: &TraceSenderSettings, bytes: Byte
             Ok(()) => return Ok(()),
             Err(st) => {
                 let Some(hint) = retryable(&st).filter(|_| s.retry.enabled) else { return Err(st) };
-                let wait = hint.unwrap_or(backoff).min(s.retry.max_interval);
+                // A delay the server asked for (RetryInfo) is kept; our own backoff is jittered.
+                let wait = hint.unwrap_or_else(|| jittered(backoff, s.retry.randomization_factor, unit_random())).min(s.retry.max_interval);
                 if started.elapsed() + wait > s.retry.max_elapsed_time {
                     return Err(st);
                 }
                 tracing::debug!(code = ?st.code(), ?wait, "export upstream failed; retrying");
                 tokio::time::sleep(wait).await;
-                backoff = (backoff * 2).min(s.retry.max_interval);
+                backoff = backoff.mul_f64(s.retry.multiplier.max(1.0)).min(s.retry.max_interval);
             }
         }
     }
@@ -247,5 +263,25 @@ impl<R: Message + Default> Decoder for ResponseDecoder<R> {
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<R>, Status> {
         let b = src.copy_to_bytes(src.remaining());
         R::decode(b).map(Some).map_err(|e| Status::internal(format!("bad upstream response: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 10: retries are jittered (the OTLP exporter specification requires it), spread over
+    /// `[1 − f, 1 + f]` of the interval as the collector's backoff does.
+    #[test]
+    fn retry_waits_are_jittered_within_the_randomization_factor() {
+        let i = Duration::from_secs(2);
+        for (r, want_ms) in [(0.0, 1_000), (0.5, 2_000), (0.999_999, 3_000)] {
+            let got = jittered(i, 0.5, r).as_millis() as i64;
+            assert!((got - want_ms).abs() <= 1, "r={r}: {got} ms");
+        }
+        assert_eq!(jittered(i, 0.0, 0.9), i, "no factor, no jitter");
+        let draws: Vec<Duration> = (0..64).map(|_| jittered(i, 0.5, unit_random())).collect();
+        assert!(draws.iter().all(|d| *d >= Duration::from_secs(1) && *d <= Duration::from_secs(3)));
+        assert!(draws.iter().any(|d| *d != draws[0]), "the waits differ: {draws:?}");
     }
 }
