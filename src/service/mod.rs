@@ -19,6 +19,9 @@ pub use health::Heartbeat;
 
 /// Most queued batches taken in one engine step before its records go to the sinks.
 const BATCHES_PER_STEP: usize = 64;
+/// How often the engine's gauges are computed and reported: they walk the session and incident
+/// tables, which is not work for every tick.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// Run the engine on the wall clock until `stop` fires (or every sender is gone), then take
 /// what is queued, decide everything still in flight (marked `shutdown`) and flush the sinks.
@@ -35,6 +38,7 @@ pub async fn run_engine(
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut out = Vec::new();
+    let mut last_report: Option<Moment> = None;
     tokio::pin!(stop);
     loop {
         heartbeat.beat(Moment::wall_now());
@@ -56,7 +60,10 @@ pub async fn run_engine(
             _ = interval.tick() => {
                 let now = Moment::wall_now();
                 engine.tick(now, &mut out);
-                sinks.report(&engine.gauges());
+                if last_report.is_none_or(|t| now.saturating_duration_since(t) >= REPORT_EVERY) {
+                    last_report = Some(now);
+                    sinks.report(&engine.gauges());
+                }
             }
         }
         sinks.accept(&out, Moment::wall_now());
