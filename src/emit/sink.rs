@@ -170,46 +170,40 @@ impl Sink for MetricsSink {
         self.last_store_errors = g.store_errors;
         self.tally.flush(m);
 
-        let incident_attrs = |k: &[String; 4]| {
-            [
+        report_groups(&m.incidents_open, &mut self.incident_groups, &g.incidents_open, |k| {
+            vec![
                 KeyValue::new("first_failed_layer", k[0].clone()),
                 KeyValue::new("state", k[1].clone()),
                 KeyValue::new("server.address", k[2].clone()),
                 KeyValue::new("incident_state", k[3].clone()),
             ]
-        };
-        for gone in self.incident_groups.iter().filter(|k| !g.incidents_open.contains_key(*k)) {
-            m.incidents_open.record(0, &incident_attrs(gone));
-        }
-        for (k, n) in &g.incidents_open {
-            m.incidents_open.record(*n, &incident_attrs(k));
-        }
-        self.incident_groups = g.incidents_open.keys().cloned().collect();
-
-        let conv_attrs = |(server, conv): &(String, Convergence)| {
-            [KeyValue::new("server.address", server.clone()), KeyValue::new("convergence", conv.as_str())]
-        };
-        for gone in self.convergence_groups.iter().filter(|k| !g.convergence.contains_key(*k)) {
-            m.catalog_convergence.record(0, &conv_attrs(gone));
-        }
-        for (k, n) in &g.convergence {
-            m.catalog_convergence.record(*n, &conv_attrs(k));
-        }
-        self.convergence_groups = g.convergence.keys().cloned().collect();
-
-        let working_attrs = |(tool, server): &(String, String)| {
-            [KeyValue::new("gen_ai.tool.name", tool.clone()), KeyValue::new("server.address", server.clone())]
-        };
-        for gone in self.working_groups.iter().filter(|k| !g.working.contains_key(*k)) {
-            m.calls_working.record(0, &working_attrs(gone));
-        }
-        for (k, n) in &g.working {
-            m.calls_working.record(*n, &working_attrs(k));
-        }
-        self.working_groups = g.working.keys().cloned().collect();
+        });
+        report_groups(&m.catalog_convergence, &mut self.convergence_groups, &g.convergence, |(server, conv)| {
+            vec![KeyValue::new("server.address", server.clone()), KeyValue::new("convergence", conv.as_str())]
+        });
+        report_groups(&m.calls_working, &mut self.working_groups, &g.working, |(tool, server)| {
+            vec![KeyValue::new("gen_ai.tool.name", tool.clone()), KeyValue::new("server.address", server.clone())]
+        });
     }
 
     fn flush(&mut self) {
         self.tally.flush(&self.meters);
     }
+}
+
+/// Record a gauge per group, and 0 for the groups reported last time that are gone now (a gauge
+/// that stops being recorded keeps its last value).
+fn report_groups<K: std::hash::Hash + Eq + Clone>(
+    gauge: &opentelemetry::metrics::Gauge<u64>,
+    last: &mut FxHashSet<K>,
+    now: &rustc_hash::FxHashMap<K, u64>,
+    attrs: impl Fn(&K) -> Vec<KeyValue>,
+) {
+    for gone in last.iter().filter(|k| !now.contains_key(*k)) {
+        gauge.record(0, &attrs(gone));
+    }
+    for (k, n) in now {
+        gauge.record(*n, &attrs(k));
+    }
+    *last = now.keys().cloned().collect();
 }
