@@ -146,6 +146,20 @@ pub struct Half {
     pub session: Option<Box<str>>,
 }
 
+impl Half {
+    /// The half one request span of `(m, rid)` describes.
+    fn of(s: &SpanEvidence, m: Method, rid: &str) -> Half {
+        Half {
+            method: m,
+            request_id: rid.into(),
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+            server: s.server.clone(),
+            session: s.session_id.clone(),
+        }
+    }
+}
+
 /// A client request that failed or never completed without any server-side evidence.
 #[derive(Clone, Debug)]
 pub struct Refused {
@@ -221,16 +235,7 @@ pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
         }
         let (m, rid) = (s.method.clone()?, s.request_id.as_deref()?);
         match &mut half {
-            None => {
-                half = Some(Half {
-                    method: m,
-                    request_id: rid.into(),
-                    start_ns: s.start_ns,
-                    end_ns: s.end_ns,
-                    server: s.server.clone(),
-                    session: s.session_id.clone(),
-                })
-            }
+            None => half = Some(Half::of(s, m, rid)),
             Some(h) if h.method == m && &*h.request_id == rid => {
                 h.start_ns = h.start_ns.min(s.start_ns);
                 h.end_ns = h.end_ns.max(s.end_ns);
@@ -265,14 +270,7 @@ pub fn client_halves(spans: &[SpanEvidence]) -> Vec<Half> {
         .filter(|s| is_request(s) && s.side == Side::Client)
         .filter_map(|s| {
             let (m, rid) = (s.method.clone()?, s.request_id.as_deref()?);
-            (!served(&m, rid)).then(|| Half {
-                method: m,
-                request_id: rid.into(),
-                start_ns: s.start_ns,
-                end_ns: s.end_ns,
-                server: s.server.clone(),
-                session: s.session_id.clone(),
-            })
+            (!served(&m, rid)).then(|| Half::of(s, m, rid))
         })
         .collect()
 }
