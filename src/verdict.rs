@@ -357,3 +357,39 @@ pub struct ProgressFindings {
     pub last_value: Option<f64>,
     pub total: Option<f64>,
 }
+
+/// A plain verdict for tests of the code that reads verdicts (tallies, summaries): passed
+/// layers, `healthy` when verified else `unverified`.
+#[cfg(test)]
+pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: bool) -> Verdict {
+    Verdict {
+        trace_id: [1; 16],
+        span_id: [2; 8],
+        method: Some(method.into()),
+        tool: Some(Arc::from("t")),
+        server: None,
+        request_id: None,
+        session_id_hash: None,
+        first_failed_layer: None,
+        layers: Layers([LayerStatus::Passed; 5]),
+        state: if verified_success { HealthState::Healthy } else { HealthState::Unverified },
+        reason: None,
+        confidence: Confidence::High,
+        next_action: String::new(),
+        retry_safe: true,
+        protocol_success,
+        verified_success,
+        required_scope: None,
+        progress: None,
+        credential_hash: None,
+        auth_flow_pending: false,
+        agent: None,
+        contract_changes: vec![],
+        outcome_method: None,
+        revision: 0,
+        supersedes: None,
+        decided_by: DecidedBy::Quiet,
+        start_ns: 0,
+        end_ns: 0,
+    }
+}

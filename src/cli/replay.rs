@@ -303,40 +303,7 @@ fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogCha
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verdict::{Confidence, DecidedBy, HealthState, LayerStatus, Layers};
-
-    fn verdict(method: &str, protocol_success: bool, verified_success: bool) -> Verdict {
-        Verdict {
-            trace_id: [1; 16],
-            span_id: [2; 8],
-            method: Some(method.into()),
-            tool: None,
-            server: None,
-            request_id: None,
-            session_id_hash: None,
-            first_failed_layer: None,
-            layers: Layers([LayerStatus::Passed; 5]),
-            state: HealthState::Healthy,
-            reason: None,
-            confidence: Confidence::High,
-            next_action: String::new(),
-            retry_safe: true,
-            protocol_success,
-            verified_success,
-            required_scope: None,
-            progress: None,
-            credential_hash: None,
-            auth_flow_pending: false,
-            agent: None,
-            contract_changes: vec![],
-            outcome_method: None,
-            revision: 0,
-            supersedes: None,
-            decided_by: DecidedBy::Quiet,
-            start_ns: 0,
-            end_ns: 0,
-        }
-    }
+    use crate::verdict::sample as verdict;
 
     /// Issue 8, defect 11: the two rates count `tools/call` attempts only (an `initialize` or a
     /// `ping` verdict is not a tool call), and with no calls they are "no calls", not 0 %.

@@ -387,36 +387,7 @@ mod tests {
     use super::*;
 
     fn verdict(protocol: bool, verified: bool, supersedes: Option<crate::verdict::Superseded>) -> Verdict {
-        Verdict {
-            trace_id: [1; 16],
-            span_id: [2; 8],
-            method: Some("tools/call".into()),
-            tool: Some(Arc::from("t")),
-            server: None,
-            request_id: None,
-            session_id_hash: None,
-            first_failed_layer: None,
-            layers: crate::verdict::Layers([crate::verdict::LayerStatus::Passed; 5]),
-            state: if verified { HealthState::Healthy } else { HealthState::Unverified },
-            reason: None,
-            confidence: crate::verdict::Confidence::High,
-            next_action: String::new(),
-            retry_safe: true,
-            protocol_success: protocol,
-            verified_success: verified,
-            required_scope: None,
-            progress: None,
-            credential_hash: None,
-            auth_flow_pending: false,
-            agent: None,
-            contract_changes: vec![],
-            outcome_method: None,
-            revision: u32::from(supersedes.is_some()),
-            supersedes,
-            decided_by: crate::verdict::DecidedBy::Quiet,
-            start_ns: 0,
-            end_ns: 0,
-        }
+        Verdict { revision: u32::from(supersedes.is_some()), supersedes, ..crate::verdict::sample("tools/call", protocol, verified) }
     }
 
     #[test]
