@@ -3,7 +3,7 @@
 
 use super::layers::{self, LayerFindings};
 use crate::evidence::call::CallEvidence;
-use crate::evidence::{AuthError, EffectBoundary, Method};
+use crate::evidence::{AuthError, EffectBoundary, Method, OutcomeResult};
 use crate::verdict::{HealthState, Layer, LayerStatus};
 
 /// Evidence about the session and catalog that outlives one call (filled by later stages; the
@@ -38,6 +38,14 @@ pub fn effect_may_be_committed(c: &CallEvidence, f: &LayerFindings) -> bool {
     may_deliver && c.request_sent != Some(false) && c.effect_boundary != Some(EffectBoundary::None)
 }
 
+/// A lost response at a side-effect boundary whose latest receipt says the effect is `missing`:
+/// proven not committed (SPEC §2: retry only after proving the first attempt did not commit).
+/// The call is a transport failure, safe to retry — not a false success, because nothing was
+/// claimed: the tool never answered.
+pub fn reconciled_not_committed(c: &CallEvidence, f: &LayerFindings) -> bool {
+    effect_may_be_committed(c, f) && c.latest_outcome().is_some_and(|o| o.result == OutcomeResult::Missing)
+}
+
 /// Decide the state from the layer findings and the session context.
 pub fn state(c: &CallEvidence, f: &LayerFindings, ctx: &SessionContext) -> HealthState {
     use HealthState::*;
@@ -46,7 +54,7 @@ pub fn state(c: &CallEvidence, f: &LayerFindings, ctx: &SessionContext) -> Healt
     if failed(Layer::Authorization) {
         return NeedsAuth;
     }
-    if failed(Layer::Transport) && !effect_unknown {
+    if failed(Layer::Transport) && (!effect_unknown || reconciled_not_committed(c, f)) {
         return TransportFailed;
     }
     if layers::incompatibility(c).is_some() {
@@ -101,6 +109,9 @@ pub fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> S
             } else {
                 "refresh the credential once, then surface it to the credential owner".into()
             }
+        }
+        TransportFailed if reconciled_not_committed(c, f) => {
+            "the lost attempt was proven not committed (reconciled): retry once with the same operation key".into()
         }
         TransportFailed => format!("check reachability of {server}; retry only within a fixed budget"),
         IncompatibleSession => "route to the integration owner with the requested and accepted versions and the missing capabilities".into(),

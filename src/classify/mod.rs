@@ -33,11 +33,17 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
     let masked = findings.masked();
     let state = contract::state(c, &findings, ctx);
     let first = masked.first_failed();
-    let reason = first.and_then(|l| findings.reason(l).map(str::to_string)).or_else(|| match state {
-        HealthState::IncompatibleSession => layers::incompatibility(c),
-        _ if c.unexplained_error => Some("unclassified_error".into()),
-        _ => None,
-    });
+    let reason = if contract::reconciled_not_committed(c, &findings) {
+        Some("reconciled_not_committed".to_string())
+    } else {
+        first.and_then(|l| findings.reason(l).map(str::to_string)).or_else(|| match state {
+            HealthState::IncompatibleSession => layers::incompatibility(c),
+            _ if c.unexplained_error => Some("unclassified_error".into()),
+            // A verifier was meant to check the call and could not run: say so, never green.
+            HealthState::Unverified if c.verifier_error() => Some("verifier_error".into()),
+            _ => None,
+        })
+    };
     let protocol_success = [Layer::Transport, Layer::Protocol, Layer::Authorization].iter().all(|l| masked.get(*l) == LayerStatus::Passed);
     // The unmasked outcome: a lost response reconciled by a confirmed receipt (effect_unknown →
     // healthy) has a failed transport layer, which masks the outcome, yet its outcome was verified.

@@ -834,12 +834,12 @@ fn state_cases() -> Vec<StateCase> {
             false,
         ),
         row(
-            "effect_unknown + a later missing receipt is false_success",
+            "effect_unknown + a later missing receipt: proven not committed, a transport failure safe to retry",
             with(timed_out_at_side_effect(), |c| {
                 c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::RowVersion, 50));
             }),
             NO_CTX,
-            FalseSuccess,
+            TransportFailed,
             true,
             false,
             false,

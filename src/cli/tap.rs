@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::tap::{export, http, stdio};
+use crate::tap::{export, http, stdio, verify};
 
 /// Arguments of `mcp-health tap`.
 #[derive(Args, Debug, Default)]
@@ -43,6 +43,10 @@ pub struct TapArgs {
     /// stdio mode: `server.address` of the spans (default: the command's file name).
     #[arg(long, value_name = "NAME")]
     pub server_address: Option<String>,
+    /// Outcome verifiers: a YAML file of rules (tool → check) run after each matching call's
+    /// response; findings go out as spans in the call's trace (README, "Outcome verifiers").
+    #[arg(long, value_name = "FILE")]
+    pub verifiers: Option<std::path::PathBuf>,
     /// stdio mode: the server command and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -71,6 +75,13 @@ pub fn run(a: TapArgs) -> ExitCode {
         }
     };
     let endpoint = resolve_endpoint(a.otlp_endpoint.as_deref());
+    let rules = match a.verifiers.as_deref().map(verify::RuleSet::load).transpose() {
+        Ok(r) => r.map(std::sync::Arc::new),
+        Err(e) => {
+            eprintln!("mcp-health tap: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let code = rt.block_on(async move {
         let (sink, exporter) = match export::spawn(export::ExportSettings::new(endpoint, a.service_name.clone())) {
             Ok(x) => x,
@@ -78,6 +89,13 @@ pub fn run(a: TapArgs) -> ExitCode {
                 eprintln!("mcp-health tap: {e}");
                 return 2;
             }
+        };
+        let (pool, runner) = match rules {
+            Some(r) => {
+                let (p, run) = verify::VerifierPool::spawn(r, sink.clone());
+                (Some(p), Some(run))
+            }
+            None => (None, None),
         };
         let code = if http_mode {
             let upstream = match http::parse_upstream(a.upstream.as_deref().unwrap_or("")) {
@@ -92,6 +110,7 @@ pub fn run(a: TapArgs) -> ExitCode {
                 upstream: upstream.clone(),
                 response_timeout: a.upstream_timeout,
                 connect_timeout: a.connect_timeout,
+                verifiers: pool,
             };
             let on_bound = |addr: SocketAddr| eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {upstream}");
             match http::run(settings, sink, on_bound, shutdown_signal()).await {
@@ -110,7 +129,7 @@ pub fn run(a: TapArgs) -> ExitCode {
                 }
             }
         } else {
-            match stdio::run(a.command, a.server_address, sink).await {
+            match stdio::run(a.command, a.server_address, sink, pool).await {
                 Ok(r) => {
                     if r.unobserved_chunks > 0 {
                         eprintln!("mcp-health tap: {} chunks forwarded but not observed (observer queue full)", r.unobserved_chunks);
@@ -123,6 +142,19 @@ pub fn run(a: TapArgs) -> ExitCode {
                 }
             }
         };
+        if let Some(run) = runner {
+            // Checks queued or running get a grace period to report before the spans are flushed.
+            let st = run.finish(Duration::from_secs(10)).await;
+            let g = |c: &std::sync::atomic::AtomicU64| st.get(c);
+            eprintln!(
+                "mcp-health tap: verifiers: {} confirmed, {} missing, {} failed, {} errors, {} not run (queue full)",
+                g(&st.confirmed),
+                g(&st.missing),
+                g(&st.failed),
+                g(&st.errors),
+                g(&st.queue_full)
+            );
+        }
         let (_sent, dropped) = exporter.finish(Duration::from_secs(3)).await;
         if dropped > 0 {
             eprintln!("mcp-health tap: {dropped} spans could not be exported");

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::metrics::{Counter, Gauge, Meter, MeterProvider as _, ObservableCounter};
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, MeterProvider as _, ObservableCounter};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
@@ -65,6 +65,13 @@ pub struct HealthMeters {
     pub state_evicted: ObservableCounter<u64>,
     /// Verdict-log records lost to failed writes (a full disk), read at each collection.
     pub verdict_log_write_errors: ObservableCounter<u64>,
+    /// Verifier spans by rule and finding (`confirmed`, `missing`, `failed`, `stale`,
+    /// `verifier_error`).
+    pub verifier_runs: Counter<u64>,
+    /// Verifiers that could not run, by rule and error class.
+    pub verifier_errors: Counter<u64>,
+    /// How long a verifier ran (its span's duration), by rule.
+    pub verifier_duration: Histogram<f64>,
     /// The process's resident set, read at each collection (what the memory limiter compares).
     pub process_memory_rss: opentelemetry::metrics::ObservableGauge<u64>,
 }
@@ -151,6 +158,20 @@ impl HealthMeters {
                 "mcp_health.calls.success_retracted",
                 "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)",
             ),
+            verifier_runs: c(
+                "mcp_health.verifier.runs",
+                "Verifier spans received, by verifier (rule name) and result (confirmed, missing, failed, stale, verifier_error)",
+            ),
+            verifier_errors: c(
+                "mcp_health.verifier.errors",
+                "Verifiers that could not run (no finding; the call stays unverified), by verifier and error",
+            ),
+            verifier_duration: meter
+                .f64_histogram("mcp_health.verifier.duration")
+                .with_description("How long a verifier ran (its span's duration), by verifier")
+                .with_unit("s")
+                .with_boundaries(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+                .build(),
             process_memory_rss: meter
                 .u64_observable_gauge("mcp_health.process.memory.rss")
                 .with_description("Resident set of the process (what processors.memory_limiter compares with its limits)")
@@ -191,6 +212,16 @@ impl HealthMeters {
     pub fn record_catalog(&self, server: Option<&str>, c: crate::classify::catalog::Convergence) {
         let attrs = vec![KeyValue::new("server.address", server.unwrap_or("").to_string()), KeyValue::new("convergence", c.as_str())];
         self.catalog_verdicts.add(1, &attrs);
+    }
+
+    /// Record a verifier run, as its span reported it.
+    pub fn record_finding(&self, f: &crate::evidence::FindingMeta) {
+        let verifier = KeyValue::new("verifier", f.verifier.as_deref().unwrap_or("").to_string());
+        self.verifier_runs.add(1, &[verifier.clone(), KeyValue::new("result", f.result.unwrap_or("unknown"))]);
+        if let Some(e) = f.error {
+            self.verifier_errors.add(1, &[verifier.clone(), KeyValue::new("error", e)]);
+        }
+        self.verifier_duration.record(f.duration_ns as f64 / 1e9, &[verifier]);
     }
 
     /// Record a drift event (a definition that differs from its pin).

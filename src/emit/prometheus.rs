@@ -2,7 +2,7 @@
 //!
 //! Names follow the OpenTelemetry → Prometheus compatibility rules: `.` becomes `_`, monotonic sums
 //! get `_total`, attribute keys are sanitized the same way. Only the instrument kinds this service
-//! creates (sums and gauges) are rendered.
+//! creates (sums, gauges and explicit-bucket histograms) are rendered.
 
 use std::fmt::Write;
 
@@ -52,7 +52,23 @@ fn write_data<T: Copy>(out: &mut String, base: &str, desc: &str, d: &MetricData<
                 sample(out, base, p.attributes(), &fmt(p.value()));
             }
         }
-        // No histograms are created by this service.
+        MetricData::Histogram(h) => {
+            header(out, base, desc, "histogram");
+            let (bucket, sum, count) = (format!("{base}_bucket"), format!("{base}_sum"), format!("{base}_count"));
+            for p in h.data_points() {
+                // Prometheus buckets are cumulative, with a last `+Inf` bucket equal to the count.
+                let mut cumulative = 0u64;
+                let bounds = p.bounds().map(fmt_f64).chain(std::iter::once("+Inf".to_string()));
+                for (le, n) in bounds.zip(p.bucket_counts()) {
+                    cumulative += n;
+                    let le = KeyValue::new("le", le);
+                    sample(out, &bucket, p.attributes().chain(std::iter::once(&le)), &cumulative.to_string());
+                }
+                sample(out, &sum, p.attributes(), &fmt(p.sum()));
+                sample(out, &count, p.attributes(), &p.count().to_string());
+            }
+        }
+        // Exponential histograms are not created by this service.
         _ => {}
     }
 }

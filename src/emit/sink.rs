@@ -83,6 +83,7 @@ impl Sink for HealthSpanSink {
                 Decided::Catalog(c) => spans.push(health_spans::catalog_span(c, now_ns)),
                 Decided::Drift(d) => spans.push(health_spans::drift_span(d, now_ns)),
                 Decided::Incident(i) => incidents.push((i.transition, i.row.clone())),
+                Decided::Finding(_) => {}
             }
         }
         if !spans.is_empty() {
@@ -148,6 +149,7 @@ impl Sink for MetricsSink {
                         .incidents_transitions
                         .add(1, &[KeyValue::new("transition", i.transition.as_str()), KeyValue::new("first_failed_layer", layer)]);
                 }
+                Decided::Finding(f) => self.meters.record_finding(f),
             }
         }
     }

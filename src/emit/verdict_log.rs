@@ -74,7 +74,7 @@ impl VerdictLog {
 impl Sink for VerdictLog {
     fn accept(&mut self, records: &[Decided], _now: Moment) {
         let mut lines = 0u64;
-        for r in records {
+        for r in records.iter().filter(|r| r.is_line()) {
             if r.write_line(&mut self.buf).is_ok() {
                 lines += 1;
             } else {

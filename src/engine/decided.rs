@@ -22,6 +22,10 @@ pub enum Decided {
     Drift(DriftEvent),
     /// An incident opened, was updated or resolved.
     Incident(IncidentChange),
+    /// A verifier span arrived: how the verifier ran (rule, finding or error, duration). For the
+    /// verifier metrics only; it is no verdict and no line (the call's verdict, or its revision,
+    /// carries the finding).
+    Finding(crate::evidence::FindingMeta),
 }
 
 /// A discovered definition that differs from its pin.
@@ -79,7 +83,13 @@ impl Decided {
             Decided::Catalog(c) => serde_json::to_value(CatalogLine::of(c)),
             Decided::Drift(d) => serde_json::to_value(d),
             Decided::Incident(i) => serde_json::to_value(i),
+            Decided::Finding(_) => Ok(serde_json::Value::Null),
         }
+    }
+
+    /// Whether the record is a line of the verdict log and of `replay --format json`.
+    pub fn is_line(&self) -> bool {
+        !matches!(self, Decided::Finding(_))
     }
 
     /// Write the record as one JSON line into `buf` (nothing is written on error).
@@ -90,6 +100,7 @@ impl Decided {
             Decided::Catalog(c) => serde_json::to_writer(&mut *buf, &CatalogLine::of(c)),
             Decided::Drift(d) => serde_json::to_writer(&mut *buf, d),
             Decided::Incident(i) => serde_json::to_writer(&mut *buf, i),
+            Decided::Finding(_) => return Ok(()),
         };
         match r {
             Ok(()) => {

@@ -250,6 +250,7 @@ impl Engine {
 
     /// Take in one normalized batch at `now`.
     pub fn ingest(&mut self, batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
+        out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).cloned().map(Decided::Finding));
         let changes = self.sessions.observe(&batch.evidence, now);
         self.publish_catalog(changes, out);
         if let Some(pins) = self.pins.clone() {

@@ -66,6 +66,12 @@ pub const OUTCOME_METHOD: &str = "mcp_health.outcome.method";
 pub const OUTCOME_CHECKED_AT: &str = "mcp_health.outcome.checked_at";
 /// The `jsonrpc.request.id` of the call a verifier checked, where a trace holds several calls.
 pub const OUTCOME_REQUEST_ID: &str = "mcp_health.outcome.request_id";
+/// The name of the verifier rule that produced a finding (the tap's `--verifiers` rules).
+pub const OUTCOME_VERIFIER: &str = "mcp_health.outcome.verifier";
+/// Why a verifier could not run (`unreachable`, `timeout`, `pointer_unresolved`,
+/// `template_error`, `queue_full`, `bad_response`, `other`): a span with this and no
+/// `mcp_health.outcome.result` is no finding; the outcome stays unobserved (`verifier_error`).
+pub const OUTCOME_ERROR: &str = "mcp_health.outcome.error";
 /// A caller-chosen key that names one intended operation across attempts.
 pub const OPERATION_KEY: &str = "mcp_health.operation.key";
 /// Span event name for a verifier result carried as an event instead of a span.

@@ -253,7 +253,17 @@ impl CallEvidence {
     /// Receipts checked before the call started say nothing about its outcome (they are stale
     /// evidence) and are ignored.
     pub fn latest_outcome(&self) -> Option<&OutcomeReceipt> {
-        self.outcomes.iter().filter(|o| self.start_ns == 0 || o.checked_at_ns >= self.start_ns).max_by_key(|o| o.checked_at_ns)
+        self.outcomes
+            .iter()
+            .filter(|o| o.result != OutcomeResult::VerifierError)
+            .filter(|o| self.start_ns == 0 || o.checked_at_ns >= self.start_ns)
+            .max_by_key(|o| o.checked_at_ns)
+    }
+
+    /// A verifier was meant to check this call and could not run: the reason an unverified call
+    /// gives (never a finding).
+    pub fn verifier_error(&self) -> bool {
+        self.outcomes.iter().any(|o| o.result == OutcomeResult::VerifierError)
     }
 }
 

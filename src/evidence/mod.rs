@@ -136,6 +136,12 @@ pub enum OutcomeResult {
     Missing,
     Failed,
     Stale,
+    /// The verifier could not run (unreachable, timed out, a pointer that resolved to nothing, a
+    /// template error, a full queue): no finding. Never read from `mcp_health.outcome.result`
+    /// (only from `mcp_health.outcome.error`), never a pass, and never the latest outcome: the
+    /// outcome layer stays unobserved, with reason `verifier_error`. Last in the enum so that
+    /// records stored before it was added still decode.
+    VerifierError,
 }
 
 impl OutcomeResult {
@@ -154,6 +160,7 @@ impl OutcomeResult {
             Self::Missing => "missing",
             Self::Failed => "failed",
             Self::Stale => "stale",
+            Self::VerifierError => "verifier_error",
         }
     }
 }
@@ -326,7 +333,29 @@ pub struct SpanEvidence {
     /// `service.name` of the resource that emitted the span (the client's identity where the
     /// protocol has no session).
     pub service: Option<Arc<str>>,
+    /// What the verifier span said about itself (rule name, error class, duration), for the
+    /// verifier metrics only. Not stored: a decided chain is re-read for its receipts, not for
+    /// how its verifiers ran.
+    #[serde(skip)]
+    pub finding: Option<Box<FindingMeta>>,
 }
+
+/// How a verifier run went, as its span reports it (`mcp_health.outcome.verifier`,
+/// `mcp_health.outcome.error`, the span's duration).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FindingMeta {
+    /// The rule's name (the tool-name rule of the MCP specification, else hashed).
+    pub verifier: Option<Box<str>>,
+    /// `confirmed`, `missing`, `failed`, `stale`, or `verifier_error`.
+    pub result: Option<&'static str>,
+    /// Why the verifier could not run, from a fixed vocabulary ([`VERIFIER_ERRORS`]).
+    pub error: Option<&'static str>,
+    pub duration_ns: u64,
+}
+
+/// The error classes a verifier span may report; anything else reads as `other`.
+pub const VERIFIER_ERRORS: &[&str] =
+    &["unreachable", "timeout", "pointer_unresolved", "template_error", "queue_full", "bad_response", "other"];
 
 impl SpanEvidence {
     pub fn new(trace_id: TraceId, span_id: SpanId) -> Self {
@@ -367,6 +396,7 @@ impl SpanEvidence {
             error_maybe_client_rendered: false,
             http_mcp_endpoint: false,
             response_unobserved: false,
+            finding: None,
         }
     }
 

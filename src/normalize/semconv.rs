@@ -94,13 +94,16 @@ pub fn read_span(
     if !facts.is_empty() || facts.raw_definitions_seen {
         ev.catalog = Some(Box::new(facts));
     }
-    if let Some(result) = outcome.result {
-        ev.outcomes.push(OutcomeReceipt {
-            result,
-            method: outcome.method.unwrap_or(VerifierMethod::Unspecified),
-            checked_at_ns: outcome.checked_at.unwrap_or(ev.end_ns),
-            request_id: outcome.request_id.clone(),
-        });
+    if let Some(r) = outcome.receipt(ev.end_ns) {
+        if outcome.verifier.is_some() || outcome.error.is_some() {
+            ev.finding = Some(Box::new(crate::evidence::FindingMeta {
+                verifier: outcome.verifier.clone(),
+                result: Some(r.result.as_str()),
+                error: outcome.error,
+                duration_ns: ev.end_ns.saturating_sub(ev.start_ns),
+            }));
+        }
+        ev.outcomes.push(r);
     }
     // Verifier results carried as span events.
     for event in span.events.iter().filter(|e| e.name == a::OUTCOME_EVENT) {
@@ -108,13 +111,8 @@ pub fn read_span(
         for kv in &event.attributes {
             read_outcome_attribute(kv, &mut f, type_errors);
         }
-        if let Some(result) = f.result {
-            ev.outcomes.push(OutcomeReceipt {
-                result,
-                method: f.method.unwrap_or(VerifierMethod::Unspecified),
-                checked_at_ns: f.checked_at.unwrap_or(event.time_unix_nano),
-                request_id: f.request_id,
-            });
+        if let Some(r) = f.receipt(event.time_unix_nano) {
+            ev.outcomes.push(r);
         }
     }
     if ev.is_mcp_evidence() || ev.http_status.is_some() {
@@ -265,6 +263,25 @@ struct OutcomeFields {
     method: Option<VerifierMethod>,
     checked_at: Option<u64>,
     request_id: Option<Box<str>>,
+    verifier: Option<Box<str>>,
+    error: Option<&'static str>,
+}
+
+impl OutcomeFields {
+    /// The receipt these fields make: a finding, or a verifier error (no finding).
+    fn receipt(&self, default_at: u64) -> Option<OutcomeReceipt> {
+        let result = match (self.result, self.error) {
+            (Some(r), _) => r,
+            (None, Some(_)) => OutcomeResult::VerifierError,
+            (None, None) => return None,
+        };
+        Some(OutcomeReceipt {
+            result,
+            method: self.method.unwrap_or(VerifierMethod::Unspecified),
+            checked_at_ns: self.checked_at.unwrap_or(default_at),
+            request_id: self.request_id.clone(),
+        })
+    }
 }
 
 struct Fields<'s, 'e> {
@@ -440,6 +457,10 @@ fn read_outcome_attribute(kv: &KeyValue, f: &mut OutcomeFields, type_errors: &mu
         a::OUTCOME_METHOD => value::as_str(v).map(|m| f.method = Some(VerifierMethod::parse(m))).is_some(),
         a::OUTCOME_CHECKED_AT => value::as_i64(v).filter(|t| *t >= 0).map(|t| f.checked_at = Some(t as u64)).is_some(),
         a::OUTCOME_REQUEST_ID => value::as_id(v).map(|r| f.request_id = Some(redact::ident(&r))).is_some(),
+        a::OUTCOME_VERIFIER => value::as_str(v).map(|r| f.verifier = Some(redact::tool_name(r))).is_some(),
+        a::OUTCOME_ERROR => value::as_str(v)
+            .map(|e| f.error = Some(crate::evidence::VERIFIER_ERRORS.iter().copied().find(|k| *k == e).unwrap_or("other")))
+            .is_some(),
         _ => true,
     };
     if !ok {

@@ -53,6 +53,8 @@ pub struct HttpSettings {
     /// Longest wait for an upstream response head.
     pub response_timeout: Duration,
     pub connect_timeout: Duration,
+    /// Outcome verifiers (`--verifiers`): calls they name are checked after their response.
+    pub verifiers: Option<super::verify::VerifierPool>,
 }
 
 /// What the HTTP tap did, for the exit summary.
@@ -188,7 +190,7 @@ pub async fn serve(
         unobserved: AtomicU64::new(0),
         response_timeout: settings.response_timeout,
     });
-    let observer = tokio::spawn(observe_loop(rx, upstream_identity(up), sink));
+    let observer = tokio::spawn(observe_loop(rx, upstream_identity(up), sink, settings.verifiers.clone()));
 
     tokio::pin!(shutdown);
     loop {
@@ -459,8 +461,13 @@ impl Exchange {
     }
 }
 
-async fn observe_loop(mut rx: mpsc::Receiver<Event>, identity: ServerIdentity, sink: SpanSink) -> ObserverStats {
-    let mut obs = Observer::new(identity);
+async fn observe_loop(
+    mut rx: mpsc::Receiver<Event>,
+    identity: ServerIdentity,
+    sink: SpanSink,
+    verifiers: Option<super::verify::VerifierPool>,
+) -> ObserverStats {
+    let mut obs = Observer::new(identity).with_verifiers(verifiers.as_ref().map(|v| v.rules().clone()));
     let mut exchanges: FxHashMap<u64, Exchange> = FxHashMap::default();
     let mut sweep = tokio::time::interval(Duration::from_secs(60));
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -551,9 +558,20 @@ async fn observe_loop(mut rx: mpsc::Receiver<Event>, identity: ServerIdentity, s
         for s in obs.take_spans() {
             sink.emit(s);
         }
+        // After the spans: the response has been forwarded already (the observer reads a copy).
+        if let Some(v) = &verifiers {
+            for j in obs.take_jobs() {
+                v.submit(j);
+            }
+        }
     }
     for s in obs.take_spans() {
         sink.emit(s);
+    }
+    if let Some(v) = &verifiers {
+        for j in obs.take_jobs() {
+            v.submit(j);
+        }
     }
     obs.stats
 }

@@ -31,12 +31,14 @@ use serde_json::Value;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span, Status};
 
+use super::verify::{result_view, RuleSet, VerifyJob};
 use super::{new_span_id, new_trace_id, Challenge};
 use crate::bounded::BoundedMap;
 use crate::classify::digest::{registry_digest, ToolDigest};
 use crate::evidence::attributes as a;
 use crate::normalize::digest_cache::DigestCache;
 use crate::normalize::redact;
+use std::sync::Arc;
 
 /// How the tap reaches the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +109,9 @@ struct Pending {
     requested_version: Option<Box<str>>,
     exchange: Option<u64>,
     had_authorization: bool,
+    /// A `tools/call` a verifier rule applies to: the rule and the call's arguments (kept only
+    /// for these calls, until the response).
+    verify: Option<(usize, Value)>,
 }
 
 /// A `tools/list` traversal in progress.
@@ -132,6 +137,9 @@ pub struct Observer {
     no_session: SessionState,
     digests: DigestCache,
     spans: Vec<Span>,
+    /// The verifier rules (`tap --verifiers`), and the calls waiting to be handed to the pool.
+    verifiers: Option<Arc<RuleSet>>,
+    jobs: Vec<VerifyJob>,
     pub stats: ObserverStats,
 }
 
@@ -234,8 +242,21 @@ impl Observer {
             no_session: SessionState::default(),
             digests: DigestCache::with_capacity(limits.digests),
             spans: Vec::new(),
+            verifiers: None,
+            jobs: Vec::new(),
             stats: ObserverStats::default(),
         }
+    }
+
+    /// Verify the calls that `rules` name (see `crate::tap::verify`).
+    pub fn with_verifiers(mut self, rules: Option<Arc<RuleSet>>) -> Self {
+        self.verifiers = rules.filter(|r| !r.rules.is_empty());
+        self
+    }
+
+    /// The calls to verify found since the last call.
+    pub fn take_jobs(&mut self) -> Vec<VerifyJob> {
+        std::mem::take(&mut self.jobs)
     }
 
     /// The spans built since the last call.
@@ -301,8 +322,14 @@ impl Observer {
             Some((v, k)) => (Some(v), Some(k)),
             None => (None, None),
         };
-        let tool =
-            (method == "tools/call").then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str).map(redact::ident)).flatten();
+        let raw_tool = (method == "tools/call").then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str)).flatten();
+        let tool = raw_tool.map(redact::ident);
+        let verify = match (&self.verifiers, raw_tool) {
+            (Some(rules), Some(name)) => {
+                rules.find(name, &self.server.address).map(|i| (i, params.and_then(|p| p.get("arguments")).cloned().unwrap_or(Value::Null)))
+            }
+            _ => None,
+        };
         let p = Pending {
             method: method_name(method).into(),
             tool,
@@ -323,6 +350,7 @@ impl Observer {
                 .flatten(),
             exchange: ctx.exchange,
             had_authorization: ctx.had_authorization,
+            verify,
         };
         if method == "tools/call" {
             self.request_sent_span(&p);
@@ -407,6 +435,11 @@ impl Observer {
             attrs.push(boolean(a::REQUEST_SENT, request_sent));
             attrs.push(s(a::ERROR_TYPE, outcome));
             self.push_call_span(&p, ctx.at_ns, attrs, true);
+            // A lost response after the request went out: the effect may have committed. The
+            // rule reconciles it (only from the arguments: there is no result).
+            if request_sent && matches!(outcome, "timeout" | "connection_reset") {
+                self.job(&p, Value::Null);
+            }
         }
     }
 
@@ -499,6 +532,18 @@ impl Observer {
         self.push(span);
     }
 
+    fn job(&mut self, p: &Pending, result: Value) {
+        let Some((rule, arguments)) = &p.verify else { return };
+        self.jobs.push(VerifyJob {
+            rule: *rule,
+            call: serde_json::json!({"arguments": arguments, "result": result}),
+            trace_id: p.trace_id,
+            call_span_id: p.span_id,
+            request_id: p.id_display.clone(),
+            call_start_ns: p.start_ns,
+        });
+    }
+
     fn push(&mut self, span: Span) {
         self.stats.spans += 1;
         self.spans.push(span);
@@ -554,6 +599,9 @@ impl Observer {
         } else if result.and_then(|r| r.get("isError")).and_then(Value::as_bool) == Some(true) {
             error = true;
             attrs.push(s(a::ERROR_TYPE, "tool_error"));
+        } else if let Some(r) = result {
+            // A tool that says it succeeded: the rule checks whether it did.
+            self.job(&p, result_view(r));
         }
         let mut installed: Option<Span> = None;
         match p.method.as_str() {

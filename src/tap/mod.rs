@@ -23,6 +23,7 @@ pub mod export;
 pub mod http;
 pub mod jsonrpc;
 pub mod stdio;
+pub mod verify;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

@@ -45,7 +45,12 @@ pub fn command_name(cmd: &OsString) -> String {
 }
 
 /// Run the server command behind the tap until it exits. Must be called inside a Tokio runtime.
-pub async fn run(command: Vec<OsString>, server_address: Option<String>, sink: SpanSink) -> Result<StdioReport, String> {
+pub async fn run(
+    command: Vec<OsString>,
+    server_address: Option<String>,
+    sink: SpanSink,
+    verifiers: Option<super::verify::VerifierPool>,
+) -> Result<StdioReport, String> {
     let (program, args) = command.split_first().ok_or("no server command given (mcp-health tap -- <command> [args…])")?;
     let mut child = Command::new(program)
         .args(args)
@@ -126,7 +131,7 @@ pub async fn run(command: Vec<OsString>, server_address: Option<String>, sink: S
     let identity =
         ServerIdentity { address: server_address.unwrap_or_else(|| command_name(program)), port: None, transport: Transport::Pipe };
     let observer = tokio::spawn(async move {
-        let mut obs = Observer::new(identity);
+        let mut obs = Observer::new(identity).with_verifiers(verifiers.as_ref().map(|v| v.rules().clone()));
         let mut from_client = LineSplitter::new(MAX_LINE);
         let mut from_server = LineSplitter::new(MAX_LINE);
         while let Some(c) = rx.recv().await {
@@ -140,12 +145,18 @@ pub async fn run(command: Vec<OsString>, server_address: Option<String>, sink: S
             for s in obs.take_spans() {
                 sink.emit(s);
             }
+            if let Some(v) = &verifiers {
+                obs.take_jobs().into_iter().for_each(|j| v.submit(j));
+            }
         }
         let ctx = Ctx { at_ns: now_ns(), ..Default::default() };
         from_client.finish(|l| obs.client_bytes(l, &ctx));
         from_server.finish(|l| obs.server_bytes(l, &ctx));
         for s in obs.take_spans() {
             sink.emit(s);
+        }
+        if let Some(v) = &verifiers {
+            obs.take_jobs().into_iter().for_each(|j| v.submit(j));
         }
         obs.stats
     });

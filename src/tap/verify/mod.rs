@@ -1,0 +1,261 @@
+//! Outcome verifiers in the tap (issue 9): checks chosen before the call, run where the evidence
+//! is, reported without leaking what they checked.
+//!
+//! A rule ([`rules`]) names a tool (exact or glob, optionally a server) and one check ([`check`]):
+//! `http`, `file`, `command` or `sql`, with values taken from the call through JSON pointers
+//! ([`template`]). After a `tools/call` response has been forwarded — never before, so the
+//! client's bytes and timing do not change — the observer hands the call to the [`VerifierPool`]:
+//! a bounded queue and a concurrency limit. It waits `delay`, tries up to `attempts` times with
+//! backoff (a `missing` may only be not visible yet; an error may be transient), and emits one
+//! INTERNAL span per finding in the call's trace, under the call's span:
+//!
+//! - `mcp_health.outcome.result` (`confirmed`, `missing`, `failed`), `.method` (`http_status`,
+//!   `file_digest`, `test_result`, `row_version`), `.checked_at` (the last attempt's start,
+//!   after the call started), `.request_id`, `.verifier` (the rule's name);
+//! - or, when the check could not decide, no result and `mcp_health.outcome.error` (the error
+//!   class): the call stays `unverified` with reason `verifier_error`, never green.
+//!
+//! A lost response at a possible side-effect boundary (`timeout` or `connection_reset` after the
+//! request was sent) runs the same rule (reconciliation, SPEC §2): `confirmed` → `healthy`,
+//! `missing` → `transport_failed` with `retry_safe`, `failed` → `false_success`. A rule that
+//! reads the result cannot check a call that has none: `pointer_unresolved`.
+//!
+//! Never emitted: argument or result values, URLs, paths, queries, command lines, response
+//! bodies, credentials. Only the rule's name (validated by the MCP tool-name rule) and fixed
+//! vocabularies leave.
+
+pub mod check;
+pub mod rules;
+pub mod template;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
+use serde_json::Value;
+use tokio::sync::{mpsc, Semaphore};
+
+use super::export::SpanSink;
+use super::{new_span_id, now_ns};
+use crate::evidence::attributes as a;
+pub use check::{Finding, VerifyError};
+pub use rules::{RuleSet, RulesError};
+
+/// One call to verify.
+#[derive(Clone, Debug)]
+pub struct VerifyJob {
+    /// Index of the rule in the [`RuleSet`].
+    pub rule: usize,
+    /// `{"arguments": …, "result": …}` (`result` is null for a lost response).
+    pub call: Value,
+    pub trace_id: [u8; 16],
+    /// The call's span: the finding's parent.
+    pub call_span_id: [u8; 8],
+    /// The request id as the call's span writes it.
+    pub request_id: Box<str>,
+    pub call_start_ns: u64,
+}
+
+/// The `result` a template sees: the `CallToolResult`, with `structuredContent` filled from its
+/// first text content when that is JSON and the server gave no structured content.
+pub fn result_view(result: &Value) -> Value {
+    let mut r = result.clone();
+    if r.get("structuredContent").is_none_or(Value::is_null) {
+        let first_text = r
+            .get("content")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|x| x.get("type").and_then(Value::as_str) == Some("text")))
+            .and_then(|x| x.get("text"))
+            .and_then(Value::as_str)
+            .and_then(|t| serde_json::from_str::<Value>(t).ok());
+        if let (Some(parsed), Some(obj)) = (first_text, r.as_object_mut()) {
+            obj.insert("structuredContent".into(), parsed);
+        }
+    }
+    r
+}
+
+/// Counters of the verifier pool (the tap's exit summary and the tests; the service counts the
+/// same from the spans it receives: `mcp_health.verifier.*`).
+#[derive(Debug, Default)]
+pub struct VerifierStats {
+    pub submitted: AtomicU64,
+    pub confirmed: AtomicU64,
+    pub missing: AtomicU64,
+    pub failed: AtomicU64,
+    pub errors: AtomicU64,
+    pub queue_full: AtomicU64,
+}
+
+impl VerifierStats {
+    pub fn get(&self, c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+    fn count(&self, r: &Result<Finding, VerifyError>) {
+        let c = match r {
+            Ok(Finding::Confirmed) => &self.confirmed,
+            Ok(Finding::Missing) => &self.missing,
+            Ok(Finding::Failed) => &self.failed,
+            Err(VerifyError::QueueFull) => &self.queue_full,
+            Err(_) => &self.errors,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Where the observer hands calls to verify. Never blocks: a full queue is counted and reported
+/// as a `queue_full` verifier error on the call.
+#[derive(Clone)]
+pub struct VerifierPool {
+    rules: Arc<RuleSet>,
+    tx: mpsc::Sender<VerifyJob>,
+    sink: SpanSink,
+    pub stats: Arc<VerifierStats>,
+}
+
+impl std::fmt::Debug for VerifierPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifierPool").field("rules", &self.rules.rules.len()).finish_non_exhaustive()
+    }
+}
+
+impl VerifierPool {
+    /// Start the pool's dispatcher. Must be called inside a Tokio runtime. The [`VerifierRunner`]
+    /// waits for the checks still running once every pool handle is dropped.
+    pub fn spawn(rules: Arc<RuleSet>, sink: SpanSink) -> (Self, VerifierRunner) {
+        let (tx, rx) = mpsc::channel(rules.limits.queue_size.max(1));
+        let stats = Arc::new(VerifierStats::default());
+        let pool = VerifierPool { rules: rules.clone(), tx, sink: sink.clone(), stats: stats.clone() };
+        let join = tokio::spawn(dispatch(rx, rules, sink, stats.clone()));
+        (pool, VerifierRunner { join, stats })
+    }
+
+    pub fn rules(&self) -> &Arc<RuleSet> {
+        &self.rules
+    }
+
+    /// Queue a call for verification.
+    pub fn submit(&self, job: VerifyJob) {
+        self.stats.submitted.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.tx.try_send(job) {
+            let job = match e {
+                mpsc::error::TrySendError::Full(j) | mpsc::error::TrySendError::Closed(j) => j,
+            };
+            let r = Err(VerifyError::QueueFull);
+            self.stats.count(&r);
+            let at = now_ns();
+            self.sink.emit(finding_span(&self.rules.rules[job.rule], &job, at, at, at, &r));
+        }
+    }
+}
+
+/// The pool's dispatcher task.
+pub struct VerifierRunner {
+    join: tokio::task::JoinHandle<()>,
+    pub stats: Arc<VerifierStats>,
+}
+
+impl VerifierRunner {
+    /// Wait until the queue is empty and every check has reported (all [`VerifierPool`] handles
+    /// must be dropped first), at most `grace`; checks still running then are abandoned (their
+    /// calls stay `unverified`).
+    pub async fn finish(self, grace: Duration) -> Arc<VerifierStats> {
+        let mut join = self.join;
+        if tokio::time::timeout(grace, &mut join).await.is_err() {
+            join.abort();
+        }
+        self.stats
+    }
+}
+
+async fn dispatch(mut rx: mpsc::Receiver<VerifyJob>, rules: Arc<RuleSet>, sink: SpanSink, stats: Arc<VerifierStats>) {
+    let concurrency = rules.limits.concurrency.max(1);
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let http = check::http_client(Duration::from_secs(5));
+    while let Some(job) = rx.recv().await {
+        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+        let (rules, sink, stats, http) = (rules.clone(), sink.clone(), stats.clone(), http.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let Some(rule) = rules.rules.get(job.rule) else { return };
+            let started = now_ns();
+            let (checked_at, r) = verify(rule, &job.call, &http).await;
+            stats.count(&r);
+            tracing::debug!(verifier = %rule.name, result = r.map_or_else(|e| e.as_str(), |f| f.as_str()), "verifier ran");
+            sink.emit(finding_span(rule, &job, started, now_ns(), checked_at, &r));
+        });
+    }
+    // Every check holds a permit until it reported.
+    let _ = permits.acquire_many(concurrency as u32).await;
+}
+
+/// Run a rule: `delay`, then up to `attempts` tries with doubling backoff, stopping at the first
+/// `confirmed` or `failed`. Returns when the last attempt started and what it found.
+pub async fn verify(rule: &rules::Rule, call: &Value, http: &check::HttpClient) -> (u64, Result<Finding, VerifyError>) {
+    tokio::time::sleep(rule.delay).await;
+    let mut backoff = rule.backoff;
+    let mut last = (now_ns(), Err(VerifyError::Other));
+    for n in 0..rule.attempts {
+        if n > 0 {
+            tokio::time::sleep(backoff).await;
+            backoff = backoff.saturating_mul(2).min(Duration::from_secs(60));
+        }
+        let at = now_ns();
+        let r = check::run(&rule.check, call, http, rule.timeout).await;
+        let done = match r {
+            Ok(Finding::Confirmed | Finding::Failed) => true,
+            // A template that cannot be filled will not be fillable on the next attempt.
+            Err(VerifyError::PointerUnresolved | VerifyError::TemplateError) => true,
+            _ => false,
+        };
+        last = (at, r);
+        if done {
+            break;
+        }
+    }
+    last
+}
+
+fn kv(key: &str, v: any_value::Value) -> KeyValue {
+    KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }
+}
+
+/// The span of one finding (or verifier error), in the call's trace under the call's span.
+pub fn finding_span(
+    rule: &rules::Rule,
+    job: &VerifyJob,
+    start_ns: u64,
+    end_ns: u64,
+    checked_at: u64,
+    r: &Result<Finding, VerifyError>,
+) -> Span {
+    let s = |k: &str, v: &str| kv(k, any_value::Value::StringValue(v.to_string()));
+    let mut attrs = vec![
+        s(a::OUTCOME_VERIFIER, &rule.name),
+        s(a::OUTCOME_METHOD, rule.check.method()),
+        // After the call started, whatever the clocks say: a receipt checked before its call says
+        // nothing about it.
+        kv(a::OUTCOME_CHECKED_AT, any_value::Value::IntValue(checked_at.max(job.call_start_ns) as i64)),
+        s(a::OUTCOME_REQUEST_ID, &job.request_id),
+    ];
+    match r {
+        Ok(f) => attrs.push(s(a::OUTCOME_RESULT, f.as_str())),
+        Err(e) => attrs.push(s(a::OUTCOME_ERROR, e.as_str())),
+    }
+    Span {
+        trace_id: job.trace_id.to_vec(),
+        span_id: new_span_id().to_vec(),
+        parent_span_id: job.call_span_id.to_vec(),
+        name: format!("mcp_health verify {}", rule.name),
+        kind: SpanKind::Internal as i32,
+        start_time_unix_nano: start_ns,
+        end_time_unix_nano: end_ns.max(start_ns),
+        attributes: attrs,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,281 @@
+//! Issue 9: each verifier check kind against its real counterpart — an HTTP server, files, a
+//! command, SQLite, and PostgreSQL (Debian's `postgresql`, started here on a unix socket) — and
+//! the runner's rules: an error or a timeout is no finding, attempts retry a `missing`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_health::tap::verify::check::{self, Finding, VerifyError};
+use mcp_health::tap::verify::rules::RuleSet;
+use mcp_health::tap::verify::verify;
+use serde_json::{json, Value};
+
+fn rules(yaml: &str) -> RuleSet {
+    RuleSet::parse(yaml, Path::new("test.yaml"), &|k| (k == "DEST_TOKEN").then(|| "tok-123".to_string())).expect("rules compile")
+}
+
+async fn run_rule(rs: &RuleSet, i: usize, call: &Value) -> Result<Finding, VerifyError> {
+    let http = check::http_client(Duration::from_secs(2));
+    verify(&rs.rules[i], call, &http).await.1
+}
+
+/// A destination with records: `GET /records/{id}` answers the record or 404, `/boom` 500,
+/// `/slow` after 3 s; the Authorization header must carry the token.
+async fn destination() -> std::net::SocketAddr {
+    use axum::extract::Path as P;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route(
+            "/records/{id}",
+            get(|P(id): P<String>, h: HeaderMap| async move {
+                if h.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer tok-123") {
+                    return (StatusCode::UNAUTHORIZED, String::new());
+                }
+                match id.as_str() {
+                    "r-1" => (StatusCode::OK, json!({"id": "r-1", "title": "printer on fire", "n": 7}).to_string()),
+                    _ => (StatusCode::NOT_FOUND, String::new()),
+                }
+            }),
+        )
+        .route("/boom", get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "") }))
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                "late"
+            }),
+        );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    addr
+}
+
+#[tokio::test]
+async fn http_checks_against_a_real_server() {
+    let addr = destination().await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // closed below
+    let rs = rules(&format!(
+        r#"
+verifiers:
+  - name: rec
+    tool: create_ticket
+    http:
+      url: "http://{addr}/records/{{/result/structuredContent/id}}"
+      headers: {{Authorization: "Bearer ${{env:DEST_TOKEN}}"}}
+      body_pointer: /title
+      equals: "{{/arguments/title}}"
+  - name: noauth
+    tool: x
+    http: {{url: "http://{addr}/records/r-1"}}
+  - name: boom
+    tool: x
+    http: {{url: "http://{addr}/boom"}}
+  - name: slow
+    tool: x
+    timeout: 200ms
+    http: {{url: "http://{addr}/slow"}}
+  - name: dead
+    tool: x
+    http: {{url: "http://{dead}/records/r-1"}}
+  - name: number
+    tool: x
+    http:
+      url: "http://{addr}/records/r-1"
+      headers: {{Authorization: "Bearer ${{env:DEST_TOKEN}}"}}
+      body_pointer: /n
+      equals: "{{/arguments/n}}"
+"#
+    ));
+    let call = |id: &str, title: &str| json!({"arguments": {"title": title, "n": "7"}, "result": {"structuredContent": {"id": id}}});
+    assert_eq!(run_rule(&rs, 0, &call("r-1", "printer on fire")).await, Ok(Finding::Confirmed));
+    assert_eq!(run_rule(&rs, 0, &call("r-1", "printer fixed")).await, Ok(Finding::Failed), "the deliverable check fails");
+    assert_eq!(run_rule(&rs, 0, &call("r-2", "printer on fire")).await, Ok(Finding::Missing), "404: no effect");
+    assert_eq!(run_rule(&rs, 0, &json!({"arguments": {"title": "t"}, "result": null})).await, Err(VerifyError::PointerUnresolved));
+    assert_eq!(run_rule(&rs, 1, &call("r-1", "")).await, Err(VerifyError::BadResponse), "a 401 from the destination proves nothing");
+    assert_eq!(run_rule(&rs, 2, &call("r-1", "")).await, Err(VerifyError::BadResponse), "a 500 proves nothing");
+    assert_eq!(run_rule(&rs, 3, &call("r-1", "")).await, Err(VerifyError::Timeout));
+    assert_eq!(run_rule(&rs, 4, &call("r-1", "")).await, Err(VerifyError::Unreachable));
+    assert_eq!(run_rule(&rs, 5, &call("r-1", "")).await, Ok(Finding::Confirmed), "\"7\" equals 7");
+}
+
+#[tokio::test]
+async fn file_checks_against_real_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("report.txt"), b"quarterly numbers").unwrap();
+    std::fs::write(dir.path().join("empty.txt"), b"").unwrap();
+    let digest = "8b0b1f7a8d5e3b7c0b0f5a0d9c1e4b8a3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f"; // not the file's
+    let real = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(b"quarterly numbers"))
+    };
+    let d = dir.path().display();
+    let rs = rules(&format!(
+        r#"
+- {{name: f, tool: w, file: {{path: "{d}/{{/arguments/name}}", sha256: "{{/result/structuredContent/sha256}}", min_size: 1}}}}
+- {{name: g, tool: w, file: {{path: "{d}/{{/arguments/name}}", min_size: 1}}}}
+"#
+    ));
+    let call = |name: &str, sha: &str| json!({"arguments": {"name": name}, "result": {"structuredContent": {"sha256": sha}}});
+    assert_eq!(run_rule(&rs, 0, &call("report.txt", &real)).await, Ok(Finding::Confirmed));
+    assert_eq!(run_rule(&rs, 0, &call("report.txt", digest)).await, Ok(Finding::Failed), "wrong digest");
+    assert_eq!(run_rule(&rs, 0, &call("nothing.txt", &real)).await, Ok(Finding::Missing));
+    assert_eq!(run_rule(&rs, 1, &call("empty.txt", "")).await, Ok(Finding::Failed), "below min_size");
+    assert_eq!(run_rule(&rs, 1, &call("report.txt", "")).await, Ok(Finding::Confirmed));
+}
+
+#[tokio::test]
+async fn command_checks_run_without_a_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("present"), b"x").unwrap();
+    let d = dir.path().display();
+    // `test -f` with an argument that a shell would expand: no shell, so it is one literal path.
+    let rs = rules(&format!(
+        r#"
+- {{name: t, tool: c, command: {{argv: [test, -f, "{d}/{{/arguments/file}}"]}}}}
+- {{name: s, tool: c, timeout: 200ms, command: {{argv: [sleep, "5"]}}}}
+- {{name: n, tool: c, command: {{argv: [/nonexistent/verifier-binary]}}}}
+"#
+    ));
+    assert_eq!(run_rule(&rs, 0, &json!({"arguments": {"file": "present"}})).await, Ok(Finding::Confirmed));
+    assert_eq!(run_rule(&rs, 0, &json!({"arguments": {"file": "absent"}})).await, Ok(Finding::Failed), "non-zero exit");
+    assert_eq!(run_rule(&rs, 0, &json!({"arguments": {"file": "*"}})).await, Ok(Finding::Failed), "no glob expansion");
+    assert_eq!(run_rule(&rs, 0, &json!({"arguments": {"file": "present; true"}})).await, Ok(Finding::Failed), "no shell");
+    assert_eq!(run_rule(&rs, 1, &json!({})).await, Err(VerifyError::Timeout));
+    assert_eq!(run_rule(&rs, 2, &json!({})).await, Err(VerifyError::Other), "a verifier that cannot start is no finding");
+}
+
+#[tokio::test]
+async fn sqlite_checks_bind_their_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("items.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("create table items (id integer primary key, name text, version integer); insert into items values (1, 'a', 3);")
+        .unwrap();
+    drop(conn);
+    let rs = rules(&format!(
+        r#"
+- {{name: q, tool: i, sql: {{sqlite: "{}", query: "select version from items where id = ?1 and name = ?2", params: ["{{/result/structuredContent/id}}", "{{/arguments/name}}"], min_version: "{{/arguments/version}}"}}}}
+- {{name: missingdb, tool: i, sql: {{sqlite: "{}/nope.db", query: "select 1"}}}}
+"#,
+        db.display(),
+        dir.path().display()
+    ));
+    let call =
+        |id: i64, name: &str, v: i64| json!({"arguments": {"name": name, "version": v}, "result": {"structuredContent": {"id": id}}});
+    assert_eq!(run_rule(&rs, 0, &call(1, "a", 3)).await, Ok(Finding::Confirmed));
+    assert_eq!(run_rule(&rs, 0, &call(1, "a", 4)).await, Ok(Finding::Failed), "row there, version too old");
+    assert_eq!(run_rule(&rs, 0, &call(2, "a", 1)).await, Ok(Finding::Missing));
+    // An injection attempt is a value, not SQL.
+    assert_eq!(run_rule(&rs, 0, &call(1, "a' or '1'='1", 0)).await, Ok(Finding::Missing));
+    assert_eq!(run_rule(&rs, 1, &json!({})).await, Err(VerifyError::Unreachable));
+}
+
+/// `initdb` + `postgres` of Debian's `postgresql`, on a unix socket in a temporary directory.
+struct Postgres {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn postgres_bin() -> Option<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir("/usr/lib/postgresql").ok()?.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).collect();
+    v.sort();
+    v.into_iter().rev().find(|b| b.join("initdb").exists())
+}
+
+fn start_postgres() -> Option<Postgres> {
+    let Some(bin) = postgres_bin() else {
+        assert!(std::env::var_os("CI").is_none(), "Debian's postgresql is missing: run scripts/install-test-deps");
+        println!("SKIPPED: PostgreSQL check (Debian's postgresql is not installed; scripts/install-test-deps installs it)");
+        return None;
+    };
+    let dir = tempfile::Builder::new().prefix("mcp-health-pg").tempdir().unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    // PostgreSQL refuses to run as root: as root, run it as the `postgres` user the package made.
+    let wrap = |prog: &Path| {
+        let mut c = if root {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(prog);
+            c
+        } else {
+            std::process::Command::new(prog)
+        };
+        c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        c
+    };
+    let data = dir.path().join("data");
+    if root {
+        std::process::Command::new("chown").args(["-R", "postgres"]).arg(dir.path()).status().unwrap();
+    }
+    let ok = wrap(&bin.join("initdb")).args(["-A", "trust", "-U", "postgres", "-D"]).arg(&data).status().unwrap();
+    assert!(ok.success(), "initdb failed");
+    let child = wrap(&bin.join("postgres"))
+        .arg("-D")
+        .arg(&data)
+        .args(["-c", "listen_addresses=", "-c"])
+        .arg(format!("unix_socket_directories={}", dir.path().display()))
+        .spawn()
+        .unwrap();
+    Some(Postgres { dir, child })
+}
+
+#[tokio::test]
+async fn postgres_checks_against_a_real_server() {
+    let Some(pg) = start_postgres() else { return };
+    let url = format!("host={} user=postgres dbname=postgres", pg.dir.path().display());
+    // Wait until it accepts connections.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let client = loop {
+        match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+            Ok((c, conn)) => {
+                tokio::spawn(conn);
+                break c;
+            }
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "postgres did not start: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    client
+        .batch_execute("create table orders (id bigint primary key, sku text, version int); insert into orders values (42, 'ab-1', 5);")
+        .await
+        .unwrap();
+    let rs = Arc::new(rules(&format!(
+        r#"
+- {{name: o, tool: order, sql: {{postgres: "{url}", query: "select version from orders where id = $1 and sku = $2", params: ["{{/result/structuredContent/id}}", "{{/arguments/sku}}"], min_version: "{{/arguments/v}}"}}}}
+- {{name: down, tool: order, timeout: 2s, sql: {{postgres: "host=/nonexistent-socket-dir user=postgres", query: "select 1"}}}}
+"#
+    )));
+    let call = |id: i64, sku: &str, v: i64| json!({"arguments": {"sku": sku, "v": v}, "result": {"structuredContent": {"id": id}}});
+    assert_eq!(run_rule(&rs, 0, &call(42, "ab-1", 5)).await, Ok(Finding::Confirmed));
+    assert_eq!(run_rule(&rs, 0, &call(42, "ab-1", 6)).await, Ok(Finding::Failed));
+    assert_eq!(run_rule(&rs, 0, &call(43, "ab-1", 1)).await, Ok(Finding::Missing));
+    assert_eq!(run_rule(&rs, 0, &call(42, "ab-1' or 'x'='x", 0)).await, Ok(Finding::Missing), "bound, not spliced");
+    assert_eq!(run_rule(&rs, 1, &json!({})).await, Err(VerifyError::Unreachable));
+}
+
+#[tokio::test]
+async fn attempts_retry_a_missing_effect_until_it_appears() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("late.txt");
+    let rs = rules(&format!("- {{name: late, tool: t, attempts: 10, backoff: 50ms, file: {{path: \"{}\"}}}}", path.display()));
+    let p = path.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        std::fs::write(p, b"x").unwrap();
+    });
+    assert_eq!(run_rule(&rs, 0, &json!({})).await, Ok(Finding::Confirmed), "a later attempt sees the effect");
+    let rs1 = rules(&format!("- {{name: once, tool: t, file: {{path: \"{}/never\"}}}}", dir.path().display()));
+    assert_eq!(run_rule(&rs1, 0, &json!({})).await, Ok(Finding::Missing));
+}
