@@ -5,6 +5,8 @@
 //! inside them can run in parallel. Every wait is a poll against a deadline.
 #![allow(dead_code)]
 
+pub mod prometheus;
+
 use std::fmt::Write as _;
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener as StdListener};
