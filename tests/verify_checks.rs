@@ -2,6 +2,8 @@
 //! command, SQLite, and PostgreSQL (Debian's `postgresql`, started here on a unix socket) — and
 //! the runner's rules: an error or a timeout is no finding, attempts retry a `missing`.
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -278,4 +280,51 @@ async fn attempts_retry_a_missing_effect_until_it_appears() {
     assert_eq!(run_rule(&rs, 0, &json!({})).await, Ok(Finding::Confirmed), "a later attempt sees the effect");
     let rs1 = rules(&format!("- {{name: once, tool: t, file: {{path: \"{}/never\"}}}}", dir.path().display()));
     assert_eq!(run_rule(&rs1, 0, &json!({})).await, Ok(Finding::Missing));
+}
+
+/// A full queue is counted and reported on the call (`queue_full`: no finding, the call stays
+/// unverified); the findings' spans carry the rule and fixed words only, never the call's values.
+#[tokio::test]
+async fn a_full_verifier_queue_is_counted_and_nothing_of_the_call_leaves() {
+    use mcp_health::tap::export::{spawn, ExportSettings};
+    use mcp_health::tap::verify::{VerifierPool, VerifyJob};
+    let sink = support::Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("PLANTED_FILE"), b"x").unwrap();
+    let rs = Arc::new(rules(&format!(
+        "verifiers:\n  - {{name: slowcheck, tool: t, delay: 200ms, file: {{path: \"{}/{{/arguments/name}}\"}}}}\nlimits: {{queue_size: 1, concurrency: 1}}\n",
+        dir.path().display()
+    )));
+    let (spans, exporter) = spawn(ExportSettings::new(sink.endpoint(), "verify-test")).unwrap();
+    let (pool, runner) = VerifierPool::spawn(rs, spans.clone());
+    // A current-thread runtime: the dispatcher does not run until this test yields, so the queue
+    // (one place) holds the first job and the other four find it full.
+    for i in 0..5u8 {
+        pool.submit(VerifyJob {
+            rule: 0,
+            call: json!({"arguments": {"name": "PLANTED_FILE", "token": "PLANTED_TOKEN_abc"}, "result": {"structuredContent": {"secret": "PLANTED_RESULT"}}}),
+            trace_id: [i + 1; 16],
+            call_span_id: [9; 8],
+            request_id: "7".into(),
+            call_start_ns: 1,
+        });
+    }
+    let stats = pool.stats.clone();
+    drop(pool);
+    let st = runner.finish(Duration::from_secs(10)).await;
+    drop(spans);
+    exporter.finish(Duration::from_secs(5)).await;
+    assert_eq!((st.get(&st.queue_full), st.get(&st.missing) + st.get(&st.confirmed)), (4, 1));
+    assert_eq!(stats.get(&stats.submitted), 5);
+    let got = sink.spans();
+    let errors = got.iter().filter(|s| s.attr_str("mcp_health.outcome.error") == Some("queue_full")).count();
+    let findings: Vec<_> = got.iter().filter(|s| s.attr_str("mcp_health.outcome.result") == Some("confirmed")).collect();
+    assert_eq!((errors, findings.len()), (4, 1), "{}", sink.dump());
+    let f = findings[0];
+    assert_eq!(f.attr_str("mcp_health.outcome.verifier"), Some("slowcheck"));
+    assert_eq!(f.attr_str("mcp_health.outcome.method"), Some("file_digest"));
+    assert_eq!(f.attr_str("mcp_health.outcome.request_id"), Some("7"));
+    assert_eq!(f.span.parent_span_id, vec![9; 8], "under the call's span");
+    let all = format!("{:?}", sink.trace_requests());
+    assert!(!all.contains("PLANTED") && !all.contains(&dir.path().display().to_string()), "{all}");
 }
