@@ -340,3 +340,35 @@ async fn file_and_sql_verifiers_and_a_verifier_that_cannot_run() {
     assert!(text.contains("error=\"unreachable\""), "{text}");
     assert_no_secrets(&everything(&svc, &sink, &[&tap, &tap2]).await, dir.path());
 }
+
+/// The README's receipt example (examples/receipt.py, the plain OpenTelemetry API): a receipt in
+/// the call's trace makes it `healthy`; one recorded after the call was decided revises it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipts_from_the_agents_own_code_join_and_revise() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::default() }).await;
+    let s = start_seeds(&py, dir.path()).await;
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/receipt.py");
+    let url = format!("http://127.0.0.1:{}/mcp", s.mcp);
+    let endpoint = format!("http://{}", svc.grpc_addr());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(&py)
+            .arg(example)
+            .args([url.as_str(), "tok-good-PLANTED_BEARER_0123456789", "2"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            .output()
+            .expect("run examples/receipt.py")
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let calls = eventually(Duration::from_secs(30), "two healthy calls", || {
+        let c = final_calls(&svc);
+        (c.len() == 2 && c.iter().all(|v| v["state"] == "healthy")).then_some(c)
+    })
+    .await;
+    assert!(calls.iter().all(|v| v["outcome_method"] == "receipt"), "{calls:#?}");
+    let late = calls.iter().find(|v| v["revision"].as_u64() >= Some(1)).expect("the late receipt revised its call");
+    assert_eq!(late["supersedes"]["state"], "unverified", "{late}");
+}

@@ -1,0 +1,75 @@
+"""Receipts from your own code: tell mcp-health what a tool call really did.
+
+Many outcomes only the agent can check (it knows what it asked for, and it can read the system of
+record). After a tool call, check the destination and record the finding as a span in the call's
+trace, with the plain OpenTelemetry API — no new package. mcp-health joins it to the call and
+decides `healthy` (confirmed), `false_success` (missing or failed) or keeps `unverified`.
+
+A receipt that comes after the call was decided revises the verdict (revision 1, `supersedes`).
+
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 python receipt.py http://127.0.0.1:8000/mcp TOKEN [LATE_SECONDS]
+
+Needs `mcp` (2.x, with its built-in OpenTelemetry tracing), `opentelemetry-sdk` and
+`opentelemetry-exporter-otlp-proto-grpc`. CI runs it against tests/verify/seeds.py
+(tests/e2e_verify.rs).
+"""
+
+import asyncio
+import sys
+import time
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+provider = TracerProvider(resource=Resource.create({"service.name": "receipt-example-agent"}))
+provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(), schedule_delay_millis=200))
+trace.set_tracer_provider(provider)
+tracer = trace.get_tracer("receipt-example")
+
+
+def record_receipt(result, method="receipt", request_id=None, parent=None):
+    """One outcome receipt: `confirmed`, `missing` or `failed`, checked now.
+
+    Without `parent` the receipt goes under the current span (the same trace as the call made
+    inside it); with `parent` (a saved SpanContext) it joins that trace later."""
+    ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
+    with tracer.start_as_current_span("verify destination", context=ctx, kind=trace.SpanKind.INTERNAL) as span:
+        span.set_attribute("mcp_health.outcome.result", result)
+        span.set_attribute("mcp_health.outcome.method", method)
+        span.set_attribute("mcp_health.outcome.checked_at", time.time_ns())
+        if request_id is not None:
+            span.set_attribute("mcp_health.outcome.request_id", str(request_id))
+
+
+async def main(url, token, late_seconds):
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=10) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+            # 1. Check right after the call, in the same trace.
+            with tracer.start_as_current_span("file a ticket"):
+                r = await client.call_tool("create_ticket", {"title": "receipt example"})
+                created = (r.structured_content or {}).get("status") == "created"
+                # Here the agent would read the ticket back from its system of record.
+                record_receipt("confirmed" if created else "missing")
+
+            # 2. A check that takes longer than mcp-health waits: keep the trace context, record
+            #    the receipt when the answer is known. The call is decided `unverified` first,
+            #    then revised.
+            with tracer.start_as_current_span("file another ticket") as outer:
+                await client.call_tool("create_ticket", {"title": "receipt example, checked late"})
+                saved = outer.get_span_context()
+    provider.force_flush()
+    await asyncio.sleep(late_seconds)
+    record_receipt("confirmed", parent=saved)
+    provider.force_flush()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 5.0))
+    provider.shutdown()
