@@ -434,7 +434,13 @@ fn metrics_the_ops_package_uses_are_registered_by_the_service() {
     let mut missing = Vec::new();
     for (name, m) in catalogue["metrics"].as_object().unwrap() {
         let otlp = m["otlp"].as_str().unwrap();
-        let expect = otlp.replace('.', "_") + if m["type"] == "counter" { "_total" } else { "" };
+        // A histogram is named by its buckets (`_bucket`, what histogram_quantile reads).
+        let suffix = match m["type"].as_str() {
+            Some("counter") => "_total",
+            Some("histogram") => "_bucket",
+            _ => "",
+        };
+        let expect = otlp.replace('.', "_") + suffix;
         assert_eq!(&expect, name, "tests/ops/metrics.json: {otlp} is served as {expect}, not {name}");
         let registered = src.contains(&format!("\"{otlp}\""));
         match (registered, m["pending"].as_str()) {

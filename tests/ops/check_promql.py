@@ -119,7 +119,7 @@ class Checker:
             labels = set().union(*arg_labels) if arg_labels else set()
             if fname in COUNTER_FUNCS and ast.args:
                 for n in self.selected_names(ast.args[0]):
-                    if METRICS[n]["type"] != "counter":
+                    if METRICS[n]["type"] not in ("counter", "histogram"):
                         self.problem(where, f"{fname}() over {n}, which is a {METRICS[n]['type']}, not a counter")
             if fname in ("label_replace", "label_join") and len(ast.args) >= 2:
                 dst = ast.args[1]
