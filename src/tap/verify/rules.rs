@@ -459,6 +459,14 @@ limits: {queue_size: 4, concurrency: 2}
     }
 
     #[test]
+    fn the_example_file_compiles() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/otel-config/verifiers.example.yaml")).unwrap();
+        let rs = RuleSet::parse(&text, Path::new("example"), &|_| Some("x".into())).unwrap();
+        let methods: Vec<&str> = rs.rules.iter().map(|r| r.check.method()).collect();
+        assert_eq!(methods, ["http_status", "file_digest", "test_result", "row_version"]);
+    }
+
+    #[test]
     fn bad_rules_stop_the_tap_with_their_name() {
         for (y, want) in [
             ("verifiers: [{name: 'has space', tool: t, file: {path: /p}}]", "a name is"),
