@@ -211,56 +211,81 @@ fn main() {
     let tap = env!("CARGO_BIN_EXE_mcp-health");
     println!("tap latency: {n} tools/call round trips per path (echo server answers at once), spans to an OTLP receiver");
 
+    // One rule for every call: a file check (cheap, local) that finds nothing, so each call is
+    // checked once after its response. The client must not see it.
+    let rules_dir = std::env::temp_dir().join(format!("mcp-health-tap-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&rules_dir).unwrap();
+    let rules = rules_dir.join("verifiers.yaml");
+    std::fs::write(&rules, "- {name: echo_effect, tool: echo, file: {path: \"/nonexistent/{/arguments/text}\"}}\n").unwrap();
+    let rules = rules.to_string_lossy().into_owned();
+
     // stdio
     let mut direct = Command::new(&me);
     direct.env("TAP_BENCH_ECHO", "1");
     let d = stats(stdio_round_trips(direct, n));
-    let mut tapped = Command::new(tap);
-    tapped
-        .args(["tap", "--otlp-endpoint", &format!("http://{otlp}"), "--server-address", "bench-echo", "--"])
-        .arg(&me)
-        .env("TAP_BENCH_ECHO", "1");
-    let t = stats(stdio_round_trips(tapped, n));
+    let stdio_tap = |extra: &[&str]| {
+        let mut c = Command::new(tap);
+        c.args(["tap", "--otlp-endpoint", &format!("http://{otlp}"), "--server-address", "bench-echo"])
+            .args(extra)
+            .arg("--")
+            .arg(&me)
+            .env("TAP_BENCH_ECHO", "1");
+        c
+    };
+    let t = stats(stdio_round_trips(stdio_tap(&[]), n));
+    let v = stats(stdio_round_trips(stdio_tap(&["--verifiers", &rules]), n));
     print_row("stdio direct", &d);
     print_row("stdio through tap", &t);
+    print_row("stdio through tap + verifiers", &v);
     print_added("stdio added", &d, &t);
+    print_added("stdio added (verifiers)", &d, &v);
 
     // HTTP
-    let mut child = Command::new(tap)
-        .args([
-            "tap",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            &format!("http://{http_addr}"),
-            "--otlp-endpoint",
-            &format!("http://{otlp}"),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the HTTP tap");
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut first = String::new();
-    err.read_line(&mut first).unwrap();
-    let tap_addr: SocketAddr = first
-        .split("listening on http://")
-        .nth(1)
-        .and_then(|r| r.split(',').next())
-        .and_then(|a| a.trim().parse().ok())
-        .unwrap_or_else(|| panic!("tap said {first:?}"));
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        let _ = err.read_to_string(&mut sink);
-    });
-    let _guard = TapProc(child);
+    let http_tap = |extra: &[&str]| {
+        let mut child = Command::new(tap)
+            .args([
+                "tap",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                &format!("http://{http_addr}"),
+                "--otlp-endpoint",
+                &format!("http://{otlp}"),
+            ])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the HTTP tap");
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut first = String::new();
+        err.read_line(&mut first).unwrap();
+        let tap_addr: SocketAddr = first
+            .split("listening on http://")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or_else(|| panic!("tap said {first:?}"));
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            let _ = err.read_to_string(&mut sink);
+        });
+        (TapProc(child), tap_addr)
+    };
     let d = stats(http_round_trips(http_addr, n));
+    let (guard, tap_addr) = http_tap(&[]);
     let t = stats(http_round_trips(tap_addr, n));
+    drop(guard);
+    let (guard, tap_addr) = http_tap(&["--verifiers", &rules]);
+    let v = stats(http_round_trips(tap_addr, n));
+    drop(guard);
     print_row("http direct", &d);
     print_row("http through tap", &t);
+    print_row("http through tap + verifiers", &v);
     print_added("http added", &d, &t);
-    drop(_guard);
+    print_added("http added (verifiers)", &d, &v);
+    let _ = std::fs::remove_dir_all(&rules_dir);
     std::thread::sleep(Duration::from_millis(300));
     println!("spans received by the OTLP receiver: {}", spans.0.load(std::sync::atomic::Ordering::Relaxed));
     if !is_bench {
