@@ -1669,3 +1669,37 @@ fn an_unknown_tool_by_the_converged_catalog_is_a_protocol_error_named_unknown_to
     let list = with(answered(), |c| c.method = Some(Method::ToolsList));
     assert_eq!(classify_call(&list, &ctx, QUIET).state, HealthState::Unverified);
 }
+
+/// Issue 9: a verifier that could not run is no finding — never green, never a failure: the
+/// call stays `unverified`, reason `verifier_error`; a real finding (before or after) decides.
+#[test]
+fn a_verifier_error_is_no_finding() {
+    let err = || receipt(OutcomeResult::VerifierError, VerifierMethod::HttpStatus, 50);
+    let v = classify(&with(answered(), |c| c.outcomes.push(err())));
+    assert_eq!((v.state, v.reason.as_deref(), v.verified_success), (HealthState::Unverified, Some("verifier_error"), false));
+    assert_eq!(v.layers.get(Layer::Outcome), LayerStatus::Unobserved);
+    for (first, second) in [(err(), confirmed()), (confirmed(), receipt(OutcomeResult::VerifierError, VerifierMethod::HttpStatus, 500))] {
+        let v = classify(&with(answered(), |c| c.outcomes.extend([first.clone(), second.clone()])));
+        assert_eq!(v.state, HealthState::Healthy, "a confirmed finding decides whatever errors came with it");
+    }
+    // On a lost response, an error leaves the effect unknown and retry blocked.
+    let v = classify(&with(timed_out_at_side_effect(), |c| c.outcomes.push(err())));
+    assert_eq!((v.state, v.retry_safe), (HealthState::EffectUnknown, false));
+}
+
+/// Issue 9: reconciliation of a lost response, each finding.
+#[test]
+fn reconciliation_of_a_lost_response_by_finding() {
+    for (result, state, reason) in [
+        (OutcomeResult::Confirmed, HealthState::Healthy, "timeout"),
+        (OutcomeResult::Missing, HealthState::TransportFailed, "reconciled_not_committed"),
+        (OutcomeResult::Failed, HealthState::FalseSuccess, "timeout"),
+    ] {
+        let v = classify(&with(timed_out_at_side_effect(), |c| c.outcomes.push(receipt(result, VerifierMethod::HttpStatus, 50))));
+        assert_eq!(
+            (v.state, v.first_failed_layer, v.reason.as_deref(), v.retry_safe),
+            (state, Some(Layer::Transport), Some(reason), true),
+            "{result:?}"
+        );
+    }
+}
