@@ -297,8 +297,8 @@ async fn a_full_verifier_queue_is_counted_and_nothing_of_the_call_leaves() {
     )));
     let (spans, exporter) = spawn(ExportSettings::new(sink.endpoint(), "verify-test")).unwrap();
     let (pool, runner) = VerifierPool::spawn(rs, spans.clone());
-    // A current-thread runtime: the dispatcher does not run until this test yields, so the queue
-    // (one place) holds the first job and the other four find it full.
+    // Five at once into one place of queue and one check at a time: at most two are taken (one
+    // running, one waiting for its permit) and one queued, so at least two find the queue full.
     for i in 0..5u8 {
         pool.submit(VerifyJob {
             rule: 0,
@@ -314,12 +314,13 @@ async fn a_full_verifier_queue_is_counted_and_nothing_of_the_call_leaves() {
     let st = runner.finish(Duration::from_secs(10)).await;
     drop(spans);
     exporter.finish(Duration::from_secs(5)).await;
-    assert_eq!((st.get(&st.queue_full), st.get(&st.missing) + st.get(&st.confirmed)), (4, 1));
+    let (full, ran) = (st.get(&st.queue_full), st.get(&st.confirmed));
+    assert!(full >= 2 && full + ran == 5, "queue_full {full}, confirmed {ran}");
     assert_eq!(stats.get(&stats.submitted), 5);
     let got = sink.spans();
-    let errors = got.iter().filter(|s| s.attr_str("mcp_health.outcome.error") == Some("queue_full")).count();
+    let errors = got.iter().filter(|s| s.attr_str("mcp_health.outcome.error") == Some("queue_full")).count() as u64;
     let findings: Vec<_> = got.iter().filter(|s| s.attr_str("mcp_health.outcome.result") == Some("confirmed")).collect();
-    assert_eq!((errors, findings.len()), (4, 1), "{}", sink.dump());
+    assert_eq!((errors, findings.len() as u64), (full, ran), "each is reported on its call: {}", sink.dump());
     let f = findings[0];
     assert_eq!(f.attr_str("mcp_health.outcome.verifier"), Some("slowcheck"));
     assert_eq!(f.attr_str("mcp_health.outcome.method"), Some("file_digest"));

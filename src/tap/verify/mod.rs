@@ -122,14 +122,28 @@ impl std::fmt::Debug for VerifierPool {
 }
 
 impl VerifierPool {
-    /// Start the pool's dispatcher. Must be called inside a Tokio runtime. The [`VerifierRunner`]
-    /// waits for the checks still running once every pool handle is dropped.
+    /// Start the pool on its own thread, with its own single-threaded runtime, at a lower
+    /// scheduling priority (nice +10): checks must never take CPU from the pumps that carry the
+    /// client's bytes (`cargo bench --bench tap_latency`). The [`VerifierRunner`] waits for the
+    /// checks still running once every pool handle is dropped.
     pub fn spawn(rules: Arc<RuleSet>, sink: SpanSink) -> (Self, VerifierRunner) {
         let (tx, rx) = mpsc::channel(rules.limits.queue_size.max(1));
         let stats = Arc::new(VerifierStats::default());
         let pool = VerifierPool { rules: rules.clone(), tx, sink: sink.clone(), stats: stats.clone() };
-        let join = tokio::spawn(dispatch(rx, rules, sink, stats.clone()));
-        (pool, VerifierRunner { join, stats })
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let st = stats.clone();
+        let started = std::thread::Builder::new().name("tap-verifiers".into()).spawn(move || {
+            lower_priority();
+            match tokio::runtime::Builder::new_current_thread().enable_all().thread_name("tap-verifiers").build() {
+                Ok(rt) => rt.block_on(dispatch(rx, rules, sink, st)),
+                Err(e) => eprintln!("mcp-health tap: cannot start the verifier runtime ({e}); calls stay unverified"),
+            }
+            let _ = done_tx.send(());
+        });
+        if let Err(e) = started {
+            eprintln!("mcp-health tap: cannot start the verifier thread ({e}); calls stay unverified");
+        }
+        (pool, VerifierRunner { done, stats })
     }
 
     pub fn rules(&self) -> &Arc<RuleSet> {
@@ -151,10 +165,21 @@ impl VerifierPool {
     }
 }
 
-/// The pool's dispatcher task.
+/// The pool's thread.
 pub struct VerifierRunner {
-    join: tokio::task::JoinHandle<()>,
+    done: tokio::sync::oneshot::Receiver<()>,
     pub stats: Arc<VerifierStats>,
+}
+
+/// nice +10 for the calling thread (Linux: the nice value is per thread, and threads it starts —
+/// the runtime's blocking pool — inherit it). Best effort: on failure checks run at normal priority.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
 }
 
 impl VerifierRunner {
@@ -162,10 +187,7 @@ impl VerifierRunner {
     /// must be dropped first), at most `grace`; checks still running then are abandoned (their
     /// calls stay `unverified`).
     pub async fn finish(self, grace: Duration) -> Arc<VerifierStats> {
-        let mut join = self.join;
-        if tokio::time::timeout(grace, &mut join).await.is_err() {
-            join.abort();
-        }
+        let _ = tokio::time::timeout(grace, self.done).await;
         self.stats
     }
 }
