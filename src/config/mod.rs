@@ -9,6 +9,7 @@
 
 pub mod lockfile;
 pub mod subst;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,6 +17,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::correlate::ChainLimits;
+use crate::receive::listen::ConnectionLimits;
+
+pub use tls::TlsServerSettings;
 
 /// The embedded default: loopback only, no upstream, verdicts as JSON lines, Prometheus on.
 pub const DEFAULT_CONFIG: &str = include_str!("../../otel-config/default.yaml");
@@ -95,6 +99,21 @@ pub struct GrpcReceiver {
     /// Largest request accepted, in MiB (the collector's key).
     #[serde(default = "default_max_mib")]
     pub max_recv_msg_size_mib: usize,
+    /// TLS (the collector's `configtls` server keys); absent: plaintext.
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub tls: Option<TlsServerSettings>,
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -105,6 +124,21 @@ pub struct HttpReceiver {
     /// Largest body accepted, in bytes, after decompression (the collector's key).
     #[serde(default = "default_max_body")]
     pub max_request_body_size: usize,
+    /// TLS (the collector's `configtls` server keys); absent: plaintext.
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub tls: Option<TlsServerSettings>,
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -388,6 +422,19 @@ pub struct PrometheusExporter {
     /// Most series per metric; further attribute sets go to one `otel_metric_overflow="true"` series.
     #[serde(default = "d_2000")]
     pub cardinality_limit: usize,
+    // Plaintext only (no `tls`): a scrape endpoint for a local or sidecar Prometheus.
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -416,6 +463,21 @@ pub struct GateConfig {
     /// The answer for a tool with no pin (or when no lockfile is configured): `allow` or `deny`.
     #[serde(default)]
     pub unpinned: crate::gate::UnpinnedPolicy,
+    /// TLS (the collector's `configtls` server keys); absent: plaintext.
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub tls: Option<TlsServerSettings>,
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -423,6 +485,19 @@ pub struct GateConfig {
 pub struct HealthCheck {
     #[serde(default = "default_health_endpoint")]
     pub endpoint: String,
+    // Plaintext only (no `tls`): probed by the container's healthcheck and load balancers.
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -510,6 +585,33 @@ where
             .map_err(serde::de::Error::custom),
     }
 }
+
+fn d_10s() -> Duration {
+    Duration::from_secs(10)
+}
+fn d_60s() -> Duration {
+    Duration::from_secs(60)
+}
+fn d_max_connections() -> usize {
+    4096
+}
+
+/// `connections()` of each listener's configuration.
+macro_rules! connection_limits {
+    ($($t:ty),*) => {$(
+        impl $t {
+            /// Its timeouts and connection limit.
+            pub fn connections(&self) -> ConnectionLimits {
+                ConnectionLimits {
+                    read_header_timeout: self.read_header_timeout,
+                    idle_timeout: self.idle_timeout,
+                    max_connections: self.max_connections,
+                }
+            }
+        }
+    )*};
+}
+connection_limits!(GrpcReceiver, HttpReceiver, PrometheusExporter, HealthCheck, GateConfig);
 
 fn d_1s() -> Duration {
     Duration::from_secs(1)
@@ -630,6 +732,30 @@ impl Config {
                 return bad(&format!("processors.mcp_health.limits.{key}"), "must be at least 1");
             }
         }
+        let listeners: [(&str, Option<(ConnectionLimits, Option<&TlsServerSettings>)>); 5] = [
+            ("receivers.otlp.protocols.grpc", self.receivers.otlp.protocols.grpc.as_ref().map(|g| (g.connections(), g.tls.as_ref()))),
+            ("receivers.otlp.protocols.http", self.receivers.otlp.protocols.http.as_ref().map(|h| (h.connections(), h.tls.as_ref()))),
+            ("exporters.prometheus", self.exporters.prometheus.as_ref().map(|p| (p.connections(), None))),
+            ("extensions.health_check", self.extensions.health_check.as_ref().map(|h| (h.connections(), None))),
+            ("extensions.gate", self.extensions.gate.as_ref().map(|g| (g.connections(), g.tls.as_ref()))),
+        ];
+        for (prefix, l) in listeners {
+            let Some((c, tls)) = l else { continue };
+            if c.read_header_timeout.is_zero() {
+                return bad(&format!("{prefix}.read_header_timeout"), "must be greater than zero");
+            }
+            if c.idle_timeout.is_zero() {
+                return bad(&format!("{prefix}.idle_timeout"), "must be greater than zero");
+            }
+            if !(1..=MAX_CONNECTIONS).contains(&c.max_connections) {
+                return bad(&format!("{prefix}.max_connections"), "must be from 1 to 1048576");
+            }
+            // The files are read now, so `validate` and the start name a missing or unreadable
+            // certificate or key by its key, not the first handshake.
+            if let Some(Err(e)) = tls.map(|t| t.build(&[])) {
+                return bad(&format!("{prefix}.tls.{}", e.key()), &e.to_string());
+            }
+        }
         if let Some(g) = &self.receivers.otlp.protocols.grpc {
             if !listen_address_ok(&g.endpoint) {
                 return bad("receivers.otlp.protocols.grpc.endpoint", "must be host:port, e.g. 127.0.0.1:4317 or localhost:4317");
@@ -678,6 +804,9 @@ impl Config {
         Ok(())
     }
 }
+
+/// The most connections one listener may be configured to hold.
+const MAX_CONNECTIONS: usize = 1 << 20;
 
 /// The largest gRPC message size that may be configured: 4 GiB, far above any OTLP sender's.
 const MAX_MESSAGE_MIB: usize = 4096;
@@ -756,7 +885,8 @@ mod tests {
     fn gate_extension_parses_and_is_checked() {
         let t = "extensions:\n  gate:\n    unpinned: deny\n";
         let c = Config::parse("c.yaml", t, &env).unwrap();
-        assert_eq!(c.extensions.gate, Some(GateConfig { endpoint: "127.0.0.1:4320".into(), unpinned: crate::gate::UnpinnedPolicy::Deny }));
+        let g = c.extensions.gate.unwrap();
+        assert_eq!((g.endpoint.as_str(), g.unpinned, g.tls), ("127.0.0.1:4320", crate::gate::UnpinnedPolicy::Deny, None));
         assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().extensions.gate, None, "absent = gate off");
         let e = Config::parse("c.yaml", "extensions:\n  gate:\n    unpinned: maybe\n", &env).unwrap_err().to_string();
         assert!(e.contains("line 3"), "{e}");
