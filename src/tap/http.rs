@@ -80,7 +80,7 @@ impl UpstreamTls {
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?;
-        let mut cfg = if self.insecure_skip_verify {
+        let cfg = if self.insecure_skip_verify {
             builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))).with_no_client_auth()
         } else {
             let roots = match &self.ca_file {
@@ -100,7 +100,7 @@ impl UpstreamTls {
             };
             builder.with_root_certificates(roots).with_no_client_auth()
         };
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // No ALPN here: hyper-rustls sets it (`enable_http1`) and refuses a preset one.
         Ok(cfg)
     }
 }
