@@ -427,16 +427,25 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Resp
     Ok(Response::from_parts(rparts, tee.boxed()))
 }
 
+/// A rustls error, possibly inside io::Errors: hyper-rustls hands it up wrapped (twice), and an
+/// io::Error's `source` skips what it wraps.
+fn is_tls_error(e: &(dyn StdError + 'static)) -> bool {
+    if e.is::<rustls::Error>() {
+        return true;
+    }
+    match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+        Some(inner) => is_tls_error(inner),
+        None => false,
+    }
+}
+
 /// (outcome, request_sent) of an upstream client error.
 fn classify_client_error(e: &hyper_util::client::legacy::Error) -> (&'static str, bool) {
     let connect = e.is_connect();
     let mut src: Option<&(dyn StdError + 'static)> = Some(e);
     let mut outcome: Option<&'static str> = None;
     while let Some(s) = src {
-        // hyper-rustls hands a rustls error up inside an io::Error, whose `source` skips it.
-        let tls = s.downcast_ref::<rustls::Error>().is_some()
-            || s.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).is_some_and(|inner| inner.is::<rustls::Error>());
-        if tls {
+        if is_tls_error(s) {
             outcome = Some("tls_failure");
             break;
         }
