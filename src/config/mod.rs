@@ -894,6 +894,39 @@ mod tests {
         assert!(e.contains("extensions.gate.endpoint"), "{e}");
     }
 
+    /// Issue 10: every listener has the same timeout and limit keys (defaults 10s / 60s / 4096),
+    /// checked; `tls` reads its files when the configuration is checked and names the key.
+    #[test]
+    fn listeners_take_timeouts_limits_and_tls() {
+        let t = "receivers:\n  otlp:\n    protocols:\n      grpc:\n        read_header_timeout: 2s\n        max_connections: 7\n      http:\nextensions:\n  health_check:\n    idle_timeout: 5s\n";
+        let c = Config::parse("c.yaml", t, &env).unwrap();
+        let g = c.receivers.otlp.protocols.grpc.unwrap().connections();
+        assert_eq!((g.read_header_timeout, g.idle_timeout, g.max_connections), (Duration::from_secs(2), Duration::from_secs(60), 7));
+        assert_eq!(c.receivers.otlp.protocols.http.unwrap().connections(), ConnectionLimits::default());
+        assert_eq!(c.extensions.health_check.unwrap().connections().idle_timeout, Duration::from_secs(5));
+        for (bad, key) in [
+            ("exporters:\n  prometheus:\n    max_connections: 0\n", "exporters.prometheus.max_connections"),
+            ("extensions:\n  gate:\n    idle_timeout: 0s\n", "extensions.gate.idle_timeout"),
+            ("receivers:\n  otlp:\n    protocols:\n      http:\n        tls:\n", "receivers.otlp.protocols.http.tls.cert_file"),
+            ("receivers:\n  otlp:\n    protocols:\n      http:\n        tls: {cert_file: /nope.pem, key_file: /nope.key}\n", "/nope.pem"),
+        ] {
+            let e = Config::parse("c.yaml", bad, &env).unwrap_err().to_string();
+            assert!(e.contains(key), "{bad:?}: {e}");
+        }
+        // Plaintext only: the Prometheus endpoint and the health check take no `tls`.
+        assert!(Config::parse("c.yaml", "extensions:\n  health_check:\n    tls: {}\n", &env).is_err());
+        // The documented TLS keys, uncommented, are real keys: the sample paths are what fails.
+        let doc = include_str!("../../otel-config/mcp-health.yaml")
+            .replacen("        # tls:  ", "        tls:    ", 1)
+            .replacen("        #   cert_file:", "          cert_file:", 1)
+            .replacen("        #   key_file:", "          key_file:", 1)
+            .replacen("        #   client_ca_file:", "          client_ca_file:", 1)
+            .replacen("        #   min_version:", "          min_version:", 1)
+            .replacen("        #   max_version:", "          max_version:", 1);
+        let e = Config::parse("doc", &doc, &env).unwrap_err().to_string();
+        assert!(e.contains("receivers.otlp.protocols.grpc.tls.cert_file") && e.contains("/etc/mcp-health/tls/server.pem"), "{e}");
+    }
+
     /// Issue 10: a misspelled log level silently disabled every log; a message size of 2^44 MiB
     /// passed and made every request too large; `localhost:4317` was refused.
     #[test]
