@@ -64,7 +64,9 @@ async fn the_connection_limit_refuses_the_extra_connections_and_counts_them() {
     // The listener has taken all of them (they count as open) before the extra ones come.
     eventually_async(Duration::from_secs(10), "the held connections counted open", || async {
         let t = svc.metrics_text().await;
-        t.lines().any(|l| l.starts_with("mcp_health_connections_open{") && l.contains("otlp_grpc") && l.ends_with(&format!(" {MAX}"))).then_some(())
+        t.lines()
+            .any(|l| l.starts_with("mcp_health_connections_open{") && l.contains("otlp_grpc") && l.ends_with(&format!(" {MAX}")))
+            .then_some(())
     })
     .await;
     for i in 0..EXTRA {

@@ -20,7 +20,14 @@ use support::pki::Pki;
 use support::*;
 
 fn python() -> Option<&'static str> {
-    Command::new("python3").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().ok().filter(|s| s.success()).map(|_| "python3")
+    Command::new("python3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()
+        .filter(|s| s.success())
+        .map(|_| "python3")
 }
 
 struct Proc {
@@ -114,9 +121,20 @@ async fn the_tap_forwards_to_an_https_upstream_and_emits_the_spans() {
     let (tap_proc, tap) = start_tap(&upstream, &sink.endpoint(), &["--upstream-ca-file", &ca]).await;
 
     let init = post(tap, None, initialize(0)).await;
-    assert_eq!(init.status, 200, "initialize through the tap: {}\n{}", init.text(), std::fs::read_to_string(&tap_proc.err_path).unwrap_or_default());
+    assert_eq!(
+        init.status,
+        200,
+        "initialize through the tap: {}\n{}",
+        init.text(),
+        std::fs::read_to_string(&tap_proc.err_path).unwrap_or_default()
+    );
     let sid = init.header("mcp-session-id").expect("a session id").to_string();
-    let call = post(tap, Some(&sid), json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"over tls"}}})).await;
+    let call = post(
+        tap,
+        Some(&sid),
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"over tls"}}}),
+    )
+    .await;
     assert_eq!(call.status, 200);
     assert!(call.text().contains("over tls"), "{}", call.text());
 

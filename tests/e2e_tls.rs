@@ -144,8 +144,10 @@ async fn python_otlp_exporter_over_tls_and_mutual_tls_to_the_grpc_receiver() {
     ];
     let (ok, out) = python_export(&py, endpoint, "mtls_probe", trusted).await;
     assert!(ok, "a client certificate signed by client_ca_file was refused:\n{out}");
-    eventually(Duration::from_secs(20), "the verdict of the call sent over mutual TLS", || verdict_for(&svc.verdicts(), "mtls_probe").cloned())
-        .await;
+    eventually(Duration::from_secs(20), "the verdict of the call sent over mutual TLS", || {
+        verdict_for(&svc.verdicts(), "mtls_probe").cloned()
+    })
+    .await;
     let vs = svc.verdicts();
     assert!(verdict_for(&vs, "no_cert").is_none() && verdict_for(&vs, "stranger").is_none(), "a refused client's span was read: {vs:?}");
     let t = svc.metrics_text().await;
@@ -159,12 +161,15 @@ async fn otlp_http_over_tls_and_mutual_tls() {
     yaml.push_str("  min_version: \"1.3\"\n");
     let svc = Service::start(Cfg { listener_extra: vec![("http", yaml)], ..Cfg::default() }).await;
     let url = format!("https://127.0.0.1:{}/v1/traces", svc.ports.http);
-    let body = |tool: &str| request("http-tls-client", vec![call_span([7; 16], [1; 8], None, tool, &format!("req-{tool}"), vec![])]).encode_to_vec();
+    let body = |tool: &str| {
+        request("http-tls-client", vec![call_span([7; 16], [1; 8], None, tool, &format!("req-{tool}"), vec![])]).encode_to_vec()
+    };
 
     let with_cert = pki::client_config(&pki.ca, Some((&pki.client_cert, &pki.client_key)));
     let (status, _) = pki::https_post(with_cert, &url, "application/x-protobuf", body("https_probe")).await.expect("POST over mutual TLS");
     assert_eq!(status, 200);
-    eventually(Duration::from_secs(20), "the verdict of the call posted over TLS", || verdict_for(&svc.verdicts(), "https_probe").cloned()).await;
+    eventually(Duration::from_secs(20), "the verdict of the call posted over TLS", || verdict_for(&svc.verdicts(), "https_probe").cloned())
+        .await;
 
     // No client certificate: the handshake is refused, nothing is read.
     let without = pki::client_config(&pki.ca, None);
@@ -172,7 +177,13 @@ async fn otlp_http_over_tls_and_mutual_tls() {
     assert!(r.is_err(), "a client without a certificate got an answer: {r:?}");
     // A server the client does not trust (its own roots do not sign the server): refused by the client.
     let other = Pki::generate();
-    let r = pki::https_post(pki::client_config(&other.ca, Some((&pki.client_cert, &pki.client_key))), &url, "application/x-protobuf", body("x")).await;
+    let r = pki::https_post(
+        pki::client_config(&other.ca, Some((&pki.client_cert, &pki.client_key))),
+        &url,
+        "application/x-protobuf",
+        body("x"),
+    )
+    .await;
     assert!(r.is_err(), "the client trusted a server its CA did not sign: {r:?}");
     // Plain HTTP to the TLS port gets no HTTP answer.
     let r = http_request(svc.http_addr(), "POST", "/v1/traces", &[("Content-Type", "application/x-protobuf")], &body("plain")).await;

@@ -99,7 +99,10 @@ pub fn run(a: TapArgs) -> ExitCode {
                 upstream: upstream.clone(),
                 response_timeout: a.upstream_timeout,
                 connect_timeout: a.connect_timeout,
-                upstream_tls: http::UpstreamTls { ca_file: a.upstream_ca_file.clone(), insecure_skip_verify: a.upstream_insecure_skip_verify },
+                upstream_tls: http::UpstreamTls {
+                    ca_file: a.upstream_ca_file.clone(),
+                    insecure_skip_verify: a.upstream_insecure_skip_verify,
+                },
             };
             let on_bound = |addr: SocketAddr| eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {upstream}");
             match http::run(settings, sink, on_bound, shutdown_signal()).await {

@@ -732,7 +732,7 @@ impl Config {
                 return bad(&format!("processors.mcp_health.limits.{key}"), "must be at least 1");
             }
         }
-        let listeners: [(&str, Option<(ConnectionLimits, Option<&TlsServerSettings>)>); 5] = [
+        let listeners: [ListenerCheck<'_>; 5] = [
             ("receivers.otlp.protocols.grpc", self.receivers.otlp.protocols.grpc.as_ref().map(|g| (g.connections(), g.tls.as_ref()))),
             ("receivers.otlp.protocols.http", self.receivers.otlp.protocols.http.as_ref().map(|h| (h.connections(), h.tls.as_ref()))),
             ("exporters.prometheus", self.exporters.prometheus.as_ref().map(|p| (p.connections(), None))),
@@ -804,6 +804,9 @@ impl Config {
         Ok(())
     }
 }
+
+/// A listener's key prefix with its limits and TLS settings, when it is configured.
+type ListenerCheck<'a> = (&'a str, Option<(ConnectionLimits, Option<&'a TlsServerSettings>)>);
 
 /// The most connections one listener may be configured to hold.
 const MAX_CONNECTIONS: usize = 1 << 20;

@@ -86,7 +86,12 @@ impl Source<'_> {
     }
 }
 
-fn pick<'a>(file: &'a Option<String>, inline: &'a Option<String>, fk: &'static str, ik: &'static str) -> Result<(Source<'a>, Vec<u8>), TlsError> {
+fn pick<'a>(
+    file: &'a Option<String>,
+    inline: &'a Option<String>,
+    fk: &'static str,
+    ik: &'static str,
+) -> Result<(Source<'a>, Vec<u8>), TlsError> {
     match (file.as_deref().filter(|s| !s.is_empty()), inline.as_deref().filter(|s| !s.is_empty())) {
         (Some(_), Some(_)) => Err(TlsError::Invalid { key: ik, message: format!("give {fk} or {ik}, not both") }),
         (Some(p), None) => {
@@ -108,7 +113,11 @@ fn certificates(src: &Source<'_>, bytes: &[u8]) -> Result<Vec<CertificateDer<'st
     let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(bytes).collect();
     let certs = certs.map_err(|e| TlsError::Pem { key: src.key(), what: src.name(), message: format!("not a PEM certificate: {e}") })?;
     if certs.is_empty() {
-        return Err(TlsError::Pem { key: src.key(), what: src.name(), message: "no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into() });
+        return Err(TlsError::Pem {
+            key: src.key(),
+            what: src.name(),
+            message: "no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into(),
+        });
     }
     Ok(certs)
 }
@@ -192,7 +201,8 @@ mod tests {
 
     #[test]
     fn missing_files_and_conflicts_name_their_key_and_file() {
-        let s = TlsServerSettings { cert_file: Some("/nonexistent/server.crt".into()), key_file: Some("/x.key".into()), ..Default::default() };
+        let s =
+            TlsServerSettings { cert_file: Some("/nonexistent/server.crt".into()), key_file: Some("/x.key".into()), ..Default::default() };
         let e = s.build(&[]).unwrap_err();
         assert_eq!(e.key(), "cert_file");
         assert!(e.to_string().contains("/nonexistent/server.crt"), "{e}");

@@ -132,7 +132,9 @@ fn count(l: ListenerName, why: Closed) {
 
 /// (listener, reason, count) of every connection refused or closed so far.
 pub fn closed_counts() -> impl Iterator<Item = (ListenerName, Closed, u64)> {
-    ListenerName::ALL.into_iter().flat_map(|l| Closed::ALL.into_iter().map(move |c| (l, c, CLOSED[l as usize][c as usize].load(Ordering::Relaxed))))
+    ListenerName::ALL
+        .into_iter()
+        .flat_map(|l| Closed::ALL.into_iter().map(move |c| (l, c, CLOSED[l as usize][c as usize].load(Ordering::Relaxed))))
 }
 
 /// (listener, connections open now).
@@ -596,6 +598,8 @@ pub fn raise_open_file_limit() -> Option<u64> {
                 }
             }
         }
+        // rlim_t is not u64 on every unix.
+        #[allow(clippy::unnecessary_cast)]
         Some(lim.rlim_cur as u64)
     }
     #[cfg(not(unix))]

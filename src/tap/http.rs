@@ -90,10 +90,7 @@ impl UpstreamTls {
                     let mut roots = rustls::RootCertStore::empty();
                     let (added, _) = roots.add_parsable_certificates(found.certs);
                     if added == 0 {
-                        return Err(format!(
-                            "no system CA certificates found ({} errors); give --upstream-ca-file",
-                            found.errors.len()
-                        ));
+                        return Err(format!("no system CA certificates found ({} errors); give --upstream-ca-file", found.errors.len()));
                     }
                     roots
                 }
