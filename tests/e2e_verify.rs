@@ -219,7 +219,7 @@ async fn the_seeds_experiment_live_gives_37_5_and_12_5_percent() {
     let log = tokio::task::spawn_blocking(move || run_client(&py, &["eight", &urls])).await.unwrap();
     assert_eq!(log.as_array().map(Vec::len), Some(8), "the client made eight calls: {log}");
 
-    let mut want = vec![
+    let mut want = [
         ("transport", "transport_failed"),
         ("transport", "transport_failed"),
         ("protocol", "protocol_error"),

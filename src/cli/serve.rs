@@ -21,6 +21,7 @@ use crate::emit::verdict_log::VerdictLog;
 use crate::engine::Engine;
 use crate::evidence::time::Moment;
 use crate::receive::admit::Admission;
+use crate::receive::listen::{self, Listener, ListenerName, Protocol};
 use crate::receive::{otlp_grpc, otlp_http};
 use crate::service::{run_engine, Heartbeat};
 
@@ -38,6 +39,9 @@ pub enum ServeError {
     Config(#[from] crate::config::ConfigError),
     #[error("{0}")]
     Bind(std::io::Error),
+    /// A certificate or key that cannot be used; `0` is the key (`receivers.otlp.protocols.grpc.tls.cert_file`).
+    #[error("{0}: {1}")]
+    Tls(String, crate::config::tls::TlsError),
     #[error(transparent)]
     Metrics(#[from] crate::emit::metrics::MetricsError),
     #[error(transparent)]
@@ -296,25 +300,42 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     let _ = (config_path, reopen);
     drop(sender);
 
-    // Bind everything before serving anything.
+    // Bind everything before serving anything. Certificates are read here, once: a renewed one
+    // takes effect at the next start (no hot reload).
+    check_open_file_limit(&cfg);
+    let tls = |prefix: &str, t: Option<&crate::config::TlsServerSettings>, alpn: &[&[u8]]| {
+        t.map(|t| t.build(alpn).map_err(|e| ServeError::Tls(format!("{prefix}.tls.{}", e.key()), e))).transpose()
+    };
     let grpc_l = match &cfg.receivers.otlp.protocols.grpc {
-        Some(g) => Some((bind(&g.endpoint).await?, g.max_recv_msg_size_mib << 20)),
+        Some(g) => {
+            let tls = tls("receivers.otlp.protocols.grpc", g.tls.as_ref(), &[b"h2"])?;
+            let l = Listener::new(bind(&g.endpoint).await?, ListenerName::OtlpGrpc, g.connections(), tls, Protocol::Http2);
+            Some((l, g.max_recv_msg_size_mib << 20, g.tls.is_some()))
+        }
         None => None,
     };
     let http_l = match &cfg.receivers.otlp.protocols.http {
-        Some(h) => Some((bind(&h.endpoint).await?, h.max_request_body_size)),
+        Some(h) => {
+            let tls = tls("receivers.otlp.protocols.http", h.tls.as_ref(), &[b"http/1.1"])?;
+            let l = Listener::new(bind(&h.endpoint).await?, ListenerName::OtlpHttp, h.connections(), tls, Protocol::Http1);
+            Some((l, h.max_request_body_size, h.tls.is_some()))
+        }
         None => None,
     };
     let prom_l = match &prom_cfg {
-        Some(p) => Some(bind(&p.endpoint).await?),
+        Some(p) => Some(Listener::new(bind(&p.endpoint).await?, ListenerName::Prometheus, p.connections(), None, Protocol::Http1)),
         None => None,
     };
     let health_l = match &cfg.extensions.health_check {
-        Some(h) => Some(bind(&h.endpoint).await?),
+        Some(h) => Some(Listener::new(bind(&h.endpoint).await?, ListenerName::HealthCheck, h.connections(), None, Protocol::Http1)),
         None => None,
     };
     let gate_l = match &cfg.extensions.gate {
-        Some(g) => Some((bind(&g.endpoint).await?, g.unpinned)),
+        Some(g) => {
+            let tls = tls("extensions.gate", g.tls.as_ref(), &[b"h2"])?;
+            let l = Listener::new(bind(&g.endpoint).await?, ListenerName::Gate, g.connections(), tls, Protocol::Http2);
+            Some((l, g.unpinned, g.tls.is_some()))
+        }
         None => None,
     };
 
@@ -330,7 +351,7 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
         engine_cfg.store = Some(store);
     }
     let engine = Engine::new(engine_cfg);
-    let gate_state = gate_l.as_ref().map(|(_, unpinned)| crate::gate::GateState { pins, board: engine.board(), unpinned: *unpinned });
+    let gate_state = gate_l.as_ref().map(|(_, unpinned, _)| crate::gate::GateState { pins, board: engine.board(), unpinned: *unpinned });
     let heartbeat = Heartbeat::new(Moment::wall_now());
     // The engine steps at least every tick; silent for much longer than that, it is stuck.
     let stall_after = (tick * 40).max(Duration::from_secs(10));
@@ -341,8 +362,8 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
         let _ = rx.wait_for(|v| *v).await;
     };
     let mut servers = Vec::new();
-    if let Some((l, max)) = grpc_l {
-        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "OTLP/gRPC receiver listening");
+    if let Some((l, max, tls)) = grpc_l {
+        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), tls, "OTLP/gRPC receiver listening");
         let adm = admission.clone();
         let sd = wait_down(down_rx.clone());
         servers.push(tokio::spawn(async move {
@@ -351,13 +372,13 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
             }
         }));
     }
-    if let Some((l, max)) = http_l {
-        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "OTLP/HTTP receiver listening");
+    if let Some((l, max, tls)) = http_l {
+        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), tls, "OTLP/HTTP receiver listening");
         servers.push(spawn_http(l, otlp_http::router(admission.clone(), max), wait_down(down_rx.clone())));
     }
     drop(admission);
-    if let (Some((l, _)), Some(state)) = (gate_l, gate_state) {
-        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "gate gRPC API listening");
+    if let (Some((l, _, tls)), Some(state)) = (gate_l, gate_state) {
+        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), tls, "gate gRPC API listening");
         let sd = wait_down(down_rx.clone());
         servers.push(tokio::spawn(async move {
             if let Err(e) = crate::gate::service::serve(l, state, sd).await {
@@ -454,16 +475,34 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     Ok(())
 }
 
-fn spawn_http(
-    l: tokio::net::TcpListener,
-    app: Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(l, app).with_graceful_shutdown(shutdown).await {
-            tracing::error!(error = %e, "HTTP listener failed");
-        }
-    })
+fn spawn_http(l: Listener, app: Router, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(listen::serve_http(l, app, shutdown))
+}
+
+/// Raise the open-file limit as far as allowed, and say so when the listeners' `max_connections`
+/// together could still exhaust it (then a flood on one listener can starve the others again).
+fn check_open_file_limit(cfg: &Config) {
+    let Some(limit) = listen::raise_open_file_limit() else { return };
+    let p = &cfg.receivers.otlp.protocols;
+    let total: usize = [
+        p.grpc.as_ref().map(|g| g.max_connections),
+        p.http.as_ref().map(|h| h.max_connections),
+        cfg.exporters.prometheus.as_ref().map(|p| p.max_connections),
+        cfg.extensions.health_check.as_ref().map(|h| h.max_connections),
+        cfg.extensions.gate.as_ref().map(|g| g.max_connections),
+    ]
+    .into_iter()
+    .flatten()
+    .sum();
+    // Files the service needs besides connections: the state store, the verdict log, exporters.
+    let reserve = 128;
+    if total as u64 + reserve > limit {
+        tracing::warn!(
+            open_file_limit = limit,
+            max_connections_total = total,
+            "the listeners' max_connections add up to more than the open-file limit allows; lower them or raise the limit (ulimit -n)"
+        );
+    }
 }
 
 /// Sample the process's memory for the memory limiter; log each crossing of the soft limit.

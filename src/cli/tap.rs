@@ -16,6 +16,7 @@ Examples:
   mcp-health tap -- npx -y @modelcontextprotocol/server-everything     wrap a stdio server
   mcp-health tap --otlp-endpoint http://127.0.0.1:4317 -- python server.py
   mcp-health tap --listen 127.0.0.1:8080 --upstream http://127.0.0.1:8000   in front of an HTTP server
+  mcp-health tap --listen 127.0.0.1:8080 --upstream https://mcp.example.com/mcp   a remote server over TLS
 
 In a client's MCP configuration, put `mcp-health tap --` before the server command, or point the
 client at the --listen address instead of the server's. Spans go to --otlp-endpoint (default
@@ -31,9 +32,15 @@ pub struct TapArgs {
     /// HTTP mode: listen here (port 0: any free port; the bound address is printed on stderr).
     #[arg(long, value_name = "ADDR", requires = "upstream")]
     pub listen: Option<SocketAddr>,
-    /// HTTP mode: the streamable-HTTP MCP server (`http://host:port[/prefix]`).
+    /// HTTP mode: the streamable-HTTP MCP server (`http://` or `https://host:port[/prefix]`).
     #[arg(long, value_name = "URL", requires = "listen")]
     pub upstream: Option<String>,
+    /// HTTP mode, `https://` upstream: trust only the CAs in this PEM file (default: the system's roots).
+    #[arg(long, value_name = "FILE", requires = "upstream", conflicts_with = "upstream_insecure_skip_verify")]
+    pub upstream_ca_file: Option<String>,
+    /// HTTP mode, `https://` upstream: accept any certificate (unauthenticated; for tests and labs).
+    #[arg(long, requires = "upstream")]
+    pub upstream_insecure_skip_verify: bool,
     /// HTTP mode: longest wait for the upstream's response head (then 504).
     #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = humantime::parse_duration)]
     pub upstream_timeout: Duration,
@@ -111,9 +118,18 @@ pub fn run(a: TapArgs) -> ExitCode {
                 response_timeout: a.upstream_timeout,
                 connect_timeout: a.connect_timeout,
                 verifiers: pool,
+                upstream_tls: http::UpstreamTls {
+                    ca_file: a.upstream_ca_file.clone(),
+                    insecure_skip_verify: a.upstream_insecure_skip_verify,
+                },
             };
             let on_bound = |addr: SocketAddr| eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {upstream}");
             match http::run(settings, sink, on_bound, shutdown_signal()).await {
+                // A CA file that cannot be read is a usage error, as a bad --upstream is.
+                Err(e) if e.starts_with("--upstream") || e.starts_with("no system CA") => {
+                    eprintln!("mcp-health tap: {e}");
+                    2
+                }
                 Ok(r) => {
                     if r.unobserved_events > 0 || r.stats.parse_errors > 0 {
                         eprintln!(

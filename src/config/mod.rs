@@ -9,6 +9,7 @@
 
 pub mod lockfile;
 pub mod subst;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,6 +17,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::correlate::ChainLimits;
+use crate::receive::listen::ConnectionLimits;
+
+pub use tls::TlsServerSettings;
 
 /// The embedded default: loopback only, no upstream, verdicts as JSON lines, Prometheus on.
 pub const DEFAULT_CONFIG: &str = include_str!("../../otel-config/default.yaml");
@@ -95,6 +99,21 @@ pub struct GrpcReceiver {
     /// Largest request accepted, in MiB (the collector's key).
     #[serde(default = "default_max_mib")]
     pub max_recv_msg_size_mib: usize,
+    /// TLS (the collector's `configtls` server keys); absent: plaintext.
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub tls: Option<TlsServerSettings>,
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -105,6 +124,21 @@ pub struct HttpReceiver {
     /// Largest body accepted, in bytes, after decompression (the collector's key).
     #[serde(default = "default_max_body")]
     pub max_request_body_size: usize,
+    /// TLS (the collector's `configtls` server keys); absent: plaintext.
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub tls: Option<TlsServerSettings>,
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -388,6 +422,19 @@ pub struct PrometheusExporter {
     /// Most series per metric; further attribute sets go to one `otel_metric_overflow="true"` series.
     #[serde(default = "d_2000")]
     pub cardinality_limit: usize,
+    // Plaintext only (no `tls`): a scrape endpoint for a local or sidecar Prometheus.
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -416,6 +463,21 @@ pub struct GateConfig {
     /// The answer for a tool with no pin (or when no lockfile is configured): `allow` or `deny`.
     #[serde(default)]
     pub unpinned: crate::gate::UnpinnedPolicy,
+    /// TLS (the collector's `configtls` server keys); absent: plaintext.
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub tls: Option<TlsServerSettings>,
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -423,6 +485,19 @@ pub struct GateConfig {
 pub struct HealthCheck {
     #[serde(default = "default_health_endpoint")]
     pub endpoint: String,
+    // Plaintext only (no `tls`): probed by the container's healthcheck and load balancers.
+    /// A connection that has not sent its first request head (TLS handshake included) this long
+    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_10s", with = "humantime_serde")]
+    pub read_header_timeout: Duration,
+    /// A connection with nothing to do this long (no request in flight and none arriving, or a
+    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
+    #[serde(default = "d_60s", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Connections held at once; one more is accepted and closed at once, counted in
+    /// `mcp_health.connections.refused{reason="max_connections"}`.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -510,6 +585,33 @@ where
             .map_err(serde::de::Error::custom),
     }
 }
+
+fn d_10s() -> Duration {
+    Duration::from_secs(10)
+}
+fn d_60s() -> Duration {
+    Duration::from_secs(60)
+}
+fn d_max_connections() -> usize {
+    4096
+}
+
+/// `connections()` of each listener's configuration.
+macro_rules! connection_limits {
+    ($($t:ty),*) => {$(
+        impl $t {
+            /// Its timeouts and connection limit.
+            pub fn connections(&self) -> ConnectionLimits {
+                ConnectionLimits {
+                    read_header_timeout: self.read_header_timeout,
+                    idle_timeout: self.idle_timeout,
+                    max_connections: self.max_connections,
+                }
+            }
+        }
+    )*};
+}
+connection_limits!(GrpcReceiver, HttpReceiver, PrometheusExporter, HealthCheck, GateConfig);
 
 fn d_1s() -> Duration {
     Duration::from_secs(1)
@@ -630,6 +732,30 @@ impl Config {
                 return bad(&format!("processors.mcp_health.limits.{key}"), "must be at least 1");
             }
         }
+        let listeners: [ListenerCheck<'_>; 5] = [
+            ("receivers.otlp.protocols.grpc", self.receivers.otlp.protocols.grpc.as_ref().map(|g| (g.connections(), g.tls.as_ref()))),
+            ("receivers.otlp.protocols.http", self.receivers.otlp.protocols.http.as_ref().map(|h| (h.connections(), h.tls.as_ref()))),
+            ("exporters.prometheus", self.exporters.prometheus.as_ref().map(|p| (p.connections(), None))),
+            ("extensions.health_check", self.extensions.health_check.as_ref().map(|h| (h.connections(), None))),
+            ("extensions.gate", self.extensions.gate.as_ref().map(|g| (g.connections(), g.tls.as_ref()))),
+        ];
+        for (prefix, l) in listeners {
+            let Some((c, tls)) = l else { continue };
+            if c.read_header_timeout.is_zero() {
+                return bad(&format!("{prefix}.read_header_timeout"), "must be greater than zero");
+            }
+            if c.idle_timeout.is_zero() {
+                return bad(&format!("{prefix}.idle_timeout"), "must be greater than zero");
+            }
+            if !(1..=MAX_CONNECTIONS).contains(&c.max_connections) {
+                return bad(&format!("{prefix}.max_connections"), "must be from 1 to 1048576");
+            }
+            // The files are read now, so `validate` and the start name a missing or unreadable
+            // certificate or key by its key, not the first handshake.
+            if let Some(Err(e)) = tls.map(|t| t.build(&[])) {
+                return bad(&format!("{prefix}.tls.{}", e.key()), &e.to_string());
+            }
+        }
         if let Some(g) = &self.receivers.otlp.protocols.grpc {
             if !listen_address_ok(&g.endpoint) {
                 return bad("receivers.otlp.protocols.grpc.endpoint", "must be host:port, e.g. 127.0.0.1:4317 or localhost:4317");
@@ -678,6 +804,12 @@ impl Config {
         Ok(())
     }
 }
+
+/// A listener's key prefix with its limits and TLS settings, when it is configured.
+type ListenerCheck<'a> = (&'a str, Option<(ConnectionLimits, Option<&'a TlsServerSettings>)>);
+
+/// The most connections one listener may be configured to hold.
+const MAX_CONNECTIONS: usize = 1 << 20;
 
 /// The largest gRPC message size that may be configured: 4 GiB, far above any OTLP sender's.
 const MAX_MESSAGE_MIB: usize = 4096;
@@ -756,12 +888,46 @@ mod tests {
     fn gate_extension_parses_and_is_checked() {
         let t = "extensions:\n  gate:\n    unpinned: deny\n";
         let c = Config::parse("c.yaml", t, &env).unwrap();
-        assert_eq!(c.extensions.gate, Some(GateConfig { endpoint: "127.0.0.1:4320".into(), unpinned: crate::gate::UnpinnedPolicy::Deny }));
+        let g = c.extensions.gate.unwrap();
+        assert_eq!((g.endpoint.as_str(), g.unpinned, g.tls), ("127.0.0.1:4320", crate::gate::UnpinnedPolicy::Deny, None));
         assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().extensions.gate, None, "absent = gate off");
         let e = Config::parse("c.yaml", "extensions:\n  gate:\n    unpinned: maybe\n", &env).unwrap_err().to_string();
         assert!(e.contains("line 3"), "{e}");
         let e = Config::parse("c.yaml", "extensions:\n  gate:\n    endpoint: localhost\n", &env).unwrap_err().to_string();
         assert!(e.contains("extensions.gate.endpoint"), "{e}");
+    }
+
+    /// Issue 10: every listener has the same timeout and limit keys (defaults 10s / 60s / 4096),
+    /// checked; `tls` reads its files when the configuration is checked and names the key.
+    #[test]
+    fn listeners_take_timeouts_limits_and_tls() {
+        let t = "receivers:\n  otlp:\n    protocols:\n      grpc:\n        read_header_timeout: 2s\n        max_connections: 7\n      http:\nextensions:\n  health_check:\n    idle_timeout: 5s\n";
+        let c = Config::parse("c.yaml", t, &env).unwrap();
+        let g = c.receivers.otlp.protocols.grpc.unwrap().connections();
+        assert_eq!((g.read_header_timeout, g.idle_timeout, g.max_connections), (Duration::from_secs(2), Duration::from_secs(60), 7));
+        assert_eq!(c.receivers.otlp.protocols.http.unwrap().connections(), ConnectionLimits::default());
+        assert_eq!(c.extensions.health_check.unwrap().connections().idle_timeout, Duration::from_secs(5));
+        for (bad, key) in [
+            ("exporters:\n  prometheus:\n    max_connections: 0\n", "exporters.prometheus.max_connections"),
+            ("extensions:\n  gate:\n    idle_timeout: 0s\n", "extensions.gate.idle_timeout"),
+            ("receivers:\n  otlp:\n    protocols:\n      http:\n        tls:\n", "receivers.otlp.protocols.http.tls.cert_file"),
+            ("receivers:\n  otlp:\n    protocols:\n      http:\n        tls: {cert_file: /nope.pem, key_file: /nope.key}\n", "/nope.pem"),
+        ] {
+            let e = Config::parse("c.yaml", bad, &env).unwrap_err().to_string();
+            assert!(e.contains(key), "{bad:?}: {e}");
+        }
+        // Plaintext only: the Prometheus endpoint and the health check take no `tls`.
+        assert!(Config::parse("c.yaml", "extensions:\n  health_check:\n    tls: {}\n", &env).is_err());
+        // The documented TLS keys, uncommented, are real keys: the sample paths are what fails.
+        let doc = include_str!("../../otel-config/mcp-health.yaml")
+            .replacen("        # tls:  ", "        tls:    ", 1)
+            .replacen("        #   cert_file:", "          cert_file:", 1)
+            .replacen("        #   key_file:", "          key_file:", 1)
+            .replacen("        #   client_ca_file:", "          client_ca_file:", 1)
+            .replacen("        #   min_version:", "          min_version:", 1)
+            .replacen("        #   max_version:", "          max_version:", 1);
+        let e = Config::parse("doc", &doc, &env).unwrap_err().to_string();
+        assert!(e.contains("receivers.otlp.protocols.grpc.tls.cert_file") && e.contains("/etc/mcp-health/tls/server.pem"), "{e}");
     }
 
     /// Issue 10: a misspelled log level silently disabled every log; a message size of 2^44 MiB

@@ -26,6 +26,16 @@ pub enum MetricsError {
     Exporter(String),
 }
 
+/// The listeners' refusals (`timeouts: false`) or timeouts, with their listener and reason; a
+/// listener that never refused or timed out has no series.
+fn connection_counts(o: &dyn opentelemetry::metrics::AsyncInstrument<u64>, timeouts: bool) {
+    for (l, why, n) in crate::receive::listen::closed_counts() {
+        if n > 0 && why.is_timeout() == timeouts {
+            o.observe(n, &[KeyValue::new("listener", l.as_str()), KeyValue::new("reason", why.as_str())]);
+        }
+    }
+}
+
 /// Every instrument the service records.
 #[derive(Clone)]
 pub struct HealthMeters {
@@ -72,6 +82,13 @@ pub struct HealthMeters {
     pub verifier_errors: Counter<u64>,
     /// How long a verifier ran (its span's duration), by rule.
     pub verifier_duration: Histogram<f64>,
+    /// Connections a listener closed at once (at `max_connections`) or whose TLS handshake failed,
+    /// by listener and reason; read from `crate::receive::listen::closed_counts` at each collection.
+    pub connections_refused: ObservableCounter<u64>,
+    /// Connections a listener closed for `read_header_timeout` or `idle_timeout`, by listener and reason.
+    pub connections_timed_out: ObservableCounter<u64>,
+    /// Connections open now, by listener.
+    pub connections_open: opentelemetry::metrics::ObservableGauge<u64>,
     /// The process's resident set, read at each collection (what the memory limiter compares).
     pub process_memory_rss: opentelemetry::metrics::ObservableGauge<u64>,
 }
@@ -171,6 +188,30 @@ impl HealthMeters {
                 .with_description("How long a verifier ran (its span's duration), by verifier")
                 .with_unit("s")
                 .with_boundaries(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+                .build(),
+            connections_refused: meter
+                .u64_observable_counter("mcp_health.connections.refused")
+                .with_description(
+                    "Connections a listener closed at once because it held max_connections, or whose TLS handshake failed, by listener and reason",
+                )
+                .with_unit("{connection}")
+                .with_callback(|o| connection_counts(o, false))
+                .build(),
+            connections_timed_out: meter
+                .u64_observable_counter("mcp_health.connections.timed_out")
+                .with_description("Connections a listener closed for read_header_timeout or idle_timeout, by listener and reason")
+                .with_unit("{connection}")
+                .with_callback(|o| connection_counts(o, true))
+                .build(),
+            connections_open: meter
+                .u64_observable_gauge("mcp_health.connections.open")
+                .with_description("Connections open now, by listener")
+                .with_unit("{connection}")
+                .with_callback(|o| {
+                    for (l, n) in crate::receive::listen::open_counts() {
+                        o.observe(n, &[KeyValue::new("listener", l.as_str())]);
+                    }
+                })
                 .build(),
             process_memory_rss: meter
                 .u64_observable_gauge("mcp_health.process.memory.rss")

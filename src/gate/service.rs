@@ -40,15 +40,17 @@ impl GateService {
     }
 }
 
-/// Serve the gate on `listener` until `shutdown` resolves.
+/// Serve the gate on `listener` (its limits, timeouts and TLS: `crate::receive::listen`) until
+/// `shutdown` resolves.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: crate::receive::listen::Listener,
     state: GateState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     tonic::transport::Server::builder()
+        .layer(crate::receive::listen::TrackLayer)
         .add_service(GateService::new(state).into_server())
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+        .serve_with_incoming_shutdown(listener.incoming(), shutdown)
         .await
 }
 

@@ -66,9 +66,10 @@ impl LogsService for OtlpTraceService {
     }
 }
 
-/// Serve OTLP/gRPC on `listener` until `shutdown` resolves.
+/// Serve OTLP/gRPC on `listener` (its limits, timeouts and TLS: `super::listen`) until
+/// `shutdown` resolves.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: super::listen::Listener,
     admission: Admission,
     max_message_bytes: usize,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -89,11 +90,12 @@ pub async fn serve(
         .send_compressed(CompressionEncoding::Gzip)
         .max_decoding_message_size(max_message_bytes);
     tonic::transport::Server::builder()
+        .layer(super::listen::TrackLayer)
         .layer(tower::layer::layer_fn(move |inner| OtlpStatus { inner, admission: admission.clone() }))
         .add_service(traces)
         .add_service(metrics)
         .add_service(logs)
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+        .serve_with_incoming_shutdown(listener.incoming(), shutdown)
         .await
 }
 

@@ -1,4 +1,4 @@
-//! Streamable-HTTP mode: `mcp-health tap --listen ADDR --upstream http://host:port`.
+//! Streamable-HTTP mode: `mcp-health tap --listen ADDR --upstream http(s)://host:port`.
 //!
 //! A reverse proxy (hyper 1 server + hyper-util pooled client). Every request — POST, GET, DELETE,
 //! any path — goes upstream with its method, path, query, headers (`Authorization`,
@@ -11,6 +11,12 @@
 //! `mcp_health.transport.outcome` = `connection_refused`, `dns_failure` or `timeout` with
 //! `mcp_health.request.sent=false`; no response head within `--upstream-timeout` is 504 + `timeout`;
 //! a response cut short is `connection_reset` (the client sees the stream end with an error).
+//!
+//! `https://` upstreams (most remote MCP servers) are reached over TLS (rustls with ring, through
+//! hyper-rustls), verified against the system's roots or `--upstream-ca-file`;
+//! `--upstream-insecure-skip-verify` accepts any certificate (tests, a lab). A handshake or
+//! certificate that fails is 502 + `tls_failure`, with `mcp_health.request.sent=false`. The tap's
+//! own `--listen` side stays plaintext: it is meant to sit next to the client (loopback).
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
@@ -27,6 +33,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -55,6 +62,83 @@ pub struct HttpSettings {
     pub connect_timeout: Duration,
     /// Outcome verifiers (`--verifiers`): calls they name are checked after their response.
     pub verifiers: Option<super::verify::VerifierPool>,
+    /// How an `https://` upstream is verified.
+    pub upstream_tls: UpstreamTls,
+}
+
+/// Verification of an `https://` upstream.
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamTls {
+    /// Trust only the CAs in this PEM file (else the system's roots).
+    pub ca_file: Option<String>,
+    /// Accept any certificate (the handshake is still TLS; nothing is authenticated).
+    pub insecure_skip_verify: bool,
+}
+
+impl UpstreamTls {
+    /// The rustls client configuration (HTTP/1.1 only, as the tap's client).
+    pub fn client_config(&self) -> Result<rustls::ClientConfig, String> {
+        let provider = crate::config::tls::provider();
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?;
+        let cfg = if self.insecure_skip_verify {
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))).with_no_client_auth()
+        } else {
+            let roots = match &self.ca_file {
+                Some(path) => crate::config::tls::read_roots("upstream_ca_file", path).map_err(|e| format!("--upstream-ca-file: {e}"))?,
+                None => {
+                    let found = rustls_native_certs::load_native_certs();
+                    let mut roots = rustls::RootCertStore::empty();
+                    let (added, _) = roots.add_parsable_certificates(found.certs);
+                    if added == 0 {
+                        return Err(format!("no system CA certificates found ({} errors); give --upstream-ca-file", found.errors.len()));
+                    }
+                    roots
+                }
+            };
+            builder.with_root_certificates(roots).with_no_client_auth()
+        };
+        // No ALPN here: hyper-rustls sets it (`enable_http1`) and refuses a preset one.
+        Ok(cfg)
+    }
+}
+
+/// `--upstream-insecure-skip-verify`: any certificate is accepted; the handshake signatures are
+/// still checked, so the connection is TLS, only unauthenticated.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// What the HTTP tap did, for the exit summary.
@@ -110,7 +194,7 @@ enum BodyKind {
 type RespBody = BoxBody<Bytes, Box<dyn StdError + Send + Sync>>;
 
 struct Shared {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     scheme_authority: String,
     prefix: String,
     events: mpsc::Sender<Event>,
@@ -131,17 +215,17 @@ impl Shared {
 pub fn upstream_identity(u: &Uri) -> ServerIdentity {
     ServerIdentity {
         address: u.host().unwrap_or("").trim_matches(['[', ']']).to_string(),
-        port: Some(u.port_u16().unwrap_or(80)),
+        port: Some(u.port_u16().unwrap_or(if u.scheme_str() == Some("https") { 443 } else { 80 })),
         transport: Transport::Tcp,
     }
 }
 
-/// Parse and check an upstream URL (`http` only: the tap does not originate TLS).
+/// Parse and check an upstream URL (`http` or `https`).
 pub fn parse_upstream(s: &str) -> Result<Uri, String> {
     let u: Uri = s.parse().map_err(|e| format!("invalid --upstream {s:?}: {e}"))?;
     match u.scheme_str() {
-        Some("http") => {}
-        Some(other) => return Err(format!("--upstream {s:?}: scheme {other} is not supported (http only)")),
+        Some("http" | "https") => {}
+        Some(other) => return Err(format!("--upstream {s:?}: scheme {other} is not supported (http or https)")),
         None => return Err(format!("--upstream {s:?}: give a URL such as http://127.0.0.1:8000")),
     }
     if u.host().is_none() {
@@ -157,6 +241,8 @@ pub async fn run(
     on_bound: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<HttpReport, String> {
+    // A CA file that cannot be read fails before anything listens.
+    settings.upstream_tls.client_config()?;
     let listener =
         tokio::net::TcpListener::bind(settings.listen).await.map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
@@ -174,6 +260,13 @@ pub async fn serve(
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(settings.connect_timeout));
+    // The TLS connector below takes `https://`; plain `http://` goes through as before.
+    connector.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(settings.upstream_tls.client_config()?)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
     // Header names keep the case each side wrote them in.
     let client =
         Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(90)).http1_preserve_header_case(true).build(connector);
@@ -333,12 +426,28 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Resp
     Ok(Response::from_parts(rparts, tee.boxed()))
 }
 
+/// A rustls error, possibly inside io::Errors: hyper-rustls hands it up wrapped (twice), and an
+/// io::Error's `source` skips what it wraps.
+fn is_tls_error(e: &(dyn StdError + 'static)) -> bool {
+    if e.is::<rustls::Error>() {
+        return true;
+    }
+    match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+        Some(inner) => is_tls_error(inner),
+        None => false,
+    }
+}
+
 /// (outcome, request_sent) of an upstream client error.
 fn classify_client_error(e: &hyper_util::client::legacy::Error) -> (&'static str, bool) {
     let connect = e.is_connect();
     let mut src: Option<&(dyn StdError + 'static)> = Some(e);
     let mut outcome: Option<&'static str> = None;
     while let Some(s) = src {
+        if is_tls_error(s) {
+            outcome = Some("tls_failure");
+            break;
+        }
         if s.to_string().starts_with("dns error") {
             outcome = Some("dns_failure");
             break;

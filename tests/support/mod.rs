@@ -33,6 +33,8 @@ use tokio::sync::{oneshot, Notify};
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::{Request, Response, Status};
 
+pub mod pki;
+
 // ---------------------------------------------------------------------------------------------
 // Waiting
 // ---------------------------------------------------------------------------------------------
@@ -351,6 +353,9 @@ pub struct Cfg {
     pub storage: Option<PathBuf>,
     /// `extensions.gate` on `Ports::gate` (`unpinned: allow`).
     pub gate: bool,
+    /// Extra keys of a listener, by component (`grpc`, `http`, `prometheus`, `health_check`,
+    /// `gate`): YAML lines written as if at the component's top level (indented here).
+    pub listener_extra: Vec<(&'static str, String)>,
 }
 
 impl Default for Cfg {
@@ -377,6 +382,7 @@ impl Default for Cfg {
             memory_limit_mib: None,
             storage: None,
             gate: false,
+            listener_extra: Vec::new(),
         }
     }
 }
@@ -386,12 +392,23 @@ impl Cfg {
         Cfg { exporter: Some(sink.endpoint()), ..Cfg::default() }
     }
 
+    /// `listener_extra` of `component`, each line indented by `indent` spaces.
+    fn extra(&self, component: &str, indent: usize) -> String {
+        let pad = " ".repeat(indent);
+        self.listener_extra.iter().filter(|(c, _)| *c == component).flat_map(|(_, t)| t.lines()).map(|l| format!("{pad}{l}\n")).collect()
+    }
+
     pub fn yaml(&self, p: &Ports) -> String {
         let mut y = String::new();
         let _ = write!(
             y,
-            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{}\n        max_recv_msg_size_mib: {}\n      http:\n        endpoint: 127.0.0.1:{}\n        max_request_body_size: {}\n",
-            p.grpc, self.grpc_max_mib, p.http, self.http_max_body
+            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{}\n        max_recv_msg_size_mib: {}\n{}      http:\n        endpoint: 127.0.0.1:{}\n        max_request_body_size: {}\n{}",
+            p.grpc,
+            self.grpc_max_mib,
+            self.extra("grpc", 8),
+            p.http,
+            self.http_max_body,
+            self.extra("http", 8)
         );
         let _ = write!(
             y,
@@ -412,14 +429,14 @@ impl Cfg {
                 let _ = write!(y, "    retry_on_failure:\n{r}\n");
             }
         }
-        let _ = write!(y, "  prometheus:\n    endpoint: 127.0.0.1:{}\n", p.prometheus);
+        let _ = write!(y, "  prometheus:\n    endpoint: 127.0.0.1:{}\n{}", p.prometheus, self.extra("prometheus", 4));
         if let Some(n) = self.cardinality_limit {
             let _ = writeln!(y, "    cardinality_limit: {n}");
         }
         y.push_str("  verdict_log:\n    path: stdout\n");
-        let _ = write!(y, "extensions:\n  health_check:\n    endpoint: 127.0.0.1:{}\n", p.health);
+        let _ = write!(y, "extensions:\n  health_check:\n    endpoint: 127.0.0.1:{}\n{}", p.health, self.extra("health_check", 4));
         if self.gate {
-            let _ = write!(y, "  gate:\n    endpoint: 127.0.0.1:{}\n    unpinned: allow\n", p.gate);
+            let _ = write!(y, "  gate:\n    endpoint: 127.0.0.1:{}\n    unpinned: allow\n{}", p.gate, self.extra("gate", 4));
         }
         if let Some(d) = &self.storage {
             let _ = write!(y, "storage:\n  directory: {}\n", serde_json::to_string(d).unwrap());

@@ -5,6 +5,7 @@ stdio (default): newline-delimited JSON-RPC on stdin/stdout, as the MCP stdio tr
     fake_mcp_server.py [--exit-code N]        exits with N at EOF on stdin
 HTTP: a streamable-HTTP endpoint at /mcp with bearer auth.
     fake_mcp_server.py --http PORT            PORT 0: any free port; prints "PORT <n>" on stdout
+    fake_mcp_server.py --http PORT --tls CERT KEY   the same over TLS (an https:// upstream)
 
 Tools: echo (echoes `text`), fail (isError), slow (progress notifications when the request
 supplies a progressToken), change_catalog (removes `add`, adds `search`, then sends
@@ -132,7 +133,7 @@ def run_stdio(exit_code):
     sys.exit(exit_code)
 
 
-def run_http(port):
+def run_http(port, tls=None):
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     server = Server()
@@ -209,6 +210,12 @@ def run_http(port):
 
     httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     httpd.daemon_threads = True
+    if tls:
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(tls[0], tls[1])
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
     sys.stdout.write("PORT %d\n" % httpd.server_address[1])
     sys.stdout.flush()
     httpd.serve_forever()
@@ -216,7 +223,8 @@ def run_http(port):
 
 def main(argv):
     if len(argv) >= 2 and argv[0] == "--http":
-        run_http(int(argv[1]))
+        tls = argv[3:5] if len(argv) >= 5 and argv[2] == "--tls" else None
+        run_http(int(argv[1]), tls)
         return
     exit_code = 0
     if len(argv) >= 2 and argv[0] == "--exit-code":

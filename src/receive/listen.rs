@@ -1,0 +1,609 @@
+//! How every listener of the service accepts connections: the OTLP/gRPC and OTLP/HTTP receivers,
+//! the Prometheus endpoint, the health check and the gate.
+//!
+//! Issue 10: 500 half-open connections were held for 65 s, and with a low open-file limit they
+//! made OTLP, the metrics and the health check unavailable. So each listener has
+//!
+//! - a connection limit (`max_connections`): one more connection is accepted and closed at once,
+//!   so it costs a file descriptor for microseconds, not until the client gives up; each listener
+//!   has its own limit, so a flood on one (OTLP) cannot take another's (the health check);
+//! - a header-read timeout (`read_header_timeout`): a connection must finish its TLS handshake and
+//!   send its first request head within it. On HTTP/1 a following request's head, from its first
+//!   byte, has the same time (a slowloris head cannot hold the connection);
+//! - an idle timeout (`idle_timeout`): a connection on which nothing is read and no request starts
+//!   or ends for this long is closed. HTTP/2 frames count as activity, so a gRPC client's
+//!   keepalive pings keep its connection (the collector's gRPC `max_connection_idle` does not
+//!   count them; here the connection limit bounds what such clients can hold).
+//!
+//! Refusals and timeouts are counted per listener in `mcp_health.connections.refused` and
+//! `mcp_health.connections.timed_out` (read from [`closed_counts`] at each collection), and a
+//! listener at its limit says so in the log at most every 10 s.
+//!
+//! The timeouts are enforced in the connection's I/O ([`Guarded`]), under TLS and under hyper or
+//! tonic, so the same rule holds for HTTP/1 and HTTP/2 and for the handshake: when a deadline
+//! passes, the next read or write fails and the server drops the connection. Requests are marked
+//! by the server side ([`ConnInfo::request_started`]): hyper's service for HTTP/1, a tower layer
+//! ([`TrackLayer`]) for tonic, which finds the connection in the request's extensions.
+//!
+//! TLS is accepted here too (tokio-rustls), not by tonic, so handshakes count against the limit
+//! and the header-read timeout like any connection, and a failed handshake is counted.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+
+/// The timeouts and the connection limit of one listener (the same keys on every listener).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub read_header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits { read_header_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(60), max_connections: 4096 }
+    }
+}
+
+/// How a listener's connections carry requests: it decides when the header-read clock runs again
+/// after the first request (HTTP/1 only: HTTP/2 sends frames that are not requests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// The listeners, as named in the connection metrics' `listener` attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListenerName {
+    OtlpGrpc,
+    OtlpHttp,
+    Prometheus,
+    HealthCheck,
+    Gate,
+}
+
+impl ListenerName {
+    pub const ALL: [ListenerName; 5] =
+        [ListenerName::OtlpGrpc, ListenerName::OtlpHttp, ListenerName::Prometheus, ListenerName::HealthCheck, ListenerName::Gate];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenerName::OtlpGrpc => "otlp_grpc",
+            ListenerName::OtlpHttp => "otlp_http",
+            ListenerName::Prometheus => "prometheus",
+            ListenerName::HealthCheck => "health_check",
+            ListenerName::Gate => "gate",
+        }
+    }
+}
+
+/// Why a connection was refused or closed by the listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// The listener held `max_connections` already.
+    MaxConnections,
+    /// The TLS handshake failed (no or a bad client certificate, a plaintext client, …).
+    TlsHandshake,
+    /// No (complete) request head within `read_header_timeout`.
+    ReadHeader,
+    /// Nothing happened for `idle_timeout`.
+    Idle,
+}
+
+impl Closed {
+    pub const ALL: [Closed; 4] = [Closed::MaxConnections, Closed::TlsHandshake, Closed::ReadHeader, Closed::Idle];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Closed::MaxConnections => "max_connections",
+            Closed::TlsHandshake => "tls_handshake",
+            Closed::ReadHeader => "read_header",
+            Closed::Idle => "idle",
+        }
+    }
+
+    /// A timeout (`mcp_health.connections.timed_out`), else a refusal (`…refused`).
+    pub fn is_timeout(self) -> bool {
+        matches!(self, Closed::ReadHeader | Closed::Idle)
+    }
+}
+
+/// Process-wide tallies, read by the metrics at each collection (as the bounded tables' are).
+static CLOSED: [[AtomicU64; 4]; 5] = [const { [const { AtomicU64::new(0) }; 4] }; 5];
+static OPEN: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+
+fn count(l: ListenerName, why: Closed) {
+    CLOSED[l as usize][why as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// (listener, reason, count) of every connection refused or closed so far.
+pub fn closed_counts() -> impl Iterator<Item = (ListenerName, Closed, u64)> {
+    ListenerName::ALL
+        .into_iter()
+        .flat_map(|l| Closed::ALL.into_iter().map(move |c| (l, c, CLOSED[l as usize][c as usize].load(Ordering::Relaxed))))
+}
+
+/// (listener, connections open now).
+pub fn open_counts() -> impl Iterator<Item = (ListenerName, u64)> {
+    ListenerName::ALL.into_iter().map(|l| (l, OPEN[l as usize].load(Ordering::Relaxed)))
+}
+
+/// What one connection is doing, shared by its I/O (which enforces the deadlines) and the server
+/// (which says when requests start and end). Times are milliseconds since `start`.
+struct ConnState {
+    start: Instant,
+    limits: ConnectionLimits,
+    protocol: Protocol,
+    last_active: AtomicU64,
+    requests: AtomicU64,
+    in_flight: AtomicU32,
+    /// 1 + when bytes arrived on an HTTP/1 connection between requests (a head is being read); 0: none.
+    head_started: AtomicU64,
+    expired: AtomicBool,
+}
+
+impl ConnState {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// The next deadline (ms since start), or why the connection must close now.
+    fn check(&self) -> Result<u64, Closed> {
+        let now = self.now();
+        let header = self.limits.read_header_timeout.as_millis() as u64;
+        if self.requests.load(Ordering::Acquire) == 0 {
+            return if now >= header { Err(Closed::ReadHeader) } else { Ok(header) };
+        }
+        let idle_at = self.last_active.load(Ordering::Acquire) + self.limits.idle_timeout.as_millis() as u64;
+        if now >= idle_at {
+            return Err(Closed::Idle);
+        }
+        let started = self.head_started.load(Ordering::Acquire);
+        if started != 0 && self.in_flight.load(Ordering::Acquire) == 0 {
+            let at = started - 1 + header;
+            if now >= at {
+                return Err(Closed::ReadHeader);
+            }
+            return Ok(idle_at.min(at));
+        }
+        Ok(idle_at)
+    }
+
+    fn on_read(&self) {
+        let now = self.now();
+        self.last_active.store(now, Ordering::Release);
+        if self.protocol == Protocol::Http1
+            && self.requests.load(Ordering::Acquire) > 0
+            && self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_started.load(Ordering::Acquire) == 0
+        {
+            self.head_started.store(now + 1, Ordering::Release);
+        }
+    }
+}
+
+/// A request in flight on a connection; dropped when its response is ready (or it is cancelled).
+pub struct InFlight(Arc<ConnState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.last_active.store(self.0.now(), Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The connection a request came on (tonic puts it in the request's extensions).
+#[derive(Clone)]
+pub struct ConnInfo {
+    pub remote: Option<SocketAddr>,
+    state: Arc<ConnState>,
+}
+
+impl ConnInfo {
+    /// A request head arrived: the header-read clock stops and the idle clock waits for it.
+    pub fn request_started(&self) -> InFlight {
+        let s = &self.state;
+        s.in_flight.fetch_add(1, Ordering::AcqRel);
+        s.head_started.store(0, Ordering::Release);
+        s.last_active.store(s.now(), Ordering::Release);
+        s.requests.fetch_add(1, Ordering::AcqRel);
+        InFlight(s.clone())
+    }
+}
+
+/// A TCP connection with its listener's deadlines: when one passes, reads and writes fail (and
+/// the reason is counted once). Holds the connection's place under `max_connections`.
+pub struct Guarded {
+    inner: TcpStream,
+    state: Arc<ConnState>,
+    listener: ListenerName,
+    remote: Option<SocketAddr>,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Guarded {
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        loop {
+            if self.state.expired.load(Ordering::Acquire) {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "connection closed by its listener's timeout"));
+            }
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Ok(());
+            }
+            match self.state.check() {
+                Ok(next) => {
+                    let at = self.state.start + Duration::from_millis(next);
+                    self.timer.as_mut().reset(tokio::time::Instant::from_std(at));
+                }
+                Err(why) => {
+                    if !self.state.expired.swap(true, Ordering::AcqRel) {
+                        count(self.listener, why);
+                        tracing::debug!(listener = self.listener.as_str(), remote = ?self.remote, reason = why.as_str(), "connection closed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        OPEN[self.listener as usize].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if let Err(e) = this.poll_deadline(cx) {
+            return Poll::Ready(Err(e));
+        }
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.state.on_read();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        if let Err(e) = this.poll_deadline(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        if let Err(e) = this.poll_deadline(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// An accepted connection, plaintext or with its TLS handshake done.
+pub enum Conn {
+    Plain(Guarded),
+    Tls(Box<TlsStream<Guarded>>),
+}
+
+impl Conn {
+    fn guarded(&self) -> &Guarded {
+        match self {
+            Conn::Plain(g) => g,
+            Conn::Tls(t) => t.get_ref().0,
+        }
+    }
+
+    pub fn info(&self) -> ConnInfo {
+        let g = self.guarded();
+        ConnInfo { remote: g.remote, state: g.state.clone() }
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = ConnInfo;
+    fn connect_info(&self) -> ConnInfo {
+        self.info()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(g) => Pin::new(g).poll_read(cx, buf),
+            Conn::Tls(t) => Pin::new(t.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(g) => Pin::new(g).poll_write(cx, buf),
+            Conn::Tls(t) => Pin::new(t.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(g) => Pin::new(g).poll_write_vectored(cx, bufs),
+            Conn::Tls(t) => Pin::new(t.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(g) => g.is_write_vectored(),
+            Conn::Tls(t) => t.is_write_vectored(),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(g) => Pin::new(g).poll_flush(cx),
+            Conn::Tls(t) => Pin::new(t.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(g) => Pin::new(g).poll_shutdown(cx),
+            Conn::Tls(t) => Pin::new(t.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A bound listener with its limits and, optionally, TLS.
+pub struct Listener {
+    tcp: TcpListener,
+    name: ListenerName,
+    limits: ConnectionLimits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    protocol: Protocol,
+}
+
+/// At most one log line per this long about refusals on one listener.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Connections handed from the accept loop to the server, at most this many waiting.
+const HANDOFF: usize = 64;
+
+impl Listener {
+    pub fn new(
+        tcp: TcpListener,
+        name: ListenerName,
+        limits: ConnectionLimits,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        protocol: Protocol,
+    ) -> Listener {
+        Listener { tcp, name, limits, tls: tls.map(tokio_rustls::TlsAcceptor::from), protocol }
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+
+    /// Accept connections (and finish their TLS handshakes) until the stream is dropped.
+    pub fn incoming(self) -> ReceiverStream<Result<Conn, io::Error>> {
+        let (tx, rx) = mpsc::channel(HANDOFF);
+        tokio::spawn(self.accept_loop(tx));
+        ReceiverStream::new(rx)
+    }
+
+    async fn accept_loop(self, tx: mpsc::Sender<Result<Conn, io::Error>>) {
+        let permits = Arc::new(Semaphore::new(self.limits.max_connections));
+        let name = self.name;
+        let mut last_warning: Option<Instant> = None;
+        let mut refused_since = 0u64;
+        loop {
+            let accepted = tokio::select! {
+                _ = tx.closed() => return,
+                a = self.tcp.accept() => a,
+            };
+            let (stream, remote) = match accepted {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and the like: say so and back off instead of spinning.
+                    if last_warning.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                        tracing::warn!(listener = name.as_str(), error = %e, "cannot accept a connection (open-file limit?)");
+                        last_warning = Some(Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                // Accept and close at once: the descriptor is freed now, and the client sees its
+                // connection end rather than wait in the backlog.
+                count(name, Closed::MaxConnections);
+                refused_since += 1;
+                if last_warning.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                    tracing::warn!(
+                        listener = name.as_str(),
+                        max_connections = self.limits.max_connections,
+                        refused = refused_since,
+                        "connection limit reached: closing new connections"
+                    );
+                    last_warning = Some(Instant::now());
+                    refused_since = 0;
+                }
+                drop(stream);
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let state = Arc::new(ConnState {
+                start: Instant::now(),
+                limits: self.limits,
+                protocol: self.protocol,
+                last_active: AtomicU64::new(0),
+                requests: AtomicU64::new(0),
+                in_flight: AtomicU32::new(0),
+                head_started: AtomicU64::new(0),
+                expired: AtomicBool::new(false),
+            });
+            OPEN[name as usize].fetch_add(1, Ordering::Relaxed);
+            let timer = Box::pin(tokio::time::sleep(self.limits.read_header_timeout));
+            let io = Guarded { inner: stream, state: state.clone(), listener: name, remote: Some(remote), timer, _permit: permit };
+            match &self.tls {
+                None => {
+                    if tx.send(Ok(Conn::Plain(io))).await.is_err() {
+                        return;
+                    }
+                }
+                Some(acceptor) => {
+                    let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        match acceptor.accept(io).await {
+                            Ok(s) => {
+                                let _ = tx.send(Ok(Conn::Tls(Box::new(s)))).await;
+                            }
+                            // A handshake cut by the header-read timeout was counted as such.
+                            Err(e) if !state.expired.load(Ordering::Acquire) => {
+                                count(name, Closed::TlsHandshake);
+                                tracing::debug!(listener = name.as_str(), %remote, error = %e, "TLS handshake failed");
+                            }
+                            Err(_) => {}
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Serve an axum router over HTTP/1.1 on `listener` until `shutdown` resolves; then stop
+/// accepting, let requests in flight finish, and close idle connections.
+pub async fn serve_http(listener: Listener, app: axum::Router, shutdown: impl Future<Output = ()>) {
+    let mut incoming = listener.incoming();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut conns = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            c = incoming.next() => match c {
+                Some(Ok(conn)) => {
+                    conns.spawn(serve_http_conn(conn, app.clone(), stop_rx.clone()));
+                }
+                Some(Err(_)) => continue,
+                None => break,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(incoming);
+    let _ = stop_tx.send(true);
+    while conns.join_next().await.is_some() {}
+}
+
+async fn serve_http_conn(conn: Conn, app: axum::Router, mut stop: watch::Receiver<bool>) {
+    let info = conn.info();
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let in_flight = info.request_started();
+        let fut = tower::Service::call(&mut app.clone(), req);
+        async move {
+            let r = fut.await;
+            drop(in_flight);
+            r
+        }
+    });
+    let c = hyper::server::conn::http1::Builder::new().keep_alive(true).serve_connection(hyper_util::rt::TokioIo::new(conn), svc);
+    tokio::pin!(c);
+    tokio::select! {
+        _ = c.as_mut() => return,
+        _ = stop.wait_for(|s| *s) => c.as_mut().graceful_shutdown(),
+    }
+    let _ = c.await;
+}
+
+/// The tower layer that tells a tonic server's connections when their requests start and end.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrackLayer;
+
+impl<S> tower::Layer<S> for TrackLayer {
+    type Service = Track<S>;
+    fn layer(&self, inner: S) -> Track<S> {
+        Track(inner)
+    }
+}
+
+/// See [`TrackLayer`].
+#[derive(Clone, Debug)]
+pub struct Track<S>(S);
+
+impl<S, B> tower::Service<hyper::Request<B>> for Track<S>
+where
+    S: tower::Service<hyper::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: hyper::Request<B>) -> Self::Future {
+        let in_flight = req.extensions().get::<ConnInfo>().map(ConnInfo::request_started);
+        let fut = self.0.call(req);
+        Box::pin(async move {
+            let r = fut.await;
+            drop(in_flight);
+            r
+        })
+    }
+}
+
+/// Raise the soft open-file limit to the hard limit, as Go programs (the collector) do at start,
+/// and return the limit in force: a low default soft limit (1024) is what let held connections
+/// starve every listener. `None` where it cannot be read.
+pub fn raise_open_file_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                return None;
+            }
+            if lim.rlim_cur < lim.rlim_max {
+                let want = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                    lim.rlim_cur = lim.rlim_max;
+                }
+            }
+        }
+        // rlim_t is not u64 on every unix.
+        #[allow(clippy::unnecessary_cast)]
+        Some(lim.rlim_cur as u64)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
