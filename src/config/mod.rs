@@ -9,6 +9,7 @@
 
 pub mod lockfile;
 pub mod subst;
+pub mod tls_client;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -306,8 +307,22 @@ pub struct OtlpExporter {
     /// Falls back to `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), then 10s.
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
-    /// `gzip` or `none`.
+    /// `gzip`, `zstd` or `none` (the collector's values). Falls back to
+    /// `OTEL_EXPORTER_OTLP_{TRACES_,METRICS_}COMPRESSION`, then none.
     pub compression: Option<String>,
+    /// `grpc` (the default), `http/protobuf` or `http/json`: the transport of every signal.
+    ///
+    /// A key on the one exporter rather than a second `otlphttp` exporter as the collector has:
+    /// here one exporter owns the queue, the retry and what goes upstream (`passthrough`,
+    /// `health_spans`, `metrics`); two exporters would split those or send everything twice. The
+    /// values are the OTLP specification's, so the key and `OTEL_EXPORTER_OTLP_PROTOCOL` (its
+    /// fallback, after `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_PROTOCOL`) read the same.
+    pub protocol: Option<String>,
+    /// Client TLS (the collector's `configtls` client settings); see
+    /// [`tls_client::TlsClientSetting`]. Its files fall back to `OTEL_EXPORTER_OTLP_CERTIFICATE`,
+    /// `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY` (signal-specific first).
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub tls: Option<tls_client::TlsClientSetting>,
     /// Pass every received span on unchanged.
     #[serde(default = "yes")]
     pub passthrough: bool,
@@ -657,8 +672,22 @@ impl Config {
         }
         if let Some(o) = &self.exporters.otlp {
             if let Some(c) = &o.compression {
-                if c != "gzip" && c != "none" {
-                    return bad("exporters.otlp.compression", "must be gzip or none");
+                if !["gzip", "zstd", "none"].contains(&c.as_str()) {
+                    return bad("exporters.otlp.compression", "must be gzip, zstd or none");
+                }
+            }
+            if let Some(p) = &o.protocol {
+                if !["grpc", "http/protobuf", "http/json"].contains(&p.as_str()) {
+                    return bad("exporters.otlp.protocol", "must be grpc, http/protobuf or http/json");
+                }
+            }
+            if let Some(t) = &o.tls {
+                if let Err(e) = t.check() {
+                    return bad("exporters.otlp.tls", &e.to_string());
+                }
+                let plain = |e: &Option<String>| e.as_deref().is_some_and(|e| e.starts_with("http://"));
+                if t.asks_for_tls() && !t.insecure && (plain(&o.endpoint) || plain(&o.metrics_endpoint)) {
+                    return bad("exporters.otlp.tls", "TLS settings with an http:// endpoint would be unused: use https://");
                 }
             }
             if o.sending_queue.queue_size == 0 {
