@@ -183,9 +183,9 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     };
     let prom_cfg = cfg.exporters.prometheus.clone();
     // One queue for everything that goes upstream, when anything does.
-    let wants_queue = otlp.as_ref().is_some_and(|o| {
-        ((o.passthrough || o.health_spans) && targets.traces.is_some()) || (o.metrics && targets.metrics.is_some())
-    });
+    let wants_queue = otlp
+        .as_ref()
+        .is_some_and(|o| ((o.passthrough || o.health_spans) && targets.traces.is_some()) || (o.metrics && targets.metrics.is_some()));
     let (queue_tx, queue_rx) = match &otlp {
         Some(o) if wants_queue => {
             let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
@@ -208,8 +208,15 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
 
     let export_handles = match (&otlp, queue_rx, &queue_tx) {
         (Some(o), Some(rx), Some(tx)) => {
-            crate::emit::metrics::observe_exporter_queue(&opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"), tx);
-            otlp_traces::spawn(SenderSettings { targets: targets.clone(), workers: 2, retry: o.retry_on_failure.clone() }, rx, meters.clone())?
+            crate::emit::metrics::observe_exporter_queue(
+                &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
+                tx,
+            );
+            otlp_traces::spawn(
+                SenderSettings { targets: targets.clone(), workers: 2, retry: o.retry_on_failure.clone() },
+                rx,
+                meters.clone(),
+            )?
         }
         _ => Vec::new(),
     };

@@ -46,7 +46,9 @@ impl ExporterItems {
                 .with_unit(unit)
                 .build()
         };
-        let row = |outcome: &str| [mk(outcome, "spans", "{span}"), mk(outcome, "metric_points", "{data_point}"), mk(outcome, "log_records", "{record}")];
+        let row = |outcome: &str| {
+            [mk(outcome, "spans", "{span}"), mk(outcome, "metric_points", "{data_point}"), mk(outcome, "log_records", "{record}")]
+        };
         ExporterItems { counters: [row("sent"), row("send_failed"), row("enqueue_failed")] }
     }
 

@@ -68,7 +68,8 @@ impl HttpSender {
             req.headers_mut().insert(k.clone(), v.clone());
         }
         let exchange = async {
-            let resp = self.client.request(req).await.map_err(|e| Failure::Retryable(None, format!("upstream unreachable: {}", chain(&e))))?;
+            let resp =
+                self.client.request(req).await.map_err(|e| Failure::Retryable(None, format!("upstream unreachable: {}", chain(&e))))?;
             let status = resp.status();
             let retry_after = resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
             let body = Limited::new(resp.into_body(), MAX_RESPONSE).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
@@ -131,7 +132,10 @@ mod tests {
             assert!(classify(s, None, Bytes::new()).is_ok(), "{s}");
         }
         for s in [429, 502, 503, 504] {
-            assert!(matches!(classify(s, Some(Duration::from_secs(3)), Bytes::new()), Err(Failure::Retryable(Some(d), _)) if d == Duration::from_secs(3)), "{s}");
+            assert!(
+                matches!(classify(s, Some(Duration::from_secs(3)), Bytes::new()), Err(Failure::Retryable(Some(d), _)) if d == Duration::from_secs(3)),
+                "{s}"
+            );
         }
         for s in [400, 401, 403, 404, 405, 413, 415, 500, 501] {
             assert!(matches!(classify(s, Some(Duration::from_secs(3)), Bytes::new()), Err(Failure::Permanent(_))), "{s} is not retried");

@@ -338,7 +338,8 @@ mod tests {
 
     #[test]
     fn a_traces_endpoint_alone_is_used_as_is_and_its_siblings_follow() {
-        let vars = with(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://c/otlp/v1/traces"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]);
+        let vars =
+            with(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://c/otlp/v1/traces"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]);
         let t = resolve(&exporter("{}"), &vars).unwrap();
         assert_eq!(t.traces.as_ref().unwrap().url, "https://c/otlp/v1/traces");
         assert!(t.traces.as_ref().unwrap().tls.is_some(), "https is TLS");

@@ -263,7 +263,11 @@ impl Routes {
 }
 
 /// Start the workers on `rx`. They end when every sender is dropped and the queue is drained.
-pub fn spawn(s: SenderSettings, rx: mpsc::Receiver<Outgoing>, meters: HealthMeters) -> Result<Vec<tokio::task::JoinHandle<()>>, ExportError> {
+pub fn spawn(
+    s: SenderSettings,
+    rx: mpsc::Receiver<Outgoing>,
+    meters: HealthMeters,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, ExportError> {
     let route = |t: &Option<Target>| t.as_ref().map(Route::new).transpose();
     let routes = Arc::new(Routes { traces: route(&s.targets.traces)?, metrics: route(&s.targets.metrics)?, logs: route(&s.targets.logs)? });
     for r in [&routes.traces, &routes.metrics, &routes.logs].into_iter().flatten() {
@@ -380,7 +384,13 @@ fn unit_random() -> f64 {
 
 /// Send with the configured retries; `Ok(rejected)` is the number of items the server refused in
 /// a partial success.
-async fn send_with_retry(route: &Route, retry: &RetryOnFailure, bytes: Bytes, encoding: Option<&'static str>, kind: ItemKind) -> Result<u64, String> {
+async fn send_with_retry(
+    route: &Route,
+    retry: &RetryOnFailure,
+    bytes: Bytes,
+    encoding: Option<&'static str>,
+    kind: ItemKind,
+) -> Result<u64, String> {
     let started = Instant::now();
     let mut backoff = retry.initial_interval;
     loop {
@@ -411,10 +421,13 @@ async fn send_with_retry(route: &Route, retry: &RetryOnFailure, bytes: Bytes, en
 /// Items refused in an HTTP partial success (an unreadable body counts none).
 fn http_rejected(kind: ItemKind, body: &[u8]) -> u64 {
     let (n, msg) = match kind {
-        ItemKind::Spans => ExportTraceServiceResponse::decode(body).ok().and_then(|r| r.partial_success).map(|p| (p.rejected_spans, p.error_message)),
-        ItemKind::MetricPoints => {
-            ExportMetricsServiceResponse::decode(body).ok().and_then(|r| r.partial_success).map(|p| (p.rejected_data_points, p.error_message))
+        ItemKind::Spans => {
+            ExportTraceServiceResponse::decode(body).ok().and_then(|r| r.partial_success).map(|p| (p.rejected_spans, p.error_message))
         }
+        ItemKind::MetricPoints => ExportMetricsServiceResponse::decode(body)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .map(|p| (p.rejected_data_points, p.error_message)),
         ItemKind::LogRecords => {
             ExportLogsServiceResponse::decode(body).ok().and_then(|r| r.partial_success).map(|p| (p.rejected_log_records, p.error_message))
         }
@@ -445,7 +458,12 @@ async fn send_grpc(channel: &Channel, t: &Target, bytes: Bytes, kind: ItemKind) 
     .map_err(grpc_failure)
 }
 
-async fn send_once<R: Message + Default + Send + 'static>(channel: &Channel, t: &Target, bytes: Bytes, path: &'static str) -> Result<R, Status> {
+async fn send_once<R: Message + Default + Send + 'static>(
+    channel: &Channel,
+    t: &Target,
+    bytes: Bytes,
+    path: &'static str,
+) -> Result<R, Status> {
     let mut grpc = tonic::client::Grpc::new(channel.clone());
     match t.compression {
         Compression::Gzip => grpc = grpc.send_compressed(CompressionEncoding::Gzip),
