@@ -34,22 +34,61 @@ struct ExporterItems {
 
 impl ExporterItems {
     fn new(meter: &Meter) -> Self {
-        let mk = |outcome: &str, kind: &str, unit: &'static str| {
-            let what = match outcome {
-                "sent" => "delivered upstream",
-                "send_failed" => "given up on (a permanent error, retries exhausted, or refused in a partial success)",
-                _ => "that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
-            };
-            meter
-                .u64_counter(format!("mcp_health.exporter.{outcome}_{kind}"))
-                .with_description(format!("{} {what}, by exporter, signal and transport", kind.replace('_', " ")))
-                .with_unit(unit)
-                .build()
+        // Names written out, so a search (and tests/ops_package.rs) finds each instrument.
+        let mk = |name: &'static str, unit: &'static str, desc: &'static str| {
+            meter.u64_counter(name).with_description(desc).with_unit(unit).build()
         };
-        let row = |outcome: &str| {
-            [mk(outcome, "spans", "{span}"), mk(outcome, "metric_points", "{data_point}"), mk(outcome, "log_records", "{record}")]
-        };
-        ExporterItems { counters: [row("sent"), row("send_failed"), row("enqueue_failed")] }
+        ExporterItems {
+            counters: [
+                [
+                    mk("mcp_health.exporter.sent_spans", "{span}", "Spans delivered upstream, by exporter, signal and transport"),
+                    mk(
+                        "mcp_health.exporter.sent_metric_points",
+                        "{data_point}",
+                        "Metric points delivered upstream, by exporter, signal and transport",
+                    ),
+                    mk(
+                        "mcp_health.exporter.sent_log_records",
+                        "{record}",
+                        "Log records delivered upstream, by exporter, signal and transport",
+                    ),
+                ],
+                [
+                    mk(
+                        "mcp_health.exporter.send_failed_spans",
+                        "{span}",
+                        "Spans given up on (a permanent answer, retries exhausted, or rejected in a partial success)",
+                    ),
+                    mk(
+                        "mcp_health.exporter.send_failed_metric_points",
+                        "{data_point}",
+                        "Metric points given up on (a permanent answer, retries exhausted, or rejected in a partial success)",
+                    ),
+                    mk(
+                        "mcp_health.exporter.send_failed_log_records",
+                        "{record}",
+                        "Log records given up on (a permanent answer, retries exhausted, or rejected in a partial success)",
+                    ),
+                ],
+                [
+                    mk(
+                        "mcp_health.exporter.enqueue_failed_spans",
+                        "{span}",
+                        "Spans that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
+                    ),
+                    mk(
+                        "mcp_health.exporter.enqueue_failed_metric_points",
+                        "{data_point}",
+                        "Metric points that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
+                    ),
+                    mk(
+                        "mcp_health.exporter.enqueue_failed_log_records",
+                        "{record}",
+                        "Log records that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
+                    ),
+                ],
+            ],
+        }
     }
 
     fn add(&self, outcome: usize, kind: ItemKind, n: u64, signal: &'static str, transport: Option<&'static str>) {

@@ -146,7 +146,7 @@ pub fn endpoint_uri(e: &str) -> String {
 #[derive(Clone)]
 enum Transport {
     Grpc(Channel),
-    Http(HttpSender),
+    Http(Box<HttpSender>),
 }
 
 /// A target and its connection.
@@ -160,7 +160,7 @@ impl Route {
     fn new(t: &Target) -> Result<Route, ExportError> {
         let transport = match t.protocol {
             Protocol::Grpc => Transport::Grpc(grpc_channel(t)?),
-            Protocol::HttpProtobuf | Protocol::HttpJson => Transport::Http(HttpSender::new(t)?),
+            Protocol::HttpProtobuf | Protocol::HttpJson => Transport::Http(Box::new(HttpSender::new(t)?)),
         };
         Ok(Route { target: t.clone(), transport })
     }
