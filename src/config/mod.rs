@@ -998,6 +998,35 @@ mod tests {
         }
     }
 
+    /// Issue 10: the exporter's protocol, zstd and client TLS keys; TLS settings with an http://
+    /// endpoint are refused (they would be silently unused).
+    #[test]
+    fn exporter_protocol_compression_and_tls_keys_are_checked() {
+        let otlp = |extra: &str| format!("exporters:\n  otlp:\n    endpoint: https://c:4318\n{extra}");
+        let t = otlp("    protocol: http/protobuf\n    compression: zstd\n    tls:\n      ca_file: /ca.pem\n      server_name_override: c.internal\n");
+        let o = Config::parse("c.yaml", &t, &env).unwrap().exporters.otlp.unwrap();
+        assert_eq!((o.protocol.as_deref(), o.compression.as_deref()), (Some("http/protobuf"), Some("zstd")));
+        let tls = o.tls.unwrap();
+        assert_eq!(
+            (tls.ca_file.as_deref(), tls.server_name_override.as_deref()),
+            (Some(std::path::Path::new("/ca.pem")), Some("c.internal"))
+        );
+        for (extra, key) in [
+            ("    protocol: thrift\n", "exporters.otlp.protocol"),
+            ("    compression: lz4\n", "exporters.otlp.compression"),
+            ("    tls:\n      cert_file: /c.pem\n", "exporters.otlp.tls"),
+            ("    tls:\n      ca_fil: /c.pem\n", "ca_fil"),
+        ] {
+            let e = Config::parse("c.yaml", &otlp(extra), &env).unwrap_err().to_string();
+            assert!(e.contains(key), "{extra:?}: {e}");
+        }
+        let plain = "exporters:\n  otlp:\n    endpoint: http://c:4317\n    tls:\n      ca_file: /ca.pem\n";
+        let e = Config::parse("c.yaml", plain, &env).unwrap_err().to_string();
+        assert!(e.contains("exporters.otlp.tls") && e.contains("http://"), "{e}");
+        let plain = "exporters:\n  otlp:\n    endpoint: http://c:4317\n    tls:\n      insecure: true\n";
+        assert!(Config::parse("c.yaml", plain, &env).is_ok(), "insecure: true says plaintext on purpose");
+    }
+
     #[test]
     fn bad_values_are_named() {
         let t = "processors:\n  mcp_health:\n    decision_wait: 10s\n    max_wait: 1s\n";

@@ -234,7 +234,8 @@ fn build(
             };
         }
     }
-    let endpoint = endpoint.trim().trim_end_matches('/').to_string();
+    // A base URL loses a trailing `/` before the signal's path is appended; a signal's own URL is kept.
+    let endpoint = if appended { endpoint.trim().trim_end_matches('/') } else { endpoint.trim() }.to_string();
     let use_tls = if endpoint.starts_with("https://") {
         true
     } else if endpoint.starts_with("http://") {
@@ -304,7 +305,7 @@ mod tests {
     #[test]
     fn the_protocol_variables_choose_the_transport_signal_first() {
         let o = exporter("{}");
-        let t = resolve(&o, &with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]))
+        let t = resolve(&o, &with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]))
             .unwrap();
         let (tr, me, lo) = (t.traces.unwrap(), t.metrics.unwrap(), t.logs.unwrap());
         assert_eq!((tr.protocol, tr.url.as_str()), (Protocol::HttpProtobuf, "http://c:4318/v1/traces"));
