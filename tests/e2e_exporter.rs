@@ -187,10 +187,12 @@ fn tls_lines(protocol: &str, ca: &std::path::Path, client: Option<&Certs>, extra
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_exporter_speaks_tls_and_mutual_tls_on_both_transports() {
     let certs = Certs::generate();
-    // gRPC, mutual TLS: the sink wants a client certificate signed by the CA.
+    // gRPC, mutual TLS: the sink wants a client certificate signed by the CA. The endpoint is a
+    // name the certificate does not carry; the name checked is overridden.
     let grpc = GrpcSink::start(Some((&certs, true))).await;
-    let lines = tls_lines("grpc", &certs.ca, Some(&certs), "");
-    let svc = Service::start(Cfg { exporter: Some(grpc.endpoint()), exporter_lines: Some(lines), ..Cfg::default() }).await;
+    let lines = tls_lines("grpc", &certs.ca, Some(&certs), "      server_name_override: sink.test\n");
+    let endpoint = format!("https://localhost:{}", grpc.addr.port());
+    let svc = Service::start(Cfg { exporter: Some(endpoint), exporter_lines: Some(lines), ..Cfg::default() }).await;
     send_eight_calls(&svc).await;
     eventually(WAIT, "gRPC mTLS: 8 health spans", || (grpc.seen.health_spans() >= 8).then_some(())).await;
     assert!(grpc.seen.arrivals().iter().all(|a| a.tls));

@@ -27,7 +27,7 @@ use tonic::{Request, Response, Status};
 // Certificates
 // ---------------------------------------------------------------------------------------------
 
-/// A CA, a server certificate for `localhost` and 127.0.0.1 signed by it, a client certificate
+/// A CA, a server certificate for 127.0.0.1 and `sink.test` (not `localhost`) signed by it, a client certificate
 /// signed by it, and a second, unrelated CA (the "wrong CA"), as PEM files in a temporary folder.
 pub struct Certs {
     _dir: tempfile::TempDir,
@@ -61,7 +61,7 @@ impl Certs {
             let cert = p.signed_by(&key, &ca).unwrap();
             (cert.pem(), key.serialize_pem())
         };
-        let (server_cert, server_key) = leaf(vec!["localhost".into(), "127.0.0.1".into(), "sink.test".into()], false);
+        let (server_cert, server_key) = leaf(vec!["127.0.0.1".into(), "sink.test".into()], false);
         let (client_cert, client_key) = leaf(vec!["client.test".into()], true);
         let write = |name: &str, text: &str| {
             let p = dir.path().join(name);
