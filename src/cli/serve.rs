@@ -13,8 +13,8 @@ use clap::Args;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::Config;
-use crate::emit::metrics::{MetricsPipeline, MetricsSettings, OtlpMetricsTarget};
-use crate::emit::otlp_traces::{self, TraceSenderSettings};
+use crate::emit::metrics::{MetricsPipeline, MetricsSettings, OtlpMetricsTarget, QueueMetricExporterHandle};
+use crate::emit::otlp_traces::{self, SenderSettings};
 use crate::emit::prometheus;
 use crate::emit::sink::{HealthSpanSink, MetricsSink, Sinks};
 use crate::emit::verdict_log::VerdictLog;
@@ -46,6 +46,8 @@ pub enum ServeError {
     Metrics(#[from] crate::emit::metrics::MetricsError),
     #[error(transparent)]
     Export(#[from] otlp_traces::ExportError),
+    #[error(transparent)]
+    ExportTarget(#[from] crate::emit::otlp_target::TargetError),
     #[error("cannot open verdict log {0}: {1}")]
     VerdictLog(String, std::io::Error),
     #[error(transparent)]
@@ -156,32 +158,7 @@ fn env(k: &str) -> Option<String> {
     std::env::var(k).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// `OTEL_EXPORTER_OTLP_HEADERS`: `k=v,k2=v2`, values percent-decoded.
-pub fn parse_otel_headers(s: &str) -> Vec<(String, String)> {
-    s.split(',')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), percent_decode(v.trim())))
-        .filter(|(k, _)| !k.is_empty())
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() && s.is_char_boundary(i + 3) {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+pub use crate::emit::otlp_target::parse_otel_headers;
 
 /// Run the service until `shutdown` resolves.
 pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
@@ -202,39 +179,30 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
             o
         })
     });
-    let mut headers: Vec<(String, String)> = Vec::new();
-    let (mut traces_endpoint, mut metrics_endpoint, mut timeout, mut gzip) = (None, None, Duration::from_secs(10), false);
-    if let Some(o) = &otlp {
-        traces_endpoint =
-            o.endpoint.clone().or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"));
-        metrics_endpoint =
-            o.metrics_endpoint.clone().or_else(|| env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")).or_else(|| traces_endpoint.clone());
-        timeout = o
-            .timeout
-            .or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT").and_then(|ms| ms.parse().ok()).map(Duration::from_millis))
-            .unwrap_or(timeout);
-        gzip = o.compression.clone().or_else(|| env("OTEL_EXPORTER_OTLP_COMPRESSION")).as_deref() == Some("gzip");
-        if let Some(h) = env("OTEL_EXPORTER_OTLP_HEADERS") {
-            headers = parse_otel_headers(&h);
-        }
-        for (k, v) in &o.headers {
-            headers.retain(|(hk, _)| !hk.eq_ignore_ascii_case(k));
-            headers.push((k.to_ascii_lowercase(), v.clone()));
-        }
-    }
+    // Where each signal goes, over which transport: the file, then the OTLP exporter
+    // specification's variables (see `emit::otlp_target`).
+    let targets = match &otlp {
+        Some(o) => crate::emit::otlp_target::resolve(o, &env)?,
+        None => Default::default(),
+    };
     let prom_cfg = cfg.exporters.prometheus.clone();
-    let mut metadata = tonic::metadata::MetadataMap::new();
-    for (k, v) in &headers {
-        if let (Ok(k), Ok(v)) = (k.parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>(), v.parse()) {
-            metadata.insert(k, v);
+    // One queue for everything that goes upstream, when anything does.
+    let wants_queue = otlp
+        .as_ref()
+        .is_some_and(|o| ((o.passthrough || o.health_spans) && targets.traces.is_some()) || (o.metrics && targets.metrics.is_some()));
+    let (queue_tx, queue_rx) = match &otlp {
+        Some(o) if wants_queue => {
+            let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
+            (Some(tx), Some(rx))
         }
-    }
+        _ => (None, None),
+    };
     let metrics = MetricsPipeline::build(MetricsSettings {
         resource: opentelemetry_sdk::Resource::builder().with_service_name(service_name.clone()).build(),
         prometheus: prom_cfg.is_some(),
-        otlp: match (&otlp, &metrics_endpoint) {
-            (Some(o), Some(ep)) if o.metrics => {
-                Some(OtlpMetricsTarget { endpoint: otlp_traces::endpoint_uri(ep), timeout, interval: o.metrics_interval, metadata, gzip })
+        otlp: match (&otlp, &queue_tx) {
+            (Some(o), Some(q)) if o.metrics && targets.metrics.is_some() => {
+                Some(OtlpMetricsTarget { exporter: QueueMetricExporterHandle::new(q.clone()), interval: o.metrics_interval })
             }
             _ => None,
         },
@@ -242,24 +210,21 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     })?;
     let meters = metrics.meters.clone();
 
-    let (sender, export_handles) = match (&otlp, &traces_endpoint) {
-        (Some(o), Some(ep)) if o.passthrough || o.health_spans => {
-            let (s, h) = otlp_traces::spawn(
-                TraceSenderSettings {
-                    endpoint: ep.clone(),
-                    timeout,
-                    headers: headers.clone(),
-                    gzip,
-                    queue_size: o.sending_queue.queue_size,
-                    workers: 2,
-                    retry: o.retry_on_failure.clone(),
-                },
+    let export_handles = match (&otlp, queue_rx, &queue_tx) {
+        (Some(o), Some(rx), Some(tx)) => {
+            crate::emit::metrics::observe_exporter_queue(
+                &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
+                tx,
+            );
+            otlp_traces::spawn(
+                SenderSettings { targets: targets.clone(), workers: 2, retry: o.retry_on_failure.clone() },
+                rx,
                 meters.clone(),
-            )?;
-            (Some(s), h)
+            )?
         }
-        _ => (None, Vec::new()),
+        _ => Vec::new(),
     };
+    let sender = queue_tx.filter(|_| targets.traces.is_some());
     let passthrough = otlp.as_ref().is_some_and(|o| o.passthrough);
     let health = otlp.as_ref().is_some_and(|o| o.health_spans);
 
@@ -280,7 +245,7 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     });
     let admission = Admission {
         ingest: ingest_tx,
-        passthrough: sender.as_ref().filter(|_| passthrough).map(|s| s.queue.clone()),
+        passthrough: sender.as_ref().filter(|_| passthrough).cloned(),
         meters: meters.clone(),
         strip_tool_definitions: proc_cfg.strip_tool_definitions,
         memory,
@@ -288,7 +253,7 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     let mut sinks = Sinks::default();
     sinks.push(MetricsSink::new(meters.clone()));
     if let Some(s) = sender.as_ref().filter(|_| health) {
-        sinks.push(HealthSpanSink { queue: s.queue.clone(), service_name: service_name.clone(), meters: meters.clone() });
+        sinks.push(HealthSpanSink { queue: s.clone(), service_name: service_name.clone(), meters: meters.clone() });
     }
     let reopen = verdict_log.as_ref().map(|l| l.reopen.clone());
     if let Some(log) = verdict_log {
@@ -456,6 +421,14 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
         if !failed {
             let _ = (&mut engine_task).await;
         }
+        // The metrics provider first: its last collection goes into the exporter queue, and its
+        // exporter then lets go of the queue, so the workers drain it and end.
+        let provider = metrics.provider.clone();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(4),
+            tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(Duration::from_secs(3))),
+        )
+        .await;
         for h in export_handles {
             let _ = h.await;
         }
@@ -463,12 +436,6 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     if tokio::time::timeout(limit, finish).await.is_err() {
         tracing::warn!(?limit, "shutdown timeout reached; exiting with exports pending");
     }
-    let provider = metrics.provider.clone();
-    let _ = tokio::time::timeout(
-        Duration::from_secs(4),
-        tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(Duration::from_secs(3))),
-    )
-    .await;
     if failed {
         return Err(ServeError::EngineStopped);
     }

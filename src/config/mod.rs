@@ -10,6 +10,7 @@
 pub mod lockfile;
 pub mod subst;
 pub mod tls;
+pub mod tls_client;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -340,8 +341,22 @@ pub struct OtlpExporter {
     /// Falls back to `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), then 10s.
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
-    /// `gzip` or `none`.
+    /// `gzip`, `zstd` or `none` (the collector's values). Falls back to
+    /// `OTEL_EXPORTER_OTLP_{TRACES_,METRICS_}COMPRESSION`, then none.
     pub compression: Option<String>,
+    /// `grpc` (the default), `http/protobuf` or `http/json`: the transport of every signal.
+    ///
+    /// A key on the one exporter rather than a second `otlphttp` exporter as the collector has:
+    /// here one exporter owns the queue, the retry and what goes upstream (`passthrough`,
+    /// `health_spans`, `metrics`); two exporters would split those or send everything twice. The
+    /// values are the OTLP specification's, so the key and `OTEL_EXPORTER_OTLP_PROTOCOL` (its
+    /// fallback, after `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_PROTOCOL`) read the same.
+    pub protocol: Option<String>,
+    /// Client TLS (the collector's `configtls` client settings); see
+    /// [`tls_client::TlsClientSetting`]. Its files fall back to `OTEL_EXPORTER_OTLP_CERTIFICATE`,
+    /// `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY` (signal-specific first).
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub tls: Option<tls_client::TlsClientSetting>,
     /// Pass every received span on unchanged.
     #[serde(default = "yes")]
     pub passthrough: bool,
@@ -783,8 +798,22 @@ impl Config {
         }
         if let Some(o) = &self.exporters.otlp {
             if let Some(c) = &o.compression {
-                if c != "gzip" && c != "none" {
-                    return bad("exporters.otlp.compression", "must be gzip or none");
+                if !["gzip", "zstd", "none"].contains(&c.as_str()) {
+                    return bad("exporters.otlp.compression", "must be gzip, zstd or none");
+                }
+            }
+            if let Some(p) = &o.protocol {
+                if !["grpc", "http/protobuf", "http/json"].contains(&p.as_str()) {
+                    return bad("exporters.otlp.protocol", "must be grpc, http/protobuf or http/json");
+                }
+            }
+            if let Some(t) = &o.tls {
+                if let Err(e) = t.check() {
+                    return bad("exporters.otlp.tls", &e.to_string());
+                }
+                let plain = |e: &Option<String>| e.as_deref().is_some_and(|e| e.starts_with("http://"));
+                if t.asks_for_tls() && !t.insecure && (plain(&o.endpoint) || plain(&o.metrics_endpoint)) {
+                    return bad("exporters.otlp.tls", "TLS settings with an http:// endpoint would be unused: use https://");
                 }
             }
             if o.sending_queue.queue_size == 0 {
@@ -1133,6 +1162,35 @@ mod tests {
             let e = Config::parse("c.yaml", text, &env).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
+    }
+
+    /// Issue 10: the exporter's protocol, zstd and client TLS keys; TLS settings with an http://
+    /// endpoint are refused (they would be silently unused).
+    #[test]
+    fn exporter_protocol_compression_and_tls_keys_are_checked() {
+        let otlp = |extra: &str| format!("exporters:\n  otlp:\n    endpoint: https://c:4318\n{extra}");
+        let t = otlp("    protocol: http/protobuf\n    compression: zstd\n    tls:\n      ca_file: /ca.pem\n      server_name_override: c.internal\n");
+        let o = Config::parse("c.yaml", &t, &env).unwrap().exporters.otlp.unwrap();
+        assert_eq!((o.protocol.as_deref(), o.compression.as_deref()), (Some("http/protobuf"), Some("zstd")));
+        let tls = o.tls.unwrap();
+        assert_eq!(
+            (tls.ca_file.as_deref(), tls.server_name_override.as_deref()),
+            (Some(std::path::Path::new("/ca.pem")), Some("c.internal"))
+        );
+        for (extra, key) in [
+            ("    protocol: thrift\n", "exporters.otlp.protocol"),
+            ("    compression: lz4\n", "exporters.otlp.compression"),
+            ("    tls:\n      cert_file: /c.pem\n", "exporters.otlp.tls"),
+            ("    tls:\n      ca_fil: /c.pem\n", "ca_fil"),
+        ] {
+            let e = Config::parse("c.yaml", &otlp(extra), &env).unwrap_err().to_string();
+            assert!(e.contains(key), "{extra:?}: {e}");
+        }
+        let plain = "exporters:\n  otlp:\n    endpoint: http://c:4317\n    tls:\n      ca_file: /ca.pem\n";
+        let e = Config::parse("c.yaml", plain, &env).unwrap_err().to_string();
+        assert!(e.contains("exporters.otlp.tls") && e.contains("http://"), "{e}");
+        let plain = "exporters:\n  otlp:\n    endpoint: http://c:4317\n    tls:\n      insecure: true\n";
+        assert!(Config::parse("c.yaml", plain, &env).is_ok(), "insecure: true says plaintext on purpose");
     }
 
     #[test]

@@ -17,7 +17,174 @@ use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
 use rustc_hash::FxHashMap;
 
+use super::otlp_traces::{ItemKind, Outgoing};
 use crate::verdict::{HealthState, Layer, Verdict};
+
+/// The collector's exporter counters (`otelcol_exporter_sent_spans`, `..._send_failed_...`,
+/// `..._enqueue_failed_...`), counted in items rather than requests so a dashboard can set them
+/// against the receivers' accepted counts. Labelled `exporter` (always `otlp`: mcp-health has
+/// one), `signal` (what was sent: `passthrough`, `health_spans`, `incident_logs`,
+/// `passthrough_metrics`, `passthrough_logs`, `own_metrics`) and, once sent, `transport`.
+#[derive(Clone)]
+struct ExporterItems {
+    /// `[outcome][kind]`: outcome 0 sent, 1 send_failed, 2 enqueue_failed; kind spans, metric
+    /// points, log records.
+    counters: [[Counter<u64>; 3]; 3],
+}
+
+impl ExporterItems {
+    fn new(meter: &Meter) -> Self {
+        // Names written out, so a search (and tests/ops_package.rs) finds each instrument.
+        let mk = |name: &'static str, unit: &'static str, desc: &'static str| {
+            meter.u64_counter(name).with_description(desc).with_unit(unit).build()
+        };
+        ExporterItems {
+            counters: [
+                [
+                    mk("mcp_health.exporter.sent_spans", "{span}", "Spans delivered upstream, by exporter, signal and transport"),
+                    mk(
+                        "mcp_health.exporter.sent_metric_points",
+                        "{data_point}",
+                        "Metric points delivered upstream, by exporter, signal and transport",
+                    ),
+                    mk(
+                        "mcp_health.exporter.sent_log_records",
+                        "{record}",
+                        "Log records delivered upstream, by exporter, signal and transport",
+                    ),
+                ],
+                [
+                    mk(
+                        "mcp_health.exporter.send_failed_spans",
+                        "{span}",
+                        "Spans given up on (a permanent answer, retries exhausted, or rejected in a partial success)",
+                    ),
+                    mk(
+                        "mcp_health.exporter.send_failed_metric_points",
+                        "{data_point}",
+                        "Metric points given up on (a permanent answer, retries exhausted, or rejected in a partial success)",
+                    ),
+                    mk(
+                        "mcp_health.exporter.send_failed_log_records",
+                        "{record}",
+                        "Log records given up on (a permanent answer, retries exhausted, or rejected in a partial success)",
+                    ),
+                ],
+                [
+                    mk(
+                        "mcp_health.exporter.enqueue_failed_spans",
+                        "{span}",
+                        "Spans that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
+                    ),
+                    mk(
+                        "mcp_health.exporter.enqueue_failed_metric_points",
+                        "{data_point}",
+                        "Metric points that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
+                    ),
+                    mk(
+                        "mcp_health.exporter.enqueue_failed_log_records",
+                        "{record}",
+                        "Log records that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
+                    ),
+                ],
+            ],
+        }
+    }
+
+    fn add(&self, outcome: usize, kind: ItemKind, n: u64, signal: &'static str, transport: Option<&'static str>) {
+        let k = match kind {
+            ItemKind::Spans => 0,
+            ItemKind::MetricPoints => 1,
+            ItemKind::LogRecords => 2,
+        };
+        let mut attrs = vec![KeyValue::new("exporter", "otlp"), KeyValue::new("signal", signal)];
+        if let Some(t) = transport {
+            attrs.push(KeyValue::new("transport", t));
+        }
+        self.counters[outcome][k].add(n, &attrs);
+    }
+}
+
+/// The exporter queue's size and capacity (in requests), read at each collection, as the
+/// collector's `otelcol_exporter_queue_size` / `_queue_capacity`. The callback holds a weak
+/// sender, so it never keeps the queue open at shutdown.
+pub fn observe_exporter_queue(meter: &Meter, queue: &tokio::sync::mpsc::Sender<Outgoing>) {
+    let capacity = queue.max_capacity() as u64;
+    let weak = queue.downgrade();
+    let _size = meter
+        .u64_observable_gauge("mcp_health.exporter.queue_size")
+        .with_description("Export requests waiting in (or reserved in) the exporter queue, by exporter")
+        .with_unit("{request}")
+        .with_callback(move |o| {
+            if let Some(q) = weak.upgrade() {
+                o.observe((q.max_capacity() - q.capacity()) as u64, &[KeyValue::new("exporter", "otlp")]);
+            }
+        })
+        .build();
+    let _capacity = meter
+        .u64_observable_gauge("mcp_health.exporter.queue_capacity")
+        .with_description("Export requests the exporter queue holds at most (exporters.otlp.sending_queue.queue_size), by exporter")
+        .with_unit("{request}")
+        .with_callback(move |o| o.observe(capacity, &[KeyValue::new("exporter", "otlp")]))
+        .build();
+}
+
+/// The SDK's periodic reader hands mcp-health's own metrics to this exporter, which puts them in
+/// the exporter queue: they then go out like every other signal (gRPC or HTTP, compression, TLS,
+/// retries, item counts). A full queue drops the batch, counted as enqueue_failed; the next
+/// collection carries the cumulative values again, so nothing is lost for good.
+pub struct QueueMetricExporter {
+    queue: std::sync::Mutex<Option<tokio::sync::mpsc::Sender<Outgoing>>>,
+    meters: std::sync::OnceLock<HealthMeters>,
+}
+
+impl QueueMetricExporter {
+    pub fn new(queue: tokio::sync::mpsc::Sender<Outgoing>) -> Self {
+        QueueMetricExporter { queue: std::sync::Mutex::new(Some(queue)), meters: std::sync::OnceLock::new() }
+    }
+}
+
+/// A handle to a [`QueueMetricExporter`] kept outside the provider (which owns the exporter), so
+/// the meters can be given to it once they exist.
+#[derive(Clone)]
+pub struct QueueMetricExporterHandle(Arc<QueueMetricExporter>);
+
+impl QueueMetricExporterHandle {
+    pub fn new(queue: tokio::sync::mpsc::Sender<Outgoing>) -> Self {
+        QueueMetricExporterHandle(Arc::new(QueueMetricExporter::new(queue)))
+    }
+}
+
+impl opentelemetry_sdk::metrics::exporter::PushMetricExporter for QueueMetricExporterHandle {
+    async fn export(&self, metrics: &opentelemetry_sdk::metrics::data::ResourceMetrics) -> opentelemetry_sdk::error::OTelSdkResult {
+        let req = opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest::from(metrics);
+        let item = Outgoing::OwnMetrics(req);
+        let (kind, n) = item.items();
+        let q = self.0.queue.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let full = match q {
+            Some(q) => q.try_send(item).is_err(),
+            None => true,
+        };
+        if full {
+            if let Some(m) = self.0.meters.get() {
+                m.enqueue_failed("own_metrics", kind, n);
+                m.exporter_dropped.add(1, &[KeyValue::new("signal", "own_metrics"), KeyValue::new("reason", "queue_full")]);
+            }
+        }
+        Ok(())
+    }
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        Ok(())
+    }
+    /// Drops the queue sender, so the exporter workers can finish once the rest are gone.
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0.queue.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Ok(())
+    }
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
+    }
+}
 
 /// Why the metrics pipeline could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +230,9 @@ pub struct HealthMeters {
     pub evidence_bytes: Gauge<u64>,
     pub exporter_sent: Counter<u64>,
     pub exporter_dropped: Counter<u64>,
+    /// The collector's exporter counters, in items: `[sent, send_failed, enqueue_failed]` for
+    /// spans, metric points and log records (see [`ExporterItems`]).
+    exporter_items: ExporterItems,
     catalog_verdicts: Counter<u64>,
     pub drift_events: Counter<u64>,
     success_retracted: Counter<u64>,
@@ -153,6 +323,7 @@ impl HealthMeters {
                 .build(),
             exporter_sent: c("mcp_health.exporter.sent", "Export requests delivered upstream, by signal"),
             exporter_dropped: c("mcp_health.exporter.dropped", "Export requests or health spans dropped, by signal and reason"),
+            exporter_items: ExporterItems::new(meter),
             catalog_verdicts: c("mcp_health.catalog.verdicts", "Catalog convergence verdict changes, by server and convergence"),
             drift_events: c("mcp_health.catalog.drift", "Tool definitions that differ from their pin, by server and tool"),
             incidents_open: meter
@@ -240,6 +411,29 @@ impl HealthMeters {
                 })
                 .build(),
         }
+    }
+
+    /// Items delivered upstream.
+    pub fn export_sent(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
+        self.exporter_items.add(0, kind, n, signal, Some(transport));
+        self.exporter_sent.add(1, &[KeyValue::new("signal", signal)]);
+    }
+
+    /// A request given up on (permanent error, retries exhausted): its items count as send_failed.
+    pub fn export_failed(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
+        self.exporter_items.add(1, kind, n, signal, Some(transport));
+        self.exporter_dropped.add(1, &[KeyValue::new("signal", signal), KeyValue::new("reason", "send_failed")]);
+    }
+
+    /// Items the server refused inside an accepted request (partial success).
+    pub fn export_failed_items(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
+        self.exporter_items.add(1, kind, n, signal, Some(transport));
+    }
+
+    /// Items that found the exporter queue full (refused to the sender, or dropped when they are
+    /// our own).
+    pub fn enqueue_failed(&self, signal: &'static str, kind: ItemKind, n: u64) {
+        self.exporter_items.add(2, kind, n, signal, None);
     }
 
     /// Record one verdict (tests and low-volume callers; the pipeline uses a [`VerdictTally`]).
@@ -406,13 +600,11 @@ pub struct MetricsSettings {
     pub cardinality_limit: usize,
 }
 
-/// Where OTLP metrics go.
+/// Where OTLP metrics go: the exporter queue, every `interval` (the SDK's default, 60 s, or
+/// `OTEL_METRIC_EXPORT_INTERVAL`, when `None`).
 pub struct OtlpMetricsTarget {
-    pub endpoint: String,
-    pub timeout: Duration,
+    pub exporter: QueueMetricExporterHandle,
     pub interval: Option<Duration>,
-    pub metadata: tonic::metadata::MetadataMap,
-    pub gzip: bool,
 }
 
 impl MetricsPipeline {
@@ -425,18 +617,10 @@ impl MetricsPipeline {
             builder = builder.with_reader(SharedReader(handle.clone()));
             prom = Some(handle);
         }
+        let mut queue_exporter = None;
         if let Some(t) = s.otlp {
-            use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
-            let mut eb = opentelemetry_otlp::MetricExporter::builder()
-                .with_tonic()
-                .with_endpoint(t.endpoint)
-                .with_timeout(t.timeout)
-                .with_metadata(t.metadata);
-            if t.gzip {
-                eb = eb.with_compression(opentelemetry_otlp::Compression::Gzip);
-            }
-            let exporter = eb.build().map_err(|e| MetricsError::Exporter(e.to_string()))?;
-            let mut rb = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter);
+            queue_exporter = Some(t.exporter.clone());
+            let mut rb = opentelemetry_sdk::metrics::PeriodicReader::builder(t.exporter);
             if let Some(i) = t.interval {
                 rb = rb.with_interval(i);
             }
@@ -450,6 +634,9 @@ impl MetricsPipeline {
         let provider = builder.build();
         let meter = provider.meter("mcp-health");
         let meters = HealthMeters::new(&meter);
+        if let Some(q) = queue_exporter {
+            let _ = q.0.meters.set(meters.clone());
+        }
         Ok(MetricsPipeline { provider, meters, prometheus: prom })
     }
 }

@@ -4,6 +4,8 @@
 pub mod health_spans;
 pub mod incidents;
 pub mod metrics;
+pub mod otlp_http;
+pub mod otlp_target;
 pub mod otlp_traces;
 pub mod prometheus;
 pub mod sink;

@@ -91,6 +91,7 @@ impl Sink for HealthSpanSink {
             let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
             if self.queue.try_send(Outgoing::Health(req)).is_err() {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
+                self.meters.enqueue_failed("health_spans", super::otlp_traces::ItemKind::Spans, n);
             }
         }
         if !incidents.is_empty() {
@@ -99,6 +100,7 @@ impl Sink for HealthSpanSink {
                 self.meters
                     .exporter_dropped
                     .add(incidents.len() as u64, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
+                self.meters.enqueue_failed("incident_logs", super::otlp_traces::ItemKind::LogRecords, incidents.len() as u64);
             }
         }
     }

@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use tokio::sync::mpsc;
 
 use crate::emit::metrics::HealthMeters;
-use crate::emit::otlp_traces::Outgoing;
+use crate::emit::otlp_traces::{ItemKind, Outgoing};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
 
 /// What the receiver should answer.
@@ -93,6 +93,8 @@ impl Admission {
                 Err(_) => {
                     let attrs = [sig, KeyValue::new("transport", transport), KeyValue::new("reason", "exporter_busy")];
                     self.meters.signals_refused.add(items, &attrs);
+                    let kind = if signal == "metrics" { ItemKind::MetricPoints } else { ItemKind::LogRecords };
+                    self.meters.enqueue_failed(if signal == "metrics" { "passthrough_metrics" } else { "passthrough_logs" }, kind, items);
                     return Admitted::Busy;
                 }
             },
@@ -119,6 +121,7 @@ impl Admission {
                 Ok(permit) => Some(permit),
                 Err(_) => {
                     self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "exporter_busy")]);
+                    self.meters.enqueue_failed("passthrough", ItemKind::Spans, spans);
                     return Admitted::Busy;
                 }
             },

@@ -334,6 +334,8 @@ pub struct Cfg {
     pub sending_queue_size: usize,
     /// Extra lines under `exporters.otlp.retry_on_failure` (already indented by 6 spaces).
     pub retry_on_failure: Option<&'static str>,
+    /// Extra lines under `exporters.otlp` (already indented by 4 spaces): `protocol`, `compression`, `tls`...
+    pub exporter_lines: Option<String>,
     pub exporter_timeout: &'static str,
     pub decision_wait: &'static str,
     pub max_wait: &'static str,
@@ -368,6 +370,7 @@ impl Default for Cfg {
             metrics_interval: "1s",
             sending_queue_size: 256,
             retry_on_failure: None,
+            exporter_lines: None,
             exporter_timeout: "5s",
             decision_wait: "300ms",
             max_wait: "30s",
@@ -428,6 +431,9 @@ impl Cfg {
             if let Some(r) = self.retry_on_failure {
                 let _ = write!(y, "    retry_on_failure:\n{r}\n");
             }
+            if let Some(l) = &self.exporter_lines {
+                let _ = writeln!(y, "{}", l.trim_end());
+            }
         }
         let _ = write!(y, "  prometheus:\n    endpoint: 127.0.0.1:{}\n{}", p.prometheus, self.extra("prometheus", 4));
         if let Some(n) = self.cardinality_limit {
@@ -449,6 +455,25 @@ impl Cfg {
         y
     }
 }
+
+/// The OTLP exporter variables a developer's shell might set, emptied for the service (mcp-health
+/// reads an empty variable as unset) so only what a test sets applies.
+const OTEL_EXPORTER_VARS: &[&str] = &[
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_INSECURE",
+];
 
 /// A running `mcp-health serve`. Killed on drop; its stdout and stderr are kept in files.
 pub struct Service {
@@ -480,6 +505,7 @@ impl Service {
                 .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
                 .env_remove("OTEL_EXPORTER_OTLP_HEADERS")
+                .envs(OTEL_EXPORTER_VARS.iter().map(|v| (*v, "")))
                 .env_remove("OTEL_SERVICE_NAME")
                 .envs(cfg.env.iter().map(|(k, v)| (*k, v.as_str())))
                 .stdin(Stdio::null())
