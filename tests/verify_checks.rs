@@ -329,3 +329,52 @@ async fn a_full_verifier_queue_is_counted_and_nothing_of_the_call_leaves() {
     let all = format!("{:?}", sink.trace_requests());
     assert!(!all.contains("PLANTED") && !all.contains(&dir.path().display().to_string()), "{all}");
 }
+
+/// `https://` destinations: a rule's `ca_file` is trusted; without it the system's roots are, so
+/// a destination they do not vouch for is `unreachable` — no finding, never `missing`.
+#[tokio::test]
+async fn http_checks_speak_tls_to_https_destinations() {
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pki = support::pki::Pki::generate();
+    let certs = mcp_health::config::tls::read_certificates("cert", pki.server_cert.to_str().unwrap()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&pki.server_key).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(mcp_health::config::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let mut buf = vec![0u8; 4096];
+                let _ = tls.read(&mut buf).await;
+                let body = r#"{"id":"r-1","title":"printer on fire"}"#;
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(resp.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    let rs = rules(&format!(
+        r#"
+- {{name: trusted, tool: t, http: {{url: "https://localhost:{port}/records/r-1", ca_file: "{}", body_pointer: /title, equals: "{{/arguments/title}}"}}}}
+- {{name: system, tool: t, http: {{url: "https://localhost:{port}/records/r-1"}}}}
+"#,
+        pki.ca.display()
+    ));
+    let call = json!({"arguments": {"title": "printer on fire"}});
+    assert_eq!(run_rule(&rs, 0, &call).await, Ok(Finding::Confirmed));
+    assert_eq!(run_rule(&rs, 1, &call).await, Err(VerifyError::Unreachable), "an untrusted certificate is no finding");
+    let bad = RuleSet::parse("- {name: x, tool: t, http: {url: 'https://h/', ca_file: /nonexistent/ca.pem}}", Path::new("v"), &|_| None);
+    assert!(bad.unwrap_err().to_string().contains("ca_file"));
+}

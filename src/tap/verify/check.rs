@@ -78,14 +78,49 @@ impl From<TemplateError> for VerifyError {
     }
 }
 
-/// The HTTP client of `http` checks (pooled, shared by every check).
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+/// The HTTP client of `http` checks (pooled, shared by every check): `http://` and `https://`
+/// (rustls, the system's roots: systems of record are mostly behind TLS). `None` when no TLS
+/// configuration could be made at all: every `http` check then reports `unreachable`.
+#[derive(Clone)]
+pub struct HttpClient(Option<Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>>);
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "HttpClient" } else { "HttpClient(none)" })
+    }
+}
 
 pub fn http_client(connect_timeout: Duration) -> HttpClient {
+    let tls = crate::tap::http::UpstreamTls::default().client_config().or_else(|e| {
+        // No system roots (a minimal container): plain http checks still work; https ones report
+        // `unreachable`, never a finding.
+        eprintln!("mcp-health tap: verifiers: {e}; https checks will fail");
+        rustls::ClientConfig::builder_with_provider(crate::config::tls::provider())
+            .with_safe_default_protocol_versions()
+            .map(|b| b.with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth())
+            .map_err(|e| e.to_string())
+    });
+    HttpClient(tls.ok().map(|tls| build(tls, connect_timeout)))
+}
+
+/// A client that trusts only the CAs in `ca_file` (PEM), for a rule's `http.ca_file`.
+pub fn http_client_trusting(ca_file: &str) -> Result<HttpClient, String> {
+    let roots = crate::config::tls::read_roots("ca_file", ca_file).map_err(|e| e.to_string())?;
+    let tls = rustls::ClientConfig::builder_with_provider(crate::config::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(HttpClient(Some(build(tls, Duration::from_secs(5)))))
+}
+
+fn build(tls: rustls::ClientConfig, connect_timeout: Duration) -> Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>> {
     let mut c = HttpConnector::new();
     c.set_nodelay(true);
     c.set_connect_timeout(Some(connect_timeout));
-    Client::builder(hyper_util::rt::TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(c)
+    c.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(c);
+    Client::builder(hyper_util::rt::TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(https)
 }
 
 /// Largest destination response body read for `body_pointer`.
@@ -101,7 +136,7 @@ pub async fn run(check: &Check, call: &Value, http: &HttpClient, timeout: Durati
 
 async fn attempt(check: &Check, call: &Value, http: &HttpClient, timeout: Duration) -> Result<Finding, VerifyError> {
     match check {
-        Check::Http { method, url, headers, expect_status, missing_status, body_pointer, equals } => {
+        Check::Http { method, url, headers, expect_status, missing_status, body_pointer, equals, client } => {
             let uri: hyper::Uri = url.render(call)?.parse().map_err(|_| VerifyError::TemplateError)?;
             let mut req = hyper::Request::new(Full::new(Bytes::new()));
             *req.method_mut() = method.clone();
@@ -111,7 +146,8 @@ async fn attempt(check: &Check, call: &Value, http: &HttpClient, timeout: Durati
                 req.headers_mut().append(k.clone(), v);
             }
             let expected = equals.as_ref().map(|e| e.value(call)).transpose()?;
-            let resp = http.request(req).await.map_err(|_| VerifyError::Unreachable)?;
+            let client = client.as_ref().unwrap_or(http).0.as_ref().ok_or(VerifyError::Unreachable)?;
+            let resp = client.request(req).await.map_err(|_| VerifyError::Unreachable)?;
             let status = resp.status().as_u16();
             let present = if expect_status.is_empty() { (200..300).contains(&status) } else { expect_status.contains(&status) };
             if !present {

@@ -109,6 +109,9 @@ pub struct HttpConfig {
     pub body_pointer: Option<String>,
     #[serde(default)]
     pub equals: Option<String>,
+    /// `https://` destinations: trust only the CAs in this PEM file (default: the system's roots).
+    #[serde(default)]
+    pub ca_file: Option<String>,
 }
 
 fn get() -> String {
@@ -161,6 +164,8 @@ pub enum Check {
         missing_status: Vec<u16>,
         body_pointer: Option<String>,
         equals: Option<Template>,
+        /// A client of its own when the rule names a `ca_file`; else the pool's.
+        client: Option<super::check::HttpClient>,
     },
     File {
         path: Template,
@@ -320,6 +325,10 @@ fn compile(r: RuleConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Rule, 
             missing_status: if h.missing_status.is_empty() { vec![404, 410] } else { h.missing_status },
             body_pointer: h.body_pointer,
             equals: h.equals.as_deref().map(|e| t("http.equals", e)).transpose()?,
+            client: match &h.ca_file {
+                Some(f) => Some(super::check::http_client_trusting(f).map_err(|e| bad(format!("http.ca_file: {e}")))?),
+                None => None,
+            },
         }
     } else if let Some(f) = r.file {
         Check::File {
