@@ -146,7 +146,7 @@ async fn attempt(check: &Check, call: &Value, http: &HttpClient, timeout: Durati
                 req.headers_mut().append(k.clone(), v);
             }
             let expected = equals.as_ref().map(|e| e.value(call)).transpose()?;
-            let client = client.as_ref().unwrap_or(http).0.as_ref().ok_or(VerifyError::Unreachable)?;
+            let client = client.as_deref().unwrap_or(http).0.as_ref().ok_or(VerifyError::Unreachable)?;
             let resp = client.request(req).await.map_err(|_| VerifyError::Unreachable)?;
             let status = resp.status().as_u16();
             let present = if expect_status.is_empty() { (200..300).contains(&status) } else { expect_status.contains(&status) };

@@ -165,7 +165,7 @@ pub enum Check {
         body_pointer: Option<String>,
         equals: Option<Template>,
         /// A client of its own when the rule names a `ca_file`; else the pool's.
-        client: Option<super::check::HttpClient>,
+        client: Option<Box<super::check::HttpClient>>,
     },
     File {
         path: Template,
@@ -326,7 +326,7 @@ fn compile(r: RuleConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Rule, 
             body_pointer: h.body_pointer,
             equals: h.equals.as_deref().map(|e| t("http.equals", e)).transpose()?,
             client: match &h.ca_file {
-                Some(f) => Some(super::check::http_client_trusting(f).map_err(|e| bad(format!("http.ca_file: {e}")))?),
+                Some(f) => Some(Box::new(super::check::http_client_trusting(f).map_err(|e| bad(format!("http.ca_file: {e}")))?)),
                 None => None,
             },
         }
