@@ -30,6 +30,10 @@ pub struct ServeArgs {
     /// YAML configuration (collector style); the embedded default when absent.
     #[arg(long, short)]
     pub config: Option<String>,
+    /// Override one setting, as the collector's `--set`: a dotted key and a value, e.g.
+    /// `--set receivers.otlp.protocols.grpc.endpoint=0.0.0.0:4317`. Repeatable; later wins.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 /// Why the service could not start.
@@ -61,7 +65,7 @@ pub enum ServeError {
 }
 
 pub fn run(a: ServeArgs) -> ExitCode {
-    let cfg = match Config::load(a.config.as_deref()) {
+    let cfg = match Config::load_with(a.config.as_deref(), &a.set) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -76,7 +80,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let r = rt.block_on(serve(cfg, a.config.clone(), shutdown_signal()));
+    let r = rt.block_on(serve(cfg, ConfigSource { path: a.config.clone(), sets: a.set.clone() }, shutdown_signal()));
     // A task still stuck (an engine that never yields) must not hold the process past its
     // shutdown timeout: the runtime is left behind, not joined.
     rt.shutdown_background();
@@ -138,13 +142,13 @@ async fn futures_any(streams: &mut [tokio::signal::unix::Signal]) {
 /// invalid file is logged and the running configuration kept; a valid one is reported, and the
 /// settings it changes take effect at the next start (a live reload of the engine is not built).
 #[cfg(unix)]
-async fn on_sighup(config_path: Option<String>, reopen: Option<Arc<std::sync::atomic::AtomicBool>>) {
+async fn on_sighup(source: ConfigSource, reopen: Option<Arc<std::sync::atomic::AtomicBool>>) {
     let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
     while hup.recv().await.is_some() {
         if let Some(r) = &reopen {
             r.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        match config_path.as_deref().map(|p| Config::load(Some(p))) {
+        match source.path.as_deref().map(|p| Config::load_with(Some(p), &source.sets)) {
             Some(Ok(_)) => {
                 tracing::info!("SIGHUP: verdict log reopened; the configuration file is valid (changes apply at the next start)")
             }
@@ -161,7 +165,16 @@ fn env(k: &str) -> Option<String> {
 pub use crate::emit::otlp_target::parse_otel_headers;
 
 /// Run the service until `shutdown` resolves.
-pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
+/// Where the running configuration came from, so SIGHUP checks the same thing again.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigSource {
+    /// The file (`None`: the embedded default).
+    pub path: Option<String>,
+    /// The `--set` overrides.
+    pub sets: Vec<String>,
+}
+
+pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
     // Table and cache limits, before anything fills a table.
     cfg.processors.mcp_health.state_limits.apply();
     let service_name =

@@ -10,10 +10,13 @@ use crate::config::Config;
 pub struct ValidateArgs {
     /// The YAML configuration file to check.
     pub config: String,
+    /// Overrides, as `serve --set` (checked together with the file).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 pub fn run(a: ValidateArgs) -> ExitCode {
-    match Config::load(Some(&a.config)) {
+    match Config::load_with(Some(&a.config), &a.set) {
         Ok(_) => {
             println!("{}: ok", a.config);
             ExitCode::SUCCESS

@@ -40,6 +40,9 @@ pub enum ConfigError {
     /// nearest ancestor written in the file, when the value is a default), empty if unknown.
     #[error("{path}: {at}{key}: {message}")]
     Invalid { path: String, at: String, key: String, message: String },
+    /// A `--set key=value` that cannot be applied.
+    #[error("--set {arg}: {message}")]
+    Set { arg: String, message: String },
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -693,6 +696,23 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Read a file (or the embedded default) with `--set key=value` overrides, as the collector's
+    /// `--set`: the key is a dotted path into the YAML (`receivers.otlp.protocols.grpc.endpoint`),
+    /// maps are made where missing, the value is read as a YAML scalar (`true`, `4`, `2s`, text)
+    /// and `${env:VAR}` in it is substituted like any value in the file. Later sets win. Errors
+    /// found after a set name the key (line numbers then refer to the merged document).
+    pub fn load_with(path: Option<&str>, sets: &[String]) -> Result<Config, ConfigError> {
+        if sets.is_empty() {
+            return Config::load(path);
+        }
+        let (name, text) = match path {
+            None => ("<embedded default>".to_string(), DEFAULT_CONFIG.to_string()),
+            Some(p) => (p.to_string(), std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.into(), source })?),
+        };
+        let merged = apply_sets(&text, sets)?;
+        Config::parse(&format!("{name} with --set"), &merged, &|k: &str| std::env::var(k).ok())
+    }
+
     /// Read a file, or the embedded default when `path` is `None`.
     pub fn load(path: Option<&str>) -> Result<Config, ConfigError> {
         let env = |k: &str| std::env::var(k).ok();
@@ -1202,4 +1222,45 @@ mod tests {
         let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
         assert!(e.contains("line 3"), "{e}");
     }
+}
+
+/// Apply `--set key=value` overrides to a YAML document (see [`Config::load_with`]).
+pub fn apply_sets(text: &str, sets: &[String]) -> Result<String, ConfigError> {
+    use serde_yaml_ng::{Mapping, Value};
+    let bad = |arg: &str, message: &str| ConfigError::Set { arg: arg.to_string(), message: message.to_string() };
+    let mut doc: Value =
+        serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Yaml { path: "<config>".into(), message: e.to_string() })?;
+    if doc.is_null() {
+        doc = Value::Mapping(Mapping::new());
+    }
+    for arg in sets {
+        let Some((key, raw)) = arg.split_once('=') else { return Err(bad(arg, "give key=value")) };
+        let parts: Vec<&str> = key.trim().split('.').collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(bad(arg, "the key is a dotted path such as receivers.otlp.protocols.grpc.endpoint"));
+        }
+        // A scalar, as YAML reads it; anything that is not one (a flow map, a list) stays text.
+        let value = match serde_yaml_ng::from_str::<Value>(raw) {
+            Ok(v @ (Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Null)) => v,
+            _ => Value::String(raw.to_string()),
+        };
+        let mut node = &mut doc;
+        for (i, part) in parts.iter().enumerate() {
+            let Value::Mapping(map) = node else {
+                return Err(bad(arg, &format!("{} is not a map", parts[..i].join("."))));
+            };
+            let k = Value::String(part.to_string());
+            if i + 1 == parts.len() {
+                map.insert(k, value.clone());
+                break;
+            }
+            let child = map.entry(k).or_insert_with(|| Value::Mapping(Mapping::new()));
+            // `grpc:` with nothing under it reads as null: it becomes a map.
+            if child.is_null() {
+                *child = Value::Mapping(Mapping::new());
+            }
+            node = child;
+        }
+    }
+    serde_yaml_ng::to_string(&doc).map_err(|e| bad("", &e.to_string()))
 }
