@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_health::loadgen::{self, EncodedBatch};
+use mcp_health::loadgen::{self, EncodedBatch, SendOptions};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
@@ -70,14 +70,37 @@ impl Drop for Service {
 }
 
 fn start_service(decision_wait: &str, max_wait: &str) -> Service {
-    start_binary(env!("CARGO_BIN_EXE_mcp-health"), decision_wait, max_wait)
+    start_binary(env!("CARGO_BIN_EXE_mcp-health"), decision_wait, max_wait, None)
 }
 
-fn start_binary(bin: &str, decision_wait: &str, max_wait: &str) -> Service {
+/// A test CA and a server certificate for `localhost` (PEM): CA, certificate, key.
+fn test_pki() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).expect("CA");
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().expect("key");
+    let cert = CertificateParams::new(vec!["localhost".to_string()]).expect("params").signed_by(&key, &issuer).expect("cert");
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// `tls`: (certificate PEM, key PEM) for the gRPC receiver.
+fn start_binary(bin: &str, decision_wait: &str, max_wait: &str, tls: Option<(&str, &str)>) -> Service {
     let dir = tempfile::tempdir().expect("tempdir");
     let (grpc, prom, health) = (free_port(), free_port(), free_port());
+    let tls_lines = match tls {
+        Some((cert, key)) => {
+            let (c, k) = (dir.path().join("server.pem"), dir.path().join("server.key"));
+            std::fs::write(&c, cert).expect("write cert");
+            std::fs::write(&k, key).expect("write key");
+            format!("        tls:\n          cert_file: {}\n          key_file: {}\n", c.display(), k.display())
+        }
+        None => String::new(),
+    };
     let cfg = format!(
-        "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{grpc}\n\
+        "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{grpc}\n{tls_lines}\
 processors:\n  mcp_health:\n    decision_wait: {decision_wait}\n    max_wait: {max_wait}\n    max_chains: 2000000\n    max_bytes: 4294967296\n    queue_size: 64\n    max_decided: 0\n\
 exporters:\n  prometheus:\n    endpoint: 127.0.0.1:{prom}\n\
 extensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\n\
@@ -146,14 +169,25 @@ fn main() {
     let batches = Arc::new(batches);
     let mut runs = Vec::new();
     if let Ok(base) = std::env::var("MCP_HEALTH_BENCH_BASELINE") {
-        runs.push(("baseline", measure(&rt, &base, &batches, secs, decode_rate)));
+        runs.push(("baseline", measure(&rt, &base, &batches, secs, decode_rate, None, &SendOptions::default())));
     }
-    runs.push(("this build", measure(&rt, env!("CARGO_BIN_EXE_mcp-health"), &batches, secs, decode_rate)));
+    let this = env!("CARGO_BIN_EXE_mcp-health");
+    runs.push(("this build", measure(&rt, this, &batches, secs, decode_rate, None, &SendOptions::default())));
     if runs.len() > 1 {
         println!("side by side (same run):  {:>14} {:>14}", runs[0].0, runs[1].0);
         println!("  spans/s per core:       {:>14.0} {:>14.0}", runs[0].1, runs[1].1);
         println!("  this build / baseline:  {:>14.2}", runs[1].1 / runs[0].1.max(1e-9));
     }
+    // What zstd and TLS cost per span, same build, same batches, same run.
+    let zstd = measure(&rt, this, &batches, secs, decode_rate, None, &SendOptions { zstd: true, ..Default::default() });
+    let (ca, cert, key) = test_pki();
+    let tls = measure(&rt, this, &batches, secs, decode_rate, Some((&cert, &key)), &SendOptions { tls_ca_pem: Some(ca), zstd: false });
+    let plain = runs.last().map_or(0.0, |r| r.1);
+    let us = |rate: f64| 1e6 / rate.max(1e-9);
+    println!("transport cost (same run): {:>12} {:>12} {:>12}", "plaintext", "zstd", "TLS");
+    println!("  spans/s per core:        {:>12.0} {:>12.0} {:>12.0}", plain, zstd, tls);
+    println!("  service µs/span:         {:>12.3} {:>12.3} {:>12.3}", us(plain), us(zstd), us(tls));
+    println!("  added µs/span:           {:>12} {:>12.3} {:>12.3}", "-", us(zstd) - us(plain), us(tls) - us(plain));
 
     // 4. Bytes per in-flight chain: hold chains (long decision_wait) and measure.
     let batches: Arc<Vec<EncodedBatch>> = batches;
@@ -175,14 +209,23 @@ fn main() {
 }
 
 /// Run the service binary `bin` under load; print its figures; return accepted spans per CPU-second.
-fn measure(rt: &tokio::runtime::Runtime, bin: &str, batches: &Arc<Vec<EncodedBatch>>, secs: u64, decode_rate: f64) -> f64 {
-    println!("-- service: {bin}");
-    let svc = start_binary(bin, "1s", "5s");
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    bin: &str,
+    batches: &Arc<Vec<EncodedBatch>>,
+    secs: u64,
+    decode_rate: f64,
+    tls: Option<(&str, &str)>,
+    opts: &SendOptions,
+) -> f64 {
+    println!("-- service: {bin} (tls: {}, zstd: {})", tls.is_some(), opts.zstd);
+    let svc = start_binary(bin, "1s", "5s", tls);
     let pid = svc.child.id();
+    let at = format!("127.0.0.1:{}", svc.grpc);
     // Warm up, then measure.
-    let _ = rt.block_on(loadgen::run(&format!("127.0.0.1:{}", svc.grpc), batches.clone(), Duration::from_secs(2), 2));
+    let _ = rt.block_on(loadgen::run_with(&at, batches.clone(), Duration::from_secs(2), 2, opts));
     let cpu0 = proc_cpu_secs(pid);
-    let rep = rt.block_on(loadgen::run(&format!("127.0.0.1:{}", svc.grpc), batches.clone(), Duration::from_secs(secs), 2)).expect("load");
+    let rep = rt.block_on(loadgen::run_with(&at, batches.clone(), Duration::from_secs(secs), 2, opts)).expect("load");
     let cpu = proc_cpu_secs(pid) - cpu0;
     std::thread::sleep(Duration::from_secs(3));
     let text = scrape(svc.prom);

@@ -147,6 +147,15 @@ pub struct LoadReport {
     pub elapsed: Duration,
 }
 
+/// How the load is sent: plaintext or TLS, compressed or not (what TLS and zstd cost per span).
+#[derive(Clone, Debug, Default)]
+pub struct SendOptions {
+    /// TLS to a server whose certificate this CA (PEM) signed, for the name `localhost`.
+    pub tls_ca_pem: Option<String>,
+    /// zstd request bodies (`grpc-encoding: zstd`).
+    pub zstd: bool,
+}
+
 /// Send batches round-robin to `endpoint` for `duration`, `in_flight` requests at a time.
 pub async fn run(
     endpoint: &str,
@@ -154,7 +163,29 @@ pub async fn run(
     duration: Duration,
     in_flight: usize,
 ) -> Result<LoadReport, tonic::transport::Error> {
-    let channel = tonic::transport::Endpoint::from_shared(crate::emit::otlp_traces::endpoint_uri(endpoint))?.connect().await?;
+    run_with(endpoint, batches, duration, in_flight, &SendOptions::default()).await
+}
+
+/// [`run`] with TLS and compression options.
+pub async fn run_with(
+    endpoint: &str,
+    batches: Arc<Vec<EncodedBatch>>,
+    duration: Duration,
+    in_flight: usize,
+    opts: &SendOptions,
+) -> Result<LoadReport, tonic::transport::Error> {
+    let uri = crate::emit::otlp_traces::endpoint_uri(endpoint);
+    let mut ep = match &opts.tls_ca_pem {
+        Some(_) => tonic::transport::Endpoint::from_shared(uri.replacen("http://", "https://", 1))?,
+        None => tonic::transport::Endpoint::from_shared(uri)?,
+    };
+    if let Some(ca) = &opts.tls_ca_pem {
+        ep = ep.tls_config(
+            tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca)).domain_name("localhost"),
+        )?;
+    }
+    let channel = ep.connect().await?;
+    let zstd = opts.zstd;
     let ok = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let spans = Arc::new(AtomicU64::new(0));
@@ -171,6 +202,9 @@ pub async fn run(
                 let b = &batches[(n % batches.len() as u64) as usize];
                 let body = stamp(b, (n / batches.len() as u64) as u32 + 1);
                 let mut grpc = tonic::client::Grpc::new(channel.clone());
+                if zstd {
+                    grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Zstd);
+                }
                 if grpc.ready().await.is_err() {
                     break;
                 }
