@@ -230,7 +230,12 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
                 tx,
             );
             otlp_traces::spawn(
-                SenderSettings { targets: targets.clone(), workers: 2, retry: o.retry_on_failure.clone() },
+                SenderSettings {
+                    targets: targets.clone(),
+                    workers: 2,
+                    retry: o.retry_on_failure.clone(),
+                    max_request_bytes: o.max_request_bytes,
+                },
                 rx,
                 meters.clone(),
             )?

@@ -376,6 +376,16 @@ pub struct OtlpExporter {
     pub sending_queue: SendingQueue,
     #[serde(default)]
     pub retry_on_failure: RetryOnFailure,
+    /// Export requests whose encoding is larger are split in halves before they are sent
+    /// (default 2 MiB, well under the 4 MiB that the collector's and Rotel's receivers take by
+    /// default). A "too large" answer (`OUT_OF_RANGE` / `RESOURCE_EXHAUSTED` naming the size,
+    /// HTTP 413) is never retried.
+    #[serde(default = "d_max_request_bytes")]
+    pub max_request_bytes: usize,
+}
+
+fn d_max_request_bytes() -> usize {
+    2 << 20
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -245,6 +245,8 @@ pub struct HealthMeters {
     pub state_evicted: ObservableCounter<u64>,
     /// Verdict-log records lost to failed writes (a full disk), read at each collection.
     pub verdict_log_write_errors: ObservableCounter<u64>,
+    /// Export requests split in two because their encoding passed `max_request_bytes`, by signal.
+    pub exporter_split: Counter<u64>,
     /// Verifier spans by rule and finding (`confirmed`, `missing`, `failed`, `stale`,
     /// `verifier_error`).
     pub verifier_runs: Counter<u64>,
@@ -346,6 +348,11 @@ impl HealthMeters {
                 "mcp_health.calls.success_retracted",
                 "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)",
             ),
+            exporter_split: meter
+                .u64_counter("mcp_health.exporter.split_requests")
+                .with_description("Export requests split in two because their encoding was larger than exporters.otlp.max_request_bytes, by signal")
+                .with_unit("{request}")
+                .build(),
             verifier_runs: c(
                 "mcp_health.verifier.runs",
                 "Verifier spans received, by verifier (rule name) and result (confirmed, missing, failed, stale, verifier_error)",
@@ -423,6 +430,11 @@ impl HealthMeters {
     pub fn export_failed(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
         self.exporter_items.add(1, kind, n, signal, Some(transport));
         self.exporter_dropped.add(1, &[KeyValue::new("signal", signal), KeyValue::new("reason", "send_failed")]);
+    }
+
+    /// An export request was split in two (it passed `max_request_bytes`).
+    pub fn export_split(&self, signal: &'static str) {
+        self.exporter_split.add(1, &[KeyValue::new("signal", signal)]);
     }
 
     /// Items the server refused inside an accepted request (partial success).

@@ -1,7 +1,8 @@
 //! The OTLP/HTTP transport of the exporter: `POST` of a protobuf (or JSON) export request to the
 //! signal's URL, answered as the OTLP/HTTP specification says: 2xx is delivered (a partial
 //! success in the body is read), 429, 502, 503 and 504 are retryable and their `Retry-After` is
-//! honoured, every other status (400, 401, 403, 404, 413, 415, 500...) is permanent.
+//! honoured, 413 is "too large" (never retried; the exporter splits what it sends below `max_request_bytes`),
+//! every other status (400, 401, 403, 404, 415, 500...) is permanent.
 //!
 //! hyper-util's pooled client with hyper-rustls: the TLS configuration is the one the gRPC channel
 //! uses (`crate::config::tls_client`).
@@ -88,6 +89,7 @@ fn classify(status: u16, retry_after: Option<Duration>, body: Bytes) -> Result<B
     match status {
         200..=299 => Ok(body),
         429 | 502 | 503 | 504 => Err(Failure::Retryable(retry_after, format!("HTTP {status}{}", status_message(&body)))),
+        413 => Err(Failure::TooLarge(format!("HTTP 413{}", status_message(&body)))),
         _ => Err(Failure::Permanent(format!("HTTP {status}{}", status_message(&body)))),
     }
 }
@@ -137,7 +139,8 @@ mod tests {
                 "{s}"
             );
         }
-        for s in [400, 401, 403, 404, 405, 413, 415, 500, 501] {
+        assert!(matches!(classify(413, None, Bytes::new()), Err(Failure::TooLarge(_))), "413 is too large: never retried, split");
+        for s in [400, 401, 403, 404, 405, 415, 500, 501] {
             assert!(matches!(classify(s, Some(Duration::from_secs(3)), Bytes::new()), Err(Failure::Permanent(_))), "{s} is not retried");
         }
     }

@@ -18,7 +18,9 @@ use bytes::{Buf, BufMut, Bytes};
 use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use prost::Message;
 use tokio::sync::{mpsc, Mutex};
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -117,6 +119,10 @@ pub enum ExportError {
 pub enum Failure {
     Retryable(Option<Duration>, String),
     Permanent(String),
+    /// The request is larger than the receiver takes (gRPC `OUT_OF_RANGE` or `RESOURCE_EXHAUSTED`
+    /// naming the size, HTTP 413): the same bytes will never pass, so they are never retried; a
+    /// request of more than one item is split in two and each half sent.
+    TooLarge(String),
 }
 
 /// Settings for [`spawn`].
@@ -125,6 +131,9 @@ pub struct SenderSettings {
     pub targets: Targets,
     pub workers: usize,
     pub retry: RetryOnFailure,
+    /// Requests whose encoding is larger are split before they are sent
+    /// (`exporters.otlp.max_request_bytes`).
+    pub max_request_bytes: usize,
 }
 
 /// The bounded queue the workers drain. Made before the workers so the metrics pipeline (whose
@@ -280,36 +289,53 @@ pub fn spawn(
         let routes = routes.clone();
         let retry = s.retry.clone();
         let meters = meters.clone();
+        let max_bytes = s.max_request_bytes.max(1024);
         handles.push(tokio::spawn(async move {
             loop {
                 let next = rx.lock().await.recv().await;
                 let Some(item) = next else { break };
                 let signal = item.signal();
-                let (kind, items) = item.items();
                 let Some(route) = routes.for_item(&item) else {
+                    let (kind, items) = item.items();
                     meters.export_failed(signal, "none", kind, items);
                     continue;
                 };
-                let encoded = encode(&item, route.target.protocol, route.target.compression);
-                drop(item);
-                let (bytes, encoding) = match encoded {
-                    Ok(b) => b,
-                    Err(e) => {
-                        tracing::warn!(signal, error = %e, "cannot encode an export request; dropped");
-                        meters.export_failed(signal, route.transport(), kind, items);
-                        continue;
-                    }
-                };
-                match send_with_retry(route, &retry, bytes, encoding, kind).await {
-                    Ok(rejected) => {
-                        meters.export_sent(signal, route.transport(), kind, items.saturating_sub(rejected));
-                        if rejected > 0 {
-                            meters.export_failed_items(signal, route.transport(), kind, rejected);
+                // A request larger than `max_request_bytes` is split until each part fits (or is
+                // one item): one flush of many health spans must never make a request the
+                // receiver refuses, stalling the queue behind it.
+                let mut parts = vec![item];
+                while let Some(item) = parts.pop() {
+                    let (kind, items) = item.items();
+                    let (bytes, encoding) = match encode(&item, route.target.protocol, route.target.compression) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            tracing::warn!(signal, error = %e, "cannot encode an export request; dropped");
+                            meters.export_failed(signal, route.transport(), kind, items);
+                            continue;
                         }
+                    };
+                    if bytes.len() > max_bytes {
+                        if let Ok((a, b)) = split(item) {
+                            meters.export_split(signal);
+                            parts.push(b);
+                            parts.push(a);
+                            continue;
+                        }
+                        // One item larger than the limit: sent as it is (the receiver may take it).
+                    } else {
+                        drop(item); // only the encoded bytes are held while retrying
                     }
-                    Err(why) => {
-                        tracing::warn!(signal, url = %route.target.url, error = %why, "export upstream failed; request dropped");
-                        meters.export_failed(signal, route.transport(), kind, items);
+                    match send_with_retry(route, &retry, bytes, encoding, kind).await {
+                        Ok(rejected) => {
+                            meters.export_sent(signal, route.transport(), kind, items.saturating_sub(rejected));
+                            if rejected > 0 {
+                                meters.export_failed_items(signal, route.transport(), kind, rejected);
+                            }
+                        }
+                        Err(why) => {
+                            tracing::warn!(signal, url = %route.target.url, error = %why, "export upstream failed; request dropped");
+                            meters.export_failed(signal, route.transport(), kind, items);
+                        }
                     }
                 }
             }
@@ -343,6 +369,83 @@ fn encode(item: &Outgoing, protocol: Protocol, compression: Compression) -> Resu
     })
 }
 
+/// A receiver's "message too large": tonic and grpc-go answer `OUT_OF_RANGE` or
+/// `RESOURCE_EXHAUSTED` (without RetryInfo) with a message naming the length. OTLP lists
+/// `OUT_OF_RANGE` as retryable, but these bytes can never pass.
+fn too_large(st: &Status) -> bool {
+    use tonic_types::StatusExt;
+    let m = st.message().to_ascii_lowercase();
+    let names_size = m.contains("too large") || m.contains("larger than") || m.contains("message length");
+    match st.code() {
+        Code::OutOfRange => names_size,
+        Code::ResourceExhausted => names_size && st.get_details_retry_info().is_none(),
+        _ => false,
+    }
+}
+
+/// Split a request in two halves of its items, each part keeping its resources and scopes.
+/// `Err` gives the request back when it holds one item, or is metrics (not split: the SDK's
+/// own metrics are small, and a client's are passed on as they came).
+pub fn split(item: Outgoing) -> Result<(Outgoing, Outgoing), Outgoing> {
+    match item {
+        Outgoing::Passthrough(r) => {
+            split_traces(r).map(|(a, b)| (Outgoing::Passthrough(a), Outgoing::Passthrough(b))).map_err(Outgoing::Passthrough)
+        }
+        Outgoing::Health(r) => split_traces(r).map(|(a, b)| (Outgoing::Health(a), Outgoing::Health(b))).map_err(Outgoing::Health),
+        Outgoing::Logs(r) => split_logs(r).map(|(a, b)| (Outgoing::Logs(a), Outgoing::Logs(b))).map_err(Outgoing::Logs),
+        Outgoing::PassthroughLogs(r) => {
+            split_logs(r).map(|(a, b)| (Outgoing::PassthroughLogs(a), Outgoing::PassthroughLogs(b))).map_err(Outgoing::PassthroughLogs)
+        }
+        other => Err(other),
+    }
+}
+
+/// One splitter per request type: the same walk over resource → scope → items.
+macro_rules! splitter {
+    ($name:ident, $req:ident, $groups:ident, $group:ident, $scopes:ident, $scope:ident, $items:ident, $count:ident) => {
+        fn $name(r: $req) -> Result<($req, $req), $req> {
+            let total = $count(&r) as usize;
+            if total < 2 {
+                return Err(r);
+            }
+            let mut want = total / 2;
+            let (mut first, mut second) = ($req::default(), $req::default());
+            for mut g in r.$groups {
+                if want == 0 {
+                    second.$groups.push(g);
+                    continue;
+                }
+                let scopes = std::mem::take(&mut g.$scopes);
+                let mut head = $group { resource: g.resource.clone(), schema_url: g.schema_url.clone(), $scopes: Vec::new() };
+                let mut tail = $group { $scopes: Vec::new(), ..g };
+                for mut sc in scopes {
+                    let n = sc.$items.len();
+                    if want == 0 {
+                        tail.$scopes.push(sc);
+                    } else if n <= want {
+                        want -= n;
+                        head.$scopes.push(sc);
+                    } else {
+                        let rest = sc.$items.split_off(want);
+                        want = 0;
+                        let sc2 = $scope { scope: sc.scope.clone(), schema_url: sc.schema_url.clone(), $items: rest };
+                        head.$scopes.push(sc);
+                        tail.$scopes.push(sc2);
+                    }
+                }
+                first.$groups.push(head);
+                if !tail.$scopes.is_empty() {
+                    second.$groups.push(tail);
+                }
+            }
+            Ok((first, second))
+        }
+    };
+}
+
+splitter!(split_traces, ExportTraceServiceRequest, resource_spans, ResourceSpans, scope_spans, ScopeSpans, spans, span_count);
+splitter!(split_logs, ExportLogsServiceRequest, resource_logs, ResourceLogs, scope_logs, ScopeLogs, log_records, log_record_count);
+
 /// OTLP: these gRPC codes are retryable (RESOURCE_EXHAUSTED only when the server says when).
 fn retryable(st: &Status) -> Option<Option<Duration>> {
     use tonic_types::StatusExt;
@@ -357,6 +460,9 @@ fn retryable(st: &Status) -> Option<Option<Duration>> {
 
 fn grpc_failure(st: Status) -> Failure {
     let why = format!("gRPC {:?}: {}", st.code(), st.message());
+    if too_large(&st) {
+        return Failure::TooLarge(why);
+    }
     match retryable(&st) {
         Some(hint) => Failure::Retryable(hint, why),
         None => Failure::Permanent(why),
@@ -401,6 +507,10 @@ async fn send_with_retry(
         match sent {
             Ok(rejected) => return Ok(rejected),
             Err(Failure::Permanent(why)) => return Err(why),
+            // The same bytes would be refused again: never retried (lower max_request_bytes).
+            Err(Failure::TooLarge(why)) => {
+                return Err(format!("{why} (too large for the receiver: lower exporters.otlp.max_request_bytes)"))
+            }
             Err(Failure::Retryable(hint, why)) => {
                 if !retry.enabled {
                     return Err(why);
@@ -533,6 +643,85 @@ impl<R: Message + Default> Decoder for ResponseDecoder<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::Span;
+
+    fn request(shape: &[&[usize]]) -> ExportTraceServiceRequest {
+        let mut n = 0u8;
+        ExportTraceServiceRequest {
+            resource_spans: shape
+                .iter()
+                .enumerate()
+                .map(|(ri, scopes)| ResourceSpans {
+                    resource: Some(Resource { dropped_attributes_count: ri as u32, ..Default::default() }),
+                    scope_spans: scopes
+                        .iter()
+                        .enumerate()
+                        .map(|(si, k)| ScopeSpans {
+                            scope: Some(InstrumentationScope { name: format!("r{ri}s{si}"), ..Default::default() }),
+                            spans: (0..*k)
+                                .map(|_| {
+                                    n += 1;
+                                    Span { span_id: vec![n; 8], ..Default::default() }
+                                })
+                                .collect(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    }
+
+    /// (resource, scope name, span id) of every span, in order.
+    fn flat(r: &ExportTraceServiceRequest) -> Vec<(u32, String, u8)> {
+        r.resource_spans
+            .iter()
+            .flat_map(|rs| {
+                rs.scope_spans.iter().flat_map(move |ss| {
+                    ss.spans.iter().map(move |sp| {
+                        (
+                            rs.resource.as_ref().map_or(99, |x| x.dropped_attributes_count),
+                            ss.scope.as_ref().unwrap().name.clone(),
+                            sp.span_id[0],
+                        )
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Issue 11: an oversize request is split in halves that keep every span with its resource
+    /// and scope, in order; one span is not split.
+    #[test]
+    fn split_keeps_every_span_with_its_resource_and_scope() {
+        for shape in [&[&[3usize, 3][..], &[2, 4][..]][..], &[&[1][..], &[1][..]], &[&[7][..]], &[&[0, 5][..], &[][..], &[2][..]]] {
+            let r = request(shape);
+            let all = flat(&r);
+            let Ok((Outgoing::Health(a), Outgoing::Health(b))) = split(Outgoing::Health(r)) else { panic!("{shape:?} splits") };
+            let (fa, fb) = (flat(&a), flat(&b));
+            assert_eq!(fa.len(), all.len() / 2, "{shape:?}");
+            assert_eq!([fa, fb].concat(), all, "{shape:?}: nothing lost, nothing reordered, each span keeps its resource and scope");
+        }
+        assert!(split(Outgoing::Health(request(&[&[1]]))).is_err(), "one span is not split");
+        assert!(split(Outgoing::OwnMetrics(Default::default())).is_err(), "metrics are not split");
+    }
+
+    /// "Too large" is never retried: the same bytes would be refused again.
+    #[test]
+    fn too_large_answers_are_not_retried() {
+        let st = Status::out_of_range("decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes");
+        assert!(matches!(grpc_failure(st), Failure::TooLarge(_)));
+        let st = Status::resource_exhausted("message larger than max (5000000 vs. 4194304)");
+        assert!(matches!(grpc_failure(st), Failure::TooLarge(_)));
+        assert!(matches!(grpc_failure(Status::unavailable("busy")), Failure::Retryable(..)));
+        assert!(
+            matches!(grpc_failure(Status::out_of_range("cursor out of range")), Failure::Retryable(..)),
+            "OUT_OF_RANGE for another reason stays retryable, as OTLP says"
+        );
+    }
 
     /// Issue 10: retries are jittered (the OTLP exporter specification requires it), spread over
     /// `[1 − f, 1 + f]` of the interval as the collector's backoff does.
