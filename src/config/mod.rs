@@ -892,6 +892,47 @@ fn strip_location(msg: &str) -> String {
     }
 }
 
+/// Apply `--set key=value` overrides to a YAML document (see [`Config::load_with`]).
+pub fn apply_sets(text: &str, sets: &[String]) -> Result<String, ConfigError> {
+    use serde_yaml_ng::{Mapping, Value};
+    let bad = |arg: &str, message: &str| ConfigError::Set { arg: arg.to_string(), message: message.to_string() };
+    let mut doc: Value =
+        serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Yaml { path: "<config>".into(), message: e.to_string() })?;
+    if doc.is_null() {
+        doc = Value::Mapping(Mapping::new());
+    }
+    for arg in sets {
+        let Some((key, raw)) = arg.split_once('=') else { return Err(bad(arg, "give key=value")) };
+        let parts: Vec<&str> = key.trim().split('.').collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(bad(arg, "the key is a dotted path such as receivers.otlp.protocols.grpc.endpoint"));
+        }
+        // A scalar, as YAML reads it; anything that is not one (a flow map, a list) stays text.
+        let value = match serde_yaml_ng::from_str::<Value>(raw) {
+            Ok(v @ (Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Null)) => v,
+            _ => Value::String(raw.to_string()),
+        };
+        let mut node = &mut doc;
+        for (i, part) in parts.iter().enumerate() {
+            let Value::Mapping(map) = node else {
+                return Err(bad(arg, &format!("{} is not a map", parts[..i].join("."))));
+            };
+            let k = Value::String(part.to_string());
+            if i + 1 == parts.len() {
+                map.insert(k, value.clone());
+                break;
+            }
+            let child = map.entry(k).or_insert_with(|| Value::Mapping(Mapping::new()));
+            // `grpc:` with nothing under it reads as null: it becomes a map.
+            if child.is_null() {
+                *child = Value::Mapping(Mapping::new());
+            }
+            node = child;
+        }
+    }
+    serde_yaml_ng::to_string(&doc).map_err(|e| bad("", &e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1232,45 +1273,4 @@ mod tests {
         let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
         assert!(e.contains("line 3"), "{e}");
     }
-}
-
-/// Apply `--set key=value` overrides to a YAML document (see [`Config::load_with`]).
-pub fn apply_sets(text: &str, sets: &[String]) -> Result<String, ConfigError> {
-    use serde_yaml_ng::{Mapping, Value};
-    let bad = |arg: &str, message: &str| ConfigError::Set { arg: arg.to_string(), message: message.to_string() };
-    let mut doc: Value =
-        serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Yaml { path: "<config>".into(), message: e.to_string() })?;
-    if doc.is_null() {
-        doc = Value::Mapping(Mapping::new());
-    }
-    for arg in sets {
-        let Some((key, raw)) = arg.split_once('=') else { return Err(bad(arg, "give key=value")) };
-        let parts: Vec<&str> = key.trim().split('.').collect();
-        if parts.iter().any(|p| p.is_empty()) {
-            return Err(bad(arg, "the key is a dotted path such as receivers.otlp.protocols.grpc.endpoint"));
-        }
-        // A scalar, as YAML reads it; anything that is not one (a flow map, a list) stays text.
-        let value = match serde_yaml_ng::from_str::<Value>(raw) {
-            Ok(v @ (Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Null)) => v,
-            _ => Value::String(raw.to_string()),
-        };
-        let mut node = &mut doc;
-        for (i, part) in parts.iter().enumerate() {
-            let Value::Mapping(map) = node else {
-                return Err(bad(arg, &format!("{} is not a map", parts[..i].join("."))));
-            };
-            let k = Value::String(part.to_string());
-            if i + 1 == parts.len() {
-                map.insert(k, value.clone());
-                break;
-            }
-            let child = map.entry(k).or_insert_with(|| Value::Mapping(Mapping::new()));
-            // `grpc:` with nothing under it reads as null: it becomes a map.
-            if child.is_null() {
-                *child = Value::Mapping(Mapping::new());
-            }
-            node = child;
-        }
-    }
-    serde_yaml_ng::to_string(&doc).map_err(|e| bad("", &e.to_string()))
 }
