@@ -595,6 +595,13 @@ impl Chains {
         }
     }
 
+    /// When the next chain falls due (its decision may then move it later): the driver sleeps
+    /// until then instead of checking on a fixed tick, so a verdict comes at `decision_wait`, not
+    /// up to a tick after it.
+    pub fn next_due(&self) -> Option<Moment> {
+        self.due.peek().map(|Reverse((at, _))| *at)
+    }
+
     /// Decide every chain that is due at `now`.
     pub fn tick(&mut self, now: Moment, out: &mut Vec<DecidedCalls>) {
         while let Some(Reverse((at, id))) = self.due.peek().copied() {

@@ -244,6 +244,12 @@ impl Engine {
         &self.sessions
     }
 
+    /// When a chain next falls due (see `Chains::next_due`); time-based catalog and progress
+    /// checks run on the driver's regular tick.
+    pub fn next_due(&self) -> Option<Moment> {
+        self.chains.next_due()
+    }
+
     pub fn in_flight(&self) -> usize {
         self.chains.in_flight()
     }

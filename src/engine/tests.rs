@@ -521,3 +521,22 @@ fn late_evidence_for_a_forgotten_chain_is_counted() {
     e.ingest(NormalizedBatch { evidence: vec![receipt, receipt6], ..Default::default() }, t0 + Duration::from_millis(50), &mut out);
     assert_eq!(e.gauges().chain_stats.late_evidence_dropped, before + 1, "one of the two chains was forgotten");
 }
+
+/// Issue 11: the engine says when its next chain falls due, so the driver decides at
+/// `decision_wait` after the trace went quiet instead of on a fixed tick; deciding at exactly
+/// that moment decides the chain.
+#[test]
+fn the_next_due_moment_is_the_decision_time() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut e = engine(2000);
+    let mut out = Vec::new();
+    assert_eq!(e.next_due(), None, "nothing in flight, nothing due");
+    e.ingest(NormalizedBatch { evidence: vec![call_span()], ..Default::default() }, t0, &mut out);
+    let due = e.next_due().expect("a chain in flight is due");
+    assert_eq!(due, t0 + Duration::from_millis(2000));
+    e.tick(due - Duration::from_millis(1), &mut out);
+    assert!(calls(&out).is_empty(), "not before");
+    e.tick(due, &mut out);
+    assert_eq!(calls(&out).len(), 1, "decided at the due moment");
+    assert_eq!(e.next_due(), None);
+}

@@ -22,6 +22,8 @@ const BATCHES_PER_STEP: usize = 64;
 /// How often the engine's gauges are computed and reported: they walk the session and incident
 /// tables, which is not work for every tick.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
+/// The shortest gap between two engine steps woken by the timer (a verdict is at most this late).
+const MIN_STEP: Duration = Duration::from_millis(2);
 
 /// Run the engine on the wall clock until `stop` fires (or every sender is gone), then take
 /// what is queued, decide everything still in flight (marked `shutdown`) and flush the sinks.
@@ -35,13 +37,23 @@ pub async fn run_engine(
     heartbeat: Arc<Heartbeat>,
 ) {
     let _stopped = heartbeat.guard();
-    let mut interval = tokio::time::interval(tick);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The engine is woken at the earlier of its regular tick (time-based catalog and progress
+    // checks, gauges) and the moment its next chain falls due, so a verdict comes at
+    // `decision_wait`, not up to a tick later. Never more often than MIN_STEP.
+    let mut next_tick = tokio::time::Instant::now() + tick;
+    let mut last_step = tokio::time::Instant::now();
+    let timer = tokio::time::sleep_until(next_tick);
+    tokio::pin!(timer);
     let mut out = Vec::new();
     let mut last_report: Option<Moment> = None;
     tokio::pin!(stop);
     loop {
         heartbeat.beat(Moment::wall_now());
+        let due = engine.next_due().map(|d| tokio::time::Instant::now() + d.saturating_duration_since(Moment::wall_now()));
+        let wake = due.map_or(next_tick, |d| d.min(next_tick)).max(last_step + MIN_STEP);
+        if timer.deadline() != wake {
+            timer.as_mut().reset(wake);
+        }
         tokio::select! {
             biased;
             _ = &mut stop => break,
@@ -57,8 +69,12 @@ pub async fn run_engine(
                 }
                 None => break,
             },
-            _ = interval.tick() => {
+            _ = &mut timer => {
                 let now = Moment::wall_now();
+                last_step = tokio::time::Instant::now();
+                if last_step >= next_tick {
+                    next_tick = last_step + tick;
+                }
                 engine.tick(now, &mut out);
                 if last_report.is_none_or(|t| now.saturating_duration_since(t) >= REPORT_EVERY) {
                     last_report = Some(now);
