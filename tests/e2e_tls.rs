@@ -1,6 +1,7 @@
 //! Issue 10: TLS on the receivers, with the collector's `tls` keys. A real OpenTelemetry Python
-//! exporter (opentelemetry-exporter-otlp-proto-grpc, configured by its standard variables) sends
-//! over TLS and mutual TLS to the gRPC receiver; a Rust hyper-rustls client posts OTLP/HTTP over
+//! exporter (opentelemetry-exporter-otlp-proto-grpc, configured by its standard variables) and the
+//! Rust SDK's (`opentelemetry-otlp`, tonic + rustls) send over TLS and mutual TLS to the gRPC
+//! receiver; a Rust hyper-rustls client posts OTLP/HTTP over
 //! TLS; `validate` and the start name a certificate file that is missing. Certificates are made
 //! in each test (rcgen); everything runs on loopback.
 //!
@@ -252,4 +253,77 @@ fn validate_and_start_name_a_missing_certificate_or_key_file() {
     let cfg = write_config(dir.path(), &pki.server_tls_yaml(true));
     let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).arg("validate").arg(&cfg).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The Rust OpenTelemetry SDK's OTLP exporter (`opentelemetry-otlp`, tonic with rustls) over
+/// mutual TLS: with a client certificate from the configured CA its span is judged; without
+/// one the export fails (the receiver asks for a certificate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_sdk_otlp_exporter_over_mutual_tls() {
+    use opentelemetry::trace::SpanKind;
+    use opentelemetry::KeyValue;
+    use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+
+    let pki = Pki::generate();
+    let svc = Service::start(Cfg { listener_extra: vec![("grpc", pki.server_tls_yaml(true))], ..Cfg::default() }).await;
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let tls = |with_identity: bool| {
+        let c = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(&pki.ca))).domain_name("localhost");
+        if with_identity {
+            c.identity(Identity::from_pem(read(&pki.client_cert), read(&pki.client_key)))
+        } else {
+            c
+        }
+    };
+    let export = |with_identity: bool, tool: &'static str| {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(format!("https://localhost:{}", svc.ports.grpc))
+            .with_tls_config(tls(with_identity))
+            .with_timeout(Duration::from_secs(5))
+            .build()
+            .expect("build the exporter");
+        async move {
+            use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+            let now = std::time::SystemTime::now();
+            let mut id = [0u8; 16];
+            id[..tool.len().min(16)].copy_from_slice(&tool.as_bytes()[..tool.len().min(16)]);
+            let span = opentelemetry_sdk::trace::SpanData {
+                span_context: SpanContext::new(
+                    TraceId::from_bytes(id),
+                    SpanId::from_bytes([7; 8]),
+                    TraceFlags::SAMPLED,
+                    false,
+                    TraceState::default(),
+                ),
+                parent_span_id: SpanId::INVALID,
+                parent_span_is_remote: false,
+                span_kind: SpanKind::Client,
+                name: format!("tools/call {tool}").into(),
+                start_time: now - Duration::from_millis(20),
+                end_time: now,
+                attributes: vec![
+                    KeyValue::new("mcp.method.name", "tools/call"),
+                    KeyValue::new("gen_ai.tool.name", tool),
+                    KeyValue::new("jsonrpc.request.id", format!("req-{tool}")),
+                    KeyValue::new("server.address", "tickets.example.test"),
+                ],
+                dropped_attributes_count: 0,
+                events: Default::default(),
+                links: Default::default(),
+                status: opentelemetry::trace::Status::Unset,
+                instrumentation_scope: opentelemetry::InstrumentationScope::builder("e2e-tls-rust").build(),
+            };
+            exporter.export(vec![span]).await
+        }
+    };
+    assert!(export(true, "rust_mtls_probe").await.is_ok(), "the Rust exporter with a client certificate is accepted");
+    eventually(Duration::from_secs(20), "the Rust SDK's call over mutual TLS", || {
+        let vs = svc.verdicts();
+        verdict_for(&vs, "rust_mtls_probe").is_some().then_some(())
+    })
+    .await;
+    assert!(export(false, "rust_no_cert_probe").await.is_err(), "without a client certificate the export fails");
 }
