@@ -330,4 +330,61 @@ mod tests {
         // Stripping off: the request is passed on as received.
         assert_eq!(passed_on(false), planted);
     }
+
+    fn prom_sum(text: &str, name: &str, filter: &str) -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(filter))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Issue 10: `mcp_health.spans.received` included refused spans and nothing counted the
+    /// accepted ones. The receiver's item counters (the collector's `accepted_spans` /
+    /// `refused_spans`) add up to what was received, per transport: a request taken with one
+    /// invalid span, and a request refused whole because the correlator is full.
+    #[test]
+    fn received_spans_are_accepted_plus_refused_per_transport() {
+        let p = crate::emit::metrics::MetricsPipeline::build(crate::emit::metrics::MetricsSettings {
+            resource: opentelemetry_sdk::Resource::builder().with_service_name("t").build(),
+            prometheus: true,
+            otlp: None,
+            cardinality_limit: 100,
+        })
+        .unwrap();
+        // Room for one batch: the second request finds the correlator busy.
+        let (ingest, _ingest_rx) = mpsc::channel(1);
+        let admission =
+            Admission { ingest, passthrough: None, meters: p.meters.clone(), strip_tool_definitions: true, memory: None, refusal_log: refusal_log() };
+        let mut invalid = span(9, vec![], vec![]);
+        invalid.trace_id = vec![0; 16];
+        let first = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans { scope_spans: vec![scope("f", vec![span(1, vec![], vec![]), span(2, vec![], vec![]), invalid])], ..Default::default() }],
+        };
+        assert!(matches!(admission.admit(first, "grpc"), Admitted::Accepted { rejected: 1, .. }));
+        let second = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans { scope_spans: vec![scope("f", (3..7).map(|n| span(n, vec![], vec![])).collect())], ..Default::default() }],
+        };
+        assert_eq!(admission.admit(second, "http"), Admitted::Busy);
+        // An unreadable request: 1 in spans.refused, no items.
+        admission.refused("http", "undecodable");
+
+        let text = crate::emit::prometheus::render(p.prometheus.as_ref().unwrap());
+        let sum = |name: &str, filter: &str| prom_sum(&text, name, filter);
+        assert_eq!(sum("mcp_health_spans_received_total", "transport=\"grpc\""), 3.0);
+        assert_eq!(sum("mcp_health_receiver_accepted_spans_total", "transport=\"grpc\""), 2.0);
+        assert_eq!(sum("mcp_health_receiver_refused_spans_total", "reason=\"invalid_span\""), 1.0);
+        assert_eq!(sum("mcp_health_spans_received_total", "transport=\"http\""), 4.0);
+        assert_eq!(sum("mcp_health_receiver_accepted_spans_total", "transport=\"http\""), 0.0);
+        assert_eq!(sum("mcp_health_receiver_refused_spans_total", "reason=\"correlator_busy\""), 4.0);
+        for t in ["grpc", "http"] {
+            let f = format!("transport=\"{t}\"");
+            assert_eq!(
+                sum("mcp_health_spans_received_total", &f),
+                sum("mcp_health_receiver_accepted_spans_total", &f) + sum("mcp_health_receiver_refused_spans_total", &f),
+                "received = accepted + refused on {t}:\n{text}"
+            );
+        }
+        assert_eq!(sum("mcp_health_spans_refused_total", "reason=\"undecodable\""), 1.0);
+        assert!(text.contains("receiver=\"otlp\""), "{text}");
+    }
 }
