@@ -24,10 +24,9 @@ async fn a_refused_request_logs_its_reason() {
     let started = std::time::Instant::now();
     let r = svc.post_traces("application/x-protobuf", false, UNDECODABLE).await;
     assert_eq!(r.status, 400, "{}", r.text());
-    let line = eventually(WAIT, "a refusal line on stderr", || {
-        svc.stderr().lines().find(|l| l.contains("refused OTLP data")).map(str::to_string)
-    })
-    .await;
+    let line =
+        eventually(WAIT, "a refusal line on stderr", || svc.stderr().lines().find(|l| l.contains("refused OTLP data")).map(str::to_string))
+            .await;
     assert!(line.contains("WARN"), "{line}");
     assert!(line.contains("reason=undecodable") && line.contains("transport=\"http\""), "{line}");
     // Within the window the same reason is counted, not logged again.
@@ -91,9 +90,8 @@ async fn prometheus_stores_the_trace_id_exemplars_of_the_latency_histograms() {
     svc.wait_metric("mcp_health_call_duration_count", WAIT, |v| v == 8.0).await;
 
     // What the service serves to each: exemplars only in OpenMetrics.
-    let om = http_request(svc.prom_addr(), "GET", "/metrics", &[("Accept", "application/openmetrics-text;version=1.0.0")], &[])
-        .await
-        .unwrap();
+    let om =
+        http_request(svc.prom_addr(), "GET", "/metrics", &[("Accept", "application/openmetrics-text;version=1.0.0")], &[]).await.unwrap();
     assert_eq!(om.status, 200);
     assert!(om.header("content-type").unwrap().starts_with("application/openmetrics-text; version=1.0.0"), "{:?}", om.headers);
     let om = om.text();

@@ -90,8 +90,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
 }
 
 fn init_logs(logs: &crate::config::Logs) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&logs.level));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&logs.level));
     // Logs go to stderr: stdout carries verdict lines in the default configuration.
     let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if logs.encoding == "json" {

@@ -353,16 +353,28 @@ mod tests {
         .unwrap();
         // Room for one batch: the second request finds the correlator busy.
         let (ingest, _ingest_rx) = mpsc::channel(1);
-        let admission =
-            Admission { ingest, passthrough: None, meters: p.meters.clone(), strip_tool_definitions: true, memory: None, refusal_log: refusal_log() };
+        let admission = Admission {
+            ingest,
+            passthrough: None,
+            meters: p.meters.clone(),
+            strip_tool_definitions: true,
+            memory: None,
+            refusal_log: refusal_log(),
+        };
         let mut invalid = span(9, vec![], vec![]);
         invalid.trace_id = vec![0; 16];
         let first = ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans { scope_spans: vec![scope("f", vec![span(1, vec![], vec![]), span(2, vec![], vec![]), invalid])], ..Default::default() }],
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![scope("f", vec![span(1, vec![], vec![]), span(2, vec![], vec![]), invalid])],
+                ..Default::default()
+            }],
         };
         assert!(matches!(admission.admit(first, "grpc"), Admitted::Accepted { rejected: 1, .. }));
         let second = ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans { scope_spans: vec![scope("f", (3..7).map(|n| span(n, vec![], vec![])).collect())], ..Default::default() }],
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![scope("f", (3..7).map(|n| span(n, vec![], vec![])).collect())],
+                ..Default::default()
+            }],
         };
         assert_eq!(admission.admit(second, "http"), Admitted::Busy);
         // An unreadable request: 1 in spans.refused, no items.
