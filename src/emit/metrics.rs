@@ -1013,8 +1013,10 @@ mod tests {
     #[test]
     fn build_info_names_the_version_and_rustc() {
         let text = crate::emit::prometheus::render(pipeline(10).prometheus.as_ref().unwrap());
-        let want = format!("mcp_health_build_info{{version=\"{}\",rustc=\"{RUSTC_VERSION}\"}} 1", env!("CARGO_PKG_VERSION"));
-        assert!(text.lines().any(|l| l == want), "missing {want:?} in\n{text}");
+        // Labels in either order (the SDK may sort them).
+        let (version, rustc) = (format!("version=\"{}\"", env!("CARGO_PKG_VERSION")), format!("rustc=\"{RUSTC_VERSION}\""));
+        let line = text.lines().find(|l| l.starts_with("mcp_health_build_info{"));
+        assert!(line.is_some_and(|l| l.contains(&version) && l.contains(&rustc) && l.ends_with("} 1")), "{line:?} in\n{text}");
         assert!(RUSTC_VERSION.starts_with("1."), "{RUSTC_VERSION:?}");
     }
 }
