@@ -201,7 +201,9 @@ fn observe_process(meter: &Meter) {
     let _info = meter
         .u64_observable_gauge("mcp_health.build.info")
         .with_description("Always 1; the version of mcp-health and the rustc that built it, as labels")
-        .with_unit("1")
+        // An annotation, not `1`: OTLP-to-Prometheus translation turns unit `1` into a `_ratio`
+        // suffix, and this is no ratio.
+        .with_unit("{build}")
         .with_callback(|o| {
             o.observe(1, &[KeyValue::new("version", env!("CARGO_PKG_VERSION")), KeyValue::new("rustc", RUSTC_VERSION)]);
         })
