@@ -41,6 +41,39 @@ async fn a_refused_request_logs_its_reason() {
     assert!(lines <= allowed.min(5), "{lines} lines, at most {allowed}:\n{}", svc.stderr());
 }
 
+/// Issue 10: `mcp_health.spans.received` included refused spans. Over both transports, with
+/// invalid spans inside accepted requests (a partial success), the collector-style receiver
+/// counters add up: received = accepted + refused, per transport. (Requests refused whole are
+/// covered by the unit test in `receive::admit`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn received_spans_are_accepted_plus_refused_on_both_transports() {
+    let svc = Service::start(Cfg::default()).await;
+    let spans = |n: usize, bad: usize| {
+        let trace = new_trace_id();
+        let mut v: Vec<_> = (0..n).map(|i| call_span(trace, new_span_id(), None, "create_ticket", &i.to_string(), vec![])).collect();
+        for s in v.iter_mut().take(bad) {
+            s.span_id = vec![0; 8];
+        }
+        v
+    };
+    let r = svc.grpc_export(request("agent", spans(5, 2))).await.expect("accepted with partial success");
+    assert_eq!(r.partial_success.map(|p| p.rejected_spans), Some(2));
+    assert_eq!(svc.post_proto(&request("agent", spans(3, 1))).await.status, 200);
+    let text = svc.wait_metric("mcp_health_receiver_accepted_spans_total", WAIT, |v| v == 5.0).await;
+    let sum = |name: &str, transport: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&format!("transport=\"{transport}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    for (t, received, accepted) in [("grpc", 5.0, 3.0), ("http", 3.0, 2.0)] {
+        assert_eq!(sum("mcp_health_spans_received_total", t), received, "{t}:\n{text}");
+        assert_eq!(sum("mcp_health_receiver_accepted_spans_total", t), accepted, "{t}:\n{text}");
+        assert_eq!(sum("mcp_health_receiver_refused_spans_total", t), received - accepted, "{t}:\n{text}");
+    }
+    assert!(text.contains("reason=\"invalid_span\""), "{text}");
+}
+
 /// Issue 10: `service.telemetry.logs.encoding: json` writes one JSON object per stderr line with
 /// `level`, `message` and `target` at the top level (and the event's fields beside them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
