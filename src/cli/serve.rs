@@ -72,7 +72,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logs(&cfg.service.telemetry.logs.level);
+    init_logs(&cfg.service.telemetry.logs);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("mcp-health").build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -93,11 +93,18 @@ pub fn run(a: ServeArgs) -> ExitCode {
     }
 }
 
-fn init_logs(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+fn init_logs(logs: &crate::config::Logs) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&logs.level));
     // Logs go to stderr: stdout carries verdict lines in the default configuration.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if logs.encoding == "json" {
+        // One object per line with `timestamp`, `level`, `target`, `message` and the event's
+        // fields at the top level (flattened), as a log pipeline expects; never ANSI colours.
+        let _ = fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init();
+    } else {
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let _ = fmt.with_ansi(ansi).try_init();
+    }
 }
 
 /// SIGTERM, SIGINT, SIGQUIT and SIGUSR1 all drain (decide what is in flight, flush, exit): none
@@ -267,6 +274,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         meters: meters.clone(),
         strip_tool_definitions: proc_cfg.strip_tool_definitions,
         memory,
+        refusal_log: crate::receive::admit::refusal_log(),
     };
     let mut sinks = Sinks::default();
     sinks.push(MetricsSink::new(meters.clone()));
@@ -371,16 +379,20 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     }
     if let (Some(l), Some(reader)) = (prom_l, metrics.prometheus.clone()) {
         tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "Prometheus endpoint listening on /metrics");
-        let app =
-            Router::new().route(
-                "/metrics",
-                get(move || {
-                    let reader = reader.clone();
-                    async move {
-                        ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], prometheus::render(&reader))
-                    }
-                }),
-            );
+        let exemplars = metrics.meters.exemplars.clone();
+        // OpenMetrics (with exemplars) when the scraper asks for it, as Prometheus does; the
+        // text format otherwise.
+        let app = Router::new().route(
+            "/metrics",
+            get(move |headers: axum::http::HeaderMap| {
+                let (reader, exemplars) = (reader.clone(), exemplars.clone());
+                async move {
+                    let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok());
+                    let format = prometheus::Format::negotiate(accept);
+                    ([(axum::http::header::CONTENT_TYPE, format.content_type())], prometheus::render_as(&reader, format, Some(&exemplars)))
+                }
+            }),
+        );
         servers.push(spawn_http(l, app, wait_down(down_rx.clone())));
     }
     if let Some(l) = health_l {

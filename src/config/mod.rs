@@ -552,12 +552,20 @@ pub struct Telemetry {
 pub struct Logs {
     #[serde(default = "default_level")]
     pub level: String,
+    /// `console` (human-readable lines) or `json` (one JSON object per line, for a log
+    /// pipeline), as the collector's `service.telemetry.logs.encoding`.
+    #[serde(default = "default_log_encoding")]
+    pub encoding: String,
 }
 
 impl Default for Logs {
     fn default() -> Self {
-        Logs { level: default_level() }
+        Logs { level: default_level(), encoding: default_log_encoding() }
     }
+}
+
+fn default_log_encoding() -> String {
+    "console".into()
 }
 
 fn yes() -> bool {
@@ -818,6 +826,10 @@ impl Config {
         if !["error", "warn", "info", "debug", "trace", "off"].contains(&level.as_str()) {
             return bad("service.telemetry.logs.level", "must be one of error, warn, info, debug, trace, off");
         }
+        // A misspelled encoding must not silently give console lines to a JSON log pipeline.
+        if !["console", "json"].contains(&self.service.telemetry.logs.encoding.as_str()) {
+            return bad("service.telemetry.logs.encoding", "must be console or json");
+        }
         if let Some(pr) = &self.exporters.prometheus {
             if !listen_address_ok(&pr.endpoint) {
                 return bad("exporters.prometheus.endpoint", "must be host:port, e.g. 127.0.0.1:9464 or localhost:9464");
@@ -1046,6 +1058,20 @@ mod tests {
         }
         for good in ["127.0.0.1:4317", "[::1]:4317", "localhost:4317", "mcp-health.ns.svc:4317"] {
             assert!(listen_address_ok(good), "{good}");
+        }
+    }
+
+    /// Issue 10: `service.telemetry.logs.encoding` is the collector's key; console by default,
+    /// json on request, anything else an error named by its key (not console lines in silence).
+    #[test]
+    fn the_log_encoding_is_console_or_json() {
+        let enc = |v: &str| Config::parse("c.yaml", &format!("service:\n  telemetry:\n    logs:\n      encoding: {v}\n"), &env);
+        assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().service.telemetry.logs.encoding, "console");
+        assert_eq!(enc("json").unwrap().service.telemetry.logs.encoding, "json");
+        assert_eq!(enc("console").unwrap().service.telemetry.logs.encoding, "console");
+        for bad in ["JSON", "text", "logfmt"] {
+            let e = enc(bad).unwrap_err().to_string();
+            assert!(e.contains("service.telemetry.logs.encoding") && e.contains("console or json"), "{bad}: {e}");
         }
     }
 

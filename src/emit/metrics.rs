@@ -105,6 +105,185 @@ impl ExporterItems {
     }
 }
 
+/// The collector's receiver counters (`otelcol_receiver_accepted_spans`, `..._refused_spans`,
+/// and the metric-point and log-record pairs), counted in items of decoded requests, so that
+/// `received = accepted + refused` holds per transport. `mcp_health.spans.received` and
+/// `mcp_health.spans.refused` stay for the dashboards and alerts that use them; a request that
+/// could not be decoded has no item count and is only in those (1 per request).
+#[derive(Clone)]
+struct ReceiverItems {
+    /// `[outcome][kind]`: outcome 0 accepted, 1 refused; kind spans, metric points, log records.
+    counters: [[Counter<u64>; 3]; 2],
+}
+
+impl ReceiverItems {
+    fn new(meter: &Meter) -> Self {
+        let mk = |name: &'static str, unit: &'static str, desc: &'static str| {
+            meter.u64_counter(name).with_description(desc).with_unit(unit).build()
+        };
+        ReceiverItems {
+            counters: [
+                [
+                    mk(
+                        "mcp_health.receiver.accepted_spans",
+                        "{span}",
+                        "Spans handed to the correlator (and to pass-through), by receiver and transport",
+                    ),
+                    mk(
+                        "mcp_health.receiver.accepted_metric_points",
+                        "{data_point}",
+                        "Metric points taken for pass-through (or dropped when it is off), by receiver and transport",
+                    ),
+                    mk(
+                        "mcp_health.receiver.accepted_log_records",
+                        "{record}",
+                        "Log records taken for pass-through (or dropped when it is off), by receiver and transport",
+                    ),
+                ],
+                [
+                    mk(
+                        "mcp_health.receiver.refused_spans",
+                        "{span}",
+                        "Spans of decoded requests not taken (refused whole, or invalid inside an accepted request), by receiver, transport and reason",
+                    ),
+                    mk(
+                        "mcp_health.receiver.refused_metric_points",
+                        "{data_point}",
+                        "Metric points of decoded requests refused, by receiver, transport and reason",
+                    ),
+                    mk(
+                        "mcp_health.receiver.refused_log_records",
+                        "{record}",
+                        "Log records of decoded requests refused, by receiver, transport and reason",
+                    ),
+                ],
+            ],
+        }
+    }
+
+    fn add(&self, outcome: usize, kind: ItemKind, n: u64, transport: &'static str, reason: Option<&'static str>) {
+        let k = match kind {
+            ItemKind::Spans => 0,
+            ItemKind::MetricPoints => 1,
+            ItemKind::LogRecords => 2,
+        };
+        let mut attrs = vec![KeyValue::new("receiver", "otlp"), KeyValue::new("transport", transport)];
+        if let Some(r) = reason {
+            attrs.push(KeyValue::new("reason", r));
+        }
+        self.counters[outcome][k].add(n, &attrs);
+    }
+}
+
+/// The rustc that built this binary (set by build.rs; empty when it could not be asked).
+const RUSTC_VERSION: &str = env!("MCP_HEALTH_RUSTC_VERSION");
+
+/// When the process started, as far as its metrics know: set when the first meters are made.
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// User and system CPU seconds of the whole process (getrusage), as the collector's
+/// `otelcol_process_cpu_seconds`.
+fn cpu_seconds() -> Option<(f64, f64)> {
+    // SAFETY: getrusage only writes the struct it is given, which is zero-initialized plain data.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return None;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some((secs(ru.ru_utime), secs(ru.ru_stime)))
+}
+
+/// Build info, CPU time and uptime, read at each collection: what every collector exposes
+/// (`otelcol_process_cpu_seconds`, `otelcol_process_uptime`, the build's version on `target_info`)
+/// so a dashboard can tell versions apart and see a restart or a busy process.
+fn observe_process(meter: &Meter) {
+    let started = *STARTED.get_or_init(std::time::Instant::now);
+    let _info = meter
+        .u64_observable_gauge("mcp_health.build.info")
+        .with_description("Always 1; the version of mcp-health and the rustc that built it, as labels")
+        // An annotation, not `1`: OTLP-to-Prometheus translation turns unit `1` into a `_ratio`
+        // suffix, and this is no ratio.
+        .with_unit("{build}")
+        .with_callback(|o| {
+            o.observe(1, &[KeyValue::new("version", env!("CARGO_PKG_VERSION")), KeyValue::new("rustc", RUSTC_VERSION)]);
+        })
+        .build();
+    let _cpu = meter
+        .f64_observable_counter("mcp_health.process.cpu.time")
+        .with_description("CPU seconds the process used, by cpu.mode (user, system)")
+        .with_unit("s")
+        .with_callback(|o| {
+            if let Some((user, system)) = cpu_seconds() {
+                o.observe(user, &[KeyValue::new("cpu.mode", "user")]);
+                o.observe(system, &[KeyValue::new("cpu.mode", "system")]);
+            }
+        })
+        .build();
+    let _uptime = meter
+        .f64_observable_counter("mcp_health.process.uptime")
+        .with_description("Seconds since the process started (since its metrics were set up)")
+        .with_unit("s")
+        .with_callback(move |o| o.observe(started.elapsed().as_secs_f64(), &[]))
+        .build();
+}
+
+/// Bucket bounds of `mcp_health.call.duration` (seconds): from a fast local tool to a long call.
+pub const CALL_DURATION_BOUNDS: [f64; 15] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+/// Bucket bounds of `mcp_health.verdict.delay` (seconds): around `decision_wait` (500 ms by
+/// default) up to `max_wait` and the late-span window.
+pub const VERDICT_DELAY_BOUNDS: [f64; 14] = [0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+
+/// One exemplar: the trace of the last observation that fell into a bucket.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exemplar {
+    /// Lowercase hex; the only exemplar label (never a tool name, request id or anything else a
+    /// sender chose, which could hold a secret).
+    pub trace_id: String,
+    pub value: f64,
+    /// When the observation was made (the decision moment), nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+}
+
+/// The last trace id per histogram bucket, so the OpenMetrics exposition can carry exemplars:
+/// the OpenTelemetry SDK (0.33) has `HistogramDataPoint::exemplars()` but never records any
+/// (every aggregation leaves the list empty). Bounded: only the latency histograms record here,
+/// whose only attribute is `state` (a closed set), so at most states × buckets entries per metric.
+#[derive(Debug, Default)]
+pub struct Exemplars {
+    by_bucket: std::sync::Mutex<FxHashMap<(String, usize), Exemplar>>,
+}
+
+impl Exemplars {
+    /// The key of a series: its metric's OTLP name and its attributes, sorted by key.
+    pub fn series_key<'a>(metric: &str, attrs: impl Iterator<Item = &'a KeyValue>) -> String {
+        let mut kv: Vec<(&str, String)> = attrs.map(|kv| (kv.key.as_str(), kv.value.as_str().into_owned())).collect();
+        kv.sort();
+        let mut key = metric.to_string();
+        for (k, v) in kv {
+            key.push('\u{1f}');
+            key.push_str(k);
+            key.push('=');
+            key.push_str(&v);
+        }
+        key
+    }
+
+    fn record(&self, series: String, bucket: usize, e: Exemplar) {
+        self.by_bucket.lock().unwrap_or_else(|p| p.into_inner()).insert((series, bucket), e);
+    }
+
+    /// The exemplar of bucket `bucket` (0-based, the last is `+Inf`) of a series.
+    pub fn get(&self, series: &str, bucket: usize) -> Option<Exemplar> {
+        self.by_bucket.lock().unwrap_or_else(|p| p.into_inner()).get(&(series.to_string(), bucket)).cloned()
+    }
+}
+
+/// The bucket `value` falls into under explicit `bounds` (upper bounds inclusive, as in both
+/// OpenTelemetry and Prometheus); `bounds.len()` is the `+Inf` bucket.
+pub fn bucket_of(bounds: &[f64], value: f64) -> usize {
+    bounds.iter().position(|b| value <= *b).unwrap_or(bounds.len())
+}
+
 /// The exporter queue's size and capacity (in requests), read at each collection, as the
 /// collector's `otelcol_exporter_queue_size` / `_queue_capacity`. The callback holds a weak
 /// sender, so it never keeps the queue open at shutdown.
@@ -203,6 +382,10 @@ fn connection_counts(o: &dyn opentelemetry::metrics::AsyncInstrument<u64>, timeo
     }
 }
 
+/// OTLP names of the latency histograms (the exemplar store is keyed by them).
+pub const VERDICT_DELAY: &str = "mcp_health.verdict.delay";
+pub const CALL_DURATION: &str = "mcp_health.call.duration";
+
 /// Every instrument the service records.
 #[derive(Clone)]
 pub struct HealthMeters {
@@ -263,89 +446,112 @@ pub struct HealthMeters {
     pub connections_open: opentelemetry::metrics::ObservableGauge<u64>,
     /// The process's resident set, read at each collection (what the memory limiter compares).
     pub process_memory_rss: opentelemetry::metrics::ObservableGauge<u64>,
+    /// The collector's receiver counters, in items (see [`ReceiverItems`]).
+    receiver_items: ReceiverItems,
+    /// Time from a call's end (its latest span end) to its first verdict, in seconds.
+    verdict_delay: Histogram<f64>,
+    /// A `tools/call`'s duration (start to end of its spans), by the state of its first verdict.
+    call_duration: Histogram<f64>,
+    /// The trace id of the last observation per bucket of the two histograms above.
+    pub exemplars: Arc<Exemplars>,
 }
 
 impl HealthMeters {
     pub fn new(meter: &Meter) -> Self {
-        let c = |name: &'static str, desc: &'static str| meter.u64_counter(name).with_description(desc).build();
+        observe_process(meter);
+        let c = |name: &'static str, unit: &'static str, desc: &'static str| {
+            meter.u64_counter(name).with_description(desc).with_unit(unit).build()
+        };
         HealthMeters {
-            verdicts: c("mcp_health.verdicts", "Decided call verdicts by health state, first failed layer, method, tool and server"),
+            verdicts: c("mcp_health.verdicts", "{verdict}", "Decided call verdicts by health state, first failed layer, method, tool and server"),
             calls: c(
                 "mcp_health.calls",
+                "{call}",
                 "Decided tools/call attempts (the denominator of both success rates; other methods count in mcp_health.verdicts only)",
             ),
             protocol_success: c(
                 "mcp_health.calls.protocol_success",
+                "{call}",
                 "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)",
             ),
-            verified_success: c("mcp_health.calls.verified_success", "Calls whose outcome a verifier confirmed"),
-            spans_received: c("mcp_health.spans.received", "Spans received, by transport"),
-            spans_refused: c("mcp_health.spans.refused", "Spans refused (whole requests answered with an error), by transport and reason"),
-            spans_rejected: c("mcp_health.spans.rejected", "Spans rejected inside accepted requests (partial success), by transport"),
+            verified_success: c("mcp_health.calls.verified_success", "{call}", "Calls whose outcome a verifier confirmed"),
+            spans_received: c("mcp_health.spans.received", "{span}", "Spans received, by transport"),
+            spans_refused: c("mcp_health.spans.refused", "{span}", "Spans refused (whole requests answered with an error), by transport and reason"),
+            spans_rejected: c("mcp_health.spans.rejected", "{span}", "Spans rejected inside accepted requests (partial success), by transport"),
             signals_received: c(
                 "mcp_health.signals.received",
+                "{item}",
                 "Metric data points and log records received for pass-through, by signal (metrics, logs) and transport",
             ),
             signals_refused: c(
                 "mcp_health.signals.refused",
+                "{item}",
                 "Metric data points and log records refused (whole requests answered with an error; an unreadable one counts 1), by signal, transport and reason",
             ),
             signals_dropped: c(
                 "mcp_health.signals.dropped",
+                "{item}",
                 "Metric data points and log records accepted and not passed on (pass-through is off), by signal and reason",
             ),
-            attributes_invalid: c("mcp_health.attributes.invalid", "Known attributes whose value had an unusable type"),
-            spans_late: c("mcp_health.spans.late", "Evidence spans that arrived after their chain was decided (each revises a verdict)"),
-            spans_truncated: c("mcp_health.spans.truncated", "Evidence spans dropped because their chain reached max_spans_per_chain"),
-            chains_evicted: c("mcp_health.chains.evicted", "Chains decided early because the correlator reached a bound"),
+            attributes_invalid: c("mcp_health.attributes.invalid", "{attribute}", "Known attributes whose value had an unusable type"),
+            spans_late: c("mcp_health.spans.late", "{span}", "Evidence spans that arrived after their chain was decided (each revises a verdict)"),
+            spans_truncated: c("mcp_health.spans.truncated", "{span}", "Evidence spans dropped because their chain reached max_spans_per_chain"),
+            chains_evicted: c("mcp_health.chains.evicted", "{chain}", "Chains decided early because the correlator reached a bound"),
             chains_callless: c(
                 "mcp_health.chains.callless",
+                "{chain}",
                 "Chains that gave no verdict because they hold no MCP request (a verifier or an HTTP span alone)",
             ),
             store_errors: c(
                 "mcp_health.state.store_errors",
+                "{error}",
                 "Loads and writes of the state store (storage.directory) that failed; the engine went on in memory",
             ),
             late_evidence_dropped: c(
                 "mcp_health.spans.late_dropped",
+                "{span}",
                 "Evidence spans for a chain already forgotten (past late_span_window or max_decided): no revision is possible",
             ),
             verifiers_parked: c(
                 "mcp_health.verifiers.parked",
+                "{span}",
                 "Verifier spans that named an operation key before its call arrived, parked until it does",
             ),
             verifiers_parked_dropped: c(
                 "mcp_health.verifiers.parked_dropped",
+                "{span}",
                 "Parked verifier spans dropped (their call never came within late_span_window, or a key held too many)",
             ),
-            chains_in_flight: meter.u64_gauge("mcp_health.chains.in_flight").with_description("Chains waiting for a decision").build(),
+            chains_in_flight: meter.u64_gauge("mcp_health.chains.in_flight").with_description("Chains waiting for a decision").with_unit("{chain}").build(),
             evidence_bytes: meter
                 .u64_gauge("mcp_health.evidence.bytes")
                 .with_description("Bytes of evidence held by the correlator")
-                .build(),
-            exporter_sent: c("mcp_health.exporter.sent", "Export requests delivered upstream, by signal"),
-            exporter_dropped: c("mcp_health.exporter.dropped", "Export requests or health spans dropped, by signal and reason"),
+                .with_unit("By").build(),
+            exporter_sent: c("mcp_health.exporter.sent", "{request}", "Export requests delivered upstream, by signal"),
+            exporter_dropped: c("mcp_health.exporter.dropped", "{item}", "Export requests or health spans dropped, by signal and reason"),
             exporter_items: ExporterItems::new(meter),
-            catalog_verdicts: c("mcp_health.catalog.verdicts", "Catalog convergence verdict changes, by server and convergence"),
-            drift_events: c("mcp_health.catalog.drift", "Tool definitions that differ from their pin, by server and tool"),
+            catalog_verdicts: c("mcp_health.catalog.verdicts", "{verdict}", "Catalog convergence verdict changes, by server and convergence"),
+            drift_events: c("mcp_health.catalog.drift", "{definition}", "Tool definitions that differ from their pin, by server and tool"),
             incidents_open: meter
                 .u64_gauge("mcp_health.incidents.open")
                 .with_description("Open incidents by first failed layer, health state, server and incident state (open, waiting)")
-                .build(),
+                .with_unit("{incident}").build(),
             incidents_transitions: c(
                 "mcp_health.incidents.transitions",
+                "{transition}",
                 "Incident lifecycle transitions (opened, updated, resolved) by first failed layer",
             ),
             calls_working: meter
                 .u64_gauge("mcp_health.calls.working")
                 .with_description("In-flight calls with valid progress whose clocks hold, by tool and server")
-                .build(),
+                .with_unit("{call}").build(),
             catalog_convergence: meter
                 .u64_gauge("mcp_health.catalog.convergence")
                 .with_description("Sessions per current catalog convergence verdict, by server")
-                .build(),
+                .with_unit("{session}").build(),
             success_retracted: c(
                 "mcp_health.calls.success_retracted",
+                "{call}",
                 "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)",
             ),
             exporter_split: meter
@@ -355,10 +561,12 @@ impl HealthMeters {
                 .build(),
             verifier_runs: c(
                 "mcp_health.verifier.runs",
+                "{run}",
                 "Verifier spans received, by verifier (rule name) and result (confirmed, missing, failed, stale, verifier_error)",
             ),
             verifier_errors: c(
                 "mcp_health.verifier.errors",
+                "{error}",
                 "Verifiers that could not run (no finding; the call stays unverified), by verifier and error",
             ),
             verifier_duration: meter
@@ -417,7 +625,58 @@ impl HealthMeters {
                     }
                 })
                 .build(),
+            receiver_items: ReceiverItems::new(meter),
+            verdict_delay: meter
+                .f64_histogram(VERDICT_DELAY)
+                .with_description("Time from a call's end to its first verdict (the wait for late evidence, and the engine's own delay)")
+                .with_unit("s")
+                .with_boundaries(VERDICT_DELAY_BOUNDS.to_vec())
+                .build(),
+            call_duration: meter
+                .f64_histogram(CALL_DURATION)
+                .with_description("Duration of a tools/call (its spans' start to end), by the state of its first verdict")
+                .with_unit("s")
+                .with_boundaries(CALL_DURATION_BOUNDS.to_vec())
+                .build(),
+            exemplars: Arc::new(Exemplars::default()),
         }
+    }
+
+    /// Items of a decoded request handed on (accepted) by a receiver.
+    pub fn receiver_accepted(&self, kind: ItemKind, transport: &'static str, n: u64) {
+        self.receiver_items.add(0, kind, n, transport, None);
+    }
+
+    /// Items of a decoded request a receiver did not take, with why.
+    pub fn receiver_refused(&self, kind: ItemKind, transport: &'static str, reason: &'static str, n: u64) {
+        self.receiver_items.add(1, kind, n, transport, Some(reason));
+    }
+
+    /// The latency histograms of a first verdict decided at `now`, each observation remembered as
+    /// its bucket's exemplar. Revisions are left out: the call was counted with its first verdict,
+    /// and a revision's delay measures how late the evidence came, not the service
+    /// (`mcp_health.spans.late` counts those). A call without a known end is left out too.
+    pub fn record_latency(&self, v: &Verdict, now: crate::evidence::time::Moment) {
+        if v.supersedes.is_some() || v.end_ns == 0 {
+            return;
+        }
+        let trace_id = hex::encode(v.trace_id);
+        let now_ns = now.as_nanos();
+        let delay = now_ns.saturating_sub(v.end_ns) as f64 / 1e9;
+        self.observe(&self.verdict_delay, VERDICT_DELAY, &VERDICT_DELAY_BOUNDS, delay, &[], &trace_id, now_ns);
+        // Like `mcp_health.calls`: tool calls only, not initialize or ping.
+        if v.method.as_deref() == Some("tools/call") && v.start_ns > 0 && v.end_ns >= v.start_ns {
+            let duration = (v.end_ns - v.start_ns) as f64 / 1e9;
+            let state = [KeyValue::new("state", v.state.as_str())];
+            self.observe(&self.call_duration, CALL_DURATION, &CALL_DURATION_BOUNDS, duration, &state, &trace_id, now_ns);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn observe(&self, h: &Histogram<f64>, name: &str, bounds: &[f64], value: f64, attrs: &[KeyValue], trace_id: &str, now_ns: u64) {
+        h.record(value, attrs);
+        let e = Exemplar { trace_id: trace_id.to_string(), value, time_ns: now_ns };
+        self.exemplars.record(Exemplars::series_key(name, attrs.iter()), bucket_of(bounds, value), e);
     }
 
     /// Items delivered upstream.
@@ -709,5 +968,69 @@ mod tests {
         let series: Vec<&str> = text.lines().filter(|l| l.starts_with("mcp_health_calls_total{")).collect();
         assert!(series.len() <= 11, "at most the limit plus the overflow series: {}", series.len());
         assert!(series.iter().any(|l| l.contains("otel_metric_overflow=\"true\"")), "{series:?}");
+    }
+
+    fn timed(trace: u8, start_ns: u64, end_ns: u64, verified: bool) -> Verdict {
+        Verdict { trace_id: [trace; 16], start_ns, end_ns, ..crate::verdict::sample("tools/call", true, verified) }
+    }
+
+    /// Issue 10: the latency histograms, and their trace-id exemplars on the buckets the
+    /// observations fell into, in OpenMetrics only (the text format 0.0.4 has no exemplars).
+    #[test]
+    fn latency_histograms_carry_the_last_trace_id_per_bucket_in_openmetrics() {
+        use crate::emit::prometheus::{render_as, Format};
+        use crate::evidence::time::Moment;
+        let p = pipeline(2000);
+        let s = 1_000_000_000u64;
+        let t0 = 1_700_000_000 * s;
+        // Two healthy calls of 300 ms (the second replaces the first as its bucket's exemplar),
+        // one unverified call of 2 s; verdicts 600 ms and 4 s after the calls' ends.
+        p.meters.record_latency(&timed(0xa1, t0, t0 + 3 * s / 10, true), Moment::from_nanos(t0 + 9 * s / 10));
+        p.meters.record_latency(&timed(0xa2, t0, t0 + 3 * s / 10, true), Moment::from_nanos(t0 + 9 * s / 10));
+        p.meters.record_latency(&timed(0xb3, t0, t0 + 2 * s, false), Moment::from_nanos(t0 + 6 * s));
+        // A revision and a call without a known end are not observed.
+        let was = crate::verdict::Superseded { state: HealthState::Unverified, protocol_success: true, verified_success: false };
+        p.meters.record_latency(&Verdict { supersedes: Some(was), ..timed(0xc4, t0, t0 + s, true) }, Moment::from_nanos(t0 + 2 * s));
+        p.meters.record_latency(&timed(0xd5, t0, 0, true), Moment::from_nanos(t0 + 2 * s));
+
+        let reader = p.prometheus.as_ref().unwrap();
+        let om = render_as(reader, Format::OpenMetrics, Some(&p.meters.exemplars));
+        let a2 = "a2".repeat(16);
+        let b3 = "b3".repeat(16);
+        let has = |want: &str| assert!(om.lines().any(|l| l == want), "missing {want:?} in:\n{om}");
+        has(&format!("mcp_health_call_duration_bucket{{state=\"healthy\",le=\"0.5\"}} 2 # {{trace_id=\"{a2}\"}} 0.3 1700000000.9"));
+        has("mcp_health_call_duration_bucket{state=\"healthy\",le=\"1\"} 2");
+        has("mcp_health_call_duration_count{state=\"healthy\"} 2");
+        has(&format!("mcp_health_call_duration_bucket{{state=\"unverified\",le=\"2.5\"}} 1 # {{trace_id=\"{b3}\"}} 2 1700000006"));
+        has(&format!("mcp_health_verdict_delay_bucket{{le=\"0.75\"}} 2 # {{trace_id=\"{a2}\"}} 0.6 1700000000.9"));
+        has(&format!("mcp_health_verdict_delay_bucket{{le=\"5\"}} 3 # {{trace_id=\"{b3}\"}} 4 1700000006"));
+        has("mcp_health_verdict_delay_count 3");
+        assert!(!om.contains(&"a1".repeat(16)) && !om.contains(&"c4".repeat(16)) && !om.contains(&"d5".repeat(16)), "{om}");
+        // OpenMetrics framing: counter families without `_total`, samples with it, `# EOF` last.
+        has("# TYPE mcp_health_build_info gauge");
+        assert!(om.ends_with("\n# EOF\n"), "{om}");
+        assert!(om.lines().any(|l| l == "# TYPE mcp_health_process_uptime counter"), "{om}");
+        assert!(om.lines().any(|l| l.starts_with("mcp_health_process_uptime_total ")), "{om}");
+        assert!(om.lines().any(|l| l.starts_with("mcp_health_process_cpu_time_total{cpu_mode=\"user\"} ")), "{om}");
+        // Exemplars carry trace ids only.
+        for l in om.lines().filter(|l| l.contains(" # {")) {
+            let labels = &l[l.find(" # {").unwrap() + 4..l.rfind('}').unwrap()];
+            assert!(labels.starts_with("trace_id=\"") && labels.len() == "trace_id=\"\"".len() + 32, "{l}");
+        }
+
+        let text = render_as(reader, Format::Text, Some(&p.meters.exemplars));
+        assert!(!text.contains(" # {") && !text.contains("# EOF"), "no exemplars, no EOF in 0.0.4:\n{text}");
+        assert!(text.lines().any(|l| l == "mcp_health_call_duration_bucket{state=\"healthy\",le=\"0.5\"} 2"), "{text}");
+        assert!(text.lines().any(|l| l == "# TYPE mcp_health_process_uptime_total counter"), "{text}");
+    }
+
+    #[test]
+    fn build_info_names_the_version_and_rustc() {
+        let text = crate::emit::prometheus::render(pipeline(10).prometheus.as_ref().unwrap());
+        // Labels in either order (the SDK may sort them).
+        let (version, rustc) = (format!("version=\"{}\"", env!("CARGO_PKG_VERSION")), format!("rustc=\"{RUSTC_VERSION}\""));
+        let line = text.lines().find(|l| l.starts_with("mcp_health_build_info{"));
+        assert!(line.is_some_and(|l| l.contains(&version) && l.contains(&rustc) && l.ends_with("} 1")), "{line:?} in\n{text}");
+        assert!(RUSTC_VERSION.starts_with("1."), "{RUSTC_VERSION:?}");
     }
 }

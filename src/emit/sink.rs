@@ -106,8 +106,9 @@ impl Sink for HealthSpanSink {
     }
 }
 
-/// Metrics: verdict and call counters (a revision counts the call once), catalog and drift
-/// counters, incident transitions, and the engine's gauges. Gauge groups that emptied read 0.
+/// Metrics: verdict and call counters (a revision counts the call once), the latency histograms
+/// (with their exemplars), catalog and drift counters, incident transitions, and the engine's
+/// gauges. Gauge groups that emptied read 0.
 pub struct MetricsSink {
     meters: HealthMeters,
     tally: VerdictTally,
@@ -135,10 +136,14 @@ impl MetricsSink {
 }
 
 impl Sink for MetricsSink {
-    fn accept(&mut self, records: &[Decided], _now: Moment) {
+    /// `now` is the decision moment: the latency histograms measure a verdict's delay against it.
+    fn accept(&mut self, records: &[Decided], now: Moment) {
         for r in records {
             match r {
-                Decided::Call(v) => self.tally.add(v),
+                Decided::Call(v) => {
+                    self.tally.add(v);
+                    self.meters.record_latency(v, now);
+                }
                 Decided::Interim(_) => {}
                 Decided::Catalog(c) => self.meters.record_catalog(c.server.as_deref(), c.verdict.convergence),
                 Decided::Drift(d) => {

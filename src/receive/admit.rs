@@ -6,7 +6,12 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use tokio::sync::mpsc;
+
+use super::throttle::{SystemClock, Throttle};
 
 use crate::emit::metrics::HealthMeters;
 use crate::emit::otlp_traces::{ItemKind, Outgoing};
@@ -31,6 +36,27 @@ pub struct Admission {
     pub strip_tool_definitions: bool,
     /// `processors.memory_limiter`: above its soft limit every request is refused, retryably.
     pub memory: Option<std::sync::Arc<super::memory::MemoryLimiter>>,
+    /// One log line per refusal kind (signal, transport, reason) per [`REFUSAL_LOG_WINDOW`].
+    pub refusal_log: Arc<Mutex<Throttle<RefusalKey>>>,
+}
+
+/// What a refusal log line is throttled by: signal, transport and reason (closed sets).
+pub type RefusalKey = (&'static str, &'static str, &'static str);
+
+/// At most one warning per refusal kind this often; the metrics count every refusal.
+pub const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
+
+/// A fresh refusal-log throttle on the system clock.
+pub fn refusal_log() -> Arc<Mutex<Throttle<RefusalKey>>> {
+    Arc::new(Mutex::new(Throttle::new(SystemClock, REFUSAL_LOG_WINDOW)))
+}
+
+fn item_kind(signal: &str) -> ItemKind {
+    match signal {
+        "metrics" => ItemKind::MetricPoints,
+        "logs" => ItemKind::LogRecords,
+        _ => ItemKind::Spans,
+    }
 }
 
 impl Admission {
@@ -39,9 +65,35 @@ impl Admission {
         self.memory.as_ref().is_some_and(|m| m.over())
     }
 
-    /// Count a request refused before it could be read (undecodable, too large).
+    /// Count a request refused before it could be read (undecodable, too large): 1 per request
+    /// in `mcp_health.spans.refused`, nothing in the item counters (its items are unknown).
     pub fn refused(&self, transport: &'static str, reason: &'static str) {
         self.meters.spans_refused.add(1, &[KeyValue::new("transport", transport), KeyValue::new("reason", reason)]);
+        self.log_refusal("traces", transport, reason, None);
+    }
+
+    /// A decoded request of `items` items refused whole, or items refused inside one: counted in
+    /// the receiver's item counters and logged (throttled).
+    fn refused_items(&self, signal: &'static str, transport: &'static str, reason: &'static str, items: u64) {
+        self.meters.receiver_refused(item_kind(signal), transport, reason, items);
+        self.log_refusal(signal, transport, reason, Some(items));
+    }
+
+    /// The refusal's log line, at most one per signal, transport and reason per
+    /// [`REFUSAL_LOG_WINDOW`], carrying how many refusals (and items, when known) it stands for.
+    fn log_refusal(&self, signal: &'static str, transport: &'static str, reason: &'static str, items: Option<u64>) {
+        let due = self.refusal_log.lock().unwrap_or_else(|p| p.into_inner()).hit((signal, transport, reason), items.unwrap_or(0));
+        if let Some(s) = due {
+            tracing::warn!(
+                signal,
+                transport,
+                %reason,
+                refusals = s.events,
+                items = s.items,
+                "refused OTLP data ({reason}); counts since the last line of this reason, at most one line per {}s",
+                REFUSAL_LOG_WINDOW.as_secs()
+            );
+        }
     }
 
     /// [`Self::refused`] for any signal: `"traces"`, `"metrics"` or `"logs"`.
@@ -51,6 +103,7 @@ impl Admission {
         }
         let attrs = [KeyValue::new("signal", signal), KeyValue::new("transport", transport), KeyValue::new("reason", reason)];
         self.meters.signals_refused.add(1, &attrs);
+        self.log_refusal(signal, transport, reason, None);
     }
 
     /// Metrics are not read: passed on unchanged when pass-through is on, else dropped and counted.
@@ -85,6 +138,7 @@ impl Admission {
         self.meters.signals_received.add(items, &[sig.clone(), KeyValue::new("transport", transport)]);
         if self.over_memory() {
             self.meters.signals_refused.add(items, &[sig, KeyValue::new("transport", transport), KeyValue::new("reason", "memory_limit")]);
+            self.refused_items(signal, transport, "memory_limit", items);
             return Admitted::Busy;
         }
         match &self.passthrough {
@@ -93,13 +147,20 @@ impl Admission {
                 Err(_) => {
                     let attrs = [sig, KeyValue::new("transport", transport), KeyValue::new("reason", "exporter_busy")];
                     self.meters.signals_refused.add(items, &attrs);
-                    let kind = if signal == "metrics" { ItemKind::MetricPoints } else { ItemKind::LogRecords };
-                    self.meters.enqueue_failed(if signal == "metrics" { "passthrough_metrics" } else { "passthrough_logs" }, kind, items);
+                    self.meters.enqueue_failed(
+                        if signal == "metrics" { "passthrough_metrics" } else { "passthrough_logs" },
+                        item_kind(signal),
+                        items,
+                    );
+                    self.refused_items(signal, transport, "exporter_busy", items);
                     return Admitted::Busy;
                 }
             },
             None => self.meters.signals_dropped.add(items, &[sig, KeyValue::new("reason", "passthrough_off")]),
         }
+        // Taken: the receiver's part is done even when pass-through is off and they are dropped
+        // (as the collector counts a receiver's accepted items whatever its pipeline does next).
+        self.meters.receiver_accepted(item_kind(signal), transport, items);
         Admitted::Accepted { rejected: 0, message: String::new() }
     }
 
@@ -109,11 +170,13 @@ impl Admission {
         self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
         if self.over_memory() {
             self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
+            self.refused_items("traces", transport, "memory_limit", spans);
             return Admitted::Busy;
         }
         // Reserve both places first, so a request is either taken whole or refused whole.
         let Ok(ingest_permit) = self.ingest.try_reserve() else {
             self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "correlator_busy")]);
+            self.refused_items("traces", transport, "correlator_busy", spans);
             return Admitted::Busy;
         };
         let pass_permit = match &self.passthrough {
@@ -122,6 +185,7 @@ impl Admission {
                 Err(_) => {
                     self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "exporter_busy")]);
                     self.meters.enqueue_failed("passthrough", ItemKind::Spans, spans);
+                    self.refused_items("traces", transport, "exporter_busy", spans);
                     return Admitted::Busy;
                 }
             },
@@ -146,6 +210,12 @@ impl Admission {
                 strip_raw_definitions(&mut req);
             }
             permit.send(Outgoing::Passthrough(req));
+        }
+        // Invalid spans inside the request were not taken: refused (partial success), so that
+        // received = accepted + refused.
+        self.meters.receiver_accepted(ItemKind::Spans, transport, spans.saturating_sub(rejected));
+        if rejected > 0 {
+            self.refused_items("traces", transport, "invalid_span", rejected);
         }
         let message = if rejected > 0 {
             self.meters.spans_rejected.add(rejected, &[tr]);
@@ -240,7 +310,14 @@ mod tests {
             let (ingest, _ingest_rx) = mpsc::channel(4);
             let (pass, mut pass_rx) = mpsc::channel(4);
             let meters = HealthMeters::new(&opentelemetry::global::meter("admit-test"));
-            let admission = Admission { ingest, passthrough: Some(pass), meters, strip_tool_definitions: strip, memory: None };
+            let admission = Admission {
+                ingest,
+                passthrough: Some(pass),
+                meters,
+                strip_tool_definitions: strip,
+                memory: None,
+                refusal_log: refusal_log(),
+            };
             assert!(matches!(admission.admit(planted.clone(), "grpc"), Admitted::Accepted { rejected: 0, .. }));
             match pass_rx.try_recv() {
                 Ok(Outgoing::Passthrough(req)) => req,
@@ -252,5 +329,74 @@ mod tests {
         assert_eq!(out, expected, "everything else is passed on unchanged");
         // Stripping off: the request is passed on as received.
         assert_eq!(passed_on(false), planted);
+    }
+
+    fn prom_sum(text: &str, name: &str, filter: &str) -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(filter))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Issue 10: `mcp_health.spans.received` included refused spans and nothing counted the
+    /// accepted ones. The receiver's item counters (the collector's `accepted_spans` /
+    /// `refused_spans`) add up to what was received, per transport: a request taken with one
+    /// invalid span, and a request refused whole because the correlator is full.
+    #[test]
+    fn received_spans_are_accepted_plus_refused_per_transport() {
+        let p = crate::emit::metrics::MetricsPipeline::build(crate::emit::metrics::MetricsSettings {
+            resource: opentelemetry_sdk::Resource::builder().with_service_name("t").build(),
+            prometheus: true,
+            otlp: None,
+            cardinality_limit: 100,
+        })
+        .unwrap();
+        // Room for one batch: the second request finds the correlator busy.
+        let (ingest, _ingest_rx) = mpsc::channel(1);
+        let admission = Admission {
+            ingest,
+            passthrough: None,
+            meters: p.meters.clone(),
+            strip_tool_definitions: true,
+            memory: None,
+            refusal_log: refusal_log(),
+        };
+        let mut invalid = span(9, vec![], vec![]);
+        invalid.trace_id = vec![0; 16];
+        let first = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![scope("f", vec![span(1, vec![], vec![]), span(2, vec![], vec![]), invalid])],
+                ..Default::default()
+            }],
+        };
+        assert!(matches!(admission.admit(first, "grpc"), Admitted::Accepted { rejected: 1, .. }));
+        let second = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![scope("f", (3..7).map(|n| span(n, vec![], vec![])).collect())],
+                ..Default::default()
+            }],
+        };
+        assert_eq!(admission.admit(second, "http"), Admitted::Busy);
+        // An unreadable request: 1 in spans.refused, no items.
+        admission.refused("http", "undecodable");
+
+        let text = crate::emit::prometheus::render(p.prometheus.as_ref().unwrap());
+        let sum = |name: &str, filter: &str| prom_sum(&text, name, filter);
+        assert_eq!(sum("mcp_health_spans_received_total", "transport=\"grpc\""), 3.0);
+        assert_eq!(sum("mcp_health_receiver_accepted_spans_total", "transport=\"grpc\""), 2.0);
+        assert_eq!(sum("mcp_health_receiver_refused_spans_total", "reason=\"invalid_span\""), 1.0);
+        assert_eq!(sum("mcp_health_spans_received_total", "transport=\"http\""), 4.0);
+        assert_eq!(sum("mcp_health_receiver_accepted_spans_total", "transport=\"http\""), 0.0);
+        assert_eq!(sum("mcp_health_receiver_refused_spans_total", "reason=\"correlator_busy\""), 4.0);
+        for t in ["grpc", "http"] {
+            let f = format!("transport=\"{t}\"");
+            assert_eq!(
+                sum("mcp_health_spans_received_total", &f),
+                sum("mcp_health_receiver_accepted_spans_total", &f) + sum("mcp_health_receiver_refused_spans_total", &f),
+                "received = accepted + refused on {t}:\n{text}"
+            );
+        }
+        assert_eq!(sum("mcp_health_spans_refused_total", "reason=\"undecodable\""), 1.0);
+        assert!(text.contains("receiver=\"otlp\""), "{text}");
     }
 }

@@ -6,3 +6,4 @@ pub mod memory;
 pub mod otlp_grpc;
 pub mod otlp_http;
 pub mod otlp_json;
+pub mod throttle;

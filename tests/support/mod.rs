@@ -345,6 +345,8 @@ pub struct Cfg {
     pub http_max_body: usize,
     pub shutdown_timeout: &'static str,
     pub log_level: &'static str,
+    /// `service.telemetry.logs.encoding` (`console`, `json`); the service's default when `None`.
+    pub log_encoding: Option<&'static str>,
     /// Environment variables for the service process (the OTEL_* ones are removed otherwise).
     pub env: Vec<(&'static str, String)>,
     /// `exporters.prometheus.cardinality_limit` (the service's default when `None`).
@@ -380,6 +382,7 @@ impl Default for Cfg {
             http_max_body: 4 << 20,
             shutdown_timeout: "10s",
             log_level: "info",
+            log_encoding: None,
             env: Vec::new(),
             cardinality_limit: None,
             memory_limit_mib: None,
@@ -449,8 +452,10 @@ impl Cfg {
         }
         let _ = write!(
             y,
-            "service:\n  telemetry:\n    logs:\n      level: {}\n    shutdown_timeout: {}\n",
-            self.log_level, self.shutdown_timeout
+            "service:\n  telemetry:\n    logs:\n      level: {}\n{}    shutdown_timeout: {}\n",
+            self.log_level,
+            self.log_encoding.map_or(String::new(), |e| format!("      encoding: {e}\n")),
+            self.shutdown_timeout
         );
         y
     }

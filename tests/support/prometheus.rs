@@ -44,6 +44,11 @@ impl Prometheus {
 
     /// Start with `rule_files` pointing at `rules` (the project's alert rules, unchanged).
     pub async fn start_with_rules(target: std::net::SocketAddr, rules: Option<&std::path::Path>) -> Prometheus {
+        Prometheus::start_with(target, rules, &[]).await
+    }
+
+    /// Start with extra command-line flags (`--enable-feature=exemplar-storage`).
+    pub async fn start_with(target: std::net::SocketAddr, rules: Option<&std::path::Path>, flags: &[&str]) -> Prometheus {
         let mut last = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().unwrap();
@@ -66,6 +71,7 @@ impl Prometheus {
                 .arg(format!("--config.file={}", cfg.display()))
                 .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
                 .arg(format!("--web.listen-address={addr}"))
+                .args(flags)
                 .stdin(Stdio::null())
                 .stdout(std::fs::File::create(dir.path().join("prometheus.out")).unwrap())
                 .stderr(std::fs::File::create(&log).unwrap())
@@ -88,6 +94,20 @@ impl Prometheus {
             }
         }
         panic!("prometheus did not start:\n{last}");
+    }
+
+    /// GET an API path; the parsed JSON of a 200 answer.
+    pub async fn api(&self, path_and_query: &str) -> Option<serde_json::Value> {
+        let r = http_get(self.addr, path_and_query).await.ok()?;
+        if r.status != 200 {
+            return None;
+        }
+        serde_json::from_slice(&r.body).ok()
+    }
+
+    /// Prometheus's own log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The value of an instant query with a single scalar-like result.
