@@ -177,8 +177,12 @@ pub struct CorrelateConfig {
     pub decision_wait: Duration,
     #[serde(default = "d_30s", with = "humantime_serde")]
     pub max_wait: Duration,
-    #[serde(default = "d_100k")]
-    pub max_chains: usize,
+    /// Chains in flight. Unset (the default): sized from memory, `max_bytes / 1024` (a chain holds
+    /// about 1.2 KB of evidence), so the byte bound decides: 256 MiB hold ~220 k chains, ~110 k
+    /// calls/s at `decision_wait: 2s` — more than one core accepts. A count alone (100 k, the old
+    /// default) made the embedded default evict most chains at ~150 k spans/s.
+    #[serde(default)]
+    pub max_chains: Option<usize>,
     #[serde(default = "d_256mib")]
     pub max_bytes: usize,
     #[serde(default = "d_1000")]
@@ -309,7 +313,7 @@ impl CorrelateConfig {
         ChainLimits {
             decision_wait: self.decision_wait,
             max_wait: self.max_wait,
-            max_chains: self.max_chains,
+            max_chains: self.max_chains.unwrap_or(self.max_bytes / 1024).max(1),
             max_bytes: self.max_bytes,
             max_spans_per_chain: self.max_spans_per_chain,
             late_span_window: self.late_span_window,
@@ -774,7 +778,7 @@ impl Config {
         if p.max_wait < p.decision_wait {
             return bad("processors.mcp_health.max_wait", "must not be shorter than decision_wait");
         }
-        if p.max_chains == 0 || p.queue_size == 0 || p.max_spans_per_chain == 0 {
+        if p.max_chains == Some(0) || p.queue_size == 0 || p.max_spans_per_chain == 0 {
             return bad("processors.mcp_health", "max_chains, queue_size and max_spans_per_chain must be at least 1");
         }
         if self.storage.as_ref().is_some_and(|st| st.directory.as_os_str().is_empty()) {
@@ -948,6 +952,18 @@ pub fn apply_sets(text: &str, sets: &[String]) -> Result<String, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 11: the embedded default sizes its chain table from memory, not a count: the byte
+    /// bound decides (a count of 100 k evicted most chains at ~150 k spans/s).
+    #[test]
+    fn the_chain_table_is_sized_from_memory_unless_a_count_is_given() {
+        let d = Config::load(None).unwrap().processors.mcp_health;
+        assert_eq!(d.max_chains, None);
+        assert_eq!(d.limits().max_chains, d.max_bytes / 1024);
+        assert_eq!(d.limits().max_chains, 262_144);
+        let c = Config::parse("c", "processors:\n  mcp_health:\n    max_chains: 5\n", &|_| None).unwrap();
+        assert_eq!(c.processors.mcp_health.limits().max_chains, 5);
+    }
 
     fn env(k: &str) -> Option<String> {
         match k {
@@ -1186,7 +1202,7 @@ mod tests {
                 ),
                 |c| {
                     let p = &c.processors.mcp_health;
-                    p.max_chains == 7
+                    p.max_chains == Some(7)
                         && p.decision_wait == Duration::from_secs(5)
                         && p.max_wait == Duration::from_secs(9)
                         && !c.exporters.otlp.as_ref().unwrap().passthrough
