@@ -248,7 +248,7 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
         passthrough: sender.as_ref().filter(|_| passthrough).cloned(),
         meters: meters.clone(),
         strip_tool_definitions: proc_cfg.strip_tool_definitions,
-        memory,
+        memory: memory.clone(),
     };
     let mut sinks = Sinks::default();
     sinks.push(MetricsSink::new(meters.clone()));
@@ -320,7 +320,7 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     let heartbeat = Heartbeat::new(Moment::wall_now());
     // The engine steps at least every tick; silent for much longer than that, it is stuck.
     let stall_after = (tick * 40).max(Duration::from_secs(10));
-    let mut engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone()));
+    let mut engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone(), memory));
 
     let (down_tx, down_rx) = watch::channel(false);
     let wait_down = |mut rx: watch::Receiver<bool>| async move {

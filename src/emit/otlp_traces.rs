@@ -29,20 +29,22 @@ use super::metrics::HealthMeters;
 use super::otlp_http::HttpSender;
 use super::otlp_target::{Compression, Protocol, Target, Targets};
 use crate::config::RetryOnFailure;
+use crate::receive::memory::Reservation;
 
 /// What travels to the workers.
 #[derive(Debug)]
 pub enum Outgoing {
-    /// Spans received from a client, passed on unchanged.
-    Passthrough(ExportTraceServiceRequest),
+    /// Spans received from a client, passed on unchanged, with the memory they hold under
+    /// `processors.memory_limiter` (released once sent or given up on).
+    Passthrough(ExportTraceServiceRequest, Option<Reservation>),
     /// Health spans made by this service.
     Health(ExportTraceServiceRequest),
     /// Incident log records made by this service.
     Logs(ExportLogsServiceRequest),
-    /// Metrics received from a client, passed on unchanged.
-    PassthroughMetrics(ExportMetricsServiceRequest),
-    /// Log records received from a client, passed on unchanged.
-    PassthroughLogs(ExportLogsServiceRequest),
+    /// Metrics received from a client, passed on unchanged (and their memory reservation).
+    PassthroughMetrics(ExportMetricsServiceRequest, Option<Reservation>),
+    /// Log records received from a client, passed on unchanged (and their memory reservation).
+    PassthroughLogs(ExportLogsServiceRequest, Option<Reservation>),
     /// This service's own metrics (the SDK's periodic reader).
     OwnMetrics(ExportMetricsServiceRequest),
 }
@@ -59,21 +61,30 @@ impl Outgoing {
     /// The `signal` label of the exporter's counters.
     pub fn signal(&self) -> &'static str {
         match self {
-            Outgoing::Passthrough(_) => "passthrough",
+            Outgoing::Passthrough(..) => "passthrough",
             Outgoing::Health(_) => "health_spans",
             Outgoing::Logs(_) => "incident_logs",
-            Outgoing::PassthroughMetrics(_) => "passthrough_metrics",
-            Outgoing::PassthroughLogs(_) => "passthrough_logs",
+            Outgoing::PassthroughMetrics(..) => "passthrough_metrics",
+            Outgoing::PassthroughLogs(..) => "passthrough_logs",
             Outgoing::OwnMetrics(_) => "own_metrics",
+        }
+    }
+
+    /// The memory reservation of a pass-through item, taken out so it can outlive the item (the
+    /// encoded bytes it becomes are held until sent).
+    pub fn take_reservation(&mut self) -> Option<Reservation> {
+        match self {
+            Outgoing::Passthrough(_, r) | Outgoing::PassthroughMetrics(_, r) | Outgoing::PassthroughLogs(_, r) => r.take(),
+            _ => None,
         }
     }
 
     /// How many items the request carries, and of which kind.
     pub fn items(&self) -> (ItemKind, u64) {
         match self {
-            Outgoing::Passthrough(r) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
-            Outgoing::Logs(r) | Outgoing::PassthroughLogs(r) => (ItemKind::LogRecords, log_record_count(r)),
-            Outgoing::PassthroughMetrics(r) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
+            Outgoing::Passthrough(r, _) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
+            Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (ItemKind::LogRecords, log_record_count(r)),
+            Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
         }
     }
 }
@@ -255,9 +266,9 @@ struct Routes {
 impl Routes {
     fn for_item(&self, item: &Outgoing) -> Option<&Route> {
         match item {
-            Outgoing::Passthrough(_) | Outgoing::Health(_) => self.traces.as_ref(),
-            Outgoing::PassthroughMetrics(_) | Outgoing::OwnMetrics(_) => self.metrics.as_ref(),
-            Outgoing::Logs(_) | Outgoing::PassthroughLogs(_) => self.logs.as_ref(),
+            Outgoing::Passthrough(..) | Outgoing::Health(_) => self.traces.as_ref(),
+            Outgoing::PassthroughMetrics(..) | Outgoing::OwnMetrics(_) => self.metrics.as_ref(),
+            Outgoing::Logs(_) | Outgoing::PassthroughLogs(..) => self.logs.as_ref(),
         }
     }
 }
@@ -283,7 +294,7 @@ pub fn spawn(
         handles.push(tokio::spawn(async move {
             loop {
                 let next = rx.lock().await.recv().await;
-                let Some(item) = next else { break };
+                let Some(mut item) = next else { break };
                 let signal = item.signal();
                 let (kind, items) = item.items();
                 let Some(route) = routes.for_item(&item) else {
@@ -291,7 +302,14 @@ pub fn spawn(
                     continue;
                 };
                 let encoded = encode(&item, route.target.protocol, route.target.compression);
+                // From here the decoded request is freed and its encoding is what is held until
+                // it is sent or given up on: the reservation follows (set, not checked: the bytes
+                // exist already, refusing them would free nothing).
+                let mut held = item.take_reservation();
                 drop(item);
+                if let (Some(h), Ok((b, _))) = (held.as_mut(), &encoded) {
+                    h.set(b.len() as u64);
+                }
                 let (bytes, encoding) = match encoded {
                     Ok(b) => b,
                     Err(e) => {
@@ -322,12 +340,12 @@ pub fn spawn(
 /// name rides along (gRPC compresses in tonic, per message, so its bytes stay uncompressed here).
 fn encode(item: &Outgoing, protocol: Protocol, compression: Compression) -> Result<(Bytes, Option<&'static str>), std::io::Error> {
     let raw = match (item, protocol) {
-        (Outgoing::Passthrough(r) | Outgoing::Health(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
-        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
-        (Outgoing::PassthroughMetrics(r) | Outgoing::OwnMetrics(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
-        (Outgoing::Passthrough(r) | Outgoing::Health(r), _) => r.encode_to_vec(),
-        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r), _) => r.encode_to_vec(),
-        (Outgoing::PassthroughMetrics(r) | Outgoing::OwnMetrics(r), _) => r.encode_to_vec(),
+        (Outgoing::Passthrough(r, _) | Outgoing::Health(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
+        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), Protocol::HttpJson) => serde_json::to_vec(r)?,
+        (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
+        (Outgoing::Passthrough(r, _) | Outgoing::Health(r), _) => r.encode_to_vec(),
+        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), _) => r.encode_to_vec(),
+        (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), _) => r.encode_to_vec(),
     };
     if protocol == Protocol::Grpc {
         return Ok((Bytes::from(raw), None));

@@ -75,6 +75,9 @@ pub struct NormalizedBatch {
     pub spans: u64,
     /// Some span carried raw tool definitions, which must be stripped before passing it on.
     pub raw_definitions_seen: bool,
+    /// The memory this batch holds under `processors.memory_limiter`, released when the engine
+    /// has taken it in (from then on its evidence is counted as the engine's).
+    pub memory: Option<crate::receive::memory::Reservation>,
 }
 
 /// Why a span was refused by [`span_ids`].

@@ -6,10 +6,12 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use prost::Message;
 use tokio::sync::mpsc;
 
 use crate::emit::metrics::HealthMeters;
 use crate::emit::otlp_traces::{ItemKind, Outgoing};
+use super::memory::{trace_request_heap_bytes, Reservation};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
 
 /// What the receiver should answer.
@@ -54,7 +56,7 @@ impl Admission {
     }
 
     /// Metrics are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_metrics(&self, req: ExportMetricsServiceRequest, transport: &'static str) -> Admitted {
+    pub fn admit_metrics(&self, req: ExportMetricsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
         let points = req
             .resource_metrics
             .iter()
@@ -69,27 +71,53 @@ impl Admission {
                 None => 0,
             } as u64)
             .sum();
-        self.pass_on("metrics", points, transport, || Outgoing::PassthroughMetrics(req))
+        let wire = req.encoded_len() as u64;
+        self.pass_on("metrics", points, transport, held, wire, |h| Outgoing::PassthroughMetrics(req, h))
     }
 
     /// Logs are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_logs(&self, req: ExportLogsServiceRequest, transport: &'static str) -> Admitted {
+    pub fn admit_logs(&self, req: ExportLogsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
         let records = req.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len() as u64).sum();
-        self.pass_on("logs", records, transport, || Outgoing::PassthroughLogs(req))
+        let wire = req.encoded_len() as u64;
+        self.pass_on("logs", records, transport, held, wire, |h| Outgoing::PassthroughLogs(req, h))
     }
 
     /// Reserve a place in the exporter queue as [`Self::admit`] does, so a full queue answers a
-    /// retryable refusal rather than losing the request.
-    fn pass_on(&self, signal: &'static str, items: u64, transport: &'static str, out: impl FnOnce() -> Outgoing) -> Admitted {
+    /// retryable refusal rather than losing the request. The copy queued keeps its memory
+    /// reservation, sized (without a walk of its structs) at the decode estimate of its `wire` size.
+    fn pass_on(
+        &self,
+        signal: &'static str,
+        items: u64,
+        transport: &'static str,
+        held: Option<Reservation>,
+        wire: u64,
+        out: impl FnOnce(Option<Reservation>) -> Outgoing,
+    ) -> Admitted {
         let sig = KeyValue::new("signal", signal);
         self.meters.signals_received.add(items, &[sig.clone(), KeyValue::new("transport", transport)]);
+        let memory_refused = || {
+            self.meters.signals_refused.add(items, &[sig.clone(), KeyValue::new("transport", transport), KeyValue::new("reason", "memory_limit")]);
+            Admitted::Busy
+        };
         if self.over_memory() {
-            self.meters.signals_refused.add(items, &[sig, KeyValue::new("transport", transport), KeyValue::new("reason", "memory_limit")]);
-            return Admitted::Busy;
+            return memory_refused();
         }
+        let held = match (&self.memory, &self.passthrough) {
+            (Some(m), Some(_)) => match held.or_else(|| m.reserve(0)) {
+                Some(mut r) => {
+                    if !r.resize(wire.saturating_mul(super::memory::DECODED_PER_WIRE_BYTE)) {
+                        return memory_refused();
+                    }
+                    Some(r)
+                }
+                None => return memory_refused(),
+            },
+            _ => None,
+        };
         match &self.passthrough {
             Some(p) => match p.try_reserve() {
-                Ok(permit) => permit.send(out()),
+                Ok(permit) => permit.send(out(held)),
                 Err(_) => {
                     let attrs = [sig, KeyValue::new("transport", transport), KeyValue::new("reason", "exporter_busy")];
                     self.meters.signals_refused.add(items, &attrs);
@@ -103,7 +131,10 @@ impl Admission {
         Admitted::Accepted { rejected: 0, message: String::new() }
     }
 
-    pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: &'static str) -> Admitted {
+    /// Take a decoded request whole or refuse it whole. `held` is the memory reserved for it while
+    /// it was read and decoded; from here on it pays for the pass-through copy (until exported)
+    /// and the normalized batch (until the engine has taken it), each trimmed to what it holds.
+    pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
         let spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
         let tr = KeyValue::new("transport", transport);
         self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
@@ -127,16 +158,12 @@ impl Admission {
             },
             None => None,
         };
-        if let Some(m) = &self.memory {
-            m.charge(spans.saturating_mul(super::memory::BYTES_PER_ADMITTED_SPAN));
-        }
-        let batch = normalize_request(&req);
+        let mut batch = normalize_request(&req);
         let rejected = batch.rejected_spans;
         if batch.attribute_type_errors > 0 {
             self.meters.attributes_invalid.add(batch.attribute_type_errors, &[]);
         }
-        ingest_permit.send(batch);
-        if let Some(permit) = pass_permit {
+        if pass_permit.is_some() {
             if rejected > 0 {
                 drop_invalid_spans(&mut req);
             }
@@ -145,7 +172,24 @@ impl Admission {
             if self.strip_tool_definitions {
                 strip_raw_definitions(&mut req);
             }
-            permit.send(Outgoing::Passthrough(req));
+        }
+        let mut pass_held = None;
+        if let Some(m) = &self.memory {
+            let pass = if pass_permit.is_some() { trace_request_heap_bytes(&req) } else { 0 };
+            let evidence = batch_heap_bytes(&batch);
+            let mut r = held.or_else(|| m.reserve(0));
+            if !r.as_mut().is_some_and(|r| r.resize(pass + evidence)) {
+                self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
+                return Admitted::Busy;
+            }
+            if let Some(mut r) = r {
+                batch.memory = Some(r.split(evidence));
+                pass_held = Some(r);
+            }
+        }
+        ingest_permit.send(batch);
+        if let Some(permit) = pass_permit {
+            permit.send(Outgoing::Passthrough(req, pass_held));
         }
         let message = if rejected > 0 {
             self.meters.spans_rejected.add(rejected, &[tr]);
@@ -155,6 +199,13 @@ impl Admission {
         };
         Admitted::Accepted { rejected, message }
     }
+}
+
+/// What a normalized batch holds until the engine takes it in.
+fn batch_heap_bytes(b: &NormalizedBatch) -> u64 {
+    let evidence: usize = b.evidence.iter().map(|e| e.approx_bytes()).sum();
+    (evidence + b.evidence.capacity().saturating_sub(b.evidence.len()) * std::mem::size_of::<crate::evidence::SpanEvidence>()
+        + b.activity.capacity() * std::mem::size_of::<crate::normalize::Activity>()) as u64
 }
 
 #[cfg(test)]
@@ -241,9 +292,9 @@ mod tests {
             let (pass, mut pass_rx) = mpsc::channel(4);
             let meters = HealthMeters::new(&opentelemetry::global::meter("admit-test"));
             let admission = Admission { ingest, passthrough: Some(pass), meters, strip_tool_definitions: strip, memory: None };
-            assert!(matches!(admission.admit(planted.clone(), "grpc"), Admitted::Accepted { rejected: 0, .. }));
+            assert!(matches!(admission.admit(planted.clone(), "grpc", None), Admitted::Accepted { rejected: 0, .. }));
             match pass_rx.try_recv() {
-                Ok(Outgoing::Passthrough(req)) => req,
+                Ok(Outgoing::Passthrough(req, _)) => req,
                 _ => panic!("nothing passed on"),
             }
         };
