@@ -241,6 +241,10 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
     let memory = cfg.processors.memory_limiter.as_ref().map(|m| {
         let limiter = Arc::new(crate::receive::memory::MemoryLimiter::new(m.limit_mib, m.spike_limit_mib));
         tokio::spawn(sample_memory(limiter.clone(), m.check_interval));
+        crate::emit::metrics::observe_memory_limiter(
+            &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
+            &limiter,
+        );
         limiter
     });
     let admission = Admission {

@@ -129,6 +129,27 @@ pub fn observe_exporter_queue(meter: &Meter, queue: &tokio::sync::mpsc::Sender<O
         .build();
 }
 
+/// `mcp_health.memory.reserved`: what requests in flight and queued hold under
+/// `processors.memory_limiter` (read, decoded, queued for pass-through, encoded for export), and
+/// `mcp_health.memory.evidence`, what the engine's evidence holds; with the resident set they show
+/// where the memory is and what the limiter counts.
+pub fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::receive::memory::MemoryLimiter>) {
+    let l = limiter.clone();
+    let _reserved = meter
+        .u64_observable_gauge("mcp_health.memory.reserved")
+        .with_description("Bytes reserved by requests in flight and queued (processors.memory_limiter)")
+        .with_unit("By")
+        .with_callback(move |o| o.observe(l.held(), &[]))
+        .build();
+    let l = limiter.clone();
+    let _evidence = meter
+        .u64_observable_gauge("mcp_health.memory.evidence")
+        .with_description("Evidence bytes the engine holds, as counted by processors.memory_limiter")
+        .with_unit("By")
+        .with_callback(move |o| o.observe(l.engine_bytes(), &[]))
+        .build();
+}
+
 /// The SDK's periodic reader hands mcp-health's own metrics to this exporter, which puts them in
 /// the exporter queue: they then go out like every other signal (gRPC or HTTP, compression, TLS,
 /// retries, item counts). A full queue drops the batch, counted as enqueue_failed; the next

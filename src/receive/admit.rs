@@ -9,9 +9,9 @@ use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use prost::Message;
 use tokio::sync::mpsc;
 
+use super::memory::{trace_request_heap_bytes, Reservation};
 use crate::emit::metrics::HealthMeters;
 use crate::emit::otlp_traces::{ItemKind, Outgoing};
-use super::memory::{trace_request_heap_bytes, Reservation};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
 
 /// What the receiver should answer.
@@ -97,7 +97,9 @@ impl Admission {
         let sig = KeyValue::new("signal", signal);
         self.meters.signals_received.add(items, &[sig.clone(), KeyValue::new("transport", transport)]);
         let memory_refused = || {
-            self.meters.signals_refused.add(items, &[sig.clone(), KeyValue::new("transport", transport), KeyValue::new("reason", "memory_limit")]);
+            self.meters
+                .signals_refused
+                .add(items, &[sig.clone(), KeyValue::new("transport", transport), KeyValue::new("reason", "memory_limit")]);
             Admitted::Busy
         };
         if self.over_memory() {
@@ -204,7 +206,8 @@ impl Admission {
 /// What a normalized batch holds until the engine takes it in.
 fn batch_heap_bytes(b: &NormalizedBatch) -> u64 {
     let evidence: usize = b.evidence.iter().map(|e| e.approx_bytes()).sum();
-    (evidence + b.evidence.capacity().saturating_sub(b.evidence.len()) * std::mem::size_of::<crate::evidence::SpanEvidence>()
+    (evidence
+        + b.evidence.capacity().saturating_sub(b.evidence.len()) * std::mem::size_of::<crate::evidence::SpanEvidence>()
         + b.activity.capacity() * std::mem::size_of::<crate::normalize::Activity>()) as u64
 }
 

@@ -125,6 +125,11 @@ impl MemoryLimiter {
         }
     }
 
+    /// The engine's evidence bytes, as last published.
+    pub fn engine_bytes(&self) -> u64 {
+        self.engine.load(Ordering::Relaxed)
+    }
+
     /// Bytes reserved now.
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)

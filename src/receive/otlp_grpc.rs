@@ -240,8 +240,8 @@ async fn read_reserved(
     // One uncompressed or gzip/zstd message (unary export): decompress it here, so the size to
     // reserve for decoding is the real one, not the worst case.
     let encoding = parts.headers.get("grpc-encoding").and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
-    let framed = wire.len() >= FRAME_HEADER
-        && u32::from_be_bytes([wire[1], wire[2], wire[3], wire[4]]) as usize == wire.len() - FRAME_HEADER;
+    let framed =
+        wire.len() >= FRAME_HEADER && u32::from_be_bytes([wire[1], wire[2], wire[3], wire[4]]) as usize == wire.len() - FRAME_HEADER;
     if framed && wire[0] == 1 {
         if let Some(enc @ ("gzip" | "zstd")) = encoding.as_deref() {
             if !held.resize((wire.len() + max_message) as u64) {
