@@ -58,6 +58,9 @@ pub enum ServeError {
     Store(String, crate::state::StoreError),
     #[error("the engine stopped unexpectedly; verdicts can no longer be decided")]
     EngineStopped,
+    /// The exporter would send into this service's own receiver.
+    #[error("exporter: {0}")]
+    ExportLoop(String),
 }
 
 pub fn run(a: ServeArgs) -> ExitCode {
@@ -185,6 +188,13 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
         Some(o) => crate::emit::otlp_target::resolve(o, &env)?,
         None => Default::default(),
     };
+    // An exporter target that is one of this service's own receivers (from the file or from an
+    // OTEL_EXPORTER_OTLP_* variable, which `validate` cannot see): refused, never a loop.
+    for t in [&targets.traces, &targets.metrics, &targets.logs].into_iter().flatten() {
+        if let Some(why) = cfg.export_loop(&t.url) {
+            return Err(ServeError::ExportLoop(why));
+        }
+    }
     let prom_cfg = cfg.exporters.prometheus.clone();
     // One queue for everything that goes upstream, when anything does.
     let wants_queue = otlp
@@ -198,7 +208,11 @@ pub async fn serve(cfg: Config, config_path: Option<String>, shutdown: impl std:
         _ => (None, None),
     };
     let metrics = MetricsPipeline::build(MetricsSettings {
-        resource: opentelemetry_sdk::Resource::builder().with_service_name(service_name.clone()).build(),
+        resource: opentelemetry_sdk::Resource::builder()
+            .with_service_name(service_name.clone())
+            // Own metrics come back through a loop like health spans; marked the same way.
+            .with_attribute(opentelemetry::KeyValue::new(crate::receive::loops::EMITTER, crate::receive::loops::instance_id()))
+            .build(),
         prometheus: prom_cfg.is_some(),
         otlp: match (&otlp, &queue_tx) {
             (Some(o), Some(q)) if o.metrics && targets.metrics.is_some() => {

@@ -234,6 +234,8 @@ pub struct HealthMeters {
     pub spans_received: Counter<u64>,
     pub spans_refused: Counter<u64>,
     pub spans_rejected: Counter<u64>,
+    /// Spans that came back from this process's own exporter (an export loop): dropped.
+    pub spans_looped: Counter<u64>,
     /// Metric data points and log records received (pass-through only; never judged).
     pub signals_received: Counter<u64>,
     pub signals_refused: Counter<u64>,
@@ -301,6 +303,10 @@ impl HealthMeters {
             spans_received: c("mcp_health.spans.received", "Spans received, by transport"),
             spans_refused: c("mcp_health.spans.refused", "Spans refused (whole requests answered with an error), by transport and reason"),
             spans_rejected: c("mcp_health.spans.rejected", "Spans rejected inside accepted requests (partial success), by transport"),
+            spans_looped: c(
+                "mcp_health.spans.looped",
+                "Spans this process had sent itself (health spans or pass-through) received again through an export loop; dropped, by transport",
+            ),
             signals_received: c(
                 "mcp_health.signals.received",
                 "Metric data points and log records received for pass-through, by signal (metrics, logs) and transport",

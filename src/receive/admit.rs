@@ -5,13 +5,13 @@ use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use prost::Message;
 use tokio::sync::mpsc;
 
+use super::loops;
 use super::memory::{trace_request_heap_bytes, Reservation};
 use crate::emit::metrics::HealthMeters;
-use crate::emit::otlp_traces::{ItemKind, Outgoing};
+use crate::emit::otlp_traces::{log_record_count, metric_point_count, span_count, ItemKind, Outgoing};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
 
 /// What the receiver should answer.
@@ -56,30 +56,29 @@ impl Admission {
     }
 
     /// Metrics are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_metrics(&self, req: ExportMetricsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
-        let points = req
-            .resource_metrics
-            .iter()
-            .flat_map(|r| &r.scope_metrics)
-            .flat_map(|s| &s.metrics)
-            .map(|m| match &m.data {
-                Some(Data::Gauge(g)) => g.data_points.len(),
-                Some(Data::Sum(s)) => s.data_points.len(),
-                Some(Data::Histogram(h)) => h.data_points.len(),
-                Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
-                Some(Data::Summary(s)) => s.data_points.len(),
-                None => 0,
-            } as u64)
-            .sum();
+    pub fn admit_metrics(&self, mut req: ExportMetricsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
+        let id = loops::instance_id();
+        let before = metric_point_count(&req);
+        req.resource_metrics.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
+        for r in &mut req.resource_metrics {
+            loops::mark_via(&mut r.resource, id);
+        }
+        let points = metric_point_count(&req);
         let wire = req.encoded_len() as u64;
-        self.pass_on("metrics", points, transport, held, wire, |h| Outgoing::PassthroughMetrics(req, h))
+        self.pass_on("metrics", before, before - points, transport, held, wire, |h| Outgoing::PassthroughMetrics(req, h))
     }
 
     /// Logs are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_logs(&self, req: ExportLogsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
-        let records = req.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len() as u64).sum();
+    pub fn admit_logs(&self, mut req: ExportLogsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
+        let id = loops::instance_id();
+        let before = log_record_count(&req);
+        req.resource_logs.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
+        for r in &mut req.resource_logs {
+            loops::mark_via(&mut r.resource, id);
+        }
+        let records = log_record_count(&req);
         let wire = req.encoded_len() as u64;
-        self.pass_on("logs", records, transport, held, wire, |h| Outgoing::PassthroughLogs(req, h))
+        self.pass_on("logs", before, before - records, transport, held, wire, |h| Outgoing::PassthroughLogs(req, h))
     }
 
     /// Reserve a place in the exporter queue as [`Self::admit`] does, so a full queue answers a
@@ -89,6 +88,7 @@ impl Admission {
         &self,
         signal: &'static str,
         items: u64,
+        looped: u64,
         transport: &'static str,
         held: Option<Reservation>,
         wire: u64,
@@ -96,6 +96,13 @@ impl Admission {
     ) -> Admitted {
         let sig = KeyValue::new("signal", signal);
         self.meters.signals_received.add(items, &[sig.clone(), KeyValue::new("transport", transport)]);
+        if looped > 0 {
+            self.meters.signals_dropped.add(looped, &[sig.clone(), KeyValue::new("reason", "looped")]);
+        }
+        let items = items - looped;
+        if items == 0 && looped > 0 {
+            return Admitted::Accepted { rejected: 0, message: String::new() };
+        }
         let memory_refused = || {
             self.meters
                 .signals_refused
@@ -137,9 +144,21 @@ impl Admission {
     /// it was read and decoded; from here on it pays for the pass-through copy (until exported)
     /// and the normalized batch (until the engine has taken it), each trimmed to what it holds.
     pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
-        let spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
+        let mut spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
         let tr = KeyValue::new("transport", transport);
         self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
+        // What this process sent itself, back through a loop: dropped and counted, neither judged
+        // nor passed on again (one span in, one span out).
+        let id = loops::instance_id();
+        if req.resource_spans.iter().any(|r| loops::is_looped(r.resource.as_ref(), id)) {
+            req.resource_spans.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
+            let left = span_count(&req);
+            self.meters.spans_looped.add(spans - left, std::slice::from_ref(&tr));
+            if left == 0 {
+                return Admitted::Accepted { rejected: 0, message: String::new() };
+            }
+            spans = left;
+        }
         if self.over_memory() {
             self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
             return Admitted::Busy;
@@ -173,6 +192,9 @@ impl Admission {
             // them, as an array value, on an event or on the resource, they must not leave either.
             if self.strip_tool_definitions {
                 strip_raw_definitions(&mut req);
+            }
+            for r in &mut req.resource_spans {
+                loops::mark_via(&mut r.resource, id);
             }
         }
         let mut pass_held = None;
@@ -276,10 +298,12 @@ mod tests {
                 ..Default::default()
             }],
         };
-        // What must leave: the same request with exactly those attributes removed.
+        // What must leave: the same request with exactly those attributes removed (and the loop
+        // marker of this instance added to the resource).
         let mut expected = planted.clone();
         let rs = &mut expected.resource_spans[0];
-        rs.resource.as_mut().unwrap().attributes.truncate(1);
+        crate::receive::loops::mark_via(&mut rs.resource, crate::receive::loops::instance_id());
+        rs.resource.as_mut().unwrap().attributes.remove(1);
         for ss in &mut rs.scope_spans {
             for sp in &mut ss.spans {
                 sp.attributes.truncate(2);
@@ -304,7 +328,9 @@ mod tests {
         let out = passed_on(true);
         assert!(!format!("{out:?}").contains(CATALOG_TOOLS), "raw definitions left: {out:#?}");
         assert_eq!(out, expected, "everything else is passed on unchanged");
-        // Stripping off: the request is passed on as received.
-        assert_eq!(passed_on(false), planted);
+        // Stripping off: the request is passed on as received (with the loop marker).
+        let mut marked = planted.clone();
+        crate::receive::loops::mark_via(&mut marked.resource_spans[0].resource, crate::receive::loops::instance_id());
+        assert_eq!(passed_on(false), marked);
     }
 }
