@@ -65,7 +65,7 @@ impl Admission {
         }
         let points = metric_point_count(&req);
         let wire = req.encoded_len() as u64;
-        self.pass_on("metrics", before, before - points, transport, held, wire, |h| Outgoing::PassthroughMetrics(req, h))
+        self.pass_on("metrics", (before, before - points), transport, held, wire, |h| Outgoing::PassthroughMetrics(req, h))
     }
 
     /// Logs are not read: passed on unchanged when pass-through is on, else dropped and counted.
@@ -78,17 +78,17 @@ impl Admission {
         }
         let records = log_record_count(&req);
         let wire = req.encoded_len() as u64;
-        self.pass_on("logs", before, before - records, transport, held, wire, |h| Outgoing::PassthroughLogs(req, h))
+        self.pass_on("logs", (before, before - records), transport, held, wire, |h| Outgoing::PassthroughLogs(req, h))
     }
 
+    /// `(items, looped)`: received, and of those come back through an export loop (dropped).
     /// Reserve a place in the exporter queue as [`Self::admit`] does, so a full queue answers a
     /// retryable refusal rather than losing the request. The copy queued keeps its memory
     /// reservation, sized (without a walk of its structs) at the decode estimate of its `wire` size.
     fn pass_on(
         &self,
         signal: &'static str,
-        items: u64,
-        looped: u64,
+        (items, looped): (u64, u64),
         transport: &'static str,
         held: Option<Reservation>,
         wire: u64,

@@ -55,11 +55,24 @@ pub struct MemoryLimiter {
     engine: AtomicU64,
 }
 
+/// Set by the binary, which owns the global allocator: make the allocator return freed memory to
+/// the OS at once. Called when a memory limiter is made: a limit on the resident set needs freed
+/// memory to leave it, or what refused requests held stays counted.
+static ALLOCATOR_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// See [`ALLOCATOR_HOOK`]; the first call wins.
+pub fn set_allocator_hook(f: fn()) {
+    let _ = ALLOCATOR_HOOK.set(f);
+}
+
 impl MemoryLimiter {
     /// `limit_mib` the hard limit; `spike_limit_mib` the allowance above the soft limit (the
     /// collector's default: a fifth of the limit). The current resident set is the floor of what
     /// is not reserved.
     pub fn new(limit_mib: u64, spike_limit_mib: Option<u64>) -> MemoryLimiter {
+        if let Some(f) = ALLOCATOR_HOOK.get() {
+            f();
+        }
         Self::with_floor(limit_mib, spike_limit_mib, process_rss().unwrap_or(0))
     }
 

@@ -230,9 +230,18 @@ async fn read_reserved(
             if buf.len() > max_message + FRAME_HEADER {
                 continue;
             }
-            if !held.resize((buf.len() + data.len()) as u64) {
+            // The whole message is reserved and allocated at once from the length in its frame
+            // header (growing the buffer by doubling would hold up to twice what is reserved).
+            let want = if buf.is_empty() && data.len() >= FRAME_HEADER {
+                let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
+                (FRAME_HEADER + len.min(max_message)).max(data.len())
+            } else {
+                buf.len() + data.len()
+            };
+            if want as u64 > held.bytes() && !held.resize(want as u64) {
                 return Err(full());
             }
+            buf.reserve(want.saturating_sub(buf.len()));
             buf.extend_from_slice(&data);
         }
     }
