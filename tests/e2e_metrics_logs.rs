@@ -159,6 +159,16 @@ fn requests() -> ([ExportMetricsServiceRequest; 3], [ExportLogsServiceRequest; 3
     )
 }
 
+/// A resource without `mcp_health.via`; an empty one is no resource.
+fn unmark(r: &mut Option<opentelemetry_proto::tonic::resource::v1::Resource>) {
+    if let Some(res) = r.as_mut() {
+        res.attributes.retain(|kv| kv.key != "mcp_health.via");
+    }
+    if r.as_ref().is_some_and(|res| *res == Default::default()) {
+        *r = None;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_logs_pass_through_unchanged() {
     let sink = Sink::start().await;
@@ -167,12 +177,36 @@ async fn metrics_and_logs_pass_through_unchanged() {
     let (metrics, logs) = requests();
     send_all(&svc, &metrics, &logs).await;
 
+    // Unchanged but for the loop marker on each resource (`mcp_health.via`: this instance's id).
+    let unmark_metrics = |mut r: ExportMetricsServiceRequest| {
+        for rm in &mut r.resource_metrics {
+            unmark(&mut rm.resource);
+        }
+        r
+    };
+    let unmark_logs = |mut r: ExportLogsServiceRequest| {
+        for rl in &mut r.resource_logs {
+            unmark(&mut rl.resource);
+        }
+        r
+    };
     for (i, m) in metrics.iter().enumerate() {
-        sink.wait_for(WAIT, &format!("metrics request {i} at the sink, unchanged"), |s| s.metric_requests().contains(m).then_some(()))
-            .await;
+        let m = unmark_metrics(m.clone());
+        sink.wait_for(WAIT, &format!("metrics request {i} at the sink, unchanged"), |s| {
+            s.metric_requests().into_iter().map(unmark_metrics).any(|r| r == m).then_some(())
+        })
+        .await;
     }
     for (i, l) in logs.iter().enumerate() {
-        sink.wait_for(WAIT, &format!("logs request {i} at the sink, unchanged"), |s| s.log_requests().contains(l).then_some(())).await;
+        let l = unmark_logs(l.clone());
+        sink.wait_for(WAIT, &format!("logs request {i} at the sink, unchanged"), |s| {
+            s.log_requests().into_iter().map(unmark_logs).any(|r| r == l).then_some(())
+        })
+        .await;
+    }
+    for r in sink.metric_requests().iter().flat_map(|r| &r.resource_metrics) {
+        let via = r.resource.as_ref().map(|r| r.attributes.iter().filter(|kv| kv.key == "mcp_health.via").count());
+        assert_eq!(via, Some(1), "every resource passed on names this instance once: {r:?}");
     }
     assert_eq!(sink.metric_requests().len(), 3, "each metrics request is passed on once");
 

@@ -62,6 +62,9 @@ pub enum ServeError {
     Store(String, crate::state::StoreError),
     #[error("the engine stopped unexpectedly; verdicts can no longer be decided")]
     EngineStopped,
+    /// The exporter would send into this service's own receiver.
+    #[error("exporter: {0}")]
+    ExportLoop(String),
 }
 
 pub fn run(a: ServeArgs) -> ExitCode {
@@ -205,6 +208,13 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         Some(o) => crate::emit::otlp_target::resolve(o, &env)?,
         None => Default::default(),
     };
+    // An exporter target that is one of this service's own receivers (from the file or from an
+    // OTEL_EXPORTER_OTLP_* variable, which `validate` cannot see): refused, never a loop.
+    for t in [&targets.traces, &targets.metrics, &targets.logs].into_iter().flatten() {
+        if let Some(why) = cfg.export_loop(&t.url) {
+            return Err(ServeError::ExportLoop(why));
+        }
+    }
     let prom_cfg = cfg.exporters.prometheus.clone();
     // One queue for everything that goes upstream, when anything does.
     let wants_queue = otlp
@@ -218,7 +228,11 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         _ => (None, None),
     };
     let metrics = MetricsPipeline::build(MetricsSettings {
-        resource: opentelemetry_sdk::Resource::builder().with_service_name(service_name.clone()).build(),
+        resource: opentelemetry_sdk::Resource::builder()
+            .with_service_name(service_name.clone())
+            // Own metrics come back through a loop like health spans; marked the same way.
+            .with_attribute(opentelemetry::KeyValue::new(crate::receive::loops::EMITTER, crate::receive::loops::instance_id()))
+            .build(),
         prometheus: prom_cfg.is_some(),
         otlp: match (&otlp, &queue_tx) {
             (Some(o), Some(q)) if o.metrics && targets.metrics.is_some() => {
@@ -266,6 +280,10 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     let memory = cfg.processors.memory_limiter.as_ref().map(|m| {
         let limiter = Arc::new(crate::receive::memory::MemoryLimiter::new(m.limit_mib, m.spike_limit_mib));
         tokio::spawn(sample_memory(limiter.clone(), m.check_interval));
+        crate::emit::metrics::observe_memory_limiter(
+            &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
+            &limiter,
+        );
         limiter
     });
     let admission = Admission {
@@ -273,7 +291,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         passthrough: sender.as_ref().filter(|_| passthrough).cloned(),
         meters: meters.clone(),
         strip_tool_definitions: proc_cfg.strip_tool_definitions,
-        memory,
+        memory: memory.clone(),
         refusal_log: crate::receive::admit::refusal_log(),
     };
     let mut sinks = Sinks::default();
@@ -346,7 +364,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     let heartbeat = Heartbeat::new(Moment::wall_now());
     // The engine steps at least every tick; silent for much longer than that, it is stuck.
     let stall_after = (tick * 40).max(Duration::from_secs(10));
-    let mut engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone()));
+    let mut engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone(), memory));
 
     let (down_tx, down_rx) = watch::channel(false);
     let wait_down = |mut rx: watch::Receiver<bool>| async move {

@@ -865,6 +865,11 @@ impl Config {
             if o.sending_queue.queue_size == 0 {
                 return bad("exporters.otlp.sending_queue.queue_size", "must be at least 1");
             }
+            for (key, ep) in [("exporters.otlp.endpoint", &o.endpoint), ("exporters.otlp.metrics_endpoint", &o.metrics_endpoint)] {
+                if let Some(msg) = ep.as_deref().and_then(|e| self.export_loop(e)) {
+                    return bad(key, &msg);
+                }
+            }
         }
         if let Some(h) = &self.extensions.health_check {
             if !listen_address_ok(&h.endpoint) {
@@ -878,6 +883,50 @@ impl Config {
         }
         Ok(())
     }
+}
+
+impl Config {
+    /// Why an exporter sending to `endpoint` would send into one of this service's own receivers
+    /// (an export loop), if it would: the same port, and the same host or two names of this
+    /// machine (`localhost`, `127.0.0.1`, `::1`, or a receiver on `0.0.0.0` / `::`, which listens on
+    /// every address). A host that only resolves to this machine through DNS is not caught here;
+    /// the marker on what mcp-health sends catches that loop when it happens (`receive::loops`).
+    pub fn export_loop(&self, endpoint: &str) -> Option<String> {
+        let (eh, eport) = host_port(endpoint)?;
+        let p = &self.receivers.otlp.protocols;
+        let receivers = [
+            ("receivers.otlp.protocols.grpc.endpoint", p.grpc.as_ref().map(|g| g.endpoint.as_str())),
+            ("receivers.otlp.protocols.http.endpoint", p.http.as_ref().map(|h| h.endpoint.as_str())),
+        ];
+        receivers.into_iter().find_map(|(key, r)| {
+            let (rh, rport) = host_port(r?)?;
+            let local = |h: &str| h == "localhost" || h.ends_with(".localhost") || h == "::1" || h.starts_with("127.");
+            let any = |h: &str| h == "0.0.0.0" || h == "::";
+            let same = rport == eport && (rh == eh || ((local(&rh) || any(&rh)) && (local(&eh) || any(&eh))));
+            same.then(|| {
+                format!(
+                    "{endpoint} is this service's own receiver ({key}: {}): everything exported would come back in and be sent again; point the exporter at the upstream collector",
+                    r.unwrap_or_default()
+                )
+            })
+        })
+    }
+}
+
+/// Host (lowercase, IPv6 without brackets) and port of `host:port` or a URL
+/// (`http[s]://[user@]host:port/path`); `None` without an explicit port.
+fn host_port(s: &str) -> Option<(String, u16)> {
+    let rest = s.split_once("://").map_or(s, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (h, p) = v6.split_once(']')?;
+            (h, p.strip_prefix(':')?)
+        }
+        None => authority.rsplit_once(':')?,
+    };
+    Some((host.to_ascii_lowercase(), port.parse().ok()?))
 }
 
 /// A listener's key prefix with its limits and TLS settings, when it is configured.
@@ -1088,6 +1137,50 @@ mod tests {
         for bad in ["JSON", "text", "logfmt"] {
             let e = enc(bad).unwrap_err().to_string();
             assert!(e.contains("service.telemetry.logs.encoding") && e.contains("console or json"), "{bad}: {e}");
+        }
+    }
+
+    /// Issue 10: an exporter pointed at one of mcp-health's own receivers makes everything loop;
+    /// `validate` (and the start) refuse it, across the names of this machine.
+    #[test]
+    fn an_exporter_pointed_at_an_own_receiver_is_refused() {
+        let cfg = |recv: &str, exp: &str, key: &str| {
+            format!("receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: \"{recv}\"\n      http:\n        endpoint: 127.0.0.1:4318\nexporters:\n  otlp:\n    {key}: \"{exp}\"\n")
+        };
+        for (recv, exp) in [
+            ("127.0.0.1:4317", "http://127.0.0.1:4317"),
+            ("127.0.0.1:4317", "localhost:4317"),
+            ("0.0.0.0:4317", "http://localhost:4317"),
+            ("localhost:4317", "https://127.0.0.1:4317/"),
+            ("[::]:4317", "http://[::1]:4317"),
+            ("0.0.0.0:4317", "http://0.0.0.0:4317"),
+            ("collector.internal:4317", "http://Collector.Internal:4317"),
+        ] {
+            for key in ["endpoint", "metrics_endpoint"] {
+                match Config::parse("c.yaml", &cfg(recv, exp, key), &env) {
+                    Err(ConfigError::Invalid { key: k, message, .. }) => {
+                        assert_eq!(k, format!("exporters.otlp.{key}"));
+                        assert!(
+                            message.contains("own receiver") && message.contains("receivers.otlp.protocols.grpc.endpoint"),
+                            "{message}"
+                        );
+                    }
+                    other => panic!("{recv} <- {exp} ({key}): {other:?}"),
+                }
+            }
+        }
+        // The HTTP receiver too, through an HTTP exporter's base URL.
+        let t = cfg("127.0.0.1:4317", "http://127.0.0.1:4318/v1/traces", "endpoint");
+        assert!(
+            matches!(Config::parse("c.yaml", &t, &env), Err(ConfigError::Invalid { message, .. }) if message.contains("protocols.http"))
+        );
+        // Another port, or another host: fine.
+        for (recv, exp) in [
+            ("127.0.0.1:4317", "http://127.0.0.1:14317"),
+            ("0.0.0.0:4317", "http://collector:4317"),
+            ("10.0.0.1:4317", "http://127.0.0.1:4317"),
+        ] {
+            Config::parse("c.yaml", &cfg(recv, exp, "endpoint"), &env).unwrap_or_else(|e| panic!("{recv} <- {exp}: {e}"));
         }
     }
 

@@ -96,7 +96,10 @@ pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns:
         .collect();
     ExportLogsServiceRequest {
         resource_logs: vec![ResourceLogs {
-            resource: Some(Resource { attributes: vec![s("service.name", service_name)], ..Default::default() }),
+            resource: Some(Resource {
+                attributes: vec![s("service.name", service_name), crate::receive::loops::emitter_attribute()],
+                ..Default::default()
+            }),
             scope_logs: vec![ScopeLogs {
                 scope: Some(InstrumentationScope {
                     name: "mcp-health".into(),

@@ -308,6 +308,27 @@ pub fn observe_exporter_queue(meter: &Meter, queue: &tokio::sync::mpsc::Sender<O
         .build();
 }
 
+/// `mcp_health.memory.reserved`: what requests in flight and queued hold under
+/// `processors.memory_limiter` (read, decoded, queued for pass-through, encoded for export), and
+/// `mcp_health.memory.evidence`, what the engine's evidence holds; with the resident set they show
+/// where the memory is and what the limiter counts.
+pub fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::receive::memory::MemoryLimiter>) {
+    let l = limiter.clone();
+    let _reserved = meter
+        .u64_observable_gauge("mcp_health.memory.reserved")
+        .with_description("Bytes reserved by requests in flight and queued (processors.memory_limiter)")
+        .with_unit("By")
+        .with_callback(move |o| o.observe(l.held(), &[]))
+        .build();
+    let l = limiter.clone();
+    let _evidence = meter
+        .u64_observable_gauge("mcp_health.memory.evidence")
+        .with_description("Evidence bytes the engine holds, as counted by processors.memory_limiter")
+        .with_unit("By")
+        .with_callback(move |o| o.observe(l.engine_bytes(), &[]))
+        .build();
+}
+
 /// The SDK's periodic reader hands mcp-health's own metrics to this exporter, which puts them in
 /// the exporter queue: they then go out like every other signal (gRPC or HTTP, compression, TLS,
 /// retries, item counts). A full queue drops the batch, counted as enqueue_failed; the next
@@ -396,6 +417,8 @@ pub struct HealthMeters {
     pub spans_received: Counter<u64>,
     pub spans_refused: Counter<u64>,
     pub spans_rejected: Counter<u64>,
+    /// Spans that came back from this process's own exporter (an export loop): dropped.
+    pub spans_looped: Counter<u64>,
     /// Metric data points and log records received (pass-through only; never judged).
     pub signals_received: Counter<u64>,
     pub signals_refused: Counter<u64>,
@@ -478,6 +501,11 @@ impl HealthMeters {
             spans_received: c("mcp_health.spans.received", "{span}", "Spans received, by transport"),
             spans_refused: c("mcp_health.spans.refused", "{span}", "Spans refused (whole requests answered with an error), by transport and reason"),
             spans_rejected: c("mcp_health.spans.rejected", "{span}", "Spans rejected inside accepted requests (partial success), by transport"),
+            spans_looped: c(
+                "mcp_health.spans.looped",
+                "{span}",
+                "Spans this process had sent itself (health spans or pass-through) received again through an export loop; dropped, by transport",
+            ),
             signals_received: c(
                 "mcp_health.signals.received",
                 "{item}",

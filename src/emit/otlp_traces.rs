@@ -31,20 +31,22 @@ use super::metrics::HealthMeters;
 use super::otlp_http::HttpSender;
 use super::otlp_target::{Compression, Protocol, Target, Targets};
 use crate::config::RetryOnFailure;
+use crate::receive::memory::Reservation;
 
 /// What travels to the workers.
 #[derive(Debug)]
 pub enum Outgoing {
-    /// Spans received from a client, passed on unchanged.
-    Passthrough(ExportTraceServiceRequest),
+    /// Spans received from a client, passed on unchanged, with the memory they hold under
+    /// `processors.memory_limiter` (released once sent or given up on).
+    Passthrough(ExportTraceServiceRequest, Option<Reservation>),
     /// Health spans made by this service.
     Health(ExportTraceServiceRequest),
     /// Incident log records made by this service.
     Logs(ExportLogsServiceRequest),
-    /// Metrics received from a client, passed on unchanged.
-    PassthroughMetrics(ExportMetricsServiceRequest),
-    /// Log records received from a client, passed on unchanged.
-    PassthroughLogs(ExportLogsServiceRequest),
+    /// Metrics received from a client, passed on unchanged (and their memory reservation).
+    PassthroughMetrics(ExportMetricsServiceRequest, Option<Reservation>),
+    /// Log records received from a client, passed on unchanged (and their memory reservation).
+    PassthroughLogs(ExportLogsServiceRequest, Option<Reservation>),
     /// This service's own metrics (the SDK's periodic reader).
     OwnMetrics(ExportMetricsServiceRequest),
 }
@@ -61,21 +63,30 @@ impl Outgoing {
     /// The `signal` label of the exporter's counters.
     pub fn signal(&self) -> &'static str {
         match self {
-            Outgoing::Passthrough(_) => "passthrough",
+            Outgoing::Passthrough(..) => "passthrough",
             Outgoing::Health(_) => "health_spans",
             Outgoing::Logs(_) => "incident_logs",
-            Outgoing::PassthroughMetrics(_) => "passthrough_metrics",
-            Outgoing::PassthroughLogs(_) => "passthrough_logs",
+            Outgoing::PassthroughMetrics(..) => "passthrough_metrics",
+            Outgoing::PassthroughLogs(..) => "passthrough_logs",
             Outgoing::OwnMetrics(_) => "own_metrics",
+        }
+    }
+
+    /// The memory reservation of a pass-through item, taken out so it can outlive the item (the
+    /// encoded bytes it becomes are held until sent).
+    pub fn take_reservation(&mut self) -> Option<Reservation> {
+        match self {
+            Outgoing::Passthrough(_, r) | Outgoing::PassthroughMetrics(_, r) | Outgoing::PassthroughLogs(_, r) => r.take(),
+            _ => None,
         }
     }
 
     /// How many items the request carries, and of which kind.
     pub fn items(&self) -> (ItemKind, u64) {
         match self {
-            Outgoing::Passthrough(r) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
-            Outgoing::Logs(r) | Outgoing::PassthroughLogs(r) => (ItemKind::LogRecords, log_record_count(r)),
-            Outgoing::PassthroughMetrics(r) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
+            Outgoing::Passthrough(r, _) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
+            Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (ItemKind::LogRecords, log_record_count(r)),
+            Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
         }
     }
 }
@@ -264,9 +275,9 @@ struct Routes {
 impl Routes {
     fn for_item(&self, item: &Outgoing) -> Option<&Route> {
         match item {
-            Outgoing::Passthrough(_) | Outgoing::Health(_) => self.traces.as_ref(),
-            Outgoing::PassthroughMetrics(_) | Outgoing::OwnMetrics(_) => self.metrics.as_ref(),
-            Outgoing::Logs(_) | Outgoing::PassthroughLogs(_) => self.logs.as_ref(),
+            Outgoing::Passthrough(..) | Outgoing::Health(_) => self.traces.as_ref(),
+            Outgoing::PassthroughMetrics(..) | Outgoing::OwnMetrics(_) => self.metrics.as_ref(),
+            Outgoing::Logs(_) | Outgoing::PassthroughLogs(..) => self.logs.as_ref(),
         }
     }
 }
@@ -293,13 +304,17 @@ pub fn spawn(
         handles.push(tokio::spawn(async move {
             loop {
                 let next = rx.lock().await.recv().await;
-                let Some(item) = next else { break };
+                let Some(mut item) = next else { break };
                 let signal = item.signal();
                 let Some(route) = routes.for_item(&item) else {
                     let (kind, items) = item.items();
                     meters.export_failed(signal, "none", kind, items);
                     continue;
                 };
+                // The decoded request's memory reservation follows what is held: its encoding
+                // until it is sent or given up on (set, not checked: the bytes exist already,
+                // refusing them would free nothing); released when the last part is done.
+                let mut held = item.take_reservation();
                 // A request larger than `max_request_bytes` is split until each part fits (or is
                 // one item): one flush of many health spans must never make a request the
                 // receiver refuses, stalling the queue behind it.
@@ -315,15 +330,21 @@ pub fn spawn(
                         }
                     };
                     if bytes.len() > max_bytes {
-                        if let Ok((a, b)) = split(item) {
-                            meters.export_split(signal);
-                            parts.push(b);
-                            parts.push(a);
-                            continue;
+                        match split(item) {
+                            Ok((a, b)) => {
+                                meters.export_split(signal);
+                                parts.push(b);
+                                parts.push(a);
+                                continue;
+                            }
+                            // One item larger than the limit: sent as it is (the receiver may take it).
+                            Err(one) => drop(one),
                         }
-                        // One item larger than the limit: sent as it is (the receiver may take it).
                     } else {
                         drop(item); // only the encoded bytes are held while retrying
+                    }
+                    if let Some(h) = held.as_mut() {
+                        h.set(bytes.len() as u64);
                     }
                     match send_with_retry(route, &retry, bytes, encoding, kind).await {
                         Ok(rejected) => {
@@ -338,6 +359,7 @@ pub fn spawn(
                         }
                     }
                 }
+                drop(held);
             }
         }));
     }
@@ -348,12 +370,12 @@ pub fn spawn(
 /// name rides along (gRPC compresses in tonic, per message, so its bytes stay uncompressed here).
 fn encode(item: &Outgoing, protocol: Protocol, compression: Compression) -> Result<(Bytes, Option<&'static str>), std::io::Error> {
     let raw = match (item, protocol) {
-        (Outgoing::Passthrough(r) | Outgoing::Health(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
-        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
-        (Outgoing::PassthroughMetrics(r) | Outgoing::OwnMetrics(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
-        (Outgoing::Passthrough(r) | Outgoing::Health(r), _) => r.encode_to_vec(),
-        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r), _) => r.encode_to_vec(),
-        (Outgoing::PassthroughMetrics(r) | Outgoing::OwnMetrics(r), _) => r.encode_to_vec(),
+        (Outgoing::Passthrough(r, _) | Outgoing::Health(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
+        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), Protocol::HttpJson) => serde_json::to_vec(r)?,
+        (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
+        (Outgoing::Passthrough(r, _) | Outgoing::Health(r), _) => r.encode_to_vec(),
+        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), _) => r.encode_to_vec(),
+        (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), _) => r.encode_to_vec(),
     };
     if protocol == Protocol::Grpc {
         return Ok((Bytes::from(raw), None));
@@ -388,14 +410,15 @@ fn too_large(st: &Status) -> bool {
 /// own metrics are small, and a client's are passed on as they came).
 pub fn split(item: Outgoing) -> Result<(Outgoing, Outgoing), Outgoing> {
     match item {
-        Outgoing::Passthrough(r) => {
-            split_traces(r).map(|(a, b)| (Outgoing::Passthrough(a), Outgoing::Passthrough(b))).map_err(Outgoing::Passthrough)
-        }
+        // A reservation stays with the caller (it pays for the whole request until every part is sent).
+        Outgoing::Passthrough(r, h) => split_traces(r)
+            .map(|(a, b)| (Outgoing::Passthrough(a, None), Outgoing::Passthrough(b, None)))
+            .map_err(|r| Outgoing::Passthrough(r, h)),
         Outgoing::Health(r) => split_traces(r).map(|(a, b)| (Outgoing::Health(a), Outgoing::Health(b))).map_err(Outgoing::Health),
         Outgoing::Logs(r) => split_logs(r).map(|(a, b)| (Outgoing::Logs(a), Outgoing::Logs(b))).map_err(Outgoing::Logs),
-        Outgoing::PassthroughLogs(r) => {
-            split_logs(r).map(|(a, b)| (Outgoing::PassthroughLogs(a), Outgoing::PassthroughLogs(b))).map_err(Outgoing::PassthroughLogs)
-        }
+        Outgoing::PassthroughLogs(r, h) => split_logs(r)
+            .map(|(a, b)| (Outgoing::PassthroughLogs(a, None), Outgoing::PassthroughLogs(b, None)))
+            .map_err(|r| Outgoing::PassthroughLogs(r, h)),
         other => Err(other),
     }
 }

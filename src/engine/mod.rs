@@ -254,6 +254,11 @@ impl Engine {
         self.chains.in_flight()
     }
 
+    /// Evidence bytes held (chains in flight and decided chains kept for revision); O(1).
+    pub fn evidence_bytes(&self) -> u64 {
+        self.chains.bytes() as u64
+    }
+
     /// Take in one normalized batch at `now`.
     pub fn ingest(&mut self, batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
         out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).cloned().map(Decided::Finding));

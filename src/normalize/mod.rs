@@ -75,6 +75,9 @@ pub struct NormalizedBatch {
     pub spans: u64,
     /// Some span carried raw tool definitions, which must be stripped before passing it on.
     pub raw_definitions_seen: bool,
+    /// The memory this batch holds under `processors.memory_limiter`, released when the engine
+    /// has taken it in (from then on its evidence is counted as the engine's).
+    pub memory: Option<crate::receive::memory::Reservation>,
 }
 
 /// Why a span was refused by [`span_ids`].
@@ -111,6 +114,11 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
     let total: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
     out.evidence.reserve(total);
     for rs in &req.resource_spans {
+        // Health spans of an mcp-health (this one's own never get here: see `receive::loops`)
+        // are verdicts, not calls: never judged. They are passed on like any span.
+        if crate::receive::loops::is_emitted(rs.resource.as_ref()) {
+            continue;
+        }
         let service = rs.resource.as_ref().and_then(|r| {
             r.attributes
                 .iter()

@@ -5,16 +5,17 @@ use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use prost::Message;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::loops;
+use super::memory::{trace_request_heap_bytes, Reservation};
 use super::throttle::{SystemClock, Throttle};
-
 use crate::emit::metrics::HealthMeters;
-use crate::emit::otlp_traces::{ItemKind, Outgoing};
+use crate::emit::otlp_traces::{log_record_count, metric_point_count, span_count, ItemKind, Outgoing};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
 
 /// What the receiver should answer.
@@ -107,43 +108,78 @@ impl Admission {
     }
 
     /// Metrics are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_metrics(&self, req: ExportMetricsServiceRequest, transport: &'static str) -> Admitted {
-        let points = req
-            .resource_metrics
-            .iter()
-            .flat_map(|r| &r.scope_metrics)
-            .flat_map(|s| &s.metrics)
-            .map(|m| match &m.data {
-                Some(Data::Gauge(g)) => g.data_points.len(),
-                Some(Data::Sum(s)) => s.data_points.len(),
-                Some(Data::Histogram(h)) => h.data_points.len(),
-                Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
-                Some(Data::Summary(s)) => s.data_points.len(),
-                None => 0,
-            } as u64)
-            .sum();
-        self.pass_on("metrics", points, transport, || Outgoing::PassthroughMetrics(req))
+    pub fn admit_metrics(&self, mut req: ExportMetricsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
+        let id = loops::instance_id();
+        let before = metric_point_count(&req);
+        req.resource_metrics.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
+        for r in &mut req.resource_metrics {
+            loops::mark_via(&mut r.resource, id);
+        }
+        let points = metric_point_count(&req);
+        let wire = req.encoded_len() as u64;
+        self.pass_on("metrics", (before, before - points), transport, held, wire, |h| Outgoing::PassthroughMetrics(req, h))
     }
 
     /// Logs are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_logs(&self, req: ExportLogsServiceRequest, transport: &'static str) -> Admitted {
-        let records = req.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len() as u64).sum();
-        self.pass_on("logs", records, transport, || Outgoing::PassthroughLogs(req))
+    pub fn admit_logs(&self, mut req: ExportLogsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
+        let id = loops::instance_id();
+        let before = log_record_count(&req);
+        req.resource_logs.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
+        for r in &mut req.resource_logs {
+            loops::mark_via(&mut r.resource, id);
+        }
+        let records = log_record_count(&req);
+        let wire = req.encoded_len() as u64;
+        self.pass_on("logs", (before, before - records), transport, held, wire, |h| Outgoing::PassthroughLogs(req, h))
     }
 
+    /// `(items, looped)`: received, and of those come back through an export loop (dropped).
     /// Reserve a place in the exporter queue as [`Self::admit`] does, so a full queue answers a
-    /// retryable refusal rather than losing the request.
-    fn pass_on(&self, signal: &'static str, items: u64, transport: &'static str, out: impl FnOnce() -> Outgoing) -> Admitted {
+    /// retryable refusal rather than losing the request. The copy queued keeps its memory
+    /// reservation, sized (without a walk of its structs) at the decode estimate of its `wire` size.
+    fn pass_on(
+        &self,
+        signal: &'static str,
+        (items, looped): (u64, u64),
+        transport: &'static str,
+        held: Option<Reservation>,
+        wire: u64,
+        out: impl FnOnce(Option<Reservation>) -> Outgoing,
+    ) -> Admitted {
         let sig = KeyValue::new("signal", signal);
         self.meters.signals_received.add(items, &[sig.clone(), KeyValue::new("transport", transport)]);
-        if self.over_memory() {
-            self.meters.signals_refused.add(items, &[sig, KeyValue::new("transport", transport), KeyValue::new("reason", "memory_limit")]);
-            self.refused_items(signal, transport, "memory_limit", items);
-            return Admitted::Busy;
+        if looped > 0 {
+            self.meters.signals_dropped.add(looped, &[sig.clone(), KeyValue::new("reason", "looped")]);
         }
+        let items = items - looped;
+        if items == 0 && looped > 0 {
+            return Admitted::Accepted { rejected: 0, message: String::new() };
+        }
+        let memory_refused = || {
+            self.meters
+                .signals_refused
+                .add(items, &[sig.clone(), KeyValue::new("transport", transport), KeyValue::new("reason", "memory_limit")]);
+            self.refused_items(signal, transport, "memory_limit", items);
+            Admitted::Busy
+        };
+        if self.over_memory() {
+            return memory_refused();
+        }
+        let held = match (&self.memory, &self.passthrough) {
+            (Some(m), Some(_)) => match held.or_else(|| m.reserve(0)) {
+                Some(mut r) => {
+                    if !r.resize(wire.saturating_mul(super::memory::DECODED_PER_WIRE_BYTE)) {
+                        return memory_refused();
+                    }
+                    Some(r)
+                }
+                None => return memory_refused(),
+            },
+            _ => None,
+        };
         match &self.passthrough {
             Some(p) => match p.try_reserve() {
-                Ok(permit) => permit.send(out()),
+                Ok(permit) => permit.send(out(held)),
                 Err(_) => {
                     let attrs = [sig, KeyValue::new("transport", transport), KeyValue::new("reason", "exporter_busy")];
                     self.meters.signals_refused.add(items, &attrs);
@@ -164,10 +200,25 @@ impl Admission {
         Admitted::Accepted { rejected: 0, message: String::new() }
     }
 
-    pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: &'static str) -> Admitted {
-        let spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
+    /// Take a decoded request whole or refuse it whole. `held` is the memory reserved for it while
+    /// it was read and decoded; from here on it pays for the pass-through copy (until exported)
+    /// and the normalized batch (until the engine has taken it), each trimmed to what it holds.
+    pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
+        let mut spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
         let tr = KeyValue::new("transport", transport);
         self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
+        // What this process sent itself, back through a loop: dropped and counted, neither judged
+        // nor passed on again (one span in, one span out).
+        let id = loops::instance_id();
+        if req.resource_spans.iter().any(|r| loops::is_looped(r.resource.as_ref(), id)) {
+            req.resource_spans.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
+            let left = span_count(&req);
+            self.meters.spans_looped.add(spans - left, std::slice::from_ref(&tr));
+            if left == 0 {
+                return Admitted::Accepted { rejected: 0, message: String::new() };
+            }
+            spans = left;
+        }
         if self.over_memory() {
             self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
             self.refused_items("traces", transport, "memory_limit", spans);
@@ -191,16 +242,12 @@ impl Admission {
             },
             None => None,
         };
-        if let Some(m) = &self.memory {
-            m.charge(spans.saturating_mul(super::memory::BYTES_PER_ADMITTED_SPAN));
-        }
-        let batch = normalize_request(&req);
+        let mut batch = normalize_request(&req);
         let rejected = batch.rejected_spans;
         if batch.attribute_type_errors > 0 {
             self.meters.attributes_invalid.add(batch.attribute_type_errors, &[]);
         }
-        ingest_permit.send(batch);
-        if let Some(permit) = pass_permit {
+        if pass_permit.is_some() {
             if rejected > 0 {
                 drop_invalid_spans(&mut req);
             }
@@ -209,7 +256,28 @@ impl Admission {
             if self.strip_tool_definitions {
                 strip_raw_definitions(&mut req);
             }
-            permit.send(Outgoing::Passthrough(req));
+            for r in &mut req.resource_spans {
+                loops::mark_via(&mut r.resource, id);
+            }
+        }
+        let mut pass_held = None;
+        if let Some(m) = &self.memory {
+            let pass = if pass_permit.is_some() { trace_request_heap_bytes(&req) } else { 0 };
+            let evidence = batch_heap_bytes(&batch);
+            let mut r = held.or_else(|| m.reserve(0));
+            if !r.as_mut().is_some_and(|r| r.resize(pass + evidence)) {
+                self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
+                self.refused_items("traces", transport, "memory_limit", spans);
+                return Admitted::Busy;
+            }
+            if let Some(mut r) = r {
+                batch.memory = Some(r.split(evidence));
+                pass_held = Some(r);
+            }
+        }
+        ingest_permit.send(batch);
+        if let Some(permit) = pass_permit {
+            permit.send(Outgoing::Passthrough(req, pass_held));
         }
         // Invalid spans inside the request were not taken: refused (partial success), so that
         // received = accepted + refused.
@@ -225,6 +293,14 @@ impl Admission {
         };
         Admitted::Accepted { rejected, message }
     }
+}
+
+/// What a normalized batch holds until the engine takes it in.
+fn batch_heap_bytes(b: &NormalizedBatch) -> u64 {
+    let evidence: usize = b.evidence.iter().map(|e| e.approx_bytes()).sum();
+    (evidence
+        + b.evidence.capacity().saturating_sub(b.evidence.len()) * std::mem::size_of::<crate::evidence::SpanEvidence>()
+        + b.activity.capacity() * std::mem::size_of::<crate::normalize::Activity>()) as u64
 }
 
 #[cfg(test)]
@@ -292,10 +368,12 @@ mod tests {
                 ..Default::default()
             }],
         };
-        // What must leave: the same request with exactly those attributes removed.
+        // What must leave: the same request with exactly those attributes removed (and the loop
+        // marker of this instance added to the resource).
         let mut expected = planted.clone();
         let rs = &mut expected.resource_spans[0];
-        rs.resource.as_mut().unwrap().attributes.truncate(1);
+        crate::receive::loops::mark_via(&mut rs.resource, crate::receive::loops::instance_id());
+        rs.resource.as_mut().unwrap().attributes.remove(1);
         for ss in &mut rs.scope_spans {
             for sp in &mut ss.spans {
                 sp.attributes.truncate(2);
@@ -318,17 +396,19 @@ mod tests {
                 memory: None,
                 refusal_log: refusal_log(),
             };
-            assert!(matches!(admission.admit(planted.clone(), "grpc"), Admitted::Accepted { rejected: 0, .. }));
+            assert!(matches!(admission.admit(planted.clone(), "grpc", None), Admitted::Accepted { rejected: 0, .. }));
             match pass_rx.try_recv() {
-                Ok(Outgoing::Passthrough(req)) => req,
+                Ok(Outgoing::Passthrough(req, _)) => req,
                 _ => panic!("nothing passed on"),
             }
         };
         let out = passed_on(true);
         assert!(!format!("{out:?}").contains(CATALOG_TOOLS), "raw definitions left: {out:#?}");
         assert_eq!(out, expected, "everything else is passed on unchanged");
-        // Stripping off: the request is passed on as received.
-        assert_eq!(passed_on(false), planted);
+        // Stripping off: the request is passed on as received (with the loop marker).
+        let mut marked = planted.clone();
+        crate::receive::loops::mark_via(&mut marked.resource_spans[0].resource, crate::receive::loops::instance_id());
+        assert_eq!(passed_on(false), marked);
     }
 
     fn prom_sum(text: &str, name: &str, filter: &str) -> f64 {
@@ -369,14 +449,14 @@ mod tests {
                 ..Default::default()
             }],
         };
-        assert!(matches!(admission.admit(first, "grpc"), Admitted::Accepted { rejected: 1, .. }));
+        assert!(matches!(admission.admit(first, "grpc", None), Admitted::Accepted { rejected: 1, .. }));
         let second = ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 scope_spans: vec![scope("f", (3..7).map(|n| span(n, vec![], vec![])).collect())],
                 ..Default::default()
             }],
         };
-        assert_eq!(admission.admit(second, "http"), Admitted::Busy);
+        assert_eq!(admission.admit(second, "http", None), Admitted::Busy);
         // An unreadable request: 1 in spans.refused, no items.
         admission.refused("http", "undecodable");
 

@@ -1,10 +1,41 @@
 //! The memory limiter, with the collector's `memory_limiter` semantics: a hard limit and a spike
 //! allowance; above the soft limit (`limit - spike`) every receiver refuses whole requests with
 //! the retryable answer (`UNAVAILABLE`, 503 + `Retry-After`), so senders keep their data and retry
-//! once memory is back under the limit. Memory is sampled every `check_interval` (the process's
-//! resident set, from `/proc/self/statm`); the refusal itself is one atomic load per request.
+//! once memory is back under the limit.
+//!
+//! Sampling the resident set alone cannot hold the bound: between two samples, concurrent large
+//! requests are read, decoded and queued before any sample shows them (64 requests of 4 MiB took
+//! the process to 406 MB under a 256 MiB limit). So memory is also *reserved*: a request takes a
+//! [`Reservation`] before its body is read, grows it before each step that allocates (read,
+//! decompress, decode) and trims it to what it really holds afterwards; the reservation travels
+//! with what it pays for (the pass-through copy in the export queue, the normalized batch in the
+//! engine queue) and is released when that is freed: exported, dropped or refused. A step that
+//! would take the reservations past the soft limit is refused instead, before it allocates.
+//!
+//! The budget is `soft limit − untracked − engine evidence`, where `untracked` is what the last
+//! sample of the resident set shows beyond the reservations (the runtime, the binary, caches,
+//! allocator slack; at least the resident set at start). A reservation that underestimates its
+//! request is therefore corrected at the next sample: the excess shows up as untracked. The
+//! resident-set sample stays the collector's backstop: above the soft limit everything is refused.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+
+/// What a decoded request holds, per byte of its protobuf encoding, on top of the wire bytes
+/// themselves. Measured on realistic MCP spans (the load generator's; the test
+/// `decoded_requests_cost_what_the_reservation_says`): the decoded structs of a trace request
+/// hold 3.85× its wire size (every id, name, key and value its own allocation, every attribute
+/// 80 bytes inline); 5 leaves room for the allocator's size classes.
+pub const DECODED_PER_WIRE_BYTE: u64 = 5;
+
+/// The same for OTLP/JSON bodies, which are read through a `serde_json::Value` tree first (every
+/// node a 32-byte enum, every key and string its own allocation), so the tree, the text and the
+/// decoded structs (1.55× the JSON text, measured) are alive together at the peak. An estimate
+/// with room, not a measurement of the tree.
+pub const JSON_DECODED_PER_WIRE_BYTE: u64 = 8;
 
 /// Where the process stands against its memory limit.
 #[derive(Debug)]
@@ -13,43 +44,108 @@ pub struct MemoryLimiter {
     hard: u64,
     over: AtomicBool,
     rss: AtomicU64,
-    /// What requests admitted since the last sample are estimated to hold: between two samples a
-    /// burst of large requests is counted before the resident set shows it.
-    pending: AtomicU64,
+    /// Bytes of every live [`Reservation`].
+    held: AtomicU64,
+    /// What the resident set holds beyond reservations and evidence, at the last sample.
+    untracked: AtomicU64,
+    /// The resident set when the limiter was made: the least `untracked` can be.
+    floor: u64,
+    /// Evidence bytes the engine holds (chains in flight and decided chains kept for revision),
+    /// published by the engine after each step: it outlives the requests that brought it.
+    engine: AtomicU64,
 }
 
-/// What an admitted span is estimated to hold until its request is exported and its chain
-/// decided (measured: a 4.2 MB request of 11,400 MCP spans raised the resident set by ~45 MB —
-/// decoded, re-encoded for pass-through, and kept as evidence). Issue 11 keeps wire bytes instead.
-pub const BYTES_PER_ADMITTED_SPAN: u64 = 4096;
+/// Set by the binary, which owns the global allocator: make the allocator return freed memory to
+/// the OS at once. Called when a memory limiter is made: a limit on the resident set needs freed
+/// memory to leave it, or what refused requests held stays counted.
+static ALLOCATOR_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// See [`ALLOCATOR_HOOK`]; the first call wins.
+pub fn set_allocator_hook(f: fn()) {
+    let _ = ALLOCATOR_HOOK.set(f);
+}
 
 impl MemoryLimiter {
     /// `limit_mib` the hard limit; `spike_limit_mib` the allowance above the soft limit (the
-    /// collector's default: a fifth of the limit).
+    /// collector's default: a fifth of the limit). The current resident set is the floor of what
+    /// is not reserved.
     pub fn new(limit_mib: u64, spike_limit_mib: Option<u64>) -> MemoryLimiter {
+        if let Some(f) = ALLOCATOR_HOOK.get() {
+            f();
+        }
+        Self::with_floor(limit_mib, spike_limit_mib, process_rss().unwrap_or(0))
+    }
+
+    fn with_floor(limit_mib: u64, spike_limit_mib: Option<u64>, floor: u64) -> MemoryLimiter {
         let hard = limit_mib << 20;
         let spike = spike_limit_mib.map_or(hard / 5, |s| s << 20).min(hard);
-        MemoryLimiter { soft: hard - spike, hard, over: AtomicBool::new(false), rss: AtomicU64::new(0), pending: AtomicU64::new(0) }
+        MemoryLimiter {
+            soft: hard - spike,
+            hard,
+            over: AtomicBool::new(false),
+            rss: AtomicU64::new(floor),
+            held: AtomicU64::new(0),
+            untracked: AtomicU64::new(floor),
+            floor,
+            engine: AtomicU64::new(0),
+        }
     }
 
     /// Take a sample; returns `Some(now_over)` when the state changed.
     pub fn sample(&self, rss_bytes: u64) -> Option<bool> {
         self.rss.store(rss_bytes, Ordering::Relaxed);
-        // The resident set now shows what was admitted before it.
-        self.pending.store(0, Ordering::Relaxed);
+        let tracked = self.held.load(Ordering::Relaxed).saturating_add(self.engine.load(Ordering::Relaxed));
+        self.untracked.store(rss_bytes.saturating_sub(tracked).max(self.floor), Ordering::Relaxed);
         let over = rss_bytes > self.soft;
         (self.over.swap(over, Ordering::Relaxed) != over).then_some(over)
     }
 
-    /// Refuse new data now: over at the last sample, or over with what was admitted since.
+    /// Refuse new data now: over at the last sample, or no room left for even one more byte.
     pub fn over(&self) -> bool {
-        self.over.load(Ordering::Relaxed)
-            || self.rss.load(Ordering::Relaxed).saturating_add(self.pending.load(Ordering::Relaxed)) > self.soft
+        self.over.load(Ordering::Relaxed) || self.room() == 0
     }
 
-    /// Count what an admitted request is estimated to hold until the next sample.
-    pub fn charge(&self, bytes: u64) {
-        self.pending.fetch_add(bytes, Ordering::Relaxed);
+    /// Bytes that may still be reserved.
+    pub fn room(&self) -> u64 {
+        let used = self.untracked.load(Ordering::Relaxed).saturating_add(self.engine.load(Ordering::Relaxed));
+        self.soft.saturating_sub(used).saturating_sub(self.held.load(Ordering::Relaxed))
+    }
+
+    /// The engine's evidence bytes, after each of its steps.
+    pub fn set_engine_bytes(&self, bytes: u64) {
+        self.engine.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Reserve `bytes`, or `None` (refuse the request) when that would pass the soft limit.
+    pub fn reserve(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
+        self.grow(bytes).then(|| Reservation { limiter: self.clone(), bytes })
+    }
+
+    fn grow(&self, by: u64) -> bool {
+        if self.over.load(Ordering::Relaxed) {
+            return false;
+        }
+        let base = self.untracked.load(Ordering::Relaxed).saturating_add(self.engine.load(Ordering::Relaxed));
+        let mut held = self.held.load(Ordering::Relaxed);
+        loop {
+            if base.saturating_add(held).saturating_add(by) > self.soft {
+                return false;
+            }
+            match self.held.compare_exchange_weak(held, held + by, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => held = now,
+            }
+        }
+    }
+
+    /// The engine's evidence bytes, as last published.
+    pub fn engine_bytes(&self) -> u64 {
+        self.engine.load(Ordering::Relaxed)
+    }
+
+    /// Bytes reserved now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
     }
 
     pub fn rss(&self) -> u64 {
@@ -59,6 +155,113 @@ impl MemoryLimiter {
     pub fn limits(&self) -> (u64, u64) {
         (self.soft, self.hard)
     }
+}
+
+/// Memory a request holds, counted against the limit until dropped. Moves with what it pays for.
+pub struct Reservation {
+    limiter: Arc<MemoryLimiter>,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Reservation({} bytes)", self.bytes)
+    }
+}
+
+impl Reservation {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Hold `bytes` from now on: shrinking always succeeds; growing fails (and keeps the old
+    /// size) when it would pass the soft limit — then the step that needed it must not run.
+    #[must_use]
+    pub fn resize(&mut self, bytes: u64) -> bool {
+        if bytes > self.bytes {
+            if !self.limiter.grow(bytes - self.bytes) {
+                return false;
+            }
+        } else {
+            self.limiter.held.fetch_sub(self.bytes - bytes, Ordering::Relaxed);
+        }
+        self.bytes = bytes;
+        true
+    }
+
+    /// Hold `bytes` whatever the limit: for memory that is already allocated (an encoding that
+    /// came out larger than estimated), which refusing would not free.
+    pub fn set(&mut self, bytes: u64) {
+        if bytes > self.bytes {
+            self.limiter.held.fetch_add(bytes - self.bytes, Ordering::Relaxed);
+        } else {
+            self.limiter.held.fetch_sub(self.bytes - bytes, Ordering::Relaxed);
+        }
+        self.bytes = bytes;
+    }
+
+    /// Move `bytes` of this reservation into a new one (for a part that is freed separately).
+    pub fn split(&mut self, bytes: u64) -> Reservation {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        Reservation { limiter: self.limiter.clone(), bytes }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.limiter.held.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// The heap a decoded trace request holds: every `Vec` and `String` by capacity, with the inline
+/// size of their elements. This is what a request queued for pass-through really costs.
+pub fn trace_request_heap_bytes(req: &ExportTraceServiceRequest) -> u64 {
+    fn vec<T>(v: &Vec<T>) -> usize {
+        v.capacity() * std::mem::size_of::<T>()
+    }
+    fn kvs(attrs: &Vec<KeyValue>) -> usize {
+        vec(attrs) + attrs.iter().map(|kv| kv.key.capacity() + kv.value.as_ref().map_or(0, any)).sum::<usize>()
+    }
+    fn any(v: &AnyValue) -> usize {
+        match &v.value {
+            Some(Value::StringValue(s)) => s.capacity(),
+            Some(Value::BytesValue(b)) => b.capacity(),
+            Some(Value::ArrayValue(a)) => vec(&a.values) + a.values.iter().map(any).sum::<usize>(),
+            Some(Value::KvlistValue(l)) => kvs(&l.values),
+            _ => 0,
+        }
+    }
+    let mut n = vec(&req.resource_spans);
+    for rs in &req.resource_spans {
+        n += rs.schema_url.capacity() + vec(&rs.scope_spans);
+        if let Some(r) = &rs.resource {
+            n += kvs(&r.attributes) + vec(&r.entity_refs);
+            for e in &r.entity_refs {
+                n += e.schema_url.capacity() + e.r#type.capacity() + vec(&e.id_keys) + vec(&e.description_keys);
+                n += e.id_keys.iter().chain(&e.description_keys).map(String::capacity).sum::<usize>();
+            }
+        }
+        for ss in &rs.scope_spans {
+            n += ss.schema_url.capacity() + vec(&ss.spans);
+            if let Some(sc) = &ss.scope {
+                n += sc.name.capacity() + sc.version.capacity() + kvs(&sc.attributes);
+            }
+            for sp in &ss.spans {
+                n += sp.trace_id.capacity() + sp.span_id.capacity() + sp.parent_span_id.capacity();
+                n += sp.trace_state.capacity() + sp.name.capacity() + kvs(&sp.attributes);
+                n += sp.status.as_ref().map_or(0, |s| s.message.capacity());
+                n += vec(&sp.events) + sp.events.iter().map(|e| e.name.capacity() + kvs(&e.attributes)).sum::<usize>();
+                n += vec(&sp.links);
+                n += sp
+                    .links
+                    .iter()
+                    .map(|l| l.trace_id.capacity() + l.span_id.capacity() + l.trace_state.capacity() + kvs(&l.attributes))
+                    .sum::<usize>();
+            }
+        }
+    }
+    n as u64
 }
 
 /// The process's resident set in bytes (Linux), if it can be read.
@@ -72,11 +275,13 @@ pub fn process_rss() -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use prost::Message;
+
     use super::*;
 
     #[test]
     fn refuses_above_the_soft_limit_and_recovers_below_it() {
-        let m = MemoryLimiter::new(100, Some(20));
+        let m = MemoryLimiter::with_floor(100, Some(20), 10 << 20);
         assert_eq!(m.limits(), (80 << 20, 100 << 20));
         assert_eq!(m.sample(50 << 20), None, "under: no change");
         assert!(!m.over());
@@ -85,13 +290,58 @@ mod tests {
         assert_eq!(m.sample(90 << 20), None);
         assert_eq!(m.sample(79 << 20), Some(false), "back under");
         assert!(!m.over());
-        // A burst admitted between two samples counts before the resident set shows it.
-        m.charge(2 << 20);
-        assert!(m.over(), "79 MiB + 2 MiB admitted since the sample is over the 80 MiB soft limit");
-        assert_eq!(m.sample(70 << 20), None);
-        assert!(!m.over(), "a new sample replaces the estimate");
         // The collector's default spike allowance is a fifth of the limit.
         assert_eq!(MemoryLimiter::new(256, None).limits().0, (256 << 20) - ((256 << 20) / 5));
         assert!(process_rss().is_some_and(|r| r > 0));
+    }
+
+    /// Reservations bound what concurrent requests may take between two samples: the sum of live
+    /// reservations never passes the soft limit less what the last sample showed beyond them.
+    #[test]
+    fn reservations_hold_the_soft_limit_between_samples() {
+        let m = Arc::new(MemoryLimiter::with_floor(100, Some(20), 10 << 20));
+        assert_eq!(m.room(), 70 << 20, "80 MiB soft limit less the 10 MiB floor");
+        // Seven requests of 10 MiB fit; the eighth does not, whatever the (stale) sample says.
+        let mut held: Vec<Reservation> = (0..7).map(|_| m.reserve(10 << 20).expect("fits")).collect();
+        assert!(m.reserve(10 << 20).is_none(), "the eighth would pass the soft limit");
+        assert!(m.over(), "no room: even the cheap check refuses");
+        // Released when what it paid for is freed.
+        held.pop();
+        assert!(m.reserve(10 << 20).is_some(), "room again once one is freed");
+        // Growing is checked; shrinking always succeeds.
+        let mut r = held.pop().unwrap();
+        assert!(!r.resize(30 << 20), "cannot grow past the limit");
+        assert_eq!(r.bytes(), 10 << 20, "a refused growth keeps the old size");
+        assert!(r.resize(1 << 20));
+        let part = r.split(1 << 19);
+        assert_eq!((r.bytes(), part.bytes()), (1 << 19, 1 << 19));
+        drop((r, part));
+        assert_eq!(m.held(), 5 * (10 << 20));
+        // A sample showing more than is reserved (an estimate that was too low) shrinks the room.
+        m.sample((5 * (10 << 20)) + (30 << 20));
+        assert_eq!(m.room(), 0, "30 MiB untracked + 50 MiB reserved = the 80 MiB soft limit");
+        drop(held);
+        assert_eq!(m.room(), 50 << 20);
+        // Evidence the engine holds counts too.
+        m.set_engine_bytes(40 << 20);
+        assert_eq!(m.room(), 10 << 20);
+        assert!(m.reserve(11 << 20).is_none());
+    }
+
+    /// The figure behind [`DECODED_PER_WIRE_BYTE`] and [`JSON_DECODED_PER_WIRE_BYTE`]: what a
+    /// decoded request of realistic MCP spans holds, per byte of its encodings.
+    #[test]
+    fn decoded_requests_cost_what_the_reservation_says() {
+        let req = crate::loadgen::build_request(1, 3000);
+        let wire = req.encode_to_vec();
+        let decoded = ExportTraceServiceRequest::decode(&wire[..]).unwrap();
+        let heap = trace_request_heap_bytes(&decoded);
+        let ratio = heap as f64 / wire.len() as f64;
+        eprintln!("decoded heap {heap} B / protobuf wire {} B = {ratio:.2}", wire.len());
+        assert!(ratio > 1.0 && ratio < DECODED_PER_WIRE_BYTE as f64, "{ratio}");
+        let json = serde_json::to_vec(&decoded).unwrap();
+        let json_ratio = heap as f64 / json.len() as f64;
+        eprintln!("decoded heap / JSON wire {} B = {json_ratio:.2}", json.len());
+        assert!(json_ratio < JSON_DECODED_PER_WIRE_BYTE as f64);
     }
 }

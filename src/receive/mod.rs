@@ -2,6 +2,7 @@
 
 pub mod admit;
 pub mod listen;
+pub mod loops;
 pub mod memory;
 pub mod otlp_grpc;
 pub mod otlp_http;

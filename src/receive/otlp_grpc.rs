@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
@@ -22,6 +23,7 @@ use tonic::codegen::http;
 use tonic::{Request, Response, Status};
 
 use super::admit::{Admission, Admitted};
+use super::memory::{self, MemoryLimiter, Reservation};
 
 /// The generated service's implementation.
 pub struct OtlpTraceService {
@@ -30,8 +32,9 @@ pub struct OtlpTraceService {
 
 #[tonic::async_trait]
 impl TraceService for OtlpTraceService {
-    async fn export(&self, request: Request<ExportTraceServiceRequest>) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        match self.admission.admit(request.into_inner(), "grpc") {
+    async fn export(&self, mut request: Request<ExportTraceServiceRequest>) -> Result<Response<ExportTraceServiceResponse>, Status> {
+        let held = HeldSlot::take(&mut request);
+        match self.admission.admit(request.into_inner(), "grpc", held) {
             Admitted::Accepted { rejected, message } => Ok(Response::new(ExportTraceServiceResponse {
                 partial_success: (rejected > 0)
                     .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
@@ -48,8 +51,9 @@ fn busy() -> Status {
 
 #[tonic::async_trait]
 impl MetricsService for OtlpTraceService {
-    async fn export(&self, request: Request<ExportMetricsServiceRequest>) -> Result<Response<ExportMetricsServiceResponse>, Status> {
-        match self.admission.admit_metrics(request.into_inner(), "grpc") {
+    async fn export(&self, mut request: Request<ExportMetricsServiceRequest>) -> Result<Response<ExportMetricsServiceResponse>, Status> {
+        let held = HeldSlot::take(&mut request);
+        match self.admission.admit_metrics(request.into_inner(), "grpc", held) {
             Admitted::Accepted { .. } => Ok(Response::new(ExportMetricsServiceResponse { partial_success: None })),
             Admitted::Busy => Err(busy()),
         }
@@ -58,8 +62,9 @@ impl MetricsService for OtlpTraceService {
 
 #[tonic::async_trait]
 impl LogsService for OtlpTraceService {
-    async fn export(&self, request: Request<ExportLogsServiceRequest>) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        match self.admission.admit_logs(request.into_inner(), "grpc") {
+    async fn export(&self, mut request: Request<ExportLogsServiceRequest>) -> Result<Response<ExportLogsServiceResponse>, Status> {
+        let held = HeldSlot::take(&mut request);
+        match self.admission.admit_logs(request.into_inner(), "grpc", held) {
             Admitted::Accepted { .. } => Ok(Response::new(ExportLogsServiceResponse { partial_success: None })),
             Admitted::Busy => Err(busy()),
         }
@@ -91,7 +96,7 @@ pub async fn serve(
         .max_decoding_message_size(max_message_bytes);
     tonic::transport::Server::builder()
         .layer(super::listen::TrackLayer)
-        .layer(tower::layer::layer_fn(move |inner| OtlpStatus { inner, admission: admission.clone() }))
+        .layer(tower::layer::layer_fn(move |inner| OtlpStatus { inner, admission: admission.clone(), max_message_bytes }))
         .add_service(traces)
         .add_service(metrics)
         .add_service(logs)
@@ -104,11 +109,12 @@ pub async fn serve(
 pub struct OtlpStatus<S> {
     inner: S,
     admission: Admission,
+    max_message_bytes: usize,
 }
 
-impl<S, B, RB> tower::Service<http::Request<B>> for OtlpStatus<S>
+impl<S, RB> tower::Service<http::Request<tonic::body::Body>> for OtlpStatus<S>
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<RB>> + Send,
+    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<RB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     RB: Default + Send + 'static,
     S::Error: Send + 'static,
@@ -121,7 +127,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let path = req.uri().path();
         let signal = if path.contains(".metrics.") {
             "metrics"
@@ -137,10 +143,25 @@ where
             let resp = busy().into_http::<RB>();
             return Box::pin(async move { Ok(resp) });
         }
-        let fut = self.inner.call(req);
+        // The service that was made ready answers this request; a clone takes its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
         let admission = self.admission.clone();
+        let max_message = self.max_message_bytes;
         Box::pin(async move {
-            let mut resp = fut.await?;
+            let req = match &admission.memory {
+                Some(m) => match read_reserved(m, req, max_message).await {
+                    Ok(req) => req,
+                    Err(status) => {
+                        if status.code() == tonic::Code::Unavailable {
+                            admission.refused_signal(signal, "grpc", "memory_limit");
+                        }
+                        return Ok(status.into_http::<RB>());
+                    }
+                },
+                None => req,
+            };
+            let mut resp = inner.call(req).await?;
             let h = resp.headers_mut();
             let status = h.get("grpc-status").and_then(|v| v.to_str().ok()).map(str::to_owned);
             // tonic percent-encodes grpc-message (a space is `%20`); match on the decoded text.
@@ -167,6 +188,98 @@ where
             Ok(resp)
         })
     }
+}
+
+/// The memory reserved for a request while it was read, handed from [`OtlpStatus`] to the
+/// service that decodes it (through the request's extensions, which must be `Clone`).
+#[derive(Clone)]
+struct HeldSlot(Arc<Mutex<Option<Reservation>>>);
+
+impl HeldSlot {
+    fn take<T>(req: &mut Request<T>) -> Option<Reservation> {
+        let slot = req.extensions_mut().remove::<HeldSlot>()?;
+        let mut r = slot.0.lock().unwrap_or_else(|p| p.into_inner());
+        r.take()
+    }
+}
+
+/// The gRPC frame header: a compressed flag and a 4-byte big-endian length.
+const FRAME_HEADER: usize = 5;
+
+/// Read a request body under `processors.memory_limiter`: every chunk is reserved before it is
+/// kept, then the decompressed message (decompressed here, so its size is known and reserved),
+/// then what decoding it holds at its peak ([`memory::DECODED_PER_WIRE_BYTE`]); the service
+/// trims the reservation to what the decoded request really holds. A step that does not fit is
+/// refused with `UNAVAILABLE` before it allocates, so concurrent large requests cannot pass the
+/// limit between two samples of the resident set.
+async fn read_reserved(
+    m: &Arc<MemoryLimiter>,
+    req: http::Request<tonic::body::Body>,
+    max_message: usize,
+) -> Result<http::Request<tonic::body::Body>, Status> {
+    use http_body_util::BodyExt;
+    let full = || Status::unavailable("mcp-health is at its memory limit; retry with backoff");
+    let mut held = m.reserve(0).ok_or_else(full)?;
+    let (mut parts, mut body) = req.into_parts();
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame?;
+        if let Ok(data) = frame.into_data() {
+            // Reading past the largest message allowed: tonic refuses it (RESOURCE_EXHAUSTED)
+            // from the length in the frame header; nothing more of it needs to be held.
+            if buf.len() > max_message + FRAME_HEADER {
+                continue;
+            }
+            // The whole message is reserved and allocated at once from the length in its frame
+            // header (growing the buffer by doubling would hold up to twice what is reserved).
+            let want = if buf.is_empty() && data.len() >= FRAME_HEADER {
+                let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
+                (FRAME_HEADER + len.min(max_message)).max(data.len())
+            } else {
+                buf.len() + data.len()
+            };
+            if want as u64 > held.bytes() && !held.resize(want as u64) {
+                return Err(full());
+            }
+            buf.reserve(want.saturating_sub(buf.len()));
+            buf.extend_from_slice(&data);
+        }
+    }
+    let mut wire = buf.freeze();
+    // One uncompressed or gzip/zstd message (unary export): decompress it here, so the size to
+    // reserve for decoding is the real one, not the worst case.
+    let encoding = parts.headers.get("grpc-encoding").and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
+    let framed =
+        wire.len() >= FRAME_HEADER && u32::from_be_bytes([wire[1], wire[2], wire[3], wire[4]]) as usize == wire.len() - FRAME_HEADER;
+    if framed && wire[0] == 1 {
+        if let Some(enc @ ("gzip" | "zstd")) = encoding.as_deref() {
+            if !held.resize((wire.len() + max_message) as u64) {
+                return Err(full());
+            }
+            match super::otlp_http::decompress(enc, wire.slice(FRAME_HEADER..), max_message) {
+                Some(Ok(msg)) => {
+                    let mut out = bytes::BytesMut::with_capacity(FRAME_HEADER + msg.len());
+                    out.extend_from_slice(&[0]);
+                    out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+                    out.extend_from_slice(&msg);
+                    drop(msg);
+                    wire = out.freeze();
+                    parts.headers.remove("grpc-encoding");
+                }
+                Some(Err(super::otlp_http::DecompressError::TooLarge)) => {
+                    return Err(Status::resource_exhausted(format!("decompressed message exceeds the size limit of {max_message} bytes")))
+                }
+                // Left to tonic, which answers an undecodable message as such.
+                _ => {}
+            }
+        }
+    }
+    let len = wire.len() as u64;
+    if !held.resize(len.saturating_add(len.saturating_mul(memory::DECODED_PER_WIRE_BYTE))) {
+        return Err(full());
+    }
+    parts.extensions.insert(HeldSlot(Arc::new(Mutex::new(Some(held)))));
+    Ok(http::Request::from_parts(parts, tonic::body::Body::new(http_body_util::Full::new(wire))))
 }
 
 /// Bind a listener, with a message that names the address on failure.

@@ -20,6 +20,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess
 use prost::Message;
 
 use super::admit::{Admission, Admitted};
+use super::memory::{self, Reservation};
 use super::otlp_json;
 
 #[derive(Clone)]
@@ -44,10 +45,13 @@ pub fn router(admission: Admission, max_body: usize) -> Router {
 }
 
 async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let (enc, bytes) = match read_body(&st, "traces", &headers, body).await {
+    let (enc, bytes, mut held) = match read_body(&st, "traces", &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
+    if !reserve_decode(&st, "traces", enc, &bytes, &mut held) {
+        return busy(enc);
+    }
     let req = match enc {
         Encoding::Protobuf => {
             ExportTraceServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportTraceServiceRequest: {e}"))
@@ -61,7 +65,7 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
             return error(enc, StatusCode::BAD_REQUEST, 3, &msg);
         }
     };
-    match st.admission.admit(req, "http") {
+    match st.admission.admit(req, "http", held) {
         Admitted::Accepted { rejected, message } => ok(
             enc,
             &ExportTraceServiceResponse {
@@ -75,17 +79,20 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
 
 /// Metrics are passed on (or dropped), not read.
 async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let (enc, bytes) = match read_body(&st, "metrics", &headers, body).await {
+    let (enc, bytes, mut held) = match read_body(&st, "metrics", &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
+    if !reserve_decode(&st, "metrics", enc, &bytes, &mut held) {
+        return busy(enc);
+    }
     let req = match enc {
         Encoding::Protobuf => {
             ExportMetricsServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportMetricsServiceRequest: {e}"))
         }
         Encoding::Json => otlp_json::decode_metrics(&bytes),
     };
-    match req.map(|r| st.admission.admit_metrics(r, "http")) {
+    match req.map(|r| st.admission.admit_metrics(r, "http", held)) {
         Ok(Admitted::Accepted { .. }) => ok(enc, &ExportMetricsServiceResponse { partial_success: None }),
         Ok(Admitted::Busy) => busy(enc),
         Err(msg) => {
@@ -97,15 +104,18 @@ async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) ->
 
 /// Logs are passed on (or dropped), not read.
 async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let (enc, bytes) = match read_body(&st, "logs", &headers, body).await {
+    let (enc, bytes, mut held) = match read_body(&st, "logs", &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
+    if !reserve_decode(&st, "logs", enc, &bytes, &mut held) {
+        return busy(enc);
+    }
     let req = match enc {
         Encoding::Protobuf => ExportLogsServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportLogsServiceRequest: {e}")),
         Encoding::Json => otlp_json::decode_logs(&bytes),
     };
-    match req.map(|r| st.admission.admit_logs(r, "http")) {
+    match req.map(|r| st.admission.admit_logs(r, "http", held)) {
         Ok(Admitted::Accepted { .. }) => ok(enc, &ExportLogsServiceResponse { partial_success: None }),
         Ok(Admitted::Busy) => busy(enc),
         Err(msg) => {
@@ -115,8 +125,31 @@ async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Re
     }
 }
 
+/// Under `processors.memory_limiter`, grow the request's reservation to what decoding `bytes`
+/// will hold at its peak, before decoding; `false` (refused, counted) when that does not fit.
+fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &Bytes, held: &mut Option<Reservation>) -> bool {
+    let Some(r) = held else { return true };
+    let per_byte = if enc == Encoding::Json { memory::JSON_DECODED_PER_WIRE_BYTE } else { memory::DECODED_PER_WIRE_BYTE };
+    let wire = bytes.len() as u64;
+    if r.resize(wire.saturating_add(wire.saturating_mul(per_byte))) {
+        return true;
+    }
+    st.admission.refused_signal(signal, "http", "memory_limit");
+    false
+}
+
 /// Media type, body within the limit, decompressed within the limit; or the error answer.
-async fn read_body(st: &HttpState, signal: &'static str, headers: &HeaderMap, body: Body) -> Result<(Encoding, Bytes), Response> {
+///
+/// Under `processors.memory_limiter` the body's memory is reserved before it is read (its
+/// `Content-Length`, else the largest body allowed), then before it is decompressed (the largest
+/// decompressed body allowed), each trimmed to the bytes really held afterwards: concurrent large
+/// requests are refused before they allocate, not after.
+async fn read_body(
+    st: &HttpState,
+    signal: &'static str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Encoding, Bytes, Option<Reservation>), Response> {
     let refused = |reason| st.admission.refused_signal(signal, "http", reason);
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let enc = match ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase().as_str() {
@@ -137,6 +170,17 @@ async fn read_body(st: &HttpState, signal: &'static str, headers: &HeaderMap, bo
         refused("memory_limit");
         return Err(busy(enc));
     }
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    let mut held = match &st.admission.memory {
+        Some(m) => match m.reserve(declared.unwrap_or(st.max_body as u64).min(st.max_body as u64)) {
+            Some(r) => Some(r),
+            None => {
+                refused("memory_limit");
+                return Err(busy(enc));
+            }
+        },
+        None => None,
+    };
     let raw = match axum::body::to_bytes(body, st.max_body).await {
         Ok(b) => b,
         Err(_) => {
@@ -146,8 +190,22 @@ async fn read_body(st: &HttpState, signal: &'static str, headers: &HeaderMap, bo
     };
     let content_encoding =
         headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity").trim().to_ascii_lowercase();
+    if let Some(r) = held.as_mut() {
+        // A body longer than it declared is already read: count it as it is.
+        r.set(raw.len() as u64);
+        let compressed = !matches!(content_encoding.as_str(), "identity" | "");
+        if compressed && !r.resize(raw.len() as u64 + st.max_body as u64) {
+            refused("memory_limit");
+            return Err(busy(enc));
+        }
+    }
     match decompress(&content_encoding, raw, st.max_body) {
-        Some(Ok(b)) => Ok((enc, b)),
+        Some(Ok(b)) => {
+            if let Some(r) = held.as_mut() {
+                r.set(b.len() as u64);
+            }
+            Ok((enc, b, held))
+        }
         Some(Err(DecompressError::TooLarge)) => {
             refused("too_large");
             Err(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("decompressed body exceeds {} bytes", st.max_body)))
@@ -184,13 +242,13 @@ fn busy(enc: Encoding) -> Response {
 }
 
 #[derive(Debug)]
-enum DecompressError {
+pub(super) enum DecompressError {
     TooLarge,
     Corrupt(std::io::Error),
 }
 
 /// Undo `Content-Encoding`, reading at most `limit` bytes out; `None` for an encoding not known.
-fn decompress(content_encoding: &str, raw: Bytes, limit: usize) -> Option<Result<Bytes, DecompressError>> {
+pub(super) fn decompress(content_encoding: &str, raw: Bytes, limit: usize) -> Option<Result<Bytes, DecompressError>> {
     Some(match content_encoding {
         "identity" | "" => Ok(raw),
         "gzip" | "x-gzip" => gunzip(&raw, limit),

@@ -27,7 +27,10 @@ const MIN_STEP: Duration = Duration::from_millis(2);
 
 /// Run the engine on the wall clock until `stop` fires (or every sender is gone), then take
 /// what is queued, decide everything still in flight (marked `shutdown`) and flush the sinks.
-/// The heartbeat is beaten on every step, so a stuck engine shows on the health check.
+/// The heartbeat is beaten on every step, so a stuck engine shows on the health check. Under
+/// `processors.memory_limiter` the engine's evidence bytes are published to the limiter after
+/// every step: evidence outlives the requests that brought it, so it counts against the limit
+/// apart from them.
 pub async fn run_engine(
     mut rx: mpsc::Receiver<NormalizedBatch>,
     mut engine: Engine,
@@ -35,6 +38,7 @@ pub async fn run_engine(
     tick: Duration,
     stop: oneshot::Receiver<()>,
     heartbeat: Arc<Heartbeat>,
+    memory: Option<Arc<crate::receive::memory::MemoryLimiter>>,
 ) {
     let _stopped = heartbeat.guard();
     // The engine is woken at the earlier of its regular tick (time-based catalog and progress
@@ -81,6 +85,9 @@ pub async fn run_engine(
                     sinks.report(&engine.gauges());
                 }
             }
+        }
+        if let Some(m) = &memory {
+            m.set_engine_bytes(engine.evidence_bytes());
         }
         sinks.accept(&out, Moment::wall_now());
         out.clear();

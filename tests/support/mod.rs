@@ -351,8 +351,10 @@ pub struct Cfg {
     pub env: Vec<(&'static str, String)>,
     /// `exporters.prometheus.cardinality_limit` (the service's default when `None`).
     pub cardinality_limit: Option<usize>,
-    /// `processors.memory_limiter.limit_mib` (checked every 100 ms); no limiter when `None`.
+    /// `processors.memory_limiter.limit_mib`; no limiter when `None`.
     pub memory_limit_mib: Option<u64>,
+    /// `processors.memory_limiter.check_interval`.
+    pub memory_check_interval: &'static str,
     /// `storage.directory` (the durable state store); none when `None`.
     pub storage: Option<PathBuf>,
     /// `extensions.gate` on `Ports::gate` (`unpinned: allow`).
@@ -386,6 +388,7 @@ impl Default for Cfg {
             env: Vec::new(),
             cardinality_limit: None,
             memory_limit_mib: None,
+            memory_check_interval: "100ms",
             storage: None,
             gate: false,
             listener_extra: Vec::new(),
@@ -422,7 +425,7 @@ impl Cfg {
             self.decision_wait, self.max_wait, self.max_spans_per_chain, self.queue_size
         );
         if let Some(mib) = self.memory_limit_mib {
-            let _ = write!(y, "  memory_limiter:\n    check_interval: 100ms\n    limit_mib: {mib}\n");
+            let _ = write!(y, "  memory_limiter:\n    check_interval: {}\n    limit_mib: {mib}\n", self.memory_check_interval);
         }
         y.push_str("exporters:\n");
         if let Some(ep) = &self.exporter {
