@@ -83,7 +83,32 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let r = rt.block_on(serve(cfg, ConfigSource { path: a.config.clone(), sets: a.set.clone() }, shutdown_signal()));
+    // SIGHUP with a valid configuration restarts the pipeline with it, as the collector's
+    // SIGHUP does: the running one drains (chains in flight decided, exports flushed, listeners
+    // closed) and a new one starts from the new file. An invalid file is logged and the running
+    // configuration kept. The log settings apply only at the next start (the subscriber is global).
+    let mut cfg = cfg;
+    let r = loop {
+        let (reload_tx, mut reload_rx) = mpsc::channel::<Config>(1);
+        let next: Arc<std::sync::Mutex<Option<Config>>> = Arc::default();
+        let slot = next.clone();
+        let stop = async move {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                Some(c) = reload_rx.recv() => *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(c),
+            }
+        };
+        let source = ConfigSource { path: a.config.clone(), sets: a.set.clone(), reload: Some(reload_tx) };
+        let r = rt.block_on(serve(cfg, source, stop));
+        let reloaded = next.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match (r, reloaded) {
+            (Ok(()), Some(new)) => {
+                tracing::info!("SIGHUP: the pipeline was restarted with the new configuration");
+                cfg = new;
+            }
+            (r, _) => break r,
+        }
+    };
     // A task still stuck (an engine that never yields) must not hold the process past its
     // shutdown timeout: the runtime is left behind, not joined.
     rt.shutdown_background();
@@ -159,9 +184,13 @@ async fn on_sighup(source: ConfigSource, reopen: Option<Arc<std::sync::atomic::A
             r.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         match source.path.as_deref().map(|p| Config::load_with(Some(p), &source.sets)) {
-            Some(Ok(_)) => {
-                tracing::info!("SIGHUP: verdict log reopened; the configuration file is valid (changes apply at the next start)")
-            }
+            Some(Ok(cfg)) => match &source.reload {
+                Some(tx) => {
+                    tracing::info!("SIGHUP: the configuration file is valid; restarting the pipeline with it");
+                    let _ = tx.try_send(cfg);
+                }
+                None => tracing::info!("SIGHUP: verdict log reopened; the configuration file is valid (changes apply at the next start)"),
+            },
             Some(Err(e)) => tracing::error!(error = %e, "SIGHUP: the configuration file is invalid; the running configuration is kept"),
             None => tracing::info!("SIGHUP: verdict log reopened (embedded default configuration)"),
         }
@@ -182,6 +211,9 @@ pub struct ConfigSource {
     pub path: Option<String>,
     /// The `--set` overrides.
     pub sets: Vec<String>,
+    /// Where SIGHUP hands a valid new configuration (the driver then restarts the pipeline with
+    /// it); `None`: SIGHUP only checks the file.
+    pub reload: Option<mpsc::Sender<Config>>,
 }
 
 pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
@@ -277,9 +309,11 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         None => None,
     };
     let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
+    // Tasks that live as long as this pipeline, ended when it is (see the end of this function).
+    let mut background: Vec<tokio::task::JoinHandle<()>> = Vec::new();
     let memory = cfg.processors.memory_limiter.as_ref().map(|m| {
         let limiter = Arc::new(crate::receive::memory::MemoryLimiter::new(m.limit_mib, m.spike_limit_mib));
-        tokio::spawn(sample_memory(limiter.clone(), m.check_interval));
+        background.push(tokio::spawn(sample_memory(limiter.clone(), m.check_interval)));
         crate::emit::metrics::observe_memory_limiter(
             &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
             &limiter,
@@ -304,7 +338,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         sinks.push(log);
     }
     #[cfg(unix)]
-    tokio::spawn(on_sighup(config_path, reopen));
+    background.push(tokio::spawn(on_sighup(config_path, reopen)));
     #[cfg(not(unix))]
     let _ = (config_path, reopen);
     drop(sender);
@@ -367,6 +401,8 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     let mut engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone(), memory));
 
     let (down_tx, down_rx) = watch::channel(false);
+    let (health_down_tx, health_down_rx) = watch::channel(false);
+    let mut health_task = None;
     let wait_down = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
@@ -428,8 +464,9 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
             }),
         );
         // Not shut down with the others: it answers 503 from the start of the drain until the
-        // process exits, so a load balancer stops sending before the receivers close.
-        let _health = spawn_http(l, app, std::future::pending::<()>());
+        // drain ends (the process exits, or a reload starts the next pipeline), so a load
+        // balancer stops sending before the receivers close.
+        health_task = Some(spawn_http(l, app, wait_down(health_down_rx.clone())));
     }
 
     // Run until asked to stop, or until the engine dies or stops stepping: a service that can no
@@ -483,6 +520,15 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     };
     if tokio::time::timeout(limit, finish).await.is_err() {
         tracing::warn!(?limit, "shutdown timeout reached; exiting with exports pending");
+    }
+    // What outlives the pipeline's servers: the health check, the SIGHUP handler, the memory
+    // sampler. Ended here so that a reload can bind the same ports and handle the next SIGHUP.
+    let _ = health_down_tx.send(true);
+    if let Some(h) = health_task {
+        let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
+    }
+    for b in background {
+        b.abort();
     }
     if failed {
         return Err(ServeError::EngineStopped);
