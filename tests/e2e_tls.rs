@@ -327,3 +327,37 @@ async fn rust_sdk_otlp_exporter_over_mutual_tls() {
     .await;
     assert!(export(false, "rust_no_cert_probe").await.is_err(), "without a client certificate the export fails");
 }
+
+/// The gate over mutual TLS (`extensions.gate.tls`): a client with a certificate from the
+/// configured CA gets its answer; one without is refused at the handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_answers_over_mutual_tls_only_to_a_client_with_a_certificate() {
+    use mcp_health::gate::service::pb::gate_client::GateClient;
+    use mcp_health::gate::service::pb::CheckToolRequest;
+    use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+    let pki = Pki::generate();
+    let svc = Service::start(Cfg { gate: true, listener_extra: vec![("gate", pki.server_tls_yaml(true))], ..Cfg::default() }).await;
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let connect = |identity: bool| {
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(&pki.ca))).domain_name("localhost");
+        if identity {
+            tls = tls.identity(Identity::from_pem(read(&pki.client_cert), read(&pki.client_key)));
+        }
+        let ep = Channel::from_shared(format!("https://localhost:{}", svc.ports.gate)).unwrap().tls_config(tls).unwrap();
+        async move { ep.connect().await }
+    };
+    let req = CheckToolRequest {
+        server: "tickets.example.test:8443".into(),
+        tool: "create_ticket".into(),
+        digest: format!("sha256:{}", "0".repeat(64)),
+    };
+    let ch = connect(true).await.expect("a client with a certificate connects");
+    let answer = GateClient::new(ch).check_tool(req.clone()).await.expect("the gate answers over mutual TLS").into_inner();
+    assert!(answer.allow, "unpinned: allow, as configured: {answer:?}");
+    let refused = match connect(false).await {
+        Err(_) => true,
+        Ok(ch) => GateClient::new(ch).check_tool(req).await.is_err(),
+    };
+    assert!(refused, "a client without a certificate gets no answer");
+}
