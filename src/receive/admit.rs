@@ -66,6 +66,20 @@ impl Admission {
         self.memory.as_ref().is_some_and(|m| m.over())
     }
 
+    /// A queue the request would need is full already: refuse it before its body is read and
+    /// decoded (issue 11: under overload the service spent its CPU decoding what it then
+    /// refused). Only a first check: [`Self::admit`] still reserves the places after decoding, and
+    /// refuses whole when one was taken in between.
+    pub fn full_before_decode(&self, signal: &'static str) -> Option<&'static str> {
+        if signal == "traces" && self.ingest.capacity() == 0 {
+            return Some("correlator_busy");
+        }
+        match &self.passthrough {
+            Some(p) if p.capacity() == 0 => Some("exporter_busy"),
+            _ => None,
+        }
+    }
+
     /// Count a request refused before it could be read (undecodable, too large): 1 per request
     /// in `mcp_health.spans.refused`, nothing in the item counters (its items are unknown).
     pub fn refused(&self, transport: &'static str, reason: &'static str) {
@@ -449,7 +463,12 @@ mod tests {
                 ..Default::default()
             }],
         };
+        assert_eq!(admission.full_before_decode("traces"), None, "room before the first");
         assert!(matches!(admission.admit(first, "grpc", None), Admitted::Accepted { rejected: 1, .. }));
+        // Issue 11: with the correlator's queue full, the next request is refused before its
+        // body is decoded (the receivers ask this first); metrics and logs need no correlator.
+        assert_eq!(admission.full_before_decode("traces"), Some("correlator_busy"));
+        assert_eq!(admission.full_before_decode("metrics"), None);
         let second = ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 scope_spans: vec![scope("f", (3..7).map(|n| span(n, vec![], vec![])).collect())],

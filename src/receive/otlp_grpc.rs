@@ -143,6 +143,12 @@ where
             let resp = busy().into_http::<RB>();
             return Box::pin(async move { Ok(resp) });
         }
+        // A queue it needs is full: refuse before reading and decoding it (retryable).
+        if let Some(reason) = self.admission.full_before_decode(signal) {
+            self.admission.refused_signal(signal, "grpc", reason);
+            let resp = busy().into_http::<RB>();
+            return Box::pin(async move { Ok(resp) });
+        }
         // The service that was made ready answers this request; a clone takes its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);

@@ -165,9 +165,13 @@ async fn read_body(
             ));
         }
     };
-    // Above the memory limit, refuse before the body is read and decoded.
+    // Above the memory limit, or a queue it needs full: refuse before the body is read and decoded.
     if st.admission.over_memory() {
         refused("memory_limit");
+        return Err(busy(enc));
+    }
+    if let Some(reason) = st.admission.full_before_decode(signal) {
+        refused(reason);
         return Err(busy(enc));
     }
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
