@@ -248,12 +248,22 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         }
     }
     let prom_cfg = cfg.exporters.prometheus.clone();
-    // One queue for everything that goes upstream, when anything does.
-    let wants_queue = otlp
-        .as_ref()
-        .is_some_and(|o| ((o.passthrough || o.health_spans) && targets.traces.is_some()) || (o.metrics && targets.metrics.is_some()));
+    // Two queues, each with its own workers: pass-through (what clients sent), and mcp-health's
+    // own output (health spans, incident records, own metrics). A backend that is slow for one
+    // kind, or a stuck request of one, never holds the other up (issue 11: oversize health-span
+    // requests used to stall pass-through too).
+    let wants_own = otlp.as_ref().is_some_and(|o| (o.health_spans && targets.traces.is_some()) || (o.metrics && targets.metrics.is_some()));
+    let wants_pass =
+        otlp.as_ref().is_some_and(|o| o.passthrough && (targets.traces.is_some() || targets.metrics.is_some() || targets.logs.is_some()));
     let (queue_tx, queue_rx) = match &otlp {
-        Some(o) if wants_queue => {
+        Some(o) if wants_own => {
+            let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
+            (Some(tx), Some(rx))
+        }
+        _ => (None, None),
+    };
+    let (pass_tx, pass_rx) = match &otlp {
+        Some(o) if wants_pass => {
             let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
             (Some(tx), Some(rx))
         }
@@ -276,25 +286,25 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     })?;
     let meters = metrics.meters.clone();
 
-    let export_handles = match (&otlp, queue_rx, &queue_tx) {
-        (Some(o), Some(rx), Some(tx)) => {
-            crate::emit::metrics::observe_exporter_queue(
-                &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
-                tx,
-            );
-            otlp_traces::spawn(
-                SenderSettings {
-                    targets: targets.clone(),
-                    workers: 2,
-                    retry: o.retry_on_failure.clone(),
-                    max_request_bytes: o.max_request_bytes,
-                },
-                rx,
-                meters.clone(),
-            )?
+    let mut export_handles = Vec::new();
+    if let Some(o) = &otlp {
+        let settings = SenderSettings {
+            targets: targets.clone(),
+            workers: 2,
+            retry: o.retry_on_failure.clone(),
+            max_request_bytes: o.max_request_bytes,
+        };
+        let meter = opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health");
+        let queues: Vec<(&'static str, &mpsc::Sender<otlp_traces::Outgoing>)> =
+            [("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]
+                .into_iter()
+                .filter_map(|(n, q)| q.map(|q| (n, q)))
+                .collect();
+        crate::emit::metrics::observe_exporter_queues(&meter, &queues);
+        for rx in [queue_rx, pass_rx].into_iter().flatten() {
+            export_handles.extend(otlp_traces::spawn(settings.clone(), rx, meters.clone())?);
         }
-        _ => Vec::new(),
-    };
+    }
     let sender = queue_tx.filter(|_| targets.traces.is_some());
     let passthrough = otlp.as_ref().is_some_and(|o| o.passthrough);
     let health = otlp.as_ref().is_some_and(|o| o.health_spans);
@@ -322,7 +332,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     });
     let admission = Admission {
         ingest: ingest_tx,
-        passthrough: sender.as_ref().filter(|_| passthrough).cloned(),
+        passthrough: pass_tx.clone().filter(|_| passthrough),
         meters: meters.clone(),
         strip_tool_definitions: proc_cfg.strip_tool_definitions,
         memory: memory.clone(),
@@ -342,6 +352,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     #[cfg(not(unix))]
     let _ = (config_path, reopen);
     drop(sender);
+    drop(pass_tx);
 
     // Bind everything before serving anything. Certificates are read here, once: a renewed one
     // takes effect at the next start (no hot reload).

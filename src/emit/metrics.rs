@@ -284,27 +284,33 @@ pub fn bucket_of(bounds: &[f64], value: f64) -> usize {
     bounds.iter().position(|b| value <= *b).unwrap_or(bounds.len())
 }
 
-/// The exporter queue's size and capacity (in requests), read at each collection, as the
+/// The exporter queues' size and capacity (in requests), read at each collection, as the
 /// collector's `otelcol_exporter_queue_size` / `_queue_capacity`. The callback holds a weak
 /// sender, so it never keeps the queue open at shutdown.
-pub fn observe_exporter_queue(meter: &Meter, queue: &tokio::sync::mpsc::Sender<Outgoing>) {
-    let capacity = queue.max_capacity() as u64;
-    let weak = queue.downgrade();
+pub fn observe_exporter_queues(meter: &Meter, queues: &[(&'static str, &tokio::sync::mpsc::Sender<Outgoing>)]) {
+    let sizes: Vec<(&'static str, tokio::sync::mpsc::WeakSender<Outgoing>)> = queues.iter().map(|(n, q)| (*n, q.downgrade())).collect();
+    let capacities: Vec<(&'static str, u64)> = queues.iter().map(|(n, q)| (*n, q.max_capacity() as u64)).collect();
     let _size = meter
         .u64_observable_gauge("mcp_health.exporter.queue_size")
-        .with_description("Export requests waiting in (or reserved in) the exporter queue, by exporter")
+        .with_description("Export requests waiting in (or reserved in) an exporter queue, by exporter (otlp: own output; otlp/passthrough)")
         .with_unit("{request}")
         .with_callback(move |o| {
-            if let Some(q) = weak.upgrade() {
-                o.observe((q.max_capacity() - q.capacity()) as u64, &[KeyValue::new("exporter", "otlp")]);
+            for (name, weak) in &sizes {
+                if let Some(q) = weak.upgrade() {
+                    o.observe((q.max_capacity() - q.capacity()) as u64, &[KeyValue::new("exporter", *name)]);
+                }
             }
         })
         .build();
     let _capacity = meter
         .u64_observable_gauge("mcp_health.exporter.queue_capacity")
-        .with_description("Export requests the exporter queue holds at most (exporters.otlp.sending_queue.queue_size), by exporter")
+        .with_description("Export requests an exporter queue holds at most (exporters.otlp.sending_queue.queue_size), by exporter")
         .with_unit("{request}")
-        .with_callback(move |o| o.observe(capacity, &[KeyValue::new("exporter", "otlp")]))
+        .with_callback(move |o| {
+            for (name, c) in &capacities {
+                o.observe(*c, &[KeyValue::new("exporter", *name)]);
+            }
+        })
         .build();
 }
 

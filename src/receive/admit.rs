@@ -66,18 +66,14 @@ impl Admission {
         self.memory.as_ref().is_some_and(|m| m.over())
     }
 
-    /// A queue the request would need is full already: refuse it before its body is read and
+    /// The correlator's queue is full already: refuse the request before its body is read and
     /// decoded (issue 11: under overload the service spent its CPU decoding what it then
-    /// refused). Only a first check: [`Self::admit`] still reserves the places after decoding, and
-    /// refuses whole when one was taken in between.
+    /// refused). Only a first check: [`Self::admit`] still reserves the places after decoding,
+    /// and refuses whole when one was taken in between. A full exporter queue (a backend down,
+    /// not an overloaded service) is still found after decoding, so that what it refuses is
+    /// counted in items (`enqueue_failed_spans`), as the collector counts it.
     pub fn full_before_decode(&self, signal: &'static str) -> Option<&'static str> {
-        if signal == "traces" && self.ingest.capacity() == 0 {
-            return Some("correlator_busy");
-        }
-        match &self.passthrough {
-            Some(p) if p.capacity() == 0 => Some("exporter_busy"),
-            _ => None,
-        }
+        (signal == "traces" && self.ingest.capacity() == 0).then_some("correlator_busy")
     }
 
     /// Count a request refused before it could be read (undecodable, too large): 1 per request
