@@ -589,3 +589,51 @@ async fn http_tap_feeds_mcp_health_auth_and_execution_verdicts() {
         assert!(!out.contains(secret), "{secret} in a verdict line");
     }
 }
+
+/// Issue 9 in stdio mode: the tap's verifiers check calls from a stdio server too. A `command`
+/// rule that passes makes `echo` healthy (`test_result`); one that fails makes `slow` a false
+/// success; the other calls are not checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_tap_runs_verifiers_after_the_responses() {
+    let Some(py) = python() else {
+        eprintln!("python3 not found: skipping");
+        return;
+    };
+    let svc = Service::start(Cfg { max_wait: "3s", ..Cfg::default() }).await;
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("verifiers.yaml");
+    std::fs::write(
+        &rules,
+        "- {name: echo_said_something, tool: echo, command: {argv: [test, -n, \"{/arguments/text}\"]}}\n- {name: slow_never_delivers, tool: slow, command: {argv: [\"false\"]}}\n",
+    )
+    .unwrap();
+    let endpoint = format!("http://{}", svc.grpc_addr());
+    let rules_arg = rules.display().to_string();
+    let run = tokio::task::spawn_blocking(move || {
+        let mut c = Command::new(tap_bin());
+        c.args(["tap", "--otlp-endpoint", &endpoint, "--server-address", "fake-mcp", "--verifiers", &rules_arg, "--"])
+            .arg(py)
+            .arg(fake_server())
+            .arg("--exit-code")
+            .arg("3");
+        c.env_remove("OTEL_SERVICE_NAME").env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+        drive_stdio(c, &the_script())
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.code, Some(3), "{}", run.stderr);
+    assert!(run.stderr.contains("verifiers: 1 confirmed, 0 missing, 1 failed, 0 errors"), "the exit summary: {}", run.stderr);
+    let latest = |vs: &[Value], tool: &str| {
+        vs.iter().filter(|v| v["tool"] == tool && v["method"] == "tools/call").max_by_key(|v| v["revision"].as_u64().unwrap_or(0)).cloned()
+    };
+    let (echo, slow) = eventually(Duration::from_secs(30), "the checked calls' verdicts", || {
+        let vs = svc.verdicts();
+        let (e, s) = (latest(&vs, "echo")?, latest(&vs, "slow")?);
+        (e["state"] == "healthy" && s["state"] == "false_success").then_some((e, s))
+    })
+    .await;
+    assert_eq!((echo["outcome_method"].as_str(), echo["verified_success"].as_bool()), (Some("test_result"), Some(true)), "{echo}");
+    assert_eq!(slow["first_failed_layer"], "outcome", "{slow}");
+    let fail = latest(&svc.verdicts(), "fail").unwrap();
+    assert_eq!(fail["state"], "tool_failed", "a failed call is not verified: {fail}");
+}
