@@ -70,7 +70,10 @@ async fn an_export_loop_passes_one_span_in_as_one_span_out() {
             let out = seen(fwd);
             let text = svc.metrics_text().await;
             let looped = prom_sum(&text, "mcp_health_spans_looped_total").unwrap_or(0.0) as usize;
-            (out.iter().any(ReceivedSpan::is_health_span) && looped == out.len()).then_some(text)
+            // The forwarder sends back before it answers: the exporter counts a span as sent
+            // only after that answer, so wait for the counts to settle too.
+            let sent = prom_sum(&text, "mcp_health_exporter_sent_spans_total").unwrap_or(0.0) as usize;
+            (out.iter().any(ReceivedSpan::is_health_span) && looped == out.len() && sent == out.len()).then_some(text)
         }
     })
     .await;
