@@ -14,15 +14,6 @@ use tokio::net::TcpStream;
 
 use support::*;
 
-/// The value of `name{listener=…,reason=…}` on /metrics (0 when the series is absent).
-fn connection_count(text: &str, name: &str, listener: &str, reason: &str) -> f64 {
-    let (l, r) = (format!("listener=\"{listener}\""), format!("reason=\"{reason}\""));
-    text.lines()
-        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(&l) && line.contains(&r))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// True when the peer closed (EOF or reset) within `within`; false if it is still open then.
 async fn closed_by_peer(s: &mut TcpStream, within: Duration) -> bool {
     let mut buf = [0u8; 256];

@@ -13,23 +13,12 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::*;
-
-fn venv_python(venv: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(venv).join("bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    let required = std::env::var_os("CI").is_some() || std::env::var("MCP_HEALTH_REQUIRE_DIALECTS").as_deref() == Ok("1");
-    assert!(!required, "{} is missing: run scripts/install-test-deps", p.display());
-    eprintln!("{} is missing (scripts/install-test-deps makes it): skipping", p.display());
-    None
-}
 
 /// What one stack's run produced: the client-side manifest and the service's verdicts.
 struct Run {

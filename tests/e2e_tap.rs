@@ -84,8 +84,15 @@ fn direct_cmd(py: &str) -> Command {
 }
 
 fn tap_cmd(py: &str, endpoint: &str) -> Command {
+    tap_cmd_with(py, endpoint, &[])
+}
+
+/// [`tap_cmd`] with more tap flags (before the `--`).
+fn tap_cmd_with(py: &str, endpoint: &str, flags: &[&str]) -> Command {
     let mut c = Command::new(tap_bin());
-    c.args(["tap", "--otlp-endpoint", endpoint, "--server-address", "fake-mcp", "--"])
+    c.args(["tap", "--otlp-endpoint", endpoint, "--server-address", "fake-mcp"])
+        .args(flags)
+        .arg("--")
         .arg(py)
         .arg(fake_server())
         .arg("--exit-code")
@@ -609,18 +616,9 @@ async fn stdio_tap_runs_verifiers_after_the_responses() {
     .unwrap();
     let endpoint = format!("http://{}", svc.grpc_addr());
     let rules_arg = rules.display().to_string();
-    let run = tokio::task::spawn_blocking(move || {
-        let mut c = Command::new(tap_bin());
-        c.args(["tap", "--otlp-endpoint", &endpoint, "--server-address", "fake-mcp", "--verifiers", &rules_arg, "--"])
-            .arg(py)
-            .arg(fake_server())
-            .arg("--exit-code")
-            .arg("3");
-        c.env_remove("OTEL_SERVICE_NAME").env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
-        drive_stdio(c, &the_script())
-    })
-    .await
-    .unwrap();
+    let run = tokio::task::spawn_blocking(move || drive_stdio(tap_cmd_with(py, &endpoint, &["--verifiers", &rules_arg]), &the_script()))
+        .await
+        .unwrap();
     assert_eq!(run.code, Some(3), "{}", run.stderr);
     assert!(run.stderr.contains("verifiers: 1 confirmed, 0 missing, 1 failed, 0 errors"), "the exit summary: {}", run.stderr);
     let latest = |vs: &[Value], tool: &str| {

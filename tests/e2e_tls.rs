@@ -18,17 +18,6 @@ use prost::Message;
 use support::pki::{self, Pki};
 use support::*;
 
-fn venv_python() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-mcp/bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    let required = std::env::var_os("CI").is_some() || std::env::var("MCP_HEALTH_REQUIRE_DIALECTS").as_deref() == Ok("1");
-    assert!(!required, "{} is missing: run scripts/install-test-deps", p.display());
-    eprintln!("{} is missing (scripts/install-test-deps makes it): skipping", p.display());
-    None
-}
-
 /// One CLIENT `tools/call` span made with the Python SDK and exported once with
 /// `OTLPSpanExporter` (TLS from the OTEL_EXPORTER_OTLP_* variables). Prints `RESULT SUCCESS` or
 /// `RESULT FAILURE`.
@@ -87,22 +76,13 @@ async fn python_export(py: &Path, endpoint: String, tool: &str, env: Vec<(&'stat
     .unwrap()
 }
 
-/// The value of `name{listener=…,reason=…}` on /metrics (0 when the series is absent).
-fn connection_count(text: &str, name: &str, listener: &str, reason: &str) -> f64 {
-    let (l, r) = (format!("listener=\"{listener}\""), format!("reason=\"{reason}\""));
-    text.lines()
-        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(&l) && line.contains(&r))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 fn verdict_for<'a>(vs: &'a [serde_json::Value], tool: &str) -> Option<&'a serde_json::Value> {
     vs.iter().find(|v| v["tool"] == tool && v["method"] == "tools/call")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_otlp_exporter_over_tls_and_mutual_tls_to_the_grpc_receiver() {
-    let Some(py) = venv_python() else { return };
+    let Some(py) = venv_python(".venv-mcp") else { return };
     let pki = Pki::generate();
 
     // Server TLS only: an exporter trusting the CA is accepted and its call gets a verdict.

@@ -18,16 +18,6 @@ use support::*;
 
 const RECORDS_TOKEN: &str = "rec-PLANTED_RECORDS_TOKEN-abcdef0123456789";
 
-fn python() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-mcp/bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(std::env::var_os("CI").is_none(), "{} is missing: run scripts/install-test-deps", p.display());
-    println!("SKIPPED: {} is missing (scripts/install-test-deps makes it)", p.display());
-    None
-}
-
 fn seeds() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/verify/seeds.py")
 }
@@ -108,7 +98,7 @@ async fn start_tap(dir: &Path, name: &'static str, upstream: &str, svc: &Service
     (p, format!("http://{addr}/mcp"))
 }
 
-fn write_rules(dir: &Path, records: u16, extra: &str) -> PathBuf {
+fn write_rules(dir: &Path, records: u16) -> PathBuf {
     let f = dir.join("verifiers.yaml");
     let db = dir.join("items.db");
     std::fs::write(
@@ -145,7 +135,7 @@ fn write_rules(dir: &Path, records: u16, extra: &str) -> PathBuf {
       query: "select version from items where id = ?1 and name = ?2"
       params: ["{{/result/structuredContent/id}}", "{{/arguments/name}}"]
       min_version: "{{/arguments/version}}"
-{extra}"#,
+"#,
             db = db.display()
         ),
     )
@@ -199,7 +189,7 @@ fn assert_no_secrets(all: &str, dir: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_experiment_live_gives_37_5_and_12_5_percent() {
-    let Some(py) = python() else { return };
+    let Some(py) = venv_python(".venv-mcp") else { return };
     if !prometheus_available() {
         return;
     }
@@ -208,7 +198,7 @@ async fn the_seeds_experiment_live_gives_37_5_and_12_5_percent() {
     let svc = Service::start(Cfg { decision_wait: "500ms", ..Cfg::with_sink(&sink) }).await;
     let prom = Prometheus::start(svc.prom_addr()).await;
     let s = start_seeds(&py, dir.path()).await;
-    let rules = write_rules(dir.path(), s.records, "");
+    let rules = write_rules(dir.path(), s.records);
     let v = ["--verifiers", rules.to_str().unwrap()];
     let (ta, ok) = start_tap(dir.path(), "mcp", &format!("http://127.0.0.1:{}", s.mcp), &svc, &v).await;
     let (tl, legacy) = start_tap(dir.path(), "legacy", &format!("http://127.0.0.1:{}", s.legacy), &svc, &v).await;
@@ -258,12 +248,12 @@ async fn the_seeds_experiment_live_gives_37_5_and_12_5_percent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_responses_are_reconciled_by_the_same_rule() {
-    let Some(py) = python() else { return };
+    let Some(py) = venv_python(".venv-mcp") else { return };
     let dir = tempfile::tempdir().unwrap();
     let sink = Sink::start().await;
     let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::with_sink(&sink) }).await;
     let s = start_seeds(&py, dir.path()).await;
-    let rules = write_rules(dir.path(), s.records, "");
+    let rules = write_rules(dir.path(), s.records);
     let (tap, url) = start_tap(
         dir.path(),
         "reconcile",
@@ -301,12 +291,12 @@ async fn lost_responses_are_reconciled_by_the_same_rule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_and_sql_verifiers_and_a_verifier_that_cannot_run() {
-    let Some(py) = python() else { return };
+    let Some(py) = venv_python(".venv-mcp") else { return };
     let dir = tempfile::tempdir().unwrap();
     let sink = Sink::start().await;
     let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::with_sink(&sink) }).await;
     let s = start_seeds(&py, dir.path()).await;
-    let rules = write_rules(dir.path(), s.records, "");
+    let rules = write_rules(dir.path(), s.records);
     let (tap, url) =
         start_tap(dir.path(), "kinds", &format!("http://127.0.0.1:{}", s.mcp), &svc, &["--verifiers", rules.to_str().unwrap()]).await;
     // A second tap whose ticket rule points at a destination that is not there.
@@ -345,7 +335,7 @@ async fn file_and_sql_verifiers_and_a_verifier_that_cannot_run() {
 /// the call's trace makes it `healthy`; one recorded after the call was decided revises it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receipts_from_the_agents_own_code_join_and_revise() {
-    let Some(py) = python() else { return };
+    let Some(py) = venv_python(".venv-mcp") else { return };
     let dir = tempfile::tempdir().unwrap();
     let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::default() }).await;
     let s = start_seeds(&py, dir.path()).await;

@@ -315,6 +315,29 @@ pub struct DeadPort {
     pub port: u16,
 }
 
+/// The interpreter of a Python virtual environment of the repository (`.venv-mcp`, made by
+/// scripts/install-test-deps), or `None` with a skip line. Under CI (`CI` set) or with
+/// MCP_HEALTH_REQUIRE_DIALECTS=1 a missing one fails the test instead.
+pub fn venv_python(venv: &str) -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(venv).join("bin/python");
+    if p.exists() {
+        return Some(p);
+    }
+    let required = std::env::var_os("CI").is_some() || std::env::var("MCP_HEALTH_REQUIRE_DIALECTS").as_deref() == Ok("1");
+    assert!(!required, "{} is missing: run scripts/install-test-deps", p.display());
+    println!("SKIPPED: {} is missing (scripts/install-test-deps makes it)", p.display());
+    None
+}
+
+/// The value of `name{listener=…,reason=…}` on /metrics (0 when the series is absent).
+pub fn connection_count(text: &str, name: &str, listener: &str, reason: &str) -> f64 {
+    let (l, r) = (format!("listener=\"{listener}\""), format!("reason=\"{reason}\""));
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(&l) && line.contains(&r))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 pub fn dead_port() -> DeadPort {
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.bind(SocketAddr::from(([127, 0, 0, 1], 0))).expect("bind");

@@ -189,14 +189,6 @@ async def serve(workdir):
     await asyncio.gather(*tasks)
 
 
-class Bearer:
-    """An httpx2 auth whose token the scenario changes between calls (a credential revoked or
-    narrowed after the session started)."""
-
-    def __init__(self, token):
-        self.token = token
-
-
 async def one_call(url, token, name, args, initialize=True):
     """One tools/call through a fresh client; what the client saw (class and code only)."""
     import httpx2
