@@ -47,11 +47,15 @@ pub async fn serve(
     state: GateState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    tonic::transport::Server::builder()
+    let (incoming, accepting) = listener.incoming();
+    let r = tonic::transport::Server::builder()
         .layer(crate::receive::listen::TrackLayer)
         .add_service(GateService::new(state).into_server())
-        .serve_with_incoming_shutdown(listener.incoming(), shutdown)
-        .await
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await;
+    // The port is free when this returns (see `Listener::incoming`).
+    let _ = accepting.await;
+    r
 }
 
 /// `sha256:` and 64 hex digits, by the same rule the lockfile is read with.

@@ -407,11 +407,13 @@ impl Listener {
         self.tcp.local_addr()
     }
 
-    /// Accept connections (and finish their TLS handshakes) until the stream is dropped.
-    pub fn incoming(self) -> ReceiverStream<Result<Conn, io::Error>> {
+    /// Accept connections (and finish their TLS handshakes) until the stream is dropped. The
+    /// handle ends once the accept task has let go of the socket: a server awaits it after it
+    /// stops, so that the port is free when it returns (a SIGHUP reload binds it again at once).
+    pub fn incoming(self) -> (ReceiverStream<Result<Conn, io::Error>>, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(HANDOFF);
-        tokio::spawn(self.accept_loop(tx));
-        ReceiverStream::new(rx)
+        let accepting = tokio::spawn(self.accept_loop(tx));
+        (ReceiverStream::new(rx), accepting)
     }
 
     async fn accept_loop(self, tx: mpsc::Sender<Result<Conn, io::Error>>) {
@@ -498,7 +500,7 @@ impl Listener {
 /// Serve an axum router over HTTP/1.1 on `listener` until `shutdown` resolves; then stop
 /// accepting, let requests in flight finish, and close idle connections.
 pub async fn serve_http(listener: Listener, app: axum::Router, shutdown: impl Future<Output = ()>) {
-    let mut incoming = listener.incoming();
+    let (mut incoming, accepting) = listener.incoming();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
@@ -516,6 +518,7 @@ pub async fn serve_http(listener: Listener, app: axum::Router, shutdown: impl Fu
         }
     }
     drop(incoming);
+    let _ = accepting.await;
     let _ = stop_tx.send(true);
     while conns.join_next().await.is_some() {}
 }
@@ -619,10 +622,26 @@ mod tests {
     async fn accepted_connections_have_nagle_off() {
         let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();
-        let mut incoming = Listener::new(tcp, ListenerName::OtlpGrpc, ConnectionLimits::default(), None, Protocol::Http2).incoming();
+        let (mut incoming, _accepting) =
+            Listener::new(tcp, ListenerName::OtlpGrpc, ConnectionLimits::default(), None, Protocol::Http2).incoming();
         let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
         let conn = incoming.next().await.expect("a connection").expect("accepted");
         let Conn::Plain(g) = conn else { panic!("plaintext listener") };
         assert!(g.inner.nodelay().unwrap(), "TCP_NODELAY set on the accepted socket");
+    }
+
+    /// A SIGHUP reload binds the same ports at once: once the stream is dropped and the accept
+    /// task's handle awaited, the port is free (the reload failed with EADDRINUSE before).
+    #[tokio::test]
+    async fn the_port_is_free_once_the_accept_task_has_ended() {
+        for _ in 0..20 {
+            let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = tcp.local_addr().unwrap();
+            let (incoming, accepting) =
+                Listener::new(tcp, ListenerName::HealthCheck, ConnectionLimits::default(), None, Protocol::Http1).incoming();
+            drop(incoming);
+            accepting.await.unwrap();
+            TcpListener::bind(addr).await.expect("the port is free");
+        }
     }
 }

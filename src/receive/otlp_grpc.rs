@@ -94,14 +94,18 @@ pub async fn serve(
         .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Gzip)
         .max_decoding_message_size(max_message_bytes);
-    tonic::transport::Server::builder()
+    let (incoming, accepting) = listener.incoming();
+    let r = tonic::transport::Server::builder()
         .layer(super::listen::TrackLayer)
         .layer(tower::layer::layer_fn(move |inner| OtlpStatus { inner, admission: admission.clone(), max_message_bytes }))
         .add_service(traces)
         .add_service(metrics)
         .add_service(logs)
-        .serve_with_incoming_shutdown(listener.incoming(), shutdown)
-        .await
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await;
+    // The port is free when this returns (see `Listener::incoming`).
+    let _ = accepting.await;
+    r
 }
 
 /// See the module docs.
