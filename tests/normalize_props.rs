@@ -374,6 +374,174 @@ proptest! {
     }
 }
 
+/// The walk over wire bytes and the decode-then-normalize path give the same batch.
+fn same_batch(
+    walked: &mcp_health::normalize::NormalizedBatch,
+    typed: &mcp_health::normalize::NormalizedBatch,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(format!("{:?}", walked.evidence), format!("{:?}", typed.evidence));
+    prop_assert_eq!(&walked.activity, &typed.activity);
+    prop_assert_eq!(walked.spans, typed.spans);
+    prop_assert_eq!(walked.rejected_spans, typed.rejected_spans);
+    prop_assert_eq!(walked.attribute_type_errors, typed.attribute_type_errors);
+    prop_assert_eq!(walked.raw_definitions_seen, typed.raw_definitions_seen);
+    Ok(())
+}
+
+/// One mutation of an encoded request: overwrite, insert, delete or truncate at a position.
+#[derive(Clone, Debug)]
+enum Mutation {
+    Set(usize, u8),
+    Insert(usize, u8),
+    Delete(usize),
+    Truncate(usize),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(p, b)| Mutation::Set(p, b)),
+        (any::<usize>(), any::<u8>()).prop_map(|(p, b)| Mutation::Insert(p, b)),
+        any::<usize>().prop_map(Mutation::Delete),
+        any::<usize>().prop_map(Mutation::Truncate),
+    ]
+}
+
+fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
+    if bytes.is_empty() {
+        return;
+    }
+    let at = |p: usize| p % bytes.len();
+    match *m {
+        Mutation::Set(p, b) => {
+            let i = at(p);
+            bytes[i] = b;
+        }
+        Mutation::Insert(p, b) => {
+            let i = at(p);
+            bytes.insert(i, b);
+        }
+        Mutation::Delete(p) => {
+            let i = at(p);
+            bytes.remove(i);
+        }
+        Mutation::Truncate(p) => {
+            let i = at(p);
+            bytes.truncate(i);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    /// The protobuf receivers read evidence from the wire bytes (`normalize::wire`); it must be
+    /// what decoding the request and reading the structs gives, for any request.
+    #[test]
+    fn the_wire_walk_reads_what_the_decode_reads(req in request()) {
+        use prost::Message;
+        let bytes = req.encode_to_vec();
+        let (walked, facts) = mcp_health::normalize::wire::walk(&bytes, "0000000000000000").expect("a valid request walks");
+        same_batch(&walked, &normalize_request(&req))?;
+        prop_assert_eq!(facts.spans, spans_of(&req).count() as u64);
+    }
+
+    /// Whatever bytes come in, the walk takes exactly what prost takes (so what it passes on
+    /// unchanged is decodable, and what it refuses is undecodable), and reads the same from it.
+    #[test]
+    fn the_wire_walk_accepts_exactly_what_prost_accepts(req in request(), muts in prop::collection::vec(mutation(), 1..4)) {
+        use prost::Message;
+        let mut bytes = req.encode_to_vec();
+        for m in &muts {
+            apply(&mut bytes, m);
+        }
+        let walked = mcp_health::normalize::wire::walk(&bytes, "0000000000000000");
+        let decoded = ExportTraceServiceRequest::decode(bytes.as_slice());
+        prop_assert_eq!(walked.is_ok(), decoded.is_ok(), "walk {:?} vs prost {:?}", walked.as_ref().err(), decoded.as_ref().err());
+        if let (Ok((w, _)), Ok(d)) = (walked, decoded) {
+            same_batch(&w, &normalize_request(&d))?;
+        }
+    }
+
+    #[test]
+    fn the_wire_walk_never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        use prost::Message;
+        let walked = mcp_health::normalize::wire::walk(&bytes, "0000000000000000");
+        prop_assert_eq!(walked.is_ok(), ExportTraceServiceRequest::decode(bytes.as_slice()).is_ok());
+    }
+}
+
+/// Arrays nested around prost's recursion limit: the walk and prost draw the line at the same depth.
+#[test]
+fn the_wire_walk_stops_at_prosts_recursion_limit() {
+    use prost::Message;
+    let mut seen = (false, false);
+    // Span attributes and resource attributes sit at depths of different parity, and each array
+    // adds two levels: together they hit the limit at every depth.
+    for on_resource in [false, true] {
+        for depth in 30..60 {
+            let mut v = AnyValue { value: Some(Value::StringValue("x".into())) };
+            for _ in 0..depth {
+                v = AnyValue { value: Some(Value::ArrayValue(ArrayValue { values: vec![v] })) };
+            }
+            let attr = kv("mcp.method.name".into(), Some(v));
+            let span = Span {
+                trace_id: vec![1; 16],
+                span_id: vec![2; 8],
+                attributes: if on_resource { vec![] } else { vec![attr.clone()] },
+                ..Default::default()
+            };
+            let resource =
+                on_resource.then(|| opentelemetry_proto::tonic::resource::v1::Resource { attributes: vec![attr], ..Default::default() });
+            let req = ExportTraceServiceRequest {
+                resource_spans: vec![ResourceSpans {
+                    resource,
+                    scope_spans: vec![ScopeSpans { spans: vec![span], ..Default::default() }],
+                    ..Default::default()
+                }],
+            };
+            let bytes = req.encode_to_vec();
+            let walked = mcp_health::normalize::wire::walk(&bytes, "0000000000000000");
+            let decoded = ExportTraceServiceRequest::decode(bytes.as_slice());
+            assert_eq!(walked.is_ok(), decoded.is_ok(), "depth {depth}: walk {:?} vs prost {:?}", walked.err(), decoded.err());
+            if decoded.is_ok() {
+                seen.0 = true
+            } else {
+                seen.1 = true
+            }
+        }
+    }
+    assert!(seen.0 && seen.1, "the limit lies inside the depths tried");
+}
+
+/// Every fixture and dialect recording of the repository reads the same through the walk.
+#[test]
+fn every_recording_reads_the_same_through_the_wire_walk() {
+    use prost::Message;
+    let mut files = Vec::new();
+    for dir in ["tests/fixtures", "tests/fixtures/dialects"] {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "jsonl") {
+                files.push(p);
+            }
+        }
+    }
+    assert!(files.len() >= 10, "found {} recordings", files.len());
+    let mut requests = 0;
+    for f in files {
+        for line in std::fs::read_to_string(&f).unwrap().lines().filter(|l| !l.trim().is_empty()) {
+            let Ok(req) = mcp_health::receive::otlp_json::decode_traces(line.as_bytes()) else { continue };
+            let bytes = req.encode_to_vec();
+            let (walked, _) = mcp_health::normalize::wire::walk(&bytes, "0000000000000000").expect("walks");
+            let typed = normalize_request(&req);
+            assert_eq!(format!("{:?}", walked.evidence), format!("{:?}", typed.evidence), "{}", f.display());
+            assert_eq!(walked.activity, typed.activity, "{}", f.display());
+            requests += 1;
+        }
+    }
+    assert!(requests >= 50, "only {requests} requests read");
+}
+
 /// The properties above mean little if the generator never reaches the states they guard: run the
 /// same generators deterministically and check that a healthy verdict (and most other states) come
 /// out of random spans.

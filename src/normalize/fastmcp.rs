@@ -26,7 +26,7 @@
 //! `mcp.session.id` on a 2026-07-28 span is dropped (a per-request id is no session: catalog state
 //! is then keyed by client and server, as SPEC §1 says for sessionless protocols).
 
-use opentelemetry_proto::tonic::trace::v1::Span;
+use super::view::SpanView as Span;
 
 use super::{value, Dialect};
 use crate::evidence::attributes as a;
@@ -41,7 +41,7 @@ pub const DIALECT: Dialect =
 /// Protocol generations without sessions (the `mcp.session.id` FastMCP reports there is per request).
 const SESSIONLESS: &[&str] = &["2026-07-28"];
 
-fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
+fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
     let mut ev = super::semconv::read_span(trace_id, span_id, span, service, type_errors)?;
     super::mcp_sdk::correct_sdk_family(&mut ev, span);
     let error_type = span.attributes.iter().find(|kv| kv.key == a::ERROR_TYPE).and_then(|kv| value::as_str(&kv.value));

@@ -22,7 +22,9 @@
 //! had a response; ERROR with an exception class is read like `error.type`; neither → no response
 //! observed.
 
-use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+use super::view::SpanView as Span;
 
 use super::intern::{intern, Kind};
 use super::{semconv, value, Dialect};
@@ -47,7 +49,7 @@ struct ResponseFacts {
     code: Option<i64>,
 }
 
-fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<str>>, _type_errors: &mut u64) -> Option<SpanEvidence> {
+fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, _type_errors: &mut u64) -> Option<SpanEvidence> {
     let (side, rest) = if let Some(r) = span.name.strip_prefix(CLIENT_PREFIX) {
         (Side::Client, r)
     } else if let Some(r) = span.name.strip_prefix(SERVER_PREFIX) {
@@ -59,7 +61,7 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<st
     let mut words = rest.splitn(2, ' ');
     let method = rpc_method.or(words.next()).filter(|m| !m.is_empty())?;
     let mut ev = SpanEvidence::new(trace_id, span_id);
-    ev.parent_span_id = span.parent_span_id.as_slice().try_into().ok().filter(|p: &SpanId| p.iter().any(|b| *b != 0));
+    ev.parent_span_id = span.parent_span_id.try_into().ok().filter(|p: &SpanId| p.iter().any(|b| *b != 0));
     ev.start_ns = span.start_time_unix_nano;
     ev.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
     ev.service = service.cloned();

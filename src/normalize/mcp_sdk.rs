@@ -21,7 +21,7 @@
 //! a client's `-32603` is marked as possibly the client's own rendering of a refused HTTP request
 //! (see `CallEvidence::settle`).
 
-use opentelemetry_proto::tonic::trace::v1::Span;
+use super::view::SpanView as Span;
 
 use super::intern::{intern, Kind};
 use super::Dialect;
@@ -32,14 +32,14 @@ pub const SCOPE: &str = "mcp-python-sdk";
 
 pub const DIALECT: Dialect = Dialect { name: "mcp_sdk", scopes: &[SCOPE], sniff: |s| s.name.starts_with("MCP send "), read };
 
-fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
+fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
     let mut ev = super::semconv::read_span(trace_id, span_id, span, service, type_errors)?;
     correct_sdk_family(&mut ev, span);
     Some(ev)
 }
 
 /// The corrections shared by everything built on the SDK 2.x (the SDK's own spans, FastMCP's).
-pub fn correct_sdk_family(ev: &mut SpanEvidence, span: &Span) {
+pub fn correct_sdk_family(ev: &mut SpanEvidence, span: &Span<'_>) {
     if ev.tool.is_none() && ev.method == Some(Method::ToolsCall) {
         if let Some(t) = tool_from_name(&span.name) {
             ev.tool = Some(intern(Kind::Tool, t, None, || t.to_string()));

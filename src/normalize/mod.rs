@@ -17,9 +17,12 @@ pub mod redact;
 pub mod semconv;
 pub mod traceloop;
 pub mod value;
+pub mod view;
+pub mod wire;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
+pub use view::SpanView;
 
 use crate::evidence::{SpanEvidence, SpanId, TraceId};
 use std::sync::Arc;
@@ -27,7 +30,7 @@ use std::sync::Arc;
 /// Reads one span of a dialect: `None` when it carries no MCP evidence. The arguments are the
 /// span's validated ids, the span, the resource's `service.name`, and a counter of attribute
 /// values with an unusable type.
-pub type ReadSpan = fn(TraceId, SpanId, &Span, Option<&Arc<str>>, &mut u64) -> Option<SpanEvidence>;
+pub type ReadSpan = fn(TraceId, SpanId, &SpanView<'_>, Option<&Arc<str>>, &mut u64) -> Option<SpanEvidence>;
 
 /// One instrumentation dialect.
 pub struct Dialect {
@@ -36,7 +39,7 @@ pub struct Dialect {
     pub scopes: &'static [&'static str],
     /// For a span under a scope no dialect names: whether it is this dialect's (span name and
     /// attribute keys only; it must be cheap, it runs on every such span).
-    pub sniff: fn(&Span) -> bool,
+    pub sniff: fn(&SpanView<'_>) -> bool,
     pub read: ReadSpan,
 }
 
@@ -51,7 +54,7 @@ pub fn dialect_of_scope(scope: &str) -> Option<&'static Dialect> {
 }
 
 /// The dialect of one span: its scope's, else the first whose sniff claims it, else semconv.
-pub fn dialect_of_span(by_scope: Option<&'static Dialect>, span: &Span) -> &'static Dialect {
+pub fn dialect_of_span(by_scope: Option<&'static Dialect>, span: &SpanView<'_>) -> &'static Dialect {
     by_scope.or_else(|| DIALECTS.iter().find(|d| (d.sniff)(span))).unwrap_or(&semconv::DIALECT)
 }
 
@@ -91,70 +94,86 @@ pub enum NormalizeError {
 
 /// The ids of a span, validated as the OTLP specification requires.
 pub fn span_ids(span: &Span) -> Result<(TraceId, [u8; 8]), NormalizeError> {
-    let trace_id: TraceId = span
-        .trace_id
-        .as_slice()
-        .try_into()
-        .ok()
-        .filter(|t: &TraceId| t.iter().any(|b| *b != 0))
-        .ok_or(NormalizeError::BadTraceId(span.trace_id.len()))?;
-    let span_id: [u8; 8] = span
-        .span_id
-        .as_slice()
-        .try_into()
-        .ok()
-        .filter(|s: &[u8; 8]| s.iter().any(|b| *b != 0))
-        .ok_or(NormalizeError::BadSpanId(span.span_id.len()))?;
+    ids(&span.trace_id, &span.span_id)
+}
+
+/// [`span_ids`] of raw id bytes.
+pub fn ids(trace_id: &[u8], span_id: &[u8]) -> Result<(TraceId, [u8; 8]), NormalizeError> {
+    let trace_id: TraceId =
+        trace_id.try_into().ok().filter(|t: &TraceId| t.iter().any(|b| *b != 0)).ok_or(NormalizeError::BadTraceId(trace_id.len()))?;
+    let span_len = span_id.len();
+    let span_id: [u8; 8] =
+        span_id.try_into().ok().filter(|s: &[u8; 8]| s.iter().any(|b| *b != 0)).ok_or(NormalizeError::BadSpanId(span_len))?;
     Ok((trace_id, span_id))
 }
 
-/// Walk every span of a request once and produce evidence.
+/// Walk every span of a decoded request once and produce evidence (OTLP/JSON, replay and tests;
+/// the protobuf receivers walk the wire bytes instead: [`wire::walk`], same result).
 pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
     let mut out = NormalizedBatch::default();
     let total: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
     out.evidence.reserve(total);
     for rs in &req.resource_spans {
+        let attrs = rs.resource.as_ref().map(|r| view::attributes_from_proto(&r.attributes)).unwrap_or_default();
         // Health spans of an mcp-health (this one's own never get here: see `receive::loops`)
         // are verdicts, not calls: never judged. They are passed on like any span.
-        if crate::receive::loops::is_emitted(rs.resource.as_ref()) {
-            continue;
-        }
-        let service = rs.resource.as_ref().and_then(|r| {
-            r.attributes
-                .iter()
-                .find(|kv| kv.key == "service.name")
-                .and_then(|kv| value::as_str(&kv.value))
-                .map(|s| intern::intern(intern::Kind::Service, s, None, || s.to_string()))
-        });
+        let judge = !resource_is_emitted(&attrs);
+        let service = resource_service(&attrs);
         for ss in &rs.scope_spans {
             let by_scope = ss.scope.as_ref().and_then(|sc| dialect_of_scope(&sc.name));
             for span in &ss.spans {
-                out.spans += 1;
-                let (trace_id, span_id) = match span_ids(span) {
-                    Ok(ids) => ids,
-                    Err(_) => {
-                        out.rejected_spans += 1;
-                        continue;
-                    }
-                };
-                let dialect = dialect_of_span(by_scope, span);
-                match (dialect.read)(trace_id, span_id, span, service.as_ref(), &mut out.attribute_type_errors) {
-                    Some(ev) => {
-                        out.raw_definitions_seen |= ev.catalog.as_ref().is_some_and(|c| c.raw_definitions_seen);
-                        out.evidence.push(ev)
-                    }
-                    None => {
-                        let is_root = span.parent_span_id.is_empty();
-                        match out.activity.last_mut() {
-                            Some(last) if last.trace_id == trace_id => last.is_root |= is_root,
-                            _ => out.activity.push(Activity { trace_id, is_root }),
-                        }
-                    }
+                if judge {
+                    out.spans += 1;
+                    read_view(&SpanView::from_proto(span), by_scope, service.as_ref(), &mut out);
                 }
             }
         }
     }
     out
+}
+
+/// The resource is what some mcp-health made itself (see `receive::loops::is_emitted`).
+pub(crate) fn resource_is_emitted(attrs: &[view::KeyValue<'_>]) -> bool {
+    attrs.iter().any(|kv| kv.key == crate::receive::loops::EMITTER)
+}
+
+/// The resource came back through this process's own export loop.
+pub(crate) fn resource_is_looped(attrs: &[view::KeyValue<'_>], me: &str) -> bool {
+    crate::receive::loops::attrs_looped(attrs, me)
+}
+
+/// The resource's `service.name`, interned.
+pub(crate) fn resource_service(attrs: &[view::KeyValue<'_>]) -> Option<Arc<str>> {
+    attrs
+        .iter()
+        .find(|kv| kv.key == "service.name")
+        .and_then(|kv| value::as_str(&kv.value))
+        .map(|s| intern::intern(intern::Kind::Service, s, None, || s.to_string()))
+}
+
+/// Read one span into `out`: evidence when its dialect finds some, else activity of its trace.
+pub(crate) fn read_view(span: &SpanView<'_>, by_scope: Option<&'static Dialect>, service: Option<&Arc<str>>, out: &mut NormalizedBatch) {
+    let (trace_id, span_id) = match ids(span.trace_id, span.span_id) {
+        Ok(ids) => ids,
+        Err(_) => {
+            out.rejected_spans += 1;
+            return;
+        }
+    };
+    let dialect = dialect_of_span(by_scope, span);
+    match (dialect.read)(trace_id, span_id, span, service, &mut out.attribute_type_errors) {
+        Some(ev) => {
+            out.raw_definitions_seen |= ev.catalog.as_ref().is_some_and(|c| c.raw_definitions_seen);
+            out.evidence.push(ev)
+        }
+        None => {
+            let is_root = span.parent_span_id.is_empty();
+            match out.activity.last_mut() {
+                Some(last) if last.trace_id == trace_id => last.is_root |= is_root,
+                _ => out.activity.push(Activity { trace_id, is_root }),
+            }
+        }
+    }
 }
 
 /// Remove spans with invalid ids from a request, so what is passed on is what was accepted.
@@ -205,20 +224,13 @@ pub fn strip_raw_definitions(req: &mut ExportTraceServiceRequest) -> usize {
 mod dialect_tests {
     use super::*;
 
-    fn span(name: &str, keys: &[&str]) -> Span {
-        Span {
-            name: name.into(),
-            attributes: keys
-                .iter()
-                .map(|k| opentelemetry_proto::tonic::common::v1::KeyValue { key: (*k).into(), ..Default::default() })
-                .collect(),
-            ..Default::default()
-        }
+    fn span<'a>(name: &'a str, keys: &[&'a str]) -> SpanView<'a> {
+        SpanView { name, attributes: keys.iter().map(|k| view::KeyValue { key: k, value: None }).collect(), ..Default::default() }
     }
 
     #[test]
     fn the_registry_picks_by_scope_then_by_sniffing_then_semconv() {
-        let pick = |scope: &str, s: &Span| dialect_of_span(dialect_of_scope(scope), s).name;
+        let pick = |scope: &str, s: &SpanView<'_>| dialect_of_span(dialect_of_scope(scope), s).name;
         assert_eq!(pick("mcp-python-sdk", &span("x", &[])), "mcp_sdk");
         assert_eq!(pick("fastmcp", &span("x", &[])), "fastmcp");
         assert_eq!(pick("opentelemetry.instrumentation.mcp.instrumentation", &span("x", &[])), "traceloop");

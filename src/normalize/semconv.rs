@@ -4,8 +4,9 @@
 //! Only typed facts are kept. `error.type` is read as a class (a JSON-RPC code, `tool_error`, a
 //! timeout or connection exception name), never as a message.
 
-use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode};
+
+use super::view::{KeyValue, SpanView as Span};
 
 use super::intern::{intern, Kind};
 use super::{redact, value};
@@ -18,7 +19,7 @@ use std::sync::Arc;
 pub fn read_span(
     trace_id: TraceId,
     span_id: SpanId,
-    span: &Span,
+    span: &Span<'_>,
     service: Option<&Arc<str>>,
     type_errors: &mut u64,
 ) -> Option<SpanEvidence> {
@@ -27,7 +28,7 @@ pub fn read_span(
         return None;
     }
     let mut ev = SpanEvidence::new(trace_id, span_id);
-    ev.parent_span_id = span.parent_span_id.as_slice().try_into().ok().filter(|p: &SpanId| p.iter().any(|b| *b != 0));
+    ev.parent_span_id = span.parent_span_id.try_into().ok().filter(|p: &SpanId| p.iter().any(|b| *b != 0));
     ev.side = match SpanKind::try_from(span.kind) {
         Ok(SpanKind::Client) | Ok(SpanKind::Producer) => Side::Client,
         Ok(SpanKind::Server) | Ok(SpanKind::Consumer) => Side::Server,
@@ -144,9 +145,9 @@ fn digest_str(s: &str) -> Option<Arc<str>> {
 }
 
 impl CatalogAcc {
-    fn read(&mut self, kv: &KeyValue, type_errors: &mut u64) {
+    fn read(&mut self, kv: &KeyValue<'_>, type_errors: &mut u64) {
         let v = &kv.value;
-        let ok = match kv.key.as_str() {
+        let ok = match kv.key {
             a::CATALOG_CURSOR => value::as_str(v).map(|c| self.cursor = (!c.is_empty()).then(|| redact::cursor(c))).is_some(),
             a::CATALOG_NEXT_CURSOR_PRESENT => value::as_bool(v).map(|b| self.next_cursor_present = Some(b)).is_some(),
             a::CATALOG_TOOL_COUNT => value::as_i64(v).is_some(),
@@ -298,10 +299,10 @@ struct Fields<'s, 'e> {
     type_errors: &'s mut u64,
 }
 
-fn read_attribute<'e>(kv: &'e KeyValue, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) {
+fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) {
     let v = &kv.value;
     let mut bad = false;
-    match kv.key.as_str() {
+    match kv.key {
         a::MCP_METHOD_NAME => match value::as_str(v) {
             Some(m) => {
                 ev.method = Some(match m {
@@ -450,9 +451,9 @@ fn read_attribute<'e>(kv: &'e KeyValue, ev: &mut SpanEvidence, f: &mut Fields<'_
     }
 }
 
-fn read_outcome_attribute(kv: &KeyValue, f: &mut OutcomeFields, type_errors: &mut u64) {
+fn read_outcome_attribute(kv: &KeyValue<'_>, f: &mut OutcomeFields, type_errors: &mut u64) {
     let v = &kv.value;
-    let ok = match kv.key.as_str() {
+    let ok = match kv.key {
         a::OUTCOME_RESULT => value::as_str(v).and_then(OutcomeResult::parse).map(|r| f.result = Some(r)).is_some(),
         a::OUTCOME_METHOD => value::as_str(v).map(|m| f.method = Some(VerifierMethod::parse(m))).is_some(),
         a::OUTCOME_CHECKED_AT => value::as_i64(v).filter(|t| *t >= 0).map(|t| f.checked_at = Some(t as u64)).is_some(),

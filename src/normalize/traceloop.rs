@@ -23,7 +23,9 @@
 //! read as success); `error.type` as in the conventions. `ResponseStreamWriter` contributes only its
 //! request id (it joins its request by ancestry).
 
-use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+use super::view::SpanView as Span;
 
 use super::intern::{intern, Kind};
 use super::{redact, semconv, value, Dialect};
@@ -40,12 +42,12 @@ const REQUEST_ID: &str = "mcp.request.id";
 pub const DIALECT: Dialect =
     Dialect { name: "traceloop", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("traceloop.")), read };
 
-fn attr<'s>(span: &'s Span, key: &str) -> Option<&'s str> {
+fn attr<'s>(span: &Span<'s>, key: &str) -> Option<&'s str> {
     span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| value::as_str(&kv.value))
 }
 
-fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<str>>, _type_errors: &mut u64) -> Option<SpanEvidence> {
-    let name = span.name.as_str();
+fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, _type_errors: &mut u64) -> Option<SpanEvidence> {
+    let name = span.name;
     let (method, tool): (Option<Method>, Option<&str>) = if name == "ResponseStreamWriter" {
         (None, None)
     } else if let Some(t) = name.strip_suffix(".tool").filter(|_| attr(span, SPAN_KIND) == Some("tool")) {
@@ -60,7 +62,7 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span, service: Option<&Arc<st
         return None;
     }
     let mut ev = SpanEvidence::new(trace_id, span_id);
-    ev.parent_span_id = span.parent_span_id.as_slice().try_into().ok().filter(|p: &SpanId| p.iter().any(|b| *b != 0));
+    ev.parent_span_id = span.parent_span_id.try_into().ok().filter(|p: &SpanId| p.iter().any(|b| *b != 0));
     ev.start_ns = span.start_time_unix_nano;
     ev.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
     ev.service = service.cloned();

@@ -2,18 +2,18 @@
 //! string, a request id as an int), so each reader accepts the forms that carry the same meaning
 //! and reports everything else as a type error instead of guessing.
 
-use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue};
+use super::view::{AnyValue, Value};
 
 /// A string value, borrowed.
-pub fn as_str(v: &Option<AnyValue>) -> Option<&str> {
+pub fn as_str<'a>(v: &Option<AnyValue<'a>>) -> Option<&'a str> {
     match v.as_ref()?.value.as_ref()? {
-        Value::StringValue(s) => Some(s.as_str()),
+        Value::StringValue(s) => Some(s),
         _ => None,
     }
 }
 
 /// An integer, from an int, an integral double or a decimal string.
-pub fn as_i64(v: &Option<AnyValue>) -> Option<i64> {
+pub fn as_i64(v: &Option<AnyValue<'_>>) -> Option<i64> {
     match v.as_ref()?.value.as_ref()? {
         Value::IntValue(i) => Some(*i),
         Value::DoubleValue(d) if d.fract() == 0.0 && d.is_finite() && d.abs() < 9.0e15 => Some(*d as i64),
@@ -23,7 +23,7 @@ pub fn as_i64(v: &Option<AnyValue>) -> Option<i64> {
 }
 
 /// A boolean, from a bool or the strings `true` / `false`.
-pub fn as_bool(v: &Option<AnyValue>) -> Option<bool> {
+pub fn as_bool(v: &Option<AnyValue<'_>>) -> Option<bool> {
     match v.as_ref()?.value.as_ref()? {
         Value::BoolValue(b) => Some(*b),
         Value::StringValue(s) if s.eq_ignore_ascii_case("true") => Some(true),
@@ -33,23 +33,23 @@ pub fn as_bool(v: &Option<AnyValue>) -> Option<bool> {
 }
 
 /// An identifier that may be written as a string or an int (JSON-RPC ids are either).
-pub fn as_id(v: &Option<AnyValue>) -> Option<String> {
+pub fn as_id(v: &Option<AnyValue<'_>>) -> Option<String> {
     match v.as_ref()?.value.as_ref()? {
-        Value::StringValue(s) => Some(s.clone()),
+        Value::StringValue(s) => Some(s.to_string()),
         Value::IntValue(i) => Some(i.to_string()),
         _ => None,
     }
 }
 
 /// A list of strings, from an array of strings or a comma-separated string.
-pub fn as_str_list(v: &Option<AnyValue>) -> Option<Vec<String>> {
+pub fn as_str_list(v: &Option<AnyValue<'_>>) -> Option<Vec<String>> {
     match v.as_ref()?.value.as_ref()? {
         Value::StringValue(s) => Some(s.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect()),
         Value::ArrayValue(a) => Some(
             a.values
                 .iter()
                 .filter_map(|x| match x.value.as_ref()? {
-                    Value::StringValue(s) => Some(s.clone()),
+                    Value::StringValue(s) => Some(s.to_string()),
                     _ => None,
                 })
                 .collect(),
@@ -59,7 +59,7 @@ pub fn as_str_list(v: &Option<AnyValue>) -> Option<Vec<String>> {
 }
 
 /// A number, from a double, an int or a decimal string.
-pub fn as_f64(v: &Option<AnyValue>) -> Option<f64> {
+pub fn as_f64(v: &Option<AnyValue<'_>>) -> Option<f64> {
     match v.as_ref()?.value.as_ref()? {
         Value::DoubleValue(d) if d.is_finite() => Some(*d),
         Value::IntValue(i) => Some(*i as f64),

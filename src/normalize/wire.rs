@@ -1,0 +1,832 @@
+//! The evidence walk: an `ExportTraceServiceRequest` read straight from its wire bytes.
+//!
+//! Decoding a request into the generated structs costs an allocation per string, id and
+//! attribute, and most of that is thrown away: mcp-health reads a few attributes of its MCP spans
+//! and only the trace id of the others. The walk reads the protobuf encoding in place: every span
+//! becomes a [`SpanView`] whose strings and ids are slices of the request (the attribute list is
+//! a buffer reused from span to span), the dialect reads it, and only the facts it keeps are
+//! copied. Spans without MCP evidence cost no allocation at all.
+//!
+//! It accepts exactly what prost accepts, so that a request it takes can be passed on as it came
+//! and a request it refuses is one a decoder would refuse too: the same wire-type checks for
+//! every known field, UTF-8 for every string, prost's varint and key rules, merging of repeated
+//! occurrences of a singular message, unknown fields (and groups) skipped, and prost's recursion
+//! limit (`tests/wire_walk.rs` holds the two to the same answer on mutated requests).
+//!
+//! Besides the batch it reports what admission needs to pass the bytes on without decoding them
+//! ([`WireFacts`]): where each `ResourceSpans` and its resource sit, which resources came back
+//! through an export loop, whether raw tool definitions or an earlier `mcp_health.via` are present.
+
+use super::view::{AnyValue, ArrayValue, Event, KeyValue, KeyValueList, SpanView, Status, Value};
+use super::NormalizedBatch;
+
+/// prost's recursion limit: a message may sit at most this deep below the request.
+pub const RECURSION_LIMIT: u32 = 100;
+
+/// Why a request is not a valid `ExportTraceServiceRequest` (answered INVALID_ARGUMENT).
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+pub enum WireError {
+    #[error("truncated protobuf message")]
+    Truncated,
+    #[error("invalid varint")]
+    Varint,
+    #[error("invalid protobuf key")]
+    Key,
+    #[error("invalid wire type {wire} for field {field}")]
+    WireType { field: u32, wire: u8 },
+    #[error("a string field is not UTF-8")]
+    Utf8,
+    #[error("messages nested deeper than the recursion limit")]
+    TooDeep,
+    #[error("unexpected end-group tag")]
+    Group,
+}
+
+type R<T> = Result<T, WireError>;
+
+const VARINT: u8 = 0;
+const I64: u8 = 1;
+const LEN: u8 = 2;
+const START_GROUP: u8 = 3;
+const END_GROUP: u8 = 4;
+const I32: u8 = 5;
+
+/// A cursor over one message's bytes; positions are offsets in the whole request.
+#[derive(Clone, Copy)]
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    end: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn whole(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0, end: buf.len() }
+    }
+
+    fn sub(&self, (start, end): (usize, usize)) -> Self {
+        Reader { buf: self.buf, pos: start, end }
+    }
+
+    fn more(&self) -> bool {
+        self.pos < self.end
+    }
+
+    /// prost's `decode_varint`: at most 10 bytes, the tenth at most 1.
+    fn varint(&mut self) -> R<u64> {
+        let mut v: u64 = 0;
+        for i in 0..10 {
+            if self.pos >= self.end {
+                return Err(WireError::Varint);
+            }
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                if i == 9 && b >= 2 {
+                    return Err(WireError::Varint);
+                }
+                return Ok(v);
+            }
+        }
+        Err(WireError::Varint)
+    }
+
+    /// prost's `decode_key`: a u32, wire type 0–5, field number at least 1.
+    fn key(&mut self) -> R<(u32, u8)> {
+        let k = self.varint()?;
+        if k > u64::from(u32::MAX) {
+            return Err(WireError::Key);
+        }
+        let wire = (k & 7) as u8;
+        if wire > 5 {
+            return Err(WireError::Key);
+        }
+        let field = (k as u32) >> 3;
+        if field < 1 {
+            return Err(WireError::Key);
+        }
+        Ok((field, wire))
+    }
+
+    /// A length-delimited field's content: its range.
+    fn len_range(&mut self) -> R<(usize, usize)> {
+        let len = self.varint()?;
+        if len > (self.end - self.pos) as u64 {
+            return Err(WireError::Truncated);
+        }
+        let start = self.pos;
+        self.pos += len as usize;
+        Ok((start, self.pos))
+    }
+
+    fn bytes(&mut self) -> R<&'a [u8]> {
+        let (s, e) = self.len_range()?;
+        Ok(&self.buf[s..e])
+    }
+
+    fn string(&mut self) -> R<&'a str> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| WireError::Utf8)
+    }
+
+    fn fixed64(&mut self) -> R<u64> {
+        if self.end - self.pos < 8 {
+            return Err(WireError::Truncated);
+        }
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.buf[self.pos..self.pos + 8]);
+        self.pos += 8;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn fixed32(&mut self) -> R<u32> {
+        if self.end - self.pos < 4 {
+            return Err(WireError::Truncated);
+        }
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&self.buf[self.pos..self.pos + 4]);
+        self.pos += 4;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// prost's `skip_field`, `limit` being the recursion budget of the message it sits in.
+    fn skip(&mut self, field: u32, wire: u8, limit: u32) -> R<()> {
+        if limit == 0 {
+            return Err(WireError::TooDeep);
+        }
+        match wire {
+            VARINT => {
+                self.varint()?;
+            }
+            I64 => {
+                self.fixed64()?;
+            }
+            I32 => {
+                self.fixed32()?;
+            }
+            LEN => {
+                self.len_range()?;
+            }
+            START_GROUP => loop {
+                let (f, w) = self.key()?;
+                if w == END_GROUP {
+                    if f != field {
+                        return Err(WireError::Group);
+                    }
+                    break;
+                }
+                self.skip(f, w, limit - 1)?;
+            },
+            _ => return Err(WireError::Group),
+        }
+        Ok(())
+    }
+}
+
+fn expect(field: u32, wire: u8, want: u8) -> R<()> {
+    if wire == want {
+        Ok(())
+    } else {
+        Err(WireError::WireType { field, wire })
+    }
+}
+
+/// The content range of a nested message field of a message whose budget is `limit`.
+fn nested(r: &mut Reader<'_>, field: u32, wire: u8, limit: u32) -> R<(usize, usize)> {
+    expect(field, wire, LEN)?;
+    if limit == 0 {
+        return Err(WireError::TooDeep);
+    }
+    r.len_range()
+}
+
+/// A `KeyValue` message (its budget `limit`), merged into `kv`.
+fn key_value<'a>(mut r: Reader<'a>, limit: u32, kv: &mut KeyValue<'a>) -> R<()> {
+    while r.more() {
+        let (f, w) = r.key()?;
+        match f {
+            1 => {
+                expect(f, w, LEN)?;
+                kv.key = r.string()?;
+            }
+            2 => {
+                let range = nested(&mut r, f, w, limit)?;
+                let v = kv.value.get_or_insert(AnyValue { value: None });
+                any_value(r.sub(range), limit - 1, v)?;
+            }
+            3 => {
+                expect(f, w, VARINT)?;
+                r.varint()?;
+            }
+            _ => r.skip(f, w, limit)?,
+        }
+    }
+    Ok(())
+}
+
+/// Read a repeated `KeyValue` field's element and push it.
+fn push_key_value<'a>(r: &mut Reader<'a>, f: u32, w: u8, limit: u32, out: &mut Vec<KeyValue<'a>>) -> R<()> {
+    let range = nested(r, f, w, limit)?;
+    let mut kv = KeyValue { key: "", value: None };
+    key_value(r.sub(range), limit - 1, &mut kv)?;
+    out.push(kv);
+    Ok(())
+}
+
+/// An `AnyValue` message merged into `v` (a oneof: the last field wins; two arrays or two
+/// lists in a row merge, as prost merges them).
+fn any_value<'a>(mut r: Reader<'a>, limit: u32, v: &mut AnyValue<'a>) -> R<()> {
+    while r.more() {
+        let (f, w) = r.key()?;
+        match f {
+            1 => {
+                expect(f, w, LEN)?;
+                v.value = Some(Value::StringValue(r.string()?));
+            }
+            2 => {
+                expect(f, w, VARINT)?;
+                v.value = Some(Value::BoolValue(r.varint()? != 0));
+            }
+            3 => {
+                expect(f, w, VARINT)?;
+                v.value = Some(Value::IntValue(r.varint()? as i64));
+            }
+            4 => {
+                expect(f, w, I64)?;
+                v.value = Some(Value::DoubleValue(f64::from_bits(r.fixed64()?)));
+            }
+            5 => {
+                let range = nested(&mut r, f, w, limit)?;
+                if !matches!(v.value, Some(Value::ArrayValue(_))) {
+                    v.value = Some(Value::ArrayValue(ArrayValue::default()));
+                }
+                let Some(Value::ArrayValue(a)) = &mut v.value else { unreachable!("set above") };
+                let mut inner = r.sub(range);
+                while inner.more() {
+                    let (f2, w2) = inner.key()?;
+                    if f2 == 1 {
+                        let range2 = nested(&mut inner, f2, w2, limit - 1)?;
+                        let mut item = AnyValue { value: None };
+                        any_value(inner.sub(range2), limit - 2, &mut item)?;
+                        a.values.push(item);
+                    } else {
+                        inner.skip(f2, w2, limit - 1)?;
+                    }
+                }
+            }
+            6 => {
+                let range = nested(&mut r, f, w, limit)?;
+                if !matches!(v.value, Some(Value::KvlistValue(_))) {
+                    v.value = Some(Value::KvlistValue(KeyValueList::default()));
+                }
+                let Some(Value::KvlistValue(l)) = &mut v.value else { unreachable!("set above") };
+                let mut inner = r.sub(range);
+                while inner.more() {
+                    let (f2, w2) = inner.key()?;
+                    if f2 == 1 {
+                        push_key_value(&mut inner, f2, w2, limit - 1, &mut l.values)?;
+                    } else {
+                        inner.skip(f2, w2, limit - 1)?;
+                    }
+                }
+            }
+            7 => {
+                expect(f, w, LEN)?;
+                v.value = Some(Value::BytesValue(r.bytes()?));
+            }
+            8 => {
+                expect(f, w, VARINT)?;
+                v.value = Some(Value::StringValueStrindex(r.varint()? as i32));
+            }
+            _ => r.skip(f, w, limit)?,
+        }
+    }
+    Ok(())
+}
+
+/// Validate a message of strings only (an `EntityRef`: fields 1–4 are strings).
+fn strings_message(mut r: Reader<'_>, limit: u32) -> R<()> {
+    while r.more() {
+        let (f, w) = r.key()?;
+        match f {
+            1..=4 => {
+                expect(f, w, LEN)?;
+                r.string()?;
+            }
+            _ => r.skip(f, w, limit)?,
+        }
+    }
+    Ok(())
+}
+
+/// Where one `ResourceSpans` sits in the request, for passing it on without a decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceSpansRange {
+    /// Offset of its field key in the request.
+    pub tag_start: usize,
+    /// Its content.
+    pub start: usize,
+    pub end: usize,
+    /// Its resource field: `(key offset, content start, content end)`, when exactly one.
+    pub resource: Option<(usize, usize, usize)>,
+    /// More than one `resource` field (prost merges them).
+    pub resource_fields: u32,
+    /// Came back through an export loop: dropped.
+    pub looped: bool,
+    pub spans: u64,
+}
+
+/// What admission needs besides the batch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WireFacts {
+    pub resources: Vec<ResourceSpansRange>,
+    /// Spans in the request, looped ones included.
+    pub spans: u64,
+    /// Spans in resources that came back through an export loop.
+    pub looped_spans: u64,
+    /// `mcp_health.catalog.tools` somewhere (resource, scope, span, event or link) of a resource
+    /// that is not looped: the request must be rebuilt without it.
+    pub raw_definitions: bool,
+    /// A kept resource already carries `mcp_health.via` (another mcp-health passed it on).
+    pub via_present: bool,
+}
+
+/// One walk of a request: the batch (evidence of every kept span) and the facts.
+pub fn walk(buf: &[u8], me: &str) -> Result<(NormalizedBatch, WireFacts), WireError> {
+    let mut out = NormalizedBatch::default();
+    let mut facts = WireFacts::default();
+    let mut scratch = Scratch::default();
+    let mut r = Reader::whole(buf);
+    let limit = RECURSION_LIMIT;
+    while r.more() {
+        let tag_start = r.pos;
+        let (f, w) = r.key()?;
+        if f == 1 {
+            let range = nested(&mut r, f, w, limit)?;
+            let rs = resource_spans(r.sub(range), limit - 1, tag_start, me, &mut out, &mut facts, &mut scratch)?;
+            facts.resources.push(rs);
+        } else {
+            r.skip(f, w, limit)?;
+        }
+    }
+    Ok((out, facts))
+}
+
+/// Buffers reused from span to span.
+#[derive(Default)]
+struct Scratch {
+    ranges: Vec<(usize, usize)>,
+    scopes: Vec<(usize, usize)>,
+}
+
+fn resource_spans<'a>(
+    mut r: Reader<'a>,
+    limit: u32,
+    tag_start: usize,
+    me: &str,
+    out: &mut NormalizedBatch,
+    facts: &mut WireFacts,
+    scratch: &mut Scratch,
+) -> R<ResourceSpansRange> {
+    let mut range = ResourceSpansRange { tag_start, start: r.pos, end: r.end, resource: None, resource_fields: 0, looped: false, spans: 0 };
+    let mut resource_attrs: Vec<KeyValue<'a>> = Vec::new();
+    let mut scope_spans: Vec<(usize, usize)> = Vec::new();
+    while r.more() {
+        let key_at = r.pos;
+        let (f, w) = r.key()?;
+        match f {
+            1 => {
+                let (s, e) = nested(&mut r, f, w, limit)?;
+                range.resource_fields += 1;
+                range.resource = Some((key_at, s, e));
+                // Resource (merged over repeated occurrences: attributes append).
+                let mut res = r.sub((s, e));
+                let rl = limit - 1;
+                while res.more() {
+                    let (f2, w2) = res.key()?;
+                    match f2 {
+                        1 => push_key_value(&mut res, f2, w2, rl, &mut resource_attrs)?,
+                        2 => {
+                            expect(f2, w2, VARINT)?;
+                            res.varint()?;
+                        }
+                        3 => {
+                            let er = nested(&mut res, f2, w2, rl)?;
+                            strings_message(res.sub(er), rl - 1)?;
+                        }
+                        _ => res.skip(f2, w2, rl)?,
+                    }
+                }
+            }
+            2 => scope_spans.push(nested(&mut r, f, w, limit)?),
+            3 => {
+                expect(f, w, LEN)?;
+                r.string()?;
+            }
+            _ => r.skip(f, w, limit)?,
+        }
+    }
+    if range.resource_fields != 1 {
+        range.resource = None;
+    }
+    range.looped = super::resource_is_looped(&resource_attrs, me);
+    let emitted = super::resource_is_emitted(&resource_attrs);
+    let service = super::resource_service(&resource_attrs);
+    let judge = !range.looped && !emitted;
+    if !range.looped {
+        facts.via_present |= resource_attrs.iter().any(|kv| kv.key == crate::receive::loops::VIA);
+        facts.raw_definitions |= has_raw_definitions(&resource_attrs);
+    }
+    for ss in scope_spans {
+        range.spans += scope_spans_message(r.sub(ss), limit - 1, judge, range.looped, service.as_ref(), out, facts, scratch)?;
+    }
+    facts.spans += range.spans;
+    if range.looped {
+        facts.looped_spans += range.spans;
+    }
+    Ok(range)
+}
+
+fn has_raw_definitions(attrs: &[KeyValue<'_>]) -> bool {
+    attrs.iter().any(|kv| kv.key == crate::evidence::attributes::CATALOG_TOOLS)
+}
+
+/// One `ScopeSpans`: its scope first (wherever it sits), then its spans. Returns its span count.
+#[allow(clippy::too_many_arguments)]
+fn scope_spans_message<'a>(
+    mut r: Reader<'a>,
+    limit: u32,
+    judge: bool,
+    looped: bool,
+    service: Option<&std::sync::Arc<str>>,
+    out: &mut NormalizedBatch,
+    facts: &mut WireFacts,
+    scratch: &mut Scratch,
+) -> R<u64> {
+    let mut spans = std::mem::take(&mut scratch.ranges);
+    let mut scopes = std::mem::take(&mut scratch.scopes);
+    spans.clear();
+    scopes.clear();
+    while r.more() {
+        let (f, w) = r.key()?;
+        match f {
+            1 => scopes.push(nested(&mut r, f, w, limit)?),
+            2 => spans.push(nested(&mut r, f, w, limit)?),
+            3 => {
+                expect(f, w, LEN)?;
+                r.string()?;
+            }
+            _ => r.skip(f, w, limit)?,
+        }
+    }
+    // The scope (occurrences merge: the last name wins).
+    let mut scope_name: Option<&'a str> = None;
+    let mut scope_attrs: Vec<KeyValue<'a>> = Vec::new();
+    let sl = limit - 1;
+    for &range in &scopes {
+        let mut s = r.sub(range);
+        while s.more() {
+            let (f, w) = s.key()?;
+            match f {
+                1 => {
+                    expect(f, w, LEN)?;
+                    scope_name = Some(s.string()?);
+                }
+                2 => {
+                    expect(f, w, LEN)?;
+                    s.string()?;
+                }
+                3 => push_key_value(&mut s, f, w, sl, &mut scope_attrs)?,
+                4 => {
+                    expect(f, w, VARINT)?;
+                    s.varint()?;
+                }
+                _ => s.skip(f, w, sl)?,
+            }
+        }
+    }
+    if !looped {
+        facts.raw_definitions |= has_raw_definitions(&scope_attrs);
+    }
+    let by_scope = if scopes.is_empty() { None } else { super::dialect_of_scope(scope_name.unwrap_or("")) };
+    let mut view = SpanView::default();
+    let count = spans.len() as u64;
+    for &range in &spans {
+        let raw = span_message(r.sub(range), sl, &mut view)?;
+        if !looped {
+            facts.raw_definitions |= raw;
+        }
+        if judge {
+            out.spans += 1;
+            super::read_view(&view, by_scope, service, out);
+        }
+    }
+    scratch.ranges = spans;
+    scratch.scopes = scopes;
+    Ok(count)
+}
+
+/// One span into `view` (its buffers reused). Returns whether it carries raw tool definitions
+/// (on the span, an event or a link).
+fn span_message<'a>(mut r: Reader<'a>, limit: u32, view: &mut SpanView<'a>) -> R<bool> {
+    let mut attributes = std::mem::take(&mut view.attributes);
+    let mut events = std::mem::take(&mut view.events);
+    attributes.clear();
+    events.clear();
+    *view = SpanView::default();
+    let mut raw = false;
+    let mut link_attrs: Vec<KeyValue<'a>> = Vec::new();
+    let cl = limit - 1;
+    while r.more() {
+        let (f, w) = r.key()?;
+        match f {
+            1 => {
+                expect(f, w, LEN)?;
+                view.trace_id = r.bytes()?;
+            }
+            2 => {
+                expect(f, w, LEN)?;
+                view.span_id = r.bytes()?;
+            }
+            3 => {
+                expect(f, w, LEN)?;
+                r.string()?;
+            }
+            4 => {
+                expect(f, w, LEN)?;
+                view.parent_span_id = r.bytes()?;
+            }
+            5 => {
+                expect(f, w, LEN)?;
+                view.name = r.string()?;
+            }
+            6 => {
+                expect(f, w, VARINT)?;
+                view.kind = r.varint()? as i32;
+            }
+            7 => {
+                expect(f, w, I64)?;
+                view.start_time_unix_nano = r.fixed64()?;
+            }
+            8 => {
+                expect(f, w, I64)?;
+                view.end_time_unix_nano = r.fixed64()?;
+            }
+            9 => push_key_value(&mut r, f, w, limit, &mut attributes)?,
+            10 | 12 | 14 => {
+                expect(f, w, VARINT)?;
+                r.varint()?;
+            }
+            11 => {
+                let range = nested(&mut r, f, w, limit)?;
+                let mut e = r.sub(range);
+                let mut ev = Event::default();
+                while e.more() {
+                    let (f2, w2) = e.key()?;
+                    match f2 {
+                        1 => {
+                            expect(f2, w2, I64)?;
+                            ev.time_unix_nano = e.fixed64()?;
+                        }
+                        2 => {
+                            expect(f2, w2, LEN)?;
+                            ev.name = e.string()?;
+                        }
+                        3 => push_key_value(&mut e, f2, w2, cl, &mut ev.attributes)?,
+                        4 => {
+                            expect(f2, w2, VARINT)?;
+                            e.varint()?;
+                        }
+                        _ => e.skip(f2, w2, cl)?,
+                    }
+                }
+                raw |= has_raw_definitions(&ev.attributes);
+                events.push(ev);
+            }
+            13 => {
+                let range = nested(&mut r, f, w, limit)?;
+                let mut l = r.sub(range);
+                link_attrs.clear();
+                while l.more() {
+                    let (f2, w2) = l.key()?;
+                    match f2 {
+                        1 | 2 => {
+                            expect(f2, w2, LEN)?;
+                            l.bytes()?;
+                        }
+                        3 => {
+                            expect(f2, w2, LEN)?;
+                            l.string()?;
+                        }
+                        4 => push_key_value(&mut l, f2, w2, cl, &mut link_attrs)?,
+                        5 => {
+                            expect(f2, w2, VARINT)?;
+                            l.varint()?;
+                        }
+                        6 => {
+                            expect(f2, w2, I32)?;
+                            l.fixed32()?;
+                        }
+                        _ => l.skip(f2, w2, cl)?,
+                    }
+                }
+                raw |= has_raw_definitions(&link_attrs);
+            }
+            15 => {
+                let range = nested(&mut r, f, w, limit)?;
+                let mut s = r.sub(range);
+                let st = view.status.get_or_insert(Status::default());
+                while s.more() {
+                    let (f2, w2) = s.key()?;
+                    match f2 {
+                        2 => {
+                            expect(f2, w2, LEN)?;
+                            st.message = s.string()?;
+                        }
+                        3 => {
+                            expect(f2, w2, VARINT)?;
+                            st.code = s.varint()? as i32;
+                        }
+                        _ => s.skip(f2, w2, cl)?,
+                    }
+                }
+            }
+            16 => {
+                expect(f, w, I32)?;
+                r.fixed32()?;
+            }
+            _ => r.skip(f, w, limit)?,
+        }
+    }
+    raw |= has_raw_definitions(&attributes);
+    view.attributes = attributes;
+    view.events = events;
+    Ok(raw)
+}
+
+/// The request with this process's id appended to each kept resource's `mcp_health.via`, and
+/// looped resources left out: a copy of the bytes with one attribute spliced into each resource,
+/// no decode and no re-encode. `None` when a resource cannot be spliced (it already has a
+/// `via`, or more than one `resource` field): then the request is rebuilt from its decode.
+pub fn splice_via(buf: &[u8], facts: &WireFacts, me: &str) -> Option<Vec<u8>> {
+    use prost::Message;
+    if facts.via_present || facts.resources.iter().any(|r| !r.looped && r.resource_fields > 1) {
+        return None;
+    }
+    // `Resource { attributes: [via] }` encodes as exactly the attribute's field: appended to a
+    // resource's content, it is one more attribute.
+    let attr = opentelemetry_proto::tonic::resource::v1::Resource {
+        attributes: vec![crate::receive::loops::via_attribute(me)],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut out = Vec::with_capacity(buf.len() + facts.resources.len() * (attr.len() + 12));
+    let mut copied = 0;
+    for rs in &facts.resources {
+        out.extend_from_slice(&buf[copied..rs.tag_start]);
+        copied = rs.end;
+        if rs.looped {
+            continue;
+        }
+        match rs.resource {
+            Some((key_at, s, e)) => {
+                let resource_len = e - s + attr.len();
+                let inner = (rs.end - rs.start) - (e - key_at) + 1 + varint_len(resource_len as u64) + resource_len;
+                out.push(0x0a);
+                put_varint(&mut out, inner as u64);
+                out.extend_from_slice(&buf[rs.start..key_at]);
+                out.push(0x0a);
+                put_varint(&mut out, resource_len as u64);
+                out.extend_from_slice(&buf[s..e]);
+                out.extend_from_slice(&attr);
+                out.extend_from_slice(&buf[e..rs.end]);
+            }
+            None => {
+                // No resource: one is added (field order does not matter in protobuf).
+                let inner = (rs.end - rs.start) + 1 + varint_len(attr.len() as u64) + attr.len();
+                out.push(0x0a);
+                put_varint(&mut out, inner as u64);
+                out.push(0x0a);
+                put_varint(&mut out, attr.len() as u64);
+                out.extend_from_slice(&attr);
+                out.extend_from_slice(&buf[rs.start..rs.end]);
+            }
+        }
+    }
+    out.extend_from_slice(&buf[copied..]);
+    Some(out)
+}
+
+/// Split a request at `ResourceSpans` boundaries into pieces of at most `max` bytes each (a
+/// `ResourceSpans` larger than `max` alone is one piece). Other top-level fields go with the first.
+pub fn split_resource_spans(buf: &[u8], max: usize) -> Option<Vec<(usize, usize)>> {
+    let mut r = Reader::whole(buf);
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    while r.more() {
+        let at = r.pos;
+        let (f, w) = r.key().ok()?;
+        if f == 1 && w == LEN {
+            r.len_range().ok()?;
+        } else {
+            r.skip(f, w, RECURSION_LIMIT).ok()?;
+        }
+        if r.pos - start > max && at > start {
+            pieces.push((start, at));
+            start = at;
+        }
+    }
+    pieces.push((start, buf.len()));
+    Some(pieces)
+}
+
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+
+    fn request() -> ExportTraceServiceRequest {
+        crate::loadgen::build_request(1, 3)
+    }
+
+    #[test]
+    fn varints_follow_prost() {
+        let ok = |b: &[u8]| Reader::whole(b).varint();
+        assert_eq!(ok(&[0x01]), Ok(1));
+        assert_eq!(ok(&[0xff, 0x01]), Ok(255));
+        assert_eq!(ok(&[0xff; 9].iter().copied().chain([0x01]).collect::<Vec<_>>()), Ok(u64::MAX));
+        assert_eq!(ok(&[0xff; 9].iter().copied().chain([0x02]).collect::<Vec<_>>()), Err(WireError::Varint));
+        assert_eq!(ok(&[0x80]), Err(WireError::Varint));
+        assert_eq!(ok(&[]), Err(WireError::Varint));
+    }
+
+    #[test]
+    fn the_walk_reads_what_the_decode_reads() {
+        let req = request();
+        let bytes = req.encode_to_vec();
+        let (batch, facts) = walk(&bytes, "0000000000000000").unwrap();
+        let typed = crate::normalize::normalize_request(&req);
+        assert_eq!(format!("{:?}", batch.evidence), format!("{:?}", typed.evidence));
+        assert_eq!(batch.activity, typed.activity);
+        assert_eq!(batch.spans, typed.spans);
+        assert_eq!(facts.spans, typed.spans);
+        assert_eq!(facts.resources.len(), req.resource_spans.len());
+        assert!(!facts.raw_definitions && !facts.via_present);
+    }
+
+    #[test]
+    fn splicing_via_is_what_marking_the_decoded_request_gives() {
+        let mut req = request();
+        req.resource_spans.push(Default::default()); // a ResourceSpans without a resource
+        let bytes = req.encode_to_vec();
+        let (_, facts) = walk(&bytes, "me").unwrap();
+        let spliced = splice_via(&bytes, &facts, "0123456789abcdef").unwrap();
+        let got = ExportTraceServiceRequest::decode(spliced.as_slice()).unwrap();
+        let mut want = req.clone();
+        for rs in &mut want.resource_spans {
+            crate::receive::loops::mark_via(&mut rs.resource, "0123456789abcdef");
+        }
+        assert_eq!(got, want);
+        // Once marked, this id sees it as a loop; an earlier `via` makes the walk refuse to splice.
+        let (_, again) = walk(&spliced, "0123456789abcdef").unwrap();
+        assert!(again.resources.iter().all(|r| r.looped) && again.looped_spans == again.spans);
+        let (_, other) = walk(&spliced, "fedcba9876543210").unwrap();
+        assert!(other.via_present && splice_via(&spliced, &other, "fedcba9876543210").is_none());
+    }
+
+    #[test]
+    fn splitting_keeps_whole_resource_spans() {
+        let mut req = request();
+        for _ in 0..3 {
+            req.resource_spans.extend(request().resource_spans);
+        }
+        let bytes = req.encode_to_vec();
+        let max = bytes.len() / 3;
+        let pieces = split_resource_spans(&bytes, max).unwrap();
+        assert!(pieces.len() >= 3);
+        let mut all = Vec::new();
+        for (s, e) in pieces {
+            let part = ExportTraceServiceRequest::decode(&bytes[s..e]).unwrap();
+            all.extend(part.resource_spans);
+        }
+        assert_eq!(all, req.resource_spans);
+    }
+}
