@@ -39,6 +39,10 @@ pub enum Outgoing {
     /// Spans received from a client, passed on unchanged, with the memory they hold under
     /// `processors.memory_limiter` (released once sent or given up on).
     Passthrough(ExportTraceServiceRequest, Option<Reservation>),
+    /// Spans received from a client, passed on as the bytes they came in (`mcp_health.via`
+    /// spliced in, see `normalize::wire::splice_via`): an encoded `ExportTraceServiceRequest`,
+    /// its span count, its memory reservation (its wire size).
+    PassthroughRaw(Bytes, u64, Option<Reservation>),
     /// Health spans made by this service.
     Health(ExportTraceServiceRequest),
     /// Incident log records made by this service.
@@ -63,7 +67,7 @@ impl Outgoing {
     /// The `signal` label of the exporter's counters.
     pub fn signal(&self) -> &'static str {
         match self {
-            Outgoing::Passthrough(..) => "passthrough",
+            Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) => "passthrough",
             Outgoing::Health(_) => "health_spans",
             Outgoing::Logs(_) => "incident_logs",
             Outgoing::PassthroughMetrics(..) => "passthrough_metrics",
@@ -76,8 +80,22 @@ impl Outgoing {
     /// encoded bytes it becomes are held until sent).
     pub fn take_reservation(&mut self) -> Option<Reservation> {
         match self {
-            Outgoing::Passthrough(_, r) | Outgoing::PassthroughMetrics(_, r) | Outgoing::PassthroughLogs(_, r) => r.take(),
+            Outgoing::Passthrough(_, r)
+            | Outgoing::PassthroughRaw(_, _, r)
+            | Outgoing::PassthroughMetrics(_, r)
+            | Outgoing::PassthroughLogs(_, r) => r.take(),
             _ => None,
+        }
+    }
+
+    /// Give a pass-through item the memory it holds (other items hold none under the limiter).
+    pub fn set_reservation(&mut self, held: Reservation) {
+        match self {
+            Outgoing::Passthrough(_, r)
+            | Outgoing::PassthroughRaw(_, _, r)
+            | Outgoing::PassthroughMetrics(_, r)
+            | Outgoing::PassthroughLogs(_, r) => *r = Some(held),
+            _ => {}
         }
     }
 
@@ -85,6 +103,7 @@ impl Outgoing {
     pub fn items(&self) -> (ItemKind, u64) {
         match self {
             Outgoing::Passthrough(r, _) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
+            Outgoing::PassthroughRaw(_, n, _) => (ItemKind::Spans, *n),
             Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (ItemKind::LogRecords, log_record_count(r)),
             Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
         }
@@ -275,7 +294,7 @@ struct Routes {
 impl Routes {
     fn for_item(&self, item: &Outgoing) -> Option<&Route> {
         match item {
-            Outgoing::Passthrough(..) | Outgoing::Health(_) => self.traces.as_ref(),
+            Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) | Outgoing::Health(_) => self.traces.as_ref(),
             Outgoing::PassthroughMetrics(..) | Outgoing::OwnMetrics(_) => self.metrics.as_ref(),
             Outgoing::Logs(_) | Outgoing::PassthroughLogs(..) => self.logs.as_ref(),
         }
@@ -369,19 +388,25 @@ pub fn spawn(
 /// Encode once for the target's protocol and compress; the `Content-Encoding` / `grpc-encoding`
 /// name rides along (gRPC compresses in tonic, per message, so its bytes stay uncompressed here).
 fn encode(item: &Outgoing, protocol: Protocol, compression: Compression) -> Result<(Bytes, Option<&'static str>), std::io::Error> {
-    let raw = match (item, protocol) {
-        (Outgoing::Passthrough(r, _) | Outgoing::Health(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
-        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), Protocol::HttpJson) => serde_json::to_vec(r)?,
-        (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), Protocol::HttpJson) => serde_json::to_vec(r)?,
-        (Outgoing::Passthrough(r, _) | Outgoing::Health(r), _) => r.encode_to_vec(),
-        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), _) => r.encode_to_vec(),
-        (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), _) => r.encode_to_vec(),
+    let raw: Bytes = match (item, protocol) {
+        // Bytes that came in as protobuf go out as they are (no decode, no re-encode).
+        (Outgoing::PassthroughRaw(b, ..), Protocol::HttpJson) => {
+            let r = ExportTraceServiceRequest::decode(b.clone()).map_err(std::io::Error::other)?;
+            serde_json::to_vec(&r)?.into()
+        }
+        (Outgoing::PassthroughRaw(b, ..), _) => b.clone(),
+        (Outgoing::Passthrough(r, _) | Outgoing::Health(r), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
+        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
+        (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
+        (Outgoing::Passthrough(r, _) | Outgoing::Health(r), _) => r.encode_to_vec().into(),
+        (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), _) => r.encode_to_vec().into(),
+        (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), _) => r.encode_to_vec().into(),
     };
     if protocol == Protocol::Grpc {
-        return Ok((Bytes::from(raw), None));
+        return Ok((raw, None));
     }
     Ok(match compression {
-        Compression::None => (Bytes::from(raw), None),
+        Compression::None => (raw, None),
         Compression::Gzip => {
             let mut e = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 4), flate2::Compression::default());
             e.write_all(&raw)?;
@@ -414,12 +439,32 @@ pub fn split(item: Outgoing) -> Result<(Outgoing, Outgoing), Outgoing> {
         Outgoing::Passthrough(r, h) => split_traces(r)
             .map(|(a, b)| (Outgoing::Passthrough(a, None), Outgoing::Passthrough(b, None)))
             .map_err(|r| Outgoing::Passthrough(r, h)),
+        Outgoing::PassthroughRaw(b, n, h) => split_raw(b, n, h),
         Outgoing::Health(r) => split_traces(r).map(|(a, b)| (Outgoing::Health(a), Outgoing::Health(b))).map_err(Outgoing::Health),
         Outgoing::Logs(r) => split_logs(r).map(|(a, b)| (Outgoing::Logs(a), Outgoing::Logs(b))).map_err(Outgoing::Logs),
         Outgoing::PassthroughLogs(r, h) => split_logs(r)
             .map(|(a, b)| (Outgoing::PassthroughLogs(a, None), Outgoing::PassthroughLogs(b, None)))
             .map_err(|r| Outgoing::PassthroughLogs(r, h)),
         other => Err(other),
+    }
+}
+
+/// Raw bytes split at the `ResourceSpans` nearest the middle; one `ResourceSpans` alone is
+/// decoded and split as structs (its scopes and spans).
+fn split_raw(b: Bytes, n: u64, h: Option<Reservation>) -> Result<(Outgoing, Outgoing), Outgoing> {
+    let pieces = crate::normalize::wire::split_resource_spans(&b, b.len() / 2).unwrap_or_default();
+    if pieces.len() >= 2 {
+        let cut = pieces[0].1;
+        let (first, second) = (b.slice(..cut), b.slice(cut..));
+        let count = |x: &Bytes| crate::normalize::wire::span_count(x).unwrap_or(0);
+        let (n1, n2) = (count(&first), count(&second));
+        return Ok((Outgoing::PassthroughRaw(first, n1, None), Outgoing::PassthroughRaw(second, n2, None)));
+    }
+    match ExportTraceServiceRequest::decode(b.clone()) {
+        Ok(r) => split_traces(r)
+            .map(|(x, y)| (Outgoing::Passthrough(x, None), Outgoing::Passthrough(y, None)))
+            .map_err(|_| Outgoing::PassthroughRaw(b, n, h)),
+        Err(_) => Err(Outgoing::PassthroughRaw(b, n, h)),
     }
 }
 

@@ -41,7 +41,7 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Ar
 /// The corrections shared by everything built on the SDK 2.x (the SDK's own spans, FastMCP's).
 pub fn correct_sdk_family(ev: &mut SpanEvidence, span: &Span<'_>) {
     if ev.tool.is_none() && ev.method == Some(Method::ToolsCall) {
-        if let Some(t) = tool_from_name(&span.name) {
+        if let Some(t) = tool_from_name(span.name) {
             ev.tool = Some(intern(Kind::Tool, t, None, || t.to_string()));
         }
     }

@@ -24,7 +24,7 @@ pub fn read_span(
     type_errors: &mut u64,
 ) -> Option<SpanEvidence> {
     // Fast reject: most spans in a shared pipeline are not MCP. Look at keys only.
-    if !span.attributes.iter().any(|kv| is_evidence_key(&kv.key)) && !span.events.iter().any(|e| e.name == a::OUTCOME_EVENT) {
+    if !span.attributes.iter().any(|kv| is_evidence_key(kv.key)) && !span.events.iter().any(|e| e.name == a::OUTCOME_EVENT) {
         return None;
     }
     let mut ev = SpanEvidence::new(trace_id, span_id);

@@ -740,6 +740,31 @@ pub fn split_resource_spans(buf: &[u8], max: usize) -> Option<Vec<(usize, usize)
     Some(pieces)
 }
 
+/// How many spans a (valid) request holds, counted without reading them.
+pub fn span_count(buf: &[u8]) -> Option<u64> {
+    /// The content ranges of every `field` (length-delimited) of a message.
+    fn fields(mut r: Reader<'_>, field: u32) -> Option<Vec<(usize, usize)>> {
+        let mut out = Vec::new();
+        while r.more() {
+            let (f, w) = r.key().ok()?;
+            if f == field && w == LEN {
+                out.push(r.len_range().ok()?);
+            } else {
+                r.skip(f, w, RECURSION_LIMIT).ok()?;
+            }
+        }
+        Some(out)
+    }
+    let whole = Reader::whole(buf);
+    let mut n = 0u64;
+    for rs in fields(whole, 1)? {
+        for ss in fields(whole.sub(rs), 2)? {
+            n += fields(whole.sub(ss), 2)?.len() as u64;
+        }
+    }
+    Some(n)
+}
+
 fn varint_len(mut v: u64) -> usize {
     let mut n = 1;
     while v >= 0x80 {

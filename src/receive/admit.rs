@@ -16,7 +16,9 @@ use super::memory::{trace_request_heap_bytes, Reservation};
 use super::throttle::{SystemClock, Throttle};
 use crate::emit::metrics::HealthMeters;
 use crate::emit::otlp_traces::{log_record_count, metric_point_count, span_count, ItemKind, Outgoing};
+use crate::normalize::wire::{self, WireError};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
+use bytes::Bytes;
 
 /// What the receiver should answer.
 #[derive(Debug, PartialEq, Eq)]
@@ -210,9 +212,10 @@ impl Admission {
         Admitted::Accepted { rejected: 0, message: String::new() }
     }
 
-    /// Take a decoded request whole or refuse it whole. `held` is the memory reserved for it while
-    /// it was read and decoded; from here on it pays for the pass-through copy (until exported)
-    /// and the normalized batch (until the engine has taken it), each trimmed to what it holds.
+    /// Take a decoded request (OTLP/JSON) whole or refuse it whole. `held` is the memory
+    /// reserved for it while it was read and decoded; from here on it pays for the pass-through
+    /// copy (until exported) and the normalized batch (until the engine has taken it), each
+    /// trimmed to what it holds.
     pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
         let mut spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
         let tr = KeyValue::new("transport", transport);
@@ -229,12 +232,80 @@ impl Admission {
             }
             spans = left;
         }
+        let batch = normalize_request(&req);
+        self.take(batch, spans, transport, held, move |rejected| self.typed_passthrough(req, rejected))
+    }
+
+    /// Take a protobuf request from its wire bytes (both receivers): the evidence is read by the
+    /// walk ([`wire::walk`]), and what is passed on is these bytes with this process's
+    /// `mcp_health.via` spliced in — no decode, no re-encode — unless a span must change (raw
+    /// tool definitions to strip, invalid spans to drop, an earlier `via` to extend): then that
+    /// request alone is decoded and rebuilt. `Err` when the bytes are not an
+    /// `ExportTraceServiceRequest` (INVALID_ARGUMENT; counted by the caller as `undecodable`).
+    pub fn admit_wire(&self, bytes: Bytes, transport: &'static str, held: Option<Reservation>) -> Result<Admitted, WireError> {
+        let id = loops::instance_id();
+        let (batch, facts) = wire::walk(&bytes, id)?;
+        let tr = KeyValue::new("transport", transport);
+        self.meters.spans_received.add(facts.spans, std::slice::from_ref(&tr));
+        if facts.looped_spans > 0 {
+            self.meters.spans_looped.add(facts.looped_spans, std::slice::from_ref(&tr));
+            if facts.looped_spans == facts.spans {
+                return Ok(Admitted::Accepted { rejected: 0, message: String::new() });
+            }
+        }
+        let spans = facts.spans - facts.looped_spans;
+        let strip = self.strip_tool_definitions;
+        Ok(self.take(batch, spans, transport, held, move |rejected| {
+            let rebuild = rejected > 0 || (strip && facts.raw_definitions);
+            if !rebuild {
+                if let Some(out) = wire::splice_via(&bytes, &facts, id) {
+                    let held = out.len() as u64;
+                    return (Outgoing::PassthroughRaw(Bytes::from(out), spans, None), held);
+                }
+            }
+            // The walk accepted these bytes, so prost does too (`tests/normalize_props.rs`).
+            let mut req = ExportTraceServiceRequest::decode(bytes).unwrap_or_default();
+            req.resource_spans.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
+            self.typed_passthrough(req, rejected)
+        }))
+    }
+
+    /// A decoded request made ready to pass on: invalid spans dropped, raw definitions stripped,
+    /// this process's id added to `mcp_health.via`. With what it holds in memory.
+    fn typed_passthrough(&self, mut req: ExportTraceServiceRequest, rejected: u64) -> (Outgoing, u64) {
+        if rejected > 0 {
+            drop_invalid_spans(&mut req);
+        }
+        // Not only when the normalizer read raw definitions: under a dialect that does not read
+        // them, as an array value, on an event or on the resource, they must not leave either.
+        if self.strip_tool_definitions {
+            strip_raw_definitions(&mut req);
+        }
+        let id = loops::instance_id();
+        for r in &mut req.resource_spans {
+            loops::mark_via(&mut r.resource, id);
+        }
+        let held = trace_request_heap_bytes(&req);
+        (Outgoing::Passthrough(req, None), held)
+    }
+
+    /// Admission proper, for both paths: reserve both places first, so a request is either taken
+    /// whole or refused whole; `pass` makes the pass-through copy (given the invalid-span count)
+    /// only once both are reserved.
+    fn take(
+        &self,
+        mut batch: NormalizedBatch,
+        spans: u64,
+        transport: &'static str,
+        held: Option<Reservation>,
+        pass: impl FnOnce(u64) -> (Outgoing, u64),
+    ) -> Admitted {
+        let tr = KeyValue::new("transport", transport);
         if self.over_memory() {
             self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
             self.refused_items("traces", transport, "memory_limit", spans);
             return Admitted::Busy;
         }
-        // Reserve both places first, so a request is either taken whole or refused whole.
         let Ok(ingest_permit) = self.ingest.try_reserve() else {
             self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "correlator_busy")]);
             self.refused_items("traces", transport, "correlator_busy", spans);
@@ -252,42 +323,35 @@ impl Admission {
             },
             None => None,
         };
-        let mut batch = normalize_request(&req);
         let rejected = batch.rejected_spans;
         if batch.attribute_type_errors > 0 {
             self.meters.attributes_invalid.add(batch.attribute_type_errors, &[]);
         }
-        if pass_permit.is_some() {
-            if rejected > 0 {
-                drop_invalid_spans(&mut req);
+        let (mut outgoing, pass_bytes) = match pass_permit {
+            Some(_) => {
+                let (o, b) = pass(rejected);
+                (Some(o), b)
             }
-            // Not only when the normalizer read raw definitions: under a dialect that does not read
-            // them, as an array value, on an event or on the resource, they must not leave either.
-            if self.strip_tool_definitions {
-                strip_raw_definitions(&mut req);
-            }
-            for r in &mut req.resource_spans {
-                loops::mark_via(&mut r.resource, id);
-            }
-        }
-        let mut pass_held = None;
+            None => (None, 0),
+        };
         if let Some(m) = &self.memory {
-            let pass = if pass_permit.is_some() { trace_request_heap_bytes(&req) } else { 0 };
             let evidence = batch_heap_bytes(&batch);
             let mut r = held.or_else(|| m.reserve(0));
-            if !r.as_mut().is_some_and(|r| r.resize(pass + evidence)) {
+            if !r.as_mut().is_some_and(|r| r.resize(pass_bytes + evidence)) {
                 self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
                 self.refused_items("traces", transport, "memory_limit", spans);
                 return Admitted::Busy;
             }
             if let Some(mut r) = r {
                 batch.memory = Some(r.split(evidence));
-                pass_held = Some(r);
+                if let Some(o) = outgoing.as_mut() {
+                    o.set_reservation(r);
+                }
             }
         }
         ingest_permit.send(batch);
-        if let Some(permit) = pass_permit {
-            permit.send(Outgoing::Passthrough(req, pass_held));
+        if let (Some(permit), Some(o)) = (pass_permit, outgoing) {
+            permit.send(o);
         }
         // Invalid spans inside the request were not taken: refused (partial success), so that
         // received = accepted + refused.
@@ -406,11 +470,25 @@ mod tests {
                 memory: None,
                 refusal_log: refusal_log(),
             };
+            // Both paths: decoded (OTLP/JSON) and read from the wire bytes (protobuf).
             assert!(matches!(admission.admit(planted.clone(), "grpc", None), Admitted::Accepted { rejected: 0, .. }));
-            match pass_rx.try_recv() {
+            let typed = match pass_rx.try_recv() {
                 Ok(Outgoing::Passthrough(req, _)) => req,
                 _ => panic!("nothing passed on"),
-            }
+            };
+            let wire = Bytes::from(planted.encode_to_vec());
+            assert!(matches!(admission.admit_wire(wire, "grpc", None), Ok(Admitted::Accepted { rejected: 0, .. })));
+            let walked = match pass_rx.try_recv() {
+                Ok(Outgoing::Passthrough(req, _)) => req,
+                Ok(Outgoing::PassthroughRaw(b, n, _)) => {
+                    assert_eq!(n, 7);
+                    assert!(!strip, "raw definitions to strip: the request is rebuilt, not passed on as it came");
+                    ExportTraceServiceRequest::decode(b).unwrap()
+                }
+                _ => panic!("nothing passed on"),
+            };
+            assert_eq!(typed, walked, "the two paths pass on the same request");
+            typed
         };
         let out = passed_on(true);
         assert!(!format!("{out:?}").contains(CATALOG_TOOLS), "raw definitions left: {out:#?}");
@@ -419,6 +497,50 @@ mod tests {
         let mut marked = planted.clone();
         crate::receive::loops::mark_via(&mut marked.resource_spans[0].resource, crate::receive::loops::instance_id());
         assert_eq!(passed_on(false), marked);
+    }
+
+    /// A request that needs no change is passed on as the bytes it came in: every span's bytes
+    /// verbatim, only this instance's `mcp_health.via` spliced into each resource; what held it
+    /// in memory is its wire size. Invalid spans make it rebuilt without them.
+    #[test]
+    fn clean_protobuf_is_passed_on_as_it_came() {
+        let (ingest, mut ingest_rx) = mpsc::channel(4);
+        let (pass, mut pass_rx) = mpsc::channel(4);
+        let admission = Admission {
+            ingest,
+            passthrough: Some(pass),
+            meters: HealthMeters::new(&opentelemetry::global::meter("admit-test")),
+            strip_tool_definitions: true,
+            memory: None,
+            refusal_log: refusal_log(),
+        };
+        let req = crate::loadgen::build_request(3, 5);
+        let wire = req.encode_to_vec();
+        assert!(matches!(admission.admit_wire(Bytes::from(wire.clone()), "grpc", None), Ok(Admitted::Accepted { rejected: 0, .. })));
+        let Ok(Outgoing::PassthroughRaw(out, n, _)) = pass_rx.try_recv() else { panic!("not passed on as bytes") };
+        assert_eq!(n, 15);
+        for ss in &req.resource_spans[0].scope_spans {
+            let inner = ss.encode_to_vec();
+            assert!(out.windows(inner.len()).any(|w| w == inner.as_slice()), "a scope's bytes are passed on verbatim");
+        }
+        let mut marked = req.clone();
+        for rs in &mut marked.resource_spans {
+            crate::receive::loops::mark_via(&mut rs.resource, crate::receive::loops::instance_id());
+        }
+        assert!(ExportTraceServiceRequest::decode(out.clone()).unwrap() == marked, "decodes as the request marked with via");
+        assert!(out.len() < wire.len() + 2 * 64, "the copy costs its wire size and one attribute per resource");
+        assert_eq!(ingest_rx.try_recv().unwrap().evidence.len(), 15);
+
+        // An invalid span: the request is rebuilt without it.
+        let mut bad = req.clone();
+        bad.resource_spans[0].scope_spans[0].spans[0].span_id = vec![0; 8];
+        let got = admission.admit_wire(Bytes::from(bad.encode_to_vec()), "grpc", None);
+        assert!(matches!(got, Ok(Admitted::Accepted { rejected: 1, .. })), "{got:?}");
+        let Ok(Outgoing::Passthrough(rebuilt, _)) = pass_rx.try_recv() else { panic!("not rebuilt") };
+        assert_eq!(span_count(&rebuilt), 14);
+        // Garbage is refused as undecodable, nothing queued.
+        assert!(admission.admit_wire(Bytes::from_static(b"\x0a\xff"), "grpc", None).is_err());
+        assert!(pass_rx.try_recv().is_err());
     }
 
     fn prom_sum(text: &str, name: &str, filter: &str) -> f64 {

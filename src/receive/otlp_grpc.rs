@@ -1,73 +1,230 @@
-//! OTLP/gRPC receiver on `opentelemetry-proto`'s generated `TraceService`, `MetricsService` and
-//! `LogsService` (metrics and logs are passed on, not read). Requests may be gzip or zstd.
+//! OTLP/gRPC receiver: `TraceService`, `MetricsService` and `LogsService` `Export`, on tonic's
+//! server with a codec that yields the request's bytes, not a decoded message.
 //!
-//! tonic's prost codec reports undecodable input as INTERNAL and an oversize message as
-//! OUT_OF_RANGE, which OTLP clients treat as "retry" — a malformed or oversize request would be
-//! resent forever. [`OtlpStatusLayer`] rewrites them to the OTLP-specified answers (INVALID_ARGUMENT,
-//! and RESOURCE_EXHAUSTED without RetryInfo, both permanent) and counts them as refused.
+//! [`ReadMessage`] (a tower layer in front of the three services) reads each request's body
+//! itself: it refuses before reading when the service is at its memory limit or the correlator's
+//! queue is full, reserves the body's memory under `processors.memory_limiter` before it holds
+//! it, checks the message against `max_recv_msg_size` from the length in its frame header, and
+//! decompresses gzip or zstd (so the decompressed size is the one limited and reserved). The
+//! message's bytes go to the service through the request's extensions; tonic sees an empty frame.
+//! Spans are then read by the walk over those bytes (`normalize::wire`) and passed on as they came
+//! (`Admission::admit_wire`); metrics and logs are decoded (they are only passed on).
+//!
+//! Every refusal's gRPC status follows from its error's type ([`ReadError::status`],
+//! [`WireError`]): INVALID_ARGUMENT for undecodable input and RESOURCE_EXHAUSTED without
+//! RetryInfo for an oversize message (both permanent for an OTLP client), UNAVAILABLE for a busy
+//! service (retryable). tonic's own decoding, which reports undecodable input as INTERNAL and an
+//! oversize message as OUT_OF_RANGE (both retried by OTLP clients), never runs.
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
+use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{MetricsService, MetricsServiceServer};
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse};
-use tonic::codec::CompressionEncoding;
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse};
+use prost::Message;
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http;
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
 use super::admit::{Admission, Admitted};
-use super::memory::{self, MemoryLimiter, Reservation};
-
-/// The generated service's implementation.
-pub struct OtlpTraceService {
-    admission: Admission,
-}
-
-#[tonic::async_trait]
-impl TraceService for OtlpTraceService {
-    async fn export(&self, mut request: Request<ExportTraceServiceRequest>) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        let held = HeldSlot::take(&mut request);
-        match self.admission.admit(request.into_inner(), "grpc", held) {
-            Admitted::Accepted { rejected, message } => Ok(Response::new(ExportTraceServiceResponse {
-                partial_success: (rejected > 0)
-                    .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
-            })),
-            Admitted::Busy => Err(busy()),
-        }
-    }
-}
+use super::memory::{MemoryLimiter, Reservation};
+use crate::normalize::wire::WireError;
 
 /// UNAVAILABLE is retryable for every OTLP client.
 fn busy() -> Status {
     Status::unavailable("mcp-health is at capacity; retry with backoff")
 }
 
-#[tonic::async_trait]
-impl MetricsService for OtlpTraceService {
-    async fn export(&self, mut request: Request<ExportMetricsServiceRequest>) -> Result<Response<ExportMetricsServiceResponse>, Status> {
-        let held = HeldSlot::take(&mut request);
-        match self.admission.admit_metrics(request.into_inner(), "grpc", held) {
-            Admitted::Accepted { .. } => Ok(Response::new(ExportMetricsServiceResponse { partial_success: None })),
+/// The message of one request, read by [`ReadMessage`], with the memory it holds.
+#[derive(Clone)]
+struct RawMessage(Arc<Mutex<Option<Read>>>);
+
+/// A message read, and its memory reservation.
+type Read = (Bytes, Option<Reservation>);
+
+impl RawMessage {
+    fn take<T>(req: &mut Request<T>) -> Option<Read> {
+        let slot = req.extensions_mut().remove::<RawMessage>()?;
+        let mut r = slot.0.lock().unwrap_or_else(|p| p.into_inner());
+        r.take()
+    }
+}
+
+/// The three signals, each one `Export` RPC.
+trait Signal: Send + Sync + 'static {
+    const SERVICE: &'static str;
+    const PATH: &'static str;
+    const LABEL: &'static str;
+    type Response: Message + Default + Send + 'static;
+    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status>;
+}
+
+struct Traces;
+struct Metrics;
+struct Logs;
+
+fn undecodable(admission: &Admission, signal: &'static str, what: &str, e: impl std::fmt::Display) -> Status {
+    admission.refused_signal(signal, "grpc", "undecodable");
+    Status::invalid_argument(format!("the message is not an {what}: {e}"))
+}
+
+impl Signal for Traces {
+    const SERVICE: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+    const PATH: &'static str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+    const LABEL: &'static str = "traces";
+    type Response = ExportTraceServiceResponse;
+    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status> {
+        match admission.admit_wire(message, "grpc", held) {
+            Ok(Admitted::Accepted { rejected, message }) => Ok(ExportTraceServiceResponse {
+                partial_success: (rejected > 0)
+                    .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
+            }),
+            Ok(Admitted::Busy) => Err(busy()),
+            Err(e @ WireError::Truncated)
+            | Err(e @ WireError::Varint)
+            | Err(e @ WireError::Key)
+            | Err(e @ WireError::WireType { .. })
+            | Err(e @ WireError::Utf8)
+            | Err(e @ WireError::TooDeep)
+            | Err(e @ WireError::Group) => Err(undecodable(admission, "traces", "ExportTraceServiceRequest", e)),
+        }
+    }
+}
+
+impl Signal for Metrics {
+    const SERVICE: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
+    const PATH: &'static str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+    const LABEL: &'static str = "metrics";
+    type Response = ExportMetricsServiceResponse;
+    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status> {
+        let req = ExportMetricsServiceRequest::decode(message)
+            .map_err(|e| undecodable(admission, "metrics", "ExportMetricsServiceRequest", e))?;
+        match admission.admit_metrics(req, "grpc", held) {
+            Admitted::Accepted { .. } => Ok(ExportMetricsServiceResponse { partial_success: None }),
             Admitted::Busy => Err(busy()),
         }
     }
 }
 
-#[tonic::async_trait]
-impl LogsService for OtlpTraceService {
-    async fn export(&self, mut request: Request<ExportLogsServiceRequest>) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        let held = HeldSlot::take(&mut request);
-        match self.admission.admit_logs(request.into_inner(), "grpc", held) {
-            Admitted::Accepted { .. } => Ok(Response::new(ExportLogsServiceResponse { partial_success: None })),
+impl Signal for Logs {
+    const SERVICE: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
+    const PATH: &'static str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+    const LABEL: &'static str = "logs";
+    type Response = ExportLogsServiceResponse;
+    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status> {
+        let req = ExportLogsServiceRequest::decode(message).map_err(|e| undecodable(admission, "logs", "ExportLogsServiceRequest", e))?;
+        match admission.admit_logs(req, "grpc", held) {
+            Admitted::Accepted { .. } => Ok(ExportLogsServiceResponse { partial_success: None }),
             Admitted::Busy => Err(busy()),
         }
+    }
+}
+
+/// One signal's gRPC service (the generated server's shape: one `Export` method).
+struct ExportService<S> {
+    admission: Admission,
+    _signal: PhantomData<fn() -> S>,
+}
+
+impl<S> Clone for ExportService<S> {
+    fn clone(&self) -> Self {
+        ExportService { admission: self.admission.clone(), _signal: PhantomData }
+    }
+}
+
+impl<S: Signal> NamedService for ExportService<S> {
+    const NAME: &'static str = S::SERVICE;
+}
+
+impl<S: Signal> tower::Service<http::Request<tonic::body::Body>> for ExportService<S> {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        if req.uri().path() != S::PATH {
+            return Box::pin(async { Ok(Status::unimplemented("only Export is served").into_http()) });
+        }
+        let admission = self.admission.clone();
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(EmptyCodec::<S::Response>(PhantomData))
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Zstd)
+                .send_compressed(CompressionEncoding::Gzip);
+            Ok(grpc.unary(Unary::<S> { admission, _signal: PhantomData }, req).await)
+        })
+    }
+}
+
+struct Unary<S> {
+    admission: Admission,
+    _signal: PhantomData<fn() -> S>,
+}
+
+impl<S: Signal> tonic::server::UnaryService<()> for Unary<S> {
+    type Response = S::Response;
+    type Future = std::future::Ready<Result<Response<S::Response>, Status>>;
+
+    fn call(&mut self, mut request: Request<()>) -> Self::Future {
+        let out = match RawMessage::take(&mut request) {
+            Some((message, held)) => S::export(&self.admission, message, held).map(Response::new),
+            None => Err(Status::internal("the request was not read")),
+        };
+        std::future::ready(out)
+    }
+}
+
+/// The codec of the services: the request message was taken out by [`ReadMessage`] (tonic gets
+/// an empty frame, decoded as `()`); responses are the generated messages.
+struct EmptyCodec<R>(PhantomData<fn() -> R>);
+
+impl<R: Message + Default + Send + 'static> Codec for EmptyCodec<R> {
+    type Encode = R;
+    type Decode = ();
+    type Encoder = ResponseEncoder<R>;
+    type Decoder = EmptyDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ResponseEncoder(PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        EmptyDecoder
+    }
+}
+
+struct ResponseEncoder<R>(PhantomData<fn() -> R>);
+
+impl<R: Message> Encoder for ResponseEncoder<R> {
+    type Item = R;
+    type Error = Status;
+
+    fn encode(&mut self, item: R, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst).map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+struct EmptyDecoder;
+
+impl Decoder for EmptyDecoder {
+    type Item = ();
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<()>, Status> {
+        src.advance(src.remaining());
+        Ok(Some(()))
     }
 }
 
@@ -79,25 +236,13 @@ pub async fn serve(
     max_message_bytes: usize,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let traces = TraceServiceServer::new(OtlpTraceService { admission: admission.clone() })
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(max_message_bytes);
-    let metrics = MetricsServiceServer::new(OtlpTraceService { admission: admission.clone() })
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(max_message_bytes);
-    let logs = LogsServiceServer::new(OtlpTraceService { admission: admission.clone() })
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(max_message_bytes);
+    let traces = ExportService::<Traces> { admission: admission.clone(), _signal: PhantomData };
+    let metrics = ExportService::<Metrics> { admission: admission.clone(), _signal: PhantomData };
+    let logs = ExportService::<Logs> { admission: admission.clone(), _signal: PhantomData };
     let (incoming, accepting) = listener.incoming();
     let r = tonic::transport::Server::builder()
         .layer(super::listen::TrackLayer)
-        .layer(tower::layer::layer_fn(move |inner| OtlpStatus { inner, admission: admission.clone(), max_message_bytes }))
+        .layer(tower::layer::layer_fn(move |inner| ReadMessage { inner, admission: admission.clone(), max_message_bytes }))
         .add_service(traces)
         .add_service(metrics)
         .add_service(logs)
@@ -108,15 +253,55 @@ pub async fn serve(
     r
 }
 
+/// Why a request was refused before it reached a service; its type picks the gRPC status.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("mcp-health is at its memory limit; retry with backoff")]
+    MemoryLimit,
+    #[error("the message exceeds the size limit of {0} bytes")]
+    TooLarge(usize),
+    #[error("{0}")]
+    Undecodable(String),
+    #[error("grpc-encoding {0:?} is not supported (use gzip, zstd or none)")]
+    UnsupportedEncoding(String),
+    #[error("reading the request: {0}")]
+    Body(String),
+}
+
+impl ReadError {
+    /// The OTLP answer: retryable only for memory.
+    pub fn status(&self) -> Status {
+        let m = self.to_string();
+        match self {
+            ReadError::MemoryLimit => Status::unavailable(m),
+            ReadError::TooLarge(_) => Status::resource_exhausted(m),
+            ReadError::Undecodable(_) => Status::invalid_argument(m),
+            ReadError::UnsupportedEncoding(_) => Status::unimplemented(m),
+            ReadError::Body(_) => Status::cancelled(m),
+        }
+    }
+
+    /// The `reason` label it is counted under (`Body`: the client went away, not counted).
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            ReadError::MemoryLimit => Some("memory_limit"),
+            ReadError::TooLarge(_) => Some("too_large"),
+            ReadError::Undecodable(_) => Some("undecodable"),
+            ReadError::UnsupportedEncoding(_) => Some("unsupported_encoding"),
+            ReadError::Body(_) => None,
+        }
+    }
+}
+
 /// See the module docs.
 #[derive(Clone)]
-pub struct OtlpStatus<S> {
+pub struct ReadMessage<S> {
     inner: S,
     admission: Admission,
     max_message_bytes: usize,
 }
 
-impl<S, RB> tower::Service<http::Request<tonic::body::Body>> for OtlpStatus<S>
+impl<S, RB> tower::Service<http::Request<tonic::body::Body>> for ReadMessage<S>
 where
     S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<RB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -133,21 +318,21 @@ where
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let path = req.uri().path();
-        let signal = if path.contains(".metrics.") {
-            "metrics"
-        } else if path.contains(".logs.") {
-            "logs"
+        let signal = if path == Metrics::PATH {
+            Metrics::LABEL
+        } else if path == Logs::PATH {
+            Logs::LABEL
         } else {
-            "traces"
+            Traces::LABEL
         };
-        // Above the memory limit, refuse before the request is read and decoded: decoding what is
-        // refused is what drives memory up under overload.
+        // Above the memory limit, refuse before the request is read: reading what is refused is
+        // what drives memory up under overload.
         if self.admission.over_memory() {
             self.admission.refused_signal(signal, "grpc", "memory_limit");
             let resp = busy().into_http::<RB>();
             return Box::pin(async move { Ok(resp) });
         }
-        // A queue it needs is full: refuse before reading and decoding it (retryable).
+        // A queue it needs is full: refuse before reading and walking it (retryable).
         if let Some(reason) = self.admission.full_before_decode(signal) {
             self.admission.refused_signal(signal, "grpc", reason);
             let resp = busy().into_http::<RB>();
@@ -159,137 +344,115 @@ where
         let admission = self.admission.clone();
         let max_message = self.max_message_bytes;
         Box::pin(async move {
-            let req = match &admission.memory {
-                Some(m) => match read_reserved(m, req, max_message).await {
-                    Ok(req) => req,
-                    Err(status) => {
-                        if status.code() == tonic::Code::Unavailable {
-                            admission.refused_signal(signal, "grpc", "memory_limit");
-                        }
-                        return Ok(status.into_http::<RB>());
+            // Metrics and logs are decoded: their peak is the decoded request. Spans are walked:
+            // their peak is the message and the batch read from it, about its size again.
+            let peak_per_byte = if signal == Traces::LABEL { 1 } else { super::memory::DECODED_PER_WIRE_BYTE };
+            match read_message(admission.memory.as_ref(), req, max_message, peak_per_byte).await {
+                Ok(req) => inner.call(req).await,
+                Err(e) => {
+                    if let Some(reason) = e.reason() {
+                        admission.refused_signal(signal, "grpc", reason);
                     }
-                },
-                None => req,
-            };
-            let mut resp = inner.call(req).await?;
-            let h = resp.headers_mut();
-            let status = h.get("grpc-status").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            // tonic percent-encodes grpc-message (a space is `%20`); match on the decoded text.
-            let message = h.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("").replace("%20", " ");
-            match status.as_deref() {
-                // A decompressed message over the limit (a gzip or zstd bomb): RESOURCE_EXHAUSTED
-                // already, without RetryInfo; only counted.
-                Some("8") if message.contains("size limit") => admission.refused_signal(signal, "grpc", "too_large"),
-                Some("13")
-                    if message.contains("decode")
-                        || message.contains("decompress")
-                        || message.contains("invalid")
-                        || message.contains("buffer") =>
-                {
-                    h.insert("grpc-status", http::HeaderValue::from_static("3"));
-                    admission.refused_signal(signal, "grpc", "undecodable");
+                    Ok(e.status().into_http::<RB>())
                 }
-                Some("11") if message.contains("too large") => {
-                    h.insert("grpc-status", http::HeaderValue::from_static("8"));
-                    admission.refused_signal(signal, "grpc", "too_large");
-                }
-                _ => {}
             }
-            Ok(resp)
         })
-    }
-}
-
-/// The memory reserved for a request while it was read, handed from [`OtlpStatus`] to the
-/// service that decodes it (through the request's extensions, which must be `Clone`).
-#[derive(Clone)]
-struct HeldSlot(Arc<Mutex<Option<Reservation>>>);
-
-impl HeldSlot {
-    fn take<T>(req: &mut Request<T>) -> Option<Reservation> {
-        let slot = req.extensions_mut().remove::<HeldSlot>()?;
-        let mut r = slot.0.lock().unwrap_or_else(|p| p.into_inner());
-        r.take()
     }
 }
 
 /// The gRPC frame header: a compressed flag and a 4-byte big-endian length.
 const FRAME_HEADER: usize = 5;
 
-/// Read a request body under `processors.memory_limiter`: every chunk is reserved before it is
-/// kept, then the decompressed message (decompressed here, so its size is known and reserved),
-/// then what decoding it holds at its peak ([`memory::DECODED_PER_WIRE_BYTE`]); the service
-/// trims the reservation to what the decoded request really holds. A step that does not fit is
-/// refused with `UNAVAILABLE` before it allocates, so concurrent large requests cannot pass the
-/// limit between two samples of the resident set.
-async fn read_reserved(
-    m: &Arc<MemoryLimiter>,
+/// Read a unary request's one message: within `max_message` (from its frame header, before the
+/// rest is held), decompressed (within `max_message` too), and under `processors.memory_limiter`
+/// reserved step by step before it is held — the body as it arrives, then the decompressed
+/// message; [`Admission::admit_wire`] trims the reservation to what the request really holds.
+/// A step that does not fit is refused before it allocates, so concurrent large requests cannot
+/// pass the limit between two samples of the resident set.
+async fn read_message(
+    memory: Option<&Arc<MemoryLimiter>>,
     req: http::Request<tonic::body::Body>,
     max_message: usize,
-) -> Result<http::Request<tonic::body::Body>, Status> {
+    peak_per_byte: u64,
+) -> Result<http::Request<tonic::body::Body>, ReadError> {
     use http_body_util::BodyExt;
-    let full = || Status::unavailable("mcp-health is at its memory limit; retry with backoff");
-    let mut held = m.reserve(0).ok_or_else(full)?;
+    let mut held = match memory {
+        Some(m) => Some(m.reserve(0).ok_or(ReadError::MemoryLimit)?),
+        None => None,
+    };
     let (mut parts, mut body) = req.into_parts();
     let mut buf = bytes::BytesMut::new();
+    let mut declared: Option<usize> = None;
     while let Some(frame) = body.frame().await {
-        let frame = frame?;
-        if let Ok(data) = frame.into_data() {
-            // Reading past the largest message allowed: tonic refuses it (RESOURCE_EXHAUSTED)
-            // from the length in the frame header; nothing more of it needs to be held.
-            if buf.len() > max_message + FRAME_HEADER {
-                continue;
+        let frame = frame.map_err(|e| ReadError::Body(e.to_string()))?;
+        let Ok(data) = frame.into_data() else { continue };
+        if declared.is_none() && buf.len() + data.len() >= FRAME_HEADER {
+            let mut header = [0u8; FRAME_HEADER];
+            let have = buf.len().min(FRAME_HEADER);
+            header[..have].copy_from_slice(&buf[..have]);
+            header[have..].copy_from_slice(&data[..FRAME_HEADER - have]);
+            let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+            if len > max_message {
+                return Err(ReadError::TooLarge(max_message));
             }
-            // The whole message is reserved and allocated at once from the length in its frame
-            // header (growing the buffer by doubling would hold up to twice what is reserved).
-            let want = if buf.is_empty() && data.len() >= FRAME_HEADER {
-                let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
-                (FRAME_HEADER + len.min(max_message)).max(data.len())
-            } else {
-                buf.len() + data.len()
-            };
-            if want as u64 > held.bytes() && !held.resize(want as u64) {
-                return Err(full());
-            }
-            buf.reserve(want.saturating_sub(buf.len()));
-            buf.extend_from_slice(&data);
+            declared = Some(len);
         }
-    }
-    let mut wire = buf.freeze();
-    // One uncompressed or gzip/zstd message (unary export): decompress it here, so the size to
-    // reserve for decoding is the real one, not the worst case.
-    let encoding = parts.headers.get("grpc-encoding").and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
-    let framed =
-        wire.len() >= FRAME_HEADER && u32::from_be_bytes([wire[1], wire[2], wire[3], wire[4]]) as usize == wire.len() - FRAME_HEADER;
-    if framed && wire[0] == 1 {
-        if let Some(enc @ ("gzip" | "zstd")) = encoding.as_deref() {
-            if !held.resize((wire.len() + max_message) as u64) {
-                return Err(full());
-            }
-            match super::otlp_http::decompress(enc, wire.slice(FRAME_HEADER..), max_message) {
-                Some(Ok(msg)) => {
-                    let mut out = bytes::BytesMut::with_capacity(FRAME_HEADER + msg.len());
-                    out.extend_from_slice(&[0]);
-                    out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-                    out.extend_from_slice(&msg);
-                    drop(msg);
-                    wire = out.freeze();
-                    parts.headers.remove("grpc-encoding");
-                }
-                Some(Err(super::otlp_http::DecompressError::TooLarge)) => {
-                    return Err(Status::resource_exhausted(format!("decompressed message exceeds the size limit of {max_message} bytes")))
-                }
-                // Left to tonic, which answers an undecodable message as such.
-                _ => {}
+        // The whole message is reserved and allocated at once from the length in its frame
+        // header (growing the buffer by doubling would hold up to twice what is reserved).
+        let want = match declared {
+            Some(len) => (FRAME_HEADER + len).max(buf.len() + data.len()),
+            None => buf.len() + data.len(),
+        };
+        if want > FRAME_HEADER + max_message {
+            return Err(ReadError::Undecodable("a unary export carries one message".into()));
+        }
+        if let Some(h) = held.as_mut() {
+            if want as u64 > h.bytes() && !h.resize(want as u64) {
+                return Err(ReadError::MemoryLimit);
             }
         }
+        buf.reserve(want.saturating_sub(buf.len()));
+        buf.extend_from_slice(&data);
     }
-    let len = wire.len() as u64;
-    if !held.resize(len.saturating_add(len.saturating_mul(memory::DECODED_PER_WIRE_BYTE))) {
-        return Err(full());
+    let Some(len) = declared else {
+        return Err(ReadError::Undecodable("the request carries no message".into()));
+    };
+    if buf.len() != FRAME_HEADER + len {
+        return Err(ReadError::Undecodable("a unary export carries exactly one whole message".into()));
     }
-    parts.extensions.insert(HeldSlot(Arc::new(Mutex::new(Some(held)))));
-    Ok(http::Request::from_parts(parts, tonic::body::Body::new(http_body_util::Full::new(wire))))
+    let compressed = buf[0] != 0;
+    let mut message = buf.freeze().slice(FRAME_HEADER..);
+    let encoding = parts.headers.remove("grpc-encoding").and_then(|v| v.to_str().ok().map(str::to_ascii_lowercase));
+    if compressed {
+        let enc = match encoding.as_deref() {
+            Some(e @ ("gzip" | "zstd")) => e.to_string(),
+            Some(other) => return Err(ReadError::UnsupportedEncoding(other.to_string())),
+            None => return Err(ReadError::Undecodable("a compressed message without grpc-encoding".into())),
+        };
+        if let Some(h) = held.as_mut() {
+            if !h.resize((message.len() + max_message) as u64) {
+                return Err(ReadError::MemoryLimit);
+            }
+        }
+        message = match super::otlp_http::decompress(&enc, message, max_message) {
+            Some(Ok(m)) => m,
+            Some(Err(super::otlp_http::DecompressError::TooLarge)) => return Err(ReadError::TooLarge(max_message)),
+            Some(Err(super::otlp_http::DecompressError::Corrupt(e))) => {
+                return Err(ReadError::Undecodable(format!("{enc} message could not be decompressed: {e}")))
+            }
+            None => return Err(ReadError::UnsupportedEncoding(enc)),
+        };
+    }
+    if let Some(h) = held.as_mut() {
+        let len = message.len() as u64;
+        h.set(len);
+        if !h.resize(len.saturating_add(len.saturating_mul(peak_per_byte))) {
+            return Err(ReadError::MemoryLimit);
+        }
+    }
+    parts.extensions.insert(RawMessage(Arc::new(Mutex::new(Some((message, held))))));
+    let empty = Bytes::from_static(&[0, 0, 0, 0, 0]);
+    Ok(http::Request::from_parts(parts, tonic::body::Body::new(http_body_util::Full::new(empty))))
 }
 
 /// Bind a listener, with a message that names the address on failure.

@@ -16,7 +16,7 @@ use axum::routing::post;
 use axum::Router;
 use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse};
 use prost::Message;
 
 use super::admit::{Admission, Admitted};
@@ -52,28 +52,26 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
     if !reserve_decode(&st, "traces", enc, &bytes, &mut held) {
         return busy(enc);
     }
-    let req = match enc {
+    let admitted = match enc {
+        // Protobuf is read from its bytes (`normalize::wire`), and passed on as it came.
         Encoding::Protobuf => {
-            ExportTraceServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportTraceServiceRequest: {e}"))
+            st.admission.admit_wire(bytes, "http", held).map_err(|e| format!("body is not an ExportTraceServiceRequest: {e}"))
         }
-        Encoding::Json => otlp_json::decode_traces(&bytes).map_err(|e| e.to_string()),
+        Encoding::Json => otlp_json::decode_traces(&bytes).map(|req| st.admission.admit(req, "http", held)).map_err(|e| e.to_string()),
     };
-    let req = match req {
-        Ok(r) => r,
-        Err(msg) => {
-            st.admission.refused("http", "undecodable");
-            return error(enc, StatusCode::BAD_REQUEST, 3, &msg);
-        }
-    };
-    match st.admission.admit(req, "http", held) {
-        Admitted::Accepted { rejected, message } => ok(
+    match admitted {
+        Ok(Admitted::Accepted { rejected, message }) => ok(
             enc,
             &ExportTraceServiceResponse {
                 partial_success: (rejected > 0)
                     .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
             },
         ),
-        Admitted::Busy => busy(enc),
+        Ok(Admitted::Busy) => busy(enc),
+        Err(msg) => {
+            st.admission.refused("http", "undecodable");
+            error(enc, StatusCode::BAD_REQUEST, 3, &msg)
+        }
     }
 }
 
