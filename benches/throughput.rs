@@ -70,7 +70,50 @@ impl Drop for Service {
 }
 
 fn start_service(decision_wait: &str, max_wait: &str) -> Service {
-    start_binary(env!("CARGO_BIN_EXE_mcp-health"), decision_wait, max_wait, None)
+    start_binary(env!("CARGO_BIN_EXE_mcp-health"), decision_wait, max_wait, None, None)
+}
+
+/// rotel's agent binary (PyPI `rotel`, in the venv `scripts/install-test-deps` makes).
+fn rotel_agent() -> Option<std::path::PathBuf> {
+    let lib = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-rotel/lib");
+    std::fs::read_dir(lib).ok()?.flatten().map(|d| d.path().join("site-packages/rotel/rotel-agent")).find(|p| p.is_file())
+}
+
+/// A rotel agent taking OTLP/gRPC on a free port, exporting to its blackhole.
+struct Rotel {
+    child: Child,
+    grpc: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Rotel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_rotel(agent: &std::path::Path) -> Rotel {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (grpc, http) = (free_port(), free_port());
+    let child = Command::new(agent)
+        .args(["start", "--otlp-grpc-endpoint", &format!("127.0.0.1:{grpc}"), "--otlp-http-endpoint", &format!("127.0.0.1:{http}")])
+        .args(["--exporter", "blackhole"])
+        .arg("--pid-file")
+        .arg(dir.path().join("rotel.pid"))
+        .arg("--log-file")
+        .arg(dir.path().join("rotel.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start rotel");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", grpc)).is_err() {
+        assert!(Instant::now() < deadline, "rotel did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Rotel { child, grpc, _dir: dir }
 }
 
 /// A test CA and a server certificate for `localhost` (PEM): CA, certificate, key.
@@ -86,8 +129,9 @@ fn test_pki() -> (String, String, String) {
     (ca_cert.pem(), cert.pem(), key.serialize_pem())
 }
 
-/// `tls`: (certificate PEM, key PEM) for the gRPC receiver.
-fn start_binary(bin: &str, decision_wait: &str, max_wait: &str, tls: Option<(&str, &str)>) -> Service {
+/// `tls`: (certificate PEM, key PEM) for the gRPC receiver; `upstream`: an OTLP/gRPC port that
+/// gets pass-through and health spans (the inline deployment).
+fn start_binary(bin: &str, decision_wait: &str, max_wait: &str, tls: Option<(&str, &str)>, upstream: Option<u16>) -> Service {
     let dir = tempfile::tempdir().expect("tempdir");
     let (grpc, prom, health) = (free_port(), free_port(), free_port());
     let tls_lines = match tls {
@@ -99,10 +143,16 @@ fn start_binary(bin: &str, decision_wait: &str, max_wait: &str, tls: Option<(&st
         }
         None => String::new(),
     };
+    let otlp_lines = match upstream {
+        Some(port) => format!(
+            "  otlp:\n    endpoint: http://127.0.0.1:{port}\n    protocol: grpc\n    compression: none\n    passthrough: true\n    health_spans: true\n    metrics: false\n"
+        ),
+        None => String::new(),
+    };
     let cfg = format!(
         "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{grpc}\n{tls_lines}\
 processors:\n  mcp_health:\n    decision_wait: {decision_wait}\n    max_wait: {max_wait}\n    max_chains: 2000000\n    max_bytes: 4294967296\n    queue_size: 64\n    max_decided: 0\n\
-exporters:\n  prometheus:\n    endpoint: 127.0.0.1:{prom}\n\
+exporters:\n  prometheus:\n    endpoint: 127.0.0.1:{prom}\n{otlp_lines}\
 extensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\n\
 service:\n  telemetry:\n    logs:\n      level: warn\n"
     );
@@ -164,30 +214,71 @@ fn main() {
     }
     println!("decode + normalize:      {:>10.0} spans/s (one core)", n as f64 / t.elapsed().as_secs_f64());
 
+    // 2b. The evidence walk over the wire bytes (what the receivers do instead of 2), one core.
+    let t = Instant::now();
+    let mut n = 0u64;
+    while t.elapsed() < Duration::from_secs(3) {
+        for b in &batches {
+            let (nb, _) = mcp_health::normalize::wire::walk(&b.bytes, "0000000000000000").expect("walk");
+            n += nb.spans;
+        }
+    }
+    let walk_rate = n as f64 / t.elapsed().as_secs_f64();
+    println!("wire walk + normalize:   {:>10.0} spans/s (one core; {:.2}x prost decode)", walk_rate, walk_rate / decode_rate);
+
     // 3. The service end to end: gRPC in, normalize, correlate, classify, metrics.
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     let batches = Arc::new(batches);
     let mut runs = Vec::new();
     if let Ok(base) = std::env::var("MCP_HEALTH_BENCH_BASELINE") {
-        runs.push(("baseline", measure(&rt, &base, &batches, secs, decode_rate, None, &SendOptions::default())));
+        runs.push(("baseline", measure(&rt, &base, &batches, secs, decode_rate, None, None, &SendOptions::default()).0));
     }
     let this = env!("CARGO_BIN_EXE_mcp-health");
-    runs.push(("this build", measure(&rt, this, &batches, secs, decode_rate, None, &SendOptions::default())));
+    runs.push(("this build", measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions::default()).0));
     if runs.len() > 1 {
         println!("side by side (same run):  {:>14} {:>14}", runs[0].0, runs[1].0);
         println!("  spans/s per core:       {:>14.0} {:>14.0}", runs[0].1, runs[1].1);
         println!("  this build / baseline:  {:>14.2}", runs[1].1 / runs[0].1.max(1e-9));
     }
     // What zstd and TLS cost per span, same build, same batches, same run.
-    let zstd = measure(&rt, this, &batches, secs, decode_rate, None, &SendOptions { zstd: true, ..Default::default() });
+    let zstd = measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions { zstd: true, ..Default::default() }).0;
     let (ca, cert, key) = test_pki();
-    let tls = measure(&rt, this, &batches, secs, decode_rate, Some((&cert, &key)), &SendOptions { tls_ca_pem: Some(ca), zstd: false });
+    let tls =
+        measure(&rt, this, &batches, secs, decode_rate, Some((&cert, &key)), None, &SendOptions { tls_ca_pem: Some(ca), zstd: false }).0;
     let plain = runs.last().map_or(0.0, |r| r.1);
     let us = |rate: f64| 1e6 / rate.max(1e-9);
     println!("transport cost (same run): {:>12} {:>12} {:>12}", "plaintext", "zstd", "TLS");
     println!("  spans/s per core:        {:>12.0} {:>12.0} {:>12.0}", plain, zstd, tls);
     println!("  service µs/span:         {:>12.3} {:>12.3} {:>12.3}", us(plain), us(zstd), us(tls));
     println!("  added µs/span:           {:>12} {:>12.3} {:>12.3}", "-", us(zstd) - us(plain), us(tls) - us(plain));
+
+    // The inline deployment (pass-through and health spans to a real OTLP receiver, a rotel
+    // blackhole), and rotel itself passing the same load to its blackhole, same run.
+    match rotel_agent() {
+        Some(agent) => {
+            let sink = start_rotel(&agent);
+            let (inline, _) = measure(&rt, this, &batches, secs, decode_rate, None, Some(sink.grpc), &SendOptions::default());
+            drop(sink);
+            let rotel = start_rotel(&agent);
+            let rotel_rate = measure_process(&rt, rotel.child.id(), rotel.grpc, &batches, secs, "rotel (blackhole exporter)");
+            drop(rotel);
+            println!("inline vs rotel (same run): {:>12} {:>12} {:>12}", "nothing out", "inline", "rotel");
+            println!("  spans/s per core:        {:>12.0} {:>12.0} {:>12.0}", plain, inline, rotel_rate);
+            println!(
+                "  vs decode rate:          {:>11.1}% {:>11.1}% {:>11.1}%",
+                100.0 * plain / decode_rate,
+                100.0 * inline / decode_rate,
+                100.0 * rotel_rate / decode_rate
+            );
+            println!(
+                "  mcp-health / rotel:      {:>12.2} {:>12.2} {:>12}",
+                plain / rotel_rate.max(1e-9),
+                inline / rotel_rate.max(1e-9),
+                "1.00"
+            );
+        }
+        None => println!("inline and rotel runs skipped: .venv-rotel is missing (scripts/install-test-deps makes it)"),
+    }
 
     // 4. Bytes per in-flight chain: hold chains (long decision_wait) and measure.
     let batches: Arc<Vec<EncodedBatch>> = batches;
@@ -208,7 +299,29 @@ fn main() {
     );
 }
 
-/// Run the service binary `bin` under load; print its figures; return accepted spans per CPU-second.
+/// Load any OTLP/gRPC receiver process on `port`; print and return accepted spans per CPU-second.
+fn measure_process(rt: &tokio::runtime::Runtime, pid: u32, port: u16, batches: &Arc<Vec<EncodedBatch>>, secs: u64, what: &str) -> f64 {
+    println!("-- {what}");
+    let at = format!("127.0.0.1:{port}");
+    let _ = rt.block_on(loadgen::run_with(&at, batches.clone(), Duration::from_secs(2), 2, &SendOptions::default()));
+    let cpu0 = proc_cpu_secs(pid);
+    let rep = rt.block_on(loadgen::run_with(&at, batches.clone(), Duration::from_secs(secs), 2, &SendOptions::default())).expect("load");
+    let cpu = proc_cpu_secs(pid) - cpu0;
+    let per_core = rep.spans_accepted as f64 / cpu.max(1e-9);
+    println!(
+        "accepted:                {:>10.0} spans/s ({} requests ok, {} refused)",
+        rep.spans_accepted as f64 / rep.elapsed.as_secs_f64(),
+        rep.requests_ok,
+        rep.requests_refused
+    );
+    println!("spans/s per core:        {:>10.0} (accepted spans per CPU-second of that process)", per_core);
+    println!("peak RSS:                {:>10} KiB", proc_status_kib(pid, "VmHWM:"));
+    per_core
+}
+
+/// Run the service binary `bin` under load; print its figures; return accepted spans per
+/// CPU-second and the service (still running, for more figures).
+#[allow(clippy::too_many_arguments)]
 fn measure(
     rt: &tokio::runtime::Runtime,
     bin: &str,
@@ -216,10 +329,11 @@ fn measure(
     secs: u64,
     decode_rate: f64,
     tls: Option<(&str, &str)>,
+    upstream: Option<u16>,
     opts: &SendOptions,
-) -> f64 {
-    println!("-- service: {bin} (tls: {}, zstd: {})", tls.is_some(), opts.zstd);
-    let svc = start_binary(bin, "1s", "5s", tls);
+) -> (f64, Service) {
+    println!("-- service: {bin} (tls: {}, zstd: {}, pass-through and health spans out: {})", tls.is_some(), opts.zstd, upstream.is_some());
+    let svc = start_binary(bin, "1s", "5s", tls, upstream);
     let pid = svc.child.id();
     let at = format!("127.0.0.1:{}", svc.grpc);
     // Warm up, then measure.
@@ -248,5 +362,21 @@ fn measure(
     println!("  vs decode rate:        {:>10.1} %", 100.0 * per_core / decode_rate);
     println!("verdicts emitted:        {:>10.0}", metric(&text, "mcp_health_calls_total"));
     println!("service peak RSS:        {:>10} KiB", proc_status_kib(pid, "VmHWM:"));
-    per_core
+    if upstream.is_some() {
+        println!(
+            "exported:                {:>10.0} pass-through spans, {:.0} health spans, {:.0} dropped",
+            prom_sum(&text, "mcp_health_exporter_sent_spans_total", "signal=\"passthrough\""),
+            prom_sum(&text, "mcp_health_exporter_sent_spans_total", "signal=\"health_spans\""),
+            prom_sum(&text, "mcp_health_exporter_send_failed_spans_total", "")
+        );
+    }
+    (per_core, svc)
+}
+
+/// The sum of a metric's series whose labels contain `filter`.
+fn prom_sum(text: &str, name: &str, filter: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(filter))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

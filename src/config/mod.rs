@@ -389,8 +389,12 @@ pub struct OtlpExporter {
 }
 
 fn d_max_request_bytes() -> usize {
-    2 << 20
+    DEFAULT_MAX_REQUEST_BYTES
 }
+
+/// `exporters.otlp.max_request_bytes` by default: 2 MiB, well under the 4 MiB a collector's
+/// receiver takes by default.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 2 << 20;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

@@ -7,6 +7,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, ResourceSpans, ScopeSpans, Span, Status};
 use sha2::{Digest, Sha256};
 
+use crate::emit::pb::Writer;
 use crate::evidence::attributes as a;
 use crate::verdict::{HealthState, Layer, Verdict};
 
@@ -74,6 +75,118 @@ pub fn health_span(v: &Verdict, decided_ns: u64) -> Span {
         status: Some(Status { code: status as i32, message: String::new() }),
         ..Default::default()
     }
+}
+
+/// `mcp_health.layer.<layer>`, once.
+fn layer_key(l: Layer) -> &'static str {
+    static KEYS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let keys = KEYS.get_or_init(|| Layer::ALL.iter().map(|l| format!("{}{}", a::LAYER_PREFIX, l.as_str())).collect());
+    let i = Layer::ALL.iter().position(|x| *x == l).unwrap_or(0);
+    &keys[i]
+}
+
+/// [`health_span`], written straight as protobuf (a `Span` message's content) into `w`: the same
+/// span, without a `String` per attribute (see `emit::pb`).
+pub(crate) fn write_health_span(w: &mut Writer, v: &Verdict, decided_ns: u64) {
+    use crate::emit::pb::Val::{Bool, Int, Str};
+    w.bytes(1, &v.trace_id);
+    w.bytes(2, &health_span_id(v));
+    w.bytes(4, &v.span_id);
+    let method = v.method.as_deref().unwrap_or("unknown");
+    let name_len = "mcp_health verdict ".len() + method.len();
+    w.key(5, 2);
+    w.varint(name_len as u64);
+    w.buf.extend_from_slice(b"mcp_health verdict ");
+    w.buf.extend_from_slice(method.as_bytes());
+    w.int(6, SpanKind::Internal as u64);
+    w.fixed64(7, v.start_ns.min(decided_ns));
+    w.fixed64(8, decided_ns);
+    w.attribute(9, a::VERDICT_STATE, Str(v.state.as_str()));
+    w.attribute(9, a::VERDICT_FIRST_FAILED_LAYER, Str(v.first_failed_layer.map_or("none", |l| l.as_str())));
+    w.attribute(9, a::VERDICT_CONFIDENCE, Str(v.confidence.as_str()));
+    w.attribute(9, a::VERDICT_NEXT_ACTION, Str(&v.next_action));
+    w.attribute(9, a::VERDICT_REVISION, Int(i64::from(v.revision)));
+    w.attribute(9, a::VERDICT_DECIDED_BY, Str(v.decided_by.as_str()));
+    w.attribute(9, a::VERDICT_RETRY_SAFE, Bool(v.retry_safe));
+    w.attribute(9, a::VERDICT_PROTOCOL_SUCCESS, Bool(v.protocol_success));
+    w.attribute(9, a::VERDICT_VERIFIED_SUCCESS, Bool(v.verified_success));
+    for l in Layer::ALL {
+        w.attribute(9, layer_key(l), Str(v.layers.get(l).as_str()));
+    }
+    let opt = |w: &mut Writer, k: &str, x: Option<&str>| {
+        if let Some(x) = x {
+            w.attribute(9, k, Str(x));
+        }
+    };
+    opt(w, a::VERDICT_REASON, v.reason.as_deref());
+    opt(w, a::MCP_METHOD_NAME, v.method.as_deref());
+    opt(w, a::GEN_AI_TOOL_NAME, v.tool.as_deref());
+    opt(w, a::SERVER_ADDRESS, v.server.as_deref());
+    opt(w, a::JSONRPC_REQUEST_ID, v.request_id.as_deref());
+    opt(w, a::SESSION_ID_HASH, v.session_id_hash.as_deref());
+    opt(w, a::AUTH_REQUIRED_SCOPE, v.required_scope.as_deref());
+    opt(w, a::OUTCOME_METHOD_WRITTEN, v.outcome_method);
+    let status = match (v.state, v.first_failed_layer) {
+        (HealthState::Healthy, _) => StatusCode::Ok,
+        (_, Some(_)) => StatusCode::Error,
+        _ => StatusCode::Unset,
+    };
+    // Status { code }: field 3 of a message that is field 15 (empty when the code is UNSET).
+    if status as i32 == 0 {
+        w.bytes(15, &[]);
+    } else {
+        w.bytes(15, &[0x18, status as u8]);
+    }
+}
+
+/// Health spans as encoded `ExportTraceServiceRequest`s of at most `max_bytes` each (a span
+/// larger than that alone is one request): one `ResourceSpans` of the service's resource (see
+/// [`resource_spans`]) per request. Returns each request's bytes and span count.
+pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], now_ns: u64, max_bytes: usize) -> Vec<(Vec<u8>, u64)> {
+    use crate::engine::Decided;
+    use prost::Message;
+    let mut out = Vec::new();
+    let mut span = Writer::default();
+    let mut spans = Writer::default();
+    let mut n = 0u64;
+    // The resource and the scope, as `resource_spans` makes them.
+    let frame = resource_spans(service_name, Vec::new());
+    let resource = frame.resource.map(|r| r.encode_to_vec()).unwrap_or_default();
+    let scope = frame.scope_spans.first().and_then(|s| s.scope.as_ref()).map(|s| s.encode_to_vec()).unwrap_or_default();
+    let overhead = resource.len() + scope.len() + 32;
+    let flush = |spans: &mut Writer, n: &mut u64, out: &mut Vec<(Vec<u8>, u64)>| {
+        if *n == 0 {
+            return;
+        }
+        let mut ss = Writer { buf: Vec::with_capacity(spans.buf.len() + scope.len() + 8) };
+        ss.message(1, &scope);
+        ss.buf.extend_from_slice(&spans.buf);
+        let mut rs = Writer { buf: Vec::with_capacity(ss.buf.len() + resource.len() + 16) };
+        rs.message(1, &resource);
+        rs.message(2, &ss.buf);
+        let mut req = Writer { buf: Vec::with_capacity(rs.buf.len() + 8) };
+        req.message(1, &rs.buf);
+        out.push((req.buf, *n));
+        spans.buf.clear();
+        *n = 0;
+    };
+    for r in records {
+        span.buf.clear();
+        match r {
+            Decided::Call(v) | Decided::Interim(v) => write_health_span(&mut span, v, now_ns),
+            Decided::Catalog(c) => catalog_span(c, now_ns).encode(&mut span.buf).unwrap_or(()),
+            Decided::Drift(d) => drift_span(d, now_ns).encode(&mut span.buf).unwrap_or(()),
+            Decided::Incident(_) | Decided::Finding(_) => continue,
+        }
+        let add = span.buf.len() + 1 + crate::emit::pb::varint_len(span.buf.len() as u64);
+        if n > 0 && spans.buf.len() + add + overhead > max_bytes {
+            flush(&mut spans, &mut n, &mut out);
+        }
+        spans.message(2, &span.buf);
+        n += 1;
+    }
+    flush(&mut spans, &mut n, &mut out);
+    out
 }
 
 /// A catalog verdict change as a health span, in the trace of the span that caused it.
@@ -195,5 +308,63 @@ pub fn resource_spans(service_name: &str, spans: Vec<Span>) -> ResourceSpans {
             ..Default::default()
         }],
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Decided, Engine};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+
+    /// What the engine decides for the repository's fixtures (calls, catalog changes, drift).
+    fn decided() -> Vec<Decided> {
+        let cfg = crate::config::Config::load(None).unwrap();
+        let mut engine = Engine::new(crate::cli::replay::engine_config(&cfg));
+        let mut sink = crate::emit::sink::Collect::default();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        let files: Vec<String> =
+            ["nine_states.jsonl", "catalog_cases.jsonl", "drift_before.jsonl", "drift_after.jsonl", "planted_secrets.jsonl"]
+                .iter()
+                .map(|f| format!("{dir}/{f}"))
+                .collect();
+        crate::service::replay::replay(&files, &mut engine, &mut sink, &mut Vec::new());
+        sink.0
+    }
+
+    #[test]
+    fn spans_written_directly_are_the_generated_spans_of_the_same_records() {
+        let records = decided();
+        let calls = records.iter().filter(|r| matches!(r, Decided::Call(_))).count();
+        let catalog = records.iter().filter(|r| matches!(r, Decided::Catalog(_))).count();
+        assert!(calls >= 9 && catalog >= 1, "{calls} calls, {catalog} catalog changes");
+        let now = 1_764_000_000_000_000_000;
+        let want: Vec<Span> = records
+            .iter()
+            .filter_map(|r| match r {
+                Decided::Call(v) | Decided::Interim(v) => Some(health_span(v, now)),
+                Decided::Catalog(c) => Some(catalog_span(c, now)),
+                Decided::Drift(d) => Some(drift_span(d, now)),
+                _ => None,
+            })
+            .collect();
+        let one = encode_requests("mcp-health", &records, now, 4 << 20);
+        assert_eq!(one.len(), 1);
+        let got = ExportTraceServiceRequest::decode(one[0].0.as_slice()).unwrap();
+        assert!(got == ExportTraceServiceRequest { resource_spans: vec![resource_spans("mcp-health", want.clone())] }, "same request");
+        assert_eq!(one[0].1, want.len() as u64);
+        // A small limit: several requests, each within it (a span is about 1 KB), all spans kept in order.
+        let many = encode_requests("mcp-health", &records, now, 3000);
+        assert!(many.len() > 3);
+        assert!(many.iter().all(|(b, _)| b.len() <= 3000), "{:?}", many.iter().map(|(b, _)| b.len()).collect::<Vec<_>>());
+        let spans: Vec<Span> = many
+            .iter()
+            .flat_map(|(b, _)| ExportTraceServiceRequest::decode(b.as_slice()).unwrap().resource_spans)
+            .flat_map(|rs| rs.scope_spans)
+            .flat_map(|ss| ss.spans)
+            .collect();
+        assert!(spans == want, "every span once, in order");
+        assert_eq!(many.iter().map(|(_, n)| n).sum::<u64>(), want.len() as u64);
     }
 }

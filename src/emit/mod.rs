@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod otlp_http;
 pub mod otlp_target;
 pub mod otlp_traces;
+pub(crate) mod pb;
 pub mod prometheus;
 pub mod sink;
 pub mod verdict_log;

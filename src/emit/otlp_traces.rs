@@ -45,6 +45,9 @@ pub enum Outgoing {
     PassthroughRaw(Bytes, u64, Option<Reservation>),
     /// Health spans made by this service.
     Health(ExportTraceServiceRequest),
+    /// Health spans made by this service, encoded already (`health_spans::encode_requests`),
+    /// and their count.
+    HealthRaw(Bytes, u64),
     /// Incident log records made by this service.
     Logs(ExportLogsServiceRequest),
     /// Metrics received from a client, passed on unchanged (and their memory reservation).
@@ -68,7 +71,7 @@ impl Outgoing {
     pub fn signal(&self) -> &'static str {
         match self {
             Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) => "passthrough",
-            Outgoing::Health(_) => "health_spans",
+            Outgoing::Health(_) | Outgoing::HealthRaw(..) => "health_spans",
             Outgoing::Logs(_) => "incident_logs",
             Outgoing::PassthroughMetrics(..) => "passthrough_metrics",
             Outgoing::PassthroughLogs(..) => "passthrough_logs",
@@ -103,7 +106,7 @@ impl Outgoing {
     pub fn items(&self) -> (ItemKind, u64) {
         match self {
             Outgoing::Passthrough(r, _) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
-            Outgoing::PassthroughRaw(_, n, _) => (ItemKind::Spans, *n),
+            Outgoing::PassthroughRaw(_, n, _) | Outgoing::HealthRaw(_, n) => (ItemKind::Spans, *n),
             Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (ItemKind::LogRecords, log_record_count(r)),
             Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
         }
@@ -294,7 +297,9 @@ struct Routes {
 impl Routes {
     fn for_item(&self, item: &Outgoing) -> Option<&Route> {
         match item {
-            Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) | Outgoing::Health(_) => self.traces.as_ref(),
+            Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) | Outgoing::Health(_) | Outgoing::HealthRaw(..) => {
+                self.traces.as_ref()
+            }
             Outgoing::PassthroughMetrics(..) | Outgoing::OwnMetrics(_) => self.metrics.as_ref(),
             Outgoing::Logs(_) | Outgoing::PassthroughLogs(..) => self.logs.as_ref(),
         }
@@ -390,11 +395,11 @@ pub fn spawn(
 fn encode(item: &Outgoing, protocol: Protocol, compression: Compression) -> Result<(Bytes, Option<&'static str>), std::io::Error> {
     let raw: Bytes = match (item, protocol) {
         // Bytes that came in as protobuf go out as they are (no decode, no re-encode).
-        (Outgoing::PassthroughRaw(b, ..), Protocol::HttpJson) => {
+        (Outgoing::PassthroughRaw(b, ..) | Outgoing::HealthRaw(b, _), Protocol::HttpJson) => {
             let r = ExportTraceServiceRequest::decode(b.clone()).map_err(std::io::Error::other)?;
             serde_json::to_vec(&r)?.into()
         }
-        (Outgoing::PassthroughRaw(b, ..), _) => b.clone(),
+        (Outgoing::PassthroughRaw(b, ..) | Outgoing::HealthRaw(b, _), _) => b.clone(),
         (Outgoing::Passthrough(r, _) | Outgoing::Health(r), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
         (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
         (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
@@ -441,6 +446,10 @@ pub fn split(item: Outgoing) -> Result<(Outgoing, Outgoing), Outgoing> {
             .map_err(|r| Outgoing::Passthrough(r, h)),
         Outgoing::PassthroughRaw(b, n, h) => split_raw(b, n, h),
         Outgoing::Health(r) => split_traces(r).map(|(a, b)| (Outgoing::Health(a), Outgoing::Health(b))).map_err(Outgoing::Health),
+        Outgoing::HealthRaw(b, n) => match ExportTraceServiceRequest::decode(b.clone()) {
+            Ok(r) => split_traces(r).map(|(x, y)| (Outgoing::Health(x), Outgoing::Health(y))).map_err(|_| Outgoing::HealthRaw(b, n)),
+            Err(_) => Err(Outgoing::HealthRaw(b, n)),
+        },
         Outgoing::Logs(r) => split_logs(r).map(|(a, b)| (Outgoing::Logs(a), Outgoing::Logs(b))).map_err(Outgoing::Logs),
         Outgoing::PassthroughLogs(r, h) => split_logs(r)
             .map(|(a, b)| (Outgoing::PassthroughLogs(a, None), Outgoing::PassthroughLogs(b, None)))

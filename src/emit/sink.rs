@@ -2,14 +2,14 @@
 //! records in serve and in replay — a sink formats, it never re-derives.
 
 use opentelemetry::KeyValue;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::mpsc;
 
 use super::health_spans;
 use super::metrics::{HealthMeters, VerdictTally};
 use super::otlp_traces::Outgoing;
 use crate::classify::catalog::Convergence;
+use crate::classify::incidents::Transition;
 use crate::engine::{Decided, Gauges};
 use crate::evidence::time::Moment;
 
@@ -70,30 +70,21 @@ pub struct HealthSpanSink {
     pub queue: mpsc::Sender<Outgoing>,
     pub service_name: String,
     pub meters: HealthMeters,
+    /// `exporters.otlp.max_request_bytes`: health spans are packed into requests this large at most.
+    pub max_request_bytes: usize,
 }
 
 impl Sink for HealthSpanSink {
     fn accept(&mut self, records: &[Decided], now: Moment) {
         let now_ns = now.as_nanos();
-        let mut spans = Vec::new();
-        let mut incidents = Vec::new();
-        for r in records {
-            match r {
-                Decided::Call(v) | Decided::Interim(v) => spans.push(health_spans::health_span(v, now_ns)),
-                Decided::Catalog(c) => spans.push(health_spans::catalog_span(c, now_ns)),
-                Decided::Drift(d) => spans.push(health_spans::drift_span(d, now_ns)),
-                Decided::Incident(i) => incidents.push((i.transition, i.row.clone())),
-                Decided::Finding(_) => {}
-            }
-        }
-        if !spans.is_empty() {
-            let n = spans.len() as u64;
-            let req = ExportTraceServiceRequest { resource_spans: vec![health_spans::resource_spans(&self.service_name, spans)] };
-            if self.queue.try_send(Outgoing::Health(req)).is_err() {
+        // Written straight as protobuf, in requests within the exporter's size limit.
+        for (bytes, n) in health_spans::encode_requests(&self.service_name, records, now_ns, self.max_request_bytes) {
+            if self.queue.try_send(Outgoing::HealthRaw(bytes.into(), n)).is_err() {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
                 self.meters.enqueue_failed("health_spans", super::otlp_traces::ItemKind::Spans, n);
             }
         }
+        let incidents = coalesce_incidents(records);
         if !incidents.is_empty() {
             let req = super::incidents::log_records(&self.service_name, &incidents, now_ns);
             if self.queue.try_send(Outgoing::Logs(req)).is_err() {
@@ -104,6 +95,31 @@ impl Sink for HealthSpanSink {
             }
         }
     }
+}
+
+/// The incident transitions of one flush as log records: every `opened` and `resolved`, and of
+/// the `updated`s of an incident only the last (it carries the counts of all before it). An
+/// incident updated by every failing call made one record per call — at 50 k calls/s most of
+/// the exporter's work — while what a reader needs is its state as of this flush.
+fn coalesce_incidents(records: &[Decided]) -> Vec<(Transition, crate::classify::incidents::Incident)> {
+    let mut last_update: FxHashMap<&str, usize> = FxHashMap::default();
+    for (i, r) in records.iter().enumerate() {
+        if let Decided::Incident(t) = r {
+            if t.transition == Transition::Updated {
+                last_update.insert(t.row.id.as_str(), i);
+            }
+        }
+    }
+    records
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| match r {
+            Decided::Incident(t) if t.transition != Transition::Updated || last_update.get(t.row.id.as_str()) == Some(&i) => {
+                Some((t.transition, t.row.clone()))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Metrics: verdict and call counters (a revision counts the call once), the latency histograms
@@ -215,4 +231,42 @@ fn report_groups<K: std::hash::Hash + Eq + Clone>(
         gauge.record(*n, &attrs(k));
     }
     *last = now.keys().cloned().collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incident_records_keep_every_open_and_resolve_and_the_last_update_of_each() {
+        let cfg = crate::config::Config::load(None).unwrap();
+        let mut engine = crate::engine::Engine::new(crate::cli::replay::engine_config(&cfg));
+        let mut sink = Collect::default();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        let files = vec![format!("{dir}/incidents_five_expired.jsonl"), format!("{dir}/incidents_resolved.jsonl")];
+        crate::service::replay::replay(&files, &mut engine, &mut sink, &mut Vec::new());
+        let all: Vec<(Transition, String, u64)> = sink
+            .0
+            .iter()
+            .filter_map(|r| match r {
+                Decided::Incident(t) => Some((t.transition, t.row.id.clone(), t.row.calls)),
+                _ => None,
+            })
+            .collect();
+        let updates = all.iter().filter(|t| t.0 == Transition::Updated).count();
+        assert!(updates >= 2 && all.iter().any(|t| t.0 == Transition::Opened), "{all:?}");
+        let kept: Vec<(Transition, String, u64)> =
+            coalesce_incidents(&sink.0).into_iter().map(|(t, row)| (t, row.id.clone(), row.calls)).collect();
+        // Opened and resolved: all of them, in order.
+        let key = |v: &[(Transition, String, u64)]| v.iter().filter(|t| t.0 != Transition::Updated).cloned().collect::<Vec<_>>();
+        assert_eq!(key(&kept), key(&all));
+        // Updates: one per incident, the one with the most calls (the last).
+        for id in all.iter().map(|t| &t.1).collect::<FxHashSet<_>>() {
+            let last = all.iter().rev().find(|t| t.0 == Transition::Updated && &t.1 == id);
+            let got: Vec<_> = kept.iter().filter(|t| t.0 == Transition::Updated && &t.1 == id).collect();
+            assert_eq!(got.len(), usize::from(last.is_some()), "{id}");
+            assert_eq!(got.first().copied(), last);
+        }
+        assert!(kept.len() < all.len());
+    }
 }

@@ -1,0 +1,98 @@
+//! A minimal protobuf writer for what mcp-health sends most: health spans.
+//!
+//! Building a generated `Span` per verdict costs two dozen `String`s (every attribute key and
+//! value its own allocation) that are encoded once and freed; with pass-through on this was the
+//! largest cost of the service (issue 11: `encode_to_vec` of health spans and the memory faults of
+//! its buffers, about half its CPU). Attributes here are written straight into one reused buffer,
+//! with their lengths computed up front; a span is written into a scratch buffer and then copied
+//! behind its length. `emit::health_spans` tests hold the bytes to what prost decodes as the
+//! generated span of the same verdict.
+
+/// A value of one attribute.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Val<'a> {
+    Str(&'a str),
+    Int(i64),
+    Bool(bool),
+}
+
+pub(crate) fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+/// Bytes being written.
+#[derive(Default)]
+pub(crate) struct Writer {
+    pub buf: Vec<u8>,
+}
+
+impl Writer {
+    pub fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    pub fn key(&mut self, field: u32, wire: u8) {
+        self.varint(u64::from(field << 3 | u32::from(wire)));
+    }
+
+    pub fn bytes(&mut self, field: u32, b: &[u8]) {
+        self.key(field, 2);
+        self.varint(b.len() as u64);
+        self.buf.extend_from_slice(b);
+    }
+
+    pub fn fixed64(&mut self, field: u32, v: u64) {
+        if v != 0 {
+            self.key(field, 1);
+            self.buf.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    pub fn int(&mut self, field: u32, v: u64) {
+        if v != 0 {
+            self.key(field, 0);
+            self.varint(v);
+        }
+    }
+
+    /// A `KeyValue` as field `field` of the message being written (attributes are field 9 of a
+    /// span, 1 of a resource, 3 of a scope).
+    pub fn attribute(&mut self, field: u32, key: &str, v: Val<'_>) {
+        let any = match v {
+            Val::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
+            Val::Int(i) => 1 + varint_len(i as u64),
+            Val::Bool(_) => 2,
+        };
+        let kv = 1 + varint_len(key.len() as u64) + key.len() + 1 + varint_len(any as u64) + any;
+        self.key(field, 2);
+        self.varint(kv as u64);
+        self.bytes(1, key.as_bytes());
+        self.key(2, 2);
+        self.varint(any as u64);
+        match v {
+            Val::Str(s) => self.bytes(1, s.as_bytes()),
+            Val::Int(i) => {
+                self.key(3, 0);
+                self.varint(i as u64);
+            }
+            Val::Bool(b) => {
+                self.key(2, 0);
+                self.buf.push(u8::from(b));
+            }
+        }
+    }
+
+    /// Field `field` holding `content` (an encoded message).
+    pub fn message(&mut self, field: u32, content: &[u8]) {
+        self.bytes(field, content);
+    }
+}
