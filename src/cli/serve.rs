@@ -290,7 +290,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     if let Some(o) = &otlp {
         let settings = SenderSettings {
             targets: targets.clone(),
-            workers: 2,
+            workers: o.sending_queue.num_consumers,
             retry: o.retry_on_failure.clone(),
             max_request_bytes: o.max_request_bytes,
         };

@@ -402,11 +402,21 @@ pub struct SendingQueue {
     /// Export requests held while the backend is slow or down.
     #[serde(default = "d_queue")]
     pub queue_size: usize,
+    /// Requests sent at once from each queue (pass-through, and mcp-health's own output), as
+    /// the collector's `sending_queue.num_consumers` (default 10, as there). With two, an inline
+    /// mcp-health passed on at most two requests per backend round trip: its queue filled and
+    /// clients were refused `exporter_busy` at a third of what the backend could take.
+    #[serde(default = "d_num_consumers")]
+    pub num_consumers: usize,
+}
+
+fn d_num_consumers() -> usize {
+    10
 }
 
 impl Default for SendingQueue {
     fn default() -> Self {
-        SendingQueue { queue_size: d_queue() }
+        SendingQueue { queue_size: d_queue(), num_consumers: d_num_consumers() }
     }
 }
 
@@ -868,6 +878,9 @@ impl Config {
             }
             if o.sending_queue.queue_size == 0 {
                 return bad("exporters.otlp.sending_queue.queue_size", "must be at least 1");
+            }
+            if !(1..=1000).contains(&o.sending_queue.num_consumers) {
+                return bad("exporters.otlp.sending_queue.num_consumers", "must be between 1 and 1000");
             }
             for (key, ep) in [("exporters.otlp.endpoint", &o.endpoint), ("exporters.otlp.metrics_endpoint", &o.metrics_endpoint)] {
                 if let Some(msg) = ep.as_deref().and_then(|e| self.export_loop(e)) {

@@ -158,14 +158,20 @@ pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], n
         if *n == 0 {
             return;
         }
-        let mut ss = Writer { buf: Vec::with_capacity(spans.buf.len() + scope.len() + 8) };
-        ss.message(1, &scope);
-        ss.buf.extend_from_slice(&spans.buf);
-        let mut rs = Writer { buf: Vec::with_capacity(ss.buf.len() + resource.len() + 16) };
-        rs.message(1, &resource);
-        rs.message(2, &ss.buf);
-        let mut req = Writer { buf: Vec::with_capacity(rs.buf.len() + 8) };
-        req.message(1, &rs.buf);
+        // Lengths first, then one write: request { resource_spans { resource, scope_spans {
+        // scope, spans… } } }.
+        use crate::emit::pb::varint_len as vl;
+        let field = |len: usize| 1 + vl(len as u64) + len;
+        let ss_len = field(scope.len()) + spans.buf.len();
+        let rs_len = field(resource.len()) + field(ss_len);
+        let mut req = Writer { buf: Vec::with_capacity(field(rs_len)) };
+        req.key(1, 2);
+        req.varint(rs_len as u64);
+        req.message(1, &resource);
+        req.key(2, 2);
+        req.varint(ss_len as u64);
+        req.message(1, &scope);
+        req.buf.extend_from_slice(&spans.buf);
         out.push((req.buf, *n));
         spans.buf.clear();
         *n = 0;

@@ -73,7 +73,18 @@ impl<'a> Reader<'a> {
     }
 
     /// prost's `decode_varint`: at most 10 bytes, the tenth at most 1.
+    #[inline]
     fn varint(&mut self) -> R<u64> {
+        // Keys and most lengths are one byte.
+        if self.pos < self.end && self.buf[self.pos] < 0x80 {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        self.varint_slow()
+    }
+
+    fn varint_slow(&mut self) -> R<u64> {
         let mut v: u64 = 0;
         for i in 0..10 {
             if self.pos >= self.end {
@@ -93,6 +104,7 @@ impl<'a> Reader<'a> {
     }
 
     /// prost's `decode_key`: a u32, wire type 0–5, field number at least 1.
+    #[inline]
     fn key(&mut self) -> R<(u32, u8)> {
         let k = self.varint()?;
         if k > u64::from(u32::MAX) {
@@ -110,6 +122,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length-delimited field's content: its range.
+    #[inline]
     fn len_range(&mut self) -> R<(usize, usize)> {
         let len = self.varint()?;
         if len > (self.end - self.pos) as u64 {
@@ -125,6 +138,7 @@ impl<'a> Reader<'a> {
         Ok(&self.buf[s..e])
     }
 
+    #[inline]
     fn string(&mut self) -> R<&'a str> {
         std::str::from_utf8(self.bytes()?).map_err(|_| WireError::Utf8)
     }
