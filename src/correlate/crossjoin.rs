@@ -143,7 +143,7 @@ pub struct Half {
     pub start_ns: u64,
     pub end_ns: u64,
     pub server: Option<Arc<str>>,
-    pub session: Option<Box<str>>,
+    pub session: Option<std::sync::Arc<str>>,
 }
 
 impl Half {

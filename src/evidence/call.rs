@@ -14,7 +14,7 @@ pub struct CallEvidence {
     pub method: Option<Method>,
     pub tool: Option<Arc<str>>,
     pub request_id: Option<Box<str>>,
-    pub session_id: Option<Box<str>>,
+    pub session_id: Option<Arc<str>>,
     pub protocol_version: Option<Arc<str>>,
     pub server: Option<Arc<str>>,
     /// `service.name` of the client side (the client's identity where there is no session).

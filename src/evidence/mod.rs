@@ -288,7 +288,7 @@ pub struct SpanEvidence {
     pub method: Option<Method>,
     pub tool: Option<Arc<str>>,
     pub request_id: Option<Box<str>>,
-    pub session_id: Option<Box<str>>,
+    pub session_id: Option<Arc<str>>,
     pub protocol_version: Option<Arc<str>>,
     /// `server.address[:server.port]`.
     pub server: Option<Arc<str>>,
@@ -407,7 +407,7 @@ impl SpanEvidence {
         }
         std::mem::size_of::<Self>()
             + s(&self.request_id)
-            + s(&self.session_id)
+            + self.session_id.as_ref().map_or(0, |v| v.len())
             + s(&self.required_scope)
             + s(&self.operation_key)
             + self.outcomes.len() * std::mem::size_of::<OutcomeReceipt>()

@@ -1,7 +1,7 @@
 //! A per-thread interner for the low-cardinality strings of the evidence model (tool names, server
 //! addresses, protocol versions, methods): the hot path pays a hash lookup instead of an allocation
 //! and a redaction check per span. Request ids and session ids are unique per call and are never
-//! interned (that would grow without bound). Each thread's table is capped: past its capacity the
+//! interned here (that would grow without bound; session ids have their own table, [`session`]). Each thread's table is capped: past its capacity the
 //! oldest name is forgotten and counted as `interner`, which keeps it bounded under a flood of
 //! distinct names.
 
@@ -74,6 +74,34 @@ pub fn intern(kind: Kind, raw: &str, extra: Option<i64>, make: impl FnOnce() -> 
         }
         t.insert(key, Entry { kind: kind as u8, raw: raw.into(), extra: extra_v, value: value.clone() });
         value
+    })
+}
+
+thread_local! {
+    static SESSIONS: RefCell<BoundedMap<u64, Arc<str>>> = RefCell::new(BoundedMap::with_capacity("session_interner", SESSION_CAPACITY));
+}
+
+/// Session ids each thread keeps shared: the sessions active now (a session spans many calls,
+/// each of several spans). A table of their own, so a flood of sessions never pushes tool and
+/// server names out.
+const SESSION_CAPACITY: usize = 4096;
+
+/// A session id as kept in evidence (raw: it is hashed wherever it is emitted), shared between
+/// the spans of a session instead of one allocation per span.
+pub fn session(raw: &str) -> Arc<str> {
+    let mut h = FxHasher::default();
+    raw.hash(&mut h);
+    let key = h.finish();
+    SESSIONS.with(|t| {
+        let mut t = t.borrow_mut();
+        if let Some(v) = t.get(&key) {
+            if &**v == raw {
+                return v.clone();
+            }
+        }
+        let v: Arc<str> = Arc::from(raw);
+        t.insert(key, v.clone());
+        v
     })
 }
 

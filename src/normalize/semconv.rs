@@ -314,10 +314,12 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             }
             None => bad = true,
         },
-        a::MCP_SESSION_ID => match value::as_id(v) {
-            Some(s) => ev.session_id = Some(s.into_boxed_str()),
-            None => bad = true,
-        },
+        a::MCP_SESSION_ID => {
+            match value::as_str(v).map(super::intern::session).or_else(|| value::as_id(v).map(|s| super::intern::session(&s))) {
+                Some(s) => ev.session_id = Some(s),
+                None => bad = true,
+            }
+        }
         a::MCP_PROTOCOL_VERSION => match value::as_str(v) {
             Some(s) => ev.protocol_version = Some(intern(Kind::Version, s, None, || s.to_string())),
             None => bad = true,
