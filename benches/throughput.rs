@@ -132,6 +132,18 @@ fn test_pki() -> (String, String, String) {
 /// `tls`: (certificate PEM, key PEM) for the gRPC receiver; `upstream`: an OTLP/gRPC port that
 /// gets pass-through and health spans (the inline deployment).
 fn start_binary(bin: &str, decision_wait: &str, max_wait: &str, tls: Option<(&str, &str)>, upstream: Option<u16>) -> Service {
+    start_binary_with(bin, decision_wait, max_wait, tls, upstream, "")
+}
+
+/// [`start_binary`] with more lines for `exporters.otlp` (indented four spaces).
+fn start_binary_with(
+    bin: &str,
+    decision_wait: &str,
+    max_wait: &str,
+    tls: Option<(&str, &str)>,
+    upstream: Option<u16>,
+    otlp_extra: &str,
+) -> Service {
     let dir = tempfile::tempdir().expect("tempdir");
     let (grpc, prom, health) = (free_port(), free_port(), free_port());
     let tls_lines = match tls {
@@ -145,7 +157,7 @@ fn start_binary(bin: &str, decision_wait: &str, max_wait: &str, tls: Option<(&st
     };
     let otlp_lines = match upstream {
         Some(port) => format!(
-            "  otlp:\n    endpoint: http://127.0.0.1:{port}\n    protocol: grpc\n    compression: none\n    passthrough: true\n    health_spans: true\n    metrics: false\n"
+            "  otlp:\n    endpoint: http://127.0.0.1:{port}\n    protocol: grpc\n    compression: none\n    passthrough: true\n    health_spans: true\n    metrics: false\n{otlp_extra}"
         ),
         None => String::new(),
     };
@@ -280,6 +292,10 @@ fn main() {
         None => println!("inline and rotel runs skipped: .venv-rotel is missing (scripts/install-test-deps makes it)"),
     }
 
+    // What holding a large request costs: pass-through to an upstream that accepts connections
+    // and never answers, so every request taken stays in the exporter's queue.
+    held_request_memory(&rt, this);
+
     // 4. Bytes per in-flight chain: hold chains (long decision_wait) and measure.
     let batches: Arc<Vec<EncodedBatch>> = batches;
     let svc = start_service("10m", "20m");
@@ -296,6 +312,36 @@ fn main() {
     println!(
         "RSS growth/chain:        {:>10.0} bytes (includes hash table and allocator overhead)",
         (rss1.saturating_sub(rss0) as f64 * 1024.0) / chains.max(1.0)
+    );
+}
+
+/// RSS growth per byte of request held in the pass-through queue (wire bytes).
+fn held_request_memory(rt: &tokio::runtime::Runtime, bin: &str) {
+    let stall = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = stall.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in stall.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    let queue = 8;
+    let svc = start_binary_with(bin, "1s", "5s", None, Some(port), &format!("    sending_queue:\n      queue_size: {queue}\n"));
+    let big = Arc::new(vec![loadgen::encode(&loadgen::build_request(7, 3000))]);
+    let size = big[0].bytes.len();
+    let pid = svc.child.id();
+    let rss0 = proc_status_kib(pid, "VmRSS:");
+    let rep = rt.block_on(loadgen::run_with(&format!("127.0.0.1:{}", svc.grpc), big, Duration::from_secs(3), 1, &SendOptions::default()));
+    std::thread::sleep(Duration::from_secs(1));
+    let rss1 = proc_status_kib(pid, "VmRSS:");
+    let ok = rep.map(|r| r.requests_ok).unwrap_or(0);
+    let grew = rss1.saturating_sub(rss0) as f64 * 1024.0;
+    println!(
+        "held requests:           {:>10} of {:.2} MiB each (queue of {queue}; the rest refused); RSS grew {:.1} MiB = {:.2}x the bytes held",
+        ok,
+        size as f64 / (1 << 20) as f64,
+        grew / (1 << 20) as f64,
+        grew / (ok.max(1) as f64 * size as f64)
     );
 }
 

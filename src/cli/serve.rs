@@ -341,12 +341,12 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     let mut sinks = Sinks::default();
     sinks.push(MetricsSink::new(meters.clone()));
     if let Some(s) = sender.as_ref().filter(|_| health) {
-        sinks.push(HealthSpanSink {
-            queue: s.clone(),
-            service_name: service_name.clone(),
-            meters: meters.clone(),
-            max_request_bytes: otlp.as_ref().map_or(crate::config::DEFAULT_MAX_REQUEST_BYTES, |o| o.max_request_bytes),
-        });
+        sinks.push(HealthSpanSink::new(
+            s.clone(),
+            service_name.clone(),
+            meters.clone(),
+            otlp.as_ref().map_or(crate::config::DEFAULT_MAX_REQUEST_BYTES, |o| o.max_request_bytes),
+        ));
     }
     let reopen = verdict_log.as_ref().map(|l| l.reopen.clone());
     if let Some(log) = verdict_log {

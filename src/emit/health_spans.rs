@@ -147,7 +147,8 @@ pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], n
     use prost::Message;
     let mut out = Vec::new();
     let mut span = Writer::default();
-    let mut spans = Writer::default();
+    // Sized for the whole flush (a span is about 1 KB), so the buffer does not grow by copying.
+    let mut spans = Writer { buf: Vec::with_capacity(records.len().saturating_mul(1200).min(max_bytes.saturating_add(4096))) };
     let mut n = 0u64;
     // The resource and the scope, as `resource_spans` makes them.
     let frame = resource_spans(service_name, Vec::new());

@@ -72,6 +72,28 @@ pub struct HealthSpanSink {
     pub meters: HealthMeters,
     /// `exporters.otlp.max_request_bytes`: health spans are packed into requests this large at most.
     pub max_request_bytes: usize,
+    /// When the last record of each open incident went out (bounded by the open incidents: an
+    /// entry leaves with its `resolved`, or when more than `MAX_TRACKED_INCIDENTS` are open).
+    pub updates_sent: crate::bounded::BoundedMap<String, Moment>,
+}
+
+/// An incident updated by every failing call sends one `updated` record this often at most.
+pub const INCIDENT_UPDATE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Open incidents whose last record time is remembered (past it the oldest is forgotten, so its
+/// next update goes out at once: never a record lost, only one sent early).
+pub const MAX_TRACKED_INCIDENTS: usize = 10_000;
+
+impl HealthSpanSink {
+    pub fn new(queue: mpsc::Sender<Outgoing>, service_name: String, meters: HealthMeters, max_request_bytes: usize) -> Self {
+        HealthSpanSink {
+            queue,
+            service_name,
+            meters,
+            max_request_bytes,
+            updates_sent: crate::bounded::BoundedMap::with_capacity("incident_updates", MAX_TRACKED_INCIDENTS),
+        }
+    }
 }
 
 impl Sink for HealthSpanSink {
@@ -84,7 +106,26 @@ impl Sink for HealthSpanSink {
                 self.meters.enqueue_failed("health_spans", super::otlp_traces::ItemKind::Spans, n);
             }
         }
-        let incidents = coalesce_incidents(records);
+        let mut incidents = coalesce_incidents(records);
+        // At most one `updated` record per incident per INCIDENT_UPDATE_EVERY (each carries the
+        // counts so far; `opened` and `resolved` always go out).
+        incidents.retain(|(t, row)| match t {
+            Transition::Updated => match self.updates_sent.get(row.id.as_str()) {
+                Some(at) if now.saturating_duration_since(*at) < INCIDENT_UPDATE_EVERY => false,
+                _ => {
+                    self.updates_sent.insert(row.id.clone(), now);
+                    true
+                }
+            },
+            Transition::Resolved => {
+                self.updates_sent.remove(row.id.as_str());
+                true
+            }
+            Transition::Opened => {
+                self.updates_sent.insert(row.id.clone(), now);
+                true
+            }
+        });
         if !incidents.is_empty() {
             let req = super::incidents::log_records(&self.service_name, &incidents, now_ns);
             if self.queue.try_send(Outgoing::Logs(req)).is_err() {
@@ -268,5 +309,29 @@ mod tests {
             assert_eq!(got.first().copied(), last);
         }
         assert!(kept.len() < all.len());
+
+        // Across flushes: one `updated` per incident per INCIDENT_UPDATE_EVERY.
+        let updates: Vec<Decided> =
+            sink.0.iter().filter(|r| matches!(r, Decided::Incident(t) if t.transition == Transition::Updated)).cloned().collect();
+        let ids = updates
+            .iter()
+            .filter_map(|r| if let Decided::Incident(t) = r { Some(t.row.id.clone()) } else { None })
+            .collect::<FxHashSet<_>>();
+        let (tx, mut rx) = mpsc::channel(64);
+        let mut hs = HealthSpanSink::new(tx, "mcp-health".into(), HealthMeters::new(&opentelemetry::global::meter("sink-test")), 1 << 20);
+        let t0 = Moment::from_nanos(1_000_000_000_000);
+        let mut sent = |at: Moment, rx: &mut mpsc::Receiver<Outgoing>| {
+            hs.accept(&updates, at);
+            let mut n = 0;
+            while let Ok(o) = rx.try_recv() {
+                if let Outgoing::Logs(r) = o {
+                    n += r.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum::<usize>();
+                }
+            }
+            n
+        };
+        assert_eq!(sent(t0, &mut rx), ids.len());
+        assert_eq!(sent(t0 + std::time::Duration::from_millis(500), &mut rx), 0, "within the interval: none");
+        assert_eq!(sent(t0 + INCIDENT_UPDATE_EVERY + std::time::Duration::from_millis(1), &mut rx), ids.len());
     }
 }

@@ -525,6 +525,9 @@ fn scope_spans_message<'a>(
     let by_scope = if scopes.is_empty() { None } else { super::dialect_of_scope(scope_name.unwrap_or("")) };
     let mut view = SpanView::default();
     let count = spans.len() as u64;
+    if judge {
+        out.evidence.reserve(spans.len());
+    }
     for &range in &spans {
         let raw = span_message(r.sub(range), sl, &mut view)?;
         if !looped {
