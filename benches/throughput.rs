@@ -332,7 +332,9 @@ fn held_request_memory(rt: &tokio::runtime::Runtime, bin: &str) {
     let pid = svc.child.id();
     let rss0 = proc_status_kib(pid, "VmRSS:");
     let rep = rt.block_on(loadgen::run_with(&format!("127.0.0.1:{}", svc.grpc), big, Duration::from_secs(3), 1, &SendOptions::default()));
-    std::thread::sleep(Duration::from_secs(1));
+    // The chains of the requests taken are decided after decision_wait (1 s) and let go: what
+    // is left is the requests waiting for the upstream.
+    std::thread::sleep(Duration::from_secs(4));
     let rss1 = proc_status_kib(pid, "VmRSS:");
     let ok = rep.map(|r| r.requests_ok).unwrap_or(0);
     let grew = rss1.saturating_sub(rss0) as f64 * 1024.0;

@@ -113,3 +113,142 @@ pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns:
         }],
     }
 }
+
+/// [`log_records`] written straight as protobuf (see `emit::pb`), in requests of at most
+/// `max_bytes`: each request's bytes and record count.
+pub fn encode_log_requests(service_name: &str, items: &[(Transition, Incident)], now_ns: u64, max_bytes: usize) -> Vec<(Vec<u8>, u64)> {
+    use crate::emit::pb::{varint_len as vl, Val, Writer};
+    use prost::Message;
+    let frame = log_records(service_name, &[], now_ns);
+    let rl = &frame.resource_logs[0];
+    let resource = rl.resource.as_ref().map(|r| r.encode_to_vec()).unwrap_or_default();
+    let scope = rl.scope_logs[0].scope.as_ref().map(|s| s.encode_to_vec()).unwrap_or_default();
+    let overhead = resource.len() + scope.len() + 32;
+    let mut out = Vec::new();
+    let mut records = Writer { buf: Vec::with_capacity(items.len().saturating_mul(900).min(max_bytes.saturating_add(4096))) };
+    let mut rec = Writer::default();
+    let mut n = 0u64;
+    let flush = |records: &mut Writer, n: &mut u64, out: &mut Vec<(Vec<u8>, u64)>| {
+        if *n == 0 {
+            return;
+        }
+        let field = |len: usize| 1 + vl(len as u64) + len;
+        let sl_len = field(scope.len()) + records.buf.len();
+        let rl_len = field(resource.len()) + field(sl_len);
+        let mut req = Writer { buf: Vec::with_capacity(field(rl_len)) };
+        req.key(1, 2);
+        req.varint(rl_len as u64);
+        req.message(1, &resource);
+        req.key(2, 2);
+        req.varint(sl_len as u64);
+        req.message(1, &scope);
+        req.buf.extend_from_slice(&records.buf);
+        out.push((req.buf, *n));
+        records.buf.clear();
+        *n = 0;
+    };
+    for (t, inc) in items {
+        rec.buf.clear();
+        let (sev, text) = match (t, inc.state) {
+            (Transition::Resolved, _) => (SeverityNumber::Info, "INFO"),
+            (_, IncidentState::Waiting) => (SeverityNumber::Info, "INFO"),
+            _ => (SeverityNumber::Warn, "WARN"),
+        };
+        rec.fixed64(1, now_ns);
+        rec.int(2, sev as u64);
+        rec.bytes(3, text.as_bytes());
+        let body = format!(
+            "incident {} {}: {} at {} ({} calls)",
+            inc.id,
+            t.as_str(),
+            inc.cause.state.as_str(),
+            inc.cause.server.as_deref().unwrap_or("unknown server"),
+            inc.calls
+        );
+        rec.key(5, 2);
+        rec.varint((1 + vl(body.len() as u64) + body.len()) as u64);
+        rec.bytes(1, body.as_bytes());
+        let c = &inc.cause;
+        let int = |v: u64| Val::Int(v.min(i64::MAX as u64) as i64);
+        rec.attribute(6, "event.name", Val::Str("mcp_health.incident"));
+        rec.attribute(6, "mcp_health.incident.id", Val::Str(&inc.id));
+        rec.attribute(6, "mcp_health.incident.transition", Val::Str(t.as_str()));
+        rec.attribute(6, "mcp_health.incident.state", Val::Str(inc.state.as_str()));
+        rec.attribute(6, "mcp_health.verdict.state", Val::Str(c.state.as_str()));
+        rec.attribute(6, "mcp_health.verdict.first_failed_layer", Val::Str(c.first_failed_layer.map_or("none", |l| l.as_str())));
+        rec.attribute(6, "mcp_health.incident.calls", int(inc.calls));
+        rec.attribute(6, "mcp_health.incident.sessions", int(inc.sessions.len() as u64));
+        rec.attribute(6, "mcp_health.incident.retry_count", int(inc.retry_count));
+        rec.attribute(6, "mcp_health.incident.first_evidence", int(inc.first_evidence_ns));
+        rec.attribute(6, "mcp_health.incident.last_evidence", int(inc.last_evidence_ns));
+        rec.attribute(6, "mcp_health.verdict.confidence", Val::Str(inc.confidence.as_str()));
+        rec.attribute(6, "mcp_health.verdict.next_action", Val::Str(&inc.next_action));
+        let agents: Vec<&str> = inc.agents.iter().map(|a| &**a).collect();
+        rec.attribute_strs(6, "mcp_health.incident.agents", &agents);
+        let opt = |rec: &mut Writer, k: &str, v: Option<&str>| {
+            if let Some(v) = v {
+                rec.attribute(6, k, Val::Str(v));
+            }
+        };
+        opt(&mut rec, "server.address", c.server.as_deref());
+        opt(&mut rec, "gen_ai.tool.name", c.tool.as_deref());
+        opt(&mut rec, "mcp_health.verdict.reason", c.error_class.as_deref());
+        opt(&mut rec, "mcp_health.incident.credential_owner_hash", c.credential_hash.as_deref());
+        opt(&mut rec, "mcp_health.incident.required_authority", inc.required_authority.as_deref());
+        opt(&mut rec, "mcp_health.incident.verifier_result", inc.verifier_result.map(|v| v.as_str()));
+        rec.fixed64(11, now_ns);
+        rec.bytes(12, b"mcp_health.incident");
+        let add = rec.buf.len() + 1 + vl(rec.buf.len() as u64);
+        if n > 0 && records.buf.len() + add + overhead > max_bytes {
+            flush(&mut records, &mut n, &mut out);
+        }
+        records.message(2, &rec.buf);
+        n += 1;
+    }
+    flush(&mut records, &mut n, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod direct_tests {
+    use super::*;
+    use crate::engine::Decided;
+    use prost::Message;
+
+    #[test]
+    fn records_written_directly_are_the_generated_records() {
+        let cfg = crate::config::Config::load(None).unwrap();
+        let mut engine = crate::engine::Engine::new(crate::cli::replay::engine_config(&cfg));
+        let mut sink = crate::emit::sink::Collect::default();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        let files = vec![
+            format!("{dir}/incidents_five_expired.jsonl"),
+            format!("{dir}/incidents_resolved.jsonl"),
+            format!("{dir}/planted_secrets.jsonl"),
+        ];
+        crate::service::replay::replay(&files, &mut engine, &mut sink, &mut Vec::new());
+        let items: Vec<(Transition, Incident)> = sink
+            .0
+            .iter()
+            .filter_map(|r| match r {
+                Decided::Incident(t) => Some((t.transition, t.row.clone())),
+                _ => None,
+            })
+            .collect();
+        assert!(items.len() >= 3 && items.iter().any(|(_, i)| !i.agents.is_empty()), "{}", items.len());
+        let now = 1_764_000_000_000_000_000;
+        let want = log_records("mcp-health", &items, now);
+        let one = encode_log_requests("mcp-health", &items, now, 4 << 20);
+        assert_eq!(one.len(), 1);
+        assert!(ExportLogsServiceRequest::decode(one[0].0.as_slice()).unwrap() == want, "same request");
+        let many = encode_log_requests("mcp-health", &items, now, 1500);
+        assert!(many.len() > 1 && many.iter().all(|(b, _)| b.len() <= 1500));
+        let recs: Vec<LogRecord> = many
+            .iter()
+            .flat_map(|(b, _)| ExportLogsServiceRequest::decode(b.as_slice()).unwrap().resource_logs)
+            .flat_map(|r| r.scope_logs)
+            .flat_map(|s| s.log_records)
+            .collect();
+        assert!(recs == want.resource_logs[0].scope_logs[0].log_records, "every record once, in order");
+    }
+}

@@ -50,6 +50,9 @@ pub enum Outgoing {
     HealthRaw(Bytes, u64),
     /// Incident log records made by this service.
     Logs(ExportLogsServiceRequest),
+    /// Incident log records made by this service, encoded already
+    /// (`incidents::encode_log_requests`), and their count.
+    LogsRaw(Bytes, u64),
     /// Metrics received from a client, passed on unchanged (and their memory reservation).
     PassthroughMetrics(ExportMetricsServiceRequest, Option<Reservation>),
     /// Log records received from a client, passed on unchanged (and their memory reservation).
@@ -72,7 +75,7 @@ impl Outgoing {
         match self {
             Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) => "passthrough",
             Outgoing::Health(_) | Outgoing::HealthRaw(..) => "health_spans",
-            Outgoing::Logs(_) => "incident_logs",
+            Outgoing::Logs(_) | Outgoing::LogsRaw(..) => "incident_logs",
             Outgoing::PassthroughMetrics(..) => "passthrough_metrics",
             Outgoing::PassthroughLogs(..) => "passthrough_logs",
             Outgoing::OwnMetrics(_) => "own_metrics",
@@ -108,6 +111,7 @@ impl Outgoing {
             Outgoing::Passthrough(r, _) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
             Outgoing::PassthroughRaw(_, n, _) | Outgoing::HealthRaw(_, n) => (ItemKind::Spans, *n),
             Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (ItemKind::LogRecords, log_record_count(r)),
+            Outgoing::LogsRaw(_, n) => (ItemKind::LogRecords, *n),
             Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
         }
     }
@@ -301,7 +305,7 @@ impl Routes {
                 self.traces.as_ref()
             }
             Outgoing::PassthroughMetrics(..) | Outgoing::OwnMetrics(_) => self.metrics.as_ref(),
-            Outgoing::Logs(_) | Outgoing::PassthroughLogs(..) => self.logs.as_ref(),
+            Outgoing::Logs(_) | Outgoing::LogsRaw(..) | Outgoing::PassthroughLogs(..) => self.logs.as_ref(),
         }
     }
 }
@@ -399,7 +403,11 @@ fn encode(item: &Outgoing, protocol: Protocol, compression: Compression) -> Resu
             let r = ExportTraceServiceRequest::decode(b.clone()).map_err(std::io::Error::other)?;
             serde_json::to_vec(&r)?.into()
         }
-        (Outgoing::PassthroughRaw(b, ..) | Outgoing::HealthRaw(b, _), _) => b.clone(),
+        (Outgoing::LogsRaw(b, _), Protocol::HttpJson) => {
+            let r = ExportLogsServiceRequest::decode(b.clone()).map_err(std::io::Error::other)?;
+            serde_json::to_vec(&r)?.into()
+        }
+        (Outgoing::PassthroughRaw(b, ..) | Outgoing::HealthRaw(b, _) | Outgoing::LogsRaw(b, _), _) => b.clone(),
         (Outgoing::Passthrough(r, _) | Outgoing::Health(r), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
         (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
         (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
@@ -451,6 +459,10 @@ pub fn split(item: Outgoing) -> Result<(Outgoing, Outgoing), Outgoing> {
             Err(_) => Err(Outgoing::HealthRaw(b, n)),
         },
         Outgoing::Logs(r) => split_logs(r).map(|(a, b)| (Outgoing::Logs(a), Outgoing::Logs(b))).map_err(Outgoing::Logs),
+        Outgoing::LogsRaw(b, n) => match ExportLogsServiceRequest::decode(b.clone()) {
+            Ok(r) => split_logs(r).map(|(x, y)| (Outgoing::Logs(x), Outgoing::Logs(y))).map_err(|_| Outgoing::LogsRaw(b, n)),
+            Err(_) => Err(Outgoing::LogsRaw(b, n)),
+        },
         Outgoing::PassthroughLogs(r, h) => split_logs(r)
             .map(|(a, b)| (Outgoing::PassthroughLogs(a, None), Outgoing::PassthroughLogs(b, None)))
             .map_err(|r| Outgoing::PassthroughLogs(r, h)),

@@ -91,6 +91,26 @@ impl Writer {
         }
     }
 
+    /// A `KeyValue` whose value is an array of strings.
+    pub fn attribute_strs(&mut self, field: u32, key: &str, items: &[&str]) {
+        let item = |s: &str| 1 + varint_len((1 + varint_len(s.len() as u64) + s.len()) as u64) + 1 + varint_len(s.len() as u64) + s.len();
+        let array: usize = items.iter().map(|s| item(s)).sum();
+        let any = 1 + varint_len(array as u64) + array;
+        let kv = 1 + varint_len(key.len() as u64) + key.len() + 1 + varint_len(any as u64) + any;
+        self.key(field, 2);
+        self.varint(kv as u64);
+        self.bytes(1, key.as_bytes());
+        self.key(2, 2);
+        self.varint(any as u64);
+        self.key(5, 2);
+        self.varint(array as u64);
+        for s in items {
+            self.key(1, 2);
+            self.varint((1 + varint_len(s.len() as u64) + s.len()) as u64);
+            self.bytes(1, s.as_bytes());
+        }
+    }
+
     /// Field `field` holding `content` (an encoded message).
     pub fn message(&mut self, field: u32, content: &[u8]) {
         self.bytes(field, content);

@@ -126,13 +126,10 @@ impl Sink for HealthSpanSink {
                 true
             }
         });
-        if !incidents.is_empty() {
-            let req = super::incidents::log_records(&self.service_name, &incidents, now_ns);
-            if self.queue.try_send(Outgoing::Logs(req)).is_err() {
-                self.meters
-                    .exporter_dropped
-                    .add(incidents.len() as u64, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
-                self.meters.enqueue_failed("incident_logs", super::otlp_traces::ItemKind::LogRecords, incidents.len() as u64);
+        for (bytes, n) in super::incidents::encode_log_requests(&self.service_name, &incidents, now_ns, self.max_request_bytes) {
+            if self.queue.try_send(Outgoing::LogsRaw(bytes.into(), n)).is_err() {
+                self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
+                self.meters.enqueue_failed("incident_logs", super::otlp_traces::ItemKind::LogRecords, n);
             }
         }
     }
@@ -324,8 +321,8 @@ mod tests {
             hs.accept(&updates, at);
             let mut n = 0;
             while let Ok(o) = rx.try_recv() {
-                if let Outgoing::Logs(r) = o {
-                    n += r.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len()).sum::<usize>();
+                if let Outgoing::LogsRaw(_, k) = o {
+                    n += k as usize;
                 }
             }
             n
