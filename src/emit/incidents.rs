@@ -116,7 +116,7 @@ pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns:
 
 /// [`log_records`] written straight as protobuf (see `emit::pb`), in requests of at most
 /// `max_bytes`: each request's bytes and record count.
-pub fn encode_log_requests(service_name: &str, items: &[(Transition, Incident)], now_ns: u64, max_bytes: usize) -> Vec<(Vec<u8>, u64)> {
+pub fn encode_log_requests(service_name: &str, items: &[(Transition, &Incident)], now_ns: u64, max_bytes: usize) -> Vec<(Vec<u8>, u64)> {
     use crate::emit::pb::{varint_len as vl, Val, Writer};
     use prost::Message;
     let frame = log_records(service_name, &[], now_ns);
@@ -238,10 +238,11 @@ mod direct_tests {
         assert!(items.len() >= 3 && items.iter().any(|(_, i)| !i.agents.is_empty()), "{}", items.len());
         let now = 1_764_000_000_000_000_000;
         let want = log_records("mcp-health", &items, now);
-        let one = encode_log_requests("mcp-health", &items, now, 4 << 20);
+        let refs: Vec<(Transition, &Incident)> = items.iter().map(|(t, i)| (*t, i)).collect();
+        let one = encode_log_requests("mcp-health", &refs, now, 4 << 20);
         assert_eq!(one.len(), 1);
         assert!(ExportLogsServiceRequest::decode(one[0].0.as_slice()).unwrap() == want, "same request");
-        let many = encode_log_requests("mcp-health", &items, now, 1500);
+        let many = encode_log_requests("mcp-health", &refs, now, 1500);
         assert!(many.len() > 1 && many.iter().all(|(b, _)| b.len() <= 1500));
         let recs: Vec<LogRecord> = many
             .iter()

@@ -139,7 +139,7 @@ impl Sink for HealthSpanSink {
 /// the `updated`s of an incident only the last (it carries the counts of all before it). An
 /// incident updated by every failing call made one record per call — at 50 k calls/s most of
 /// the exporter's work — while what a reader needs is its state as of this flush.
-fn coalesce_incidents(records: &[Decided]) -> Vec<(Transition, crate::classify::incidents::Incident)> {
+fn coalesce_incidents(records: &[Decided]) -> Vec<(Transition, &crate::classify::incidents::Incident)> {
     let mut last_update: FxHashMap<&str, usize> = FxHashMap::default();
     for (i, r) in records.iter().enumerate() {
         if let Decided::Incident(t) = r {
@@ -153,7 +153,7 @@ fn coalesce_incidents(records: &[Decided]) -> Vec<(Transition, crate::classify::
         .enumerate()
         .filter_map(|(i, r)| match r {
             Decided::Incident(t) if t.transition != Transition::Updated || last_update.get(t.row.id.as_str()) == Some(&i) => {
-                Some((t.transition, t.row.clone()))
+                Some((t.transition, &t.row))
             }
             _ => None,
         })
