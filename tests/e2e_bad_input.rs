@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -414,4 +415,85 @@ async fn above_the_memory_limit_requests_are_refused_retryably_and_counted() {
     let svc = Service::start(Cfg { exporter: None, memory_limit_mib: Some(1 << 20), ..Cfg::default() }).await;
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     assert_eq!(svc.post_json(line.as_bytes()).await.status, 200);
+}
+
+/// One raw gRPC request over HTTP/2 (prior knowledge): the grpc-status it gets (headers of a
+/// trailers-only answer, else the trailers) and whether it carried RetryInfo.
+async fn raw_grpc(addr: SocketAddr, headers: &[(&str, &str)], body: Vec<u8>) -> (String, bool) {
+    use http_body_util::BodyExt;
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp)).await.expect("h2");
+    tokio::spawn(conn);
+    let mut req = hyper::Request::post(format!("http://{addr}/opentelemetry.proto.collector.trace.v1.TraceService/Export"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = send.send_request(req.body(http_body_util::Full::new(Bytes::from(body))).unwrap()).await.expect("response");
+    let (parts, body) = resp.into_parts();
+    let collected = body.collect().await.expect("body");
+    let trailers = collected.trailers().cloned().unwrap_or_default();
+    let all = [parts.headers, trailers];
+    let status = all.iter().find_map(|h| h.get("grpc-status")).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    let retry_info = all.iter().any(|h| h.contains_key("grpc-status-details-bin"));
+    (status, retry_info)
+}
+
+fn frame(compressed: bool, declared: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![u8::from(compressed)];
+    f.extend_from_slice(&declared.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Malformed gRPC frames get the OTLP answers, chosen by the error's type, and are counted: a
+/// compressed flag without an encoding, a truncated frame, two messages in a unary call and
+/// corrupt gzip are INVALID_ARGUMENT; an unknown encoding UNIMPLEMENTED; a gzip bomb and a frame
+/// declaring more than the limit RESOURCE_EXHAUSTED without RetryInfo (tonic's own decoding
+/// answered INTERNAL or OUT_OF_RANGE, which OTLP clients retry, and counted nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_grpc_frames_get_the_otlp_answers_and_are_counted() {
+    let svc = Service::start(Cfg { grpc_max_mib: 1, ..Cfg::default() }).await;
+    let addr = svc.grpc_addr();
+    let valid = request("agent", vec![call_span(new_trace_id(), new_span_id(), None, "ok", "1", vec![])]).encode_to_vec();
+    let n = valid.len() as u32;
+    let cases: Vec<(&str, Vec<(&str, &str)>, Vec<u8>, &str)> = vec![
+        ("a compressed flag without grpc-encoding", vec![], frame(true, n, &valid), "3"),
+        ("a truncated frame", vec![], frame(false, n + 100, &valid), "3"),
+        ("two messages in a unary call", vec![], [frame(false, n, &valid), frame(false, n, &valid)].concat(), "3"),
+        ("corrupt gzip", vec![("grpc-encoding", "gzip")], frame(true, 9, b"not gzip!"), "3"),
+        ("an unknown encoding", vec![("grpc-encoding", "snappy")], frame(true, n, &valid), "12"),
+        ("a frame declaring more than the limit", vec![], frame(false, 2 << 20, &valid), "8"),
+        (
+            "a gzip bomb",
+            vec![("grpc-encoding", "gzip")],
+            {
+                let bomb = gzip(&vec![0u8; 8 << 20]);
+                frame(true, bomb.len() as u32, &bomb)
+            },
+            "8",
+        ),
+        ("undecodable protobuf", vec![], frame(false, UNDECODABLE.len() as u32, UNDECODABLE), "3"),
+        ("a valid request", vec![], frame(false, n, &valid), "0"),
+    ];
+    for (what, headers, body, want) in cases {
+        let (got, retry_info) = raw_grpc(addr, &headers, body).await;
+        assert_eq!(got, want, "{what}");
+        assert!(!retry_info || want == "0", "{what}: a permanent refusal carries no RetryInfo");
+    }
+    let text = svc.wait_metric("mcp_health_spans_refused_total", WAIT, |v| v >= 8.0).await;
+    let count = |reason: &str| -> f64 {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("mcp_health_spans_refused_total") && l.contains(&format!("reason=\"{reason}\"")) && l.contains("grpc")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(count("undecodable"), 5.0, "{text}");
+    assert_eq!(count("too_large"), 2.0, "{text}");
+    assert_eq!(count("unsupported_encoding"), 1.0, "{text}");
+    svc.assert_alive(WAIT).await;
 }
