@@ -21,18 +21,19 @@
 //! 114 against 440 (`state::tests::postcard_is_smaller_than_json_for_the_records`).
 //!
 //! # A shared store
-//! The trait is shaped so that a shared store (Redis/Valkey) can implement it without changing
-//! the engine: every change is a put or a delete of one key, so `apply` maps to one `MULTI`/`EXEC`
-//! (or a Lua script) of `SET`/`DEL` on `mcp-health:{table}:{key}`. Where two instances may write
-//! the same key, each record carries its version in the store (`WATCH` + compare, or a Lua
-//! compare-and-set on a `version` field kept beside the value): `apply` then writes a key only if
-//! its version is still the one this instance last read or wrote, and reports a conflict as
-//! [`StoreError::Conflict`]; the engine logs and counts it like any other store error and keeps
-//! its own in-memory record, which is never greener than what either instance saw. `load` is a
-//! `SCAN` per table. No method takes `&self` across threads: the engine is the only caller.
+//! [`redis::RedisStore`] (`storage: {kind: redis, endpoint: …}`) implements the trait for
+//! several instances: every change is a put or a delete of one key, so `apply` is one Lua script
+//! over `mcp-health:<table>:<key>` hashes. Each record carries the number of the transaction that
+//! wrote it; `apply` writes only if every key is still at the version this instance last read or
+//! wrote (a key never seen must be absent, a deleted one leaves a tombstone for a while), and
+//! otherwise writes nothing and reports [`StoreError::Conflict`]. The engine logs and counts it
+//! like any other store error and keeps its own in-memory record, which is never greener than
+//! what either instance saw. `load` is a `SCAN` per table. No method takes `&self` across
+//! threads: the engine is the only caller.
 
 pub mod embedded;
 pub mod memory;
+pub mod redis;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,6 +44,7 @@ use crate::classify::catalog::{CatalogEvent, Convergence};
 use crate::classify::incidents::{Incident, Recovery};
 use crate::evidence::{SpanEvidence, TraceId};
 
+pub use self::redis::{RedisSettings, RedisStore};
 pub use embedded::EmbeddedStore;
 pub use memory::MemoryStore;
 
@@ -290,6 +292,22 @@ pub trait StateStore: Send {
     fn bytes_on_disk(&self) -> Option<u64> {
         None
     }
+    /// Round trips and bytes so far, where the store counts them (a network store).
+    fn stats(&self) -> Option<StoreStats> {
+        None
+    }
+}
+
+/// What a network store has cost so far. Bytes are payload (keys, versions and record bytes),
+/// not wire bytes: the protocol's framing adds a few bytes per argument.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Requests sent (a pipeline of many commands is one).
+    pub round_trips: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Transactions refused because a record was changed by another writer.
+    pub conflicts: u64,
 }
 
 /// A store shared between the engine and whoever made it (tests, the benchmark): the engine locks
@@ -319,6 +337,15 @@ impl StoreHandle {
         self.lock().bytes_on_disk()
     }
 
+    pub fn stats(&self) -> Option<StoreStats> {
+        self.lock().stats()
+    }
+
+    /// Open the shared Redis store (see [`redis`](self::redis)).
+    pub fn open_redis(settings: RedisSettings) -> Result<Self, StoreError> {
+        Ok(StoreHandle::new(RedisStore::open(settings)?))
+    }
+
     pub fn get(&self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
         self.lock().get(table, key)
     }
@@ -345,5 +372,7 @@ pub fn decode<T: DeserializeOwned>(table: Table, key: &str, bytes: &[u8]) -> Res
     postcard::from_bytes(bytes).map_err(|e| StoreError::Decode { table: table.as_str(), key: key.to_string(), message: e.to_string() })
 }
 
+#[cfg(test)]
+mod redis_tests;
 #[cfg(test)]
 mod tests;
