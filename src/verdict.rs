@@ -240,6 +240,10 @@ pub struct Verdict {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supersedes: Option<Superseded>,
     pub decided_by: DecidedBy,
+    /// Set when the call's evidence may be split (started before this engine, decided at
+    /// shutdown or by eviction): then never `healthy` (see `classify::partial`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<crate::classify::partial::Partial>,
     pub start_ns: u64,
     pub end_ns: u64,
 }
@@ -389,6 +393,7 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         revision: 0,
         supersedes: None,
         decided_by: DecidedBy::Quiet,
+        partial: None,
         start_ns: 0,
         end_ns: 0,
     }

@@ -284,6 +284,14 @@ pub struct CorrelateConfig {
     /// Digest raw tool definitions (`mcp_health.catalog.tools`) and strip them before passing spans on.
     #[serde(default = "yes")]
     pub strip_tool_definitions: bool,
+    /// Mark partial (never `healthy`) a chain whose earliest call started before this service took
+    /// its first span, less `decision_wait`: its first spans may have gone to an instance that is
+    /// gone or to this one before a restart. On behind a load balancer or wherever restarts
+    /// happen under traffic; off by default because recorded spans posted with their original
+    /// timestamps would all be "before the start". Decisions at shutdown and evictions are partial
+    /// always.
+    #[serde(default)]
+    pub partial_before_start: bool,
     /// Limits of the service's tables and caches (`limits:`); what hits one is counted in
     /// `mcp_health.state.evicted{table}`.
     #[serde(default, rename = "limits")]

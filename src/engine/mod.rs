@@ -16,6 +16,10 @@
 //! is made (sessions, and the gate's view from them; open incidents and recoveries; decided chains
 //! still in their late-span window, with their operation keys; drift reported). A store error is
 //! logged and counted and the engine goes on in memory: no verdict depends on a write.
+//!
+//! A chain whose evidence may be split — decided at shutdown or by eviction, or (with
+//! [`EngineConfig::partial_before_start`]) started before the engine's first ingest — is marked
+//! partial after classification and never comes out `healthy` (`classify::partial`).
 
 pub mod decided;
 
@@ -26,6 +30,7 @@ use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
 use crate::classify::incidents::IncidentBook;
+use crate::classify::partial::{partial_reason, Since};
 use crate::classify::pinning::{Lockfile, PinCheck};
 use crate::classify::progress::{InFlight, ProgressPolicy};
 use crate::classify::{classify_call, Decision, SessionContext};
@@ -55,9 +60,12 @@ pub struct EngineConfig {
     pub max_drift_reported: usize,
     /// Most in-flight calls remembered as already reported `working`.
     pub max_working_reported: usize,
-    /// Where the cross-trace state is kept beyond the process (`storage.directory`); `None`
-    /// keeps it in the engine's own tables only.
+    /// Where the cross-trace state is kept beyond the process (`storage`); `None` keeps it in
+    /// the engine's own tables only.
     pub store: Option<crate::state::StoreHandle>,
+    /// Mark partial the chains whose earliest call predates the engine's first ingest less
+    /// `decision_wait` (`processors.mcp_health.partial_before_start`; see `classify::partial`).
+    pub partial_before_start: bool,
 }
 
 impl EngineConfig {
@@ -107,11 +115,20 @@ pub struct Engine {
     store_errors: u64,
     /// Drift reported since the last write to the store.
     drift_dirty: Vec<crate::state::DriftRecord>,
+    /// Engine time of the first ingest: what predates it (less the grace) may be split.
+    started_ns: Option<u64>,
+    /// `decision_wait` in ns, the grace of the start rule; `None` when the rule is off.
+    partial_grace_ns: Option<u64>,
+    /// Decided chains restored from the store: their earlier evidence came back with them, so
+    /// the start rule does not apply to them. As many as the snapshot held.
+    restored: rustc_hash::FxHashSet<crate::evidence::TraceId>,
 }
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Self {
         let store = cfg.store.clone();
+        let grace = u64::try_from(cfg.chains.decision_wait.as_nanos()).unwrap_or(u64::MAX);
+        let partial_grace_ns = cfg.partial_before_start.then_some(grace);
         let mut e = Engine {
             chains: Chains::new(cfg.chains),
             sessions: Sessions::new(cfg.sessions),
@@ -130,6 +147,9 @@ impl Engine {
             last_persisted: None,
             store_errors: 0,
             drift_dirty: Vec::new(),
+            started_ns: None,
+            partial_grace_ns,
+            restored: Default::default(),
         };
         if let Some(store) = store {
             e.attach(store);
@@ -170,6 +190,7 @@ impl Engine {
         // Oldest first, so the late-span window and `max_decided` forget them in order.
         snap.decided.sort_by_key(|d| d.decided_at_ns);
         for d in snap.decided {
+            self.restored.insert(d.trace_id);
             self.chains.restore_decided(d);
         }
         for (key, trace) in snap.operations {
@@ -261,6 +282,7 @@ impl Engine {
 
     /// Take in one normalized batch at `now`.
     pub fn ingest(&mut self, batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
+        self.started_ns.get_or_insert(now.as_nanos());
         out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).cloned().map(Decided::Finding));
         let changes = self.sessions.observe(&batch.evidence, now);
         self.publish_catalog(changes, out);
@@ -359,7 +381,13 @@ impl Engine {
                 self.callless_chains += 1;
                 continue;
             }
-            for v in verdicts_of(&d, &self.sessions, self.pins.as_deref(), &self.progress, now.as_nanos()) {
+            let since = self.partial_grace_ns.zip(self.started_ns).map(|(grace_ns, start_ns)| Since { start_ns, grace_ns });
+            let earliest = d.calls.iter().map(|c| c.start_ns).filter(|t| *t > 0).min();
+            let partial = partial_reason(d.decision.decided_by, earliest, since, self.restored.contains(&d.trace_id));
+            for mut v in verdicts_of(&d, &self.sessions, self.pins.as_deref(), &self.progress, now.as_nanos()) {
+                if let Some(why) = partial {
+                    crate::classify::partial::mark(&mut v, why);
+                }
                 for (transition, row) in self.incidents.observe(&v) {
                     out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
                 }
@@ -535,6 +563,8 @@ pub fn classify_with_clocks(
     }
 }
 
+#[cfg(test)]
+mod partial_tests;
 #[cfg(test)]
 mod store_tests;
 #[cfg(test)]

@@ -1,0 +1,123 @@
+//! Partial evidence (SPEC section 7, issue 12): a chain whose evidence may be split between this
+//! engine and another one — another instance behind the collector's `load_balancing` exporter, or
+//! this service before a restart — is judged on what it has, but never green.
+//!
+//! A chain is partial when
+//! - it was decided early: at shutdown (`decided_by: shutdown`) or pushed out by the chain table's
+//!   bounds (`evicted`): spans still on their way were never seen; or
+//! - its earliest call started before this engine began taking evidence (the engine time of its
+//!   first ingest) less a grace of `decision_wait`: its first spans may have gone to an instance
+//!   that is gone, or to this one before it restarted. A chain restored from the state store is
+//!   not: its earlier evidence came back with it. This rule is on only where asked
+//!   (`processors.mcp_health.partial_before_start`): a replay, and tests that post recorded
+//!   fixtures with their original timestamps, have every span "before the start".
+//!
+//! A partial verdict is never `healthy`: it is capped at `unverified`, its confidence is `low`, and
+//! it says why in `partial` (and in `reason` when no failure class already fills it). A verdict
+//! that found a failure keeps it: a failure seen is evidence, only the green is in doubt.
+
+use serde::Serialize;
+
+use crate::verdict::{Confidence, DecidedBy, HealthState, Verdict};
+
+/// Why a verdict's evidence may be incomplete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Partial {
+    /// The chain's earliest call predates this engine's start (less the grace).
+    PredatesStart,
+    /// Decided at shutdown (or a drain), with spans possibly still on their way.
+    DecidedAtShutdown,
+    /// Pushed out of the chain table by its bounds before it completed.
+    Evicted,
+}
+
+impl Partial {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Partial::PredatesStart => "predates_start",
+            Partial::DecidedAtShutdown => "decided_at_shutdown",
+            Partial::Evicted => "evicted",
+        }
+    }
+
+    /// The verdict's `reason` when the cap is what decided it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Partial::PredatesStart => "partial_predates_start",
+            Partial::DecidedAtShutdown => "partial_decided_at_shutdown",
+            Partial::Evicted => "partial_evicted",
+        }
+    }
+}
+
+/// Since when this engine sees every span of a chain: its start, and the grace before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Since {
+    /// Engine time (ns) of the first ingest.
+    pub start_ns: u64,
+    /// `decision_wait`: spans that started this much before the start are still whole.
+    pub grace_ns: u64,
+}
+
+/// Whether a decided chain is partial, and why (the early decision first: it is certain).
+/// `since` is `None` where the start rule is off; `restored` chains came back from the store with
+/// their earlier evidence; `earliest_start_ns` is the earliest call's start (0: unknown).
+pub fn partial_reason(decided_by: DecidedBy, earliest_start_ns: Option<u64>, since: Option<Since>, restored: bool) -> Option<Partial> {
+    match decided_by {
+        DecidedBy::Shutdown => return Some(Partial::DecidedAtShutdown),
+        DecidedBy::Evicted => return Some(Partial::Evicted),
+        // An interim report is not a verdict of the chain; a replay has every span there is.
+        DecidedBy::InFlight | DecidedBy::Replay => return None,
+        DecidedBy::Quiet | DecidedBy::MaxWait | DecidedBy::Clock => {}
+    }
+    let (Some(since), Some(earliest)) = (since, earliest_start_ns.filter(|t| *t > 0)) else { return None };
+    (!restored && earliest < since.start_ns.saturating_sub(since.grace_ns)).then_some(Partial::PredatesStart)
+}
+
+/// Mark a verdict partial: capped at `unverified`, low confidence, the reason said.
+pub fn mark(v: &mut Verdict, why: Partial) {
+    v.partial = Some(why);
+    v.confidence = Confidence::Low;
+    if v.state == HealthState::Healthy {
+        v.state = HealthState::Unverified;
+        v.verified_success = false;
+        v.reason = Some(why.reason().to_string());
+        v.next_action =
+            format!("the call's evidence may be incomplete ({}); verify the destination before declaring completion", why.as_str());
+    } else if v.reason.is_none() {
+        v.reason = Some(why.reason().to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (name, decided by, earliest call start, since, restored, partial?)
+    type Case = (&'static str, DecidedBy, Option<u64>, Option<Since>, bool, Option<Partial>);
+
+    #[test]
+    fn which_chains_are_partial() {
+        let since = Some(Since { start_ns: 1_000, grace_ns: 100 });
+        #[rustfmt::skip]
+        let cases: [Case; 13] = [
+            ("quiet, after the start", DecidedBy::Quiet, Some(1_500), since, false, None),
+            ("quiet, within the grace", DecidedBy::Quiet, Some(901), since, false, None),
+            ("quiet, at the grace's edge", DecidedBy::Quiet, Some(900), since, false, None),
+            ("quiet, before the grace", DecidedBy::Quiet, Some(899), since, false, Some(Partial::PredatesStart)),
+            ("max_wait, before the grace", DecidedBy::MaxWait, Some(1), since, false, Some(Partial::PredatesStart)),
+            ("clock, before the grace", DecidedBy::Clock, Some(1), since, false, Some(Partial::PredatesStart)),
+            ("restored from the store", DecidedBy::Quiet, Some(1), since, true, None),
+            ("rule off", DecidedBy::Quiet, Some(1), None, false, None),
+            ("start unknown", DecidedBy::Quiet, None, since, false, None),
+            ("shutdown, even after the start", DecidedBy::Shutdown, Some(1_500), None, false, Some(Partial::DecidedAtShutdown)),
+            ("evicted, even restored", DecidedBy::Evicted, Some(1_500), since, true, Some(Partial::Evicted)),
+            ("replay has every span", DecidedBy::Replay, Some(1), since, false, None),
+            ("an interim report is not judged here", DecidedBy::InFlight, Some(1), since, false, None),
+        ];
+        for (name, by, earliest, since, restored, want) in cases {
+            assert_eq!(partial_reason(by, earliest, since, restored), want, "{name}");
+        }
+    }
+}

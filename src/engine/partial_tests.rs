@@ -1,0 +1,129 @@
+//! Partial marking in the engine, on a manual clock: chains that may be split (started before the
+//! engine's first ingest, less `decision_wait`; decided at shutdown) are capped at `unverified`.
+use super::*;
+use crate::classify::partial::Partial;
+use crate::correlate::{ChainLimits, SessionLimits};
+use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, TransportOutcome, VerifierMethod};
+use crate::normalize::NormalizedBatch;
+use crate::verdict::{Confidence, DecidedBy};
+use std::time::Duration;
+
+/// Engine time of the first ingest (1000 s), in the span-time frame of the calls below.
+const T0: u64 = 1_000_000_000_000;
+const MS: u64 = 1_000_000;
+
+fn engine(rule: bool) -> Engine {
+    let mut cfg =
+        EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+    cfg.partial_before_start = rule;
+    Engine::new(cfg)
+}
+
+fn at(ns: u64) -> Moment {
+    Moment::from_nanos(ns)
+}
+
+/// A verified call (client span + confirmed receipt): `healthy` when its evidence is whole.
+fn verified(trace: u8, start_ns: u64) -> Vec<SpanEvidence> {
+    let mut c = SpanEvidence::new([trace; 16], [1; 8]);
+    c.method = Some(Method::ToolsCall);
+    c.side = Side::Client;
+    c.tool = Some(Arc::from("create_ticket"));
+    c.server = Some(Arc::from("tickets:443"));
+    c.request_id = Some("1".into());
+    c.start_ns = start_ns;
+    c.end_ns = start_ns + MS;
+    let mut v = SpanEvidence::new([trace; 16], [2; 8]);
+    v.parent_span_id = Some([1; 8]);
+    v.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: start_ns + 2 * MS,
+        request_id: None,
+    });
+    vec![c, v]
+}
+
+fn refused(trace: u8, start_ns: u64) -> Vec<SpanEvidence> {
+    let mut s = verified(trace, start_ns).remove(0);
+    s.transport = Some(TransportOutcome::ConnectionRefused);
+    vec![s]
+}
+
+fn run(e: &mut Engine, batches: Vec<Vec<SpanEvidence>>) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for (n, b) in batches.into_iter().enumerate() {
+        e.ingest(NormalizedBatch { evidence: b, ..Default::default() }, at(T0 + n as u64 * MS), &mut out);
+    }
+    e.tick(at(T0 + 500 * MS), &mut out);
+    out.into_iter()
+        .filter_map(|d| match d {
+            Decided::Call(v) => Some(v),
+            _ => None,
+        })
+        .collect()
+}
+
+fn of(vs: &[Verdict], trace: u8) -> &Verdict {
+    vs.iter().find(|v| v.trace_id == [trace; 16]).unwrap_or_else(|| panic!("no verdict for trace {trace}: {vs:?}"))
+}
+
+#[test]
+fn a_chain_that_started_before_the_engine_is_capped_at_unverified_with_the_reason() {
+    let mut e = engine(true);
+    let vs = run(
+        &mut e,
+        vec![
+            verified(1, T0 - 1_000 * MS), // a second before the first ingest: may be split
+            verified(2, T0 - 5 * MS),     // within decision_wait of it: whole
+            verified(3, T0 + 100 * MS),   // after it
+            refused(4, T0 - 1_000 * MS),  // a failure before the start keeps its state
+        ],
+    );
+    let v = of(&vs, 1);
+    assert_eq!(
+        (v.state, v.confidence, v.partial, v.verified_success),
+        (HealthState::Unverified, Confidence::Low, Some(Partial::PredatesStart), false)
+    );
+    assert_eq!(v.reason.as_deref(), Some("partial_predates_start"));
+    for t in [2, 3] {
+        assert_eq!((of(&vs, t).state, of(&vs, t).partial), (HealthState::Healthy, None), "trace {t}");
+    }
+    let v = of(&vs, 4);
+    assert_eq!(
+        (v.state, v.partial, v.confidence, v.reason.as_deref()),
+        (HealthState::TransportFailed, Some(Partial::PredatesStart), Confidence::Low, Some("connection_refused"))
+    );
+    // The JSON is additive: `partial` appears only where it applies.
+    let j = serde_json::to_value(of(&vs, 1)).unwrap();
+    assert_eq!(j["partial"], "predates_start");
+    assert!(serde_json::to_value(of(&vs, 3)).unwrap().get("partial").is_none());
+}
+
+#[test]
+fn without_the_rule_an_old_chain_is_judged_as_before() {
+    let mut e = engine(false);
+    let vs = run(&mut e, vec![verified(1, T0 - 1_000 * MS)]);
+    assert_eq!((of(&vs, 1).state, of(&vs, 1).partial), (HealthState::Healthy, None));
+}
+
+#[test]
+fn a_chain_decided_at_shutdown_is_partial_whatever_the_rule() {
+    for rule in [false, true] {
+        let mut e = engine(rule);
+        let mut out = Vec::new();
+        // The receipt is in, the root is not: the chain is still in flight when the drain comes.
+        let mut spans = verified(1, T0 + MS);
+        spans[0].parent_span_id = Some([9; 8]);
+        e.ingest(NormalizedBatch { evidence: spans, ..Default::default() }, at(T0 + MS), &mut out);
+        e.drain(DecidedBy::Shutdown, at(T0 + 2 * MS), &mut out);
+        let vs: Vec<Verdict> = out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect();
+        let v = of(&vs, 1);
+        assert_eq!(
+            (v.state, v.partial, v.confidence),
+            (HealthState::Unverified, Some(Partial::DecidedAtShutdown), Confidence::Low),
+            "rule {rule}"
+        );
+        assert_eq!(v.reason.as_deref(), Some("partial_decided_at_shutdown"));
+    }
+}
