@@ -98,6 +98,18 @@ pub enum HealthState {
 }
 
 impl HealthState {
+    /// How green a state is, the one order "never greener" is judged by (SPEC's rule: missing
+    /// evidence is never turned into a green result): `healthy` (2) above `unverified` and
+    /// `working` (1) — nothing failed, nothing proved — above every failure (0). A verdict from
+    /// less evidence may move down this order, never up.
+    pub fn greenness(self) -> u8 {
+        match self {
+            HealthState::Healthy => 2,
+            HealthState::Unverified | HealthState::Working => 1,
+            _ => 0,
+        }
+    }
+
     pub const ALL: [HealthState; 12] = [
         HealthState::NeedsAuth,
         HealthState::TransportFailed,
