@@ -25,8 +25,9 @@
 //! several instances: every change is a put or a delete of one key, so `apply` is one Lua script
 //! over `mcp-health:<table>:<key>` hashes. Each record carries the number of the transaction that
 //! wrote it; `apply` writes only if every key is still at the version this instance last read or
-//! wrote (a key never seen must be absent, a deleted one leaves a tombstone for a while), and
-//! otherwise writes nothing and reports [`StoreError::Conflict`]. The engine logs and counts it
+//! wrote (a key never seen must be absent, a deleted one leaves a tombstone for a while); a record
+//! another instance changed is refused, the rest written, and the refusal reported as
+//! [`StoreError::Conflict`]. The engine logs and counts it
 //! like any other store error and keeps its own in-memory record, which is never greener than
 //! what either instance saw. `load` is a `SCAN` per table. No method takes `&self` across
 //! threads: the engine is the only caller.
@@ -283,7 +284,9 @@ impl Snapshot {
 pub trait StateStore: Send {
     /// Every record stored.
     fn load(&mut self) -> Result<Snapshot, StoreError>;
-    /// Apply the changes as one transaction: all of them or none.
+    /// Apply the changes as one transaction: all of them or none. A shared store checks each
+    /// record's version and refuses only the records another writer changed
+    /// ([`StoreError::Conflict`]), writing the rest in the same transaction (see [`redis`](self::redis)).
     fn apply(&mut self, changes: &Changes) -> Result<(), StoreError>;
     /// One record, by table and key (a decided chain the engine forgot under its bounds, wanted
     /// back by a late span).

@@ -10,15 +10,21 @@
 //! # Compare-and-set
 //! The store remembers, per key, the version this instance last read (`load`, `get`) or wrote
 //! (`apply`); a key it never saw is expected to be absent. [`StateStore::apply`] is one Lua
-//! script: it first checks every key's version against what this instance expects and, if any
-//! differs, writes nothing and answers which key; only then does it take a transaction number and
-//! write every put and delete. Redis runs a script alone, so two instances writing the same record
-//! cannot both pass the check: the loser gets [`StoreError::Conflict`], with the whole
-//! transaction refused (all of it or none, as the trait promises). The loser keeps its stale
-//! expectation, so it goes on being refused for that key rather than overwriting the winner with
-//! what it alone saw; the engine counts each refusal as a store error and keeps its own record
-//! in memory. A record that disappeared from Redis (deleted by another instance, or lost in a
-//! Redis restart without persistence) is a conflict too, never silently re-created.
+//! script: it checks every key's version against what this instance expects, then takes one
+//! transaction number and writes every put and delete whose key passed. Redis runs a script
+//! alone, so two instances writing the same record cannot both pass: the loser's change of that
+//! record is refused and `apply` answers [`StoreError::Conflict`] naming it (and counts every
+//! refused record in [`StoreStats::conflicts`]). The check is per record, not per transaction:
+//! the records are independent (each is whole under its key) and some are written by every
+//! instance (a server's recent healthy calls, an incident of a shared cause), so refusing the
+//! whole write on one shared record would stop an instance persisting anything else. The loser
+//! keeps its stale expectation, so it goes on being refused for that record rather than
+//! overwriting the winner with what it alone saw (until it reads the record again); the engine
+//! counts each refusal as a store error and keeps its own record in memory. A record that
+//! disappeared from Redis (deleted by another instance, or lost in a Redis restart without
+//! persistence) is a conflict too, never silently re-created; a delete leaves a tombstone (the
+//! version, no bytes) for `tombstone_ttl`, so an instance that never saw the record cannot write
+//! it back in that time.
 //!
 //! # Sync, not async
 //! The client is the `redis` crate (redis-rs, the maintained Rust client; 1.x) with its
@@ -54,34 +60,44 @@ const SCAN_COUNT: usize = 500;
 /// ARGV[1] is how long a tombstone lives (ms); then per change i, ARGV[3i-1] its operation (`p`
 /// put, `d` delete), ARGV[3i] the version expected (`` = never seen: absent; `<n>` = a record at
 /// version n; `t<n>` = deleted at version n: that tombstone, or absent once it expired), ARGV[3i+1]
-/// the bytes (empty for a delete). Answers `{1, version}` when written, `{0, i}` when change i's
-/// key was not as expected (then nothing is written).
+/// the bytes (empty for a delete). Answers `{version, {i, …}}`: the transaction number the
+/// records that passed were written under (0 when none passed), and the changes whose key was not
+/// as expected, which are not written.
 const APPLY: &str = r#"
 local n = #KEYS - 1
+local bad = {}
+local pass = {}
 for i = 1, n do
   local have = redis.call('HGET', KEYS[i + 1], 'ver')
   local want = ARGV[3 * i]
+  local ok
   if want == '' then
-    if have then return {0, i} end
+    ok = not have
   elseif string.sub(want, 1, 1) == 't' then
-    if have and have ~= string.sub(want, 2) then return {0, i} end
-  elseif have ~= want then
-    return {0, i}
-  end
-end
-local ver = redis.call('INCR', KEYS[1])
-for i = 1, n do
-  local k = KEYS[i + 1]
-  if ARGV[3 * i - 1] == 'd' then
-    redis.call('DEL', k)
-    redis.call('HSET', k, 'ver', ver)
-    redis.call('PEXPIRE', k, ARGV[1])
+    ok = (not have) or have == string.sub(want, 2)
   else
-    redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', ver)
-    redis.call('PERSIST', k)
+    ok = have == want
+  end
+  if ok then pass[i] = true else bad[#bad + 1] = i end
+end
+local ver = 0
+if #bad < n then
+  ver = redis.call('INCR', KEYS[1])
+  for i = 1, n do
+    if pass[i] then
+      local k = KEYS[i + 1]
+      if ARGV[3 * i - 1] == 'd' then
+        redis.call('DEL', k)
+        redis.call('HSET', k, 'ver', ver)
+        redis.call('PEXPIRE', k, ARGV[1])
+      else
+        redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', ver)
+        redis.call('PERSIST', k)
+      end
+    end
   end
 end
-return {1, ver}
+return {ver, bad}
 "#;
 
 /// One key of a table as `SCAN` found it: key, bytes (none for a tombstone), version.
@@ -368,22 +384,22 @@ impl StateStore for RedisStore {
             }
         }
         self.stats.bytes_sent += sent as u64;
-        let (ok, n): (i64, u64) = self.with_conn(|c| inv.invoke(c))?;
-        if ok == 0 {
-            self.stats.conflicts += 1;
-            let c = usize::try_from(n).ok().and_then(|i| i.checked_sub(1)).and_then(|i| changes.changes.get(i));
-            return Err(StoreError::Conflict {
-                table: c.map_or("?", |c| c.table.as_str()),
-                key: c.map_or_else(String::new, |c| c.key.clone()),
-            });
-        }
-        for c in &changes.changes {
+        let (n, refused): (u64, Vec<usize>) = self.with_conn(|c| inv.invoke(c))?;
+        let refused: std::collections::BTreeSet<usize> = refused.into_iter().filter_map(|i| i.checked_sub(1)).collect();
+        for (i, c) in changes.changes.iter().enumerate() {
+            if refused.contains(&i) {
+                continue;
+            }
             match c.value {
                 Some(_) => {
                     self.versions.insert((c.table, c.key.clone()), Seen::Record(n));
                 }
                 None => self.saw_deleted(c.table, c.key.clone(), n),
             }
+        }
+        if let Some(first) = refused.first().and_then(|i| changes.changes.get(*i)) {
+            self.stats.conflicts += refused.len() as u64;
+            return Err(StoreError::Conflict { table: first.table.as_str(), key: first.key.clone() });
         }
         Ok(())
     }

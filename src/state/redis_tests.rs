@@ -99,7 +99,8 @@ fn redis_two_stores_writing_one_record_the_loser_gets_a_conflict_and_writes_noth
     b.load().unwrap();
     // Both saw no such incident; a creates it first.
     a.apply(&one_incident(1)).unwrap();
-    // b's transaction names the same incident and another record: refused whole.
+    // b's transaction names the same incident and another record: the incident is refused, the
+    // other record (which nobody else wrote) goes through.
     let mut bc = one_incident(7);
     bc.put("op-b".into(), Record::Operation([7; 16]));
     match b.apply(&bc) {
@@ -108,7 +109,11 @@ fn redis_two_stores_writing_one_record_the_loser_gets_a_conflict_and_writes_noth
     }
     let snap = open(&r).load().unwrap();
     assert_eq!(snap.incidents.iter().map(|i| i.calls).collect::<Vec<_>>(), vec![1], "the winner's record stays");
-    assert!(snap.operations.is_empty(), "nothing of the refused transaction was written");
+    assert_eq!(snap.operations, vec![("op-b".to_string(), [7; 16])], "b's record nobody else wrote is written");
+    // b goes on writing records of its own on top of what it wrote.
+    let mut again = Changes::default();
+    again.put("op-b".into(), Record::Operation([8; 16]));
+    b.apply(&again).unwrap();
     // The loser stays refused for that record (it never overwrites what it did not see) ...
     assert!(matches!(b.apply(&one_incident(8)), Err(StoreError::Conflict { .. })));
     assert_eq!(b.stats().unwrap().conflicts, 2);
@@ -261,4 +266,52 @@ fn redis_restart_without_persistence_makes_lost_records_conflicts_not_silent_rec
     c.put("op-new".into(), Record::Operation([1; 16]));
     st.apply(&c).unwrap();
     assert_eq!(open(&r).load().unwrap().operations.len(), 1);
+}
+
+/// Two engines on one Redis, each seeing a refusal of the same server: one incident (the same
+/// cause, the same id), written by whichever engine persisted first; the other's write of it is a
+/// conflict, counted, while its decided chain is written all the same.
+#[test]
+fn redis_two_engines_one_shared_incident_conflicts_and_the_rest_is_written() {
+    if !available("redis_two_engines_one_shared_incident_conflicts_and_the_rest_is_written") {
+        return;
+    }
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Engine, EngineConfig};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, Side, SpanEvidence, TransportOutcome};
+    let r = RedisServer::start();
+    let engine = || {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        Engine::new(cfg)
+    };
+    let (mut a, mut b) = (engine(), engine());
+    let refused = |n: u8| {
+        let mut s = SpanEvidence::new([n; 16], [1; 8]);
+        s.method = Some(Method::ToolsCall);
+        s.side = Side::Client;
+        s.tool = Some(Arc::from("t"));
+        s.server = Some(Arc::from("srv:1"));
+        s.request_id = Some("1".into());
+        s.transport = Some(TransportOutcome::ConnectionRefused);
+        s.start_ns = 1_000 + u64::from(n);
+        s.end_ns = 2_000;
+        s
+    };
+    let mut out = Vec::new();
+    let t = Moment::from_nanos(1_000_000_000);
+    for (e, n) in [(&mut a, 1u8), (&mut b, 2u8)] {
+        e.ingest(crate::normalize::NormalizedBatch { evidence: vec![refused(n)], ..Default::default() }, t, &mut out);
+        e.tick(t + Duration::from_millis(50), &mut out);
+        e.flush_store(t + Duration::from_millis(60));
+    }
+    assert_eq!((a.store_errors(), b.store_errors()), (0, 1), "the second writer of the shared incident is refused, once");
+    let snap = open(&r).load().unwrap();
+    assert_eq!(snap.incidents.len(), 1);
+    assert_eq!(snap.incidents[0].calls, 1, "the first writer's view of the incident stays");
+    let mut traces: Vec<_> = snap.decided.iter().map(|d| d.trace_id[0]).collect();
+    traces.sort();
+    assert_eq!(traces, vec![1, 2], "both engines' decided chains are written");
 }
