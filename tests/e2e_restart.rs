@@ -236,3 +236,41 @@ async fn state_outlives_a_sigkill() {
 async fn state_outlives_a_sigterm() {
     restart_keeps_state(Stop::Term).await;
 }
+
+/// Redis goes away under a running service: it goes on deciding, counts the store errors, says
+/// `degraded` on the health check (still 200: it keeps its place behind the load balancer), and
+/// marks the calls it decides meanwhile partial (`store_unavailable`), never healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_under_a_running_service_is_counted_degraded_and_partial() {
+    if !redis_server::available("redis_down_under_a_running_service_is_counted_degraded_and_partial") {
+        return;
+    }
+    let mut r = redis_server::RedisServer::start_with(false, Some(PLANTED));
+    let svc = Service::start(redis_cfg(&r)).await;
+    r.kill();
+    // Calls keep coming: each step's write fails.
+    let mut traces = Vec::new();
+    for i in 0..5 {
+        let (trace, span) = (new_trace_id(), new_span_id());
+        traces.push(hex::encode(trace));
+        let call = call_span(trace, span, None, "write_note", &format!("9{i}"), vec![]);
+        assert_eq!(svc.post_proto(&request("agent", vec![call])).await.status, 200);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let errs = eventually_async(WAIT, "store errors counted", || async {
+        prom_sum(&svc.metrics_text().await, "mcp_health_state_store_errors_total").filter(|e| *e >= 1.0)
+    })
+    .await;
+    let health = http_get(svc.health_addr(), "/").await.expect("health check");
+    assert_eq!(health.status, 200, "degraded is still up");
+    assert!(
+        String::from_utf8_lossy(&health.body).contains("degraded: state store unavailable"),
+        "{}",
+        String::from_utf8_lossy(&health.body)
+    );
+    let last = eventually(WAIT, "the last call's verdict", || verdict_of(&svc, traces.last().unwrap()).pop()).await;
+    assert_eq!((last["partial"].as_str(), last["confidence"].as_str()), (Some("store_unavailable"), Some("low")), "{last}");
+    assert_ne!(last["state"], "healthy");
+    assert_no_password(&svc).await;
+    println!("store errors counted with Redis down: {errs}");
+}

@@ -5,6 +5,8 @@
 //! A chain is partial when
 //! - it was decided early: at shutdown (`decided_by: shutdown`) or pushed out by the chain table's
 //!   bounds (`evicted`): spans still on their way were never seen; or
+//! - it was decided while the state store was unavailable (its last load, read or write
+//!   failed): evidence and state that other instances keep there could not be seen; or
 //! - its earliest call started before this engine began taking evidence (the engine time of its
 //!   first ingest) less a grace of `decision_wait`: its first spans may have gone to an instance
 //!   that is gone, or to this one before it restarted. A chain restored from the state store is
@@ -30,6 +32,8 @@ pub enum Partial {
     DecidedAtShutdown,
     /// Pushed out of the chain table by its bounds before it completed.
     Evicted,
+    /// Decided while the state store was unavailable.
+    StoreUnavailable,
 }
 
 impl Partial {
@@ -38,6 +42,7 @@ impl Partial {
             Partial::PredatesStart => "predates_start",
             Partial::DecidedAtShutdown => "decided_at_shutdown",
             Partial::Evicted => "evicted",
+            Partial::StoreUnavailable => "store_unavailable",
         }
     }
 
@@ -47,6 +52,7 @@ impl Partial {
             Partial::PredatesStart => "partial_predates_start",
             Partial::DecidedAtShutdown => "partial_decided_at_shutdown",
             Partial::Evicted => "partial_evicted",
+            Partial::StoreUnavailable => "partial_store_unavailable",
         }
     }
 }
@@ -60,16 +66,27 @@ pub struct Since {
     pub grace_ns: u64,
 }
 
-/// Whether a decided chain is partial, and why (the early decision first: it is certain).
-/// `since` is `None` where the start rule is off; `restored` chains came back from the store with
-/// their earlier evidence; `earliest_start_ns` is the earliest call's start (0: unknown).
-pub fn partial_reason(decided_by: DecidedBy, earliest_start_ns: Option<u64>, since: Option<Since>, restored: bool) -> Option<Partial> {
+/// Whether a decided chain is partial, and why (the early decision first: it is certain; then
+/// the store; then the start). `since` is `None` where the start rule is off; `restored` chains
+/// came back from the store with their earlier evidence; `earliest_start_ns` is the earliest
+/// call's start (0: unknown); `store_down`: the engine's state store is configured and its last
+/// operation failed.
+pub fn partial_reason(
+    decided_by: DecidedBy,
+    earliest_start_ns: Option<u64>,
+    since: Option<Since>,
+    restored: bool,
+    store_down: bool,
+) -> Option<Partial> {
     match decided_by {
         DecidedBy::Shutdown => return Some(Partial::DecidedAtShutdown),
         DecidedBy::Evicted => return Some(Partial::Evicted),
         // An interim report is not a verdict of the chain; a replay has every span there is.
         DecidedBy::InFlight | DecidedBy::Replay => return None,
         DecidedBy::Quiet | DecidedBy::MaxWait | DecidedBy::Clock => {}
+    }
+    if store_down {
+        return Some(Partial::StoreUnavailable);
     }
     let (Some(since), Some(earliest)) = (since, earliest_start_ns.filter(|t| *t > 0)) else { return None };
     (!restored && earliest < since.start_ns.saturating_sub(since.grace_ns)).then_some(Partial::PredatesStart)
@@ -94,30 +111,33 @@ pub fn mark(v: &mut Verdict, why: Partial) {
 mod tests {
     use super::*;
 
-    /// (name, decided by, earliest call start, since, restored, partial?)
-    type Case = (&'static str, DecidedBy, Option<u64>, Option<Since>, bool, Option<Partial>);
+    /// (name, decided by, earliest call start, since, restored, store down, partial?)
+    type Case = (&'static str, DecidedBy, Option<u64>, Option<Since>, bool, bool, Option<Partial>);
 
     #[test]
     fn which_chains_are_partial() {
         let since = Some(Since { start_ns: 1_000, grace_ns: 100 });
         #[rustfmt::skip]
-        let cases: [Case; 13] = [
-            ("quiet, after the start", DecidedBy::Quiet, Some(1_500), since, false, None),
-            ("quiet, within the grace", DecidedBy::Quiet, Some(901), since, false, None),
-            ("quiet, at the grace's edge", DecidedBy::Quiet, Some(900), since, false, None),
-            ("quiet, before the grace", DecidedBy::Quiet, Some(899), since, false, Some(Partial::PredatesStart)),
-            ("max_wait, before the grace", DecidedBy::MaxWait, Some(1), since, false, Some(Partial::PredatesStart)),
-            ("clock, before the grace", DecidedBy::Clock, Some(1), since, false, Some(Partial::PredatesStart)),
-            ("restored from the store", DecidedBy::Quiet, Some(1), since, true, None),
-            ("rule off", DecidedBy::Quiet, Some(1), None, false, None),
-            ("start unknown", DecidedBy::Quiet, None, since, false, None),
-            ("shutdown, even after the start", DecidedBy::Shutdown, Some(1_500), None, false, Some(Partial::DecidedAtShutdown)),
-            ("evicted, even restored", DecidedBy::Evicted, Some(1_500), since, true, Some(Partial::Evicted)),
-            ("replay has every span", DecidedBy::Replay, Some(1), since, false, None),
-            ("an interim report is not judged here", DecidedBy::InFlight, Some(1), since, false, None),
+        let cases: [Case; 16] = [
+            ("quiet, after the start", DecidedBy::Quiet, Some(1_500), since, false, false, None),
+            ("quiet, within the grace", DecidedBy::Quiet, Some(901), since, false, false, None),
+            ("quiet, at the grace's edge", DecidedBy::Quiet, Some(900), since, false, false, None),
+            ("quiet, before the grace", DecidedBy::Quiet, Some(899), since, false, false, Some(Partial::PredatesStart)),
+            ("max_wait, before the grace", DecidedBy::MaxWait, Some(1), since, false, false, Some(Partial::PredatesStart)),
+            ("clock, before the grace", DecidedBy::Clock, Some(1), since, false, false, Some(Partial::PredatesStart)),
+            ("restored from the store", DecidedBy::Quiet, Some(1), since, true, false, None),
+            ("rule off", DecidedBy::Quiet, Some(1), None, false, false, None),
+            ("start unknown", DecidedBy::Quiet, None, since, false, false, None),
+            ("shutdown, even after the start", DecidedBy::Shutdown, Some(1_500), None, false, false, Some(Partial::DecidedAtShutdown)),
+            ("evicted, even restored", DecidedBy::Evicted, Some(1_500), since, true, false, Some(Partial::Evicted)),
+            ("replay has every span", DecidedBy::Replay, Some(1), since, false, false, None),
+            ("an interim report is not judged here", DecidedBy::InFlight, Some(1), since, false, false, None),
+            ("store down", DecidedBy::Quiet, Some(1_500), since, false, true, Some(Partial::StoreUnavailable)),
+            ("store down beats the start", DecidedBy::Quiet, Some(1), since, false, true, Some(Partial::StoreUnavailable)),
+            ("shutdown beats the store", DecidedBy::Shutdown, Some(1_500), since, false, true, Some(Partial::DecidedAtShutdown)),
         ];
-        for (name, by, earliest, since, restored, want) in cases {
-            assert_eq!(partial_reason(by, earliest, since, restored), want, "{name}");
+        for (name, by, earliest, since, restored, store_down, want) in cases {
+            assert_eq!(partial_reason(by, earliest, since, restored, store_down), want, "{name}");
         }
     }
 }

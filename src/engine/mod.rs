@@ -122,6 +122,9 @@ pub struct Engine {
     /// Decided chains restored from the store: their earlier evidence came back with them, so
     /// the start rule does not apply to them. As many as the snapshot held.
     restored: rustc_hash::FxHashSet<crate::evidence::TraceId>,
+    /// The store's last load, read or write failed (a conflict is not a failure: the store
+    /// answered). Verdicts decided meanwhile are partial (`store_unavailable`).
+    store_down: bool,
 }
 
 impl Engine {
@@ -150,6 +153,7 @@ impl Engine {
             started_ns: None,
             partial_grace_ns,
             restored: Default::default(),
+            store_down: false,
         };
         if let Some(store) = store {
             e.attach(store);
@@ -167,6 +171,7 @@ impl Engine {
             Err(e) => {
                 // Carry on in memory: nothing is judged from a state that could not be read.
                 self.store_errors += 1;
+                self.store_down = true;
                 tracing::error!(error = %e, "could not load the state store; starting with empty state");
             }
         }
@@ -221,9 +226,13 @@ impl Engine {
         if changes.is_empty() {
             return;
         }
-        if let Err(e) = store.apply(&changes) {
-            self.store_errors += 1;
-            tracing::warn!(error = %e, changes = changes.len(), "could not write the state store; going on in memory");
+        match store.apply(&changes) {
+            Ok(()) => self.store_down = false,
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = !matches!(e, crate::state::StoreError::Conflict { .. });
+                tracing::warn!(error = %e, changes = changes.len(), "could not write the state store; going on in memory");
+            }
         }
     }
 
@@ -235,11 +244,18 @@ impl Engine {
         for ev in spans {
             let Some(id) = self.chains.spilled_target(ev) else { continue };
             match store.get(crate::state::Table::Decided, &crate::state::trace_key(&id)) {
-                Ok(Some(crate::state::Record::Decided(r))) => self.chains.unspill(id, Some(*r)),
-                Ok(_) => self.chains.unspill(id, None),
+                Ok(Some(crate::state::Record::Decided(r))) => {
+                    self.store_down = false;
+                    self.chains.unspill(id, Some(*r))
+                }
+                Ok(_) => {
+                    self.store_down = false;
+                    self.chains.unspill(id, None)
+                }
                 Err(e) => {
                     // The evidence is then late for a forgotten chain, as without a store.
                     self.store_errors += 1;
+                    self.store_down = true;
                     self.chains.unspill(id, None);
                     tracing::warn!(error = %e, "could not read a decided chain back from the state store");
                 }
@@ -250,6 +266,12 @@ impl Engine {
     /// Loads and writes of the state store that failed.
     pub fn store_errors(&self) -> u64 {
         self.store_errors
+    }
+
+    /// A store is configured and its last load, read or write failed: verdicts are capped
+    /// (`store_unavailable`) and the health check says degraded until an operation succeeds.
+    pub fn store_down(&self) -> bool {
+        self.store.is_some() && self.store_down
     }
 
     /// The gate's view of the catalogs (shared with the gate service, published by the engine).
@@ -383,7 +405,8 @@ impl Engine {
             }
             let since = self.partial_grace_ns.zip(self.started_ns).map(|(grace_ns, start_ns)| Since { start_ns, grace_ns });
             let earliest = d.calls.iter().map(|c| c.start_ns).filter(|t| *t > 0).min();
-            let partial = partial_reason(d.decision.decided_by, earliest, since, self.restored.contains(&d.trace_id));
+            let store_down = self.store.is_some() && self.store_down;
+            let partial = partial_reason(d.decision.decided_by, earliest, since, self.restored.contains(&d.trace_id), store_down);
             for mut v in verdicts_of(&d, &self.sessions, self.pins.as_deref(), &self.progress, now.as_nanos()) {
                 if let Some(why) = partial {
                     crate::classify::partial::mark(&mut v, why);

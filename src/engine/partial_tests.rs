@@ -127,3 +127,59 @@ fn a_chain_decided_at_shutdown_is_partial_whatever_the_rule() {
         assert_eq!(v.reason.as_deref(), Some("partial_decided_at_shutdown"));
     }
 }
+
+/// A store that answers errors while `down` is set.
+struct Flaky(Arc<std::sync::atomic::AtomicBool>);
+
+impl crate::state::StateStore for Flaky {
+    fn load(&mut self) -> Result<crate::state::Snapshot, crate::state::StoreError> {
+        Ok(crate::state::Snapshot::default())
+    }
+    fn apply(&mut self, _: &crate::state::Changes) -> Result<(), crate::state::StoreError> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(crate::state::StoreError::Backend("down".into()));
+        }
+        Ok(())
+    }
+    fn get(&mut self, _: crate::state::Table, _: &str) -> Result<Option<crate::state::Record>, crate::state::StoreError> {
+        Ok(None)
+    }
+}
+
+#[test]
+fn while_the_store_is_down_verdicts_are_capped_and_it_says_so() {
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut cfg =
+        EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+    cfg.store = Some(crate::state::StoreHandle::new(Flaky(down.clone())));
+    let mut e = Engine::new(cfg);
+    let mut out = Vec::new();
+    let step = |e: &mut Engine, out: &mut Vec<Decided>, trace: u8, at_ms: u64| {
+        let t = T0 + at_ms * MS;
+        e.ingest(NormalizedBatch { evidence: verified(trace, t), ..Default::default() }, at(t), out);
+        e.tick(at(t + 200 * MS), out);
+        e.flush_store(at(t + 300 * MS));
+    };
+    step(&mut e, &mut out, 1, 0);
+    assert!(!e.store_down());
+    down.store(true, std::sync::atomic::Ordering::SeqCst);
+    step(&mut e, &mut out, 2, 1_000); // decided, then the write fails: the store is down
+    step(&mut e, &mut out, 3, 2_000); // decided while it is down
+    assert!(e.store_down() && e.store_errors() >= 1);
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    step(&mut e, &mut out, 4, 3_000); // decided while still marked down; the write succeeds
+    assert!(!e.store_down());
+    step(&mut e, &mut out, 5, 4_000);
+    let vs: Vec<Verdict> = out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect();
+    let got: Vec<(u8, HealthState, Option<Partial>)> = vs.iter().map(|v| (v.trace_id[0], v.state, v.partial)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, HealthState::Healthy, None),
+            (2, HealthState::Healthy, None),
+            (3, HealthState::Unverified, Some(Partial::StoreUnavailable)),
+            (4, HealthState::Unverified, Some(Partial::StoreUnavailable)),
+            (5, HealthState::Healthy, None),
+        ]
+    );
+}
