@@ -14,8 +14,10 @@
 //! - receipts in a trace of their own joined by operation key (the instance holding the call says
 //!   `unverified` while one process says `false_success`: greener) — the operation-key index must
 //!   be shared;
-//! - a ring change in mid-stream (a late receipt routed to the new instance): the same, until
-//!   decided-call summaries are kept in the store for the late-span window;
+//! - a ring change in mid-stream (a late receipt routed to the new instance): the same without a
+//!   shared store; with one, the new instance takes the decided chain from the store and revises
+//!   it (`with_a_shared_store_a_ring_change_is_revised_where_the_receipt_lands`) — provided the
+//!   call's instance wrote it before the receipt came (it writes at most every 100 ms);
 //! - `needs_auth` from a 401/403 HTTP span in a trace of its own (the refused-request join);
 //! - catalog sessions, which span traces (signal, discovery and calls on different instances),
 //!   so neither catalog verdicts nor `stale_catalog`/unknown-tool call verdicts are generated.
@@ -32,6 +34,7 @@ use mcp_health::engine::{Decided, Engine, EngineConfig};
 use mcp_health::evidence::time::Moment;
 use mcp_health::evidence::{CallError, Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, TransportOutcome, VerifierMethod};
 use mcp_health::normalize::NormalizedBatch;
+use mcp_health::state::{MemoryStore, StoreHandle};
 use mcp_health::verdict::{DecidedBy, HealthState};
 use proptest::prelude::*;
 
@@ -122,20 +125,32 @@ fn spans(calls: &[Call]) -> Vec<SpanEvidence> {
     out
 }
 
-type Finals = BTreeMap<([u8; 16], [u8; 8]), HealthState>;
+/// The final verdict of each call on one instance: (revision, state) of its latest revision.
+type Finals = BTreeMap<([u8; 16], [u8; 8]), (u32, HealthState)>;
 
-fn engine() -> Engine {
-    Engine::new(EngineConfig::new(
-        ChainLimits { decision_wait: Duration::from_millis(100), ..ChainLimits::default() },
-        SessionLimits::default(),
-    ))
+fn engine(store: Option<&StoreHandle>) -> Engine {
+    let mut cfg =
+        EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(100), ..ChainLimits::default() }, SessionLimits::default());
+    cfg.store = store.cloned();
+    Engine::new(cfg)
 }
 
 /// Feed `batches` (one per step) to instances chosen by `route` (batch index, trace id → instance),
 /// the way the exporter splits each request by trace and sends each part to its endpoint; then let
 /// time pass and drain. The final verdict of each call (its latest revision) on each instance.
 fn run(n: usize, batches: &[Vec<SpanEvidence>], steps_ms: &[u64], route: &dyn Fn(usize, &[u8; 16]) -> usize) -> Vec<Finals> {
-    let mut engines: Vec<Engine> = (0..n).map(|_| engine()).collect();
+    run_with(n, batches, steps_ms, route, None)
+}
+
+/// [`run`], every instance on `store` (shared, as the Redis store is).
+fn run_with(
+    n: usize,
+    batches: &[Vec<SpanEvidence>],
+    steps_ms: &[u64],
+    route: &dyn Fn(usize, &[u8; 16]) -> usize,
+    store: Option<&StoreHandle>,
+) -> Vec<Finals> {
+    let mut engines: Vec<Engine> = (0..n).map(|_| engine(store)).collect();
     let mut outs: Vec<Vec<Decided>> = (0..n).map(|_| Vec::new()).collect();
     let mut now = Moment::from_nanos(2_000_000_000_000);
     for (i, b) in batches.iter().enumerate() {
@@ -162,7 +177,7 @@ fn run(n: usize, batches: &[Vec<SpanEvidence>], steps_ms: &[u64], route: &dyn Fn
             let mut last = Finals::new();
             for d in out {
                 if let Decided::Call(v) = d {
-                    last.insert((v.trace_id, v.span_id), v.state);
+                    last.insert((v.trace_id, v.span_id), (v.revision, v.state));
                 }
             }
             last
@@ -193,17 +208,28 @@ fn batches(all: &[SpanEvidence], seed: u64, cuts: &[usize]) -> Vec<Vec<SpanEvide
     out
 }
 
-/// Every violation of "no shard greener than one process, no verdict one process does not give".
+/// Every violation of "no verdict greener than one process's, and none one process does not
+/// give": each instance's calls must be calls one process judges, and each call's latest
+/// revision over all instances (what a reader of every instance's log ends with) must not be
+/// greener than one process's final verdict.
 fn violations(single: &Finals, shards: &[Finals]) -> Vec<String> {
     let mut bad = Vec::new();
+    let mut latest: BTreeMap<_, (u32, HealthState, usize)> = BTreeMap::new();
     for (k, shard) in shards.iter().enumerate() {
-        for (call, state) in shard {
-            match single.get(call) {
-                None => bad.push(format!("instance {k}: {state:?} for {call:02x?}, which one process does not judge")),
-                Some(want) if state.greenness() > want.greenness() => {
-                    bad.push(format!("instance {k}: {state:?} for {call:02x?}, greener than one process's {want:?}"))
-                }
-                _ => {}
+        for (call, (rev, state)) in shard {
+            if !single.contains_key(call) {
+                bad.push(format!("instance {k}: {state:?} for {call:02x?}, which one process does not judge"));
+            }
+            let e = latest.entry(*call).or_insert((*rev, *state, k));
+            if *rev > e.0 {
+                *e = (*rev, *state, k);
+            }
+        }
+    }
+    for (call, (_, state, k)) in latest {
+        if let Some((_, want)) = single.get(&call) {
+            if state.greenness() > want.greenness() {
+                bad.push(format!("instance {k}: {state:?} for {call:02x?}, greener than one process's {want:?}"));
             }
         }
     }
@@ -254,7 +280,7 @@ fn known_gap_a_receipt_in_its_own_trace_on_another_instance_is_a_false_green() {
     let all = found.expect("some seed splits the call from its receipt");
     let b = vec![all];
     let single = run(1, &b, &[], &|_, _| 0).remove(0);
-    assert_eq!(single.values().copied().collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
+    assert_eq!(single.values().map(|v| v.1).collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
     let shards = run(3, &b, &[], &|_, t| r.index_for(t).unwrap_or(0));
     let bad = violations(&single, &shards);
     println!("known gap (needs the shared operation-key index): {bad:?}");
@@ -284,10 +310,42 @@ fn known_gap_a_ring_change_moves_a_late_receipt_away_from_its_call() {
     let b = vec![vec![all[0].clone()], vec![all[1].clone()]];
     let steps = [0, 500];
     let single = run(1, &b, &steps, &|_, _| 0).remove(0);
-    assert_eq!(single.values().copied().collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
+    assert_eq!(single.values().map(|v| v.1).collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
     let shards = run(4, &b, &steps, &|i, t| if i == 0 { three.index_for(t).unwrap_or(0) } else { four.index_for(t).unwrap_or(0) });
     let bad = violations(&single, &shards);
     println!("known gap (needs decided-call summaries in the shared store): {bad:?}");
     assert_eq!(bad.len(), 1, "{bad:?}");
     assert_eq!(shards[3].len(), 0, "the receipt alone makes no verdict on the new instance");
+}
+
+/// The same ring change with every instance on one shared store: the instance the receipt lands
+/// on takes the decided chain from the store and revises it to `false_success`, so the call's
+/// latest revision is one process's verdict.
+#[test]
+fn with_a_shared_store_a_ring_change_is_revised_where_the_receipt_lands() {
+    let (three, four) = (ring::Ring::new(&endpoints(3)), ring::Ring::new(&endpoints(4)));
+    let mut found = None;
+    for seed in 0u8..=255 {
+        let c = Call { trace: [seed; 16], server_span: false, error: 0, receipt: Some((OutcomeResult::Missing, false)), sibling: false };
+        let all = spans(std::slice::from_ref(&c));
+        let t = all[0].trace_id;
+        if four.index_for(&t) == Some(3) && three.index_for(&t) != Some(3) {
+            found = Some(all);
+            break;
+        }
+    }
+    let all = found.expect("some trace moves to the new instance");
+    // The call; a quiet step in which its instance decides it and writes it; then the receipt,
+    // after the ring changed.
+    let b = vec![vec![all[0].clone()], vec![], vec![all[1].clone()]];
+    let steps = [0, 300, 300];
+    let single = run(1, &b, &steps, &|_, _| 0).remove(0);
+    let store = StoreHandle::new(MemoryStore::new());
+    let shards =
+        run_with(4, &b, &steps, &|i, t| if i < 2 { three.index_for(t).unwrap_or(0) } else { four.index_for(t).unwrap_or(0) }, Some(&store));
+    let bad = violations(&single, &shards);
+    assert!(bad.is_empty(), "{bad:?}");
+    let first = three.index_for(&all[0].trace_id).unwrap();
+    assert_eq!(shards[first].values().copied().collect::<Vec<_>>(), vec![(0, HealthState::Unverified)], "the call's instance decided it");
+    assert_eq!(shards[3].values().copied().collect::<Vec<_>>(), vec![(1, HealthState::FalseSuccess)], "revised where the receipt landed");
 }

@@ -125,6 +125,8 @@ pub struct Engine {
     /// The store's last load, read or write failed (a conflict is not a failure: the store
     /// answered). Verdicts decided meanwhile are partial (`store_unavailable`).
     store_down: bool,
+    /// Decided chains taken from the store for a receipt that came to this engine.
+    taken_over: u64,
 }
 
 impl Engine {
@@ -154,6 +156,7 @@ impl Engine {
             partial_grace_ns,
             restored: Default::default(),
             store_down: false,
+            taken_over: 0,
         };
         if let Some(store) = store {
             e.attach(store);
@@ -263,6 +266,47 @@ impl Engine {
         }
     }
 
+    /// A receipt for a trace this engine does not know, with no request span of that trace in
+    /// the same batch: the call may have been decided by another instance on the same shared
+    /// store (the collector's ring changed between the call and its receipt, or an instance
+    /// restarted). Take that decided chain from the store first, so the receipt revises it here
+    /// — one process would have revised it too — instead of making a call-less chain that says
+    /// nothing. One store read per such trace and batch; a store that does not have it costs
+    /// nothing more.
+    fn take_over_from_store(&mut self, spans: &[SpanEvidence]) {
+        let Some(store) = self.store.clone() else { return };
+        let with_request: rustc_hash::FxHashSet<crate::evidence::TraceId> =
+            spans.iter().filter(|s| s.method.is_some()).map(|s| s.trace_id).collect();
+        let mut asked = rustc_hash::FxHashSet::default();
+        for ev in spans {
+            let id = ev.trace_id;
+            if ev.outcomes.is_empty() || ev.method.is_some() || with_request.contains(&id) || self.chains.knows(&id) || !asked.insert(id) {
+                continue;
+            }
+            match store.get(crate::state::Table::Decided, &crate::state::trace_key(&id)) {
+                Ok(Some(crate::state::Record::Decided(r))) => {
+                    self.store_down = false;
+                    self.taken_over += 1;
+                    // Its earlier evidence comes with it: not "before the start".
+                    self.restored.insert(id);
+                    self.chains.restore_decided(*r);
+                }
+                Ok(_) => self.store_down = false,
+                Err(e) => {
+                    self.store_errors += 1;
+                    self.store_down = true;
+                    tracing::warn!(error = %e, "could not look for a decided chain in the state store");
+                }
+            }
+        }
+    }
+
+    /// Decided chains taken from the store for a receipt that came here (see
+    /// `take_over_from_store`).
+    pub fn taken_over(&self) -> u64 {
+        self.taken_over
+    }
+
     /// Loads and writes of the state store that failed.
     pub fn store_errors(&self) -> u64 {
         self.store_errors
@@ -312,6 +356,7 @@ impl Engine {
             self.detect_drift(&batch.evidence, &pins, out);
         }
         self.take_back_spilled(&batch.evidence);
+        self.take_over_from_store(&batch.evidence);
         let mut decided = std::mem::take(&mut self.scratch);
         self.chains.ingest(batch, now, &mut decided);
         self.classify_decided(&mut decided, now, out);

@@ -321,3 +321,64 @@ fn redis_two_engines_one_shared_incident_conflicts_and_the_rest_is_written() {
     traces.sort();
     assert_eq!(traces, vec![1, 2], "both engines' decided chains are written");
 }
+
+/// A ring change between a call and its receipt: the call decided (and written) by one engine,
+/// its `missing` receipt routed to another engine on the same Redis, which takes the decided
+/// chain from the store and revises it to `false_success` (one process's verdict), never leaving
+/// the call at the greener `unverified`.
+#[test]
+fn redis_a_receipt_on_another_engine_revises_the_call_through_the_store() {
+    if !available("redis_a_receipt_on_another_engine_revises_the_call_through_the_store") {
+        return;
+    }
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
+    use crate::verdict::HealthState;
+    let r = RedisServer::start();
+    let engine = || {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        Engine::new(cfg)
+    };
+    let (mut a, mut b) = (engine(), engine());
+    let mut call = SpanEvidence::new([7; 16], [1; 8]);
+    call.method = Some(Method::ToolsCall);
+    call.side = Side::Client;
+    call.tool = Some(Arc::from("t"));
+    call.server = Some(Arc::from("srv:1"));
+    call.request_id = Some("1".into());
+    call.start_ns = 1_000;
+    call.end_ns = 2_000;
+    let mut receipt = SpanEvidence::new([7; 16], [2; 8]);
+    receipt.parent_span_id = Some([1; 8]);
+    receipt.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Missing,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: 3_000,
+        request_id: None,
+    });
+    let t = Moment::from_nanos(1_000_000_000);
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    a.ingest(crate::normalize::NormalizedBatch { evidence: vec![call], ..Default::default() }, t, &mut out_a);
+    a.tick(t + Duration::from_millis(50), &mut out_a);
+    a.flush_store(t + Duration::from_millis(60));
+    b.ingest(
+        crate::normalize::NormalizedBatch { evidence: vec![receipt], ..Default::default() },
+        t + Duration::from_millis(100),
+        &mut out_b,
+    );
+    b.tick(t + Duration::from_millis(200), &mut out_b);
+    b.flush_store(t + Duration::from_millis(210));
+    let states = |out: &[Decided]| -> Vec<(u32, HealthState)> {
+        out.iter().filter_map(|d| if let Decided::Call(v) = d { Some((v.revision, v.state)) } else { None }).collect()
+    };
+    assert_eq!(states(&out_a), vec![(0, HealthState::Unverified)]);
+    assert_eq!(states(&out_b), vec![(1, HealthState::FalseSuccess)], "revised where the receipt landed");
+    assert_eq!((b.taken_over(), b.store_errors()), (1, 0));
+    // The revision is what the store holds now.
+    let snap = open(&r).load().unwrap();
+    assert_eq!(snap.decided.iter().map(|d| (d.revision, d.spans.len())).collect::<Vec<_>>(), vec![(1, 2)]);
+}
