@@ -12,8 +12,11 @@
 //! Left out, because only the shared store can make it right (issue 12, "What to build"), and
 //! shown by the fixed cases at the end of this file:
 //! - receipts in a trace of their own joined by operation key (the instance holding the call says
-//!   `unverified` while one process says `false_success`: greener) — the operation-key index must
-//!   be shared;
+//!   `unverified` while one process says `false_success`: greener) — without a shared store; with
+//!   one, a receipt that comes after its call was decided and written finds it through the
+//!   store's operation index (`with_a_shared_store_a_receipt_in_its_own_trace…`), but one that
+//!   comes first is parked where it lands and never meets its call (the parked verifiers are not
+//!   shared);
 //! - a ring change in mid-stream (a late receipt routed to the new instance): the same without a
 //!   shared store; with one, the new instance takes the decided chain from the store and revises
 //!   it (`with_a_shared_store_a_ring_change_is_revised_where_the_receipt_lands`) — provided the
@@ -348,4 +351,35 @@ fn with_a_shared_store_a_ring_change_is_revised_where_the_receipt_lands() {
     let first = three.index_for(&all[0].trace_id).unwrap();
     assert_eq!(shards[first].values().copied().collect::<Vec<_>>(), vec![(0, HealthState::Unverified)], "the call's instance decided it");
     assert_eq!(shards[3].values().copied().collect::<Vec<_>>(), vec![(1, HealthState::FalseSuccess)], "revised where the receipt landed");
+}
+
+/// A receipt in a trace of its own, joined by operation key, landing on another instance than
+/// its call: with every instance on one shared store, and the call decided and written before
+/// the receipt comes, the receipt's instance finds the call through the store's operation index
+/// and revises it to `false_success`. (A receipt that comes before its call was decided
+/// elsewhere is still parked where it lands and never meets its call: the parked-verifier index
+/// is not shared; that is why the property above does not generate receipts in their own trace.)
+#[test]
+fn with_a_shared_store_a_receipt_in_its_own_trace_finds_its_call_through_the_store() {
+    let r = ring::Ring::new(&endpoints(3));
+    let mut found = None;
+    for seed in 0u8..=255 {
+        let c = Call { trace: [seed; 16], server_span: false, error: 0, receipt: Some((OutcomeResult::Missing, true)), sibling: false };
+        let all = spans(std::slice::from_ref(&c));
+        if r.index_for(&all[0].trace_id) != r.index_for(&all[1].trace_id) {
+            found = Some(all);
+            break;
+        }
+    }
+    let all = found.expect("some seed splits the call from its receipt");
+    let b = vec![vec![all[0].clone()], vec![], vec![all[1].clone()]];
+    let steps = [0, 300, 300];
+    let single = run(1, &b, &steps, &|_, _| 0).remove(0);
+    assert_eq!(single.values().map(|v| v.1).collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
+    let store = StoreHandle::new(MemoryStore::new());
+    let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&store));
+    let bad = violations(&single, &shards);
+    assert!(bad.is_empty(), "{bad:?}");
+    let receipt_at = r.index_for(&all[1].trace_id).unwrap();
+    assert_eq!(shards[receipt_at].values().copied().collect::<Vec<_>>(), vec![(1, HealthState::FalseSuccess)]);
 }

@@ -349,6 +349,11 @@ impl Chains {
             || self.forgotten.contains(id)
     }
 
+    /// Whether a call naming this operation key is known here.
+    pub fn has_operation(&self, key: &str) -> bool {
+        self.operations.get(key).is_some()
+    }
+
     /// Take back an operation key from the store.
     pub fn restore_operation(&mut self, key: &str, trace: TraceId) {
         self.operations.insert(key.into(), trace);

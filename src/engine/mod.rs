@@ -266,10 +266,12 @@ impl Engine {
         }
     }
 
-    /// A receipt for a trace this engine does not know, with no request span of that trace in
-    /// the same batch: the call may have been decided by another instance on the same shared
-    /// store (the collector's ring changed between the call and its receipt, or an instance
-    /// restarted). Take that decided chain from the store first, so the receipt revises it here
+    /// A receipt for a trace this engine does not know (or naming an operation key no call here
+    /// named), with no request of that trace (or key) in the same batch: the call may have been
+    /// decided by another instance on the same shared store (the collector's ring changed
+    /// between the call and its receipt, a verifier reported in a trace of its own, or an
+    /// instance restarted). Take that decided chain (and its operation key) from the store
+    /// first, so the receipt revises it here
     /// — one process would have revised it too — instead of making a call-less chain that says
     /// nothing. One store read per such trace and batch; a store that does not have it costs
     /// nothing more.
@@ -277,10 +279,40 @@ impl Engine {
         let Some(store) = self.store.clone() else { return };
         let with_request: rustc_hash::FxHashSet<crate::evidence::TraceId> =
             spans.iter().filter(|s| s.method.is_some()).map(|s| s.trace_id).collect();
+        let with_key: rustc_hash::FxHashSet<&str> =
+            spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.as_deref()).collect();
         let mut asked = rustc_hash::FxHashSet::default();
         for ev in spans {
-            let id = ev.trace_id;
-            if ev.outcomes.is_empty() || ev.method.is_some() || with_request.contains(&id) || self.chains.knows(&id) || !asked.insert(id) {
+            if ev.outcomes.is_empty() || ev.method.is_some() {
+                continue;
+            }
+            let mut id = ev.trace_id;
+            // A verifier in a trace of its own names its call's operation key: the call's trace
+            // is in the store's operation index when another instance holds the call.
+            let mut key = None;
+            if let Some(k) = ev.operation_key.as_deref() {
+                if self.chains.has_operation(k) || with_key.contains(k) {
+                    continue;
+                }
+                match store.get(crate::state::Table::Operations, k) {
+                    Ok(Some(crate::state::Record::Operation(t))) => {
+                        self.store_down = false;
+                        id = t;
+                        key = Some(k);
+                    }
+                    Ok(_) => {
+                        self.store_down = false;
+                        continue;
+                    }
+                    Err(e) => {
+                        self.store_errors += 1;
+                        self.store_down = true;
+                        tracing::warn!(error = %e, "could not look for an operation key in the state store");
+                        continue;
+                    }
+                }
+            }
+            if with_request.contains(&id) || self.chains.knows(&id) || !asked.insert(id) {
                 continue;
             }
             match store.get(crate::state::Table::Decided, &crate::state::trace_key(&id)) {
@@ -290,6 +322,9 @@ impl Engine {
                     // Its earlier evidence comes with it: not "before the start".
                     self.restored.insert(id);
                     self.chains.restore_decided(*r);
+                    if let Some(k) = key {
+                        self.chains.restore_operation(k, id);
+                    }
                 }
                 Ok(_) => self.store_down = false,
                 Err(e) => {
