@@ -44,9 +44,28 @@ impl TraceService for OtlpTraceService {
     }
 }
 
-/// UNAVAILABLE is retryable for every OTLP client.
+/// How long a client told "busy" is asked to wait before it tries again (RetryInfo).
+const BUSY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// "Busy, retry here": RESOURCE_EXHAUSTED with RetryInfo. OTLP clients retry it after the delay
+/// (the specification makes RESOURCE_EXHAUSTED retryable exactly when RetryInfo says recovery is
+/// possible), and the collector's `load_balancing` exporter does not count it against the
+/// endpoint: UNAVAILABLE would quarantine this instance and, with re-routing on, move its traces
+/// to others — splitting the chains it holds (docs/multi-instance.md).
+pub(crate) fn busy_status(message: &str) -> Status {
+    use tonic_types::{ErrorDetails, StatusExt};
+    Status::with_error_details(tonic::Code::ResourceExhausted, message, ErrorDetails::with_retry_info(Some(BUSY_RETRY_AFTER)))
+}
+
+/// A refusal made by [`busy_status`] (as against a message that is too large, which is
+/// RESOURCE_EXHAUSTED without RetryInfo and must not be retried).
+pub(crate) fn is_busy(status: &Status) -> bool {
+    use tonic_types::StatusExt;
+    status.code() == tonic::Code::ResourceExhausted && status.get_details_retry_info().is_some()
+}
+
 fn busy() -> Status {
-    Status::unavailable("mcp-health is at capacity; retry with backoff")
+    busy_status("mcp-health is at capacity; retry with backoff")
 }
 
 #[tonic::async_trait]
@@ -163,7 +182,7 @@ where
                 Some(m) => match read_reserved(m, req, max_message).await {
                     Ok(req) => req,
                     Err(status) => {
-                        if status.code() == tonic::Code::Unavailable {
+                        if is_busy(&status) {
                             admission.refused_signal(signal, "grpc", "memory_limit");
                         }
                         return Ok(status.into_http::<RB>());
@@ -228,7 +247,7 @@ async fn read_reserved(
     max_message: usize,
 ) -> Result<http::Request<tonic::body::Body>, Status> {
     use http_body_util::BodyExt;
-    let full = || Status::unavailable("mcp-health is at its memory limit; retry with backoff");
+    let full = || busy_status("mcp-health is at its memory limit; retry with backoff");
     let mut held = m.reserve(0).ok_or_else(full)?;
     let (mut parts, mut body) = req.into_parts();
     let mut buf = bytes::BytesMut::new();

@@ -698,7 +698,7 @@ impl Service {
                     assert!(r.partial_success.as_ref().is_none_or(|p| p.rejected_spans == 0), "normal span rejected: {r:?}");
                     Some(())
                 }
-                Err(s) if s.code() == tonic::Code::Unavailable => None,
+                Err(s) if is_busy(&s) => None,
                 Err(s) => panic!("normal gRPC export failed: {s:?}"),
             }
         })
@@ -1070,4 +1070,12 @@ pub fn fixture_json(name: &str) -> serde_json::Value {
 
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A gRPC refusal meaning "busy, retry here": RESOURCE_EXHAUSTED with RetryInfo (what mcp-health
+/// answers when its queue or memory is full; UNAVAILABLE would make a `load_balancing` exporter
+/// quarantine and re-route).
+pub fn is_busy(s: &tonic::Status) -> bool {
+    use tonic_types::StatusExt;
+    s.code() == tonic::Code::ResourceExhausted && s.get_details_retry_info().is_some()
 }
