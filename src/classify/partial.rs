@@ -15,8 +15,9 @@
 //!   fixtures with their original timestamps, have every span "before the start".
 //!
 //! A partial verdict is never `healthy`: it is capped at `unverified`, its confidence is `low`, and
-//! it says why in `partial` (and in `reason` when no failure class already fills it). A verdict
-//! that found a failure keeps it: a failure seen is evidence, only the green is in doubt.
+//! it says why in `partial` (and in `reason` when the verdict is no failure: a failure's reason
+//! is its error class, which groups it into its incident). A verdict that found a failure keeps
+//! it: a failure seen is evidence, only the green is in doubt.
 
 use serde::Serialize;
 
@@ -102,7 +103,9 @@ pub fn mark(v: &mut Verdict, why: Partial) {
         v.reason = Some(why.reason().to_string());
         v.next_action =
             format!("the call's evidence may be incomplete ({}); verify the destination before declaring completion", why.as_str());
-    } else if v.reason.is_none() {
+    } else if v.reason.is_none() && !crate::classify::incidents::is_failure(v.state) {
+        // A failure's reason is its error class, part of its incident's cause: left as it is,
+        // so a partial failure still joins the incident of the same cause.
         v.reason = Some(why.reason().to_string());
     }
 }
@@ -110,6 +113,34 @@ pub fn mark(v: &mut Verdict, why: Partial) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `mark` does to each kind of verdict: a green one is capped with a reason; a failure
+    /// keeps its state and its reason (its incident's error class), so it joins the same incident.
+    #[test]
+    fn marking_caps_green_and_keeps_a_failure_and_its_incident() {
+        use crate::classify::incidents::cause_of;
+        let healthy = crate::verdict::sample("tools/call", true, true);
+        let mut failed = crate::verdict::sample("tools/call", true, false);
+        failed.state = HealthState::ToolFailed;
+        failed.reason = None;
+        let unverified = crate::verdict::sample("tools/call", true, false);
+        assert_eq!((healthy.state, unverified.state), (HealthState::Healthy, HealthState::Unverified));
+        let cases = [
+            (healthy, HealthState::Unverified, Some("partial_evicted"), false),
+            (failed.clone(), HealthState::ToolFailed, None, false),
+            (unverified, HealthState::Unverified, Some("partial_evicted"), false),
+        ];
+        for (mut v, state, reason, verified) in cases {
+            mark(&mut v, Partial::Evicted);
+            assert_eq!(
+                (v.state, v.reason.as_deref(), v.verified_success, v.confidence, v.partial),
+                (state, reason, verified, Confidence::Low, Some(Partial::Evicted))
+            );
+        }
+        let mut marked = failed.clone();
+        mark(&mut marked, Partial::DecidedAtShutdown);
+        assert_eq!(cause_of(&marked), cause_of(&failed), "the same cause, the same incident");
+    }
 
     /// (name, decided by, earliest call start, since, restored, store down, partial?)
     type Case = (&'static str, DecidedBy, Option<u64>, Option<Since>, bool, bool, Option<Partial>);
