@@ -127,6 +127,10 @@ pub struct Engine {
     store_down: bool,
     /// Decided chains taken from the store for a receipt that came to this engine.
     taken_over: u64,
+    /// Chains whose last decision was marked partial, and why: a revision supersedes the
+    /// verdict as reported (capped), so the success counts it undoes are the ones it added.
+    /// As many as decided chains are kept for revision.
+    partial_decided: crate::bounded::BoundedMap<crate::evidence::TraceId, crate::classify::partial::Partial>,
 }
 
 impl Engine {
@@ -134,6 +138,7 @@ impl Engine {
         let store = cfg.store.clone();
         let grace = u64::try_from(cfg.chains.decision_wait.as_nanos()).unwrap_or(u64::MAX);
         let partial_grace_ns = cfg.partial_before_start.then_some(grace);
+        let max_decided = cfg.chains.max_decided.max(1);
         let mut e = Engine {
             chains: Chains::new(cfg.chains),
             sessions: Sessions::new(cfg.sessions),
@@ -157,6 +162,7 @@ impl Engine {
             restored: Default::default(),
             store_down: false,
             taken_over: 0,
+            partial_decided: crate::bounded::BoundedMap::with_capacity("partial_decided", max_decided),
         };
         if let Some(store) = store {
             e.attach(store);
@@ -487,7 +493,17 @@ impl Engine {
             let earliest = d.calls.iter().map(|c| c.start_ns).filter(|t| *t > 0).min();
             let store_down = self.store.is_some() && self.store_down;
             let partial = partial_reason(d.decision.decided_by, earliest, since, self.restored.contains(&d.trace_id), store_down);
-            for mut v in verdicts_of(&d, &self.sessions, self.pins.as_deref(), &self.progress, now.as_nanos()) {
+            let previous_partial = if d.previous.is_empty() { None } else { self.partial_decided.get(&d.trace_id).copied() };
+            match partial {
+                Some(why) => {
+                    self.partial_decided.insert(d.trace_id, why);
+                }
+                None => {
+                    self.partial_decided.remove(&d.trace_id);
+                }
+            }
+            let verdicts = verdicts_superseding(&d, &self.sessions, self.pins.as_deref(), &self.progress, now.as_nanos(), previous_partial);
+            for mut v in verdicts {
                 if let Some(why) = partial {
                     crate::classify::partial::mark(&mut v, why);
                 }
@@ -620,8 +636,32 @@ pub fn reportable(v: &Verdict) -> bool {
 
 /// Classify a decided chain.
 pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile>, progress: &ProgressPolicy, now_ns: u64) -> Vec<Verdict> {
+    verdicts_superseding(d, sessions, pins, progress, now_ns, None)
+}
+
+/// [`verdicts_of`], where the previous decision of a revised chain was marked partial
+/// (`previous_partial`): what a revision supersedes is the verdict as it was reported, capped.
+fn verdicts_superseding(
+    d: &DecidedCalls,
+    sessions: &Sessions,
+    pins: Option<&Lockfile>,
+    progress: &ProgressPolicy,
+    now_ns: u64,
+    previous_partial: Option<crate::classify::partial::Partial>,
+) -> Vec<Verdict> {
     let classify = |c: &CallEvidence| classify_with_clocks(c, sessions, pins, progress, now_ns, d.decision);
-    let previous: Vec<Verdict> = d.previous.iter().map(classify).filter(reportable).collect();
+    let previous: Vec<Verdict> = d
+        .previous
+        .iter()
+        .map(classify)
+        .map(|mut v| {
+            if let Some(why) = previous_partial {
+                crate::classify::partial::mark(&mut v, why);
+            }
+            v
+        })
+        .filter(reportable)
+        .collect();
     d.calls
         .iter()
         .map(classify)

@@ -183,3 +183,42 @@ fn while_the_store_is_down_verdicts_are_capped_and_it_says_so() {
         ]
     );
 }
+
+/// A revision of a chain whose last decision was partial supersedes the verdict as reported
+/// (capped), so success counts are undone only where they were added.
+#[test]
+fn a_revision_supersedes_the_capped_verdict_as_reported() {
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut cfg =
+        EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+    cfg.store = Some(crate::state::StoreHandle::new(Flaky(down.clone())));
+    let mut e = Engine::new(cfg);
+    let mut out = Vec::new();
+    // A write fails: the store is down.
+    e.ingest(NormalizedBatch { evidence: refused(9, T0), ..Default::default() }, at(T0), &mut out);
+    e.tick(at(T0 + 5 * MS), &mut out);
+    e.tick(at(T0 + 50 * MS), &mut out);
+    e.flush_store(at(T0 + 60 * MS));
+    assert!(e.store_down());
+    // A verified call decided meanwhile: capped.
+    e.ingest(NormalizedBatch { evidence: verified(1, T0 + 70 * MS), ..Default::default() }, at(T0 + 70 * MS), &mut out);
+    e.tick(at(T0 + 150 * MS), &mut out);
+    // The store is back; a second receipt revises the call.
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    e.ingest(NormalizedBatch { evidence: refused(8, T0 + 200 * MS), ..Default::default() }, at(T0 + 200 * MS), &mut out);
+    e.tick(at(T0 + 250 * MS), &mut out);
+    e.flush_store(at(T0 + 260 * MS));
+    assert!(!e.store_down(), "a write went through");
+    let mut late = verified(1, T0 + 70 * MS).remove(1);
+    late.span_id = [3; 8];
+    e.ingest(NormalizedBatch { evidence: vec![late], ..Default::default() }, at(T0 + 300 * MS), &mut out);
+    e.tick(at(T0 + 400 * MS), &mut out);
+    assert!(!e.store_down());
+    let vs: Vec<Verdict> =
+        out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).filter(|v| v.trace_id == [1; 16]).collect();
+    assert_eq!(vs.len(), 2, "{vs:?}");
+    assert_eq!((vs[0].state, vs[0].partial, vs[0].verified_success), (HealthState::Unverified, Some(Partial::StoreUnavailable), false));
+    assert_eq!((vs[1].revision, vs[1].state, vs[1].partial), (1, HealthState::Healthy, None));
+    let was = vs[1].supersedes.expect("a revision names what it replaces");
+    assert_eq!((was.state, was.verified_success), (HealthState::Unverified, false), "as it was reported, capped");
+}
