@@ -17,9 +17,11 @@
 //! still in their late-span window, with their operation keys; drift reported). A store error is
 //! logged and counted and the engine goes on in memory: no verdict depends on a write.
 //!
-//! A chain whose evidence may be split — decided at shutdown or by eviction, or (with
-//! [`EngineConfig::partial_before_start`]) started before the engine's first ingest — is marked
-//! partial after classification and never comes out `healthy` (`classify::partial`).
+//! A chain whose evidence may be split — decided at shutdown or by eviction, decided while the
+//! store is unavailable, or (with [`EngineConfig::partial_before_start`]) started before the
+//! engine's first ingest — is marked partial after classification and never comes out `healthy`
+//! (`classify::partial`). A receipt for a call another instance decided (a ring change) takes
+//! that chain from a shared store and revises it here (`take_over_from_store`).
 
 pub mod decided;
 
@@ -119,9 +121,10 @@ pub struct Engine {
     started_ns: Option<u64>,
     /// `decision_wait` in ns, the grace of the start rule; `None` when the rule is off.
     partial_grace_ns: Option<u64>,
-    /// Decided chains restored from the store: their earlier evidence came back with them, so
-    /// the start rule does not apply to them. As many as the snapshot held.
-    restored: rustc_hash::FxHashSet<crate::evidence::TraceId>,
+    /// Decided chains restored or taken over from the store: their earlier evidence came back
+    /// with them, so the start rule does not apply to them. As many as decided chains are kept
+    /// for revision (`max_decided`); past it the oldest go, counted.
+    restored: crate::bounded::BoundedSet<crate::evidence::TraceId>,
     /// The store's last load, read or write failed (a conflict is not a failure: the store
     /// answered). Verdicts decided meanwhile are partial (`store_unavailable`).
     store_down: bool,
@@ -159,7 +162,7 @@ impl Engine {
             drift_dirty: Vec::new(),
             started_ns: None,
             partial_grace_ns,
-            restored: Default::default(),
+            restored: crate::bounded::BoundedSet::with_capacity("restored_decided", max_decided),
             store_down: false,
             taken_over: 0,
             partial_decided: crate::bounded::BoundedMap::with_capacity("partial_decided", max_decided),
@@ -277,10 +280,9 @@ impl Engine {
     /// decided by another instance on the same shared store (the collector's ring changed
     /// between the call and its receipt, a verifier reported in a trace of its own, or an
     /// instance restarted). Take that decided chain (and its operation key) from the store
-    /// first, so the receipt revises it here
-    /// — one process would have revised it too — instead of making a call-less chain that says
-    /// nothing. One store read per such trace and batch; a store that does not have it costs
-    /// nothing more.
+    /// first, so the receipt revises it here — one process would have revised it too — instead
+    /// of making a call-less chain that says nothing. At most two store reads (operation key,
+    /// chain) per such receipt and batch.
     fn take_over_from_store(&mut self, spans: &[SpanEvidence]) {
         let Some(store) = self.store.clone() else { return };
         let with_request: rustc_hash::FxHashSet<crate::evidence::TraceId> =
