@@ -11,8 +11,11 @@
 //! (issue 12; the store here is read at start only): a call one process judges from its
 //! session's catalog (`stale_catalog`, or a tool the converged catalog does not know), whose
 //! catalog evidence is in another trace on another instance, and a session's catalog verdict
-//! assembled from part of its traces. Measured on these fixtures: one of each (printed). Any other
-//! false green, a phantom verdict or a lost call fails the test.
+//! assembled from part of its traces. Measured on these fixtures: before sessions were read back
+//! from the store, one of each; with the read-merge-write of sessions, the call is judged as in
+//! one process and one session still reads `converged` on an instance that wrote its last
+//! change before another instance wrote the signal (printed). Any other false green, a phantom
+//! verdict or a lost call fails the test.
 
 mod support;
 

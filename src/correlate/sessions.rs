@@ -101,6 +101,19 @@ impl Sessions {
         }
     }
 
+    /// The sessions changed since the last write (to read them back from a shared store and
+    /// merge before writing the union).
+    pub fn dirty_keys(&self) -> Vec<String> {
+        self.dirty.iter().filter(|k| self.map.contains_key(*k)).cloned().collect()
+    }
+
+    /// Write this session again at the next write (its last write was refused as a conflict).
+    pub fn mark_dirty(&mut self, key: &str) {
+        if self.map.contains_key(key) {
+            self.mark(key);
+        }
+    }
+
     /// The sessions changed since the last call, as store changes (put, or delete when forgotten).
     pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
         use crate::state::{Record, SessionRecord, Table};
@@ -142,6 +155,47 @@ impl Sessions {
             has_ttl: r.has_ttl,
         };
         self.map.insert(key, st);
+    }
+
+    /// Merge a session as another instance wrote it to a shared store: the events and page
+    /// requests of both (the evidence of the traces that went elsewhere), the later activity.
+    /// True if it brought anything this table lacked (then the union is written back).
+    pub fn merge(&mut self, key: &str, r: crate::state::SessionRecord) -> bool {
+        let Some(st) = self.map.get_mut(key) else {
+            if self.map.len() >= self.limits.max_sessions {
+                return false;
+            }
+            self.restore(key.to_string(), r);
+            return true;
+        };
+        let before = st.events.len();
+        st.events.extend(r.events);
+        // Sorted by time, then equal neighbours dropped: both sides hold the events they shared.
+        st.events.sort_by_key(|e| e.at_ns);
+        st.events.dedup();
+        let new = st.events.len() > before;
+        for p in r.page_requests {
+            if !st.page_requests.contains(&p) {
+                st.page_requests.push(p);
+            }
+        }
+        let cap = self.limits.max_events_per_session;
+        if st.events.len() > cap {
+            let drop = st.events.len() - cap;
+            st.events.drain(..drop);
+        }
+        if st.page_requests.len() > cap {
+            st.page_requests.drain(..cap / 2);
+        }
+        st.last_activity_ns = st.last_activity_ns.max(r.last_activity_ns);
+        st.has_ttl |= r.has_ttl;
+        if st.server.is_none() {
+            st.server = r.server;
+        }
+        if new {
+            self.mark(key);
+        }
+        new
     }
 
     pub fn len(&self) -> usize {

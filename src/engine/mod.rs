@@ -130,6 +130,8 @@ pub struct Engine {
     store_down: bool,
     /// Decided chains taken from the store for a receipt that came to this engine.
     taken_over: u64,
+    /// Sessions another instance's evidence added to (shared store).
+    sessions_merged: u64,
     /// Chains whose last decision was marked partial, and why: a revision supersedes the
     /// verdict as reported (capped), so the success counts it undoes are the ones it added.
     /// As many as decided chains are kept for revision.
@@ -165,6 +167,7 @@ impl Engine {
             restored: crate::bounded::BoundedSet::with_capacity("restored_decided", max_decided),
             store_down: false,
             taken_over: 0,
+            sessions_merged: 0,
             partial_decided: crate::bounded::BoundedMap::with_capacity("partial_decided", max_decided),
         };
         if let Some(store) = store {
@@ -228,6 +231,29 @@ impl Engine {
             return;
         }
         self.last_persisted = Some(now);
+        let shared = store.is_shared();
+        if shared {
+            // Sessions are written by every instance that sees a trace of them: read what the
+            // others wrote and write the union (compare-and-set on the version just read), so a
+            // session converges on all its evidence instead of on whichever instance wrote first.
+            let keys = self.sessions.dirty_keys();
+            if !keys.is_empty() {
+                match store.get_many(crate::state::Table::Sessions, &keys) {
+                    Ok(records) => {
+                        for (key, r) in keys.iter().zip(records) {
+                            if let Some(crate::state::Record::Session(r)) = r {
+                                self.sessions_merged += u64::from(self.sessions.merge(key, *r));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        self.store_errors += 1;
+                        self.store_down = true;
+                        tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
+                    }
+                }
+            }
+        }
         let mut changes = crate::state::Changes::default();
         self.sessions.take_changes(&mut changes);
         self.incidents.take_changes(&mut changes);
@@ -242,7 +268,15 @@ impl Engine {
             Ok(()) => self.store_down = false,
             Err(e) => {
                 self.store_errors += 1;
-                self.store_down = !matches!(e, crate::state::StoreError::Conflict { .. });
+                let conflict = matches!(e, crate::state::StoreError::Conflict { .. });
+                self.store_down = !conflict;
+                if conflict && shared {
+                    // Another instance wrote one of them in between: read, merge and write the
+                    // sessions again next time (the refused one among them).
+                    for c in changes.changes.iter().filter(|c| c.table == crate::state::Table::Sessions) {
+                        self.sessions.mark_dirty(&c.key);
+                    }
+                }
                 tracing::warn!(error = %e, changes = changes.len(), "could not write the state store; going on in memory");
             }
         }
@@ -484,7 +518,58 @@ impl Engine {
         }
     }
 
+    /// With a shared store, read the sessions of the tool calls about to be judged as every
+    /// instance wrote them, and merge them in: a session's signal, discovery or install may have
+    /// gone to another instance in another trace, and judging the call without it could call a
+    /// stale catalog fine. One round trip per step (a pipeline); what another instance has not
+    /// written yet (at most 100 ms behind) is not seen.
+    fn refresh_sessions(&mut self, decided: &[DecidedCalls]) {
+        let Some(store) = self.store.clone() else { return };
+        if decided.is_empty() || !store.is_shared() {
+            return;
+        }
+        let mut keys: Vec<String> = decided
+            .iter()
+            .flat_map(|d| d.calls.iter())
+            .filter(|c| c.method == Some(Method::ToolsCall))
+            .filter_map(|c| {
+                crate::evidence::session_key(
+                    c.session_id.as_deref(),
+                    c.service.as_deref(),
+                    c.server.as_deref(),
+                    if c.client_seen { Side::Client } else { Side::Server },
+                )
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        if keys.is_empty() {
+            return;
+        }
+        match store.get_many(crate::state::Table::Sessions, &keys) {
+            Ok(records) => {
+                self.store_down = false;
+                for (key, r) in keys.iter().zip(records) {
+                    if let Some(crate::state::Record::Session(r)) = r {
+                        self.sessions_merged += u64::from(self.sessions.merge(key, *r));
+                    }
+                }
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
+            }
+        }
+    }
+
+    /// Sessions that another instance's evidence (read from a shared store) added to.
+    pub fn sessions_merged(&self) -> u64 {
+        self.sessions_merged
+    }
+
     fn classify_decided(&mut self, decided: &mut Vec<DecidedCalls>, now: Moment, out: &mut Vec<Decided>) {
+        self.refresh_sessions(decided);
         for d in decided.drain(..) {
             if !d.calls.iter().any(|c| c.method.is_some()) && d.previous.is_empty() {
                 // A verifier alone, an HTTP span alone: nothing was called, so nothing is judged.

@@ -291,6 +291,15 @@ pub trait StateStore: Send {
     /// One record, by table and key (a decided chain the engine forgot under its bounds, wanted
     /// back by a late span).
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError>;
+    /// Several records of one table, in the order of `keys` (one round trip where the store can).
+    fn get_many(&mut self, table: Table, keys: &[String]) -> Result<Vec<Option<Record>>, StoreError> {
+        keys.iter().map(|k| self.get(table, k)).collect()
+    }
+    /// Whether other instances write this store too (then the engine reads what they wrote
+    /// while it runs, not only at start).
+    fn is_shared(&self) -> bool {
+        false
+    }
     /// Bytes the store holds on disk, where it knows (for the benchmark).
     fn bytes_on_disk(&self) -> Option<u64> {
         None
@@ -342,6 +351,14 @@ impl StoreHandle {
 
     pub fn stats(&self) -> Option<StoreStats> {
         self.lock().stats()
+    }
+
+    pub fn get_many(&self, table: Table, keys: &[String]) -> Result<Vec<Option<Record>>, StoreError> {
+        self.lock().get_many(table, keys)
+    }
+
+    pub fn is_shared(&self) -> bool {
+        self.lock().is_shared()
     }
 
     /// Open the shared Redis store (see [`redis`](self::redis)).

@@ -404,6 +404,37 @@ impl StateStore for RedisStore {
         Ok(())
     }
 
+    fn get_many(&mut self, table: Table, keys: &[String]) -> Result<Vec<Option<Record>>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = ::redis::pipe();
+        for k in keys {
+            pipe.cmd("HMGET").arg(record_key(table, k)).arg("v").arg("ver");
+        }
+        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.with_conn(|c| pipe.query(c))?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (k, (v, ver)) in keys.iter().zip(rows) {
+            match (v, ver) {
+                (Some(v), Some(ver)) => {
+                    self.stats.bytes_received += v.len() as u64;
+                    self.versions.insert((table, k.clone()), Seen::Record(ver));
+                    out.push(Some(Record::decode(table, k, &v)?));
+                }
+                (None, Some(ver)) => {
+                    self.saw_deleted(table, k.clone(), ver);
+                    out.push(None);
+                }
+                _ => out.push(None),
+            }
+        }
+        Ok(out)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
     fn stats(&self) -> Option<StoreStats> {
         Some(self.stats.clone())
     }

@@ -382,3 +382,88 @@ fn redis_a_receipt_on_another_engine_revises_the_call_through_the_store() {
     let snap = open(&r).load().unwrap();
     assert_eq!(snap.decided.iter().map(|d| (d.revision, d.spans.len())).collect::<Vec<_>>(), vec![(1, 2)]);
 }
+
+/// A session's catalog evidence on one engine (capability, a complete page, the install, then a
+/// list-change signal: stale), a tool call of that session on another engine on the same Redis:
+/// the second reads the session from the store before judging the call, so the call is
+/// `stale_catalog` as in one process, not the greener `unverified` of an engine that never saw
+/// the signal.
+#[test]
+fn redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it() {
+    if !available("redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it") {
+        return;
+    }
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, Side, SpanEvidence};
+    use crate::verdict::HealthState;
+    let r = RedisServer::start();
+    let engine = || {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        Engine::new(cfg)
+    };
+    let fact = |n: u8, at: u64, f: CatalogFacts| {
+        let mut s = SpanEvidence::new([9; 16], [n; 8]);
+        s.session_id = Some("s-1".into());
+        s.side = Side::Client;
+        s.server = Some(Arc::from("srv:1"));
+        s.start_ns = at;
+        s.end_ns = at;
+        s.catalog = Some(Box::new(f));
+        s
+    };
+    let page = ListPage {
+        cursor: None,
+        next_cursor_present: false,
+        tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))],
+        ttl_ms: None,
+        cache_scope: None,
+    };
+    let installed = crate::classify::digest::registry_digest(&[crate::classify::digest::ToolDigest {
+        name: "t".into(),
+        digest: "sha256:aa".into(),
+        projection_version: crate::classify::digest::PROJECTION_VERSION.into(),
+    }]);
+    let mut listed = fact(2, 10, CatalogFacts { page: Some(page), ..Default::default() });
+    listed.method = Some(Method::ToolsList);
+    let session = vec![
+        fact(1, 1, CatalogFacts { list_changed_capability: Some(true), ..Default::default() }),
+        listed,
+        fact(3, 11, CatalogFacts { installed_digest: Some(Arc::from(installed.as_str())), ..Default::default() }),
+        fact(4, 20, CatalogFacts { signal: Some(SignalSource::Notification), ..Default::default() }),
+    ];
+    let mut call = SpanEvidence::new([5; 16], [1; 8]);
+    call.method = Some(Method::ToolsCall);
+    call.side = Side::Client;
+    call.tool = Some(Arc::from("t"));
+    call.server = Some(Arc::from("srv:1"));
+    call.session_id = Some("s-1".into());
+    call.request_id = Some("7".into());
+    call.start_ns = 30;
+    call.end_ns = 40;
+    let t = Moment::from_nanos(1_000_000_000);
+    let states = |e: &mut Engine, spans: Vec<SpanEvidence>, at: Moment| -> Vec<HealthState> {
+        let mut out = Vec::new();
+        e.ingest(crate::normalize::NormalizedBatch { evidence: spans, ..Default::default() }, at, &mut out);
+        e.tick(at + Duration::from_millis(50), &mut out);
+        e.flush_store(at + Duration::from_millis(60));
+        out.iter().filter_map(|d| if let Decided::Call(v) = d { Some(v.state) } else { None }).collect()
+    };
+    // One process, for the reference.
+    let mut one = Engine::new(EngineConfig::new(
+        ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() },
+        SessionLimits::default(),
+    ));
+    let mut all = session.clone();
+    all.push(call.clone());
+    assert_eq!(states(&mut one, all, t), vec![HealthState::StaleCatalog]);
+    // Two engines on one Redis: the session on a, the call on b.
+    let (mut a, mut b) = (engine(), engine());
+    states(&mut a, session, t);
+    assert_eq!(states(&mut b, vec![call], t + Duration::from_millis(100)), vec![HealthState::StaleCatalog]);
+    assert_eq!((b.sessions_merged(), b.store_errors()), (1, 0));
+}
