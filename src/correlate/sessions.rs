@@ -83,11 +83,13 @@ pub struct Sessions {
     /// Record which sessions change, for the state store.
     track: bool,
     dirty: rustc_hash::FxHashSet<String>,
+    /// Sessions another instance's evidence added to since their verdict was last checked.
+    merged: rustc_hash::FxHashSet<String>,
 }
 
 impl Sessions {
     pub fn new(limits: SessionLimits) -> Self {
-        Sessions { limits, map: FxHashMap::default(), expired: 0, track: false, dirty: Default::default() }
+        Sessions { limits, map: FxHashMap::default(), expired: 0, track: false, dirty: Default::default(), merged: Default::default() }
     }
 
     /// Record, from now on, which sessions change (for the state store).
@@ -194,8 +196,48 @@ impl Sessions {
         }
         if new {
             self.mark(key);
+            self.merged.insert(key.to_string());
         }
         new
+    }
+
+    /// The verdicts that merged evidence changed (see [`Sessions::merge`]), as catalog changes.
+    pub fn take_merged_changes(&mut self) -> Vec<CatalogChange> {
+        let policy = self.limits.refresh_policy;
+        let mut changes = Vec::new();
+        for key in std::mem::take(&mut self.merged) {
+            let Some(st) = self.map.get_mut(&key) else { continue };
+            if !st.has_catalog_evidence() {
+                continue;
+            }
+            let latest = st.events.iter().map(|e| e.at_ns).max().unwrap_or(0).max(st.last_activity_ns);
+            let v = convergence(&st.events, policy, latest);
+            if st.last != Some(v.convergence) {
+                st.last = Some(v.convergence);
+                changes.push(CatalogChange {
+                    session_key: key,
+                    server: st.server.clone(),
+                    verdict: v,
+                    trace_id: st.trace_id,
+                    span_id: st.span_id,
+                    at_ns: latest,
+                });
+            }
+        }
+        changes
+    }
+
+    /// Up to `limit` of the sessions whose verdict here is `converged`, in key order from the
+    /// `cursor`-th: the ones to read back from a shared store, since only a green verdict can be
+    /// wrong for want of evidence another instance holds.
+    pub fn converged_window(&self, limit: usize, cursor: usize) -> Vec<String> {
+        let mut keys: Vec<&String> = self.map.iter().filter(|(_, st)| st.last == Some(Convergence::Converged)).map(|(k, _)| k).collect();
+        if keys.is_empty() {
+            return Vec::new();
+        }
+        keys.sort();
+        let start = cursor % keys.len();
+        keys.iter().cycle().skip(start).take(limit.min(keys.len())).map(|k| (*k).clone()).collect()
     }
 
     pub fn len(&self) -> usize {

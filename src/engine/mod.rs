@@ -50,6 +50,8 @@ pub use decided::{CatalogLine, Decided, DriftEvent, IncidentChange};
 const REEVALUATE_EVERY: Duration = Duration::from_secs(1);
 /// How often idle sessions are expired.
 const EXPIRE_EVERY: Duration = Duration::from_secs(10);
+/// Converged sessions read back from a shared store per re-evaluation (one pipeline).
+const CONVERGED_REFRESH: usize = 512;
 
 /// Everything the engine is configured with.
 #[derive(Clone, Debug, Default)]
@@ -132,6 +134,8 @@ pub struct Engine {
     taken_over: u64,
     /// Sessions another instance's evidence added to (shared store).
     sessions_merged: u64,
+    /// Where the next read-back of converged sessions starts (see `refresh_converged`).
+    refresh_cursor: usize,
     /// Chains whose last decision was marked partial, and why: a revision supersedes the
     /// verdict as reported (capped), so the success counts it undoes are the ones it added.
     /// As many as decided chains are kept for revision.
@@ -168,6 +172,7 @@ impl Engine {
             store_down: false,
             taken_over: 0,
             sessions_merged: 0,
+            refresh_cursor: 0,
             partial_decided: crate::bounded::BoundedMap::with_capacity("partial_decided", max_decided),
         };
         if let Some(store) = store {
@@ -239,13 +244,7 @@ impl Engine {
             let keys = self.sessions.dirty_keys();
             if !keys.is_empty() {
                 match store.get_many(crate::state::Table::Sessions, &keys) {
-                    Ok(records) => {
-                        for (key, r) in keys.iter().zip(records) {
-                            if let Some(crate::state::Record::Session(r)) = r {
-                                self.sessions_merged += u64::from(self.sessions.merge(key, *r));
-                            }
-                        }
-                    }
+                    Ok(records) => self.merge_sessions(&keys, records),
                     Err(e) => {
                         self.store_errors += 1;
                         self.store_down = true;
@@ -439,6 +438,7 @@ impl Engine {
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
         self.persist(now, false);
+        self.publish_merged(out);
     }
 
     /// Let time pass to `now`: decide due chains, move time-based verdicts (TTL expiry, `max_age`,
@@ -448,6 +448,8 @@ impl Engine {
         self.chains.tick(now, &mut decided);
         if self.last_reevaluated.is_none_or(|t| now.saturating_duration_since(t) >= REEVALUATE_EVERY) {
             self.last_reevaluated = Some(now);
+            self.refresh_converged();
+            self.publish_merged(out);
             let changes = self.sessions.reevaluate(now);
             self.publish_catalog(changes, out);
             self.check_progress(now, &mut decided, out);
@@ -460,15 +462,20 @@ impl Engine {
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
         self.persist(now, false);
+        self.publish_merged(out);
     }
 
     /// Decide everything still in flight (shutdown, end of a replay), marked `by`.
     pub fn drain(&mut self, by: DecidedBy, now: Moment, out: &mut Vec<Decided>) {
+        // A last look at what other instances wrote of the sessions this one calls converged.
+        self.refresh_converged();
+        self.publish_merged(out);
         let mut decided = std::mem::take(&mut self.scratch);
         self.chains.drain(by, now, &mut decided);
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
         self.persist(now, true);
+        self.publish_merged(out);
     }
 
     /// Write every pending change to the store now (the driver calls it before it stops).
@@ -549,11 +556,43 @@ impl Engine {
         match store.get_many(crate::state::Table::Sessions, &keys) {
             Ok(records) => {
                 self.store_down = false;
-                for (key, r) in keys.iter().zip(records) {
-                    if let Some(crate::state::Record::Session(r)) = r {
-                        self.sessions_merged += u64::from(self.sessions.merge(key, *r));
-                    }
-                }
+                self.merge_sessions(&keys, records);
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
+            }
+        }
+    }
+
+    /// Merge sessions read from a shared store (`keys[i]` ↔ `records[i]`).
+    fn merge_sessions(&mut self, keys: &[String], records: Vec<Option<crate::state::Record>>) {
+        for (key, r) in keys.iter().zip(records) {
+            if let Some(crate::state::Record::Session(r)) = r {
+                self.sessions_merged += u64::from(self.sessions.merge(key, *r));
+            }
+        }
+    }
+
+    /// With a shared store, read back up to [`CONVERGED_REFRESH`] of the sessions this engine
+    /// calls `converged` (in turn, one pipelined round trip): another instance may hold the
+    /// signal that makes one stale, with nothing more of that session coming here to make this
+    /// engine look again. Runs with the time-based re-evaluation (every second).
+    fn refresh_converged(&mut self) {
+        let Some(store) = self.store.clone() else { return };
+        if !store.is_shared() {
+            return;
+        }
+        let keys = self.sessions.converged_window(CONVERGED_REFRESH, self.refresh_cursor);
+        self.refresh_cursor = self.refresh_cursor.wrapping_add(keys.len());
+        if keys.is_empty() {
+            return;
+        }
+        match store.get_many(crate::state::Table::Sessions, &keys) {
+            Ok(records) => {
+                self.store_down = false;
+                self.merge_sessions(&keys, records);
             }
             Err(e) => {
                 self.store_errors += 1;
@@ -568,8 +607,15 @@ impl Engine {
         self.sessions_merged
     }
 
+    /// Publish the catalog verdicts that evidence merged from a shared store changed.
+    fn publish_merged(&mut self, out: &mut Vec<Decided>) {
+        let changes = self.sessions.take_merged_changes();
+        self.publish_catalog(changes, out);
+    }
+
     fn classify_decided(&mut self, decided: &mut Vec<DecidedCalls>, now: Moment, out: &mut Vec<Decided>) {
         self.refresh_sessions(decided);
+        self.publish_merged(out);
         for d in decided.drain(..) {
             if !d.calls.iter().any(|c| c.method.is_some()) && d.previous.is_empty() {
                 // A verifier alone, an HTTP span alone: nothing was called, so nothing is judged.
