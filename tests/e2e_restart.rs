@@ -239,7 +239,8 @@ async fn state_outlives_a_sigterm() {
 
 /// Redis goes away under a running service: it goes on deciding, counts the store errors, says
 /// `degraded` on the health check (still 200: it keeps its place behind the load balancer), and
-/// marks the calls it decides meanwhile partial (`store_unavailable`), never healthy.
+/// marks the calls it decides meanwhile partial (`store_unavailable`), never healthy; when Redis
+/// is back the health check says available again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_under_a_running_service_is_counted_degraded_and_partial() {
     if !redis_server::available("redis_down_under_a_running_service_is_counted_degraded_and_partial") {
@@ -272,5 +273,13 @@ async fn redis_down_under_a_running_service_is_counted_degraded_and_partial() {
     assert_eq!((last["partial"].as_str(), last["confidence"].as_str()), (Some("store_unavailable"), Some("low")), "{last}");
     assert_ne!(last["state"], "healthy");
     assert_no_password(&svc).await;
+    // Redis comes back; with nothing written, the probe ends `degraded`.
+    r.restart();
+    eventually_async(WAIT, "the health check to say available again", || async {
+        let h = http_get(svc.health_addr(), "/").await.ok()?;
+        let body = String::from_utf8_lossy(&h.body).to_string();
+        (h.status == 200 && body.contains("Server available") && !body.contains("degraded")).then_some(())
+    })
+    .await;
     println!("store errors counted with Redis down: {errs}");
 }

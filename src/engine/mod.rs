@@ -448,6 +448,7 @@ impl Engine {
         self.chains.tick(now, &mut decided);
         if self.last_reevaluated.is_none_or(|t| now.saturating_duration_since(t) >= REEVALUATE_EVERY) {
             self.last_reevaluated = Some(now);
+            self.probe_store();
             self.refresh_converged();
             self.publish_merged(out);
             let changes = self.sessions.reevaluate(now);
@@ -563,6 +564,20 @@ impl Engine {
                 self.store_down = true;
                 tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
             }
+        }
+    }
+
+    /// A store marked down is asked, once per re-evaluation, whether it answers again, so the
+    /// mark (and the health check's `degraded`) ends when the store is back even if nothing is
+    /// written meanwhile.
+    fn probe_store(&mut self) {
+        let Some(store) = self.store.clone() else { return };
+        if !self.store_down {
+            return;
+        }
+        if store.probe().is_ok() {
+            self.store_down = false;
+            tracing::info!("the state store answers again");
         }
     }
 

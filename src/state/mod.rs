@@ -295,6 +295,11 @@ pub trait StateStore: Send {
     fn get_many(&mut self, table: Table, keys: &[String]) -> Result<Vec<Option<Record>>, StoreError> {
         keys.iter().map(|k| self.get(table, k)).collect()
     }
+    /// Whether the store answers at all (a network store: one round trip); used to notice that a
+    /// store that failed is back when nothing else would touch it.
+    fn probe(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Whether other instances write this store too (then the engine reads what they wrote
     /// while it runs, not only at start).
     fn is_shared(&self) -> bool {
@@ -359,6 +364,10 @@ impl StoreHandle {
 
     pub fn is_shared(&self) -> bool {
         self.lock().is_shared()
+    }
+
+    pub fn probe(&self) -> Result<(), StoreError> {
+        self.lock().probe()
     }
 
     /// Open the shared Redis store (see [`redis`](self::redis)).

@@ -435,6 +435,15 @@ impl StateStore for RedisStore {
         true
     }
 
+    fn probe(&mut self) -> Result<(), StoreError> {
+        let pong: String = self.with_conn(|c| ::redis::cmd("PING").query(c))?;
+        if pong == "PONG" {
+            Ok(())
+        } else {
+            Err(StoreError::Backend(format!("redis at {}: PING answered {pong:?}", self.shown)))
+        }
+    }
+
     fn stats(&self) -> Option<StoreStats> {
         Some(self.stats.clone())
     }

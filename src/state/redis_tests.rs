@@ -218,6 +218,12 @@ fn redis_down_is_an_error_never_a_panic_or_a_stall_and_the_engine_counts_it() {
         .count();
     assert!(capped >= 3, "calls decided while the store is down are partial: {capped}");
     assert!(engine.store_down());
+    // Redis is back and nothing is written: the next re-evaluation's probe ends the mark.
+    r.restart();
+    std::thread::sleep(Duration::from_millis(250)); // past retry_after
+    let mut out = Vec::new();
+    engine.tick(Moment::from_nanos(10_000_000_000), &mut out);
+    assert!(!engine.store_down(), "the store answers again");
     assert!(engine.store_errors() >= 1 && engine.gauges().store_errors == engine.store_errors(), "{}", engine.store_errors());
 }
 
