@@ -575,7 +575,7 @@ impl Engine {
         if !self.store_down {
             return;
         }
-        if store.probe().is_ok() {
+        if matches!(store.probe(), Some(Ok(()))) {
             self.store_down = false;
             tracing::info!("the state store answers again");
         }

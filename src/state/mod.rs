@@ -296,9 +296,10 @@ pub trait StateStore: Send {
         keys.iter().map(|k| self.get(table, k)).collect()
     }
     /// Whether the store answers at all (a network store: one round trip); used to notice that a
-    /// store that failed is back when nothing else would touch it.
-    fn probe(&mut self) -> Result<(), StoreError> {
-        Ok(())
+    /// store that failed is back when nothing else would touch it. `None`: this store cannot
+    /// tell without an operation (only its next successful one says it is back).
+    fn probe(&mut self) -> Option<Result<(), StoreError>> {
+        None
     }
     /// Whether other instances write this store too (then the engine reads what they wrote
     /// while it runs, not only at start).
@@ -366,7 +367,7 @@ impl StoreHandle {
         self.lock().is_shared()
     }
 
-    pub fn probe(&self) -> Result<(), StoreError> {
+    pub fn probe(&self) -> Option<Result<(), StoreError>> {
         self.lock().probe()
     }
 

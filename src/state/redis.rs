@@ -435,13 +435,12 @@ impl StateStore for RedisStore {
         true
     }
 
-    fn probe(&mut self) -> Result<(), StoreError> {
-        let pong: String = self.with_conn(|c| ::redis::cmd("PING").query(c))?;
-        if pong == "PONG" {
-            Ok(())
-        } else {
-            Err(StoreError::Backend(format!("redis at {}: PING answered {pong:?}", self.shown)))
-        }
+    fn probe(&mut self) -> Option<Result<(), StoreError>> {
+        Some(match self.with_conn(|c| ::redis::cmd("PING").query::<String>(c)) {
+            Ok(pong) if pong == "PONG" => Ok(()),
+            Ok(pong) => Err(StoreError::Backend(format!("redis at {}: PING answered {pong:?}", self.shown))),
+            Err(e) => Err(e),
+        })
     }
 
     fn stats(&self) -> Option<StoreStats> {
