@@ -5,9 +5,11 @@
 //!
 //! Prints, per store: µs of engine time (wall clock, this thread) per verdict and the ratio to no
 //! store; for the embedded store, the file's growth per verdict and the bytes handed to write(2)
-//! per verdict (`wchar` of /proc/self/io). Calls arrive 10 per 10 ms of engine time, so the engine
-//! writes a transaction of about 100 calls every 100 ms, as in the service. Numbers, not
-//! assertions.
+//! per verdict (`wchar` of /proc/self/io); for the shared Redis store (a redis-server of its own on
+//! loopback, skipped when not installed), round trips, payload bytes and Redis's own count of the
+//! bytes it received and sent, per verdict. Calls arrive 10 per 10 ms of engine time, so the engine
+//! writes a transaction of about 100 calls every 100 ms, as in the service at 1000 calls/s.
+//! Numbers, not assertions.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +19,10 @@ use mcp_health::engine::{Decided, Engine, EngineConfig};
 use mcp_health::evidence::time::Moment;
 use mcp_health::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
 use mcp_health::normalize::NormalizedBatch;
-use mcp_health::state::{MemoryStore, StoreHandle};
+use mcp_health::state::{MemoryStore, RedisSettings, StoreHandle};
+
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
 use mcp_health::verdict::DecidedBy;
 
 #[global_allocator]
@@ -122,4 +127,36 @@ fn main() {
         size0 / 1024
     );
     assert_eq!((none.verdicts, mem.verdicts, emb.verdicts), (calls, calls, calls));
+
+    if !redis_server::available("store bench: redis") {
+        return;
+    }
+    let r = redis_server::RedisServer::start();
+    let net = |r: &redis_server::RedisServer| -> (u64, u64) {
+        let info: String = redis::cmd("INFO").arg("stats").query(&mut r.conn()).unwrap_or_default();
+        let field = |k: &str| info.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+        (field("total_net_input_bytes:"), field("total_net_output_bytes:"))
+    };
+    let settings = RedisSettings {
+        endpoint: r.url(),
+        timeout: Duration::from_secs(2),
+        retry_after: Duration::from_secs(1),
+        tombstone_ttl: Duration::from_secs(3600),
+    };
+    let store = StoreHandle::open_redis(settings).expect("open the redis store");
+    let before = net(&r);
+    let red = run(calls, Some(store.clone()));
+    let after = net(&r);
+    let st = store.stats().unwrap_or_default();
+    let per = |x: u64| x as f64 / red.verdicts.max(1) as f64;
+    println!("  redis (shared): {:8.2} µs/verdict  x{:.2}", us(&red), us(&red) / us(&none));
+    println!(
+        "  redis (shared): {:.4} round trips/verdict ({} in all), {:.0} payload bytes/verdict sent, Redis counted {:.0} B in / {:.0} B out per verdict",
+        per(st.round_trips),
+        st.round_trips,
+        per(st.bytes_sent),
+        per(after.0.saturating_sub(before.0)),
+        per(after.1.saturating_sub(before.1))
+    );
+    assert_eq!(red.verdicts, calls);
 }

@@ -98,6 +98,18 @@ pub enum HealthState {
 }
 
 impl HealthState {
+    /// How green a state is, the one order "never greener" is judged by (SPEC's rule: missing
+    /// evidence is never turned into a green result): `healthy` (2) above `unverified` and
+    /// `working` (1) — nothing failed, nothing proved — above every failure (0). A verdict from
+    /// less evidence may move down this order, never up.
+    pub fn greenness(self) -> u8 {
+        match self {
+            HealthState::Healthy => 2,
+            HealthState::Unverified | HealthState::Working => 1,
+            _ => 0,
+        }
+    }
+
     pub const ALL: [HealthState; 12] = [
         HealthState::NeedsAuth,
         HealthState::TransportFailed,
@@ -240,6 +252,10 @@ pub struct Verdict {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supersedes: Option<Superseded>,
     pub decided_by: DecidedBy,
+    /// Set when the call's evidence may be split (started before this engine, decided at
+    /// shutdown or by eviction): then never `healthy` (see `classify::partial`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<crate::classify::partial::Partial>,
     pub start_ns: u64,
     pub end_ns: u64,
 }
@@ -389,6 +405,7 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         revision: 0,
         supersedes: None,
         decided_by: DecidedBy::Quiet,
+        partial: None,
         start_ns: 0,
         end_ns: 0,
     }

@@ -342,6 +342,10 @@ async fn sigterm_decides_chains_in_flight_and_exits_zero() {
         .unwrap_or_else(|| panic!("no verdict for the in-flight chain: {}", svc.stdout()));
     assert_eq!(v["decided_by"], "shutdown", "{v}");
     assert_eq!(v["span_id"], hex(&client));
+    // Decided before its evidence was known to be complete: partial, never green.
+    assert_eq!(v["partial"], "decided_at_shutdown", "{v}");
+    assert_eq!(v["confidence"], "low", "{v}");
+    assert_ne!(v["state"], "healthy", "{v}");
 
     let h = sink
         .wait_for(Duration::from_secs(5), "the shutdown health span", |s| {
@@ -349,5 +353,6 @@ async fn sigterm_decides_chains_in_flight_and_exits_zero() {
         })
         .await;
     assert_eq!(h.attr_str("mcp_health.verdict.decided_by"), Some("shutdown"));
+    assert_eq!(h.attr_str("mcp_health.verdict.partial"), Some("decided_at_shutdown"));
     assert_eq!(h.span.parent_span_id, client.to_vec());
 }

@@ -2,7 +2,11 @@
 //! binary on the same directory, the first stopped by SIGKILL (after its state was written) or by
 //! SIGTERM: the gate still finds the sessions with the same convergence, a call on a stale session
 //! is still `stale_catalog`, the open incident goes on (`updated`, retry count + 1, no second
-//! `opened`), and a late verifier revises a call decided before the restart.
+//! `opened`), and a late verifier revises a call decided before the restart. The same with the
+//! shared store (`storage: {kind: redis}`, a redis-server of the test's own whose password is
+//! planted in the endpoint): the password shows nowhere the service writes (logs at debug, verdict
+//! lines, metrics), and a start with a wrong password or no Redis fails naming the endpoint
+//! redacted.
 
 mod support;
 
@@ -57,9 +61,23 @@ enum Stop {
     Term,
 }
 
+const PLANTED: &str = "planted-pw-e2e-5150";
+
+/// What the service wrote anywhere a reader sees: no password.
+async fn assert_no_password(svc: &Service) {
+    let metrics = svc.metrics_text().await;
+    for (what, text) in [("stdout", svc.stdout()), ("stderr", svc.stderr()), ("metrics", metrics)] {
+        assert!(!text.contains(PLANTED), "the password shows in {what}:\n{text}");
+    }
+}
+
 async fn restart_keeps_state(stop: Stop) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = Cfg { storage: Some(dir.path().join("state")), gate: true, decision_wait: "200ms", ..Cfg::default() };
+    restart_keeps_state_with(stop, cfg, None).await;
+}
+
+async fn restart_keeps_state_with(stop: Stop, cfg: Cfg, redis: Option<&redis_server::RedisServer>) {
     let svc = Service::start(cfg.clone()).await;
 
     // Catalog sessions (the stale call of the fixture is held back for after the restart).
@@ -91,6 +109,10 @@ async fn restart_keeps_state(stop: Stop) {
     let gate_before = [convergence(&svc, "cat-1").await, convergence(&svc, "cat-3").await];
     assert_eq!(gate_before, [Some("converged".to_string()), Some("stale".to_string())]);
 
+    if redis.is_some() {
+        assert_no_password(&svc).await;
+        assert!(svc.stderr().contains("redis://:***@127.0.0.1"), "the store's endpoint is logged redacted:\n{}", svc.stderr());
+    }
     match stop {
         Stop::Kill => {
             // The engine writes at most every 100 ms on its ticks: give it a few.
@@ -144,6 +166,65 @@ async fn restart_keeps_state(stop: Stop) {
     assert!(opened.is_empty(), "no second `opened` for {incident_id}: {opened:?}");
     let errs = prom_sum(&svc.metrics_text().await, "mcp_health_state_store_errors_total").unwrap_or(0.0);
     assert_eq!(errs, 0.0);
+    if let Some(r) = redis {
+        assert_no_password(&svc).await;
+        // The records are in Redis, under the documented keys.
+        let keys: Vec<String> = redis::cmd("KEYS").arg("mcp-health:*").query(&mut r.conn()).unwrap();
+        for table in ["sessions", "incidents", "decided"] {
+            assert!(keys.iter().any(|k| k.starts_with(&format!("mcp-health:{table}:"))), "no {table} in {keys:?}");
+        }
+    }
+}
+
+fn redis_cfg(r: &redis_server::RedisServer) -> Cfg {
+    Cfg { storage_redis: Some(r.url()), gate: true, decision_wait: "200ms", log_level: "debug", ..Cfg::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_outlives_a_sigkill_in_redis_and_the_password_never_shows() {
+    if !redis_server::available("state_outlives_a_sigkill_in_redis_and_the_password_never_shows") {
+        return;
+    }
+    let r = redis_server::RedisServer::start_with(false, Some(PLANTED));
+    restart_keeps_state_with(Stop::Kill, redis_cfg(&r), Some(&r)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_outlives_a_sigterm_in_redis() {
+    if !redis_server::available("state_outlives_a_sigterm_in_redis") {
+        return;
+    }
+    let r = redis_server::RedisServer::start_with(false, Some(PLANTED));
+    restart_keeps_state_with(Stop::Term, redis_cfg(&r), Some(&r)).await;
+}
+
+/// A start that cannot reach its shared store fails (exit 1, not a silent in-memory start), and
+/// says where with the password hidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_without_its_redis_fails_naming_the_endpoint_redacted() {
+    if !redis_server::available("a_start_without_its_redis_fails_naming_the_endpoint_redacted") {
+        return;
+    }
+    let mut r = redis_server::RedisServer::start_with(false, Some(PLANTED));
+    let wrong = format!("redis://:{PLANTED}-wrong@127.0.0.1:{}", r.port);
+    let down = {
+        r.kill();
+        r.url()
+    };
+    let wrong_cfg = Cfg { storage_redis: Some(wrong), ..redis_cfg(&r) };
+    for (what, cfg) in [("no redis", Cfg { storage_redis: Some(down), ..redis_cfg(&r) }), ("wrong password", wrong_cfg)] {
+        if what == "wrong password" {
+            r.restart();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        std::fs::write(&path, cfg.yaml(&Ports::pick())).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-health")).arg("serve").arg("--config").arg(&path).output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "{what}: started anyway\n{stderr}");
+        assert!(stderr.contains("cannot open the state store at redis://:***@127.0.0.1"), "{what}: {stderr}");
+        assert!(!stderr.contains(PLANTED) && !stdout.contains(PLANTED), "{what}: the password shows\n{stderr}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,4 +235,51 @@ async fn state_outlives_a_sigkill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_outlives_a_sigterm() {
     restart_keeps_state(Stop::Term).await;
+}
+
+/// Redis goes away under a running service: it goes on deciding, counts the store errors, says
+/// `degraded` on the health check (still 200: it keeps its place behind the load balancer), and
+/// marks the calls it decides meanwhile partial (`store_unavailable`), never healthy; when Redis
+/// is back the health check says available again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_under_a_running_service_is_counted_degraded_and_partial() {
+    if !redis_server::available("redis_down_under_a_running_service_is_counted_degraded_and_partial") {
+        return;
+    }
+    let mut r = redis_server::RedisServer::start_with(false, Some(PLANTED));
+    let svc = Service::start(redis_cfg(&r)).await;
+    r.kill();
+    // Calls keep coming: each step's write fails.
+    let mut traces = Vec::new();
+    for i in 0..5 {
+        let (trace, span) = (new_trace_id(), new_span_id());
+        traces.push(hex::encode(trace));
+        let call = call_span(trace, span, None, "write_note", &format!("9{i}"), vec![]);
+        assert_eq!(svc.post_proto(&request("agent", vec![call])).await.status, 200);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let errs = eventually_async(WAIT, "store errors counted", || async {
+        prom_sum(&svc.metrics_text().await, "mcp_health_state_store_errors_total").filter(|e| *e >= 1.0)
+    })
+    .await;
+    let health = http_get(svc.health_addr(), "/").await.expect("health check");
+    assert_eq!(health.status, 200, "degraded is still up");
+    assert!(
+        String::from_utf8_lossy(&health.body).contains("degraded: state store unavailable"),
+        "{}",
+        String::from_utf8_lossy(&health.body)
+    );
+    let last = eventually(WAIT, "the last call's verdict", || verdict_of(&svc, traces.last().unwrap()).pop()).await;
+    assert_eq!((last["partial"].as_str(), last["confidence"].as_str()), (Some("store_unavailable"), Some("low")), "{last}");
+    assert_ne!(last["state"], "healthy");
+    assert_no_password(&svc).await;
+    // Redis comes back; with nothing written, the probe ends `degraded`.
+    r.restart();
+    eventually_async(WAIT, "the health check to say available again", || async {
+        let h = http_get(svc.health_addr(), "/").await.ok()?;
+        let body = String::from_utf8_lossy(&h.body).to_string();
+        (h.status == 200 && body.contains("Server available") && !body.contains("degraded")).then_some(())
+    })
+    .await;
+    println!("store errors counted with Redis down: {errs}");
 }

@@ -492,6 +492,7 @@ mod tests {
             revision: 0,
             supersedes: None,
             decided_by: DecidedBy::Quiet,
+            partial: None,
             start_ns: 10,
             end_ns: 20,
         }

@@ -6,6 +6,7 @@ pub mod digest;
 pub mod drift;
 pub mod incidents;
 pub mod layers;
+pub mod partial;
 pub mod pinning;
 pub mod progress;
 
@@ -78,6 +79,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         revision: d.revision,
         supersedes: None,
         decided_by: d.decided_by,
+        partial: None,
         start_ns: c.start_ns,
         end_ns: c.end_ns,
     }

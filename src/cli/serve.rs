@@ -58,7 +58,7 @@ pub enum ServeError {
     Lockfile(crate::config::lockfile::LockError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
-    #[error("cannot open the state store in {0}: {1}")]
+    #[error("cannot open the state store at {0}: {1}")]
     Store(String, crate::state::StoreError),
     #[error("the engine stopped unexpectedly; verdicts can no longer be decided")]
     EngineStopped,
@@ -402,12 +402,28 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     let (stop_tx, stop_rx) = oneshot::channel();
     let mut engine_cfg = super::replay::engine_config(&cfg);
     engine_cfg.pins = pins.clone();
-    if let Some(st) = &cfg.storage {
-        // Asked for durable state and not getting it is an error at start, not a silent downgrade.
-        let store = crate::state::StoreHandle::open_directory(&st.directory)
-            .map_err(|e| ServeError::Store(st.directory.display().to_string(), e))?;
-        tracing::info!(directory = %st.directory.display(), "state store opened");
-        engine_cfg.store = Some(store);
+    // Asked for durable (or shared) state and not getting it is an error at start, not a silent
+    // downgrade.
+    match &cfg.storage {
+        Some(crate::config::Storage::Embedded { directory }) => {
+            let store =
+                crate::state::StoreHandle::open_directory(directory).map_err(|e| ServeError::Store(directory.display().to_string(), e))?;
+            tracing::info!(directory = %directory.display(), "state store opened");
+            engine_cfg.store = Some(store);
+        }
+        Some(crate::config::Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl }) => {
+            let shown = crate::state::redis::redact(&endpoint.0);
+            let settings = crate::state::RedisSettings {
+                endpoint: endpoint.0.clone(),
+                timeout: *timeout,
+                retry_after: *retry_after,
+                tombstone_ttl: *tombstone_ttl,
+            };
+            let store = crate::state::StoreHandle::open_redis(settings).map_err(|e| ServeError::Store(shown.clone(), e))?;
+            tracing::info!(endpoint = %shown, "shared state store (redis) opened");
+            engine_cfg.store = Some(store);
+        }
+        None => {}
     }
     let engine = Engine::new(engine_cfg);
     let gate_state = gate_l.as_ref().map(|(_, unpinned, _)| crate::gate::GateState { pins, board: engine.board(), unpinned: *unpinned });

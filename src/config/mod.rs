@@ -64,12 +64,82 @@ pub struct Config {
     pub storage: Option<Storage>,
 }
 
-/// `storage:` — the embedded durable state store.
+/// `storage:` — where the cross-trace state is kept: `{directory: …}` (or `{kind: embedded,
+/// directory: …}`) for the embedded redb file, `{kind: redis, endpoint: redis://…}` for a store
+/// shared by several instances (`state::redis`).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Storage {
+#[serde(try_from = "StorageKeys")]
+pub enum Storage {
     /// A directory the service may write; the store is `state.redb` in it (created if missing).
-    pub directory: std::path::PathBuf,
+    Embedded { directory: std::path::PathBuf },
+    Redis {
+        /// `redis://[user:password@]host:port[/db]`; shown only redacted.
+        endpoint: Secret,
+        /// Bound of each connect, read and write to Redis.
+        timeout: Duration,
+        /// After a failure, how long the store answers errors at once before it tries again.
+        retry_after: Duration,
+        /// How long a deleted record's tombstone stays, so another instance cannot write it back.
+        tombstone_ttl: Duration,
+    },
+}
+
+/// A string that may hold a secret (a password in a URL): its `Debug` shows it redacted, so a
+/// configuration printed for a failed test or a log line never carries it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", crate::state::redis::redact(&self.0))
+    }
+}
+
+/// `storage:` as written; [`Storage`] is what it must mean.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StorageKeys {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    directory: Option<std::path::PathBuf>,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    retry_after: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    tombstone_ttl: Option<Duration>,
+}
+
+impl TryFrom<StorageKeys> for Storage {
+    type Error = String;
+
+    fn try_from(k: StorageKeys) -> Result<Self, String> {
+        match k.kind.as_deref() {
+            None | Some("embedded") => {
+                if k.endpoint.is_some() || k.timeout.is_some() || k.retry_after.is_some() || k.tombstone_ttl.is_some() {
+                    return Err("endpoint, timeout, retry_after and tombstone_ttl need kind: redis".into());
+                }
+                let directory = k.directory.ok_or("storage needs directory (embedded) or kind: redis with an endpoint")?;
+                Ok(Storage::Embedded { directory })
+            }
+            Some("redis") => {
+                if k.directory.is_some() {
+                    return Err("directory is for the embedded store, not kind: redis".into());
+                }
+                let endpoint = k.endpoint.ok_or("kind: redis needs an endpoint (redis://host:port)")?;
+                Ok(Storage::Redis {
+                    endpoint: Secret(endpoint),
+                    timeout: k.timeout.unwrap_or(Duration::from_secs(1)),
+                    retry_after: k.retry_after.unwrap_or(Duration::from_secs(1)),
+                    tombstone_ttl: k.tombstone_ttl.unwrap_or(Duration::from_secs(3600)),
+                })
+            }
+            Some(other) => Err(format!("unknown storage kind {other:?} (embedded or redis)")),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -214,6 +284,14 @@ pub struct CorrelateConfig {
     /// Digest raw tool definitions (`mcp_health.catalog.tools`) and strip them before passing spans on.
     #[serde(default = "yes")]
     pub strip_tool_definitions: bool,
+    /// Mark partial (never `healthy`) a chain whose earliest call started before this service took
+    /// its first span, less `decision_wait`: its first spans may have gone to an instance that is
+    /// gone or to this one before a restart. On behind a load balancer or wherever restarts
+    /// happen under traffic; off by default because recorded spans posted with their original
+    /// timestamps would all be "before the start". Decisions at shutdown and evictions are partial
+    /// always.
+    #[serde(default)]
+    pub partial_before_start: bool,
     /// Limits of the service's tables and caches (`limits:`); what hits one is counted in
     /// `mcp_health.state.evicted{table}`.
     #[serde(default, rename = "limits")]
@@ -795,8 +873,19 @@ impl Config {
         if p.max_chains == Some(0) || p.queue_size == 0 || p.max_spans_per_chain == 0 {
             return bad("processors.mcp_health", "max_chains, queue_size and max_spans_per_chain must be at least 1");
         }
-        if self.storage.as_ref().is_some_and(|st| st.directory.as_os_str().is_empty()) {
-            return bad("storage.directory", "must be a directory path");
+        match &self.storage {
+            Some(Storage::Embedded { directory }) if directory.as_os_str().is_empty() => {
+                return bad("storage.directory", "must be a directory path");
+            }
+            Some(Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl }) => {
+                if !endpoint.0.starts_with("redis://") && !endpoint.0.starts_with("redis+unix://") && !endpoint.0.starts_with("unix://") {
+                    return bad("storage.endpoint", "must be a redis://host:port URL (or redis+unix:// for a socket)");
+                }
+                if timeout.is_zero() || retry_after.is_zero() || tombstone_ttl.as_millis() == 0 {
+                    return bad("storage", "timeout, retry_after and tombstone_ttl must be greater than zero (tombstone_ttl at least 1ms)");
+                }
+            }
+            _ => {}
         }
         for (key, limit) in p.state_limits.entries() {
             if limit == 0 {
@@ -1066,7 +1155,9 @@ mod tests {
     #[test]
     fn storage_directory_parses_and_unknown_keys_are_rejected() {
         let c = Config::parse("c.yaml", "storage:\n  directory: /var/lib/mcp-health\n", &env).unwrap();
-        assert_eq!(c.storage, Some(Storage { directory: "/var/lib/mcp-health".into() }));
+        assert_eq!(c.storage, Some(Storage::Embedded { directory: "/var/lib/mcp-health".into() }));
+        let c = Config::parse("c.yaml", "storage:\n  kind: embedded\n  directory: /d\n", &env).unwrap();
+        assert_eq!(c.storage, Some(Storage::Embedded { directory: "/d".into() }));
         assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().storage, None, "absent = in memory");
         let e = Config::parse("c.yaml", "storage:\n  dir: /x\n", &env).unwrap_err().to_string();
         assert!(e.contains("dir"), "{e}");
@@ -1076,6 +1167,40 @@ mod tests {
         let doc =
             include_str!("../../otel-config/mcp-health.yaml").replace("# storage:", "storage:").replace("#   directory:", "  directory:");
         assert!(Config::parse("doc", &doc, &env).unwrap().storage.is_some());
+    }
+
+    #[test]
+    fn storage_redis_parses_is_checked_and_never_shows_its_password() {
+        let t = "storage:\n  kind: redis\n  endpoint: redis://:planted-pw-81@127.0.0.1:6390/0\n  timeout: 250ms\n";
+        let c = Config::parse("c.yaml", t, &env).unwrap();
+        let Some(Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl }) = &c.storage else { panic!("{:?}", c.storage) };
+        assert_eq!(
+            (endpoint.0.as_str(), *timeout, *retry_after, *tombstone_ttl),
+            ("redis://:planted-pw-81@127.0.0.1:6390/0", Duration::from_millis(250), Duration::from_secs(1), Duration::from_secs(3600))
+        );
+        // The whole configuration, printed as a failed test or a debug log would print it.
+        let shown = format!("{c:?} {c:#?}");
+        assert!(!shown.contains("planted-pw-81") && shown.contains("redis://:***@127.0.0.1:6390/0"), "{shown}");
+        let bad_cases = [
+            ("storage:\n  kind: redis\n", "endpoint"),
+            ("storage:\n  kind: redis\n  endpoint: redis://h:1\n  directory: /x\n", "directory"),
+            ("storage:\n  directory: /x\n  endpoint: redis://h:1\n", "kind: redis"),
+            ("storage:\n  kind: etcd\n  endpoint: x\n", "unknown storage kind"),
+            ("storage:\n  kind: redis\n  endpoint: redis://h:1\n  passwd: x\n", "passwd"),
+            ("storage:\n  kind: redis\n  endpoint: http://:planted-pw-81@h:1\n", "storage.endpoint"),
+            ("storage:\n  kind: redis\n  endpoint: redis://h:1\n  timeout: 0s\n", "greater than zero"),
+            ("storage: {}\n", "directory"),
+        ];
+        for (text, want) in bad_cases {
+            let e = Config::parse("c.yaml", text, &env).unwrap_err().to_string();
+            assert!(e.contains(want) && !e.contains("planted-pw-81"), "{text}: {e}");
+        }
+        // The documented example, uncommented, is accepted.
+        let doc = include_str!("../../otel-config/mcp-health.yaml")
+            .replace("# storage:", "storage:")
+            .replace("#   kind: redis", "  kind: redis")
+            .replace("#   endpoint: ${env:MCP_HEALTH_REDIS", "  endpoint: ${env:MCP_HEALTH_REDIS");
+        assert!(matches!(Config::parse("doc", &doc, &env).unwrap().storage, Some(Storage::Redis { .. })), "{doc}");
     }
 
     #[test]
@@ -1349,7 +1474,7 @@ mod tests {
         assert_eq!(p.refresh_policy, crate::classify::catalog::RefreshPolicy::MaxAge { max_age: Duration::from_secs(5) });
         assert_eq!(p.progress.clocks(Some("t")).inactivity, Duration::from_secs(5));
         let c = Config::parse("c.yaml", "storage:\n  directory: ${env:UNSET:-/var/lib/x}\n", &both).unwrap();
-        assert_eq!(c.storage, Some(Storage { directory: "/var/lib/x".into() }));
+        assert_eq!(c.storage, Some(Storage::Embedded { directory: "/var/lib/x".into() }));
         // Keys are taken as written, and a variable that is not set is named with key, line, column.
         let c = Config::parse("c.yaml", &otlp("    headers:\n      ${TOK}: v\n"), &both).unwrap();
         assert!(c.exporters.otlp.unwrap().headers.contains_key("${TOK}"));

@@ -338,6 +338,22 @@ impl Chains {
         }
     }
 
+    /// Whether this table knows the trace at all: in flight, decided (kept, in limbo or spilled
+    /// to the store) or forgotten. Evidence for a trace it does not know may belong to a chain
+    /// another instance decided (see `Engine::take_over_from_store`).
+    pub fn knows(&self, id: &TraceId) -> bool {
+        self.active.contains_key(id)
+            || self.decided.contains_key(id)
+            || self.limbo.contains_key(id)
+            || self.spilled.contains(id)
+            || self.forgotten.contains(id)
+    }
+
+    /// Whether a call naming this operation key is known here.
+    pub fn has_operation(&self, key: &str) -> bool {
+        self.operations.get(key).is_some()
+    }
+
     /// Take back an operation key from the store.
     pub fn restore_operation(&mut self, key: &str, trace: TraceId) {
         self.operations.insert(key.into(), trace);

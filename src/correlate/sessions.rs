@@ -83,11 +83,13 @@ pub struct Sessions {
     /// Record which sessions change, for the state store.
     track: bool,
     dirty: rustc_hash::FxHashSet<String>,
+    /// Sessions another instance's evidence added to since their verdict was last checked.
+    merged: rustc_hash::FxHashSet<String>,
 }
 
 impl Sessions {
     pub fn new(limits: SessionLimits) -> Self {
-        Sessions { limits, map: FxHashMap::default(), expired: 0, track: false, dirty: Default::default() }
+        Sessions { limits, map: FxHashMap::default(), expired: 0, track: false, dirty: Default::default(), merged: Default::default() }
     }
 
     /// Record, from now on, which sessions change (for the state store).
@@ -98,6 +100,19 @@ impl Sessions {
     fn mark(&mut self, key: &str) {
         if self.track && !self.dirty.contains(key) {
             self.dirty.insert(key.to_string());
+        }
+    }
+
+    /// The sessions changed since the last write (to read them back from a shared store and
+    /// merge before writing the union).
+    pub fn dirty_keys(&self) -> Vec<String> {
+        self.dirty.iter().filter(|k| self.map.contains_key(*k)).cloned().collect()
+    }
+
+    /// Write this session again at the next write (its last write was refused as a conflict).
+    pub fn mark_dirty(&mut self, key: &str) {
+        if self.map.contains_key(key) {
+            self.mark(key);
         }
     }
 
@@ -142,6 +157,87 @@ impl Sessions {
             has_ttl: r.has_ttl,
         };
         self.map.insert(key, st);
+    }
+
+    /// Merge a session as another instance wrote it to a shared store: the events and page
+    /// requests of both (the evidence of the traces that went elsewhere), the later activity.
+    /// True if it brought anything this table lacked (then the union is written back).
+    pub fn merge(&mut self, key: &str, r: crate::state::SessionRecord) -> bool {
+        let Some(st) = self.map.get_mut(key) else {
+            if self.map.len() >= self.limits.max_sessions {
+                return false;
+            }
+            self.restore(key.to_string(), r);
+            return true;
+        };
+        let before = st.events.len();
+        st.events.extend(r.events);
+        // Sorted by time, then equal neighbours dropped: both sides hold the events they shared.
+        st.events.sort_by_key(|e| e.at_ns);
+        st.events.dedup();
+        let new = st.events.len() > before;
+        for p in r.page_requests {
+            if !st.page_requests.contains(&p) {
+                st.page_requests.push(p);
+            }
+        }
+        let cap = self.limits.max_events_per_session;
+        if st.events.len() > cap {
+            let drop = st.events.len() - cap;
+            st.events.drain(..drop);
+        }
+        if st.page_requests.len() > cap {
+            st.page_requests.drain(..cap / 2);
+        }
+        st.last_activity_ns = st.last_activity_ns.max(r.last_activity_ns);
+        st.has_ttl |= r.has_ttl;
+        if st.server.is_none() {
+            st.server = r.server;
+        }
+        if new {
+            self.mark(key);
+            self.merged.insert(key.to_string());
+        }
+        new
+    }
+
+    /// The verdicts that merged evidence changed (see [`Sessions::merge`]), as catalog changes.
+    pub fn take_merged_changes(&mut self) -> Vec<CatalogChange> {
+        let policy = self.limits.refresh_policy;
+        let mut changes = Vec::new();
+        for key in std::mem::take(&mut self.merged) {
+            let Some(st) = self.map.get_mut(&key) else { continue };
+            if !st.has_catalog_evidence() {
+                continue;
+            }
+            let latest = st.events.iter().map(|e| e.at_ns).max().unwrap_or(0).max(st.last_activity_ns);
+            let v = convergence(&st.events, policy, latest);
+            if st.last != Some(v.convergence) {
+                st.last = Some(v.convergence);
+                changes.push(CatalogChange {
+                    session_key: key,
+                    server: st.server.clone(),
+                    verdict: v,
+                    trace_id: st.trace_id,
+                    span_id: st.span_id,
+                    at_ns: latest,
+                });
+            }
+        }
+        changes
+    }
+
+    /// Up to `limit` of the sessions whose verdict here is `converged`, in key order from the
+    /// `cursor`-th: the ones to read back from a shared store, since only a green verdict can be
+    /// wrong for want of evidence another instance holds.
+    pub fn converged_window(&self, limit: usize, cursor: usize) -> Vec<String> {
+        let mut keys: Vec<&String> = self.map.iter().filter(|(_, st)| st.last == Some(Convergence::Converged)).map(|(k, _)| k).collect();
+        if keys.is_empty() {
+            return Vec::new();
+        }
+        keys.sort();
+        let start = cursor % keys.len();
+        keys.iter().cycle().skip(start).take(limit.min(keys.len())).map(|k| (*k).clone()).collect()
     }
 
     pub fn len(&self) -> usize {

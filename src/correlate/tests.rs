@@ -802,3 +802,54 @@ fn a_parent_cycle_does_not_hang_assembly() {
     let calls = assemble_calls(&[a, b, client(1, 3, "1"), client(1, 4, "2")]);
     assert_eq!(calls.len(), 2);
 }
+
+/// Issue 12: a session as another instance wrote it merges into this table: the events of both
+/// (shared ones once), the later activity; new evidence marks it for writing back and for a
+/// verdict check, evidence already here changes nothing; `converged_window` turns through the
+/// converged sessions.
+#[test]
+fn a_session_from_another_instance_merges_its_evidence() {
+    use crate::classify::catalog::{CatalogEvent, CatalogEventKind, Convergence};
+    use crate::evidence::catalog::SignalSource;
+    use crate::state::SessionRecord;
+    let mut s = Sessions::new(SessionLimits { max_events_per_session: 3, ..SessionLimits::default() });
+    s.track_changes();
+    let ev = |at: u64, kind: CatalogEventKind| CatalogEvent { at_ns: at, kind };
+    let rec = |events: Vec<CatalogEvent>, activity: u64| SessionRecord {
+        events,
+        page_requests: vec!["1".into()],
+        last_seen_ns: 0,
+        last: None,
+        last_activity_ns: activity,
+        server: Some(Arc::from("srv")),
+        trace_id: [1; 16],
+        span_id: [1; 8],
+        has_ttl: false,
+    };
+    // Unknown here: taken as it is.
+    assert!(s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true))], 5)));
+    // The same evidence again: nothing new.
+    assert!(!s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true))], 5)));
+    let mut out = crate::state::Changes::default();
+    s.take_changes(&mut out);
+    assert!(out.is_empty(), "nothing to write back: {out:?}");
+    // A signal another instance saw: merged, written back, checked.
+    assert!(
+        s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true)), ev(9, CatalogEventKind::Signal(SignalSource::Notification))], 12))
+    );
+    s.take_changes(&mut out);
+    assert_eq!(out.len(), 1);
+    let crate::state::Record::Session(r) = out.changes[0].value.clone().unwrap() else { panic!() };
+    assert_eq!(r.events.len(), 2, "shared events once: {:?}", r.events);
+    assert_eq!(r.last_activity_ns, 12);
+    let _ = s.take_merged_changes();
+    // Bounded like observed evidence: the oldest go.
+    s.merge("k", rec(vec![ev(20, CatalogEventKind::Reconnect), ev(21, CatalogEventKind::Reconnect)], 21));
+    let mut out = crate::state::Changes::default();
+    s.take_changes(&mut out);
+    let crate::state::Record::Session(r) = out.changes[0].value.clone().unwrap() else { panic!() };
+    assert_eq!(r.events.iter().map(|e| e.at_ns).collect::<Vec<_>>(), vec![9, 20, 21]);
+    // No session is converged here: nothing to read back.
+    assert!(s.all_current().iter().all(|(_, _, v)| v.convergence != Convergence::Converged));
+    assert!(s.converged_window(10, 0).is_empty());
+}

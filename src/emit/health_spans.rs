@@ -37,6 +37,9 @@ pub fn health_span(v: &Verdict, decided_ns: u64) -> Span {
     if let Some(r) = &v.reason {
         attrs.push(s(a::VERDICT_REASON, r.clone()));
     }
+    if let Some(p) = v.partial {
+        attrs.push(s(a::VERDICT_PARTIAL, p.as_str()));
+    }
     if let Some(m) = &v.method {
         attrs.push(s(a::MCP_METHOD_NAME, m.clone()));
     }

@@ -539,7 +539,7 @@ impl HealthMeters {
             store_errors: c(
                 "mcp_health.state.store_errors",
                 "{error}",
-                "Loads and writes of the state store (storage.directory) that failed; the engine went on in memory",
+                "Loads and writes of the state store (storage) that failed or were refused as conflicts; the engine went on in memory",
             ),
             late_evidence_dropped: c(
                 "mcp_health.spans.late_dropped",

@@ -16,6 +16,12 @@
 //! is made (sessions, and the gate's view from them; open incidents and recoveries; decided chains
 //! still in their late-span window, with their operation keys; drift reported). A store error is
 //! logged and counted and the engine goes on in memory: no verdict depends on a write.
+//!
+//! A chain whose evidence may be split — decided at shutdown or by eviction, decided while the
+//! store is unavailable, or (with [`EngineConfig::partial_before_start`]) started before the
+//! engine's first ingest — is marked partial after classification and never comes out `healthy`
+//! (`classify::partial`). A receipt for a call another instance decided (a ring change) takes
+//! that chain from a shared store and revises it here (`take_over_from_store`).
 
 pub mod decided;
 
@@ -26,6 +32,7 @@ use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
 use crate::classify::incidents::IncidentBook;
+use crate::classify::partial::{partial_reason, Since};
 use crate::classify::pinning::{Lockfile, PinCheck};
 use crate::classify::progress::{InFlight, ProgressPolicy};
 use crate::classify::{classify_call, Decision, SessionContext};
@@ -43,6 +50,8 @@ pub use decided::{CatalogLine, Decided, DriftEvent, IncidentChange};
 const REEVALUATE_EVERY: Duration = Duration::from_secs(1);
 /// How often idle sessions are expired.
 const EXPIRE_EVERY: Duration = Duration::from_secs(10);
+/// Converged sessions read back from a shared store per re-evaluation (one pipeline).
+const CONVERGED_REFRESH: usize = 512;
 
 /// Everything the engine is configured with.
 #[derive(Clone, Debug, Default)]
@@ -55,9 +64,12 @@ pub struct EngineConfig {
     pub max_drift_reported: usize,
     /// Most in-flight calls remembered as already reported `working`.
     pub max_working_reported: usize,
-    /// Where the cross-trace state is kept beyond the process (`storage.directory`); `None`
-    /// keeps it in the engine's own tables only.
+    /// Where the cross-trace state is kept beyond the process (`storage`); `None` keeps it in
+    /// the engine's own tables only.
     pub store: Option<crate::state::StoreHandle>,
+    /// Mark partial the chains whose earliest call predates the engine's first ingest less
+    /// `decision_wait` (`processors.mcp_health.partial_before_start`; see `classify::partial`).
+    pub partial_before_start: bool,
 }
 
 impl EngineConfig {
@@ -107,11 +119,35 @@ pub struct Engine {
     store_errors: u64,
     /// Drift reported since the last write to the store.
     drift_dirty: Vec<crate::state::DriftRecord>,
+    /// Engine time of the first ingest: what predates it (less the grace) may be split.
+    started_ns: Option<u64>,
+    /// `decision_wait` in ns, the grace of the start rule; `None` when the rule is off.
+    partial_grace_ns: Option<u64>,
+    /// Decided chains restored or taken over from the store: their earlier evidence came back
+    /// with them, so the start rule does not apply to them. As many as decided chains are kept
+    /// for revision (`max_decided`); past it the oldest go, counted.
+    restored: crate::bounded::BoundedSet<crate::evidence::TraceId>,
+    /// The store's last load, read or write failed (a conflict is not a failure: the store
+    /// answered). Verdicts decided meanwhile are partial (`store_unavailable`).
+    store_down: bool,
+    /// Decided chains taken from the store for a receipt that came to this engine.
+    taken_over: u64,
+    /// Sessions another instance's evidence added to (shared store).
+    sessions_merged: u64,
+    /// Where the next read-back of converged sessions starts (see `refresh_converged`).
+    refresh_cursor: usize,
+    /// Chains whose last decision was marked partial, and why: a revision supersedes the
+    /// verdict as reported (capped), so the success counts it undoes are the ones it added.
+    /// As many as decided chains are kept for revision.
+    partial_decided: crate::bounded::BoundedMap<crate::evidence::TraceId, crate::classify::partial::Partial>,
 }
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Self {
         let store = cfg.store.clone();
+        let grace = u64::try_from(cfg.chains.decision_wait.as_nanos()).unwrap_or(u64::MAX);
+        let partial_grace_ns = cfg.partial_before_start.then_some(grace);
+        let max_decided = cfg.chains.max_decided.max(1);
         let mut e = Engine {
             chains: Chains::new(cfg.chains),
             sessions: Sessions::new(cfg.sessions),
@@ -130,6 +166,14 @@ impl Engine {
             last_persisted: None,
             store_errors: 0,
             drift_dirty: Vec::new(),
+            started_ns: None,
+            partial_grace_ns,
+            restored: crate::bounded::BoundedSet::with_capacity("restored_decided", max_decided),
+            store_down: false,
+            taken_over: 0,
+            sessions_merged: 0,
+            refresh_cursor: 0,
+            partial_decided: crate::bounded::BoundedMap::with_capacity("partial_decided", max_decided),
         };
         if let Some(store) = store {
             e.attach(store);
@@ -147,6 +191,7 @@ impl Engine {
             Err(e) => {
                 // Carry on in memory: nothing is judged from a state that could not be read.
                 self.store_errors += 1;
+                self.store_down = true;
                 tracing::error!(error = %e, "could not load the state store; starting with empty state");
             }
         }
@@ -170,6 +215,7 @@ impl Engine {
         // Oldest first, so the late-span window and `max_decided` forget them in order.
         snap.decided.sort_by_key(|d| d.decided_at_ns);
         for d in snap.decided {
+            self.restored.insert(d.trace_id);
             self.chains.restore_decided(d);
         }
         for (key, trace) in snap.operations {
@@ -190,6 +236,23 @@ impl Engine {
             return;
         }
         self.last_persisted = Some(now);
+        let shared = store.is_shared();
+        if shared {
+            // Sessions are written by every instance that sees a trace of them: read what the
+            // others wrote and write the union (compare-and-set on the version just read), so a
+            // session converges on all its evidence instead of on whichever instance wrote first.
+            let keys = self.sessions.dirty_keys();
+            if !keys.is_empty() {
+                match store.get_many(crate::state::Table::Sessions, &keys) {
+                    Ok(records) => self.merge_sessions(&keys, records),
+                    Err(e) => {
+                        self.store_errors += 1;
+                        self.store_down = true;
+                        tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
+                    }
+                }
+            }
+        }
         let mut changes = crate::state::Changes::default();
         self.sessions.take_changes(&mut changes);
         self.incidents.take_changes(&mut changes);
@@ -200,9 +263,21 @@ impl Engine {
         if changes.is_empty() {
             return;
         }
-        if let Err(e) = store.apply(&changes) {
-            self.store_errors += 1;
-            tracing::warn!(error = %e, changes = changes.len(), "could not write the state store; going on in memory");
+        match store.apply(&changes) {
+            Ok(()) => self.store_down = false,
+            Err(e) => {
+                self.store_errors += 1;
+                let conflict = matches!(e, crate::state::StoreError::Conflict { .. });
+                self.store_down = !conflict;
+                if conflict && shared {
+                    // Another instance wrote one of them in between: read, merge and write the
+                    // sessions again next time (the refused one among them).
+                    for c in changes.changes.iter().filter(|c| c.table == crate::state::Table::Sessions) {
+                        self.sessions.mark_dirty(&c.key);
+                    }
+                }
+                tracing::warn!(error = %e, changes = changes.len(), "could not write the state store; going on in memory");
+            }
         }
     }
 
@@ -214,11 +289,18 @@ impl Engine {
         for ev in spans {
             let Some(id) = self.chains.spilled_target(ev) else { continue };
             match store.get(crate::state::Table::Decided, &crate::state::trace_key(&id)) {
-                Ok(Some(crate::state::Record::Decided(r))) => self.chains.unspill(id, Some(*r)),
-                Ok(_) => self.chains.unspill(id, None),
+                Ok(Some(crate::state::Record::Decided(r))) => {
+                    self.store_down = false;
+                    self.chains.unspill(id, Some(*r))
+                }
+                Ok(_) => {
+                    self.store_down = false;
+                    self.chains.unspill(id, None)
+                }
                 Err(e) => {
                     // The evidence is then late for a forgotten chain, as without a store.
                     self.store_errors += 1;
+                    self.store_down = true;
                     self.chains.unspill(id, None);
                     tracing::warn!(error = %e, "could not read a decided chain back from the state store");
                 }
@@ -226,9 +308,90 @@ impl Engine {
         }
     }
 
+    /// A receipt for a trace this engine does not know (or naming an operation key no call here
+    /// named), with no request of that trace (or key) in the same batch: the call may have been
+    /// decided by another instance on the same shared store (the collector's ring changed
+    /// between the call and its receipt, a verifier reported in a trace of its own, or an
+    /// instance restarted). Take that decided chain (and its operation key) from the store
+    /// first, so the receipt revises it here — one process would have revised it too — instead
+    /// of making a call-less chain that says nothing. At most two store reads (operation key,
+    /// chain) per such receipt and batch.
+    fn take_over_from_store(&mut self, spans: &[SpanEvidence]) {
+        let Some(store) = self.store.clone() else { return };
+        let with_request: rustc_hash::FxHashSet<crate::evidence::TraceId> =
+            spans.iter().filter(|s| s.method.is_some()).map(|s| s.trace_id).collect();
+        let with_key: rustc_hash::FxHashSet<&str> =
+            spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.as_deref()).collect();
+        let mut asked = rustc_hash::FxHashSet::default();
+        for ev in spans {
+            if ev.outcomes.is_empty() || ev.method.is_some() {
+                continue;
+            }
+            let mut id = ev.trace_id;
+            // A verifier in a trace of its own names its call's operation key: the call's trace
+            // is in the store's operation index when another instance holds the call.
+            let mut key = None;
+            if let Some(k) = ev.operation_key.as_deref() {
+                if self.chains.has_operation(k) || with_key.contains(k) {
+                    continue;
+                }
+                match store.get(crate::state::Table::Operations, k) {
+                    Ok(Some(crate::state::Record::Operation(t))) => {
+                        self.store_down = false;
+                        id = t;
+                        key = Some(k);
+                    }
+                    Ok(_) => {
+                        self.store_down = false;
+                        continue;
+                    }
+                    Err(e) => {
+                        self.store_errors += 1;
+                        self.store_down = true;
+                        tracing::warn!(error = %e, "could not look for an operation key in the state store");
+                        continue;
+                    }
+                }
+            }
+            if with_request.contains(&id) || self.chains.knows(&id) || !asked.insert(id) {
+                continue;
+            }
+            match store.get(crate::state::Table::Decided, &crate::state::trace_key(&id)) {
+                Ok(Some(crate::state::Record::Decided(r))) => {
+                    self.store_down = false;
+                    self.taken_over += 1;
+                    // Its earlier evidence comes with it: not "before the start".
+                    self.restored.insert(id);
+                    self.chains.restore_decided(*r);
+                    if let Some(k) = key {
+                        self.chains.restore_operation(k, id);
+                    }
+                }
+                Ok(_) => self.store_down = false,
+                Err(e) => {
+                    self.store_errors += 1;
+                    self.store_down = true;
+                    tracing::warn!(error = %e, "could not look for a decided chain in the state store");
+                }
+            }
+        }
+    }
+
+    /// Decided chains taken from the store for a receipt that came here (see
+    /// `take_over_from_store`).
+    pub fn taken_over(&self) -> u64 {
+        self.taken_over
+    }
+
     /// Loads and writes of the state store that failed.
     pub fn store_errors(&self) -> u64 {
         self.store_errors
+    }
+
+    /// A store is configured and its last load, read or write failed: verdicts are capped
+    /// (`store_unavailable`) and the health check says degraded until an operation succeeds.
+    pub fn store_down(&self) -> bool {
+        self.store.is_some() && self.store_down
     }
 
     /// The gate's view of the catalogs (shared with the gate service, published by the engine).
@@ -261,6 +424,7 @@ impl Engine {
 
     /// Take in one normalized batch at `now`.
     pub fn ingest(&mut self, batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
+        self.started_ns.get_or_insert(now.as_nanos());
         out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).cloned().map(Decided::Finding));
         let changes = self.sessions.observe(&batch.evidence, now);
         self.publish_catalog(changes, out);
@@ -268,11 +432,13 @@ impl Engine {
             self.detect_drift(&batch.evidence, &pins, out);
         }
         self.take_back_spilled(&batch.evidence);
+        self.take_over_from_store(&batch.evidence);
         let mut decided = std::mem::take(&mut self.scratch);
         self.chains.ingest(batch, now, &mut decided);
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
         self.persist(now, false);
+        self.publish_merged(out);
     }
 
     /// Let time pass to `now`: decide due chains, move time-based verdicts (TTL expiry, `max_age`,
@@ -282,6 +448,9 @@ impl Engine {
         self.chains.tick(now, &mut decided);
         if self.last_reevaluated.is_none_or(|t| now.saturating_duration_since(t) >= REEVALUATE_EVERY) {
             self.last_reevaluated = Some(now);
+            self.probe_store();
+            self.refresh_converged();
+            self.publish_merged(out);
             let changes = self.sessions.reevaluate(now);
             self.publish_catalog(changes, out);
             self.check_progress(now, &mut decided, out);
@@ -294,15 +463,20 @@ impl Engine {
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
         self.persist(now, false);
+        self.publish_merged(out);
     }
 
     /// Decide everything still in flight (shutdown, end of a replay), marked `by`.
     pub fn drain(&mut self, by: DecidedBy, now: Moment, out: &mut Vec<Decided>) {
+        // A last look at what other instances wrote of the sessions this one calls converged.
+        self.refresh_converged();
+        self.publish_merged(out);
         let mut decided = std::mem::take(&mut self.scratch);
         self.chains.drain(by, now, &mut decided);
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
         self.persist(now, true);
+        self.publish_merged(out);
     }
 
     /// Write every pending change to the store now (the driver calls it before it stops).
@@ -352,14 +526,135 @@ impl Engine {
         }
     }
 
+    /// With a shared store, read the sessions of the tool calls about to be judged as every
+    /// instance wrote them, and merge them in: a session's signal, discovery or install may have
+    /// gone to another instance in another trace, and judging the call without it could call a
+    /// stale catalog fine. One round trip per step (a pipeline); what another instance has not
+    /// written yet (at most 100 ms behind) is not seen.
+    fn refresh_sessions(&mut self, decided: &[DecidedCalls]) {
+        let Some(store) = self.store.clone() else { return };
+        if decided.is_empty() || !store.is_shared() {
+            return;
+        }
+        let mut keys: Vec<String> = decided
+            .iter()
+            .flat_map(|d| d.calls.iter())
+            .filter(|c| c.method == Some(Method::ToolsCall))
+            .filter_map(|c| {
+                crate::evidence::session_key(
+                    c.session_id.as_deref(),
+                    c.service.as_deref(),
+                    c.server.as_deref(),
+                    if c.client_seen { Side::Client } else { Side::Server },
+                )
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        if keys.is_empty() {
+            return;
+        }
+        match store.get_many(crate::state::Table::Sessions, &keys) {
+            Ok(records) => {
+                self.store_down = false;
+                self.merge_sessions(&keys, records);
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
+            }
+        }
+    }
+
+    /// A store marked down is asked, once per re-evaluation, whether it answers again, so the
+    /// mark (and the health check's `degraded`) ends when the store is back even if nothing is
+    /// written meanwhile.
+    fn probe_store(&mut self) {
+        let Some(store) = self.store.clone() else { return };
+        if !self.store_down {
+            return;
+        }
+        if matches!(store.probe(), Some(Ok(()))) {
+            self.store_down = false;
+            tracing::info!("the state store answers again");
+        }
+    }
+
+    /// Merge sessions read from a shared store (`keys[i]` ↔ `records[i]`).
+    fn merge_sessions(&mut self, keys: &[String], records: Vec<Option<crate::state::Record>>) {
+        for (key, r) in keys.iter().zip(records) {
+            if let Some(crate::state::Record::Session(r)) = r {
+                self.sessions_merged += u64::from(self.sessions.merge(key, *r));
+            }
+        }
+    }
+
+    /// With a shared store, read back up to [`CONVERGED_REFRESH`] of the sessions this engine
+    /// calls `converged` (in turn, one pipelined round trip): another instance may hold the
+    /// signal that makes one stale, with nothing more of that session coming here to make this
+    /// engine look again. Runs with the time-based re-evaluation (every second).
+    fn refresh_converged(&mut self) {
+        let Some(store) = self.store.clone() else { return };
+        if !store.is_shared() {
+            return;
+        }
+        let keys = self.sessions.converged_window(CONVERGED_REFRESH, self.refresh_cursor);
+        self.refresh_cursor = self.refresh_cursor.wrapping_add(keys.len());
+        if keys.is_empty() {
+            return;
+        }
+        match store.get_many(crate::state::Table::Sessions, &keys) {
+            Ok(records) => {
+                self.store_down = false;
+                self.merge_sessions(&keys, records);
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
+            }
+        }
+    }
+
+    /// Sessions that another instance's evidence (read from a shared store) added to.
+    pub fn sessions_merged(&self) -> u64 {
+        self.sessions_merged
+    }
+
+    /// Publish the catalog verdicts that evidence merged from a shared store changed.
+    fn publish_merged(&mut self, out: &mut Vec<Decided>) {
+        let changes = self.sessions.take_merged_changes();
+        self.publish_catalog(changes, out);
+    }
+
     fn classify_decided(&mut self, decided: &mut Vec<DecidedCalls>, now: Moment, out: &mut Vec<Decided>) {
+        self.refresh_sessions(decided);
+        self.publish_merged(out);
         for d in decided.drain(..) {
             if !d.calls.iter().any(|c| c.method.is_some()) && d.previous.is_empty() {
                 // A verifier alone, an HTTP span alone: nothing was called, so nothing is judged.
                 self.callless_chains += 1;
                 continue;
             }
-            for v in verdicts_of(&d, &self.sessions, self.pins.as_deref(), &self.progress, now.as_nanos()) {
+            let since = self.partial_grace_ns.zip(self.started_ns).map(|(grace_ns, start_ns)| Since { start_ns, grace_ns });
+            let earliest = d.calls.iter().map(|c| c.start_ns).filter(|t| *t > 0).min();
+            let store_down = self.store.is_some() && self.store_down;
+            let partial = partial_reason(d.decision.decided_by, earliest, since, self.restored.contains(&d.trace_id), store_down);
+            let previous_partial = if d.previous.is_empty() { None } else { self.partial_decided.get(&d.trace_id).copied() };
+            match partial {
+                Some(why) => {
+                    self.partial_decided.insert(d.trace_id, why);
+                }
+                None => {
+                    self.partial_decided.remove(&d.trace_id);
+                }
+            }
+            let verdicts = verdicts_superseding(&d, &self.sessions, self.pins.as_deref(), &self.progress, now.as_nanos(), previous_partial);
+            for mut v in verdicts {
+                if let Some(why) = partial {
+                    crate::classify::partial::mark(&mut v, why);
+                }
                 for (transition, row) in self.incidents.observe(&v) {
                     out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
                 }
@@ -489,8 +784,32 @@ pub fn reportable(v: &Verdict) -> bool {
 
 /// Classify a decided chain.
 pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile>, progress: &ProgressPolicy, now_ns: u64) -> Vec<Verdict> {
+    verdicts_superseding(d, sessions, pins, progress, now_ns, None)
+}
+
+/// [`verdicts_of`], where the previous decision of a revised chain was marked partial
+/// (`previous_partial`): what a revision supersedes is the verdict as it was reported, capped.
+fn verdicts_superseding(
+    d: &DecidedCalls,
+    sessions: &Sessions,
+    pins: Option<&Lockfile>,
+    progress: &ProgressPolicy,
+    now_ns: u64,
+    previous_partial: Option<crate::classify::partial::Partial>,
+) -> Vec<Verdict> {
     let classify = |c: &CallEvidence| classify_with_clocks(c, sessions, pins, progress, now_ns, d.decision);
-    let previous: Vec<Verdict> = d.previous.iter().map(classify).filter(reportable).collect();
+    let previous: Vec<Verdict> = d
+        .previous
+        .iter()
+        .map(classify)
+        .map(|mut v| {
+            if let Some(why) = previous_partial {
+                crate::classify::partial::mark(&mut v, why);
+            }
+            v
+        })
+        .filter(reportable)
+        .collect();
     d.calls
         .iter()
         .map(classify)
@@ -535,6 +854,8 @@ pub fn classify_with_clocks(
     }
 }
 
+#[cfg(test)]
+mod partial_tests;
 #[cfg(test)]
 mod store_tests;
 #[cfg(test)]

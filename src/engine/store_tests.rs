@@ -185,9 +185,11 @@ fn a_decided_chain_past_the_window_is_forgotten_after_a_restart() {
     assert!(snap.decided.is_empty(), "{:?}", snap.decided.len());
 }
 
-/// A store that fails is counted and the engine goes on with the same verdicts.
+/// A store that fails is counted and the engine goes on with the same verdicts, except that those
+/// decided while it is down are marked partial (`store_unavailable`, low confidence, never
+/// greener: issue 12's "store down" rule).
 #[test]
-fn a_failing_store_is_counted_and_changes_no_verdict() {
+fn a_failing_store_is_counted_and_marks_verdicts_partial_never_greener() {
     struct Broken;
     impl crate::state::StateStore for Broken {
         fn load(&mut self) -> Result<crate::state::Snapshot, crate::state::StoreError> {
@@ -215,7 +217,30 @@ fn a_failing_store_is_counted_and_changes_no_verdict() {
     };
     let (plain, errs0) = run(None);
     let (broken, errs) = run(Some(StoreHandle::new(Broken)));
-    assert_eq!(plain, broken);
+    assert_eq!(plain.len(), broken.len());
+    let mut marked = 0;
+    for (p, b) in plain.iter().zip(&broken) {
+        let (p, mut b): (serde_json::Value, serde_json::Value) = (serde_json::from_str(p).unwrap(), serde_json::from_str(b).unwrap());
+        if p.get("state").is_some() {
+            // A call verdict: the same state (none of these is healthy, so none is capped), marked.
+            assert_eq!(p["state"], b["state"], "{p} / {b}");
+            assert!(p.get("partial").is_none(), "{p}");
+            assert_eq!((b["partial"].as_str(), b["confidence"].as_str()), (Some("store_unavailable"), Some("low")), "{b}");
+            marked += 1;
+            let o = b.as_object_mut().unwrap();
+            o.remove("partial");
+            for k in ["confidence", "reason", "next_action"] {
+                o.insert(k.to_string(), p[k].clone());
+            }
+        } else if p["incident"] == true {
+            // The incident's confidence is its verdicts'.
+            assert_eq!(b["row"]["confidence"], "low", "{b}");
+            b["row"]["confidence"] = p["row"]["confidence"].clone();
+        }
+        // Everything else is as without a store.
+        assert_eq!(p, b);
+    }
+    assert!(marked >= 2, "{marked}");
     assert_eq!(errs0, 0);
     assert!(errs >= 2, "the load and the writes are counted: {errs}");
 }

@@ -445,14 +445,6 @@ mod permutations {
         last
     }
 
-    fn green(s: HealthState) -> u8 {
-        match s {
-            HealthState::Healthy => 2,
-            HealthState::Unverified | HealthState::Working => 1,
-            _ => 0,
-        }
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
         #[test]
@@ -483,7 +475,7 @@ mod permutations {
             let shuffled = run(batches, &steps);
             for (k, (state, _)) in &shuffled {
                 let want = in_order.get(k).map(|v| v.0);
-                prop_assert!(want.is_some_and(|w| green(*state) <= green(w)), "{k:?}: {state:?} is greener than in order ({want:?})");
+                prop_assert!(want.is_some_and(|w| state.greenness() <= w.greenness()), "{k:?}: {state:?} is greener than in order ({want:?})");
             }
             prop_assert_eq!(shuffled, in_order);
         }

@@ -122,6 +122,8 @@ pub const VERDICT_CONFIDENCE: &str = "mcp_health.verdict.confidence";
 pub const VERDICT_NEXT_ACTION: &str = "mcp_health.verdict.next_action";
 pub const VERDICT_REVISION: &str = "mcp_health.verdict.revision";
 pub const VERDICT_DECIDED_BY: &str = "mcp_health.verdict.decided_by";
+/// Why a verdict's evidence may be split (`classify::partial`); absent when it is whole.
+pub const VERDICT_PARTIAL: &str = "mcp_health.verdict.partial";
 pub const VERDICT_RETRY_SAFE: &str = "mcp_health.verdict.retry_safe";
 pub const VERDICT_PROTOCOL_SUCCESS: &str = "mcp_health.verdict.protocol_success";
 pub const VERDICT_VERIFIED_SUCCESS: &str = "mcp_health.verdict.verified_success";

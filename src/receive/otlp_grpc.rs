@@ -12,8 +12,8 @@
 //!
 //! Every refusal's gRPC status follows from its error's type ([`ReadError::status`],
 //! [`WireError`]): INVALID_ARGUMENT for undecodable input and RESOURCE_EXHAUSTED without
-//! RetryInfo for an oversize message (both permanent for an OTLP client), UNAVAILABLE for a busy
-//! service (retryable). tonic's own decoding, which reports undecodable input as INTERNAL and an
+//! RetryInfo for an oversize message (both permanent for an OTLP client), RESOURCE_EXHAUSTED with
+//! RetryInfo for a busy service (retryable, on the same instance: [`busy_status`]). tonic's own decoding, which reports undecodable input as INTERNAL and an
 //! oversize message as OUT_OF_RANGE (both retried by OTLP clients), never runs.
 
 use std::convert::Infallible;
@@ -38,9 +38,21 @@ use super::admit::{Admission, Admitted};
 use super::memory::{MemoryLimiter, Reservation};
 use crate::normalize::wire::WireError;
 
-/// UNAVAILABLE is retryable for every OTLP client.
+/// How long a client told "busy" is asked to wait before it tries again (RetryInfo).
+const BUSY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// "Busy, retry here": RESOURCE_EXHAUSTED with RetryInfo. OTLP clients retry it after the delay
+/// (the specification makes RESOURCE_EXHAUSTED retryable exactly when RetryInfo says recovery is
+/// possible), and the collector's `load_balancing` exporter does not count it against the
+/// endpoint: UNAVAILABLE would quarantine this instance and, with re-routing on, move its traces
+/// to others — splitting the chains it holds (docs/multi-instance.md).
+pub(crate) fn busy_status(message: &str) -> Status {
+    use tonic_types::{ErrorDetails, StatusExt};
+    Status::with_error_details(tonic::Code::ResourceExhausted, message, ErrorDetails::with_retry_info(Some(BUSY_RETRY_AFTER)))
+}
+
 fn busy() -> Status {
-    Status::unavailable("mcp-health is at capacity; retry with backoff")
+    busy_status("mcp-health is at capacity; retry with backoff")
 }
 
 /// The message of one request, read by [`ReadMessage`], with the memory it holds.
@@ -269,11 +281,12 @@ pub enum ReadError {
 }
 
 impl ReadError {
-    /// The OTLP answer: retryable only for memory.
+    /// The OTLP answer: retryable (RESOURCE_EXHAUSTED with RetryInfo, see [`busy_status`]) only
+    /// for memory.
     pub fn status(&self) -> Status {
         let m = self.to_string();
         match self {
-            ReadError::MemoryLimit => Status::unavailable(m),
+            ReadError::MemoryLimit => busy_status(&m),
             ReadError::TooLarge(_) => Status::resource_exhausted(m),
             ReadError::Undecodable(_) => Status::invalid_argument(m),
             ReadError::UnsupportedEncoding(_) => Status::unimplemented(m),

@@ -13,6 +13,7 @@ pub struct Heartbeat {
     last_beat_ns: AtomicU64,
     stopped: AtomicBool,
     draining: AtomicBool,
+    store_down: AtomicBool,
 }
 
 /// What the health check answers.
@@ -25,11 +26,16 @@ pub enum Health {
     Stopped,
     /// The service is shutting down.
     Draining,
+    /// Deciding, but the state store is unavailable: verdicts are capped at `unverified`
+    /// (`partial: store_unavailable`). Still 200: the instance must keep its place behind the
+    /// load balancer (moving its traces elsewhere would split more chains), and nothing it says
+    /// is greener for it.
+    Degraded,
 }
 
 impl Health {
     pub fn is_ok(self) -> bool {
-        self == Health::Available
+        matches!(self, Health::Available | Health::Degraded)
     }
     pub fn as_str(self) -> &'static str {
         match self {
@@ -37,6 +43,7 @@ impl Health {
             Health::Stuck => "Engine stuck",
             Health::Stopped => "Engine stopped",
             Health::Draining => "Server is shutting down",
+            Health::Degraded => "Server available, degraded: state store unavailable",
         }
     }
 }
@@ -66,6 +73,11 @@ impl Heartbeat {
         StoppedGuard(self.clone())
     }
 
+    /// Told by the engine task after every step.
+    pub fn set_store_down(&self, down: bool) {
+        self.store_down.store(down, Ordering::Relaxed);
+    }
+
     pub fn set_draining(&self) {
         self.draining.store(true, Ordering::SeqCst);
     }
@@ -78,6 +90,8 @@ impl Heartbeat {
             Health::Stopped
         } else if now.saturating_duration_since(Moment::from_nanos(self.last_beat_ns.load(Ordering::Relaxed))) > stall_after {
             Health::Stuck
+        } else if self.store_down.load(Ordering::Relaxed) {
+            Health::Degraded
         } else {
             Health::Available
         }
@@ -108,5 +122,17 @@ mod tests {
         assert_eq!(h.health(t0 + Duration::from_secs(7), stall), Health::Stopped);
         h.set_draining();
         assert_eq!(h.health(t0 + Duration::from_secs(7), stall), Health::Draining);
+    }
+
+    #[test]
+    fn a_store_that_is_down_makes_the_health_degraded_but_still_ok() {
+        let t0 = Moment::from_nanos(1_000_000_000);
+        let h = Heartbeat::new(t0);
+        h.set_store_down(true);
+        let now = h.health(t0, Duration::from_secs(5));
+        assert_eq!((now, now.is_ok()), (Health::Degraded, true));
+        assert!(now.as_str().contains("state store unavailable"));
+        h.set_store_down(false);
+        assert_eq!(h.health(t0, Duration::from_secs(5)), Health::Available);
     }
 }

@@ -89,6 +89,7 @@ pub async fn run_engine(
         if let Some(m) = &memory {
             m.set_engine_bytes(engine.evidence_bytes());
         }
+        heartbeat.set_store_down(engine.store_down());
         sinks.accept(&out, Moment::wall_now());
         out.clear();
     }

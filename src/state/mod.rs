@@ -21,18 +21,20 @@
 //! 114 against 440 (`state::tests::postcard_is_smaller_than_json_for_the_records`).
 //!
 //! # A shared store
-//! The trait is shaped so that a shared store (Redis/Valkey) can implement it without changing
-//! the engine: every change is a put or a delete of one key, so `apply` maps to one `MULTI`/`EXEC`
-//! (or a Lua script) of `SET`/`DEL` on `mcp-health:{table}:{key}`. Where two instances may write
-//! the same key, each record carries its version in the store (`WATCH` + compare, or a Lua
-//! compare-and-set on a `version` field kept beside the value): `apply` then writes a key only if
-//! its version is still the one this instance last read or wrote, and reports a conflict as
-//! [`StoreError::Conflict`]; the engine logs and counts it like any other store error and keeps
-//! its own in-memory record, which is never greener than what either instance saw. `load` is a
-//! `SCAN` per table. No method takes `&self` across threads: the engine is the only caller.
+//! [`redis::RedisStore`] (`storage: {kind: redis, endpoint: …}`) implements the trait for
+//! several instances: every change is a put or a delete of one key, so `apply` is one Lua script
+//! over `mcp-health:<table>:<key>` hashes. Each record carries the number of the transaction that
+//! wrote it; `apply` writes only if every key is still at the version this instance last read or
+//! wrote (a key never seen must be absent, a deleted one leaves a tombstone for a while); a record
+//! another instance changed is refused, the rest written, and the refusal reported as
+//! [`StoreError::Conflict`]. The engine logs and counts it
+//! like any other store error and keeps its own in-memory record, which is never greener than
+//! what either instance saw. `load` is a `SCAN` per table. No method takes `&self` across
+//! threads: the engine is the only caller.
 
 pub mod embedded;
 pub mod memory;
+pub mod redis;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,6 +45,7 @@ use crate::classify::catalog::{CatalogEvent, Convergence};
 use crate::classify::incidents::{Incident, Recovery};
 use crate::evidence::{SpanEvidence, TraceId};
 
+pub use self::redis::{RedisSettings, RedisStore};
 pub use embedded::EmbeddedStore;
 pub use memory::MemoryStore;
 
@@ -281,15 +284,48 @@ impl Snapshot {
 pub trait StateStore: Send {
     /// Every record stored.
     fn load(&mut self) -> Result<Snapshot, StoreError>;
-    /// Apply the changes as one transaction: all of them or none.
+    /// Apply the changes as one transaction: all of them or none. A shared store checks each
+    /// record's version and refuses only the records another writer changed
+    /// ([`StoreError::Conflict`]), writing the rest in the same transaction (see [`redis`](self::redis)).
     fn apply(&mut self, changes: &Changes) -> Result<(), StoreError>;
     /// One record, by table and key (a decided chain the engine forgot under its bounds, wanted
     /// back by a late span).
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError>;
+    /// Several records of one table, in the order of `keys` (one round trip where the store can).
+    fn get_many(&mut self, table: Table, keys: &[String]) -> Result<Vec<Option<Record>>, StoreError> {
+        keys.iter().map(|k| self.get(table, k)).collect()
+    }
+    /// Whether the store answers at all (a network store: one round trip); used to notice that a
+    /// store that failed is back when nothing else would touch it. `None`: this store cannot
+    /// tell without an operation (only its next successful one says it is back).
+    fn probe(&mut self) -> Option<Result<(), StoreError>> {
+        None
+    }
+    /// Whether other instances write this store too (then the engine reads what they wrote
+    /// while it runs, not only at start).
+    fn is_shared(&self) -> bool {
+        false
+    }
     /// Bytes the store holds on disk, where it knows (for the benchmark).
     fn bytes_on_disk(&self) -> Option<u64> {
         None
     }
+    /// Round trips and bytes so far, where the store counts them (a network store).
+    fn stats(&self) -> Option<StoreStats> {
+        None
+    }
+}
+
+/// What a network store has cost so far. Bytes are payload (keys, versions and record bytes),
+/// not wire bytes: the protocol's framing adds a few bytes per argument.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Requests sent (a pipeline of many commands is one).
+    pub round_trips: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Transactions refused because a record was changed by another writer.
+    pub conflicts: u64,
 }
 
 /// A store shared between the engine and whoever made it (tests, the benchmark): the engine locks
@@ -319,6 +355,27 @@ impl StoreHandle {
         self.lock().bytes_on_disk()
     }
 
+    pub fn stats(&self) -> Option<StoreStats> {
+        self.lock().stats()
+    }
+
+    pub fn get_many(&self, table: Table, keys: &[String]) -> Result<Vec<Option<Record>>, StoreError> {
+        self.lock().get_many(table, keys)
+    }
+
+    pub fn is_shared(&self) -> bool {
+        self.lock().is_shared()
+    }
+
+    pub fn probe(&self) -> Option<Result<(), StoreError>> {
+        self.lock().probe()
+    }
+
+    /// Open the shared Redis store (see [`redis`](self::redis)).
+    pub fn open_redis(settings: RedisSettings) -> Result<Self, StoreError> {
+        Ok(StoreHandle::new(RedisStore::open(settings)?))
+    }
+
     pub fn get(&self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
         self.lock().get(table, key)
     }
@@ -345,5 +402,7 @@ pub fn decode<T: DeserializeOwned>(table: Table, key: &str, bytes: &[u8]) -> Res
     postcard::from_bytes(bytes).map_err(|e| StoreError::Decode { table: table.as_str(), key: key.to_string(), message: e.to_string() })
 }
 
+#[cfg(test)]
+mod redis_tests;
 #[cfg(test)]
 mod tests;

@@ -69,7 +69,7 @@ fn session() -> SessionRecord {
     }
 }
 
-fn incident() -> Incident {
+pub(super) fn incident() -> Incident {
     Incident {
         id: "0123456789abcdef".into(),
         cause: Cause {
@@ -105,7 +105,7 @@ fn decided() -> DecidedRecord {
     }
 }
 
-fn all_changes() -> Changes {
+pub(super) fn all_changes() -> Changes {
     let mut c = Changes::default();
     c.put("session:sess-1".into(), Record::Session(Box::new(session())));
     c.put(incident().id.clone(), Record::Incident(Box::new(incident())));
@@ -121,7 +121,7 @@ fn all_changes() -> Changes {
     c
 }
 
-fn check(s: &Snapshot) {
+pub(super) fn check(s: &Snapshot) {
     assert_eq!(s.sessions, vec![("session:sess-1".to_string(), session())]);
     assert_eq!(s.incidents, vec![incident()]);
     assert_eq!(s.recoveries.len(), 1);

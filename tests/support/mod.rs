@@ -34,6 +34,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::{Request, Response, Status};
 
 pub mod pki;
+pub mod redis_server;
 
 // ---------------------------------------------------------------------------------------------
 // Waiting
@@ -380,6 +381,8 @@ pub struct Cfg {
     pub memory_check_interval: &'static str,
     /// `storage.directory` (the durable state store); none when `None`.
     pub storage: Option<PathBuf>,
+    /// `storage: {kind: redis, endpoint}` (the shared state store), in place of `storage`.
+    pub storage_redis: Option<String>,
     /// `extensions.gate` on `Ports::gate` (`unpinned: allow`).
     pub gate: bool,
     /// Extra keys of a listener, by component (`grpc`, `http`, `prometheus`, `health_check`,
@@ -413,6 +416,7 @@ impl Default for Cfg {
             memory_limit_mib: None,
             memory_check_interval: "100ms",
             storage: None,
+            storage_redis: None,
             gate: false,
             listener_extra: Vec::new(),
         }
@@ -475,6 +479,13 @@ impl Cfg {
         }
         if let Some(d) = &self.storage {
             let _ = write!(y, "storage:\n  directory: {}\n", serde_json::to_string(d).unwrap());
+        }
+        if let Some(url) = &self.storage_redis {
+            let _ = write!(
+                y,
+                "storage:\n  kind: redis\n  endpoint: {}\n  timeout: 500ms\n  retry_after: 200ms\n",
+                serde_json::to_string(url).unwrap()
+            );
         }
         let _ = write!(
             y,
@@ -687,7 +698,7 @@ impl Service {
                     assert!(r.partial_success.as_ref().is_none_or(|p| p.rejected_spans == 0), "normal span rejected: {r:?}");
                     Some(())
                 }
-                Err(s) if s.code() == tonic::Code::Unavailable => None,
+                Err(s) if is_busy(&s) => None,
                 Err(s) => panic!("normal gRPC export failed: {s:?}"),
             }
         })
@@ -1059,4 +1070,12 @@ pub fn fixture_json(name: &str) -> serde_json::Value {
 
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A gRPC refusal meaning "busy, retry here": RESOURCE_EXHAUSTED with RetryInfo (what mcp-health
+/// answers when its queue or memory is full; UNAVAILABLE would make a `load_balancing` exporter
+/// quarantine and re-route).
+pub fn is_busy(s: &tonic::Status) -> bool {
+    use tonic_types::StatusExt;
+    s.code() == tonic::Code::ResourceExhausted && s.get_details_retry_info().is_some()
 }

@@ -1,0 +1,470 @@
+//! A shared store in Redis (or Valkey): `storage: {kind: redis, endpoint: redis://host:port}`.
+//!
+//! # Layout
+//! Each record is a hash at `mcp-health:<table>:<key>` with two fields: `v`, the record's bytes
+//! as [`Record::encode`] wrote them, and `ver`, the number of the transaction that last wrote it.
+//! Transaction numbers come from one counter, `mcp-health:version` (`INCR`), so a version is never
+//! reused — not after a delete, not by another instance — and compare-and-set on it cannot be
+//! fooled by a record deleted and written again (ABA).
+//!
+//! # Compare-and-set
+//! The store remembers, per key, the version this instance last read (`load`, `get`) or wrote
+//! (`apply`); a key it never saw is expected to be absent. [`StateStore::apply`] is one Lua
+//! script: it checks every key's version against what this instance expects, then takes one
+//! transaction number and writes every put and delete whose key passed. Redis runs a script
+//! alone, so two instances writing the same record cannot both pass: the loser's change of that
+//! record is refused and `apply` answers [`StoreError::Conflict`] naming it (and counts every
+//! refused record in [`StoreStats::conflicts`]). The check is per record, not per transaction:
+//! the records are independent (each is whole under its key) and some are written by every
+//! instance (a server's recent healthy calls, an incident of a shared cause), so refusing the
+//! whole write on one shared record would stop an instance persisting anything else. The loser
+//! keeps its stale expectation, so it goes on being refused for that record rather than
+//! overwriting the winner with what it alone saw (until it reads the record again); the engine
+//! counts each refusal as a store error and keeps its own record in memory. A record that
+//! disappeared from Redis (deleted by another instance, or lost in a Redis restart without
+//! persistence) is a conflict too, never silently re-created; a delete leaves a tombstone (the
+//! version, no bytes) for `tombstone_ttl`, so an instance that never saw the record cannot write
+//! it back in that time.
+//!
+//! # Sync, not async
+//! The client is the `redis` crate (redis-rs, the maintained Rust client; 1.x) with its
+//! synchronous connection, not its async one or `fred`: the engine is synchronous and the store's
+//! only caller, it already runs its redb transactions inline on its own task, and a store call is
+//! one round trip at most every [`super::PERSIST_EVERY`]. An async client would need a runtime
+//! handle and `block_on` inside the engine's step (which Tokio forbids on its own worker threads)
+//! or a rewrite of the engine around `.await`, for no gain: there is never more than one request
+//! in flight. Every socket operation is bounded by `storage.timeout` (connect, read, write), and
+//! after a failure the store does not try to reconnect for `storage.retry_after`, answering
+//! [`StoreError::Backend`] at once, so a store that hangs or is down costs the engine at most one
+//! timeout per `retry_after`, never a stall per step.
+//!
+//! # Secrets
+//! The endpoint may carry a password (`redis://:password@host:port`). It is kept only inside the
+//! client; everything this module logs or returns names [`redact`]'s form of it.
+//!
+//! Redis Cluster is not supported: the script touches keys of many hash slots.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use ::redis::{Client, Connection};
+
+use super::{Changes, Record, Snapshot, StateStore, StoreError, StoreStats, Table};
+
+/// Prefix of every key this store writes.
+pub const PREFIX: &str = "mcp-health";
+/// How many keys one `SCAN` step asks for.
+const SCAN_COUNT: usize = 500;
+
+/// The apply script. KEYS[1] is the version counter; KEYS[i+1] the record key of change i.
+/// ARGV[1] is how long a tombstone lives (ms); then per change i, ARGV[3i-1] its operation (`p`
+/// put, `d` delete), ARGV[3i] the version expected (`` = never seen: absent; `<n>` = a record at
+/// version n; `t<n>` = deleted at version n: that tombstone, or absent once it expired), ARGV[3i+1]
+/// the bytes (empty for a delete). Answers `{version, {i, …}}`: the transaction number the
+/// records that passed were written under (0 when none passed), and the changes whose key was not
+/// as expected, which are not written.
+const APPLY: &str = r#"
+local n = #KEYS - 1
+local bad = {}
+local pass = {}
+for i = 1, n do
+  local have = redis.call('HGET', KEYS[i + 1], 'ver')
+  local want = ARGV[3 * i]
+  local ok
+  if want == '' then
+    ok = not have
+  elseif string.sub(want, 1, 1) == 't' then
+    ok = (not have) or have == string.sub(want, 2)
+  else
+    ok = have == want
+  end
+  if ok then pass[i] = true else bad[#bad + 1] = i end
+end
+local ver = 0
+if #bad < n then
+  ver = redis.call('INCR', KEYS[1])
+  for i = 1, n do
+    if pass[i] then
+      local k = KEYS[i + 1]
+      if ARGV[3 * i - 1] == 'd' then
+        redis.call('DEL', k)
+        redis.call('HSET', k, 'ver', ver)
+        redis.call('PEXPIRE', k, ARGV[1])
+      else
+        redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', ver)
+        redis.call('PERSIST', k)
+      end
+    end
+  end
+end
+return {ver, bad}
+"#;
+
+/// One key of a table as `SCAN` found it: key, bytes (none for a tombstone), version.
+type Scanned = (String, Option<Vec<u8>>, u64);
+
+/// What this instance last knew of a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// A record at this version.
+    Record(u64),
+    /// Deleted at this version (a tombstone, or nothing once it expired).
+    Deleted(u64),
+}
+
+impl Seen {
+    fn expectation(self) -> String {
+        match self {
+            Seen::Record(v) => v.to_string(),
+            Seen::Deleted(v) => format!("t{v}"),
+        }
+    }
+}
+
+/// The script, with its SHA-1 (sent as `EVALSHA`; loaded again when Redis answers NOSCRIPT,
+/// after a restart).
+static APPLY_SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| ::redis::Script::new(APPLY));
+
+/// How to reach Redis and how long to wait for it.
+#[derive(Clone)]
+pub struct RedisSettings {
+    /// `redis://[user:password@]host:port[/db]`; may hold a secret.
+    pub endpoint: String,
+    /// Bound of each connect, read and write.
+    pub timeout: Duration,
+    /// After a failure, how long the store answers errors at once before it tries again.
+    pub retry_after: Duration,
+    /// How long a deleted record's tombstone (its version, without bytes) stays in Redis, so an
+    /// instance that never saw the record cannot write it back within that time.
+    pub tombstone_ttl: Duration,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("endpoint", &redact(&self.endpoint))
+            .field("timeout", &self.timeout)
+            .field("retry_after", &self.retry_after)
+            .field("tombstone_ttl", &self.tombstone_ttl)
+            .finish()
+    }
+}
+
+/// The endpoint with any password replaced by `***` (user names are kept: they are not secret,
+/// and they tell which ACL user is used).
+pub fn redact(endpoint: &str) -> String {
+    let Some((scheme, rest)) = endpoint.split_once("://") else {
+        // Not a URL: nothing can be told apart from a secret.
+        return "<endpoint>".to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let (user, pw) = if userinfo.contains(':') { (user, ":***") } else { ("", "***") };
+            format!("{scheme}://{user}{pw}@{host}{path}")
+        }
+        None => format!("{scheme}://{authority}{path}"),
+    }
+}
+
+/// The Redis store. See the module documentation.
+pub struct RedisStore {
+    client: Client,
+    settings: RedisSettings,
+    /// The endpoint as it may be shown.
+    shown: String,
+    conn: Option<Connection>,
+    /// No connection is tried before this (after a failure).
+    down_until: Option<Instant>,
+    /// What this instance last read or wrote, per (table, key).
+    versions: HashMap<(Table, String), Seen>,
+    /// Keys this instance knows as deleted, oldest first: forgotten twice `tombstone_ttl` after
+    /// (Redis has dropped the tombstone by then), so `versions` holds live records and recent
+    /// deletes only.
+    deleted: std::collections::VecDeque<(Instant, Table, String, u64)>,
+    stats: StoreStats,
+}
+
+fn backend(shown: &str, e: &::redis::RedisError) -> StoreError {
+    // A RedisError's text names the failure (refused, timed out, NOAUTH, WRONGPASS), not the URL.
+    StoreError::Backend(format!("redis at {shown}: {e}"))
+}
+
+fn record_key(table: Table, key: &str) -> String {
+    format!("{PREFIX}:{}:{key}", table.as_str())
+}
+
+impl RedisStore {
+    /// A store on `settings.endpoint`. The endpoint must parse, and Redis must answer a `PING`:
+    /// asked for a shared store and not getting it is an error at start, not a silent downgrade.
+    pub fn open(settings: RedisSettings) -> Result<Self, StoreError> {
+        let shown = redact(&settings.endpoint);
+        let client = Client::open(settings.endpoint.as_str()).map_err(|e| backend(&shown, &e))?;
+        let mut s = RedisStore {
+            client,
+            settings,
+            shown,
+            conn: None,
+            down_until: None,
+            versions: HashMap::new(),
+            deleted: std::collections::VecDeque::new(),
+            stats: StoreStats::default(),
+        };
+        let pong: String = s.with_conn(|c| ::redis::cmd("PING").query(c))?;
+        if pong != "PONG" {
+            return Err(StoreError::Backend(format!("redis at {}: PING answered {pong:?}", s.shown)));
+        }
+        Ok(s)
+    }
+
+    /// The endpoint as it may be logged (no password).
+    pub fn endpoint_shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Run `f` on the connection, connecting first if needed. A failure of the connection (I/O,
+    /// timeout, dropped) forgets it and holds further attempts off for `retry_after`.
+    fn with_conn<T>(&mut self, f: impl FnOnce(&mut Connection) -> ::redis::RedisResult<T>) -> Result<T, StoreError> {
+        if self.conn.is_none() {
+            if let Some(t) = self.down_until {
+                if Instant::now() < t {
+                    return Err(StoreError::Backend(format!("redis at {} is unavailable; retrying shortly", self.shown)));
+                }
+            }
+            let conn = match self.connect() {
+                Ok(c) => c,
+                Err(e) => {
+                    self.down_until = Some(Instant::now() + self.settings.retry_after);
+                    return Err(backend(&self.shown, &e));
+                }
+            };
+            self.conn = Some(conn);
+        }
+        let Some(conn) = self.conn.as_mut() else { unreachable!("connected above") };
+        self.stats.round_trips += 1;
+        match f(conn) {
+            Ok(v) => {
+                self.down_until = None;
+                Ok(v)
+            }
+            Err(e) => {
+                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                    self.conn = None;
+                    self.down_until = Some(Instant::now() + self.settings.retry_after);
+                }
+                Err(backend(&self.shown, &e))
+            }
+        }
+    }
+
+    fn connect(&self) -> ::redis::RedisResult<Connection> {
+        let c = self.client.get_connection_with_timeout(self.settings.timeout)?;
+        c.set_read_timeout(Some(self.settings.timeout))?;
+        c.set_write_timeout(Some(self.settings.timeout))?;
+        Ok(c)
+    }
+
+    fn saw_deleted(&mut self, table: Table, key: String, ver: u64) {
+        self.versions.insert((table, key.clone()), Seen::Deleted(ver));
+        self.deleted.push_back((Instant::now(), table, key, ver));
+    }
+
+    /// Forget deletes older than twice the tombstone's life: Redis has dropped the tombstone, so
+    /// "never seen" (absent) is what this instance should expect again.
+    fn forget_old_deletes(&mut self) {
+        let keep = self.settings.tombstone_ttl.saturating_mul(2);
+        while let Some((at, ..)) = self.deleted.front() {
+            if at.elapsed() < keep {
+                break;
+            }
+            let Some((_, table, key, ver)) = self.deleted.pop_front() else { break };
+            let k = (table, key);
+            if self.versions.get(&k) == Some(&Seen::Deleted(ver)) {
+                self.versions.remove(&k);
+            }
+        }
+    }
+
+    /// Every (key, bytes, version) of `table`, by `SCAN` and `HMGET` in batches; a tombstone has
+    /// no bytes.
+    fn scan_table(&mut self, table: Table) -> Result<Vec<Scanned>, StoreError> {
+        let prefix = format!("{PREFIX}:{}:", table.as_str());
+        let pattern = format!("{prefix}*");
+        let mut cursor: u64 = 0;
+        let mut out = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) =
+                self.with_conn(|c| ::redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(SCAN_COUNT).query(c))?;
+            if !keys.is_empty() {
+                let mut pipe = ::redis::pipe();
+                for k in &keys {
+                    pipe.cmd("HMGET").arg(k.as_slice()).arg("v").arg("ver");
+                }
+                let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.with_conn(|c| pipe.query(c))?;
+                for (k, (v, ver)) in keys.into_iter().zip(rows) {
+                    // Gone between SCAN and HMGET (an expired tombstone): nothing to know.
+                    let Some(ver) = ver else { continue };
+                    let key = String::from_utf8(k[prefix.len()..].to_vec()).map_err(|_| StoreError::Decode {
+                        table: table.as_str(),
+                        key: String::from_utf8_lossy(&k).into_owned(),
+                        message: "key is not UTF-8".into(),
+                    })?;
+                    self.stats.bytes_received += (key.len() + v.as_ref().map_or(0, Vec::len)) as u64;
+                    out.push((key, v, ver));
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+impl StateStore for RedisStore {
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        let mut s = Snapshot::default();
+        for t in Table::ALL {
+            for (key, bytes, ver) in self.scan_table(t)? {
+                match bytes {
+                    Some(bytes) => {
+                        s.push_encoded(t, &key, &bytes)?;
+                        self.versions.insert((t, key), Seen::Record(ver));
+                    }
+                    None => self.saw_deleted(t, key, ver),
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn get(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
+        let k = record_key(table, key);
+        let (v, ver): (Option<Vec<u8>>, Option<u64>) = self.with_conn(|c| ::redis::cmd("HMGET").arg(&k).arg("v").arg("ver").query(c))?;
+        match (v, ver) {
+            (Some(v), Some(ver)) => {
+                self.stats.bytes_received += v.len() as u64;
+                self.versions.insert((table, key.to_string()), Seen::Record(ver));
+                Ok(Some(Record::decode(table, key, &v)?))
+            }
+            (None, Some(ver)) => {
+                self.saw_deleted(table, key.to_string(), ver);
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn apply(&mut self, changes: &Changes) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.forget_old_deletes();
+        let mut inv = APPLY_SCRIPT.prepare_invoke();
+        inv.key(format!("{PREFIX}:version"));
+        inv.arg(u64::try_from(self.settings.tombstone_ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        let mut sent = 0usize;
+        for c in &changes.changes {
+            let k = record_key(c.table, &c.key);
+            sent += k.len();
+            inv.key(k);
+            let want = self.versions.get(&(c.table, c.key.clone())).map(|s| s.expectation()).unwrap_or_default();
+            match &c.value {
+                Some(r) => {
+                    let bytes = r.encode()?;
+                    sent += bytes.len() + want.len() + 1;
+                    inv.arg("p").arg(want).arg(bytes);
+                }
+                None => {
+                    sent += want.len() + 1;
+                    inv.arg("d").arg(want).arg("");
+                }
+            }
+        }
+        self.stats.bytes_sent += sent as u64;
+        let (n, refused): (u64, Vec<usize>) = self.with_conn(|c| inv.invoke(c))?;
+        let refused: std::collections::BTreeSet<usize> = refused.into_iter().filter_map(|i| i.checked_sub(1)).collect();
+        for (i, c) in changes.changes.iter().enumerate() {
+            if refused.contains(&i) {
+                continue;
+            }
+            match c.value {
+                Some(_) => {
+                    self.versions.insert((c.table, c.key.clone()), Seen::Record(n));
+                }
+                None => self.saw_deleted(c.table, c.key.clone(), n),
+            }
+        }
+        if let Some(first) = refused.first().and_then(|i| changes.changes.get(*i)) {
+            self.stats.conflicts += refused.len() as u64;
+            return Err(StoreError::Conflict { table: first.table.as_str(), key: first.key.clone() });
+        }
+        Ok(())
+    }
+
+    fn get_many(&mut self, table: Table, keys: &[String]) -> Result<Vec<Option<Record>>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = ::redis::pipe();
+        for k in keys {
+            pipe.cmd("HMGET").arg(record_key(table, k)).arg("v").arg("ver");
+        }
+        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.with_conn(|c| pipe.query(c))?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (k, (v, ver)) in keys.iter().zip(rows) {
+            match (v, ver) {
+                (Some(v), Some(ver)) => {
+                    self.stats.bytes_received += v.len() as u64;
+                    self.versions.insert((table, k.clone()), Seen::Record(ver));
+                    out.push(Some(Record::decode(table, k, &v)?));
+                }
+                (None, Some(ver)) => {
+                    self.saw_deleted(table, k.clone(), ver);
+                    out.push(None);
+                }
+                _ => out.push(None),
+            }
+        }
+        Ok(out)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn probe(&mut self) -> Option<Result<(), StoreError>> {
+        Some(match self.with_conn(|c| ::redis::cmd("PING").query::<String>(c)) {
+            Ok(pong) if pong == "PONG" => Ok(()),
+            Ok(pong) => Err(StoreError::Backend(format!("redis at {}: PING answered {pong:?}", self.shown))),
+            Err(e) => Err(e),
+        })
+    }
+
+    fn stats(&self) -> Option<StoreStats> {
+        Some(self.stats.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_passwords_and_keeps_the_rest() {
+        let cases = [
+            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"),
+            ("redis://:s3cret@127.0.0.1:6379/2", "redis://:***@127.0.0.1:6379/2"),
+            ("redis://alice:s3cret@h:1", "redis://alice:***@h:1"),
+            ("redis://s3cret@h:1", "redis://***@h:1"),
+            ("redis://:p@ss@h:1/0?x=1", "redis://:***@h:1/0?x=1"),
+            ("not a url s3cret", "<endpoint>"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(redact(input), want, "{input}");
+            assert!(!redact(input).contains("s3cret") && !redact(input).contains("p@ss"));
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! The Redis store against a real `redis-server` of each test's own (loopback, temporary
+//! directory): every table round trips; two stores writing one record give the loser a conflict
+//! and leave the winner's record; a store that is down answers errors (counted by the engine),
+//! never a panic or a stall; a Redis restart with persistence keeps every record and the store
+//! reconnects, one without persistence makes the lost records conflicts, never silent re-creations;
+//! a planted password never shows in an error.
+//!
+//! Each test prints `SKIPPED: …` and passes when `redis-server` is not installed, except under
+//! `CI` (scripts/install-test-deps installs it there).
+
+use std::time::{Duration, Instant};
+
+use super::tests::{all_changes, check, incident};
+use super::*;
+
+#[path = "../../tests/support/redis_server.rs"]
+mod redis_server;
+use redis_server::{available, RedisServer};
+
+fn settings(url: &str) -> RedisSettings {
+    RedisSettings {
+        endpoint: url.to_string(),
+        timeout: Duration::from_millis(500),
+        retry_after: Duration::from_millis(200),
+        tombstone_ttl: Duration::from_secs(60),
+    }
+}
+
+fn open(r: &RedisServer) -> RedisStore {
+    RedisStore::open(settings(&r.url())).expect("open the redis store")
+}
+
+fn one_incident(calls: u64) -> Changes {
+    let mut inc = incident();
+    inc.calls = calls;
+    let mut c = Changes::default();
+    c.put(inc.id.clone(), Record::Incident(Box::new(inc)));
+    c
+}
+
+#[test]
+fn redis_every_table_round_trips_through_a_second_store() {
+    if !available("redis_every_table_round_trips_through_a_second_store") {
+        return;
+    }
+    let r = RedisServer::start();
+    let mut a = open(&r);
+    assert!(a.load().unwrap().is_empty());
+    a.apply(&all_changes()).unwrap();
+    check(&a.load().unwrap());
+    // Another instance (another store on the same Redis) finds the same records.
+    let mut b = open(&r);
+    check(&b.load().unwrap());
+    // The layout: one hash per record under mcp-health:<table>:<key>, bytes and version.
+    let mut conn = r.conn();
+    let (v, ver): (Vec<u8>, u64) = ::redis::cmd("HMGET").arg("mcp-health:operations:op-1").arg("v").arg("ver").query(&mut conn).unwrap();
+    assert_eq!((Record::decode(Table::Operations, "op-1", &v).unwrap().table(), ver), (Table::Operations, 1));
+    // `get` by table and key.
+    assert!(matches!(b.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [3; 16]));
+    assert!(b.get(Table::Decided, "nope").unwrap().is_none());
+    // Deletes remove them (b read them all, so its versions are current).
+    let mut del = Changes::default();
+    for c in all_changes().changes {
+        del.delete(c.table, c.key);
+    }
+    b.apply(&del).unwrap();
+    assert!(open(&r).load().unwrap().is_empty());
+    // What is left: the version counter and one tombstone per record (a version, no bytes, a TTL).
+    let mut keys: Vec<String> = ::redis::cmd("KEYS").arg("mcp-health:*").query(&mut conn).unwrap();
+    keys.sort();
+    assert_eq!(keys.len(), all_changes().len() + 1, "{keys:?}");
+    let (v, ttl): (Option<Vec<u8>>, i64) = ::redis::pipe()
+        .cmd("HGET")
+        .arg("mcp-health:operations:op-1")
+        .arg("v")
+        .cmd("PTTL")
+        .arg("mcp-health:operations:op-1")
+        .query(&mut conn)
+        .unwrap();
+    assert!(v.is_none() && ttl > 0 && ttl <= 60_000, "{v:?} {ttl}");
+    // The deleter may write the record again on top of its own tombstone.
+    let mut again = Changes::default();
+    again.put("op-1".into(), Record::Operation([5; 16]));
+    b.apply(&again).unwrap();
+    let ttl: i64 = ::redis::cmd("PTTL").arg("mcp-health:operations:op-1").query(&mut conn).unwrap();
+    assert_eq!(ttl, -1, "a live record does not expire");
+    let st = b.stats().unwrap();
+    assert!(st.round_trips >= 3 && st.bytes_sent > 0 && st.bytes_received > 0 && st.conflicts == 0, "{st:?}");
+}
+
+#[test]
+fn redis_two_stores_writing_one_record_the_loser_gets_a_conflict_and_writes_nothing() {
+    if !available("redis_two_stores_writing_one_record_the_loser_gets_a_conflict_and_writes_nothing") {
+        return;
+    }
+    let r = RedisServer::start();
+    let (mut a, mut b) = (open(&r), open(&r));
+    a.load().unwrap();
+    b.load().unwrap();
+    // Both saw no such incident; a creates it first.
+    a.apply(&one_incident(1)).unwrap();
+    // b's transaction names the same incident and another record: the incident is refused, the
+    // other record (which nobody else wrote) goes through.
+    let mut bc = one_incident(7);
+    bc.put("op-b".into(), Record::Operation([7; 16]));
+    match b.apply(&bc) {
+        Err(StoreError::Conflict { table, key }) => assert_eq!((table, key.as_str()), ("incidents", incident().id.as_str())),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let snap = open(&r).load().unwrap();
+    assert_eq!(snap.incidents.iter().map(|i| i.calls).collect::<Vec<_>>(), vec![1], "the winner's record stays");
+    assert_eq!(snap.operations, vec![("op-b".to_string(), [7; 16])], "b's record nobody else wrote is written");
+    // b goes on writing records of its own on top of what it wrote.
+    let mut again = Changes::default();
+    again.put("op-b".into(), Record::Operation([8; 16]));
+    b.apply(&again).unwrap();
+    // The loser stays refused for that record (it never overwrites what it did not see) ...
+    assert!(matches!(b.apply(&one_incident(8)), Err(StoreError::Conflict { .. })));
+    assert_eq!(b.stats().unwrap().conflicts, 2);
+    // ... while the winner goes on updating it, and a delete by the winner makes a later write by
+    // the loser a conflict as well (no resurrection).
+    a.apply(&one_incident(2)).unwrap();
+    let mut del = Changes::default();
+    del.delete(Table::Incidents, incident().id.clone());
+    a.apply(&del).unwrap();
+    assert!(matches!(b.apply(&one_incident(9)), Err(StoreError::Conflict { .. })));
+    assert!(open(&r).load().unwrap().incidents.is_empty());
+    // Once the loser reads the record again, it may write on top of what it read.
+    a.apply(&one_incident(3)).unwrap();
+    assert!(b.get(Table::Incidents, &incident().id).unwrap().is_some());
+    b.apply(&one_incident(4)).unwrap();
+    assert!(matches!(a.apply(&one_incident(5)), Err(StoreError::Conflict { .. })), "now a is behind");
+
+    // Two instances racing on one fresh key from threads: exactly one wins each round.
+    for round in 0..20u8 {
+        let key = format!("race-{round}");
+        let url = r.url();
+        let results: Vec<bool> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2u8)
+                .map(|n| {
+                    let (url, key) = (url.clone(), key.clone());
+                    s.spawn(move || {
+                        let mut st = RedisStore::open(settings(&url)).unwrap();
+                        let mut c = Changes::default();
+                        c.put(key, Record::Operation([n; 16]));
+                        match st.apply(&c) {
+                            Ok(()) => true,
+                            Err(StoreError::Conflict { .. }) => false,
+                            Err(e) => panic!("{e}"),
+                        }
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(results.iter().filter(|w| **w).count(), 1, "round {round}: {results:?}");
+    }
+}
+
+#[test]
+fn redis_down_is_an_error_never_a_panic_or_a_stall_and_the_engine_counts_it() {
+    if !available("redis_down_is_an_error_never_a_panic_or_a_stall_and_the_engine_counts_it") {
+        return;
+    }
+    let mut r = RedisServer::start_with(false, Some("planted-pw-81"));
+    let mut st = open(&r);
+    st.apply(&one_incident(1)).unwrap();
+    r.kill();
+    let t0 = Instant::now();
+    for _ in 0..50 {
+        let e = st.apply(&one_incident(2)).unwrap_err();
+        assert!(matches!(e, StoreError::Backend(_)), "{e}");
+        assert!(!e.to_string().contains("planted-pw-81"), "{e}");
+        assert!(st.load().is_err() && st.get(Table::Incidents, "x").is_err());
+    }
+    // Held off for retry_after after the first failure: 150 calls cost far less than 150 timeouts.
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // Opening against a Redis that is down is an error at start, named without the password.
+    let e = RedisStore::open(settings(&r.url())).err().expect("open must fail").to_string();
+    assert!(e.contains("redis://:***@127.0.0.1") && !e.contains("planted-pw-81"), "{e}");
+    // A wrong password as well.
+    r.restart();
+    let wrong = format!("redis://:wrong-planted-pw@127.0.0.1:{}", r.port);
+    let e = RedisStore::open(settings(&wrong)).err().expect("wrong password must fail").to_string();
+    assert!(!e.contains("wrong-planted-pw") && !e.contains("planted-pw-81"), "{e}");
+
+    // The engine on a store that goes down: verdicts still come, store errors are counted.
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, Side, SpanEvidence};
+    let store = StoreHandle::open_redis(settings(&r.url())).unwrap();
+    let mut cfg =
+        EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+    cfg.store = Some(store);
+    let mut engine = Engine::new(cfg);
+    r.kill();
+    let mut out = Vec::new();
+    for n in 0..5u8 {
+        let mut s = SpanEvidence::new([n + 1; 16], [1; 8]);
+        s.method = Some(Method::ToolsCall);
+        s.side = Side::Client;
+        s.tool = Some(Arc::from("t"));
+        s.server = Some(Arc::from("srv:1"));
+        s.request_id = Some("1".into());
+        s.start_ns = 1_000 + u64::from(n);
+        s.end_ns = 2_000;
+        let now = Moment::from_nanos(1_000_000_000) + Duration::from_millis(200 * u64::from(n));
+        engine.ingest(crate::normalize::NormalizedBatch { evidence: vec![s], ..Default::default() }, now, &mut out);
+        engine.tick(now + Duration::from_millis(50), &mut out);
+    }
+    engine.drain(crate::verdict::DecidedBy::Shutdown, Moment::from_nanos(3_000_000_000), &mut out);
+    let calls = out.iter().filter(|d| matches!(d, Decided::Call(_))).count();
+    assert_eq!(calls, 5, "every call still gets its verdict");
+    let capped = out
+        .iter()
+        .filter(|d| matches!(d, Decided::Call(v) if v.partial == Some(crate::classify::partial::Partial::StoreUnavailable)))
+        .count();
+    assert!(capped >= 3, "calls decided while the store is down are partial: {capped}");
+    assert!(engine.store_down());
+    // Redis is back and nothing is written: the next re-evaluation's probe ends the mark.
+    r.restart();
+    std::thread::sleep(Duration::from_millis(250)); // past retry_after
+    let mut out = Vec::new();
+    engine.tick(Moment::from_nanos(10_000_000_000), &mut out);
+    assert!(!engine.store_down(), "the store answers again");
+    assert!(engine.store_errors() >= 1 && engine.gauges().store_errors == engine.store_errors(), "{}", engine.store_errors());
+}
+
+#[test]
+fn redis_restart_with_persistence_keeps_every_record_and_the_store_reconnects() {
+    if !available("redis_restart_with_persistence_keeps_every_record_and_the_store_reconnects") {
+        return;
+    }
+    let mut r = RedisServer::start_with(true, None);
+    let mut st = open(&r);
+    st.apply(&all_changes()).unwrap();
+    r.restart();
+    // The first call after the restart may find the old connection dead; within retry_after and a
+    // few attempts, writes go through again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut errors = 0;
+    loop {
+        match st.apply(&one_incident(5)) {
+            Ok(()) => break,
+            Err(StoreError::Backend(_)) if Instant::now() < deadline => {
+                errors += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("after {errors} errors: {e}"),
+        }
+    }
+    let snap = open(&r).load().unwrap();
+    assert_eq!(snap.incidents.iter().map(|i| i.calls).collect::<Vec<_>>(), vec![5]);
+    assert_eq!((snap.sessions.len(), snap.decided.len(), snap.operations.len(), snap.drift_reported.len()), (1, 1, 1, 1));
+    println!("errors before the store reconnected after a Redis restart: {errors}");
+}
+
+#[test]
+fn redis_restart_without_persistence_makes_lost_records_conflicts_not_silent_recreations() {
+    if !available("redis_restart_without_persistence_makes_lost_records_conflicts_not_silent_recreations") {
+        return;
+    }
+    let mut r = RedisServer::start();
+    let mut st = open(&r);
+    st.apply(&one_incident(1)).unwrap();
+    r.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let e = loop {
+        match st.apply(&one_incident(2)) {
+            Err(StoreError::Backend(_)) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            other => break other,
+        }
+    };
+    assert!(matches!(e, Err(StoreError::Conflict { table: "incidents", .. })), "{e:?}");
+    // A record this store never had is written as usual.
+    let mut c = Changes::default();
+    c.put("op-new".into(), Record::Operation([1; 16]));
+    st.apply(&c).unwrap();
+    assert_eq!(open(&r).load().unwrap().operations.len(), 1);
+}
+
+/// Two engines on one Redis, each seeing a refusal of the same server: one incident (the same
+/// cause, the same id), written by whichever engine persisted first; the other's write of it is a
+/// conflict, counted, while its decided chain is written all the same.
+#[test]
+fn redis_two_engines_one_shared_incident_conflicts_and_the_rest_is_written() {
+    if !available("redis_two_engines_one_shared_incident_conflicts_and_the_rest_is_written") {
+        return;
+    }
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Engine, EngineConfig};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, Side, SpanEvidence, TransportOutcome};
+    let r = RedisServer::start();
+    let engine = || {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        Engine::new(cfg)
+    };
+    let (mut a, mut b) = (engine(), engine());
+    let refused = |n: u8| {
+        let mut s = SpanEvidence::new([n; 16], [1; 8]);
+        s.method = Some(Method::ToolsCall);
+        s.side = Side::Client;
+        s.tool = Some(Arc::from("t"));
+        s.server = Some(Arc::from("srv:1"));
+        s.request_id = Some("1".into());
+        s.transport = Some(TransportOutcome::ConnectionRefused);
+        s.start_ns = 1_000 + u64::from(n);
+        s.end_ns = 2_000;
+        s
+    };
+    let mut out = Vec::new();
+    let t = Moment::from_nanos(1_000_000_000);
+    for (e, n) in [(&mut a, 1u8), (&mut b, 2u8)] {
+        e.ingest(crate::normalize::NormalizedBatch { evidence: vec![refused(n)], ..Default::default() }, t, &mut out);
+        e.tick(t + Duration::from_millis(50), &mut out);
+        e.flush_store(t + Duration::from_millis(60));
+    }
+    assert_eq!((a.store_errors(), b.store_errors()), (0, 1), "the second writer of the shared incident is refused, once");
+    let snap = open(&r).load().unwrap();
+    assert_eq!(snap.incidents.len(), 1);
+    assert_eq!(snap.incidents[0].calls, 1, "the first writer's view of the incident stays");
+    let mut traces: Vec<_> = snap.decided.iter().map(|d| d.trace_id[0]).collect();
+    traces.sort();
+    assert_eq!(traces, vec![1, 2], "both engines' decided chains are written");
+}
+
+/// A ring change between a call and its receipt: the call decided (and written) by one engine,
+/// its `missing` receipt routed to another engine on the same Redis, which takes the decided
+/// chain from the store and revises it to `false_success` (one process's verdict), never leaving
+/// the call at the greener `unverified`.
+#[test]
+fn redis_a_receipt_on_another_engine_revises_the_call_through_the_store() {
+    if !available("redis_a_receipt_on_another_engine_revises_the_call_through_the_store") {
+        return;
+    }
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
+    use crate::verdict::HealthState;
+    let r = RedisServer::start();
+    let engine = || {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        Engine::new(cfg)
+    };
+    let (mut a, mut b) = (engine(), engine());
+    let mut call = SpanEvidence::new([7; 16], [1; 8]);
+    call.method = Some(Method::ToolsCall);
+    call.side = Side::Client;
+    call.tool = Some(Arc::from("t"));
+    call.server = Some(Arc::from("srv:1"));
+    call.request_id = Some("1".into());
+    call.start_ns = 1_000;
+    call.end_ns = 2_000;
+    let mut receipt = SpanEvidence::new([7; 16], [2; 8]);
+    receipt.parent_span_id = Some([1; 8]);
+    receipt.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Missing,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: 3_000,
+        request_id: None,
+    });
+    let t = Moment::from_nanos(1_000_000_000);
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    a.ingest(crate::normalize::NormalizedBatch { evidence: vec![call], ..Default::default() }, t, &mut out_a);
+    a.tick(t + Duration::from_millis(50), &mut out_a);
+    a.flush_store(t + Duration::from_millis(60));
+    b.ingest(
+        crate::normalize::NormalizedBatch { evidence: vec![receipt], ..Default::default() },
+        t + Duration::from_millis(100),
+        &mut out_b,
+    );
+    b.tick(t + Duration::from_millis(200), &mut out_b);
+    b.flush_store(t + Duration::from_millis(210));
+    let states = |out: &[Decided]| -> Vec<(u32, HealthState)> {
+        out.iter().filter_map(|d| if let Decided::Call(v) = d { Some((v.revision, v.state)) } else { None }).collect()
+    };
+    assert_eq!(states(&out_a), vec![(0, HealthState::Unverified)]);
+    assert_eq!(states(&out_b), vec![(1, HealthState::FalseSuccess)], "revised where the receipt landed");
+    assert_eq!((b.taken_over(), b.store_errors()), (1, 0));
+    // The revision is what the store holds now.
+    let snap = open(&r).load().unwrap();
+    assert_eq!(snap.decided.iter().map(|d| (d.revision, d.spans.len())).collect::<Vec<_>>(), vec![(1, 2)]);
+}
+
+/// A session's catalog evidence on one engine (capability, a complete page, the install, then a
+/// list-change signal: stale), a tool call of that session on another engine on the same Redis:
+/// the second reads the session from the store before judging the call, so the call is
+/// `stale_catalog` as in one process, not the greener `unverified` of an engine that never saw
+/// the signal.
+#[test]
+fn redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it() {
+    if !available("redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it") {
+        return;
+    }
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, Side, SpanEvidence};
+    use crate::verdict::HealthState;
+    let r = RedisServer::start();
+    let engine = || {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        Engine::new(cfg)
+    };
+    let fact = |n: u8, at: u64, f: CatalogFacts| {
+        let mut s = SpanEvidence::new([9; 16], [n; 8]);
+        s.session_id = Some("s-1".into());
+        s.side = Side::Client;
+        s.server = Some(Arc::from("srv:1"));
+        s.start_ns = at;
+        s.end_ns = at;
+        s.catalog = Some(Box::new(f));
+        s
+    };
+    let page = ListPage {
+        cursor: None,
+        next_cursor_present: false,
+        tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))],
+        ttl_ms: None,
+        cache_scope: None,
+    };
+    let installed = crate::classify::digest::registry_digest(&[crate::classify::digest::ToolDigest {
+        name: "t".into(),
+        digest: "sha256:aa".into(),
+        projection_version: crate::classify::digest::PROJECTION_VERSION.into(),
+    }]);
+    let mut listed = fact(2, 10, CatalogFacts { page: Some(page), ..Default::default() });
+    listed.method = Some(Method::ToolsList);
+    let session = vec![
+        fact(1, 1, CatalogFacts { list_changed_capability: Some(true), ..Default::default() }),
+        listed,
+        fact(3, 11, CatalogFacts { installed_digest: Some(Arc::from(installed.as_str())), ..Default::default() }),
+        fact(4, 20, CatalogFacts { signal: Some(SignalSource::Notification), ..Default::default() }),
+    ];
+    let mut call = SpanEvidence::new([5; 16], [1; 8]);
+    call.method = Some(Method::ToolsCall);
+    call.side = Side::Client;
+    call.tool = Some(Arc::from("t"));
+    call.server = Some(Arc::from("srv:1"));
+    call.session_id = Some("s-1".into());
+    call.request_id = Some("7".into());
+    call.start_ns = 30;
+    call.end_ns = 40;
+    let t = Moment::from_nanos(1_000_000_000);
+    let states = |e: &mut Engine, spans: Vec<SpanEvidence>, at: Moment| -> Vec<HealthState> {
+        let mut out = Vec::new();
+        e.ingest(crate::normalize::NormalizedBatch { evidence: spans, ..Default::default() }, at, &mut out);
+        e.tick(at + Duration::from_millis(50), &mut out);
+        e.flush_store(at + Duration::from_millis(60));
+        out.iter().filter_map(|d| if let Decided::Call(v) = d { Some(v.state) } else { None }).collect()
+    };
+    // One process, for the reference.
+    let mut one = Engine::new(EngineConfig::new(
+        ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() },
+        SessionLimits::default(),
+    ));
+    let mut all = session.clone();
+    all.push(call.clone());
+    assert_eq!(states(&mut one, all, t), vec![HealthState::StaleCatalog]);
+    // Two engines on one Redis: the session on a, the call on b.
+    let (mut a, mut b) = (engine(), engine());
+    states(&mut a, session, t);
+    assert_eq!(states(&mut b, vec![call], t + Duration::from_millis(100)), vec![HealthState::StaleCatalog]);
+    assert_eq!((b.sessions_merged(), b.store_errors()), (1, 0));
+}

@@ -1,0 +1,170 @@
+//! End to end (issue 12): three mcp-health processes sharing one Debian `redis-server`
+//! (`storage: {kind: redis}`), fed by a test router that splits each OTLP request by trace id
+//! over the collector's `load_balancing` ring (tests/support/ring.rs), against one process fed
+//! the same requests whole. For every fixture under tests/fixtures, after all are drained:
+//! - no call verdict on any instance is greener than one process's final verdict for that call
+//!   (`HealthState::greenness`), and no instance judges a call one process does not;
+//! - every call one process judges is judged somewhere (nothing lost);
+//! - no instance's final catalog verdict for a session is `converged` where one process's is not.
+//!
+//! Catalogs cross traces (signal, discovery, install and calls of one session go to different
+//! instances): they come out right only because each instance reads its sessions back from the
+//! store (before judging calls, before writing, and its `converged` ones every second and at the
+//! drain) and writes the union. Before that, these fixtures gave one `stale_catalog` call judged
+//! `healthy` and one stale session read `converged` on one instance; both are failures here now.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+#[path = "support/ring.rs"]
+mod ring;
+
+use serde_json::Value;
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn greenness(state: &str) -> u8 {
+    match state {
+        "healthy" => 2,
+        "unverified" | "working" => 1,
+        _ => 0,
+    }
+}
+
+/// One OTLP/JSON request split by trace id: (trace id bytes, the request with that trace's spans).
+fn split_by_trace(line: &str) -> Vec<([u8; 16], String)> {
+    let v: Value = serde_json::from_str(line).unwrap();
+    let mut parts: BTreeMap<String, Value> = BTreeMap::new();
+    for rs in v["resourceSpans"].as_array().unwrap() {
+        for ss in rs["scopeSpans"].as_array().unwrap() {
+            for sp in ss["spans"].as_array().unwrap() {
+                let t = sp["traceId"].as_str().unwrap().to_string();
+                let req = parts.entry(t).or_insert_with(|| serde_json::json!({"resourceSpans": []}));
+                let rss = req["resourceSpans"].as_array_mut().unwrap();
+                let mut r = rs.clone();
+                let mut s = ss.clone();
+                s["spans"] = Value::Array(vec![sp.clone()]);
+                r["scopeSpans"] = Value::Array(vec![s]);
+                rss.push(r);
+            }
+        }
+    }
+    parts
+        .into_iter()
+        .map(|(t, req)| {
+            let mut id = [0u8; 16];
+            hex::decode_to_slice(&t, &mut id).unwrap_or_else(|e| panic!("trace id {t}: {e}"));
+            (id, req.to_string())
+        })
+        .collect()
+}
+
+/// The final verdict of each call (its latest revision) and of each catalog session.
+type Calls = BTreeMap<(String, String), (String, String)>;
+
+/// (state, reason) of each call's final verdict, and each session's final convergence.
+fn finals(svc: &Service) -> (Calls, BTreeMap<String, String>) {
+    let mut calls = BTreeMap::new();
+    let mut catalogs = BTreeMap::new();
+    for l in svc.json_lines() {
+        if l["catalog"] == true {
+            if let (Some(s), Some(c)) = (l["session_hash"].as_str(), l["convergence"].as_str()) {
+                catalogs.insert(s.to_string(), c.to_string());
+            }
+        } else if let (Some(t), Some(s), Some(st)) = (l["trace_id"].as_str(), l["span_id"].as_str(), l["state"].as_str()) {
+            calls.insert((t.to_string(), s.to_string()), (st.to_string(), l["reason"].as_str().unwrap_or("").to_string()));
+        }
+    }
+    (calls, catalogs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_on_one_redis_are_never_greener_than_one_process() {
+    if !redis_server::available("three_instances_on_one_redis_are_never_greener_than_one_process") {
+        return;
+    }
+    let r = redis_server::RedisServer::start();
+    let cfg = Cfg { storage_redis: Some(r.url()), decision_wait: "200ms", exporter: None, ..Cfg::default() };
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(Service::start(cfg.clone()).await);
+    }
+    let single = Service::start(Cfg { decision_wait: "200ms", exporter: None, ..Cfg::default() }).await;
+    let names: Vec<String> = (0..3).map(|i| format!("mcp-health-{i}.mcp-health:4317")).collect();
+    let ring = ring::Ring::new(&names);
+
+    let dir = format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    files.retain(|p| p.extension().is_some_and(|x| x == "jsonl"));
+    files.sort();
+    let mut routed = [0usize; 3];
+    for f in &files {
+        for line in std::fs::read_to_string(f).unwrap().lines().filter(|l| !l.trim().is_empty()) {
+            assert_eq!(single.post_json(line.as_bytes()).await.status, 200);
+            for (trace, part) in split_by_trace(line) {
+                let k = ring.index_for(&trace).unwrap();
+                routed[k] += 1;
+                assert_eq!(instances[k].post_json(part.as_bytes()).await.status, 200, "{}", f.display());
+            }
+        }
+    }
+    // Let every chain be decided by the clock, then drain.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for svc in instances.iter().chain(std::iter::once(&single)) {
+        let st = svc.terminate(WAIT).await.expect("exits on SIGTERM");
+        assert!(st.success(), "{st:?}\n{}", svc.stderr());
+    }
+
+    let (one_calls, one_catalogs) = finals(&single);
+    let mut bad = Vec::new();
+    let (mut same, mut less_green, mut other) = (0, 0, 0);
+    let mut judged: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for (k, svc) in instances.iter().enumerate() {
+        let (calls, catalogs) = finals(svc);
+        for (call, (state, _)) in &calls {
+            *judged.entry(call.clone()).or_default() += 1;
+            match one_calls.get(call) {
+                None => bad.push(format!("instance {k}: {state} for {call:?}, which one process does not judge")),
+                Some((want, reason)) if greenness(state) > greenness(want) => {
+                    bad.push(format!("instance {k}: {state} for {call:?}, one process: {want} ({reason})"));
+                }
+                Some((want, _)) if want == state => same += 1,
+                Some((want, _)) if greenness(state) < greenness(want) => less_green += 1,
+                Some(_) => other += 1,
+            }
+        }
+        for (session, conv) in &catalogs {
+            if conv == "converged" && one_catalogs.get(session).map(String::as_str) != Some("converged") {
+                bad.push(format!("instance {k}: session {session} converged, one process: {:?}", one_catalogs.get(session)));
+            }
+        }
+    }
+    let lost: Vec<_> = one_calls.keys().filter(|c| !judged.contains_key(*c)).collect();
+    println!(
+        "{} fixture files, trace parts routed {routed:?}; {} calls judged by one process: {same} the same on the instances, {less_green} less green, {other} another state as green; {} lost",
+        files.len(),
+        one_calls.len(),
+        lost.len()
+    );
+    // Incidents, for the figures: one process's (id → highest retry count, transitions) against
+    // the instances'.
+    let incidents = |svc: &Service| {
+        let mut m: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+        for l in svc.json_lines().into_iter().filter(|l| l["incident"] == true) {
+            let e = m.entry(l["row"]["id"].as_str().unwrap_or("").to_string()).or_default();
+            e.0 = e.0.max(l["row"]["retry_count"].as_u64().unwrap_or(0));
+            e.1.push(l["transition"].as_str().unwrap_or("").to_string());
+        }
+        m
+    };
+    println!("incidents, one process: {:?}", incidents(&single));
+    for (k, svc) in instances.iter().enumerate() {
+        println!("incidents, instance {k}: {:?}", incidents(svc));
+    }
+    assert!(bad.is_empty(), "false greens or phantom verdicts:\n{}", bad.join("\n"));
+    assert!(lost.is_empty(), "calls no instance judged: {lost:?}");
+    assert!(routed.iter().all(|n| *n > 0), "the ring used every instance: {routed:?}");
+}
