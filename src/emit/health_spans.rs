@@ -122,6 +122,7 @@ pub(crate) fn write_health_span(w: &mut Writer, v: &Verdict, decided_ns: u64) {
         }
     };
     opt(w, a::VERDICT_REASON, v.reason.as_deref());
+    opt(w, a::VERDICT_PARTIAL, v.partial.map(|p| p.as_str()));
     opt(w, a::MCP_METHOD_NAME, v.method.as_deref());
     opt(w, a::GEN_AI_TOOL_NAME, v.tool.as_deref());
     opt(w, a::SERVER_ADDRESS, v.server.as_deref());
@@ -345,7 +346,16 @@ mod tests {
 
     #[test]
     fn spans_written_directly_are_the_generated_spans_of_the_same_records() {
-        let records = decided();
+        let mut records = decided();
+        // Every optional attribute: a partial verdict too.
+        let partial = records.iter().find_map(|r| match r {
+            Decided::Call(v) => Some(v.clone()),
+            _ => None,
+        });
+        if let Some(mut v) = partial {
+            v.partial = Some(crate::classify::partial::Partial::DecidedAtShutdown);
+            records.push(Decided::Call(v));
+        }
         let calls = records.iter().filter(|r| matches!(r, Decided::Call(_))).count();
         let catalog = records.iter().filter(|r| matches!(r, Decided::Catalog(_))).count();
         assert!(calls >= 9 && catalog >= 1, "{calls} calls, {catalog} catalog changes");
