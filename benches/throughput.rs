@@ -157,7 +157,8 @@ fn start_binary_with(
     };
     let otlp_lines = match upstream {
         Some(port) => format!(
-            "  otlp:\n    endpoint: http://127.0.0.1:{port}\n    protocol: grpc\n    compression: none\n    passthrough: true\n    health_spans: true\n    metrics: false\n{otlp_extra}"
+            "  otlp:\n    endpoint: http://127.0.0.1:{port}\n    protocol: grpc\n    compression: none\n    passthrough: true\n{}    metrics: false\n{otlp_extra}",
+            if otlp_extra.contains("health_spans:") { "" } else { "    health_spans: true\n" }
         ),
         None => String::new(),
     };
@@ -326,7 +327,15 @@ fn held_request_memory(rt: &tokio::runtime::Runtime, bin: &str) {
         }
     });
     let queue = 8;
-    let svc = start_binary_with(bin, "1s", "5s", None, Some(port), &format!("    sending_queue:\n      queue_size: {queue}\n"));
+    // Health spans off: their requests would wait for the same upstream and be counted too.
+    let svc = start_binary_with(
+        bin,
+        "1s",
+        "5s",
+        None,
+        Some(port),
+        &format!("    health_spans: false\n    sending_queue:\n      queue_size: {queue}\n"),
+    );
     let big = Arc::new(vec![loadgen::encode(&loadgen::build_request(7, 3000))]);
     let size = big[0].bytes.len();
     let pid = svc.child.id();
