@@ -149,38 +149,12 @@ pub(crate) fn write_health_span(w: &mut Writer, v: &Verdict, decided_ns: u64) {
 pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], now_ns: u64, max_bytes: usize) -> Vec<(Vec<u8>, u64)> {
     use crate::engine::Decided;
     use prost::Message;
-    let mut out = Vec::new();
     let mut span = Writer::default();
-    // Sized for the whole flush (a span is about 1 KB), so the buffer does not grow by copying.
-    let mut spans = Writer { buf: Vec::with_capacity(records.len().saturating_mul(1200).min(max_bytes.saturating_add(4096))) };
-    let mut n = 0u64;
-    // The resource and the scope, as `resource_spans` makes them.
+    // The resource and the scope, as `resource_spans` makes them; a span is about 1 KB.
     let frame = resource_spans(service_name, Vec::new());
     let resource = frame.resource.map(|r| r.encode_to_vec()).unwrap_or_default();
     let scope = frame.scope_spans.first().and_then(|s| s.scope.as_ref()).map(|s| s.encode_to_vec()).unwrap_or_default();
-    let overhead = resource.len() + scope.len() + 32;
-    let flush = |spans: &mut Writer, n: &mut u64, out: &mut Vec<(Vec<u8>, u64)>| {
-        if *n == 0 {
-            return;
-        }
-        // Lengths first, then one write: request { resource_spans { resource, scope_spans {
-        // scope, spans… } } }.
-        use crate::emit::pb::varint_len as vl;
-        let field = |len: usize| 1 + vl(len as u64) + len;
-        let ss_len = field(scope.len()) + spans.buf.len();
-        let rs_len = field(resource.len()) + field(ss_len);
-        let mut req = Writer { buf: Vec::with_capacity(field(rs_len)) };
-        req.key(1, 2);
-        req.varint(rs_len as u64);
-        req.message(1, &resource);
-        req.key(2, 2);
-        req.varint(ss_len as u64);
-        req.message(1, &scope);
-        req.buf.extend_from_slice(&spans.buf);
-        out.push((req.buf, *n));
-        spans.buf.clear();
-        *n = 0;
-    };
+    let mut packer = crate::emit::pb::Packer::new(resource, scope, max_bytes, records.len().saturating_mul(1200));
     for r in records {
         span.buf.clear();
         match r {
@@ -189,15 +163,9 @@ pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], n
             Decided::Drift(d) => drift_span(d, now_ns).encode(&mut span.buf).unwrap_or(()),
             Decided::Incident(_) | Decided::Finding(_) => continue,
         }
-        let add = span.buf.len() + 1 + crate::emit::pb::varint_len(span.buf.len() as u64);
-        if n > 0 && spans.buf.len() + add + overhead > max_bytes {
-            flush(&mut spans, &mut n, &mut out);
-        }
-        spans.message(2, &span.buf);
-        n += 1;
+        packer.push(&span.buf);
     }
-    flush(&mut spans, &mut n, &mut out);
-    out
+    packer.finish()
 }
 
 /// A catalog verdict change as a health span, in the trace of the span that caused it.

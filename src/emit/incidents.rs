@@ -63,16 +63,21 @@ pub fn attributes(t: Transition, inc: &Incident) -> Vec<KeyValue> {
     a
 }
 
+/// WARN for an incident that opens or is updated open, INFO for one resolved or waiting.
+fn severity(t: Transition, inc: &Incident) -> (SeverityNumber, &'static str) {
+    match (t, inc.state) {
+        (Transition::Resolved, _) => (SeverityNumber::Info, "INFO"),
+        (_, IncidentState::Waiting) => (SeverityNumber::Info, "INFO"),
+        _ => (SeverityNumber::Warn, "WARN"),
+    }
+}
+
 /// One log record per transition.
 pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns: u64) -> ExportLogsServiceRequest {
     let records = items
         .iter()
         .map(|(t, inc)| {
-            let (sev, text) = match (t, inc.state) {
-                (Transition::Resolved, _) => (SeverityNumber::Info, "INFO"),
-                (_, IncidentState::Waiting) => (SeverityNumber::Info, "INFO"),
-                _ => (SeverityNumber::Warn, "WARN"),
-            };
+            let (sev, text) = severity(*t, inc);
             LogRecord {
                 time_unix_nano: now_ns,
                 observed_time_unix_nano: now_ns,
@@ -123,37 +128,11 @@ pub fn encode_log_requests(service_name: &str, items: &[(Transition, &Incident)]
     let rl = &frame.resource_logs[0];
     let resource = rl.resource.as_ref().map(|r| r.encode_to_vec()).unwrap_or_default();
     let scope = rl.scope_logs[0].scope.as_ref().map(|s| s.encode_to_vec()).unwrap_or_default();
-    let overhead = resource.len() + scope.len() + 32;
-    let mut out = Vec::new();
-    let mut records = Writer { buf: Vec::with_capacity(items.len().saturating_mul(900).min(max_bytes.saturating_add(4096))) };
+    let mut packer = crate::emit::pb::Packer::new(resource, scope, max_bytes, items.len().saturating_mul(900));
     let mut rec = Writer::default();
-    let mut n = 0u64;
-    let flush = |records: &mut Writer, n: &mut u64, out: &mut Vec<(Vec<u8>, u64)>| {
-        if *n == 0 {
-            return;
-        }
-        let field = |len: usize| 1 + vl(len as u64) + len;
-        let sl_len = field(scope.len()) + records.buf.len();
-        let rl_len = field(resource.len()) + field(sl_len);
-        let mut req = Writer { buf: Vec::with_capacity(field(rl_len)) };
-        req.key(1, 2);
-        req.varint(rl_len as u64);
-        req.message(1, &resource);
-        req.key(2, 2);
-        req.varint(sl_len as u64);
-        req.message(1, &scope);
-        req.buf.extend_from_slice(&records.buf);
-        out.push((req.buf, *n));
-        records.buf.clear();
-        *n = 0;
-    };
     for (t, inc) in items {
         rec.buf.clear();
-        let (sev, text) = match (t, inc.state) {
-            (Transition::Resolved, _) => (SeverityNumber::Info, "INFO"),
-            (_, IncidentState::Waiting) => (SeverityNumber::Info, "INFO"),
-            _ => (SeverityNumber::Warn, "WARN"),
-        };
+        let (sev, text) = severity(*t, inc);
         rec.fixed64(1, now_ns);
         rec.int(2, sev as u64);
         rec.bytes(3, text.as_bytes());
@@ -198,15 +177,9 @@ pub fn encode_log_requests(service_name: &str, items: &[(Transition, &Incident)]
         opt(&mut rec, "mcp_health.incident.verifier_result", inc.verifier_result.map(|v| v.as_str()));
         rec.fixed64(11, now_ns);
         rec.bytes(12, b"mcp_health.incident");
-        let add = rec.buf.len() + 1 + vl(rec.buf.len() as u64);
-        if n > 0 && records.buf.len() + add + overhead > max_bytes {
-            flush(&mut records, &mut n, &mut out);
-        }
-        records.message(2, &rec.buf);
-        n += 1;
+        packer.push(&rec.buf);
     }
-    flush(&mut records, &mut n, &mut out);
-    out
+    packer.finish()
 }
 
 #[cfg(test)]

@@ -116,3 +116,69 @@ impl Writer {
         self.bytes(field, content);
     }
 }
+
+/// Items (spans or log records, each an encoded message) packed into export requests of at
+/// most `max_bytes`: `ExportTraceServiceRequest` and `ExportLogsServiceRequest` have the same
+/// shape and field numbers — request { 1: resource_x { 1: resource, 2: scope_x { 1: scope,
+/// 2: item… } } } — so one packer writes both. An item larger than `max_bytes` alone is one
+/// request.
+pub(crate) struct Packer {
+    resource: Vec<u8>,
+    scope: Vec<u8>,
+    max_bytes: usize,
+    items: Writer,
+    n: u64,
+    done: Vec<(Vec<u8>, u64)>,
+}
+
+impl Packer {
+    /// `resource` and `scope`: the encoded `Resource` and `InstrumentationScope`; `expected`:
+    /// about how many bytes will be pushed (the buffer is sized once, not grown by copying).
+    pub fn new(resource: Vec<u8>, scope: Vec<u8>, max_bytes: usize, expected: usize) -> Self {
+        Packer {
+            resource,
+            scope,
+            max_bytes,
+            items: Writer { buf: Vec::with_capacity(expected.min(max_bytes.saturating_add(4096))) },
+            n: 0,
+            done: Vec::new(),
+        }
+    }
+
+    /// Add one item (its message content).
+    pub fn push(&mut self, item: &[u8]) {
+        let add = item.len() + 1 + varint_len(item.len() as u64);
+        if self.n > 0 && self.items.buf.len() + add + self.resource.len() + self.scope.len() + 32 > self.max_bytes {
+            self.flush();
+        }
+        self.items.message(2, item);
+        self.n += 1;
+    }
+
+    fn flush(&mut self) {
+        if self.n == 0 {
+            return;
+        }
+        // Lengths first, then one write.
+        let field = |len: usize| 1 + varint_len(len as u64) + len;
+        let scoped = field(self.scope.len()) + self.items.buf.len();
+        let resourced = field(self.resource.len()) + field(scoped);
+        let mut req = Writer { buf: Vec::with_capacity(field(resourced)) };
+        req.key(1, 2);
+        req.varint(resourced as u64);
+        req.message(1, &self.resource);
+        req.key(2, 2);
+        req.varint(scoped as u64);
+        req.message(1, &self.scope);
+        req.buf.extend_from_slice(&self.items.buf);
+        self.done.push((req.buf, self.n));
+        self.items.buf.clear();
+        self.n = 0;
+    }
+
+    /// Every request's bytes and item count.
+    pub fn finish(mut self) -> Vec<(Vec<u8>, u64)> {
+        self.flush();
+        self.done
+    }
+}
