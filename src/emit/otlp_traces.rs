@@ -371,7 +371,9 @@ pub fn spawn(
                     } else {
                         drop(item); // only the encoded bytes are held while retrying
                     }
-                    if let Some(h) = held.as_mut() {
+                    // Parts still waiting share the request's buffer (raw bytes are sliced, not
+                    // copied): the reservation follows the bytes alone only for the last part.
+                    if let Some(h) = held.as_mut().filter(|_| parts.is_empty()) {
                         h.set(bytes.len() as u64);
                     }
                     match send_with_retry(route, &retry, bytes, encoding, kind).await {

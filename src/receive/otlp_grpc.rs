@@ -358,8 +358,14 @@ where
         let max_message = self.max_message_bytes;
         Box::pin(async move {
             // Metrics and logs are decoded: their peak is the decoded request. Spans are walked:
-            // their peak is the message and the batch read from it, about its size again.
-            let peak_per_byte = if signal == Traces::LABEL { 1 } else { super::memory::DECODED_PER_WIRE_BYTE };
+            // their peak is the message, the batch read from it (about its size again; twice,
+            // for the allocator's size classes), and with pass-through the copy passed on — all
+            // alive together before `Admission::admit_wire` trims the reservation.
+            let peak_per_byte = match (signal == Traces::LABEL, admission.passthrough.is_some()) {
+                (true, false) => 2,
+                (true, true) => 3,
+                (false, _) => super::memory::DECODED_PER_WIRE_BYTE,
+            };
             match read_message(admission.memory.as_ref(), req, max_message, peak_per_byte).await {
                 Ok(req) => inner.call(req).await,
                 Err(e) => {
