@@ -426,8 +426,16 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         None => {}
     }
     let engine = Engine::new(engine_cfg);
-    let gate_state = gate_l.as_ref().map(|(_, unpinned, _)| crate::gate::GateState { pins, board: engine.board(), unpinned: *unpinned });
     let heartbeat = Heartbeat::new(Moment::wall_now());
+    let gate_state = gate_l.as_ref().map(|(_, unpinned, _)| {
+        let hb = heartbeat.clone();
+        crate::gate::GateState {
+            pins,
+            board: engine.board(),
+            unpinned: *unpinned,
+            store_down: Some(std::sync::Arc::new(move || hb.is_store_down())),
+        }
+    });
     // The engine steps at least every tick; silent for much longer than that, it is stuck.
     let stall_after = (tick * 40).max(Duration::from_secs(10));
     let mut engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone(), memory));

@@ -101,6 +101,10 @@ pub struct GateState {
     pub pins: Option<Arc<Lockfile>>,
     pub board: Arc<CatalogBoard>,
     pub unpinned: UnpinnedPolicy,
+    /// Set while the configured state store is unavailable (`service::Heartbeat`): catalog
+    /// verdicts that other instances hold are then unknown here, and the gate says so
+    /// (UNAVAILABLE) rather than answering from this instance's board alone.
+    pub store_down: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
 }
 
 impl GateState {

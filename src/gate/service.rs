@@ -115,6 +115,10 @@ impl GateService {
 
     /// `CatalogVerdict` without the transport.
     pub fn catalog_verdict_inner(&self, r: &pb::CatalogVerdictRequest) -> Result<pb::CatalogVerdictResponse, Status> {
+        // With a shared store down, another instance may hold a newer verdict: never a guess.
+        if self.state.store_down.as_ref().is_some_and(|down| down()) {
+            return Err(Status::unavailable("the state store is unavailable: catalog verdicts of other instances are unknown; retry"));
+        }
         let nonempty = |s: &str| Some(s.to_string()).filter(|s| !s.trim().is_empty());
         let (session_id, client, server) = (nonempty(&r.session_id), nonempty(&r.client), nonempty(&r.server));
         let one = |v: Option<CatalogVerdict>| pb::CatalogVerdictResponse {
@@ -187,6 +191,12 @@ mod tests {
         assert!(r.pinned_digest.is_empty() && r.changes.is_empty());
 
         let deny = GateService::new(GateState { unpinned: UnpinnedPolicy::Deny, ..GateState::default() });
+        // While the store is down, catalog verdicts are UNAVAILABLE, not this instance's guess.
+        let down = GateService::new(GateState { store_down: Some(Arc::new(|| true)), ..GateState::default() });
+        let err = down.catalog_verdict_inner(&pb::CatalogVerdictRequest { server: "s".into(), ..Default::default() }).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+        let up = GateService::new(GateState { store_down: Some(Arc::new(|| false)), ..GateState::default() });
+        assert!(up.catalog_verdict_inner(&pb::CatalogVerdictRequest { server: "s".into(), ..Default::default() }).is_ok());
         let r = deny.check_tool_inner(&req(SERVER, "search", &d)).unwrap();
         assert!(!r.allow);
         assert_eq!(r.reason, "no_lockfile");

@@ -74,6 +74,11 @@ impl Heartbeat {
     }
 
     /// Told by the engine task after every step.
+    /// Whether the state store's last operation failed (see [`Self::set_store_down`]).
+    pub fn is_store_down(&self) -> bool {
+        self.store_down.load(Ordering::Relaxed)
+    }
+
     pub fn set_store_down(&self, down: bool) {
         self.store_down.store(down, Ordering::Relaxed);
     }
