@@ -72,6 +72,18 @@ fn severity(t: Transition, inc: &Incident) -> (SeverityNumber, &'static str) {
     }
 }
 
+/// The record's body: one line a reader can take in at a glance.
+fn body(t: Transition, inc: &Incident) -> String {
+    format!(
+        "incident {} {}: {} at {} ({} calls)",
+        inc.id,
+        t.as_str(),
+        inc.cause.state.as_str(),
+        inc.cause.server.as_deref().unwrap_or("unknown server"),
+        inc.calls
+    )
+}
+
 /// One log record per transition.
 pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns: u64) -> ExportLogsServiceRequest {
     let records = items
@@ -84,16 +96,7 @@ pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns:
                 severity_number: sev as i32,
                 severity_text: text.into(),
                 event_name: "mcp_health.incident".into(),
-                body: Some(AnyValue {
-                    value: Some(any_value::Value::StringValue(format!(
-                        "incident {} {}: {} at {} ({} calls)",
-                        inc.id,
-                        t.as_str(),
-                        inc.cause.state.as_str(),
-                        inc.cause.server.as_deref().unwrap_or("unknown server"),
-                        inc.calls
-                    ))),
-                }),
+                body: Some(AnyValue { value: Some(any_value::Value::StringValue(body(*t, inc))) }),
                 attributes: attributes(*t, inc),
                 ..Default::default()
             }
@@ -136,14 +139,7 @@ pub fn encode_log_requests(service_name: &str, items: &[(Transition, &Incident)]
         rec.fixed64(1, now_ns);
         rec.int(2, sev as u64);
         rec.bytes(3, text.as_bytes());
-        let body = format!(
-            "incident {} {}: {} at {} ({} calls)",
-            inc.id,
-            t.as_str(),
-            inc.cause.state.as_str(),
-            inc.cause.server.as_deref().unwrap_or("unknown server"),
-            inc.calls
-        );
+        let body = body(*t, inc);
         rec.key(5, 2);
         rec.varint((1 + vl(body.len() as u64) + body.len()) as u64);
         rec.bytes(1, body.as_bytes());

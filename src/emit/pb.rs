@@ -72,12 +72,7 @@ impl Writer {
             Val::Int(i) => 1 + varint_len(i as u64),
             Val::Bool(_) => 2,
         };
-        let kv = 1 + varint_len(key.len() as u64) + key.len() + 1 + varint_len(any as u64) + any;
-        self.key(field, 2);
-        self.varint(kv as u64);
-        self.bytes(1, key.as_bytes());
-        self.key(2, 2);
-        self.varint(any as u64);
+        self.key_value_head(field, key, any);
         match v {
             Val::Str(s) => self.bytes(1, s.as_bytes()),
             Val::Int(i) => {
@@ -96,12 +91,7 @@ impl Writer {
         let item = |s: &str| 1 + varint_len((1 + varint_len(s.len() as u64) + s.len()) as u64) + 1 + varint_len(s.len() as u64) + s.len();
         let array: usize = items.iter().map(|s| item(s)).sum();
         let any = 1 + varint_len(array as u64) + array;
-        let kv = 1 + varint_len(key.len() as u64) + key.len() + 1 + varint_len(any as u64) + any;
-        self.key(field, 2);
-        self.varint(kv as u64);
-        self.bytes(1, key.as_bytes());
-        self.key(2, 2);
-        self.varint(any as u64);
+        self.key_value_head(field, key, any);
         self.key(5, 2);
         self.varint(array as u64);
         for s in items {
@@ -109,6 +99,17 @@ impl Writer {
             self.varint((1 + varint_len(s.len() as u64) + s.len()) as u64);
             self.bytes(1, s.as_bytes());
         }
+    }
+
+    /// A `KeyValue` field's key, its length and its key string, up to the `AnyValue` of `any`
+    /// bytes the caller writes next.
+    fn key_value_head(&mut self, field: u32, key: &str, any: usize) {
+        let kv = 1 + varint_len(key.len() as u64) + key.len() + 1 + varint_len(any as u64) + any;
+        self.key(field, 2);
+        self.varint(kv as u64);
+        self.bytes(1, key.as_bytes());
+        self.key(2, 2);
+        self.varint(any as u64);
     }
 
     /// Field `field` holding `content` (an encoded message).

@@ -554,17 +554,7 @@ impl Engine {
         if keys.is_empty() {
             return;
         }
-        match store.get_many(crate::state::Table::Sessions, &keys) {
-            Ok(records) => {
-                self.store_down = false;
-                self.merge_sessions(&keys, records);
-            }
-            Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
-                tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
-            }
-        }
+        self.read_sessions(&store, &keys);
     }
 
     /// A store marked down is asked, once per re-evaluation, whether it answers again, so the
@@ -578,6 +568,22 @@ impl Engine {
         if matches!(store.probe(), Some(Ok(()))) {
             self.store_down = false;
             tracing::info!("the state store answers again");
+        }
+    }
+
+    /// Read `keys` from the store in one round trip and merge them; a failure marks the store
+    /// down and is counted.
+    fn read_sessions(&mut self, store: &crate::state::StoreHandle, keys: &[String]) {
+        match store.get_many(crate::state::Table::Sessions, keys) {
+            Ok(records) => {
+                self.store_down = false;
+                self.merge_sessions(keys, records);
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
+            }
         }
     }
 
@@ -604,17 +610,7 @@ impl Engine {
         if keys.is_empty() {
             return;
         }
-        match store.get_many(crate::state::Table::Sessions, &keys) {
-            Ok(records) => {
-                self.store_down = false;
-                self.merge_sessions(&keys, records);
-            }
-            Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
-                tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
-            }
-        }
+        self.read_sessions(&store, &keys);
     }
 
     /// Sessions that another instance's evidence (read from a shared store) added to.
