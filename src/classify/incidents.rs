@@ -124,15 +124,14 @@ pub struct IncidentBook {
     open: FxHashMap<Cause, Incident>,
     recoveries: FxHashMap<Option<Arc<str>>, FxHashMap<Scope, u64>>,
     pub resolved_total: u64,
-    /// Record which incidents and recoveries change, for the state store.
+    /// Record which servers' incidents and recoveries change, for the state store.
     track: bool,
-    dirty_open: rustc_hash::FxHashSet<Cause>,
-    dirty_recoveries: rustc_hash::FxHashSet<Option<Arc<str>>>,
+    dirty: std::collections::BTreeSet<Option<Arc<str>>>,
 }
 
 /// What a healthy call shows works again, as the keys an incident's cause is looked up by (one
 /// per way a cause can match: see [`wanted_scope`] and [`shows`]); the value kept is the latest evidence end.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Scope {
     /// Any call of the server (a cause that names neither tool nor credential).
     Server,
@@ -216,42 +215,56 @@ impl IncidentBook {
         self.track = true;
     }
 
-    /// The incidents and recoveries changed since the last call, as store changes: an open
-    /// incident is put, a resolved (or evicted) one deleted.
+    /// The servers whose incidents or recoveries changed since the last call, as store changes:
+    /// one [`ServerIncidents`](crate::state::ServerIncidents) record per server (deleted when the
+    /// server has neither open incidents nor recent healthy calls).
     pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
-        use crate::state::{recovery_key, Record, RecoveriesRecord, Table};
-        for c in std::mem::take(&mut self.dirty_open) {
-            match self.open.get(&c) {
-                Some(inc) => out.put(inc.id.clone(), Record::Incident(Box::new(inc.clone()))),
-                None => out.delete(Table::Incidents, incident_id(&c)),
-            }
-        }
-        for server in std::mem::take(&mut self.dirty_recoveries) {
-            let key = recovery_key(server.as_deref());
-            match self.recoveries.get(&server) {
-                Some(m) => out.put(
-                    key,
-                    Record::Recoveries(RecoveriesRecord {
-                        server,
-                        recent: m.iter().map(|(scope, end_ns)| Recovery { scope: scope.clone(), end_ns: *end_ns }).collect(),
-                    }),
-                ),
-                None => out.delete(Table::Recoveries, key),
+        use crate::state::{server_key, Record, Table};
+        let servers: Vec<Option<Arc<str>>> = std::mem::take(&mut self.dirty).into_iter().collect();
+        for part in self.parts(&servers) {
+            let key = server_key(part.server.as_deref());
+            if part.is_empty() {
+                out.delete(Table::Incidents, key);
+            } else {
+                out.put(key, Record::Incidents(Box::new(part)));
             }
         }
     }
 
-    /// Take back an open incident from the store (at start-up), within the same bound.
-    pub fn restore_incident(&mut self, inc: Incident) {
-        if self.open.len() < MAX_OPEN || self.open.contains_key(&inc.cause) {
-            self.open.insert(inc.cause.clone(), inc);
+    /// The parts of the book that belong to `servers` (one scan of the open incidents), in the
+    /// order of `servers`; incidents in id order, recoveries latest first.
+    pub fn parts(&self, servers: &[Option<Arc<str>>]) -> Vec<crate::state::ServerIncidents> {
+        let index: FxHashMap<&Option<Arc<str>>, usize> = servers.iter().enumerate().map(|(i, s)| (s, i)).collect();
+        let mut out: Vec<crate::state::ServerIncidents> =
+            servers.iter().map(|s| crate::state::ServerIncidents { server: s.clone(), ..Default::default() }).collect();
+        for inc in self.open.values() {
+            if let Some(&i) = index.get(&inc.cause.server) {
+                out[i].open.push(inc.clone());
+            }
         }
+        for part in &mut out {
+            part.open.sort_by(|a, b| a.id.cmp(&b.id));
+            if let Some(m) = self.recoveries.get(&part.server) {
+                part.recent = m.iter().map(|(scope, end_ns)| Recovery { scope: scope.clone(), end_ns: *end_ns }).collect();
+                part.recent.sort_by(|a, b| b.end_ns.cmp(&a.end_ns).then_with(|| a.scope.cmp(&b.scope)));
+            }
+        }
+        out
     }
 
-    /// Take back a server's recent healthy calls from the store (at start-up).
-    pub fn restore_recoveries(&mut self, server: Option<Arc<str>>, recent: Vec<Recovery>) {
-        if self.recoveries.len() < MAX_RECOVERY_SERVERS || self.recoveries.contains_key(&server) {
-            let mut recent = recent;
+    /// Put a server's part of the book back (at start-up, or as a shared store holds it now),
+    /// replacing what this book held of that server; within the book's bounds.
+    pub fn restore(&mut self, part: crate::state::ServerIncidents) {
+        let server = part.server;
+        self.open.retain(|c, _| c.server != server);
+        for inc in part.open {
+            if inc.cause.server == server && (self.open.len() < MAX_OPEN || self.open.contains_key(&inc.cause)) {
+                self.open.insert(inc.cause.clone(), inc);
+            }
+        }
+        self.recoveries.remove(&server);
+        if !part.recent.is_empty() && self.recoveries.len() < MAX_RECOVERY_SERVERS {
+            let mut recent = part.recent;
             // Within the bound, the latest first.
             recent.sort_by_key(|r| std::cmp::Reverse(r.end_ns));
             recent.truncate(MAX_RECOVERIES);
@@ -261,13 +274,13 @@ impl IncidentBook {
 
     fn mark_open(&mut self, c: &Cause) {
         if self.track {
-            self.dirty_open.insert(c.clone());
+            self.dirty.insert(c.server.clone());
         }
     }
 
     fn mark_server(&mut self, s: &Option<Arc<str>>) {
         if self.track {
-            self.dirty_recoveries.insert(s.clone());
+            self.dirty.insert(s.clone());
         }
     }
 

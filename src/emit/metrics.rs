@@ -435,6 +435,8 @@ pub struct HealthMeters {
     pub chains_evicted: Counter<u64>,
     pub chains_callless: Counter<u64>,
     pub store_errors: Counter<u64>,
+    pub store_conflicts: Counter<u64>,
+    pub incidents_unshared: Counter<u64>,
     pub late_evidence_dropped: Counter<u64>,
     pub verifiers_parked: Counter<u64>,
     pub verifiers_parked_dropped: Counter<u64>,
@@ -539,7 +541,17 @@ impl HealthMeters {
             store_errors: c(
                 "mcp_health.state.store_errors",
                 "{error}",
-                "Loads and writes of the state store (storage) that failed or were refused as conflicts; the engine went on in memory",
+                "Loads, reads and writes of the state store (storage) that failed; the engine went on in memory",
+            ),
+            store_conflicts: c(
+                "mcp_health.state.store_conflicts",
+                "{record}",
+                "Record writes a shared state store refused because another instance changed the record first (read, merged and written again)",
+            ),
+            incidents_unshared: c(
+                "mcp_health.incidents.unshared",
+                "{verdict}",
+                "Verdicts folded into this instance's incidents only, not the shared store's (store unreachable past the bound or at shutdown): their transitions may also come from another instance",
             ),
             late_evidence_dropped: c(
                 "mcp_health.spans.late_dropped",

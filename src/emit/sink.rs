@@ -169,6 +169,8 @@ pub struct MetricsSink {
     last_stats: crate::correlate::ChainStats,
     last_callless: u64,
     last_store_errors: u64,
+    last_store_conflicts: u64,
+    last_incidents_unshared: u64,
     incident_groups: FxHashSet<[String; 4]>,
     convergence_groups: FxHashSet<(String, Convergence)>,
     working_groups: FxHashSet<(String, String)>,
@@ -182,6 +184,8 @@ impl MetricsSink {
             last_stats: Default::default(),
             last_callless: 0,
             last_store_errors: 0,
+            last_store_conflicts: 0,
+            last_incidents_unshared: 0,
             incident_groups: Default::default(),
             convergence_groups: Default::default(),
             working_groups: Default::default(),
@@ -231,6 +235,10 @@ impl Sink for MetricsSink {
         self.last_callless = g.callless_chains;
         m.store_errors.add(g.store_errors.saturating_sub(self.last_store_errors), &[]);
         self.last_store_errors = g.store_errors;
+        m.store_conflicts.add(g.store_conflicts.saturating_sub(self.last_store_conflicts), &[]);
+        self.last_store_conflicts = g.store_conflicts;
+        m.incidents_unshared.add(g.incidents_unshared.saturating_sub(self.last_incidents_unshared), &[]);
+        self.last_incidents_unshared = g.incidents_unshared;
         self.tally.flush(m);
 
         report_groups(&m.incidents_open, &mut self.incident_groups, &g.incidents_open, |k| {

@@ -52,6 +52,10 @@ const REEVALUATE_EVERY: Duration = Duration::from_secs(1);
 const EXPIRE_EVERY: Duration = Duration::from_secs(10);
 /// Converged sessions read back from a shared store per re-evaluation (one pipeline).
 const CONVERGED_REFRESH: usize = 512;
+/// Verdicts held for the incident fold on a shared store (see `sync_incidents`); past it a
+/// verdict is folded into this instance's own book and its transitions emitted at once
+/// (counted: `incidents_unshared`), so an alert is never lost for want of the store.
+const MAX_PENDING_INCIDENT_VERDICTS: usize = 50_000;
 
 /// Everything the engine is configured with.
 #[derive(Clone, Debug, Default)]
@@ -94,6 +98,13 @@ pub struct Gauges {
     pub callless_chains: u64,
     /// Loads and writes of the state store that failed (the engine went on in memory).
     pub store_errors: u64,
+    /// Writes a shared store refused because another instance changed the record first (they
+    /// are read, merged and written again).
+    pub store_conflicts: u64,
+    /// Verdicts folded into this instance's incidents alone, not the shared store's (the store
+    /// was unreachable past the bound, or at shutdown): their transitions may be emitted by
+    /// another instance as well.
+    pub incidents_unshared: u64,
 }
 
 /// The engine. See the module documentation.
@@ -140,6 +151,12 @@ pub struct Engine {
     /// verdict as reported (capped), so the success counts it undoes are the ones it added.
     /// As many as decided chains are kept for revision.
     partial_decided: crate::bounded::BoundedMap<crate::evidence::TraceId, crate::classify::partial::Partial>,
+    /// With a shared store: the verdicts decided here and not yet folded into the store's
+    /// incidents, by server (see `sync_incidents`); their count.
+    pending_incidents: std::collections::BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+    pending_incident_verdicts: usize,
+    store_conflicts: u64,
+    incidents_unshared: u64,
 }
 
 impl Engine {
@@ -174,6 +191,10 @@ impl Engine {
             sessions_merged: 0,
             refresh_cursor: 0,
             partial_decided: crate::bounded::BoundedMap::with_capacity("partial_decided", max_decided),
+            pending_incidents: Default::default(),
+            pending_incident_verdicts: 0,
+            store_conflicts: 0,
+            incidents_unshared: 0,
         };
         if let Some(store) = store {
             e.attach(store);
@@ -185,7 +206,11 @@ impl Engine {
     fn attach(&mut self, store: crate::state::StoreHandle) {
         self.chains.track_changes();
         self.sessions.track_changes();
-        self.incidents.track_changes();
+        if !store.is_shared() {
+            // A shared store's incidents are folded in place (`sync_incidents`), not written
+            // from this book.
+            self.incidents.track_changes();
+        }
         match store.load() {
             Ok(snap) => self.restore(snap),
             Err(e) => {
@@ -206,11 +231,8 @@ impl Engine {
         for (key, server, verdict) in self.sessions.all_current() {
             self.board.publish(&key, server, verdict);
         }
-        for inc in snap.incidents {
-            self.incidents.restore_incident(inc);
-        }
-        for r in snap.recoveries {
-            self.incidents.restore_recoveries(r.server, r.recent);
+        for part in snap.incidents {
+            self.incidents.restore(part);
         }
         // Oldest first, so the late-span window and `max_decided` forget them in order.
         snap.decided.sort_by_key(|d| d.decided_at_ns);
@@ -230,7 +252,7 @@ impl Engine {
     /// Write what changed to the store: at most every `PERSIST_EVERY` of engine time, and
     /// whenever `force`. A failed write is logged and counted; the engine goes on in memory (its
     /// verdicts never depend on the store having taken a write).
-    fn persist(&mut self, now: Moment, force: bool) {
+    fn persist(&mut self, now: Moment, force: bool, out: &mut Vec<Decided>) {
         let Some(store) = self.store.clone() else { return };
         if !force && self.last_persisted.is_some_and(|t| now.saturating_duration_since(t) < crate::state::PERSIST_EVERY) {
             return;
@@ -238,6 +260,7 @@ impl Engine {
         self.last_persisted = Some(now);
         let shared = store.is_shared();
         if shared {
+            self.sync_incidents(&store, out);
             // Sessions are written by every instance that sees a trace of them: read what the
             // others wrote and write the union (compare-and-set on the version just read), so a
             // session converges on all its evidence instead of on whichever instance wrote first.
@@ -266,8 +289,12 @@ impl Engine {
         match store.apply(&changes) {
             Ok(()) => self.store_down = false,
             Err(e) => {
-                self.store_errors += 1;
                 let conflict = matches!(e, crate::state::StoreError::Conflict { .. });
+                if conflict {
+                    self.store_conflicts += 1;
+                } else {
+                    self.store_errors += 1;
+                }
                 self.store_down = !conflict;
                 if conflict && shared {
                     // Another instance wrote one of them in between: read, merge and write the
@@ -437,7 +464,7 @@ impl Engine {
         self.chains.ingest(batch, now, &mut decided);
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
-        self.persist(now, false);
+        self.persist(now, false, out);
         self.publish_merged(out);
     }
 
@@ -462,7 +489,7 @@ impl Engine {
         }
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
-        self.persist(now, false);
+        self.persist(now, false, out);
         self.publish_merged(out);
     }
 
@@ -475,13 +502,15 @@ impl Engine {
         self.chains.drain(by, now, &mut decided);
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
-        self.persist(now, true);
+        self.persist(now, true, out);
+        self.fold_pending_locally(out);
         self.publish_merged(out);
     }
 
     /// Write every pending change to the store now (the driver calls it before it stops).
-    pub fn flush_store(&mut self, now: Moment) {
-        self.persist(now, true);
+    pub fn flush_store(&mut self, now: Moment, out: &mut Vec<Decided>) {
+        self.persist(now, true, out);
+        self.fold_pending_locally(out);
     }
 
     /// The figures the metric sinks report as gauges.
@@ -506,6 +535,8 @@ impl Engine {
             working: self.working.clone(),
             callless_chains: self.callless_chains,
             store_errors: self.store_errors,
+            store_conflicts: self.store_conflicts,
+            incidents_unshared: self.incidents_unshared,
         }
     }
 
@@ -624,6 +655,129 @@ impl Engine {
         self.publish_catalog(changes, out);
     }
 
+    /// Fold a verdict into the incidents. With a shared store it is held for the next write
+    /// (`sync_incidents`), where it is folded into the store's record of its server: the
+    /// transitions are emitted by the instance whose write made them, once across instances.
+    fn observe_incidents(&mut self, v: &Verdict, out: &mut Vec<Decided>) {
+        let shared = self.store.as_ref().is_some_and(|s| s.is_shared());
+        let relevant = crate::classify::incidents::is_failure(v.state) || v.state == HealthState::Healthy;
+        if shared && relevant && self.pending_incident_verdicts < MAX_PENDING_INCIDENT_VERDICTS {
+            self.pending_incidents.entry(v.server.clone()).or_default().push(v.clone());
+            self.pending_incident_verdicts += 1;
+            return;
+        }
+        if shared && relevant {
+            self.incidents_unshared += 1;
+        }
+        for (transition, row) in self.incidents.observe(v) {
+            out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+        }
+    }
+
+    /// With a shared store: fold the verdicts held since the last write into the store's
+    /// incident record of each of their servers, by compare-and-set, and emit the transitions
+    /// of the records written. A record another instance changed in between is refused; its
+    /// verdicts stay held and are folded into the newer record on the next write (the fold does
+    /// not depend on the order of verdicts, so the result is the one process's). Two round trips
+    /// per write with verdicts held (a pipelined read of their servers' records, one script).
+    fn sync_incidents(&mut self, store: &crate::state::StoreHandle, out: &mut Vec<Decided>) {
+        use crate::state::{server_key, Record, ServerIncidents, StoreError, Table};
+        if self.pending_incidents.is_empty() {
+            return;
+        }
+        let servers: Vec<Option<Arc<str>>> = self.pending_incidents.keys().cloned().collect();
+        let keys: Vec<String> = servers.iter().map(|s| server_key(s.as_deref())).collect();
+        let stored = match store.get_many(Table::Incidents, &keys) {
+            Ok(r) => r,
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, servers = keys.len(), "could not read incidents from the state store; holding the verdicts");
+                return;
+            }
+        };
+        let mut changes = crate::state::Changes::default();
+        let mut folded = Vec::with_capacity(servers.len());
+        for ((server, key), rec) in servers.iter().zip(&keys).zip(stored) {
+            let part = match rec {
+                Some(Record::Incidents(p)) if p.server == *server => *p,
+                _ => ServerIncidents { server: server.clone(), ..Default::default() },
+            };
+            let mut book = IncidentBook::default();
+            book.restore(part);
+            let mut transitions = Vec::new();
+            for v in self.pending_incidents.get(server).map(Vec::as_slice).unwrap_or_default() {
+                transitions.extend(book.observe(v));
+            }
+            let new = book.parts(std::slice::from_ref(server)).pop().unwrap_or_default();
+            if new.is_empty() {
+                changes.delete(Table::Incidents, key.clone());
+            } else {
+                changes.put(key.clone(), Record::Incidents(Box::new(new.clone())));
+            }
+            folded.push((server.clone(), key, transitions, new, book.resolved_total));
+        }
+        let refused: std::collections::BTreeSet<String> = match store.apply(&changes) {
+            Ok(()) => {
+                self.store_down = false;
+                Default::default()
+            }
+            Err(StoreError::Conflict { refused, .. }) => {
+                self.store_down = false;
+                self.store_conflicts += refused.len() as u64;
+                tracing::debug!(records = refused.len(), "incident records changed by another instance; folding again");
+                refused.into_iter().map(|(_, k)| k).collect()
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, servers = keys.len(), "could not write incidents to the state store; holding the verdicts");
+                return;
+            }
+        };
+        for (server, key, transitions, new, resolved) in folded {
+            if refused.contains(key) {
+                continue;
+            }
+            if let Some(vs) = self.pending_incidents.remove(&server) {
+                self.pending_incident_verdicts -= vs.len();
+            }
+            self.incidents.restore(new);
+            self.incidents.resolved_total += resolved;
+            for (transition, row) in transitions {
+                out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+            }
+        }
+    }
+
+    /// At shutdown, verdicts the shared store did not take are folded into this instance's own
+    /// incidents and emitted (counted, `incidents_unshared`): an incident emitted twice is better
+    /// than one never emitted.
+    fn fold_pending_locally(&mut self, out: &mut Vec<Decided>) {
+        // A record another instance wrote meanwhile is refused: read and fold again, a few times.
+        if let Some(store) = self.store.clone() {
+            for _ in 0..3 {
+                if self.pending_incidents.is_empty() || self.store_down {
+                    break;
+                }
+                self.sync_incidents(&store, out);
+            }
+        }
+        if self.pending_incidents.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending_incidents);
+        self.pending_incident_verdicts = 0;
+        let n: usize = pending.values().map(Vec::len).sum();
+        tracing::warn!(verdicts = n, "the state store did not take these verdicts' incidents; emitting this instance's view of them");
+        self.incidents_unshared += n as u64;
+        for v in pending.into_values().flatten() {
+            for (transition, row) in self.incidents.observe(&v) {
+                out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+            }
+        }
+    }
+
     fn classify_decided(&mut self, decided: &mut Vec<DecidedCalls>, now: Moment, out: &mut Vec<Decided>) {
         self.refresh_sessions(decided);
         self.publish_merged(out);
@@ -651,9 +805,7 @@ impl Engine {
                 if let Some(why) = partial {
                     crate::classify::partial::mark(&mut v, why);
                 }
-                for (transition, row) in self.incidents.observe(&v) {
-                    out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
-                }
+                self.observe_incidents(&v, out);
                 out.push(Decided::Call(v));
             }
         }

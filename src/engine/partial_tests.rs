@@ -158,7 +158,7 @@ fn while_the_store_is_down_verdicts_are_capped_and_it_says_so() {
         let t = T0 + at_ms * MS;
         e.ingest(NormalizedBatch { evidence: verified(trace, t), ..Default::default() }, at(t), out);
         e.tick(at(t + 200 * MS), out);
-        e.flush_store(at(t + 300 * MS));
+        e.flush_store(at(t + 300 * MS), &mut Vec::new());
     };
     step(&mut e, &mut out, 1, 0);
     assert!(!e.store_down());
@@ -198,7 +198,7 @@ fn a_revision_supersedes_the_capped_verdict_as_reported() {
     e.ingest(NormalizedBatch { evidence: refused(9, T0), ..Default::default() }, at(T0), &mut out);
     e.tick(at(T0 + 5 * MS), &mut out);
     e.tick(at(T0 + 50 * MS), &mut out);
-    e.flush_store(at(T0 + 60 * MS));
+    e.flush_store(at(T0 + 60 * MS), &mut Vec::new());
     assert!(e.store_down());
     // A verified call decided meanwhile: capped.
     e.ingest(NormalizedBatch { evidence: verified(1, T0 + 70 * MS), ..Default::default() }, at(T0 + 70 * MS), &mut out);
@@ -207,7 +207,7 @@ fn a_revision_supersedes_the_capped_verdict_as_reported() {
     down.store(false, std::sync::atomic::Ordering::SeqCst);
     e.ingest(NormalizedBatch { evidence: refused(8, T0 + 200 * MS), ..Default::default() }, at(T0 + 200 * MS), &mut out);
     e.tick(at(T0 + 250 * MS), &mut out);
-    e.flush_store(at(T0 + 260 * MS));
+    e.flush_store(at(T0 + 260 * MS), &mut Vec::new());
     assert!(!e.store_down(), "a write went through");
     let mut late = verified(1, T0 + 70 * MS).remove(1);
     late.span_id = [3; 8];

@@ -8,8 +8,7 @@
 //! | table | key | record |
 //! | --- | --- | --- |
 //! | `sessions` | session key | [`SessionRecord`]: the session's catalog timeline |
-//! | `incidents` | incident id | an open [`Incident`] |
-//! | `recoveries` | [`recovery_key`] of the server | [`RecoveriesRecord`]: recent healthy calls of a server |
+//! | `incidents` | [`server_key`] of the server | [`ServerIncidents`]: a server's open incidents and its recent healthy calls |
 //! | `decided` | trace id (hex) | [`DecidedRecord`]: a decided chain kept for revision |
 //! | `operations` | operation key | the trace id of the call that named it |
 //! | `drift_reported` | server, tool, digest | [`DriftRecord`] (reported once) |
@@ -19,6 +18,11 @@
 //! Records are plain serde data, encoded by [`encode`] / [`decode`] with postcard: a decided
 //! chain of two spans is 521 bytes against 2771 in JSON, a session 125 against 557, an incident
 //! 114 against 440 (`state::tests::postcard_is_smaller_than_json_for_the_records`).
+//!
+//! A server's incidents and the healthy calls that resolve them are **one record**: the incident
+//! fold needs both, and with several instances each folds its own verdicts into the stored record
+//! by compare-and-set (`engine`, "incidents on a shared store"), so the record must change as
+//! one.
 //!
 //! # A shared store
 //! [`redis::RedisStore`] (`storage: {kind: redis, endpoint: …}`) implements the trait for
@@ -43,6 +47,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::classify::catalog::{CatalogEvent, Convergence};
 use crate::classify::incidents::{Incident, Recovery};
+
 use crate::evidence::{SpanEvidence, TraceId};
 
 pub use self::redis::{RedisSettings, RedisStore};
@@ -62,7 +67,12 @@ pub enum StoreError {
     #[error("state record {table}/{key}: {message}")]
     Decode { table: &'static str, key: String, message: String },
     #[error("state record {table}/{key} was changed by another writer")]
-    Conflict { table: &'static str, key: String },
+    Conflict {
+        table: &'static str,
+        key: String,
+        /// Every change refused (the first is `table`/`key`); the others were written.
+        refused: Vec<(Table, String)>,
+    },
 }
 
 /// The tables of the store.
@@ -70,21 +80,18 @@ pub enum StoreError {
 pub enum Table {
     Sessions,
     Incidents,
-    Recoveries,
     Decided,
     Operations,
     DriftReported,
 }
 
 impl Table {
-    pub const ALL: [Table; 6] =
-        [Table::Sessions, Table::Incidents, Table::Recoveries, Table::Decided, Table::Operations, Table::DriftReported];
+    pub const ALL: [Table; 5] = [Table::Sessions, Table::Incidents, Table::Decided, Table::Operations, Table::DriftReported];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Table::Sessions => "sessions",
             Table::Incidents => "incidents",
-            Table::Recoveries => "recoveries",
             Table::Decided => "decided",
             Table::Operations => "operations",
             Table::DriftReported => "drift_reported",
@@ -119,11 +126,19 @@ pub struct DecidedRecord {
     pub decided_at_ns: u64,
 }
 
-/// The recent healthy calls of one server (they resolve incidents decided later).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RecoveriesRecord {
+/// One server's part of the incident book: its open incidents and its recent healthy calls
+/// (they resolve incidents decided later). See `classify::incidents`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerIncidents {
     pub server: Option<Arc<str>>,
+    pub open: Vec<Incident>,
     pub recent: Vec<Recovery>,
+}
+
+impl ServerIncidents {
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty() && self.recent.is_empty()
+    }
 }
 
 /// A drift already reported.
@@ -140,8 +155,8 @@ impl DriftRecord {
     }
 }
 
-/// The key of a server's recoveries (`None` is a server nobody named).
-pub fn recovery_key(server: Option<&str>) -> String {
+/// The key of a server's incidents (`None` is a server nobody named).
+pub fn server_key(server: Option<&str>) -> String {
     match server {
         Some(s) => format!("={s}"),
         None => "-".to_string(),
@@ -157,8 +172,7 @@ pub fn trace_key(t: &TraceId) -> String {
 #[derive(Clone, Debug)]
 pub enum Record {
     Session(Box<SessionRecord>),
-    Incident(Box<Incident>),
-    Recoveries(RecoveriesRecord),
+    Incidents(Box<ServerIncidents>),
     Decided(Box<DecidedRecord>),
     Operation(TraceId),
     DriftReported(DriftRecord),
@@ -168,8 +182,7 @@ impl Record {
     pub fn table(&self) -> Table {
         match self {
             Record::Session(_) => Table::Sessions,
-            Record::Incident(_) => Table::Incidents,
-            Record::Recoveries(_) => Table::Recoveries,
+            Record::Incidents(_) => Table::Incidents,
             Record::Decided(_) => Table::Decided,
             Record::Operation(_) => Table::Operations,
             Record::DriftReported(_) => Table::DriftReported,
@@ -180,8 +193,7 @@ impl Record {
     pub fn decode(table: Table, key: &str, bytes: &[u8]) -> Result<Record, StoreError> {
         Ok(match table {
             Table::Sessions => Record::Session(Box::new(decode(table, key, bytes)?)),
-            Table::Incidents => Record::Incident(Box::new(decode(table, key, bytes)?)),
-            Table::Recoveries => Record::Recoveries(decode(table, key, bytes)?),
+            Table::Incidents => Record::Incidents(Box::new(decode(table, key, bytes)?)),
             Table::Decided => Record::Decided(Box::new(decode(table, key, bytes)?)),
             Table::Operations => Record::Operation(decode(table, key, bytes)?),
             Table::DriftReported => Record::DriftReported(decode(table, key, bytes)?),
@@ -192,8 +204,7 @@ impl Record {
     pub fn encode(&self) -> Result<Vec<u8>, StoreError> {
         match self {
             Record::Session(r) => encode(r),
-            Record::Incident(r) => encode(r),
-            Record::Recoveries(r) => encode(r),
+            Record::Incidents(r) => encode(r),
             Record::Decided(r) => encode(r),
             Record::Operation(r) => encode(r),
             Record::DriftReported(r) => encode(r),
@@ -237,8 +248,7 @@ impl Changes {
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     pub sessions: Vec<(String, SessionRecord)>,
-    pub incidents: Vec<Incident>,
-    pub recoveries: Vec<RecoveriesRecord>,
+    pub incidents: Vec<ServerIncidents>,
     pub decided: Vec<DecidedRecord>,
     pub operations: Vec<(String, TraceId)>,
     pub drift_reported: Vec<DriftRecord>,
@@ -250,7 +260,6 @@ impl Snapshot {
         match table {
             Table::Sessions => self.sessions.push((key.to_string(), decode(table, key, bytes)?)),
             Table::Incidents => self.incidents.push(decode(table, key, bytes)?),
-            Table::Recoveries => self.recoveries.push(decode(table, key, bytes)?),
             Table::Decided => self.decided.push(decode(table, key, bytes)?),
             Table::Operations => self.operations.push((key.to_string(), decode(table, key, bytes)?)),
             Table::DriftReported => self.drift_reported.push(decode(table, key, bytes)?),
@@ -262,8 +271,7 @@ impl Snapshot {
     pub fn push_record(&mut self, key: &str, r: &Record) {
         match r {
             Record::Session(r) => self.sessions.push((key.to_string(), (**r).clone())),
-            Record::Incident(r) => self.incidents.push((**r).clone()),
-            Record::Recoveries(r) => self.recoveries.push(r.clone()),
+            Record::Incidents(r) => self.incidents.push((**r).clone()),
             Record::Decided(r) => self.decided.push((**r).clone()),
             Record::Operation(t) => self.operations.push((key.to_string(), *t)),
             Record::DriftReported(r) => self.drift_reported.push(r.clone()),
@@ -273,7 +281,6 @@ impl Snapshot {
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
             && self.incidents.is_empty()
-            && self.recoveries.is_empty()
             && self.decided.is_empty()
             && self.operations.is_empty()
             && self.drift_reported.is_empty()

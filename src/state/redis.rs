@@ -397,9 +397,11 @@ impl StateStore for RedisStore {
                 None => self.saw_deleted(c.table, c.key.clone(), n),
             }
         }
-        if let Some(first) = refused.first().and_then(|i| changes.changes.get(*i)) {
+        let refused: Vec<(Table, String)> =
+            refused.iter().filter_map(|i| changes.changes.get(*i)).map(|c| (c.table, c.key.clone())).collect();
+        if let Some((table, key)) = refused.first().cloned() {
             self.stats.conflicts += refused.len() as u64;
-            return Err(StoreError::Conflict { table: first.table.as_str(), key: first.key.clone() });
+            return Err(StoreError::Conflict { table: table.as_str(), key, refused });
         }
         Ok(())
     }

@@ -34,8 +34,14 @@ fn one_incident(calls: u64) -> Changes {
     let mut inc = incident();
     inc.calls = calls;
     let mut c = Changes::default();
-    c.put(inc.id.clone(), Record::Incident(Box::new(inc)));
+    let part = ServerIncidents { server: inc.cause.server.clone(), open: vec![inc], recent: vec![] };
+    c.put(incident_key(), Record::Incidents(Box::new(part)));
     c
+}
+
+/// The key of the test incident's server record.
+fn incident_key() -> String {
+    server_key(incident().cause.server.as_deref())
 }
 
 #[test]
@@ -104,11 +110,18 @@ fn redis_two_stores_writing_one_record_the_loser_gets_a_conflict_and_writes_noth
     let mut bc = one_incident(7);
     bc.put("op-b".into(), Record::Operation([7; 16]));
     match b.apply(&bc) {
-        Err(StoreError::Conflict { table, key }) => assert_eq!((table, key.as_str()), ("incidents", incident().id.as_str())),
+        Err(StoreError::Conflict { table, key, refused }) => {
+            assert_eq!((table, key.as_str()), ("incidents", incident_key().as_str()));
+            assert_eq!(refused, vec![(Table::Incidents, incident_key())], "only the incident record is refused");
+        }
         other => panic!("expected a conflict, got {other:?}"),
     }
     let snap = open(&r).load().unwrap();
-    assert_eq!(snap.incidents.iter().map(|i| i.calls).collect::<Vec<_>>(), vec![1], "the winner's record stays");
+    assert_eq!(
+        snap.incidents.iter().flat_map(|p| p.open.iter().map(|i| i.calls)).collect::<Vec<_>>(),
+        vec![1],
+        "the winner's record stays"
+    );
     assert_eq!(snap.operations, vec![("op-b".to_string(), [7; 16])], "b's record nobody else wrote is written");
     // b goes on writing records of its own on top of what it wrote.
     let mut again = Changes::default();
@@ -121,13 +134,13 @@ fn redis_two_stores_writing_one_record_the_loser_gets_a_conflict_and_writes_noth
     // the loser a conflict as well (no resurrection).
     a.apply(&one_incident(2)).unwrap();
     let mut del = Changes::default();
-    del.delete(Table::Incidents, incident().id.clone());
+    del.delete(Table::Incidents, incident_key());
     a.apply(&del).unwrap();
     assert!(matches!(b.apply(&one_incident(9)), Err(StoreError::Conflict { .. })));
     assert!(open(&r).load().unwrap().incidents.is_empty());
     // Once the loser reads the record again, it may write on top of what it read.
     a.apply(&one_incident(3)).unwrap();
-    assert!(b.get(Table::Incidents, &incident().id).unwrap().is_some());
+    assert!(b.get(Table::Incidents, &incident_key()).unwrap().is_some());
     b.apply(&one_incident(4)).unwrap();
     assert!(matches!(a.apply(&one_incident(5)), Err(StoreError::Conflict { .. })), "now a is behind");
 
@@ -251,7 +264,7 @@ fn redis_restart_with_persistence_keeps_every_record_and_the_store_reconnects() 
         }
     }
     let snap = open(&r).load().unwrap();
-    assert_eq!(snap.incidents.iter().map(|i| i.calls).collect::<Vec<_>>(), vec![5]);
+    assert_eq!(snap.incidents.iter().flat_map(|p| p.open.iter().map(|i| i.calls)).collect::<Vec<_>>(), vec![5]);
     assert_eq!((snap.sessions.len(), snap.decided.len(), snap.operations.len(), snap.drift_reported.len()), (1, 1, 1, 1));
     println!("errors before the store reconnected after a Redis restart: {errors}");
 }
@@ -280,18 +293,20 @@ fn redis_restart_without_persistence_makes_lost_records_conflicts_not_silent_rec
     assert_eq!(open(&r).load().unwrap().operations.len(), 1);
 }
 
-/// Two engines on one Redis, each seeing a refusal of the same server: one incident (the same
-/// cause, the same id), written by whichever engine persisted first; the other's write of it is a
-/// conflict, counted, while its decided chain is written all the same.
+/// Two engines on one Redis, each seeing a refusal of the same server and tool: one incident (the
+/// same cause, the same id) with both retries, `opened` by exactly one engine and `updated` by the
+/// other; a healthy call of its scope on either engine resolves it, `resolved` by that engine
+/// only; both engines' decided chains are written.
 #[test]
-fn redis_two_engines_one_shared_incident_conflicts_and_the_rest_is_written() {
-    if !available("redis_two_engines_one_shared_incident_conflicts_and_the_rest_is_written") {
+fn redis_two_engines_one_shared_incident_one_emitter_per_transition() {
+    if !available("redis_two_engines_one_shared_incident_one_emitter_per_transition") {
         return;
     }
+    use crate::classify::incidents::Transition;
     use crate::correlate::{ChainLimits, SessionLimits};
-    use crate::engine::{Engine, EngineConfig};
+    use crate::engine::{Decided, Engine, EngineConfig};
     use crate::evidence::time::Moment;
-    use crate::evidence::{Method, Side, SpanEvidence, TransportOutcome};
+    use crate::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, TransportOutcome, VerifierMethod};
     let r = RedisServer::start();
     let engine = || {
         let mut cfg =
@@ -300,32 +315,65 @@ fn redis_two_engines_one_shared_incident_conflicts_and_the_rest_is_written() {
         Engine::new(cfg)
     };
     let (mut a, mut b) = (engine(), engine());
-    let refused = |n: u8| {
+    let call = |n: u8, start: u64| {
         let mut s = SpanEvidence::new([n; 16], [1; 8]);
         s.method = Some(Method::ToolsCall);
         s.side = Side::Client;
         s.tool = Some(Arc::from("t"));
         s.server = Some(Arc::from("srv:1"));
         s.request_id = Some("1".into());
-        s.transport = Some(TransportOutcome::ConnectionRefused);
-        s.start_ns = 1_000 + u64::from(n);
-        s.end_ns = 2_000;
+        s.start_ns = start;
+        s.end_ns = start + 1_000;
         s
     };
-    let mut out = Vec::new();
+    let refused = |n: u8, start: u64| {
+        let mut s = call(n, start);
+        s.transport = Some(TransportOutcome::ConnectionRefused);
+        s
+    };
+    let transitions = |out: &[Decided]| -> Vec<Transition> {
+        out.iter().filter_map(|d| if let Decided::Incident(i) = d { Some(i.transition) } else { None }).collect()
+    };
     let t = Moment::from_nanos(1_000_000_000);
-    for (e, n) in [(&mut a, 1u8), (&mut b, 2u8)] {
-        e.ingest(crate::normalize::NormalizedBatch { evidence: vec![refused(n)], ..Default::default() }, t, &mut out);
-        e.tick(t + Duration::from_millis(50), &mut out);
-        e.flush_store(t + Duration::from_millis(60));
-    }
-    assert_eq!((a.store_errors(), b.store_errors()), (0, 1), "the second writer of the shared incident is refused, once");
+    let step = |e: &mut Engine, spans: Vec<SpanEvidence>, at: Moment| {
+        let mut out = Vec::new();
+        e.ingest(crate::normalize::NormalizedBatch { evidence: spans, ..Default::default() }, at, &mut out);
+        e.tick(at + Duration::from_millis(50), &mut out);
+        e.flush_store(at + Duration::from_millis(60), &mut out);
+        out
+    };
+    let out_a = step(&mut a, vec![refused(1, 1_000)], t);
+    let out_b = step(&mut b, vec![refused(2, 2_000)], t);
+    assert_eq!((transitions(&out_a), transitions(&out_b)), (vec![Transition::Opened], vec![Transition::Updated]), "one `opened`");
+    assert_eq!((a.store_errors(), b.store_errors()), (0, 0));
     let snap = open(&r).load().unwrap();
     assert_eq!(snap.incidents.len(), 1);
-    assert_eq!(snap.incidents[0].calls, 1, "the first writer's view of the incident stays");
+    let inc = &snap.incidents[0].open[0];
+    assert_eq!((inc.calls, inc.retry_count), (2, 2), "both engines' failures are in the one incident");
     let mut traces: Vec<_> = snap.decided.iter().map(|d| d.trace_id[0]).collect();
     traces.sort();
     assert_eq!(traces, vec![1, 2], "both engines' decided chains are written");
+
+    // A healthy call of the same scope, later, on a: resolved once, by a.
+    let ok = call(3, 5_000);
+    let mut receipt = SpanEvidence::new([3; 16], [4; 8]);
+    receipt.parent_span_id = Some([1; 8]);
+    receipt.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: 6_500,
+        request_id: None,
+    });
+    let out_a = step(&mut a, vec![ok, receipt], t + Duration::from_secs(1));
+    let states: Vec<_> = out_a.iter().filter_map(|d| if let Decided::Call(v) = d { Some(v.state) } else { None }).collect();
+    assert_eq!(states, vec![crate::verdict::HealthState::Healthy]);
+    assert_eq!(transitions(&out_a), vec![Transition::Resolved]);
+    assert!(open(&r).load().unwrap().incidents.iter().all(|p| p.open.is_empty()), "no open incident left in the store");
+    // A failure that ended before that healthy call, decided later on b: opened and resolved at
+    // once (as one process folds it), never left open.
+    let out_b = step(&mut b, vec![refused(4, 3_000)], t + Duration::from_secs(2));
+    assert_eq!(transitions(&out_b), vec![Transition::Opened, Transition::Resolved]);
+    assert!(open(&r).load().unwrap().incidents.iter().all(|p| p.open.is_empty()));
 }
 
 /// A ring change between a call and its receipt: the call decided (and written) by one engine,
@@ -370,14 +418,14 @@ fn redis_a_receipt_on_another_engine_revises_the_call_through_the_store() {
     let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
     a.ingest(crate::normalize::NormalizedBatch { evidence: vec![call], ..Default::default() }, t, &mut out_a);
     a.tick(t + Duration::from_millis(50), &mut out_a);
-    a.flush_store(t + Duration::from_millis(60));
+    a.flush_store(t + Duration::from_millis(60), &mut Vec::new());
     b.ingest(
         crate::normalize::NormalizedBatch { evidence: vec![receipt], ..Default::default() },
         t + Duration::from_millis(100),
         &mut out_b,
     );
     b.tick(t + Duration::from_millis(200), &mut out_b);
-    b.flush_store(t + Duration::from_millis(210));
+    b.flush_store(t + Duration::from_millis(210), &mut Vec::new());
     let states = |out: &[Decided]| -> Vec<(u32, HealthState)> {
         out.iter().filter_map(|d| if let Decided::Call(v) = d { Some((v.revision, v.state)) } else { None }).collect()
     };
@@ -456,7 +504,7 @@ fn redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it() {
         let mut out = Vec::new();
         e.ingest(crate::normalize::NormalizedBatch { evidence: spans, ..Default::default() }, at, &mut out);
         e.tick(at + Duration::from_millis(50), &mut out);
-        e.flush_store(at + Duration::from_millis(60));
+        e.flush_store(at + Duration::from_millis(60), &mut Vec::new());
         out.iter().filter_map(|d| if let Decided::Call(v) = d { Some(v.state) } else { None }).collect()
     };
     // One process, for the reference.

@@ -105,15 +105,16 @@ fn decided() -> DecidedRecord {
     }
 }
 
+/// A server's part of the incident book: one open incident and one recent healthy call.
+pub(super) fn server_incidents() -> ServerIncidents {
+    let rec = Recovery { scope: crate::classify::incidents::Scope::Session(Some(Arc::from("search")), None, "h1".into()), end_ns: 5 };
+    ServerIncidents { server: Some(Arc::from("api.example:443")), open: vec![incident()], recent: vec![rec] }
+}
+
 pub(super) fn all_changes() -> Changes {
     let mut c = Changes::default();
     c.put("session:sess-1".into(), Record::Session(Box::new(session())));
-    c.put(incident().id.clone(), Record::Incident(Box::new(incident())));
-    let rec = Recovery { scope: crate::classify::incidents::Scope::Session(Some(Arc::from("search")), None, "h1".into()), end_ns: 5 };
-    c.put(
-        recovery_key(Some("api.example:443")),
-        Record::Recoveries(RecoveriesRecord { server: Some(Arc::from("api.example:443")), recent: vec![rec] }),
-    );
+    c.put(server_key(Some("api.example:443")), Record::Incidents(Box::new(server_incidents())));
     c.put(trace_key(&[3; 16]), Record::Decided(Box::new(decided())));
     c.put("op-1".into(), Record::Operation([3; 16]));
     let d = DriftRecord { server: Arc::from("s"), tool: Arc::from("t"), digest: Arc::from("sha256:dd") };
@@ -123,11 +124,8 @@ pub(super) fn all_changes() -> Changes {
 
 pub(super) fn check(s: &Snapshot) {
     assert_eq!(s.sessions, vec![("session:sess-1".to_string(), session())]);
-    assert_eq!(s.incidents, vec![incident()]);
-    assert_eq!(s.recoveries.len(), 1);
-    assert_eq!(s.recoveries[0].server.as_deref(), Some("api.example:443"));
-    assert_eq!(s.recoveries[0].recent[0].end_ns, 5);
-    assert_eq!(s.recoveries[0].recent[0].scope, crate::classify::incidents::Scope::Session(Some(Arc::from("search")), None, "h1".into()));
+    assert_eq!(s.incidents, vec![server_incidents()]);
+    assert_eq!(s.incidents[0].recent[0].scope, crate::classify::incidents::Scope::Session(Some(Arc::from("search")), None, "h1".into()));
     assert_eq!(s.decided, vec![decided()]);
     assert_eq!(s.operations, vec![("op-1".to_string(), [3; 16])]);
     assert_eq!(s.drift_reported, vec![DriftRecord { server: Arc::from("s"), tool: Arc::from("t"), digest: Arc::from("sha256:dd") }]);
