@@ -441,6 +441,7 @@ pub struct HealthMeters {
     pub verifiers_parked: Counter<u64>,
     pub verifiers_parked_dropped: Counter<u64>,
     pub chains_in_flight: Gauge<u64>,
+    pub gauge_leader: Gauge<u64>,
     pub evidence_bytes: Gauge<u64>,
     pub exporter_sent: Counter<u64>,
     pub exporter_dropped: Counter<u64>,
@@ -569,6 +570,11 @@ impl HealthMeters {
                 "Parked verifier spans dropped (their call never came within late_span_window, or a key held too many)",
             ),
             chains_in_flight: meter.u64_gauge("mcp_health.chains.in_flight").with_description("Chains waiting for a decision").with_unit("{chain}").build(),
+            gauge_leader: meter
+                .u64_gauge("mcp_health.state.gauge_leader")
+                .with_description("1 when this instance reports the global gauges (open incidents, convergence) of all instances on a shared store, or runs alone; 0 otherwise")
+                .with_unit("{instance}")
+                .build(),
             evidence_bytes: meter
                 .u64_gauge("mcp_health.evidence.bytes")
                 .with_description("Bytes of evidence held by the correlator")

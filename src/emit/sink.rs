@@ -230,6 +230,7 @@ impl Sink for MetricsSink {
         m.verifiers_parked_dropped.add(s.parked_dropped.saturating_sub(last.parked_dropped), &[]);
         m.chains_callless.add(g.callless_chains.saturating_sub(self.last_callless), &[]);
         m.chains_in_flight.record(g.chains_in_flight, &[]);
+        m.gauge_leader.record(u64::from(g.gauge_leader), &[]);
         m.evidence_bytes.record(g.evidence_bytes, &[]);
         self.last_stats = s.clone();
         self.last_callless = g.callless_chains;

@@ -56,6 +56,12 @@ const CONVERGED_REFRESH: usize = 512;
 /// verdict is folded into this instance's own book and its transitions emitted at once
 /// (counted: `incidents_unshared`), so an alert is never lost for want of the store.
 const MAX_PENDING_INCIDENT_VERDICTS: usize = 50_000;
+/// The gauge lease on a shared store: renewed every re-evaluation (1 s), lost `GAUGE_LEASE` after
+/// its holder stops renewing it.
+const GAUGE_LEASE: Duration = Duration::from_secs(5);
+/// How often the holder of the gauge lease counts every instance's incidents and sessions in the
+/// store (one `SCAN` of each table).
+const GLOBAL_GAUGES_EVERY: Duration = Duration::from_secs(10);
 
 /// Everything the engine is configured with.
 #[derive(Clone, Debug, Default)]
@@ -88,10 +94,14 @@ pub struct Gauges {
     pub chains_in_flight: u64,
     pub evidence_bytes: u64,
     pub chain_stats: ChainStats,
-    /// Open incidents by (first failed layer, state, server, incident state).
+    /// Open incidents by (first failed layer, state, server, incident state). On a shared store
+    /// these and `convergence` are every instance's, reported by the holder of the gauge lease
+    /// only (the others report none), so a sum across instances is right.
     pub incidents_open: FxHashMap<[String; 4], u64>,
     /// Sessions by (server, convergence).
     pub convergence: FxHashMap<(String, Convergence), u64>,
+    /// This instance reports the global gauges (always, without a shared store).
+    pub gauge_leader: bool,
     /// Calls reported working, by (tool, server).
     pub working: FxHashMap<(String, String), u64>,
     /// Chains that gave no verdict because they hold no MCP request (a verifier or an HTTP span alone).
@@ -157,6 +167,10 @@ pub struct Engine {
     pending_incident_verdicts: usize,
     store_conflicts: u64,
     incidents_unshared: u64,
+    /// On a shared store: this instance holds the gauge lease, and the global figures it last
+    /// counted in the store (with the engine time it counted them).
+    gauge_leader: bool,
+    global_gauges: Option<(Moment, FxHashMap<[String; 4], u64>, FxHashMap<(String, Convergence), u64>)>,
 }
 
 impl Engine {
@@ -195,6 +209,8 @@ impl Engine {
             pending_incident_verdicts: 0,
             store_conflicts: 0,
             incidents_unshared: 0,
+            gauge_leader: false,
+            global_gauges: None,
         };
         if let Some(store) = store {
             e.attach(store);
@@ -476,6 +492,7 @@ impl Engine {
         if self.last_reevaluated.is_none_or(|t| now.saturating_duration_since(t) >= REEVALUATE_EVERY) {
             self.last_reevaluated = Some(now);
             self.probe_store();
+            self.renew_gauge_lease(now);
             self.refresh_converged();
             self.publish_merged(out);
             let changes = self.sessions.reevaluate(now);
@@ -513,25 +530,80 @@ impl Engine {
         self.fold_pending_locally(out);
     }
 
+    /// On a shared store, take or renew the gauge lease; its holder counts every instance's open
+    /// incidents and sessions in the store every [`GLOBAL_GAUGES_EVERY`]. A store error drops the
+    /// lease here (another instance takes it once it expires) and is counted.
+    fn renew_gauge_lease(&mut self, now: Moment) {
+        let Some(store) = self.store.clone() else { return };
+        if !store.is_shared() {
+            return;
+        }
+        let held = match store.lease(GAUGE_LEASE) {
+            Ok(h) => h,
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, "could not renew the gauge lease");
+                false
+            }
+        };
+        if held != self.gauge_leader {
+            tracing::info!(leader = held, "gauge lease: this instance {} the global gauges", if held { "reports" } else { "no longer reports" });
+        }
+        self.gauge_leader = held;
+        if !held {
+            self.global_gauges = None;
+            return;
+        }
+        if self.global_gauges.as_ref().is_some_and(|(at, ..)| now.saturating_duration_since(*at) < GLOBAL_GAUGES_EVERY) {
+            return;
+        }
+        let scanned = store.scan(crate::state::Table::Incidents).and_then(|i| Ok((i, store.scan(crate::state::Table::Sessions)?)));
+        match scanned {
+            Ok((incidents, sessions)) => {
+                let mut open = FxHashMap::default();
+                for (_, r) in &incidents {
+                    if let crate::state::Record::Incidents(part) = r {
+                        count_open(&mut open, part.open.iter());
+                    }
+                }
+                let mut convergence: FxHashMap<(String, Convergence), u64> = FxHashMap::default();
+                for (_, r) in &sessions {
+                    if let crate::state::Record::Session(s) = r {
+                        if let Some(c) = s.last {
+                            *convergence.entry((s.server.as_deref().unwrap_or("").to_string(), c)).or_default() += 1;
+                        }
+                    }
+                }
+                self.global_gauges = Some((now, open, convergence));
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, "could not count the incidents and sessions in the state store");
+            }
+        }
+    }
+
     /// The figures the metric sinks report as gauges.
     pub fn gauges(&self) -> Gauges {
-        let mut incidents_open: FxHashMap<[String; 4], u64> = FxHashMap::default();
-        for inc in self.incidents.open_incidents() {
-            let c = &inc.cause;
-            let key = [
-                c.first_failed_layer.map_or("none", |l| l.as_str()).to_string(),
-                c.state.as_str().to_string(),
-                c.server.as_deref().unwrap_or("").to_string(),
-                inc.state.as_str().to_string(),
-            ];
-            *incidents_open.entry(key).or_default() += 1;
-        }
+        let shared = self.store.as_ref().is_some_and(|s| s.is_shared());
+        let (incidents_open, convergence) = match (&self.global_gauges, shared) {
+            (_, false) => {
+                let mut open = FxHashMap::default();
+                count_open(&mut open, self.incidents.open_incidents());
+                (open, self.sessions.convergence_counts())
+            }
+            (Some((_, open, convergence)), true) if self.gauge_leader => (open.clone(), convergence.clone()),
+            _ => Default::default(),
+        };
         Gauges {
             chains_in_flight: self.chains.in_flight() as u64,
             evidence_bytes: self.chains.bytes() as u64,
             chain_stats: self.chains.stats.clone(),
             incidents_open,
-            convergence: self.sessions.convergence_counts(),
+            convergence,
+            gauge_leader: !shared || self.gauge_leader,
             working: self.working.clone(),
             callless_chains: self.callless_chains,
             store_errors: self.store_errors,
@@ -1008,3 +1080,17 @@ mod partial_tests;
 mod store_tests;
 #[cfg(test)]
 mod tests;
+
+/// Count open incidents by (first failed layer, state, server, incident state).
+fn count_open<'a>(m: &mut FxHashMap<[String; 4], u64>, incidents: impl Iterator<Item = &'a crate::classify::incidents::Incident>) {
+    for inc in incidents {
+        let c = &inc.cause;
+        let key = [
+            c.first_failed_layer.map_or("none", |l| l.as_str()).to_string(),
+            c.state.as_str().to_string(),
+            c.server.as_deref().unwrap_or("").to_string(),
+            inc.state.as_str().to_string(),
+        ];
+        *m.entry(key).or_default() += 1;
+    }
+}

@@ -313,6 +313,27 @@ pub trait StateStore: Send {
     fn is_shared(&self) -> bool {
         false
     }
+    /// Every record of one table (a shared store's gauge leader counts them; see `lease`).
+    fn scan(&mut self, table: Table) -> Result<Vec<(String, Record)>, StoreError> {
+        let snap = self.load()?;
+        let mut out = Vec::new();
+        match table {
+            Table::Sessions => out.extend(snap.sessions.into_iter().map(|(k, r)| (k, Record::Session(Box::new(r))))),
+            Table::Incidents => {
+                out.extend(snap.incidents.into_iter().map(|r| (server_key(r.server.as_deref()), Record::Incidents(Box::new(r)))))
+            }
+            Table::Decided => out.extend(snap.decided.into_iter().map(|r| (trace_key(&r.trace_id), Record::Decided(Box::new(r))))),
+            Table::Operations => out.extend(snap.operations.into_iter().map(|(k, t)| (k, Record::Operation(t)))),
+            Table::DriftReported => out.extend(snap.drift_reported.into_iter().map(|r| (r.key(), Record::DriftReported(r)))),
+        }
+        Ok(out)
+    }
+    /// Take or renew, for `ttl`, the lease that makes this instance the one that reports the
+    /// global gauges (open incidents, convergence) of all instances on a shared store; `false`:
+    /// another instance holds it. A store with one writer always grants it.
+    fn lease(&mut self, _ttl: Duration) -> Result<bool, StoreError> {
+        Ok(true)
+    }
     /// Bytes the store holds on disk, where it knows (for the benchmark).
     fn bytes_on_disk(&self) -> Option<u64> {
         None
@@ -385,6 +406,14 @@ impl StoreHandle {
 
     pub fn get(&self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
         self.lock().get(table, key)
+    }
+
+    pub fn scan(&self, table: Table) -> Result<Vec<(String, Record)>, StoreError> {
+        self.lock().scan(table)
+    }
+
+    pub fn lease(&self, ttl: Duration) -> Result<bool, StoreError> {
+        self.lock().lease(ttl)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn StateStore>> {

@@ -125,6 +125,18 @@ impl Seen {
 /// after a restart).
 static APPLY_SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| ::redis::Script::new(APPLY));
 
+/// Take the gauge lease (`KEYS[1]`) for holder `ARGV[1]` for `ARGV[2]` ms when nobody holds it
+/// or this holder does (a renewal); 1 when held by this holder after the call.
+const LEASE: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if (not cur) or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"#;
+static LEASE_SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| ::redis::Script::new(LEASE));
+
 /// How to reach Redis and how long to wait for it.
 #[derive(Clone)]
 pub struct RedisSettings {
@@ -185,6 +197,9 @@ pub struct RedisStore {
     /// deletes only.
     deleted: std::collections::VecDeque<(Instant, Table, String, u64)>,
     stats: StoreStats,
+    /// Who this store is when it holds the gauge lease: the process id and a random number
+    /// (two processes on one host differ by pid, two hosts by the number).
+    holder: String,
 }
 
 fn backend(shown: &str, e: &::redis::RedisError) -> StoreError {
@@ -211,6 +226,12 @@ impl RedisStore {
             versions: HashMap::new(),
             deleted: std::collections::VecDeque::new(),
             stats: StoreStats::default(),
+            holder: {
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u32(std::process::id());
+                format!("{}-{:016x}", std::process::id(), h.finish())
+            },
         };
         let pong: String = s.with_conn(|c| ::redis::cmd("PING").query(c))?;
         if pong != "PONG" {
@@ -435,6 +456,24 @@ impl StateStore for RedisStore {
 
     fn is_shared(&self) -> bool {
         true
+    }
+
+    fn scan(&mut self, table: Table) -> Result<Vec<(String, Record)>, StoreError> {
+        let mut out = Vec::new();
+        for (key, bytes, _) in self.scan_table(table)? {
+            if let Some(bytes) = bytes {
+                let r = Record::decode(table, &key, &bytes)?;
+                out.push((key, r));
+            }
+        }
+        Ok(out)
+    }
+
+    fn lease(&mut self, ttl: Duration) -> Result<bool, StoreError> {
+        let mut inv = LEASE_SCRIPT.prepare_invoke();
+        inv.key(format!("{PREFIX}:lease:gauges")).arg(&self.holder).arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        let held: u64 = self.with_conn(|c| inv.invoke(c))?;
+        Ok(held == 1)
     }
 
     fn probe(&mut self) -> Option<Result<(), StoreError>> {

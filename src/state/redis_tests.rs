@@ -354,6 +354,23 @@ fn redis_two_engines_one_shared_incident_one_emitter_per_transition() {
     traces.sort();
     assert_eq!(traces, vec![1, 2], "both engines' decided chains are written");
 
+    // The global gauges: a took the gauge lease at its first re-evaluation, so a reports the one
+    // open incident (counted in the store, both engines' part) and b reports none: the sum over
+    // instances is one.
+    let open_sum = |e: &Engine| e.gauges().incidents_open.values().sum::<u64>();
+    let mut out = Vec::new();
+    a.tick(t + Duration::from_secs(11), &mut out);
+    b.tick(t + Duration::from_secs(11), &mut out);
+    assert_eq!((a.gauges().gauge_leader, b.gauges().gauge_leader), (true, false));
+    assert_eq!((open_sum(&a), open_sum(&b)), (1, 0), "one open incident across instances");
+    // The lease gone (a stopped: here, its key deleted), the next instance to look takes it.
+    let _: () = ::redis::cmd("DEL").arg("mcp-health:lease:gauges").query(&mut r.conn()).unwrap();
+    b.tick(t + Duration::from_secs(12), &mut out);
+    a.tick(t + Duration::from_secs(12), &mut out);
+    assert_eq!((a.gauges().gauge_leader, b.gauges().gauge_leader), (false, true));
+    assert_eq!((open_sum(&a), open_sum(&b)), (0, 1));
+    assert!(transitions(&out).is_empty(), "ticks emit no transition of their own");
+
     // A healthy call of the same scope, later, on a: resolved once, by a.
     let ok = call(3, 5_000);
     let mut receipt = SpanEvidence::new([3; 16], [4; 8]);
@@ -364,14 +381,14 @@ fn redis_two_engines_one_shared_incident_one_emitter_per_transition() {
         checked_at_ns: 6_500,
         request_id: None,
     });
-    let out_a = step(&mut a, vec![ok, receipt], t + Duration::from_secs(1));
+    let out_a = step(&mut a, vec![ok, receipt], t + Duration::from_secs(13));
     let states: Vec<_> = out_a.iter().filter_map(|d| if let Decided::Call(v) = d { Some(v.state) } else { None }).collect();
     assert_eq!(states, vec![crate::verdict::HealthState::Healthy]);
     assert_eq!(transitions(&out_a), vec![Transition::Resolved]);
     assert!(open(&r).load().unwrap().incidents.iter().all(|p| p.open.is_empty()), "no open incident left in the store");
     // A failure that ended before that healthy call, decided later on b: opened and resolved at
     // once (as one process folds it), never left open.
-    let out_b = step(&mut b, vec![refused(4, 3_000)], t + Duration::from_secs(2));
+    let out_b = step(&mut b, vec![refused(4, 3_000)], t + Duration::from_secs(14));
     assert_eq!(transitions(&out_b), vec![Transition::Opened, Transition::Resolved]);
     assert!(open(&r).load().unwrap().incidents.iter().all(|p| p.open.is_empty()));
 }
