@@ -173,10 +173,33 @@ async fn three_instances_on_one_redis_are_never_greener_than_one_process() {
         }
         m
     };
-    println!("incidents, one process: {:?}", incidents(&single));
+    let one = incidents(&single);
+    println!("incidents, one process: {one:?}");
+    // Across instances: each incident one process has, with the same number of `opened` and
+    // `resolved` transitions (each emitted by one instance only) and its highest retry count.
+    let mut union: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
     for (k, svc) in instances.iter().enumerate() {
-        println!("incidents, instance {k}: {:?}", incidents(svc));
+        let mine = incidents(svc);
+        println!("incidents, instance {k}: {mine:?}");
+        for (id, (retries, ts)) in mine {
+            let e = union.entry(id).or_default();
+            e.0 = e.0.max(retries);
+            e.1.extend(ts);
+        }
     }
+    let summary = |m: &BTreeMap<String, (u64, Vec<String>)>| -> BTreeMap<String, (u64, usize, usize)> {
+        m.iter()
+            .map(|(id, (r, ts))| {
+                let n = |w: &str| ts.iter().filter(|t| *t == w).count();
+                (id.clone(), (*r, n("opened"), n("resolved")))
+            })
+            .collect()
+    };
+    assert_eq!(
+        summary(&union),
+        summary(&one),
+        "incidents (id → highest retry count, opened, resolved) across instances against one process"
+    );
     assert!(bad.is_empty(), "false greens or phantom verdicts:\n{}", bad.join("\n"));
     assert!(lost.is_empty(), "calls no instance judged: {lost:?}");
     assert!(routed.iter().all(|n| *n > 0), "the ring used every instance: {routed:?}");

@@ -122,6 +122,11 @@ pub struct Incident {
 #[derive(Default)]
 pub struct IncidentBook {
     open: FxHashMap<Cause, Incident>,
+    /// Incidents resolved lately, by cause (at most [`MAX_RESOLVED_PER_SERVER`] per server): a
+    /// failure decided after the resolution that ended before it is counted in the resolved
+    /// incident (an `updated` of it) instead of opening and resolving one of its own, so the
+    /// incidents do not depend on which of the two was decided first (on two instances, say).
+    resolved: FxHashMap<Cause, Incident>,
     recoveries: FxHashMap<Option<Arc<str>>, FxHashMap<Scope, u64>>,
     pub resolved_total: u64,
     /// Record which servers' incidents and recoveries change, for the state store.
@@ -176,6 +181,8 @@ fn scopes_of(v: &Verdict) -> Vec<Scope> {
 }
 
 const MAX_SET: usize = 64;
+/// Resolved incidents kept per server (the latest resolutions).
+const MAX_RESOLVED_PER_SERVER: usize = 256;
 const MAX_OPEN: usize = 10_000;
 /// Scopes of healthy calls kept per server, and servers kept.
 const MAX_RECOVERIES: usize = 4096;
@@ -242,8 +249,14 @@ impl IncidentBook {
                 out[i].open.push(inc.clone());
             }
         }
+        for inc in self.resolved.values() {
+            if let Some(&i) = index.get(&inc.cause.server) {
+                out[i].resolved.push(inc.clone());
+            }
+        }
         for part in &mut out {
             part.open.sort_by(|a, b| a.id.cmp(&b.id));
+            part.resolved.sort_by(|a, b| a.id.cmp(&b.id));
             if let Some(m) = self.recoveries.get(&part.server) {
                 part.recent = m.iter().map(|(scope, end_ns)| Recovery { scope: scope.clone(), end_ns: *end_ns }).collect();
                 part.recent.sort_by(|a, b| b.end_ns.cmp(&a.end_ns).then_with(|| a.scope.cmp(&b.scope)));
@@ -257,6 +270,14 @@ impl IncidentBook {
     pub fn restore(&mut self, part: crate::state::ServerIncidents) {
         let server = part.server;
         self.open.retain(|c, _| c.server != server);
+        self.resolved.retain(|c, _| c.server != server);
+        let mut resolved = part.resolved;
+        resolved.sort_by_key(|i| std::cmp::Reverse(i.last_evidence_ns));
+        for inc in resolved.into_iter().take(MAX_RESOLVED_PER_SERVER) {
+            if inc.cause.server == server {
+                self.resolved.insert(inc.cause.clone(), inc);
+            }
+        }
         for inc in part.open {
             if inc.cause.server == server && (self.open.len() < MAX_OPEN || self.open.contains_key(&inc.cause)) {
                 self.open.insert(inc.cause.clone(), inc);
@@ -292,6 +313,15 @@ impl IncidentBook {
     pub fn observe(&mut self, v: &Verdict) -> Vec<(Transition, Incident)> {
         let mut out = Vec::new();
         if let Some(cause) = cause_of(v) {
+            if !self.open.contains_key(&cause) && self.resolved.get(&cause).is_some_and(|r| v.end_ns <= r.last_evidence_ns) {
+                // Ended before the incident of its cause was resolved: one of its failures.
+                self.mark_open(&cause);
+                if let Some(inc) = self.resolved.get_mut(&cause) {
+                    count_failure(inc, v);
+                    out.push((Transition::Updated, inc.clone()));
+                }
+                return out;
+            }
             let id = incident_id(&cause);
             let waiting = v.auth_flow_pending;
             let state = if waiting { IncidentState::Waiting } else { IncidentState::Open };
@@ -320,25 +350,9 @@ impl IncidentBook {
                 next_action: v.next_action.clone(),
             });
             inc.state = state;
-            inc.calls += 1;
-            inc.retry_count += 1;
-            inc.first_evidence_ns = inc.first_evidence_ns.min(v.start_ns);
+            count_failure(inc, v);
             inc.last_evidence_ns = inc.last_evidence_ns.max(v.end_ns);
-            inc.confidence = inc.confidence.max(v.confidence);
             inc.next_action.clone_from(&v.next_action);
-            if let Some(a) = &v.agent {
-                if inc.agents.len() < MAX_SET {
-                    inc.agents.insert(a.clone());
-                }
-            }
-            if let Some(s) = &v.session_id_hash {
-                if inc.sessions.len() < MAX_SET {
-                    inc.sessions.insert(s.clone());
-                }
-            }
-            if v.required_scope.is_some() {
-                inc.required_authority.clone_from(&v.required_scope);
-            }
             if v.outcome_method.is_some() {
                 inc.verifier_result = Some(outcome_word(v));
             }
@@ -381,7 +395,22 @@ impl IncidentBook {
         inc.last_evidence_ns = inc.last_evidence_ns.max(end_ns);
         inc.verifier_result = Some(VerifierResult::Confirmed);
         self.resolved_total += 1;
+        self.keep_resolved(inc.clone());
         (Transition::Resolved, inc)
+    }
+
+    /// Keep a resolved incident, within [`MAX_RESOLVED_PER_SERVER`] of its server (the oldest
+    /// resolution makes room).
+    fn keep_resolved(&mut self, inc: Incident) {
+        let server = inc.cause.server.clone();
+        let same: Vec<(&Cause, u64)> =
+            self.resolved.iter().filter(|(c, _)| c.server == server && **c != inc.cause).map(|(c, i)| (c, i.last_evidence_ns)).collect();
+        if same.len() >= MAX_RESOLVED_PER_SERVER {
+            if let Some(oldest) = same.iter().min_by_key(|(_, end)| *end).map(|(c, _)| (*c).clone()) {
+                self.resolved.remove(&oldest);
+            }
+        }
+        self.resolved.insert(inc.cause.clone(), inc);
     }
 
     /// Keep the scopes of a healthy call (bounded per server and in servers; what makes room is
@@ -452,6 +481,28 @@ fn latest_recovery(inc: &Incident, m: &FxHashMap<Scope, u64>) -> Option<u64> {
         None
     };
     by_session.or(by_agent)
+}
+
+/// Count one more failing call in `inc` (its impact, retries, first evidence, agents, sessions,
+/// authority); the caller moves its state and last evidence.
+fn count_failure(inc: &mut Incident, v: &Verdict) {
+    inc.calls += 1;
+    inc.retry_count += 1;
+    inc.first_evidence_ns = inc.first_evidence_ns.min(v.start_ns);
+    inc.confidence = inc.confidence.max(v.confidence);
+    if let Some(a) = &v.agent {
+        if inc.agents.len() < MAX_SET {
+            inc.agents.insert(a.clone());
+        }
+    }
+    if let Some(s) = &v.session_id_hash {
+        if inc.sessions.len() < MAX_SET {
+            inc.sessions.insert(s.clone());
+        }
+    }
+    if v.required_scope.is_some() {
+        inc.required_authority.clone_from(&v.required_scope);
+    }
 }
 
 fn outcome_word(v: &Verdict) -> VerifierResult {
@@ -623,6 +674,42 @@ mod tests {
                 Some(s) => assert_eq!(s, &open, "order {p:?}"),
             }
         }
+    }
+
+    /// Issue 12: on several instances the healthy call that resolves an incident may be folded
+    /// before failures that ended before it. Those failures count in the resolved incident
+    /// (`updated`), so every decision order gives one incident, opened once, resolved once, with
+    /// every failure counted — the one process's incident.
+    #[test]
+    fn failures_before_a_resolution_count_in_the_resolved_incident_in_every_order() {
+        let tool_failed = || verdict(HealthState::ToolFailed, Some(Layer::Execution), "create_ticket", Some("tool_error"));
+        let all =
+            [at(tool_failed(), 10, 20), at(tool_failed(), 30, 40), at(verdict(HealthState::Healthy, None, "create_ticket", None), 50, 60)];
+        let mut idx = [0usize, 1, 2];
+        let mut perms = vec![idx];
+        while next_permutation(&mut idx) {
+            perms.push(idx);
+        }
+        assert_eq!(perms.len(), 6);
+        for p in perms {
+            let mut book = IncidentBook::default();
+            let mut ts = Vec::new();
+            for i in p {
+                ts.extend(book.observe(&all[i]));
+            }
+            let count = |t: Transition| ts.iter().filter(|(x, _)| *x == t).count();
+            assert_eq!((count(Transition::Opened), count(Transition::Resolved)), (1, 1), "order {p:?}: {ts:?}");
+            assert_eq!(ts.iter().map(|(_, i)| i.retry_count).max(), Some(2), "order {p:?}: both failures counted");
+            assert_eq!(book.open_incidents().count(), 0, "order {p:?}");
+        }
+        // A failure that ended after the resolution is a new incident of the same cause (same id).
+        let mut book = IncidentBook::default();
+        for v in &all {
+            book.observe(v);
+        }
+        let t = book.observe(&at(tool_failed(), 70, 80));
+        assert_eq!(t.iter().map(|(x, _)| *x).collect::<Vec<_>>(), vec![Transition::Opened]);
+        assert_eq!(t[0].1.retry_count, 1);
     }
 
     fn next_permutation(a: &mut [usize]) -> bool {

@@ -548,7 +548,11 @@ impl Engine {
             }
         };
         if held != self.gauge_leader {
-            tracing::info!(leader = held, "gauge lease: this instance {} the global gauges", if held { "reports" } else { "no longer reports" });
+            tracing::info!(
+                leader = held,
+                "gauge lease: this instance {} the global gauges",
+                if held { "reports" } else { "no longer reports" }
+            );
         }
         self.gauge_leader = held;
         if !held {

@@ -133,11 +133,14 @@ pub struct ServerIncidents {
     pub server: Option<Arc<str>>,
     pub open: Vec<Incident>,
     pub recent: Vec<Recovery>,
+    /// Incidents resolved lately (a failure that ended before the resolution, decided later,
+    /// belongs to the resolved incident, not to a new one).
+    pub resolved: Vec<Incident>,
 }
 
 impl ServerIncidents {
     pub fn is_empty(&self) -> bool {
-        self.open.is_empty() && self.recent.is_empty()
+        self.open.is_empty() && self.recent.is_empty() && self.resolved.is_empty()
     }
 }
 

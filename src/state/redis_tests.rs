@@ -34,7 +34,7 @@ fn one_incident(calls: u64) -> Changes {
     let mut inc = incident();
     inc.calls = calls;
     let mut c = Changes::default();
-    let part = ServerIncidents { server: inc.cause.server.clone(), open: vec![inc], recent: vec![] };
+    let part = ServerIncidents { server: inc.cause.server.clone(), open: vec![inc], recent: vec![], resolved: vec![] };
     c.put(incident_key(), Record::Incidents(Box::new(part)));
     c
 }
@@ -386,10 +386,12 @@ fn redis_two_engines_one_shared_incident_one_emitter_per_transition() {
     assert_eq!(states, vec![crate::verdict::HealthState::Healthy]);
     assert_eq!(transitions(&out_a), vec![Transition::Resolved]);
     assert!(open(&r).load().unwrap().incidents.iter().all(|p| p.open.is_empty()), "no open incident left in the store");
-    // A failure that ended before that healthy call, decided later on b: opened and resolved at
-    // once (as one process folds it), never left open.
+    // A failure that ended before that healthy call, decided later on b: one more failure of
+    // the resolved incident (as one process folds it), never a new open one.
     let out_b = step(&mut b, vec![refused(4, 3_000)], t + Duration::from_secs(14));
-    assert_eq!(transitions(&out_b), vec![Transition::Opened, Transition::Resolved]);
+    assert_eq!(transitions(&out_b), vec![Transition::Updated]);
+    let last = out_b.iter().find_map(|d| if let Decided::Incident(i) = d { Some(i.row.clone()) } else { None }).unwrap();
+    assert_eq!((last.retry_count, last.state), (3, crate::classify::incidents::IncidentState::Resolved));
     assert!(open(&r).load().unwrap().incidents.iter().all(|p| p.open.is_empty()));
 }
 

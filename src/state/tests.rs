@@ -108,7 +108,10 @@ fn decided() -> DecidedRecord {
 /// A server's part of the incident book: one open incident and one recent healthy call.
 pub(super) fn server_incidents() -> ServerIncidents {
     let rec = Recovery { scope: crate::classify::incidents::Scope::Session(Some(Arc::from("search")), None, "h1".into()), end_ns: 5 };
-    ServerIncidents { server: Some(Arc::from("api.example:443")), open: vec![incident()], recent: vec![rec] }
+    let mut resolved = incident();
+    resolved.state = crate::classify::incidents::IncidentState::Resolved;
+    resolved.cause.tool = Some(Arc::from("search"));
+    ServerIncidents { server: Some(Arc::from("api.example:443")), open: vec![incident()], recent: vec![rec], resolved: vec![resolved] }
 }
 
 pub(super) fn all_changes() -> Changes {
