@@ -117,6 +117,10 @@ pub struct Gauges {
     pub incidents_unshared: u64,
 }
 
+/// What the holder of the gauge lease last counted in a shared store, and when (engine time):
+/// open incidents and sessions, grouped as in [`Gauges`].
+type GlobalGauges = (Moment, FxHashMap<[String; 4], u64>, FxHashMap<(String, Convergence), u64>);
+
 /// The engine. See the module documentation.
 pub struct Engine {
     chains: Chains,
@@ -170,7 +174,7 @@ pub struct Engine {
     /// On a shared store: this instance holds the gauge lease, and the global figures it last
     /// counted in the store (with the engine time it counted them).
     gauge_leader: bool,
-    global_gauges: Option<(Moment, FxHashMap<[String; 4], u64>, FxHashMap<(String, Convergence), u64>)>,
+    global_gauges: Option<GlobalGauges>,
 }
 
 impl Engine {
