@@ -204,3 +204,173 @@ async fn three_instances_on_one_redis_are_never_greener_than_one_process() {
     assert!(lost.is_empty(), "calls no instance judged: {lost:?}");
     assert!(routed.iter().all(|n| *n > 0), "the ring used every instance: {routed:?}");
 }
+
+/// Every OTLP/JSON request line of the fixtures and the dialect recordings, in file order.
+fn recorded_lines() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for sub in ["tests/fixtures", "tests/fixtures/dialects"] {
+        let dir = format!("{}/{sub}", env!("CARGO_MANIFEST_DIR"));
+        let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        files.retain(|p| p.extension().is_some_and(|x| x == "jsonl"));
+        files.sort();
+        for f in files {
+            let name = f.file_name().unwrap().to_string_lossy().into_owned();
+            for line in std::fs::read_to_string(&f).unwrap().lines().filter(|l| !l.trim().is_empty()) {
+                out.push((name.clone(), line.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Each call's final verdict in one process's log: (state, partial).
+fn final_calls(svc: &Service) -> BTreeMap<(String, String), (String, Value)> {
+    let mut calls = BTreeMap::new();
+    for l in svc.json_lines() {
+        if l["catalog"] == true || l["incident"] == true {
+            continue;
+        }
+        if let (Some(t), Some(s), Some(st)) = (l["trace_id"].as_str(), l["span_id"].as_str(), l["state"].as_str()) {
+            calls.insert((t.to_string(), s.to_string()), (st.to_string(), l["partial"].clone()));
+        }
+    }
+    calls
+}
+
+/// Issue 12: the ring changes 3 → 4 in mid-stream, then one instance is stopped (SIGTERM) and
+/// started again and Redis restarts (with its append-only file) in between, over every fixture
+/// and dialect recording. No verdict on any instance is greener than one process's, none is
+/// made up, and every verdict that differs from one process's is marked partial (decided at
+/// shutdown, started before its instance, taken from the store, or judged while the store was
+/// down). No session is `converged` where one process's is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_change_a_restart_and_a_redis_restart_are_never_greener_and_differences_are_partial() {
+    if !redis_server::available("a_ring_change_a_restart_and_a_redis_restart_are_never_greener_and_differences_are_partial") {
+        return;
+    }
+    let mut r = redis_server::RedisServer::start_with(true, None);
+    let cfg = Cfg {
+        storage_redis: Some(r.url()),
+        decision_wait: "200ms",
+        exporter: None,
+        listener_extra: vec![("mcp_health", "partial_before_start: true".to_string())],
+        ..Cfg::default()
+    };
+    let mut instances: Vec<Service> = Vec::new();
+    for _ in 0..3 {
+        instances.push(Service::start(cfg.clone()).await);
+    }
+    let mut retired: Vec<Service> = Vec::new();
+    let single = Service::start(Cfg { decision_wait: "200ms", exporter: None, ..Cfg::default() }).await;
+    let names = |n: usize| -> Vec<String> { (0..n).map(|i| format!("mcp-health-{i}.mcp-health:4317")).collect() };
+    let mut ring = ring::Ring::new(&names(3));
+
+    let lines = recorded_lines();
+    let (p1, p2) = (lines.len() / 3, 2 * lines.len() / 3);
+    let mut routed = [0usize; 4];
+    let mut one_at_restart = BTreeMap::new();
+    for (i, (file, line)) in lines.iter().enumerate() {
+        if i == p1 {
+            // The ring grows: the collector's resolver finds a fourth instance.
+            instances.push(Service::start(cfg.clone()).await);
+            ring = ring::Ring::new(&names(4));
+        }
+        if i == p2 {
+            // Instance 1 is stopped and started again (a rolling restart keeps its place on the
+            // ring: hostnames), and Redis restarts meanwhile.
+            let old = instances.remove(1);
+            // One process's catalog verdicts as the stopped instance last saw the stream (both
+            // have taken every request up to here; let them decide what is due).
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            one_at_restart = finals(&single).1;
+            let st = old.terminate(WAIT).await.expect("exits on SIGTERM");
+            assert!(st.success(), "{st:?}\n{}", old.stderr());
+            retired.push(old);
+            r.restart();
+            instances.insert(1, Service::start(cfg.clone()).await);
+        }
+        assert_eq!(single.post_json(line.as_bytes()).await.status, 200);
+        for (trace, part) in split_by_trace(line) {
+            let k = ring.index_for(&trace).unwrap();
+            routed[k] += 1;
+            assert_eq!(instances[k].post_json(part.as_bytes()).await.status, 200, "{file}");
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (_, one_now) = finals(&single);
+    let greener = |svc: &Service| {
+        let (_, catalogs) = finals(svc);
+        catalogs.iter().filter(|(s, c)| *c == "converged" && one_now.get(*s).map(String::as_str) != Some("converged")).count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while instances.iter().map(greener).sum::<usize>() > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for svc in instances.iter().chain(std::iter::once(&single)) {
+        let st = svc.terminate(WAIT).await.expect("exits on SIGTERM");
+        assert!(st.success(), "{st:?}\n{}", svc.stderr());
+    }
+
+    let one = final_calls(&single);
+    let (_, one_catalogs) = finals(&single);
+    let (mut bad, mut same, mut partial, mut judged) = (Vec::new(), 0, 0, std::collections::BTreeSet::new());
+    for (k, svc) in instances.iter().chain(retired.iter()).enumerate() {
+        for (call, (state, why)) in final_calls(svc) {
+            judged.insert(call.clone());
+            // A call one process does not judge as such is a part of one it does: the server
+            // half of a split call (a trace of its own, joined to its client's in one process),
+            // or a server span of a trace one process anchors on the client span — decided at
+            // shutdown before the other part came. It must be partial, and never `healthy`; where
+            // one process judges its trace, no greener than that.
+            let of_trace: Vec<&String> = one.iter().filter(|((t, _), _)| *t == call.0).map(|(_, (st, _))| st).collect();
+            match one.get(&call) {
+                None if why.is_null() || state == "healthy" || of_trace.iter().any(|w| greenness(&state) > greenness(w)) => {
+                    bad.push(format!("process {k}: {state} ({why}) for {call:?}, which one process does not judge (its trace: {of_trace:?})"))
+                }
+                None => partial += 1,
+                Some((want, _)) if greenness(&state) > greenness(want) => {
+                    bad.push(format!("process {k}: {state} for {call:?}, one process: {want}"))
+                }
+                Some((want, _)) if *want == state => same += 1,
+                Some((want, _)) if why.is_null() => {
+                    bad.push(format!("process {k}: {state} for {call:?}, one process: {want}, and not marked partial"))
+                }
+                Some(_) => partial += 1,
+            }
+        }
+        // A process stopped in mid-stream is held to what one process said when it stopped.
+        let against = if k < instances.len() { &one_catalogs } else { &one_at_restart };
+        let (_, catalogs) = finals(svc);
+        for (session, conv) in &catalogs {
+            if conv == "converged" && against.get(session).map(String::as_str) != Some("converged") {
+                bad.push(format!("process {k}: session {session} converged, one process: {:?}", against.get(session)));
+            }
+        }
+    }
+    let lost: Vec<_> = one.keys().filter(|c| !judged.contains(*c)).collect();
+    println!(
+        "{} request lines, ring 3 → 4 at {p1}, restart of instance 1 and of Redis at {p2}; parts routed {routed:?}; {} calls by one process: {same} the same, {partial} different and marked partial; {} lost",
+        lines.len(),
+        one.len(),
+        lost.len()
+    );
+    if std::env::var("E2E_MULTI_DEBUG").is_ok() {
+        for svc in instances.iter().chain(retired.iter()).chain(std::iter::once(&single)) {
+            for l in svc.json_lines() {
+                if l["trace_id"].as_str().is_some_and(|t| t.starts_with("01a22959") || t.starts_with("645a5973")) {
+                    println!("DEBUG {} {} {} rev={} by={} partial={} sup={}", l["trace_id"], l["span_id"], l["state"], l["revision"], l["decided_by"], l["partial"], l["supersedes"]);
+                }
+            }
+            println!("DEBUG ----");
+        }
+    }
+    for c in &lost {
+        let trace = c.0.clone();
+        let mut id = [0u8; 16];
+        hex::decode_to_slice(&trace, &mut id).unwrap();
+        let files: Vec<_> = lines.iter().enumerate().filter(|(_, (_, l))| l.contains(&trace)).map(|(i, (f, _))| format!("{f}@{i}")).collect();
+        println!("lost {c:?} {:?} ring4 → {:?} in {files:?}", one.get(*c), ring.index_for(&id));
+    }
+    assert!(bad.is_empty(), "false greens, phantom verdicts or unmarked differences:\n{}", bad.join("\n"));
+    assert!(lost.is_empty(), "calls no instance judged: {lost:?}");
+}

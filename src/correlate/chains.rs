@@ -197,6 +197,12 @@ pub struct Chains {
     /// late-span window passed, still in the store: a late span takes one back from there
     /// (decision time and operation keys, so the window still ends it and its keys go with it).
     spilled: crate::bounded::BoundedMap<TraceId, (Moment, Vec<Box<str>>)>,
+    /// With a shared store: refused-looking HTTP spans kept here as orphans, still to be
+    /// published for the other instances (`take_published_orphans`), and the orphans already
+    /// known here (kept or published), so one pulled back is not taken twice.
+    share_orphans: bool,
+    published_orphans: Vec<SpanEvidence>,
+    known_orphans: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
 }
 
 impl Chains {
@@ -221,6 +227,61 @@ impl Chains {
             dirty_ops: Default::default(),
             shutdown_decided: Vec::new(),
             spilled: crate::bounded::BoundedMap::with_capacity("spilled_decided", 100_000),
+            share_orphans: false,
+            published_orphans: Vec::new(),
+            known_orphans: crate::bounded::BoundedSet::with_capacity("known_orphans", crossjoin::MAX_ORPHANS * 4),
+        }
+    }
+
+    /// From now on, keep the orphans this instance holds for publishing to a shared store.
+    pub fn share_orphans(&mut self) {
+        self.share_orphans = true;
+    }
+
+    /// The orphans kept since the last call, to publish (at most [`crossjoin::MAX_ORPHANS`] are
+    /// held; past that the oldest go unpublished, as an orphan past the bound goes here).
+    pub fn take_published_orphans(&mut self) -> Vec<SpanEvidence> {
+        std::mem::take(&mut self.published_orphans)
+    }
+
+    /// The seconds a shared store's refusals should be read for (see `CrossJoin::wanted_seconds`).
+    pub fn wanted_refusal_seconds(&self, now: Moment, recent: std::time::Duration, max: usize) -> Vec<u64> {
+        let active = &self.active;
+        self.cross.wanted_seconds(now, recent, |t| active.contains_key(t), max)
+    }
+
+    /// A refused-looking HTTP span another instance published: taken as if it had come here
+    /// (joined to a refused client request in flight or lately decided, or kept as an orphan),
+    /// once.
+    pub fn take_remote_orphan(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
+        if !crossjoin::is_orphan_candidate(&ev) || self.active.contains_key(&ev.trace_id) || self.decided.contains_key(&ev.trace_id) {
+            return;
+        }
+        if !self.known_orphans.insert((ev.trace_id, ev.span_id)) {
+            return;
+        }
+        self.take_orphan(ev, now, out, false);
+    }
+
+    /// An HTTP span that may be a refused MCP request, alone in its trace: joined to the decided
+    /// client request it answered, or kept until its client comes (and, on a shared store,
+    /// published when it came here).
+    fn take_orphan(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>, local: bool) {
+        let active = &self.active;
+        match self.cross.match_late_http(&ev, |t| active.contains_key(t)) {
+            Some((t, parent)) if self.decided.contains_key(&t) || self.active.contains_key(&t) => {
+                self.add_span(crossjoin::rehome(ev, t, parent), now, out);
+            }
+            _ => {
+                if local && self.share_orphans {
+                    self.known_orphans.insert((ev.trace_id, ev.span_id));
+                    if self.published_orphans.len() >= crossjoin::MAX_ORPHANS {
+                        self.published_orphans.remove(0);
+                    }
+                    self.published_orphans.push(ev.clone());
+                }
+                self.cross.push_orphan(now, ev, self.limits.late_span_window)
+            }
         }
     }
 
@@ -476,13 +537,7 @@ impl Chains {
             // span, alone in its trace, may belong to a client request in another trace.
             if !ev.starts_chain() {
                 if crossjoin::is_orphan_candidate(&ev) {
-                    let active = &self.active;
-                    match self.cross.match_late_http(&ev, |t| active.contains_key(t)) {
-                        Some((t, parent)) if self.decided.contains_key(&t) || self.active.contains_key(&t) => {
-                            self.add_span(crossjoin::rehome(ev, t, parent), now, out);
-                        }
-                        _ => self.cross.push_orphan(now, ev, self.limits.late_span_window),
-                    }
+                    self.take_orphan(ev, now, out, true);
                 }
                 return;
             }

@@ -512,6 +512,30 @@ impl CrossJoin {
         out
     }
 
+    /// The seconds (start second of an HTTP request, `start_ns / 1 s`) in which a refused HTTP
+    /// request could answer a refused-looking client request of a chain in flight or of one
+    /// decided less than `recent` ago: where a shared store's refusals are looked up (see
+    /// `engine`, "refusals on a shared store"). At most `max` seconds, the latest requests first.
+    pub fn wanted_seconds(&self, now: Moment, recent: std::time::Duration, is_active: impl Fn(&TraceId) -> bool, max: usize) -> Vec<u64> {
+        let open = self.open_refused.iter().rev().filter(|r| is_active(&r.trace_id));
+        let decided =
+            self.refused.iter().rev().take_while(|(t, _)| now.saturating_duration_since(*t) <= recent).map(|(_, r)| r);
+        let mut out: Vec<u64> = Vec::new();
+        for r in open.chain(decided) {
+            let (a, b) = (r.start_ns.saturating_sub(SLACK_NS) / BUCKET_NS, r.end_ns.saturating_add(SLACK_NS) / BUCKET_NS);
+            for sec in a..=b.min(a + 4) {
+                if !out.contains(&sec) {
+                    if out.len() >= max {
+                        return out;
+                    }
+                    out.push(sec);
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
     /// Remember the refused requests of a decided chain, for HTTP spans arriving after it.
     pub fn remember_refused(&mut self, now: Moment, refused: Vec<Refused>, keep_for: std::time::Duration) {
         for r in refused {

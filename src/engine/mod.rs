@@ -62,6 +62,14 @@ const GAUGE_LEASE: Duration = Duration::from_secs(5);
 /// How often the holder of the gauge lease counts every instance's incidents and sessions in the
 /// store (one `SCAN` of each table).
 const GLOBAL_GAUGES_EVERY: Duration = Duration::from_secs(10);
+/// Refused-looking HTTP spans kept per second in a shared store (the latest go in).
+const REFUSALS_PER_SECOND: usize = 256;
+/// How long after a refused-looking client request is decided its seconds are still read from a
+/// shared store (an HTTP span routed elsewhere that arrives later still revises it).
+const REFUSAL_PULL_RECENT: Duration = Duration::from_secs(10);
+/// Most seconds of refusals read in one step, and how often they are read at most.
+const REFUSAL_SECONDS_PER_PULL: usize = 64;
+const REFUSAL_PULL_EVERY: Duration = Duration::from_millis(20);
 
 /// Everything the engine is configured with.
 #[derive(Clone, Debug, Default)]
@@ -175,6 +183,14 @@ pub struct Engine {
     /// counted in the store (with the engine time it counted them).
     gauge_leader: bool,
     global_gauges: Option<GlobalGauges>,
+    /// On a shared store: orphans to publish (kept across a failed write), the refusal records
+    /// this instance wrote and when (deleted `late_span_window` after), and the last read of them.
+    pending_orphans: Vec<SpanEvidence>,
+    refusals_written: std::collections::VecDeque<(Moment, String)>,
+    last_refusal_pull: Option<Moment>,
+    late_span_window: Duration,
+    /// Evidence was taken in since the last write to the store (see `next_due`).
+    unwritten: bool,
 }
 
 impl Engine {
@@ -183,6 +199,7 @@ impl Engine {
         let grace = u64::try_from(cfg.chains.decision_wait.as_nanos()).unwrap_or(u64::MAX);
         let partial_grace_ns = cfg.partial_before_start.then_some(grace);
         let max_decided = cfg.chains.max_decided.max(1);
+        let late_span_window = cfg.chains.late_span_window;
         let mut e = Engine {
             chains: Chains::new(cfg.chains),
             sessions: Sessions::new(cfg.sessions),
@@ -215,6 +232,11 @@ impl Engine {
             incidents_unshared: 0,
             gauge_leader: false,
             global_gauges: None,
+            pending_orphans: Vec::new(),
+            refusals_written: Default::default(),
+            last_refusal_pull: None,
+            late_span_window,
+            unwritten: false,
         };
         if let Some(store) = store {
             e.attach(store);
@@ -230,6 +252,8 @@ impl Engine {
             // A shared store's incidents are folded in place (`sync_incidents`), not written
             // from this book.
             self.incidents.track_changes();
+        } else {
+            self.chains.share_orphans();
         }
         match store.load() {
             Ok(snap) => self.restore(snap),
@@ -278,9 +302,11 @@ impl Engine {
             return;
         }
         self.last_persisted = Some(now);
+        self.unwritten = false;
         let shared = store.is_shared();
         if shared {
             self.sync_incidents(&store, out);
+            self.publish_refusals(&store, now);
             // Sessions are written by every instance that sees a trace of them: read what the
             // others wrote and write the union (compare-and-set on the version just read), so a
             // session converges on all its evidence instead of on whichever instance wrote first.
@@ -454,10 +480,20 @@ impl Engine {
         &self.sessions
     }
 
-    /// When a chain next falls due (see `Chains::next_due`); time-based catalog and progress
-    /// checks run on the driver's regular tick.
+    /// When a chain next falls due (see `Chains::next_due`), or, with a store and evidence taken
+    /// in since the last write, when the next write is due: another instance reading a shared
+    /// store sees this one's evidence at most [`PERSIST_EVERY`](crate::state::PERSIST_EVERY)
+    /// after it came, not at the next regular tick. Time-based catalog and progress checks run on
+    /// the driver's regular tick.
     pub fn next_due(&self) -> Option<Moment> {
-        self.chains.next_due()
+        let write = match (self.unwritten, self.last_persisted) {
+            (true, Some(t)) => Some(t + crate::state::PERSIST_EVERY),
+            _ => None,
+        };
+        match (self.chains.next_due(), write) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn in_flight(&self) -> usize {
@@ -472,6 +508,7 @@ impl Engine {
     /// Take in one normalized batch at `now`.
     pub fn ingest(&mut self, batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
         self.started_ns.get_or_insert(now.as_nanos());
+        self.unwritten = self.store.is_some();
         out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).cloned().map(Decided::Finding));
         let changes = self.sessions.observe(&batch.evidence, now);
         self.publish_catalog(changes, out);
@@ -492,6 +529,7 @@ impl Engine {
     /// progress clocks), forget idle sessions.
     pub fn tick(&mut self, now: Moment, out: &mut Vec<Decided>) {
         let mut decided = std::mem::take(&mut self.scratch);
+        self.pull_refusals(now, false, &mut decided);
         self.chains.tick(now, &mut decided);
         if self.last_reevaluated.is_none_or(|t| now.saturating_duration_since(t) >= REEVALUATE_EVERY) {
             self.last_reevaluated = Some(now);
@@ -520,6 +558,7 @@ impl Engine {
         self.refresh_converged();
         self.publish_merged(out);
         let mut decided = std::mem::take(&mut self.scratch);
+        self.pull_refusals(now, true, &mut decided);
         self.chains.drain(by, now, &mut decided);
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
@@ -826,6 +865,122 @@ impl Engine {
             self.incidents.resolved_total += resolved;
             for (transition, row) in transitions {
                 out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+            }
+        }
+    }
+
+    /// With a shared store: publish the refused-looking HTTP spans kept here as orphans, by the
+    /// second they started (read, merge, compare-and-set; a refused or failed write is tried
+    /// again at the next), and delete the seconds this instance wrote once `late_span_window`
+    /// has passed (a second another instance wrote since is left to that instance).
+    fn publish_refusals(&mut self, store: &crate::state::StoreHandle, now: Moment) {
+        use crate::state::{refusal_key, Record, RefusalsRecord, StoreError, Table};
+        self.pending_orphans.extend(self.chains.take_published_orphans());
+        let over = self.pending_orphans.len().saturating_sub(crate::correlate::crossjoin::MAX_ORPHANS);
+        self.pending_orphans.drain(..over);
+        let mut changes = crate::state::Changes::default();
+        let mut by_second: std::collections::BTreeMap<u64, Vec<SpanEvidence>> = Default::default();
+        for o in std::mem::take(&mut self.pending_orphans) {
+            by_second.entry(o.start_ns / 1_000_000_000).or_default().push(o);
+        }
+        let keys: Vec<String> = by_second.keys().map(|s| refusal_key(*s)).collect();
+        if !keys.is_empty() {
+            let stored = match store.get_many(Table::Refusals, &keys) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.store_errors += 1;
+                    self.store_down = true;
+                    tracing::warn!(error = %e, "could not read refusals from the state store");
+                    self.pending_orphans = by_second.into_values().flatten().collect();
+                    return;
+                }
+            };
+            for ((key, mine), rec) in keys.iter().zip(by_second.values()).zip(stored) {
+                let mut all = match rec {
+                    Some(Record::Refusals(r)) => r.orphans,
+                    _ => Vec::new(),
+                };
+                for o in mine {
+                    if !all.iter().any(|x| x.trace_id == o.trace_id && x.span_id == o.span_id) {
+                        all.push(o.clone());
+                    }
+                }
+                all.sort_by(|a, b| b.start_ns.cmp(&a.start_ns).then_with(|| a.trace_id.cmp(&b.trace_id)));
+                all.truncate(REFUSALS_PER_SECOND);
+                changes.put(key.clone(), Record::Refusals(Box::new(RefusalsRecord { orphans: all })));
+            }
+        }
+        let window = self.late_span_window;
+        let mut expired = Vec::new();
+        while self.refusals_written.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > window) {
+            if let Some((_, k)) = self.refusals_written.pop_front() {
+                if !keys.contains(&k) && !expired.contains(&k) {
+                    changes.delete(Table::Refusals, k.clone());
+                    expired.push(k);
+                }
+            }
+        }
+        if changes.is_empty() {
+            return;
+        }
+        let refused: Vec<String> = match store.apply(&changes) {
+            Ok(()) => Vec::new(),
+            Err(StoreError::Conflict { refused, .. }) => {
+                self.store_conflicts += refused.len() as u64;
+                refused.into_iter().map(|(_, k)| k).collect()
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, "could not write refusals to the state store");
+                self.pending_orphans = by_second.into_values().flatten().collect();
+                return;
+            }
+        };
+        for (sec, mine) in by_second {
+            let key = refusal_key(sec);
+            if refused.contains(&key) {
+                self.pending_orphans.extend(mine);
+            } else {
+                self.refusals_written.retain(|(_, k)| *k != key);
+                self.refusals_written.push_back((now, key));
+            }
+        }
+    }
+
+    /// With a shared store: read the refusals of the seconds in which a refused-looking client
+    /// request of a chain in flight (or decided lately) could have been answered, and take them
+    /// as if they had come here, so the refused-request join sees the HTTP spans every instance
+    /// received (at most every [`REFUSAL_PULL_EVERY`], one pipelined read; `force` at the drain).
+    fn pull_refusals(&mut self, now: Moment, force: bool, decided: &mut Vec<DecidedCalls>) {
+        let Some(store) = self.store.clone() else { return };
+        if !store.is_shared() {
+            return;
+        }
+        if !force && self.last_refusal_pull.is_some_and(|t| now.saturating_duration_since(t) < REFUSAL_PULL_EVERY) {
+            return;
+        }
+        let secs = self.chains.wanted_refusal_seconds(now, REFUSAL_PULL_RECENT, REFUSAL_SECONDS_PER_PULL);
+        if secs.is_empty() {
+            return;
+        }
+        self.last_refusal_pull = Some(now);
+        let keys: Vec<String> = secs.iter().map(|s| crate::state::refusal_key(*s)).collect();
+        match store.get_many(crate::state::Table::Refusals, &keys) {
+            Ok(records) => {
+                self.store_down = false;
+                for r in records.into_iter().flatten() {
+                    if let crate::state::Record::Refusals(r) = r {
+                        for o in r.orphans {
+                            self.chains.take_remote_orphan(o, now, decided);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, "could not read refusals from the state store");
             }
         }
     }

@@ -12,6 +12,7 @@
 //! | `decided` | trace id (hex) | [`DecidedRecord`]: a decided chain kept for revision |
 //! | `operations` | operation key | the trace id of the call that named it |
 //! | `drift_reported` | server, tool, digest | [`DriftRecord`] (reported once) |
+//! | `refusals` | the second an HTTP request started (`start_ns / 1 s`, decimal) | [`RefusalsRecord`]: refused-looking HTTP spans alone in their trace (shared stores only) |
 //!
 //! The gate's view is not a table of its own: it is re-published from the sessions at load.
 //!
@@ -83,10 +84,12 @@ pub enum Table {
     Decided,
     Operations,
     DriftReported,
+    Refusals,
 }
 
 impl Table {
-    pub const ALL: [Table; 5] = [Table::Sessions, Table::Incidents, Table::Decided, Table::Operations, Table::DriftReported];
+    pub const ALL: [Table; 6] =
+        [Table::Sessions, Table::Incidents, Table::Decided, Table::Operations, Table::DriftReported, Table::Refusals];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -95,6 +98,7 @@ impl Table {
             Table::Decided => "decided",
             Table::Operations => "operations",
             Table::DriftReported => "drift_reported",
+            Table::Refusals => "refusals",
         }
     }
 }
@@ -144,6 +148,19 @@ impl ServerIncidents {
     }
 }
 
+/// The refused-looking HTTP spans (an MCP endpoint answered >= 400, no MCP span in the trace)
+/// that started in one second, as the instances that received them published them: the client
+/// request they answered may be in a trace routed to another instance (`correlate::crossjoin`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RefusalsRecord {
+    pub orphans: Vec<SpanEvidence>,
+}
+
+/// The key of the refusals that started in second `sec`.
+pub fn refusal_key(sec: u64) -> String {
+    sec.to_string()
+}
+
 /// A drift already reported.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DriftRecord {
@@ -179,6 +196,7 @@ pub enum Record {
     Decided(Box<DecidedRecord>),
     Operation(TraceId),
     DriftReported(DriftRecord),
+    Refusals(Box<RefusalsRecord>),
 }
 
 impl Record {
@@ -189,6 +207,7 @@ impl Record {
             Record::Decided(_) => Table::Decided,
             Record::Operation(_) => Table::Operations,
             Record::DriftReported(_) => Table::DriftReported,
+            Record::Refusals(_) => Table::Refusals,
         }
     }
 
@@ -200,6 +219,7 @@ impl Record {
             Table::Decided => Record::Decided(Box::new(decode(table, key, bytes)?)),
             Table::Operations => Record::Operation(decode(table, key, bytes)?),
             Table::DriftReported => Record::DriftReported(decode(table, key, bytes)?),
+            Table::Refusals => Record::Refusals(Box::new(decode(table, key, bytes)?)),
         })
     }
 
@@ -211,6 +231,7 @@ impl Record {
             Record::Decided(r) => encode(r),
             Record::Operation(r) => encode(r),
             Record::DriftReported(r) => encode(r),
+            Record::Refusals(r) => encode(r),
         }
     }
 }
@@ -255,6 +276,8 @@ pub struct Snapshot {
     pub decided: Vec<DecidedRecord>,
     pub operations: Vec<(String, TraceId)>,
     pub drift_reported: Vec<DriftRecord>,
+    /// Not restored (the engine reads the seconds it needs while it runs), kept for `scan`.
+    pub refusals: Vec<(String, RefusalsRecord)>,
 }
 
 impl Snapshot {
@@ -266,6 +289,7 @@ impl Snapshot {
             Table::Decided => self.decided.push(decode(table, key, bytes)?),
             Table::Operations => self.operations.push((key.to_string(), decode(table, key, bytes)?)),
             Table::DriftReported => self.drift_reported.push(decode(table, key, bytes)?),
+            Table::Refusals => self.refusals.push((key.to_string(), decode(table, key, bytes)?)),
         }
         Ok(())
     }
@@ -278,6 +302,7 @@ impl Snapshot {
             Record::Decided(r) => self.decided.push((**r).clone()),
             Record::Operation(t) => self.operations.push((key.to_string(), *t)),
             Record::DriftReported(r) => self.drift_reported.push(r.clone()),
+            Record::Refusals(r) => self.refusals.push((key.to_string(), (**r).clone())),
         }
     }
 
@@ -287,6 +312,7 @@ impl Snapshot {
             && self.decided.is_empty()
             && self.operations.is_empty()
             && self.drift_reported.is_empty()
+            && self.refusals.is_empty()
     }
 }
 
@@ -328,6 +354,7 @@ pub trait StateStore: Send {
             Table::Decided => out.extend(snap.decided.into_iter().map(|r| (trace_key(&r.trace_id), Record::Decided(Box::new(r))))),
             Table::Operations => out.extend(snap.operations.into_iter().map(|(k, t)| (k, Record::Operation(t)))),
             Table::DriftReported => out.extend(snap.drift_reported.into_iter().map(|r| (r.key(), Record::DriftReported(r)))),
+            Table::Refusals => out.extend(snap.refusals.into_iter().map(|(k, r)| (k, Record::Refusals(Box::new(r))))),
         }
         Ok(out)
     }

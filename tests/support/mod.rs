@@ -386,7 +386,8 @@ pub struct Cfg {
     /// `extensions.gate` on `Ports::gate` (`unpinned: allow`).
     pub gate: bool,
     /// Extra keys of a listener, by component (`grpc`, `http`, `prometheus`, `health_check`,
-    /// `gate`): YAML lines written as if at the component's top level (indented here).
+    /// `gate`, and `mcp_health` for the processor): YAML lines written as if at the component's
+    /// top level (indented here).
     pub listener_extra: Vec<(&'static str, String)>,
 }
 
@@ -451,6 +452,7 @@ impl Cfg {
             "processors:\n  mcp_health:\n    decision_wait: {}\n    max_wait: {}\n    max_spans_per_chain: {}\n    queue_size: {}\n",
             self.decision_wait, self.max_wait, self.max_spans_per_chain, self.queue_size
         );
+        y.push_str(&self.extra("mcp_health", 4));
         if let Some(mib) = self.memory_limit_mib {
             let _ = write!(y, "  memory_limiter:\n    check_interval: {}\n    limit_mib: {mib}\n", self.memory_check_interval);
         }
