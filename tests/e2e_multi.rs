@@ -96,19 +96,14 @@ async fn three_instances_on_one_redis_are_never_greener_than_one_process() {
     let names: Vec<String> = (0..3).map(|i| format!("mcp-health-{i}.mcp-health:4317")).collect();
     let ring = ring::Ring::new(&names);
 
-    let dir = format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR"));
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
-    files.retain(|p| p.extension().is_some_and(|x| x == "jsonl"));
-    files.sort();
+    let lines = recorded_lines();
     let mut routed = [0usize; 3];
-    for f in &files {
-        for line in std::fs::read_to_string(f).unwrap().lines().filter(|l| !l.trim().is_empty()) {
-            assert_eq!(single.post_json(line.as_bytes()).await.status, 200);
-            for (trace, part) in split_by_trace(line) {
-                let k = ring.index_for(&trace).unwrap();
-                routed[k] += 1;
-                assert_eq!(instances[k].post_json(part.as_bytes()).await.status, 200, "{}", f.display());
-            }
+    for (file, line) in &lines {
+        assert_eq!(single.post_json(line.as_bytes()).await.status, 200);
+        for (trace, part) in split_by_trace(line) {
+            let k = ring.index_for(&trace).unwrap();
+            routed[k] += 1;
+            assert_eq!(instances[k].post_json(part.as_bytes()).await.status, 200, "{file}");
         }
     }
     // Let every chain be decided by the clock, then drain. Catalog sessions converge across
@@ -157,8 +152,8 @@ async fn three_instances_on_one_redis_are_never_greener_than_one_process() {
     }
     let lost: Vec<_> = one_calls.keys().filter(|c| !judged.contains_key(*c)).collect();
     println!(
-        "{} fixture files, trace parts routed {routed:?}; {} calls judged by one process: {same} the same on the instances, {less_green} less green, {other} another state as green; {} lost",
-        files.len(),
+        "{} request lines of the fixtures and dialect recordings, trace parts routed {routed:?}; {} calls judged by one process: {same} the same on the instances, {less_green} less green, {other} another state as green; {} lost",
+        lines.len(),
         one_calls.len(),
         lost.len()
     );
@@ -203,6 +198,39 @@ async fn three_instances_on_one_redis_are_never_greener_than_one_process() {
     assert!(bad.is_empty(), "false greens or phantom verdicts:\n{}", bad.join("\n"));
     assert!(lost.is_empty(), "calls no instance judged: {lost:?}");
     assert!(routed.iter().all(|n| *n > 0), "the ring used every instance: {routed:?}");
+    // The same verdicts and rates: each call's latest revision across instances (a call revised
+    // on another instance than the one that first decided it, as a split call's) is one
+    // process's, in state, protocol success and verified success.
+    let one_latest = latest(std::slice::from_ref(&single));
+    let many_latest = latest(&instances);
+    let differ: Vec<_> =
+        one_latest.iter().filter(|(c, v)| many_latest.get(*c) != Some(*v)).map(|(c, v)| (c, v, many_latest.get(c))).collect();
+    assert!(differ.is_empty(), "calls whose latest verdict across instances is not one process's: {differ:?}");
+    let rate = |m: &BTreeMap<(String, String), (String, bool, bool)>| {
+        (m.len(), m.values().filter(|v| v.1).count(), m.values().filter(|v| v.2).count())
+    };
+    assert_eq!(rate(&many_latest), rate(&one_latest), "(calls, protocol successes, verified successes)");
+}
+
+/// Each call's latest revision over the logs of `svcs`: (state, protocol success, verified
+/// success); of two lines of one revision, the less green.
+fn latest(svcs: &[Service]) -> BTreeMap<(String, String), (String, bool, bool)> {
+    let mut m: BTreeMap<(String, String), (u64, String, bool, bool)> = BTreeMap::new();
+    for svc in svcs {
+        for l in svc.json_lines() {
+            if l["catalog"] == true || l["incident"] == true {
+                continue;
+            }
+            let (Some(t), Some(sp), Some(st)) = (l["trace_id"].as_str(), l["span_id"].as_str(), l["state"].as_str()) else { continue };
+            let rev = l["revision"].as_u64().unwrap_or(0);
+            let v = (rev, st.to_string(), l["protocol_success"] == true, l["verified_success"] == true);
+            let e = m.entry((t.to_string(), sp.to_string())).or_insert_with(|| v.clone());
+            if v.0 > e.0 || (v.0 == e.0 && greenness(&v.1) < greenness(&e.1)) {
+                *e = v;
+            }
+        }
+    }
+    m.into_iter().map(|(k, (_, st, p, vs))| (k, (st, p, vs))).collect()
 }
 
 /// Every OTLP/JSON request line of the fixtures and the dialect recordings, in file order.
@@ -324,9 +352,8 @@ async fn a_ring_change_a_restart_and_a_redis_restart_are_never_greener_and_diffe
             // one process judges its trace, no greener than that.
             let of_trace: Vec<&String> = one.iter().filter(|((t, _), _)| *t == call.0).map(|(_, (st, _))| st).collect();
             match one.get(&call) {
-                None if why.is_null() || state == "healthy" || of_trace.iter().any(|w| greenness(&state) > greenness(w)) => {
-                    bad.push(format!("process {k}: {state} ({why}) for {call:?}, which one process does not judge (its trace: {of_trace:?})"))
-                }
+                None if why.is_null() || state == "healthy" || of_trace.iter().any(|w| greenness(&state) > greenness(w)) => bad
+                    .push(format!("process {k}: {state} ({why}) for {call:?}, which one process does not judge (its trace: {of_trace:?})")),
                 None => partial += 1,
                 Some((want, _)) if greenness(&state) > greenness(want) => {
                     bad.push(format!("process {k}: {state} for {call:?}, one process: {want}"))
@@ -358,7 +385,10 @@ async fn a_ring_change_a_restart_and_a_redis_restart_are_never_greener_and_diffe
         for svc in instances.iter().chain(retired.iter()).chain(std::iter::once(&single)) {
             for l in svc.json_lines() {
                 if l["trace_id"].as_str().is_some_and(|t| t.starts_with("01a22959") || t.starts_with("645a5973")) {
-                    println!("DEBUG {} {} {} rev={} by={} partial={} sup={}", l["trace_id"], l["span_id"], l["state"], l["revision"], l["decided_by"], l["partial"], l["supersedes"]);
+                    println!(
+                        "DEBUG {} {} {} rev={} by={} partial={} sup={}",
+                        l["trace_id"], l["span_id"], l["state"], l["revision"], l["decided_by"], l["partial"], l["supersedes"]
+                    );
                 }
             }
             println!("DEBUG ----");
@@ -368,7 +398,8 @@ async fn a_ring_change_a_restart_and_a_redis_restart_are_never_greener_and_diffe
         let trace = c.0.clone();
         let mut id = [0u8; 16];
         hex::decode_to_slice(&trace, &mut id).unwrap();
-        let files: Vec<_> = lines.iter().enumerate().filter(|(_, (_, l))| l.contains(&trace)).map(|(i, (f, _))| format!("{f}@{i}")).collect();
+        let files: Vec<_> =
+            lines.iter().enumerate().filter(|(_, (_, l))| l.contains(&trace)).map(|(i, (f, _))| format!("{f}@{i}")).collect();
         println!("lost {c:?} {:?} ring4 → {:?} in {files:?}", one.get(*c), ring.index_for(&id));
     }
     assert!(bad.is_empty(), "false greens, phantom verdicts or unmarked differences:\n{}", bad.join("\n"));

@@ -202,6 +202,10 @@ pub struct Chains {
     /// known here (kept or published), so one pulled back is not taken twice.
     share_orphans: bool,
     published_orphans: Vec<SpanEvidence>,
+    /// With a shared store: client halves of chains decided here, still to be published (so an
+    /// instance holding their server half finds them), and the server halves already looked for.
+    published_halves: Vec<(TraceId, crossjoin::Half)>,
+    looked_for: crate::bounded::BoundedSet<TraceId>,
     known_orphans: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
 }
 
@@ -229,6 +233,8 @@ impl Chains {
             spilled: crate::bounded::BoundedMap::with_capacity("spilled_decided", 100_000),
             share_orphans: false,
             published_orphans: Vec::new(),
+            published_halves: Vec::new(),
+            looked_for: crate::bounded::BoundedSet::with_capacity("halves_looked_for", 100_000),
             known_orphans: crate::bounded::BoundedSet::with_capacity("known_orphans", crossjoin::MAX_ORPHANS * 4),
         }
     }
@@ -242,6 +248,37 @@ impl Chains {
     /// held; past that the oldest go unpublished, as an orphan past the bound goes here).
     pub fn take_published_orphans(&mut self) -> Vec<SpanEvidence> {
         std::mem::take(&mut self.published_orphans)
+    }
+
+    /// The client halves of chains decided since the last call, to publish (at most
+    /// [`crossjoin::MAX_ORPHANS`] held; past that the oldest go unpublished).
+    pub fn take_published_halves(&mut self) -> Vec<(TraceId, crossjoin::Half)> {
+        std::mem::take(&mut self.published_halves)
+    }
+
+    /// Server halves in flight about to be decided alone (they have waited for their client
+    /// half past half the extra wait, or `all` of them at the drain), each returned once: a
+    /// shared store may list their client half, decided on another instance.
+    pub fn server_halves_to_look_for(&mut self, now: Moment, all: bool) -> Vec<(TraceId, crossjoin::Half)> {
+        let wait = self.limits.decision_wait + self.limits.decision_wait.max(SERVER_HALF_WAIT) / 2;
+        let mut out = Vec::new();
+        for (id, c) in &self.active {
+            let waited = c.deferred && now.saturating_duration_since(c.last_seen) >= wait;
+            if !c.has_server_req || c.has_client_req || !(all || waited) {
+                continue;
+            }
+            if self.looked_for.contains(id) {
+                continue;
+            }
+            if let Some(h) = crossjoin::server_half(&c.spans) {
+                out.push((*id, h));
+            }
+        }
+        out.sort_by_key(|a| a.0);
+        for (id, _) in &out {
+            self.looked_for.insert(*id);
+        }
+        out
     }
 
     /// The seconds a shared store's refusals should be read for (see `CrossJoin::wanted_seconds`).
@@ -883,6 +920,14 @@ impl Chains {
         }
         let Some(mut c) = self.active.remove(&id) else { return };
         self.stats.chains_decided += 1;
+        if self.share_orphans {
+            for h in crossjoin::client_halves(&c.spans) {
+                if self.published_halves.len() >= crossjoin::MAX_ORPHANS {
+                    self.published_halves.remove(0);
+                }
+                self.published_halves.push((id, h));
+            }
+        }
         let calls = assemble_calls(&c.spans);
         out.push(DecidedCalls {
             trace_id: id,

@@ -147,6 +147,32 @@ pub struct Half {
 }
 
 impl Half {
+    /// As a shared store lists it (the client half of chain `trace`).
+    pub fn to_shared(&self, trace: TraceId) -> crate::state::ClientHalf {
+        crate::state::ClientHalf {
+            trace_id: trace,
+            method: self.method.clone(),
+            request_id: self.request_id.clone(),
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
+            server: self.server.clone(),
+            session: self.session.clone(),
+        }
+    }
+
+    /// A client half a shared store listed, and its chain's trace.
+    pub fn from_shared(c: &crate::state::ClientHalf) -> (TraceId, Half) {
+        let h = Half {
+            method: c.method.clone(),
+            request_id: c.request_id.clone(),
+            start_ns: c.start_ns,
+            end_ns: c.end_ns,
+            server: c.server.clone(),
+            session: c.session.clone(),
+        };
+        (c.trace_id, h)
+    }
+
     /// The half one request span of `(m, rid)` describes.
     fn of(s: &SpanEvidence, m: Method, rid: &str) -> Half {
         Half {
@@ -275,15 +301,35 @@ pub fn client_halves(spans: &[SpanEvidence]) -> Vec<Half> {
         .collect()
 }
 
+/// Whether client half `c` (a request span's) may be the client of server half `h`: the same
+/// method and request id, its interval containing the server's, the same server and session
+/// where both name one.
+pub fn client_matches(c: &Half, h: &Half) -> bool {
+    c.method == h.method
+        && c.request_id == h.request_id
+        && contains((c.start_ns, c.end_ns), (h.start_ns, h.end_ns))
+        && compatible(c.server.as_deref(), h.server.as_deref())
+        && compatible(c.session.as_deref(), h.session.as_deref())
+}
+
+/// The key under which a shared store lists the client halves of `(method, request id)` that
+/// started in second `sec` (see `engine`, "split calls on a shared store").
+pub fn shared_half_key(m: &Method, rid: &str, sec: u64) -> String {
+    format!("{}\n{rid}\n{sec}", m.as_str())
+}
+
+/// How far before its server half a client half is looked for in a shared store.
+pub const SHARED_LOOKBACK_NS: u64 = 5 * BUCKET_NS;
+
+/// The keys a server half's client half may be listed under in a shared store.
+pub fn shared_half_keys(h: &Half) -> Vec<String> {
+    let (a, b) = (h.start_ns.saturating_sub(SHARED_LOOKBACK_NS) / BUCKET_NS, h.start_ns.saturating_add(SLACK_NS) / BUCKET_NS);
+    (a..=b).map(|sec| shared_half_key(&h.method, &h.request_id, sec)).collect()
+}
+
 /// Whether a chain's spans hold a client half matching `h` (a server half).
 fn holds_client_half_of(spans: &[SpanEvidence], h: &Half) -> bool {
-    client_halves(spans).iter().any(|c| {
-        c.method == h.method
-            && c.request_id == h.request_id
-            && contains((c.start_ns, c.end_ns), (h.start_ns, h.end_ns))
-            && compatible(c.server.as_deref(), h.server.as_deref())
-            && compatible(c.session.as_deref(), h.session.as_deref())
-    })
+    client_halves(spans).iter().any(|c| client_matches(c, h))
 }
 
 /// Client requests of a chain that failed or never completed and have no server-side evidence
@@ -518,8 +564,7 @@ impl CrossJoin {
     /// `engine`, "refusals on a shared store"). At most `max` seconds, the latest requests first.
     pub fn wanted_seconds(&self, now: Moment, recent: std::time::Duration, is_active: impl Fn(&TraceId) -> bool, max: usize) -> Vec<u64> {
         let open = self.open_refused.iter().rev().filter(|r| is_active(&r.trace_id));
-        let decided =
-            self.refused.iter().rev().take_while(|(t, _)| now.saturating_duration_since(*t) <= recent).map(|(_, r)| r);
+        let decided = self.refused.iter().rev().take_while(|(t, _)| now.saturating_duration_since(*t) <= recent).map(|(_, r)| r);
         let mut out: Vec<u64> = Vec::new();
         for r in open.chain(decided) {
             let (a, b) = (r.start_ns.saturating_sub(SLACK_NS) / BUCKET_NS, r.end_ns.saturating_add(SLACK_NS) / BUCKET_NS);

@@ -186,7 +186,8 @@ pub struct Engine {
     /// On a shared store: orphans to publish (kept across a failed write), the refusal records
     /// this instance wrote and when (deleted `late_span_window` after), and the last read of them.
     pending_orphans: Vec<SpanEvidence>,
-    refusals_written: std::collections::VecDeque<(Moment, String)>,
+    pending_halves: Vec<crate::state::ClientHalf>,
+    shared_written: FxHashMap<crate::state::Table, std::collections::VecDeque<(Moment, String)>>,
     last_refusal_pull: Option<Moment>,
     late_span_window: Duration,
     /// Evidence was taken in since the last write to the store (see `next_due`).
@@ -233,7 +234,8 @@ impl Engine {
             gauge_leader: false,
             global_gauges: None,
             pending_orphans: Vec::new(),
-            refusals_written: Default::default(),
+            pending_halves: Vec::new(),
+            shared_written: Default::default(),
             last_refusal_pull: None,
             late_span_window,
             unwritten: false,
@@ -306,7 +308,7 @@ impl Engine {
         let shared = store.is_shared();
         if shared {
             self.sync_incidents(&store, out);
-            self.publish_refusals(&store, now);
+            self.publish_shared_lists(&store, now);
             // Sessions are written by every instance that sees a trace of them: read what the
             // others wrote and write the union (compare-and-set on the version just read), so a
             // session converges on all its evidence instead of on whichever instance wrote first.
@@ -530,6 +532,7 @@ impl Engine {
     pub fn tick(&mut self, now: Moment, out: &mut Vec<Decided>) {
         let mut decided = std::mem::take(&mut self.scratch);
         self.pull_refusals(now, false, &mut decided);
+        self.join_remote_halves(now, false);
         self.chains.tick(now, &mut decided);
         if self.last_reevaluated.is_none_or(|t| now.saturating_duration_since(t) >= REEVALUATE_EVERY) {
             self.last_reevaluated = Some(now);
@@ -559,6 +562,7 @@ impl Engine {
         self.publish_merged(out);
         let mut decided = std::mem::take(&mut self.scratch);
         self.pull_refusals(now, true, &mut decided);
+        self.join_remote_halves(now, true);
         self.chains.drain(by, now, &mut decided);
         self.classify_decided(&mut decided, now, out);
         self.scratch = decided;
@@ -870,58 +874,104 @@ impl Engine {
     }
 
     /// With a shared store: publish the refused-looking HTTP spans kept here as orphans, by the
-    /// second they started (read, merge, compare-and-set; a refused or failed write is tried
-    /// again at the next), and delete the seconds this instance wrote once `late_span_window`
-    /// has passed (a second another instance wrote since is left to that instance).
-    fn publish_refusals(&mut self, store: &crate::state::StoreHandle, now: Moment) {
-        use crate::state::{refusal_key, Record, RefusalsRecord, StoreError, Table};
+    /// second they started, and the client halves of split calls decided here, by request and
+    /// second (read, merge, compare-and-set; a refused or failed write is tried again at the
+    /// next); delete the records this instance wrote once `late_span_window` has passed (one
+    /// another instance wrote since is left to that instance).
+    fn publish_shared_lists(&mut self, store: &crate::state::StoreHandle, now: Moment) {
+        use crate::state::{refusal_key, HalvesRecord, Record, RefusalsRecord, Table};
         self.pending_orphans.extend(self.chains.take_published_orphans());
         let over = self.pending_orphans.len().saturating_sub(crate::correlate::crossjoin::MAX_ORPHANS);
         self.pending_orphans.drain(..over);
-        let mut changes = crate::state::Changes::default();
-        let mut by_second: std::collections::BTreeMap<u64, Vec<SpanEvidence>> = Default::default();
+        let mut orphans: std::collections::BTreeMap<String, Vec<SpanEvidence>> = Default::default();
         for o in std::mem::take(&mut self.pending_orphans) {
-            by_second.entry(o.start_ns / 1_000_000_000).or_default().push(o);
+            orphans.entry(refusal_key(o.start_ns / 1_000_000_000)).or_default().push(o);
         }
-        let keys: Vec<String> = by_second.keys().map(|s| refusal_key(*s)).collect();
+        let outcome = self.merge_lists(store, now, Table::Refusals, orphans, |rec, mine| {
+            let mut all = match rec {
+                Some(Record::Refusals(r)) => r.orphans,
+                _ => Vec::new(),
+            };
+            for o in mine {
+                if !all.iter().any(|x| x.trace_id == o.trace_id && x.span_id == o.span_id) {
+                    all.push(o.clone());
+                }
+            }
+            all.sort_by(|a, b| b.start_ns.cmp(&a.start_ns).then_with(|| a.trace_id.cmp(&b.trace_id)));
+            all.truncate(REFUSALS_PER_SECOND);
+            Record::Refusals(Box::new(RefusalsRecord { orphans: all }))
+        });
+        self.pending_orphans = outcome;
+
+        self.pending_halves.extend(self.chains.take_published_halves().into_iter().map(|(t, h)| h.to_shared(t)));
+        let over = self.pending_halves.len().saturating_sub(crate::correlate::crossjoin::MAX_ORPHANS);
+        self.pending_halves.drain(..over);
+        let mut halves: std::collections::BTreeMap<String, Vec<crate::state::ClientHalf>> = Default::default();
+        for h in std::mem::take(&mut self.pending_halves) {
+            let key = crate::correlate::crossjoin::shared_half_key(&h.method, &h.request_id, h.start_ns / 1_000_000_000);
+            halves.entry(key).or_default().push(h);
+        }
+        let outcome = self.merge_lists(store, now, Table::Halves, halves, |rec, mine| {
+            let mut r = match rec {
+                Some(Record::Halves(r)) => *r,
+                _ => HalvesRecord::default(),
+            };
+            for h in mine {
+                if !r.halves.iter().any(|x| x.trace_id == h.trace_id && x.start_ns == h.start_ns) {
+                    if r.halves.len() >= crate::correlate::crossjoin::MAX_CANDIDATES {
+                        r.overflow = true;
+                    } else {
+                        r.halves.push(h.clone());
+                    }
+                }
+            }
+            Record::Halves(Box::new(r))
+        });
+        self.pending_halves = outcome;
+    }
+
+    /// Add `by_key`'s items to the list records of `table` (read, `merge`, compare-and-set, in
+    /// one pipelined read and one script), and delete the records this instance wrote more than
+    /// `late_span_window` ago. Returns the items still to write (their record was refused, or the
+    /// store failed).
+    fn merge_lists<T: Clone>(
+        &mut self,
+        store: &crate::state::StoreHandle,
+        now: Moment,
+        table: crate::state::Table,
+        by_key: std::collections::BTreeMap<String, Vec<T>>,
+        merge: impl Fn(Option<crate::state::Record>, &[T]) -> crate::state::Record,
+    ) -> Vec<T> {
+        use crate::state::StoreError;
+        let keys: Vec<String> = by_key.keys().cloned().collect();
+        let mut changes = crate::state::Changes::default();
         if !keys.is_empty() {
-            let stored = match store.get_many(Table::Refusals, &keys) {
+            let stored = match store.get_many(table, &keys) {
                 Ok(r) => r,
                 Err(e) => {
                     self.store_errors += 1;
                     self.store_down = true;
-                    tracing::warn!(error = %e, "could not read refusals from the state store");
-                    self.pending_orphans = by_second.into_values().flatten().collect();
-                    return;
+                    tracing::warn!(error = %e, table = table.as_str(), "could not read the state store");
+                    return by_key.into_values().flatten().collect();
                 }
             };
-            for ((key, mine), rec) in keys.iter().zip(by_second.values()).zip(stored) {
-                let mut all = match rec {
-                    Some(Record::Refusals(r)) => r.orphans,
-                    _ => Vec::new(),
-                };
-                for o in mine {
-                    if !all.iter().any(|x| x.trace_id == o.trace_id && x.span_id == o.span_id) {
-                        all.push(o.clone());
-                    }
-                }
-                all.sort_by(|a, b| b.start_ns.cmp(&a.start_ns).then_with(|| a.trace_id.cmp(&b.trace_id)));
-                all.truncate(REFUSALS_PER_SECOND);
-                changes.put(key.clone(), Record::Refusals(Box::new(RefusalsRecord { orphans: all })));
+            for ((key, mine), rec) in by_key.iter().zip(stored) {
+                changes.put(key.clone(), merge(rec, mine));
             }
         }
         let window = self.late_span_window;
-        let mut expired = Vec::new();
-        while self.refusals_written.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > window) {
-            if let Some((_, k)) = self.refusals_written.pop_front() {
-                if !keys.contains(&k) && !expired.contains(&k) {
-                    changes.delete(Table::Refusals, k.clone());
+        let mut expired: Vec<String> = Vec::new();
+        let written = self.shared_written.entry(table).or_default();
+        while written.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > window) {
+            if let Some((_, k)) = written.pop_front() {
+                if !by_key.contains_key(&k) && !expired.contains(&k) {
+                    changes.delete(table, k.clone());
                     expired.push(k);
                 }
             }
         }
         if changes.is_empty() {
-            return;
+            return Vec::new();
         }
         let refused: Vec<String> = match store.apply(&changes) {
             Ok(()) => Vec::new(),
@@ -932,18 +982,87 @@ impl Engine {
             Err(e) => {
                 self.store_errors += 1;
                 self.store_down = true;
-                tracing::warn!(error = %e, "could not write refusals to the state store");
-                self.pending_orphans = by_second.into_values().flatten().collect();
+                tracing::warn!(error = %e, table = table.as_str(), "could not write the state store");
+                return by_key.into_values().flatten().collect();
+            }
+        };
+        let mut again = Vec::new();
+        let written = self.shared_written.entry(table).or_default();
+        for (key, mine) in by_key {
+            if refused.contains(&key) {
+                again.extend(mine);
+            } else {
+                written.retain(|(_, k)| *k != key);
+                written.push_back((now, key));
+            }
+        }
+        again
+    }
+
+    /// With a shared store: the server halves about to be decided alone look for their client
+    /// half among those other instances published; where exactly one qualifies, its decided
+    /// chain is taken from the store (like a receipt's, `take_over_from_store`), so the server
+    /// half joins it here and revises its verdict instead of giving one of its own.
+    fn join_remote_halves(&mut self, now: Moment, all: bool) {
+        use crate::correlate::crossjoin::{self, Half};
+        let Some(store) = self.store.clone() else { return };
+        if !store.is_shared() {
+            return;
+        }
+        let halves = self.chains.server_halves_to_look_for(now, all);
+        if halves.is_empty() {
+            return;
+        }
+        let mut keys: Vec<String> = halves.iter().flat_map(|(_, h)| crossjoin::shared_half_keys(h)).collect();
+        keys.sort();
+        keys.dedup();
+        let records = match store.get_many(crate::state::Table::Halves, &keys) {
+            Ok(r) => r,
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, "could not read client halves from the state store");
                 return;
             }
         };
-        for (sec, mine) in by_second {
-            let key = refusal_key(sec);
-            if refused.contains(&key) {
-                self.pending_orphans.extend(mine);
-            } else {
-                self.refusals_written.retain(|(_, k)| *k != key);
-                self.refusals_written.push_back((now, key));
+        let listed: FxHashMap<&String, crate::state::HalvesRecord> = keys
+            .iter()
+            .zip(records)
+            .filter_map(|(k, r)| match r {
+                Some(crate::state::Record::Halves(r)) => Some((k, *r)),
+                _ => None,
+            })
+            .collect();
+        for (id, h) in halves {
+            let mut found: Vec<crate::evidence::TraceId> = Vec::new();
+            let mut overflow = false;
+            for k in crossjoin::shared_half_keys(&h) {
+                let Some(r) = listed.get(&k) else { continue };
+                overflow |= r.overflow;
+                for c in &r.halves {
+                    let (t, ch) = Half::from_shared(c);
+                    if t != id && crossjoin::client_matches(&ch, &h) && !found.contains(&t) {
+                        found.push(t);
+                    }
+                }
+            }
+            if overflow || found.len() != 1 || self.chains.knows(&found[0]) {
+                continue;
+            }
+            let t = found[0];
+            match store.get(crate::state::Table::Decided, &crate::state::trace_key(&t)) {
+                Ok(Some(crate::state::Record::Decided(r))) => {
+                    self.store_down = false;
+                    self.taken_over += 1;
+                    self.restored.insert(t);
+                    self.chains.restore_decided(*r);
+                }
+                Ok(_) => self.store_down = false,
+                Err(e) => {
+                    self.store_errors += 1;
+                    self.store_down = true;
+                    tracing::warn!(error = %e, "could not take a client half's chain from the state store");
+                }
             }
         }
     }

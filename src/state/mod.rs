@@ -12,6 +12,7 @@
 //! | `decided` | trace id (hex) | [`DecidedRecord`]: a decided chain kept for revision |
 //! | `operations` | operation key | the trace id of the call that named it |
 //! | `drift_reported` | server, tool, digest | [`DriftRecord`] (reported once) |
+//! | `client_halves` | method, request id, start second ([`crate::correlate::crossjoin::shared_half_key`]) | [`HalvesRecord`]: client halves of split calls decided by some instance (shared stores only) |
 //! | `refusals` | the second an HTTP request started (`start_ns / 1 s`, decimal) | [`RefusalsRecord`]: refused-looking HTTP spans alone in their trace (shared stores only) |
 //!
 //! The gate's view is not a table of its own: it is re-published from the sessions at load.
@@ -85,11 +86,12 @@ pub enum Table {
     Operations,
     DriftReported,
     Refusals,
+    Halves,
 }
 
 impl Table {
-    pub const ALL: [Table; 6] =
-        [Table::Sessions, Table::Incidents, Table::Decided, Table::Operations, Table::DriftReported, Table::Refusals];
+    pub const ALL: [Table; 7] =
+        [Table::Sessions, Table::Incidents, Table::Decided, Table::Operations, Table::DriftReported, Table::Refusals, Table::Halves];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -99,6 +101,7 @@ impl Table {
             Table::Operations => "operations",
             Table::DriftReported => "drift_reported",
             Table::Refusals => "refusals",
+            Table::Halves => "client_halves",
         }
     }
 }
@@ -156,6 +159,29 @@ pub struct RefusalsRecord {
     pub orphans: Vec<SpanEvidence>,
 }
 
+/// Client halves of split calls (a client request span with no server span in its trace), by
+/// (method, request id, start second), as the instances that decided them published them: the
+/// instance holding the server half takes the client's decided chain from the store and joins
+/// them (`correlate::crossjoin`). `overflow`: more than fit were published, so no unique match
+/// can be shown (an ambiguous match is no match).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HalvesRecord {
+    pub halves: Vec<ClientHalf>,
+    pub overflow: bool,
+}
+
+/// One client half as a shared store lists it: the chain's trace and its request's interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientHalf {
+    pub trace_id: TraceId,
+    pub method: crate::evidence::Method,
+    pub request_id: Box<str>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub server: Option<Arc<str>>,
+    pub session: Option<Arc<str>>,
+}
+
 /// The key of the refusals that started in second `sec`.
 pub fn refusal_key(sec: u64) -> String {
     sec.to_string()
@@ -197,6 +223,7 @@ pub enum Record {
     Operation(TraceId),
     DriftReported(DriftRecord),
     Refusals(Box<RefusalsRecord>),
+    Halves(Box<HalvesRecord>),
 }
 
 impl Record {
@@ -208,6 +235,7 @@ impl Record {
             Record::Operation(_) => Table::Operations,
             Record::DriftReported(_) => Table::DriftReported,
             Record::Refusals(_) => Table::Refusals,
+            Record::Halves(_) => Table::Halves,
         }
     }
 
@@ -220,6 +248,7 @@ impl Record {
             Table::Operations => Record::Operation(decode(table, key, bytes)?),
             Table::DriftReported => Record::DriftReported(decode(table, key, bytes)?),
             Table::Refusals => Record::Refusals(Box::new(decode(table, key, bytes)?)),
+            Table::Halves => Record::Halves(Box::new(decode(table, key, bytes)?)),
         })
     }
 
@@ -232,6 +261,7 @@ impl Record {
             Record::Operation(r) => encode(r),
             Record::DriftReported(r) => encode(r),
             Record::Refusals(r) => encode(r),
+            Record::Halves(r) => encode(r),
         }
     }
 }
@@ -278,6 +308,7 @@ pub struct Snapshot {
     pub drift_reported: Vec<DriftRecord>,
     /// Not restored (the engine reads the seconds it needs while it runs), kept for `scan`.
     pub refusals: Vec<(String, RefusalsRecord)>,
+    pub halves: Vec<(String, HalvesRecord)>,
 }
 
 impl Snapshot {
@@ -290,6 +321,7 @@ impl Snapshot {
             Table::Operations => self.operations.push((key.to_string(), decode(table, key, bytes)?)),
             Table::DriftReported => self.drift_reported.push(decode(table, key, bytes)?),
             Table::Refusals => self.refusals.push((key.to_string(), decode(table, key, bytes)?)),
+            Table::Halves => self.halves.push((key.to_string(), decode(table, key, bytes)?)),
         }
         Ok(())
     }
@@ -303,6 +335,7 @@ impl Snapshot {
             Record::Operation(t) => self.operations.push((key.to_string(), *t)),
             Record::DriftReported(r) => self.drift_reported.push(r.clone()),
             Record::Refusals(r) => self.refusals.push((key.to_string(), (**r).clone())),
+            Record::Halves(r) => self.halves.push((key.to_string(), (**r).clone())),
         }
     }
 
@@ -313,6 +346,7 @@ impl Snapshot {
             && self.operations.is_empty()
             && self.drift_reported.is_empty()
             && self.refusals.is_empty()
+            && self.halves.is_empty()
     }
 }
 
@@ -355,6 +389,7 @@ pub trait StateStore: Send {
             Table::Operations => out.extend(snap.operations.into_iter().map(|(k, t)| (k, Record::Operation(t)))),
             Table::DriftReported => out.extend(snap.drift_reported.into_iter().map(|r| (r.key(), Record::DriftReported(r)))),
             Table::Refusals => out.extend(snap.refusals.into_iter().map(|(k, r)| (k, Record::Refusals(Box::new(r))))),
+            Table::Halves => out.extend(snap.halves.into_iter().map(|(k, r)| (k, Record::Halves(Box::new(r))))),
         }
         Ok(out)
     }
