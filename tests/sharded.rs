@@ -263,6 +263,66 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+    /// With every instance on one shared store, receipts in traces of their own too (joined by
+    /// operation key, landing on any instance, before or after their call): no call's latest
+    /// revision across instances is greener than one process's verdict, and every call one
+    /// process judges is judged somewhere.
+    #[test]
+    fn with_a_shared_store_no_shard_is_greener_even_with_receipts_in_their_own_trace(
+        calls in proptest::collection::vec(call(true), 1..6),
+        n in 2usize..=4,
+        seed in any::<u64>(),
+        cuts in proptest::collection::vec(0usize..20, 0..6),
+        steps in proptest::collection::vec(0u64..300, 0..12),
+    ) {
+        let all = spans(&calls);
+        let b = batches(&all, seed, &cuts);
+        let single = run(1, &b, &steps, &|_, _| 0).remove(0);
+        let r = ring::Ring::new(&endpoints(n));
+        let store = StoreHandle::new(MemoryStore::shared());
+        let shards = run_with(n, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&store));
+        let bad = violations(&single, &shards);
+        prop_assert!(bad.is_empty(), "{bad:#?}");
+        for call in single.keys() {
+            prop_assert!(shards.iter().any(|s| s.contains_key(call)), "{:02x?} judged nowhere", call);
+        }
+    }
+}
+
+/// A receipt in a trace of its own that reports *before* its call, parked on another instance
+/// than the call's: with a shared store the parked verifier is published, and the call's
+/// instance reads it when it decides the call and revises it to `false_success`, as one process
+/// says.
+#[test]
+fn with_a_shared_store_a_receipt_parked_elsewhere_before_its_call_revises_it() {
+    let r = ring::Ring::new(&endpoints(3));
+    let mut found = None;
+    for seed in 0u8..=255 {
+        let c = Call { trace: [seed; 16], server_span: false, error: 0, receipt: Some((OutcomeResult::Missing, true)), sibling: false };
+        let all = spans(std::slice::from_ref(&c));
+        if r.index_for(&all[0].trace_id) != r.index_for(&all[1].trace_id) {
+            found = Some(all);
+            break;
+        }
+    }
+    let all = found.expect("some seed splits the call from its receipt");
+    // The receipt first; a quiet step in which its instance parks and publishes it; the call.
+    let b = vec![vec![all[1].clone()], vec![], vec![all[0].clone()]];
+    let steps = [0, 300, 300];
+    let single = run(1, &b, &steps, &|_, _| 0).remove(0);
+    assert_eq!(single.values().map(|v| v.1).collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
+    let without = run(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0));
+    assert_eq!(violations(&single, &without).len(), 1, "without a store it is a false green");
+    let store = StoreHandle::new(MemoryStore::shared());
+    let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&store));
+    let bad = violations(&single, &shards);
+    assert!(bad.is_empty(), "{bad:?}");
+    let call_at = r.index_for(&all[0].trace_id).unwrap();
+    assert_eq!(shards[call_at].values().last().map(|v| v.1), Some(HealthState::FalseSuccess), "{shards:?}");
+}
+
 /// The receipt of a call in a trace of its own (joined by operation key), routed to another
 /// instance: the call's instance says `unverified` where one process says `false_success`. This
 /// is the gap the shared operation-key index must close; the test pins it so that closing it

@@ -205,6 +205,10 @@ pub struct Chains {
     /// With a shared store: client halves of chains decided here, still to be published (so an
     /// instance holding their server half finds them), and the server halves already looked for.
     published_halves: Vec<(TraceId, crossjoin::Half)>,
+    /// With a shared store: verifiers parked here, still to be published, and the verifiers
+    /// taken from the store already (each is taken once).
+    published_parked: Vec<(Box<str>, SpanEvidence)>,
+    known_verifiers: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
     looked_for: crate::bounded::BoundedSet<TraceId>,
     known_orphans: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
 }
@@ -234,6 +238,8 @@ impl Chains {
             share_orphans: false,
             published_orphans: Vec::new(),
             published_halves: Vec::new(),
+            published_parked: Vec::new(),
+            known_verifiers: crate::bounded::BoundedSet::with_capacity("known_verifiers", 100_000),
             looked_for: crate::bounded::BoundedSet::with_capacity("halves_looked_for", 100_000),
             known_orphans: crate::bounded::BoundedSet::with_capacity("known_orphans", crossjoin::MAX_ORPHANS * 4),
         }
@@ -254,6 +260,24 @@ impl Chains {
     /// [`crossjoin::MAX_ORPHANS`] held; past that the oldest go unpublished).
     pub fn take_published_halves(&mut self) -> Vec<(TraceId, crossjoin::Half)> {
         std::mem::take(&mut self.published_halves)
+    }
+
+    /// The verifiers parked since the last call, with their operation keys, to publish (at most
+    /// `max_parked_verifiers` held; past that the oldest go unpublished).
+    pub fn take_published_parked(&mut self) -> Vec<(Box<str>, SpanEvidence)> {
+        std::mem::take(&mut self.published_parked)
+    }
+
+    /// A verifier another instance parked under an operation key a call here names: taken as
+    /// if it had come here (it joins the call, revising it when decided), once.
+    pub fn take_remote_verifier(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
+        if ev.method.is_some() || ev.outcomes.is_empty() || !self.known_verifiers.insert((ev.trace_id, ev.span_id)) {
+            return;
+        }
+        let joins = ev.operation_key.as_deref().and_then(|k| self.operations.get(k)).is_some();
+        if joins {
+            self.add_span(ev, now, out);
+        }
     }
 
     /// Server halves in flight about to be decided alone (they have waited for their client
@@ -395,6 +419,9 @@ impl Chains {
         let index_keys = crossjoin::half_keys(&r.spans);
         self.cross.insert_keys(r.trace_id, &index_keys);
         let at = Moment::from_nanos(r.decided_at_ns);
+        // Its refused-looking requests wait for a late HTTP span here as they did where it was
+        // decided (an instance restarted, or the chain was taken from a shared store).
+        self.cross.remember_refused(at, crossjoin::refused_requests(&r.spans), self.limits.late_span_window);
         self.bytes += bytes;
         self.decided_order.push_back((at, r.trace_id, r.revision));
         self.decided.insert(
@@ -542,6 +569,13 @@ impl Chains {
                         // judging a verifier alone.
                         self.stats.verifiers_parked += 1;
                         let key: Box<str> = key.into();
+                        if self.share_orphans {
+                            self.known_verifiers.insert((ev.trace_id, ev.span_id));
+                            if self.published_parked.len() >= self.limits.max_parked_verifiers.max(1) {
+                                self.published_parked.remove(0);
+                            }
+                            self.published_parked.push((key.clone(), ev.clone()));
+                        }
                         match self.parked.get_or_insert_with(key, Vec::new) {
                             Some(v) if v.len() < MAX_PARKED_PER_KEY => v.push((now, ev)),
                             _ => self.stats.parked_dropped += 1,

@@ -70,6 +70,8 @@ const REFUSAL_PULL_RECENT: Duration = Duration::from_secs(10);
 /// Most seconds of refusals read in one step, and how often they are read at most.
 const REFUSAL_SECONDS_PER_PULL: usize = 64;
 const REFUSAL_PULL_EVERY: Duration = Duration::from_millis(20);
+/// Verifiers kept per operation key in a shared store (as `chains`' own bound per key).
+const MAX_SHARED_PARKED_PER_KEY: usize = 16;
 
 /// Everything the engine is configured with.
 #[derive(Clone, Debug, Default)]
@@ -187,6 +189,7 @@ pub struct Engine {
     /// this instance wrote and when (deleted `late_span_window` after), and the last read of them.
     pending_orphans: Vec<SpanEvidence>,
     pending_halves: Vec<crate::state::ClientHalf>,
+    pending_parked: Vec<(Box<str>, SpanEvidence)>,
     shared_written: FxHashMap<crate::state::Table, std::collections::VecDeque<(Moment, String)>>,
     last_refusal_pull: Option<Moment>,
     late_span_window: Duration,
@@ -235,6 +238,7 @@ impl Engine {
             global_gauges: None,
             pending_orphans: Vec::new(),
             pending_halves: Vec::new(),
+            pending_parked: Vec::new(),
             shared_written: Default::default(),
             last_refusal_pull: None,
             late_span_window,
@@ -928,6 +932,67 @@ impl Engine {
             Record::Halves(Box::new(r))
         });
         self.pending_halves = outcome;
+
+        self.pending_parked.extend(self.chains.take_published_parked());
+        let mut parked: std::collections::BTreeMap<String, Vec<SpanEvidence>> = Default::default();
+        for (k, v) in std::mem::take(&mut self.pending_parked) {
+            parked.entry(k.into_string()).or_default().push(v);
+        }
+        let outcome = self.merge_lists(store, now, Table::Parked, parked, |rec, mine| {
+            let mut all = match rec {
+                Some(Record::Parked(r)) => r.verifiers,
+                _ => Vec::new(),
+            };
+            for v in mine {
+                if all.len() < MAX_SHARED_PARKED_PER_KEY && !all.iter().any(|x| x.trace_id == v.trace_id && x.span_id == v.span_id) {
+                    all.push(v.clone());
+                }
+            }
+            Record::Parked(Box::new(crate::state::ParkedRecord { verifiers: all }))
+        });
+        self.pending_parked = outcome
+            .into_iter()
+            .filter_map(|v| {
+                let k = v.operation_key.clone()?;
+                Some((k, v))
+            })
+            .collect();
+    }
+
+    /// With a shared store: read the verifiers other instances parked under the operation keys
+    /// of the calls just decided here (one pipelined read per step with such calls), and take
+    /// them in: a verifier that reported before its call, on another instance, still revises it.
+    fn pull_parked(&mut self, now: Moment, decided: &mut Vec<DecidedCalls>) {
+        let Some(store) = self.store.clone() else { return };
+        if !store.is_shared() {
+            return;
+        }
+        let mut keys: Vec<String> =
+            decided.iter().flat_map(|d| d.calls.iter()).filter_map(|c| c.operation_key.as_deref()).map(str::to_string).collect();
+        if keys.is_empty() {
+            return;
+        }
+        keys.sort();
+        keys.dedup();
+        match store.get_many(crate::state::Table::Parked, &keys) {
+            Ok(records) => {
+                self.store_down = false;
+                let mut more = Vec::new();
+                for r in records.into_iter().flatten() {
+                    if let crate::state::Record::Parked(r) = r {
+                        for v in r.verifiers {
+                            self.chains.take_remote_verifier(v, now, &mut more);
+                        }
+                    }
+                }
+                decided.extend(more);
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, "could not read parked verifiers from the state store");
+            }
+        }
     }
 
     /// Add `by_key`'s items to the list records of `table` (read, `merge`, compare-and-set, in
@@ -1133,6 +1198,7 @@ impl Engine {
     }
 
     fn classify_decided(&mut self, decided: &mut Vec<DecidedCalls>, now: Moment, out: &mut Vec<Decided>) {
+        self.pull_parked(now, decided);
         self.refresh_sessions(decided);
         self.publish_merged(out);
         for d in decided.drain(..) {

@@ -11,11 +11,20 @@ use super::{Changes, Record, Snapshot, StateStore, StoreError, Table};
 #[derive(Default)]
 pub struct MemoryStore {
     records: BTreeMap<(Table, String), Record>,
+    shared: bool,
 }
 
 impl MemoryStore {
     pub fn new() -> Self {
         MemoryStore::default()
+    }
+
+    /// A store that says it is shared, for tests of several engines in one process taking turns
+    /// on one store (one `StoreHandle`): they read each other's records as instances on Redis do.
+    /// It has no versions, so it never refuses a write (the engines take turns, so none is
+    /// lost), and it grants the gauge lease to every engine.
+    pub fn shared() -> Self {
+        MemoryStore { shared: true, ..MemoryStore::default() }
     }
 
     /// How many records it holds.
@@ -39,6 +48,10 @@ impl StateStore for MemoryStore {
 
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
         Ok(self.records.get(&(table, key.to_string())).cloned())
+    }
+
+    fn is_shared(&self) -> bool {
+        self.shared
     }
 
     fn apply(&mut self, changes: &Changes) -> Result<(), StoreError> {

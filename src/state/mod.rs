@@ -13,6 +13,7 @@
 //! | `operations` | operation key | the trace id of the call that named it |
 //! | `drift_reported` | server, tool, digest | [`DriftRecord`] (reported once) |
 //! | `client_halves` | method, request id, start second ([`crate::correlate::crossjoin::shared_half_key`]) | [`HalvesRecord`]: client halves of split calls decided by some instance (shared stores only) |
+//! | `parked_verifiers` | operation key | [`ParkedRecord`]: verifiers that reported before their call, as the instances that parked them published them (shared stores only) |
 //! | `refusals` | the second an HTTP request started (`start_ns / 1 s`, decimal) | [`RefusalsRecord`]: refused-looking HTTP spans alone in their trace (shared stores only) |
 //!
 //! The gate's view is not a table of its own: it is re-published from the sessions at load.
@@ -87,11 +88,20 @@ pub enum Table {
     DriftReported,
     Refusals,
     Halves,
+    Parked,
 }
 
 impl Table {
-    pub const ALL: [Table; 7] =
-        [Table::Sessions, Table::Incidents, Table::Decided, Table::Operations, Table::DriftReported, Table::Refusals, Table::Halves];
+    pub const ALL: [Table; 8] = [
+        Table::Sessions,
+        Table::Incidents,
+        Table::Decided,
+        Table::Operations,
+        Table::DriftReported,
+        Table::Refusals,
+        Table::Halves,
+        Table::Parked,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -102,6 +112,7 @@ impl Table {
             Table::DriftReported => "drift_reported",
             Table::Refusals => "refusals",
             Table::Halves => "client_halves",
+            Table::Parked => "parked_verifiers",
         }
     }
 }
@@ -182,6 +193,13 @@ pub struct ClientHalf {
     pub session: Option<Arc<str>>,
 }
 
+/// Verifier spans that named an operation key before any call did, parked where they came: the
+/// instance whose call names the key reads them when it decides the call.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ParkedRecord {
+    pub verifiers: Vec<SpanEvidence>,
+}
+
 /// The key of the refusals that started in second `sec`.
 pub fn refusal_key(sec: u64) -> String {
     sec.to_string()
@@ -224,6 +242,7 @@ pub enum Record {
     DriftReported(DriftRecord),
     Refusals(Box<RefusalsRecord>),
     Halves(Box<HalvesRecord>),
+    Parked(Box<ParkedRecord>),
 }
 
 impl Record {
@@ -236,6 +255,7 @@ impl Record {
             Record::DriftReported(_) => Table::DriftReported,
             Record::Refusals(_) => Table::Refusals,
             Record::Halves(_) => Table::Halves,
+            Record::Parked(_) => Table::Parked,
         }
     }
 
@@ -249,6 +269,7 @@ impl Record {
             Table::DriftReported => Record::DriftReported(decode(table, key, bytes)?),
             Table::Refusals => Record::Refusals(Box::new(decode(table, key, bytes)?)),
             Table::Halves => Record::Halves(Box::new(decode(table, key, bytes)?)),
+            Table::Parked => Record::Parked(Box::new(decode(table, key, bytes)?)),
         })
     }
 
@@ -262,6 +283,7 @@ impl Record {
             Record::DriftReported(r) => encode(r),
             Record::Refusals(r) => encode(r),
             Record::Halves(r) => encode(r),
+            Record::Parked(r) => encode(r),
         }
     }
 }
@@ -309,6 +331,7 @@ pub struct Snapshot {
     /// Not restored (the engine reads the seconds it needs while it runs), kept for `scan`.
     pub refusals: Vec<(String, RefusalsRecord)>,
     pub halves: Vec<(String, HalvesRecord)>,
+    pub parked: Vec<(String, ParkedRecord)>,
 }
 
 impl Snapshot {
@@ -322,6 +345,7 @@ impl Snapshot {
             Table::DriftReported => self.drift_reported.push(decode(table, key, bytes)?),
             Table::Refusals => self.refusals.push((key.to_string(), decode(table, key, bytes)?)),
             Table::Halves => self.halves.push((key.to_string(), decode(table, key, bytes)?)),
+            Table::Parked => self.parked.push((key.to_string(), decode(table, key, bytes)?)),
         }
         Ok(())
     }
@@ -336,6 +360,7 @@ impl Snapshot {
             Record::DriftReported(r) => self.drift_reported.push(r.clone()),
             Record::Refusals(r) => self.refusals.push((key.to_string(), (**r).clone())),
             Record::Halves(r) => self.halves.push((key.to_string(), (**r).clone())),
+            Record::Parked(r) => self.parked.push((key.to_string(), (**r).clone())),
         }
     }
 
@@ -347,6 +372,7 @@ impl Snapshot {
             && self.drift_reported.is_empty()
             && self.refusals.is_empty()
             && self.halves.is_empty()
+            && self.parked.is_empty()
     }
 }
 
@@ -390,6 +416,7 @@ pub trait StateStore: Send {
             Table::DriftReported => out.extend(snap.drift_reported.into_iter().map(|r| (r.key(), Record::DriftReported(r)))),
             Table::Refusals => out.extend(snap.refusals.into_iter().map(|(k, r)| (k, Record::Refusals(Box::new(r))))),
             Table::Halves => out.extend(snap.halves.into_iter().map(|(k, r)| (k, Record::Halves(Box::new(r))))),
+            Table::Parked => out.extend(snap.parked.into_iter().map(|(k, r)| (k, Record::Parked(Box::new(r))))),
         }
         Ok(out)
     }
