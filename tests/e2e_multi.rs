@@ -1,17 +1,22 @@
-//! End to end (issue 12): three mcp-health processes sharing one Debian `redis-server`
-//! (`storage: {kind: redis}`), fed by a test router that splits each OTLP request by trace id
-//! over the collector's `load_balancing` ring (tests/support/ring.rs), against one process fed
-//! the same requests whole. For every fixture under tests/fixtures, after all are drained:
-//! - no call verdict on any instance is greener than one process's final verdict for that call
-//!   (`HealthState::greenness`), and no instance judges a call one process does not;
-//! - every call one process judges is judged somewhere (nothing lost);
-//! - no instance's final catalog verdict for a session is `converged` where one process's is not.
+//! End to end (issue 12): mcp-health processes (the release build, see `instance_binary`)
+//! sharing one Debian `redis-server` (`storage: {kind: redis}`), fed by a test router that splits
+//! each OTLP request by trace id over the collector's `load_balancing` ring
+//! (tests/support/ring.rs), against one process fed the same requests whole, over every fixture
+//! and dialect recording under tests/fixtures.
 //!
-//! Catalogs cross traces (signal, discovery, install and calls of one session go to different
-//! instances): they come out right only because each instance reads its sessions back from the
-//! store (before judging calls, before writing, and its `converged` ones every second and at the
-//! drain) and writes the union. Before that, these fixtures gave one `stale_catalog` call judged
-//! `healthy` and one stale session read `converged` on one instance; both are failures here now.
+//! `three_instances_on_one_redis_…`: three instances. Each call's latest revision across
+//! instances is one process's verdict (state, protocol and verified success: the same rates); no
+//! instance's final verdict is greener than one process's, none judges a call one process does
+//! not, none is lost; every incident is one process's (id, highest retry count, one `opened` and
+//! one `resolved` across instances); no session is `converged` where one process's is not.
+//!
+//! `a_ring_change_a_restart_and_a_redis_restart_…`: the ring grows 3 → 4, then one instance is
+//! stopped (SIGTERM) and started again while Redis restarts, in mid-stream: no verdict greener
+//! than one process's, every difference marked partial, nothing lost.
+//!
+//! What makes them hold crosses traces through the store: sessions read back and merged, incidents
+//! folded by compare-and-set, refused HTTP spans, client halves of split calls and parked verifiers
+//! published and read where the other part of their call is (src/engine, docs/multi-instance.md).
 
 mod support;
 
@@ -25,6 +30,20 @@ use serde_json::Value;
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
+
+/// The binary the instances run: the release build `scripts/test` makes and names in
+/// `MCP_HEALTH_RELEASE_BIN`, as a deployment runs it; without it (a targeted `cargo test`), the
+/// test build, said on stderr. Under `CI` the release build is required.
+fn instance_binary() -> Option<std::path::PathBuf> {
+    match std::env::var_os("MCP_HEALTH_RELEASE_BIN").map(std::path::PathBuf::from) {
+        Some(p) if p.exists() => Some(p),
+        other => {
+            assert!(std::env::var_os("CI").is_none(), "under CI the instances run the release build: MCP_HEALTH_RELEASE_BIN={other:?}");
+            eprintln!("NOTE: MCP_HEALTH_RELEASE_BIN is not set: the instances run the test build of mcp-health");
+            None
+        }
+    }
+}
 
 fn greenness(state: &str) -> u8 {
     match state {
@@ -87,7 +106,7 @@ async fn three_instances_on_one_redis_are_never_greener_than_one_process() {
         return;
     }
     let r = redis_server::RedisServer::start();
-    let cfg = Cfg { storage_redis: Some(r.url()), decision_wait: "200ms", exporter: None, ..Cfg::default() };
+    let cfg = Cfg { storage_redis: Some(r.url()), decision_wait: "200ms", exporter: None, binary: instance_binary(), ..Cfg::default() };
     let mut instances = Vec::new();
     for _ in 0..3 {
         instances.push(Service::start(cfg.clone()).await);
@@ -282,6 +301,7 @@ async fn a_ring_change_a_restart_and_a_redis_restart_are_never_greener_and_diffe
         decision_wait: "200ms",
         exporter: None,
         listener_extra: vec![("mcp_health", "partial_before_start: true".to_string())],
+        binary: instance_binary(),
         ..Cfg::default()
     };
     let mut instances: Vec<Service> = Vec::new();

@@ -389,6 +389,8 @@ pub struct Cfg {
     /// `gate`, and `mcp_health` for the processor): YAML lines written as if at the component's
     /// top level (indented here).
     pub listener_extra: Vec<(&'static str, String)>,
+    /// The mcp-health binary to run (the test build's when `None`).
+    pub binary: Option<PathBuf>,
 }
 
 impl Default for Cfg {
@@ -420,6 +422,7 @@ impl Default for Cfg {
             storage_redis: None,
             gate: false,
             listener_extra: Vec::new(),
+            binary: None,
         }
     }
 }
@@ -540,7 +543,8 @@ impl Service {
             std::fs::write(&config_path, cfg.yaml(&ports)).unwrap();
             let stdout = std::fs::File::create(dir.path().join("stdout")).unwrap();
             let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
-            let child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+            let binary = cfg.binary.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mcp-health")));
+            let child = Command::new(binary)
                 .arg("serve")
                 .arg("--config")
                 .arg(&config_path)
