@@ -425,6 +425,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         }
         None => {}
     }
+    let shared = engine_cfg.store.clone().filter(|s| s.is_shared()).map(|s| (s, engine_cfg.sessions.clone()));
     let engine = Engine::new(engine_cfg);
     let heartbeat = Heartbeat::new(Moment::wall_now());
     let gate_state = gate_l.as_ref().map(|(_, unpinned, _)| {
@@ -434,6 +435,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
             board: engine.board(),
             unpinned: *unpinned,
             store_down: Some(std::sync::Arc::new(move || hb.is_store_down())),
+            shared,
         }
     });
     // The engine steps at least every tick; silent for much longer than that, it is stuck.

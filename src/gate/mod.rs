@@ -105,6 +105,10 @@ pub struct GateState {
     /// verdicts that other instances hold are then unknown here, and the gate says so
     /// (UNAVAILABLE) rather than answering from this instance's board alone.
     pub store_down: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    /// A shared state store, and the session limits the engine judges catalogs by: a session's
+    /// verdict is then read from the store (every instance's evidence, merged), so any instance
+    /// answers for any session, not only for those whose traces it received.
+    pub shared: Option<(crate::state::StoreHandle, crate::correlate::SessionLimits)>,
 }
 
 impl GateState {
@@ -141,6 +145,22 @@ impl GateState {
     /// protocol has no session.
     pub fn catalog_of(&self, session_id: Option<&str>, client: Option<&str>, server: Option<&str>) -> Option<CatalogVerdict> {
         let key = crate::evidence::session_key(session_id, client, server, crate::evidence::Side::Client)?;
+        if let Some((store, limits)) = &self.shared {
+            match store.peek(crate::state::Table::Sessions, &key) {
+                Ok(Some(crate::state::Record::Session(r))) => {
+                    // The store holds the union every instance wrote (at most 100 ms behind each);
+                    // judged now, as the engine would.
+                    let mut one = crate::correlate::Sessions::new(limits.clone());
+                    one.restore(key.clone(), *r);
+                    let now = crate::evidence::time::Moment::wall_now();
+                    if let Some(c) = one.all_at(now).into_iter().next() {
+                        return Some(c.verdict);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "gate: could not read a session from the state store; answering from this instance"),
+            }
+        }
         self.board.get(&key).map(|(_, v)| v)
     }
 }

@@ -387,6 +387,12 @@ pub trait StateStore: Send {
     /// One record, by table and key (a decided chain the engine forgot under its bounds, wanted
     /// back by a late span).
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError>;
+    /// One record, read without becoming this store's view of it (a shared store's
+    /// compare-and-set expects the version its writer last merged, not one a reader saw: the
+    /// gate reads this way).
+    fn peek(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
+        self.get(table, key)
+    }
     /// Several records of one table, in the order of `keys` (one round trip where the store can).
     fn get_many(&mut self, table: Table, keys: &[String]) -> Result<Vec<Option<Record>>, StoreError> {
         keys.iter().map(|k| self.get(table, k)).collect()
@@ -498,6 +504,10 @@ impl StoreHandle {
 
     pub fn get(&self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
         self.lock().get(table, key)
+    }
+
+    pub fn peek(&self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
+        self.lock().peek(table, key)
     }
 
     pub fn scan(&self, table: Table) -> Result<Vec<(String, Record)>, StoreError> {

@@ -458,6 +458,18 @@ impl StateStore for RedisStore {
         true
     }
 
+    fn peek(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
+        let k = record_key(table, key);
+        let v: Option<Vec<u8>> = self.with_conn(|c| ::redis::cmd("HGET").arg(&k).arg("v").query(c))?;
+        match v {
+            Some(v) => {
+                self.stats.bytes_received += v.len() as u64;
+                Ok(Some(Record::decode(table, key, &v)?))
+            }
+            None => Ok(None),
+        }
+    }
+
     fn scan(&mut self, table: Table) -> Result<Vec<(String, Record)>, StoreError> {
         let mut out = Vec::new();
         for (key, bytes, _) in self.scan_table(table)? {

@@ -539,4 +539,13 @@ fn redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it() {
     states(&mut a, session, t);
     assert_eq!(states(&mut b, vec![call], t + Duration::from_millis(100)), vec![HealthState::StaleCatalog]);
     assert_eq!((b.sessions_merged(), b.store_errors()), (1, 0));
+    // The gate of a third instance, which received nothing of this session, answers its verdict
+    // from the store (every instance's evidence): stale, not unknown.
+    let gate = crate::gate::GateState {
+        shared: Some((StoreHandle::open_redis(settings(&r.url())).unwrap(), SessionLimits::default())),
+        ..crate::gate::GateState::default()
+    };
+    let v = gate.catalog_of(Some("s-1"), None, None).expect("the session is found in the store");
+    assert_eq!(v.convergence, crate::classify::catalog::Convergence::Stale);
+    assert!(crate::gate::GateState::default().catalog_of(Some("s-1"), None, None).is_none(), "without the store: unknown here");
 }
