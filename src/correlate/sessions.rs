@@ -227,6 +227,11 @@ impl Sessions {
         changes
     }
 
+    /// The convergence last reported for a session (`None`: unknown here, or no verdict yet).
+    pub fn last_convergence(&self, key: &str) -> Option<Convergence> {
+        self.map.get(key).and_then(|st| st.last)
+    }
+
     /// Up to `limit` of the sessions whose verdict here is `converged`, in key order from the
     /// `cursor`-th: the ones to read back from a shared store, since only a green verdict can be
     /// wrong for want of evidence another instance holds.

@@ -72,6 +72,9 @@ const REFUSAL_SECONDS_PER_PULL: usize = 64;
 const REFUSAL_PULL_EVERY: Duration = Duration::from_millis(20);
 /// Verifiers kept per operation key in a shared store (as `chains`' own bound per key).
 const MAX_SHARED_PARKED_PER_KEY: usize = 16;
+/// How long a `converged` catalog verdict is held on a shared store before a read of the store
+/// confirms it: longer than an instance takes to write what it received (`PERSIST_EVERY`).
+const CONFIRM_CONVERGED_AFTER: Duration = Duration::from_millis(250);
 
 /// Everything the engine is configured with.
 #[derive(Clone, Debug, Default)]
@@ -195,6 +198,10 @@ pub struct Engine {
     late_span_window: Duration,
     /// Evidence was taken in since the last write to the store (see `next_due`).
     unwritten: bool,
+    /// On a shared store: `converged` catalog verdicts held until confirmed, with when they are
+    /// due (see `confirm_converged`); and the engine time of the current step.
+    pending_converged: Vec<(Moment, crate::correlate::CatalogChange)>,
+    now: Moment,
 }
 
 impl Engine {
@@ -243,6 +250,8 @@ impl Engine {
             last_refusal_pull: None,
             late_span_window,
             unwritten: false,
+            pending_converged: Vec::new(),
+            now: Moment::from_nanos(0),
         };
         if let Some(store) = store {
             e.attach(store);
@@ -496,10 +505,8 @@ impl Engine {
             (true, Some(t)) => Some(t + crate::state::PERSIST_EVERY),
             _ => None,
         };
-        match (self.chains.next_due(), write) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let confirm = self.pending_converged.iter().map(|(at, _)| *at).min();
+        [self.chains.next_due(), write, confirm].into_iter().flatten().min()
     }
 
     pub fn in_flight(&self) -> usize {
@@ -513,6 +520,7 @@ impl Engine {
 
     /// Take in one normalized batch at `now`.
     pub fn ingest(&mut self, batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
+        self.now = now;
         self.started_ns.get_or_insert(now.as_nanos());
         self.unwritten = self.store.is_some();
         out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).cloned().map(Decided::Finding));
@@ -534,6 +542,7 @@ impl Engine {
     /// Let time pass to `now`: decide due chains, move time-based verdicts (TTL expiry, `max_age`,
     /// progress clocks), forget idle sessions.
     pub fn tick(&mut self, now: Moment, out: &mut Vec<Decided>) {
+        self.now = now;
         let mut decided = std::mem::take(&mut self.scratch);
         self.pull_refusals(now, false, &mut decided);
         self.join_remote_halves(now, false);
@@ -557,10 +566,12 @@ impl Engine {
         self.scratch = decided;
         self.persist(now, false, out);
         self.publish_merged(out);
+        self.confirm_converged(now, false, out);
     }
 
     /// Decide everything still in flight (shutdown, end of a replay), marked `by`.
     pub fn drain(&mut self, by: DecidedBy, now: Moment, out: &mut Vec<Decided>) {
+        self.now = now;
         // A last look at what other instances wrote of the sessions this one calls converged.
         self.refresh_converged();
         self.publish_merged(out);
@@ -573,6 +584,7 @@ impl Engine {
         self.persist(now, true, out);
         self.fold_pending_locally(out);
         self.publish_merged(out);
+        self.confirm_converged(now, true, out);
     }
 
     /// Write every pending change to the store now (the driver calls it before it stops).
@@ -678,9 +690,47 @@ impl Engine {
     }
 
     fn publish_catalog(&mut self, changes: Vec<crate::correlate::CatalogChange>, out: &mut Vec<Decided>) {
+        let shared = self.store.as_ref().is_some_and(|s| s.is_shared());
         for ch in changes {
+            if shared {
+                // A newer verdict of the session replaces one held for confirmation.
+                self.pending_converged.retain(|(_, p)| p.session_key != ch.session_key);
+                if ch.verdict.convergence == Convergence::Converged {
+                    // Another instance may hold the signal that makes it stale, written within
+                    // PERSIST_EVERY: held until a read of the store confirms it.
+                    self.pending_converged.push((self.now + CONFIRM_CONVERGED_AFTER, ch));
+                    continue;
+                }
+            }
             self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
             out.push(Decided::Catalog(ch));
+        }
+    }
+
+    /// With a shared store: the `converged` verdicts held since at least
+    /// [`CONFIRM_CONVERGED_AFTER`] (all of them when `force`) are confirmed by a read of their
+    /// sessions from the store: each is published only if the session, merged with what every
+    /// instance wrote, is still converged (otherwise the merge published the verdict it has now).
+    fn confirm_converged(&mut self, now: Moment, force: bool, out: &mut Vec<Decided>) {
+        let Some(store) = self.store.clone() else { return };
+        if self.pending_converged.is_empty() {
+            return;
+        }
+        let (due, held): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pending_converged).into_iter().partition(|(at, _)| force || *at <= now);
+        self.pending_converged = held;
+        if due.is_empty() {
+            return;
+        }
+        let keys: Vec<String> = due.iter().map(|(_, c)| c.session_key.clone()).collect();
+        self.read_sessions(&store, &keys);
+        self.publish_merged(out);
+        for (_, ch) in due {
+            let superseded = self.pending_converged.iter().any(|(_, p)| p.session_key == ch.session_key);
+            if !superseded && self.sessions.last_convergence(&ch.session_key) == Some(Convergence::Converged) {
+                self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
+                out.push(Decided::Catalog(ch));
+            }
         }
     }
 

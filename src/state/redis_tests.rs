@@ -549,3 +549,102 @@ fn redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it() {
     assert_eq!(v.convergence, crate::classify::catalog::Convergence::Stale);
     assert!(crate::gate::GateState::default().catalog_of(Some("s-1"), None, None).is_none(), "without the store: unknown here");
 }
+
+/// A session converged on one engine while another engine holds the signal that makes it stale:
+/// on a shared store the first engine holds its `converged` verdict until a read of the store
+/// confirms it, so it never says `converged` where one process (which has both) says `stale`.
+#[test]
+fn redis_a_converged_verdict_waits_for_the_store_to_confirm_it() {
+    if !available("redis_a_converged_verdict_waits_for_the_store_to_confirm_it") {
+        return;
+    }
+    use crate::classify::catalog::Convergence;
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, Side, SpanEvidence};
+    let r = RedisServer::start();
+    let engine = || {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        Engine::new(cfg)
+    };
+    let fact = |n: u8, at: u64, f: CatalogFacts| {
+        let mut s = SpanEvidence::new([9; 16], [n; 8]);
+        s.session_id = Some("s-1".into());
+        s.side = Side::Client;
+        s.server = Some(Arc::from("srv:1"));
+        s.start_ns = at;
+        s.end_ns = at;
+        s.catalog = Some(Box::new(f));
+        s
+    };
+    let page = ListPage {
+        cursor: None,
+        next_cursor_present: false,
+        tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))],
+        ttl_ms: None,
+        cache_scope: None,
+    };
+    let installed = crate::classify::digest::registry_digest(&[crate::classify::digest::ToolDigest {
+        name: "t".into(),
+        digest: "sha256:aa".into(),
+        projection_version: crate::classify::digest::PROJECTION_VERSION.into(),
+    }]);
+    let mut listed = fact(2, 10, CatalogFacts { page: Some(page), ..Default::default() });
+    listed.method = Some(Method::ToolsList);
+    let converged = vec![
+        fact(1, 1, CatalogFacts { list_changed_capability: Some(true), ..Default::default() }),
+        listed,
+        fact(3, 11, CatalogFacts { installed_digest: Some(Arc::from(installed.as_str())), ..Default::default() }),
+    ];
+    let signal = vec![fact(4, 20, CatalogFacts { signal: Some(SignalSource::Notification), ..Default::default() })];
+    let catalog = |out: &[Decided]| -> Vec<Convergence> {
+        out.iter().filter_map(|d| if let Decided::Catalog(c) = d { Some(c.verdict.convergence) } else { None }).collect()
+    };
+    let t = Moment::from_nanos(1_000_000_000);
+    let (mut a, mut b) = (engine(), engine());
+    let mut out_a = Vec::new();
+    a.ingest(crate::normalize::NormalizedBatch { evidence: converged, ..Default::default() }, t, &mut out_a);
+    assert!(!catalog(&out_a).contains(&Convergence::Converged), "held, not published: {:?}", catalog(&out_a));
+    assert!(a.next_due().is_some_and(|d| d <= t + Duration::from_millis(250)), "the engine wakes to confirm it");
+    // b gets the signal and writes it.
+    let mut out_b = Vec::new();
+    b.ingest(crate::normalize::NormalizedBatch { evidence: signal, ..Default::default() }, t + Duration::from_millis(10), &mut out_b);
+    b.flush_store(t + Duration::from_millis(20), &mut out_b);
+    // a confirms: the store's session (both engines' evidence) is stale, never converged.
+    a.tick(t + Duration::from_millis(300), &mut out_a);
+    a.drain(crate::verdict::DecidedBy::Shutdown, t + Duration::from_millis(400), &mut out_a);
+    let seen = catalog(&out_a);
+    assert!(!seen.contains(&Convergence::Converged), "{seen:?}");
+    assert_eq!(seen.last(), Some(&Convergence::Stale), "{seen:?}");
+
+    // Alone (nothing else on the store), the held verdict is confirmed and published.
+    let mut c = engine();
+    let mut out_c = Vec::new();
+    let mut again = fact(1, 1, CatalogFacts { list_changed_capability: Some(true), ..Default::default() });
+    again.session_id = Some("s-2".into());
+    let mut l2 = fact(
+        2,
+        10,
+        CatalogFacts {
+            page: Some(ListPage {
+                cursor: None,
+                next_cursor_present: false,
+                tools: vec![(Arc::from("t"), Arc::from("sha256:aa"))],
+                ttl_ms: None,
+                cache_scope: None,
+            }),
+            ..Default::default()
+        },
+    );
+    l2.method = Some(Method::ToolsList);
+    l2.session_id = Some("s-2".into());
+    let mut i2 = fact(3, 11, CatalogFacts { installed_digest: Some(Arc::from(installed.as_str())), ..Default::default() });
+    i2.session_id = Some("s-2".into());
+    c.ingest(crate::normalize::NormalizedBatch { evidence: vec![again, l2, i2], ..Default::default() }, t, &mut out_c);
+    c.tick(t + Duration::from_millis(300), &mut out_c);
+    assert_eq!(catalog(&out_c).last(), Some(&Convergence::Converged), "{:?}", catalog(&out_c));
+}
