@@ -193,6 +193,8 @@ pub struct Engine {
     pending_orphans: Vec<SpanEvidence>,
     pending_halves: Vec<crate::state::ClientHalf>,
     pending_parked: Vec<(Box<str>, SpanEvidence)>,
+    /// On a shared store: drift detected here, reported once its record is created (`sync_drift`).
+    pending_drift: Vec<(crate::state::DriftRecord, DriftEvent)>,
     shared_written: FxHashMap<crate::state::Table, std::collections::VecDeque<(Moment, String)>>,
     last_refusal_pull: Option<Moment>,
     late_span_window: Duration,
@@ -246,6 +248,7 @@ impl Engine {
             pending_orphans: Vec::new(),
             pending_halves: Vec::new(),
             pending_parked: Vec::new(),
+            pending_drift: Vec::new(),
             shared_written: Default::default(),
             last_refusal_pull: None,
             late_span_window,
@@ -320,6 +323,7 @@ impl Engine {
         self.unwritten = false;
         let shared = store.is_shared();
         if shared {
+            self.sync_drift(&store, out);
             self.sync_incidents(&store, out);
             self.publish_shared_lists(&store, now);
             // Sessions are written by every instance that sees a trace of them: read what the
@@ -1219,6 +1223,35 @@ impl Engine {
         }
     }
 
+    /// With a shared store: report each drift held since the last write only if this instance's
+    /// write creates its record (compare-and-set on a key never seen: absent); one another
+    /// instance created first was reported there. A store that fails keeps them for the next
+    /// write (and the drain reports them here rather than never).
+    fn sync_drift(&mut self, store: &crate::state::StoreHandle, out: &mut Vec<Decided>) {
+        if self.pending_drift.is_empty() {
+            return;
+        }
+        let mut changes = crate::state::Changes::default();
+        for (d, _) in &self.pending_drift {
+            changes.put(d.key(), crate::state::Record::DriftReported(d.clone()));
+        }
+        let refused: Vec<String> = match store.apply(&changes) {
+            Ok(()) => Vec::new(),
+            Err(crate::state::StoreError::Conflict { refused, .. }) => refused.into_iter().map(|(_, k)| k).collect(),
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, "could not write drift reports to the state store; holding them");
+                return;
+            }
+        };
+        for (d, event) in std::mem::take(&mut self.pending_drift) {
+            if !refused.contains(&d.key()) {
+                out.push(Decided::Drift(event));
+            }
+        }
+    }
+
     /// At shutdown, verdicts the shared store did not take are folded into this instance's own
     /// incidents and emitted (counted, `incidents_unshared`): an incident emitted twice is better
     /// than one never emitted.
@@ -1232,6 +1265,8 @@ impl Engine {
                 self.sync_incidents(&store, out);
             }
         }
+        // Drift the store did not take is reported here rather than never.
+        out.extend(std::mem::take(&mut self.pending_drift).into_iter().map(|(_, e)| Decided::Drift(e)));
         if self.pending_incidents.is_empty() {
             return;
         }
@@ -1337,15 +1372,16 @@ impl Engine {
                 if let PinCheck::Drift { pinned_digest, changes } =
                     pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref())
                 {
-                    if self.store.is_some() {
+                    let shared = self.store.as_ref().is_some_and(|st| st.is_shared());
+                    if self.store.is_some() && !shared {
                         self.drift_dirty.push(crate::state::DriftRecord {
                             server: key.0.clone(),
                             tool: key.1.clone(),
                             digest: key.2.clone(),
                         });
                     }
-                    self.drift_reported.insert(key);
-                    out.push(Decided::Drift(DriftEvent {
+                    self.drift_reported.insert(key.clone());
+                    let event = DriftEvent {
                         drift: true,
                         server: server.to_string(),
                         tool: tool.to_string(),
@@ -1354,7 +1390,13 @@ impl Engine {
                         changes,
                         trace_id: s.trace_id,
                         span_id: s.span_id,
-                    }));
+                    };
+                    if shared {
+                        // Reported by the instance whose write creates the record (see `sync_drift`).
+                        self.pending_drift.push((crate::state::DriftRecord { server: key.0, tool: key.1, digest: key.2 }, event));
+                    } else {
+                        out.push(Decided::Drift(event));
+                    }
                 }
             }
         }

@@ -648,3 +648,63 @@ fn redis_a_converged_verdict_waits_for_the_store_to_confirm_it() {
     c.tick(t + Duration::from_millis(300), &mut out_c);
     assert_eq!(catalog(&out_c).last(), Some(&Convergence::Converged), "{:?}", catalog(&out_c));
 }
+
+/// Two engines on one Redis see the same drifted `tools/list` page (two sessions, two traces):
+/// the drift is reported once, by the engine whose write created its record.
+#[test]
+fn redis_a_drift_seen_by_two_engines_is_reported_once() {
+    if !available("redis_a_drift_seen_by_two_engines_is_reported_once") {
+        return;
+    }
+    use crate::classify::digest::PROJECTION_VERSION;
+    use crate::classify::pinning::{Lockfile, Pin};
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::evidence::catalog::{CatalogFacts, ListPage};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, Side, SpanEvidence};
+    let r = RedisServer::start();
+    let mut pins = Lockfile::new();
+    let pin = Pin {
+        digest: format!("sha256:{}", "a".repeat(64)),
+        projection_version: PROJECTION_VERSION.to_string(),
+        first_seen: "2026-01-01T00:00:00Z".into(),
+        definition: None,
+    };
+    pins.add("srv:1", "t", pin, false);
+    let pins = Arc::new(pins);
+    let engine = || {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        cfg.pins = Some(pins.clone());
+        Engine::new(cfg)
+    };
+    let page = |n: u8| {
+        let mut s = SpanEvidence::new([n; 16], [1; 8]);
+        s.session_id = Some(format!("s-{n}").into());
+        s.side = Side::Client;
+        s.method = Some(Method::ToolsList);
+        s.server = Some(Arc::from("srv:1"));
+        s.request_id = Some("1".into());
+        s.start_ns = 10;
+        s.end_ns = 20;
+        let tools = vec![(Arc::from("t"), Arc::from(format!("sha256:{}", "b".repeat(64)).as_str()))];
+        s.catalog = Some(Box::new(CatalogFacts {
+            page: Some(ListPage { cursor: None, next_cursor_present: false, tools, ttl_ms: None, cache_scope: None }),
+            ..Default::default()
+        }));
+        s
+    };
+    let drifts = |out: &[Decided]| out.iter().filter(|d| matches!(d, Decided::Drift(_))).count();
+    let t = Moment::from_nanos(1_000_000_000);
+    let (mut a, mut b) = (engine(), engine());
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    a.ingest(crate::normalize::NormalizedBatch { evidence: vec![page(1)], ..Default::default() }, t, &mut out_a);
+    b.ingest(crate::normalize::NormalizedBatch { evidence: vec![page(2)], ..Default::default() }, t, &mut out_b);
+    // Each engine writes at the end of its step: a created the record and reported it.
+    assert_eq!((drifts(&out_a), drifts(&out_b)), (1, 0));
+    a.flush_store(t + Duration::from_millis(100), &mut out_a);
+    b.flush_store(t + Duration::from_millis(100), &mut out_b);
+    assert_eq!((drifts(&out_a), drifts(&out_b)), (1, 0), "reported once, by the engine that created the record");
+}
