@@ -533,14 +533,23 @@ impl CrossJoin {
                 continue;
             }
             let Some(&i) = hits.first() else { continue };
-            // Another chain in flight could have sent it too: contested for good.
             let o = &self.orphans[i].1;
-            let rival = self.open_refused.iter().any(|x| {
-                x.trace_id != trace
-                    && is_active(&x.trace_id)
-                    && started_within(x, o.start_ns, slack)
-                    && compatible(x.server.as_deref(), o.server.as_deref())
-            });
+            let rival_at = |s: u64| {
+                self.open_refused.iter().any(|x| {
+                    x.trace_id != trace
+                        && is_active(&x.trace_id)
+                        && started_within(x, o.start_ns, s)
+                        && compatible(x.server.as_deref(), o.server.as_deref())
+                })
+            };
+            if slack > 0 && rival_at(0) {
+                // It fits here only within the clock slack, and exactly a request still in
+                // flight: that one's decision takes it (an exact fit wins, whichever is decided
+                // first).
+                continue;
+            }
+            // Another chain in flight could have sent it too, as well as this one: contested for good.
+            let rival = rival_at(slack);
             if rival || self.orphans[i].2 {
                 if !self.orphans[i].2 {
                     self.stats.ambiguous += 1;
@@ -597,10 +606,11 @@ impl CrossJoin {
     /// fits (without clock slack first, then within [`SLACK_NS`]; nested client spans of one chain
     /// count once). The chain's entries are consumed.
     pub fn match_late_http(&mut self, o: &SpanEvidence, is_active: impl Fn(&TraceId) -> bool) -> Option<(TraceId, SpanId)> {
-        // A client request still in flight may be the one it answered: leave it to that decision.
-        if self.open_refused.iter().any(|x| is_active(&x.trace_id) && started_within(x, o.start_ns, SLACK_NS)) {
-            return None;
-        }
+        let in_flight = |slack: u64| {
+            self.open_refused.iter().any(|x| {
+                is_active(&x.trace_id) && started_within(x, o.start_ns, slack) && compatible(x.server.as_deref(), o.server.as_deref())
+            })
+        };
         let fits = |slack: u64| -> Vec<usize> {
             self.refused
                 .iter()
@@ -609,9 +619,18 @@ impl CrossJoin {
                 .map(|(i, _)| i)
                 .collect()
         };
+        // Exact fits first, as at a decision (`take_orphans`): a decided request the HTTP span
+        // started within is its match unless one still in flight fits as exactly; only when none
+        // fits exactly does a request in flight within the clock slack take precedence (leave it
+        // to that decision), and then the decided ones within the slack.
         let mut hits = fits(0);
         if hits.is_empty() {
+            if in_flight(SLACK_NS) {
+                return None;
+            }
             hits = fits(SLACK_NS);
+        } else if in_flight(0) {
+            return None;
         }
         let first = *hits.first()?;
         let trace = self.refused[first].1.trace_id;

@@ -45,6 +45,8 @@ struct SessionState {
     span_id: [u8; 8],
     /// A page of this session carried a TTL: its verdict can change with time alone.
     has_ttl: bool,
+    /// The convergence last emitted for it (on a shared store, by any instance).
+    emitted: Option<Convergence>,
 }
 
 impl SessionState {
@@ -132,6 +134,7 @@ impl Sessions {
                         trace_id: st.trace_id,
                         span_id: st.span_id,
                         has_ttl: st.has_ttl,
+                        emitted: st.emitted,
                     };
                     out.put(key, Record::Session(Box::new(rec)));
                 }
@@ -155,6 +158,7 @@ impl Sessions {
             trace_id: r.trace_id,
             span_id: r.span_id,
             has_ttl: r.has_ttl,
+            emitted: r.emitted,
         };
         self.map.insert(key, st);
     }
@@ -191,6 +195,8 @@ impl Sessions {
         }
         st.last_activity_ns = st.last_activity_ns.max(r.last_activity_ns);
         st.has_ttl |= r.has_ttl;
+        // What was emitted is the store's to say (the instance that emitted wrote it).
+        st.emitted = r.emitted;
         if st.server.is_none() {
             st.server = r.server;
         }
@@ -225,6 +231,24 @@ impl Sessions {
             }
         }
         changes
+    }
+
+    /// Whether the table holds the session.
+    pub fn contains(&self, key: &str) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// The convergence last emitted for a session, as this table last read or set it.
+    pub fn emitted(&self, key: &str) -> Option<Convergence> {
+        self.map.get(key).and_then(|st| st.emitted)
+    }
+
+    /// Record that `c` is emitted for the session (written with it at the next write).
+    pub fn set_emitted(&mut self, key: &str, c: Option<Convergence>) {
+        if let Some(st) = self.map.get_mut(key) {
+            st.emitted = c;
+            self.mark(key);
+        }
     }
 
     /// The convergence last reported for a session (`None`: unknown here, or no verdict yet).
@@ -281,6 +305,7 @@ impl Sessions {
                 trace_id: s.trace_id,
                 span_id: s.span_id,
                 has_ttl: false,
+                emitted: None,
             });
             st.last_seen = now;
             st.last_activity_ns = st.last_activity_ns.max(s.end_ns.max(s.start_ns));

@@ -825,6 +825,7 @@ fn a_session_from_another_instance_merges_its_evidence() {
         trace_id: [1; 16],
         span_id: [1; 8],
         has_ttl: false,
+        emitted: None,
     };
     // Unknown here: taken as it is.
     assert!(s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true))], 5)));

@@ -75,6 +75,10 @@ const MAX_SHARED_PARKED_PER_KEY: usize = 16;
 /// How long a `converged` catalog verdict is held on a shared store before a read of the store
 /// confirms it: longer than an instance takes to write what it received (`PERSIST_EVERY`).
 const CONFIRM_CONVERGED_AFTER: Duration = Duration::from_millis(250);
+/// Catalog changes held for emission on a shared store, at most.
+const MAX_PENDING_CATALOG: usize = 100_000;
+/// How long chains wait for a shared store that is down before they are decided without it.
+const STORE_DOWN_HOLD: Duration = Duration::from_secs(5);
 
 /// Everything the engine is configured with.
 #[derive(Clone, Debug, Default)]
@@ -200,10 +204,13 @@ pub struct Engine {
     late_span_window: Duration,
     /// Evidence was taken in since the last write to the store (see `next_due`).
     unwritten: bool,
-    /// On a shared store: `converged` catalog verdicts held until confirmed, with when they are
-    /// due (see `confirm_converged`); and the engine time of the current step.
-    pending_converged: Vec<(Moment, crate::correlate::CatalogChange)>,
+    /// On a shared store: catalog changes held for emission, with when they are due (see
+    /// `publish_catalog`); and the engine time of the current step.
+    pending_catalog: Vec<(Moment, crate::correlate::CatalogChange)>,
     now: Moment,
+    /// Since when a shared store has been down (see `hold_for_store`), and its last probe.
+    store_down_since: Option<Moment>,
+    last_probe: Option<Moment>,
 }
 
 impl Engine {
@@ -253,8 +260,10 @@ impl Engine {
             last_refusal_pull: None,
             late_span_window,
             unwritten: false,
-            pending_converged: Vec::new(),
+            pending_catalog: Vec::new(),
             now: Moment::from_nanos(0),
+            store_down_since: None,
+            last_probe: None,
         };
         if let Some(store) = store {
             e.attach(store);
@@ -322,23 +331,69 @@ impl Engine {
         self.last_persisted = Some(now);
         self.unwritten = false;
         let shared = store.is_shared();
+        let mut stored_emitted: FxHashMap<String, Option<Convergence>> = FxHashMap::default();
+        let mut emitting: Vec<crate::correlate::CatalogChange> = Vec::new();
         if shared {
             self.sync_drift(&store, out);
             self.sync_incidents(&store, out);
             self.publish_shared_lists(&store, now);
+            // Catalog changes held for emission whose time has come: their sessions are read and
+            // written now, so the write decides who emits them.
+            for (_, ch) in self.pending_catalog.iter().filter(|(at, _)| force || *at <= now) {
+                self.sessions.mark_dirty(&ch.session_key);
+            }
             // Sessions are written by every instance that sees a trace of them: read what the
             // others wrote and write the union (compare-and-set on the version just read), so a
             // session converges on all its evidence instead of on whichever instance wrote first.
             let keys = self.sessions.dirty_keys();
+            let mut read = false;
             if !keys.is_empty() {
                 match store.get_many(crate::state::Table::Sessions, &keys) {
-                    Ok(records) => self.merge_sessions(&keys, records),
+                    Ok(records) => {
+                        read = true;
+                        for (k, r) in keys.iter().zip(&records) {
+                            let emitted = match r {
+                                Some(crate::state::Record::Session(r)) => r.emitted,
+                                _ => None,
+                            };
+                            stored_emitted.insert(k.clone(), emitted);
+                        }
+                        self.merge_sessions(&keys, records);
+                    }
                     Err(e) => {
                         self.store_errors += 1;
                         self.store_down = true;
                         tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
                     }
                 }
+            }
+            // What the merge changed is a catalog change too (held like any other).
+            let merged = self.sessions.take_merged_changes();
+            self.publish_catalog(merged, out);
+            if read {
+                // A change is emitted by the instance whose write records it as emitted: one
+                // already recorded by another instance is dropped here.
+                let mut keep = Vec::new();
+                for (at, ch) in std::mem::take(&mut self.pending_catalog) {
+                    if !self.sessions.contains(&ch.session_key) {
+                        // Forgotten here meanwhile (idle, or a bound): nothing to write it with.
+                        self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
+                        out.push(Decided::Catalog(ch));
+                        continue;
+                    }
+                    let ready = (force || at <= now) && stored_emitted.contains_key(&ch.session_key);
+                    if !ready {
+                        keep.push((at, ch));
+                        continue;
+                    }
+                    let v = Some(ch.verdict.convergence);
+                    if stored_emitted.get(&ch.session_key) == Some(&v) {
+                        continue;
+                    }
+                    self.sessions.set_emitted(&ch.session_key, v);
+                    emitting.push(ch);
+                }
+                self.pending_catalog = keep;
             }
         }
         let mut changes = crate::state::Changes::default();
@@ -348,27 +403,45 @@ impl Engine {
         for d in self.drift_dirty.drain(..) {
             changes.put(d.key(), crate::state::Record::DriftReported(d));
         }
-        if changes.is_empty() {
-            return;
-        }
-        match store.apply(&changes) {
-            Ok(()) => self.store_down = false,
-            Err(e) => {
-                let conflict = matches!(e, crate::state::StoreError::Conflict { .. });
-                if conflict {
-                    self.store_conflicts += 1;
-                } else {
-                    self.store_errors += 1;
-                }
-                self.store_down = !conflict;
-                if conflict && shared {
-                    // Another instance wrote one of them in between: read, merge and write the
-                    // sessions again next time (the refused one among them).
-                    for c in changes.changes.iter().filter(|c| c.table == crate::state::Table::Sessions) {
-                        self.sessions.mark_dirty(&c.key);
+        let mut refused: Vec<String> = Vec::new();
+        let mut failed = false;
+        if !changes.is_empty() {
+            match store.apply(&changes) {
+                Ok(()) => self.store_down = false,
+                Err(e) => {
+                    let conflict = matches!(e, crate::state::StoreError::Conflict { .. });
+                    if conflict {
+                        self.store_conflicts += 1;
+                    } else {
+                        self.store_errors += 1;
+                        failed = true;
                     }
+                    self.store_down = !conflict;
+                    if let crate::state::StoreError::Conflict { refused: r, .. } = &e {
+                        refused = r.iter().filter(|(t, _)| *t == crate::state::Table::Sessions).map(|(_, k)| k.clone()).collect();
+                    }
+                    if conflict && shared {
+                        // Another instance wrote one of them in between: read, merge and write the
+                        // sessions again next time (the refused one among them).
+                        for c in changes.changes.iter().filter(|c| c.table == crate::state::Table::Sessions) {
+                            self.sessions.mark_dirty(&c.key);
+                        }
+                    }
+                    tracing::warn!(error = %e, changes = changes.len(), "could not write the state store; going on in memory");
                 }
-                tracing::warn!(error = %e, changes = changes.len(), "could not write the state store; going on in memory");
+            }
+        }
+        // The catalog changes this write recorded as emitted are emitted; one whose record was
+        // refused (or a write that failed) waits for the next write, with what was emitted as the
+        // store said.
+        for ch in emitting {
+            if failed || refused.contains(&ch.session_key) {
+                let was = stored_emitted.get(&ch.session_key).copied().flatten();
+                self.sessions.set_emitted(&ch.session_key, was);
+                self.pending_catalog.push((now, ch));
+            } else {
+                self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
+                out.push(Decided::Catalog(ch));
             }
         }
     }
@@ -509,8 +582,13 @@ impl Engine {
             (true, Some(t)) => Some(t + crate::state::PERSIST_EVERY),
             _ => None,
         };
-        let confirm = self.pending_converged.iter().map(|(at, _)| *at).min();
-        [self.chains.next_due(), write, confirm].into_iter().flatten().min()
+        // A held catalog change is emitted at a write: wake for the first write at or after it.
+        let catalog = match (self.pending_catalog.iter().map(|(at, _)| *at).min(), self.last_persisted) {
+            (Some(at), Some(t)) => Some(at.max(t + crate::state::PERSIST_EVERY)),
+            (Some(at), None) => Some(at),
+            _ => None,
+        };
+        [self.chains.next_due(), write, catalog].into_iter().flatten().min()
     }
 
     pub fn in_flight(&self) -> usize {
@@ -550,7 +628,9 @@ impl Engine {
         let mut decided = std::mem::take(&mut self.scratch);
         self.pull_refusals(now, false, &mut decided);
         self.join_remote_halves(now, false);
-        self.chains.tick(now, &mut decided);
+        if !self.hold_for_store(now) {
+            self.chains.tick(now, &mut decided);
+        }
         if self.last_reevaluated.is_none_or(|t| now.saturating_duration_since(t) >= REEVALUATE_EVERY) {
             self.last_reevaluated = Some(now);
             self.probe_store();
@@ -570,7 +650,6 @@ impl Engine {
         self.scratch = decided;
         self.persist(now, false, out);
         self.publish_merged(out);
-        self.confirm_converged(now, false, out);
     }
 
     /// Decide everything still in flight (shutdown, end of a replay), marked `by`.
@@ -588,13 +667,15 @@ impl Engine {
         self.persist(now, true, out);
         self.fold_pending_locally(out);
         self.publish_merged(out);
-        self.confirm_converged(now, true, out);
+        self.persist(now, true, out);
+        self.emit_pending_catalog(out);
     }
 
     /// Write every pending change to the store now (the driver calls it before it stops).
     pub fn flush_store(&mut self, now: Moment, out: &mut Vec<Decided>) {
         self.persist(now, true, out);
         self.fold_pending_locally(out);
+        self.emit_pending_catalog(out);
     }
 
     /// On a shared store, take or renew the gauge lease; its holder counts every instance's open
@@ -693,48 +774,37 @@ impl Engine {
         self.sessions.discoveries()
     }
 
+    /// Publish catalog changes: on the gate's board and as records. On a shared store they are
+    /// held for the next write, where the instance whose write records a change as emitted emits
+    /// it (once across instances), and a `converged` one is held [`CONFIRM_CONVERGED_AFTER`]
+    /// first, so that a read of the store (another instance writes what it received within
+    /// `PERSIST_EVERY`) can show it stale before it is said.
     fn publish_catalog(&mut self, changes: Vec<crate::correlate::CatalogChange>, out: &mut Vec<Decided>) {
         let shared = self.store.as_ref().is_some_and(|s| s.is_shared());
         for ch in changes {
             if shared {
-                // A newer verdict of the session replaces one held for confirmation.
-                self.pending_converged.retain(|(_, p)| p.session_key != ch.session_key);
-                if ch.verdict.convergence == Convergence::Converged {
-                    // Another instance may hold the signal that makes it stale, written within
-                    // PERSIST_EVERY: held until a read of the store confirms it.
-                    self.pending_converged.push((self.now + CONFIRM_CONVERGED_AFTER, ch));
-                    continue;
+                // A newer verdict of the session replaces one held.
+                self.pending_catalog.retain(|(_, p)| p.session_key != ch.session_key);
+                let after = if ch.verdict.convergence == Convergence::Converged { CONFIRM_CONVERGED_AFTER } else { Duration::ZERO };
+                if self.pending_catalog.len() >= MAX_PENDING_CATALOG {
+                    // Bounded: the oldest held change is emitted now (it may be emitted twice).
+                    let (_, old) = self.pending_catalog.remove(0);
+                    self.board.publish(&old.session_key, old.server.clone(), old.verdict.clone());
+                    out.push(Decided::Catalog(old));
                 }
+                self.pending_catalog.push((self.now + after, ch));
+                continue;
             }
             self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
             out.push(Decided::Catalog(ch));
         }
     }
 
-    /// With a shared store: the `converged` verdicts held since at least
-    /// [`CONFIRM_CONVERGED_AFTER`] (all of them when `force`) are confirmed by a read of their
-    /// sessions from the store: each is published only if the session, merged with what every
-    /// instance wrote, is still converged (otherwise the merge published the verdict it has now).
-    fn confirm_converged(&mut self, now: Moment, force: bool, out: &mut Vec<Decided>) {
-        let Some(store) = self.store.clone() else { return };
-        if self.pending_converged.is_empty() {
-            return;
-        }
-        let (due, held): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.pending_converged).into_iter().partition(|(at, _)| force || *at <= now);
-        self.pending_converged = held;
-        if due.is_empty() {
-            return;
-        }
-        let keys: Vec<String> = due.iter().map(|(_, c)| c.session_key.clone()).collect();
-        self.read_sessions(&store, &keys);
-        self.publish_merged(out);
-        for (_, ch) in due {
-            let superseded = self.pending_converged.iter().any(|(_, p)| p.session_key == ch.session_key);
-            if !superseded && self.sessions.last_convergence(&ch.session_key) == Some(Convergence::Converged) {
-                self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
-                out.push(Decided::Catalog(ch));
-            }
+    /// At shutdown, catalog changes the store did not take are emitted here rather than never.
+    fn emit_pending_catalog(&mut self, out: &mut Vec<Decided>) {
+        for (_, ch) in std::mem::take(&mut self.pending_catalog) {
+            self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
+            out.push(Decided::Catalog(ch));
         }
     }
 
@@ -767,6 +837,30 @@ impl Engine {
             return;
         }
         self.read_sessions(&store, &keys);
+    }
+
+    /// On a shared store that is down, chains are not decided for up to [`STORE_DOWN_HOLD`]:
+    /// another instance's part of their evidence (a session's signal, a refused request, a
+    /// verifier) is in the store, and a verdict without it would be a guess (a stale catalog
+    /// judged fine). The store is asked every [`PERSIST_EVERY`](crate::state::PERSIST_EVERY)
+    /// meanwhile; past the hold, chains are decided, partial (`store_unavailable`). True while
+    /// holding.
+    fn hold_for_store(&mut self, now: Moment) -> bool {
+        let shared = self.store.as_ref().is_some_and(|s| s.is_shared());
+        if !shared || !self.store_down {
+            self.store_down_since = None;
+            return false;
+        }
+        let since = *self.store_down_since.get_or_insert(now);
+        if self.last_probe.is_none_or(|t| now.saturating_duration_since(t) >= crate::state::PERSIST_EVERY) {
+            self.last_probe = Some(now);
+            self.probe_store();
+        }
+        if !self.store_down {
+            self.store_down_since = None;
+            return false;
+        }
+        now.saturating_duration_since(since) < STORE_DOWN_HOLD
     }
 
     /// A store marked down is asked, once per re-evaluation, whether it answers again, so the

@@ -130,6 +130,9 @@ pub struct SessionRecord {
     pub trace_id: [u8; 16],
     pub span_id: [u8; 8],
     pub has_ttl: bool,
+    /// The convergence last emitted for the session, by whichever instance (on a shared store the
+    /// one whose write sets it emits the change: see `engine`, "catalog changes").
+    pub emitted: Option<Convergence>,
 }
 
 /// A decided chain kept so that a late span can revise it.

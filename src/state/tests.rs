@@ -65,6 +65,7 @@ fn session() -> SessionRecord {
         server: Some(Arc::from("api.example:443")),
         trace_id: [1; 16],
         span_id: [2; 8],
+        emitted: Some(Convergence::Stale),
         has_ttl: true,
     }
 }
