@@ -20,7 +20,9 @@
 //! whole write on one shared record would stop an instance persisting anything else. The loser
 //! keeps its stale expectation, so it goes on being refused for that record rather than
 //! overwriting the winner with what it alone saw (until it reads the record again); the engine
-//! counts each refusal as a store error and keeps its own record in memory. A record that
+//! counts each refusal (`mcp_health.state.store_conflicts`), reads the record again, merges and
+//! writes the union at its next write (sessions, a server's incidents, the shared lists), and
+//! emits a transition only when its own write made it. A record that
 //! disappeared from Redis (deleted by another instance, or lost in a Redis restart without
 //! persistence) is a conflict too, never silently re-created; a delete leaves a tombstone (the
 //! version, no bytes) for `tombstone_ttl`, so an instance that never saw the record cannot write
@@ -29,11 +31,12 @@
 //! # Sync, not async
 //! The client is the `redis` crate (redis-rs, the maintained Rust client; 1.x) with its
 //! synchronous connection, not its async one or `fred`: the engine is synchronous and the store's
-//! only caller, it already runs its redb transactions inline on its own task, and a store call is
-//! one round trip at most every [`super::PERSIST_EVERY`]. An async client would need a runtime
+//! only caller, it already runs its redb transactions inline on its own task, and its store
+//! calls are a few pipelined round trips per step (a write at most every
+//! [`super::PERSIST_EVERY`], reads of the records the step needs). An async client would need a runtime
 //! handle and `block_on` inside the engine's step (which Tokio forbids on its own worker threads)
 //! or a rewrite of the engine around `.await`, for no gain: there is never more than one request
-//! in flight. Every socket operation is bounded by `storage.timeout` (connect, read, write), and
+//! in flight (the gate's reads share the connection, under the store's lock). Every socket operation is bounded by `storage.timeout` (connect, read, write), and
 //! after a failure the store does not try to reconnect for `storage.retry_after`, answering
 //! [`StoreError::Backend`] at once, so a store that hangs or is down costs the engine at most one
 //! timeout per `retry_after`, never a stall per step.
