@@ -278,10 +278,11 @@ async fn http_429_and_503_are_retried_after_retry_after() {
     })
     .await;
     assert!(!refused.is_empty());
-    // Two workers send at once: which of the two refusals came first is not fixed.
-    let mut statuses: Vec<u16> = http.seen.arrivals().iter().filter(|a| a.path == "/v1/traces").map(|a| a.status).take(2).collect();
-    statuses.sort_unstable();
-    assert_eq!(statuses, vec![429, 503]);
+    // Two workers send at once: which of the two refusals came first is not fixed, nor (on a
+    // loaded machine) whether a retry is recorded before the other refusal.
+    let statuses: Vec<u16> = http.seen.arrivals().iter().filter(|a| a.path == "/v1/traces").map(|a| a.status).collect();
+    let count = |c: u16| statuses.iter().filter(|s| **s == c).count();
+    assert_eq!((count(429), count(503)), (1, 1), "{statuses:?}");
 }
 
 /// 400 and 413 are permanent: each request is sent once, and its spans count as send_failed.

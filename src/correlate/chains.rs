@@ -479,6 +479,27 @@ impl Chains {
         self.operations.get(key).is_some()
     }
 
+    /// Operation keys verifiers are parked under here, at most `max` (sorted).
+    pub fn parked_keys(&self, max: usize) -> Vec<Box<str>> {
+        let mut keys: Vec<Box<str>> = self.parked.iter().map(|(k, _)| k.clone()).collect();
+        keys.sort();
+        keys.truncate(max);
+        keys
+    }
+
+    /// A call naming `key` is known now (taken from a shared store): the verifiers parked under
+    /// it join it.
+    pub fn unpark(&mut self, key: &str, now: Moment, out: &mut Vec<DecidedCalls>) {
+        if self.operations.get(key).is_none() {
+            return;
+        }
+        if let Some(waiting) = self.parked.remove(key) {
+            for (_, v) in waiting {
+                self.add_span(v, now, out);
+            }
+        }
+    }
+
     /// Take back an operation key from the store.
     pub fn restore_operation(&mut self, key: &str, trace: TraceId) {
         self.operations.insert(key.into(), trace);

@@ -571,7 +571,7 @@ impl HealthMeters {
             ),
             chains_in_flight: meter.u64_gauge("mcp_health.chains.in_flight").with_description("Chains waiting for a decision").with_unit("{chain}").build(),
             gauge_leader: meter
-                .u64_gauge("mcp_health.state.gauge_leader")
+                .u64_gauge("mcp_health.state.lease_holder")
                 .with_description("1 when this instance reports the global gauges (open incidents, convergence) of all instances on a shared store, or runs alone; 0 otherwise")
                 .with_unit("{instance}")
                 .build(),

@@ -211,6 +211,8 @@ pub struct Engine {
     /// Since when a shared store has been down (see `hold_for_store`), and its last probe.
     store_down_since: Option<Moment>,
     last_probe: Option<Moment>,
+    /// The last look for parked verifiers' calls in a shared store (`find_parked_calls`).
+    last_parked_lookup: Option<Moment>,
 }
 
 impl Engine {
@@ -264,6 +266,7 @@ impl Engine {
             now: Moment::from_nanos(0),
             store_down_since: None,
             last_probe: None,
+            last_parked_lookup: None,
         };
         if let Some(store) = store {
             e.attach(store);
@@ -628,6 +631,7 @@ impl Engine {
         let mut decided = std::mem::take(&mut self.scratch);
         self.pull_refusals(now, false, &mut decided);
         self.join_remote_halves(now, false);
+        self.find_parked_calls(now, &mut decided);
         if !self.hold_for_store(now) {
             self.chains.tick(now, &mut decided);
         }
@@ -1210,6 +1214,53 @@ impl Engine {
             }
         }
         again
+    }
+
+    /// With a shared store: verifiers parked here look for their call in the store's operation
+    /// index again (at most every `PERSIST_EVERY`): the call's instance may have written it after
+    /// the verifier came, and decided it before it read what this instance published. A call
+    /// found decided is taken from the store and the verifiers join it here (revising it), as a
+    /// receipt arriving after its call's decision does (`take_over_from_store`).
+    fn find_parked_calls(&mut self, now: Moment, decided: &mut Vec<DecidedCalls>) {
+        let Some(store) = self.store.clone() else { return };
+        if !store.is_shared() || self.last_parked_lookup.is_some_and(|t| now.saturating_duration_since(t) < crate::state::PERSIST_EVERY) {
+            return;
+        }
+        let keys: Vec<String> = self.chains.parked_keys(256).into_iter().map(|k| k.into_string()).collect();
+        if keys.is_empty() {
+            return;
+        }
+        self.last_parked_lookup = Some(now);
+        let traces = match store.get_many(crate::state::Table::Operations, &keys) {
+            Ok(r) => r,
+            Err(e) => {
+                self.store_errors += 1;
+                self.store_down = true;
+                tracing::warn!(error = %e, "could not look for parked verifiers' calls in the state store");
+                return;
+            }
+        };
+        for (k, r) in keys.iter().zip(traces) {
+            let Some(crate::state::Record::Operation(t)) = r else { continue };
+            if !self.chains.knows(&t) {
+                match store.get(crate::state::Table::Decided, &crate::state::trace_key(&t)) {
+                    Ok(Some(crate::state::Record::Decided(rec))) => {
+                        self.taken_over += 1;
+                        self.restored.insert(t);
+                        self.chains.restore_decided(*rec);
+                    }
+                    Ok(_) => continue,
+                    Err(e) => {
+                        self.store_errors += 1;
+                        self.store_down = true;
+                        tracing::warn!(error = %e, "could not take a parked verifier's call from the state store");
+                        return;
+                    }
+                }
+            }
+            self.chains.restore_operation(k, t);
+            self.chains.unpark(k, now, decided);
+        }
     }
 
     /// With a shared store: the server halves about to be decided alone look for their client
