@@ -4,6 +4,8 @@
 //!     MCP_HEALTH_BENCH_BASELINE=/path/to/older/mcp-health cargo bench --bench throughput
 //!     MCP_HEALTH_BENCH_ONLY=memory cargo bench --bench throughput   (the memory figures alone)
 //!     MCP_HEALTH_BENCH_LIMIT_MIB=2000 ...     (every service under a memory limiter of that size)
+//!     MCP_HEALTH_BENCH_HELD_QUEUE=8 MCP_HEALTH_BENCH_HELD_CONSUMERS=10 ...   (the held-request
+//!         run's pass-through queue and workers: requests held = queue + workers)
 //!
 //! With a baseline binary, the service is measured twice in the same run — the baseline, then
 //! this build — and the two are printed side by side (shared machines are noisy: compare ratios).
@@ -348,7 +350,9 @@ fn held_request_memory(rt: &tokio::runtime::Runtime, bin: &str) {
             held.push(c);
         }
     });
-    let queue = 8;
+    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let queue = env("MCP_HEALTH_BENCH_HELD_QUEUE", 8);
+    let consumers = env("MCP_HEALTH_BENCH_HELD_CONSUMERS", 10);
     // Health spans off: their requests would wait for the same upstream and be counted too.
     let svc = start_binary_with(
         bin,
@@ -356,7 +360,7 @@ fn held_request_memory(rt: &tokio::runtime::Runtime, bin: &str) {
         "5s",
         None,
         Some(port),
-        &format!("    health_spans: false\n    sending_queue:\n      queue_size: {queue}\n"),
+        &format!("    health_spans: false\n    sending_queue:\n      queue_size: {queue}\n      num_consumers: {consumers}\n"),
     );
     let big = Arc::new(vec![loadgen::encode(&loadgen::build_request(7, 3000))]);
     let size = big[0].bytes.len();
