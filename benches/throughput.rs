@@ -2,6 +2,10 @@
 //!
 //!     cargo bench --bench throughput            (MCP_HEALTH_BENCH_SECS=10 by default)
 //!     MCP_HEALTH_BENCH_BASELINE=/path/to/older/mcp-health cargo bench --bench throughput
+//!     MCP_HEALTH_BENCH_ONLY=memory cargo bench --bench throughput   (the memory figures alone)
+//!     MCP_HEALTH_BENCH_LIMIT_MIB=2000 ...     (every service under a memory limiter of that size)
+//!     MCP_HEALTH_BENCH_HELD_QUEUE=8 MCP_HEALTH_BENCH_HELD_CONSUMERS=10 ...   (the held-request
+//!         run's pass-through queue and workers: requests held = queue + workers)
 //!
 //! With a baseline binary, the service is measured twice in the same run — the baseline, then
 //! this build — and the two are printed side by side (shared machines are noisy: compare ratios).
@@ -67,10 +71,6 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn start_service(decision_wait: &str, max_wait: &str) -> Service {
-    start_binary(env!("CARGO_BIN_EXE_mcp-health"), decision_wait, max_wait, None, None)
 }
 
 /// rotel's agent binary (PyPI `rotel`, in the venv `scripts/install-test-deps` makes).
@@ -162,9 +162,13 @@ fn start_binary_with(
         ),
         None => String::new(),
     };
+    // With MCP_HEALTH_BENCH_LIMIT_MIB, every service runs under `processors.memory_limiter`
+    // (the binary then has mimalloc return freed memory at once).
+    let limiter =
+        std::env::var("MCP_HEALTH_BENCH_LIMIT_MIB").map(|m| format!("  memory_limiter:\n    limit_mib: {m}\n")).unwrap_or_default();
     let cfg = format!(
         "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{grpc}\n{tls_lines}\
-processors:\n  mcp_health:\n    decision_wait: {decision_wait}\n    max_wait: {max_wait}\n    max_chains: 2000000\n    max_bytes: 4294967296\n    queue_size: 64\n    max_decided: 0\n\
+processors:\n{limiter}  mcp_health:\n    decision_wait: {decision_wait}\n    max_wait: {max_wait}\n    max_chains: 2000000\n    max_bytes: 4294967296\n    queue_size: 64\n    max_decided: 0\n\
 exporters:\n  prometheus:\n    endpoint: 127.0.0.1:{prom}\n{otlp_lines}\
 extensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\n\
 service:\n  telemetry:\n    logs:\n      level: warn\n"
@@ -201,6 +205,23 @@ fn main() {
         return;
     }
     println!("batch: {spans_per_batch} spans, {:.0} bytes/span encoded", bytes_per_span);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let baseline = std::env::var("MCP_HEALTH_BENCH_BASELINE").ok();
+    let this = env!("CARGO_BIN_EXE_mcp-health");
+    if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "memory") {
+        // The memory figures alone (a few seconds each), baseline first when given.
+        if let Some(base) = &baseline {
+            print!("baseline:   ");
+            held_request_memory(&rt, base);
+        }
+        print!("this build: ");
+        held_request_memory(&rt, this);
+        if let Some(base) = &baseline {
+            held_chain_memory(&rt, base, &Arc::new(batches.clone()), "baseline:   ");
+        }
+        held_chain_memory(&rt, this, &Arc::new(batches), "this build: ");
+        return;
+    }
 
     // 1. Raw prost decode rate of the same batches, one core.
     let t = Instant::now();
@@ -240,13 +261,11 @@ fn main() {
     println!("wire walk + normalize:   {:>10.0} spans/s (one core; {:.2}x prost decode)", walk_rate, walk_rate / decode_rate);
 
     // 3. The service end to end: gRPC in, normalize, correlate, classify, metrics.
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     let batches = Arc::new(batches);
     let mut runs = Vec::new();
-    if let Ok(base) = std::env::var("MCP_HEALTH_BENCH_BASELINE") {
-        runs.push(("baseline", measure(&rt, &base, &batches, secs, decode_rate, None, None, &SendOptions::default()).0));
+    if let Some(base) = &baseline {
+        runs.push(("baseline", measure(&rt, base, &batches, secs, decode_rate, None, None, &SendOptions::default()).0));
     }
-    let this = env!("CARGO_BIN_EXE_mcp-health");
     runs.push(("this build", measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions::default()).0));
     if runs.len() > 1 {
         println!("side by side (same run):  {:>14} {:>14}", runs[0].0, runs[1].0);
@@ -298,8 +317,13 @@ fn main() {
     held_request_memory(&rt, this);
 
     // 4. Bytes per in-flight chain: hold chains (long decision_wait) and measure.
-    let batches: Arc<Vec<EncodedBatch>> = batches;
-    let svc = start_service("10m", "20m");
+    held_chain_memory(&rt, this, &batches, "");
+}
+
+/// Bytes per in-flight chain of the service `bin`: chains held (long decision_wait), measured by
+/// the correlator and by RSS growth.
+fn held_chain_memory(rt: &tokio::runtime::Runtime, bin: &str, batches: &Arc<Vec<EncodedBatch>>, label: &str) {
+    let svc = start_binary(bin, "10m", "20m", None, None);
     let pid = svc.child.id();
     let rss0 = proc_status_kib(pid, "VmRSS:");
     let held = rt.block_on(loadgen::run(&format!("127.0.0.1:{}", svc.grpc), batches.clone(), Duration::from_secs(3), 2)).expect("load");
@@ -308,10 +332,10 @@ fn main() {
     let chains = metric(&text, "mcp_health_chains_in_flight");
     let ev_bytes = metric(&text, "mcp_health_evidence_bytes");
     let rss1 = proc_status_kib(pid, "VmRSS:");
-    println!("held chains:             {:>10.0} ({} spans)", chains, held.spans_accepted);
-    println!("evidence bytes/chain:    {:>10.0} (correlator's own count)", ev_bytes / chains.max(1.0));
+    println!("{label}held chains:             {:>10.0} ({} spans)", chains, held.spans_accepted);
+    println!("{label}evidence bytes/chain:    {:>10.0} (correlator's own count)", ev_bytes / chains.max(1.0));
     println!(
-        "RSS growth/chain:        {:>10.0} bytes (includes hash table and allocator overhead)",
+        "{label}RSS growth/chain:        {:>10.0} bytes (includes hash table and allocator overhead)",
         (rss1.saturating_sub(rss0) as f64 * 1024.0) / chains.max(1.0)
     );
 }
@@ -326,7 +350,9 @@ fn held_request_memory(rt: &tokio::runtime::Runtime, bin: &str) {
             held.push(c);
         }
     });
-    let queue = 8;
+    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let queue = env("MCP_HEALTH_BENCH_HELD_QUEUE", 8);
+    let consumers = env("MCP_HEALTH_BENCH_HELD_CONSUMERS", 10);
     // Health spans off: their requests would wait for the same upstream and be counted too.
     let svc = start_binary_with(
         bin,
@@ -334,7 +360,7 @@ fn held_request_memory(rt: &tokio::runtime::Runtime, bin: &str) {
         "5s",
         None,
         Some(port),
-        &format!("    health_spans: false\n    sending_queue:\n      queue_size: {queue}\n"),
+        &format!("    health_spans: false\n    sending_queue:\n      queue_size: {queue}\n      num_consumers: {consumers}\n"),
     );
     let big = Arc::new(vec![loadgen::encode(&loadgen::build_request(7, 3000))]);
     let size = big[0].bytes.len();

@@ -462,6 +462,32 @@ proptest! {
         }
     }
 
+    /// Issue 11: `mcp_health.via` spliced in the request's own buffer is byte for byte the
+    /// copying splice, for any request (resources with and without a resource field); with too
+    /// little room it is refused and the buffer left as it was.
+    #[test]
+    fn splicing_in_place_is_splicing_a_copy(req in request(), resources in prop::collection::vec(any::<bool>(), 3), room in 0usize..400) {
+        use prost::Message;
+        let mut req = req;
+        for (rs, with) in req.resource_spans.iter_mut().zip(resources) {
+            if with {
+                rs.resource = Some(opentelemetry_proto::tonic::resource::v1::Resource {
+                    attributes: vec![kv("service.name".into(), Some(AnyValue { value: Some(Value::StringValue("agent".into())) }))],
+                    ..Default::default()
+                });
+            }
+        }
+        let bytes = req.encode_to_vec();
+        let (_, facts) = mcp_health::normalize::wire::walk(&bytes, "0000000000000000").expect("a valid request walks");
+        let copy = mcp_health::normalize::wire::splice_via(&bytes, &facts, "0123456789abcdef").expect("spliceable");
+        let mut m = bytes::BytesMut::with_capacity(bytes.len() + room);
+        m.extend_from_slice(&bytes);
+        let room = m.capacity() - m.len();
+        let done = mcp_health::normalize::wire::splice_via_in_place(&mut m, &facts, "0123456789abcdef");
+        prop_assert_eq!(done, copy.len() - bytes.len() <= room);
+        prop_assert_eq!(&m[..], if done { &copy[..] } else { &bytes[..] });
+    }
+
     #[test]
     fn the_wire_walk_never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         use prost::Message;

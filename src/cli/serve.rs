@@ -76,7 +76,12 @@ pub fn run(a: ServeArgs) -> ExitCode {
         }
     };
     init_logs(&cfg.service.telemetry.logs);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("mcp-health").build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("mcp-health")
+        .on_thread_park(crate::receive::memory::on_thread_idle)
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: {}", ServeError::Runtime(e));

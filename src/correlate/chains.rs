@@ -84,7 +84,11 @@ pub struct ChainStats {
 /// Most verifiers parked under one operation key.
 const MAX_PARKED_PER_KEY: usize = 16;
 
+/// One chain in flight: the correlator holds one per trace for `decision_wait`, so it is kept
+/// small (issue 11: at most 1 KB of RSS per chain in flight, its spans included); what few chains
+/// need is in [`ChainExtra`].
 struct Chain {
+    /// Grown one span at a time while short (see `add_span_inner`): most chains hold a few.
     spans: Vec<SpanEvidence>,
     first_seen: Moment,
     last_seen: Moment,
@@ -92,9 +96,6 @@ struct Chain {
     truncated: bool,
     bytes: usize,
     revision: u32,
-    /// The calls as the previous revision saw them (empty for revision 0), so the emitters can
-    /// count what a revision changed instead of counting the call twice.
-    previous: Vec<CallEvidence>,
     /// Progress notifications arrived: the call may be a long one in flight.
     has_progress: bool,
     /// Held open past `max_wait` because a call in it is `working` (valid progress, clocks hold).
@@ -108,12 +109,28 @@ struct Chain {
     /// The trace's root is a server-side span (an HTTP server span, or an MCP server span with no
     /// parent): the server started a trace of its own, so the client half is elsewhere.
     server_rooted: bool,
+    /// A revision's previous calls and the chain's cross-trace join keys: absent for most chains.
+    extra: Option<Box<ChainExtra>>,
+}
+
+/// What a chain in flight holds only when revised or indexed for the cross-trace join.
+#[derive(Default)]
+struct ChainExtra {
+    /// The calls as the previous revision saw them (empty for revision 0), so the emitters can
+    /// count what a revision changed instead of counting the call twice.
+    previous: Vec<CallEvidence>,
     /// The keys this chain is indexed under in the cross-trace join (see `crossjoin::half_keys`).
     index_keys: Vec<u64>,
 }
 
+impl Chain {
+    fn index_keys(&self) -> &[u64] {
+        self.extra.as_ref().map_or(&[], |e| &e.index_keys)
+    }
+}
+
 struct DecidedChain {
-    index_keys: Vec<u64>,
+    index_keys: Box<[u64]>,
     spans: Vec<SpanEvidence>,
     root_seen: bool,
     truncated: bool,
@@ -126,7 +143,7 @@ impl DecidedChain {
     /// What is kept of a chain decided at `at`.
     fn of(c: Chain, at: Moment) -> DecidedChain {
         DecidedChain {
-            index_keys: c.index_keys,
+            index_keys: c.extra.map(|e| e.index_keys.into_boxed_slice()).unwrap_or_default(),
             spans: c.spans,
             root_seen: c.root_seen,
             truncated: c.truncated,
@@ -427,7 +444,7 @@ impl Chains {
         self.decided.insert(
             r.trace_id,
             DecidedChain {
-                index_keys,
+                index_keys: index_keys.into_boxed_slice(),
                 spans: r.spans,
                 root_seen: r.root_seen,
                 truncated: r.truncated,
@@ -547,12 +564,12 @@ impl Chains {
         for id in pending.drain(..) {
             let Some(c) = self.active.get_mut(&id) else { continue };
             let keys = crossjoin::half_keys(&c.spans);
-            let new: Vec<u64> = keys.into_iter().filter(|k| !c.index_keys.contains(k)).collect();
+            let new: Vec<u64> = keys.into_iter().filter(|k| !c.index_keys().contains(k)).collect();
             if new.is_empty() {
                 continue;
             }
             self.cross.insert_keys(id, &new);
-            c.index_keys.extend(new);
+            c.extra.get_or_insert_with(Default::default).index_keys.extend(new);
         }
         self.pending_index = pending;
     }
@@ -638,21 +655,20 @@ impl Chains {
             self.active.insert(
                 trace_id,
                 Chain {
-                    spans: Vec::with_capacity(4),
+                    spans: Vec::new(),
                     first_seen: now,
                     last_seen: now,
                     root_seen: false,
                     truncated: false,
                     bytes: 0,
                     revision: 0,
-                    previous: Vec::new(),
                     has_progress: false,
                     held: false,
                     has_client_req: false,
                     has_server_req: false,
                     deferred: false,
                     server_rooted: false,
-                    index_keys: Vec::new(),
+                    extra: None,
                 },
             );
             self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
@@ -681,6 +697,12 @@ impl Chains {
         let b = ev.approx_bytes();
         chain.bytes += b;
         self.bytes += b;
+        if chain.spans.len() == chain.spans.capacity() {
+            // Exactly one more slot while the chain is short (a call is a few spans, each some
+            // 200 bytes: doubling would hold up to twice that per chain), amortized past it.
+            let len = chain.spans.len();
+            chain.spans.reserve_exact(if len < 8 { 1 } else { len / 2 });
+        }
         chain.spans.push(ev);
         if self.bytes > self.limits.max_bytes {
             self.make_room(now, out);
@@ -696,7 +718,7 @@ impl Chains {
         self.active.insert(
             trace_id,
             Chain {
-                previous,
+                extra: Some(Box::new(ChainExtra { previous, index_keys: d.index_keys.into_vec() })),
                 spans: d.spans,
                 first_seen: now,
                 last_seen: now,
@@ -710,7 +732,6 @@ impl Chains {
                 has_server_req,
                 deferred: true,
                 server_rooted: false,
-                index_keys: d.index_keys,
             },
         );
         self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
@@ -883,7 +904,7 @@ impl Chains {
             return false;
         }
         let Some(s) = self.active.remove(&src) else { return false };
-        self.cross.remove_keys(src, &s.index_keys);
+        self.cross.remove_keys(src, s.index_keys());
         let Some(d) = self.active.get_mut(&dst) else { return false };
         // The moved spans now belong to the call's chain: one trace per chain, so the verdict and
         // its health span land in the trace the call is decided in.
@@ -988,7 +1009,7 @@ impl Chains {
             trace_id: id,
             calls,
             decision: Decision { revision: c.revision, decided_by: by, root_seen: c.root_seen, truncated: c.truncated },
-            previous: std::mem::take(&mut c.previous),
+            previous: c.extra.as_mut().map(|e| std::mem::take(&mut e.previous)).unwrap_or_default(),
         });
         if self.limits.max_decided == 0 || by == DecidedBy::Shutdown {
             if self.track && self.limits.max_decided > 0 {
@@ -1014,5 +1035,15 @@ impl Chains {
         while self.decided.len() > self.limits.max_decided {
             self.expire_oldest_decided(false);
         }
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// Issue 11: the chain table holds one entry per chain in flight (hash tables run at half
+    /// load or more, so each byte here costs up to two): what few chains need stays boxed.
+    #[test]
+    fn a_chain_in_flight_stays_small() {
+        assert!(std::mem::size_of::<super::Chain>() <= 72, "{} bytes", std::mem::size_of::<super::Chain>());
     }
 }

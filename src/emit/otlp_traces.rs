@@ -671,6 +671,9 @@ async fn send_once<R: Message + Default + Send + 'static>(
         Compression::Zstd => grpc = grpc.send_compressed(CompressionEncoding::Zstd),
         Compression::None => {}
     }
+    if t.compression == Compression::None {
+        return send_uncompressed(channel, t, bytes, path).await;
+    }
     grpc.ready().await.map_err(|e| Status::unavailable(format!("upstream not ready: {e}")))?;
     let mut req = tonic::Request::new(bytes);
     for (k, v) in &t.headers {
@@ -681,6 +684,80 @@ async fn send_once<R: Message + Default + Send + 'static>(
     let resp: tonic::Response<R> =
         grpc.unary(req, tonic::codegen::http::uri::PathAndQuery::from_static(path), PreEncoded::<R>::default()).await?;
     Ok(resp.into_inner())
+}
+
+/// One unary gRPC call with an uncompressed message that is sent as it is held: the 5-byte frame
+/// header and the message's own buffer are the request body's two chunks. tonic's encoder copies
+/// every message into its buffer, and h2 holds that copy until the upstream reads it: with the
+/// upstream slow or down, each worker held its request twice (issue 11: a held request costs
+/// its wire size). The answer is read as tonic reads it: the status from the headers (a
+/// trailers-only answer) or the trailers, an HTTP status without one mapped as the gRPC
+/// specification maps it, the one response message decoded.
+async fn send_uncompressed<R: Message + Default>(channel: &Channel, t: &Target, bytes: Bytes, path: &'static str) -> Result<R, Status> {
+    use http_body_util::BodyExt;
+    use tonic::codegen::http;
+    use tower::ServiceExt;
+    let mut header = [0u8; 5];
+    let len = u32::try_from(bytes.len()).map_err(|_| Status::resource_exhausted("message larger than 4 GiB: too large"))?;
+    header[1..].copy_from_slice(&len.to_be_bytes());
+    let chunks = [Bytes::copy_from_slice(&header), bytes];
+    let body = http_body_util::StreamBody::new(tokio_stream::iter(
+        chunks.into_iter().map(|c| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(c))),
+    ));
+    let mut req = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(path)
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .body(tonic::body::Body::new(body))
+        .map_err(|e| Status::internal(format!("cannot build the request: {e}")))?;
+    for (k, v) in &t.headers {
+        if let (Ok(k), Ok(v)) = (k.parse::<http::HeaderName>(), v.parse::<http::HeaderValue>()) {
+            req.headers_mut().insert(k, v);
+        }
+    }
+    let ch = channel.clone().ready_oneshot().await.map_err(|e| Status::unavailable(format!("upstream not ready: {e}")))?;
+    // Transport errors read as tonic reads them (a refused connection UNAVAILABLE, a timeout
+    // CANCELLED, an h2 reset its code).
+    let resp = ch.oneshot(req).await.map_err(|e| Status::from_error(Box::new(e)))?;
+    let (parts, body) = resp.into_parts();
+    if let Some(st) = Status::from_header_map(&parts.headers).filter(|st| st.code() != Code::Ok) {
+        return Err(st);
+    }
+    if parts.status != http::StatusCode::OK {
+        return Err(http_status_to_grpc(parts.status));
+    }
+    let collected = body.collect().await?;
+    let status = collected.trailers().and_then(Status::from_header_map).or_else(|| Status::from_header_map(&parts.headers));
+    match status {
+        Some(st) if st.code() != Code::Ok => return Err(st),
+        Some(_) => {}
+        None => return Err(Status::internal("the answer carries no grpc-status")),
+    }
+    let data = collected.to_bytes();
+    if data.is_empty() {
+        return Ok(R::default());
+    }
+    if data.len() < 5 || data[0] != 0 {
+        return Err(Status::internal("bad upstream response: not one uncompressed message"));
+    }
+    let n = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
+    let msg = data.get(5..5 + n).ok_or_else(|| Status::internal("bad upstream response: truncated message"))?;
+    R::decode(msg).map_err(|e| Status::internal(format!("bad upstream response: {e}")))
+}
+
+/// An HTTP answer without a gRPC status, as the gRPC specification maps it
+/// (doc/http-grpc-status-mapping.md): retryable where it says the server is unavailable.
+fn http_status_to_grpc(s: tonic::codegen::http::StatusCode) -> Status {
+    let code = match s.as_u16() {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502 | 503 | 504 => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    Status::new(code, format!("HTTP status {s} without a gRPC status"))
 }
 
 /// A codec that sends bytes already encoded as an OTLP export request and decodes the generated
@@ -801,6 +878,78 @@ mod tests {
     }
 
     /// "Too large" is never retried: the same bytes would be refused again.
+    /// Issue 11: an uncompressed gRPC export is sent as its two chunks (no copy); the answer is
+    /// read as tonic reads it. Against tonic's own server: the message arrives whole, a partial
+    /// success is read, a status with RetryInfo keeps its code and delay, an error status its
+    /// code and message, an HTTP answer without a gRPC status is mapped.
+    #[tokio::test]
+    async fn uncompressed_exports_go_out_as_they_are_held_and_answers_read_as_tonic_reads_them() {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTracePartialSuccess;
+        #[derive(Clone, Default)]
+        struct Sink(Arc<std::sync::Mutex<Vec<ExportTraceServiceRequest>>>);
+        #[tonic::async_trait]
+        impl TraceService for Sink {
+            async fn export(
+                &self,
+                r: tonic::Request<ExportTraceServiceRequest>,
+            ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
+                let n = {
+                    let mut seen = self.0.lock().unwrap();
+                    seen.push(r.into_inner());
+                    seen.len()
+                };
+                match n {
+                    1 => Ok(tonic::Response::new(ExportTraceServiceResponse {
+                        partial_success: Some(ExportTracePartialSuccess { rejected_spans: 3, error_message: "three".into() }),
+                    })),
+                    2 => {
+                        use tonic_types::{ErrorDetails, StatusExt};
+                        Err(Status::with_error_details(
+                            Code::Unavailable,
+                            "busy",
+                            ErrorDetails::with_retry_info(Some(Duration::from_millis(1500))),
+                        ))
+                    }
+                    _ => Err(Status::invalid_argument("bad request")),
+                }
+            }
+        }
+        let sink = Sink::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = sink.clone();
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(server))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await
+        });
+        let target = Target {
+            protocol: Protocol::Grpc,
+            url: format!("http://{addr}"),
+            tls: None,
+            server_name: None,
+            headers: vec![("x-tenant".into(), "t1".into())],
+            timeout: Duration::from_secs(5),
+            compression: Compression::None,
+        };
+        let channel = grpc_channel(&target).unwrap();
+        let req = crate::loadgen::build_request(1, 40);
+        let bytes = Bytes::from(req.encode_to_vec());
+        let ok: ExportTraceServiceResponse = send_once(&channel, &target, bytes.clone(), TRACES_PATH).await.unwrap();
+        assert_eq!(ok.partial_success.map(|p| p.rejected_spans), Some(3));
+        assert_eq!(sink.0.lock().unwrap()[0], req, "the message arrives whole");
+        let busy = send_once::<ExportTraceServiceResponse>(&channel, &target, bytes.clone(), TRACES_PATH).await.unwrap_err();
+        assert_eq!(busy.code(), Code::Unavailable);
+        assert_eq!(retryable(&busy), Some(Some(Duration::from_millis(1500))), "RetryInfo kept");
+        let bad = send_once::<ExportTraceServiceResponse>(&channel, &target, bytes, TRACES_PATH).await.unwrap_err();
+        assert_eq!((bad.code(), bad.message()), (Code::InvalidArgument, "bad request"));
+        assert!(matches!(grpc_failure(bad), Failure::Permanent(_)));
+        assert_eq!(http_status_to_grpc(tonic::codegen::http::StatusCode::SERVICE_UNAVAILABLE).code(), Code::Unavailable);
+        assert_eq!(http_status_to_grpc(tonic::codegen::http::StatusCode::NOT_FOUND).code(), Code::Unimplemented);
+    }
+
     #[test]
     fn too_large_answers_are_not_retried() {
         let st = Status::out_of_range("decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes");

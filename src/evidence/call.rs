@@ -166,7 +166,7 @@ impl CallEvidence {
                     self.attributed_error = true;
                     self.rendered_error_only = false;
                 }
-                self.jsonrpc_error.get_or_insert(c);
+                self.jsonrpc_error.get_or_insert(i64::from(c));
                 if is_request {
                     self.response_seen = true;
                 }

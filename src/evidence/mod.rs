@@ -26,13 +26,60 @@ pub enum Side {
     Internal,
 }
 
-/// The MCP method, interned for the common ones so the hot path does not allocate for them.
+/// The MCP method. A method outside the specification's list is client-chosen text, kept as
+/// `other` or `notifications/other` (see [`MethodName`]); nothing the client wrote is stored.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Method {
     ToolsCall,
     ToolsList,
     Initialize,
-    Other(Arc<str>),
+    Other(MethodName),
+}
+
+/// A method name of the fixed vocabulary ([`crate::normalize::redact::MCP_METHODS`], else
+/// `other` / `notifications/other`): a pointer to a static name, 8 bytes, so that a
+/// `Option<Method>` is 16 (every span holds one). Reads as the name (`&*m`); stored as the name.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MethodName(&'static &'static str);
+
+static OTHER_METHOD: &str = "other";
+static OTHER_NOTIFICATION: &str = "notifications/other";
+
+impl MethodName {
+    /// The name as the vocabulary keeps it (see [`crate::normalize::redact::method`]).
+    pub fn of(s: &str) -> MethodName {
+        match crate::normalize::redact::MCP_METHODS.iter().find(|m| **m == s) {
+            Some(m) => MethodName(m),
+            None if s.starts_with("notifications/") => MethodName(&OTHER_NOTIFICATION),
+            None => MethodName(&OTHER_METHOD),
+        }
+    }
+}
+
+impl std::ops::Deref for MethodName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for MethodName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(*self.0, f)
+    }
+}
+
+impl serde::Serialize for MethodName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for MethodName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<MethodName, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(MethodName::of(&s))
+    }
 }
 
 impl Method {
@@ -41,7 +88,7 @@ impl Method {
             "tools/call" => Method::ToolsCall,
             "tools/list" => Method::ToolsList,
             "initialize" => Method::Initialize,
-            other => Method::Other(Arc::from(other)),
+            other => Method::Other(MethodName::of(other)),
         }
     }
     pub fn as_str(&self) -> &str {
@@ -242,8 +289,11 @@ pub enum EffectBoundary {
 /// The JSON-RPC / tool error a span reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CallError {
-    /// A JSON-RPC error response with this code.
-    JsonRpc(i64),
+    /// A JSON-RPC error response with this code. 32 bits, as every JSON-RPC and MCP error code
+    /// is (the reserved range is -32768..-32000; the SDKs' codes are ints): a code outside it is
+    /// kept as the nearest `i32` by [`CallError::jsonrpc`] (still a JSON-RPC error, and still
+    /// outside every range the classifier reads). 8 bytes with its tag: every span holds one.
+    JsonRpc(i32),
     /// A result with `isError: true`.
     ToolError,
     /// The instrumentation reported a timeout (`error.type` of a timeout class).
@@ -263,7 +313,8 @@ impl CallError {
     /// answer for an uncaught server exception, so it is read as `-32603` (internal error). One
     /// failure then has one reason, and one incident, whoever reported it.
     pub fn jsonrpc(code: i64) -> CallError {
-        CallError::JsonRpc(normalize_jsonrpc_code(code))
+        let code = normalize_jsonrpc_code(code).clamp(i64::from(i32::MIN), i64::from(i32::MAX));
+        CallError::JsonRpc(code as i32)
     }
 }
 
@@ -277,6 +328,16 @@ pub fn normalize_jsonrpc_code(code: i64) -> i64 {
 }
 
 /// Everything one span said, in this project's vocabulary.
+///
+/// What ordinary client and server spans of a call carry (ids, times, method, tool, request and
+/// session ids, server, errors, HTTP status, transport, verifier receipts) is held inline; what
+/// few spans carry (authorization, negotiation, progress, catalog facts, execution and effect
+/// facts, operation keys) is in one [`RareEvidence`] box, allocated when the first of its fields
+/// is written. The struct derefs to that box, so every field reads and writes as its own
+/// (`ev.auth_status`, `ev.catalog = ...`); a span that sets none of them reads them from one
+/// shared empty [`RareEvidence`]. An in-flight chain holds its spans for `decision_wait`, so
+/// their size is the correlator's memory per chain (issue 11: at most 1 KB of RSS per chain;
+/// `span_evidence_stays_small` pins the size).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SpanEvidence {
     pub trace_id: TraceId,
@@ -298,27 +359,9 @@ pub struct SpanEvidence {
     pub http_status: Option<u16>,
     pub transport: Option<TransportOutcome>,
     pub request_sent: Option<bool>,
-    pub auth_error: Option<AuthError>,
-    pub auth_status: Option<u16>,
-    pub required_scope: Option<Box<str>>,
-    /// SHA-256 (hex, first 32 chars) of `mcp_health.auth.credential_id`.
-    pub credential_hash: Option<Box<str>>,
-    /// `mcp_health.auth.flow` = `pending`.
-    pub auth_flow_pending: Option<bool>,
-    pub negotiation: Option<Negotiation>,
-    pub exec_timeout: bool,
-    pub output_schema_violated: Option<bool>,
-    pub effect_boundary: Option<EffectBoundary>,
-    pub outcomes: Vec<OutcomeReceipt>,
-    pub operation_key: Option<Box<str>>,
-    /// A `notifications/progress` span's progress.
-    pub progress: Option<Box<ProgressMark>>,
-    /// The progress token a request span says the request supplied.
-    pub progress_token: Option<Box<str>>,
+    pub outcomes: Outcomes,
     /// The span only marks that the request was sent (`mcp_health.call.phase=request_sent`).
     pub request_sent_marker: bool,
-    /// Catalog facts (signals, `tools/list` pages, installs), rare enough to box.
-    pub catalog: Option<Box<catalog::CatalogFacts>>,
     /// The JSON-RPC error on this client span may be the client's own rendering of a refused
     /// HTTP request (the `mcp` SDK 2.x client answers any HTTP status >= 400 with `-32603`), not
     /// a response from the server. Set by the dialects that know it.
@@ -333,11 +376,156 @@ pub struct SpanEvidence {
     /// `service.name` of the resource that emitted the span (the client's identity where the
     /// protocol has no session).
     pub service: Option<Arc<str>>,
+    /// The fields few spans set (see the type's documentation); read and written through
+    /// `Deref`/`DerefMut`.
+    rare: Rare,
+}
+
+/// A span's verifier receipts (most spans have none, a verifier span one): a boxed slice exactly
+/// as long as it is, 16 bytes inline, with the `Vec` methods the dialects use; reads as a slice.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcomes(Box<[OutcomeReceipt]>);
+
+impl Outcomes {
+    pub fn new() -> Outcomes {
+        Outcomes(Box::default())
+    }
+
+    /// Add one receipt (the slice grows by exactly one).
+    pub fn push(&mut self, r: OutcomeReceipt) {
+        let mut v = std::mem::take(&mut self.0).into_vec();
+        v.reserve_exact(1);
+        v.push(r);
+        self.0 = v.into_boxed_slice();
+    }
+}
+
+impl std::ops::Deref for Outcomes {
+    type Target = [OutcomeReceipt];
+    fn deref(&self) -> &[OutcomeReceipt] {
+        &self.0
+    }
+}
+
+impl From<Vec<OutcomeReceipt>> for Outcomes {
+    fn from(v: Vec<OutcomeReceipt>) -> Outcomes {
+        Outcomes(v.into_boxed_slice())
+    }
+}
+
+impl<'a> IntoIterator for &'a Outcomes {
+    type Item = &'a OutcomeReceipt;
+    type IntoIter = std::slice::Iter<'a, OutcomeReceipt>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// Stored as a sequence, as the `Vec` it replaced.
+impl serde::Serialize for Outcomes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Outcomes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Outcomes, D::Error> {
+        Vec::<OutcomeReceipt>::deserialize(d).map(Outcomes::from)
+    }
+}
+
+/// What few spans carry: boxed once per span that sets any of it (see [`SpanEvidence`]).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RareEvidence {
+    pub auth_error: Option<AuthError>,
+    pub auth_status: Option<u16>,
+    pub required_scope: Option<Box<str>>,
+    /// SHA-256 (hex, first 32 chars) of `mcp_health.auth.credential_id`.
+    pub credential_hash: Option<Box<str>>,
+    /// `mcp_health.auth.flow` = `pending`.
+    pub auth_flow_pending: Option<bool>,
+    pub negotiation: Option<Negotiation>,
+    pub exec_timeout: bool,
+    pub output_schema_violated: Option<bool>,
+    pub effect_boundary: Option<EffectBoundary>,
+    pub operation_key: Option<Box<str>>,
+    /// A `notifications/progress` span's progress.
+    pub progress: Option<Box<ProgressMark>>,
+    /// The progress token a request span says the request supplied.
+    pub progress_token: Option<Box<str>>,
+    /// Catalog facts (signals, `tools/list` pages, installs).
+    pub catalog: Option<Box<catalog::CatalogFacts>>,
     /// What the verifier span said about itself (rule name, error class, duration), for the
     /// verifier metrics only. Not stored: a decided chain is re-read for its receipts, not for
     /// how its verifiers ran.
     #[serde(skip)]
     pub finding: Option<Box<FindingMeta>>,
+}
+
+impl RareEvidence {
+    /// Every field unset: what a span without rare evidence reads.
+    pub const NONE: RareEvidence = RareEvidence {
+        auth_error: None,
+        auth_status: None,
+        required_scope: None,
+        credential_hash: None,
+        auth_flow_pending: None,
+        negotiation: None,
+        exec_timeout: false,
+        output_schema_violated: None,
+        effect_boundary: None,
+        operation_key: None,
+        progress: None,
+        progress_token: None,
+        catalog: None,
+        finding: None,
+    };
+}
+
+/// The one empty [`RareEvidence`] every span without one reads.
+static NO_RARE: RareEvidence = RareEvidence::NONE;
+
+/// A span's [`RareEvidence`], absent until written. Compared and stored by what it reads, so
+/// a box written back to all-unset equals no box.
+#[derive(Clone, Debug, Default)]
+struct Rare(Option<Box<RareEvidence>>);
+
+impl Rare {
+    fn get(&self) -> &RareEvidence {
+        self.0.as_deref().unwrap_or(&NO_RARE)
+    }
+}
+
+impl PartialEq for Rare {
+    fn eq(&self, other: &Rare) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl serde::Serialize for Rare {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.as_deref().filter(|r| **r != NO_RARE).serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Rare {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Rare, D::Error> {
+        Option::<Box<RareEvidence>>::deserialize(d).map(Rare)
+    }
+}
+
+impl std::ops::Deref for SpanEvidence {
+    type Target = RareEvidence;
+    fn deref(&self) -> &RareEvidence {
+        self.rare.get()
+    }
+}
+
+/// Writing any rare field allocates the box (once per span).
+impl std::ops::DerefMut for SpanEvidence {
+    fn deref_mut(&mut self) -> &mut RareEvidence {
+        self.rare.0.get_or_insert_with(Default::default)
+    }
 }
 
 /// How a verifier run went, as its span reports it (`mcp_health.outcome.verifier`,
@@ -377,27 +565,19 @@ impl SpanEvidence {
             http_status: None,
             transport: None,
             request_sent: None,
-            auth_error: None,
-            auth_status: None,
-            required_scope: None,
-            credential_hash: None,
-            auth_flow_pending: None,
-            negotiation: None,
-            exec_timeout: false,
-            output_schema_violated: None,
-            effect_boundary: None,
-            outcomes: Vec::new(),
-            operation_key: None,
-            progress: None,
-            progress_token: None,
+            outcomes: Outcomes::new(),
             request_sent_marker: false,
-            catalog: None,
             service: None,
             error_maybe_client_rendered: false,
             http_mcp_endpoint: false,
             response_unobserved: false,
-            finding: None,
+            rare: Rare(None),
         }
+    }
+
+    /// Whether this span holds a [`RareEvidence`] box (a rare field was written).
+    pub fn has_rare(&self) -> bool {
+        self.rare.0.is_some()
     }
 
     /// Approximate heap + inline bytes, for the correlator's memory bound.
@@ -405,16 +585,22 @@ impl SpanEvidence {
         fn s(o: &Option<Box<str>>) -> usize {
             o.as_ref().map_or(0, |v| v.len())
         }
+        let rare = self.rare.0.as_deref().map_or(0, |r| {
+            std::mem::size_of::<RareEvidence>()
+                + s(&r.required_scope)
+                + s(&r.credential_hash)
+                + s(&r.operation_key)
+                + s(&r.progress_token)
+                + r.progress.as_ref().map_or(0, |p| std::mem::size_of::<ProgressMark>() + p.token.len())
+                + r.negotiation
+                    .as_ref()
+                    .map_or(0, |n| s(&n.requested_version) + n.missing_capabilities.iter().map(|c| c.len() + 16).sum::<usize>())
+        });
         std::mem::size_of::<Self>()
             + s(&self.request_id)
             + self.session_id.as_ref().map_or(0, |v| v.len())
-            + s(&self.required_scope)
-            + s(&self.operation_key)
             + self.outcomes.len() * std::mem::size_of::<OutcomeReceipt>()
-            + self
-                .negotiation
-                .as_ref()
-                .map_or(0, |n| std::mem::size_of::<Negotiation>() + n.missing_capabilities.iter().map(|c| c.len() + 16).sum::<usize>())
+            + rare
     }
 
     /// Whether this span says anything a classifier can use about an MCP call.
@@ -461,5 +647,54 @@ pub fn session_key(session_id: Option<&str>, service: Option<&str>, server: Opti
     match side {
         Side::Server => None,
         _ => Some(format!("client:{}|server:{server}", service.unwrap_or("?"))),
+    }
+}
+
+/// The most bytes a [`SpanEvidence`] may take inline (208: three spans fit one 640-byte
+/// allocator size class; pinned by `span_evidence_stays_small`).
+#[cfg(test)]
+const SPAN_EVIDENCE_MAX: usize = 208;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 11: an in-flight chain holds its spans for `decision_wait`; at most 1 KB of RSS per
+    /// chain of three spans needs each span small. Rare fields live in one box, allocated only
+    /// when one of them is written; a regression in the layout fails here.
+    #[test]
+    fn span_evidence_stays_small() {
+        assert!(std::mem::size_of::<SpanEvidence>() <= SPAN_EVIDENCE_MAX, "{} bytes", std::mem::size_of::<SpanEvidence>());
+        assert!(std::mem::size_of::<Outcomes>() <= 16);
+        let mut s = SpanEvidence::new([1; 16], [2; 8]);
+        s.method = Some(Method::ToolsCall);
+        s.tool = Some(Arc::from("search"));
+        s.outcomes.push(OutcomeReceipt {
+            result: OutcomeResult::Confirmed,
+            method: VerifierMethod::Receipt,
+            checked_at_ns: 1,
+            request_id: None,
+        });
+        // Reading a rare field allocates nothing; writing one allocates the box once.
+        assert!(s.auth_status.is_none() && s.catalog.is_none() && !s.has_rare());
+        let plain = s.clone();
+        s.auth_status = Some(401);
+        assert!(s.has_rare() && s.auth_status == Some(401));
+        assert_ne!(s, plain);
+        // A box written back to all-unset equals no box, and is stored as none.
+        s.auth_status = None;
+        assert_eq!(s, plain);
+        assert_eq!(postcard::to_allocvec(&s).unwrap(), postcard::to_allocvec(&plain).unwrap());
+        // Round trip of rare fields and receipts through the store's encoding.
+        s.operation_key = Some("op-1".into());
+        s.negotiation = Some(Negotiation {
+            requested_version: Some("2025-11-25".into()),
+            version_accepted: Some(false),
+            missing_capabilities: vec!["tools".into()],
+        });
+        let back: SpanEvidence = postcard::from_bytes(&postcard::to_allocvec(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.outcomes.len(), 1);
+        assert!(s.approx_bytes() > plain.approx_bytes() + std::mem::size_of::<RareEvidence>());
     }
 }

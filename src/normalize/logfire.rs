@@ -66,10 +66,7 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Ar
     ev.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
     ev.service = service.cloned();
     ev.side = side;
-    ev.method = Some(match Method::parse(method) {
-        Method::Other(m) => Method::Other(intern(Kind::Method, &m, None, || m.to_string())),
-        m => m,
-    });
+    ev.method = Some(Method::parse(method));
     if ev.method == Some(Method::ToolsCall) {
         let tool = rest.strip_prefix("tools/call ").map(str::trim).filter(|t| !t.is_empty() && t.len() <= 256);
         ev.tool = tool.map(|t| intern(Kind::Tool, t, None, || t.to_string()));

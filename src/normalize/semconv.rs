@@ -309,7 +309,7 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
                     "tools/call" => Method::ToolsCall,
                     "tools/list" => Method::ToolsList,
                     "initialize" => Method::Initialize,
-                    other => Method::Other(intern(Kind::Method, other, None, || other.to_string())),
+                    other => Method::Other(crate::evidence::MethodName::of(other)),
                 })
             }
             None => bad = true,

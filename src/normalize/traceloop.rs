@@ -72,10 +72,7 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Ar
         ev.side = Side::Internal;
         return Some(ev);
     };
-    ev.method = Some(match method {
-        Method::Other(m) => Method::Other(intern(Kind::Method, &m, None, || m.to_string())),
-        m => m,
-    });
+    ev.method = Some(method);
     ev.tool = tool.map(|t| intern(Kind::Tool, t, None, || t.to_string()));
     ev.side = if attr(span, WORKFLOW_NAME).is_some() { Side::Server } else { Side::Client };
     let status = span.status.as_ref().map_or(StatusCode::Unset as i32, |s| s.code);

@@ -686,6 +686,77 @@ fn span_message<'a>(mut r: Reader<'a>, limit: u32, view: &mut SpanView<'a>) -> R
 /// no decode and no re-encode. `None` when a resource cannot be spliced (it already has a
 /// `via`, or more than one `resource` field): then the request is rebuilt from its decode.
 pub fn splice_via(buf: &[u8], facts: &WireFacts, me: &str) -> Option<Vec<u8>> {
+    let pieces = via_pieces(buf.len(), facts, me)?;
+    let mut out = Vec::with_capacity(pieces.iter().map(Piece::len).sum());
+    for p in &pieces {
+        match p {
+            Piece::Kept(s, e) => out.extend_from_slice(&buf[*s..*e]),
+            Piece::Made(m) => out.extend_from_slice(m),
+        }
+    }
+    Some(out)
+}
+
+/// [`splice_via`] in the request's own buffer: its bytes moved up in place and the new bytes
+/// written between them, so that the request passed on is the buffer it was read into — held
+/// once, never copied (issue 11: a held request costs its wire size). `false`, and `buf`
+/// untouched, when it cannot be done in place: not spliceable (see [`splice_via`]), a looped
+/// resource left out (bytes would move down as well as up), or too little spare capacity
+/// (the receiver allocates [`VIA_HEADROOM`] beyond each message for it).
+pub fn splice_via_in_place(buf: &mut bytes::BytesMut, facts: &WireFacts, me: &str) -> bool {
+    let Some(pieces) = via_pieces(buf.len(), facts, me) else { return false };
+    let total: usize = pieces.iter().map(Piece::len).sum();
+    if total < buf.len() || total - buf.len() > buf.capacity() - buf.len() {
+        return false;
+    }
+    // Where each piece goes; every kept range must move up, and no less than the one before it,
+    // so that moving them from the last to the first never overwrites bytes still to be moved.
+    let mut at = Vec::with_capacity(pieces.len());
+    let (mut o, mut shift, mut end) = (0usize, 0usize, 0usize);
+    for p in &pieces {
+        if let Piece::Kept(s, e) = p {
+            if *s < end || o < *s || o - *s < shift {
+                return false;
+            }
+            shift = o - *s;
+            end = *e;
+        }
+        at.push(o);
+        o += p.len();
+    }
+    let len = buf.len();
+    buf.resize(total, 0);
+    for (p, &o) in pieces.iter().zip(&at).rev() {
+        match p {
+            Piece::Kept(s, e) => buf.copy_within(*s..*e, o),
+            Piece::Made(m) => buf[o..o + m.len()].copy_from_slice(m),
+        }
+    }
+    debug_assert!(buf.len() >= len);
+    true
+}
+
+/// Spare bytes the receivers allocate after a message, so that [`splice_via_in_place`] finds
+/// room for `mcp_health.via` in every resource (some 60 bytes each: about 60 resources).
+pub const VIA_HEADROOM: usize = 4096;
+
+/// One piece of the request passed on: a range of the request received, or bytes made here.
+enum Piece {
+    Kept(usize, usize),
+    Made(Vec<u8>),
+}
+
+impl Piece {
+    fn len(&self) -> usize {
+        match self {
+            Piece::Kept(s, e) => e - s,
+            Piece::Made(m) => m.len(),
+        }
+    }
+}
+
+/// The pieces of [`splice_via`]'s output, in order, for a request of `len` bytes.
+fn via_pieces(len: usize, facts: &WireFacts, me: &str) -> Option<Vec<Piece>> {
     use prost::Message;
     if facts.via_present || facts.resources.iter().any(|r| !r.looped && r.resource_fields > 1) {
         return None;
@@ -697,40 +768,49 @@ pub fn splice_via(buf: &[u8], facts: &WireFacts, me: &str) -> Option<Vec<u8>> {
         ..Default::default()
     }
     .encode_to_vec();
-    let mut out = Vec::with_capacity(buf.len() + facts.resources.len() * (attr.len() + 12));
+    let mut out = Vec::with_capacity(facts.resources.len() * 6 + 1);
+    fn kept(out: &mut Vec<Piece>, s: usize, e: usize) {
+        if e > s {
+            out.push(Piece::Kept(s, e));
+        }
+    }
     let mut copied = 0;
     for rs in &facts.resources {
-        out.extend_from_slice(&buf[copied..rs.tag_start]);
+        kept(&mut out, copied, rs.tag_start);
         copied = rs.end;
         if rs.looped {
             continue;
         }
+        let mut head = Vec::with_capacity(24);
         match rs.resource {
             Some((key_at, s, e)) => {
                 let resource_len = e - s + attr.len();
                 let inner = (rs.end - rs.start) - (e - key_at) + 1 + varint_len(resource_len as u64) + resource_len;
-                out.push(0x0a);
-                put_varint(&mut out, inner as u64);
-                out.extend_from_slice(&buf[rs.start..key_at]);
-                out.push(0x0a);
-                put_varint(&mut out, resource_len as u64);
-                out.extend_from_slice(&buf[s..e]);
-                out.extend_from_slice(&attr);
-                out.extend_from_slice(&buf[e..rs.end]);
+                head.push(0x0a);
+                put_varint(&mut head, inner as u64);
+                out.push(Piece::Made(head));
+                kept(&mut out, rs.start, key_at);
+                let mut key = vec![0x0a];
+                put_varint(&mut key, resource_len as u64);
+                out.push(Piece::Made(key));
+                kept(&mut out, s, e);
+                out.push(Piece::Made(attr.clone()));
+                kept(&mut out, e, rs.end);
             }
             None => {
                 // No resource: one is added (field order does not matter in protobuf).
                 let inner = (rs.end - rs.start) + 1 + varint_len(attr.len() as u64) + attr.len();
-                out.push(0x0a);
-                put_varint(&mut out, inner as u64);
-                out.push(0x0a);
-                put_varint(&mut out, attr.len() as u64);
-                out.extend_from_slice(&attr);
-                out.extend_from_slice(&buf[rs.start..rs.end]);
+                head.push(0x0a);
+                put_varint(&mut head, inner as u64);
+                head.push(0x0a);
+                put_varint(&mut head, attr.len() as u64);
+                head.extend_from_slice(&attr);
+                out.push(Piece::Made(head));
+                kept(&mut out, rs.start, rs.end);
             }
         }
     }
-    out.extend_from_slice(&buf[copied..]);
+    kept(&mut out, copied, len);
     Some(out)
 }
 
@@ -832,6 +912,77 @@ mod tests {
         assert_eq!(facts.spans, typed.spans);
         assert_eq!(facts.resources.len(), req.resource_spans.len());
         assert!(!facts.raw_definitions && !facts.via_present);
+    }
+
+    /// Issue 11: spliced in place, the request passed on is the buffer it was read into, byte for
+    /// byte what the copying splice gives, for every shape: resources with and without a
+    /// resource field, many resources, a resource field after the scopes, large varints. A looped
+    /// resource (bytes would move down) or too little room leaves the buffer untouched.
+    #[test]
+    fn splicing_in_place_is_splicing_a_copy() {
+        use opentelemetry_proto::tonic::resource::v1::Resource;
+        let me = "0123456789abcdef";
+        let in_place = |bytes: &[u8], room: usize| {
+            let (_, facts) = walk(bytes, "other-instance-00").unwrap();
+            let mut m = bytes::BytesMut::with_capacity(bytes.len() + room);
+            m.extend_from_slice(bytes);
+            let at = m.as_ptr();
+            let done = splice_via_in_place(&mut m, &facts, me);
+            (done, m.as_ptr() == at, m.to_vec(), splice_via(bytes, &facts, me))
+        };
+        let mut shapes = vec![request()];
+        let mut no_resource = request();
+        no_resource.resource_spans.push(Default::default());
+        no_resource.resource_spans.insert(0, Default::default());
+        shapes.push(no_resource);
+        let mut many = request();
+        for n in 0..40 {
+            let mut rs = request().resource_spans[(n % 2) as usize].clone();
+            rs.resource = Some(Resource { dropped_attributes_count: n, ..rs.resource.unwrap_or_default() });
+            many.resource_spans.push(rs);
+        }
+        shapes.push(many);
+        shapes.push(crate::loadgen::build_request(2, 400)); // resources over 16 KiB: 3-byte varints
+        for req in &shapes {
+            let bytes = req.encode_to_vec();
+            let (done, same_buffer, got, copy) = in_place(&bytes, VIA_HEADROOM);
+            assert!(done && same_buffer, "spliced in place, in the buffer it was read into");
+            assert_eq!(Some(got.clone()), copy, "what the copying splice gives");
+            let mut want = req.clone();
+            for rs in &mut want.resource_spans {
+                crate::receive::loops::mark_via(&mut rs.resource, me);
+            }
+            assert_eq!(ExportTraceServiceRequest::decode(got.as_slice()).unwrap(), want);
+        }
+        // The resource field after the scopes (field order is free in protobuf).
+        let req = request();
+        let mut bytes = Vec::new();
+        for rs in &req.resource_spans {
+            let mut inner = Vec::new();
+            for ss in &rs.scope_spans {
+                prost::encoding::message::encode(2, ss, &mut inner);
+            }
+            prost::encoding::message::encode(1, rs.resource.as_ref().unwrap(), &mut inner);
+            prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut bytes);
+            prost::encoding::encode_varint(inner.len() as u64, &mut bytes);
+            bytes.extend_from_slice(&inner);
+        }
+        let (done, _, got, copy) = in_place(&bytes, VIA_HEADROOM);
+        assert!(done);
+        assert_eq!(Some(got), copy);
+        // Too little room, or a looped resource left out: not in place, buffer untouched.
+        let bytes = request().encode_to_vec();
+        let (done, _, got, _) = in_place(&bytes, 10);
+        assert!(!done && got == bytes);
+        let mut looped = request();
+        crate::receive::loops::mark_via(&mut looped.resource_spans[0].resource, "other-instance-00");
+        let bytes = looped.encode_to_vec();
+        let (_, facts) = walk(&bytes, "other-instance-00").unwrap();
+        assert!(facts.resources[0].looped);
+        let mut m = bytes::BytesMut::with_capacity(bytes.len() + VIA_HEADROOM);
+        m.extend_from_slice(&bytes);
+        assert!(!splice_via_in_place(&mut m, &facts, me));
+        assert_eq!(&m[..], &bytes[..]);
     }
 
     #[test]

@@ -233,7 +233,8 @@ impl Admission {
             spans = left;
         }
         let batch = normalize_request(&req);
-        self.take(batch, spans, transport, held, move |rejected| self.typed_passthrough(req, rejected))
+        // The decoded request is alive already (its reservation paid for it): no growth here.
+        self.take(batch, spans, transport, held, move |rejected, _| Some(self.typed_passthrough(req, rejected)))
     }
 
     /// Take a protobuf request from its wire bytes (both receivers): the evidence is read by the
@@ -255,18 +256,40 @@ impl Admission {
         }
         let spans = facts.spans - facts.looped_spans;
         let strip = self.strip_tool_definitions;
-        Ok(self.take(batch, spans, transport, held, move |rejected| {
+        Ok(self.take(batch, spans, transport, held, move |rejected, held| {
             let rebuild = rejected > 0 || (strip && facts.raw_definitions);
+            let mut bytes = bytes;
             if !rebuild {
+                // In the buffer the request was read into (the receivers leave room after it):
+                // the request passed on is the one received, held once. The reservation made
+                // for reading it covers it.
+                match bytes.try_into_mut() {
+                    Ok(mut m) => {
+                        if wire::splice_via_in_place(&mut m, &facts, id) {
+                            let cap = m.capacity() as u64;
+                            return Some((Outgoing::PassthroughRaw(m.freeze(), spans, None), cap));
+                        }
+                        bytes = m.freeze();
+                    }
+                    Err(b) => bytes = b,
+                }
+                // Else a copy, alive beside the request until this returns: reserved first.
+                if !grow(held, bytes.len() as u64) {
+                    return None;
+                }
                 if let Some(out) = wire::splice_via(&bytes, &facts, id) {
                     let held = out.len() as u64;
-                    return (Outgoing::PassthroughRaw(Bytes::from(out), spans, None), held);
+                    return Some((Outgoing::PassthroughRaw(Bytes::from(out), spans, None), held));
                 }
             }
-            // The walk accepted these bytes, so prost does too (`tests/normalize_props.rs`).
+            // Rebuilt from its decode, alive beside the request: reserved first. The walk
+            // accepted these bytes, so prost does too (`tests/normalize_props.rs`).
+            if !grow(held, (bytes.len() as u64).saturating_mul(super::memory::DECODED_PER_WIRE_BYTE)) {
+                return None;
+            }
             let mut req = ExportTraceServiceRequest::decode(bytes).unwrap_or_default();
             req.resource_spans.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
-            self.typed_passthrough(req, rejected)
+            Some(self.typed_passthrough(req, rejected))
         }))
     }
 
@@ -290,15 +313,16 @@ impl Admission {
     }
 
     /// Admission proper, for both paths: reserve both places first, so a request is either taken
-    /// whole or refused whole; `pass` makes the pass-through copy (given the invalid-span count)
-    /// only once both are reserved.
+    /// whole or refused whole; `pass` makes the pass-through copy (given the invalid-span count
+    /// and the request's reservation, to grow before it allocates) only once both are reserved,
+    /// or `None` when the reservation cannot grow (refused: `memory_limit`).
     fn take(
         &self,
         mut batch: NormalizedBatch,
         spans: u64,
         transport: &'static str,
-        held: Option<Reservation>,
-        pass: impl FnOnce(u64) -> (Outgoing, u64),
+        mut held: Option<Reservation>,
+        pass: impl FnOnce(u64, &mut Option<Reservation>) -> Option<(Outgoing, u64)>,
     ) -> Admitted {
         let tr = KeyValue::new("transport", transport);
         if self.over_memory() {
@@ -328,10 +352,14 @@ impl Admission {
             self.meters.attributes_invalid.add(batch.attribute_type_errors, &[]);
         }
         let (mut outgoing, pass_bytes) = match pass_permit {
-            Some(_) => {
-                let (o, b) = pass(rejected);
-                (Some(o), b)
-            }
+            Some(_) => match pass(rejected, &mut held) {
+                Some((o, b)) => (Some(o), b),
+                None => {
+                    self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
+                    self.refused_items("traces", transport, "memory_limit", spans);
+                    return Admitted::Busy;
+                }
+            },
             None => (None, 0),
         };
         if let Some(m) = &self.memory {
@@ -367,6 +395,12 @@ impl Admission {
         };
         Admitted::Accepted { rejected, message }
     }
+}
+
+/// Grow a request's reservation (if any) by `bytes` before they are allocated; `false` when
+/// that does not fit under the memory limit.
+fn grow(held: &mut Option<Reservation>, bytes: u64) -> bool {
+    held.as_mut().is_none_or(|r| r.resize(r.bytes().saturating_add(bytes)))
 }
 
 /// What a normalized batch holds until the engine takes it in.
@@ -541,6 +575,47 @@ mod tests {
         // Garbage is refused as undecodable, nothing queued.
         assert!(admission.admit_wire(Bytes::from_static(b"\x0a\xff"), "grpc", None).is_err());
         assert!(pass_rx.try_recv().is_err());
+    }
+
+    /// Issue 11: a request read with room after it (as the gRPC receiver reads it) is passed on in
+    /// the buffer it came in, `via` spliced in place: held once, its reservation the message and
+    /// the batch; a request without room is copied, and its reservation grows by the copy first.
+    #[test]
+    fn pass_through_splices_in_the_buffer_read() {
+        let limiter = Arc::new(super::super::memory::MemoryLimiter::new(1 << 20, None));
+        let (ingest, mut ingest_rx) = mpsc::channel(4);
+        let (pass, mut pass_rx) = mpsc::channel(4);
+        let admission = Admission {
+            ingest,
+            passthrough: Some(pass),
+            meters: HealthMeters::new(&opentelemetry::global::meter("admit-test")),
+            strip_tool_definitions: true,
+            memory: Some(limiter.clone()),
+            refusal_log: refusal_log(),
+        };
+        let wire = crate::loadgen::build_request(3, 50).encode_to_vec();
+        let copy = {
+            let (_, facts) = wire::walk(&wire, loops::instance_id()).unwrap();
+            wire::splice_via(&wire, &facts, loops::instance_id()).unwrap()
+        };
+        let mut m = bytes::BytesMut::with_capacity(wire.len() + wire::VIA_HEADROOM);
+        m.extend_from_slice(&wire);
+        let read = m.freeze();
+        let at = read.as_ptr();
+        let held = limiter.reserve(wire.len() as u64 * 3).unwrap();
+        assert!(matches!(admission.admit_wire(read, "grpc", Some(held)), Ok(Admitted::Accepted { rejected: 0, .. })));
+        let Ok(Outgoing::PassthroughRaw(out, _, Some(r))) = pass_rx.try_recv() else { panic!("not passed on as bytes") };
+        assert_eq!(out.as_ptr(), at, "the buffer read is the one passed on");
+        assert_eq!(&out[..], &copy[..], "byte for byte the copying splice");
+        assert_eq!(r.bytes(), (wire.len() + wire::VIA_HEADROOM) as u64, "the pass-through holds the buffer");
+        assert_eq!(ingest_rx.try_recv().unwrap().evidence.len(), 150);
+
+        // No room after it: copied; the reservation grew by the copy before it was made.
+        let held = limiter.reserve(wire.len() as u64).unwrap();
+        assert!(matches!(admission.admit_wire(Bytes::from(wire.clone()), "grpc", Some(held)), Ok(Admitted::Accepted { .. })));
+        let Ok(Outgoing::PassthroughRaw(out, _, Some(r))) = pass_rx.try_recv() else { panic!("not passed on as bytes") };
+        assert_eq!(&out[..], &copy[..]);
+        assert_eq!(r.bytes(), copy.len() as u64);
     }
 
     fn prom_sum(text: &str, name: &str, filter: &str) -> f64 {

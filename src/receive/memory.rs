@@ -65,6 +65,24 @@ pub fn set_allocator_hook(f: fn()) {
     let _ = ALLOCATOR_HOOK.set(f);
 }
 
+/// Set by the binary, which owns the global allocator: called on a runtime thread about to go
+/// idle (tokio's `on_thread_park`), to hand what that thread freed back to the OS. The allocator
+/// returns a thread's freed pages only on that thread's later activity: a thread that freed
+/// a burst of requests and chains and then idles keeps them resident until it is busy again.
+static IDLE_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// See [`IDLE_HOOK`]; the first call wins.
+pub fn set_idle_hook(f: fn()) {
+    let _ = IDLE_HOOK.set(f);
+}
+
+/// See [`IDLE_HOOK`]: for the runtime's `on_thread_park`.
+pub fn on_thread_idle() {
+    if let Some(f) = IDLE_HOOK.get() {
+        f();
+    }
+}
+
 impl MemoryLimiter {
     /// `limit_mib` the hard limit; `spike_limit_mib` the allowance above the soft limit (the
     /// collector's default: a fifth of the limit). The current resident set is the floor of what

@@ -358,13 +358,14 @@ where
         let max_message = self.max_message_bytes;
         Box::pin(async move {
             // Metrics and logs are decoded: their peak is the decoded request. Spans are walked:
-            // their peak is the message, the batch read from it (about its size again; twice,
-            // for the allocator's size classes), and with pass-through the copy passed on — all
-            // alive together before `Admission::admit_wire` trims the reservation.
-            let peak_per_byte = match (signal == Traces::LABEL, admission.passthrough.is_some()) {
-                (true, false) => 2,
-                (true, true) => 3,
-                (false, _) => super::memory::DECODED_PER_WIRE_BYTE,
+            // their peak is the message and the batch read from it (about its size again;
+            // twice, for the allocator's size classes), alive together before
+            // `Admission::admit_wire` trims the reservation. With pass-through, the request
+            // passed on is the message itself (`via` spliced in place, in the room left after
+            // it); a request that must be copied or rebuilt grows its reservation first.
+            let peak_per_byte = match signal == Traces::LABEL {
+                true => 2,
+                false => super::memory::DECODED_PER_WIRE_BYTE,
             };
             match read_message(admission.memory.as_ref(), req, max_message, peak_per_byte).await {
                 Ok(req) => inner.call(req).await,
@@ -430,7 +431,12 @@ async fn read_message(
                 return Err(ReadError::MemoryLimit);
             }
         }
-        buf.reserve(want.saturating_sub(buf.len()));
+        if buf.capacity() < want {
+            // Room for `mcp_health.via` after the message, so pass-through splices it in place
+            // (`wire::splice_via_in_place`) instead of copying the request.
+            let room = if declared.is_some() { crate::normalize::wire::VIA_HEADROOM } else { 0 };
+            buf.reserve((want + room).saturating_sub(buf.len()));
+        }
         buf.extend_from_slice(&data);
     }
     let Some(len) = declared else {
@@ -463,9 +469,11 @@ async fn read_message(
         };
     }
     if let Some(h) = held.as_mut() {
+        // The message, and (read uncompressed) the room left after it for `via`.
+        let room = if compressed { 0 } else { crate::normalize::wire::VIA_HEADROOM as u64 };
         let len = message.len() as u64;
-        h.set(len);
-        if !h.resize(len.saturating_add(len.saturating_mul(peak_per_byte))) {
+        h.set(len + room);
+        if !h.resize((len + room).saturating_add(len.saturating_mul(peak_per_byte))) {
             return Err(ReadError::MemoryLimit);
         }
     }
