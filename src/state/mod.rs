@@ -103,6 +103,15 @@ impl Table {
         Table::Parked,
     ];
 
+    /// Records every instance adds to and the writer deletes after `late_span_window` (refused
+    /// HTTP spans, client halves, parked verifiers): a shared store also lets them expire
+    /// (`storage.tombstone_ttl` after their last write), so an instance that stopped before
+    /// deleting its own leaves nothing behind for good. Read absent, such a record is expected
+    /// absent (not a conflict).
+    pub fn expires(self) -> bool {
+        matches!(self, Table::Refusals | Table::Halves | Table::Parked)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Table::Sessions => "sessions",

@@ -61,7 +61,7 @@ const SCAN_COUNT: usize = 500;
 
 /// The apply script. KEYS[1] is the version counter; KEYS[i+1] the record key of change i.
 /// ARGV[1] is how long a tombstone lives (ms); then per change i, ARGV[3i-1] its operation (`p`
-/// put, `d` delete), ARGV[3i] the version expected (`` = never seen: absent; `<n>` = a record at
+/// put, `x` put that expires like a tombstone, `d` delete), ARGV[3i] the version expected (`` = never seen: absent; `<n>` = a record at
 /// version n; `t<n>` = deleted at version n: that tombstone, or absent once it expired), ARGV[3i+1]
 /// the bytes (empty for a delete). Answers `{version, {i, …}}`: the transaction number the
 /// records that passed were written under (0 when none passed), and the changes whose key was not
@@ -89,9 +89,13 @@ if #bad < n then
   for i = 1, n do
     if pass[i] then
       local k = KEYS[i + 1]
-      if ARGV[3 * i - 1] == 'd' then
+      local op = ARGV[3 * i - 1]
+      if op == 'd' then
         redis.call('DEL', k)
         redis.call('HSET', k, 'ver', ver)
+        redis.call('PEXPIRE', k, ARGV[1])
+      elseif op == 'x' then
+        redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', ver)
         redis.call('PEXPIRE', k, ARGV[1])
       else
         redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', ver)
@@ -399,7 +403,7 @@ impl StateStore for RedisStore {
                 Some(r) => {
                     let bytes = r.encode()?;
                     sent += bytes.len() + want.len() + 1;
-                    inv.arg("p").arg(want).arg(bytes);
+                    inv.arg(if c.table.expires() { "x" } else { "p" }).arg(want).arg(bytes);
                 }
                 None => {
                     sent += want.len() + 1;
@@ -451,7 +455,13 @@ impl StateStore for RedisStore {
                     self.saw_deleted(table, k.clone(), ver);
                     out.push(None);
                 }
-                _ => out.push(None),
+                _ => {
+                    if table.expires() {
+                        // Expired (see `Table::expires`): absent is what to expect now.
+                        self.versions.remove(&(table, k.clone()));
+                    }
+                    out.push(None)
+                }
             }
         }
         Ok(out)

@@ -718,3 +718,30 @@ fn redis_a_drift_seen_by_two_engines_is_reported_once() {
     b.flush_store(t + Duration::from_millis(100), &mut out_b);
     assert_eq!((drifts(&out_a), drifts(&out_b)), (1, 0), "reported once, by the engine that created the record");
 }
+
+/// The shared lists (refused HTTP spans, client halves, parked verifiers) expire
+/// `tombstone_ttl` after their last write, so an instance that stopped before deleting its own
+/// leaves nothing behind for good; other records never expire. An expired list record is
+/// expected absent afterwards: writing it again is no conflict.
+#[test]
+fn redis_shared_lists_expire_and_other_records_do_not() {
+    if !available("redis_shared_lists_expire_and_other_records_do_not") {
+        return;
+    }
+    let r = RedisServer::start();
+    let mut st = RedisStore::open(RedisSettings { tombstone_ttl: Duration::from_millis(300), ..settings(&r.url()) }).unwrap();
+    let mut c = Changes::default();
+    c.put(refusal_key(7), Record::Refusals(Box::new(RefusalsRecord::default())));
+    c.put("op-1".into(), Record::Operation([1; 16]));
+    st.apply(&c).unwrap();
+    let mut conn = r.conn();
+    let ttl = |conn: &mut ::redis::Connection, k: &str| -> i64 { ::redis::cmd("PTTL").arg(k).query(conn).unwrap() };
+    assert!(ttl(&mut conn, "mcp-health:refusals:7") > 0, "a list record expires");
+    assert_eq!(ttl(&mut conn, "mcp-health:operations:op-1"), -1, "other records do not");
+    std::thread::sleep(Duration::from_millis(450));
+    assert_eq!(ttl(&mut conn, "mcp-health:refusals:7"), -2, "gone");
+    assert!(st.get_many(Table::Refusals, &[refusal_key(7)]).unwrap()[0].is_none());
+    let mut again = Changes::default();
+    again.put(refusal_key(7), Record::Refusals(Box::new(RefusalsRecord::default())));
+    st.apply(&again).expect("an expired list record is written again without a conflict");
+}
