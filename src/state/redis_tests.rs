@@ -731,7 +731,7 @@ fn redis_shared_lists_expire_and_other_records_do_not() {
     let r = RedisServer::start();
     let mut st = RedisStore::open(RedisSettings { tombstone_ttl: Duration::from_millis(300), ..settings(&r.url()) }).unwrap();
     let mut c = Changes::default();
-    c.put(refusal_key(7), Record::Refusals(Box::new(RefusalsRecord::default())));
+    c.put(refusal_key(7), Record::Refusals(Box::default()));
     c.put("op-1".into(), Record::Operation([1; 16]));
     st.apply(&c).unwrap();
     let mut conn = r.conn();
@@ -742,6 +742,6 @@ fn redis_shared_lists_expire_and_other_records_do_not() {
     assert_eq!(ttl(&mut conn, "mcp-health:refusals:7"), -2, "gone");
     assert!(st.get_many(Table::Refusals, &[refusal_key(7)]).unwrap()[0].is_none());
     let mut again = Changes::default();
-    again.put(refusal_key(7), Record::Refusals(Box::new(RefusalsRecord::default())));
+    again.put(refusal_key(7), Record::Refusals(Box::default()));
     st.apply(&again).expect("an expired list record is written again without a conflict");
 }
