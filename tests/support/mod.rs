@@ -585,6 +585,12 @@ impl Service {
             }
             if let Ok(r) = http_get(self.health_addr(), "/").await {
                 if r.status == 200 {
+                    // The answer may come from another test's service that got the same port
+                    // first while this one fails to bind another and exits: look again shortly.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if !self.running() || self.stderr().contains("cannot listen") {
+                        return Err("exited early".into());
+                    }
                     return Ok(());
                 }
             }
