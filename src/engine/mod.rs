@@ -289,8 +289,7 @@ impl Engine {
             Ok(snap) => self.restore(snap),
             Err(e) => {
                 // Carry on in memory: nothing is judged from a state that could not be read.
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::error!(error = %e, "could not load the state store; starting with empty state");
             }
         }
@@ -364,8 +363,7 @@ impl Engine {
                         self.merge_sessions(&keys, records);
                     }
                     Err(e) => {
-                        self.store_errors += 1;
-                        self.store_down = true;
+                        self.store_failed();
                         tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
                     }
                 }
@@ -467,8 +465,7 @@ impl Engine {
                 }
                 Err(e) => {
                     // The evidence is then late for a forgotten chain, as without a store.
-                    self.store_errors += 1;
-                    self.store_down = true;
+                    self.store_failed();
                     self.chains.unspill(id, None);
                     tracing::warn!(error = %e, "could not read a decided chain back from the state store");
                 }
@@ -514,8 +511,7 @@ impl Engine {
                         continue;
                     }
                     Err(e) => {
-                        self.store_errors += 1;
-                        self.store_down = true;
+                        self.store_failed();
                         tracing::warn!(error = %e, "could not look for an operation key in the state store");
                         continue;
                     }
@@ -537,8 +533,7 @@ impl Engine {
                 }
                 Ok(_) => self.store_down = false,
                 Err(e) => {
-                    self.store_errors += 1;
-                    self.store_down = true;
+                    self.store_failed();
                     tracing::warn!(error = %e, "could not look for a decided chain in the state store");
                 }
             }
@@ -549,6 +544,12 @@ impl Engine {
     /// `take_over_from_store`).
     pub fn taken_over(&self) -> u64 {
         self.taken_over
+    }
+
+    /// A store operation failed: counted, and the store is down until one succeeds.
+    fn store_failed(&mut self) {
+        self.store_errors += 1;
+        self.store_down = true;
     }
 
     /// Loads and writes of the state store that failed.
@@ -693,8 +694,7 @@ impl Engine {
         let held = match store.lease(GAUGE_LEASE) {
             Ok(h) => h,
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, "could not renew the gauge lease");
                 false
             }
@@ -734,8 +734,7 @@ impl Engine {
                 self.global_gauges = Some((now, open, convergence));
             }
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, "could not count the incidents and sessions in the state store");
             }
         }
@@ -890,8 +889,7 @@ impl Engine {
                 self.merge_sessions(keys, records);
             }
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
             }
         }
@@ -969,8 +967,7 @@ impl Engine {
         let stored = match store.get_many(Table::Incidents, &keys) {
             Ok(r) => r,
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, servers = keys.len(), "could not read incidents from the state store; holding the verdicts");
                 return;
             }
@@ -1008,8 +1005,7 @@ impl Engine {
                 refused.into_iter().map(|(_, k)| k).collect()
             }
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, servers = keys.len(), "could not write incidents to the state store; holding the verdicts");
                 return;
             }
@@ -1140,8 +1136,7 @@ impl Engine {
                 decided.extend(more);
             }
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, "could not read parked verifiers from the state store");
             }
         }
@@ -1166,8 +1161,7 @@ impl Engine {
             let stored = match store.get_many(table, &keys) {
                 Ok(r) => r,
                 Err(e) => {
-                    self.store_errors += 1;
-                    self.store_down = true;
+                    self.store_failed();
                     tracing::warn!(error = %e, table = table.as_str(), "could not read the state store");
                     return by_key.into_values().flatten().collect();
                 }
@@ -1197,8 +1191,7 @@ impl Engine {
                 refused.into_iter().map(|(_, k)| k).collect()
             }
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, table = table.as_str(), "could not write the state store");
                 return by_key.into_values().flatten().collect();
             }
@@ -1234,8 +1227,7 @@ impl Engine {
         let traces = match store.get_many(crate::state::Table::Operations, &keys) {
             Ok(r) => r,
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, "could not look for parked verifiers' calls in the state store");
                 return;
             }
@@ -1251,8 +1243,7 @@ impl Engine {
                     }
                     Ok(_) => continue,
                     Err(e) => {
-                        self.store_errors += 1;
-                        self.store_down = true;
+                        self.store_failed();
                         tracing::warn!(error = %e, "could not take a parked verifier's call from the state store");
                         return;
                     }
@@ -1283,8 +1274,7 @@ impl Engine {
         let records = match store.get_many(crate::state::Table::Halves, &keys) {
             Ok(r) => r,
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, "could not read client halves from the state store");
                 return;
             }
@@ -1323,8 +1313,7 @@ impl Engine {
                 }
                 Ok(_) => self.store_down = false,
                 Err(e) => {
-                    self.store_errors += 1;
-                    self.store_down = true;
+                    self.store_failed();
                     tracing::warn!(error = %e, "could not take a client half's chain from the state store");
                 }
             }
@@ -1361,8 +1350,7 @@ impl Engine {
                 }
             }
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, "could not read refusals from the state store");
             }
         }
@@ -1384,8 +1372,7 @@ impl Engine {
             Ok(()) => Vec::new(),
             Err(crate::state::StoreError::Conflict { refused, .. }) => refused.into_iter().map(|(_, k)| k).collect(),
             Err(e) => {
-                self.store_errors += 1;
-                self.store_down = true;
+                self.store_failed();
                 tracing::warn!(error = %e, "could not write drift reports to the state store; holding them");
                 return;
             }
