@@ -322,7 +322,6 @@ impl IncidentBook {
                 }
                 return out;
             }
-            let id = incident_id(&cause);
             let waiting = v.auth_flow_pending;
             let state = if waiting { IncidentState::Waiting } else { IncidentState::Open };
             let transition = if self.open.contains_key(&cause) { Transition::Updated } else { Transition::Opened };
@@ -334,8 +333,9 @@ impl IncidentBook {
                 }
             }
             self.mark_open(&cause);
+            // The id (a hash of the cause) only for a new incident, not for every failing call.
             let inc = self.open.entry(cause.clone()).or_insert_with(|| Incident {
-                id,
+                id: incident_id(&cause),
                 cause,
                 state,
                 agents: BTreeSet::new(),

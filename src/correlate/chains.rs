@@ -4,14 +4,14 @@
 //! Time is passed in (`now`) rather than read, so every rule here is testable without sleeping.
 
 use crate::evidence::time::Moment;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
 use super::assemble::assemble_calls;
 use super::crossjoin::{self, CrossJoin};
+use super::due::DueQueue;
 use crate::classify::Decision;
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{SpanEvidence, TraceId};
@@ -182,7 +182,9 @@ pub struct DecidedCalls {
 pub struct Chains {
     limits: ChainLimits,
     active: FxHashMap<TraceId, Chain>,
-    due: BinaryHeap<Reverse<(Moment, TraceId)>>,
+    due: DueQueue,
+    /// The entries due in one tick (reused).
+    due_now: Vec<(Moment, TraceId)>,
     decided: FxHashMap<TraceId, DecidedChain>,
     decided_order: VecDeque<(Moment, TraceId, u32)>,
     bytes: usize,
@@ -236,7 +238,8 @@ impl Chains {
         Chains {
             limits,
             active: FxHashMap::default(),
-            due: BinaryHeap::new(),
+            due: DueQueue::default(),
+            due_now: Vec::new(),
             decided: FxHashMap::default(),
             decided_order: VecDeque::new(),
             bytes: 0,
@@ -671,7 +674,7 @@ impl Chains {
                     extra: None,
                 },
             );
-            self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
+            self.due.push(now + self.limits.decision_wait, trace_id);
         }
         let Some(chain) = self.active.get_mut(&trace_id) else { return };
         chain.last_seen = now;
@@ -734,7 +737,7 @@ impl Chains {
                 server_rooted: false,
             },
         );
-        self.due.push(Reverse((now + self.limits.decision_wait, trace_id)));
+        self.due.push(now + self.limits.decision_wait, trace_id);
         true
     }
 
@@ -750,7 +753,7 @@ impl Chains {
             if !(self.active.len() >= self.limits.max_chains || self.bytes > self.limits.max_bytes) || self.active.is_empty() {
                 break;
             }
-            let Some(Reverse((_, id))) = self.due.pop() else { break };
+            let Some((_, id)) = self.due.pop() else { break };
             if self.active.contains_key(&id) {
                 self.stats.chains_evicted += 1;
                 self.decide(id, DecidedBy::Evicted, now, out);
@@ -783,37 +786,20 @@ impl Chains {
     /// until then instead of checking on a fixed tick, so a verdict comes at `decision_wait`, not
     /// up to a tick after it.
     pub fn next_due(&self) -> Option<Moment> {
-        self.due.peek().map(|Reverse((at, _))| *at)
+        self.due.peek().map(|(at, _)| at)
     }
 
     /// Decide every chain that is due at `now`.
     pub fn tick(&mut self, now: Moment, out: &mut Vec<DecidedCalls>) {
-        while let Some(Reverse((at, id))) = self.due.peek().copied() {
-            if at > now {
-                break;
-            }
-            self.due.pop();
-            let Some(c) = self.active.get(&id) else { continue };
-            let quiet = now.saturating_duration_since(c.last_seen) >= self.limits.decision_wait;
-            let expired = now.saturating_duration_since(c.first_seen) >= self.limits.max_wait;
-            if c.root_seen && quiet && c.server_rooted && c.has_server_req && !c.has_client_req && !c.deferred && !expired {
-                // A server half waits once more for a client half exported a little later (another
-                // process, another exporter schedule): at least 2 s.
-                if let Some(c) = self.active.get_mut(&id) {
-                    c.deferred = true;
-                }
-                self.due.push(Reverse((now + self.limits.decision_wait.max(SERVER_HALF_WAIT), id)));
-            } else if c.root_seen && quiet {
-                self.decide(id, DecidedBy::Quiet, now, out);
-            } else if expired && !c.held {
-                self.decide(id, DecidedBy::MaxWait, now, out);
-            } else {
-                let next = if c.root_seen { c.last_seen + self.limits.decision_wait } else { now + self.limits.decision_wait };
-                let next = if c.held { next } else { next.min(c.first_seen + self.limits.max_wait) };
-                let next = next.max(now + Duration::from_millis(1));
-                self.due.push(Reverse((next, id)));
-            }
+        // Everything due now, in (moment, trace id) order. What a decision pushes falls due later,
+        // except with a zero `decision_wait`: then go round again.
+        let mut due_now = std::mem::take(&mut self.due_now);
+        while self.due.peek().is_some_and(|(at, _)| at <= now) {
+            due_now.clear();
+            self.due.due(now, &mut due_now);
+            self.tick_due(&due_now, now, out);
         }
+        self.due_now = due_now;
         // Forget decided chains past the late-span window or over the count bound.
         while let Some(&(at, id, rev)) = self.decided_order.front() {
             if self.decided.get(&id).is_none_or(|d| d.revision != rev) {
@@ -855,6 +841,32 @@ impl Chains {
             self.stats.parked_dropped += dropped;
         }
         self.release_limbo();
+    }
+
+    /// Decide, or put back for later, each chain of `due` (entries due at `now`).
+    fn tick_due(&mut self, due: &[(Moment, TraceId)], now: Moment, out: &mut Vec<DecidedCalls>) {
+        for &(_, id) in due {
+            let Some(c) = self.active.get(&id) else { continue };
+            let quiet = now.saturating_duration_since(c.last_seen) >= self.limits.decision_wait;
+            let expired = now.saturating_duration_since(c.first_seen) >= self.limits.max_wait;
+            if c.root_seen && quiet && c.server_rooted && c.has_server_req && !c.has_client_req && !c.deferred && !expired {
+                // A server half waits once more for a client half exported a little later (another
+                // process, another exporter schedule): at least 2 s.
+                if let Some(c) = self.active.get_mut(&id) {
+                    c.deferred = true;
+                }
+                self.due.push(now + self.limits.decision_wait.max(SERVER_HALF_WAIT), id);
+            } else if c.root_seen && quiet {
+                self.decide(id, DecidedBy::Quiet, now, out);
+            } else if expired && !c.held {
+                self.decide(id, DecidedBy::MaxWait, now, out);
+            } else {
+                let next = if c.root_seen { c.last_seen + self.limits.decision_wait } else { now + self.limits.decision_wait };
+                let next = if c.held { next } else { next.min(c.first_seen + self.limits.max_wait) };
+                let next = next.max(now + Duration::from_millis(1));
+                self.due.push(next, id);
+            }
+        }
     }
 
     /// Chains in flight that carry progress notifications: the pipeline checks their clocks.

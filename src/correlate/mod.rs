@@ -4,6 +4,7 @@
 pub mod assemble;
 pub mod chains;
 pub mod crossjoin;
+mod due;
 pub mod sessions;
 
 pub use assemble::assemble_calls;

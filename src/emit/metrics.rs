@@ -268,14 +268,17 @@ impl Exemplars {
         key
     }
 
-    fn record(&self, series: String, bucket: usize, e: Exemplar) {
-        self.by_bucket.lock().unwrap_or_else(|p| p.into_inner()).insert((series, bucket), e);
-    }
-
     /// The exemplar of bucket `bucket` (0-based, the last is `+Inf`) of a series.
     pub fn get(&self, series: &str, bucket: usize) -> Option<Exemplar> {
         self.by_bucket.lock().unwrap_or_else(|p| p.into_inner()).get(&(series.to_string(), bucket)).cloned()
     }
+}
+
+/// The exemplars of one batch of verdicts, last per (series, bucket): `None` is
+/// `mcp_health.verdict.delay`, `Some(state)` `mcp_health.call.duration` of that state.
+#[derive(Default)]
+pub struct BatchExemplars {
+    by: FxHashMap<(Option<HealthState>, usize), (crate::evidence::TraceId, f64)>,
 }
 
 /// The bucket `value` falls into under explicit `bounds` (upper bounds inclusive, as in both
@@ -709,26 +712,45 @@ impl HealthMeters {
     /// and a revision's delay measures how late the evidence came, not the service
     /// (`mcp_health.spans.late` counts those). A call without a known end is left out too.
     pub fn record_latency(&self, v: &Verdict, now: crate::evidence::time::Moment) {
+        let mut batch = BatchExemplars::default();
+        self.record_latency_into(v, now, &mut batch);
+        self.flush_exemplars(&mut batch, now);
+    }
+
+    /// [`Self::record_latency`] for one verdict of a batch: the histograms take the value now,
+    /// the exemplar waits in `batch` for [`Self::flush_exemplars`] (only the last of a batch per
+    /// series and bucket would survive anyway: one series key and one hex id per batch, not per
+    /// verdict, and no lock per verdict).
+    pub fn record_latency_into(&self, v: &Verdict, now: crate::evidence::time::Moment, batch: &mut BatchExemplars) {
         if v.supersedes.is_some() || v.end_ns == 0 {
             return;
         }
-        let trace_id = hex::encode(v.trace_id);
         let now_ns = now.as_nanos();
         let delay = now_ns.saturating_sub(v.end_ns) as f64 / 1e9;
-        self.observe(&self.verdict_delay, VERDICT_DELAY, &VERDICT_DELAY_BOUNDS, delay, &[], &trace_id, now_ns);
+        self.verdict_delay.record(delay, &[]);
+        batch.by.insert((None, bucket_of(&VERDICT_DELAY_BOUNDS, delay)), (v.trace_id, delay));
         // Like `mcp_health.calls`: tool calls only, not initialize or ping.
         if v.method.as_deref() == Some("tools/call") && v.start_ns > 0 && v.end_ns >= v.start_ns {
             let duration = (v.end_ns - v.start_ns) as f64 / 1e9;
-            let state = [KeyValue::new("state", v.state.as_str())];
-            self.observe(&self.call_duration, CALL_DURATION, &CALL_DURATION_BOUNDS, duration, &state, &trace_id, now_ns);
+            self.call_duration.record(duration, &[KeyValue::new("state", v.state.as_str())]);
+            batch.by.insert((Some(v.state), bucket_of(&CALL_DURATION_BOUNDS, duration)), (v.trace_id, duration));
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn observe(&self, h: &Histogram<f64>, name: &str, bounds: &[f64], value: f64, attrs: &[KeyValue], trace_id: &str, now_ns: u64) {
-        h.record(value, attrs);
-        let e = Exemplar { trace_id: trace_id.to_string(), value, time_ns: now_ns };
-        self.exemplars.record(Exemplars::series_key(name, attrs.iter()), bucket_of(bounds, value), e);
+    /// The exemplars a batch left, into [`Exemplars`]; `batch` is emptied.
+    pub fn flush_exemplars(&self, batch: &mut BatchExemplars, now: crate::evidence::time::Moment) {
+        if batch.by.is_empty() {
+            return;
+        }
+        let now_ns = now.as_nanos();
+        let mut map = self.exemplars.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
+        for ((state, bucket), (trace_id, value)) in batch.by.drain() {
+            let series = match state {
+                None => Exemplars::series_key(VERDICT_DELAY, [].iter()),
+                Some(st) => Exemplars::series_key(CALL_DURATION, [KeyValue::new("state", st.as_str())].iter()),
+            };
+            map.insert((series, bucket), Exemplar { trace_id: hex::encode(trace_id), value, time_ns: now_ns });
+        }
     }
 
     /// Items delivered upstream.

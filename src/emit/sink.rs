@@ -174,6 +174,8 @@ pub struct MetricsSink {
     incident_groups: FxHashSet<[String; 4]>,
     convergence_groups: FxHashSet<(String, Convergence)>,
     working_groups: FxHashSet<(String, String)>,
+    /// Reused from batch to batch.
+    exemplars: crate::emit::metrics::BatchExemplars,
 }
 
 impl MetricsSink {
@@ -189,6 +191,7 @@ impl MetricsSink {
             incident_groups: Default::default(),
             convergence_groups: Default::default(),
             working_groups: Default::default(),
+            exemplars: Default::default(),
         }
     }
 }
@@ -196,11 +199,12 @@ impl MetricsSink {
 impl Sink for MetricsSink {
     /// `now` is the decision moment: the latency histograms measure a verdict's delay against it.
     fn accept(&mut self, records: &[Decided], now: Moment) {
+        let mut exemplars = std::mem::take(&mut self.exemplars);
         for r in records {
             match r {
                 Decided::Call(v) => {
                     self.tally.add(v);
-                    self.meters.record_latency(v, now);
+                    self.meters.record_latency_into(v, now, &mut exemplars);
                 }
                 Decided::Interim(_) => {}
                 Decided::Catalog(c) => self.meters.record_catalog(c.server.as_deref(), c.verdict.convergence),
@@ -217,6 +221,8 @@ impl Sink for MetricsSink {
                 Decided::Finding(f) => self.meters.record_finding(f),
             }
         }
+        self.meters.flush_exemplars(&mut exemplars, now);
+        self.exemplars = exemplars;
     }
 
     fn report(&mut self, g: &Gauges) {

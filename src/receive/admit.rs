@@ -245,6 +245,20 @@ impl Admission {
     /// `ExportTraceServiceRequest` (INVALID_ARGUMENT; counted by the caller as `undecodable`).
     pub fn admit_wire(&self, bytes: Bytes, transport: &'static str, held: Option<Reservation>) -> Result<Admitted, WireError> {
         let id = loops::instance_id();
+        if let Some(reason) = self.busy_now() {
+            // A queue is full (most often the pass-through's, its backend slower than the
+            // senders): count the request by a skim and refuse it, without the walk.
+            let (spans, looped) = wire::skim(&bytes, id)?;
+            let tr = KeyValue::new("transport", transport);
+            self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
+            if looped > 0 {
+                self.meters.spans_looped.add(looped, std::slice::from_ref(&tr));
+                if looped == spans {
+                    return Ok(Admitted::Accepted { rejected: 0, message: String::new() });
+                }
+            }
+            return Ok(self.refuse_spans(reason, spans - looped, transport));
+        }
         let (batch, facts) = wire::walk(&bytes, id)?;
         let tr = KeyValue::new("transport", transport);
         self.meters.spans_received.add(facts.spans, std::slice::from_ref(&tr));
@@ -312,6 +326,31 @@ impl Admission {
         (Outgoing::Passthrough(req, None), held)
     }
 
+    /// Why a request would be refused whole now, before anything is reserved: above the memory
+    /// limit, the correlator's queue full, or the pass-through queue full. Only a first check:
+    /// [`Self::take`] reserves, and refuses whole when a place was taken in between.
+    fn busy_now(&self) -> Option<&'static str> {
+        if self.over_memory() {
+            Some("memory_limit")
+        } else if self.ingest.capacity() == 0 {
+            Some("correlator_busy")
+        } else if self.passthrough.as_ref().is_some_and(|p| p.capacity() == 0) {
+            Some("exporter_busy")
+        } else {
+            None
+        }
+    }
+
+    /// Refuse a request of `spans` spans whole (retryable), counted under `reason`.
+    fn refuse_spans(&self, reason: &'static str, spans: u64, transport: &'static str) -> Admitted {
+        self.meters.spans_refused.add(spans, &[KeyValue::new("transport", transport), KeyValue::new("reason", reason)]);
+        if reason == "exporter_busy" {
+            self.meters.enqueue_failed("passthrough", ItemKind::Spans, spans);
+        }
+        self.refused_items("traces", transport, reason, spans);
+        Admitted::Busy
+    }
+
     /// Admission proper, for both paths: reserve both places first, so a request is either taken
     /// whole or refused whole; `pass` makes the pass-through copy (given the invalid-span count
     /// and the request's reservation, to grow before it allocates) only once both are reserved,
@@ -326,24 +365,15 @@ impl Admission {
     ) -> Admitted {
         let tr = KeyValue::new("transport", transport);
         if self.over_memory() {
-            self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
-            self.refused_items("traces", transport, "memory_limit", spans);
-            return Admitted::Busy;
+            return self.refuse_spans("memory_limit", spans, transport);
         }
         let Ok(ingest_permit) = self.ingest.try_reserve() else {
-            self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "correlator_busy")]);
-            self.refused_items("traces", transport, "correlator_busy", spans);
-            return Admitted::Busy;
+            return self.refuse_spans("correlator_busy", spans, transport);
         };
         let pass_permit = match &self.passthrough {
             Some(p) => match p.try_reserve() {
                 Ok(permit) => Some(permit),
-                Err(_) => {
-                    self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "exporter_busy")]);
-                    self.meters.enqueue_failed("passthrough", ItemKind::Spans, spans);
-                    self.refused_items("traces", transport, "exporter_busy", spans);
-                    return Admitted::Busy;
-                }
+                Err(_) => return self.refuse_spans("exporter_busy", spans, transport),
             },
             None => None,
         };
@@ -616,6 +646,48 @@ mod tests {
         let Ok(Outgoing::PassthroughRaw(out, _, Some(r))) = pass_rx.try_recv() else { panic!("not passed on as bytes") };
         assert_eq!(&out[..], &copy[..]);
         assert_eq!(r.bytes(), copy.len() as u64);
+    }
+
+    /// Issue 11: with the pass-through queue full (its backend slower than the senders), a
+    /// request is counted by a skim and refused, never walked: a request whose spans the walk
+    /// would refuse (a string that is not UTF-8 inside a span) is answered busy, its spans counted
+    /// as refused `exporter_busy`, the same as a clean one; with room again, the walk runs.
+    #[test]
+    fn a_full_pass_through_queue_refuses_without_the_walk() {
+        let p = crate::emit::metrics::MetricsPipeline::build(crate::emit::metrics::MetricsSettings {
+            resource: opentelemetry_sdk::Resource::builder().with_service_name("t").build(),
+            prometheus: true,
+            otlp: None,
+            cardinality_limit: 100,
+        })
+        .unwrap();
+        let (ingest, _ingest_rx) = mpsc::channel(8);
+        let (pass, mut pass_rx) = mpsc::channel(1);
+        let admission = Admission {
+            ingest,
+            passthrough: Some(pass),
+            meters: p.meters.clone(),
+            strip_tool_definitions: true,
+            memory: None,
+            refusal_log: refusal_log(),
+        };
+        let req = crate::loadgen::build_request(3, 5);
+        let clean = req.encode_to_vec();
+        let mut bad = req.clone();
+        bad.resource_spans[0].scope_spans[0].spans[0].name = "\u{fffd}".into();
+        let mut bad = bad.encode_to_vec();
+        let at = bad.windows(3).position(|w| w == "\u{fffd}".as_bytes()).unwrap();
+        bad[at] = 0xff; // no longer UTF-8, the structure intact
+        assert!(matches!(admission.admit_wire(Bytes::from(clean.clone()), "grpc", None), Ok(Admitted::Accepted { .. })));
+        // The queue is full now.
+        assert_eq!(admission.admit_wire(Bytes::from(bad.clone()), "grpc", None), Ok(Admitted::Busy), "skimmed, not walked");
+        assert_eq!(admission.admit_wire(Bytes::from(clean.clone()), "grpc", None), Ok(Admitted::Busy));
+        let text = crate::emit::prometheus::render(p.prometheus.as_ref().unwrap());
+        assert_eq!(prom_sum(&text, "mcp_health_receiver_refused_spans_total", "reason=\"exporter_busy\""), 30.0, "{text}");
+        assert_eq!(prom_sum(&text, "mcp_health_spans_received_total", "transport=\"grpc\""), 45.0);
+        // Room again: the walk reads the request and finds what the skim did not look at.
+        assert!(pass_rx.try_recv().is_ok());
+        assert_eq!(admission.admit_wire(Bytes::from(bad), "grpc", None), Err(WireError::Utf8));
     }
 
     fn prom_sum(text: &str, name: &str, filter: &str) -> f64 {
