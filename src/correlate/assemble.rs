@@ -8,17 +8,59 @@
 //! evidence spans without a method (HTTP, transport, verifiers) join by an explicit request id, by
 //! span ancestry, or, when the trace holds exactly one call, to that call.
 
+use std::hash::Hash;
+
 use rustc_hash::FxHashMap;
 
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{Method, Side, SpanEvidence, SpanId};
 
+/// Chains up to this many spans look their spans up in a list, not a hash table: a call is a few
+/// spans, and building three hash tables per decided chain cost more than the lookups they saved.
+const SMALL_CHAIN: usize = 16;
+
+/// A map that is a list for a small chain and a hash table for a large one. A key inserted twice
+/// answers its last value, as a hash table's `insert` would.
+enum SpanMap<K, V> {
+    Small(Vec<(K, V)>),
+    Large(FxHashMap<K, V>),
+}
+
+impl<K: Eq + Hash, V> SpanMap<K, V> {
+    fn for_chain(spans: usize) -> Self {
+        if spans <= SMALL_CHAIN {
+            SpanMap::Small(Vec::with_capacity(spans))
+        } else {
+            SpanMap::Large(FxHashMap::with_capacity_and_hasher(spans, Default::default()))
+        }
+    }
+
+    fn insert(&mut self, k: K, v: V) {
+        match self {
+            SpanMap::Small(l) => l.push((k, v)),
+            SpanMap::Large(m) => {
+                m.insert(k, v);
+            }
+        }
+    }
+
+    fn get(&self, k: &K) -> Option<&V> {
+        match self {
+            SpanMap::Small(l) => l.iter().rev().find(|(x, _)| x == k).map(|(_, v)| v),
+            SpanMap::Large(m) => m.get(k),
+        }
+    }
+}
+
 /// Group the spans of one trace into calls.
 pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
-    let parent: FxHashMap<SpanId, Option<SpanId>> = spans.iter().map(|s| (s.span_id, s.parent_span_id)).collect();
-    let mut group_of: FxHashMap<SpanId, usize> = FxHashMap::default();
+    let mut parent: SpanMap<SpanId, Option<SpanId>> = SpanMap::for_chain(spans.len());
+    for s in spans {
+        parent.insert(s.span_id, s.parent_span_id);
+    }
+    let mut group_of: SpanMap<SpanId, usize> = SpanMap::for_chain(spans.len());
     let mut groups: Vec<(Method, Vec<usize>)> = Vec::new();
-    let mut by_request: FxHashMap<(Method, &str), usize> = FxHashMap::default();
+    let mut by_request: SpanMap<(Method, &str), usize> = SpanMap::for_chain(spans.len());
 
     // Spans in start order, so parents are grouped before their children.
     let mut order: Vec<usize> = (0..spans.len()).collect();
@@ -178,7 +220,7 @@ fn inherit_session(call: &mut CallEvidence, session_groups: &[usize], groups: &[
     }
 }
 
-fn ancestor_group(mut p: Option<SpanId>, parent: &FxHashMap<SpanId, Option<SpanId>>, group_of: &FxHashMap<SpanId, usize>) -> Option<usize> {
+fn ancestor_group(mut p: Option<SpanId>, parent: &SpanMap<SpanId, Option<SpanId>>, group_of: &SpanMap<SpanId, usize>) -> Option<usize> {
     // Bounded walk: a malformed trace may contain a parent cycle.
     for _ in 0..64 {
         let id = p?;
@@ -195,8 +237,8 @@ fn ancestor_group(mut p: Option<SpanId>, parent: &FxHashMap<SpanId, Option<SpanI
 fn descendant_group(
     id: SpanId,
     spans: &[SpanEvidence],
-    parent: &FxHashMap<SpanId, Option<SpanId>>,
-    group_of: &FxHashMap<SpanId, usize>,
+    parent: &SpanMap<SpanId, Option<SpanId>>,
+    group_of: &SpanMap<SpanId, usize>,
 ) -> Option<usize> {
     let mut found: Option<usize> = None;
     for s in spans {

@@ -234,7 +234,13 @@ fn key_value<'a>(mut r: Reader<'a>, limit: u32, kv: &mut KeyValue<'a>) -> R<()> 
             2 => {
                 let range = nested(&mut r, f, w, limit)?;
                 let v = kv.value.get_or_insert(AnyValue { value: None });
-                any_value(r.sub(range), limit - 1, v)?;
+                // Most values are one string or one integer, alone in their `AnyValue`: read
+                // here, without the general reader's call and loop (the same rules apply).
+                if let Some(single) = single_value(r.sub(range))? {
+                    v.value = Some(single);
+                } else {
+                    any_value(r.sub(range), limit - 1, v)?;
+                }
             }
             3 => {
                 expect(f, w, VARINT)?;
@@ -244,6 +250,29 @@ fn key_value<'a>(mut r: Reader<'a>, limit: u32, kv: &mut KeyValue<'a>) -> R<()> 
         }
     }
     Ok(())
+}
+
+/// An `AnyValue` that is exactly one string field or one integer field: its value. `None` for
+/// anything else (the general reader takes it), an error only where that reader would fail too.
+#[inline]
+fn single_value<'a>(mut r: Reader<'a>) -> R<Option<Value<'a>>> {
+    let Some(&tag) = r.buf.get(r.pos) else { return Ok(None) };
+    if r.pos >= r.end {
+        return Ok(None);
+    }
+    match tag {
+        0x0a => {
+            r.pos += 1;
+            let s = r.string()?;
+            Ok((!r.more()).then_some(Value::StringValue(s)))
+        }
+        0x18 => {
+            r.pos += 1;
+            let n = r.varint()?;
+            Ok((!r.more()).then_some(Value::IntValue(n as i64)))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Read a repeated `KeyValue` field's element and push it.
