@@ -146,7 +146,7 @@ pub(crate) fn write_health_span(w: &mut Writer, v: &Verdict, decided_ns: u64) {
 /// Health spans as encoded `ExportTraceServiceRequest`s of at most `max_bytes` each (a span
 /// larger than that alone is one request): one `ResourceSpans` of the service's resource (see
 /// [`resource_spans`]) per request. Returns each request's bytes and span count.
-pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], now_ns: u64, max_bytes: usize) -> Vec<(Vec<u8>, u64)> {
+pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], now_ns: u64, max_bytes: usize) -> Vec<(bytes::Bytes, u64)> {
     use crate::engine::Decided;
     use prost::Message;
     let mut span = Writer::default();
@@ -339,7 +339,7 @@ mod tests {
             .collect();
         let one = encode_requests("mcp-health", &records, now, 4 << 20);
         assert_eq!(one.len(), 1);
-        let got = ExportTraceServiceRequest::decode(one[0].0.as_slice()).unwrap();
+        let got = ExportTraceServiceRequest::decode(&one[0].0[..]).unwrap();
         assert!(got == ExportTraceServiceRequest { resource_spans: vec![resource_spans("mcp-health", want.clone())] }, "same request");
         assert_eq!(one[0].1, want.len() as u64);
         // A small limit: several requests, each within it (a span is about 1 KB), all spans kept in order.
@@ -348,7 +348,7 @@ mod tests {
         assert!(many.iter().all(|(b, _)| b.len() <= 3000), "{:?}", many.iter().map(|(b, _)| b.len()).collect::<Vec<_>>());
         let spans: Vec<Span> = many
             .iter()
-            .flat_map(|(b, _)| ExportTraceServiceRequest::decode(b.as_slice()).unwrap().resource_spans)
+            .flat_map(|(b, _)| ExportTraceServiceRequest::decode(&b[..]).unwrap().resource_spans)
             .flat_map(|rs| rs.scope_spans)
             .flat_map(|ss| ss.spans)
             .collect();

@@ -124,7 +124,12 @@ pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns:
 
 /// [`log_records`] written straight as protobuf (see `emit::pb`), in requests of at most
 /// `max_bytes`: each request's bytes and record count.
-pub fn encode_log_requests(service_name: &str, items: &[(Transition, &Incident)], now_ns: u64, max_bytes: usize) -> Vec<(Vec<u8>, u64)> {
+pub fn encode_log_requests(
+    service_name: &str,
+    items: &[(Transition, &Incident)],
+    now_ns: u64,
+    max_bytes: usize,
+) -> Vec<(bytes::Bytes, u64)> {
     use crate::emit::pb::{varint_len as vl, Val, Writer};
     use prost::Message;
     let frame = log_records(service_name, &[], now_ns);
@@ -210,12 +215,12 @@ mod direct_tests {
         let refs: Vec<(Transition, &Incident)> = items.iter().map(|(t, i)| (*t, i)).collect();
         let one = encode_log_requests("mcp-health", &refs, now, 4 << 20);
         assert_eq!(one.len(), 1);
-        assert!(ExportLogsServiceRequest::decode(one[0].0.as_slice()).unwrap() == want, "same request");
+        assert!(ExportLogsServiceRequest::decode(&one[0].0[..]).unwrap() == want, "same request");
         let many = encode_log_requests("mcp-health", &refs, now, 1500);
         assert!(many.len() > 1 && many.iter().all(|(b, _)| b.len() <= 1500));
         let recs: Vec<LogRecord> = many
             .iter()
-            .flat_map(|(b, _)| ExportLogsServiceRequest::decode(b.as_slice()).unwrap().resource_logs)
+            .flat_map(|(b, _)| ExportLogsServiceRequest::decode(&b[..]).unwrap().resource_logs)
             .flat_map(|r| r.scope_logs)
             .flat_map(|s| s.log_records)
             .collect();

@@ -127,30 +127,43 @@ pub(crate) struct Packer {
     resource: Vec<u8>,
     scope: Vec<u8>,
     max_bytes: usize,
+    /// Sizes the next request's buffer.
+    expected: usize,
+    /// Room left at the front of `items` for the request's head (written last, in place), so a
+    /// request is never copied behind its head (issue 11: that copy and the page faults of its
+    /// fresh buffer were 4–5 % of the inline service's CPU).
+    room: usize,
     items: Writer,
     n: u64,
-    done: Vec<(Vec<u8>, u64)>,
+    done: Vec<(bytes::Bytes, u64)>,
 }
 
 impl Packer {
     /// `resource` and `scope`: the encoded `Resource` and `InstrumentationScope`; `expected`:
     /// about how many bytes will be pushed (the buffer is sized once, not grown by copying).
     pub fn new(resource: Vec<u8>, scope: Vec<u8>, max_bytes: usize, expected: usize) -> Self {
-        Packer {
-            resource,
-            scope,
-            max_bytes,
-            items: Writer { buf: Vec::with_capacity(expected.min(max_bytes.saturating_add(4096))) },
-            n: 0,
-            done: Vec::new(),
-        }
+        // The head: two keys and two lengths (at most 5 bytes each) around each of the resource
+        // and the scope, themselves behind a key and a length.
+        let room = resource.len() + scope.len() + 4 * (1 + 5);
+        let expected = expected.min(max_bytes.saturating_add(4096));
+        Packer { resource, scope, max_bytes, expected, room, items: Writer::default(), n: 0, done: Vec::new() }
+    }
+
+    fn fresh(&mut self) {
+        self.items.buf = Vec::with_capacity(self.room + self.expected);
+        self.items.buf.resize(self.room, 0);
     }
 
     /// Add one item (its message content).
     pub fn push(&mut self, item: &[u8]) {
+        if self.items.buf.is_empty() {
+            self.fresh();
+        }
         let add = item.len() + 1 + varint_len(item.len() as u64);
-        if self.n > 0 && self.items.buf.len() + add + self.resource.len() + self.scope.len() + 32 > self.max_bytes {
+        let len = self.items.buf.len() - self.room;
+        if self.n > 0 && len + add + self.resource.len() + self.scope.len() + 32 > self.max_bytes {
             self.flush();
+            self.fresh();
         }
         self.items.message(2, item);
         self.n += 1;
@@ -160,25 +173,27 @@ impl Packer {
         if self.n == 0 {
             return;
         }
-        // Lengths first, then one write.
+        // The head, then written into the room before the items: one buffer, no copy of them.
         let field = |len: usize| 1 + varint_len(len as u64) + len;
-        let scoped = field(self.scope.len()) + self.items.buf.len();
+        let items = self.items.buf.len() - self.room;
+        let scoped = field(self.scope.len()) + items;
         let resourced = field(self.resource.len()) + field(scoped);
-        let mut req = Writer { buf: Vec::with_capacity(field(resourced)) };
-        req.key(1, 2);
-        req.varint(resourced as u64);
-        req.message(1, &self.resource);
-        req.key(2, 2);
-        req.varint(scoped as u64);
-        req.message(1, &self.scope);
-        req.buf.extend_from_slice(&self.items.buf);
-        self.done.push((req.buf, self.n));
-        self.items.buf.clear();
+        let mut head = Writer { buf: Vec::with_capacity(self.room) };
+        head.key(1, 2);
+        head.varint(resourced as u64);
+        head.message(1, &self.resource);
+        head.key(2, 2);
+        head.varint(scoped as u64);
+        head.message(1, &self.scope);
+        let start = self.room - head.buf.len();
+        let mut buf = std::mem::take(&mut self.items.buf);
+        buf[start..self.room].copy_from_slice(&head.buf);
+        self.done.push((bytes::Bytes::from(buf).slice(start..), self.n));
         self.n = 0;
     }
 
     /// Every request's bytes and item count.
-    pub fn finish(mut self) -> Vec<(Vec<u8>, u64)> {
+    pub fn finish(mut self) -> Vec<(bytes::Bytes, u64)> {
         self.flush();
         self.done
     }
