@@ -1,6 +1,8 @@
 //! Added latency of the evidence tap per message, stdio and streamable HTTP.
 //!
 //!     cargo bench --bench tap_latency          (MCP_HEALTH_TAP_BENCH_MESSAGES=5000 by default)
+//!     MCP_HEALTH_BENCH_BASELINE=/path/to/older/mcp-health cargo bench --bench tap_latency
+//!         (the tap of an older build measured too, in the same run, paths interleaved)
 //!
 //! A request/response round trip (`tools/call`, answered at once by an echo server) is timed from
 //! the client's write to the end of the response, directly and through `mcp-health tap`, with an
@@ -223,8 +225,9 @@ fn main() {
     let mut direct = Command::new(&me);
     direct.env("TAP_BENCH_ECHO", "1");
     let d = stats(stdio_round_trips(direct, n));
-    let stdio_tap = |extra: &[&str]| {
-        let mut c = Command::new(tap);
+    let baseline = std::env::var("MCP_HEALTH_BENCH_BASELINE").ok();
+    let stdio_tap_of = |bin: &str, extra: &[&str]| {
+        let mut c = Command::new(bin);
         c.args(["tap", "--otlp-endpoint", &format!("http://{otlp}"), "--server-address", "bench-echo"])
             .args(extra)
             .arg("--")
@@ -232,17 +235,25 @@ fn main() {
             .env("TAP_BENCH_ECHO", "1");
         c
     };
+    let stdio_tap = |extra: &[&str]| stdio_tap_of(tap, extra);
+    let b = baseline.as_deref().map(|base| stats(stdio_round_trips(stdio_tap_of(base, &[]), n)));
     let t = stats(stdio_round_trips(stdio_tap(&[]), n));
     let v = stats(stdio_round_trips(stdio_tap(&["--verifiers", &rules]), n));
     print_row("stdio direct", &d);
+    if let Some(b) = &b {
+        print_row("stdio through baseline", b);
+    }
     print_row("stdio through tap", &t);
     print_row("stdio through tap + verifiers", &v);
+    if let Some(b) = &b {
+        print_added("stdio added (baseline)", &d, b);
+    }
     print_added("stdio added", &d, &t);
     print_added("stdio added (verifiers)", &d, &v);
 
     // HTTP
-    let http_tap = |extra: &[&str]| {
-        let mut child = Command::new(tap)
+    let http_tap_of = |bin: &str, extra: &[&str]| {
+        let mut child = Command::new(bin)
             .args([
                 "tap",
                 "--listen",
@@ -273,7 +284,14 @@ fn main() {
         });
         (TapProc(child), tap_addr)
     };
+    let http_tap = |extra: &[&str]| http_tap_of(tap, extra);
     let d = stats(http_round_trips(http_addr, n));
+    let b = baseline.as_deref().map(|base| {
+        let (guard, tap_addr) = http_tap_of(base, &[]);
+        let b = stats(http_round_trips(tap_addr, n));
+        drop(guard);
+        b
+    });
     let (guard, tap_addr) = http_tap(&[]);
     let t = stats(http_round_trips(tap_addr, n));
     drop(guard);
@@ -281,8 +299,14 @@ fn main() {
     let v = stats(http_round_trips(tap_addr, n));
     drop(guard);
     print_row("http direct", &d);
+    if let Some(b) = &b {
+        print_row("http through baseline", b);
+    }
     print_row("http through tap", &t);
     print_row("http through tap + verifiers", &v);
+    if let Some(b) = &b {
+        print_added("http added (baseline)", &d, b);
+    }
     print_added("http added", &d, &t);
     print_added("http added (verifiers)", &d, &v);
     let _ = std::fs::remove_dir_all(&rules_dir);
