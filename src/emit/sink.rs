@@ -101,7 +101,7 @@ impl Sink for HealthSpanSink {
         let now_ns = now.as_nanos();
         // Written straight as protobuf, in requests within the exporter's size limit.
         for (bytes, n) in health_spans::encode_requests(&self.service_name, records, now_ns, self.max_request_bytes) {
-            if self.queue.try_send(Outgoing::HealthRaw(bytes.into(), n)).is_err() {
+            if self.queue.try_send(Outgoing::HealthRaw(bytes, n)).is_err() {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
                 self.meters.enqueue_failed("health_spans", super::otlp_traces::ItemKind::Spans, n);
             }
@@ -127,7 +127,7 @@ impl Sink for HealthSpanSink {
             }
         });
         for (bytes, n) in super::incidents::encode_log_requests(&self.service_name, &incidents, now_ns, self.max_request_bytes) {
-            if self.queue.try_send(Outgoing::LogsRaw(bytes.into(), n)).is_err() {
+            if self.queue.try_send(Outgoing::LogsRaw(bytes, n)).is_err() {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
                 self.meters.enqueue_failed("incident_logs", super::otlp_traces::ItemKind::LogRecords, n);
             }
