@@ -421,6 +421,15 @@ fn measure(
     let at = format!("127.0.0.1:{}", svc.grpc);
     // Warm up, then measure.
     let _ = rt.block_on(loadgen::run_with(&at, batches.clone(), Duration::from_secs(2), 2, opts));
+    // What the warm-up exported, taken off the figures below (they are the window's alone).
+    let exported_so_far = |text: &str| {
+        (
+            prom_sum(text, "mcp_health_exporter_sent_spans_total", "signal=\"passthrough\""),
+            prom_sum(text, "mcp_health_exporter_sent_spans_total", "signal=\"health_spans\""),
+            prom_sum(text, "mcp_health_exporter_send_failed_spans_total", ""),
+        )
+    };
+    let before = if upstream.is_some() { exported_so_far(&scrape(svc.prom)) } else { (0.0, 0.0, 0.0) };
     let cpu0 = proc_cpu_secs(pid);
     let rep = rt.block_on(loadgen::run_with(&at, batches.clone(), Duration::from_secs(secs), 2, opts)).expect("load");
     let cpu = proc_cpu_secs(pid) - cpu0;
@@ -446,11 +455,12 @@ fn measure(
     println!("verdicts emitted:        {:>10.0}", metric(&text, "mcp_health_calls_total"));
     println!("service peak RSS:        {:>10} KiB", proc_status_kib(pid, "VmHWM:"));
     if upstream.is_some() {
+        let after = exported_so_far(&text);
         println!(
-            "exported:                {:>10.0} pass-through spans, {:.0} health spans, {:.0} dropped",
-            prom_sum(&text, "mcp_health_exporter_sent_spans_total", "signal=\"passthrough\""),
-            prom_sum(&text, "mcp_health_exporter_sent_spans_total", "signal=\"health_spans\""),
-            prom_sum(&text, "mcp_health_exporter_send_failed_spans_total", "")
+            "exported:                {:>10.0} pass-through spans, {:.0} health spans, {:.0} dropped (in the window, and the 3 s after it)",
+            after.0 - before.0,
+            after.1 - before.1,
+            after.2 - before.2
         );
     }
     (per_core, svc)

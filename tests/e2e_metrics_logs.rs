@@ -296,10 +296,22 @@ async fn a_full_export_queue_refuses_metrics_and_logs_retryably() {
     }
     assert!(unavailable >= 1, "no RESOURCE_EXHAUSTED with RetryInfo among 16 gRPC metrics/logs requests");
 
+    // Concurrent, like the gRPC flood: sent one after another, each request could find the place
+    // the one before it left (a worker that gave up on its request frees one), which made this
+    // test fail about once in many runs.
     let mut busy = 0;
-    for (i, path) in ["/v1/metrics", "/v1/logs"].iter().cycle().take(8).enumerate() {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, path) in ["/v1/metrics", "/v1/logs"].iter().cycle().take(16).enumerate() {
         let body = if i % 2 == 0 { metrics_request("flood").encode_to_vec() } else { logs_request("flood").encode_to_vec() };
-        let r = post(&svc, path, "application/x-protobuf", &body).await;
+        let addr = svc.http_addr();
+        let path = path.to_string();
+        set.spawn(async move {
+            let r = http_request(addr, "POST", &path, &[("Content-Type", "application/x-protobuf")], &body).await.expect("POST");
+            (path, r)
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        let (path, r) = done.unwrap();
         match r.status {
             200 => {}
             503 => {
@@ -309,7 +321,7 @@ async fn a_full_export_queue_refuses_metrics_and_logs_retryably() {
             s => panic!("unexpected HTTP {s} on {path}: {}", r.text()),
         }
     }
-    assert!(busy >= 1, "no 503 among 8 HTTP metrics/logs requests");
+    assert!(busy >= 1, "no 503 among 16 HTTP metrics/logs requests");
 
     let text = svc.wait_metric("mcp_health_signals_refused_total", WAIT, |v| v > 0.0).await;
     assert!(text.contains("reason=\"exporter_busy\""), "{text}");
