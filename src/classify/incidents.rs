@@ -127,7 +127,7 @@ pub struct IncidentBook {
     /// incident (an `updated` of it) instead of opening and resolving one of its own, so the
     /// incidents do not depend on which of the two was decided first (on two instances, say).
     resolved: FxHashMap<Cause, Incident>,
-    recoveries: FxHashMap<Option<Arc<str>>, FxHashMap<Scope, u64>>,
+    recoveries: FxHashMap<Option<Arc<str>>, ServerRecoveries>,
     pub resolved_total: u64,
     /// Record which servers' incidents and recoveries change, for the state store.
     track: bool,
@@ -178,6 +178,63 @@ fn scopes_of(v: &Verdict) -> Vec<Scope> {
         }
     }
     out
+}
+
+/// A server's remembered scopes of healthy calls, each with its latest evidence end, and the
+/// same ordered by that end: making room is taking the first, not a scan of all of them (with
+/// more than [`MAX_RECOVERIES`] sessions a server, every healthy call of a new session scanned
+/// 4096 entries).
+#[derive(Default)]
+struct ServerRecoveries {
+    latest: FxHashMap<Scope, u64>,
+    /// `(end, scope)` of every scope but [`Scope::Server`], which is never the one to make room.
+    order: std::collections::BTreeSet<(u64, Scope)>,
+}
+
+impl std::ops::Deref for ServerRecoveries {
+    type Target = FxHashMap<Scope, u64>;
+    fn deref(&self) -> &Self::Target {
+        &self.latest
+    }
+}
+
+impl ServerRecoveries {
+    /// Keep `scope` at `end_ns` at least; a new scope past [`MAX_RECOVERIES`] first forgets the
+    /// scope with the oldest evidence (never the server's own).
+    fn note(&mut self, scope: Scope, end_ns: u64) {
+        match self.latest.get_mut(&scope) {
+            Some(e) => {
+                if end_ns > *e {
+                    if scope != Scope::Server {
+                        self.order.remove(&(*e, scope.clone()));
+                        self.order.insert((end_ns, scope));
+                    }
+                    *e = end_ns;
+                }
+            }
+            None => {
+                if self.latest.len() >= MAX_RECOVERIES {
+                    if let Some((_, oldest)) = self.order.pop_first() {
+                        self.latest.remove(&oldest);
+                    }
+                }
+                if scope != Scope::Server {
+                    self.order.insert((end_ns, scope.clone()));
+                }
+                self.latest.insert(scope, end_ns);
+            }
+        }
+    }
+}
+
+impl FromIterator<(Scope, u64)> for ServerRecoveries {
+    fn from_iter<I: IntoIterator<Item = (Scope, u64)>>(iter: I) -> Self {
+        let mut r = ServerRecoveries::default();
+        for (scope, end) in iter {
+            r.note(scope, end);
+        }
+        r
+    }
 }
 
 const MAX_SET: usize = 64;
@@ -426,13 +483,7 @@ impl IncidentBook {
         }
         let m = self.recoveries.entry(server).or_default();
         for sc in scopes {
-            if !m.contains_key(&sc) && m.len() >= MAX_RECOVERIES {
-                if let Some(k) = m.iter().filter(|(k, _)| **k != Scope::Server).min_by_key(|(_, e)| **e).map(|(k, _)| k.clone()) {
-                    m.remove(&k);
-                }
-            }
-            let e = m.entry(sc).or_insert(0);
-            *e = (*e).max(end_ns);
+            m.note(sc, end_ns);
         }
     }
 }
@@ -517,6 +568,28 @@ fn outcome_word(v: &Verdict) -> VerifierResult {
 mod tests {
     use super::*;
     use crate::verdict::{DecidedBy, LayerStatus, Layers};
+
+    /// Past MAX_RECOVERIES scopes a server forgets the scope with the oldest evidence, never its
+    /// own: the same rule as the scan it replaced, found in order instead.
+    #[test]
+    fn a_server_with_more_sessions_than_the_bound_forgets_the_oldest() {
+        let mut r = ServerRecoveries::default();
+        r.note(Scope::Server, 1);
+        for n in 0..(MAX_RECOVERIES as u64 + 10) {
+            r.note(Scope::Session(None, None, format!("s{n}")), 100 + n);
+            r.note(Scope::Server, 100 + n);
+        }
+        assert_eq!(r.len(), MAX_RECOVERIES);
+        assert_eq!(r.get(&Scope::Server), Some(&(100 + MAX_RECOVERIES as u64 + 9)), "the server's own is kept and latest");
+        assert_eq!(r.get(&Scope::Session(None, None, "s10".into())), None, "the oldest sessions made room");
+        assert!(r.get(&Scope::Session(None, None, "s11".into())).is_some());
+        // A later call of a kept session moves it last: then it is not the next to go.
+        r.note(Scope::Session(None, None, "s11".into()), 1_000_000);
+        r.note(Scope::Session(None, None, "new".into()), 1_000_001);
+        assert!(r.get(&Scope::Session(None, None, "s11".into())).is_some());
+        assert_eq!(r.get(&Scope::Session(None, None, "s12".into())), None);
+        assert_eq!(r.order.len() + 1, r.len(), "every scope but the server's is in the order");
+    }
 
     fn verdict(state: HealthState, layer: Option<Layer>, tool: &str, reason: Option<&str>) -> Verdict {
         let mut layers = [LayerStatus::Passed; 5];

@@ -857,8 +857,27 @@ impl CallKey {
 /// rather than four per verdict.
 #[derive(Default)]
 pub struct VerdictTally {
-    verdicts: FxHashMap<(CallKey, HealthState, Option<Layer>), u64>,
-    calls: FxHashMap<CallKey, [u64; 5]>,
+    /// By the hash of a call's labels: each series once, found by comparing the verdict's own
+    /// fields, so counting a verdict clones nothing (issue 11: the key's `String` and `Arc`s
+    /// were cloned twice per verdict).
+    series: FxHashMap<u64, Vec<Series>>,
+}
+
+/// One call series' counts in a batch.
+struct Series {
+    key: CallKey,
+    /// `mcp_health.verdicts` by state and first failed layer.
+    verdicts: Vec<(HealthState, Option<Layer>, u64)>,
+    /// calls, protocol successes, verified successes, protocol and verified retractions
+    /// (`tools/call` only).
+    calls: Option<[u64; 5]>,
+}
+
+fn labels_hash(method: Option<&str>, tool: Option<&str>, server: Option<&str>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    (method, tool, server).hash(&mut h);
+    h.finish()
 }
 
 impl VerdictTally {
@@ -866,14 +885,30 @@ impl VerdictTally {
     /// verdict lacked; a success it withdraws is counted in `mcp_health.calls.success_retracted`
     /// (counters cannot go down). Every verdict, revisions included, counts in `mcp_health.verdicts`.
     pub fn add(&mut self, v: &Verdict) {
-        let key = CallKey { method: v.method.clone(), tool: v.tool.clone(), server: v.server.clone() };
-        *self.verdicts.entry((key.clone(), v.state, v.first_failed_layer)).or_default() += 1;
+        let (method, tool, server) = (v.method.as_deref(), v.tool.as_deref(), v.server.as_deref());
+        let bucket = self.series.entry(labels_hash(method, tool, server)).or_default();
+        let at = match bucket
+            .iter()
+            .position(|s| s.key.method.as_deref() == method && s.key.tool.as_deref() == tool && s.key.server.as_deref() == server)
+        {
+            Some(at) => at,
+            None => {
+                let key = CallKey { method: v.method.clone(), tool: v.tool.clone(), server: v.server.clone() };
+                bucket.push(Series { key, verdicts: Vec::new(), calls: None });
+                bucket.len() - 1
+            }
+        };
+        let series = &mut bucket[at];
+        match series.verdicts.iter_mut().find(|(st, l, _)| *st == v.state && *l == v.first_failed_layer) {
+            Some((_, _, n)) => *n += 1,
+            None => series.verdicts.push((v.state, v.first_failed_layer, 1)),
+        }
         // The two success rates count `tools/call` attempts only (SPEC section 2): an `initialize`
         // or a `ping` is a verdict, not a tool call.
-        if v.method.as_deref() != Some("tools/call") {
+        if method != Some("tools/call") {
             return;
         }
-        let c = self.calls.entry(key).or_default();
+        let c = series.calls.get_or_insert([0; 5]);
         match v.supersedes {
             None => {
                 c[0] += 1;
@@ -890,16 +925,30 @@ impl VerdictTally {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.calls.is_empty()
+        self.series.values().all(|b| b.iter().all(|s| s.calls.is_none()))
+    }
+
+    #[cfg(test)]
+    fn calls(&self) -> Vec<[u64; 5]> {
+        self.series.values().flatten().filter_map(|s| s.calls).collect()
+    }
+
+    #[cfg(test)]
+    fn verdicts(&self) -> u64 {
+        self.series.values().flatten().flat_map(|s| s.verdicts.iter().map(|(_, _, n)| n)).sum()
     }
 
     /// Hand the counts to the SDK and start over.
     pub fn flush(&mut self, m: &HealthMeters) {
-        for (k, c) in self.calls.drain() {
-            m.add_calls(&k, c);
-        }
-        for ((k, state, layer), n) in self.verdicts.drain() {
-            m.add_verdicts(&k, state, layer, n);
+        for (_, bucket) in self.series.drain() {
+            for s in bucket {
+                if let Some(c) = s.calls {
+                    m.add_calls(&s.key, c);
+                }
+                for (state, layer, n) in s.verdicts {
+                    m.add_verdicts(&s.key, state, layer, n);
+                }
+            }
         }
     }
 }
@@ -1000,15 +1049,22 @@ mod tests {
         t.add(&verdict(true, false, None));
         let was = crate::verdict::Superseded { state: HealthState::Unverified, protocol_success: true, verified_success: false };
         t.add(&verdict(true, true, Some(was)));
-        let counts: Vec<[u64; 5]> = t.calls.values().copied().collect();
-        assert_eq!(counts, vec![[1, 1, 1, 0, 0]], "one call, one protocol success, one verified success");
+        assert_eq!(t.calls(), vec![[1, 1, 1, 0, 0]], "one call, one protocol success, one verified success");
         // A revision that withdraws a success is counted as a retraction.
         let mut t = VerdictTally::default();
         t.add(&verdict(true, true, None));
         let was = crate::verdict::Superseded { state: HealthState::Healthy, protocol_success: true, verified_success: true };
         t.add(&verdict(true, false, Some(was)));
-        assert_eq!(t.calls.values().copied().collect::<Vec<_>>(), vec![[1, 1, 1, 0, 1]]);
-        assert_eq!(t.verdicts.values().sum::<u64>(), 2, "both verdicts are counted as verdicts");
+        assert_eq!(t.calls(), vec![[1, 1, 1, 0, 1]]);
+        assert_eq!(t.verdicts(), 2, "both verdicts are counted as verdicts");
+        // Series apart by their labels; states apart within a series.
+        let mut t = VerdictTally::default();
+        t.add(&verdict(true, true, None));
+        t.add(&Verdict { tool: Some("other".into()), ..verdict(true, true, None) });
+        t.add(&Verdict { state: HealthState::ToolFailed, ..verdict(false, false, None) });
+        assert_eq!(t.series.values().map(Vec::len).sum::<usize>(), 2, "two call series");
+        assert_eq!(t.series.values().flatten().map(|s| s.verdicts.len()).sum::<usize>(), 3, "three (series, state) counts");
+        assert_eq!(t.verdicts(), 3);
     }
 
     fn pipeline(limit: usize) -> MetricsPipeline {
