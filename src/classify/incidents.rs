@@ -205,11 +205,15 @@ impl ServerRecoveries {
         match self.latest.get_mut(&scope) {
             Some(e) => {
                 if end_ns > *e {
-                    if scope != Scope::Server {
-                        self.order.remove(&(*e, scope.clone()));
-                        self.order.insert((end_ns, scope));
-                    }
+                    let was = *e;
                     *e = end_ns;
+                    if scope != Scope::Server {
+                        // The scope moves into the key and back out: no clone per healthy call.
+                        let mut key = (was, scope);
+                        self.order.remove(&key);
+                        key.0 = end_ns;
+                        self.order.insert(key);
+                    }
                 }
             }
             None => {
