@@ -371,7 +371,8 @@ async fn start_tap_http(upstream: &str, endpoint: &str) -> (Proc, SocketAddr) {
         let err = std::fs::read_to_string(&p.err_path).unwrap_or_default();
         let at = err.find("listening on http://")?;
         let rest = &err[at + "listening on http://".len()..];
-        rest.split(',').next()?.trim().parse::<SocketAddr>().ok()
+        // Up to its comma: a half-written line ("127.0.0.1:43" of "…:43211,") parses too.
+        rest.split_once(',')?.0.trim().parse::<SocketAddr>().ok()
     })
     .await;
     (p, addr)

@@ -79,7 +79,8 @@ async fn start_tap(upstream: &str, endpoint: &str, flags: &[&str]) -> (Proc, Soc
     let addr = eventually(Duration::from_secs(10), "the tap's listening line", || {
         let err = std::fs::read_to_string(&p.err_path).unwrap_or_default();
         let at = err.find("listening on http://")?;
-        err[at + "listening on http://".len()..].split(',').next()?.trim().parse::<SocketAddr>().ok()
+        // Up to its comma: a half-written line ("127.0.0.1:43" of "…:43211,") parses too.
+        err[at + "listening on http://".len()..].split_once(',')?.0.trim().parse::<SocketAddr>().ok()
     })
     .await;
     (p, addr)

@@ -91,8 +91,11 @@ async fn start_tap(dir: &Path, name: &'static str, upstream: &str, svc: &Service
     let p = Proc { child, stderr: err, name };
     let addr = eventually(Duration::from_secs(20), "the tap's listen address", || {
         let e = p.stderr();
+        // Up to the comma that follows it, and a socket address: stderr is unbuffered, so the
+        // line can be read while half written (once in CI: an empty address).
         let i = e.find("listening on http://")? + "listening on http://".len();
-        e[i..].split(',').next().map(str::to_string)
+        let (addr, _) = e[i..].split_once(',')?;
+        addr.trim().parse::<std::net::SocketAddr>().ok().map(|a| a.to_string())
     })
     .await;
     (p, format!("http://{addr}/mcp"))
