@@ -156,13 +156,13 @@ impl Packer {
 
     /// Add one item (its message content).
     pub fn push(&mut self, item: &[u8]) {
-        if self.items.buf.is_empty() {
-            self.fresh();
-        }
         let add = item.len() + 1 + varint_len(item.len() as u64);
-        let len = self.items.buf.len() - self.room;
-        if self.n > 0 && len + add + self.resource.len() + self.scope.len() + 32 > self.max_bytes {
+        // With items written (n > 0) the buffer holds the room and them.
+        if self.n > 0 && self.items.buf.len() - self.room + add + self.resource.len() + self.scope.len() + 32 > self.max_bytes {
             self.flush();
+        }
+        // The first item, or the first after a flush took the buffer.
+        if self.items.buf.is_empty() {
             self.fresh();
         }
         self.items.message(2, item);

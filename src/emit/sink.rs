@@ -199,12 +199,11 @@ impl MetricsSink {
 impl Sink for MetricsSink {
     /// `now` is the decision moment: the latency histograms measure a verdict's delay against it.
     fn accept(&mut self, records: &[Decided], now: Moment) {
-        let mut exemplars = std::mem::take(&mut self.exemplars);
         for r in records {
             match r {
                 Decided::Call(v) => {
                     self.tally.add(v);
-                    self.meters.record_latency_into(v, now, &mut exemplars);
+                    self.meters.record_latency_into(v, now, &mut self.exemplars);
                 }
                 Decided::Interim(_) => {}
                 Decided::Catalog(c) => self.meters.record_catalog(c.server.as_deref(), c.verdict.convergence),
@@ -221,8 +220,7 @@ impl Sink for MetricsSink {
                 Decided::Finding(f) => self.meters.record_finding(f),
             }
         }
-        self.meters.flush_exemplars(&mut exemplars, now);
-        self.exemplars = exemplars;
+        self.meters.flush_exemplars(&mut self.exemplars, now);
     }
 
     fn report(&mut self, g: &Gauges) {

@@ -249,26 +249,15 @@ impl Admission {
             // A queue is full (most often the pass-through's, its backend slower than the
             // senders): count the request by a skim and refuse it, without the walk.
             let (spans, looped) = wire::skim(&bytes, id)?;
-            let tr = KeyValue::new("transport", transport);
-            self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
-            if looped > 0 {
-                self.meters.spans_looped.add(looped, std::slice::from_ref(&tr));
-                if looped == spans {
-                    return Ok(Admitted::Accepted { rejected: 0, message: String::new() });
-                }
-            }
-            return Ok(self.refuse_spans(reason, spans - looped, transport));
+            return Ok(match self.received(spans, looped, transport) {
+                Some(spans) => self.refuse_spans(reason, spans, transport),
+                None => Admitted::Accepted { rejected: 0, message: String::new() },
+            });
         }
         let (batch, facts) = wire::walk(&bytes, id)?;
-        let tr = KeyValue::new("transport", transport);
-        self.meters.spans_received.add(facts.spans, std::slice::from_ref(&tr));
-        if facts.looped_spans > 0 {
-            self.meters.spans_looped.add(facts.looped_spans, std::slice::from_ref(&tr));
-            if facts.looped_spans == facts.spans {
-                return Ok(Admitted::Accepted { rejected: 0, message: String::new() });
-            }
-        }
-        let spans = facts.spans - facts.looped_spans;
+        let Some(spans) = self.received(facts.spans, facts.looped_spans, transport) else {
+            return Ok(Admitted::Accepted { rejected: 0, message: String::new() });
+        };
         let strip = self.strip_tool_definitions;
         Ok(self.take(batch, spans, transport, held, move |rejected, held| {
             let rebuild = rejected > 0 || (strip && facts.raw_definitions);
@@ -326,14 +315,29 @@ impl Admission {
         (Outgoing::Passthrough(req, None), held)
     }
 
+    /// Count a request's `spans` as received and, of those, the `looped` ones (come back through
+    /// an export loop: dropped). The spans left to admit, or `None` when every one looped (the
+    /// request is then answered accepted: one span in, one span out).
+    fn received(&self, spans: u64, looped: u64, transport: &'static str) -> Option<u64> {
+        let tr = KeyValue::new("transport", transport);
+        self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
+        if looped > 0 {
+            self.meters.spans_looped.add(looped, std::slice::from_ref(&tr));
+            if looped == spans {
+                return None;
+            }
+        }
+        Some(spans - looped)
+    }
+
     /// Why a request would be refused whole now, before anything is reserved: above the memory
     /// limit, the correlator's queue full, or the pass-through queue full. Only a first check:
     /// [`Self::take`] reserves, and refuses whole when a place was taken in between.
     fn busy_now(&self) -> Option<&'static str> {
         if self.over_memory() {
             Some("memory_limit")
-        } else if self.ingest.capacity() == 0 {
-            Some("correlator_busy")
+        } else if let Some(reason) = self.full_before_decode("traces") {
+            Some(reason)
         } else if self.passthrough.as_ref().is_some_and(|p| p.capacity() == 0) {
             Some("exporter_busy")
         } else {
@@ -654,13 +658,7 @@ mod tests {
     /// as refused `exporter_busy`, the same as a clean one; with room again, the walk runs.
     #[test]
     fn a_full_pass_through_queue_refuses_without_the_walk() {
-        let p = crate::emit::metrics::MetricsPipeline::build(crate::emit::metrics::MetricsSettings {
-            resource: opentelemetry_sdk::Resource::builder().with_service_name("t").build(),
-            prometheus: true,
-            otlp: None,
-            cardinality_limit: 100,
-        })
-        .unwrap();
+        let p = prometheus_pipeline();
         let (ingest, _ingest_rx) = mpsc::channel(8);
         let (pass, mut pass_rx) = mpsc::channel(1);
         let admission = Admission {
@@ -690,6 +688,17 @@ mod tests {
         assert_eq!(admission.admit_wire(Bytes::from(bad), "grpc", None), Err(WireError::Utf8));
     }
 
+    /// A metrics pipeline whose counters the tests read back as Prometheus text.
+    fn prometheus_pipeline() -> crate::emit::metrics::MetricsPipeline {
+        crate::emit::metrics::MetricsPipeline::build(crate::emit::metrics::MetricsSettings {
+            resource: opentelemetry_sdk::Resource::builder().with_service_name("t").build(),
+            prometheus: true,
+            otlp: None,
+            cardinality_limit: 100,
+        })
+        .unwrap()
+    }
+
     fn prom_sum(text: &str, name: &str, filter: &str) -> f64 {
         text.lines()
             .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(filter))
@@ -703,13 +712,7 @@ mod tests {
     /// invalid span, and a request refused whole because the correlator is full.
     #[test]
     fn received_spans_are_accepted_plus_refused_per_transport() {
-        let p = crate::emit::metrics::MetricsPipeline::build(crate::emit::metrics::MetricsSettings {
-            resource: opentelemetry_sdk::Resource::builder().with_service_name("t").build(),
-            prometheus: true,
-            otlp: None,
-            cardinality_limit: 100,
-        })
-        .unwrap();
+        let p = prometheus_pipeline();
         // Room for one batch: the second request finds the correlator busy.
         let (ingest, _ingest_rx) = mpsc::channel(1);
         let admission = Admission {
