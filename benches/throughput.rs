@@ -3,6 +3,7 @@
 //!     cargo bench --bench throughput            (MCP_HEALTH_BENCH_SECS=10 by default)
 //!     MCP_HEALTH_BENCH_BASELINE=/path/to/older/mcp-health cargo bench --bench throughput
 //!     MCP_HEALTH_BENCH_ONLY=memory cargo bench --bench throughput   (the memory figures alone)
+//!     MCP_HEALTH_BENCH_ONLY=walk cargo bench --bench throughput     (decode and walk rates alone)
 //!     MCP_HEALTH_BENCH_LIMIT_MIB=2000 ...     (every service under a memory limiter of that size)
 //!     MCP_HEALTH_BENCH_HELD_QUEUE=8 MCP_HEALTH_BENCH_HELD_CONSUMERS=10 ...   (the held-request
 //!         run's pass-through queue and workers: requests held = queue + workers)
@@ -220,6 +221,28 @@ fn main() {
             held_chain_memory(&rt, base, &Arc::new(batches.clone()), "baseline:   ");
         }
         held_chain_memory(&rt, this, &Arc::new(batches), "this build: ");
+        return;
+    }
+
+    // With MCP_HEALTH_BENCH_ONLY=walk: the decode and the walk alone, in turns (quick A/B of
+    // the walk: rebuild, run again, compare the ratio).
+    if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "walk") {
+        for round in 1..=3 {
+            let rate = |f: &dyn Fn(&EncodedBatch) -> u64| {
+                let t = Instant::now();
+                let mut n = 0u64;
+                while t.elapsed() < Duration::from_secs(2) {
+                    n += batches.iter().map(f).sum::<u64>();
+                }
+                n as f64 / t.elapsed().as_secs_f64()
+            };
+            let decode = rate(&|b| {
+                std::hint::black_box(ExportTraceServiceRequest::decode(b.bytes.clone()).expect("decode"));
+                b.spans
+            });
+            let walk = rate(&|b| mcp_health::normalize::wire::walk(&b.bytes, "0000000000000000").expect("walk").0.spans);
+            println!("round {round}: prost decode {decode:>9.0} spans/s, walk + normalize {walk:>9.0} spans/s = {:.2}x", walk / decode);
+        }
         return;
     }
 

@@ -278,10 +278,55 @@ fn single_value<'a>(mut r: Reader<'a>) -> R<Option<Value<'a>>> {
 /// Read a repeated `KeyValue` field's element and push it.
 fn push_key_value<'a>(r: &mut Reader<'a>, f: u32, w: u8, limit: u32, out: &mut Vec<KeyValue<'a>>) -> R<()> {
     let range = nested(r, f, w, limit)?;
+    // The value message sits one level below the `KeyValue`: the fast path needs that budget.
+    if limit >= 2 && push_plain_key_value(r.buf, range, out) {
+        return Ok(());
+    }
     let mut kv = KeyValue { key: "", value: None };
     key_value(r.sub(range), limit - 1, &mut kv)?;
     out.push(kv);
     Ok(())
+}
+
+/// The attribute as nearly every SDK encodes it — an ASCII key, then a value that is one ASCII
+/// string or one integer, every length one byte — read by offsets and pushed in one step:
+/// `false` (nothing pushed) for anything else, which the general reader takes, errors included.
+/// The general path moved the key and the value through several intermediate results on the
+/// stack; with a dozen attributes per span that was the walk's largest cost.
+#[inline(always)]
+fn push_plain_key_value<'a>(buf: &'a [u8], (s, e): (usize, usize), out: &mut Vec<KeyValue<'a>>) -> bool {
+    let b = &buf[s..e];
+    let [0x0a, kl, ..] = *b else { return false };
+    let kl = usize::from(kl);
+    if kl >= 0x80 || b.len() < 2 + kl + 2 {
+        return false;
+    }
+    let key = &b[2..2 + kl];
+    let [0x12, vl, ..] = b[2 + kl..] else { return false };
+    let vl = usize::from(vl);
+    let v = &b[2 + kl + 2..];
+    if vl >= 0x80 || v.len() != vl || !key.is_ascii() {
+        return false;
+    }
+    let value = match *v {
+        [0x0a, sl, ..] if usize::from(sl) == v.len() - 2 && v[2..].is_ascii() => {
+            // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
+            Value::StringValue(unsafe { std::str::from_utf8_unchecked(&v[2..]) })
+        }
+        [0x18, ..] => {
+            let start = e - vl + 1;
+            let mut r = Reader { buf, pos: start, end: e };
+            match r.varint() {
+                Ok(n) if r.pos == e => Value::IntValue(n as i64),
+                _ => return false,
+            }
+        }
+        _ => return false,
+    };
+    // SAFETY: checked ASCII above.
+    let key = unsafe { std::str::from_utf8_unchecked(key) };
+    out.push(KeyValue { key, value: Some(AnyValue { value: Some(value) }) });
+    true
 }
 
 /// An `AnyValue` message merged into `v` (a oneof: the last field wins; two arrays or two
@@ -984,6 +1029,88 @@ mod tests {
 
     fn request() -> ExportTraceServiceRequest {
         crate::loadgen::build_request(1, 3)
+    }
+
+    /// One `KeyValue` message's bytes read as the walk reads a span attribute, and as prost
+    /// decodes it: the same answer (both refuse, or both read the same attribute).
+    fn attribute_agrees(kv: &[u8]) {
+        use opentelemetry_proto::tonic::common::v1 as pc;
+        let mut field = vec![0x4a];
+        put_varint(&mut field, kv.len() as u64);
+        field.extend_from_slice(kv);
+        let mut r = Reader::whole(&field);
+        let (f, w) = r.key().unwrap();
+        let mut walked = Vec::new();
+        let walk = push_key_value(&mut r, f, w, RECURSION_LIMIT, &mut walked);
+        match pc::KeyValue::decode(kv) {
+            Ok(decoded) => {
+                assert!(walk.is_ok(), "{kv:x?}: prost decodes it, the walk refuses it ({walk:?})");
+                assert_eq!(walked, crate::normalize::view::attributes_from_proto(std::slice::from_ref(&decoded)), "{kv:x?}");
+            }
+            Err(e) => assert!(walk.is_err(), "{kv:x?}: prost refuses it ({e}), the walk reads {walked:?}"),
+        }
+    }
+
+    #[test]
+    fn plain_attributes_read_as_prost_decodes_them() {
+        let long = [b'k'; 130];
+        let mut long_key = vec![0x0a, 0x82, 0x01];
+        long_key.extend_from_slice(&long);
+        long_key.extend_from_slice(&[0x12, 0x03, 0x0a, 0x01, b'v']);
+        let cases: Vec<Vec<u8>> = vec![
+            b"\x0a\x01k\x12\x03\x0a\x01v".to_vec(),                                    // plain string
+            b"\x0a\x01k\x12\x02\x18\x05".to_vec(),                                     // plain integer
+            b"\x0a\x01k\x12\x03\x18\xac\x02".to_vec(),                                 // integer of two bytes
+            b"\x0a\x01k\x12\x0b\x18\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01".to_vec(), // -1
+            b"\x0a\x01k\x12\x0b\x18\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02".to_vec(), // 10th byte > 1
+            b"\x0a\x01k\x12\x02\x18\x80".to_vec(),                                     // truncated varint
+            b"\x0a\x01k\x12\x00".to_vec(),                                             // empty value
+            b"\x0a\x01k".to_vec(),                                                     // no value
+            b"\x0a\x01k\x12\x03\x0a\x01\xff".to_vec(),                                 // value not UTF-8
+            b"\x0a\x01\xff\x12\x03\x0a\x01v".to_vec(),                                 // key not UTF-8
+            "\x0a\x01k\x12\x04\x0a\x02\u{e9}".as_bytes().to_vec(),                     // value UTF-8, not ASCII
+            b"\x0a\x01k\x12\x05\x0a\x01v\x18\x01".to_vec(),                            // two value fields: the last wins
+            b"\x0a\x01k\x12\x03\x0a\x02v".to_vec(),                                    // string longer than its value
+            b"\x0a\x01k\x12\x04\x0a\x01v".to_vec(),                                    // value longer than the attribute
+            b"\x0a\x01k\x12\x03\x0a\x01v\x0a\x01j".to_vec(),                           // a second key: the last wins
+            b"\x0a\x01k\x12\x03\x0a\x01v\x12\x02\x18\x07".to_vec(),                    // a second value merges
+            b"\x0a\x01k\x12\x03\x10\x01\x00".to_vec(),                                 // bool, then a bad key
+            b"\x0a\x01k\x12\x02\x1a\x00".to_vec(),                                     // integer field with the wrong wire type
+            b"\x0b\x01k\x12\x03\x0a\x01v".to_vec(),                                    // key with the wrong wire type
+            long_key,
+        ];
+        for kv in &cases {
+            attribute_agrees(kv);
+        }
+    }
+
+    proptest::proptest! {
+        /// Attributes near the plain form: keys and strings of any bytes, values of either
+        /// kind, every length byte possibly off by one, bytes trailing.
+        #[test]
+        fn attributes_near_the_plain_form_read_as_prost_decodes_them(
+            key in proptest::collection::vec(proptest::prop_oneof![proptest::prelude::Just(b'k'), proptest::prelude::any::<u8>()], 0..4),
+            string in proptest::collection::vec(proptest::prop_oneof![proptest::prelude::Just(b'v'), proptest::prelude::any::<u8>()], 0..4),
+            varint in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..11),
+            tag in proptest::prop_oneof![proptest::prelude::Just(0x0au8), proptest::prelude::Just(0x18), proptest::prelude::any::<u8>()],
+            off in proptest::collection::vec(-1i32..=1, 3),
+            trailing in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3),
+        ) {
+            let len = |n: usize, d: i32| (n as i32 + d).clamp(0, 127) as u8;
+            let mut value = vec![tag];
+            if tag == 0x18 {
+                value.extend_from_slice(&varint);
+            } else {
+                value.push(len(string.len(), off[0]));
+                value.extend_from_slice(&string);
+            }
+            let mut kv = vec![0x0a, len(key.len(), off[1])];
+            kv.extend_from_slice(&key);
+            kv.extend_from_slice(&[0x12, len(value.len(), off[2])]);
+            kv.extend_from_slice(&value);
+            kv.extend_from_slice(&trailing);
+            attribute_agrees(&kv);
+        }
     }
 
     #[test]
