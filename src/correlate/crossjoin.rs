@@ -99,16 +99,23 @@ fn span_keys(s: &SpanEvidence) -> Option<[u64; 2]> {
 /// entry at all, so it costs the index nothing.
 pub fn half_keys(spans: &[SpanEvidence]) -> Vec<u64> {
     let has_client_req = spans.iter().any(|s| is_request(s) && s.side == Side::Client);
-    let served: rustc_hash::FxHashSet<(&str, &str)> = spans
+    // The served requests: a list while few (a chain holds a call or two; a hash set built per
+    // chain and batch was most of this function's cost), a set past that.
+    let served_list: smallvec::SmallVec<[(&str, &str); 4]> = spans
         .iter()
         .filter(|s| is_request(s) && s.side == Side::Server)
         .filter_map(|s| Some((s.method.as_ref()?.as_str(), s.request_id.as_deref()?)))
         .collect();
+    let served_set: Option<rustc_hash::FxHashSet<(&str, &str)>> = (served_list.len() > 16).then(|| served_list.iter().copied().collect());
+    let served = |k: (&str, &str)| match &served_set {
+        Some(set) => set.contains(&k),
+        None => served_list.contains(&k),
+    };
     let mut out = Vec::new();
     for s in spans.iter().filter(|s| is_request(s)) {
         let half = match s.side {
             Side::Client => match (&s.method, s.request_id.as_deref()) {
-                (Some(m), Some(r)) => !served.contains(&(m.as_str(), r)),
+                (Some(m), Some(r)) => !served((m.as_str(), r)),
                 _ => false,
             },
             Side::Server => !has_client_req,

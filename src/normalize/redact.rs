@@ -118,8 +118,10 @@ fn hashed(s: &str) -> Box<str> {
 /// Heuristic for values that are credentials whatever key they came under: bearer prefixes, JWTs,
 /// long high-entropy tokens.
 pub fn looks_like_secret(s: &str) -> bool {
-    let lower = s.to_ascii_lowercase();
-    if lower.starts_with("bearer ") || lower.starts_with("basic ") || lower.contains("token=") {
+    // Case-insensitive, without a lowered copy (this runs on every request id).
+    let b = s.as_bytes();
+    let starts = |p: &[u8]| b.len() >= p.len() && b[..p.len()].eq_ignore_ascii_case(p);
+    if starts(b"bearer ") || starts(b"basic ") || b.windows(6).any(|w| w.eq_ignore_ascii_case(b"token=")) {
         return true;
     }
     // A JWT: three base64url segments, the first starting with `eyJ`.
@@ -146,6 +148,14 @@ mod tests {
     fn identifiers_pass_but_tokens_are_hashed() {
         assert_eq!(&*ident("create_ticket"), "create_ticket");
         assert!(ident("Bearer abc.def").starts_with("sha256:"));
+        // The credential prefixes and `token=` in any case, anywhere for the latter.
+        for secret in ["BEARER x", "bAsIc x", "a?TOKEN=x", "token=", "Token=1"] {
+            assert!(looks_like_secret(secret), "{secret}");
+        }
+        for plain in ["bearer", "basic", "tokens", "my-token", "7"] {
+            assert!(!looks_like_secret(plain), "{plain}");
+        }
+        assert_eq!(crate::normalize::value::id_with(&Some(crate::normalize::view::AnyValue { value: Some(crate::normalize::view::Value::IntValue(i64::MIN)) }), ident).as_deref(), Some("-9223372036854775808"));
         assert!(ident("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig").starts_with("sha256:"));
         assert!(ident(&"x".repeat(200)).starts_with("sha256:"));
         assert!(ident("sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ").starts_with("sha256:"));

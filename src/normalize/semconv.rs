@@ -324,8 +324,8 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             Some(s) => ev.protocol_version = Some(intern(Kind::Version, s, None, || s.to_string())),
             None => bad = true,
         },
-        a::JSONRPC_REQUEST_ID => match value::as_id(v) {
-            Some(s) => ev.request_id = Some(redact::ident(&s)),
+        a::JSONRPC_REQUEST_ID => match value::id_with(v, redact::ident) {
+            Some(s) => ev.request_id = Some(s),
             None => bad = true,
         },
         a::RPC_RESPONSE_STATUS_CODE => match value::as_i64(v) {
@@ -442,8 +442,8 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             Some("none") => ev.effect_boundary = Some(EffectBoundary::None),
             _ => bad = true,
         },
-        a::OPERATION_KEY => match value::as_id(v) {
-            Some(s) => ev.operation_key = Some(redact::ident(&s)),
+        a::OPERATION_KEY => match value::id_with(v, redact::ident) {
+            Some(s) => ev.operation_key = Some(s),
             None => bad = true,
         },
         _ => read_outcome_attribute(kv, f.outcome, f.type_errors),
@@ -459,7 +459,7 @@ fn read_outcome_attribute(kv: &KeyValue<'_>, f: &mut OutcomeFields, type_errors:
         a::OUTCOME_RESULT => value::as_str(v).and_then(OutcomeResult::parse).map(|r| f.result = Some(r)).is_some(),
         a::OUTCOME_METHOD => value::as_str(v).map(|m| f.method = Some(VerifierMethod::parse(m))).is_some(),
         a::OUTCOME_CHECKED_AT => value::as_i64(v).filter(|t| *t >= 0).map(|t| f.checked_at = Some(t as u64)).is_some(),
-        a::OUTCOME_REQUEST_ID => value::as_id(v).map(|r| f.request_id = Some(redact::ident(&r))).is_some(),
+        a::OUTCOME_REQUEST_ID => value::id_with(v, redact::ident).map(|r| f.request_id = Some(r)).is_some(),
         a::OUTCOME_VERIFIER => value::as_str(v).map(|r| f.verifier = Some(redact::tool_name(r))).is_some(),
         a::OUTCOME_ERROR => value::as_str(v)
             .map(|e| f.error = Some(crate::evidence::VERIFIER_ERRORS.iter().copied().find(|k| *k == e).unwrap_or("other")))

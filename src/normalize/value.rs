@@ -33,6 +33,24 @@ pub fn as_bool(v: &Option<AnyValue<'_>>) -> Option<bool> {
 }
 
 /// An identifier that may be written as a string or an int (JSON-RPC ids are either).
+/// An identifier attribute (a string, or an integer in decimal) handed to `f` as text, without
+/// the `String` [`as_id`] makes: request ids are read on every call span and kept only in their
+/// redacted form.
+pub fn id_with<T>(v: &Option<AnyValue<'_>>, f: impl FnOnce(&str) -> T) -> Option<T> {
+    match v.as_ref()?.value.as_ref()? {
+        Value::StringValue(s) => Some(f(s)),
+        Value::IntValue(i) => {
+            use std::io::Write;
+            let mut buf = [0u8; 20];
+            let mut w = &mut buf[..];
+            write!(w, "{i}").ok()?;
+            let n = 20 - w.len();
+            std::str::from_utf8(&buf[..n]).ok().map(f)
+        }
+        _ => None,
+    }
+}
+
 pub fn as_id(v: &Option<AnyValue<'_>>) -> Option<String> {
     match v.as_ref()?.value.as_ref()? {
         Value::StringValue(s) => Some(s.to_string()),
