@@ -206,6 +206,9 @@ pub struct Chains {
     limbo: FxHashMap<TraceId, DecidedChain>,
     /// Chains that took a request span in this batch: indexed once, at the end of the batch.
     pending_index: Vec<TraceId>,
+    /// Spans per trace in the batch being taken in: a new chain is made with room for all of
+    /// its spans in the batch at once (growing it one span at a time moved each span twice).
+    batch_spans: FxHashMap<TraceId, u32>,
     /// Record which decided chains and operation keys changed, for the state store.
     track: bool,
     dirty: rustc_hash::FxHashSet<TraceId>,
@@ -250,6 +253,7 @@ impl Chains {
             forgotten: crate::bounded::BoundedSet::with_capacity("forgotten_traces", 100_000),
             limbo: FxHashMap::default(),
             pending_index: Vec::new(),
+            batch_spans: FxHashMap::default(),
             track: false,
             dirty: Default::default(),
             dirty_ops: Default::default(),
@@ -538,6 +542,14 @@ impl Chains {
         // Spans that may start a chain first, so that HTTP-only spans and activity of the same
         // batch find the chain their trace starts in this batch, whatever the order in the export.
         let mut enrich_only = Vec::new();
+        let mut counts = std::mem::take(&mut self.batch_spans);
+        counts.clear();
+        if batch.evidence.len() > 1 {
+            for ev in &batch.evidence {
+                *counts.entry(ev.trace_id).or_insert(0) += 1;
+            }
+        }
+        self.batch_spans = counts;
         for ev in batch.evidence {
             if ev.starts_chain() {
                 self.add_span(ev, now, out);
@@ -547,6 +559,10 @@ impl Chains {
         }
         for ev in enrich_only {
             self.add_span(ev, now, out);
+        }
+        // Scratch for the next batch; its room stays bounded by the largest batch's trace count.
+        if self.batch_spans.capacity() > 4 * MAX_BATCH_TRACES_KEPT {
+            self.batch_spans = FxHashMap::default();
         }
         for a in &batch.activity {
             if let Some(c) = self.active.get_mut(&a.trace_id) {
@@ -658,7 +674,9 @@ impl Chains {
             self.active.insert(
                 trace_id,
                 Chain {
-                    spans: Vec::new(),
+                    spans: Vec::with_capacity(
+                        self.batch_spans.get(&trace_id).map_or(1, |n| *n as usize).min(self.limits.max_spans_per_chain),
+                    ),
                     first_seen: now,
                     last_seen: now,
                     root_seen: false,
@@ -1049,6 +1067,10 @@ impl Chains {
         }
     }
 }
+
+/// Room the per-batch span counts keep between batches (in traces); a larger batch's table is
+/// let go after it.
+const MAX_BATCH_TRACES_KEPT: usize = 4096;
 
 #[cfg(test)]
 mod size_tests {

@@ -155,7 +155,14 @@ mod tests {
         for plain in ["bearer", "basic", "tokens", "my-token", "7"] {
             assert!(!looks_like_secret(plain), "{plain}");
         }
-        assert_eq!(crate::normalize::value::id_with(&Some(crate::normalize::view::AnyValue { value: Some(crate::normalize::view::Value::IntValue(i64::MIN)) }), ident).as_deref(), Some("-9223372036854775808"));
+        assert_eq!(
+            crate::normalize::value::id_with(
+                &Some(crate::normalize::view::AnyValue { value: Some(crate::normalize::view::Value::IntValue(i64::MIN)) }),
+                ident
+            )
+            .as_deref(),
+            Some("-9223372036854775808")
+        );
         assert!(ident("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig").starts_with("sha256:"));
         assert!(ident(&"x".repeat(200)).starts_with("sha256:"));
         assert!(ident("sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ").starts_with("sha256:"));
