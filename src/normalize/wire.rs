@@ -73,7 +73,7 @@ impl<'a> Reader<'a> {
     }
 
     /// prost's `decode_varint`: at most 10 bytes, the tenth at most 1.
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> R<u64> {
         // Keys and most lengths are one byte.
         if self.pos < self.end && self.buf[self.pos] < 0x80 {
@@ -84,6 +84,8 @@ impl<'a> Reader<'a> {
         self.varint_slow()
     }
 
+    #[cold]
+    #[inline(never)]
     fn varint_slow(&mut self) -> R<u64> {
         let mut v: u64 = 0;
         for i in 0..10 {
@@ -104,7 +106,7 @@ impl<'a> Reader<'a> {
     }
 
     /// prost's `decode_key`: a u32, wire type 0–5, field number at least 1.
-    #[inline]
+    #[inline(always)]
     fn key(&mut self) -> R<(u32, u8)> {
         let k = self.varint()?;
         if k > u64::from(u32::MAX) {
@@ -122,7 +124,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length-delimited field's content: its range.
-    #[inline]
+    #[inline(always)]
     fn len_range(&mut self) -> R<(usize, usize)> {
         let len = self.varint()?;
         if len > (self.end - self.pos) as u64 {
@@ -144,7 +146,7 @@ impl<'a> Reader<'a> {
     #[inline]
     fn string(&mut self) -> R<&'a str> {
         let b = self.bytes()?;
-        if b.is_ascii() {
+        if ascii(b) {
             // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
             return Ok(unsafe { std::str::from_utf8_unchecked(b) });
         }
@@ -202,6 +204,26 @@ impl<'a> Reader<'a> {
             _ => return Err(WireError::Group),
         }
         Ok(())
+    }
+}
+
+/// Every byte below 0x80. OTLP strings are short (keys, names, ids): a word at a time inline, where
+/// the library's `is_ascii` is a call with a set-up of its own for every few bytes.
+#[inline(always)]
+fn ascii(b: &[u8]) -> bool {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let n = b.len();
+    if n >= 8 {
+        // Whole words, and the last eight bytes (overlapping) for the tail.
+        let (words, _) = b.as_chunks::<8>();
+        let last = b.last_chunk::<8>().map_or(0, |w| u64::from_le_bytes(*w));
+        words.iter().fold(last, |acc, w| acc | u64::from_le_bytes(*w)) & HIGH == 0
+    } else if n >= 4 {
+        let first = b.first_chunk::<4>().map_or(0, |w| u32::from_le_bytes(*w));
+        let last = b.last_chunk::<4>().map_or(0, |w| u32::from_le_bytes(*w));
+        (first | last) & 0x8080_8080 == 0
+    } else {
+        b.iter().fold(0u8, |a, x| a | x) < 0x80
     }
 }
 
@@ -305,11 +327,11 @@ fn push_plain_key_value<'a>(buf: &'a [u8], (s, e): (usize, usize), out: &mut Vec
     let [0x12, vl, ..] = b[2 + kl..] else { return false };
     let vl = usize::from(vl);
     let v = &b[2 + kl + 2..];
-    if vl >= 0x80 || v.len() != vl || !key.is_ascii() {
+    if vl >= 0x80 || v.len() != vl || !ascii(key) {
         return false;
     }
     let value = match *v {
-        [0x0a, sl, ..] if usize::from(sl) == v.len() - 2 && v[2..].is_ascii() => {
+        [0x0a, sl, ..] if usize::from(sl) == v.len() - 2 && ascii(&v[2..]) => {
             // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
             Value::StringValue(unsafe { std::str::from_utf8_unchecked(&v[2..]) })
         }
@@ -1048,6 +1070,19 @@ mod tests {
                 assert_eq!(walked, crate::normalize::view::attributes_from_proto(std::slice::from_ref(&decoded)), "{kv:x?}");
             }
             Err(e) => assert!(walk.is_err(), "{kv:x?}: prost refuses it ({e}), the walk reads {walked:?}"),
+        }
+    }
+
+    #[test]
+    fn the_ascii_check_finds_a_high_byte_at_every_place_in_every_length() {
+        for n in 0..40 {
+            let mut b = vec![b'a'; n];
+            assert!(ascii(&b), "{n}");
+            for at in 0..n {
+                b[at] = 0x80;
+                assert!(!ascii(&b), "{n} {at}");
+                b[at] = b'a';
+            }
         }
     }
 
