@@ -1542,12 +1542,17 @@ pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvi
     if c.method != Some(Method::ToolsCall) {
         return SessionContext::default();
     }
-    let key = crate::evidence::session_key(
-        c.session_id.as_deref(),
-        c.service.as_deref(),
-        c.server.as_deref(),
-        if c.client_seen { Side::Client } else { Side::Server },
-    );
+    // No session has catalog evidence: nothing to look up, no key to build.
+    let key = (!sessions.is_empty())
+        .then(|| {
+            crate::evidence::session_key(
+                c.session_id.as_deref(),
+                c.service.as_deref(),
+                c.server.as_deref(),
+                if c.client_seen { Side::Client } else { Side::Server },
+            )
+        })
+        .flatten();
     let catalog = key.as_ref().and_then(|k| sessions.verdict_at(k, c.start_ns));
     let mut ctx = SessionContext {
         catalog_stale: catalog.as_ref().map(|v| v.convergence == Convergence::Stale),

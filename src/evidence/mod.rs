@@ -640,13 +640,20 @@ impl SpanEvidence {
 /// See [`SpanEvidence::session_key`]. Server-side spans without a session id do not know the
 /// client, so they key by server alone only when nothing better exists.
 pub fn session_key(session_id: Option<&str>, service: Option<&str>, server: Option<&str>, side: Side) -> Option<String> {
+    // Pieces pushed into one allocation of the right size (no formatting machinery: this runs
+    // for every call decided and every span with catalog facts).
+    let join = |pieces: &[&str]| {
+        let mut k = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+        pieces.iter().for_each(|p| k.push_str(p));
+        k
+    };
     if let Some(sid) = session_id {
-        return Some(format!("session:{sid}"));
+        return Some(join(&["session:", sid]));
     }
     let server = server?;
     match side {
         Side::Server => None,
-        _ => Some(format!("client:{}|server:{server}", service.unwrap_or("?"))),
+        _ => Some(join(&["client:", service.unwrap_or("?"), "|server:", server])),
     }
 }
 
