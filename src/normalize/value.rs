@@ -32,7 +32,6 @@ pub fn as_bool(v: &Option<AnyValue<'_>>) -> Option<bool> {
     }
 }
 
-/// An identifier that may be written as a string or an int (JSON-RPC ids are either).
 /// An identifier attribute (a string, or an integer in decimal) handed to `f` as text, without
 /// the `String` [`as_id`] makes: request ids are read on every call span and kept only in their
 /// redacted form.
@@ -51,6 +50,7 @@ pub fn id_with<T>(v: &Option<AnyValue<'_>>, f: impl FnOnce(&str) -> T) -> Option
     }
 }
 
+/// An identifier that may be written as a string or an int (JSON-RPC ids are either).
 pub fn as_id(v: &Option<AnyValue<'_>>) -> Option<String> {
     match v.as_ref()?.value.as_ref()? {
         Value::StringValue(s) => Some(s.to_string()),
