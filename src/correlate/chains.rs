@@ -542,14 +542,12 @@ impl Chains {
         // Spans that may start a chain first, so that HTTP-only spans and activity of the same
         // batch find the chain their trace starts in this batch, whatever the order in the export.
         let mut enrich_only = Vec::new();
-        let mut counts = std::mem::take(&mut self.batch_spans);
-        counts.clear();
+        self.batch_spans.clear();
         if batch.evidence.len() > 1 {
             for ev in &batch.evidence {
-                *counts.entry(ev.trace_id).or_insert(0) += 1;
+                *self.batch_spans.entry(ev.trace_id).or_insert(0) += 1;
             }
         }
-        self.batch_spans = counts;
         for ev in batch.evidence {
             if ev.starts_chain() {
                 self.add_span(ev, now, out);

@@ -39,7 +39,7 @@ use crate::classify::{classify_call, Decision, SessionContext};
 use crate::correlate::{ChainLimits, ChainStats, Chains, DecidedCalls, SessionLimits, Sessions};
 use crate::evidence::call::CallEvidence;
 use crate::evidence::time::Moment;
-use crate::evidence::{Method, Side, SpanEvidence};
+use crate::evidence::{Method, SpanEvidence};
 use crate::normalize::NormalizedBatch;
 use crate::verdict::{DecidedBy, HealthState, Verdict};
 
@@ -825,14 +825,7 @@ impl Engine {
             .iter()
             .flat_map(|d| d.calls.iter())
             .filter(|c| c.method == Some(Method::ToolsCall))
-            .filter_map(|c| {
-                crate::evidence::session_key(
-                    c.session_id.as_deref(),
-                    c.service.as_deref(),
-                    c.server.as_deref(),
-                    if c.client_seen { Side::Client } else { Side::Server },
-                )
-            })
+            .filter_map(CallEvidence::session_key)
             .collect();
         keys.sort();
         keys.dedup();
@@ -1543,16 +1536,7 @@ pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvi
         return SessionContext::default();
     }
     // No session has catalog evidence: nothing to look up, no key to build.
-    let key = (!sessions.is_empty())
-        .then(|| {
-            crate::evidence::session_key(
-                c.session_id.as_deref(),
-                c.service.as_deref(),
-                c.server.as_deref(),
-                if c.client_seen { Side::Client } else { Side::Server },
-            )
-        })
-        .flatten();
+    let key = (!sessions.is_empty()).then(|| c.session_key()).flatten();
     let catalog = key.as_ref().and_then(|k| sessions.verdict_at(k, c.start_ns));
     let mut ctx = SessionContext {
         catalog_stale: catalog.as_ref().map(|v| v.convergence == Convergence::Stale),

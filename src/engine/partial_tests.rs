@@ -3,7 +3,7 @@
 use super::*;
 use crate::classify::partial::Partial;
 use crate::correlate::{ChainLimits, SessionLimits};
-use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, TransportOutcome, VerifierMethod};
+use crate::evidence::{OutcomeReceipt, OutcomeResult, Side, SpanEvidence, TransportOutcome, VerifierMethod};
 use crate::normalize::NormalizedBatch;
 use crate::verdict::{Confidence, DecidedBy};
 use std::time::Duration;

@@ -3,7 +3,7 @@ use super::*;
 use crate::classify::incidents::Transition;
 use crate::correlate::{ChainLimits, SessionLimits};
 use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
-use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, TransportOutcome, VerifierMethod};
+use crate::evidence::{OutcomeReceipt, OutcomeResult, Side, SpanEvidence, TransportOutcome, VerifierMethod};
 use crate::normalize::NormalizedBatch;
 use crate::state::{MemoryStore, StoreHandle};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The engine's own rules, with a manual clock.
 use super::*;
 use crate::correlate::{ChainLimits, SessionLimits};
-use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, VerifierMethod};
+use crate::evidence::{OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
 use crate::normalize::NormalizedBatch;
 use crate::verdict::DecidedBy;
 use std::collections::BTreeMap;

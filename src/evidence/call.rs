@@ -89,6 +89,17 @@ fn identity_rank(s: &SpanEvidence, is_request: bool) -> IdentityRank {
 }
 
 impl CallEvidence {
+    /// The key of the session the call belongs to (see [`SpanEvidence::session_key`]): keyed as
+    /// a client's when a client span of it was seen.
+    pub fn session_key(&self) -> Option<String> {
+        session_key(
+            self.session_id.as_deref(),
+            self.service.as_deref(),
+            self.server.as_deref(),
+            if self.client_seen { Side::Client } else { Side::Server },
+        )
+    }
+
     /// Fold one span's evidence into the call.
     pub fn absorb(&mut self, s: &SpanEvidence) {
         if self.span_count == 0 {

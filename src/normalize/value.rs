@@ -52,11 +52,7 @@ pub fn id_with<T>(v: &Option<AnyValue<'_>>, f: impl FnOnce(&str) -> T) -> Option
 
 /// An identifier that may be written as a string or an int (JSON-RPC ids are either).
 pub fn as_id(v: &Option<AnyValue<'_>>) -> Option<String> {
-    match v.as_ref()?.value.as_ref()? {
-        Value::StringValue(s) => Some(s.to_string()),
-        Value::IntValue(i) => Some(i.to_string()),
-        _ => None,
-    }
+    id_with(v, str::to_string)
 }
 
 /// A list of strings, from an array of strings or a comma-separated string.
