@@ -77,6 +77,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     };
     init_logs(&cfg.service.telemetry.logs);
     let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.worker_threads())
         .enable_all()
         .thread_name("mcp-health")
         .on_thread_park(crate::receive::memory::on_thread_idle)

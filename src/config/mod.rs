@@ -629,6 +629,18 @@ pub struct HealthCheck {
 pub struct Service {
     #[serde(default)]
     pub telemetry: Telemetry,
+    #[serde(default)]
+    pub runtime: Runtime,
+}
+
+/// `service.runtime`: the threads the service runs on. Read at start only (a SIGHUP reload
+/// keeps the threads it has, as it keeps the log settings).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    /// Threads that receive, walk, correlate, classify and export; unset, see
+    /// [`Config::worker_threads`].
+    pub worker_threads: Option<usize>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -863,6 +875,9 @@ impl Config {
                 return bad("processors.memory_limiter.check_interval", "must be greater than zero");
             }
         }
+        if self.service.runtime.worker_threads.is_some_and(|n| !(1..=1024).contains(&n)) {
+            return bad("service.runtime.worker_threads", "must be from 1 to 1024");
+        }
         let p = &self.processors.mcp_health;
         if p.decision_wait.is_zero() {
             return bad("processors.mcp_health.decision_wait", "must be greater than zero");
@@ -992,6 +1007,20 @@ impl Config {
 }
 
 impl Config {
+    /// The runtime's threads (`service.runtime.worker_threads`). Unset: one, or two with a
+    /// `storage`.
+    ///
+    /// One, because the engine is one thread whatever this says, and a request walked on one
+    /// core and judged on another cost 1.3–1.47x the CPU per span (issue 11: every span's
+    /// evidence made on one core, then read and freed on the other; the throughput bench, same
+    /// run), while one instance took the same rate either way (the engine's thread was its
+    /// limit). Two with a store, because the engine's store operations block its thread (a
+    /// store timeout, a write), and the receivers must still answer meanwhile (busy, retryably).
+    /// More help where receiving itself is the load: many TLS handshakes, compressed requests.
+    pub fn worker_threads(&self) -> usize {
+        self.service.runtime.worker_threads.unwrap_or(if self.storage.is_some() { 2 } else { 1 })
+    }
+
     /// Why an exporter sending to `endpoint` would send into one of this service's own receivers
     /// (an export loop), if it would: the same port, and the same host or two names of this
     /// machine (`localhost`, `127.0.0.1`, `::1`, or a receiver on `0.0.0.0` / `::`, which listens on
@@ -1118,6 +1147,20 @@ mod tests {
         assert_eq!(d.limits().max_chains, 262_144);
         let c = Config::parse("c", "processors:\n  mcp_health:\n    max_chains: 5\n", &|_| None).unwrap();
         assert_eq!(c.processors.mcp_health.limits().max_chains, 5);
+    }
+
+    /// Issue 11: one runtime thread unless told otherwise (the walk beside the engine), two with
+    /// a store (its operations block the engine's thread; receivers must still answer), and a
+    /// number out of range refused by name.
+    #[test]
+    fn one_runtime_thread_by_default_two_with_a_store() {
+        assert_eq!(Config::load(None).unwrap().worker_threads(), 1);
+        let with_store = Config::parse("c", "storage:\n  directory: /var/lib/mcp-health\n", &|_| None).unwrap();
+        assert_eq!(with_store.worker_threads(), 2);
+        let told = Config::parse("c", "storage:\n  directory: /x\nservice:\n  runtime:\n    worker_threads: 4\n", &|_| None).unwrap();
+        assert_eq!(told.worker_threads(), 4);
+        let e = Config::parse("c", "service:\n  runtime:\n    worker_threads: 0\n", &|_| None).unwrap_err();
+        assert!(e.to_string().contains("service.runtime.worker_threads"), "{e}");
     }
 
     fn env(k: &str) -> Option<String> {

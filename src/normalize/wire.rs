@@ -474,6 +474,13 @@ pub struct WireFacts {
 /// One walk of a request: the batch (evidence of every kept span) and the facts.
 pub fn walk(buf: &[u8], me: &str) -> Result<(NormalizedBatch, WireFacts), WireError> {
     let mut out = NormalizedBatch::default();
+    // Room for every span of the request at once: grown scope by scope, the evidence of a
+    // 513-span request was moved twice (a tenth of a megabyte copied per request). At most what
+    // the request's size can carry: a span that gives evidence has valid ids and an evidence
+    // key (in the dialects that read attributes), so a request of empty span tags does not
+    // reserve a hundred times its size; past the estimate the batch grows as it must.
+    let spans = span_count(buf).unwrap_or(0).min((buf.len() / MIN_EVIDENCE_SPAN_BYTES) as u64);
+    out.evidence.reserve_exact(spans as usize);
     let mut facts = WireFacts::default();
     let mut scratch = Scratch::default();
     let mut r = Reader::whole(buf);
@@ -491,6 +498,10 @@ pub fn walk(buf: &[u8], me: &str) -> Result<(NormalizedBatch, WireFacts), WireEr
     }
     Ok((out, facts))
 }
+
+/// The fewest wire bytes of a span that gives evidence: its trace id (18 bytes with tag and
+/// length) and span id (10), and one attribute with an evidence key (at least 8).
+const MIN_EVIDENCE_SPAN_BYTES: usize = 36;
 
 /// Buffers reused from span to span.
 #[derive(Default)]
@@ -631,9 +642,6 @@ fn scope_spans_message<'a>(
     let by_scope = if scopes.is_empty() { None } else { super::dialect_of_scope(scope_name.unwrap_or("")) };
     let mut view = SpanView::default();
     let count = spans.len() as u64;
-    if judge {
-        out.evidence.reserve(spans.len());
-    }
     for &range in &spans {
         let raw = span_message(r.sub(range), sl, &mut view)?;
         if !looped {

@@ -240,6 +240,13 @@ impl Decoder for EmptyDecoder {
     }
 }
 
+/// The largest HTTP/2 DATA frame this server announces it takes (SETTINGS_MAX_FRAME_SIZE).
+/// HTTP/2's default, 16 KiB, cuts a 200 KB export into a dozen frames, each one read, flow-
+/// controlled and copied on its own; clients that honour the setting (tonic, hyper) send a
+/// typical export as one frame. Memory is still bounded by the stream and connection windows
+/// (1 MiB each, hyper's defaults) and by `max_recv_msg_size`.
+const MAX_FRAME_BYTES: u32 = 1 << 20;
+
 /// Serve OTLP/gRPC on `listener` (its limits, timeouts and TLS: `super::listen`) until
 /// `shutdown` resolves.
 pub async fn serve(
@@ -253,6 +260,7 @@ pub async fn serve(
     let logs = ExportService::<Logs> { admission: admission.clone(), _signal: PhantomData };
     let (incoming, accepting) = listener.incoming();
     let r = tonic::transport::Server::builder()
+        .max_frame_size(MAX_FRAME_BYTES)
         .layer(super::listen::TrackLayer)
         .layer(tower::layer::layer_fn(move |inner| ReadMessage { inner, admission: admission.clone(), max_message_bytes }))
         .add_service(traces)
