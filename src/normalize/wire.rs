@@ -1083,6 +1083,29 @@ mod tests {
         }
     }
 
+    /// Issue 11: the evidence is sized once for the whole request (no growth scope by scope),
+    /// and never past what the request's size can carry: a request of empty span tags (two bytes
+    /// each) reserved 208 bytes of evidence for every one of them, a hundred times its size.
+    #[test]
+    fn the_evidence_is_sized_once_and_bounded_by_the_request() {
+        let batch = crate::loadgen::encode(&crate::loadgen::build_request(1, 171));
+        let (b, _) = walk(&batch.bytes, "0000000000000000").unwrap();
+        assert_eq!(b.evidence.len(), 513);
+        assert_eq!(b.evidence.capacity(), 513, "one allocation of the right size, in two resources");
+
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+        let empty = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans { spans: vec![Span::default(); 20_000], ..Default::default() }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec();
+        let (b, facts) = walk(&empty, "0000000000000000").unwrap();
+        assert_eq!((facts.spans, b.rejected_spans, b.evidence.len()), (20_000, 20_000, 0));
+        assert!(b.evidence.capacity() <= empty.len() / MIN_EVIDENCE_SPAN_BYTES, "{} for {} bytes", b.evidence.capacity(), empty.len());
+    }
+
     #[test]
     fn the_ascii_check_finds_a_high_byte_at_every_place_in_every_length() {
         for n in 0..40 {
