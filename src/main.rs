@@ -11,9 +11,10 @@ extern "C" {
     fn mi_collect(force: bool);
 }
 
-/// `mi_option_purge_delay` in mimalloc v2's `mi_option_t` (the version libmimalloc-sys builds by
-/// default): how long freed pages are kept before they are returned to the OS (default 10 ms, and
-/// only on later activity of the thread that freed them).
+/// `mi_option_purge_delay` in mimalloc v3's `mi_option_t` (the version libmimalloc-sys builds
+/// unless its `v2` feature is on; v2 has it at the same index): how long freed pages are kept
+/// before they are returned to the OS (default 10 ms, and only on later activity of the thread
+/// that freed them).
 const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 
 /// Under a memory limit, freed memory goes back to the OS at once: measured with 64 refused 4 MiB
