@@ -475,7 +475,7 @@ pub struct WireFacts {
 pub fn walk(buf: &[u8], me: &str) -> Result<(NormalizedBatch, WireFacts), WireError> {
     let mut out = NormalizedBatch::default();
     // Room for every span of the request at once: grown scope by scope, the evidence of a
-    // 513-span request was moved twice (a tenth of a megabyte copied per request). At most what
+    // 513-span request in two resources was moved once more (some 70 KB copied). At most what
     // the request's size can carry: a span that gives evidence has valid ids and an evidence
     // key (in the dialects that read attributes), so a request of empty span tags does not
     // reserve a hundred times its size; past the estimate the batch grows as it must.
