@@ -37,8 +37,9 @@ fn main() {
     // One batch's span time on the simulated clock.
     let step = Duration::from_nanos(base.spans * 1_000_000_000 / rate);
     for round in 1..=3 {
+        let decision_wait = Duration::from_secs(1);
         let mut cfg = EngineConfig::default();
-        cfg.chains.decision_wait = Duration::from_secs(1);
+        cfg.chains.decision_wait = decision_wait;
         cfg.chains.max_wait = Duration::from_secs(5);
         cfg.chains.max_chains = 2_000_000;
         cfg.chains.max_bytes = 4 << 30;
@@ -46,10 +47,12 @@ fn main() {
         let mut out: Vec<Decided> = Vec::new();
         let mut now = Moment::from_nanos(1_764_000_000_000_000_000);
         let mut stamp = 0u32;
-        let mut run = |engine: &mut Engine, now: &mut Moment, out: &mut Vec<Decided>, wall: Duration| -> (u64, u64, Duration) {
-            let (mut spans, mut verdicts) = (0u64, 0u64);
+        // Batches until `done(batches so far, wall time so far)`.
+        let mut run = |engine: &mut Engine, now: &mut Moment, out: &mut Vec<Decided>, done: &dyn Fn(u64, Duration) -> bool| {
+            let (mut spans, mut verdicts, mut batches) = (0u64, 0u64, 0u64);
             let t = Instant::now();
-            while t.elapsed() < wall {
+            while !done(batches, t.elapsed()) {
+                batches += 1;
                 let bytes = loadgen::stamp(&base, stamp);
                 stamp += 1;
                 let (batch, _) = mcp_health::normalize::wire::walk(&bytes, "0000000000000000").expect("walk");
@@ -62,10 +65,12 @@ fn main() {
             }
             (spans, verdicts, t.elapsed())
         };
-        // Fill to the steady level (1 s of span time), then measure.
-        let fill = Duration::from_secs_f64((rate as f64 / 250_000.0).max(1.0));
-        run(&mut engine, &mut now, &mut out, fill);
-        let (spans, verdicts, spent) = run(&mut engine, &mut now, &mut out, Duration::from_secs(secs));
+        // Fill to the steady level (two decision waits of span time: chains fall due as fast as
+        // they come), then measure for `secs` of wall time.
+        let fill = 2 * decision_wait.as_nanos() as u64 / step.as_nanos().max(1) as u64;
+        run(&mut engine, &mut now, &mut out, &|batches, _| batches >= fill);
+        let wall = Duration::from_secs(secs);
+        let (spans, verdicts, spent) = run(&mut engine, &mut now, &mut out, &|_, elapsed| elapsed >= wall);
         println!(
             "round {round}: {:>7.0} ns/span ({:.0} spans/s on one core; {} spans, {} verdicts, {} chains in flight)",
             spent.as_nanos() as f64 / spans.max(1) as f64,

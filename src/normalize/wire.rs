@@ -951,28 +951,31 @@ pub fn split_resource_spans(buf: &[u8], max: usize) -> Option<Vec<(usize, usize)
     Some(pieces)
 }
 
-/// How many spans a (valid) request holds, counted without reading them.
+/// How many spans a (valid) request holds, counted without reading them (nor allocating: the
+/// walk asks it of every request it reads, to size the batch once).
 pub fn span_count(buf: &[u8]) -> Option<u64> {
-    /// The content ranges of every `field` (length-delimited) of a message.
-    fn fields(mut r: Reader<'_>, field: u32) -> Option<Vec<(usize, usize)>> {
-        let mut out = Vec::new();
+    /// Call `each` with the content range of every `field` (length-delimited) of a message.
+    fn fields(mut r: Reader<'_>, field: u32, each: &mut dyn FnMut((usize, usize)) -> Option<()>) -> Option<()> {
         while r.more() {
             let (f, w) = r.key().ok()?;
             if f == field && w == LEN {
-                out.push(r.len_range().ok()?);
+                each(r.len_range().ok()?)?;
             } else {
                 r.skip(f, w, RECURSION_LIMIT).ok()?;
             }
         }
-        Some(out)
+        Some(())
     }
     let whole = Reader::whole(buf);
     let mut n = 0u64;
-    for rs in fields(whole, 1)? {
-        for ss in fields(whole.sub(rs), 2)? {
-            n += fields(whole.sub(ss), 2)?.len() as u64;
-        }
-    }
+    fields(whole, 1, &mut |rs| {
+        fields(whole.sub(rs), 2, &mut |ss| {
+            fields(whole.sub(ss), 2, &mut |_| {
+                n += 1;
+                Some(())
+            })
+        })
+    })?;
     Some(n)
 }
 
