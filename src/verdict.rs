@@ -90,6 +90,10 @@ pub enum HealthState {
     StaleCatalog,
     ProtocolError,
     Working,
+    /// Waiting for input (a 2026-07-28 `input_required` round, or a task in `input_required`):
+    /// the server answered and the call goes on once the client answers. Not progress, not a
+    /// loop, and not a failure while its own deadline holds (SPEC §3, §6).
+    Waiting,
     ToolFailed,
     EffectUnknown,
     FalseSuccess,
@@ -105,12 +109,12 @@ impl HealthState {
     pub fn greenness(self) -> u8 {
         match self {
             HealthState::Healthy => 2,
-            HealthState::Unverified | HealthState::Working => 1,
+            HealthState::Unverified | HealthState::Working | HealthState::Waiting => 1,
             _ => 0,
         }
     }
 
-    pub const ALL: [HealthState; 12] = [
+    pub const ALL: [HealthState; 13] = [
         HealthState::NeedsAuth,
         HealthState::TransportFailed,
         HealthState::IncompatibleSession,
@@ -118,6 +122,7 @@ impl HealthState {
         HealthState::StaleCatalog,
         HealthState::ProtocolError,
         HealthState::Working,
+        HealthState::Waiting,
         HealthState::ToolFailed,
         HealthState::EffectUnknown,
         HealthState::FalseSuccess,
@@ -133,6 +138,7 @@ impl HealthState {
             HealthState::StaleCatalog => "stale_catalog",
             HealthState::ProtocolError => "protocol_error",
             HealthState::Working => "working",
+            HealthState::Waiting => "waiting",
             HealthState::ToolFailed => "tool_failed",
             HealthState::EffectUnknown => "effect_unknown",
             HealthState::FalseSuccess => "false_success",
@@ -258,6 +264,19 @@ pub struct Verdict {
     pub partial: Option<crate::classify::partial::Partial>,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The protocol revision the call's evidence spoke (`2025-11-25`, `2026-07-28`, `unknown`).
+    pub protocol_revision: crate::evidence::ProtocolRevision,
+    /// Whether this verdict is an attempt in the success rates (SPEC section 2): a logical
+    /// `tools/call` (all its rounds are one), or a session setup (`initialize`,
+    /// `server/discover`) that failed; never a `ping`, a successful setup, a list, or a server
+    /// half that could not be joined to exactly one client half.
+    pub attempt: bool,
+    /// Rounds of a multi-round-trip call (2026-07-28 `input_required`), when more than one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<u32>,
+    /// The status of the task the call ran as (the tasks extension), when it ran as one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_status: Option<crate::evidence::TaskStatus>,
 }
 
 /// The verdict a revision replaces: enough to count the change, not the call twice.
@@ -408,5 +427,9 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         partial: None,
         start_ns: 0,
         end_ns: 0,
+        protocol_revision: crate::evidence::ProtocolRevision::Unknown,
+        attempt: method == "tools/call",
+        rounds: None,
+        task_status: None,
     }
 }

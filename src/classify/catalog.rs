@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::digest::{registry_digest, ToolDigest, PROJECTION_VERSION};
-use crate::evidence::catalog::{ListPage, SignalSource};
+use crate::evidence::catalog::{ListPage, ListenState, SignalSource};
 
 /// One timestamped catalog event of a session.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -27,6 +27,8 @@ pub enum CatalogEventKind {
     Capability(bool),
     /// A new connection / `initialize` (for the on-reconnect refresh policy).
     Reconnect,
+    /// A `subscriptions/listen` stream (2026-07-28) opened, was acknowledged, or closed.
+    Listen(crate::evidence::catalog::ListenFacts),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -117,6 +119,8 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
     let mut installed: Option<Arc<str>> = None;
     let mut capability: Option<bool> = None;
     let mut reconnect_at: Option<u64> = None;
+    // Since when an acknowledged listen stream carrying tool-list changes has been open.
+    let mut listening_since: Option<u64> = None;
     let mut current: Option<Traversal> = None;
     let mut last_complete: Option<Traversal> = None;
     for e in evs {
@@ -125,6 +129,13 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
             CatalogEventKind::Installed(d) => installed = Some(d.clone()),
             CatalogEventKind::Capability(c) => capability = Some(*c),
             CatalogEventKind::Reconnect => reconnect_at = Some(e.at_ns),
+            CatalogEventKind::Listen(l) => match l.state {
+                ListenState::Acknowledged if l.tools_list_changed => {
+                    listening_since.get_or_insert(e.at_ns);
+                }
+                ListenState::Closed => listening_since = None,
+                _ => {}
+            },
             CatalogEventKind::Page { start_ns, page } => {
                 let continues = page.cursor.is_some() && current.as_ref().is_some_and(|t| !t.complete);
                 if !continues {
@@ -224,7 +235,10 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
         set(&mut v, Convergence::Stale, "the latest complete discovery predates the latest list-change signal", REFRESH);
         return v;
     }
-    let ttl_fresh = d.ttl_ms.map(|ttl| at_ns <= d.end_ns.saturating_add(ttl.saturating_mul(1_000_000)));
+    // 2026-07-28 caching: a ttlMs of 0 ("immediately stale") and an absent one both give no
+    // freshness window; freshness then rests on change signals or the refresh policy, never
+    // `stale` on that ground alone. Only a positive TTL that has passed makes the catalog stale.
+    let ttl_fresh = d.ttl_ms.filter(|ttl| *ttl > 0).map(|ttl| at_ns <= d.end_ns.saturating_add(ttl.saturating_mul(1_000_000)));
     if ttl_fresh == Some(false) {
         set(&mut v, Convergence::Stale, "the discovered catalog's ttlMs has expired", REFRESH);
         return v;
@@ -245,8 +259,11 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
         }
         _ => {}
     }
-    // Is there bounded evidence that changes would have been seen? listChanged, a TTL, or a policy.
+    // Is there bounded evidence that changes would have been seen? listChanged, a listen stream
+    // opted into tool-list changes that was open (acknowledged) before the discovery started and
+    // still is, a TTL, or a policy.
     let bounded = capability == Some(true)
+        || listening_since.is_some_and(|t| t <= d.start_ns)
         || ttl_fresh == Some(true)
         || match policy {
             RefreshPolicy::None => false,
@@ -257,7 +274,7 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
         set(
             &mut v,
             Convergence::Unverifiable,
-            "the server does not advertise tools.listChanged and no refresh policy evidence holds",
+            "no change signal can be relied on: the server does not advertise tools.listChanged, no listen stream opted into tool-list changes is open, the catalog has no positive ttlMs, and no refresh policy evidence holds",
             "record the signal as unavailable; refresh on reconnect, before a high-impact run, or at a measured interval",
         );
         return v;
@@ -421,6 +438,91 @@ mod tests {
         // No complete traversal at all, a signal, then page one: stale as well.
         let only = vec![ev(5, CatalogEventKind::Signal(SignalSource::Notification)), page(10, None, true, p1.clone())];
         assert_eq!(convergence(&only, RefreshPolicy::None, 20 * MS).convergence, Convergence::Stale);
+    }
+
+    /// The 2026-07-28 catalog rule as a table: ttlMs absent / 0 / positive and fresh / positive
+    /// and expired, × a change signal before or after the discovery, × what bounds the catalog
+    /// (listChanged, a listen stream, a refresh policy, nothing). A TTL of 0 and an absent one
+    /// are the same: no freshness window, never `stale` on that ground alone.
+    #[test]
+    fn ttl_signal_and_bound_table() {
+        use crate::evidence::catalog::{ListenFacts, ListenState};
+        use Convergence::*;
+        let all = tools(&[json!({"name":"x"})]);
+        #[derive(Clone, Copy, Debug)]
+        enum Ttl {
+            Absent,
+            Zero,
+            Fresh,
+            Expired,
+        }
+        #[derive(Clone, Copy, Debug)]
+        enum Bound {
+            ListChanged,
+            Listen,
+            Policy,
+            Nothing,
+        }
+        let listen = |state| CatalogEventKind::Listen(ListenFacts { state, tools_list_changed: true });
+        for ttl in [Ttl::Absent, Ttl::Zero, Ttl::Fresh, Ttl::Expired] {
+            for signal_after in [false, true] {
+                for bound in [Bound::ListChanged, Bound::Listen, Bound::Policy, Bound::Nothing] {
+                    let ttl_ms = match ttl {
+                        Ttl::Absent => None,
+                        Ttl::Zero => Some(0),
+                        Ttl::Fresh => Some(1000),
+                        Ttl::Expired => Some(5),
+                    };
+                    let mut evs = vec![
+                        CatalogEvent {
+                            at_ns: 10 * MS,
+                            kind: CatalogEventKind::Page {
+                                start_ns: 9 * MS,
+                                page: ListPage { cursor: None, next_cursor_present: false, tools: all.clone(), ttl_ms, cache_scope: None },
+                            },
+                        },
+                        ev(11, installed(&all)),
+                        ev(if signal_after { 20 } else { 5 }, CatalogEventKind::Signal(SignalSource::Subscription)),
+                    ];
+                    let policy = match bound {
+                        Bound::ListChanged => {
+                            evs.push(ev(1, CatalogEventKind::Capability(true)));
+                            RefreshPolicy::None
+                        }
+                        Bound::Listen => {
+                            evs.push(ev(1, listen(ListenState::Opened)));
+                            evs.push(ev(2, listen(ListenState::Acknowledged)));
+                            RefreshPolicy::None
+                        }
+                        Bound::Policy => RefreshPolicy::MaxAge { max_age: Duration::from_secs(60) },
+                        Bound::Nothing => RefreshPolicy::None,
+                    };
+                    let want = match (signal_after, ttl, bound) {
+                        (true, _, _) => Stale,
+                        (false, Ttl::Expired, _) => Stale,
+                        (false, _, Bound::ListChanged | Bound::Listen | Bound::Policy) => Converged,
+                        (false, Ttl::Fresh, Bound::Nothing) => Converged,
+                        (false, Ttl::Absent | Ttl::Zero, Bound::Nothing) => Unverifiable,
+                    };
+                    let v = convergence(&evs, policy, 30 * MS);
+                    assert_eq!(v.convergence, want, "ttl {ttl:?}, signal after: {signal_after}, bound {bound:?}: {}", v.reason);
+                }
+            }
+        }
+        // A listen stream bounds the catalog only while it is open, and only from its
+        // acknowledgment: one acknowledged after the discovery started could have missed a change.
+        let base = vec![page(10, None, false, all.clone()), ev(11, installed(&all))];
+        let with = |extra: Vec<CatalogEvent>| [base.clone(), extra].concat();
+        let v = convergence(
+            &with(vec![ev(2, listen(ListenState::Acknowledged)), ev(20, listen(ListenState::Closed))]),
+            RefreshPolicy::None,
+            30 * MS,
+        );
+        assert_eq!(v.convergence, Unverifiable, "closed: the bound ended");
+        let v = convergence(&with(vec![ev(12, listen(ListenState::Acknowledged))]), RefreshPolicy::None, 30 * MS);
+        assert_eq!(v.convergence, Unverifiable, "acknowledged after the discovery");
+        let v = convergence(&with(vec![ev(2, listen(ListenState::Opened))]), RefreshPolicy::None, 30 * MS);
+        assert_eq!(v.convergence, Unverifiable, "opened but never acknowledged");
     }
 
     #[test]

@@ -12,8 +12,11 @@ use crate::verdict::{HealthState, Layer, LayerStatus};
 pub struct SessionContext {
     /// The catalog the call was chosen from is known to be stale.
     pub catalog_stale: Option<bool>,
-    /// The call is in flight with valid progress and its absolute deadline holds.
+    /// The call is in flight with valid progress (or a task answering `working` within its poll
+    /// interval) and its absolute deadline holds.
     pub working: bool,
+    /// The call waits for input (`input_required`) within its own clocks.
+    pub waiting: bool,
     /// The tool definition in use differs from its pin: what changed (empty when no definition
     /// was observed to diff).
     pub contract_drift: Option<Vec<super::drift::ContractChange>>,
@@ -26,6 +29,10 @@ pub struct SessionContext {
 
 /// Could this call's failure have committed a side effect before the response was lost?
 pub fn effect_may_be_committed(c: &CallEvidence, f: &LayerFindings) -> bool {
+    if c.method == Some(Method::ToolsCall) && c.task_lost() {
+        // The task may have run to the end where nobody saw it.
+        return c.effect_boundary != Some(EffectBoundary::None);
+    }
     if f.get(Layer::Transport) != LayerStatus::Failed || c.method != Some(Method::ToolsCall) {
         return false;
     }
@@ -71,6 +78,9 @@ pub fn state(c: &CallEvidence, f: &LayerFindings, ctx: &SessionContext) -> Healt
     }
     if ctx.working {
         return Working;
+    }
+    if ctx.waiting {
+        return Waiting;
     }
     if failed(Layer::Execution) {
         return ToolFailed;
@@ -123,6 +133,7 @@ pub fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> S
             _ => "route to the client implementer with method, request id and error class".into(),
         },
         Working => "stay silent while progress is valid and the absolute deadline holds".into(),
+        Waiting => "stay silent: the call waits for the client's input; it fails only when its own deadline passes".into(),
         ToolFailed => "inspect the tool or its input; retry only where the failure is known to be reversible".into(),
         EffectUnknown => "block automatic retry; reconcile by operation key or destination query first".into(),
         FalseSuccess => "open an outcome incident: the tool reported success but the outcome failed; do not declare completion".into(),

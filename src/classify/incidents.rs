@@ -132,6 +132,22 @@ pub struct IncidentBook {
     /// Record which servers' incidents and recoveries change, for the state store.
     track: bool,
     dirty: std::collections::BTreeSet<Option<Arc<str>>>,
+    /// When each session's (or, without sessions, agent's) catalog last converged, by server:
+    /// a stale-catalog failure decided after its catalog converged is resolved at once (the
+    /// re-list came after the call). Bounded by [`MAX_CONVERGED`]; the oldest goes first.
+    converged: FxHashMap<(Option<Arc<str>>, String), u64>,
+}
+
+/// Catalog convergences remembered for stale-catalog incidents decided late.
+const MAX_CONVERGED: usize = 10_000;
+
+/// The catalog scopes of an incident: `session:<hash>` of each session, else `agent:<name>`.
+fn catalog_scopes(inc: &Incident) -> Vec<String> {
+    if inc.sessions.is_empty() {
+        inc.agents.iter().map(|a| format!("agent:{a}")).collect()
+    } else {
+        inc.sessions.iter().map(|h| format!("session:{h}")).collect()
+    }
 }
 
 /// What a healthy call shows works again, as the keys an incident's cause is looked up by (one
@@ -258,7 +274,7 @@ pub fn incident_id(cause: &Cause) -> String {
 
 /// Whether a verdict's state is a failure worth an incident.
 pub fn is_failure(s: HealthState) -> bool {
-    !matches!(s, HealthState::Working | HealthState::Unverified | HealthState::Healthy)
+    !matches!(s, HealthState::Working | HealthState::Waiting | HealthState::Unverified | HealthState::Healthy)
 }
 
 /// The cause of a failing verdict.
@@ -422,7 +438,18 @@ impl IncidentBook {
             let key = inc.cause.clone();
             let recovered =
                 self.recoveries.get(&inc.cause.server).and_then(|rs| latest_recovery(inc, rs)).filter(|end| *end >= inc.last_evidence_ns);
-            if let Some(end_ns) = recovered {
+            // A stale catalog that converged after this call: the re-list already answered it.
+            let converged = (key.state == HealthState::StaleCatalog)
+                .then(|| {
+                    let inc = self.open.get(&key)?;
+                    catalog_scopes(inc)
+                        .into_iter()
+                        .filter_map(|sc| self.converged.get(&(key.server.clone(), sc)).copied())
+                        .max()
+                        .filter(|end| *end >= inc.last_evidence_ns)
+                })
+                .flatten();
+            if let Some(end_ns) = recovered.or(converged) {
                 if let Some(inc) = self.open.remove(&key) {
                     out.push(self.resolve(inc, end_ns));
                 }
@@ -447,6 +474,48 @@ impl IncidentBook {
             }
         }
         self.remember(v.server.clone(), scopes, v.end_ns);
+        out
+    }
+
+    /// A session's catalog converged at `at_ns` (a complete re-list after the signal or the
+    /// expired TTL, installed as discovered): the stale-catalog incidents of that session (or,
+    /// where the protocol has no session, of that agent) on that server are resolved. Their
+    /// failed layer was the catalog, and the catalog is now known fresh; a call on it is judged
+    /// on its own.
+    pub fn catalog_converged(
+        &mut self,
+        server: Option<&Arc<str>>,
+        session_hash: Option<&str>,
+        agent: Option<&str>,
+        at_ns: u64,
+    ) -> Vec<(Transition, Incident)> {
+        let scope = match (session_hash, agent) {
+            (Some(h), _) => format!("session:{h}"),
+            (None, Some(a)) => format!("agent:{a}"),
+            (None, None) => return Vec::new(),
+        };
+        if self.converged.len() >= MAX_CONVERGED && !self.converged.contains_key(&(server.cloned(), scope.clone())) {
+            if let Some(k) = self.converged.iter().min_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0))).map(|(k, _)| k.clone()) {
+                self.converged.remove(&k);
+            }
+        }
+        let at = self.converged.entry((server.cloned(), scope.clone())).or_insert(at_ns);
+        *at = (*at).max(at_ns);
+        let mine = |inc: &Incident| catalog_scopes(inc).contains(&scope);
+        let done: Vec<Cause> = self
+            .open
+            .iter()
+            .filter(|(c, inc)| {
+                c.state == HealthState::StaleCatalog && c.server.as_ref() == server && inc.last_evidence_ns <= at_ns && mine(inc)
+            })
+            .map(|(c, _)| c.clone())
+            .collect();
+        let mut out = Vec::new();
+        for c in done {
+            if let Some(inc) = self.open.remove(&c) {
+                out.push(self.resolve(inc, at_ns));
+            }
+        }
         out
     }
 
@@ -636,6 +705,7 @@ mod tests {
             partial: None,
             start_ns: 10,
             end_ns: 20,
+            ..crate::verdict::sample("tools/call", false, false)
         }
     }
 

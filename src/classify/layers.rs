@@ -3,7 +3,7 @@
 
 use super::contract::SessionContext;
 use crate::evidence::call::CallEvidence;
-use crate::evidence::{Method, OutcomeResult, TransportOutcome};
+use crate::evidence::{Method, OutcomeResult, TaskStatus, TransportOutcome};
 use crate::verdict::{Layer, LayerStatus, Layers};
 
 /// The layer statuses before masking, with the failure class of each failed layer.
@@ -63,7 +63,23 @@ pub fn authorization_failure(c: &CallEvidence) -> Option<String> {
     })
 }
 
-/// Whether the negotiation evidence says this session cannot work, with the reason.
+/// 2026-07-28 `UnsupportedProtocolVersion`: the server does not speak the requested revision.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// 2026-07-28 `MissingRequiredClientCapability`: the request needs a capability the client did
+/// not declare.
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// JSON-RPC "method not found".
+const METHOD_NOT_FOUND: i64 = -32601;
+
+/// A `server/discover` answered "method not found": the server predates 2026-07-28, and a client
+/// in `auto` mode goes on with `initialize`. Negotiation, not a failure of anything.
+pub fn discover_fell_back(c: &CallEvidence) -> bool {
+    c.method.as_ref().is_some_and(|m| m.is("server/discover")) && c.jsonrpc_error == Some(METHOD_NOT_FOUND)
+}
+
+/// Whether the negotiation evidence says this session cannot work, with the reason. On
+/// 2026-07-28 there is no `initialize`: any request may be refused for its version (-32022) or
+/// for a capability the client did not declare (-32021), and that refusal is the negotiation.
 pub fn incompatibility(c: &CallEvidence) -> Option<String> {
     if let Some(n) = &c.negotiation {
         if n.version_accepted == Some(false) {
@@ -72,6 +88,11 @@ pub fn incompatibility(c: &CallEvidence) -> Option<String> {
         if !n.missing_capabilities.is_empty() {
             return Some("missing_capability".into());
         }
+    }
+    match c.jsonrpc_error {
+        Some(UNSUPPORTED_PROTOCOL_VERSION) => return Some("unsupported_protocol_version".into()),
+        Some(MISSING_REQUIRED_CLIENT_CAPABILITY) => return Some("missing_capability".into()),
+        _ => {}
     }
     if c.method == Some(Method::Initialize) {
         if let Some(code) = c.jsonrpc_error {
@@ -117,6 +138,7 @@ pub fn evaluate(c: &CallEvidence) -> LayerFindings {
     if let Some((_, reason)) = transport_failure(c) {
         set(Layer::Transport, Failed, Some(reason));
     } else if c.response_seen
+        || c.interim_seen
         || !c.progress.is_empty()
         || c.http_status.is_some()
         || c.transport == Some(TransportOutcome::Ok)
@@ -132,6 +154,8 @@ pub fn evaluate(c: &CallEvidence) -> LayerFindings {
     if auth_fail.is_none() {
         if let Some(r) = incompatibility(c) {
             set(Layer::Protocol, Failed, Some(r));
+        } else if discover_fell_back(c) {
+            set(Layer::Protocol, Passed, None);
         } else if let Some(code) = c.jsonrpc_error {
             set(Layer::Protocol, Failed, Some(format!("jsonrpc_{code}")));
         } else if c.unknown_tool {
@@ -140,7 +164,7 @@ pub fn evaluate(c: &CallEvidence) -> LayerFindings {
             set(Layer::Protocol, Failed, Some("unknown_tool".into()));
         } else if c.http_status == Some(400) {
             set(Layer::Protocol, Failed, Some("http_400".into()));
-        } else if c.response_seen {
+        } else if c.response_seen || c.interim_seen {
             set(Layer::Protocol, Passed, None);
         }
     }
@@ -148,14 +172,25 @@ pub fn evaluate(c: &CallEvidence) -> LayerFindings {
     // Authorization: processed requests were authorized.
     if let Some(r) = auth_fail {
         set(Layer::Authorization, Failed, Some(r));
-    } else if c.response_seen {
+    } else if c.response_seen || c.interim_seen || discover_fell_back(c) {
         set(Layer::Authorization, Passed, None);
     }
 
-    // Execution: the tool's own result.
-    if let Some(why) = c.clock_expired {
+    // Execution: the tool's own result. A task that ended without a terminal status, where a side
+    // effect is possible, says nothing about execution: its effect is unknown (see
+    // `contract::effect_may_be_committed`).
+    let task = c.task.as_ref().map(|t| t.status);
+    let lost_with_effect = c.task_lost() && c.effect_boundary != Some(crate::evidence::EffectBoundary::None);
+    if lost_with_effect {
+    } else if let Some(why) = c.clock_expired {
         // In flight past its inactivity window or absolute deadline: the tool did not finish.
         set(Layer::Execution, Failed, Some(why.into()));
+    } else if task == Some(TaskStatus::Failed) {
+        set(Layer::Execution, Failed, Some("task_failed".into()));
+    } else if task == Some(TaskStatus::Cancelled) {
+        set(Layer::Execution, Failed, Some("task_cancelled".into()));
+    } else if task == Some(TaskStatus::Gone) {
+        set(Layer::Execution, Failed, Some("task_expired".into()));
     } else if c.tool_error {
         set(Layer::Execution, Failed, Some("tool_error".into()));
     } else if c.exec_timeout {

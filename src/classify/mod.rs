@@ -14,7 +14,7 @@ pub use contract::SessionContext;
 
 use crate::evidence::call::CallEvidence;
 use crate::evidence::hash;
-use crate::evidence::TransportOutcome;
+use crate::evidence::{Method, TransportOutcome};
 use crate::verdict::{Confidence, DecidedBy, HealthState, Layer, LayerStatus, Verdict};
 
 /// What the correlator knows about how the chain was decided.
@@ -82,6 +82,25 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         partial: None,
         start_ns: c.start_ns,
         end_ns: c.end_ns,
+        protocol_revision: c.revision,
+        attempt: is_attempt(c, first.is_some() || incidents::is_failure(state)),
+        rounds: (c.rounds() > 1).then(|| c.rounds()),
+        task_status: c.task.as_ref().map(|t| t.status),
+    }
+}
+
+/// Whether a call is an attempt in the success rates (SPEC section 2): one logical `tools/call`
+/// (its rounds are one call), or a session setup that failed (the agent could not start its
+/// work: without it an unreachable or unauthorized server shows no failed attempt at all). A
+/// server half that could not be joined to exactly one client half adds none of its own.
+pub fn is_attempt(c: &CallEvidence, failed: bool) -> bool {
+    if c.unjoined_half {
+        return false;
+    }
+    match &c.method {
+        Some(Method::ToolsCall) => true,
+        Some(m) if m.is_setup() => failed,
+        _ => false,
     }
 }
 

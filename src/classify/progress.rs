@@ -30,14 +30,112 @@ impl Default for Clocks {
     }
 }
 
-/// Clocks per tool, with a default.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+/// Clocks per tool, with a default; and the clocks of calls that wait (for input, or on a task).
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProgressPolicy {
     #[serde(default)]
     pub default: Clocks,
     #[serde(default)]
     pub tools: std::collections::BTreeMap<String, Clocks>,
+    /// A call waiting for input (`input_required`): inactivity since the server asked, and an
+    /// absolute deadline from the call's start. A person may take a while: longer than progress.
+    #[serde(default = "default_waiting")]
+    pub waiting: Clocks,
+    /// A task: how many poll intervals may pass without an answer before it is silent (never
+    /// less than one second), and the absolute deadline from its creation when its own TTL is
+    /// longer (or absent).
+    #[serde(default)]
+    pub tasks: TaskClocks,
+}
+
+impl Default for ProgressPolicy {
+    fn default() -> Self {
+        ProgressPolicy { default: Clocks::default(), tools: Default::default(), waiting: default_waiting(), tasks: TaskClocks::default() }
+    }
+}
+
+fn default_waiting() -> Clocks {
+    Clocks { inactivity: Duration::from_secs(300), deadline: Duration::from_secs(3600) }
+}
+
+/// See [`ProgressPolicy::tasks`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskClocks {
+    #[serde(default = "default_poll_multiple")]
+    pub inactivity_polls: u32,
+    #[serde(default = "default_task_deadline", with = "humantime_serde")]
+    pub deadline: Duration,
+}
+
+fn default_poll_multiple() -> u32 {
+    3
+}
+fn default_task_deadline() -> Duration {
+    Duration::from_secs(3600)
+}
+
+impl Default for TaskClocks {
+    fn default() -> Self {
+        TaskClocks { inactivity_polls: default_poll_multiple(), deadline: default_task_deadline() }
+    }
+}
+
+/// Where a call that the server answered but that has not finished stands against its clocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// A task answering `working` within its poll interval.
+    Working,
+    /// Waiting for input within its own clocks.
+    Waiting,
+    /// A clock ran out: the reason the execution layer reports.
+    Expired(&'static str),
+}
+
+/// The standing of an awaiting call at `now_ns` (`None`: the call is not awaiting anything).
+///
+/// - Waiting for input: inactivity from the latest `input_required` answer, deadline from the
+///   call's start (`waiting`).
+/// - A working task: inactivity from the server's latest answer about it, `inactivity_polls`
+///   poll intervals (at least 1 s); absolute: its TTL from its creation or the configured
+///   deadline, whichever comes first. Nothing resets the absolute clock.
+pub fn standing(c: &CallEvidence, policy: &ProgressPolicy, now_ns: u64) -> Option<Standing> {
+    use crate::evidence::call::Awaiting;
+    let ns = |d: Duration| d.as_nanos() as u64;
+    match c.awaiting()? {
+        Awaiting::Input => {
+            let since = c.task.as_ref().map(|t| t.status_at_ns).or(c.last_interim_ns).unwrap_or(c.start_ns);
+            Some(if now_ns > c.start_ns.saturating_add(ns(policy.waiting.deadline)) {
+                Standing::Expired("wait_deadline_exceeded")
+            } else if now_ns > since.saturating_add(ns(policy.waiting.inactivity)) {
+                Standing::Expired("wait_inactivity_exceeded")
+            } else {
+                Standing::Waiting
+            })
+        }
+        Awaiting::Task => {
+            let t = c.task.as_ref()?;
+            let created = t.created_ns.unwrap_or(c.start_ns);
+            let ttl_end = t.ttl_ms.filter(|t| *t > 0).map(|ms| created.saturating_add(ms.saturating_mul(1_000_000)));
+            let deadline_end = created.saturating_add(ns(policy.tasks.deadline));
+            let quiet = t
+                .poll_interval_ms
+                .map_or(Duration::from_secs(30), |ms| {
+                    Duration::from_millis(ms.saturating_mul(u64::from(policy.tasks.inactivity_polls.max(1))))
+                })
+                .max(Duration::from_secs(1));
+            Some(if ttl_end.is_some_and(|e| now_ns > e) {
+                Standing::Expired("task_ttl_exceeded")
+            } else if now_ns > deadline_end {
+                Standing::Expired("deadline_exceeded")
+            } else if now_ns > t.last_answer_ns.saturating_add(ns(quiet)) {
+                Standing::Expired("task_inactivity_exceeded")
+            } else {
+                Standing::Working
+            })
+        }
+    }
 }
 
 impl ProgressPolicy {

@@ -18,12 +18,39 @@ use LayerStatus::{Failed as F, Passed as P, Unobserved as U};
 // --- builders -------------------------------------------------------------------------------
 
 const QUIET: Decision = Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
-const NO_CTX: SessionContext = SessionContext { catalog_stale: None, working: false, contract_drift: None, tool_in_catalog: None };
-const STALE: SessionContext = SessionContext { catalog_stale: Some(true), working: false, contract_drift: None, tool_in_catalog: None };
-const DRIFT: SessionContext = SessionContext { catalog_stale: None, working: false, contract_drift: Some(vec![]), tool_in_catalog: None };
+const NO_CTX: SessionContext =
+    SessionContext { catalog_stale: None, working: false, waiting: false, contract_drift: None, tool_in_catalog: None };
+const STALE: SessionContext =
+    SessionContext { catalog_stale: Some(true), working: false, waiting: false, contract_drift: None, tool_in_catalog: None };
+const DRIFT: SessionContext =
+    SessionContext { catalog_stale: None, working: false, waiting: false, contract_drift: Some(vec![]), tool_in_catalog: None };
 const UNKNOWN_TOOL: SessionContext =
-    SessionContext { catalog_stale: Some(false), working: false, contract_drift: None, tool_in_catalog: Some(false) };
-const WORKING: SessionContext = SessionContext { catalog_stale: None, working: true, contract_drift: None, tool_in_catalog: None };
+    SessionContext { catalog_stale: Some(false), working: false, waiting: false, contract_drift: None, tool_in_catalog: Some(false) };
+const WORKING: SessionContext =
+    SessionContext { catalog_stale: None, working: true, waiting: false, contract_drift: None, tool_in_catalog: None };
+const WAITING: SessionContext =
+    SessionContext { catalog_stale: None, working: false, waiting: true, contract_drift: None, tool_in_catalog: None };
+
+/// A call answered with an interim result (an `input_required` round, or a task handle).
+fn interim() -> CallEvidence {
+    CallEvidence { interim_seen: true, server_seen: true, span_count: 2, ..sent() }
+}
+
+fn task(status: crate::evidence::TaskStatus) -> CallEvidence {
+    with(interim(), |c| {
+        c.task = Some(crate::evidence::call::TaskEvidence {
+            status,
+            status_at_ns: 10,
+            created_ns: Some(5),
+            last_answer_ns: 10,
+            poll_interval_ms: Some(300),
+            ttl_ms: Some(60_000),
+        });
+        if status == crate::evidence::TaskStatus::Completed {
+            c.response_seen = true;
+        }
+    })
+}
 
 /// A `tools/call` the client sent; nothing is known about what came back.
 fn sent() -> CallEvidence {
@@ -930,7 +957,7 @@ fn state_cases() -> Vec<StateCase> {
         row(
             "stale catalog outranks working",
             answered(),
-            SessionContext { catalog_stale: Some(true), working: true, contract_drift: None, tool_in_catalog: None },
+            SessionContext { catalog_stale: Some(true), working: true, waiting: false, contract_drift: None, tool_in_catalog: None },
             StaleCatalog,
             true,
             true,
@@ -940,7 +967,13 @@ fn state_cases() -> Vec<StateCase> {
         row(
             "contract drift outranks a stale catalog",
             answered(),
-            SessionContext { catalog_stale: Some(true), working: false, contract_drift: Some(vec![]), tool_in_catalog: None },
+            SessionContext {
+                catalog_stale: Some(true),
+                working: false,
+                waiting: false,
+                contract_drift: Some(vec![]),
+                tool_in_catalog: None,
+            },
             ContractDrift,
             true,
             true,
@@ -959,7 +992,7 @@ fn state_cases() -> Vec<StateCase> {
         row(
             "a catalog known fresh is not stale",
             with(answered(), |c| c.outcomes.push(confirmed())),
-            SessionContext { catalog_stale: Some(false), working: false, contract_drift: None, tool_in_catalog: None },
+            SessionContext { catalog_stale: Some(false), working: false, waiting: false, contract_drift: None, tool_in_catalog: None },
             Healthy,
             true,
             true,
@@ -1049,6 +1082,105 @@ fn state_cases() -> Vec<StateCase> {
         // working (only from the session context today).
         row("a call in flight with valid progress", sent(), WORKING, Working, true, false, false),
         row("working outranks tool_failed (SPEC order)", with(answered(), |c| c.tool_error = true), WORKING, Working, true, true, false),
+        // waiting (from the session context: the engine's clocks say the wait holds).
+        row("an input_required round within its clocks", interim(), WAITING, Waiting, true, true, false),
+        row(
+            "waiting outranks a missing outcome: nothing is done yet",
+            with(interim(), |c| c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 1))),
+            WAITING,
+            Waiting,
+            true,
+            true,
+            false,
+        ),
+        // 2026-07-28 refusals of any request.
+        row(
+            "-32022 unsupported protocol version",
+            with(answered(), |c| c.jsonrpc_error = Some(-32022)),
+            NO_CTX,
+            IncompatibleSession,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "-32021 missing required client capability",
+            with(answered(), |c| c.jsonrpc_error = Some(-32021)),
+            NO_CTX,
+            IncompatibleSession,
+            true,
+            false,
+            false,
+        ),
+        row(
+            "-32020 header mismatch is the client's protocol error",
+            with(answered(), |c| c.jsonrpc_error = Some(-32020)),
+            NO_CTX,
+            ProtocolError,
+            true,
+            false,
+            false,
+        ),
+        // Tasks.
+        row(
+            "a completed task gives the call's result",
+            task(crate::evidence::TaskStatus::Completed),
+            NO_CTX,
+            Unverified,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "a completed task whose result is isError",
+            with(task(crate::evidence::TaskStatus::Completed), |c| c.tool_error = true),
+            NO_CTX,
+            ToolFailed,
+            true,
+            true,
+            false,
+        ),
+        row("a failed task", task(crate::evidence::TaskStatus::Failed), NO_CTX, ToolFailed, true, true, false),
+        row("a cancelled task", task(crate::evidence::TaskStatus::Cancelled), NO_CTX, ToolFailed, true, true, false),
+        row(
+            "a task the server forgot, side effect possible",
+            task(crate::evidence::TaskStatus::Gone),
+            NO_CTX,
+            EffectUnknown,
+            false,
+            true,
+            false,
+        ),
+        row(
+            "a task the server forgot, no side effect",
+            with(task(crate::evidence::TaskStatus::Gone), |c| c.effect_boundary = Some(EffectBoundary::None)),
+            NO_CTX,
+            ToolFailed,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "a task past its TTL with no terminal status, then a receipt that finds nothing",
+            with(task(crate::evidence::TaskStatus::Working), |c| {
+                c.clock_expired = Some("task_ttl_exceeded");
+                c.outcomes.push(receipt(OutcomeResult::Missing, VerifierMethod::Receipt, 100));
+            }),
+            NO_CTX,
+            FalseSuccess,
+            true,
+            true,
+            false,
+        ),
+        row(
+            "a silent task past its inactivity window",
+            with(task(crate::evidence::TaskStatus::Working), |c| c.clock_expired = Some("task_inactivity_exceeded")),
+            NO_CTX,
+            ToolFailed,
+            true,
+            true,
+            false,
+        ),
         // tool_failed.
         row("isError: true", with(answered(), |c| c.tool_error = true), NO_CTX, ToolFailed, true, true, false),
         row("tool timeout", with(answered(), |c| c.exec_timeout = true), NO_CTX, ToolFailed, true, true, false),
@@ -1199,8 +1331,9 @@ fn state_table_covers_every_health_state() {
         assert!(cases.iter().any(|c| c.state == s), "no row reaches {s}");
     }
     // Every state but the two that need session context is reached from call evidence alone.
-    for s in
-        HealthState::ALL.into_iter().filter(|s| !matches!(s, HealthState::StaleCatalog | HealthState::Working | HealthState::ContractDrift))
+    for s in HealthState::ALL
+        .into_iter()
+        .filter(|s| !matches!(s, HealthState::StaleCatalog | HealthState::Working | HealthState::Waiting | HealthState::ContractDrift))
     {
         assert!(cases.iter().any(|c| c.state == s && c.ctx == NO_CTX), "no evidence-only row reaches {s}");
     }

@@ -57,7 +57,7 @@ pub struct Summary {
 
 impl Summary {
     pub fn of(verdicts: &[Verdict]) -> Summary {
-        let attempts: Vec<&Verdict> = verdicts.iter().filter(|v| v.method.as_deref() == Some("tools/call")).collect();
+        let attempts: Vec<&Verdict> = verdicts.iter().filter(|v| v.attempt).collect();
         let calls = attempts.len() as u64;
         let p = attempts.iter().filter(|v| v.protocol_success).count() as u64;
         let v = attempts.iter().filter(|v| v.verified_success).count() as u64;

@@ -109,6 +109,16 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         group_of.insert(s.span_id, g);
     }
 
+    // 1b. The rounds of one logical call (see [`join_rounds`]).
+    if groups.len() > 1 && spans.iter().any(|s| s.round.is_some() || s.method.as_ref().is_some_and(|m| m.is("server/discover"))) {
+        join_rounds(&mut groups, spans);
+        for (g, (_, members)) in groups.iter().enumerate() {
+            for &i in members {
+                group_of.insert(spans[i].span_id, g);
+            }
+        }
+    }
+
     // 2. Evidence without a method joins a request.
     let calls_idx: Indices = (0..groups.len()).filter(|g| groups[*g].0 == Method::ToolsCall).collect();
     let mut loose: Indices = Indices::new();
@@ -169,6 +179,94 @@ pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         out.push(call);
     }
     out
+}
+
+/// Join the requests of one logical call into its first request's group, in place:
+/// - a `tools/call` that echoes the `requestState` another `tools/call` was handed (2026-07-28
+///   multi-round-trip: the retry has a new JSON-RPC id) is that call's next round;
+/// - a `tasks/get`, `tasks/cancel` or `tasks/result` about the task a `tools/call` was answered
+///   with belongs to that call (the tasks extension);
+/// - an `initialize` in the same trace as a `server/discover` that failed (not a "method not
+///   found" fall-back) is the client's retry of the same setup in the older revision (the `mcp`
+///   SDK's `auto` mode does this after any refusal): one setup, one attempt.
+///
+/// Groups are merged into the earliest (groups are made in start order), their members kept in
+/// start order, so the result does not depend on arrival order.
+fn join_rounds(groups: &mut SmallVec<[(Method, Indices); 2]>, spans: &[SpanEvidence]) {
+    let n = groups.len();
+    let mut root: Vec<usize> = (0..n).collect();
+    fn find(root: &mut [usize], mut g: usize) -> usize {
+        while root[g] != g {
+            root[g] = root[root[g]];
+            g = root[g];
+        }
+        g
+    }
+    let facts = |g: usize| groups[g].1.iter().filter_map(|i| spans[*i].round.as_deref());
+    let is_call = |g: usize| groups[g].0 == Method::ToolsCall;
+    let is_task_request = |g: usize| ["tasks/get", "tasks/cancel", "tasks/result"].iter().any(|m| groups[g].0.is(m));
+    for b in 0..n {
+        let echoed: SmallVec<[&str; 2]> =
+            if is_call(b) { facts(b).filter_map(|r| r.state_echoed.as_deref()).collect() } else { SmallVec::new() };
+        let polled: SmallVec<[&str; 2]> =
+            if is_task_request(b) { facts(b).filter_map(|r| r.task_id.as_deref()).collect() } else { SmallVec::new() };
+        if echoed.is_empty() && polled.is_empty() {
+            continue;
+        }
+        for a in 0..n {
+            if a == b || !is_call(a) {
+                continue;
+            }
+            let linked = facts(a).any(|r| {
+                r.state_issued.as_deref().is_some_and(|h| echoed.contains(&h))
+                    || (r.result_type == Some(crate::evidence::ResultType::Task)
+                        && r.task_id.as_deref().is_some_and(|t| polled.contains(&t)))
+            });
+            if linked {
+                let (ra, rb) = (find(&mut root, a), find(&mut root, b));
+                root[ra.max(rb)] = ra.min(rb);
+            }
+        }
+    }
+    // The setup retried in the older revision.
+    let discover = (0..n).find(|g| groups[*g].0.is("server/discover"));
+    let initialize = (0..n).find(|g| groups[*g].0 == Method::Initialize);
+    if let (Some(d), Some(i)) = (discover, initialize) {
+        let mut setup = CallEvidence::default();
+        groups[d].1.iter().for_each(|m| setup.absorb(&spans[*m]));
+        setup.settle();
+        let failed = !super::super::classify::layers::discover_fell_back(&setup)
+            && (setup.jsonrpc_error.is_some()
+                || setup.http_status.is_some_and(|h| h >= 400)
+                || setup.auth_status.is_some()
+                || setup.connection_error.is_some()
+                || setup.transport.is_some_and(|t| t != crate::evidence::TransportOutcome::Ok));
+        if failed {
+            let (rd, ri) = (find(&mut root, d), find(&mut root, i));
+            root[rd.max(ri)] = rd.min(ri);
+        }
+    }
+    if (0..n).all(|g| root[g] == g) {
+        return;
+    }
+    let mut merged: SmallVec<[(Method, Indices); 2]> = SmallVec::new();
+    let mut at: Vec<Option<usize>> = vec![None; n];
+    for g in 0..n {
+        let r = find(&mut root, g);
+        let slot = match at[r] {
+            Some(x) => x,
+            None => {
+                merged.push((groups[r].0.clone(), Indices::new()));
+                at[r] = Some(merged.len() - 1);
+                merged.len() - 1
+            }
+        };
+        merged[slot].1.extend(groups[g].1.iter().copied());
+    }
+    for (_, members) in merged.iter_mut() {
+        members.sort_by_key(|i| (spans[*i].start_ns, spans[*i].end_ns == 0, *i));
+    }
+    *groups = merged;
 }
 
 /// The request a server-side span belongs to when neither a request id nor ancestry says so. A

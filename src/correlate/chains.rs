@@ -96,7 +96,8 @@ struct Chain {
     truncated: bool,
     bytes: usize,
     revision: u32,
-    /// Progress notifications arrived: the call may be a long one in flight.
+    /// Progress notifications, or interim rounds (`input_required`, a task), arrived: a call may
+    /// be a long one in flight, and the engine watches its clocks.
     has_progress: bool,
     /// Held open past `max_wait` because a call in it is `working` (valid progress, clocks hold).
     held: bool,
@@ -696,7 +697,7 @@ impl Chains {
         chain.last_seen = now;
         chain.root_seen |= is_root;
         chain.server_rooted |= is_root && ev.side == crate::evidence::Side::Server;
-        chain.has_progress |= ev.progress.is_some();
+        chain.has_progress |= ev.progress.is_some() || ev.round.is_some();
         if chain.spans.len() >= self.limits.max_spans_per_chain {
             chain.truncated = true;
             self.stats.truncated_spans += 1;
@@ -865,6 +866,13 @@ impl Chains {
             let Some(c) = self.active.get(&id) else { continue };
             let quiet = now.saturating_duration_since(c.last_seen) >= self.limits.decision_wait;
             let expired = now.saturating_duration_since(c.first_seen) >= self.limits.max_wait;
+            // A call the server answered that goes on (waiting for input, a task) is decided by
+            // its own clocks (the engine's `check_progress`), its last round, or a drain: not by
+            // the trace going quiet, nor by `max_wait`.
+            if (quiet || expired) && c.has_progress && assemble_calls(&c.spans).iter().any(|c| c.awaiting().is_some()) {
+                self.due.push(now + self.limits.decision_wait, id);
+                continue;
+            }
             if c.root_seen && quiet && c.server_rooted && c.has_server_req && !c.has_client_req && !c.deferred && !expired {
                 // A server half waits once more for a client half exported a little later (another
                 // process, another exporter schedule): at least 2 s.

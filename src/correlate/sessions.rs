@@ -47,6 +47,24 @@ struct SessionState {
     has_ttl: bool,
     /// The convergence last emitted for it (on a shared store, by any instance).
     emitted: Option<Convergence>,
+    /// The protocol revision its spans spoke (the latest that said); not stored: a session taken
+    /// back from the store reads it from its events.
+    revision: crate::evidence::ProtocolRevision,
+}
+
+/// What a stored session's events say of its revision: only 2026-07-28 has listen streams and
+/// TTLs on list results.
+fn revision_of_events(events: &[CatalogEvent]) -> crate::evidence::ProtocolRevision {
+    let stateless = events.iter().any(|e| match &e.kind {
+        CatalogEventKind::Listen(_) => true,
+        CatalogEventKind::Page { page, .. } => page.ttl_ms.is_some(),
+        _ => false,
+    });
+    if stateless {
+        crate::evidence::ProtocolRevision::Stateless
+    } else {
+        crate::evidence::ProtocolRevision::Unknown
+    }
 }
 
 impl SessionState {
@@ -70,6 +88,8 @@ pub struct Discovery {
 pub struct CatalogChange {
     pub session_key: String,
     pub server: Option<Arc<str>>,
+    /// The protocol revision the session's evidence spoke.
+    pub revision: crate::evidence::ProtocolRevision,
     pub verdict: CatalogVerdict,
     /// The span that caused the change (the health span goes in its trace).
     pub trace_id: [u8; 16],
@@ -148,6 +168,7 @@ impl Sessions {
         if !self.map.contains_key(&key) && self.map.len() >= self.limits.max_sessions {
             return;
         }
+        let revision = revision_of_events(&r.events);
         let st = SessionState {
             events: r.events,
             page_requests: r.page_requests,
@@ -159,6 +180,7 @@ impl Sessions {
             span_id: r.span_id,
             has_ttl: r.has_ttl,
             emitted: r.emitted,
+            revision,
         };
         self.map.insert(key, st);
     }
@@ -223,6 +245,7 @@ impl Sessions {
                 changes.push(CatalogChange {
                     session_key: key,
                     server: st.server.clone(),
+                    revision: st.revision,
                     verdict: v,
                     trace_id: st.trace_id,
                     span_id: st.span_id,
@@ -285,7 +308,7 @@ impl Sessions {
     pub fn observe<'a>(&mut self, spans: impl IntoIterator<Item = &'a SpanEvidence>, now: Moment) -> Vec<CatalogChange> {
         let mut touched: Vec<(String, u64)> = Vec::new();
         for s in spans {
-            let reconnect = s.method == Some(Method::Initialize);
+            let reconnect = s.method.as_ref().is_some_and(Method::is_setup);
             // A call moves no session's clock: time passes on the engine's clock (`reevaluate`),
             // and each call is judged at its own start.
             if s.catalog.is_none() && !reconnect {
@@ -306,8 +329,16 @@ impl Sessions {
                 span_id: s.span_id,
                 has_ttl: false,
                 emitted: None,
+                revision: crate::evidence::ProtocolRevision::Unknown,
             });
             st.last_seen = now;
+            let said = match s.protocol_version.as_deref().map(crate::evidence::ProtocolRevision::of_version) {
+                Some(r) if r != crate::evidence::ProtocolRevision::Unknown => r,
+                _ => s.method.as_ref().map_or(crate::evidence::ProtocolRevision::Unknown, crate::evidence::ProtocolRevision::of_method),
+            };
+            if said != crate::evidence::ProtocolRevision::Unknown {
+                st.revision = said;
+            }
             st.last_activity_ns = st.last_activity_ns.max(s.end_ns.max(s.start_ns));
             st.trace_id = s.trace_id;
             st.span_id = s.span_id;
@@ -319,7 +350,11 @@ impl Sessions {
                 push(CatalogEventKind::Reconnect, s.start_ns);
             }
             if let Some(c) = &s.catalog {
-                if let Some(cap) = c.list_changed_capability {
+                // On 2026-07-28 the capability (from `server/discover`) only says the server can
+                // deliver list changes: it delivers them on a `subscriptions/listen` stream the
+                // client opened, and that stream is the bound (`CatalogEventKind::Listen`).
+                let discover = s.method.as_ref().is_some_and(|m| m.is("server/discover"));
+                if let Some(cap) = c.list_changed_capability.filter(|_| !discover) {
                     push(CatalogEventKind::Capability(cap), s.start_ns);
                 }
                 if let Some(sig) = c.signal {
@@ -328,8 +363,12 @@ impl Sessions {
                 if let Some(d) = &c.installed_digest {
                     push(CatalogEventKind::Installed(d.clone()), s.end_ns);
                 }
+                if let Some(l) = c.listen {
+                    push(CatalogEventKind::Listen(l), s.end_ns);
+                }
                 if let Some(p) = &c.page {
-                    st.has_ttl |= p.ttl_ms.is_some();
+                    // A ttlMs of 0 is no freshness window (2026-07-28 caching): nothing to expire.
+                    st.has_ttl |= p.ttl_ms.is_some_and(|t| t > 0);
                     let dup = s.request_id.as_ref().is_some_and(|r| st.page_requests.contains(r));
                     if !dup {
                         if let Some(r) = &s.request_id {
@@ -372,6 +411,7 @@ impl Sessions {
                 changes.push(CatalogChange {
                     session_key: key,
                     server: st.server.clone(),
+                    revision: st.revision,
                     verdict: v,
                     trace_id: st.trace_id,
                     span_id: st.span_id,
@@ -408,6 +448,7 @@ impl Sessions {
                 changes.push(CatalogChange {
                     session_key: key.clone(),
                     server: st.server.clone(),
+                    revision: st.revision,
                     verdict: v,
                     trace_id: st.trace_id,
                     span_id: st.span_id,
@@ -435,6 +476,7 @@ impl Sessions {
                 CatalogChange {
                     session_key: k.clone(),
                     server: st.server.clone(),
+                    revision: st.revision,
                     verdict: convergence(&st.events, self.limits.refresh_policy, at),
                     trace_id: st.trace_id,
                     span_id: st.span_id,

@@ -502,7 +502,7 @@ impl HealthMeters {
             calls: c(
                 "mcp_health.calls",
                 "{call}",
-                "Decided tools/call attempts (the denominator of both success rates; other methods count in mcp_health.verdicts only)",
+                "Decided attempts: each logical tools/call (its rounds are one) and each failed session setup (initialize, server/discover); the denominator of both success rates",
             ),
             protocol_success: c(
                 "mcp_health.calls.protocol_success",
@@ -903,9 +903,10 @@ impl VerdictTally {
             Some((_, _, n)) => *n += 1,
             None => series.verdicts.push((v.state, v.first_failed_layer, 1)),
         }
-        // The two success rates count `tools/call` attempts only (SPEC section 2): an `initialize`
-        // or a `ping` is a verdict, not a tool call.
-        if method != Some("tools/call") {
+        // The two success rates count attempts only (SPEC section 2, `Verdict::attempt`): a
+        // logical `tools/call`, or a session setup that failed; a `ping` or a successful setup is
+        // a verdict, not an attempt.
+        if !v.attempt {
             return;
         }
         let c = series.calls.get_or_insert([0; 5]);

@@ -60,6 +60,13 @@ pub struct CatalogLine<'a> {
     /// SHA-256 of the session key (`session:<mcp.session.id>` or `client:<service>|server:<address>`).
     pub session_hash: String,
     pub server: Option<&'a str>,
+    /// The client's identity where the protocol has no session (2026-07-28): the catalog's
+    /// state is keyed by client and server identity (`service.name` of the client and the
+    /// server's address). Absent for a session-keyed catalog.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<&'a str>,
+    /// The protocol revision the session's evidence spoke.
+    pub protocol_revision: crate::evidence::ProtocolRevision,
     #[serde(flatten)]
     pub verdict: &'a CatalogVerdict,
 }
@@ -70,6 +77,8 @@ impl<'a> CatalogLine<'a> {
             catalog: true,
             session_hash: crate::normalize::redact::hash_hex(c.session_key.as_bytes()),
             server: c.server.as_deref(),
+            agent: c.session_key.strip_prefix("client:").and_then(|r| r.split_once("|server:")).map(|(a, _)| a),
+            protocol_revision: c.revision,
             verdict: &c.verdict,
         }
     }

@@ -34,7 +34,7 @@ use crate::classify::catalog::Convergence;
 use crate::classify::incidents::IncidentBook;
 use crate::classify::partial::{partial_reason, Since};
 use crate::classify::pinning::{Lockfile, PinCheck};
-use crate::classify::progress::{InFlight, ProgressPolicy};
+use crate::classify::progress::{InFlight, ProgressPolicy, Standing};
 use crate::classify::{classify_call, Decision, SessionContext};
 use crate::correlate::{ChainLimits, ChainStats, Chains, DecidedCalls, SessionLimits, Sessions};
 use crate::evidence::call::CallEvidence;
@@ -149,6 +149,8 @@ pub struct Engine {
     drift_reported: crate::bounded::BoundedSet<(Arc<str>, Arc<str>, Arc<str>)>,
     /// In-flight calls already reported `working` (reported once; the final verdict follows).
     working_reported: crate::bounded::BoundedSet<([u8; 16], [u8; 8])>,
+    /// Calls already reported `waiting` (once each, as `working_reported`).
+    waiting_reported: crate::bounded::BoundedSet<([u8; 16], [u8; 8])>,
     working: FxHashMap<(String, String), u64>,
     /// Where catalog verdicts are published for the gate API.
     board: Arc<crate::gate::CatalogBoard>,
@@ -230,6 +232,7 @@ impl Engine {
             incidents: IncidentBook::default(),
             drift_reported: crate::bounded::BoundedSet::with_capacity("drift_reported", cfg.max_drift_reported),
             working_reported: crate::bounded::BoundedSet::with_capacity("working_reported", cfg.max_working_reported),
+            waiting_reported: crate::bounded::BoundedSet::with_capacity("waiting_reported", cfg.max_working_reported),
             working: FxHashMap::default(),
             board: Arc::default(),
             last_reevaluated: None,
@@ -799,6 +802,17 @@ impl Engine {
                 continue;
             }
             self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
+            if ch.verdict.convergence == Convergence::Converged {
+                // A catalog-caused incident resolves when the catalog converges (one process: on
+                // a shared store incidents are folded from verdicts only, see the README).
+                let (session, agent) = match ch.session_key.strip_prefix("session:") {
+                    Some(sid) => (Some(crate::evidence::hash::session_hash(sid)), None),
+                    None => (None, ch.session_key.strip_prefix("client:").and_then(|r| r.split_once("|server:")).map(|(a, _)| a)),
+                };
+                for (transition, row) in self.incidents.catalog_converged(ch.server.as_ref(), session.as_deref(), agent, ch.at_ns) {
+                    out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+                }
+            }
             out.push(Decided::Catalog(ch));
         }
     }
@@ -1450,6 +1464,39 @@ impl Engine {
             let Some(calls) = self.chains.peek_calls(&id) else { continue };
             let (mut hold, mut expired) = (false, false);
             for c in &calls {
+                if let Some(standing) = crate::classify::progress::standing(c, &self.progress, now_ns) {
+                    match standing {
+                        Standing::Working | Standing::Waiting => {
+                            hold = true;
+                            if standing == Standing::Working {
+                                *working
+                                    .entry((c.tool.as_deref().unwrap_or("").to_string(), c.server.as_deref().unwrap_or("").to_string()))
+                                    .or_default() += 1;
+                            }
+                            // Reported once per call and standing (a waiting call that then runs
+                            // as a working task is reported again).
+                            let key = (c.trace_id, c.anchor_span_id);
+                            let fresh = if standing == Standing::Waiting {
+                                self.waiting_reported.insert(key)
+                            } else {
+                                self.working_reported.insert(key)
+                            };
+                            if fresh {
+                                let d = Decision { revision: 0, decided_by: DecidedBy::InFlight, root_seen: false, truncated: false };
+                                out.push(Decided::Interim(classify_with_clocks(
+                                    c,
+                                    &self.sessions,
+                                    self.pins.as_deref(),
+                                    &self.progress,
+                                    now_ns,
+                                    d,
+                                )));
+                            }
+                        }
+                        Standing::Expired(_) => expired = true,
+                    }
+                    continue;
+                }
                 if c.progress.is_empty() {
                     continue;
                 }
@@ -1617,6 +1664,23 @@ pub fn classify_with_clocks(
     d: Decision,
 ) -> Verdict {
     let mut ctx = session_context(sessions, pins, c);
+    if let Some(standing) = crate::classify::progress::standing(c, progress, now_ns) {
+        return match standing {
+            Standing::Working => {
+                ctx.working = true;
+                classify_call(c, &ctx, d)
+            }
+            Standing::Waiting => {
+                ctx.waiting = true;
+                classify_call(c, &ctx, d)
+            }
+            Standing::Expired(why) => {
+                let mut c = c.clone();
+                c.clock_expired = Some(why);
+                classify_call(&c, &ctx, d)
+            }
+        };
+    }
     if c.progress.is_empty() {
         return classify_call(c, &ctx, d);
     }

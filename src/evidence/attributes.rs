@@ -114,7 +114,34 @@ pub const PROGRESS_TOTAL: &str = "mcp_health.progress.total";
 /// flight; no response is implied), as a wire tap or an instrumentation that reports starts emits.
 pub const CALL_PHASE: &str = "mcp_health.call.phase";
 
+/// 2026-07-28: the result type of a request's response (`complete`, `input_required`, `task`).
+/// An `input_required` or `task` result is interim: the logical call goes on.
+pub const CALL_RESULT_TYPE: &str = "mcp_health.call.result_type";
+/// Hash of the `requestState` an `input_required` result handed the client (never the value).
+pub const CALL_REQUEST_STATE_ISSUED: &str = "mcp_health.call.request_state_issued";
+/// Hash of the `requestState` a retried request echoed: it is the next round of the call whose
+/// result issued it.
+pub const CALL_REQUEST_STATE_ECHOED: &str = "mcp_health.call.request_state_echoed";
+/// Tasks extension: hash of the task id a span is about (never the id).
+pub const TASK_ID: &str = "mcp_health.task.id";
+/// Tasks extension: the task's status (`working`, `input_required`, `completed`, `failed`,
+/// `cancelled`; `gone` when a poll was answered with an error: the server no longer knows it).
+pub const TASK_STATUS: &str = "mcp_health.task.status";
+/// Tasks extension: the task's `pollIntervalMs`.
+pub const TASK_POLL_INTERVAL_MS: &str = "mcp_health.task.poll_interval_ms";
+/// Tasks extension: the task's `ttlMs`.
+pub const TASK_TTL_MS: &str = "mcp_health.task.ttl_ms";
+/// 2026-07-28 `subscriptions/listen`: `opened`, `acknowledged`, `closed`.
+pub const SUBSCRIPTION_STATE: &str = "mcp_health.subscription.state";
+/// 2026-07-28 `subscriptions/listen`: whether the stream carries tool-list changes (bool; on the
+/// acknowledgment, what the server honoured).
+pub const SUBSCRIPTION_TOOLS_LIST_CHANGED: &str = "mcp_health.subscription.tools_list_changed";
+/// 2026-07-28 `subscriptions/listen`: hash of the subscription id (the listen request's id).
+pub const SUBSCRIPTION_ID: &str = "mcp_health.subscription.id";
+
 // --- health span attributes (written) ---
+/// The protocol revision a verdict's evidence spoke: `2025-11-25`, `2026-07-28` or `unknown`.
+pub const PROTOCOL_REVISION: &str = "mcp_health.protocol.revision";
 pub const VERDICT_STATE: &str = "mcp_health.verdict.state";
 pub const VERDICT_FIRST_FAILED_LAYER: &str = "mcp_health.verdict.first_failed_layer";
 pub const VERDICT_REASON: &str = "mcp_health.verdict.reason";

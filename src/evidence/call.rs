@@ -74,6 +74,66 @@ pub struct CallEvidence {
     /// call's session key is computed from them, so they must not depend on absorption order.
     pub service_rank: Option<IdentityRank>,
     pub server_rank: Option<IdentityRank>,
+    /// The protocol revision the call's evidence spoke: the first span that says (by version,
+    /// else by a method only one revision has).
+    pub revision: ProtocolRevision,
+    /// A round answered with an interim result (`input_required`, or a task handle): the server
+    /// was reached and answered, but the call goes on. Never the call's result.
+    pub interim_seen: bool,
+    /// Hashes of the `requestState`s the call's interim rounds were handed, and of those its
+    /// retries echoed: a handed one that no retry echoed means the call is waiting for input.
+    pub states_issued: Vec<Box<str>>,
+    pub states_echoed: Vec<Box<str>>,
+    /// When the latest `input_required` result arrived.
+    pub last_interim_ns: Option<u64>,
+    /// The task the call was answered with (the tasks extension), as its polls report it.
+    pub task: Option<TaskEvidence>,
+    /// A server half whose client half could not be told (several client halves fit): decided
+    /// alone, it is no attempt of its own (the client half counts the call).
+    pub unjoined_half: bool,
+}
+
+/// Why a call has not finished although the server answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Awaiting {
+    /// An `input_required` round (or a task in `input_required`) waits for the client's answer.
+    Input,
+    /// A task is `working`.
+    Task,
+}
+
+/// A call's task as its `tools/call` response and its `tasks/get` / `tasks/cancel` answers report it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskEvidence {
+    /// The latest status: a terminal one never changes again, whatever arrives later.
+    pub status: TaskStatus,
+    pub status_at_ns: u64,
+    /// When the task was created (the `tools/call` response), and when the server last answered
+    /// about it (any poll answer or status change).
+    pub created_ns: Option<u64>,
+    pub last_answer_ns: u64,
+    pub poll_interval_ms: Option<u64>,
+    pub ttl_ms: Option<u64>,
+}
+
+impl TaskEvidence {
+    fn fold(&mut self, status: TaskStatus, at_ns: u64) {
+        self.last_answer_ns = self.last_answer_ns.max(at_ns);
+        let newer = at_ns >= self.status_at_ns;
+        if (self.status.is_terminal() && !status.is_terminal()) || (!newer && !status.is_terminal()) {
+            return;
+        }
+        if self.status.is_terminal() && status.is_terminal() && !newer {
+            return;
+        }
+        self.status = status;
+        self.status_at_ns = at_ns;
+    }
+}
+
+/// A request that asks about a task (`tasks/get`, `tasks/cancel`, `tasks/result`).
+fn is_task_request(m: &Method) -> bool {
+    m.is("tasks/get") || m.is("tasks/cancel") || m.is("tasks/result")
 }
 
 /// Which span names a call's identity (its client's `service.name` and its server address, the
@@ -100,8 +160,113 @@ impl CallEvidence {
         )
     }
 
+    /// Whether the call has not finished: a round handed a `requestState` that no retry echoed
+    /// (waiting for input), or its task has no terminal status yet (nor is gone).
+    pub fn awaiting(&self) -> Option<Awaiting> {
+        if let Some(t) = &self.task {
+            return match t.status {
+                TaskStatus::Working => Some(Awaiting::Task),
+                TaskStatus::InputRequired => Some(Awaiting::Input),
+                _ => None,
+            };
+        }
+        let input = self.states_issued.iter().any(|h| !self.states_echoed.contains(h));
+        // A final response or failure ends the wait whatever state is left unechoed.
+        (input && !self.response_seen && self.jsonrpc_error.is_none() && self.transport.is_none_or(|t| t == TransportOutcome::Ok))
+            .then_some(Awaiting::Input)
+    }
+
+    /// The call ran as a task that ended with no terminal status: the server no longer knows it,
+    /// or its TTL or the absolute deadline passed while it was not finished.
+    pub fn task_lost(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| {
+            t.status == TaskStatus::Gone
+                || (!t.status.is_terminal() && matches!(self.clock_expired, Some("task_ttl_exceeded" | "deadline_exceeded")))
+        })
+    }
+
+    /// How many rounds the call took (1 for a plain call).
+    pub fn rounds(&self) -> u32 {
+        1 + self.states_echoed.len() as u32
+    }
+
+    /// Fold a task poll's answer (a `tasks/get`, `tasks/cancel` span about this call's task).
+    fn absorb_task_poll(&mut self, s: &SpanEvidence, r: &RoundFacts) {
+        self.span_count += 1;
+        self.end_ns = self.end_ns.max(s.end_ns);
+        let Some(status) = r.task_status else { return };
+        let task = self.task.get_or_insert(TaskEvidence {
+            status,
+            status_at_ns: s.end_ns,
+            created_ns: None,
+            last_answer_ns: s.end_ns,
+            poll_interval_ms: None,
+            ttl_ms: None,
+        });
+        task.fold(status, s.end_ns);
+        if r.task_poll_interval_ms.is_some() {
+            task.poll_interval_ms = r.task_poll_interval_ms;
+        }
+        if r.task_ttl_ms.is_some() {
+            task.ttl_ms = r.task_ttl_ms;
+        }
+        if task.status == TaskStatus::Completed {
+            // The completed task's result is the call's result.
+            self.response_seen = true;
+            self.response_end_ns = Some(self.response_end_ns.map_or(task.status_at_ns, |e| e.min(task.status_at_ns)));
+            if s.error == Some(CallError::ToolError) {
+                self.tool_error = true;
+            }
+        }
+    }
+
     /// Fold one span's evidence into the call.
     pub fn absorb(&mut self, s: &SpanEvidence) {
+        let round = s.round.as_deref();
+        if let (Some(r), Some(m)) = (round, s.method.as_ref()) {
+            if is_task_request(m) && self.span_count > 0 {
+                self.absorb_task_poll(s, r);
+                return;
+            }
+        }
+        if self.revision == ProtocolRevision::Unknown {
+            let by_version = s.protocol_version.as_deref().map_or(ProtocolRevision::Unknown, ProtocolRevision::of_version);
+            self.revision = match (by_version, s.method.as_ref()) {
+                (ProtocolRevision::Unknown, Some(m)) => ProtocolRevision::of_method(m),
+                (v, _) => v,
+            };
+        }
+        let interim = round.is_some_and(|r| matches!(r.result_type, Some(ResultType::InputRequired | ResultType::Task)));
+        if let Some(r) = round {
+            if let Some(h) = &r.state_issued {
+                if !self.states_issued.contains(h) {
+                    self.states_issued.push(h.clone());
+                }
+            }
+            if let Some(h) = &r.state_echoed {
+                if !self.states_echoed.contains(h) {
+                    self.states_echoed.push(h.clone());
+                }
+            }
+            if r.result_type == Some(ResultType::InputRequired) {
+                self.last_interim_ns = Some(self.last_interim_ns.map_or(s.end_ns, |t| t.max(s.end_ns)));
+            }
+            if r.result_type == Some(ResultType::Task) {
+                let status = r.task_status.unwrap_or(TaskStatus::Working);
+                let task = self.task.get_or_insert(TaskEvidence {
+                    status,
+                    status_at_ns: s.end_ns,
+                    created_ns: Some(s.end_ns),
+                    last_answer_ns: s.end_ns,
+                    poll_interval_ms: r.task_poll_interval_ms,
+                    ttl_ms: r.task_ttl_ms,
+                });
+                task.created_ns = Some(s.end_ns);
+                task.fold(status, s.end_ns);
+                task.poll_interval_ms = r.task_poll_interval_ms.or(task.poll_interval_ms);
+                task.ttl_ms = r.task_ttl_ms.or(task.ttl_ms);
+            }
+        }
         if self.span_count == 0 {
             self.trace_id = s.trace_id;
             self.anchor_span_id = s.span_id;
@@ -120,7 +285,7 @@ impl CallEvidence {
         }
         if is_request {
             fill(&mut self.progress_token, &s.progress_token);
-            if !s.request_sent_marker && !s.response_unobserved {
+            if !s.request_sent_marker && !s.response_unobserved && !interim {
                 self.response_end_ns = Some(self.response_end_ns.map_or(s.end_ns, |e| e.min(s.end_ns)));
             }
         }
@@ -193,6 +358,7 @@ impl CallEvidence {
             Some(CallError::Timeout) => self.timeout_error = true,
             Some(CallError::Connection(t)) => self.connection_error = Some(t),
             Some(CallError::Unclassified) => self.unexplained_error = true,
+            None if interim => self.interim_seen = true,
             None => {
                 if is_request
                     && !s.request_sent_marker

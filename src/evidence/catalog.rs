@@ -28,6 +28,37 @@ pub struct ListPage {
     pub cache_scope: Option<Arc<str>>,
 }
 
+/// Where a `subscriptions/listen` stream (2026-07-28) stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListenState {
+    /// The client sent the listen request.
+    Opened,
+    /// The server acknowledged it: from here on, the change kinds it honoured are delivered.
+    Acknowledged,
+    /// The stream ended (cancelled, answered, or its connection closed).
+    Closed,
+}
+
+impl ListenState {
+    pub fn parse(s: &str) -> Option<ListenState> {
+        Some(match s {
+            "opened" => ListenState::Opened,
+            "acknowledged" => ListenState::Acknowledged,
+            "closed" => ListenState::Closed,
+            _ => return None,
+        })
+    }
+}
+
+/// A `subscriptions/listen` stream event as a span reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListenFacts {
+    pub state: ListenState,
+    /// The stream carries (or was asked to carry) tool-list changes.
+    pub tools_list_changed: bool,
+}
+
 /// Catalog facts one span carried.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CatalogFacts {
@@ -43,6 +74,8 @@ pub struct CatalogFacts {
     pub raw_definitions_seen: bool,
     /// The digest of the tool definition a call used.
     pub tool_digest: Option<Arc<str>>,
+    /// A `subscriptions/listen` stream event.
+    pub listen: Option<ListenFacts>,
 }
 
 impl CatalogFacts {
@@ -52,5 +85,6 @@ impl CatalogFacts {
             && self.installed_digest.is_none()
             && self.list_changed_capability.is_none()
             && self.tool_digest.is_none()
+            && self.listen.is_none()
     }
 }

@@ -99,6 +99,17 @@ impl Method {
             Method::Other(s) => s,
         }
     }
+    /// A session setup request: `initialize` (2025-11-25) or `server/discover` (2026-07-28). One
+    /// that fails is a failed attempt (SPEC section 2): the agent could not start its work.
+    pub fn is_setup(&self) -> bool {
+        matches!(self, Method::Initialize) || matches!(self, Method::Other(n) if &**n == "server/discover")
+    }
+
+    /// Whether this is `name` (for methods without a variant of their own).
+    pub fn is(&self, name: &str) -> bool {
+        self.as_str() == name
+    }
+
     /// Notifications have no response, so no layer beyond transport can be observed for them.
     pub fn is_notification(&self) -> bool {
         matches!(self, Method::Other(s) if s.starts_with("notifications/"))
@@ -327,6 +338,146 @@ pub fn normalize_jsonrpc_code(code: i64) -> i64 {
     }
 }
 
+/// The MCP protocol revision a request spoke. 2025-11-25 and earlier share the `initialize`
+/// handshake and sessions; 2026-07-28 and later have neither (per-request `_meta`,
+/// `server/discover`, `subscriptions/listen`, multi-round-trip requests, the new error codes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ProtocolRevision {
+    /// The handshake era: `2025-11-25` or an earlier dated revision, or a request that only that
+    /// era has (`initialize`).
+    #[serde(rename = "2025-11-25")]
+    Handshake,
+    /// `2026-07-28` or a later dated revision, or a method only it has (`server/discover`,
+    /// `subscriptions/listen`).
+    #[serde(rename = "2026-07-28")]
+    Stateless,
+    /// Nothing said which.
+    #[default]
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+/// The first revision without the `initialize` handshake.
+pub const STATELESS_REVISION: &str = "2026-07-28";
+
+impl ProtocolRevision {
+    /// From a dated version string (`YYYY-MM-DD`); anything else says nothing.
+    pub fn of_version(v: &str) -> ProtocolRevision {
+        let b = v.as_bytes();
+        let dated = b.len() == 10 && b.iter().enumerate().all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() });
+        match dated {
+            true if v >= STATELESS_REVISION => ProtocolRevision::Stateless,
+            true => ProtocolRevision::Handshake,
+            false => ProtocolRevision::Unknown,
+        }
+    }
+
+    /// From a method only one era has.
+    pub fn of_method(m: &Method) -> ProtocolRevision {
+        match m {
+            Method::Initialize => ProtocolRevision::Handshake,
+            Method::Other(n) if matches!(&**n, "server/discover" | "subscriptions/listen") => ProtocolRevision::Stateless,
+            _ => ProtocolRevision::Unknown,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtocolRevision::Handshake => "2025-11-25",
+            ProtocolRevision::Stateless => STATELESS_REVISION,
+            ProtocolRevision::Unknown => "unknown",
+        }
+    }
+}
+
+/// What kind of result a request got (2026-07-28 `resultType`): a final one, a request for more
+/// input (the call goes on in another round), or a task handle (the call goes on as a task).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultType {
+    Complete,
+    InputRequired,
+    Task,
+}
+
+impl ResultType {
+    pub fn parse(s: &str) -> Option<ResultType> {
+        Some(match s {
+            "complete" => ResultType::Complete,
+            "input_required" => ResultType::InputRequired,
+            "task" => ResultType::Task,
+            _ => return None,
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultType::Complete => "complete",
+            ResultType::InputRequired => "input_required",
+            ResultType::Task => "task",
+        }
+    }
+}
+
+/// A task's status (the 2026-07-28 tasks extension).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Working,
+    InputRequired,
+    Completed,
+    Failed,
+    Cancelled,
+    /// The server no longer knows the task (a `tasks/get` answered with an error): it expired or
+    /// was never there. No terminal status was seen.
+    Gone,
+}
+
+impl TaskStatus {
+    pub fn parse(s: &str) -> Option<TaskStatus> {
+        Some(match s {
+            "working" => TaskStatus::Working,
+            "input_required" => TaskStatus::InputRequired,
+            "completed" => TaskStatus::Completed,
+            "failed" => TaskStatus::Failed,
+            "cancelled" => TaskStatus::Cancelled,
+            "gone" => TaskStatus::Gone,
+            _ => return None,
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::InputRequired => "input_required",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+            TaskStatus::Gone => "gone",
+        }
+    }
+    /// `completed`, `failed` and `cancelled` never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled)
+    }
+}
+
+/// What one span said about the rounds of a logical call: its result type, the hashes of the
+/// `requestState` it was handed (an `input_required` result) or echoed (a retry), and a task's
+/// status with its timing hints. Hashes only: a `requestState` may carry anything.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RoundFacts {
+    pub result_type: Option<ResultType>,
+    /// Hash of the `requestState` an `input_required` result carried.
+    pub state_issued: Option<Box<str>>,
+    /// Hash of the `requestState` this request echoed (it continues the round that issued it).
+    pub state_echoed: Option<Box<str>>,
+    /// Hash of the task id this span is about (a `tools/call` answered with a task, a
+    /// `tasks/get` poll, a `tasks/cancel`).
+    pub task_id: Option<Box<str>>,
+    pub task_status: Option<TaskStatus>,
+    pub task_poll_interval_ms: Option<u64>,
+    pub task_ttl_ms: Option<u64>,
+}
+
 /// Everything one span said, in this project's vocabulary.
 ///
 /// What ordinary client and server spans of a call carry (ids, times, method, tool, request and
@@ -460,6 +611,8 @@ pub struct RareEvidence {
     /// how its verifiers ran.
     #[serde(skip)]
     pub finding: Option<Box<FindingMeta>>,
+    /// Multi-round and task facts (2026-07-28), see [`RoundFacts`].
+    pub round: Option<Box<RoundFacts>>,
 }
 
 impl RareEvidence {
@@ -479,6 +632,7 @@ impl RareEvidence {
         progress_token: None,
         catalog: None,
         finding: None,
+        round: None,
     };
 }
 
@@ -592,6 +746,9 @@ impl SpanEvidence {
                 + s(&r.operation_key)
                 + s(&r.progress_token)
                 + r.progress.as_ref().map_or(0, |p| std::mem::size_of::<ProgressMark>() + p.token.len())
+                + r.round
+                    .as_ref()
+                    .map_or(0, |x| std::mem::size_of::<RoundFacts>() + s(&x.state_issued) + s(&x.state_echoed) + s(&x.task_id))
                 + r.negotiation
                     .as_ref()
                     .map_or(0, |n| s(&n.requested_version) + n.missing_capabilities.iter().map(|c| c.len() + 16).sum::<usize>())

@@ -49,7 +49,10 @@ pub fn read_span(
     let (mut progress_token, mut progress_value, mut progress_total) = (None, None, None);
 
     for kv in &span.attributes {
-        if kv.key.starts_with("mcp_health.catalog.") || kv.key == a::SESSION_LIST_CHANGED_CAPABILITY {
+        if kv.key.starts_with("mcp_health.catalog.")
+            || kv.key.starts_with("mcp_health.subscription.")
+            || kv.key == a::SESSION_LIST_CHANGED_CAPABILITY
+        {
             cat.read(kv, type_errors);
             continue;
         }
@@ -137,6 +140,8 @@ struct CatalogAcc {
     source: Option<SignalSource>,
     capability: Option<bool>,
     tool_digest: Option<Arc<str>>,
+    listen_state: Option<crate::evidence::catalog::ListenState>,
+    listen_tools: Option<bool>,
 }
 
 fn digest_str(s: &str) -> Option<Arc<str>> {
@@ -189,6 +194,10 @@ impl CatalogAcc {
                 _ => false,
             },
             a::SESSION_LIST_CHANGED_CAPABILITY => value::as_bool(v).map(|b| self.capability = Some(b)).is_some(),
+            a::SUBSCRIPTION_STATE => {
+                value::as_str(v).and_then(crate::evidence::catalog::ListenState::parse).map(|st| self.listen_state = Some(st)).is_some()
+            }
+            a::SUBSCRIPTION_TOOLS_LIST_CHANGED => value::as_bool(v).map(|b| self.listen_tools = Some(b)).is_some(),
             _ => true,
         };
         if !ok {
@@ -217,6 +226,9 @@ impl CatalogAcc {
             list_changed_capability: self.capability,
             raw_definitions_seen: self.raw_seen,
             tool_digest: self.tool_digest,
+            listen: self
+                .listen_state
+                .map(|state| crate::evidence::catalog::ListenFacts { state, tools_list_changed: self.listen_tools.unwrap_or(false) }),
         }
     }
 }
@@ -389,6 +401,34 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             Some(x) => *f.progress_total = Some(x),
             None => bad = true,
         },
+        a::CALL_RESULT_TYPE => match value::as_str(v).and_then(ResultType::parse) {
+            Some(t) => round(ev).result_type = Some(t),
+            None => bad = true,
+        },
+        a::CALL_REQUEST_STATE_ISSUED => match value::as_str(v) {
+            Some(h) => round(ev).state_issued = Some(redact::cursor(h)),
+            None => bad = true,
+        },
+        a::CALL_REQUEST_STATE_ECHOED => match value::as_str(v) {
+            Some(h) => round(ev).state_echoed = Some(redact::cursor(h)),
+            None => bad = true,
+        },
+        a::TASK_ID => match value::as_id(v) {
+            Some(t) => round(ev).task_id = Some(redact::cursor(&t)),
+            None => bad = true,
+        },
+        a::TASK_STATUS => match value::as_str(v).and_then(TaskStatus::parse) {
+            Some(t) => round(ev).task_status = Some(t),
+            None => bad = true,
+        },
+        a::TASK_POLL_INTERVAL_MS => match value::as_i64(v).filter(|t| *t >= 0) {
+            Some(t) => round(ev).task_poll_interval_ms = Some(t as u64),
+            None => bad = true,
+        },
+        a::TASK_TTL_MS => match value::as_i64(v).filter(|t| *t >= 0) {
+            Some(t) => round(ev).task_ttl_ms = Some(t as u64),
+            None => bad = true,
+        },
         a::CALL_PHASE => match value::as_str(v) {
             Some("request_sent") => ev.request_sent_marker = true,
             Some(_) => {}
@@ -451,6 +491,11 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
     if bad {
         *f.type_errors += 1;
     }
+}
+
+/// The span's round facts, made on first write.
+fn round(ev: &mut SpanEvidence) -> &mut RoundFacts {
+    ev.round.get_or_insert_with(Default::default)
 }
 
 fn read_outcome_attribute(kv: &KeyValue<'_>, f: &mut OutcomeFields, type_errors: &mut u64) {

@@ -36,6 +36,7 @@ use super::{new_span_id, new_trace_id, Challenge};
 use crate::bounded::BoundedMap;
 use crate::classify::digest::{registry_digest, ToolDigest};
 use crate::evidence::attributes as a;
+use crate::evidence::{ResultType, TaskStatus};
 use crate::normalize::digest_cache::DigestCache;
 use crate::normalize::redact;
 use std::sync::Arc;
@@ -112,7 +113,45 @@ struct Pending {
     /// A `tools/call` a verifier rule applies to: the rule and the call's arguments (kept only
     /// for these calls, until the response).
     verify: Option<(usize, Value)>,
+    /// Hash of the `requestState` this request echoed (the next round of a multi-round call).
+    state_echoed: Option<Box<str>>,
+    /// Hash of the task id a `tasks/*` request is about.
+    task_id: Option<Box<str>>,
 }
+
+/// Where the later rounds of a logical call go: the trace and parent of its first round, and the
+/// call's span (the parent of task polls).
+#[derive(Clone, Debug)]
+struct Logical {
+    trace_id: [u8; 16],
+    parent: Option<[u8; 8]>,
+    call_span: [u8; 8],
+    /// A task's call: the request id and start of the `tools/call`, and its verifier rule with
+    /// the call's arguments, for the verifier run on the completed task's result.
+    request_id: Box<str>,
+    start_ns: u64,
+    verify: Option<(usize, Value)>,
+}
+
+/// A `subscriptions/listen` stream the client opened.
+#[derive(Clone, Debug)]
+struct Listen {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    /// Hash of the listen request's id (the subscription id).
+    id_hash: Box<str>,
+    tools: bool,
+}
+
+/// The `_meta` key of the 2026-07-28 per-request protocol version.
+const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key that tags every frame of a listen stream with its subscription id.
+const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// How long after a refused `server/discover` an `initialize` is taken as the same setup retried
+/// in the older revision (the `mcp` SDK's `auto` mode does it at once).
+const SETUP_RETRY_NS: u64 = 10_000_000_000;
+/// Most multi-round calls, tasks and listen streams remembered; past it the oldest is forgotten.
+const MAX_LOGICAL: usize = 4096;
 
 /// A `tools/list` traversal in progress.
 #[derive(Debug, Default)]
@@ -140,6 +179,14 @@ pub struct Observer {
     /// The verifier rules (`tap --verifiers`), and the calls waiting to be handed to the pool.
     verifiers: Option<Arc<RuleSet>>,
     jobs: Vec<VerifyJob>,
+    /// Multi-round calls by the hash of the `requestState` they were handed, and tasks by the
+    /// hash of their id: where their next rounds and polls go.
+    rounds: BoundedMap<Box<str>, Logical>,
+    tasks: BoundedMap<Box<str>, Logical>,
+    /// Open listen streams by (session, request id key).
+    listens: BoundedMap<(String, String), Listen>,
+    /// The latest refused `server/discover`: its trace, parent and time.
+    failed_discover: Option<([u8; 16], Option<[u8; 8]>, u64)>,
     pub stats: ObserverStats,
 }
 
@@ -228,6 +275,63 @@ fn method_name(m: &str) -> Box<str> {
     redact::method(m).into()
 }
 
+/// A value the tap must not emit (a `requestState`, a task id), as a join key: a hash.
+fn hash_of(v: &str) -> Box<str> {
+    redact::cursor(v)
+}
+
+/// A task object's status and timing hints.
+fn task_attrs(task: &Value, attrs: &mut Vec<KeyValue>) {
+    if let Some(st) = task.get("status").and_then(Value::as_str).and_then(TaskStatus::parse) {
+        attrs.push(s(a::TASK_STATUS, st.as_str()));
+    }
+    if let Some(ms) = task.get("pollIntervalMs").and_then(Value::as_i64).filter(|x| *x >= 0) {
+        attrs.push(int(a::TASK_POLL_INTERVAL_MS, ms));
+    }
+    if let Some(ms) = task.get("ttlMs").and_then(Value::as_i64).filter(|x| *x >= 0) {
+        attrs.push(int(a::TASK_TTL_MS, ms));
+    }
+}
+
+/// The negotiation a 2026-07-28 refusal reports in `error.data`: -32022 names the version asked
+/// for (not accepted), -32021 the capabilities the request needed. Only names from a bounded
+/// vocabulary leave (versions and capability paths through `redact::ident`).
+fn negotiation_refusal(code: i64, data: Option<&Value>, attrs: &mut Vec<KeyValue>) {
+    match code {
+        -32022 => {
+            if let Some(v) = data.and_then(|d| d.get("requested")).and_then(Value::as_str) {
+                attrs.push(s(a::SESSION_REQUESTED_VERSION, redact::ident(v).to_string()));
+            }
+            attrs.push(boolean(a::SESSION_VERSION_ACCEPTED, false));
+        }
+        -32021 => {
+            let mut names = Vec::new();
+            fn walk(prefix: &str, v: &Value, out: &mut Vec<String>) {
+                match v.as_object() {
+                    Some(o) if !o.is_empty() && out.len() < 16 => {
+                        for (k, x) in o.iter().take(16) {
+                            let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                            walk(&p, x, out);
+                        }
+                    }
+                    _ if !prefix.is_empty() => out.push(prefix.to_string()),
+                    _ => {}
+                }
+            }
+            if let Some(req) = data.and_then(|d| d.get("requiredCapabilities")) {
+                walk("", req, &mut names);
+            }
+            if names.is_empty() {
+                names.push("unknown".into());
+            }
+            let list =
+                names.iter().map(|n| AnyValue { value: Some(any_value::Value::StringValue(redact::ident(n).to_string())) }).collect();
+            attrs.push(kv(a::SESSION_MISSING_CAPABILITIES, any_value::Value::ArrayValue(ArrayValue { values: list })));
+        }
+        _ => {}
+    }
+}
+
 impl Observer {
     /// An observer with the default limits.
     pub fn new(server: ServerIdentity) -> Self {
@@ -244,6 +348,10 @@ impl Observer {
             spans: Vec::new(),
             verifiers: None,
             jobs: Vec::new(),
+            rounds: BoundedMap::with_capacity("tap_rounds", MAX_LOGICAL),
+            tasks: BoundedMap::with_capacity("tap_tasks", MAX_LOGICAL),
+            listens: BoundedMap::with_capacity("tap_listens", MAX_LOGICAL),
+            failed_discover: None,
             stats: ObserverStats::default(),
         }
     }
@@ -309,14 +417,42 @@ impl Observer {
         let Some(method) = m.get("method").and_then(Value::as_str) else {
             return; // a response to a server request (sampling, elicitation, roots): not evidence here
         };
-        let Some((key, id_display)) = m.get("id").and_then(id_key) else {
-            return; // a client notification (initialized, cancelled, roots changed)
-        };
         let params = m.get("params");
+        let Some((key, id_display)) = m.get("id").and_then(id_key) else {
+            // A client notification (initialized, cancelled, roots changed): a cancel may close a
+            // listen stream.
+            if method == "notifications/cancelled" {
+                if let Some((k, _)) = params.and_then(|p| p.get("requestId")).and_then(id_key) {
+                    self.listen_closed(&(ctx.session_id.unwrap_or("").to_string(), k), ctx);
+                }
+            }
+            return;
+        };
         let meta = params.and_then(|p| p.get("_meta"));
-        let (trace_id, parent) = match meta.and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(parse_traceparent) {
-            Some((t, p)) => (t, Some(p)),
-            None => (new_trace_id(), None),
+        let meta_version = meta.and_then(|m| m.get(META_PROTOCOL_VERSION)).and_then(Value::as_str);
+        // Later rounds of a multi-round call, polls of a task, and a setup retried in the older
+        // revision go in the trace of the request they continue (so the service joins them).
+        let state_echoed = params.and_then(|p| p.get("requestState")).and_then(Value::as_str).map(hash_of);
+        let task_id = method
+            .starts_with("tasks/")
+            .then(|| params.and_then(|p| p.get("taskId")))
+            .flatten()
+            .and_then(|t| t.as_str().map(str::to_string).or_else(|| t.as_i64().map(|i| i.to_string())))
+            .map(|t| hash_of(&t));
+        let continues = match (&state_echoed, &task_id) {
+            (Some(h), _) => self.rounds.get(h).map(|l| (l.trace_id, l.parent)),
+            (None, Some(t)) => self.tasks.get(t).map(|l| (l.trace_id, Some(l.call_span))),
+            _ if method == "initialize" => {
+                self.failed_discover.take().filter(|(_, _, at)| ctx.at_ns.saturating_sub(*at) <= SETUP_RETRY_NS).map(|(t, p, _)| (t, p))
+            }
+            _ => None,
+        };
+        let (trace_id, parent) = match continues {
+            Some(c) => c,
+            None => match meta.and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(parse_traceparent) {
+                Some((t, p)) => (t, Some(p)),
+                None => (new_trace_id(), None),
+            },
         };
         let (progress_token, progress_key) = match meta.and_then(|m| m.get("progressToken")).and_then(progress_token) {
             Some((v, k)) => (Some(v), Some(k)),
@@ -335,7 +471,7 @@ impl Observer {
             tool,
             id_display,
             session_id: ctx.session_id.map(str::to_string),
-            protocol_version: ctx.protocol_version.map(str::to_string),
+            protocol_version: ctx.protocol_version.or(meta_version).map(str::to_string),
             trace_id,
             span_id: new_span_id(),
             parent,
@@ -351,9 +487,21 @@ impl Observer {
             exchange: ctx.exchange,
             had_authorization: ctx.had_authorization,
             verify,
+            state_echoed,
+            task_id,
         };
         if method == "tools/call" {
             self.request_sent_span(&p);
+        }
+        if method == "subscriptions/listen" {
+            // The stream is the response: it is reported as it opens, is acknowledged and closes,
+            // never kept as a request in flight.
+            let tools =
+                params.and_then(|p| p.get("notifications")).and_then(|n| n.get("toolsListChanged")).and_then(Value::as_bool) == Some(true);
+            let listen = Listen { trace_id: p.trace_id, span_id: p.span_id, id_hash: hash_of(&key), tools };
+            self.listen_span(&listen, "opened", tools, ctx, Some(&p));
+            self.listens.insert((ctx.session_id.unwrap_or("").to_string(), key), listen);
+            return;
         }
         if self.pending.len() >= MAX_PENDING {
             if let Some(oldest) = self.pending.iter().min_by_key(|(_, p)| p.start_ns).map(|(k, _)| k.clone()) {
@@ -370,9 +518,12 @@ impl Observer {
             if m.get("id").is_some_and(|i| !i.is_null()) {
                 return; // a server request (sampling, elicitation, ping): not evidence here
             }
+            let params = m.get("params");
+            let subscription = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(META_SUBSCRIPTION_ID)).is_some();
             match method {
-                "notifications/tools/list_changed" => self.list_changed(ctx),
-                "notifications/progress" => self.progress(m.get("params"), ctx),
+                "notifications/tools/list_changed" => self.list_changed(ctx, subscription),
+                "notifications/progress" => self.progress(params, ctx),
+                "notifications/subscriptions/acknowledged" => self.listen_acknowledged(params, ctx),
                 _ => {}
             }
             return;
@@ -382,6 +533,11 @@ impl Observer {
             return;
         }
         let session_key = ctx.session_id.unwrap_or("").to_string();
+        if self.listens.contains(&(session_key.clone(), key.clone())) {
+            // A listen stream answered: it has ended.
+            self.listen_closed(&(session_key, key), ctx);
+            return;
+        }
         let Some(p) = self.pending.remove(&(session_key, key)) else {
             self.stats.unmatched_responses += 1;
             return;
@@ -408,6 +564,15 @@ impl Observer {
                 attrs.push(s(a::AUTH_REQUIRED_SCOPE, sc.to_string()));
             }
             self.push_call_span(&p, ctx.at_ns, attrs, true);
+            self.note_setup_failure(&p, ctx);
+        }
+    }
+
+    /// A refused `server/discover`: an `initialize` right after it is the same setup retried in
+    /// the older revision.
+    fn note_setup_failure(&mut self, p: &Pending, ctx: &Ctx<'_>) {
+        if p.method == "server/discover" {
+            self.failed_discover = Some((p.trace_id, p.parent, ctx.at_ns));
         }
     }
 
@@ -422,6 +587,9 @@ impl Observer {
             let mut attrs = self.common_attrs(&p, ctx.assigned_session_id.or(p.session_id.as_deref()));
             attrs.push(int(a::HTTP_RESPONSE_STATUS_CODE, i64::from(status)));
             self.push_call_span(&p, ctx.at_ns, attrs, status >= 400);
+            if status >= 400 {
+                self.note_setup_failure(&p, ctx);
+            }
         }
     }
 
@@ -435,6 +603,7 @@ impl Observer {
             attrs.push(boolean(a::REQUEST_SENT, request_sent));
             attrs.push(s(a::ERROR_TYPE, outcome));
             self.push_call_span(&p, ctx.at_ns, attrs, true);
+            self.note_setup_failure(&p, ctx);
             // A lost response after the request went out: the effect may have committed. The
             // rule reconciles it (only from the arguments: there is no result).
             if request_sent && matches!(outcome, "timeout" | "connection_reset") {
@@ -483,6 +652,12 @@ impl Observer {
         }
         if let Some(tok) = &p.progress_token {
             attrs.push(KeyValue { key: a::PROGRESS_TOKEN.into(), value: Some(tok.clone()), ..Default::default() });
+        }
+        if let Some(h) = &p.state_echoed {
+            attrs.push(s(a::CALL_REQUEST_STATE_ECHOED, h.to_string()));
+        }
+        if let Some(t) = &p.task_id {
+            attrs.push(s(a::TASK_ID, t.to_string()));
         }
         attrs
     }
@@ -587,18 +762,49 @@ impl Observer {
             attrs.push(int(a::HTTP_RESPONSE_STATUS_CODE, i64::from(h)));
         }
         let mut error = false;
-        if let Some(e) = m.get("error") {
+        let result_type = result.and_then(|r| r.get("resultType")).and_then(Value::as_str).and_then(ResultType::parse);
+        if let Some(t) = result_type {
+            attrs.push(s(a::CALL_RESULT_TYPE, t.as_str()));
+        }
+        if p.task_id.is_some() && p.method.starts_with("tasks/") {
+            // A task poll (or cancel): what it says about the task, not a call of its own.
+            error = self.task_answer(&p, m, &mut attrs);
+        } else if let Some(e) = m.get("error") {
             error = true;
             match e.get("code").and_then(Value::as_i64) {
                 Some(code) => {
                     attrs.push(s(a::ERROR_TYPE, code.to_string()));
                     attrs.push(s(a::RPC_RESPONSE_STATUS_CODE, code.to_string()));
+                    negotiation_refusal(code, e.get("data"), &mut attrs);
                 }
                 None => attrs.push(s(a::ERROR_TYPE, "_OTHER")),
+            }
+            if p.method == "server/discover" && e.get("code").and_then(Value::as_i64) != Some(-32601) {
+                self.note_setup_failure(&p, ctx);
             }
         } else if result.and_then(|r| r.get("isError")).and_then(Value::as_bool) == Some(true) {
             error = true;
             attrs.push(s(a::ERROR_TYPE, "tool_error"));
+        } else if result_type == Some(ResultType::InputRequired) {
+            // An interim round: no verifier runs on it (nothing is done yet); its requestState
+            // (by hash) leads the retry into this call's trace.
+            if let Some(h) = result.and_then(|r| r.get("requestState")).and_then(Value::as_str).map(hash_of) {
+                attrs.push(s(a::CALL_REQUEST_STATE_ISSUED, h.to_string()));
+                self.rounds.insert(h, self.logical(&p));
+            }
+        } else if result_type == Some(ResultType::Task) {
+            // The call goes on as a task: its polls join this call; the verifier runs on the
+            // completed task's result.
+            let task = result.and_then(|r| r.get("task")).unwrap_or(&Value::Null);
+            if let Some(id) = task.get("taskId").and_then(|t| t.as_str().map(str::to_string).or_else(|| t.as_i64().map(|i| i.to_string())))
+            {
+                let h = hash_of(&id);
+                attrs.push(s(a::TASK_ID, h.to_string()));
+                let mut l = self.logical(&p);
+                l.verify = p.verify.clone();
+                self.tasks.insert(h, l);
+            }
+            task_attrs(task, &mut attrs);
         } else if let Some(r) = result {
             // A tool that says it succeeded: the rule checks whether it did.
             self.job(&p, result_view(r));
@@ -608,6 +814,25 @@ impl Observer {
             "initialize" => {
                 if let Some(v) = &p.requested_version {
                     attrs.push(s(a::SESSION_REQUESTED_VERSION, v.to_string()));
+                }
+                if let Some(r) = result {
+                    let cap = r
+                        .get("capabilities")
+                        .and_then(|c| c.get("tools"))
+                        .and_then(|t| t.get("listChanged"))
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false);
+                    attrs.push(boolean(a::SESSION_LIST_CHANGED_CAPABILITY, cap));
+                }
+            }
+            "server/discover" => {
+                // Read as an `initialize` result is: the version asked for, whether the server
+                // speaks it, and the tool-list capability (delivered on a listen stream).
+                if let Some(v) = &p.protocol_version {
+                    attrs.push(s(a::SESSION_REQUESTED_VERSION, redact::ident(v).to_string()));
+                    if let Some(list) = result.and_then(|r| r.get("supportedVersions")).and_then(Value::as_array) {
+                        attrs.push(boolean(a::SESSION_VERSION_ACCEPTED, list.iter().any(|x| x.as_str() == Some(v.as_str()))));
+                    }
                 }
                 if let Some(r) = result {
                     let cap = r
@@ -635,7 +860,9 @@ impl Observer {
     /// A `tools/list` page: cursor, nextCursor, digests; a complete traversal is installed.
     /// Returns the installed-registry span when the page completed a traversal.
     fn list_page(&mut self, p: &Pending, r: &Value, attrs: &mut Vec<KeyValue>, session_id: Option<&str>, ctx: &Ctx<'_>) -> Option<Span> {
-        let next = r.get("nextCursor").and_then(Value::as_str).filter(|c| !c.is_empty()).map(str::to_string);
+        // The empty string is a cursor, not the end of the list (2026-07-28): only an absent or
+        // null nextCursor ends it.
+        let next = r.get("nextCursor").and_then(Value::as_str).map(str::to_string);
         let tools: &[Value] = r.get("tools").and_then(Value::as_array).map_or(&[], Vec::as_slice);
         let mut digests = Vec::with_capacity(tools.len());
         for t in tools {
@@ -644,7 +871,7 @@ impl Observer {
                 digests.push(d);
             }
         }
-        if let Some(c) = p.cursor.as_deref().filter(|c| !c.is_empty()) {
+        if let Some(c) = p.cursor.as_deref() {
             attrs.push(s(a::CATALOG_CURSOR, redact::cursor(c).to_string()));
         }
         attrs.push(boolean(a::CATALOG_NEXT_CURSOR_PRESENT, next.is_some()));
@@ -665,7 +892,7 @@ impl Observer {
         // cursor the previous page returned; the page without nextCursor completes it.
         let key = session_id.unwrap_or("").to_string();
         let st = self.session(&key);
-        let first = p.cursor.as_deref().is_none_or(str::is_empty);
+        let first = p.cursor.is_none();
         let mut trav = if first {
             Some(Traversal::default())
         } else {
@@ -720,7 +947,7 @@ impl Observer {
         self.push(span);
     }
 
-    fn list_changed(&mut self, ctx: &Ctx<'_>) {
+    fn list_changed(&mut self, ctx: &Ctx<'_>, subscription: bool) {
         // A traversal under way when the list changed is no longer a snapshot of one catalog.
         let key = ctx.session_id.unwrap_or("").to_string();
         if let Some(st) = self.sessions.get_mut(&key) {
@@ -730,9 +957,102 @@ impl Observer {
             "notifications/tools/list_changed",
             new_trace_id(),
             None,
-            vec![s(a::CATALOG_SIGNAL_SOURCE, "notification")],
+            vec![s(a::CATALOG_SIGNAL_SOURCE, if subscription { "subscription" } else { "notification" })],
             ctx,
         );
+    }
+
+    /// Where the next rounds (or the polls) of `p`'s logical call go.
+    fn logical(&self, p: &Pending) -> Logical {
+        Logical {
+            trace_id: p.trace_id,
+            parent: p.parent,
+            call_span: p.span_id,
+            request_id: p.id_display.clone(),
+            start_ns: p.start_ns,
+            verify: None,
+        }
+    }
+
+    /// A `tasks/get` / `tasks/cancel` answer: the task's status (`gone` when the server answers
+    /// with an error: it no longer knows the task), and for a completed task its result, which
+    /// the call's verifier rule then checks. Returns whether the span is an error.
+    fn task_answer(&mut self, p: &Pending, m: &Value, attrs: &mut Vec<KeyValue>) -> bool {
+        if m.get("error").is_some() {
+            if p.method == "tasks/get" || p.method == "tasks/result" {
+                attrs.push(s(a::TASK_STATUS, TaskStatus::Gone.as_str()));
+            }
+            return true;
+        }
+        let r = m.get("result").unwrap_or(&Value::Null);
+        let task = r.get("task").unwrap_or(r);
+        task_attrs(task, attrs);
+        if p.method == "tasks/cancel" && task.get("status").is_none() {
+            return false;
+        }
+        match task.get("status").and_then(Value::as_str).and_then(TaskStatus::parse) {
+            Some(TaskStatus::Completed) => {
+                let result = r.get("result").or_else(|| task.get("result"));
+                if result.and_then(|x| x.get("isError")).and_then(Value::as_bool) == Some(true) {
+                    attrs.push(s(a::ERROR_TYPE, "tool_error"));
+                    return true;
+                }
+                if let (Some(result), Some(l)) = (result, p.task_id.as_ref().and_then(|t| self.tasks.get(t)).cloned()) {
+                    if let Some((rule, arguments)) = l.verify {
+                        self.jobs.push(VerifyJob {
+                            rule,
+                            call: serde_json::json!({"arguments": arguments, "result": result_view(result)}),
+                            trace_id: l.trace_id,
+                            call_span_id: l.call_span,
+                            request_id: l.request_id.clone(),
+                            call_start_ns: l.start_ns,
+                        });
+                    }
+                }
+                false
+            }
+            Some(TaskStatus::Failed) => true,
+            _ => false,
+        }
+    }
+
+    /// A listen stream's event as a span in the stream's trace.
+    fn listen_span(&mut self, l: &Listen, state: &str, tools: bool, ctx: &Ctx<'_>, p: Option<&Pending>) {
+        let mut attrs = vec![
+            s(a::MCP_METHOD_NAME, "subscriptions/listen"),
+            s(a::SUBSCRIPTION_STATE, state),
+            boolean(a::SUBSCRIPTION_TOOLS_LIST_CHANGED, tools),
+            s(a::SUBSCRIPTION_ID, l.id_hash.to_string()),
+        ];
+        let version = p.and_then(|p| p.protocol_version.as_deref()).or(ctx.protocol_version);
+        self.identity_attrs(&mut attrs, ctx.session_id, version);
+        let span = Span {
+            trace_id: l.trace_id.to_vec(),
+            span_id: new_span_id().to_vec(),
+            parent_span_id: l.span_id.to_vec(),
+            name: format!("subscriptions/listen {state}"),
+            kind: SpanKind::Internal as i32,
+            start_time_unix_nano: ctx.at_ns,
+            end_time_unix_nano: ctx.at_ns,
+            attributes: attrs,
+            ..Default::default()
+        };
+        self.push(span);
+    }
+
+    fn listen_acknowledged(&mut self, params: Option<&Value>, ctx: &Ctx<'_>) {
+        let Some((k, _)) = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(META_SUBSCRIPTION_ID)).and_then(id_key) else { return };
+        let key = (ctx.session_id.unwrap_or("").to_string(), k);
+        let Some(l) = self.listens.get(&key).cloned() else { return };
+        // What the server honoured.
+        let honoured = params.and_then(|p| p.get("notifications")).and_then(|n| n.get("toolsListChanged")).and_then(Value::as_bool);
+        self.listen_span(&l, "acknowledged", l.tools && honoured != Some(false), ctx, None);
+    }
+
+    fn listen_closed(&mut self, key: &(String, String), ctx: &Ctx<'_>) {
+        if let Some(l) = self.listens.remove(key) {
+            self.listen_span(&l, "closed", l.tools, ctx, None);
+        }
     }
 
     fn progress(&mut self, params: Option<&Value>, ctx: &Ctx<'_>) {

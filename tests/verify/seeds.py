@@ -9,6 +9,13 @@ local HTTP service, write a file and insert a row in SQLite, and a real MCP clie
                            down     - an HTTP server answering 503
                          then print {"records": port, ...} on one line and serve until killed.
   seeds.py eight URLS_JSON     the eight calls of the seeds (URLs of the taps), log on stdout
+  seeds.py eight-live REVISION URLS_JSON
+                               the same eight calls, each the way an agent makes it: a fresh SDK client
+                               that sets up its session first (REVISION 2025-11-25: mode="legacy",
+                               initialize; 2026-07-28: mode="auto", server/discover), then tools/call.
+                               Log entries say where the call ended ("phase": "setup" or "call"), what
+                               the client saw (exception class, JSON-RPC code, is_error) and the
+                               JSON-RPC methods it POSTed with their HTTP statuses.
   seeds.py reconcile URL       three calls whose response is lost (the tap's upstream timeout)
 
 Planted secrets (tests/e2e_verify.rs checks that none leaves mcp-health or the tap): the tokens,
@@ -233,6 +240,79 @@ async def eight(urls):
     return log
 
 
+LIVE_MODES = {"2025-11-25": "legacy", "2026-07-28": "auto"}
+
+
+def leaf(e):
+    """The first non-group exception (the SDK raises from inside anyio task groups)."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    return e
+
+
+async def live_call(revision, case, url, token, name, args):
+    """One logical tool call through a fresh SDK client: session setup, then tools/call. The
+    entry holds no argument value, result value or token: the case, the tool name, where the call
+    ended, the exception class and JSON-RPC code, and the (method, HTTP status) of each POST."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    requests = []
+
+    async def on_request(request):
+        method = None
+        if request.method == "POST":
+            try:
+                method = json.loads(request.content).get("method")
+            except Exception:  # noqa: BLE001 - a body that is not one JSON-RPC message
+                pass
+        requests.append({"http": request.method, "method": method, "status": None})
+
+    async def on_response(response):
+        if requests:
+            requests[-1]["status"] = response.status_code
+
+    entry = {"case": case, "revision": revision, "tool": name, "phase": "setup"}
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    hooks = {"request": [on_request], "response": [on_response]}
+    try:
+        async with httpx2.AsyncClient(headers=headers, timeout=10, event_hooks=hooks) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode=LIVE_MODES[revision]) as client:
+                entry["protocol_version"] = client.protocol_version
+                entry["phase"] = "call"
+                r = await client.call_tool(name, args)
+                entry["is_error"] = bool(getattr(r, "is_error", False))
+    except BaseException as e:  # noqa: BLE001 - the failure is the scenario
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        cause = leaf(e)
+        entry["exception"] = type(cause).__name__
+        if isinstance(cause, MCPError):
+            entry["code"] = cause.code
+    entry["requests"] = requests
+    return entry
+
+
+async def eight_live(revision, urls):
+    """The eight calls of the seeds, in order, each by a fresh client on REVISION."""
+    if revision not in LIVE_MODES:
+        raise SystemExit(f"revision must be one of {sorted(LIVE_MODES)}, not {revision!r}")
+    ok, legacy, unresolved, down = urls["mcp"], urls["legacy"], urls["unresolved"], urls["down"]
+    calls = [
+        ("unresolved", unresolved, GOOD_TOKEN, "create_ticket", {"title": "PLANTED_ARG_unresolved"}),
+        ("down", down, GOOD_TOKEN, "create_ticket", {"title": "PLANTED_ARG_down"}),
+        ("legacy", legacy, GOOD_TOKEN, "create_ticket", {"title": "PLANTED_ARG_legacy"}),
+        ("revoked", ok, REVOKED_TOKEN, "create_ticket", {"title": "PLANTED_ARG_revoked"}),
+        ("noscope", ok, NOSCOPE_TOKEN, "create_ticket", {"title": "PLANTED_ARG_noscope"}),
+        ("fails", ok, GOOD_TOKEN, "fails", {}),
+        ("lying", ok, GOOD_TOKEN, "create_ticket", {"title": "PLANTED_ARG_lying", "priority": "low"}),
+        ("created", ok, GOOD_TOKEN, "create_ticket", {"title": "PLANTED_ARG_printer on fire"}),
+    ]
+    return [await live_call(revision, *c) for c in calls]
+
+
 async def reconcile(url):
     log = []
     for mode in ("commit_then_hang", "hang", "wrong"):
@@ -253,6 +333,8 @@ if __name__ == "__main__":
         asyncio.run(serve(sys.argv[2]))
     elif cmd == "eight":
         print(json.dumps(asyncio.run(eight(json.loads(sys.argv[2])))), flush=True)
+    elif cmd == "eight-live":
+        print(json.dumps(asyncio.run(eight_live(sys.argv[2], json.loads(sys.argv[3])))), flush=True)
     elif cmd == "reconcile":
         print(json.dumps(asyncio.run(reconcile(sys.argv[2]))), flush=True)
     elif cmd == "one":

@@ -600,3 +600,147 @@ fn jsonrpc_code_zero_reads_as_internal_error_through_the_tap_and_every_dialect()
     assert_eq!(CallError::jsonrpc(0), CallError::JsonRpc(-32603));
     assert_eq!(CallError::jsonrpc(-32602), CallError::JsonRpc(-32602));
 }
+
+/// 2026-07-28: the version from `_meta`, a listen stream opened, acknowledged and cancelled, a
+/// list change on it tagged `subscription`, and `server/discover` read as `initialize` is.
+#[test]
+fn revision_2026_listen_stream_and_discover() {
+    let mut o = stdio_observer();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}), 10);
+    server(
+        &mut o,
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"capabilities": {"tools": {"listChanged": true}}, "supportedVersions": ["2026-07-28"], "resultType": "complete", "ttlMs": 0}}),
+        11,
+    );
+    let d = o.take_spans();
+    assert_eq!(d.len(), 1);
+    assert_eq!(astr(&d[0], a::MCP_PROTOCOL_VERSION), Some("2026-07-28"));
+    assert_eq!(abool(&d[0], a::SESSION_LIST_CHANGED_CAPABILITY), Some(true));
+    assert_eq!(abool(&d[0], a::SESSION_VERSION_ACCEPTED), Some(true));
+    client(
+        &mut o,
+        json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": {"notifications": {"toolsListChanged": true}, "_meta": meta}}),
+        20,
+    );
+    server(
+        &mut o,
+        json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": "listen-1"}, "notifications": {"toolsListChanged": true}}}),
+        21,
+    );
+    server(
+        &mut o,
+        json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": "listen-1"}}}),
+        30,
+    );
+    client(&mut o, json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "listen-1"}}), 40);
+    let spans = o.take_spans();
+    let states: Vec<&str> = spans.iter().filter_map(|s| astr(s, a::SUBSCRIPTION_STATE)).collect();
+    assert_eq!(states, ["opened", "acknowledged", "closed"]);
+    assert!(spans
+        .iter()
+        .filter(|s| astr(s, a::SUBSCRIPTION_STATE).is_some())
+        .all(|s| abool(s, a::SUBSCRIPTION_TOOLS_LIST_CHANGED) == Some(true)));
+    let change = spans.iter().find(|s| astr(s, a::MCP_METHOD_NAME) == Some("notifications/tools/list_changed")).unwrap();
+    assert_eq!(astr(change, a::CATALOG_SIGNAL_SOURCE), Some("subscription"));
+    assert!(spans.iter().all(|s| !format!("{s:?}").contains("listen-1")), "the subscription id is hashed");
+    assert_eq!(o.in_flight(), 0, "a listen stream is no request in flight");
+}
+
+/// A multi-round call: the interim round runs no verifier and hands a hashed requestState; the
+/// retry (a new id) echoes it and lands in the first round's trace.
+#[test]
+fn input_required_rounds_share_a_trace_and_hash_the_state() {
+    let mut o = stdio_observer();
+    let state = "v1.SECRET-REQUEST-STATE-0123456789";
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "confirm", "arguments": {"x": "y"}}}), 10);
+    server(
+        &mut o,
+        json!({"jsonrpc": "2.0", "id": 6, "result": {"resultType": "input_required", "inputRequests": {}, "requestState": state}}),
+        11,
+    );
+    client(
+        &mut o,
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "confirm", "arguments": {"x": "y"}, "requestState": state, "inputResponses": {}}}),
+        20,
+    );
+    server(&mut o, json!({"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete", "content": []}}), 21);
+    let spans: Vec<Span> = o.take_spans().into_iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect();
+    assert_eq!(spans.len(), 2);
+    assert_eq!(spans[0].trace_id, spans[1].trace_id, "the retry joins the first round's trace");
+    assert_eq!(astr(&spans[0], a::CALL_RESULT_TYPE), Some("input_required"));
+    let issued = astr(&spans[0], a::CALL_REQUEST_STATE_ISSUED).unwrap();
+    assert_eq!(astr(&spans[1], a::CALL_REQUEST_STATE_ECHOED), Some(issued));
+    assert!(!format!("{spans:?}").contains("SECRET-REQUEST-STATE"));
+}
+
+/// A task: the call answered with a task handle, polls join its trace, a completed poll carries
+/// the status; an error to a poll is `gone`.
+#[test]
+fn task_polls_join_the_call() {
+    let mut o = stdio_observer();
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "build", "arguments": {}}}), 10);
+    server(
+        &mut o,
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "task", "task": {"taskId": "task-SECRET-1", "status": "working", "ttlMs": 60000, "pollIntervalMs": 300}}}),
+        11,
+    );
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"taskId": "task-SECRET-1"}}), 20);
+    server(
+        &mut o,
+        json!({"jsonrpc": "2.0", "id": 2, "result": {"taskId": "task-SECRET-1", "status": "completed", "result": {"content": []}}}),
+        21,
+    );
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": "task-SECRET-1"}}), 30);
+    server(&mut o, json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "task not found"}}), 31);
+    let spans: Vec<Span> = o.take_spans().into_iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect();
+    assert_eq!(spans.len(), 3);
+    assert!(spans.iter().all(|s| s.trace_id == spans[0].trace_id));
+    assert_eq!(spans[1].parent_span_id, spans[0].span_id, "a poll is a child of the call");
+    assert_eq!((astr(&spans[0], a::TASK_STATUS), aint(&spans[0], a::TASK_POLL_INTERVAL_MS)), (Some("working"), Some(300)));
+    assert_eq!(astr(&spans[1], a::TASK_STATUS), Some("completed"));
+    assert_eq!(astr(&spans[2], a::TASK_STATUS), Some("gone"));
+    let id = astr(&spans[0], a::TASK_ID).unwrap();
+    assert!(spans.iter().all(|s| astr(s, a::TASK_ID) == Some(id)));
+    assert!(!format!("{spans:?}").contains("SECRET"));
+}
+
+/// -32022 and -32021 fill the negotiation from `error.data`; a refused `server/discover` puts
+/// the `initialize` that retries it (auto mode) in its trace; the empty cursor is a cursor.
+#[test]
+fn refusals_fill_the_negotiation_and_a_retried_setup_joins_its_trace() {
+    let mut o = stdio_observer();
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}), 10);
+    server(
+        &mut o,
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022, "message": "x", "data": {"supported": ["2026-07-28"], "requested": "2099-01-01"}}}),
+        11,
+    );
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "confirm"}}), 12);
+    server(
+        &mut o,
+        json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -32021, "message": "x", "data": {"requiredCapabilities": {"elicitation": {"form": {}}}}}}),
+        13,
+    );
+    let spans: Vec<Span> = o.take_spans().into_iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect();
+    assert_eq!(astr(&spans[0], a::SESSION_REQUESTED_VERSION), Some("2099-01-01"));
+    assert_eq!(abool(&spans[0], a::SESSION_VERSION_ACCEPTED), Some(false));
+    assert_eq!(astrs(&spans[1], a::SESSION_MISSING_CAPABILITIES), ["elicitation.form"]);
+
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 3, "method": "server/discover", "params": {}}), 20);
+    server(&mut o, json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "x"}}), 21);
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}), 22);
+    server(&mut o, json!({"jsonrpc": "2.0", "id": 4, "error": {"code": -32603, "message": "x"}}), 23);
+    let spans = o.take_spans();
+    assert_eq!(spans.len(), 2);
+    assert_eq!(spans[0].trace_id, spans[1].trace_id, "one setup, retried in the older revision");
+
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}), 30);
+    server(&mut o, json!({"jsonrpc": "2.0", "id": 5, "result": {"tools": [], "nextCursor": ""}}), 31);
+    client(&mut o, json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"cursor": ""}}), 32);
+    server(&mut o, json!({"jsonrpc": "2.0", "id": 6, "result": {"tools": []}}), 33);
+    let spans = o.take_spans();
+    assert_eq!(abool(&spans[0], a::CATALOG_NEXT_CURSOR_PRESENT), Some(true), "an empty nextCursor is a cursor");
+    assert!(astr(&spans[1], a::CATALOG_CURSOR).is_some(), "the empty cursor is sent as a cursor");
+    assert!(spans.iter().any(|s| astr(s, a::CATALOG_INSTALLED_DIGEST).is_some()), "the two pages complete a traversal");
+}
