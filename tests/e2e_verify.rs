@@ -153,10 +153,11 @@ fn run_client(py: &Path, args: &[&str]) -> Value {
     serde_json::from_str(text.lines().last().unwrap_or("null")).unwrap_or(Value::Null)
 }
 
-/// The latest revision of each `tools/call` verdict, keyed by (trace, span).
+/// The latest revision of each attempt's verdict (a logical `tools/call`, or a failed session
+/// setup), keyed by (trace, span); interim reports excluded.
 fn final_calls(svc: &Service) -> Vec<Value> {
     let mut by: std::collections::BTreeMap<(String, String), Value> = Default::default();
-    for v in svc.verdicts().into_iter().filter(|v| v["method"] == "tools/call") {
+    for v in svc.verdicts().into_iter().filter(|v| v["attempt"] == true && v["decided_by"] != "in_flight") {
         let k = (v["trace_id"].as_str().unwrap_or("").to_string(), v["span_id"].as_str().unwrap_or("").to_string());
         let newer = by.get(&k).is_none_or(|old| old["revision"].as_u64() <= v["revision"].as_u64());
         if newer {
@@ -190,8 +191,12 @@ fn assert_no_secrets(all: &str, dir: &Path) {
     assert!(!all.contains(&d), "the work directory's path leaked");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_seeds_experiment_live_gives_37_5_and_12_5_percent() {
+/// The seeds' eight calls made live as an agent makes them (issue 21): each through a fresh
+/// `mcp` SDK client that sets up its session first, so the three calls that cannot start fail at
+/// session setup (`initialize` on 2025-11-25; `server/discover`, then the SDK's retry with
+/// `initialize`, on 2026-07-28), and count as one failed attempt each. Every first failed layer,
+/// and 37.5 % / 12.5 % from the running service through a real Prometheus.
+async fn eight_calls_live(revision: &str) {
     let Some(py) = venv_python(".venv-mcp") else { return };
     if !prometheus_available() {
         return;
@@ -209,8 +214,11 @@ async fn the_seeds_experiment_live_gives_37_5_and_12_5_percent() {
     let (tu, unresolved) = start_tap(dir.path(), "unresolved", "http://mcp-upstream.invalid:8000", &svc, &v).await;
 
     let urls = json!({"mcp": ok, "legacy": legacy, "down": down, "unresolved": unresolved}).to_string();
-    let log = tokio::task::spawn_blocking(move || run_client(&py, &["eight", &urls])).await.unwrap();
+    let rev = revision.to_string();
+    let log = tokio::task::spawn_blocking(move || run_client(&py, &["eight-live", &rev, &urls])).await.unwrap();
     assert_eq!(log.as_array().map(Vec::len), Some(8), "the client made eight calls: {log}");
+    let setup = log.as_array().unwrap().iter().filter(|e| e["phase"] == "setup").count();
+    assert_eq!(setup, 4, "unresolved, down, revoked and noscope fail at session setup: {log}");
 
     let mut want = [
         ("transport", "transport_failed"),
@@ -223,7 +231,7 @@ async fn the_seeds_experiment_live_gives_37_5_and_12_5_percent() {
         ("none", "healthy"),
     ];
     want.sort();
-    let calls = eventually(Duration::from_secs(30), "eight call verdicts with their findings", || {
+    let calls = eventually(Duration::from_secs(30), "eight attempts with their findings", || {
         let c = final_calls(&svc);
         let mut got: Vec<(String, String)> = c.iter().map(layer_state).collect();
         got.sort();
@@ -231,15 +239,21 @@ async fn the_seeds_experiment_live_gives_37_5_and_12_5_percent() {
         (got == w).then_some(c)
     })
     .await;
+    let setups: Vec<&Value> = calls.iter().filter(|v| v["method"] != "tools/call").collect();
+    assert_eq!(setups.len(), 4, "four attempts are failed setups: {calls:#?}");
+    let setup_method = if revision == "2025-11-25" { "initialize" } else { "server/discover" };
+    assert!(setups.iter().all(|v| v["method"] == setup_method), "{setups:#?}");
     let reasons: Vec<&str> = calls.iter().filter_map(|v| v["reason"].as_str()).collect();
     assert!(reasons.contains(&"invalid_token") && reasons.contains(&"insufficient_scope"), "{reasons:?}");
     assert!(reasons.contains(&"jsonrpc_-32601"), "{reasons:?}");
+    assert!(calls.iter().filter(|v| v["method"] == "tools/call").all(|v| v["protocol_revision"] == revision), "{calls:#?}");
     let verified: Vec<&Value> = calls.iter().filter(|v| v["verified_success"] == true).collect();
     assert_eq!(verified.len(), 1);
     assert_eq!(verified[0]["outcome_method"], "http_status");
 
     // The same rates from the running service, through a real Prometheus.
     for (q, want) in [
+        ("sum(mcp_health_calls_total)", "8"),
         ("sum(mcp_health_calls_protocol_success_total) / sum(mcp_health_calls_total)", "0.375"),
         ("sum(mcp_health_calls_verified_success_total) / sum(mcp_health_calls_total)", "0.125"),
         ("sum(mcp_health_verifier_runs_total{verifier=\"ticket_created\"})", "2"),
@@ -247,6 +261,16 @@ async fn the_seeds_experiment_live_gives_37_5_and_12_5_percent() {
         eventually_async(Duration::from_secs(30), q, || async { prom.query(q).await.filter(|g| g == want) }).await;
     }
     assert_no_secrets(&everything(&svc, &sink, &[&ta, &tl, &td, &tu]).await, dir.path());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eight_calls_live_on_2025_11_25_give_37_5_and_12_5_percent() {
+    eight_calls_live("2025-11-25").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eight_calls_live_on_2026_07_28_give_37_5_and_12_5_percent() {
+    eight_calls_live("2026-07-28").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

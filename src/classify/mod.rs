@@ -39,6 +39,8 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
     } else {
         first.and_then(|l| findings.reason(l).map(str::to_string)).or_else(|| match state {
             HealthState::IncompatibleSession => layers::incompatibility(c),
+            // A task that ended with no terminal status: why it is lost.
+            HealthState::EffectUnknown if c.task_lost() => Some(c.clock_expired.unwrap_or("task_expired").to_string()),
             _ if c.unexplained_error => Some("unclassified_error".into()),
             // A verifier was meant to check the call and could not run: say so, never green.
             HealthState::Unverified if c.verifier_error() => Some("verifier_error".into()),

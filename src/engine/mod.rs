@@ -802,18 +802,20 @@ impl Engine {
                 continue;
             }
             self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
-            if ch.verdict.convergence == Convergence::Converged {
+            let converged =
+                (ch.verdict.convergence == Convergence::Converged).then(|| (ch.session_key.clone(), ch.server.clone(), ch.at_ns));
+            out.push(Decided::Catalog(ch));
+            if let Some((session_key, server, at_ns)) = converged {
                 // A catalog-caused incident resolves when the catalog converges (one process: on
                 // a shared store incidents are folded from verdicts only, see the README).
-                let (session, agent) = match ch.session_key.strip_prefix("session:") {
+                let (session, agent) = match session_key.strip_prefix("session:") {
                     Some(sid) => (Some(crate::evidence::hash::session_hash(sid)), None),
-                    None => (None, ch.session_key.strip_prefix("client:").and_then(|r| r.split_once("|server:")).map(|(a, _)| a)),
+                    None => (None, session_key.strip_prefix("client:").and_then(|r| r.split_once("|server:")).map(|(a, _)| a)),
                 };
-                for (transition, row) in self.incidents.catalog_converged(ch.server.as_ref(), session.as_deref(), agent, ch.at_ns) {
+                for (transition, row) in self.incidents.catalog_converged(server.as_ref(), session.as_deref(), agent, at_ns) {
                     out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
                 }
             }
-            out.push(Decided::Catalog(ch));
         }
     }
 
