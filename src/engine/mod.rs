@@ -1642,10 +1642,13 @@ fn verdicts_superseding(
         .collect();
     d.calls
         .iter()
-        .map(classify)
-        .map(|mut v| {
-            // A revision names what it replaces: the same call is the one under the same span.
-            v.supersedes = previous.iter().find(|p| p.span_id == v.span_id).map(|p| crate::verdict::Superseded {
+        .map(|c| (c, classify(c)))
+        .map(|(c, mut v)| {
+            // A revision names what it replaces: the same call is the one under the same span,
+            // or, for a multi-round call, under the span of one of its rounds (a round decided
+            // before the others arrived).
+            let same = |p: &&Verdict| p.span_id == v.span_id || c.round_spans.contains(&p.span_id);
+            v.supersedes = previous.iter().find(same).map(|p| crate::verdict::Superseded {
                 state: p.state,
                 protocol_success: p.protocol_success,
                 verified_success: p.verified_success,

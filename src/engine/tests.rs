@@ -532,3 +532,102 @@ fn the_next_due_moment_is_the_decision_time() {
     assert_eq!(calls(&out).len(), 1, "decided at the due moment");
     assert_eq!(e.next_due(), None);
 }
+
+/// Issue 21: one logical call's rounds (2026-07-28 `input_required`, each retry a new request id
+/// echoing the `requestState` the previous round was handed), split over requests and batches in
+/// any order with any pauses, give one call: one attempt in the rates, every round in it, and
+/// the verdict of the in-order run.
+mod rounds {
+    use super::*;
+    use crate::evidence::{OutcomeReceipt, OutcomeResult, ResultType, RoundFacts, VerifierMethod};
+    use proptest::prelude::*;
+
+    const T0: u64 = 2_000_000_000_000;
+
+    /// A call of `rounds` rounds (the last one complete), with a verifier receipt when `receipt`.
+    fn spans(rounds: u8, receipt: Option<OutcomeResult>) -> Vec<SpanEvidence> {
+        let mut out = Vec::new();
+        for r in 0..rounds {
+            let mut s = SpanEvidence::new([3; 16], [r + 1; 8]);
+            s.method = Some(Method::ToolsCall);
+            s.side = Side::Client;
+            s.tool = Some(Arc::from("confirm"));
+            s.server = Some(Arc::from("srv:1"));
+            s.request_id = Some((r + 1).to_string().into());
+            s.protocol_version = Some(Arc::from("2026-07-28"));
+            s.start_ns = T0 + u64::from(r) * 1_000_000;
+            s.end_ns = s.start_ns + 500_000;
+            let last = r + 1 == rounds;
+            s.round = Some(Box::new(RoundFacts {
+                result_type: Some(if last { ResultType::Complete } else { ResultType::InputRequired }),
+                state_issued: (!last).then(|| format!("sha256:{r:016}").into()),
+                state_echoed: (r > 0).then(|| format!("sha256:{:016}", r - 1).into()),
+                ..RoundFacts::default()
+            }));
+            out.push(s);
+        }
+        if let Some(result) = receipt {
+            let mut v = SpanEvidence::new([3; 16], [99; 8]);
+            v.parent_span_id = Some([rounds; 8]);
+            v.start_ns = T0 + u64::from(rounds) * 1_000_000;
+            v.end_ns = v.start_ns + 100;
+            v.outcomes.push(OutcomeReceipt { result, method: VerifierMethod::HttpStatus, checked_at_ns: v.end_ns, request_id: None });
+            out.push(v);
+        }
+        out
+    }
+
+    /// The verdicts (not interim reports) the engine emitted, in order.
+    fn run(batches: Vec<Vec<SpanEvidence>>, steps_ms: &[u64]) -> Vec<Verdict> {
+        let mut e = engine(100);
+        let mut out = Vec::new();
+        let mut now = Moment::from_nanos(T0 + 10_000_000);
+        for (i, b) in batches.into_iter().enumerate() {
+            now += Duration::from_millis(steps_ms.get(i).copied().unwrap_or(0));
+            e.ingest(NormalizedBatch { evidence: b, ..Default::default() }, now, &mut out);
+            e.tick(now, &mut out);
+        }
+        e.tick(now + Duration::from_secs(5), &mut out);
+        e.drain(DecidedBy::Replay, now + Duration::from_secs(6), &mut out);
+        calls(&out).into_iter().cloned().collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+        #[test]
+        fn the_rounds_of_one_call_in_any_order_are_one_call(
+            rounds in 1u8..5,
+            receipt in proptest::option::of(prop_oneof![Just(OutcomeResult::Confirmed), Just(OutcomeResult::Missing)]),
+            seed in any::<u64>(),
+            cuts in proptest::collection::vec(0usize..6, 0..5),
+            steps in proptest::collection::vec(0u64..400, 0..6),
+        ) {
+            let all = spans(rounds, receipt);
+            let in_order = run(vec![all.clone()], &[]);
+            prop_assert_eq!(in_order.len(), 1, "{:#?}", in_order);
+            let want = &in_order[0];
+            prop_assert_eq!(want.rounds, (rounds > 1).then_some(u32::from(rounds)));
+            let mut perm = all.clone();
+            let mut x = seed | 1;
+            for i in (1..perm.len()).rev() {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                perm.swap(i, (x >> 33) as usize % (i + 1));
+            }
+            let mut batches = Vec::new();
+            let mut rest = perm.as_slice();
+            for c in cuts {
+                let (a, b) = rest.split_at(c.min(rest.len()));
+                batches.push(a.to_vec());
+                rest = b;
+            }
+            batches.push(rest.to_vec());
+            let got = run(batches, &steps);
+            // One attempt: every verdict but the first is a revision of it.
+            let firsts: Vec<&Verdict> = got.iter().filter(|v| v.attempt && v.supersedes.is_none()).collect();
+            prop_assert_eq!(firsts.len(), 1, "one attempt: {:#?}", got);
+            let last = got.last().unwrap();
+            prop_assert_eq!((last.state, last.rounds, last.span_id), (want.state, want.rounds, want.span_id), "{:#?}", got);
+            prop_assert!(got.iter().all(|v| v.state != HealthState::FalseSuccess || want.state == HealthState::FalseSuccess), "{:#?}", got);
+        }
+    }
+}

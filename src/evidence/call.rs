@@ -91,6 +91,10 @@ pub struct CallEvidence {
     /// A server half whose client half could not be told (several client halves fit): decided
     /// alone, it is no attempt of its own (the client half counts the call).
     pub unjoined_half: bool,
+    /// The client request spans of every round of a multi-round call (or of a task's call): a
+    /// round that arrived before the others was decided under its own span, and the verdict of
+    /// the whole call supersedes that one, not a second attempt.
+    pub round_spans: Vec<SpanId>,
 }
 
 /// Why a call has not finished although the server answered.
@@ -294,6 +298,9 @@ impl CallEvidence {
             self.request_spans += 1;
         } else if self.request_spans == 0 {
             self.start_ns = self.start_ns.min(s.start_ns);
+        }
+        if is_request && s.side == Side::Client && s.round.is_some() && !s.request_sent_marker && !self.round_spans.contains(&s.span_id) {
+            self.round_spans.push(s.span_id);
         }
         if is_request && s.side == Side::Client && !self.client_seen {
             // The outermost client span carries the verdict.
