@@ -959,23 +959,27 @@ impl Chains {
 
     /// The cross-trace joins of a chain about to be decided (see `crossjoin`). Returns false when
     /// the chain was a server half and went into its client half's chain (no verdict of its own).
-    fn cross_join(&mut self, id: TraceId, now: Moment) -> bool {
-        let Some(c) = self.active.get(&id) else { return false };
+    fn cross_join(&mut self, id: TraceId, now: Moment) -> Joined {
+        let Some(c) = self.active.get(&id) else { return Joined::Away };
         // 1. A server half goes to its client half.
         if c.has_server_req && !c.has_client_req {
             if let Some(h) = crossjoin::server_half(&c.spans) {
                 let (active, decided, limbo) = (&self.active, &self.decided, &self.limbo);
-                let target = self.cross.find_client_half(&h, id, |t| {
+                let target = self.cross.match_client_half(&h, id, |t| {
                     active.get(t).map(|c| &c.spans[..]).or_else(|| decided.get(t).or_else(|| limbo.get(t)).map(|d| &d.spans[..]))
                 });
-                if let Some(t) = target {
-                    if self.merge_into(id, t, now) {
-                        self.cross.stats.halves_joined += 1;
-                        return false;
+                match target {
+                    crossjoin::HalfMatch::One(t) => {
+                        if self.merge_into(id, t, now) {
+                            self.cross.stats.halves_joined += 1;
+                            return Joined::Away;
+                        }
                     }
+                    crossjoin::HalfMatch::Ambiguous => return Joined::AmbiguousHalf,
+                    crossjoin::HalfMatch::None => {}
                 }
             }
-            return true;
+            return Joined::Alone;
         }
         // 2. A client half takes in the server halves still in flight.
         if c.has_client_req {
@@ -1023,11 +1027,12 @@ impl Chains {
                 c.spans.push(ev);
             }
         }
-        true
+        Joined::Alone
     }
 
     fn decide(&mut self, id: TraceId, by: DecidedBy, now: Moment, out: &mut Vec<DecidedCalls>) {
-        if !self.cross_join(id, now) {
+        let joined = self.cross_join(id, now);
+        if joined == Joined::Away {
             return;
         }
         let Some(mut c) = self.active.remove(&id) else { return };
@@ -1040,7 +1045,12 @@ impl Chains {
                 self.published_halves.push((id, h));
             }
         }
-        let calls = assemble_calls(&c.spans);
+        let mut calls = assemble_calls(&c.spans);
+        if joined == Joined::AmbiguousHalf {
+            for call in calls.iter_mut().filter(|c| c.server_seen && !c.client_seen) {
+                call.unjoined_half = true;
+            }
+        }
         out.push(DecidedCalls {
             trace_id: id,
             calls,
@@ -1072,6 +1082,17 @@ impl Chains {
             self.expire_oldest_decided(false);
         }
     }
+}
+
+/// What the cross-trace join did with a chain about to be decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Joined {
+    /// It went into another chain (a server half into its client's): no verdict of its own.
+    Away,
+    /// It is decided on its own.
+    Alone,
+    /// A server half that several client halves fit: decided alone, no attempt of its own.
+    AmbiguousHalf,
 }
 
 /// Room the per-batch span counts keep between batches (in traces); a larger batch's table is

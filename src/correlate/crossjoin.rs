@@ -37,6 +37,15 @@ use rustc_hash::FxHashMap;
 
 use crate::evidence::{CallError, Method, Side, SpanEvidence, SpanId, TraceId};
 
+/// How a server half's client half was looked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HalfMatch {
+    One(TraceId),
+    None,
+    /// Several client halves fit (or too many to tell).
+    Ambiguous,
+}
+
 /// Clock skew tolerated between the two processes' clocks when one interval must contain the other.
 pub const SLACK_NS: u64 = 500_000_000;
 /// Refused-looking HTTP server spans kept while their client half may still arrive.
@@ -481,18 +490,32 @@ impl CrossJoin {
         not: TraceId,
         spans_of: impl Fn(&TraceId) -> Option<&'a [SpanEvidence]>,
     ) -> Option<TraceId> {
+        match self.match_client_half(h, not, spans_of) {
+            HalfMatch::One(t) => Some(t),
+            HalfMatch::None | HalfMatch::Ambiguous => None,
+        }
+    }
+
+    /// [`Self::find_client_half`], telling no candidate from several (a server half that could
+    /// belong to more than one client call adds no attempt of its own: its client counts it).
+    pub fn match_client_half<'a>(
+        &mut self,
+        h: &Half,
+        not: TraceId,
+        spans_of: impl Fn(&TraceId) -> Option<&'a [SpanEvidence]>,
+    ) -> HalfMatch {
         let from = h.start_ns.saturating_sub(CLIENT_LOOKBACK_NS);
-        let found: Vec<TraceId> = self
-            .candidates(Side::Client, h, from, h.start_ns.saturating_add(SLACK_NS), not)?
-            .into_iter()
-            .filter(|t| spans_of(t).is_some_and(|sp| holds_client_half_of(sp, h)))
-            .collect();
+        let Some(candidates) = self.candidates(Side::Client, h, from, h.start_ns.saturating_add(SLACK_NS), not) else {
+            // Too many candidates to tell: as ambiguous as two.
+            return HalfMatch::Ambiguous;
+        };
+        let found: Vec<TraceId> = candidates.into_iter().filter(|t| spans_of(t).is_some_and(|sp| holds_client_half_of(sp, h))).collect();
         match found.len() {
-            1 => Some(found[0]),
-            0 => None,
+            1 => HalfMatch::One(found[0]),
+            0 => HalfMatch::None,
             _ => {
                 self.stats.ambiguous += 1;
-                None
+                HalfMatch::Ambiguous
             }
         }
     }
@@ -824,6 +847,11 @@ mod tests {
         assert_eq!(out.iter().flat_map(|d| d.calls.iter()).count(), 3, "no join: three verdicts");
         assert_eq!(c.cross.stats.halves_joined, 0);
         assert!(c.cross.stats.ambiguous > 0);
+        // Issue 21: the server half that either client call could own adds no attempt of its
+        // own (each client half is one); the two client halves are attempts.
+        let attempts: Vec<bool> = out.iter().flat_map(|d| d.calls.iter()).map(|call| crate::classify::is_attempt(call, false)).collect();
+        assert_eq!(attempts.iter().filter(|a| **a).count(), 2, "{attempts:?}");
+        assert!(out.iter().flat_map(|d| d.calls.iter()).any(|call| call.unjoined_half && call.server_seen && !call.client_seen));
     }
 
     /// Issue 8, defect 3: at shutdown, and with `max_decided: 0`, a decided client half used to
