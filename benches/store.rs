@@ -54,6 +54,7 @@ fn call(n: u64) -> Vec<SpanEvidence> {
         method: VerifierMethod::Receipt,
         checked_at_ns: t + 30_000_000,
         request_id: None,
+        trust: Default::default(),
     });
     vec![c, v]
 }

@@ -253,6 +253,10 @@ pub struct Verdict {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub contract_changes: Vec<ContractChange>,
     pub outcome_method: Option<&'static str>,
+    /// The provenance of the receipt the outcome rests on (`unsigned` when no trusted key is
+    /// configured, `signed` by a trusted key); absent when no receipt decided the outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome_trust: Option<crate::evidence::receipt::ReceiptTrust>,
     pub revision: u32,
     /// For a revision: what the previous verdict of this call said.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -421,6 +425,7 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         agent: None,
         contract_changes: vec![],
         outcome_method: None,
+        outcome_trust: None,
         revision: 0,
         supersedes: None,
         decided_by: DecidedBy::Quiet,

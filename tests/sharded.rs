@@ -121,7 +121,13 @@ fn spans(calls: &[Call]) -> Vec<SpanEvidence> {
             }
             v.start_ns = t0 + 600_000;
             v.end_ns = t0 + 700_000;
-            v.outcomes.push(OutcomeReceipt { result, method: VerifierMethod::RowVersion, checked_at_ns: t0 + 700_000, request_id: None });
+            v.outcomes.push(OutcomeReceipt {
+                result,
+                method: VerifierMethod::RowVersion,
+                checked_at_ns: t0 + 700_000,
+                request_id: None,
+                trust: Default::default(),
+            });
             out.push(v);
         }
     }

@@ -44,6 +44,8 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
             _ if c.unexplained_error => Some("unclassified_error".into()),
             // A verifier was meant to check the call and could not run: say so, never green.
             HealthState::Unverified if c.verifier_error() => Some("verifier_error".into()),
+            // Someone sent a receipt no trusted key signed (it may be the server checking itself).
+            HealthState::Unverified if c.untrusted_receipt() => Some("untrusted_receipt".into()),
             _ => None,
         })
     };
@@ -78,6 +80,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         agent: c.service.clone(),
         contract_changes: if state == HealthState::ContractDrift { ctx.contract_drift.clone().unwrap_or_default() } else { Vec::new() },
         outcome_method: latest.map(|o| o.method.as_str()),
+        outcome_trust: latest.map(|o| o.trust),
         revision: d.revision,
         supersedes: None,
         decided_by: d.decided_by,

@@ -78,7 +78,7 @@ fn with(mut c: CallEvidence, f: impl FnOnce(&mut CallEvidence)) -> CallEvidence 
 }
 
 fn receipt(result: OutcomeResult, method: VerifierMethod, at: u64) -> OutcomeReceipt {
-    OutcomeReceipt { result, method, checked_at_ns: at, request_id: None }
+    OutcomeReceipt { result, method, checked_at_ns: at, request_id: None, trust: Default::default() }
 }
 
 fn confirmed() -> OutcomeReceipt {

@@ -1,6 +1,7 @@
 //! The command line: `serve` (the default), `replay`, `validate`. One file per command.
 
 pub mod health;
+pub mod keygen;
 pub mod loadgen;
 pub mod lock;
 pub mod replay;
@@ -39,6 +40,7 @@ Examples:
   mcp-health tap --listen 127.0.0.1:8080 --upstream http://127.0.0.1:8000   the same for streamable HTTP
   mcp-health print-default-config > my.yaml   start your own config from the default
   mcp-health health --endpoint 127.0.0.1:13133   exit 0 when the service answers 200
+  mcp-health keygen --out tap.key             a receipt-signing key for `tap --signing-key`
 
 Environment: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
 OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT,
@@ -62,6 +64,8 @@ pub enum Command {
     Tap(tap::TapArgs),
     /// Ask a running service's health check: exit 0 when it answers 200 (a container HEALTHCHECK).
     Health(health::HealthArgs),
+    /// Make a receipt-signing key: the private part to a file, the public part printed.
+    Keygen(keygen::KeygenArgs),
     /// Print the embedded default configuration.
     #[command(name = "print-default-config")]
     PrintDefaultConfig,
@@ -78,6 +82,7 @@ pub fn main() -> ExitCode {
         Command::Verify(a) => lock::run_verify(a),
         Command::Tap(a) => tap::run(a),
         Command::Health(a) => health::run(a),
+        Command::Keygen(a) => keygen::run(a),
         Command::PrintDefaultConfig => {
             print!("{}", crate::config::DEFAULT_CONFIG);
             ExitCode::SUCCESS

@@ -110,6 +110,7 @@ pub fn engine_config(cfg: &Config) -> EngineConfig {
 /// checking tool definitions against `pins`.
 pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<ReplayError>) -> Replayed {
     let cfg = Config::load(None).unwrap_or_else(|e| unreachable!("the embedded default parses: {e}"));
+    cfg.processors.mcp_health.receipts.apply();
     let mut ec = engine_config(&cfg);
     ec.pins = pins.cloned().map(std::sync::Arc::new);
     replay_with(files, ec, errors)
@@ -176,6 +177,7 @@ pub fn run(a: ReplayArgs) -> ExitCode {
         }
         None => None,
     };
+    cfg.processors.mcp_health.receipts.apply();
     let mut ec = engine_config(&cfg);
     ec.pins = pins;
     let Replayed { verdicts, catalog, drift, incidents, .. } = replay_with(&a.files, ec, &mut errors);

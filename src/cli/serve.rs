@@ -225,6 +225,7 @@ pub struct ConfigSource {
 pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
     // Table and cache limits, before anything fills a table.
     cfg.processors.mcp_health.state_limits.apply();
+    cfg.processors.mcp_health.receipts.apply();
     let service_name =
         cfg.service.telemetry.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "mcp-health".into());
 

@@ -54,9 +54,21 @@ pub struct TapArgs {
     /// response; findings go out as spans in the call's trace (README, "Outcome verifiers").
     #[arg(long, value_name = "FILE")]
     pub verifiers: Option<std::path::PathBuf>,
+    /// Sign the verifiers' findings with this Ed25519 key (a file holding `ed25519:<hex seed>`,
+    /// as `mcp-health keygen` writes it): a service that trusts its public key
+    /// (`processors.mcp_health.receipts.trusted_keys`) takes only signed receipts as outcome
+    /// evidence, so the server being checked cannot verify itself.
+    #[arg(long, value_name = "FILE", env = "MCP_HEALTH_TAP_SIGNING_KEY_FILE")]
+    pub signing_key: Option<std::path::PathBuf>,
     /// stdio mode: the server command and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+/// A signing-key file (`mcp-health keygen` writes one). Its text is never printed.
+fn load_signing_key(path: &std::path::Path) -> Result<crate::evidence::receipt::SigningKey, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read the key file: {}", e.kind()))?;
+    crate::evidence::receipt::SigningKey::parse(&text).map_err(|e| e.to_string())
 }
 
 /// The OTLP endpoint: the flag, else the OTLP environment variables, else the local default.
@@ -89,6 +101,16 @@ pub fn run(a: TapArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let signer = match a.signing_key.as_deref().map(load_signing_key).transpose() {
+        Ok(k) => k.map(std::sync::Arc::new),
+        Err(e) => {
+            eprintln!("mcp-health tap: --signing-key: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if signer.is_some() && rules.is_none() {
+        eprintln!("mcp-health tap: --signing-key without --verifiers signs nothing");
+    }
     let code = rt.block_on(async move {
         let (sink, exporter) = match export::spawn(export::ExportSettings::new(endpoint, a.service_name.clone())) {
             Ok(x) => x,
@@ -99,7 +121,7 @@ pub fn run(a: TapArgs) -> ExitCode {
         };
         let (pool, runner) = match rules {
             Some(r) => {
-                let (p, run) = verify::VerifierPool::spawn(r, sink.clone());
+                let (p, run) = verify::VerifierPool::spawn(r, sink.clone(), signer);
                 (Some(p), Some(run))
             }
             None => (None, None),

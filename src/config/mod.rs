@@ -296,6 +296,27 @@ pub struct CorrelateConfig {
     /// `mcp_health.state.evicted{table}`.
     #[serde(default, rename = "limits")]
     pub state_limits: StateLimits,
+    /// Receipt provenance (`receipts: {trusted_keys: ["ed25519:<hex>", …]}`): with keys, only a
+    /// receipt signed by one of them is outcome evidence (see `evidence::receipt`).
+    #[serde(default)]
+    pub receipts: ReceiptPolicy,
+}
+
+/// `processors.mcp_health.receipts`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptPolicy {
+    /// Public keys (`mcp-health keygen` prints one) whose signed receipts are trusted. Empty: every
+    /// receipt is taken as it comes (`unsigned`), as a pipeline that trusts every sender.
+    #[serde(default)]
+    pub trusted_keys: Vec<String>,
+}
+
+impl ReceiptPolicy {
+    /// Trust these keys in this process from now on (at start, on a reload, in `replay`).
+    pub fn apply(&self) {
+        crate::evidence::receipt::set_trusted(crate::evidence::receipt::TrustedKeys::parse(&self.trusted_keys).unwrap_or_default());
+    }
 }
 
 /// `processors.mcp_health.limits`: the most entries each table or cache keeps. When one is full,
@@ -901,6 +922,9 @@ impl Config {
                 }
             }
             _ => {}
+        }
+        if let Err(e) = crate::evidence::receipt::TrustedKeys::parse(&p.receipts.trusted_keys) {
+            return bad("processors.mcp_health.receipts.trusted_keys", &e.to_string());
         }
         for (key, limit) in p.state_limits.entries() {
             if limit == 0 {

@@ -63,6 +63,7 @@ fn verifier(trace: u8, span: u8, parent: Option<u8>, result: OutcomeResult, rid:
         method: VerifierMethod::RowVersion,
         checked_at_ns: s.end_ns,
         request_id: rid.map(Into::into),
+        trust: Default::default(),
     });
     s
 }

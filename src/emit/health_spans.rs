@@ -62,6 +62,9 @@ pub fn health_span(v: &Verdict, decided_ns: u64) -> Span {
     if let Some(m) = v.outcome_method {
         attrs.push(s(a::OUTCOME_METHOD_WRITTEN, m));
     }
+    if let Some(t) = v.outcome_trust {
+        attrs.push(s(a::OUTCOME_TRUST, t.as_str()));
+    }
     let status = match (v.state, v.first_failed_layer) {
         (HealthState::Healthy, _) => StatusCode::Ok,
         (_, Some(_)) => StatusCode::Error,
@@ -132,6 +135,7 @@ pub(crate) fn write_health_span(w: &mut Writer, v: &Verdict, decided_ns: u64) {
     opt(w, a::SESSION_ID_HASH, v.session_id_hash.as_deref());
     opt(w, a::AUTH_REQUIRED_SCOPE, v.required_scope.as_deref());
     opt(w, a::OUTCOME_METHOD_WRITTEN, v.outcome_method);
+    opt(w, a::OUTCOME_TRUST, v.outcome_trust.map(|t| t.as_str()));
     let status = match (v.state, v.first_failed_layer) {
         (HealthState::Healthy, _) => StatusCode::Ok,
         (_, Some(_)) => StatusCode::Error,

@@ -40,6 +40,7 @@ fn verified(trace: u8, start_ns: u64) -> Vec<SpanEvidence> {
         method: VerifierMethod::Receipt,
         checked_at_ns: start_ns + 2 * MS,
         request_id: None,
+        trust: Default::default(),
     });
     vec![c, v]
 }

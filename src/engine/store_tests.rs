@@ -127,6 +127,7 @@ fn restart_keeps_state(open: &dyn Fn() -> StoreHandle) {
         method: VerifierMethod::Receipt,
         checked_at_ns: 250,
         request_id: None,
+        trust: Default::default(),
     });
     // A call on the stale session is still `stale_catalog`.
     let mut on_stale = call(4, 400);
@@ -176,6 +177,7 @@ fn a_decided_chain_past_the_window_is_forgotten_after_a_restart() {
         method: VerifierMethod::Receipt,
         checked_at_ns: 250,
         request_id: None,
+        trust: Default::default(),
     });
     e.ingest(batch(vec![receipt]), at(301_001), &mut out);
     e.tick(at(301_100), &mut out);
@@ -273,6 +275,7 @@ fn late_evidence_for_a_chain_forgotten_under_a_bound_revises_it_from_the_store()
             method: VerifierMethod::RowVersion,
             checked_at_ns: 260,
             request_id: None,
+            trust: Default::default(),
         });
         e.ingest(batch(vec![by_key]), at(10_000), &mut out);
         e.tick(at(10_100), &mut out);

@@ -42,6 +42,7 @@ fn effect_unknown_moves_to_false_success_when_a_failing_receipt_arrives() {
         method: VerifierMethod::TestResult,
         checked_at_ns: 40,
         request_id: None,
+        trust: Default::default(),
     });
     chains.ingest(NormalizedBatch { evidence: vec![receipt], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
     chains.tick(t0 + Duration::from_millis(50), &mut out);
@@ -110,6 +111,7 @@ fn a_stale_catalog_followed_by_a_complete_refresh_moves_on() {
             method: VerifierMethod::Receipt,
             checked_at_ns: at + 5,
             request_id: None,
+            trust: Default::default(),
         });
         c
     };
@@ -147,6 +149,7 @@ fn a_verifier_in_another_trace_joins_by_operation_key() {
         method: VerifierMethod::RowVersion,
         checked_at_ns: 50,
         request_id: None,
+        trust: Default::default(),
     });
     chains.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
     chains.tick(t0 + Duration::from_millis(50), &mut out);
@@ -167,6 +170,7 @@ fn a_receipt_older_than_the_call_is_ignored() {
         method: VerifierMethod::Receipt,
         checked_at_ns: 50,
         request_id: None,
+        trust: Default::default(),
     });
     let d = crate::classify::Decision { revision: 0, decided_by: DecidedBy::Quiet, root_seen: true, truncated: false };
     let sessions = Sessions::new(SessionLimits::default());
@@ -192,6 +196,7 @@ fn a_late_receipt_revises_and_names_what_it_supersedes() {
         method: VerifierMethod::Receipt,
         checked_at_ns: 30,
         request_id: None,
+        trust: Default::default(),
     });
     chains.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0 + Duration::from_millis(30), &mut out);
     chains.tick(t0 + Duration::from_millis(50), &mut out);
@@ -228,7 +233,13 @@ fn a_verifier_before_its_call_is_parked_and_joins_it() {
         let mut out = Vec::new();
         let mut v = SpanEvidence::new([8; 16], [5; 8]);
         v.operation_key = Some("op-9".into());
-        v.outcomes.push(OutcomeReceipt { result, method: VerifierMethod::RowVersion, checked_at_ns: 50, request_id: None });
+        v.outcomes.push(OutcomeReceipt {
+            result,
+            method: VerifierMethod::RowVersion,
+            checked_at_ns: 50,
+            request_id: None,
+            trust: Default::default(),
+        });
         e.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0, &mut out);
         e.tick(t0 + Duration::from_millis(100), &mut out);
         assert!(calls(&out).is_empty(), "a verifier alone is judged nothing: {out:?}");
@@ -258,6 +269,7 @@ fn a_parked_verifier_whose_call_never_comes_is_dropped_and_counted() {
         method: VerifierMethod::RowVersion,
         checked_at_ns: 50,
         request_id: None,
+        trust: Default::default(),
     });
     e.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0, &mut out);
     e.tick(t0 + Duration::from_secs(301), &mut out);
@@ -278,6 +290,7 @@ fn a_callless_chain_yields_no_verdict_only_a_count() {
         method: VerifierMethod::TestResult,
         checked_at_ns: 50,
         request_id: None,
+        trust: Default::default(),
     });
     e.ingest(NormalizedBatch { evidence: vec![v], ..Default::default() }, t0, &mut out);
     e.tick(t0 + Duration::from_secs(40), &mut out);
@@ -416,6 +429,7 @@ mod permutations {
                     method: VerifierMethod::RowVersion,
                     checked_at_ns: t0 + 700_000,
                     request_id: None,
+                    trust: Default::default(),
                 });
                 out.push(v);
             }
@@ -505,6 +519,7 @@ fn late_evidence_for_a_forgotten_chain_is_counted() {
         method: VerifierMethod::RowVersion,
         checked_at_ns: 40,
         request_id: None,
+        trust: Default::default(),
     });
     let before = e.gauges().chain_stats.late_evidence_dropped;
     // Whichever of the two was forgotten to stay within max_decided, its receipt is counted.
@@ -571,7 +586,13 @@ mod rounds {
             v.parent_span_id = Some([rounds; 8]);
             v.start_ns = T0 + u64::from(rounds) * 1_000_000;
             v.end_ns = v.start_ns + 100;
-            v.outcomes.push(OutcomeReceipt { result, method: VerifierMethod::HttpStatus, checked_at_ns: v.end_ns, request_id: None });
+            v.outcomes.push(OutcomeReceipt {
+                result,
+                method: VerifierMethod::HttpStatus,
+                checked_at_ns: v.end_ns,
+                request_id: None,
+                trust: Default::default(),
+            });
             out.push(v);
         }
         out

@@ -72,6 +72,14 @@ pub const OUTCOME_VERIFIER: &str = "mcp_health.outcome.verifier";
 /// `template_error`, `queue_full`, `bad_response`, `other`): a span with this and no
 /// `mcp_health.outcome.result` is no finding; the outcome stays unobserved (`verifier_error`).
 pub const OUTCOME_ERROR: &str = "mcp_health.outcome.error";
+/// The tool of the call a verifier checked (covered by the receipt's signature).
+pub const OUTCOME_TOOL: &str = "mcp_health.outcome.tool";
+/// The id of the Ed25519 key that signed the receipt (first 16 hex digits of the SHA-256 of the
+/// public key).
+pub const OUTCOME_KEY_ID: &str = "mcp_health.outcome.key_id";
+/// The receipt's Ed25519 signature (hex) over the call it checked and what it found (see
+/// `evidence::receipt::message`).
+pub const OUTCOME_SIGNATURE: &str = "mcp_health.outcome.signature";
 /// A caller-chosen key that names one intended operation across attempts.
 pub const OPERATION_KEY: &str = "mcp_health.operation.key";
 /// Span event name for a verifier result carried as an event instead of a span.
@@ -157,6 +165,8 @@ pub const VERDICT_VERIFIED_SUCCESS: &str = "mcp_health.verdict.verified_success"
 pub const LAYER_PREFIX: &str = "mcp_health.layer.";
 pub const SESSION_ID_HASH: &str = "mcp_health.session.id_hash";
 pub const OUTCOME_METHOD_WRITTEN: &str = OUTCOME_METHOD;
+/// The provenance of the receipt a verdict rests on: `unsigned`, `signed` (written).
+pub const OUTCOME_TRUST: &str = "mcp_health.outcome.trust";
 pub const CATALOG_CONVERGENCE: &str = "mcp_health.catalog.convergence";
 pub const CATALOG_REASON: &str = "mcp_health.catalog.reason";
 pub const CATALOG_DISCOVERED_DIGEST: &str = "mcp_health.catalog.discovered_digest";

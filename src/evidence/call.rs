@@ -439,7 +439,7 @@ impl CallEvidence {
     pub fn latest_outcome(&self) -> Option<&OutcomeReceipt> {
         self.outcomes
             .iter()
-            .filter(|o| o.result != OutcomeResult::VerifierError)
+            .filter(|o| o.result != OutcomeResult::VerifierError && o.trust != receipt::ReceiptTrust::Untrusted)
             .filter(|o| self.start_ns == 0 || o.checked_at_ns >= self.start_ns)
             .max_by_key(|o| o.checked_at_ns)
     }
@@ -447,7 +447,13 @@ impl CallEvidence {
     /// A verifier was meant to check this call and could not run: the reason an unverified call
     /// gives (never a finding).
     pub fn verifier_error(&self) -> bool {
-        self.outcomes.iter().any(|o| o.result == OutcomeResult::VerifierError)
+        self.outcomes.iter().any(|o| o.result == OutcomeResult::VerifierError && o.trust != receipt::ReceiptTrust::Untrusted)
+    }
+
+    /// Outcome evidence arrived that no trusted key signed (trusted keys are configured): it was
+    /// not taken, and the verdict says so.
+    pub fn untrusted_receipt(&self) -> bool {
+        self.outcomes.iter().any(|o| o.trust == receipt::ReceiptTrust::Untrusted)
     }
 }
 

@@ -9,6 +9,7 @@ pub mod attributes;
 pub mod call;
 pub mod catalog;
 pub mod hash;
+pub mod receipt;
 pub mod time;
 
 use std::sync::Arc;
@@ -271,6 +272,8 @@ pub struct OutcomeReceipt {
     pub checked_at_ns: u64,
     /// The request id of the call it checked, when the verifier names one.
     pub request_id: Option<Box<str>>,
+    /// Its provenance (see [`receipt`]): an `untrusted` receipt is never evidence.
+    pub trust: receipt::ReceiptTrust,
 }
 
 /// One progress notification (SPEC section 5).
@@ -838,6 +841,7 @@ mod tests {
             method: VerifierMethod::Receipt,
             checked_at_ns: 1,
             request_id: None,
+            trust: Default::default(),
         });
         // Reading a rare field allocates nothing; writing one allocates the box once.
         assert!(s.auth_status.is_none() && s.catalog.is_none() && !s.has_rare());

@@ -98,7 +98,25 @@ pub fn read_span(
     if !facts.is_empty() || facts.raw_definitions_seen {
         ev.catalog = Some(Box::new(facts));
     }
-    if let Some(r) = outcome.receipt(ev.end_ns) {
+    if let Some(mut r) = outcome.receipt(ev.end_ns) {
+        // Provenance: a signature over the call the receipt names (this span's trace and parent)
+        // and what it found, by a key the operator trusts.
+        if let Some(keys) = crate::evidence::receipt::trusted() {
+            let call_span = ev.parent_span_id.unwrap_or_default();
+            let signed_by = outcome.key_id.as_deref().zip(outcome.signature.as_deref());
+            r.trust = keys.judge(signed_by, || {
+                crate::evidence::receipt::message(
+                    &trace_id,
+                    &call_span,
+                    outcome.request_id.as_deref().unwrap_or(""),
+                    outcome.tool.as_deref().unwrap_or(""),
+                    outcome.verifier.as_deref().unwrap_or(""),
+                    r.result.as_str(),
+                    r.method.as_str(),
+                    r.checked_at_ns,
+                )
+            });
+        }
         if outcome.verifier.is_some() || outcome.error.is_some() {
             ev.finding = Some(Box::new(crate::evidence::FindingMeta {
                 verifier: outcome.verifier.clone(),
@@ -115,7 +133,11 @@ pub fn read_span(
         for kv in &event.attributes {
             read_outcome_attribute(kv, &mut f, type_errors);
         }
-        if let Some(r) = f.receipt(event.time_unix_nano) {
+        if let Some(mut r) = f.receipt(event.time_unix_nano) {
+            // A receipt carried as an event has no signature: evidence only where no key is trusted.
+            if let Some(keys) = crate::evidence::receipt::trusted() {
+                r.trust = keys.judge(None, Vec::new);
+            }
             ev.outcomes.push(r);
         }
     }
@@ -278,6 +300,9 @@ struct OutcomeFields {
     request_id: Option<Box<str>>,
     verifier: Option<Box<str>>,
     error: Option<&'static str>,
+    tool: Option<Box<str>>,
+    key_id: Option<Box<str>>,
+    signature: Option<Box<str>>,
 }
 
 impl OutcomeFields {
@@ -293,6 +318,7 @@ impl OutcomeFields {
             method: self.method.unwrap_or(VerifierMethod::Unspecified),
             checked_at_ns: self.checked_at.unwrap_or(default_at),
             request_id: self.request_id.clone(),
+            trust: Default::default(),
         })
     }
 }
@@ -506,6 +532,9 @@ fn read_outcome_attribute(kv: &KeyValue<'_>, f: &mut OutcomeFields, type_errors:
         a::OUTCOME_CHECKED_AT => value::as_i64(v).filter(|t| *t >= 0).map(|t| f.checked_at = Some(t as u64)).is_some(),
         a::OUTCOME_REQUEST_ID => value::id_with(v, redact::ident).map(|r| f.request_id = Some(r)).is_some(),
         a::OUTCOME_VERIFIER => value::as_str(v).map(|r| f.verifier = Some(redact::tool_name(r))).is_some(),
+        a::OUTCOME_TOOL => value::as_str(v).map(|t| f.tool = Some(t.into())).is_some(),
+        a::OUTCOME_KEY_ID => value::as_str(v).map(|t| f.key_id = Some(t.into())).is_some(),
+        a::OUTCOME_SIGNATURE => value::as_str(v).filter(|t| t.len() <= 256).map(|t| f.signature = Some(t.into())).is_some(),
         a::OUTCOME_ERROR => value::as_str(v)
             .map(|e| f.error = Some(crate::evidence::VERIFIER_ERRORS.iter().copied().find(|k| *k == e).unwrap_or("other")))
             .is_some(),

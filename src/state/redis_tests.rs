@@ -386,6 +386,7 @@ fn redis_two_engines_one_shared_incident_one_emitter_per_transition() {
         method: VerifierMethod::Receipt,
         checked_at_ns: 6_500,
         request_id: None,
+        trust: Default::default(),
     });
     let out_a = step(&mut a, vec![ok, receipt], t + Duration::from_secs(13));
     let states: Vec<_> = out_a.iter().filter_map(|d| if let Decided::Call(v) = d { Some(v.state) } else { None }).collect();
@@ -438,6 +439,7 @@ fn redis_a_receipt_on_another_engine_revises_the_call_through_the_store() {
         method: VerifierMethod::Receipt,
         checked_at_ns: 3_000,
         request_id: None,
+        trust: Default::default(),
     });
     let t = Moment::from_nanos(1_000_000_000);
     let (mut out_a, mut out_b) = (Vec::new(), Vec::new());

@@ -41,6 +41,7 @@ fn rich_span(n: u8) -> SpanEvidence {
         method: VerifierMethod::Receipt,
         checked_at_ns: 5,
         request_id: None,
+        trust: Default::default(),
     });
     s.operation_key = Some("op-1".into());
     s.progress = Some(Box::new(ProgressMark { token: "p".into(), value: 0.5, total: Some(1.0), at_ns: 7 }));

@@ -129,6 +129,7 @@ struct Logical {
     /// A task's call: the request id and start of the `tools/call`, and its verifier rule with
     /// the call's arguments, for the verifier run on the completed task's result.
     request_id: Box<str>,
+    tool: Box<str>,
     start_ns: u64,
     verify: Option<(usize, Value)>,
 }
@@ -715,6 +716,7 @@ impl Observer {
             trace_id: p.trace_id,
             call_span_id: p.span_id,
             request_id: p.id_display.clone(),
+            tool: p.tool.clone().unwrap_or_default(),
             call_start_ns: p.start_ns,
         });
     }
@@ -969,6 +971,7 @@ impl Observer {
             parent: p.parent,
             call_span: p.span_id,
             request_id: p.id_display.clone(),
+            tool: p.tool.clone().unwrap_or_default(),
             start_ns: p.start_ns,
             verify: None,
         }
@@ -1005,6 +1008,7 @@ impl Observer {
                             trace_id: l.trace_id,
                             call_span_id: l.call_span,
                             request_id: l.request_id.clone(),
+                            tool: l.tool.clone(),
                             call_start_ns: l.start_ns,
                         });
                     }

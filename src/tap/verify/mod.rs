@@ -43,6 +43,8 @@ use crate::evidence::attributes as a;
 pub use check::{Finding, VerifyError};
 pub use rules::{RuleSet, RulesError};
 
+use crate::evidence::receipt::SigningKey;
+
 /// One call to verify.
 #[derive(Clone, Debug)]
 pub struct VerifyJob {
@@ -55,6 +57,8 @@ pub struct VerifyJob {
     pub call_span_id: [u8; 8],
     /// The request id as the call's span writes it.
     pub request_id: Box<str>,
+    /// The tool as the call's span writes it (covered by the finding's signature).
+    pub tool: Box<str>,
     pub call_start_ns: u64,
 }
 
@@ -112,6 +116,7 @@ pub struct VerifierPool {
     rules: Arc<RuleSet>,
     tx: mpsc::Sender<VerifyJob>,
     sink: SpanSink,
+    signer: Option<Arc<SigningKey>>,
     pub stats: Arc<VerifierStats>,
 }
 
@@ -126,16 +131,16 @@ impl VerifierPool {
     /// scheduling priority (nice +10): checks must never take CPU from the pumps that carry the
     /// client's bytes (`cargo bench --bench tap_latency`). The [`VerifierRunner`] waits for the
     /// checks still running once every pool handle is dropped.
-    pub fn spawn(rules: Arc<RuleSet>, sink: SpanSink) -> (Self, VerifierRunner) {
+    pub fn spawn(rules: Arc<RuleSet>, sink: SpanSink, signer: Option<Arc<SigningKey>>) -> (Self, VerifierRunner) {
         let (tx, rx) = mpsc::channel(rules.limits.queue_size.max(1));
         let stats = Arc::new(VerifierStats::default());
-        let pool = VerifierPool { rules: rules.clone(), tx, sink: sink.clone(), stats: stats.clone() };
+        let pool = VerifierPool { rules: rules.clone(), tx, sink: sink.clone(), signer: signer.clone(), stats: stats.clone() };
         let (done_tx, done) = tokio::sync::oneshot::channel();
         let st = stats.clone();
         let started = std::thread::Builder::new().name("tap-verifiers".into()).spawn(move || {
             lower_priority();
             match tokio::runtime::Builder::new_current_thread().enable_all().thread_name("tap-verifiers").build() {
-                Ok(rt) => rt.block_on(dispatch(rx, rules, sink, st)),
+                Ok(rt) => rt.block_on(dispatch(rx, rules, sink, st, signer)),
                 Err(e) => eprintln!("mcp-health tap: cannot start the verifier runtime ({e}); calls stay unverified"),
             }
             let _ = done_tx.send(());
@@ -160,7 +165,7 @@ impl VerifierPool {
             let r = Err(VerifyError::QueueFull);
             self.stats.count(&r);
             let at = now_ns();
-            self.sink.emit(finding_span(&self.rules.rules[job.rule], &job, at, at, at, &r));
+            self.sink.emit(finding_span(&self.rules.rules[job.rule], &job, at, at, at, &r, self.signer.as_deref()));
         }
     }
 }
@@ -192,13 +197,19 @@ impl VerifierRunner {
     }
 }
 
-async fn dispatch(mut rx: mpsc::Receiver<VerifyJob>, rules: Arc<RuleSet>, sink: SpanSink, stats: Arc<VerifierStats>) {
+async fn dispatch(
+    mut rx: mpsc::Receiver<VerifyJob>,
+    rules: Arc<RuleSet>,
+    sink: SpanSink,
+    stats: Arc<VerifierStats>,
+    signer: Option<Arc<SigningKey>>,
+) {
     let concurrency = rules.limits.concurrency.max(1);
     let permits = Arc::new(Semaphore::new(concurrency));
     let http = check::http_client(Duration::from_secs(5));
     while let Some(job) = rx.recv().await {
         let Ok(permit) = permits.clone().acquire_owned().await else { break };
-        let (rules, sink, stats, http) = (rules.clone(), sink.clone(), stats.clone(), http.clone());
+        let (rules, sink, stats, http, signer) = (rules.clone(), sink.clone(), stats.clone(), http.clone(), signer.clone());
         tokio::spawn(async move {
             let _permit = permit;
             let Some(rule) = rules.rules.get(job.rule) else { return };
@@ -206,7 +217,7 @@ async fn dispatch(mut rx: mpsc::Receiver<VerifyJob>, rules: Arc<RuleSet>, sink: 
             let (checked_at, r) = verify(rule, &job.call, &http).await;
             stats.count(&r);
             tracing::debug!(verifier = %rule.name, result = r.map_or_else(|e| e.as_str(), |f| f.as_str()), "verifier ran");
-            sink.emit(finding_span(rule, &job, started, now_ns(), checked_at, &r));
+            sink.emit(finding_span(rule, &job, started, now_ns(), checked_at, &r, signer.as_deref()));
         });
     }
     // Every check holds a permit until it reported.
@@ -252,19 +263,42 @@ pub fn finding_span(
     end_ns: u64,
     checked_at: u64,
     r: &Result<Finding, VerifyError>,
+    signer: Option<&SigningKey>,
 ) -> Span {
     let s = |k: &str, v: &str| kv(k, any_value::Value::StringValue(v.to_string()));
+    // After the call started, whatever the clocks say: a receipt checked before its call says
+    // nothing about it.
+    let checked_at = checked_at.max(job.call_start_ns);
     let mut attrs = vec![
         s(a::OUTCOME_VERIFIER, &rule.name),
         s(a::OUTCOME_METHOD, rule.check.method()),
-        // After the call started, whatever the clocks say: a receipt checked before its call says
-        // nothing about it.
-        kv(a::OUTCOME_CHECKED_AT, any_value::Value::IntValue(checked_at.max(job.call_start_ns) as i64)),
+        kv(a::OUTCOME_CHECKED_AT, any_value::Value::IntValue(checked_at as i64)),
         s(a::OUTCOME_REQUEST_ID, &job.request_id),
+        s(a::OUTCOME_TOOL, &job.tool),
     ];
-    match r {
-        Ok(f) => attrs.push(s(a::OUTCOME_RESULT, f.as_str())),
-        Err(e) => attrs.push(s(a::OUTCOME_ERROR, e.as_str())),
+    let result = match r {
+        Ok(f) => {
+            attrs.push(s(a::OUTCOME_RESULT, f.as_str()));
+            f.as_str()
+        }
+        Err(e) => {
+            attrs.push(s(a::OUTCOME_ERROR, e.as_str()));
+            crate::evidence::OutcomeResult::VerifierError.as_str()
+        }
+    };
+    if let Some(key) = signer {
+        let msg = crate::evidence::receipt::message(
+            &job.trace_id,
+            &job.call_span_id,
+            &job.request_id,
+            &job.tool,
+            &rule.name,
+            result,
+            rule.check.method(),
+            checked_at,
+        );
+        attrs.push(s(a::OUTCOME_KEY_ID, key.id()));
+        attrs.push(s(a::OUTCOME_SIGNATURE, &key.sign(&msg)));
     }
     Span {
         trace_id: job.trace_id.to_vec(),

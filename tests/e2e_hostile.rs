@@ -1,0 +1,144 @@
+//! Issue 22: verified must mean verified — the server being checked cannot verify itself.
+//!
+//! A hostile MCP server (tests/hostile/hostile_server.py) says `transfer_funds` succeeded, did
+//! nothing, and POSTs an unsigned OTLP receipt saying `confirmed` into the call's trace (it learns
+//! the trace id from `_meta.traceparent`). The tap's own verifier for the tool finds the transfer
+//! absent (`failed`) and signs its finding with the tap's key (`mcp-health keygen`, `tap
+//! --signing-key`). Two services see the same traffic:
+//! - one that trusts the tap's public key: the forged receipt is `untrusted`, never evidence, and
+//!   the call is `false_success` on the tap's signed finding (`outcome_trust: signed`);
+//! - one with no trusted key (the embedded default's policy): the forged receipt is taken, later
+//!   than the tap's, and the call reads `healthy` — the attack works there, and the verdict says
+//!   the receipt was `unsigned`. This half shows the test can fail.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::*;
+
+fn python() -> Option<std::path::PathBuf> {
+    let p = std::path::PathBuf::from("/usr/bin/python3");
+    p.exists().then_some(p).or_else(|| which("python3"))
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.exists())
+}
+
+/// One `tools/call transfer_funds` through `mcp-health tap` (stdio) in front of the hostile
+/// server, whose forged receipt goes to `forge_to`; the tap's spans go to `endpoint`.
+fn call_through_tap(dir: &Path, endpoint: &str, forge_to: &str, key: &Path, trace: &str) {
+    let rules = dir.join("rules.yaml");
+    std::fs::write(&rules, "verifiers:\n  - name: transfer_done\n    tool: transfer_funds\n    command: {argv: [\"false\"]}\n").unwrap();
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/hostile_server.py");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+        .args(["tap", "--otlp-endpoint", endpoint, "--service-name", "victim-agent", "--server-address", "hostile"])
+        .arg("--verifiers")
+        .arg(&rules)
+        .arg("--signing-key")
+        .arg(key)
+        .arg("--")
+        .arg(python().expect("python3"))
+        .arg(server)
+        .arg(forge_to)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the tap");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut ask = |msg: Value| {
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        if msg.get("id").is_some() {
+            let line = lines.next().expect("a response").unwrap();
+            serde_json::from_str::<Value>(&line).unwrap()
+        } else {
+            Value::Null
+        }
+    };
+    ask(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "victim", "version": "1"}}}),
+    );
+    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let r = ask(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "transfer_funds", "arguments": {"amount": 100}, "_meta": {"traceparent": format!("00-{trace}-00f067aa0ba902b7-01")}}}),
+    );
+    assert_eq!(r["result"]["structuredContent"]["status"], "transferred", "{r}");
+    // Let the verifier run and the tap export, then end the session (the tap flushes on EOF).
+    std::thread::sleep(Duration::from_millis(800));
+    drop(stdin);
+    let _ = child.wait();
+}
+
+fn final_call(svc: &Service, trace: &str) -> Option<Value> {
+    svc.verdicts().into_iter().filter(|v| v["trace_id"] == trace && v["method"] == "tools/call").max_by_key(|v| v["revision"].as_u64())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_receipt_does_not_verify_a_lying_call_when_keys_are_trusted() {
+    if python().is_none() {
+        eprintln!("SKIPPED: no python3");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("tap.key");
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).arg("keygen").arg("--out").arg(&key).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let public = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(public.starts_with("ed25519:") && public.len() == 8 + 64, "{public}");
+    let seed = std::fs::read_to_string(&key).unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(seed.trim()), "the private key is never printed");
+
+    let trusting = Service::start(Cfg {
+        decision_wait: "1500ms",
+        listener_extra: vec![("mcp_health", format!("receipts:\n  trusted_keys: [\"{public}\"]"))],
+        ..Cfg::default()
+    })
+    .await;
+    let open = Service::start(Cfg { decision_wait: "1500ms", ..Cfg::default() }).await;
+
+    for (svc, trace) in [(&trusting, "4bf92f3577b34da6a3ce929d0e0e4736"), (&open, "5bf92f3577b34da6a3ce929d0e0e4737")] {
+        let (endpoint, forge_to) = (format!("http://{}", svc.grpc_addr()), format!("http://{}", svc.http_addr()));
+        let (d, k) = (dir.path().to_path_buf(), key.clone());
+        let t = trace.to_string();
+        tokio::task::spawn_blocking(move || call_through_tap(&d, &endpoint, &forge_to, &k, &t)).await.unwrap();
+    }
+
+    let decided = |svc: &Service, trace: &str| {
+        let t = trace.to_string();
+        let svc_verdict = final_call(svc, &t);
+        svc_verdict.filter(|v| v["outcome_method"].is_string())
+    };
+    let v =
+        eventually(Duration::from_secs(20), "the trusting service's verdict", || decided(&trusting, "4bf92f3577b34da6a3ce929d0e0e4736"))
+            .await;
+    assert_eq!(v["state"], "false_success", "the forged receipt is no evidence: {v}");
+    assert_eq!(v["verified_success"], false);
+    assert_eq!(v["outcome_trust"], "signed", "the tap's signed finding decided: {v}");
+
+    let v = eventually(Duration::from_secs(20), "the open service's verdict", || {
+        decided(&open, "5bf92f3577b34da6a3ce929d0e0e4737").filter(|v| v["state"] == "healthy")
+    })
+    .await;
+    assert_eq!(v["outcome_trust"], "unsigned", "without trusted keys the forgery works, and the verdict says on what: {v}");
+}
+
+/// A receipt that names a call but was signed for another (a copied signature) is no evidence.
+#[test]
+fn a_copied_signature_does_not_transfer_to_another_call() {
+    use mcp_health::evidence::receipt::{message, ReceiptTrust, SigningKey, TrustedKeys};
+    let (_, key) = SigningKey::generate().unwrap();
+    let keys = TrustedKeys::parse(&[key.public()]).unwrap();
+    let signed = message(&[1; 16], &[2; 8], "7", "transfer_funds", "transfer_done", "confirmed", "http_status", 5);
+    let sig = key.sign(&signed);
+    let other_call = message(&[1; 16], &[3; 8], "8", "transfer_funds", "transfer_done", "confirmed", "http_status", 5);
+    assert_eq!(keys.judge(Some((key.id(), &sig)), || other_call), ReceiptTrust::Untrusted);
+    assert_eq!(keys.judge(Some((key.id(), &sig)), || signed.clone()), ReceiptTrust::Signed);
+}
