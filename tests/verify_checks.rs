@@ -296,7 +296,7 @@ async fn a_full_verifier_queue_is_counted_and_nothing_of_the_call_leaves() {
         dir.path().display()
     )));
     let (spans, exporter) = spawn(ExportSettings::new(sink.endpoint(), "verify-test")).unwrap();
-    let (pool, runner) = VerifierPool::spawn(rs, spans.clone());
+    let (pool, runner) = VerifierPool::spawn(rs, spans.clone(), None);
     // Five at once into one place of queue and one check at a time: at most two are taken (one
     // running, one waiting for its permit) and one queued, so at least two find the queue full.
     for i in 0..5u8 {
@@ -306,6 +306,7 @@ async fn a_full_verifier_queue_is_counted_and_nothing_of_the_call_leaves() {
             trace_id: [i + 1; 16],
             call_span_id: [9; 8],
             request_id: "7".into(),
+            tool: "t".into(),
             call_start_ns: 1,
         });
     }
