@@ -128,8 +128,8 @@ fn write_rules(dir: &Path, records: u16) -> PathBuf {
   - name: report_written
     tool: write_report
     file:
-      path: "{{/result/structuredContent/path}}"
-      sha256: "{{/result/structuredContent/sha256}}"
+      base_dir: "{dir}"
+      path: "{{/arguments/name}}.txt"
       min_size: 1
   - name: row_inserted
     tool: insert_row
@@ -139,7 +139,8 @@ fn write_rules(dir: &Path, records: u16) -> PathBuf {
       params: ["{{/result/structuredContent/id}}", "{{/arguments/name}}"]
       min_version: "{{/arguments/version}}"
 "#,
-            db = db.display()
+            db = db.display(),
+            dir = dir.display()
         ),
     )
     .unwrap();

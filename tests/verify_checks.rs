@@ -116,11 +116,11 @@ async fn file_checks_against_real_files() {
     let d = dir.path().display();
     let rs = rules(&format!(
         r#"
-- {{name: f, tool: w, file: {{path: "{d}/{{/arguments/name}}", sha256: "{{/result/structuredContent/sha256}}", min_size: 1}}}}
-- {{name: g, tool: w, file: {{path: "{d}/{{/arguments/name}}", min_size: 1}}}}
+- {{name: f, tool: w, file: {{base_dir: "{d}", path: "{{/arguments/name}}", sha256: "{{/arguments/sha256}}", min_size: 1}}}}
+- {{name: g, tool: w, file: {{base_dir: "{d}", path: "{{/arguments/name}}", min_size: 1}}}}
 "#
     ));
-    let call = |name: &str, sha: &str| json!({"arguments": {"name": name}, "result": {"structuredContent": {"sha256": sha}}});
+    let call = |name: &str, sha: &str| json!({"arguments": {"name": name, "sha256": sha}, "result": {"structuredContent": {}}});
     assert_eq!(run_rule(&rs, 0, &call("report.txt", &real)).await, Ok(Finding::Confirmed));
     assert_eq!(run_rule(&rs, 0, &call("report.txt", digest)).await, Ok(Finding::Failed), "wrong digest");
     assert_eq!(run_rule(&rs, 0, &call("nothing.txt", &real)).await, Ok(Finding::Missing));
@@ -292,7 +292,7 @@ async fn a_full_verifier_queue_is_counted_and_nothing_of_the_call_leaves() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("PLANTED_FILE"), b"x").unwrap();
     let rs = Arc::new(rules(&format!(
-        "verifiers:\n  - {{name: slowcheck, tool: t, delay: 200ms, file: {{path: \"{}/{{/arguments/name}}\"}}}}\nlimits: {{queue_size: 1, concurrency: 1}}\n",
+        "verifiers:\n  - {{name: slowcheck, tool: t, delay: 200ms, file: {{base_dir: \"{}\", path: \"{{/arguments/name}}\"}}}}\nlimits: {{queue_size: 1, concurrency: 1}}\n",
         dir.path().display()
     )));
     let (spans, exporter) = spawn(ExportSettings::new(sink.endpoint(), "verify-test")).unwrap();
@@ -378,4 +378,134 @@ async fn http_checks_speak_tls_to_https_destinations() {
     assert_eq!(run_rule(&rs, 1, &call).await, Err(VerifyError::Unreachable), "an untrusted certificate is no finding");
     let bad = RuleSet::parse("- {name: x, tool: t, http: {url: 'https://h/', ca_file: /nonexistent/ca.pem}}", Path::new("v"), &|_| None);
     assert!(bad.unwrap_err().to_string().contains("ca_file"));
+}
+
+/// Issue 22: a hostile server (and the LLM-chosen arguments) cannot turn a verifier into its
+/// tool: the file check stays beneath its base_dir (no `..`, no symbolic link to /etc/hostname).
+#[tokio::test]
+async fn file_checks_stay_beneath_their_base_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("reports");
+    std::fs::create_dir(&base).unwrap();
+    std::fs::write(base.join("q3.txt"), b"numbers").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", base.join("planted.txt")).unwrap();
+    std::os::unix::fs::symlink("/etc", base.join("etc")).unwrap();
+    let hostname_digest = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read("/etc/hostname").unwrap_or_default()))
+    };
+    let rs = rules(&format!(
+        "- {{name: f, tool: w, file: {{base_dir: \"{}\", path: \"{{/arguments/name}}\", sha256: \"{{/arguments/sha256}}\"}}}}\n",
+        base.display()
+    ));
+    let call = |name: &str| json!({"arguments": {"name": name, "sha256": hostname_digest}});
+    assert_eq!(run_rule(&rs, 0, &call("../../../etc/hostname")).await, Err(VerifyError::TemplateError), "`..` is refused, never read");
+    assert_eq!(run_rule(&rs, 0, &call("/etc/hostname")).await, Err(VerifyError::TemplateError), "an absolute path is refused");
+    assert_eq!(run_rule(&rs, 0, &call("planted.txt")).await, Ok(Finding::Failed), "a symbolic link is not followed");
+    assert_eq!(run_rule(&rs, 0, &call("etc/hostname")).await, Ok(Finding::Failed), "nor a linked directory on the way");
+    // And a rule that takes the path and the digest from the result does not load at all.
+    let e =
+        RuleSet::parse("- {name: r, tool: w, file: {path: '{/result/path}', sha256: '{/result/sha256}'}}", Path::new("t.yaml"), &|_| None)
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("base_dir"), "{e}");
+}
+
+/// Issue 22: a command verifier is a deputy, not a shell: a value that starts with `-` is no
+/// option (`git diff --output=FILE` writes no file), the child gets only PATH and its rule's own
+/// variables (never another rule's credentials), and a timeout kills its whole process group.
+#[tokio::test]
+async fn command_checks_take_no_options_and_no_secrets_from_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git").args(args).current_dir(&repo).output().map(|o| o.status.success()).unwrap_or(false)
+    };
+    let have_git = git(&["init", "-q"]);
+    let pwned = dir.path().join("pwned");
+    let envfile = dir.path().join("env.txt");
+    let pidfile = dir.path().join("pid.txt");
+    let env = |k: &str| match k {
+        "PATH" => std::env::var("PATH").ok(),
+        "RULE_TOKEN" => Some("rule-token-for-this-rule".to_string()),
+        "OTHER_RULE_SECRET" => Some("PLANTED_OTHER_SECRET".to_string()),
+        _ => None,
+    };
+    let yaml = format!(
+        r#"
+- {{name: diff, tool: d, command: {{argv: [git, diff, "{{/arguments/rev}}"], cwd: "{repo}"}}}}
+- {{name: safe, tool: d, command: {{argv: [git, diff, "--", "{{/arguments/rev}}"], cwd: "{repo}"}}}}
+- {{name: envdump, tool: e, command: {{argv: [sh, -c, "env > {envfile}"], env: [RULE_TOKEN]}}}}
+- {{name: group, tool: g, timeout: 500ms, command: {{argv: [sh, -c, "sleep 30 & echo $! > {pidfile}; wait"]}}}}
+- {{name: other, tool: o, command: {{argv: [sh, -c, "exit 0"], env: [OTHER_RULE_SECRET]}}}}
+"#,
+        repo = repo.display(),
+        envfile = envfile.display(),
+        pidfile = pidfile.display()
+    );
+    let rs = RuleSet::parse(&yaml, Path::new("t.yaml"), &env).expect("rules compile");
+    let attack = json!({"arguments": {"rev": format!("--output={}", pwned.display())}});
+    assert_eq!(run_rule(&rs, 0, &attack).await, Err(VerifyError::TemplateError), "a value starting with `-` is refused");
+    if have_git {
+        // After `--` it is a path, not an option: git looks for it and writes nothing.
+        let _ = run_rule(&rs, 1, &attack).await;
+    } else {
+        eprintln!("SKIPPED (git absent): the `--` half of the option-injection check");
+    }
+    assert!(!pwned.exists(), "no file was written through an option");
+
+    assert_eq!(run_rule(&rs, 2, &json!({})).await, Ok(Finding::Confirmed));
+    let seen = std::fs::read_to_string(&envfile).unwrap();
+    assert!(seen.contains("RULE_TOKEN=rule-token-for-this-rule") && seen.contains("PATH="), "{seen}");
+    assert!(
+        !seen.contains("PLANTED_OTHER_SECRET") && !seen.contains("OTHER_RULE_SECRET"),
+        "another rule's secret reached the child: {seen}"
+    );
+
+    assert_eq!(run_rule(&rs, 3, &json!({})).await, Err(VerifyError::Timeout));
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let mut gone = false;
+    for _ in 0..50 {
+        // Gone, or a zombie nobody reaped yet (killed: its parent, `sh`, died with it).
+        gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|st| st.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .unwrap_or(true);
+        if gone {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the grandchild (pid {pid}) outlived the check's timeout");
+}
+
+/// Issue 22: URL holes cannot leave the rule's path or host: the destination sees one request,
+/// under the rule's path, with the value as one segment; an attacker listener sees nothing.
+#[tokio::test]
+async fn http_holes_stay_under_the_rules_path_and_host() {
+    use axum::http::Uri;
+    use std::sync::Mutex;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s2 = seen.clone();
+    let app = axum::Router::new().fallback(move |uri: Uri| {
+        let s = s2.clone();
+        async move {
+            s.lock().unwrap().push(uri.to_string());
+            (axum::http::StatusCode::NOT_FOUND, "")
+        }
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let attacker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    attacker.set_nonblocking(true).unwrap();
+    let rs = rules(&format!("- {{name: t, tool: c, http: {{url: \"http://{addr}/api/tickets/{{/result/id}}\", headers: {{Authorization: \"Bearer ${{env:DEST_TOKEN}}\"}}}}}}\n"));
+    for evil in ["../../admin/delete?all=1#".to_string(), format!("@{}/steal", attacker.local_addr().unwrap()), "x?admin=1&all=1".into()] {
+        let r = run_rule(&rs, 0, &json!({"result": {"id": evil}})).await;
+        assert_eq!(r, Ok(Finding::Missing), "{evil}");
+    }
+    let got = seen.lock().unwrap().clone();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(got.iter().all(|u| u.starts_with("/api/tickets/") && !u[13..].contains('/') && !u.contains('?')), "{got:?}");
+    assert!(attacker.accept().is_err(), "the attacker's listener received a connection");
 }

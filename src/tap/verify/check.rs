@@ -161,22 +161,38 @@ async fn attempt(check: &Check, call: &Value, http: &HttpClient, timeout: Durati
                 _ => Finding::Failed,
             })
         }
-        Check::File { path, sha256, min_size } => {
-            let path = std::path::PathBuf::from(path.render(call)?);
+        Check::File { path, base_dir, sha256, min_size, max_bytes } => {
+            let rendered = path.render(call)?;
+            let path = match base_dir {
+                Some(base) => beneath(base, &rendered)?,
+                None => std::path::PathBuf::from(rendered),
+            };
             let want = sha256.as_ref().map(|t| t.render(call)).transpose()?;
-            let min = *min_size;
-            tokio::task::spawn_blocking(move || file(&path, want.as_deref(), min)).await.map_err(|_| VerifyError::Other)?
+            let (min, max) = (*min_size, *max_bytes);
+            // The deadline is checked while reading: a file check never outlives its timeout.
+            let deadline = std::time::Instant::now() + timeout;
+            let strict = base_dir.is_some();
+            tokio::task::spawn_blocking(move || file(&path, want.as_deref(), min, max, deadline, strict))
+                .await
+                .map_err(|_| VerifyError::Other)?
         }
-        Check::Command { argv } => {
-            let args: Vec<String> = argv.iter().map(|a| a.render(call)).collect::<Result<_, _>>()?;
+        Check::Command { argv, env, cwd } => {
+            let args = command_args(argv, call)?;
             let mut cmd = tokio::process::Command::new(&args[0]);
             cmd.args(&args[1..])
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .current_dir(cwd)
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .kill_on_drop(true);
+            // A process group of its own, killed as a group when the check ends or times out
+            // (the caller's timeout drops this future, and with it the guard).
+            #[cfg(unix)]
+            cmd.process_group(0);
             let mut child = cmd.spawn().map_err(|_| VerifyError::Other)?;
-            // The caller's timeout drops this future, and with it the child (killed on drop).
+            let _group = child.id().map(GroupGuard);
             let status = child.wait().await.map_err(|_| VerifyError::Other)?;
             Ok(if status.success() { Finding::Confirmed } else { Finding::Failed })
         }
@@ -191,7 +207,7 @@ async fn attempt(check: &Check, call: &Value, http: &HttpClient, timeout: Durati
                         .await
                         .map_err(|_| VerifyError::Other)??
                 }
-                SqlDb::Postgres(url) => postgres_first(&url.render(call)?, query, &params).await?,
+                SqlDb::Postgres(url) => postgres_first(&url.render(call)?, query, &params, timeout).await?,
             };
             Ok(match (row, min) {
                 (None, _) => Finding::Missing,
@@ -208,14 +224,92 @@ async fn attempt(check: &Check, call: &Value, http: &HttpClient, timeout: Durati
     }
 }
 
-fn file(path: &std::path::Path, sha256: Option<&str>, min_size: Option<u64>) -> Result<Finding, VerifyError> {
+/// The arguments of a command check. A value from the call that starts with `-` could be read as
+/// an option (`git diff --output=FILE`): refused, unless a literal `--` comes before it.
+fn command_args(argv: &[super::template::Template], call: &Value) -> Result<Vec<String>, VerifyError> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut options_ended = false;
+    for t in argv {
+        let a = t.render(call)?;
+        if t.has_holes() && !options_ended && a.starts_with('-') {
+            return Err(TemplateError::Refused("a value from the call starts with `-`: write `--` before it in argv").into());
+        }
+        if !t.has_holes() && a == "--" {
+            options_ended = true;
+        }
+        out.push(a);
+    }
+    Ok(out)
+}
+
+/// Kills a command check's process group when dropped (the check ended, or timed out).
+struct GroupGuard(u32);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        // SAFETY: killpg takes plain integers; the group is the child's own (process_group(0)).
+        unsafe {
+            let _ = libc::killpg(self.0 as libc::pid_t, libc::SIGKILL);
+        }
+    }
+}
+
+/// `rel` resolved beneath `base`: relative, no `..`, and no symbolic link on the way (each
+/// component is looked at, not followed). A path the call chose that would leave `base` is
+/// refused, never read.
+fn beneath(base: &std::path::Path, rel: &str) -> Result<std::path::PathBuf, VerifyError> {
+    use std::path::Component;
+    let rel = std::path::Path::new(rel);
+    let mut path = base.to_path_buf();
+    for c in rel.components() {
+        match c {
+            Component::Normal(x) => path.push(x),
+            Component::CurDir => {}
+            _ => return Err(TemplateError::Refused("a file path from the call must stay beneath base_dir").into()),
+        }
+    }
+    if path == base {
+        return Err(TemplateError::Refused("a file path from the call names no file").into());
+    }
+    Ok(path)
+}
+
+fn file(
+    path: &std::path::Path,
+    sha256: Option<&str>,
+    min_size: Option<u64>,
+    max_bytes: u64,
+    deadline: std::time::Instant,
+    strict: bool,
+) -> Result<Finding, VerifyError> {
     use sha2::Digest;
     use std::io::Read;
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Finding::Missing),
-        Err(_) => return Err(VerifyError::Other),
-    };
+    if strict {
+        // Beneath base_dir: no symbolic link anywhere on the way (a link the server planted could
+        // point the check at any file the tap can read).
+        let mut at = std::path::PathBuf::new();
+        for c in path.components() {
+            at.push(c);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => return Ok(Finding::Failed),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Finding::Missing),
+                Err(_) => return Err(VerifyError::Other),
+            }
+        }
+    }
+    let meta =
+        match std::fs::symlink_metadata(path)
+            .and_then(|m| if m.file_type().is_symlink() && !strict { std::fs::metadata(path) } else { Ok(m) })
+        {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Finding::Missing),
+            Err(_) => return Err(VerifyError::Other),
+        };
+    if strict && !meta.is_file() {
+        return Ok(Finding::Failed);
+    }
     if min_size.is_some_and(|m| meta.len() < m) {
         return Ok(Finding::Failed);
     }
@@ -223,13 +317,24 @@ fn file(path: &std::path::Path, sha256: Option<&str>, min_size: Option<u64>) -> 
     if !meta.is_file() {
         return Ok(Finding::Failed);
     }
+    if meta.len() > max_bytes {
+        return Err(VerifyError::BadResponse);
+    }
     let mut f = std::fs::File::open(path).map_err(|_| VerifyError::Other)?;
     let mut h = sha2::Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
+    let mut read = 0u64;
     loop {
+        if std::time::Instant::now() > deadline {
+            return Err(VerifyError::Timeout);
+        }
         let n = f.read(&mut buf).map_err(|_| VerifyError::Other)?;
         if n == 0 {
             break;
+        }
+        read += n as u64;
+        if read > max_bytes {
+            return Err(VerifyError::BadResponse);
         }
         h.update(&buf[..n]);
     }
@@ -270,6 +375,9 @@ fn sqlite_first(file: &str, query: &str, params: &[String], timeout: Duration) -
     }
     let conn = rusqlite::Connection::open_with_flags(file, flags).map_err(|_| VerifyError::Unreachable)?;
     let _ = conn.busy_timeout(timeout);
+    // Interrupted at the deadline: a slow query never outlives its check.
+    let deadline = std::time::Instant::now() + timeout;
+    conn.progress_handler(1000, Some(move || std::time::Instant::now() > deadline));
     let mut stmt = conn.prepare(query).map_err(|_| VerifyError::Other)?;
     let mut rows = stmt.query(rusqlite::params_from_iter(params.iter())).map_err(|_| VerifyError::Other)?;
     let Some(row) = rows.next().map_err(|_| VerifyError::Other)? else { return Ok(None) };
@@ -283,11 +391,13 @@ fn sqlite_first(file: &str, query: &str, params: &[String], timeout: Duration) -
     Ok(Some(cell))
 }
 
-async fn postgres_first(url: &str, query: &str, params: &[String]) -> Result<Option<Cell>, VerifyError> {
+async fn postgres_first(url: &str, query: &str, params: &[String], timeout: Duration) -> Result<Option<Cell>, VerifyError> {
     use tokio_postgres::types::{ToSql, Type};
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|_| VerifyError::Unreachable)?;
     let conn = tokio::spawn(conn);
     let result = async {
+        // The server ends the statement at the check's deadline, whatever happens to this side.
+        client.batch_execute(&format!("SET statement_timeout = {}", timeout.as_millis().max(1))).await.map_err(|_| VerifyError::Other)?;
         let stmt = client.prepare(query).await.map_err(|_| VerifyError::Other)?;
         // Each value is bound with the type the server inferred for its placeholder.
         let mut bound: Vec<Box<dyn ToSql + Sync + Send>> = Vec::with_capacity(params.len());

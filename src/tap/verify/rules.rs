@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::template::{Template, TemplateError};
+use super::template::{Template, TemplateError, UrlTemplate};
 
 /// Why the rules file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +121,15 @@ fn get() -> String {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    /// The file, relative to `base_dir` when it has holes (then `base_dir` is required).
     pub path: String,
+    /// The directory the call may name files beneath: the path is resolved under it, no `..`, no
+    /// symbolic link on the way, a regular file only.
+    #[serde(default)]
+    pub base_dir: Option<String>,
+    /// Most bytes read to digest the file (default 256 MiB): past it the check is no finding.
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
     #[serde(default)]
     pub sha256: Option<String>,
     #[serde(default)]
@@ -132,6 +140,13 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields)]
 pub struct CommandConfig {
     pub argv: Vec<String>,
+    /// Environment variables the child gets from the tap's environment (besides `PATH`): the
+    /// child starts with an empty environment, so other rules' credentials never reach it.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// The child's working directory (default: the tap's at start).
+    #[serde(default)]
+    pub cwd: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -158,7 +173,7 @@ pub struct SqlConfig {
 pub enum Check {
     Http {
         method: hyper::Method,
-        url: Template,
+        url: UrlTemplate,
         headers: Vec<(hyper::header::HeaderName, Template)>,
         expect_status: Vec<u16>,
         missing_status: Vec<u16>,
@@ -169,11 +184,17 @@ pub enum Check {
     },
     File {
         path: Template,
+        /// The directory a path with holes is resolved beneath (canonical, at load).
+        base_dir: Option<std::path::PathBuf>,
         sha256: Option<Template>,
         min_size: Option<u64>,
+        max_bytes: u64,
     },
     Command {
         argv: Vec<Template>,
+        /// `(name, value)` of the variables the child gets; `PATH` always.
+        env: Vec<(String, String)>,
+        cwd: std::path::PathBuf,
     },
     Sql {
         db: SqlDb,
@@ -202,9 +223,11 @@ impl Check {
 
     fn templates(&self) -> Vec<&Template> {
         match self {
-            Check::Http { url, headers, equals, .. } => std::iter::once(url).chain(headers.iter().map(|(_, t)| t)).chain(equals).collect(),
+            Check::Http { url, headers, equals, .. } => {
+                std::iter::once(url.template()).chain(headers.iter().map(|(_, t)| t)).chain(equals).collect()
+            }
             Check::File { path, sha256, .. } => std::iter::once(path).chain(sha256).collect(),
-            Check::Command { argv } => argv.iter().collect(),
+            Check::Command { argv, .. } => argv.iter().collect(),
             Check::Sql { db, params, min_version, .. } => {
                 let d = match db {
                     SqlDb::Sqlite(t) | SqlDb::Postgres(t) => t,
@@ -302,7 +325,8 @@ fn compile(r: RuleConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Rule, 
     let check = if let Some(h) = r.http {
         let method =
             hyper::Method::from_bytes(h.method.to_ascii_uppercase().as_bytes()).map_err(|_| bad("http.method is not a method".into()))?;
-        let url = t("http.url", &h.url)?;
+        let url =
+            UrlTemplate::parse(&h.url, env).map_err(|source| RulesError::Template { name: name.clone(), field: "http.url", source })?;
         let mut headers = Vec::new();
         for (k, v) in &h.headers {
             let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
@@ -331,22 +355,62 @@ fn compile(r: RuleConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Rule, 
             },
         }
     } else if let Some(f) = r.file {
+        let path = t("file.path", &f.path)?;
+        let base_dir = match &f.base_dir {
+            // Canonical when it exists (a directory made later is taken as written, if absolute).
+            Some(d) => Some(std::fs::canonicalize(d).or_else(|e| {
+                if Path::new(d).is_absolute() {
+                    Ok(PathBuf::from(d))
+                } else {
+                    Err(bad(format!("file.base_dir: {}", e.kind())))
+                }
+            })?),
+            None if path.has_holes() => {
+                return Err(bad("file.path has holes: give file.base_dir, the directory the call may name files beneath".into()))
+            }
+            None => None,
+        };
         Check::File {
-            path: t("file.path", &f.path)?,
+            path,
+            base_dir,
             sha256: f.sha256.as_deref().map(|s| t("file.sha256", s)).transpose()?,
             min_size: f.min_size,
+            max_bytes: f.max_bytes.unwrap_or(256 << 20),
         }
     } else if let Some(c) = r.command {
         if c.argv.is_empty() {
             return Err(bad("command.argv is empty".into()));
         }
-        Check::Command { argv: c.argv.iter().map(|a| t("command.argv", a)).collect::<Result<_, _>>()? }
+        let argv: Vec<Template> = c.argv.iter().map(|a| t("command.argv", a)).collect::<Result<_, _>>()?;
+        if argv[0].has_holes() {
+            return Err(bad("command.argv[0], the program, must be written in the rule".into()));
+        }
+        let mut child_env = Vec::new();
+        for k in std::iter::once("PATH").chain(c.env.iter().map(String::as_str)) {
+            if let Some(v) = env(k) {
+                child_env.push((k.to_string(), v));
+            } else if k != "PATH" {
+                return Err(bad(format!("command.env: {k} is not set")));
+            }
+        }
+        let cwd = match &c.cwd {
+            Some(d) => std::fs::canonicalize(d).map_err(|e| bad(format!("command.cwd: {}", e.kind())))?,
+            None => std::env::current_dir().map_err(|e| bad(format!("the tap's working directory: {}", e.kind())))?,
+        };
+        Check::Command { argv, env: child_env, cwd }
     } else if let Some(s) = r.sql {
         let db = match (s.sqlite, s.postgres) {
             (Some(f), None) => SqlDb::Sqlite(t("sql.sqlite", &f)?),
             (None, Some(u)) => SqlDb::Postgres(t("sql.postgres", &u)?),
             _ => return Err(bad("give exactly one of sql.sqlite, sql.postgres".into())),
         };
+        // Where the database is, is the operator's: a location the call could fill in could
+        // point the check at a database the checked server made up.
+        if matches!(&db, SqlDb::Sqlite(t) | SqlDb::Postgres(t) if t.has_holes()) {
+            return Err(bad(
+                "the database location (sql.sqlite, sql.postgres) may not have holes: it is the operator's, never the call's".into()
+            ));
+        }
         if s.query.trim().is_empty() {
             return Err(bad("sql.query is empty".into()));
         }
@@ -359,6 +423,21 @@ fn compile(r: RuleConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Rule, 
     } else {
         unreachable!("exactly one kind was checked above")
     };
+    // What the check expects is the operator's or the request's, never the result's: a server
+    // that lies in its result would otherwise tell the verifier what to find.
+    let expected: Vec<(&str, Option<&Template>)> = match &check {
+        Check::Http { equals, .. } => vec![("http.equals", equals.as_ref())],
+        Check::File { sha256, .. } => vec![("file.sha256", sha256.as_ref())],
+        Check::Sql { min_version, .. } => vec![("sql.min_version", min_version.as_ref())],
+        Check::Command { .. } => vec![],
+    };
+    for (field, t) in expected {
+        if t.is_some_and(Template::reads_result) {
+            return Err(bad(format!(
+                "{field} reads /result: an expected value must come from the rule or the arguments, never from the result it checks"
+            )));
+        }
+    }
     let attempts = r.attempts.unwrap_or(1);
     if !(1..=20).contains(&attempts) {
         return Err(bad("attempts is 1 to 20".into()));
@@ -449,7 +528,7 @@ mod tests {
             r#"
 verifiers:
   - {name: a, tool: "create_*", server: tickets, http: {url: "http://h/{/result/structuredContent/id}", headers: {Authorization: "Bearer ${env:TOKEN}"}, body_pointer: /t, equals: "{/arguments/t}"}}
-  - {name: b, tool: "*", file: {path: "/tmp/{/arguments/name}", min_size: 1}}
+  - {name: b, tool: "*", file: {base_dir: /tmp, path: "{/arguments/name}", min_size: 1}}
   - {name: c, tool: run_tests, command: {argv: [test, -f, "{/arguments/p}"]}, timeout: 1s}
   - {name: d, tool: insert, sql: {sqlite: /tmp/x.db, query: "select v from t where id = ?", params: ["{/arguments/id}"], min_version: "{/arguments/v}"}}
 limits: {queue_size: 4, concurrency: 2}
@@ -488,6 +567,26 @@ limits: {queue_size: 4, concurrency: 2}
             ("verifiers: [{name: x, tool: t, file: {path: /p}}, {name: x, tool: u, file: {path: /q}}]", "two rules"),
             ("verifiers: [{name: x, tool: t, file: {path: /p}, colour: red}]", "unknown field"),
             ("verifiers: [{name: x, tool: t, sql: {query: 'select 1'}}]", "sql.sqlite"),
+            // Issue 22: what a rule means is the operator's.
+            ("verifiers: [{name: x, tool: t, http: {url: 'http://{/result/host}/x'}}]", "host"),
+            ("verifiers: [{name: x, tool: t, http: {url: 'http://h{/result/x}'}}]", "host or port"),
+            (
+                "verifiers: [{name: x, tool: t, http: {url: 'http://h/x', body_pointer: /a, equals: '{/result/a}'}}]",
+                "never from the result",
+            ),
+            ("verifiers: [{name: x, tool: t, file: {path: '/tmp/{/result/p}'}}]", "base_dir"),
+            (
+                "verifiers: [{name: x, tool: t, file: {base_dir: /tmp, path: '{/arguments/p}', sha256: '{/result/d}'}}]",
+                "never from the result",
+            ),
+            ("verifiers: [{name: x, tool: t, sql: {sqlite: '{/result/db}', query: 'select 1'}}]", "may not have holes"),
+            ("verifiers: [{name: x, tool: t, sql: {postgres: 'host=h dbname={/arguments/d}', query: 'select 1'}}]", "may not have holes"),
+            (
+                "verifiers: [{name: x, tool: t, sql: {sqlite: /tmp/x.db, query: 'select 1', min_version: '{/result/v}'}}]",
+                "never from the result",
+            ),
+            ("verifiers: [{name: x, tool: t, command: {argv: ['{/arguments/prog}']}}]", "the program"),
+            ("verifiers: [{name: x, tool: t, command: {argv: [git], env: [NOT_SET_ANYWHERE]}}]", "is not set"),
         ] {
             let e = parse(y).map(|_| ()).unwrap_err().to_string();
             assert!(e.contains(want), "{y}: {e}");

@@ -20,6 +20,13 @@ pub enum TemplateError {
     /// The call has nothing at this pointer (named by its root only: the rest may be data).
     #[error("the pointer resolves to nothing in the call's {0}")]
     Unresolved(&'static str),
+    /// A hole where the call could change what the rule means (load time).
+    #[error("{0}")]
+    Unsafe(&'static str),
+    /// A value the call filled in that would change what the rule checks (a `..` path segment, a
+    /// leading `-` in a command argument): refused, never sent.
+    #[error("a value from the call was refused: {0}")]
+    Refused(&'static str),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +118,156 @@ impl Template {
     }
 }
 
+impl Template {
+    /// The JSON pointers of the template's holes.
+    pub fn pointers(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Pointer(x) => Some(x.as_str()),
+            Part::Text(_) => None,
+        })
+    }
+
+    /// Whether the template has any hole.
+    pub fn has_holes(&self) -> bool {
+        self.pointers().next().is_some()
+    }
+
+    /// The literal text before the first hole (the whole text when there is none).
+    fn literal_prefix(&self) -> String {
+        let mut out = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Text(t) => out.push_str(t),
+                Part::Pointer(_) => break,
+            }
+        }
+        out
+    }
+
+    /// Fill the holes, each value through `encode` (the text of the rule passes as written).
+    fn render_with(
+        &self,
+        call: &Value,
+        mut encode: impl FnMut(usize, &str) -> Result<String, TemplateError>,
+    ) -> Result<String, TemplateError> {
+        let mut out = String::new();
+        let mut hole = 0;
+        for p in &self.parts {
+            match p {
+                Part::Text(t) => out.push_str(t),
+                Part::Pointer(ptr) => {
+                    let v = match resolve(call, ptr)? {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    out.push_str(&encode(hole, &v)?);
+                    hole += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Where a hole of a URL template sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UrlSlot {
+    /// In the path: encoded as one path segment.
+    Path,
+    /// In the query: encoded as one query value.
+    Query,
+}
+
+/// A URL template that the call cannot steer: holes only in the path or the query (never in the
+/// scheme, the authority or the fragment), each value percent-encoded for where it sits, `.` and
+/// `..` refused as path segments; and, after rendering, the scheme, host and port checked to be
+/// the rule's own. So a result that says `../../admin/delete?all=1#` is looked up as one odd
+/// record id under the rule's path, and `@attacker:port/steal` right after the authority is
+/// refused when the rules are loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UrlTemplate {
+    template: Template,
+    slots: Vec<UrlSlot>,
+    /// `scheme://authority` as the rule wrote it.
+    origin: String,
+}
+
+impl UrlTemplate {
+    pub fn parse(src: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, TemplateError> {
+        let template = Template::parse(src, env)?;
+        let prefix = template.literal_prefix();
+        let Some((scheme, rest)) = prefix.split_once("://") else {
+            return Err(TemplateError::Unsafe("the URL's scheme and host must be written in the rule, before any hole"));
+        };
+        let Some(authority_end) = rest.find(['/', '?']) else {
+            return Err(TemplateError::Unsafe("a hole may not be in the URL's host or port: write the path's first `/` before it"));
+        };
+        let authority = &rest[..authority_end];
+        if authority.is_empty() || authority.contains('@') {
+            return Err(TemplateError::Unsafe("the URL needs a host, without user information"));
+        }
+        let origin = format!("{}://{}", scheme.to_ascii_lowercase(), authority.to_ascii_lowercase());
+        // Each hole's slot, from the literal text before it.
+        let mut slots = Vec::new();
+        let mut seen = String::new();
+        for p in &template.parts {
+            match p {
+                Part::Text(t) => seen.push_str(t),
+                Part::Pointer(_) => {
+                    if seen.contains('#') {
+                        return Err(TemplateError::Unsafe("a hole may not be in the URL's fragment"));
+                    }
+                    slots.push(if seen.contains('?') { UrlSlot::Query } else { UrlSlot::Path });
+                }
+            }
+        }
+        Ok(UrlTemplate { template, slots, origin })
+    }
+
+    pub fn parse_env(src: &str) -> Result<Self, TemplateError> {
+        UrlTemplate::parse(src, &|k| std::env::var(k).ok())
+    }
+
+    pub fn template(&self) -> &Template {
+        &self.template
+    }
+
+    /// The URL for `call`: every value encoded for its slot; then the scheme, host and port must
+    /// still be the rule's.
+    pub fn render(&self, call: &Value) -> Result<String, TemplateError> {
+        let url = self.template.render_with(call, |i, v| match self.slots.get(i) {
+            Some(UrlSlot::Path) => {
+                if v == "." || v == ".." || v.is_empty() {
+                    return Err(TemplateError::Refused("a path segment may not be empty, `.` or `..`"));
+                }
+                Ok(percent_encode(v))
+            }
+            Some(UrlSlot::Query) => Ok(percent_encode(v)),
+            None => Err(TemplateError::Refused("a hole the rule did not place")),
+        })?;
+        let lower = url.to_ascii_lowercase();
+        let same_origin = lower.strip_prefix(&self.origin).is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?']));
+        if !same_origin {
+            return Err(TemplateError::Refused("the URL would leave the rule's host"));
+        }
+        Ok(url)
+    }
+}
+
+/// Percent-encode everything but RFC 3986's unreserved characters: a value is one path segment
+/// or one query value, whatever it holds (`/ ? # % @ & = +` included).
+pub fn percent_encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 fn resolve<'a>(call: &'a Value, ptr: &str) -> Result<&'a Value, TemplateError> {
     let root = if ptr.starts_with("/arguments") { "arguments" } else { "result" };
     match call.pointer(ptr) {
@@ -172,6 +329,39 @@ mod tests {
         assert_eq!(Template::parse("{/etc/passwd}", &env), Err(TemplateError::BadPointer(0)));
         assert_eq!(Template::parse("a{/arguments", &env), Err(TemplateError::Unclosed(1)));
         assert_eq!(Template::parse("{{literal}}", &env).unwrap().render(&call).unwrap(), "{literal}");
+    }
+
+    /// Issue 22: the call fills the holes, the rule keeps its meaning.
+    #[test]
+    fn url_holes_cannot_steer_the_request() {
+        let url = |src: &str| UrlTemplate::parse(src, &env);
+        let t = url("http://127.0.0.1:9000/api/tickets/{/result/id}?by={/arguments/who}").unwrap();
+        let call = |id: &str, who: &str| json!({"arguments": {"who": who}, "result": {"id": id}});
+        assert_eq!(t.render(&call("r-1", "me")).unwrap(), "http://127.0.0.1:9000/api/tickets/r-1?by=me");
+        // A traversal, a query and a fragment from the result stay one path segment.
+        assert_eq!(
+            t.render(&call("../../admin/delete?all=1#", "me")).unwrap(),
+            "http://127.0.0.1:9000/api/tickets/..%2F..%2Fadmin%2Fdelete%3Fall%3D1%23?by=me"
+        );
+        // `&`, `=`, `+` and `#` stay in the query value.
+        assert_eq!(t.render(&call("r", "a&admin=1+x#f")).unwrap(), "http://127.0.0.1:9000/api/tickets/r?by=a%26admin%3D1%2Bx%23f");
+        for bad in [".", "..", ""] {
+            assert!(matches!(t.render(&call(bad, "me")), Err(TemplateError::Refused(_))), "{bad:?}");
+        }
+        // Holes in the scheme, the authority (right after it, or in the port) or the fragment
+        // are refused when the rules load.
+        for src in [
+            "{/result/u}",
+            "http://{/result/host}/x",
+            "http://host{/result/x}",
+            "http://host:{/result/port}/x",
+            "http://h/x#{/result/f}",
+            "http://user@h/{/result/x}",
+        ] {
+            assert!(matches!(url(src), Err(TemplateError::Unsafe(_))), "{src}");
+        }
+        // A rule without holes is its own origin.
+        assert_eq!(url("https://h.example/x").unwrap().render(&json!({})).unwrap(), "https://h.example/x");
     }
 
     #[test]
