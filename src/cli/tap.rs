@@ -145,7 +145,8 @@ pub fn run(a: TapArgs) -> ExitCode {
                     insecure_skip_verify: a.upstream_insecure_skip_verify,
                 },
             };
-            let on_bound = |addr: SocketAddr| eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {upstream}");
+            let shown = http::shown_upstream(&upstream);
+            let on_bound = |addr: SocketAddr| eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {shown}");
             match http::run(settings, sink, on_bound, shutdown_signal()).await {
                 // A CA file that cannot be read is a usage error, as a bad --upstream is.
                 Err(e) if e.starts_with("--upstream") || e.starts_with("no system CA") => {

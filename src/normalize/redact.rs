@@ -121,7 +121,20 @@ pub fn looks_like_secret(s: &str) -> bool {
     // Case-insensitive, without a lowered copy (this runs on every request id).
     let b = s.as_bytes();
     let starts = |p: &[u8]| b.len() >= p.len() && b[..p.len()].eq_ignore_ascii_case(p);
-    if starts(b"bearer ") || starts(b"basic ") || b.windows(6).any(|w| w.eq_ignore_ascii_case(b"token=")) {
+    if starts(b"bearer ") || starts(b"basic ") || assigns_a_secret(b) {
+        return true;
+    }
+    // Providers' key formats, by their prefixes (case as the providers write them).
+    const PREFIXES: &[&str] =
+        &["ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "glpat-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "xapp-", "AIza"];
+    if PREFIXES.iter().any(|p| s.len() > p.len() + 8 && s.starts_with(p)) {
+        return true;
+    }
+    // Slack tokens (`xoxb-`, `xoxp-`, `xoxa-`, …) and AWS access key ids (`AKIA`/`ASIA` + 16).
+    if s.len() >= 10 && s.starts_with("xox") && b[4] == b'-' && b[3].is_ascii_alphabetic() {
+        return true;
+    }
+    if s.len() == 20 && (s.starts_with("AKIA") || s.starts_with("ASIA")) && b[4..].iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()) {
         return true;
     }
     // A JWT: three base64url segments, the first starting with `eyJ`.
@@ -136,7 +149,35 @@ pub fn looks_like_secret(s: &str) -> bool {
         return true;
     }
     // Shorter base64 with its tell-tale characters: `+` or `/` inside and `=` padding.
-    s.len() >= 16 && s.bytes().all(b64) && mixed && s.ends_with('=') && s.bytes().any(|b| b == b'+' || b == b'/')
+    if s.len() >= 16 && s.bytes().all(b64) && mixed && s.ends_with('=') && s.bytes().any(|b| b == b'+' || b == b'/') {
+        return true;
+    }
+    // Length plus entropy: 20 or more key characters, letters and digits mixed, no word breaks,
+    // and close to random (at least 4 bits of Shannon entropy per character).
+    s.len() >= 20 && s.bytes().all(|b| b.is_ascii_alphanumeric()) && mixed && entropy_bits(b) >= 4.0
+}
+
+/// `key=`, `secret=`, `pass…=`, `api_key=`, `apikey=`, `api-key=`, `token=` anywhere, any case.
+fn assigns_a_secret(b: &[u8]) -> bool {
+    const WORDS: &[&[u8]] = &[b"token", b"key", b"secret", b"password", b"passwd", b"pass", b"pwd"];
+    b.iter().enumerate().filter(|(_, c)| **c == b'=').any(|(i, _)| {
+        let before = &b[..i];
+        // The name before `=`: the run of letters, digits, `_` and `-` that ends there.
+        let start = before.iter().rposition(|c| !(c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-')).map_or(0, |p| p + 1);
+        let name = &before[start..];
+        WORDS.iter().any(|w| name.len() >= w.len() && name[name.len() - w.len()..].eq_ignore_ascii_case(w))
+            || (name.len() >= 4 && name[..4].eq_ignore_ascii_case(b"pass"))
+    })
+}
+
+/// Shannon entropy of the bytes, in bits per byte.
+fn entropy_bits(b: &[u8]) -> f64 {
+    let mut counts = [0u32; 256];
+    for c in b {
+        counts[*c as usize] += 1;
+    }
+    let n = b.len() as f64;
+    counts.iter().filter(|c| **c > 0).map(|c| f64::from(*c) / n).map(|p| -p * p.log2()).sum()
 }
 
 #[cfg(test)]
@@ -189,6 +230,36 @@ mod tests {
         assert_eq!(&*address("https://tok@api.example/mcp?key=1"), "api.example");
         assert!(cursor("eyJwYWdlIjoyfQ==").starts_with("sha256:"));
         assert_eq!(cursor(&cursor("c1")), cursor("c1"), "idempotent: the tap's hash passes the receiver");
+    }
+
+    /// Issue 22: the secrets a redaction review found passing, hashed now; and identifiers that
+    /// must stay readable.
+    #[test]
+    fn provider_keys_and_assignments_are_credentials() {
+        for k in [
+            "AKIAIOSFODNN7EXAMPLE",
+            "ASIAIOSFODNN7EXAMPLE",
+            "xoxb-1234-5678-abcd",
+            "xoxp-12-34",
+            "ghp_abcdefghijklmnop123456",
+            "glpat-abcdefghij123",
+            "sk_live_abcdefgh1234",
+            "AIzaSyA1234567890abcdefgh",
+            "api_key=abc",
+            "req?apiKey=1",
+            "x-api-key=2",
+            "secret=s",
+            "password=p",
+            "db_pass=p",
+            "passphrase=p",
+            "q8Zr2LmX7vKp4Nw9Tb3Y",
+        ] {
+            assert!(looks_like_secret(k), "{k}");
+            assert!(ident(k).starts_with("sha256:"), "{k}");
+        }
+        for ok in ["create_ticket", "AKIA", "transfer_funds", "req-17", "tools/call", "2026-07-28", "monkey", "keyboard=x1"] {
+            assert!(!looks_like_secret(ok), "{ok}");
+        }
     }
 
     #[test]

@@ -221,17 +221,37 @@ pub fn upstream_identity(u: &Uri) -> ServerIdentity {
 }
 
 /// Parse and check an upstream URL (`http` or `https`).
+/// The upstream URL. Never echoed whole (it may carry a key): messages name it as
+/// [`shown_upstream`] does. User information and a query are refused: credentials belong in the
+/// client's headers, which the tap forwards, not in a URL it would print or log.
 pub fn parse_upstream(s: &str) -> Result<Uri, String> {
-    let u: Uri = s.parse().map_err(|e| format!("invalid --upstream {s:?}: {e}"))?;
+    let u: Uri = s.parse().map_err(|_| "--upstream is not a URL (give one such as http://127.0.0.1:8000)".to_string())?;
+    let shown = shown_upstream(&u);
     match u.scheme_str() {
         Some("http" | "https") => {}
-        Some(other) => return Err(format!("--upstream {s:?}: scheme {other} is not supported (http or https)")),
-        None => return Err(format!("--upstream {s:?}: give a URL such as http://127.0.0.1:8000")),
+        Some(other) => return Err(format!("--upstream {shown}: scheme {other} is not supported (http or https)")),
+        None => return Err("--upstream: give a URL such as http://127.0.0.1:8000".to_string()),
     }
     if u.host().is_none() {
-        return Err(format!("--upstream {s:?}: no host"));
+        return Err("--upstream: no host".to_string());
+    }
+    if u.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(format!("--upstream {shown}: user information in the URL is refused (send credentials as headers)"));
+    }
+    if u.query().is_some() {
+        return Err(format!("--upstream {shown}: a query in the upstream URL is refused (it would not be forwarded, and may hold a key)"));
     }
     Ok(u)
+}
+
+/// The upstream as the tap names it on its stderr and in errors: `scheme://host:port`.
+pub fn shown_upstream(u: &Uri) -> String {
+    let host = u.host().unwrap_or("?");
+    match (u.scheme_str(), u.port_u16()) {
+        (Some(sc), Some(p)) => format!("{sc}://{host}:{p}"),
+        (Some(sc), None) => format!("{sc}://{host}"),
+        (None, _) => host.to_string(),
+    }
 }
 
 /// Bind and serve until `shutdown` resolves. `on_bound` is told the bound address (port 0 works).
@@ -683,4 +703,21 @@ async fn observe_loop(
         }
     }
     obs.stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 22: the upstream is named as `scheme://host:port`, never with user information or a
+    /// query, and those are refused at start without being echoed.
+    #[test]
+    fn the_upstream_is_shown_without_credentials() {
+        let u = parse_upstream("http://127.0.0.1:8000/mcp-prefix").unwrap();
+        assert_eq!(shown_upstream(&u), "http://127.0.0.1:8000");
+        for bad in ["http://user:PLANTED_PW@h:1/", "https://h/?api_key=PLANTED_KEY", "ftp://h/", "not a url PLANTED"] {
+            let e = parse_upstream(bad).unwrap_err();
+            assert!(!e.contains("PLANTED"), "{e}");
+        }
+    }
 }

@@ -666,7 +666,9 @@ impl Observer {
     /// Session, protocol version and server identity.
     fn identity_attrs(&self, attrs: &mut Vec<KeyValue>, session_id: Option<&str>, version: Option<&str>) {
         if let Some(sid) = session_id {
-            attrs.push(s(a::MCP_SESSION_ID, sid));
+            // Hashed as the service hashes it: a server-assigned session id can be a credential
+            // (a JWT), and joins need only equality.
+            attrs.push(s(a::MCP_SESSION_ID, redact::session_hash(sid).to_string()));
         }
         let negotiated = self.sessions.get(session_id.unwrap_or("")).and_then(|st| st.protocol_version.as_deref());
         if let Some(v) = version.or(negotiated) {

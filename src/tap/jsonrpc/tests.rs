@@ -367,7 +367,7 @@ fn http_session_ids_status_and_versions() {
     );
     o.exchange_end(1, 200, &at(3));
     let s = o.take_spans();
-    assert_eq!(astr(&s[0], a::MCP_SESSION_ID), Some("sess-A"), "the session the server assigned");
+    assert_eq!(astr(&s[0], a::MCP_SESSION_ID), Some(&*redact::session_hash("sess-A")), "the session the server assigned");
     assert_eq!(aint(&s[0], a::HTTP_RESPONSE_STATUS_CODE), Some(200));
     assert_eq!(astr(&s[0], a::NETWORK_TRANSPORT), Some("tcp"));
     assert_eq!(astr(&s[0], a::SERVER_ADDRESS), Some("127.0.0.1"));
@@ -382,7 +382,7 @@ fn http_session_ids_status_and_versions() {
     o.server_bytes(json!({"jsonrpc":"2.0","id":1,"result":{}}).to_string().as_bytes(), &http_ctx(5, Some("sess-A"), 2, Some(200), true));
     let s = o.take_spans();
     let call = s.last().unwrap();
-    assert_eq!(astr(call, a::MCP_SESSION_ID), Some("sess-A"));
+    assert_eq!(astr(call, a::MCP_SESSION_ID), Some(&*redact::session_hash("sess-A")));
     assert_eq!(astr(call, a::MCP_PROTOCOL_VERSION), Some("2025-11-25"));
 
     // Same request id in another session does not match.
