@@ -134,7 +134,10 @@ pub fn looks_like_secret(s: &str) -> bool {
     if s.len() >= 10 && s.starts_with("xox") && b[4] == b'-' && b[3].is_ascii_alphabetic() {
         return true;
     }
-    if s.len() == 20 && (s.starts_with("AKIA") || s.starts_with("ASIA")) && b[4..].iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()) {
+    if s.len() == 20
+        && (s.starts_with("AKIA") || s.starts_with("ASIA"))
+        && b[4..].iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+    {
         return true;
     }
     // A JWT: three base64url segments, the first starting with `eyJ`.

@@ -31,7 +31,7 @@ use serde_json::Value;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span, Status};
 
-use super::verify::{result_view, RuleSet, VerifyJob};
+use super::verify::{RuleSet, VerifyJob};
 use super::{new_span_id, new_trace_id, Challenge};
 use crate::bounded::BoundedMap;
 use crate::classify::digest::{registry_digest, ToolDigest};
@@ -463,7 +463,11 @@ impl Observer {
         let tool = raw_tool.map(redact::ident);
         let verify = match (&self.verifiers, raw_tool) {
             (Some(rules), Some(name)) => {
-                rules.find(name, &self.server.address).map(|i| (i, params.and_then(|p| p.get("arguments")).cloned().unwrap_or(Value::Null)))
+                // Only what the rule reads of the arguments is kept until the response.
+                rules.find(name, &self.server.address).map(|i| {
+                    let ptrs: Vec<String> = rules.rules[i].check.pointers().into_iter().filter(|p| p.starts_with("/arguments")).collect();
+                    (i, super::verify::project(&ptrs, params.and_then(|p| p.get("arguments")).unwrap_or(&Value::Null), None))
+                })
             }
             _ => None,
         };
@@ -608,7 +612,7 @@ impl Observer {
             // A lost response after the request went out: the effect may have committed. The
             // rule reconciles it (only from the arguments: there is no result).
             if request_sent && matches!(outcome, "timeout" | "connection_reset") {
-                self.job(&p, Value::Null);
+                self.job(&p, None);
             }
         }
     }
@@ -710,11 +714,18 @@ impl Observer {
         self.push(span);
     }
 
-    fn job(&mut self, p: &Pending, result: Value) {
+    /// Queue the call's verifier job, keeping only what its rule reads (`result`: the call's
+    /// result, `None` for a lost response).
+    fn job(&mut self, p: &Pending, result: Option<&Value>) {
         let Some((rule, arguments)) = &p.verify else { return };
+        let Some(rules) = &self.verifiers else { return };
+        let ptrs = rules.rules.get(*rule).map(|r| r.check.pointers()).unwrap_or_default();
+        // The kept arguments are already a projection: read them back through their pointers.
+        let args = arguments.get("arguments").unwrap_or(&Value::Null);
+        let call = super::verify::project(&ptrs, args, result);
         self.jobs.push(VerifyJob {
             rule: *rule,
-            call: serde_json::json!({"arguments": arguments, "result": result}),
+            call,
             trace_id: p.trace_id,
             call_span_id: p.span_id,
             request_id: p.id_display.clone(),
@@ -811,7 +822,7 @@ impl Observer {
             task_attrs(task, &mut attrs);
         } else if let Some(r) = result {
             // A tool that says it succeeded: the rule checks whether it did.
-            self.job(&p, result_view(r));
+            self.job(&p, Some(r));
         }
         let mut installed: Option<Span> = None;
         match p.method.as_str() {
@@ -1003,10 +1014,12 @@ impl Observer {
                     return true;
                 }
                 if let (Some(result), Some(l)) = (result, p.task_id.as_ref().and_then(|t| self.tasks.get(t)).cloned()) {
-                    if let Some((rule, arguments)) = l.verify {
+                    if let (Some((rule, arguments)), Some(rules)) = (l.verify, &self.verifiers) {
+                        let ptrs = rules.rules.get(rule).map(|r| r.check.pointers()).unwrap_or_default();
+                        let args = arguments.get("arguments").unwrap_or(&Value::Null);
                         self.jobs.push(VerifyJob {
                             rule,
-                            call: serde_json::json!({"arguments": arguments, "result": result_view(result)}),
+                            call: super::verify::project(&ptrs, args, Some(result)),
                             trace_id: l.trace_id,
                             call_span_id: l.call_span,
                             request_id: l.request_id.clone(),

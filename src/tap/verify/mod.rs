@@ -81,6 +81,64 @@ pub fn result_view(result: &Value) -> Value {
     r
 }
 
+/// Most bytes (as JSON) of call values one queued verifier job keeps; past it the job keeps
+/// nothing and its check reports `pointer_unresolved` (no finding, counted as a verifier error).
+pub const MAX_JOB_BYTES: usize = 64 * 1024;
+
+/// What a verifier job keeps of a call: only the values its rule's holes read, at their
+/// pointers (`{"arguments": {…}, "result": {…}}` with just those paths), never the whole result.
+/// A 14 MB result whose rule reads one id is kept as that id. `result` is the call's
+/// `CallToolResult` (`None` for a lost response); `structuredContent` is read from the first text
+/// content when the server gave none, as [`result_view`] does, without copying the rest.
+pub fn project(pointers: &[String], arguments: &Value, result: Option<&Value>) -> Value {
+    let mut out = Value::Object(Default::default());
+    let mut parsed_text: Option<Option<Value>> = None;
+    for ptr in pointers {
+        let found = if let Some(rest) = ptr.strip_prefix("/arguments") {
+            arguments.pointer(rest).cloned()
+        } else if let Some(rest) = ptr.strip_prefix("/result") {
+            let r = result.unwrap_or(&Value::Null);
+            let structured_missing = r.get("structuredContent").is_none_or(Value::is_null);
+            match rest.strip_prefix("/structuredContent") {
+                Some(inner) if structured_missing => {
+                    let text = parsed_text.get_or_insert_with(|| {
+                        result_view(&serde_json::json!({"content": r.get("content").cloned()})).get("structuredContent").cloned()
+                    });
+                    text.as_ref().and_then(|t| t.pointer(inner)).cloned()
+                }
+                _ => r.pointer(rest).cloned(),
+            }
+        } else {
+            None
+        };
+        if let Some(v) = found {
+            insert_at(&mut out, ptr, v);
+        }
+    }
+    if serde_json::to_vec(&out).map_or(usize::MAX, |b| b.len()) > MAX_JOB_BYTES {
+        return Value::Null;
+    }
+    out
+}
+
+/// Put `v` at `ptr` in `root`, making objects on the way (an array index becomes an object key,
+/// which a JSON pointer reads the same).
+fn insert_at(root: &mut Value, ptr: &str, v: Value) {
+    let tokens: Vec<String> = ptr.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
+    let mut at = root;
+    for (i, t) in tokens.iter().enumerate() {
+        if !at.is_object() {
+            *at = Value::Object(Default::default());
+        }
+        let Value::Object(map) = at else { return };
+        if i + 1 == tokens.len() {
+            map.insert(t.clone(), v);
+            return;
+        }
+        at = map.entry(t.clone()).or_insert_with(|| Value::Object(Default::default()));
+    }
+}
+
 /// Counters of the verifier pool (the tap's exit summary and the tests; the service counts the
 /// same from the spans it receives: `mcp_health.verifier.*`).
 #[derive(Debug, Default)]

@@ -237,6 +237,14 @@ impl Check {
         }
     }
 
+    /// The JSON pointers every hole of the check reads (what a queued job keeps of a call).
+    pub fn pointers(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.templates().iter().flat_map(|t| t.pointers().map(str::to_string)).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Whether the check needs the call's result (a lost response cannot be checked by it).
     pub fn reads_result(&self) -> bool {
         self.templates().iter().any(|t| t.reads_result())
