@@ -487,7 +487,10 @@ async fn http_forwards_exchanges_unchanged_and_emits_the_evidence() {
     }
     let inits: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.span.name == "initialize").collect();
     let ok_init = inits.iter().find(|s| int_attr(s, "http.response.status_code") == Some(200)).expect("the initialize that succeeded");
-    assert_eq!(str_attr(ok_init, "mcp.session.id"), Some(sid.as_str()), "the session id the server assigned");
+    // Hashed as the service hashes it (issue 22): a server-assigned id may be a credential.
+    let hashed = mcp_health::evidence::hash::session_hash(&sid);
+    assert_eq!(str_attr(ok_init, "mcp.session.id"), Some(&*hashed), "the session id the server assigned, hashed");
+    assert!(!format!("{spans:?}").contains(sid.as_str()), "the raw session id left the tap");
     assert_eq!(bool_attr(ok_init, "mcp_health.session.list_changed_capability"), Some(true));
     let refused_init =
         inits.iter().find(|s| int_attr(s, "http.response.status_code") == Some(401)).expect("the initialize without a token");
@@ -496,7 +499,7 @@ async fn http_forwards_exchanges_unchanged_and_emits_the_evidence() {
 
     let echo: Vec<&ReceivedSpan> = call_spans(&spans, "echo");
     let echo_ok = echo.iter().find(|s| int_attr(s, "http.response.status_code") == Some(200)).unwrap();
-    assert_eq!(str_attr(echo_ok, "mcp.session.id"), Some(sid.as_str()));
+    assert_eq!(str_attr(echo_ok, "mcp.session.id"), Some(&*hashed));
     assert_eq!(str_attr(echo_ok, "mcp.protocol.version"), Some("2025-11-25"));
     assert_eq!(hex(&echo_ok.span.trace_id), "5a1f0e2d3c4b5a69788796a5b4c3d2e1");
     let echo_401 = echo.iter().find(|s| int_attr(s, "http.response.status_code") == Some(401)).unwrap();
@@ -511,14 +514,14 @@ async fn http_forwards_exchanges_unchanged_and_emits_the_evidence() {
     let p: Vec<&ReceivedSpan> =
         spans.iter().filter(|s| s.span.name == "notifications/progress" && s.span.trace_id == slow_str.span.trace_id).collect();
     assert_eq!(p.len(), 3, "progress from the POST's SSE stream joins its call");
-    assert_eq!(str_attr(p[0], "mcp.session.id"), Some(sid.as_str()));
+    assert_eq!(str_attr(p[0], "mcp.session.id"), Some(&*hashed));
     let slow_int = call_spans(&spans, "slow").into_iter().find(|s| int_attr(s, "mcp_health.progress.token") == Some(9)).unwrap();
     assert_eq!(spans.iter().filter(|s| s.span.name == "notifications/progress" && s.span.trace_id == slow_int.span.trace_id).count(), 3);
     let lists: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.span.name == "tools/list").collect();
     assert_eq!(lists.len(), 2);
     assert!(spans
         .iter()
-        .any(|s| s.attr("mcp_health.catalog.installed_digest").is_some() && str_attr(s, "mcp.session.id") == Some(sid.as_str())));
+        .any(|s| s.attr("mcp_health.catalog.installed_digest").is_some() && str_attr(s, "mcp.session.id") == Some(&*hashed)));
 
     let dump = sink.dump();
     for secret in SECRETS {
@@ -543,7 +546,7 @@ async fn http_upstream_refused_is_502_and_a_transport_span() {
     assert_eq!(str_attr(s, "mcp_health.transport.outcome"), Some("connection_refused"));
     assert_eq!(bool_attr(s, "mcp_health.request.sent"), Some(false));
     assert_eq!(str_attr(s, "gen_ai.tool.name"), Some("echo"));
-    assert_eq!(str_attr(s, "mcp.session.id"), Some("sess-x"));
+    assert_eq!(str_attr(s, "mcp.session.id"), Some(&*mcp_health::evidence::hash::session_hash("sess-x")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
