@@ -7,6 +7,11 @@ decides `healthy` (confirmed), `false_success` (missing or failed) or keeps `unv
 
 A receipt that comes after the call was decided revises the verdict (revision 1, `supersedes`).
 
+Where the service trusts only signed receipts (`processors.mcp_health.receipts.trusted_keys`),
+sign them: set MCP_HEALTH_SIGNING_KEY_FILE to a key file from `mcp-health keygen` and each receipt
+carries an Ed25519 signature over the call it names and what it found (`sign_receipt` below; the
+same message the tap's verifiers sign, see src/evidence/receipt.rs). Needs `cryptography`.
+
   OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 python receipt.py http://127.0.0.1:8000/mcp TOKEN [LATE_SECONDS]
 
 Needs `mcp` (2.x, with its built-in OpenTelemetry tracing), `opentelemetry-sdk` and
@@ -15,6 +20,8 @@ Needs `mcp` (2.x, with its built-in OpenTelemetry tracing), `opentelemetry-sdk` 
 """
 
 import asyncio
+import hashlib
+import os
 import sys
 import time
 
@@ -30,6 +37,32 @@ trace.set_tracer_provider(provider)
 tracer = trace.get_tracer("receipt-example")
 
 
+def load_signing_key():
+    """The key of MCP_HEALTH_SIGNING_KEY_FILE (`ed25519:<hex seed>`), or None."""
+    path = os.environ.get("MCP_HEALTH_SIGNING_KEY_FILE")
+    if not path:
+        return None
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    with open(path) as f:
+        seed = bytes.fromhex(f.read().strip().removeprefix("ed25519:"))
+    key = Ed25519PrivateKey.from_private_bytes(seed)
+    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return key, hashlib.sha256(public).hexdigest()[:16]
+
+
+SIGNING_KEY = load_signing_key()
+
+
+def sign_receipt(trace_id, call_span_id, request_id, tool, verifier, result, method, checked_at):
+    """The signature attributes of a receipt: the message of mcp-health-receipt-v1, one field a
+    line, signed with Ed25519."""
+    key, key_id = SIGNING_KEY
+    msg = f"mcp-health-receipt-v1\n{trace_id:032x}\n{call_span_id:016x}\n{request_id}\n{tool}\n{verifier}\n{result}\n{method}\n{checked_at}\n"
+    return {"mcp_health.outcome.key_id": key_id, "mcp_health.outcome.signature": key.sign(msg.encode()).hex()}
+
+
 def record_receipt(result, method="receipt", request_id=None, parent=None):
     """One outcome receipt: `confirmed`, `missing` or `failed`, checked now.
 
@@ -37,11 +70,19 @@ def record_receipt(result, method="receipt", request_id=None, parent=None):
     inside it); with `parent` (a saved SpanContext) it joins that trace later."""
     ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
     with tracer.start_as_current_span("verify destination", context=ctx, kind=trace.SpanKind.INTERNAL) as span:
+        checked_at = time.time_ns()
         span.set_attribute("mcp_health.outcome.result", result)
         span.set_attribute("mcp_health.outcome.method", method)
-        span.set_attribute("mcp_health.outcome.checked_at", time.time_ns())
+        span.set_attribute("mcp_health.outcome.checked_at", checked_at)
         if request_id is not None:
             span.set_attribute("mcp_health.outcome.request_id", str(request_id))
+        if SIGNING_KEY is not None:
+            # Over the call this receipt names: its trace, and the span it hangs under.
+            own = span.get_span_context()
+            under = span.parent.span_id if span.parent else 0
+            attrs = sign_receipt(own.trace_id, under, "" if request_id is None else str(request_id), "", "", result, method, checked_at)
+            for k, v in attrs.items():
+                span.set_attribute(k, v)
 
 
 async def main(url, token, late_seconds):

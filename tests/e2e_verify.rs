@@ -363,9 +363,28 @@ async fn file_and_sql_verifiers_and_a_verifier_that_cannot_run() {
 /// the call's trace makes it `healthy`; one recorded after the call was decided revises it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receipts_from_the_agents_own_code_join_and_revise() {
+    agents_receipts(false).await;
+}
+
+/// The same example signing its receipts (MCP_HEALTH_SIGNING_KEY_FILE, a key from `mcp-health
+/// keygen`) for a service that trusts only that key: the calls are `healthy` on `signed` receipts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_receipts_from_the_agents_own_code_are_trusted() {
+    agents_receipts(true).await;
+}
+
+async fn agents_receipts(signed: bool) {
     let Some(py) = venv_python(".venv-mcp") else { return };
     let dir = tempfile::tempdir().unwrap();
-    let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::default() }).await;
+    let key = dir.path().join("agent.key");
+    let mut cfg = Cfg { decision_wait: "300ms", ..Cfg::default() };
+    if signed {
+        let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).arg("keygen").arg("--out").arg(&key).output().unwrap();
+        assert!(out.status.success());
+        let public = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        cfg.listener_extra = vec![("mcp_health", format!("receipts:\n  trusted_keys: [\"{public}\"]"))];
+    }
+    let svc = Service::start(cfg).await;
     let s = start_seeds(&py, dir.path()).await;
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/receipt.py");
     let url = format!("http://127.0.0.1:{}/mcp", s.mcp);
@@ -375,6 +394,7 @@ async fn receipts_from_the_agents_own_code_join_and_revise() {
             .arg(example)
             .args([url.as_str(), "tok-good-PLANTED_BEARER_0123456789", "2"])
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            .envs(signed.then(|| ("MCP_HEALTH_SIGNING_KEY_FILE", key.clone())))
             .output()
             .expect("run examples/receipt.py")
     })
@@ -387,6 +407,8 @@ async fn receipts_from_the_agents_own_code_join_and_revise() {
     })
     .await;
     assert!(calls.iter().all(|v| v["outcome_method"] == "receipt"), "{calls:#?}");
+    let trust = if signed { "signed" } else { "unsigned" };
+    assert!(calls.iter().all(|v| v["outcome_trust"] == trust), "{calls:#?}");
     let late = calls.iter().find(|v| v["revision"].as_u64() >= Some(1)).expect("the late receipt revised its call");
     assert_eq!(late["supersedes"]["state"], "unverified", "{late}");
 }
