@@ -142,3 +142,71 @@ fn a_copied_signature_does_not_transfer_to_another_call() {
     assert_eq!(keys.judge(Some((key.id(), &sig)), || other_call), ReceiptTrust::Untrusted);
     assert_eq!(keys.judge(Some((key.id(), &sig)), || signed.clone()), ReceiptTrust::Signed);
 }
+
+/// One `tools/call echo` through the stdio tap in front of tests/tap/fake_mcp_server.py, the
+/// tap's spans sent with `extra` tap flags.
+fn echo_through_tap(endpoint: &str, agent: &str, extra: &[&str]) {
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tap/fake_mcp_server.py");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+        .args(["tap", "--otlp-endpoint", endpoint, "--service-name", agent, "--server-address", "fake"])
+        .args(extra)
+        .arg("--")
+        .arg(python().expect("python3"))
+        .arg(server)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the tap");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for (id, msg) in [
+        (
+            Some(1),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}}),
+        ),
+        (None, json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+        (Some(2), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}})),
+    ] {
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        if id.is_some() {
+            lines.next().expect("a response").unwrap();
+        }
+    }
+    drop(stdin);
+    let _ = child.wait();
+}
+
+/// Issue 22: a receiver can require a bearer token of its senders, and the tap's exporter (the
+/// service's own) can send one: spans without it are refused and counted, never judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_requires_a_token_takes_only_the_taps_that_send_it() {
+    if python().is_none() {
+        eprintln!("SKIPPED: no python3");
+        return;
+    }
+    let svc = Service::start(Cfg {
+        decision_wait: "300ms",
+        listener_extra: vec![("grpc", "auth: {bearer_token: tap-PLANTED_RECEIVER_TOKEN}".into())],
+        ..Cfg::default()
+    })
+    .await;
+    let endpoint = format!("http://{}", svc.grpc_addr());
+    let e2 = endpoint.clone();
+    tokio::task::spawn_blocking(move || {
+        echo_through_tap(&e2, "with-token", &["--otlp-header", "authorization=Bearer tap-PLANTED_RECEIVER_TOKEN"]);
+        echo_through_tap(&e2, "without-token", &[]);
+    })
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(15), "the call of the tap that sent the token", || {
+        svc.verdicts().into_iter().find(|v| v["agent"] == "with-token" && v["tool"] == "echo")
+    })
+    .await;
+    let text = svc.wait_metric("mcp_health_spans_refused_total", Duration::from_secs(10), |n| n >= 1.0).await;
+    assert!(text.lines().any(|l| l.starts_with("mcp_health_spans_refused_total") && l.contains("reason=\"unauthenticated\"")), "{text}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(svc.verdicts().iter().all(|v| v["agent"] != "without-token"), "spans without the token were judged");
+    assert!(!svc.stdout().contains("PLANTED_RECEIVER_TOKEN") && !svc.stderr().contains("PLANTED_RECEIVER_TOKEN"));
+}

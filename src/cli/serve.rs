@@ -376,7 +376,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         Some(g) => {
             let tls = tls("receivers.otlp.protocols.grpc", g.tls.as_ref(), &[b"h2"])?;
             let l = Listener::new(bind(&g.endpoint).await?, ListenerName::OtlpGrpc, g.connections(), tls, Protocol::Http2);
-            Some((l, g.max_recv_msg_size_mib << 20, g.tls.is_some()))
+            Some((l, g.max_recv_msg_size_mib << 20, g.tls.is_some(), crate::config::ReceiverAuth::token(&g.auth)))
         }
         None => None,
     };
@@ -384,7 +384,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         Some(h) => {
             let tls = tls("receivers.otlp.protocols.http", h.tls.as_ref(), &[b"http/1.1"])?;
             let l = Listener::new(bind(&h.endpoint).await?, ListenerName::OtlpHttp, h.connections(), tls, Protocol::Http1);
-            Some((l, h.max_request_body_size, h.tls.is_some()))
+            Some((l, h.max_request_body_size, h.tls.is_some(), crate::config::ReceiverAuth::token(&h.auth)))
         }
         None => None,
     };
@@ -456,19 +456,19 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         let _ = rx.wait_for(|v| *v).await;
     };
     let mut servers = Vec::new();
-    if let Some((l, max, tls)) = grpc_l {
+    if let Some((l, max, tls, token)) = grpc_l {
         tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), tls, "OTLP/gRPC receiver listening");
         let adm = admission.clone();
         let sd = wait_down(down_rx.clone());
         servers.push(tokio::spawn(async move {
-            if let Err(e) = otlp_grpc::serve(l, adm, max, sd).await {
+            if let Err(e) = otlp_grpc::serve(l, adm, max, token, sd).await {
                 tracing::error!(error = %e, "OTLP/gRPC receiver failed");
             }
         }));
     }
-    if let Some((l, max, tls)) = http_l {
+    if let Some((l, max, tls, token)) = http_l {
         tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), tls, "OTLP/HTTP receiver listening");
-        servers.push(spawn_http(l, otlp_http::router(admission.clone(), max), wait_down(down_rx.clone())));
+        servers.push(spawn_http(l, otlp_http::router(admission.clone(), max, token), wait_down(down_rx.clone())));
     }
     drop(admission);
     if let (Some((l, _, tls)), Some(state)) = (gate_l, gate_state) {

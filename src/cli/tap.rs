@@ -26,6 +26,24 @@ pub struct TapArgs {
     /// OTLP/gRPC endpoint for the spans.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// A header sent with every export, `name=value` (repeatable), e.g. `authorization=Bearer …`
+    /// for a receiver that requires a token; `OTEL_EXPORTER_OTLP_HEADERS` is read too. Never printed.
+    #[arg(long = "otlp-header", value_name = "NAME=VALUE")]
+    pub otlp_headers: Vec<String>,
+    /// `grpc` (default), `http/protobuf` or `http/json` (else `OTEL_EXPORTER_OTLP_PROTOCOL`).
+    #[arg(long, value_name = "PROTOCOL")]
+    pub otlp_protocol: Option<String>,
+    /// TLS to the collector: trust only the CAs in this PEM file (else `OTEL_EXPORTER_OTLP_CERTIFICATE`,
+    /// else the system's roots for an `https://` endpoint).
+    #[arg(long, value_name = "FILE")]
+    pub otlp_ca_file: Option<std::path::PathBuf>,
+    /// TLS to the collector: a client certificate (PEM, with --otlp-client-key) for a receiver
+    /// that requires one (else `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`).
+    #[arg(long, value_name = "FILE", requires = "otlp_client_key")]
+    pub otlp_client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM; else `OTEL_EXPORTER_OTLP_CLIENT_KEY`).
+    #[arg(long, value_name = "FILE", requires = "otlp_client_cert")]
+    pub otlp_client_key: Option<std::path::PathBuf>,
     /// `service.name` of the spans (the client's identity where the protocol has no session).
     #[arg(long, value_name = "NAME", env = "OTEL_SERVICE_NAME", default_value = "mcp-health-tap")]
     pub service_name: String,
@@ -101,6 +119,17 @@ pub fn run(a: TapArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let mut export_headers = Vec::new();
+    for h in &a.otlp_headers {
+        match h.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => export_headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string())),
+            // The value may be a credential: the flag is named, never echoed.
+            _ => {
+                eprintln!("mcp-health tap: --otlp-header takes NAME=VALUE");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let signer = match a.signing_key.as_deref().map(load_signing_key).transpose() {
         Ok(k) => k.map(std::sync::Arc::new),
         Err(e) => {
@@ -112,7 +141,17 @@ pub fn run(a: TapArgs) -> ExitCode {
         eprintln!("mcp-health tap: --signing-key without --verifiers signs nothing");
     }
     let code = rt.block_on(async move {
-        let (sink, exporter) = match export::spawn(export::ExportSettings::new(endpoint, a.service_name.clone())) {
+        let mut settings = export::ExportSettings::new(endpoint, a.service_name.clone());
+        settings.headers = export_headers;
+        settings.protocol = a.otlp_protocol.clone();
+        if a.otlp_ca_file.is_some() || a.otlp_client_cert.is_some() {
+            let mut tls = crate::config::tls_client::TlsClientSetting::default();
+            tls.ca_file = a.otlp_ca_file.clone();
+            tls.cert_file = a.otlp_client_cert.clone();
+            tls.key_file = a.otlp_client_key.clone();
+            settings.tls = Some(tls);
+        }
+        let (sink, exporter) = match export::spawn(settings) {
             Ok(x) => x,
             Err(e) => {
                 eprintln!("mcp-health tap: {e}");

@@ -188,6 +188,11 @@ pub struct GrpcReceiver {
     /// `mcp_health.connections.refused{reason="max_connections"}`.
     #[serde(default = "d_max_connections")]
     pub max_connections: usize,
+    /// Require a bearer token of every sender (`auth: {bearer_token: "${env:OTLP_TOKEN}"}`): a
+    /// request without it is refused (gRPC UNAUTHENTICATED, HTTP 401), counted as `unauthenticated`.
+    /// A client certificate is required with `tls.client_ca_file`.
+    #[serde(default)]
+    pub auth: Option<ReceiverAuth>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -213,6 +218,33 @@ pub struct HttpReceiver {
     /// `mcp_health.connections.refused{reason="max_connections"}`.
     #[serde(default = "d_max_connections")]
     pub max_connections: usize,
+    /// Require a bearer token of every sender (`auth: {bearer_token: "${env:OTLP_TOKEN}"}`): a
+    /// request without it is refused (gRPC UNAUTHENTICATED, HTTP 401), counted as `unauthenticated`.
+    /// A client certificate is required with `tls.client_ca_file`.
+    #[serde(default)]
+    pub auth: Option<ReceiverAuth>,
+}
+
+/// `receivers.otlp.protocols.{grpc,http}.auth`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverAuth {
+    pub bearer_token: String,
+}
+
+impl ReceiverAuth {
+    /// The token every request must carry, when one is configured.
+    pub fn token(auth: &Option<ReceiverAuth>) -> Option<std::sync::Arc<str>> {
+        auth.as_ref().map(|a| std::sync::Arc::from(a.bearer_token.as_str()))
+    }
+}
+
+/// Whether `authorization` carries `token` as a bearer token, compared in constant time.
+pub fn bearer_matches(authorization: Option<&[u8]>, token: &str) -> bool {
+    let Some(v) = authorization else { return false };
+    let Some(got) = v.strip_prefix(b"Bearer ").or_else(|| v.strip_prefix(b"bearer ")) else { return false };
+    let want = token.as_bytes();
+    got.len() == want.len() && got.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -922,6 +954,15 @@ impl Config {
                 }
             }
             _ => {}
+        }
+        let auths = [
+            ("receivers.otlp.protocols.grpc.auth.bearer_token", self.receivers.otlp.protocols.grpc.as_ref().and_then(|g| g.auth.as_ref())),
+            ("receivers.otlp.protocols.http.auth.bearer_token", self.receivers.otlp.protocols.http.as_ref().and_then(|h| h.auth.as_ref())),
+        ];
+        for (key, auth) in auths {
+            if auth.is_some_and(|a| a.bearer_token.trim().is_empty() || a.bearer_token.bytes().any(|b| b.is_ascii_control())) {
+                return bad(key, "must be a non-empty token without control characters");
+            }
         }
         if let Err(e) = crate::evidence::receipt::TrustedKeys::parse(&p.receipts.trusted_keys) {
             return bad("processors.mcp_health.receipts.trusted_keys", &e.to_string());

@@ -50,6 +50,8 @@ struct SessionState {
     /// The protocol revision its spans spoke (the latest that said); not stored: a session taken
     /// back from the store reads it from its events.
     revision: crate::evidence::ProtocolRevision,
+    /// The discovered digest of the last catalog line emitted from new evidence (not stored).
+    last_discovered: Option<String>,
 }
 
 /// What a stored session's events say of its revision: only 2026-07-28 has listen streams and
@@ -181,6 +183,7 @@ impl Sessions {
             has_ttl: r.has_ttl,
             emitted: r.emitted,
             revision,
+            last_discovered: None,
         };
         self.map.insert(key, st);
     }
@@ -330,6 +333,7 @@ impl Sessions {
                 has_ttl: false,
                 emitted: None,
                 revision: crate::evidence::ProtocolRevision::Unknown,
+                last_discovered: None,
             });
             st.last_seen = now;
             let said = match s.protocol_version.as_deref().map(crate::evidence::ProtocolRevision::of_version) {
@@ -406,7 +410,12 @@ impl Sessions {
             }
             let latest = st.events.iter().map(|e| e.at_ns).max().unwrap_or(at).max(st.last_activity_ns);
             let v = convergence(&st.events, policy, latest.max(at));
-            if st.last != Some(v.convergence) {
+            // A new verdict, or the same verdict about another catalog (a change signal and the
+            // complete re-list that answered it, seen in one batch, leave a `converged` catalog
+            // `converged` — with other tools: that is news too).
+            let moved = st.last != Some(v.convergence) || st.last_discovered != v.discovered_digest;
+            st.last_discovered.clone_from(&v.discovered_digest);
+            if moved {
                 st.last = Some(v.convergence);
                 changes.push(CatalogChange {
                     session_key: key,

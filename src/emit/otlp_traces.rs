@@ -218,6 +218,32 @@ impl Route {
     }
 }
 
+/// One target's connection for a sender that sends each request once and counts what fails
+/// (the evidence tap: spans it cannot deliver are dropped, never queued against the client's
+/// traffic): the same transports (gRPC, http/protobuf, http/json), TLS, client certificates,
+/// headers and compression as the service's own exporter, from the same settings
+/// (`otlp_target::resolve`, the `OTEL_EXPORTER_OTLP_*` variables).
+pub struct SpanSender(Route);
+
+impl SpanSender {
+    pub fn new(t: &Target) -> Result<SpanSender, ExportError> {
+        Route::new(t).map(SpanSender)
+    }
+
+    /// The target's URL (never its headers: they are credentials).
+    pub fn url(&self) -> &str {
+        &self.0.target.url
+    }
+
+    /// Send `req` once: the spans the receiver rejected in a partial success, or why nothing went.
+    pub async fn send(&self, req: ExportTraceServiceRequest) -> Result<u64, String> {
+        let item = Outgoing::Health(req);
+        let (bytes, encoding) = encode(&item, self.0.target.protocol, self.0.target.compression).map_err(|e| e.to_string())?;
+        let once = RetryOnFailure { enabled: false, ..RetryOnFailure::default() };
+        send_with_retry(&self.0, &once, bytes, encoding, ItemKind::Spans).await
+    }
+}
+
 /// A hyper-rustls connector with the target's TLS configuration (`https_or_http` when the target
 /// is plaintext: its URL is `http://`, so no TLS is attempted). `h2` sets ALPN for gRPC.
 pub fn https_connector(t: &Target, h2: bool) -> hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector> {

@@ -143,12 +143,14 @@ impl Signal for Logs {
 /// One signal's gRPC service (the generated server's shape: one `Export` method).
 struct ExportService<S> {
     admission: Admission,
+    /// The bearer token every request must carry (`auth.bearer_token`), if any.
+    token: Option<Arc<str>>,
     _signal: PhantomData<fn() -> S>,
 }
 
 impl<S> Clone for ExportService<S> {
     fn clone(&self) -> Self {
-        ExportService { admission: self.admission.clone(), _signal: PhantomData }
+        ExportService { admission: self.admission.clone(), token: self.token.clone(), _signal: PhantomData }
     }
 }
 
@@ -168,6 +170,12 @@ impl<S: Signal> tower::Service<http::Request<tonic::body::Body>> for ExportServi
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         if req.uri().path() != S::PATH {
             return Box::pin(async { Ok(Status::unimplemented("only Export is served").into_http()) });
+        }
+        if let Some(t) = &self.token {
+            if !crate::config::bearer_matches(req.headers().get("authorization").map(|v| v.as_bytes()), t) {
+                self.admission.refused_signal(S::LABEL, "grpc", "unauthenticated");
+                return Box::pin(async { Ok(Status::unauthenticated("a bearer token is required").into_http()) });
+            }
         }
         let admission = self.admission.clone();
         Box::pin(async move {
@@ -253,11 +261,12 @@ pub async fn serve(
     listener: super::listen::Listener,
     admission: Admission,
     max_message_bytes: usize,
+    token: Option<Arc<str>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let traces = ExportService::<Traces> { admission: admission.clone(), _signal: PhantomData };
-    let metrics = ExportService::<Metrics> { admission: admission.clone(), _signal: PhantomData };
-    let logs = ExportService::<Logs> { admission: admission.clone(), _signal: PhantomData };
+    let traces = ExportService::<Traces> { admission: admission.clone(), token: token.clone(), _signal: PhantomData };
+    let metrics = ExportService::<Metrics> { admission: admission.clone(), token: token.clone(), _signal: PhantomData };
+    let logs = ExportService::<Logs> { admission: admission.clone(), token, _signal: PhantomData };
     let (incoming, accepting) = listener.incoming();
     let r = tonic::transport::Server::builder()
         .max_frame_size(MAX_FRAME_BYTES)

@@ -27,6 +27,18 @@ use super::otlp_json;
 struct HttpState {
     admission: Admission,
     max_body: usize,
+    /// The bearer token every request must carry (`auth.bearer_token`), if any.
+    token: Option<std::sync::Arc<str>>,
+}
+
+/// A request without the configured bearer token: 401, counted as `unauthenticated`.
+fn unauthenticated(st: &HttpState, signal: &'static str, headers: &HeaderMap) -> Option<Response> {
+    let t = st.token.as_deref()?;
+    if crate::config::bearer_matches(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()), t) {
+        return None;
+    }
+    st.admission.refused_signal(signal, "http", "unauthenticated");
+    Some(error(Encoding::Protobuf, StatusCode::UNAUTHORIZED, 16, "a bearer token is required"))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -36,15 +48,18 @@ enum Encoding {
 }
 
 /// The `/v1/traces`, `/v1/metrics` and `/v1/logs` router.
-pub fn router(admission: Admission, max_body: usize) -> Router {
+pub fn router(admission: Admission, max_body: usize, token: Option<std::sync::Arc<str>>) -> Router {
     Router::new()
         .route("/v1/traces", post(traces))
         .route("/v1/metrics", post(metrics))
         .route("/v1/logs", post(logs))
-        .with_state(HttpState { admission, max_body })
+        .with_state(HttpState { admission, max_body, token })
 }
 
 async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    if let Some(r) = unauthenticated(&st, "traces", &headers) {
+        return r;
+    }
     let (enc, bytes, mut held) = match read_body(&st, "traces", &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -77,6 +92,9 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
 
 /// Metrics are passed on (or dropped), not read.
 async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    if let Some(r) = unauthenticated(&st, "metrics", &headers) {
+        return r;
+    }
     let (enc, bytes, mut held) = match read_body(&st, "metrics", &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -102,6 +120,9 @@ async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) ->
 
 /// Logs are passed on (or dropped), not read.
 async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    if let Some(r) = unauthenticated(&st, "logs", &headers) {
+        return r;
+    }
     let (enc, bytes, mut held) = match read_body(&st, "logs", &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,

@@ -1,12 +1,14 @@
-//! The tap's OTLP/gRPC span exporter: a bounded queue, batches, and a sender that never blocks the
+//! The tap's OTLP span exporter: a bounded queue, batches, and a sender that never blocks the
 //! proxied stream. When the collector is down or slow, spans are dropped and counted, and stderr
-//! says so at most once a minute.
+//! says so at most once a minute. The connection is the service's own exporter's
+//! (`emit::otlp_traces::SpanSender`): gRPC, http/protobuf or http/json, TLS and client
+//! certificates, headers (`OTEL_EXPORTER_OTLP_HEADERS`), from the same settings and variables, so
+//! a receiver that requires a bearer token or a client certificate can require them of the taps.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -28,6 +30,13 @@ pub struct ExportSettings {
     pub timeout: Duration,
     /// How often a failing export may be reported on stderr.
     pub warn_interval: Duration,
+    /// Headers sent with every export (besides `OTEL_EXPORTER_OTLP_HEADERS`).
+    pub headers: Vec<(String, String)>,
+    /// `grpc` (default), `http/protobuf`, `http/json` (else `OTEL_EXPORTER_OTLP_PROTOCOL`).
+    pub protocol: Option<String>,
+    /// TLS of the connection (else the `OTEL_EXPORTER_OTLP_CERTIFICATE`, `…CLIENT_CERTIFICATE`,
+    /// `…CLIENT_KEY` variables; an `https://` endpoint is TLS).
+    pub tls: Option<crate::config::tls_client::TlsClientSetting>,
 }
 
 impl ExportSettings {
@@ -40,6 +49,9 @@ impl ExportSettings {
             batch_delay: Duration::from_millis(200),
             timeout: Duration::from_secs(5),
             warn_interval: Duration::from_secs(60),
+            headers: Vec::new(),
+            protocol: None,
+            tls: None,
         }
     }
 }
@@ -121,12 +133,16 @@ pub fn endpoint_uri(e: &str) -> String {
 
 /// Start the exporter. Must be called inside a Tokio runtime.
 pub fn spawn(settings: ExportSettings) -> Result<(SpanSink, Exporter), String> {
-    let uri = endpoint_uri(&settings.endpoint);
-    let channel = tonic::transport::Endpoint::from_shared(uri.clone())
-        .map_err(|e| format!("invalid OTLP endpoint {uri:?}: {e}"))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(settings.timeout)
-        .connect_lazy();
+    let mut o: crate::config::OtlpExporter = serde_yaml_ng::from_str("{}").map_err(|e| e.to_string())?;
+    o.endpoint = Some(endpoint_uri(&settings.endpoint));
+    o.timeout = Some(settings.timeout);
+    o.protocol = settings.protocol.clone();
+    o.tls = settings.tls.clone();
+    o.headers = settings.headers.iter().cloned().collect();
+    let targets = crate::emit::otlp_target::resolve(&o, &|k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
+    let target = targets.traces.ok_or("no OTLP endpoint")?;
+    let sender = crate::emit::otlp_traces::SpanSender::new(&target).map_err(|e| e.to_string())?;
+    let uri = sender.url().to_string();
     let (tx, mut rx) = mpsc::channel::<Span>(settings.queue_size.max(1));
     let stats = Arc::new(ExportStats::default());
     let sink = SpanSink { tx, stats: stats.clone(), endpoint: uri.clone().into(), warn_interval: settings.warn_interval };
@@ -142,7 +158,6 @@ pub fn spawn(settings: ExportSettings) -> Result<(SpanSink, Exporter), String> {
     let scope = InstrumentationScope { name: "mcp-health-tap".into(), version: env!("CARGO_PKG_VERSION").into(), ..Default::default() };
     let st = stats.clone();
     let join = tokio::spawn(async move {
-        let mut client = TraceServiceClient::new(channel);
         let mut closed = false;
         while !closed {
             let Some(first) = rx.recv().await else { break };
@@ -166,17 +181,18 @@ pub fn spawn(settings: ExportSettings) -> Result<(SpanSink, Exporter), String> {
                     ..Default::default()
                 }],
             };
-            match client.export(req).await {
-                Ok(_) => {
-                    st.sent.fetch_add(n, Ordering::Relaxed);
+            match sender.send(req).await {
+                Ok(rejected) => {
+                    st.sent.fetch_add(n - rejected.min(n), Ordering::Relaxed);
+                    st.dropped.fetch_add(rejected.min(n), Ordering::Relaxed);
                 }
-                Err(e) => {
+                Err(why) => {
                     st.dropped.fetch_add(n, Ordering::Relaxed);
                     st.failed_requests.fetch_add(1, Ordering::Relaxed);
                     warn_limited(
                         &st,
                         settings.warn_interval,
-                        &format!("OTLP export to {uri} failed ({:?}: {})", e.code(), e.message().chars().take(120).collect::<String>()),
+                        &format!("OTLP export to {uri} failed ({})", why.chars().take(160).collect::<String>()),
                     );
                 }
             }
