@@ -143,7 +143,9 @@ fn nine_states_fixture_covers_the_nine_spec_states() {
     // are this project's additions and have no reference case in that fixture.
     let spec: Vec<HealthState> = HealthState::ALL
         .into_iter()
-        .filter(|s| !matches!(s, HealthState::TransportFailed | HealthState::ContractDrift | HealthState::Unverified | HealthState::Waiting))
+        .filter(|s| {
+            !matches!(s, HealthState::TransportFailed | HealthState::ContractDrift | HealthState::Unverified | HealthState::Waiting)
+        })
         .collect();
     assert_eq!(named, spec);
     assert!(exp["pending"].as_object().expect("pending").is_empty(), "no state is pending any more");

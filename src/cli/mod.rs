@@ -61,7 +61,7 @@ pub enum Command {
     /// Send synthetic MCP spans to an OTLP/gRPC endpoint and report the accepted rate.
     Loadgen(loadgen::LoadgenArgs),
     /// A transparent MCP proxy (stdio or streamable HTTP) that emits evidence spans over OTLP.
-    Tap(tap::TapArgs),
+    Tap(Box<tap::TapArgs>),
     /// Ask a running service's health check: exit 0 when it answers 200 (a container HEALTHCHECK).
     Health(health::HealthArgs),
     /// Make a receipt-signing key: the private part to a file, the public part printed.
@@ -80,7 +80,7 @@ pub fn main() -> ExitCode {
         Command::Loadgen(a) => loadgen::run(a),
         Command::Lock(a) => lock::run_lock(a),
         Command::Verify(a) => lock::run_verify(a),
-        Command::Tap(a) => tap::run(a),
+        Command::Tap(a) => tap::run(*a),
         Command::Health(a) => health::run(a),
         Command::Keygen(a) => keygen::run(a),
         Command::PrintDefaultConfig => {

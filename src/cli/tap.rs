@@ -145,11 +145,12 @@ pub fn run(a: TapArgs) -> ExitCode {
         settings.headers = export_headers;
         settings.protocol = a.otlp_protocol.clone();
         if a.otlp_ca_file.is_some() || a.otlp_client_cert.is_some() {
-            let mut tls = crate::config::tls_client::TlsClientSetting::default();
-            tls.ca_file = a.otlp_ca_file.clone();
-            tls.cert_file = a.otlp_client_cert.clone();
-            tls.key_file = a.otlp_client_key.clone();
-            settings.tls = Some(tls);
+            settings.tls = Some(crate::config::tls_client::TlsClientSetting {
+                ca_file: a.otlp_ca_file.clone(),
+                cert_file: a.otlp_client_cert.clone(),
+                key_file: a.otlp_client_key.clone(),
+                ..Default::default()
+            });
         }
         let (sink, exporter) = match export::spawn(settings) {
             Ok(x) => x,
