@@ -48,6 +48,9 @@ use super::{now_ns, parse_www_authenticate, Challenge, SseParser};
 pub const MAX_REQUEST_BODY: usize = 64 << 20;
 /// Largest JSON response body / SSE event the observer parses (the bytes still flow).
 pub const MAX_PARSE: usize = 16 << 20;
+/// Most bytes of bodies (request bodies and response chunks) waiting for the observer; past it a
+/// copy is not handed over (the bytes still flow) and is counted as unobserved.
+const OBSERVER_BYTES: usize = 64 << 20;
 /// Open exchanges the observer tracks; past it the oldest are forgotten (their end was lost).
 const MAX_EXCHANGES: usize = 16_384;
 
@@ -201,12 +204,46 @@ struct Shared {
     next_exchange: AtomicU64,
     unobserved: AtomicU64,
     response_timeout: Duration,
+    /// Bytes of the bodies handed to the observer and not yet read (at most [`OBSERVER_BYTES`]).
+    held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Shared {
-    fn observe(&self, e: Event) {
-        if self.events.try_send(e).is_err() {
+    fn observe(&self, mut e: Event) {
+        let size = e.body_bytes();
+        if size > 0 {
+            if self.held.fetch_add(size, Ordering::Relaxed) + size > OBSERVER_BYTES {
+                self.held.fetch_sub(size, Ordering::Relaxed);
+                self.unobserved.fetch_add(1, Ordering::Relaxed);
+                // The event itself still tells the observer the exchange's shape, without the bytes.
+                e.drop_body();
+            }
+        }
+        if let Err(err) = self.events.try_send(e) {
             self.unobserved.fetch_add(1, Ordering::Relaxed);
+            let lost = match err {
+                mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e) => e.body_bytes(),
+            };
+            self.held.fetch_sub(lost, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Event {
+    /// The body bytes this event hands to the observer.
+    fn body_bytes(&self) -> usize {
+        match self {
+            Event::Request { body: Some(b), .. } => b.len(),
+            Event::Chunk { bytes, .. } => bytes.len(),
+            _ => 0,
+        }
+    }
+
+    fn drop_body(&mut self) {
+        match self {
+            Event::Request { body, .. } => *body = None,
+            Event::Chunk { bytes, .. } => *bytes = Bytes::new(),
+            _ => {}
         }
     }
 }
@@ -294,6 +331,7 @@ pub async fn serve(
     let scheme_authority = format!("{}://{}", up.scheme_str().unwrap_or("http"), up.authority().map(|a| a.as_str()).unwrap_or(""));
     let prefix = up.path().trim_end_matches('/').to_string();
     let (tx, rx) = mpsc::channel::<Event>(8192);
+    let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let shared = Arc::new(Shared {
         client,
         scheme_authority,
@@ -302,8 +340,9 @@ pub async fn serve(
         next_exchange: AtomicU64::new(0),
         unobserved: AtomicU64::new(0),
         response_timeout: settings.response_timeout,
+        held: held.clone(),
     });
-    let observer = tokio::spawn(observe_loop(rx, upstream_identity(up), sink, settings.verifiers.clone()));
+    let observer = tokio::spawn(observe_loop(rx, upstream_identity(up), sink, settings.verifiers.clone(), held));
 
     tokio::pin!(shutdown);
     loop {
@@ -386,7 +425,8 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Resp
         session_id: header_str(&parts.headers, "mcp-session-id"),
         protocol_version: header_str(&parts.headers, "mcp-protocol-version"),
         had_authorization: parts.headers.contains_key(hyper::header::AUTHORIZATION),
-        body: (is_post && !body.is_empty()).then(|| body.clone()),
+        // Parsed only up to the responses' limit (the bytes are forwarded whatever their size).
+        body: (is_post && !body.is_empty() && body.len() <= MAX_PARSE).then(|| body.clone()),
     });
 
     let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -595,6 +635,7 @@ async fn observe_loop(
     identity: ServerIdentity,
     sink: SpanSink,
     verifiers: Option<super::verify::VerifierPool>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
 ) -> ObserverStats {
     let mut obs = Observer::new(identity).with_verifiers(verifiers.as_ref().map(|v| v.rules().clone()));
     let mut exchanges: FxHashMap<u64, Exchange> = FxHashMap::default();
@@ -618,6 +659,7 @@ async fn observe_loop(
             }
         };
         let Some(ev) = ev else { break };
+        held.fetch_sub(ev.body_bytes(), Ordering::Relaxed);
         match ev {
             Event::Stop => break,
             Event::Request { exchange, at_ns, session_id, protocol_version, had_authorization, body } => {

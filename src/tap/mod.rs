@@ -122,6 +122,10 @@ pub struct SseParser {
     lines: LineSplitter,
     data: Vec<u8>,
     has_data: bool,
+    /// The current event passed `max` (its data, newlines included): it is dropped whole.
+    too_big: bool,
+    /// Events dropped for their size.
+    pub oversize_events: u64,
     max: usize,
     /// A leading `\r` that may be the first half of a `\r\n` split across chunks.
     pending_cr: bool,
@@ -129,7 +133,15 @@ pub struct SseParser {
 
 impl SseParser {
     pub fn new(max: usize) -> Self {
-        SseParser { lines: LineSplitter::new(max), data: Vec::new(), has_data: false, max, pending_cr: false }
+        SseParser {
+            lines: LineSplitter::new(max),
+            data: Vec::new(),
+            has_data: false,
+            too_big: false,
+            oversize_events: 0,
+            max,
+            pending_cr: false,
+        }
     }
 
     /// Feed a chunk; `f` is called with the data of each complete event.
@@ -164,14 +176,18 @@ impl SseParser {
         } else {
             chunk
         };
-        let (data, has_data, max) = (&mut self.data, &mut self.has_data, self.max);
+        let (data, has_data, too_big, oversize, max) =
+            (&mut self.data, &mut self.has_data, &mut self.too_big, &mut self.oversize_events, self.max);
         self.lines.feed(chunk, |line| {
             if line.is_empty() {
-                if *has_data {
+                if *too_big {
+                    *oversize += 1;
+                } else if *has_data {
                     f(data);
                 }
                 data.clear();
                 *has_data = false;
+                *too_big = false;
                 return;
             }
             let (field, value) = match line.iter().position(|b| *b == b':') {
@@ -183,10 +199,18 @@ impl SseParser {
                 None => (line, &b""[..]),
             };
             if field == b"data" {
-                if *has_data {
-                    data.push(b'\n');
-                }
-                if data.len() + value.len() <= max {
+                // The limit counts the joining newline too: a stream of empty `data:` lines is
+                // bytes like any other.
+                let sep = usize::from(*has_data);
+                if *too_big || data.len() + sep + value.len() > max {
+                    // An event past the limit is dropped whole (never half of a message).
+                    *too_big = true;
+                    data.clear();
+                    data.shrink_to(4096);
+                } else {
+                    if sep == 1 {
+                        data.push(b'\n');
+                    }
                     data.extend_from_slice(value);
                 }
                 *has_data = true;
@@ -362,6 +386,20 @@ mod tests {
             p.feed(part, |d| got.push(String::from_utf8_lossy(d).into_owned()));
         }
         assert_eq!(got, vec!["{\"a\":\n1}".to_string(), "x".to_string()]);
+    }
+
+    /// Issue 22: 600 MB of `data:` lines once stayed in memory: the limit counts the newlines
+    /// that join them, and an event past it is dropped whole and counted.
+    #[test]
+    fn an_oversize_event_is_dropped_whole_and_counted() {
+        let mut p = SseParser::new(1024);
+        let mut got = Vec::new();
+        let flood = "data:\n".repeat(100_000);
+        p.feed(flood.as_bytes(), |d| got.push(d.to_vec()));
+        assert!(p.data.len() <= 1024 && p.data.capacity() <= 64 * 1024, "held {} bytes", p.data.capacity());
+        p.feed(b"\ndata: {\"ok\":1}\n\n", |d| got.push(d.to_vec()));
+        assert_eq!(got, vec![b"{\"ok\":1}".to_vec()], "the flood is no event; the next one is whole");
+        assert_eq!(p.oversize_events, 1);
     }
 
     #[test]
