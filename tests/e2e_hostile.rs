@@ -210,3 +210,95 @@ async fn a_receiver_that_requires_a_token_takes_only_the_taps_that_send_it() {
     assert!(svc.verdicts().iter().all(|v| v["agent"] != "without-token"), "spans without the token were judged");
     assert!(!svc.stdout().contains("PLANTED_RECEIVER_TOKEN") && !svc.stderr().contains("PLANTED_RECEIVER_TOKEN"));
 }
+
+/// Issue 22: planted secrets in every field a hostile server and a client control — tool names
+/// shaped like provider keys, descriptions, cursors, error messages and data, results, request ids,
+/// progress tokens, `requestState`, a task id, arguments — through the tap into the service: none
+/// in the tap's spans (passed through to a collector), the verdict lines, `/metrics` or the logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canaries_in_every_field_leave_through_no_output() {
+    if python().is_none() {
+        eprintln!("SKIPPED: no python3");
+        return;
+    }
+    let sink = Sink::start().await;
+    let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::with_sink(&sink) }).await;
+    let endpoint = format!("http://{}", svc.grpc_addr());
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/hostile_server.py");
+    let ep = endpoint.clone();
+    let tap_err = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+            .args(["tap", "--otlp-endpoint", &ep, "--service-name", "canary-agent", "--server-address", "canary"])
+            .arg("--")
+            .arg(python().unwrap())
+            .arg(server)
+            .arg("--canaries")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the tap");
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let meta = json!({"progressToken": "ghp_PLANTEDPROGRESS0123456789"});
+        let msgs = [
+            json!({"jsonrpc": "2.0", "id": "xoxb-PLANTED-REQ-1", "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}}),
+            json!({"jsonrpc": "2.0", "id": "api_key=PLANTEDREQ2", "method": "tools/list", "params": {}}),
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"cursor": "api_key=PLANTED_CURSOR"}}),
+            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "xoxb-1234-PLANTED_TOOL", "arguments": {"a": "PLANTED_ARGUMENT"}, "_meta": meta}}),
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "plain_tool", "arguments": {"a": "PLANTED_ARGUMENT"}}}),
+            json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "plain_tool", "arguments": {"a": "PLANTED_ARGUMENT"}, "requestState": "v1.PLANTED_REQUEST_STATE_xoxp-99", "inputResponses": {"q": {"action": "accept", "content": {"x": "PLANTED_INPUT"}}}}}),
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "AKIAIOSFODNN7EXAMPLE", "arguments": {"a": "PLANTED_ARGUMENT"}}}),
+            json!({"jsonrpc": "2.0", "id": 8, "method": "tasks/get", "params": {"taskId": "task-PLANTED_TASK_ID"}}),
+        ];
+        for m in msgs {
+            writeln!(stdin, "{m}").unwrap();
+            stdin.flush().unwrap();
+            lines.next().expect("a response").unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(400));
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stderr).to_string()
+    })
+    .await
+    .unwrap();
+    // The calls were judged, under hashed names where a name looked like a key.
+    let vs = eventually(Duration::from_secs(20), "verdicts of the canary calls", || {
+        let vs = svc.verdicts();
+        (vs.iter().filter(|v| v["tool"].as_str().is_some_and(|t| t.starts_with("sha256:"))).count() >= 2).then_some(vs)
+    })
+    .await;
+    assert!(vs.iter().any(|v| v["tool"] == "plain_tool" && v["rounds"] == 2), "{vs:#?}");
+    sink.wait_for(Duration::from_secs(20), "the tap's spans passed through", |s| {
+        (s.spans().iter().filter(|x| !x.is_health_span()).count() >= 8).then_some(())
+    })
+    .await;
+    let mut all = format!("{:?}\n{:?}\n{:?}\n", sink.trace_requests(), sink.metric_requests(), sink.log_requests());
+    all.push_str(&svc.stdout());
+    all.push_str(&svc.stderr());
+    all.push_str(&svc.metrics_text().await);
+    all.push_str(&tap_err);
+    for planted in [
+        "AKIAIOSFODNN7EXAMPLE",
+        "xoxb-",
+        "xoxp-",
+        "api_key=",
+        "ghp_PLANTED",
+        "sk_live_",
+        "PLANTED_DESCRIPTION",
+        "PLANTED_CURSOR",
+        "PLANTED_ERROR",
+        "PLANTED_RESULT",
+        "PLANTED_STRUCTURED",
+        "PLANTED_REQUEST_STATE",
+        "PLANTED_TASK",
+        "PLANTED_ARGUMENT",
+        "PLANTED_INPUT",
+        "PLANTED_ELICIT",
+        "PLANTED_SERVER_NAME",
+        "hunter2",
+    ] {
+        assert!(!all.contains(planted), "{planted:?} left mcp-health or the tap");
+    }
+}
