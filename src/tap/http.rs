@@ -211,13 +211,11 @@ struct Shared {
 impl Shared {
     fn observe(&self, mut e: Event) {
         let size = e.body_bytes();
-        if size > 0 {
-            if self.held.fetch_add(size, Ordering::Relaxed) + size > OBSERVER_BYTES {
-                self.held.fetch_sub(size, Ordering::Relaxed);
-                self.unobserved.fetch_add(1, Ordering::Relaxed);
-                // The event itself still tells the observer the exchange's shape, without the bytes.
-                e.drop_body();
-            }
+        if size > 0 && self.held.fetch_add(size, Ordering::Relaxed) + size > OBSERVER_BYTES {
+            self.held.fetch_sub(size, Ordering::Relaxed);
+            self.unobserved.fetch_add(1, Ordering::Relaxed);
+            // The event itself still tells the observer the exchange's shape, without the bytes.
+            e.drop_body();
         }
         if let Err(err) = self.events.try_send(e) {
             self.unobserved.fetch_add(1, Ordering::Relaxed);
