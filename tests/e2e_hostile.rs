@@ -302,3 +302,92 @@ async fn canaries_in_every_field_leave_through_no_output() {
         assert!(!all.contains(planted), "{planted:?} left mcp-health or the tap");
     }
 }
+
+/// The peak resident memory of a process (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Issue 22: a hostile server's bytes do not become the tap's memory. Three 14 MB results that a
+/// verifier rule checks (the jobs wait in the queue), and an event stream of 200 MB of empty
+/// `data:` lines, through the HTTP tap: its peak RSS stays under 256 MiB (it once reached 1.33 GB
+/// and 646 MB), every response reaches the client whole, and the server's JWT session id never
+/// leaves the tap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_bytes_do_not_become_the_taps_memory() {
+    if python().is_none() {
+        eprintln!("SKIPPED: no python3");
+        return;
+    }
+    const LIMIT: u64 = 256 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start().await;
+    let port_file = dir.path().join("port");
+    let mut server = Command::new(python().unwrap())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/big_server.py"))
+        .arg(&port_file)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let port: u16 =
+        eventually(Duration::from_secs(20), "the big server's port", || std::fs::read_to_string(&port_file).ok()?.trim().parse().ok())
+            .await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        format!("verifiers:\n  - {{name: big_done, tool: big, delay: 3s, http: {{url: \"http://127.0.0.1:{dead}/records/{{/result/structuredContent/id}}\"}}}}\nlimits: {{queue_size: 16, concurrency: 1}}\n"),
+    )
+    .unwrap();
+    let err = dir.path().join("tap.err");
+    let mut tap = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+        .args(["tap", "--listen", "127.0.0.1:0", "--upstream", &format!("http://127.0.0.1:{port}"), "--otlp-endpoint", &sink.endpoint()])
+        .arg("--verifiers")
+        .arg(&rules)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = eventually(Duration::from_secs(20), "the tap's address", || {
+        let e = std::fs::read_to_string(&err).ok()?;
+        let i = e.find("listening on http://")? + "listening on http://".len();
+        e[i..].split_once(',')?.0.trim().parse().ok()
+    })
+    .await;
+    let post = |body: Value| async move {
+        let b = body.to_string();
+        http_request(
+            addr,
+            "POST",
+            "/mcp",
+            &[("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")],
+            b.as_bytes(),
+        )
+        .await
+        .expect("an answer through the tap")
+    };
+    let r = post(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}})).await;
+    assert_eq!(r.status, 200);
+    for id in 2..5 {
+        let r = post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "big", "arguments": {}}})).await;
+        assert!(r.body.len() > 28 << 20, "the client got the whole 14 MB result: {}", r.body.len());
+    }
+    let r = post(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "flood", "arguments": {}}})).await;
+    assert!(r.body.len() > 200 << 20, "the client got the whole stream: {}", r.body.len());
+    let peak = peak_rss(tap.id());
+    eprintln!("tap peak RSS: {} MiB", peak >> 20);
+    let _ = tap.kill();
+    let _ = tap.wait();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(peak > 0 && peak < LIMIT, "the tap's peak RSS was {} MiB (limit {} MiB)", peak >> 20, LIMIT >> 20);
+    let all = format!("{:?}", sink.trace_requests());
+    assert!(!all.contains("PLANTEDSIG") && !all.contains("eyJhbGciOiJIUzI1NiJ9"), "the server's session id left the tap");
+}
