@@ -194,10 +194,10 @@ pub fn run(a: TapArgs) -> ExitCode {
                     2
                 }
                 Ok(r) => {
-                    if r.unobserved_events > 0 || r.stats.parse_errors > 0 {
+                    if r.unobserved_events > 0 || r.stats.parse_errors > 0 || r.stats.oversize > 0 {
                         eprintln!(
-                            "mcp-health tap: {} exchanges, {} events not observed (queue full), {} unparseable messages",
-                            r.exchanges, r.unobserved_events, r.stats.parse_errors
+                            "mcp-health tap: {} exchanges, {} events not observed (queue or byte budget full, or a request body past the parse limit), {} unparseable messages, {} bodies or events past the parse limit",
+                            r.exchanges, r.unobserved_events, r.stats.parse_errors, r.stats.oversize
                         );
                     }
                     0

@@ -340,7 +340,23 @@ pub async fn serve(
         response_timeout: settings.response_timeout,
         held: held.clone(),
     });
-    let observer = tokio::spawn(observe_loop(rx, upstream_identity(up), sink, settings.verifiers.clone(), held));
+    // The observer parses on a thread of its own (a current-thread runtime): a large body it
+    // reads never takes a worker that carries the client's bytes.
+    let (done_tx, observer) = tokio::sync::oneshot::channel::<ObserverStats>();
+    let (identity, verifiers) = (upstream_identity(up), settings.verifiers.clone());
+    let spawned = std::thread::Builder::new().name("tap-observer".into()).spawn(move || {
+        let stats = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(observe_loop(rx, identity, sink, verifiers, held)),
+            Err(e) => {
+                eprintln!("mcp-health tap: cannot start the observer ({e}); no spans will be emitted");
+                ObserverStats::default()
+            }
+        };
+        let _ = done_tx.send(stats);
+    });
+    if let Err(e) = spawned {
+        return Err(format!("cannot start the observer thread: {e}"));
+    }
 
     tokio::pin!(shutdown);
     loop {
@@ -424,7 +440,12 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Resp
         protocol_version: header_str(&parts.headers, "mcp-protocol-version"),
         had_authorization: parts.headers.contains_key(hyper::header::AUTHORIZATION),
         // Parsed only up to the responses' limit (the bytes are forwarded whatever their size).
-        body: (is_post && !body.is_empty() && body.len() <= MAX_PARSE).then(|| body.clone()),
+        body: if is_post && body.len() > MAX_PARSE {
+            sh.unobserved.fetch_add(1, Ordering::Relaxed);
+            None
+        } else {
+            (is_post && !body.is_empty()).then(|| body.clone())
+        },
     });
 
     let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -711,8 +732,11 @@ async fn observe_loop(
             Event::End { exchange, at_ns } => {
                 let Some(ex) = exchanges.remove(&exchange) else { continue };
                 let ctx = ex.ctx(at_ns, exchange);
-                if let BodyState::Json(buf, false) = &ex.body {
-                    obs.server_bytes(buf, &ctx);
+                match &ex.body {
+                    BodyState::Json(buf, false) => obs.server_bytes(buf, &ctx),
+                    BodyState::Json(_, true) => obs.stats.oversize += 1,
+                    BodyState::Sse(p) => obs.stats.oversize += p.oversize_events,
+                    BodyState::None => {}
                 }
                 if let Some(st) = ex.status {
                     obs.exchange_end(exchange, st, &ctx);

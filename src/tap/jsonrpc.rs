@@ -86,6 +86,8 @@ pub struct ObserverStats {
     pub spans: u64,
     pub unmatched_responses: u64,
     pub expired_requests: u64,
+    /// Bodies and event-stream events past the parse limit: forwarded, not read.
+    pub oversize: u64,
 }
 
 /// A request waiting for its response.
