@@ -1484,15 +1484,7 @@ impl Engine {
                                 self.working_reported.insert(key)
                             };
                             if fresh {
-                                let d = Decision { revision: 0, decided_by: DecidedBy::InFlight, root_seen: false, truncated: false };
-                                out.push(Decided::Interim(classify_with_clocks(
-                                    c,
-                                    &self.sessions,
-                                    self.pins.as_deref(),
-                                    &self.progress,
-                                    now_ns,
-                                    d,
-                                )));
+                                out.push(self.interim(c, now_ns));
                             }
                         }
                         Standing::Expired(_) => expired = true,
@@ -1510,15 +1502,7 @@ impl Engine {
                             .entry((c.tool.as_deref().unwrap_or("").to_string(), c.server.as_deref().unwrap_or("").to_string()))
                             .or_default() += 1;
                         if self.working_reported.insert((c.trace_id, c.anchor_span_id)) {
-                            let d = Decision { revision: 0, decided_by: DecidedBy::InFlight, root_seen: false, truncated: false };
-                            out.push(Decided::Interim(classify_with_clocks(
-                                c,
-                                &self.sessions,
-                                self.pins.as_deref(),
-                                &self.progress,
-                                now_ns,
-                                d,
-                            )));
+                            out.push(self.interim(c, now_ns));
                         }
                     }
                     InFlight::InactivityExceeded | InFlight::DeadlineExceeded => expired = true,
@@ -1531,6 +1515,12 @@ impl Engine {
             }
         }
         self.working = working;
+    }
+
+    /// The interim report of a call still in flight (`working`, `waiting`); its final verdict follows.
+    fn interim(&self, c: &CallEvidence, now_ns: u64) -> Decided {
+        let d = Decision { revision: 0, decided_by: DecidedBy::InFlight, root_seen: false, truncated: false };
+        Decided::Interim(classify_with_clocks(c, &self.sessions, self.pins.as_deref(), &self.progress, now_ns, d))
     }
 
     /// Check the tools of every `tools/list` page in `spans` against the pins; each drifted

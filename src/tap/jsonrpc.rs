@@ -278,6 +278,11 @@ fn method_name(m: &str) -> Box<str> {
     redact::method(m).into()
 }
 
+/// `capabilities.tools.listChanged` of an `initialize` or `server/discover` result.
+fn list_changed_capability(r: &Value) -> bool {
+    r.get("capabilities").and_then(|c| c.get("tools")).and_then(|t| t.get("listChanged")).and_then(Value::as_bool).unwrap_or(false)
+}
+
 /// A value the tap must not emit (a `requestState`, a task id), as a join key: a hash.
 fn hash_of(v: &str) -> Box<str> {
     redact::cursor(v)
@@ -833,13 +838,7 @@ impl Observer {
                     attrs.push(s(a::SESSION_REQUESTED_VERSION, v.to_string()));
                 }
                 if let Some(r) = result {
-                    let cap = r
-                        .get("capabilities")
-                        .and_then(|c| c.get("tools"))
-                        .and_then(|t| t.get("listChanged"))
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false);
-                    attrs.push(boolean(a::SESSION_LIST_CHANGED_CAPABILITY, cap));
+                    attrs.push(boolean(a::SESSION_LIST_CHANGED_CAPABILITY, list_changed_capability(r)));
                 }
             }
             "server/discover" => {
@@ -852,13 +851,7 @@ impl Observer {
                     }
                 }
                 if let Some(r) = result {
-                    let cap = r
-                        .get("capabilities")
-                        .and_then(|c| c.get("tools"))
-                        .and_then(|t| t.get("listChanged"))
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false);
-                    attrs.push(boolean(a::SESSION_LIST_CHANGED_CAPABILITY, cap));
+                    attrs.push(boolean(a::SESSION_LIST_CHANGED_CAPABILITY, list_changed_capability(r)));
                 }
             }
             "tools/list" => {
