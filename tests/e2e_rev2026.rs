@@ -20,13 +20,7 @@ use support::*;
 /// Run one of the scenario scripts through the tap into `svc`; its manifest.
 async fn run_script(script: &str, svc: &Service) -> Option<Value> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let py = root.join(".venv-mcp/bin/python");
-    if !py.exists() {
-        let required = std::env::var_os("CI").is_some() || std::env::var("MCP_HEALTH_REQUIRE_DIALECTS").as_deref() == Ok("1");
-        assert!(!required, "{} is missing: run scripts/install-test-deps", py.display());
-        eprintln!("SKIPPED: {} is missing (scripts/install-test-deps makes it)", py.display());
-        return None;
-    }
+    let py = venv_python(".venv-mcp")?;
     let endpoint = format!("http://{}", svc.grpc_addr());
     let script = root.join(script);
     let out = tokio::task::spawn_blocking(move || {
