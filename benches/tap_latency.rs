@@ -218,7 +218,7 @@ fn main() {
     let rules_dir = std::env::temp_dir().join(format!("mcp-health-tap-bench-{}", std::process::id()));
     std::fs::create_dir_all(&rules_dir).unwrap();
     let rules = rules_dir.join("verifiers.yaml");
-    std::fs::write(&rules, "- {name: echo_effect, tool: echo, file: {path: \"/nonexistent/{/arguments/text}\"}}\n").unwrap();
+    std::fs::write(&rules, "- {name: echo_effect, tool: echo, file: {base_dir: /nonexistent, path: \"{/arguments/text}\"}}\n").unwrap();
     let rules = rules.to_string_lossy().into_owned();
 
     // stdio
