@@ -470,23 +470,7 @@ mod permutations {
         ) {
             let all = spans(&calls);
             let in_order = run(vec![all.clone()], &[]);
-            // A permutation from the seed (Fisher-Yates with a small LCG), cut into batches.
-            let mut perm = all.clone();
-            let mut x = seed | 1;
-            for i in (1..perm.len()).rev() {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                perm.swap(i, (x >> 33) as usize % (i + 1));
-            }
-            let mut batches = Vec::new();
-            let mut rest = perm.as_slice();
-            for c in cuts {
-                let c = c.min(rest.len());
-                let (a, b) = rest.split_at(c);
-                batches.push(a.to_vec());
-                rest = b;
-            }
-            batches.push(rest.to_vec());
-            let shuffled = run(batches, &steps);
+            let shuffled = run(shuffled_batches(&all, seed, &cuts), &steps);
             for (k, (state, _)) in &shuffled {
                 let want = in_order.get(k).map(|v| v.0);
                 prop_assert!(want.is_some_and(|w| state.greenness() <= w.greenness()), "{k:?}: {state:?} is greener than in order ({want:?})");
@@ -546,6 +530,26 @@ fn the_next_due_moment_is_the_decision_time() {
     e.tick(due, &mut out);
     assert_eq!(calls(&out).len(), 1, "decided at the due moment");
     assert_eq!(e.next_due(), None);
+}
+
+/// `spans` in a permutation from `seed` (Fisher-Yates with a small LCG), cut into batches at
+/// `cuts` (each the length of the next batch, clamped to what is left).
+fn shuffled_batches(spans: &[SpanEvidence], seed: u64, cuts: &[usize]) -> Vec<Vec<SpanEvidence>> {
+    let mut perm = spans.to_vec();
+    let mut x = seed | 1;
+    for i in (1..perm.len()).rev() {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        perm.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    let mut batches = Vec::new();
+    let mut rest = perm.as_slice();
+    for c in cuts {
+        let (a, b) = rest.split_at((*c).min(rest.len()));
+        batches.push(a.to_vec());
+        rest = b;
+    }
+    batches.push(rest.to_vec());
+    batches
 }
 
 /// Issue 21: one logical call's rounds (2026-07-28 `input_required`, each retry a new request id
@@ -628,21 +632,7 @@ mod rounds {
             prop_assert_eq!(in_order.len(), 1, "{:#?}", in_order);
             let want = &in_order[0];
             prop_assert_eq!(want.rounds, (rounds > 1).then_some(u32::from(rounds)));
-            let mut perm = all.clone();
-            let mut x = seed | 1;
-            for i in (1..perm.len()).rev() {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                perm.swap(i, (x >> 33) as usize % (i + 1));
-            }
-            let mut batches = Vec::new();
-            let mut rest = perm.as_slice();
-            for c in cuts {
-                let (a, b) = rest.split_at(c.min(rest.len()));
-                batches.push(a.to_vec());
-                rest = b;
-            }
-            batches.push(rest.to_vec());
-            let got = run(batches, &steps);
+            let got = run(shuffled_batches(&all, seed, &cuts), &steps);
             // One attempt: every verdict but the first is a revision of it.
             let firsts: Vec<&Verdict> = got.iter().filter(|v| v.attempt && v.supersedes.is_none()).collect();
             prop_assert_eq!(firsts.len(), 1, "one attempt: {:#?}", got);
