@@ -28,7 +28,7 @@ THIS server stdio [TTL_MS]`):
   rev26-confirm          stdio: tool `confirm` (Resolve(Elicit)): one logical call = two tools/call
                          requests (first answered resultType "input_required" with inputRequests +
                          requestState, the retry carries inputResponses + requestState);
-                         `confirm_slow`: the same, the client's elicitation callback sleeps 1.5 s
+                         `confirm_slow`: the same, the client's elicitation callback sleeps 3 s
                          before accepting (a human thinking)
   rev26-refused-version  streamable HTTP through an HTTP tap (`--listen 127.0.0.1:0 --upstream`), raw
                          httpx2 requests to the MCPServer app under uvicorn:
@@ -87,7 +87,7 @@ def ask() -> Elicit[Ok]:
 
 
 def ask_slow() -> Elicit[Ok]:
-    # The client's elicitation callback recognises this message and "thinks" for 1.5 s.
+    # The client's elicitation callback recognises this message and "thinks" for 3 s.
     return Elicit("Proceed (think it over)?", Ok)
 
 
@@ -262,7 +262,7 @@ async def confirm_session(tap, endpoint, agent):
         slow = "think" in (params.message or "")
         seen.append("slow" if slow else "fast")
         if slow:
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(3.0)  # longer than the service's 1 s re-evaluation plus export delays
         return types.ElicitResult(action="accept", content={"confirm": True})
 
     log = []
