@@ -30,51 +30,66 @@ fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.exists())
 }
 
+/// Run `mcp-health tap TAP_ARGS -- python3 SERVER SERVER_ARGS` (stdio) and speak JSON-RPC to it:
+/// each message is written, and a request's response read before the next; then, after `linger`
+/// (verifiers run, the exporter sends), stdin is closed (the tap flushes on EOF). The responses to
+/// the requests, and what the tap wrote on stderr.
+fn drive_stdio_tap(
+    tap_args: &[std::ffi::OsString],
+    server: &str,
+    server_args: &[&str],
+    msgs: &[Value],
+    linger: Duration,
+) -> (Vec<Value>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+        .arg("tap")
+        .args(tap_args)
+        .arg("--")
+        .arg(python().expect("python3"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(server))
+        .args(server_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the tap");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut responses = Vec::new();
+    for m in msgs {
+        writeln!(stdin, "{m}").unwrap();
+        stdin.flush().unwrap();
+        if m.get("id").is_some() {
+            let line = lines.next().expect("a response").unwrap();
+            responses.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    }
+    std::thread::sleep(linger);
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    (responses, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+fn os_args(args: &[&str]) -> Vec<std::ffi::OsString> {
+    args.iter().map(std::ffi::OsString::from).collect()
+}
+
 /// One `tools/call transfer_funds` through `mcp-health tap` (stdio) in front of the hostile
 /// server, whose forged receipt goes to `forge_to`; the tap's spans go to `endpoint`.
 fn call_through_tap(dir: &Path, endpoint: &str, forge_to: &str, key: &Path, trace: &str) {
     let rules = dir.join("rules.yaml");
     std::fs::write(&rules, "verifiers:\n  - name: transfer_done\n    tool: transfer_funds\n    command: {argv: [\"false\"]}\n").unwrap();
-    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/hostile_server.py");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
-        .args(["tap", "--otlp-endpoint", endpoint, "--service-name", "victim-agent", "--server-address", "hostile"])
-        .arg("--verifiers")
-        .arg(&rules)
-        .arg("--signing-key")
-        .arg(key)
-        .arg("--")
-        .arg(python().expect("python3"))
-        .arg(server)
-        .arg(forge_to)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the tap");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut ask = |msg: Value| {
-        writeln!(stdin, "{msg}").unwrap();
-        stdin.flush().unwrap();
-        if msg.get("id").is_some() {
-            let line = lines.next().expect("a response").unwrap();
-            serde_json::from_str::<Value>(&line).unwrap()
-        } else {
-            Value::Null
-        }
-    };
-    ask(
+    let mut args = os_args(&["--otlp-endpoint", endpoint, "--service-name", "victim-agent", "--server-address", "hostile", "--verifiers"]);
+    args.extend([rules.into_os_string(), "--signing-key".into(), key.as_os_str().to_owned()]);
+    let msgs = [
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "victim", "version": "1"}}}),
-    );
-    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    let r = ask(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "transfer_funds", "arguments": {"amount": 100}, "_meta": {"traceparent": format!("00-{trace}-00f067aa0ba902b7-01")}}}),
-    );
+    ];
+    // The linger lets the verifier run and the tap export before the session ends.
+    let (responses, _) = drive_stdio_tap(&args, "tests/hostile/hostile_server.py", &[forge_to], &msgs, Duration::from_millis(800));
+    let r = &responses[1];
     assert_eq!(r["result"]["structuredContent"]["status"], "transferred", "{r}");
-    // Let the verifier run and the tap export, then end the session (the tap flushes on EOF).
-    std::thread::sleep(Duration::from_millis(800));
-    drop(stdin);
-    let _ = child.wait();
 }
 
 fn final_call(svc: &Service, trace: &str) -> Option<Value> {
@@ -146,36 +161,14 @@ fn a_copied_signature_does_not_transfer_to_another_call() {
 /// One `tools/call echo` through the stdio tap in front of tests/tap/fake_mcp_server.py, the
 /// tap's spans sent with `extra` tap flags.
 fn echo_through_tap(endpoint: &str, agent: &str, extra: &[&str]) {
-    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tap/fake_mcp_server.py");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
-        .args(["tap", "--otlp-endpoint", endpoint, "--service-name", agent, "--server-address", "fake"])
-        .args(extra)
-        .arg("--")
-        .arg(python().expect("python3"))
-        .arg(server)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the tap");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for (id, msg) in [
-        (
-            Some(1),
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}}),
-        ),
-        (None, json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
-        (Some(2), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}})),
-    ] {
-        writeln!(stdin, "{msg}").unwrap();
-        stdin.flush().unwrap();
-        if id.is_some() {
-            lines.next().expect("a response").unwrap();
-        }
-    }
-    drop(stdin);
-    let _ = child.wait();
+    let mut args = os_args(&["--otlp-endpoint", endpoint, "--service-name", agent, "--server-address", "fake"]);
+    args.extend(os_args(extra));
+    let msgs = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}),
+    ];
+    drive_stdio_tap(&args, "tests/tap/fake_mcp_server.py", &[], &msgs, Duration::ZERO);
 }
 
 /// Issue 22: a receiver can require a bearer token of its senders, and the tap's exporter (the
@@ -224,22 +217,8 @@ async fn canaries_in_every_field_leave_through_no_output() {
     let sink = Sink::start().await;
     let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::with_sink(&sink) }).await;
     let endpoint = format!("http://{}", svc.grpc_addr());
-    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/hostile_server.py");
     let ep = endpoint.clone();
     let tap_err = tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
-            .args(["tap", "--otlp-endpoint", &ep, "--service-name", "canary-agent", "--server-address", "canary"])
-            .arg("--")
-            .arg(python().unwrap())
-            .arg(server)
-            .arg("--canaries")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the tap");
-        let mut stdin = child.stdin.take().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let meta = json!({"progressToken": "ghp_PLANTEDPROGRESS0123456789"});
         let msgs = [
             json!({"jsonrpc": "2.0", "id": "xoxb-PLANTED-REQ-1", "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}}),
@@ -251,15 +230,8 @@ async fn canaries_in_every_field_leave_through_no_output() {
             json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "AKIAIOSFODNN7EXAMPLE", "arguments": {"a": "PLANTED_ARGUMENT"}}}),
             json!({"jsonrpc": "2.0", "id": 8, "method": "tasks/get", "params": {"taskId": "task-PLANTED_TASK_ID"}}),
         ];
-        for m in msgs {
-            writeln!(stdin, "{m}").unwrap();
-            stdin.flush().unwrap();
-            lines.next().expect("a response").unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(400));
-        drop(stdin);
-        let out = child.wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stderr).to_string()
+        let args = os_args(&["--otlp-endpoint", &ep, "--service-name", "canary-agent", "--server-address", "canary"]);
+        drive_stdio_tap(&args, "tests/hostile/hostile_server.py", &["--canaries"], &msgs, Duration::from_millis(400)).1
     })
     .await
     .unwrap();

@@ -49,13 +49,16 @@ never argument values or tokens). Takes about 15 s.
 import asyncio
 import json
 import os
-import re
-import socket
 import subprocess
 import sys
 import time
 
 THIS = os.path.abspath(__file__)
+HERE = os.path.dirname(THIS)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "dialects"))
+import common  # noqa: E402  (free_port, wait_port, stop_server)
+from sdk_through_tap import start_tap  # noqa: E402
 SECRET = "SECRET-REV26-ARGUMENT"
 REV = "2026-07-28"
 UNKNOWN_REV = "2099-01-01"
@@ -278,47 +281,6 @@ async def confirm_session(tap, endpoint, agent):
     return log
 
 
-def start_http_tap(tap, upstream, endpoint, service):
-    proc = subprocess.Popen([tap, "tap", "--listen", "127.0.0.1:0", "--upstream", upstream, "--otlp-endpoint", endpoint,
-                             "--service-name", service],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    line = proc.stderr.readline().decode()
-    m = re.search(r"listening on (http://[0-9.:]+)", line)
-    if not m:
-        proc.kill()
-        raise RuntimeError(f"the tap said {line!r}")
-    return proc, m.group(1)
-
-
-def stop_process(proc, timeout=10):
-    if proc.poll() is None:
-        proc.terminate()  # SIGTERM: the HTTP tap flushes its spans and exits; uvicorn shuts down
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, timeout=20.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited early with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"server did not listen on {port} within {timeout}s")
-
-
 def envelope(version, capabilities):
     return {"io.modelcontextprotocol/protocolVersion": version,
             "io.modelcontextprotocol/clientInfo": {"name": "rev26-raw", "version": "0.1.0"},
@@ -387,17 +349,17 @@ def main():
     manifest["rev26-listen"] = asyncio.run(listen_session(tap, endpoint, "rev26-listen"))
     manifest["rev26-confirm"] = asyncio.run(confirm_session(tap, endpoint, "rev26-confirm"))
 
-    port = free_port()
+    port = common.free_port()
     server = subprocess.Popen([sys.executable, THIS, "server", "http", str(port)], env=dict(os.environ), stdin=subprocess.DEVNULL)
     try:
-        wait_port(port, server)
-        proc, url = start_http_tap(tap, f"http://127.0.0.1:{port}", endpoint, "rev26-refused-version")
+        common.wait_port(port, server)
+        proc, url = start_tap(tap, f"http://127.0.0.1:{port}", endpoint, "rev26-refused-version")
         try:
             manifest["rev26-refused-version"] = asyncio.run(refused_session(url))
         finally:
-            stop_process(proc)
+            common.stop_server(proc)
     finally:
-        stop_process(server, timeout=20)
+        common.stop_server(server)
     print(json.dumps(manifest), flush=True)
 
 
