@@ -5,6 +5,7 @@ pub mod keygen;
 pub mod loadgen;
 pub mod lock;
 pub mod replay;
+pub mod send;
 pub mod serve;
 pub mod tap;
 pub mod validate;
@@ -20,11 +21,15 @@ use clap::{Parser, Subcommand};
 /// outcome) and a health state, and sends health spans and metrics back over OTLP and Prometheus.
 /// A call nobody verified is `unverified`, never `healthy`.
 #[derive(Parser, Debug)]
-#[command(name = "mcp-health", version, about, long_about, after_help = EXAMPLES)]
+#[command(name = "mcp-health", version = VERSION, about, long_about, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 }
+
+/// `--version`: the package version and the commit it was built from (`-dirty` when the tree had
+/// changes; `unknown` outside a git checkout unless `MCP_HEALTH_COMMIT` was set at build time).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MCP_HEALTH_COMMIT"), ")");
 
 const EXAMPLES: &str = "\
 Examples:
@@ -41,6 +46,8 @@ Examples:
   mcp-health print-default-config > my.yaml   start your own config from the default
   mcp-health health --endpoint 127.0.0.1:13133   exit 0 when the service answers 200
   mcp-health keygen --out tap.key             a receipt-signing key for `tap --signing-key`
+  mcp-health send tests/fixtures/eight_calls.jsonl   send a recording to a running service, moved to now
+  mcp-health completions bash > /etc/bash_completion.d/mcp-health
 
 Environment: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
 OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT,
@@ -66,9 +73,19 @@ pub enum Command {
     Health(health::HealthArgs),
     /// Make a receipt-signing key: the private part to a file, the public part printed.
     Keygen(keygen::KeygenArgs),
+    /// Send OTLP/JSON recordings to a running service (or any OTLP receiver), moved to now.
+    Send(send::SendArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions(CompletionsArgs),
     /// Print the embedded default configuration.
     #[command(name = "print-default-config")]
     PrintDefaultConfig,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    pub shell: clap_complete::Shell,
 }
 
 pub fn main() -> ExitCode {
@@ -83,6 +100,15 @@ pub fn main() -> ExitCode {
         Command::Tap(a) => tap::run(*a),
         Command::Health(a) => health::run(a),
         Command::Keygen(a) => keygen::run(a),
+        Command::Send(a) => send::run(a),
+        Command::Completions(a) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(a.shell, &mut cmd, "mcp-health", &mut script);
+            // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
+            ExitCode::SUCCESS
+        }
         Command::PrintDefaultConfig => {
             print!("{}", crate::config::DEFAULT_CONFIG);
             ExitCode::SUCCESS
