@@ -1,5 +1,6 @@
-//! The evidence tap around npm's `@modelcontextprotocol/server-everything` (stdio), the real server
-//! issue 5 names, with the real mcp-health deciding from the tap's spans.
+//! The evidence tap around npm's `@modelcontextprotocol/server-everything` (stdio), with the real
+//! mcp-health deciding from the tap's spans — started with the arguments of docs/tutorial.md's
+//! `mcpServers` configuration, so the tutorial is what is tested.
 //!
 //! Optional: runs when `tests/tap/everything/node_modules` holds the package (`scripts/install-test-deps`
 //! installs it with `npm ci` when npm is present); otherwise it says so and passes.
@@ -15,6 +16,41 @@ use std::time::{Duration, Instant};
 use driver::{drive_stdio, req, Step, Wait};
 use serde_json::{json, Value};
 use support::*;
+
+/// The `command` and `args` of each JSON configuration block in docs/tutorial.md (Claude Desktop,
+/// Cursor: `mcpServers`; VS Code: `servers`).
+fn tutorial_configs() -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/tutorial.md")).unwrap();
+    let mut out = Vec::new();
+    for block in text.split("```json").skip(1) {
+        let json_text = block.split("```").next().unwrap();
+        let v: Value = serde_json::from_str(json_text).unwrap_or_else(|e| panic!("a tutorial JSON block parses: {e}\n{json_text}"));
+        let servers = v.get("mcpServers").or_else(|| v.get("servers")).expect("mcpServers or servers");
+        let s = &servers["everything"];
+        let args = s["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
+        out.push((s["command"].as_str().unwrap().to_string(), args));
+    }
+    out
+}
+
+#[test]
+fn the_tutorial_configurations_start_the_same_tap() {
+    let configs = tutorial_configs();
+    assert_eq!(configs.len(), 3, "Claude Desktop, Cursor, VS Code");
+    let strip = |args: &[String]| {
+        let mut a = args.to_vec();
+        let i = a.iter().position(|x| x == "--service-name").expect("each names its client");
+        a.drain(i..i + 2);
+        a
+    };
+    for (command, args) in &configs {
+        assert_eq!(command, "mcp-health");
+        assert_eq!(args[0], "tap");
+        assert_eq!(strip(args), strip(&configs[0].1), "only the client's name differs");
+        let server = &args[args.iter().position(|x| x == "--").unwrap() + 1..];
+        assert_eq!(server, ["npx", "-y", "@modelcontextprotocol/server-everything", "stdio"]);
+    }
+}
 
 fn everything_bin() -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tap/everything/node_modules/.bin/mcp-server-everything");
@@ -49,9 +85,17 @@ async fn server_everything_through_the_tap() {
         ),
         req(5, "tools/call", json!({"name": "no-such-tool", "arguments": {}})),
     ];
+    // The tutorial's Claude Desktop configuration, with this build for `mcp-health`, this test's
+    // service for the OTLP endpoint, and the installed package for `npx -y <package>` (no network).
+    let (_, args) = tutorial_configs().remove(0);
+    let sep = args.iter().position(|a| a == "--").unwrap();
+    let mut tap_args: Vec<String> = args[..sep].to_vec();
+    let at = tap_args.iter().position(|a| a == "--otlp-endpoint").unwrap();
+    tap_args[at + 1] = endpoint.clone();
+    let server_args: Vec<String> = args[sep + 4..].to_vec();
     let run = tokio::task::spawn_blocking(move || {
         let mut c = Command::new(env!("CARGO_BIN_EXE_mcp-health"));
-        c.args(["tap", "--otlp-endpoint", &endpoint, "--server-address", "server-everything", "--"]).arg(bin).arg("stdio");
+        c.args(&tap_args).arg("--").arg(bin).args(&server_args);
         c.env_remove("OTEL_SERVICE_NAME");
         drive_stdio(c, &script)
     })
