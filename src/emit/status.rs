@@ -133,8 +133,10 @@ fn missing(v: &Verdict) -> Vec<String> {
     if !v.chain.has(SpanKind::Server) {
         out.push("no server span".into());
     }
-    if !v.chain.has(SpanKind::Verifier) && !v.verified_success {
-        out.push("no verifier span".into());
+    // A verifier matters where nothing failed before the outcome: it is what turns `unverified`
+    // into `healthy` (or `false_success`).
+    if !v.chain.has(SpanKind::Verifier) && v.first_failed_layer.is_none() && !v.verified_success {
+        out.push("no verifier span (the outcome was not checked)".into());
     }
     let before_failure = v.first_failed_layer.map_or(Layer::ALL.len(), |l| l as usize);
     let unobserved: Vec<&str> =
@@ -509,6 +511,9 @@ mod tests {
         assert_eq!(c.chain, vec![ChainLink { kind: "client", instrumentation: "mcp_sdk", spans: 1 }]);
         assert!(c.missing.contains(&"no server span".to_string()), "{:?}", c.missing);
         assert!(!c.missing.iter().any(|m| m.starts_with("unobserved")), "layers after the failure are not missing: {:?}", c.missing);
+        assert!(!c.missing.iter().any(|m| m.contains("verifier")), "a failed call needs no verifier: {:?}", c.missing);
+        let unchecked = CallView::of(&sample("tools/call", true, false));
+        assert!(unchecked.missing.iter().any(|m| m.starts_with("no verifier span")), "{:?}", unchecked.missing);
         let healthy = CallView::of(&Verdict { outcome_method: Some("receipt"), ..sample("tools/call", true, true) });
         assert_eq!(healthy.decided_layer, "outcome passed, verified by receipt");
     }

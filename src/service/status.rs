@@ -159,8 +159,9 @@ pub fn render_html(v: &StatusView) -> String {
 <h1>mcp-health status</h1><p class=\"muted\">Drawn at {} (UTC). Reload for the latest. Machine-readable: <a href=\"/status.json\">/status.json</a>.</p>",
         utc(v.generated_at_ns)
     );
-    incidents(&mut h, v);
+    summary(&mut h, v);
     rates(&mut h, v);
+    incidents(&mut h, v);
     catalogs(&mut h, v);
     drift(&mut h, v);
     queues(&mut h, v);
@@ -171,6 +172,26 @@ pub fn render_html(v: &StatusView) -> String {
     }
     h.push_str("</body></html>\n");
     h
+}
+
+/// One line: how many incidents, servers, sessions off their catalog, and the fullest queue.
+fn summary(h: &mut String, v: &StatusView) {
+    let off = v.catalogs.iter().filter(|c| c.convergence != "converged").count();
+    let fullest = v.queues.iter().max_by(|a, b| {
+        let f = |q: &QueueFill| if q.capacity == 0 { 0.0 } else { q.depth as f64 / q.capacity as f64 };
+        f(a).total_cmp(&f(b))
+    });
+    let _ = write!(
+        h,
+        "<p class=\"summary\"><b class=\"{}\">{} open incident(s)</b> · {} server(s) · {} of {} session catalog(s) not converged · {} drift report(s){}</p>",
+        if v.incidents.is_empty() { "ok" } else { "bad" },
+        v.incidents.len(),
+        v.servers.len(),
+        off,
+        v.catalogs.len(),
+        v.drift.len(),
+        fullest.map(|q| format!(" · fullest queue: {} {} / {}", esc(q.name), q.depth, q.capacity)).unwrap_or_default(),
+    );
 }
 
 fn incidents(h: &mut String, v: &StatusView) {
