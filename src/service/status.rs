@@ -230,7 +230,9 @@ fn incident_row(h: &mut String, now: u64, i: &IncidentView) {
         opt(i.first_failed_layer),
         esc(i.state),
         i.error_class.as_deref().map(|e| format!(" <code>{}</code>", esc(e))).unwrap_or_default(),
-        i.tool.as_deref().map_or_else(|| "(every tool of the credential)".to_string(), esc),
+        // An authorization incident is per credential; other causes without a tool (a failed
+        // setup) have none.
+        i.tool.as_deref().map_or_else(|| if i.state == "needs_auth" { "(every tool of the credential)" } else { "—" }.to_string(), esc),
         i.required_authority.as_deref().map_or_else(|| "—".to_string(), |a| format!("<code>{}</code>", esc(a))),
         esc(&i.next_action),
         i.calls,
