@@ -156,6 +156,11 @@ async fn the_status_page_explains_incidents_in_a_real_browser() {
         assert_eq!(svc.post_json(l.as_bytes()).await.status, 200);
     }
     let health = svc.health_addr();
+    // The health check at `/` is what it was.
+    let root = http_get(health, "/").await.unwrap();
+    assert_eq!(root.status, 200);
+    let root: Value = serde_json::from_slice(&root.body).unwrap();
+    assert_eq!(root["status"], "Server available", "{root}");
     let status: Value = eventually_async(Duration::from_secs(20), "the hostile call's incident on /status.json", || async move {
         let r = http_get(health, "/status.json").await.ok().filter(|r| r.status == 200)?;
         let v: Value = serde_json::from_slice(&r.body).ok()?;
@@ -253,4 +258,14 @@ async fn the_status_page_explains_incidents_in_a_real_browser() {
     if update {
         println!("wrote {}", shot.display());
     }
+}
+
+/// `status_page: false`: no page, the health check as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_can_be_switched_off() {
+    let svc = Service::start(Cfg { listener_extra: vec![("health_check", "status_page: false".into())], ..Cfg::default() }).await;
+    let health = svc.health_addr();
+    assert_eq!(http_get(health, "/").await.unwrap().status, 200);
+    assert_eq!(http_get(health, "/status").await.unwrap().status, 404);
+    assert_eq!(http_get(health, "/status.json").await.unwrap().status, 404);
 }

@@ -519,6 +519,31 @@ mod tests {
     }
 
     #[test]
+    fn status_drift_keeps_the_latest_report_per_server_and_tool_in_words() {
+        let mut s = StatusSnapshot::default();
+        let drift = |digest: &str, changes| {
+            Decided::Drift(crate::engine::DriftEvent {
+                drift: true,
+                server: "files:443".into(),
+                tool: "write_file".into(),
+                pinned_digest: "sha256:aaaa".into(),
+                digest: digest.into(),
+                changes,
+                trace_id: [7; 16],
+                span_id: [8; 8],
+            })
+        };
+        s.accept(&[
+            drift("sha256:bbbb", vec![]),
+            drift("sha256:cccc", vec![crate::verdict::ContractChange::ParameterRemoved { parameter: "path".into() }]),
+        ]);
+        let v = s.view(Moment::from_nanos(1), vec![]);
+        assert_eq!(v.drift.len(), 1, "one report per (server, tool)");
+        assert_eq!(v.drift[0].digest, "sha256:cccc");
+        assert_eq!(v.drift[0].changes, vec!["parameter `path` removed".to_string()]);
+    }
+
+    #[test]
     fn status_tables_are_bounded_and_count_what_they_push_out() {
         let mut s = StatusSnapshot::default();
         let before = crate::bounded::evicted("status_recent_calls");
