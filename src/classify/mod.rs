@@ -91,6 +91,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         attempt: is_attempt(c, first.is_some() || incidents::is_failure(state)),
         rounds: (c.rounds() > 1).then(|| c.rounds()),
         task_status: c.task.as_ref().map(|t| t.status),
+        chain: c.chain,
     }
 }
 

@@ -312,6 +312,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
             export_handles.extend(otlp_traces::spawn(settings.clone(), rx, meters.clone())?);
         }
     }
+    let status = crate::service::status::Status::new([("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]);
     let sender = queue_tx.filter(|_| targets.traces.is_some());
     let passthrough = otlp.as_ref().is_some_and(|o| o.passthrough);
     let health = otlp.as_ref().is_some_and(|o| o.health_spans);
@@ -326,6 +327,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         None => None,
     };
     let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
+    status.watch_queue("engine_ingest", &ingest_tx);
     // Tasks that live as long as this pipeline, ended when it is (see the end of this function).
     let mut background: Vec<tokio::task::JoinHandle<()>> = Vec::new();
     let memory = cfg.processors.memory_limiter.as_ref().map(|m| {
@@ -347,6 +349,9 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     };
     let mut sinks = Sinks::default();
     sinks.push(MetricsSink::new(meters.clone()));
+    if cfg.extensions.health_check.as_ref().is_some_and(|h| h.status_page) {
+        sinks.push(status.sink());
+    }
     if let Some(s) = sender.as_ref().filter(|_| health) {
         sinks.push(HealthSpanSink::new(
             s.clone(),
@@ -512,6 +517,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
                 }
             }),
         );
+        let app = if cfg.extensions.health_check.as_ref().is_some_and(|h| h.status_page) { app.merge(status.routes()) } else { app };
         // Not shut down with the others: it answers 503 from the start of the drain until the
         // drain ends (the process exits, or a reload starts the next pipeline), so a load
         // balancer stops sending before the receivers close.

@@ -675,6 +675,9 @@ pub struct HealthCheck {
     /// `mcp_health.connections.refused{reason="max_connections"}`.
     #[serde(default = "d_max_connections")]
     pub max_connections: usize,
+    /// Serve the status page (`/status`, `/status.json`) beside the health check.
+    #[serde(default = "yes")]
+    pub status_page: bool,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

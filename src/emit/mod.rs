@@ -10,4 +10,5 @@ pub mod otlp_traces;
 pub(crate) mod pb;
 pub mod prometheus;
 pub mod sink;
+pub mod status;
 pub mod verdict_log;

@@ -95,6 +95,8 @@ pub struct CallEvidence {
     /// round that arrived before the others was decided under its own span, and the verdict of
     /// the whole call supersedes that one, not a second attempt.
     pub round_spans: Vec<SpanId>,
+    /// Every span absorbed, by kind and instrumentation (the verdict's evidence chain).
+    pub chain: crate::verdict::EvidenceChain,
 }
 
 /// Why a call has not finished although the server answered.
@@ -226,6 +228,17 @@ impl CallEvidence {
 
     /// Fold one span's evidence into the call.
     pub fn absorb(&mut self, s: &SpanEvidence) {
+        use crate::verdict::SpanKind;
+        let kind = if !s.outcomes.is_empty() || s.finding.is_some() {
+            SpanKind::Verifier
+        } else {
+            match s.side {
+                Side::Client => SpanKind::Client,
+                Side::Server => SpanKind::Server,
+                Side::Internal => SpanKind::Other,
+            }
+        };
+        self.chain.add(kind, s.instrumentation);
         let round = s.round.as_deref();
         if let (Some(r), Some(m)) = (round, s.method.as_ref()) {
             if is_task_request(m) && self.span_count > 0 {

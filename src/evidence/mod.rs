@@ -27,6 +27,49 @@ pub enum Side {
     Internal,
 }
 
+/// Which instrumentation wrote a span: the dialect that read it, or the wire tap. Kept so an
+/// evidence chain can say where each of its spans came from (the status page), nothing more.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Instrumentation {
+    #[default]
+    Unknown,
+    McpSdk,
+    Fastmcp,
+    Traceloop,
+    Logfire,
+    Semconv,
+    /// `mcp-health tap` (scope `mcp-health-tap`), whatever dialect read it.
+    Tap,
+}
+
+impl Instrumentation {
+    pub const ALL: [Instrumentation; 7] = [
+        Instrumentation::Unknown,
+        Instrumentation::McpSdk,
+        Instrumentation::Fastmcp,
+        Instrumentation::Traceloop,
+        Instrumentation::Logfire,
+        Instrumentation::Semconv,
+        Instrumentation::Tap,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Instrumentation::Unknown => "unknown",
+            Instrumentation::McpSdk => "mcp_sdk",
+            Instrumentation::Fastmcp => "fastmcp",
+            Instrumentation::Traceloop => "traceloop",
+            Instrumentation::Logfire => "logfire",
+            Instrumentation::Semconv => "semconv",
+            Instrumentation::Tap => "tap",
+        }
+    }
+    /// The instrumentation of a dialect's name (`normalize::Dialect::name`).
+    pub fn of_dialect(name: &str) -> Instrumentation {
+        Instrumentation::ALL.into_iter().find(|i| i.as_str() == name).unwrap_or_default()
+    }
+}
+
 /// The MCP method. A method outside the specification's list is client-chosen text, kept as
 /// `other` or `notifications/other` (see [`MethodName`]); nothing the client wrote is stored.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -530,6 +573,10 @@ pub struct SpanEvidence {
     /// `service.name` of the resource that emitted the span (the client's identity where the
     /// protocol has no session).
     pub service: Option<Arc<str>>,
+    /// Who wrote the span (for the evidence chain the status page shows). Not stored: the state
+    /// store's records keep their layout, and a chain restored from it shows `unknown`.
+    #[serde(skip)]
+    pub instrumentation: Instrumentation,
     /// The fields few spans set (see the type's documentation); read and written through
     /// `Deref`/`DerefMut`.
     rare: Rare,
@@ -728,6 +775,7 @@ impl SpanEvidence {
             error_maybe_client_rendered: false,
             http_mcp_endpoint: false,
             response_unobserved: false,
+            instrumentation: Instrumentation::Unknown,
             rare: Rare(None),
         }
     }

@@ -48,6 +48,9 @@ pub struct Dialect {
 /// `mcp_health.*` attributes, which any emitter may add).
 pub static DIALECTS: &[Dialect] = &[mcp_sdk::DIALECT, fastmcp::DIALECT, traceloop::DIALECT, logfire::DIALECT, semconv::DIALECT];
 
+/// The instrumentation scope of `mcp-health tap`'s spans.
+pub const TAP_SCOPE: &str = "mcp-health-tap";
+
 /// The dialect that owns a scope name, if one names it.
 pub fn dialect_of_scope(scope: &str) -> Option<&'static Dialect> {
     DIALECTS.iter().find(|d| d.scopes.contains(&scope))
@@ -121,10 +124,11 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
         let service = resource_service(&attrs);
         for ss in &rs.scope_spans {
             let by_scope = ss.scope.as_ref().and_then(|sc| dialect_of_scope(&sc.name));
+            let tap = ss.scope.as_ref().is_some_and(|sc| sc.name == TAP_SCOPE);
             for span in &ss.spans {
                 if judge {
                     out.spans += 1;
-                    read_view(&SpanView::from_proto(span), by_scope, service.as_ref(), &mut out);
+                    read_view(&SpanView::from_proto(span), by_scope, tap, service.as_ref(), &mut out);
                 }
             }
         }
@@ -152,7 +156,14 @@ pub(crate) fn resource_service(attrs: &[view::KeyValue<'_>]) -> Option<Arc<str>>
 }
 
 /// Read one span into `out`: evidence when its dialect finds some, else activity of its trace.
-pub(crate) fn read_view(span: &SpanView<'_>, by_scope: Option<&'static Dialect>, service: Option<&Arc<str>>, out: &mut NormalizedBatch) {
+/// `tap`: the span's scope is [`TAP_SCOPE`].
+pub(crate) fn read_view(
+    span: &SpanView<'_>,
+    by_scope: Option<&'static Dialect>,
+    tap: bool,
+    service: Option<&Arc<str>>,
+    out: &mut NormalizedBatch,
+) {
     let (trace_id, span_id) = match ids(span.trace_id, span.span_id) {
         Ok(ids) => ids,
         Err(_) => {
@@ -162,7 +173,9 @@ pub(crate) fn read_view(span: &SpanView<'_>, by_scope: Option<&'static Dialect>,
     };
     let dialect = dialect_of_span(by_scope, span);
     match (dialect.read)(trace_id, span_id, span, service, &mut out.attribute_type_errors) {
-        Some(ev) => {
+        Some(mut ev) => {
+            ev.instrumentation =
+                if tap { crate::evidence::Instrumentation::Tap } else { crate::evidence::Instrumentation::of_dialect(dialect.name) };
             out.raw_definitions_seen |= ev.catalog.as_ref().is_some_and(|c| c.raw_definitions_seen);
             out.evidence.push(ev)
         }

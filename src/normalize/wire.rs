@@ -640,6 +640,7 @@ fn scope_spans_message<'a>(
         facts.raw_definitions |= has_raw_definitions(&scope_attrs);
     }
     let by_scope = if scopes.is_empty() { None } else { super::dialect_of_scope(scope_name.unwrap_or("")) };
+    let tap = scope_name == Some(super::TAP_SCOPE);
     let mut view = SpanView::default();
     let count = spans.len() as u64;
     for &range in &spans {
@@ -649,7 +650,7 @@ fn scope_spans_message<'a>(
         }
         if judge {
             out.spans += 1;
-            super::read_view(&view, by_scope, service, out);
+            super::read_view(&view, by_scope, tap, service, out);
         }
     }
     scratch.ranges = spans;

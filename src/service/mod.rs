@@ -4,6 +4,7 @@
 
 pub mod health;
 pub mod replay;
+pub mod status;
 
 use std::sync::Arc;
 use std::time::Duration;

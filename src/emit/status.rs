@@ -1,0 +1,586 @@
+//! The status snapshot: what the status page (`service::status`) shows, kept up to date from the
+//! engine's [`Decided`] records by a [`Sink`]. Bounded everywhere: open incidents, sessions, drift
+//! reports, servers and recent calls each have a limit, and what a limit pushes out is counted
+//! (`status_*` tables of [`crate::bounded`]).
+//!
+//! Nothing secret gets in: calls are kept as their verdict says them (session ids as hashes, no
+//! arguments or results); catalog sessions by the hash of their key. Everything is plain data for
+//! the page to escape.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use super::sink::Sink;
+use crate::bounded::BoundedMap;
+use crate::classify::incidents::{self, Incident, Transition};
+use crate::engine::{CatalogLine, Decided};
+use crate::evidence::time::Moment;
+use crate::verdict::{Layer, LayerStatus, SpanKind, Verdict};
+
+/// Open incidents shown (past it the least recently changed goes, counted).
+pub const MAX_INCIDENTS: usize = 500;
+/// Recently resolved incidents shown.
+pub const MAX_RESOLVED: usize = 20;
+/// Sessions (or client/server pairs) whose catalog state is shown.
+pub const MAX_SESSIONS: usize = 1000;
+/// Drift reports shown, one per (server, tool).
+pub const MAX_DRIFT: usize = 200;
+/// Servers whose rates are kept.
+pub const MAX_SERVERS: usize = 500;
+/// Recent calls shown, newest first.
+pub const MAX_RECENT_CALLS: usize = 50;
+
+/// The snapshot the sink writes and the page reads, behind one lock.
+pub type SharedStatus = Arc<Mutex<StatusSnapshot>>;
+
+/// One span group of an evidence chain: how many spans of a kind one instrumentation wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChainLink {
+    pub kind: &'static str,
+    pub instrumentation: &'static str,
+    pub spans: u8,
+}
+
+/// A call as the page explains it: the verdict's own words, its evidence chain, the layer that
+/// decided and what was missing.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CallView {
+    pub trace_id: String,
+    pub span_id: String,
+    pub method: Option<String>,
+    pub tool: Option<String>,
+    pub server: Option<String>,
+    pub agent: Option<String>,
+    pub session_id_hash: Option<String>,
+    pub state: &'static str,
+    pub first_failed_layer: Option<&'static str>,
+    /// Every layer's status, in order.
+    pub layers: Vec<(&'static str, &'static str)>,
+    pub reason: Option<String>,
+    pub next_action: String,
+    pub required_scope: Option<String>,
+    pub confidence: &'static str,
+    pub decided_by: &'static str,
+    pub revision: u32,
+    pub protocol_success: bool,
+    pub verified_success: bool,
+    pub attempt: bool,
+    pub outcome_method: Option<&'static str>,
+    pub chain: Vec<ChainLink>,
+    /// Which layer decided the verdict, in a sentence.
+    pub decided_layer: String,
+    /// What the evidence lacked (short phrases); empty when nothing was.
+    pub missing: Vec<String>,
+    pub end_ns: u64,
+}
+
+impl CallView {
+    pub fn of(v: &Verdict) -> CallView {
+        let chain: Vec<ChainLink> =
+            v.chain.entries().map(|(k, i, n)| ChainLink { kind: k.as_str(), instrumentation: i.as_str(), spans: n }).collect();
+        CallView {
+            trace_id: hex::encode(v.trace_id),
+            span_id: hex::encode(v.span_id),
+            method: v.method.clone(),
+            tool: v.tool.as_deref().map(str::to_string),
+            server: v.server.as_deref().map(str::to_string),
+            agent: v.agent.as_deref().map(str::to_string),
+            session_id_hash: v.session_id_hash.clone(),
+            state: v.state.as_str(),
+            first_failed_layer: v.first_failed_layer.map(Layer::as_str),
+            layers: Layer::ALL.iter().map(|l| (l.as_str(), v.layers.get(*l).as_str())).collect(),
+            reason: v.reason.clone(),
+            next_action: v.next_action.clone(),
+            required_scope: v.required_scope.as_deref().map(str::to_string),
+            confidence: v.confidence.as_str(),
+            decided_by: v.decided_by.as_str(),
+            revision: v.revision,
+            protocol_success: v.protocol_success,
+            verified_success: v.verified_success,
+            attempt: v.attempt,
+            outcome_method: v.outcome_method,
+            chain,
+            decided_layer: decided_layer(v),
+            missing: missing(v),
+            end_ns: v.end_ns,
+        }
+    }
+}
+
+/// Which layer decided a verdict: the first failed one, else the outcome when it was verified,
+/// else none (nothing failed, nothing proved).
+fn decided_layer(v: &Verdict) -> String {
+    match (v.first_failed_layer, v.outcome_method) {
+        (Some(l), _) => format!("{} failed{}", l.as_str(), v.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()),
+        (None, Some(m)) if v.verified_success => format!("outcome passed, verified by {m}"),
+        (None, Some(m)) => format!("outcome checked by {m}; state {}", v.state.as_str()),
+        (None, None) => format!("no layer failed; state {} from the protocol evidence", v.state.as_str()),
+    }
+}
+
+/// What the evidence of a verdict lacked: the reason it may be partial, the sides and verifier
+/// not seen, and the layers left unobserved before any failure.
+fn missing(v: &Verdict) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(p) = v.partial {
+        out.push(format!("partial evidence: {}", p.as_str()));
+    }
+    if !v.chain.has(SpanKind::Client) {
+        out.push("no client span".into());
+    }
+    if !v.chain.has(SpanKind::Server) {
+        out.push("no server span".into());
+    }
+    // A verifier matters where nothing failed before the outcome: it is what turns `unverified`
+    // into `healthy` (or `false_success`).
+    if !v.chain.has(SpanKind::Verifier) && v.first_failed_layer.is_none() && !v.verified_success {
+        out.push("no verifier span (the outcome was not checked)".into());
+    }
+    let before_failure = v.first_failed_layer.map_or(Layer::ALL.len(), |l| l as usize);
+    let unobserved: Vec<&str> =
+        Layer::ALL[..before_failure].iter().filter(|l| v.layers.get(**l) == LayerStatus::Unobserved).map(|l| l.as_str()).collect();
+    if !unobserved.is_empty() {
+        out.push(format!("unobserved: {}", unobserved.join(", ")));
+    }
+    out
+}
+
+/// An open (or lately resolved) incident, with the latest call that failed with its cause.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct IncidentView {
+    pub id: String,
+    pub incident_state: &'static str,
+    pub server: Option<String>,
+    pub tool: Option<String>,
+    pub first_failed_layer: Option<&'static str>,
+    pub state: &'static str,
+    pub error_class: Option<String>,
+    pub required_authority: Option<String>,
+    pub next_action: String,
+    pub calls: u64,
+    pub sessions: usize,
+    pub agents: Vec<String>,
+    pub retry_count: u64,
+    pub confidence: &'static str,
+    pub verifier_result: Option<&'static str>,
+    pub first_evidence_ns: u64,
+    pub last_evidence_ns: u64,
+    /// The latest failing call of this cause seen by this instance, when there is one.
+    pub evidence: Option<CallView>,
+}
+
+impl IncidentView {
+    fn of(row: &Incident, evidence: Option<CallView>) -> IncidentView {
+        IncidentView {
+            id: row.id.clone(),
+            incident_state: row.state.as_str(),
+            server: row.cause.server.as_deref().map(str::to_string),
+            tool: row.cause.tool.as_deref().map(str::to_string),
+            first_failed_layer: row.cause.first_failed_layer.map(Layer::as_str),
+            state: row.cause.state.as_str(),
+            error_class: row.cause.error_class.clone(),
+            required_authority: row.required_authority.as_deref().map(str::to_string),
+            next_action: row.next_action.clone(),
+            calls: row.calls,
+            sessions: row.sessions.len(),
+            agents: row.agents.iter().map(|a| a.to_string()).collect(),
+            retry_count: row.retry_count,
+            confidence: row.confidence.as_str(),
+            verifier_result: row.verifier_result.map(|r| r.as_str()),
+            first_evidence_ns: row.first_evidence_ns,
+            last_evidence_ns: row.last_evidence_ns,
+            evidence,
+        }
+    }
+}
+
+/// Attempts and successes of one server since the start (SPEC's two rates).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Rates {
+    pub attempts: u64,
+    pub protocol_successes: u64,
+    pub verified_successes: u64,
+}
+
+impl Rates {
+    /// Count an attempt's verdict; a revision moves its successes, never the attempt again.
+    fn add(&mut self, v: &Verdict) {
+        if !v.attempt {
+            return;
+        }
+        let (p, ver) = (u64::from(v.protocol_success), u64::from(v.verified_success));
+        match v.supersedes {
+            Some(was) => {
+                self.protocol_successes = (self.protocol_successes + p).saturating_sub(u64::from(was.protocol_success));
+                self.verified_successes = (self.verified_successes + ver).saturating_sub(u64::from(was.verified_success));
+            }
+            None => {
+                self.attempts += 1;
+                self.protocol_successes += p;
+                self.verified_successes += ver;
+            }
+        }
+    }
+    fn rate(n: u64, of: u64) -> Option<f64> {
+        (of > 0).then(|| n as f64 / of as f64)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServerRates {
+    pub server: String,
+    #[serde(flatten)]
+    pub rates: Rates,
+    pub protocol_success_rate: Option<f64>,
+    pub verified_success_rate: Option<f64>,
+}
+
+/// One session's (or client/server pair's) catalog state, by the hash of its key.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CatalogView {
+    pub session_hash: String,
+    pub server: Option<String>,
+    pub agent: Option<String>,
+    pub convergence: &'static str,
+    pub reason: &'static str,
+    pub next_step: &'static str,
+    pub protocol_revision: &'static str,
+    pub at_ns: u64,
+}
+
+/// A tool definition that differs from its pin.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DriftView {
+    pub server: String,
+    pub tool: String,
+    pub pinned_digest: String,
+    pub digest: String,
+    pub changes: Vec<String>,
+    pub trace_id: String,
+}
+
+/// One queue's fill when the page was drawn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueFill {
+    pub name: &'static str,
+    pub depth: usize,
+    pub capacity: usize,
+}
+
+/// Everything the page shows, as `/status.json` serves it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StatusView {
+    pub generated_at_ns: u64,
+    pub incidents: Vec<IncidentView>,
+    pub resolved_incidents: Vec<IncidentView>,
+    pub servers: Vec<ServerRates>,
+    pub catalogs: Vec<CatalogView>,
+    pub drift: Vec<DriftView>,
+    pub queues: Vec<QueueFill>,
+    pub recent_calls: Vec<CallView>,
+    /// Entries each of the page's bounded tables pushed out so far.
+    pub evicted: Vec<(&'static str, u64)>,
+}
+
+/// The page's bounded memory of what the engine decided.
+pub struct StatusSnapshot {
+    incidents: BoundedMap<String, Incident>,
+    resolved: VecDeque<IncidentView>,
+    /// The latest failing call of each incident cause (the id is computed when the page is drawn:
+    /// it is a hash, not work for every failing call).
+    incident_calls: BoundedMap<incidents::Cause, Verdict>,
+    servers: BoundedMap<String, Rates>,
+    catalogs: BoundedMap<String, CatalogView>,
+    drift: BoundedMap<(String, String), DriftView>,
+    /// Kept as verdicts (a clone is a few reference counts); explained when the page is drawn.
+    recent: VecDeque<Verdict>,
+}
+
+/// The names the tables' evictions are counted under.
+const TABLES: [&str; 6] =
+    ["status_incidents", "status_incident_calls", "status_servers", "status_sessions", "status_drift", "status_recent_calls"];
+
+impl Default for StatusSnapshot {
+    fn default() -> Self {
+        StatusSnapshot {
+            incidents: BoundedMap::with_capacity(TABLES[0], MAX_INCIDENTS),
+            resolved: VecDeque::with_capacity(MAX_RESOLVED),
+            incident_calls: BoundedMap::with_capacity(TABLES[1], MAX_INCIDENTS),
+            servers: BoundedMap::with_capacity(TABLES[2], MAX_SERVERS),
+            catalogs: BoundedMap::with_capacity(TABLES[3], MAX_SESSIONS),
+            drift: BoundedMap::with_capacity(TABLES[4], MAX_DRIFT),
+            recent: VecDeque::with_capacity(MAX_RECENT_CALLS),
+        }
+    }
+}
+
+/// The key a server's figures are kept under (calls that named none share one row).
+const NO_SERVER: &str = "(unknown server)";
+
+impl StatusSnapshot {
+    pub fn shared() -> SharedStatus {
+        Arc::new(Mutex::new(StatusSnapshot::default()))
+    }
+
+    /// Fold one engine step's records in.
+    pub fn accept(&mut self, records: &[Decided]) {
+        // Only the newest calls of a step can stay among the recent ones; the others are counted
+        // as pushed out without being copied.
+        let calls = records.iter().filter(|r| matches!(r, Decided::Call(_))).count();
+        let mut skip_recent = calls.saturating_sub(MAX_RECENT_CALLS);
+        if skip_recent > 0 {
+            crate::bounded::counter(TABLES[5]).fetch_add(skip_recent as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        for r in records {
+            match r {
+                Decided::Call(v) if skip_recent > 0 => {
+                    skip_recent -= 1;
+                    self.call(v, false);
+                }
+                Decided::Call(v) => self.call(v, true),
+                Decided::Incident(i) => match i.transition {
+                    Transition::Opened | Transition::Updated => {
+                        self.incidents.insert(i.row.id.clone(), i.row.clone());
+                    }
+                    Transition::Resolved => {
+                        self.incidents.remove(i.row.id.as_str());
+                        let evidence = self.incident_calls.remove(&i.row.cause).map(|v| CallView::of(&v));
+                        if self.resolved.len() == MAX_RESOLVED {
+                            self.resolved.pop_back();
+                        }
+                        self.resolved.push_front(IncidentView::of(&i.row, evidence));
+                    }
+                },
+                Decided::Catalog(c) => {
+                    let line = CatalogLine::of(c);
+                    let view = CatalogView {
+                        session_hash: line.session_hash.clone(),
+                        server: line.server.map(str::to_string),
+                        agent: line.agent.map(str::to_string),
+                        convergence: c.verdict.convergence.as_str(),
+                        reason: c.verdict.reason,
+                        next_step: c.verdict.next_step,
+                        protocol_revision: c.revision.as_str(),
+                        at_ns: c.at_ns,
+                    };
+                    self.catalogs.insert(line.session_hash, view);
+                }
+                Decided::Drift(d) => {
+                    let view = DriftView {
+                        server: d.server.clone(),
+                        tool: d.tool.clone(),
+                        pinned_digest: d.pinned_digest.clone(),
+                        digest: d.digest.clone(),
+                        changes: d.changes.iter().map(|c| c.describe()).collect(),
+                        trace_id: hex::encode(d.trace_id),
+                    };
+                    self.drift.insert((d.server.clone(), d.tool.clone()), view);
+                }
+                // Interim reports are no attempts and change on every step; findings are no verdicts.
+                Decided::Interim(_) | Decided::Finding(_) => {}
+            }
+        }
+    }
+
+    fn call(&mut self, v: &Verdict, recent: bool) {
+        let server = v.server.as_deref().unwrap_or(NO_SERVER);
+        if v.attempt {
+            match self.servers.get_mut(server) {
+                Some(r) => r.add(v),
+                None => {
+                    let mut r = Rates::default();
+                    r.add(v);
+                    self.servers.insert(server.to_string(), r);
+                }
+            }
+        }
+        if let Some(cause) = incidents::cause_of(v) {
+            self.incident_calls.insert(cause, v.clone());
+        }
+        if recent {
+            if self.recent.len() == MAX_RECENT_CALLS {
+                self.recent.pop_back();
+                crate::bounded::counter(TABLES[5]).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.recent.push_front(v.clone());
+        }
+    }
+
+    /// What the page shows now; `queues` are read by the caller (they are not the engine's).
+    pub fn view(&self, now: Moment, queues: Vec<QueueFill>) -> StatusView {
+        let mut incidents: Vec<IncidentView> =
+            self.incidents.iter().map(|(_, row)| IncidentView::of(row, self.incident_calls.get(&row.cause).map(CallView::of))).collect();
+        // Grouped by server, then by layer (SPEC's order), newest evidence first within.
+        incidents.sort_by(|a, b| {
+            (a.server.as_deref(), layer_rank(a.first_failed_layer), std::cmp::Reverse(a.last_evidence_ns)).cmp(&(
+                b.server.as_deref(),
+                layer_rank(b.first_failed_layer),
+                std::cmp::Reverse(b.last_evidence_ns),
+            ))
+        });
+        let mut servers: Vec<ServerRates> = self
+            .servers
+            .iter()
+            .map(|(s, r)| ServerRates {
+                server: s.clone(),
+                rates: *r,
+                protocol_success_rate: Rates::rate(r.protocol_successes, r.attempts),
+                verified_success_rate: Rates::rate(r.verified_successes, r.attempts),
+            })
+            .collect();
+        servers.sort_by(|a, b| a.server.cmp(&b.server));
+        let mut catalogs: Vec<CatalogView> = self.catalogs.iter().map(|(_, c)| c.clone()).collect();
+        catalogs.sort_by(|a, b| {
+            (a.convergence == "converged", &a.server, &a.session_hash).cmp(&(b.convergence == "converged", &b.server, &b.session_hash))
+        });
+        let mut drift: Vec<DriftView> = self.drift.iter().map(|(_, d)| d.clone()).collect();
+        drift.sort_by(|a, b| (&a.server, &a.tool).cmp(&(&b.server, &b.tool)));
+        StatusView {
+            generated_at_ns: now.as_nanos(),
+            incidents,
+            resolved_incidents: self.resolved.iter().cloned().collect(),
+            servers,
+            catalogs,
+            drift,
+            queues,
+            recent_calls: self.recent.iter().map(CallView::of).collect(),
+            evicted: TABLES.iter().map(|t| (*t, crate::bounded::evicted(t))).collect(),
+        }
+    }
+}
+
+fn layer_rank(l: Option<&str>) -> usize {
+    l.and_then(|l| Layer::ALL.iter().position(|x| x.as_str() == l)).unwrap_or(Layer::ALL.len())
+}
+
+/// Feeds the snapshot from the engine's records (serve only).
+pub struct StatusSink(pub SharedStatus);
+
+impl Sink for StatusSink {
+    fn accept(&mut self, records: &[Decided], _now: Moment) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).accept(records);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::{sample, HealthState, Layers, SpanKind};
+
+    fn failing(server: &str) -> Verdict {
+        let mut layers = [LayerStatus::Passed; 5];
+        layers[2] = LayerStatus::Failed;
+        layers[3] = LayerStatus::Unobserved;
+        layers[4] = LayerStatus::Unobserved;
+        let mut v = Verdict {
+            server: Some(Arc::from(server)),
+            state: HealthState::NeedsAuth,
+            first_failed_layer: Some(Layer::Authorization),
+            layers: Layers(layers),
+            reason: Some("insufficient_scope".into()),
+            required_scope: Some("tickets:write".into()),
+            next_action: "grant the scope".into(),
+            ..sample("tools/call", false, false)
+        };
+        v.chain.add(SpanKind::Client, crate::evidence::Instrumentation::McpSdk);
+        v
+    }
+
+    #[test]
+    fn status_rates_count_attempts_once_and_revisions_move_successes() {
+        let mut s = StatusSnapshot::default();
+        let ok = Verdict { server: Some(Arc::from("a")), ..sample("tools/call", true, false) };
+        s.accept(&[Decided::Call(ok.clone()), Decided::Call(failing("a"))]);
+        let was = crate::verdict::Superseded { state: HealthState::Unverified, protocol_success: true, verified_success: false };
+        let revised =
+            Verdict { revision: 1, supersedes: Some(was), ..Verdict { server: Some(Arc::from("a")), ..sample("tools/call", true, true) } };
+        s.accept(&[Decided::Call(revised), Decided::Call(Verdict { server: Some(Arc::from("a")), ..sample("ping", true, false) })]);
+        let v = s.view(Moment::from_nanos(1), vec![]);
+        let a = &v.servers[0];
+        assert_eq!(a.rates, Rates { attempts: 2, protocol_successes: 1, verified_successes: 1 });
+        assert_eq!((a.protocol_success_rate, a.verified_success_rate), (Some(0.5), Some(0.5)));
+        assert_eq!(v.recent_calls.len(), 4);
+    }
+
+    #[test]
+    fn status_explains_a_call_its_layer_chain_and_what_was_missing() {
+        let c = CallView::of(&failing("a"));
+        assert_eq!(c.decided_layer, "authorization failed (insufficient_scope)");
+        assert_eq!(c.chain, vec![ChainLink { kind: "client", instrumentation: "mcp_sdk", spans: 1 }]);
+        assert!(c.missing.contains(&"no server span".to_string()), "{:?}", c.missing);
+        assert!(!c.missing.iter().any(|m| m.starts_with("unobserved")), "layers after the failure are not missing: {:?}", c.missing);
+        assert!(!c.missing.iter().any(|m| m.contains("verifier")), "a failed call needs no verifier: {:?}", c.missing);
+        let unchecked = CallView::of(&sample("tools/call", true, false));
+        assert!(unchecked.missing.iter().any(|m| m.starts_with("no verifier span")), "{:?}", unchecked.missing);
+        let healthy = CallView::of(&Verdict { outcome_method: Some("receipt"), ..sample("tools/call", true, true) });
+        assert_eq!(healthy.decided_layer, "outcome passed, verified by receipt");
+    }
+
+    #[test]
+    fn status_drift_keeps_the_latest_report_per_server_and_tool_in_words() {
+        let mut s = StatusSnapshot::default();
+        let drift = |digest: &str, changes| {
+            Decided::Drift(crate::engine::DriftEvent {
+                drift: true,
+                server: "files:443".into(),
+                tool: "write_file".into(),
+                pinned_digest: "sha256:aaaa".into(),
+                digest: digest.into(),
+                changes,
+                trace_id: [7; 16],
+                span_id: [8; 8],
+            })
+        };
+        s.accept(&[
+            drift("sha256:bbbb", vec![]),
+            drift("sha256:cccc", vec![crate::verdict::ContractChange::ParameterRemoved { parameter: "path".into() }]),
+        ]);
+        let v = s.view(Moment::from_nanos(1), vec![]);
+        assert_eq!(v.drift.len(), 1, "one report per (server, tool)");
+        assert_eq!(v.drift[0].digest, "sha256:cccc");
+        assert_eq!(v.drift[0].changes, vec!["parameter `path` removed".to_string()]);
+    }
+
+    #[test]
+    fn status_tables_are_bounded_and_count_what_they_push_out() {
+        let mut s = StatusSnapshot::default();
+        let before = crate::bounded::evicted("status_recent_calls");
+        let calls: Vec<Decided> = (0..MAX_RECENT_CALLS + 5).map(|_| Decided::Call(sample("tools/call", true, true))).collect();
+        s.accept(&calls);
+        assert_eq!(s.recent.len(), MAX_RECENT_CALLS);
+        assert!(crate::bounded::evicted("status_recent_calls") >= before + 5);
+        let before = crate::bounded::evicted("status_servers");
+        let calls: Vec<Decided> = (0..MAX_SERVERS + 3)
+            .map(|i| Decided::Call(Verdict { server: Some(Arc::from(format!("s{i}"))), ..sample("tools/call", true, true) }))
+            .collect();
+        s.accept(&calls);
+        assert_eq!(s.view(Moment::from_nanos(1), vec![]).servers.len(), MAX_SERVERS);
+        assert!(crate::bounded::evicted("status_servers") >= before + 3);
+    }
+
+    #[test]
+    fn status_incidents_come_from_the_engine_with_their_latest_call() {
+        let cfg = crate::config::Config::load(None).unwrap();
+        let mut engine = crate::engine::Engine::new(crate::cli::replay::engine_config(&cfg));
+        let mut sink = crate::emit::sink::Collect::default();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        crate::service::replay::replay(&[format!("{dir}/nine_states.jsonl")], &mut engine, &mut sink, &mut Vec::new());
+        let mut s = StatusSnapshot::default();
+        s.accept(&sink.0);
+        let v = s.view(Moment::from_nanos(1), vec![]);
+        assert!(!v.incidents.is_empty());
+        let open = v.incidents.iter().find(|i| i.state == "protocol_error").unwrap_or_else(|| panic!("{:#?}", v.incidents));
+        assert_eq!(open.first_failed_layer, Some("protocol"));
+        let ev = open.evidence.as_ref().expect("its latest call");
+        assert_eq!((ev.state, ev.first_failed_layer), ("protocol_error", Some("protocol")));
+        assert!(!ev.chain.is_empty(), "the chain names its spans");
+        assert!(ev.chain.iter().all(|l| l.instrumentation == "semconv"), "{:?}", ev.chain);
+        // The authorization failure was resolved by a later healthy call of its server: shown as
+        // resolved, with the call that failed.
+        let auth = v.resolved_incidents.iter().find(|i| i.state == "needs_auth").unwrap_or_else(|| panic!("{:#?}", v.resolved_incidents));
+        assert_eq!(auth.evidence.as_ref().map(|e| e.state), Some("needs_auth"));
+        assert!(!v.catalogs.is_empty(), "the stale catalog session is shown");
+    }
+}
