@@ -236,7 +236,7 @@ pub async fn serve(cfg: Config, source: ConfigSource, shutdown: impl std::future
     check_open_file_limit(&cfg);
     let mut listeners = Listeners::default();
     let plan = listeners.prepare(&cfg).await.map_err(ServeError::from)?;
-    listeners.commit(plan, &pipeline.served);
+    listeners.commit(plan, &pipeline.served).await;
     let mut sup = Supervisor { running: cfg, source, pipeline, listeners, hangups };
     let end = sup.supervise(&mut shutdown).await;
     sup.drain(end).await
@@ -317,7 +317,12 @@ impl Supervisor {
             }
         }
         let log = if next.exporters.verdict_log != self.running.exporters.verdict_log {
-            match next.exporters.verdict_log.as_ref().map(|v| VerdictLog::open(&v.path).map_err(|e| ServeError::VerdictLog(v.path.clone(), e))) {
+            match next
+                .exporters
+                .verdict_log
+                .as_ref()
+                .map(|v| VerdictLog::open(&v.path).map_err(|e| ServeError::VerdictLog(v.path.clone(), e)))
+            {
                 Some(Err(e)) => {
                     tracing::error!(error = %e, "{kept}");
                     return;
@@ -337,7 +342,7 @@ impl Supervisor {
         // Nothing can fail from here on.
         let changed = plan.changed();
         check_open_file_limit(&next);
-        self.listeners.commit(plan, &self.pipeline.served);
+        self.listeners.commit(plan, &self.pipeline.served).await;
         if let Some(log) = log {
             self.pipeline.replace_verdict_log(log);
         }
@@ -423,7 +428,8 @@ impl Pipeline {
         };
         // An exporter target that is one of this service's own receivers (from the file or from an
         // OTEL_EXPORTER_OTLP_* variable, which `validate` cannot see): refused, never a loop.
-        let target_urls: Vec<String> = [&targets.traces, &targets.metrics, &targets.logs].into_iter().flatten().map(|t| t.url.clone()).collect();
+        let target_urls: Vec<String> =
+            [&targets.traces, &targets.metrics, &targets.logs].into_iter().flatten().map(|t| t.url.clone()).collect();
         for url in &target_urls {
             if let Some(why) = cfg.export_loop(url) {
                 return Err(ServeError::ExportLoop(why));
@@ -436,8 +442,9 @@ impl Pipeline {
         // requests used to stall pass-through too).
         let wants_own =
             otlp.as_ref().is_some_and(|o| (o.health_spans && targets.traces.is_some()) || (o.metrics && targets.metrics.is_some()));
-        let wants_pass =
-            otlp.as_ref().is_some_and(|o| o.passthrough && (targets.traces.is_some() || targets.metrics.is_some() || targets.logs.is_some()));
+        let wants_pass = otlp
+            .as_ref()
+            .is_some_and(|o| o.passthrough && (targets.traces.is_some() || targets.metrics.is_some() || targets.logs.is_some()));
         let (queue_tx, queue_rx) = match &otlp {
             Some(o) if wants_own => {
                 let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);

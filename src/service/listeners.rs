@@ -7,9 +7,8 @@
 //! while the old one still serves; an unchanged endpoint whose other settings changed takes a
 //! duplicate of the running socket, so the port is never unbound) and builds TLS; any error drops
 //! what was prepared and the running set goes on. [`Listeners::commit`] then starts the new
-//! servers and only afterwards tells the replaced ones to stop (they finish what they are
-//! serving). Commit does not wait for anything, so a SIGTERM arriving during a reload is never
-//! held up by it.
+//! servers and stops the replaced ones (they finish what they are serving). A SIGTERM during
+//! either step is not held up by it: the supervisor drops the reload and drains.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -123,9 +122,15 @@ struct Running {
 /// A listener bound (or re-used) for the next configuration, not serving yet.
 struct Prepared {
     spec: Spec,
+    /// Serves from a duplicate of the running server's socket (the endpoint did not change).
+    same_endpoint: bool,
     listener: Listener,
     spare: std::net::TcpListener,
 }
+
+/// How long a replacement on the same socket waits for the server it replaces to stop accepting
+/// (it ends once its requests in flight are answered) before it starts anyway.
+const HANDOVER_WAIT: Duration = Duration::from_secs(2);
 
 /// The running listeners, by name.
 #[derive(Default)]
@@ -167,35 +172,51 @@ impl Listeners {
                 Some(r) if r.spec.endpoint() == spec.endpoint() => Some(&r.spare),
                 _ => None,
             };
+            let reuse = same_endpoint.is_some();
             let tcp = match same_endpoint {
                 Some(spare) => duplicate(spare).map_err(ListenError::Bind)?,
                 None => bind(spec.endpoint()).await?,
             };
             let spare = tcp_spare(&tcp).map_err(ListenError::Bind)?;
             let listener = build_listener(&spec, tcp)?;
-            plan.start.push((name, Prepared { spec, listener, spare }));
+            plan.start.push((name, Prepared { spec, same_endpoint: reuse, listener, spare }));
         }
         Ok(plan)
     }
 
-    /// Start the prepared servers, then tell the ones they replace (or that are gone) to stop.
-    /// Never waits.
-    pub fn commit(&mut self, plan: Plan, served: &Served) {
-        let mut replaced = Vec::new();
-        for name in plan.stop {
+    /// Start the prepared servers and stop the ones they replace (or that are gone). A server on
+    /// a new endpoint starts before the old one is told to stop. One that takes over the same
+    /// socket starts once the old one has stopped accepting (at most [`HANDOVER_WAIT`] later):
+    /// meanwhile new connections wait in the socket's backlog, none is refused, and none is
+    /// accepted by a server that is going away.
+    pub async fn commit(&mut self, plan: Plan, served: &Served) {
+        let replacing: Vec<_> = plan.start.iter().map(|(n, _)| *n).collect();
+        for name in plan.stop.into_iter().filter(|n| !replacing.contains(n)) {
             if let Some(r) = self.running.remove(name) {
-                replaced.push(r);
+                let _ = r.down.send(true);
+                self.retiring.push(r.task);
             }
         }
         for (name, p) in plan.start {
+            let old = self.running.remove(name);
+            let old = match old {
+                Some(mut r) if p.same_endpoint => {
+                    let _ = r.down.send(true);
+                    if tokio::time::timeout(HANDOVER_WAIT, &mut r.task).await.is_err() {
+                        self.retiring.push(r.task);
+                    }
+                    None
+                }
+                other => other,
+            };
             let (down, down_rx) = watch::channel(false);
             let addr = p.listener.local_addr().map_or(String::new(), |a| a.to_string());
             let task = start(&p.spec, p.listener, served, down_rx, &addr);
             self.running.insert(name, Running { spec: p.spec, spare: p.spare, down, task });
-        }
-        for r in replaced {
-            let _ = r.down.send(true);
-            self.retiring.push(r.task);
+            if let Some(r) = old {
+                let _ = r.down.send(true);
+                self.retiring.push(r.task);
+            }
         }
         self.retiring.retain(|t| !t.is_finished());
     }
@@ -319,7 +340,10 @@ fn start(spec: &Spec, l: Listener, served: &Served, down: watch::Receiver<bool>,
                     async move {
                         let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok());
                         let format = prometheus::Format::negotiate(accept);
-                        ([(axum::http::header::CONTENT_TYPE, format.content_type())], prometheus::render_as(&reader, format, Some(&exemplars)))
+                        (
+                            [(axum::http::header::CONTENT_TYPE, format.content_type())],
+                            prometheus::render_as(&reader, format, Some(&exemplars)),
+                        )
                     }
                 }),
             );

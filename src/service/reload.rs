@@ -170,7 +170,9 @@ mod tests {
     #[test]
     fn engine_and_exporter_settings_are_named_and_kept() {
         let old = cfg("");
-        let new = cfg("processors.mcp_health.decision_wait=7s processors.mcp_health.limits.gate_board=5 extensions.health_check.endpoint=127.0.0.1:1");
+        let new = cfg(
+            "processors.mcp_health.decision_wait=7s processors.mcp_health.limits.gate_board=5 extensions.health_check.endpoint=127.0.0.1:1",
+        );
         let names = restart_only(&old, &new);
         assert!(names.contains(&"processors.mcp_health.decision_wait".to_string()), "{names:?}");
         assert!(names.contains(&"processors.mcp_health.limits".to_string()), "{names:?}");
