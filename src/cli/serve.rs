@@ -1,28 +1,31 @@
 //! `mcp-health serve`: the service. Binds every listener first (so a port conflict fails at once
 //! with the address named), then runs until SIGTERM or Ctrl-C, decides what is in flight, flushes
 //! exports and exits within `service.telemetry.shutdown_timeout`.
+//!
+//! The service is a [`Supervisor`] over a few long-lived parts: the [`Pipeline`] (export queues
+//! and workers, metrics, the engine and its sinks), the [`Listeners`] and the signals. SIGHUP
+//! reconciles the running parts with the configuration file without closing anything that did
+//! not change (the engine and its calls in flight always survive); SIGTERM, at any moment, drains.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::get;
-use axum::Router;
 use clap::Args;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::emit::metrics::{MetricsPipeline, MetricsSettings, OtlpMetricsTarget, QueueMetricExporterHandle};
 use crate::emit::otlp_traces::{self, SenderSettings};
-use crate::emit::prometheus;
 use crate::emit::sink::{HealthSpanSink, MetricsSink, Sinks};
 use crate::emit::verdict_log::VerdictLog;
 use crate::engine::Engine;
 use crate::evidence::time::Moment;
 use crate::receive::admit::Admission;
-use crate::receive::listen::{self, Listener, ListenerName, Protocol};
-use crate::receive::{otlp_grpc, otlp_http};
+use crate::receive::listen;
+use crate::service::listeners::{ListenError, Listeners, Served};
+use crate::service::reload::{self, SinkSwap, SwappableSink};
 use crate::service::{run_engine, Heartbeat};
 
 #[derive(Args, Debug, Default)]
@@ -67,6 +70,15 @@ pub enum ServeError {
     ExportLoop(String),
 }
 
+impl From<ListenError> for ServeError {
+    fn from(e: ListenError) -> Self {
+        match e {
+            ListenError::Bind(e) => ServeError::Bind(e),
+            ListenError::Tls(k, e) => ServeError::Tls(k, e),
+        }
+    }
+}
+
 pub fn run(a: ServeArgs) -> ExitCode {
     let cfg = match Config::load_with(a.config.as_deref(), &a.set) {
         Ok(c) => c,
@@ -75,6 +87,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Log settings and the worker threads are read here, once: a SIGHUP reload keeps them.
     init_logs(&cfg.service.telemetry.logs);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.worker_threads())
@@ -89,32 +102,15 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    // SIGHUP with a valid configuration restarts the pipeline with it, as the collector's
-    // SIGHUP does: the running one drains (chains in flight decided, exports flushed, listeners
-    // closed) and a new one starts from the new file. An invalid file is logged and the running
-    // configuration kept. The log settings apply only at the next start (the subscriber is global).
-    let mut cfg = cfg;
-    let r = loop {
-        let (reload_tx, mut reload_rx) = mpsc::channel::<Config>(1);
-        let next: Arc<std::sync::Mutex<Option<Config>>> = Arc::default();
-        let slot = next.clone();
-        let stop = async move {
-            tokio::select! {
-                _ = shutdown_signal() => {}
-                Some(c) = reload_rx.recv() => *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(c),
-            }
-        };
-        let source = ConfigSource { path: a.config.clone(), sets: a.set.clone(), reload: Some(reload_tx) };
-        let r = rt.block_on(serve(cfg, source, stop));
-        let reloaded = next.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match (r, reloaded) {
-            (Ok(()), Some(new)) => {
-                tracing::info!("SIGHUP: the pipeline was restarted with the new configuration");
-                cfg = new;
-            }
-            (r, _) => break r,
-        }
+    // The signal handlers are installed before anything else, so a SIGTERM at any moment (while
+    // the state store opens, while the listeners bind, during a reload) drains and exits rather
+    // than being lost or killing the process with chains in flight.
+    let stop = {
+        let _in_runtime = rt.enter();
+        shutdown_signal()
     };
+    let source = ConfigSource { path: a.config.clone(), sets: a.set.clone() };
+    let r = rt.block_on(serve(cfg, source, stop));
     // A task still stuck (an engine that never yields) must not hold the process past its
     // shutdown timeout: the runtime is left behind, not joined.
     rt.shutdown_background();
@@ -142,26 +138,29 @@ fn init_logs(logs: &crate::config::Logs) {
 }
 
 /// SIGTERM, SIGINT, SIGQUIT and SIGUSR1 all drain (decide what is in flight, flush, exit): none
-/// of them ends the process with chains in flight lost. SIGHUP is handled apart ([`on_sighup`]).
-async fn shutdown_signal() {
+/// of them ends the process with chains in flight lost. SIGHUP reloads ([`Supervisor::reload`]).
+///
+/// The handlers are installed when this is called, not when the future is first polled: from
+/// then on none of these signals can end the process unhandled.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let kinds = [SignalKind::terminate(), SignalKind::quit(), SignalKind::user_defined1()];
+        let kinds = [SignalKind::terminate(), SignalKind::interrupt(), SignalKind::quit(), SignalKind::user_defined1()];
         let mut streams: Vec<_> = kinds.into_iter().filter_map(|k| signal(k).ok()).collect();
-        if streams.is_empty() {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-        let any = futures_any(&mut streams);
-        tokio::select! {
-            _ = any => {},
-            _ = tokio::signal::ctrl_c() => {},
+        async move {
+            if streams.is_empty() {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+            futures_any(&mut streams).await
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -179,27 +178,30 @@ async fn futures_any(streams: &mut [tokio::signal::unix::Signal]) {
     .await
 }
 
-/// SIGHUP: reopen the verdict log (log rotation) and check the configuration file again. An
-/// invalid file is logged and the running configuration kept; a valid one is reported, and the
-/// settings it changes take effect at the next start (a live reload of the engine is not built).
-#[cfg(unix)]
-async fn on_sighup(source: ConfigSource, reopen: Option<Arc<std::sync::atomic::AtomicBool>>) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
-    while hup.recv().await.is_some() {
-        if let Some(r) = &reopen {
-            r.store(true, std::sync::atomic::Ordering::Relaxed);
+/// SIGHUP, as a stream the supervisor waits on (never fires where there is no SIGHUP).
+struct Hangups {
+    #[cfg(unix)]
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    fn install() -> Hangups {
+        #[cfg(unix)]
+        {
+            Hangups { hup: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok() }
         }
-        match source.path.as_deref().map(|p| Config::load_with(Some(p), &source.sets)) {
-            Some(Ok(cfg)) => match &source.reload {
-                Some(tx) => {
-                    tracing::info!("SIGHUP: the configuration file is valid; restarting the pipeline with it");
-                    let _ = tx.try_send(cfg);
-                }
-                None => tracing::info!("SIGHUP: verdict log reopened; the configuration file is valid (changes apply at the next start)"),
-            },
-            Some(Err(e)) => tracing::error!(error = %e, "SIGHUP: the configuration file is invalid; the running configuration is kept"),
-            None => tracing::info!("SIGHUP: verdict log reopened (embedded default configuration)"),
+        #[cfg(not(unix))]
+        Hangups {}
+    }
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        if let Some(h) = &mut self.hup {
+            if h.recv().await.is_some() {
+                return;
+            }
         }
+        std::future::pending::<()>().await
     }
 }
 
@@ -209,390 +211,453 @@ fn env(k: &str) -> Option<String> {
 
 pub use crate::emit::otlp_target::parse_otel_headers;
 
-/// Run the service until `shutdown` resolves.
-/// Where the running configuration came from, so SIGHUP checks the same thing again.
+/// Where the running configuration came from, so SIGHUP reads the same thing again.
 #[derive(Clone, Debug, Default)]
 pub struct ConfigSource {
     /// The file (`None`: the embedded default).
     pub path: Option<String>,
     /// The `--set` overrides.
     pub sets: Vec<String>,
-    /// Where SIGHUP hands a valid new configuration (the driver then restarts the pipeline with
-    /// it); `None`: SIGHUP only checks the file.
-    pub reload: Option<mpsc::Sender<Config>>,
 }
 
-pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
-    // Table and cache limits, before anything fills a table.
-    cfg.processors.mcp_health.state_limits.apply();
-    cfg.processors.mcp_health.receipts.apply();
-    let service_name =
-        cfg.service.telemetry.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "mcp-health".into());
-
-    // Exporter settings: config first, then the standard OTEL_* variables.
-    let otlp = cfg.exporters.otlp.clone().or_else(|| {
-        env("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).map(|_| {
-            // The OTEL_* variables configure mcp-health's own telemetry (metrics, health spans),
-            // as the SDK specification says. Pass-through of received spans is only ever
-            // switched on in the configuration: pointed at the collector that feeds
-            // mcp-health, a variable alone made every span loop.
-            let mut o: crate::config::OtlpExporter = serde_yaml_ng::from_str("{}").unwrap_or_else(|_| unreachable!("defaults deserialize"));
-            o.passthrough = false;
-            o
-        })
-    });
-    // Where each signal goes, over which transport: the file, then the OTLP exporter
-    // specification's variables (see `emit::otlp_target`).
-    let targets = match &otlp {
-        Some(o) => crate::emit::otlp_target::resolve(o, &env)?,
-        None => Default::default(),
+/// Run the service until `shutdown` resolves (or a part of it fails), reloading the
+/// configuration on SIGHUP without closing anything that did not change.
+pub async fn serve(cfg: Config, source: ConfigSource, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
+    tokio::pin!(shutdown);
+    let hangups = Hangups::install();
+    // A SIGTERM while the pipeline starts (a state store that takes its time to answer) exits
+    // at once: nothing was received yet, so nothing is left to decide.
+    let pipeline = tokio::select! {
+        _ = &mut shutdown => return Ok(()),
+        p = Pipeline::start(&cfg) => p?,
     };
-    // An exporter target that is one of this service's own receivers (from the file or from an
-    // OTEL_EXPORTER_OTLP_* variable, which `validate` cannot see): refused, never a loop.
-    for t in [&targets.traces, &targets.metrics, &targets.logs].into_iter().flatten() {
-        if let Some(why) = cfg.export_loop(&t.url) {
-            return Err(ServeError::ExportLoop(why));
-        }
-    }
-    let prom_cfg = cfg.exporters.prometheus.clone();
-    // Two queues, each with its own workers: pass-through (what clients sent), and mcp-health's
-    // own output (health spans, incident records, own metrics). A backend that is slow for one
-    // kind, or a stuck request of one, never holds the other up (issue 11: oversize health-span
-    // requests used to stall pass-through too).
-    let wants_own = otlp.as_ref().is_some_and(|o| (o.health_spans && targets.traces.is_some()) || (o.metrics && targets.metrics.is_some()));
-    let wants_pass =
-        otlp.as_ref().is_some_and(|o| o.passthrough && (targets.traces.is_some() || targets.metrics.is_some() || targets.logs.is_some()));
-    let (queue_tx, queue_rx) = match &otlp {
-        Some(o) if wants_own => {
-            let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
-            (Some(tx), Some(rx))
-        }
-        _ => (None, None),
-    };
-    let (pass_tx, pass_rx) = match &otlp {
-        Some(o) if wants_pass => {
-            let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
-            (Some(tx), Some(rx))
-        }
-        _ => (None, None),
-    };
-    let metrics = MetricsPipeline::build(MetricsSettings {
-        resource: opentelemetry_sdk::Resource::builder()
-            .with_service_name(service_name.clone())
-            // Own metrics come back through a loop like health spans; marked the same way.
-            .with_attribute(opentelemetry::KeyValue::new(crate::receive::loops::EMITTER, crate::receive::loops::instance_id()))
-            .build(),
-        prometheus: prom_cfg.is_some(),
-        otlp: match (&otlp, &queue_tx) {
-            (Some(o), Some(q)) if o.metrics && targets.metrics.is_some() => {
-                Some(OtlpMetricsTarget { exporter: QueueMetricExporterHandle::new(q.clone()), interval: o.metrics_interval })
-            }
-            _ => None,
-        },
-        cardinality_limit: prom_cfg.as_ref().map_or(2000, |p| p.cardinality_limit),
-    })?;
-    let meters = metrics.meters.clone();
-
-    let mut export_handles = Vec::new();
-    if let Some(o) = &otlp {
-        let settings = SenderSettings {
-            targets: targets.clone(),
-            workers: o.sending_queue.num_consumers,
-            retry: o.retry_on_failure.clone(),
-            max_request_bytes: o.max_request_bytes,
-        };
-        let meter = opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health");
-        let queues: Vec<(&'static str, &mpsc::Sender<otlp_traces::Outgoing>)> =
-            [("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]
-                .into_iter()
-                .filter_map(|(n, q)| q.map(|q| (n, q)))
-                .collect();
-        crate::emit::metrics::observe_exporter_queues(&meter, &queues);
-        for rx in [queue_rx, pass_rx].into_iter().flatten() {
-            export_handles.extend(otlp_traces::spawn(settings.clone(), rx, meters.clone())?);
-        }
-    }
-    let status = crate::service::status::Status::new([("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]);
-    let sender = queue_tx.filter(|_| targets.traces.is_some());
-    let passthrough = otlp.as_ref().is_some_and(|o| o.passthrough);
-    let health = otlp.as_ref().is_some_and(|o| o.health_spans);
-
-    let verdict_log = match &cfg.exporters.verdict_log {
-        Some(v) => Some(VerdictLog::open(&v.path).map_err(|e| ServeError::VerdictLog(v.path.clone(), e))?),
-        None => None,
-    };
-    let proc_cfg = &cfg.processors.mcp_health;
-    let pins = match &proc_cfg.lockfile {
-        Some(p) => Some(Arc::new(crate::config::lockfile::load_lockfile(p).map_err(ServeError::Lockfile)?)),
-        None => None,
-    };
-    let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
-    status.watch_queue("engine_ingest", &ingest_tx);
-    // Tasks that live as long as this pipeline, ended when it is (see the end of this function).
-    let mut background: Vec<tokio::task::JoinHandle<()>> = Vec::new();
-    let memory = cfg.processors.memory_limiter.as_ref().map(|m| {
-        let limiter = Arc::new(crate::receive::memory::MemoryLimiter::new(m.limit_mib, m.spike_limit_mib));
-        background.push(tokio::spawn(sample_memory(limiter.clone(), m.check_interval)));
-        crate::emit::metrics::observe_memory_limiter(
-            &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
-            &limiter,
-        );
-        limiter
-    });
-    let admission = Admission {
-        ingest: ingest_tx,
-        passthrough: pass_tx.clone().filter(|_| passthrough),
-        meters: meters.clone(),
-        strip_tool_definitions: proc_cfg.strip_tool_definitions,
-        memory: memory.clone(),
-        refusal_log: crate::receive::admit::refusal_log(),
-    };
-    let mut sinks = Sinks::default();
-    sinks.push(MetricsSink::new(meters.clone()));
-    if cfg.extensions.health_check.as_ref().is_some_and(|h| h.status_page) {
-        sinks.push(status.sink());
-    }
-    if let Some(s) = sender.as_ref().filter(|_| health) {
-        sinks.push(HealthSpanSink::new(
-            s.clone(),
-            service_name.clone(),
-            meters.clone(),
-            otlp.as_ref().map_or(crate::config::DEFAULT_MAX_REQUEST_BYTES, |o| o.max_request_bytes),
-        ));
-    }
-    let reopen = verdict_log.as_ref().map(|l| l.reopen.clone());
-    if let Some(log) = verdict_log {
-        sinks.push(log);
-    }
-    #[cfg(unix)]
-    background.push(tokio::spawn(on_sighup(config_path, reopen)));
-    #[cfg(not(unix))]
-    let _ = (config_path, reopen);
-    drop(sender);
-    drop(pass_tx);
-
-    // Bind everything before serving anything. Certificates are read here, once: a renewed one
-    // takes effect at the next start (no hot reload).
+    // Bind everything before serving anything: a port conflict fails at once with the address
+    // named. Certificates are read here, and again by a reload that changes a listener.
     check_open_file_limit(&cfg);
-    let tls = |prefix: &str, t: Option<&crate::config::TlsServerSettings>, alpn: &[&[u8]]| {
-        t.map(|t| t.build(alpn).map_err(|e| ServeError::Tls(format!("{prefix}.tls.{}", e.key()), e))).transpose()
-    };
-    let grpc_l = match &cfg.receivers.otlp.protocols.grpc {
-        Some(g) => {
-            let tls = tls("receivers.otlp.protocols.grpc", g.tls.as_ref(), &[b"h2"])?;
-            let l = Listener::new(bind(&g.endpoint).await?, ListenerName::OtlpGrpc, g.connections(), tls, Protocol::Http2);
-            Some((l, g.max_recv_msg_size_mib << 20, g.tls.is_some(), crate::config::ReceiverAuth::token(&g.auth)))
-        }
-        None => None,
-    };
-    let http_l = match &cfg.receivers.otlp.protocols.http {
-        Some(h) => {
-            let tls = tls("receivers.otlp.protocols.http", h.tls.as_ref(), &[b"http/1.1"])?;
-            let l = Listener::new(bind(&h.endpoint).await?, ListenerName::OtlpHttp, h.connections(), tls, Protocol::Http1);
-            Some((l, h.max_request_body_size, h.tls.is_some(), crate::config::ReceiverAuth::token(&h.auth)))
-        }
-        None => None,
-    };
-    let prom_l = match &prom_cfg {
-        Some(p) => Some(Listener::new(bind(&p.endpoint).await?, ListenerName::Prometheus, p.connections(), None, Protocol::Http1)),
-        None => None,
-    };
-    let health_l = match &cfg.extensions.health_check {
-        Some(h) => Some(Listener::new(bind(&h.endpoint).await?, ListenerName::HealthCheck, h.connections(), None, Protocol::Http1)),
-        None => None,
-    };
-    let gate_l = match &cfg.extensions.gate {
-        Some(g) => {
-            let tls = tls("extensions.gate", g.tls.as_ref(), &[b"h2"])?;
-            let l = Listener::new(bind(&g.endpoint).await?, ListenerName::Gate, g.connections(), tls, Protocol::Http2);
-            Some((l, g.unpinned, g.tls.is_some()))
-        }
-        None => None,
-    };
+    let mut listeners = Listeners::default();
+    let plan = listeners.prepare(&cfg).await.map_err(ServeError::from)?;
+    listeners.commit(plan, &pipeline.served).await;
+    let mut sup = Supervisor { running: cfg, source, pipeline, listeners, hangups };
+    let end = sup.supervise(&mut shutdown).await;
+    sup.drain(end).await
+}
 
-    let tick = (proc_cfg.decision_wait / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
-    let (stop_tx, stop_rx) = oneshot::channel();
-    let mut engine_cfg = super::replay::engine_config(&cfg);
-    engine_cfg.pins = pins.clone();
-    // Asked for durable (or shared) state and not getting it is an error at start, not a silent
-    // downgrade.
-    match &cfg.storage {
-        Some(crate::config::Storage::Embedded { directory }) => {
-            let store =
-                crate::state::StoreHandle::open_directory(directory).map_err(|e| ServeError::Store(directory.display().to_string(), e))?;
-            tracing::info!(directory = %directory.display(), "state store opened");
-            engine_cfg.store = Some(store);
+/// Why the supervisor stopped: asked to, or a part that must run ended or stalled.
+#[derive(Debug)]
+enum End {
+    Asked,
+    Failed(String),
+}
+
+/// The long-lived parts of the service and what watches them: the pipeline (engine, exporters,
+/// metrics), the listeners, and the signals. Any part that ends or stalls ends the service with
+/// a message naming it; SIGHUP reconciles the running parts with the file; SIGTERM drains.
+struct Supervisor {
+    /// The configuration in effect (the last reload's, less what only a restart applies).
+    running: Config,
+    source: ConfigSource,
+    pipeline: Pipeline,
+    listeners: Listeners,
+    hangups: Hangups,
+}
+
+impl Supervisor {
+    async fn supervise(&mut self, shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>) -> End {
+        let mut watchdog = tokio::time::interval(Duration::from_secs(1));
+        let stall_after = self.pipeline.served.stall_after;
+        loop {
+            tokio::select! {
+                _ = shutdown.as_mut() => return End::Asked,
+                r = &mut self.pipeline.engine_task => {
+                    return End::Failed(match r {
+                        Err(e) if e.is_panic() => "the engine panicked".into(),
+                        _ => "the engine stopped".into(),
+                    });
+                }
+                name = self.listeners.ended() => return End::Failed(format!("the {name} listener stopped")),
+                _ = watchdog.tick() => {
+                    if self.pipeline.served.heartbeat.health(Moment::wall_now(), stall_after * 3) == crate::service::health::Health::Stuck {
+                        return End::Failed(format!("the engine is stuck (no step for {:?})", stall_after * 3));
+                    }
+                }
+                _ = self.hangups.next() => {
+                    // A reload binds and reads files; a SIGTERM meanwhile is not kept waiting.
+                    tokio::select! {
+                        _ = shutdown.as_mut() => return End::Asked,
+                        _ = self.reload() => {}
+                    }
+                }
+            }
         }
-        Some(crate::config::Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl }) => {
-            let shown = crate::state::redis::redact(&endpoint.0);
-            let settings = crate::state::RedisSettings {
-                endpoint: endpoint.0.clone(),
-                timeout: *timeout,
-                retry_after: *retry_after,
-                tombstone_ttl: *tombstone_ttl,
-            };
-            let store = crate::state::StoreHandle::open_redis(settings).map_err(|e| ServeError::Store(shown.clone(), e))?;
-            tracing::info!(endpoint = %shown, "shared state store (redis) opened");
-            engine_cfg.store = Some(store);
-        }
-        None => {}
     }
-    let shared = engine_cfg.store.clone().filter(|s| s.is_shared()).map(|s| (s, engine_cfg.sessions.clone()));
-    let engine = Engine::new(engine_cfg);
-    let heartbeat = Heartbeat::new(Moment::wall_now());
-    let gate_state = gate_l.as_ref().map(|(_, unpinned, _)| {
+
+    /// SIGHUP: reopen the verdict log (log rotation), read the configuration again and apply
+    /// what can change live. An invalid file, or one whose listeners cannot be bound, changes
+    /// nothing: it is logged and the running configuration kept.
+    async fn reload(&mut self) {
+        self.pipeline.reopen_verdict_log();
+        let Some(path) = self.source.path.as_deref() else {
+            tracing::info!("SIGHUP: verdict log reopened (embedded default configuration)");
+            return;
+        };
+        let new = match Config::load_with(Some(path), &self.source.sets) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: the configuration file is invalid; the running configuration is kept");
+                return;
+            }
+        };
+        let restart = reload::restart_only(&self.running, &new);
+        let next = reload::effective(&self.running, &new);
+        let kept = "SIGHUP: the new configuration cannot be applied; the running configuration is kept";
+        for url in &self.pipeline.target_urls {
+            if let Some(why) = next.export_loop(url) {
+                tracing::error!(error = %format!("exporter: {why}"), "{kept}");
+                return;
+            }
+        }
+        let log = if next.exporters.verdict_log != self.running.exporters.verdict_log {
+            match next
+                .exporters
+                .verdict_log
+                .as_ref()
+                .map(|v| VerdictLog::open(&v.path).map_err(|e| ServeError::VerdictLog(v.path.clone(), e)))
+            {
+                Some(Err(e)) => {
+                    tracing::error!(error = %e, "{kept}");
+                    return;
+                }
+                opened => Some(opened.map(|l| l.unwrap_or_else(|_| unreachable!("errors returned above")))),
+            }
+        } else {
+            None
+        };
+        let plan = match self.listeners.prepare(&next).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "{kept}");
+                return;
+            }
+        };
+        // Nothing can fail from here on.
+        let changed = plan.changed();
+        check_open_file_limit(&next);
+        self.listeners.commit(plan, &self.pipeline.served).await;
+        if let Some(log) = log {
+            self.pipeline.replace_verdict_log(log);
+        }
+        if !restart.is_empty() {
+            tracing::warn!(
+                settings = %restart.join(", "),
+                "SIGHUP: these changed settings apply only at a restart; their running values are kept"
+            );
+        }
+        tracing::info!(
+            listeners_replaced = %changed.join(", "),
+            "SIGHUP: the new configuration is applied; the engine and its calls in flight, the export queues and the unchanged listeners were kept"
+        );
+        self.running = next;
+    }
+
+    /// Drain and stop within `service.telemetry.shutdown_timeout`: the health check answers 503,
+    /// the receivers stop (requests in flight finish), the engine decides what is in flight, the
+    /// exports are flushed; the health check closes last.
+    async fn drain(self, end: End) -> Result<(), ServeError> {
+        let Supervisor { running, pipeline, mut listeners, .. } = self;
+        let failed = match end {
+            End::Asked => false,
+            End::Failed(why) => {
+                tracing::error!("{why}; the service stops");
+                true
+            }
+        };
+        tracing::info!("shutting down: deciding chains in flight and flushing exports");
+        let limit = running.service.telemetry.shutdown_timeout.unwrap_or(Duration::from_secs(10));
+        pipeline.drain(&mut listeners, failed, limit).await;
+        listeners.stop_health(Duration::from_secs(2)).await;
+        if failed {
+            return Err(ServeError::EngineStopped);
+        }
+        Ok(())
+    }
+}
+
+/// The parts built once and kept across reloads: the export queues and their workers, the
+/// metrics pipeline, the engine (its chains in flight) and its sinks, what the listeners serve
+/// from, and the background samplers.
+struct Pipeline {
+    served: Served,
+    engine_task: JoinHandle<()>,
+    stop_engine: oneshot::Sender<()>,
+    provider: opentelemetry_sdk::metrics::SdkMeterProvider,
+    export_handles: Vec<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
+    /// Where the exporter sends (for the loop check of a reload).
+    target_urls: Vec<String>,
+    verdict_log: SinkSwap,
+    /// Set to reopen the running verdict log before its next write.
+    reopen: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Pipeline {
+    async fn start(cfg: &Config) -> Result<Pipeline, ServeError> {
+        // Table and cache limits, before anything fills a table.
+        cfg.processors.mcp_health.state_limits.apply();
+        cfg.processors.mcp_health.receipts.apply();
+        let service_name =
+            cfg.service.telemetry.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "mcp-health".into());
+
+        // Exporter settings: config first, then the standard OTEL_* variables.
+        let otlp = cfg.exporters.otlp.clone().or_else(|| {
+            env("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).map(|_| {
+                // The OTEL_* variables configure mcp-health's own telemetry (metrics, health spans),
+                // as the SDK specification says. Pass-through of received spans is only ever
+                // switched on in the configuration: pointed at the collector that feeds
+                // mcp-health, a variable alone made every span loop.
+                let mut o: crate::config::OtlpExporter =
+                    serde_yaml_ng::from_str("{}").unwrap_or_else(|_| unreachable!("defaults deserialize"));
+                o.passthrough = false;
+                o
+            })
+        });
+        // Where each signal goes, over which transport: the file, then the OTLP exporter
+        // specification's variables (see `emit::otlp_target`).
+        let targets = match &otlp {
+            Some(o) => crate::emit::otlp_target::resolve(o, &env)?,
+            None => Default::default(),
+        };
+        // An exporter target that is one of this service's own receivers (from the file or from an
+        // OTEL_EXPORTER_OTLP_* variable, which `validate` cannot see): refused, never a loop.
+        let target_urls: Vec<String> =
+            [&targets.traces, &targets.metrics, &targets.logs].into_iter().flatten().map(|t| t.url.clone()).collect();
+        for url in &target_urls {
+            if let Some(why) = cfg.export_loop(url) {
+                return Err(ServeError::ExportLoop(why));
+            }
+        }
+        let prom_cfg = cfg.exporters.prometheus.clone();
+        // Two queues, each with its own workers: pass-through (what clients sent), and mcp-health's
+        // own output (health spans, incident records, own metrics). A backend that is slow for one
+        // kind, or a stuck request of one, never holds the other up (issue 11: oversize health-span
+        // requests used to stall pass-through too).
+        let wants_own =
+            otlp.as_ref().is_some_and(|o| (o.health_spans && targets.traces.is_some()) || (o.metrics && targets.metrics.is_some()));
+        let wants_pass = otlp
+            .as_ref()
+            .is_some_and(|o| o.passthrough && (targets.traces.is_some() || targets.metrics.is_some() || targets.logs.is_some()));
+        let (queue_tx, queue_rx) = match &otlp {
+            Some(o) if wants_own => {
+                let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
+                (Some(tx), Some(rx))
+            }
+            _ => (None, None),
+        };
+        let (pass_tx, pass_rx) = match &otlp {
+            Some(o) if wants_pass => {
+                let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
+                (Some(tx), Some(rx))
+            }
+            _ => (None, None),
+        };
+        let metrics = MetricsPipeline::build(MetricsSettings {
+            resource: opentelemetry_sdk::Resource::builder()
+                .with_service_name(service_name.clone())
+                // Own metrics come back through a loop like health spans; marked the same way.
+                .with_attribute(opentelemetry::KeyValue::new(crate::receive::loops::EMITTER, crate::receive::loops::instance_id()))
+                .build(),
+            prometheus: prom_cfg.is_some(),
+            otlp: match (&otlp, &queue_tx) {
+                (Some(o), Some(q)) if o.metrics && targets.metrics.is_some() => {
+                    Some(OtlpMetricsTarget { exporter: QueueMetricExporterHandle::new(q.clone()), interval: o.metrics_interval })
+                }
+                _ => None,
+            },
+            cardinality_limit: prom_cfg.as_ref().map_or(2000, |p| p.cardinality_limit),
+        })?;
+        let meters = metrics.meters.clone();
+
+        let mut export_handles = Vec::new();
+        if let Some(o) = &otlp {
+            let settings = SenderSettings {
+                targets: targets.clone(),
+                workers: o.sending_queue.num_consumers,
+                retry: o.retry_on_failure.clone(),
+                max_request_bytes: o.max_request_bytes,
+            };
+            let meter = opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health");
+            let queues: Vec<(&'static str, &mpsc::Sender<otlp_traces::Outgoing>)> =
+                [("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]
+                    .into_iter()
+                    .filter_map(|(n, q)| q.map(|q| (n, q)))
+                    .collect();
+            crate::emit::metrics::observe_exporter_queues(&meter, &queues);
+            for rx in [queue_rx, pass_rx].into_iter().flatten() {
+                export_handles.extend(otlp_traces::spawn(settings.clone(), rx, meters.clone())?);
+            }
+        }
+        let status = crate::service::status::Status::new([("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]);
+        let sender = queue_tx.filter(|_| targets.traces.is_some());
+        let passthrough = otlp.as_ref().is_some_and(|o| o.passthrough);
+        let health = otlp.as_ref().is_some_and(|o| o.health_spans);
+
+        let verdict_log = match &cfg.exporters.verdict_log {
+            Some(v) => Some(VerdictLog::open(&v.path).map_err(|e| ServeError::VerdictLog(v.path.clone(), e))?),
+            None => None,
+        };
+        let proc_cfg = &cfg.processors.mcp_health;
+        let pins = match &proc_cfg.lockfile {
+            Some(p) => Some(Arc::new(crate::config::lockfile::load_lockfile(p).map_err(ServeError::Lockfile)?)),
+            None => None,
+        };
+        let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
+        status.watch_queue("engine_ingest", &ingest_tx);
+        // Tasks that live as long as the service, ended when it is (see `drain`).
+        let mut background: Vec<JoinHandle<()>> = Vec::new();
+        let memory = cfg.processors.memory_limiter.as_ref().map(|m| {
+            let limiter = Arc::new(crate::receive::memory::MemoryLimiter::new(m.limit_mib, m.spike_limit_mib));
+            background.push(tokio::spawn(sample_memory(limiter.clone(), m.check_interval)));
+            crate::emit::metrics::observe_memory_limiter(
+                &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
+                &limiter,
+            );
+            limiter
+        });
+        let admission = Admission {
+            ingest: ingest_tx,
+            passthrough: pass_tx.clone().filter(|_| passthrough),
+            meters: meters.clone(),
+            strip_tool_definitions: proc_cfg.strip_tool_definitions,
+            memory: memory.clone(),
+            refusal_log: crate::receive::admit::refusal_log(),
+        };
+        let mut sinks = Sinks::default();
+        sinks.push(MetricsSink::new(meters.clone()));
+        // Fed whenever a health check is configured at start, so a reload that switches the page
+        // on shows what was decided before it.
+        if cfg.extensions.health_check.is_some() {
+            sinks.push(status.sink());
+        }
+        if let Some(s) = sender.as_ref().filter(|_| health) {
+            sinks.push(HealthSpanSink::new(
+                s.clone(),
+                service_name.clone(),
+                meters.clone(),
+                otlp.as_ref().map_or(crate::config::DEFAULT_MAX_REQUEST_BYTES, |o| o.max_request_bytes),
+            ));
+        }
+        let reopen = verdict_log.as_ref().map(|l| l.reopen.clone());
+        // The verdict log's destination changes live (a reload may move it): the engine holds it
+        // through a swappable sink.
+        let (log_sink, log_swap) = SwappableSink::new(verdict_log.map(|l| Box::new(l) as Box<dyn crate::emit::sink::Sink>));
+        sinks.push(log_sink);
+        drop(sender);
+        drop(pass_tx);
+
+        let tick = (proc_cfg.decision_wait / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let mut engine_cfg = super::replay::engine_config(cfg);
+        engine_cfg.pins = pins.clone();
+        // Asked for durable (or shared) state and not getting it is an error at start, not a silent
+        // downgrade.
+        match &cfg.storage {
+            Some(crate::config::Storage::Embedded { directory }) => {
+                let store = crate::state::StoreHandle::open_directory(directory)
+                    .map_err(|e| ServeError::Store(directory.display().to_string(), e))?;
+                tracing::info!(directory = %directory.display(), "state store opened");
+                engine_cfg.store = Some(store);
+            }
+            Some(crate::config::Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl }) => {
+                let shown = crate::state::redis::redact(&endpoint.0);
+                let settings = crate::state::RedisSettings {
+                    endpoint: endpoint.0.clone(),
+                    timeout: *timeout,
+                    retry_after: *retry_after,
+                    tombstone_ttl: *tombstone_ttl,
+                };
+                let store = crate::state::StoreHandle::open_redis(settings).map_err(|e| ServeError::Store(shown.clone(), e))?;
+                tracing::info!(endpoint = %shown, "shared state store (redis) opened");
+                engine_cfg.store = Some(store);
+            }
+            None => {}
+        }
+        let shared = engine_cfg.store.clone().filter(|s| s.is_shared()).map(|s| (s, engine_cfg.sessions.clone()));
+        let engine = Engine::new(engine_cfg);
+        let heartbeat = Heartbeat::new(Moment::wall_now());
         let hb = heartbeat.clone();
-        crate::gate::GateState {
+        let gate = crate::gate::GateState {
             pins,
             board: engine.board(),
-            unpinned: *unpinned,
-            store_down: Some(std::sync::Arc::new(move || hb.is_store_down())),
+            unpinned: Default::default(),
+            store_down: Some(Arc::new(move || hb.is_store_down())),
             shared,
-        }
-    });
-    // The engine steps at least every tick; silent for much longer than that, it is stuck.
-    let stall_after = (tick * 40).max(Duration::from_secs(10));
-    let mut engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone(), memory));
-
-    let (down_tx, down_rx) = watch::channel(false);
-    let (health_down_tx, health_down_rx) = watch::channel(false);
-    let mut health_task = None;
-    let wait_down = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
-    let mut servers = Vec::new();
-    if let Some((l, max, tls, token)) = grpc_l {
-        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), tls, "OTLP/gRPC receiver listening");
-        let adm = admission.clone();
-        let sd = wait_down(down_rx.clone());
-        servers.push(tokio::spawn(async move {
-            if let Err(e) = otlp_grpc::serve(l, adm, max, token, sd).await {
-                tracing::error!(error = %e, "OTLP/gRPC receiver failed");
-            }
-        }));
-    }
-    if let Some((l, max, tls, token)) = http_l {
-        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), tls, "OTLP/HTTP receiver listening");
-        servers.push(spawn_http(l, otlp_http::router(admission.clone(), max, token), wait_down(down_rx.clone())));
-    }
-    drop(admission);
-    if let (Some((l, _, tls)), Some(state)) = (gate_l, gate_state) {
-        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), tls, "gate gRPC API listening");
-        let sd = wait_down(down_rx.clone());
-        servers.push(tokio::spawn(async move {
-            if let Err(e) = crate::gate::service::serve(l, state, sd).await {
-                tracing::error!(error = %e, "gate gRPC API failed");
-            }
-        }));
-    }
-    if let (Some(l), Some(reader)) = (prom_l, metrics.prometheus.clone()) {
-        tracing::info!(addr = %l.local_addr().map_or(String::new(), |a| a.to_string()), "Prometheus endpoint listening on /metrics");
-        let exemplars = metrics.meters.exemplars.clone();
-        // OpenMetrics (with exemplars) when the scraper asks for it, as Prometheus does; the
-        // text format otherwise.
-        let app = Router::new().route(
-            "/metrics",
-            get(move |headers: axum::http::HeaderMap| {
-                let (reader, exemplars) = (reader.clone(), exemplars.clone());
-                async move {
-                    let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok());
-                    let format = prometheus::Format::negotiate(accept);
-                    ([(axum::http::header::CONTENT_TYPE, format.content_type())], prometheus::render_as(&reader, format, Some(&exemplars)))
-                }
-            }),
-        );
-        servers.push(spawn_http(l, app, wait_down(down_rx.clone())));
-    }
-    if let Some(l) = health_l {
-        let hb = heartbeat.clone();
-        let started = std::time::Instant::now();
-        let app = Router::new().route(
-            "/",
-            get(move || {
-                let hb = hb.clone();
-                async move {
-                    let h = hb.health(Moment::wall_now(), stall_after);
-                    let code = if h.is_ok() { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
-                    (code, axum::Json(serde_json::json!({"status": h.as_str(), "uptime_seconds": started.elapsed().as_secs()})))
-                }
-            }),
-        );
-        let app = if cfg.extensions.health_check.as_ref().is_some_and(|h| h.status_page) { app.merge(status.routes()) } else { app };
-        // Not shut down with the others: it answers 503 from the start of the drain until the
-        // drain ends (the process exits, or a reload starts the next pipeline), so a load
-        // balancer stops sending before the receivers close.
-        health_task = Some(spawn_http(l, app, wait_down(health_down_rx.clone())));
+        };
+        // The engine steps at least every tick; silent for much longer than that, it is stuck.
+        let stall_after = (tick * 40).max(Duration::from_secs(10));
+        let engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone(), memory));
+        let served = Served {
+            admission,
+            prometheus: metrics.prometheus.clone().map(|r| (r, metrics.meters.exemplars.clone())),
+            heartbeat,
+            stall_after,
+            started: std::time::Instant::now(),
+            gate,
+            status,
+        };
+        Ok(Pipeline {
+            served,
+            engine_task,
+            stop_engine: stop_tx,
+            provider: metrics.provider,
+            export_handles,
+            background,
+            target_urls,
+            verdict_log: log_swap,
+            reopen,
+        })
     }
 
-    // Run until asked to stop, or until the engine dies or stops stepping: a service that can no
-    // longer decide verdicts exits non-zero rather than accept spans it will never judge.
-    let mut watchdog = tokio::time::interval(Duration::from_secs(1));
-    let mut failed = false;
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => break,
-            r = &mut engine_task => {
-                match r {
-                    Err(e) if e.is_panic() => tracing::error!("the engine panicked"),
-                    _ => tracing::error!("the engine stopped"),
-                }
-                failed = true;
-                break;
-            }
-            _ = watchdog.tick() => {
-                if heartbeat.health(Moment::wall_now(), stall_after * 3) == crate::service::health::Health::Stuck {
-                    tracing::error!(?stall_after, "the engine is stuck");
-                    failed = true;
-                    break;
-                }
-            }
+    fn reopen_verdict_log(&self) {
+        if let Some(r) = &self.reopen {
+            r.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
-    tracing::info!("shutting down: deciding chains in flight and flushing exports");
-    heartbeat.set_draining();
-    let limit = cfg.service.telemetry.shutdown_timeout.unwrap_or(Duration::from_secs(10));
-    let finish = async {
-        let _ = down_tx.send(true);
-        for s in servers {
-            let _ = s.await;
-        }
-        let _ = stop_tx.send(());
-        if !failed {
-            let _ = (&mut engine_task).await;
-        }
-        // The metrics provider first: its last collection goes into the exporter queue, and its
-        // exporter then lets go of the queue, so the workers drain it and end.
-        let provider = metrics.provider.clone();
-        let _ = tokio::time::timeout(
-            Duration::from_secs(4),
-            tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(Duration::from_secs(3))),
-        )
-        .await;
-        for h in export_handles {
-            let _ = h.await;
-        }
-    };
-    if tokio::time::timeout(limit, finish).await.is_err() {
-        tracing::warn!(?limit, "shutdown timeout reached; exiting with exports pending");
-    }
-    // What outlives the pipeline's servers: the health check, the SIGHUP handler, the memory
-    // sampler. Ended here so that a reload can bind the same ports and handle the next SIGHUP.
-    let _ = health_down_tx.send(true);
-    if let Some(h) = health_task {
-        let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
-    }
-    for b in background {
-        b.abort();
-    }
-    if failed {
-        return Err(ServeError::EngineStopped);
-    }
-    Ok(())
-}
 
-fn spawn_http(l: Listener, app: Router, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(listen::serve_http(l, app, shutdown))
+    fn replace_verdict_log(&mut self, log: Option<VerdictLog>) {
+        self.reopen = log.as_ref().map(|l| l.reopen.clone());
+        self.verdict_log.replace(log.map(|l| Box::new(l) as Box<dyn crate::emit::sink::Sink>));
+    }
+
+    /// Stop the receivers, decide what is in flight and flush the exports, within `limit`.
+    async fn drain(self, listeners: &mut Listeners, failed: bool, limit: Duration) {
+        let Pipeline { served, mut engine_task, stop_engine, provider, export_handles, background, .. } = self;
+        served.heartbeat.set_draining();
+        let finish = async {
+            listeners.stop_serving().await;
+            // The receivers' handles on the queues go with them: the export workers end once
+            // the queues are empty and nobody can add to them.
+            drop(served);
+            let _ = stop_engine.send(());
+            if !failed {
+                let _ = (&mut engine_task).await;
+            }
+            // The metrics provider first: its last collection goes into the exporter queue, and its
+            // exporter then lets go of the queue, so the workers drain it and end.
+            let _ = tokio::time::timeout(
+                Duration::from_secs(4),
+                tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(Duration::from_secs(3))),
+            )
+            .await;
+            for h in export_handles {
+                let _ = h.await;
+            }
+        };
+        if tokio::time::timeout(limit, finish).await.is_err() {
+            tracing::warn!(?limit, "shutdown timeout reached; exiting with exports pending");
+        }
+        for b in background {
+            b.abort();
+        }
+    }
 }
 
 /// Raise the open-file limit as far as allowed, and say so when the listeners' `max_connections`
@@ -639,20 +704,6 @@ async fn sample_memory(limiter: Arc<crate::receive::memory::MemoryLimiter>, ever
             None => {}
         }
     }
-}
-
-/// Bind `host:port`; a name (`localhost:4317`) is resolved and its first address bound.
-async fn bind(endpoint: &str) -> Result<tokio::net::TcpListener, ServeError> {
-    let bad = |m: String| ServeError::Bind(std::io::Error::new(std::io::ErrorKind::InvalidInput, m));
-    let addr: SocketAddr = match endpoint.parse() {
-        Ok(a) => a,
-        Err(_) => tokio::net::lookup_host(endpoint)
-            .await
-            .map_err(|e| bad(format!("cannot resolve {endpoint}: {e}")))?
-            .next()
-            .ok_or_else(|| bad(format!("{endpoint} resolves to no address")))?,
-    };
-    otlp_grpc::bind(addr).await.map_err(ServeError::Bind)
 }
 
 #[cfg(test)]

@@ -422,7 +422,10 @@ impl Listener {
         let mut last_warning: Option<Instant> = None;
         let mut refused_since = 0u64;
         loop {
+            // Closed first: once the server stops taking connections, none is accepted only to
+            // be dropped (a reload hands the socket to the next server).
             let accepted = tokio::select! {
+                biased;
                 _ = tx.closed() => return,
                 a = self.tcp.accept() => a,
             };
@@ -515,6 +518,15 @@ pub async fn serve_http(listener: Listener, app: axum::Router, shutdown: impl Fu
                 None => break,
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    // Stop accepting, but serve what was accepted already: a connection is never accepted and
+    // then dropped unanswered (on a reload the next server takes over the same socket, and its
+    // backlog, at once). Each such connection gets one request answered, then is closed.
+    incoming.close();
+    while let Some(c) = incoming.next().await {
+        if let Ok(conn) = c {
+            conns.spawn(serve_http_conn(conn, app.clone(), stop_rx.clone()));
         }
     }
     drop(incoming);

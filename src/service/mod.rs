@@ -3,6 +3,8 @@
 //! span-time clock ([`replay`]). Both hand every decided record to the same [`Sinks`].
 
 pub mod health;
+pub mod listeners;
+pub mod reload;
 pub mod replay;
 pub mod status;
 
