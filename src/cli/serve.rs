@@ -264,14 +264,14 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
         otlp.as_ref().is_some_and(|o| o.passthrough && (targets.traces.is_some() || targets.metrics.is_some() || targets.logs.is_some()));
     let (queue_tx, queue_rx) = match &otlp {
         Some(o) if wants_own => {
-            let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
+            let (tx, rx) = otlp_traces::queue(o.sending_queue.capacity());
             (Some(tx), Some(rx))
         }
         _ => (None, None),
     };
     let (pass_tx, pass_rx) = match &otlp {
         Some(o) if wants_pass => {
-            let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
+            let (tx, rx) = otlp_traces::queue(o.sending_queue.capacity());
             (Some(tx), Some(rx))
         }
         _ => (None, None),
@@ -294,6 +294,7 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     let meters = metrics.meters.clone();
 
     let mut export_handles = Vec::new();
+    let mut queue_leftovers = Vec::new();
     if let Some(o) = &otlp {
         let settings = SenderSettings {
             targets: targets.clone(),
@@ -308,8 +309,18 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
                 .filter_map(|(n, q)| q.map(|q| (n, q)))
                 .collect();
         crate::emit::metrics::observe_exporter_queues(&meter, &queues);
-        for rx in [queue_rx, pass_rx].into_iter().flatten() {
-            export_handles.extend(otlp_traces::spawn(settings.clone(), rx, meters.clone())?);
+        // mcp-health's own output waits on disk when a directory is configured; pass-through
+        // never does (its senders keep their data and retry when the queue refuses).
+        let own_store = match cfg.sending_queue_directory() {
+            Some(dir) => otlp_traces::QueueStore::Disk { dir, max_bytes: o.sending_queue.storage_max_bytes },
+            None => otlp_traces::QueueStore::Memory,
+        };
+        for (name, rx, store) in [("otlp", queue_rx, own_store), ("otlp/passthrough", pass_rx, otlp_traces::QueueStore::Memory)] {
+            let Some(rx) = rx else { continue };
+            let started = otlp_traces::spawn(settings.clone(), rx, meters.clone(), name, store)?;
+            started.leftover.observe(&meter);
+            export_handles.extend(started.workers);
+            queue_leftovers.push(started.leftover);
         }
     }
     let sender = queue_tx.filter(|_| targets.traces.is_some());
@@ -569,6 +580,9 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     };
     if tokio::time::timeout(limit, finish).await.is_err() {
         tracing::warn!(?limit, "shutdown timeout reached; exiting with exports pending");
+    }
+    for q in &queue_leftovers {
+        q.report_at_exit();
     }
     // What outlives the pipeline's servers: the health check, the SIGHUP handler, the memory
     // sampler. Ended here so that a reload can bind the same ports and handle the next SIGHUP.

@@ -1113,7 +1113,10 @@ impl Config {
                     return bad("exporters.otlp.sending_queue.storage", "must be a directory or file_storage")
                 }
                 Some("file_storage") if self.extensions.file_storage.is_none() => {
-                    return bad("exporters.otlp.sending_queue.storage", "file_storage names extensions.file_storage, which is not configured")
+                    return bad(
+                        "exporters.otlp.sending_queue.storage",
+                        "file_storage names extensions.file_storage, which is not configured",
+                    )
                 }
                 Some(s) if s.starts_with("file_storage/") => {
                     return bad("exporters.otlp.sending_queue.storage", "one file_storage extension is supported: write file_storage")
@@ -1782,7 +1785,10 @@ mod tests {
         assert_eq!(dir(&otlp("storage:\n  directory: /var/lib/x\n")), Some("/var/lib/x/sending_queue".into()));
         assert_eq!(dir(&otlp("    sending_queue:\n      storage: /q\nstorage:\n  directory: /var/lib/x\n")), Some("/q".into()));
         let ext = "extensions:\n  file_storage:\n    directory: /var/lib/otel\n";
-        assert_eq!(dir(&format!("{}{ext}", otlp("    sending_queue:\n      storage: file_storage\n"))), Some("/var/lib/otel/sending_queue".into()));
+        assert_eq!(
+            dir(&format!("{}{ext}", otlp("    sending_queue:\n      storage: file_storage\n"))),
+            Some("/var/lib/otel/sending_queue".into())
+        );
         assert_eq!(dir(&otlp("storage:\n  kind: redis\n  endpoint: redis://r:6379\n")), None, "no local directory with redis");
         for (extra, want) in [
             ("    sending_queue:\n      storage: file_storage\n", "not configured"),

@@ -66,29 +66,49 @@ pub(crate) struct Record {
 /// A request taken out of the queue for sending; [`DiskQueue::ack`] removes it.
 #[derive(Debug)]
 pub(crate) struct Taken {
-    seq: u64,
-    size: u64,
+    entry: Entry,
     pub record: Record,
 }
 
 /// Why a request was not queued, or the queue not opened.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum QueueError {
+pub enum QueueError {
     #[error("the sending queue is full ({held} of {limit} bytes held; the request needs {need})")]
     Full { held: u64, limit: u64, need: u64 },
     #[error("sending queue {0}: {1}")]
     Io(PathBuf, std::io::Error),
 }
 
+/// One request file as the queue tracks it.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    seq: u64,
+    size: u64,
+    /// From the header (`None` when it could not be read: found out when the file is taken).
+    kind: Option<RecordKind>,
+    items: u64,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    /// Written, not yet taken: (sequence, file size), oldest first.
-    pending: VecDeque<(u64, u64)>,
+    /// Written, not yet taken, oldest first.
+    pending: VecDeque<Entry>,
     /// Taken by a worker, not yet acknowledged.
     in_flight: u64,
     /// Bytes of every `.req` file (pending and in flight).
     bytes: u64,
+    /// Items of every `.req` file, by [`RecordKind`] (spans, log records, metric points).
+    items: [u64; 3],
     next_seq: u64,
+}
+
+impl Inner {
+    fn count(&mut self, e: &Entry, add: bool) {
+        if let Some(k) = e.kind {
+            let slot = &mut self.items[k as usize - 1];
+            *slot = if add { *slot + e.items } else { slot.saturating_sub(e.items) };
+        }
+    }
 }
 
 /// The on-disk queue (synchronous file I/O; the exporter calls it from blocking tasks).
@@ -106,6 +126,8 @@ pub(crate) struct DiskQueue {
 pub(crate) struct Held {
     pub requests: u64,
     pub bytes: u64,
+    /// Spans, log records, metric points.
+    pub items: [u64; 3],
 }
 
 impl DiskQueue {
@@ -127,17 +149,17 @@ impl DiskQueue {
             }
             let Some(seq) = name.strip_suffix(&format!(".{SUFFIX}")).and_then(|s| s.parse::<u64>().ok()) else { continue };
             let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            found.push((seq, size));
+            let (kind, items) = read_header(&path).unwrap_or((None, 0));
+            found.push(Entry { seq, size, kind, items });
         }
-        found.sort_unstable();
-        let bytes = found.iter().map(|(_, s)| s).sum();
-        let next_seq = found.last().map_or(0, |(s, _)| s + 1);
-        Ok(DiskQueue {
-            dir: dir.to_path_buf(),
-            limit,
-            inner: Mutex::new(Inner { pending: found.into(), in_flight: 0, bytes, next_seq }),
-            corrupt: AtomicU64::new(0),
-        })
+        found.sort_unstable_by_key(|e| e.seq);
+        let mut inner = Inner { next_seq: found.last().map_or(0, |e| e.seq + 1), ..Inner::default() };
+        for e in &found {
+            inner.bytes += e.size;
+            inner.count(e, true);
+        }
+        inner.pending = found.into();
+        Ok(DiskQueue { dir: dir.to_path_buf(), limit, inner: Mutex::new(inner), corrupt: AtomicU64::new(0) })
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -183,7 +205,10 @@ impl DiskQueue {
         };
         match write() {
             Ok(()) => {
-                self.lock().pending.push_back((seq, need));
+                let e = Entry { seq, size: need, kind: Some(kind), items };
+                let mut g = self.lock();
+                g.count(&e, true);
+                g.pending.push_back(e);
                 Ok(())
             }
             Err(e) => {
@@ -199,19 +224,19 @@ impl DiskQueue {
     /// files. `None` when nothing is pending.
     pub(crate) fn take(&self) -> Option<Taken> {
         loop {
-            let (seq, size) = {
+            let entry = {
                 let mut g = self.lock();
                 let next = g.pending.pop_front()?;
                 g.in_flight += 1;
                 next
             };
-            let path = self.path(seq);
+            let path = self.path(entry.seq);
             match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| decode(&b)) {
-                Ok(record) => return Some(Taken { seq, size, record }),
+                Ok(record) => return Some(Taken { entry, record }),
                 Err(why) => {
                     self.corrupt.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(file = %path.display(), error = %why, "damaged sending-queue file skipped and removed");
-                    self.remove(seq, size);
+                    self.remove(&entry);
                 }
             }
         }
@@ -219,24 +244,25 @@ impl DiskQueue {
 
     /// The request was sent (or given up on): its file goes.
     pub(crate) fn ack(&self, t: Taken) {
-        self.remove(t.seq, t.size);
+        self.remove(&t.entry);
     }
 
-    fn remove(&self, seq: u64, size: u64) {
-        match std::fs::remove_file(self.path(seq)) {
+    fn remove(&self, e: &Entry) {
+        match std::fs::remove_file(self.path(e.seq)) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "cannot remove a sent request from the sending queue"),
         }
         let mut g = self.lock();
         g.in_flight = g.in_flight.saturating_sub(1);
-        g.bytes = g.bytes.saturating_sub(size);
+        g.bytes = g.bytes.saturating_sub(e.size);
+        g.count(e, false);
     }
 
     /// Requests on disk (pending and in flight) and their bytes.
     pub(crate) fn held(&self) -> Held {
         let g = self.lock();
-        Held { requests: g.pending.len() as u64 + g.in_flight, bytes: g.bytes }
+        Held { requests: g.pending.len() as u64 + g.in_flight, bytes: g.bytes, items: g.items }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -251,6 +277,17 @@ impl DiskQueue {
     pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
+}
+
+/// Kind and item count from a file's header, without reading the rest.
+fn read_header(path: &Path) -> Option<(Option<RecordKind>, u64)> {
+    use std::io::Read as _;
+    let mut head = [0u8; HEADER];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    if &head[..4] != MAGIC {
+        return None;
+    }
+    Some((RecordKind::from_byte(head[4]), u64::from_le_bytes(head[5..13].try_into().ok()?)))
 }
 
 fn decode(b: &[u8]) -> Result<Record, String> {
@@ -315,7 +352,7 @@ mod tests {
         let q = DiskQueue::open(d.path(), 1 << 20).unwrap();
         q.push(RecordKind::Spans, 3, b"first").unwrap();
         q.push(RecordKind::Logs, 1, b"second").unwrap();
-        assert_eq!(q.held(), Held { requests: 2, bytes: (2 * HEADER + 11) as u64 });
+        assert_eq!(q.held(), Held { requests: 2, bytes: (2 * HEADER + 11) as u64, items: [3, 1, 0] });
         let a = q.take().unwrap();
         assert_eq!(a.record, Record { kind: RecordKind::Spans, items: 3, payload: Bytes::from_static(b"first") });
         assert_eq!(q.held().requests, 2, "taken but not acknowledged: still held");
@@ -360,6 +397,7 @@ mod tests {
         std::fs::write(d.path().join(format!("{:020}.tmp", 99)), b"MHQ1partial").unwrap();
         let q = DiskQueue::open(d.path(), 1 << 20).unwrap();
         assert_eq!(q.held().requests, 3);
+        assert_eq!(q.held().items, [0, 0, 1 + 2 + 3], "item counts read back from the headers");
         let got: Vec<u64> = std::iter::from_fn(|| q.take()).map(|t| t.record.items).collect();
         assert_eq!(got, vec![1, 2, 3], "the one in flight is sent again, oldest first");
         assert!(!files(d.path()).iter().any(|f| f.ends_with(".tmp")), "the partial write is removed");
