@@ -1246,6 +1246,62 @@ mod tests {
         assert_eq!(http_status_to_grpc(tonic::codegen::http::StatusCode::NOT_FOUND).code(), Code::Unimplemented);
     }
 
+    /// `max_elapsed_time: 0` is no limit, as in the collector (it used to mean "never retry"): a
+    /// backend that refuses four times and then accepts gets the request.
+    #[tokio::test]
+    async fn max_elapsed_time_zero_retries_until_accepted() {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+        #[derive(Clone, Default)]
+        struct Flaky(Arc<std::sync::atomic::AtomicUsize>);
+        #[tonic::async_trait]
+        impl TraceService for Flaky {
+            async fn export(
+                &self,
+                _: tonic::Request<ExportTraceServiceRequest>,
+            ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
+                match self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                    0..=3 => Err(Status::unavailable("not yet")),
+                    _ => Ok(tonic::Response::new(ExportTraceServiceResponse::default())),
+                }
+            }
+        }
+        let flaky = Flaky::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = flaky.clone();
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(server))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await
+        });
+        let target = Target {
+            protocol: Protocol::Grpc,
+            url: format!("http://{addr}"),
+            tls: None,
+            server_name: None,
+            headers: vec![],
+            timeout: Duration::from_secs(5),
+            compression: Compression::None,
+        };
+        let route = Route::new(&target).unwrap();
+        let bytes = Bytes::from(crate::loadgen::build_request(1, 2).encode_to_vec());
+        let retry = RetryOnFailure {
+            initial_interval: Duration::from_millis(5),
+            max_interval: Duration::from_millis(10),
+            max_elapsed_time: Duration::ZERO,
+            ..RetryOnFailure::default()
+        };
+        let sent = send_with_retry(&route, &retry, bytes.clone(), None, ItemKind::Spans).await;
+        assert_eq!(sent, Ok(0), "accepted on the fifth try");
+        assert_eq!(flaky.0.load(std::sync::atomic::Ordering::SeqCst), 5);
+        // Retries off: one try, as before.
+        flaky.0.store(0, std::sync::atomic::Ordering::SeqCst);
+        let once = RetryOnFailure { enabled: false, ..retry };
+        assert!(send_with_retry(&route, &once, bytes, None, ItemKind::Spans).await.is_err());
+        assert_eq!(flaky.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
     #[test]
     fn too_large_answers_are_not_retried() {
         let st = Status::out_of_range("decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes");
