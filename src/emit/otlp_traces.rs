@@ -1302,6 +1302,112 @@ mod tests {
         assert_eq!(flaky.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
+    /// The on-disk queue through the exporter: with the backend down, what passes the byte
+    /// bound is dropped and counted (`enqueue_failed`), the rest stays on disk; a second exporter
+    /// on the same directory (a restart) sends it to a live backend and empties the directory.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_disk_queue_drops_past_its_bound_and_a_restart_sends_the_rest() {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+        #[derive(Clone, Default)]
+        struct Sink(Arc<std::sync::Mutex<Vec<ExportTraceServiceRequest>>>);
+        #[tonic::async_trait]
+        impl TraceService for Sink {
+            async fn export(
+                &self,
+                r: tonic::Request<ExportTraceServiceRequest>,
+            ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
+                self.0.lock().unwrap().push(r.into_inner());
+                Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+            }
+        }
+        let target = |addr: std::net::SocketAddr| Target {
+            protocol: Protocol::Grpc,
+            url: format!("http://{addr}"),
+            tls: None,
+            server_name: None,
+            headers: vec![],
+            timeout: Duration::from_secs(2),
+            compression: Compression::None,
+        };
+        let settings = |t: Target| SenderSettings {
+            targets: Targets { traces: Some(t), metrics: None, logs: None },
+            workers: 1,
+            retry: RetryOnFailure {
+                initial_interval: Duration::from_millis(20),
+                max_interval: Duration::from_millis(50),
+                max_elapsed_time: Duration::ZERO,
+                ..RetryOnFailure::default()
+            },
+            max_request_bytes: 1 << 20,
+        };
+        let pipeline = crate::emit::metrics::MetricsPipeline::build(crate::emit::metrics::MetricsSettings {
+            resource: opentelemetry_sdk::Resource::builder().with_service_name("t").build(),
+            prometheus: true,
+            otlp: None,
+            cardinality_limit: 100,
+        })
+        .unwrap();
+        let req = crate::loadgen::build_request(1, 3);
+        let spans = span_count(&req);
+        let payload = Bytes::from(req.encode_to_vec());
+        let dir = tempfile::tempdir().unwrap();
+        // Room for three requests (each file is the payload and a small header).
+        let store = QueueStore::Disk { dir: dir.path().to_path_buf(), max_bytes: 3 * (payload.len() as u64 + 64) };
+
+        // The backend is down (nothing listens on the port).
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let (tx, rx) = queue(16);
+        let first = spawn(settings(target(dead)), rx, pipeline.meters.clone(), "otlp", store.clone()).unwrap();
+        for _ in 0..5 {
+            tx.try_send(Outgoing::HealthRaw(payload.clone(), spans)).unwrap();
+        }
+        let reader = pipeline.prometheus.clone().unwrap();
+        let mut dropped = 0.0;
+        for _ in 0..500 {
+            let text = crate::emit::prometheus::render(&reader);
+            dropped = text
+                .lines()
+                .filter(|l| l.starts_with("mcp_health_exporter_enqueue_failed_spans_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            if dropped >= (2 * spans) as f64 && first.leftover.count().on_disk == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(dropped, (2 * spans) as f64, "two requests past the bound, counted in spans");
+        let left = first.leftover.count();
+        assert_eq!((left.on_disk, left.in_memory), (3, 0), "{left:?}");
+        assert_eq!(first.leftover.directory(), Some(dir.path()));
+        // The process ends: its tasks are gone, the files stay.
+        for w in first.workers {
+            w.abort();
+        }
+        drop(tx);
+
+        // A restart with the backend up sends the three and empties the directory.
+        let sink = Sink::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = sink.clone();
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(server))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await
+        });
+        let (tx, rx) = queue(16);
+        let second = spawn(settings(target(addr)), rx, pipeline.meters.clone(), "otlp", store).unwrap();
+        drop(tx);
+        for w in second.workers {
+            w.await.unwrap();
+        }
+        let got = sink.0.lock().unwrap().clone();
+        assert_eq!(got, vec![req.clone(), req.clone(), req], "each request once, as it was queued");
+        assert_eq!(second.leftover.count(), Left::default());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "sent requests are removed");
+    }
+
     #[test]
     fn too_large_answers_are_not_retried() {
         let st = Status::out_of_range("decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes");
