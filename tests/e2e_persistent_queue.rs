@@ -64,7 +64,7 @@ async fn wait_stored_spans(svc: &Service, n: f64) {
 
 /// A second run on `state` with the backend up: every health span of `traces` arrives exactly
 /// once, and the queue ends empty.
-async fn restart_sends_each_once(state: &Path, traces: &BTreeSet<String>) {
+async fn restart_sends_each_once(state: &Path, traces: &BTreeSet<String>) -> Service {
     let sink = Sink::start().await;
     let svc = Service::start(cfg(sink.endpoint(), Some(state))).await;
     eventually(WAIT, "8 health spans after the restart", || (sink.health_spans().len() >= 8).then_some(())).await;
@@ -86,6 +86,7 @@ async fn restart_sends_each_once(state: &Path, traces: &BTreeSet<String>) {
     assert_eq!(seen.len(), 8, "{seen:?}");
     let left: Vec<_> = std::fs::read_dir(state.join("sending_queue")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "sent requests are removed from the directory: {left:?}");
+    svc
 }
 
 /// SIGKILL with health spans waiting for a down backend: nothing is lost, nothing sent twice.
@@ -101,9 +102,16 @@ async fn health_spans_queued_on_disk_survive_sigkill() {
     assert_eq!(prom_value(&text, "mcp_health_exporter_sent_spans_total", &[]), 0.0, "the backend is down: {text}");
     svc.kill();
     drop(dead);
-    let files = std::fs::read_dir(state.join("sending_queue")).unwrap().count();
+    let queue_dir = state.join("sending_queue");
+    let files = std::fs::read_dir(&queue_dir).unwrap().count();
     assert!(files >= 1, "requests on disk after the kill");
-    restart_sends_each_once(&state, &traces).await;
+    // A damaged file (cut short) and a write a crash cut short: neither stops the restart.
+    std::fs::write(queue_dir.join("00000000000999999990.req"), b"MHQ1\x01truncated").unwrap();
+    std::fs::write(queue_dir.join("00000000000999999991.tmp"), b"MHQ1").unwrap();
+    let svc = restart_sends_each_once(&state, &traces).await;
+    let text = svc.metrics_text().await;
+    assert_eq!(prom_value(&text, "mcp_health_exporter_queue_damaged_files_total", &[]), 1.0, "{text}");
+    assert!(svc.stderr().contains("damaged sending-queue file skipped and removed"), "{}", svc.stderr());
 }
 
 /// SIGTERM with the backend down: the exit log says how many requests were left and where; the

@@ -153,7 +153,7 @@ impl DiskQueue {
             found.push(Entry { seq, size, kind, items });
         }
         found.sort_unstable_by_key(|e| e.seq);
-        let mut inner = Inner { next_seq: found.last().map_or(0, |e| e.seq + 1), ..Inner::default() };
+        let mut inner = Inner { next_seq: found.last().map_or(0, |e| e.seq.saturating_add(1)), ..Inner::default() };
         for e in &found {
             inner.bytes += e.size;
             inner.count(e, true);
@@ -184,10 +184,14 @@ impl DiskQueue {
             if g.bytes + need > self.limit {
                 return Err(QueueError::Full { held: g.bytes, limit: self.limit, need });
             }
+            // A file named with the last sequence number there is (not one this queue writes)
+            // ends the numbering rather than the process.
+            let Some(next) = g.next_seq.checked_add(1) else {
+                return Err(QueueError::Io(self.dir.clone(), std::io::Error::other("sequence numbers exhausted: empty the directory")));
+            };
             // Reserved before the write so concurrent pushes cannot pass the bound together.
             g.bytes += need;
-            g.next_seq += 1;
-            g.next_seq - 1
+            std::mem::replace(&mut g.next_seq, next)
         };
         let tmp = self.dir.join(format!("{seq:020}.tmp"));
         let write = || -> std::io::Result<()> {
@@ -426,6 +430,7 @@ mod tests {
         std::fs::write(p(2), b"").unwrap();
         std::fs::write(p(3), b"not a queue file at all, longer than a header").unwrap();
         std::fs::write(d.path().join("notes.txt"), b"left alone").unwrap();
+        std::fs::write(d.path().join("99999999999999999999.req"), b"a sequence past u64: not ours").unwrap();
         let q = DiskQueue::open(d.path(), 1 << 20).unwrap();
         let t = q.take().expect("the one good file");
         assert_eq!(t.record.items, 4);
@@ -433,6 +438,14 @@ mod tests {
         q.ack(t);
         assert!(q.take().is_none());
         assert_eq!(q.held(), Held::default());
-        assert_eq!(files(d.path()), vec!["notes.txt".to_string()], "damaged files removed, other files left alone");
+        assert_eq!(
+            files(d.path()),
+            vec!["99999999999999999999.req".to_string(), "notes.txt".to_string()],
+            "damaged files removed, other files left alone"
+        );
+        // The last sequence number there is: the numbering ends, the process does not.
+        std::fs::write(d.path().join(format!("{}.req", u64::MAX)), b"x").unwrap();
+        let q = DiskQueue::open(d.path(), 1 << 20).unwrap();
+        assert!(matches!(q.push(RecordKind::Spans, 1, b"y"), Err(QueueError::Io(..))));
     }
 }
