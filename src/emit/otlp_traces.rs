@@ -362,6 +362,8 @@ pub struct Leftover {
     rx: Arc<Mutex<mpsc::Receiver<Outgoing>>>,
     in_flight: Arc<std::sync::atomic::AtomicU64>,
     spool: Option<Arc<Spool>>,
+    /// The writer and workers of a disk queue, stopped at exit (see [`Leftover::report_at_exit`]).
+    tasks: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 /// What [`Leftover::count`] found.
@@ -395,9 +397,14 @@ impl Leftover {
     }
 
     /// Say at exit what the queue still holds and where: requests left on disk are sent after
-    /// the next start; requests held in memory only are lost.
+    /// the next start; requests held in memory only are lost. The tasks of a disk queue are
+    /// then stopped: what they were sending stays on disk, for the next run or for the pipeline a
+    /// SIGHUP reload starts on the same directory (which would otherwise send it a second time).
     pub fn report_at_exit(&self) -> Left {
         let left = self.count();
+        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            t.abort();
+        }
         if let Some(dir) = self.directory() {
             if left.on_disk > 0 {
                 tracing::warn!(
@@ -571,7 +578,7 @@ pub fn spawn(
     };
     let rx = Arc::new(Mutex::new(rx));
     let in_flight = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let leftover = Leftover { name, rx: rx.clone(), in_flight: in_flight.clone(), spool: spool.clone() };
+    let mut leftover = Leftover { name, rx: rx.clone(), in_flight: in_flight.clone(), spool: spool.clone(), tasks: Arc::default() };
     let max_bytes = s.max_request_bytes.max(1024);
     let mut handles = Vec::new();
     if let Some(sp) = &spool {
@@ -625,6 +632,9 @@ pub fn spawn(
                 },
             }
         }));
+    }
+    if spool.is_some() {
+        leftover.tasks = Arc::new(std::sync::Mutex::new(handles.iter().map(|h| h.abort_handle()).collect()));
     }
     Ok(Started { workers: handles, leftover })
 }
