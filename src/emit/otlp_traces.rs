@@ -8,6 +8,12 @@
 //! and keep their data. Health spans never block: when the queue is full they are dropped and
 //! counted. Delivery is counted in items (spans, metric points, log records) as the collector's
 //! exporters count it: `sent`, `send_failed`, `enqueue_failed`.
+//!
+//! mcp-health's own output (health spans, incident records, own metrics) can wait on disk instead
+//! ([`QueueStore::Disk`], see [`super::disk_queue`]): a backend that is down while the process is
+//! killed or stopped then loses none of it. Pass-through never does: its senders hold the data and
+//! retry when refused, which a disk copy would only hide from them. At exit each queue says what
+//! it still holds ([`Leftover::report_at_exit`]): left on disk, or lost from memory.
 
 use std::io::Write as _;
 use std::pin::Pin;
