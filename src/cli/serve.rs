@@ -391,6 +391,8 @@ struct Pipeline {
     stop_engine: oneshot::Sender<()>,
     provider: opentelemetry_sdk::metrics::SdkMeterProvider,
     export_handles: Vec<JoinHandle<()>>,
+    /// What each export queue still holds at exit (said in the exit log).
+    queue_leftovers: Vec<otlp_traces::Leftover>,
     background: Vec<JoinHandle<()>>,
     /// Where the exporter sends (for the loop check of a reload).
     target_urls: Vec<String>,
@@ -447,14 +449,14 @@ impl Pipeline {
             .is_some_and(|o| o.passthrough && (targets.traces.is_some() || targets.metrics.is_some() || targets.logs.is_some()));
         let (queue_tx, queue_rx) = match &otlp {
             Some(o) if wants_own => {
-                let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
+                let (tx, rx) = otlp_traces::queue(o.sending_queue.capacity());
                 (Some(tx), Some(rx))
             }
             _ => (None, None),
         };
         let (pass_tx, pass_rx) = match &otlp {
             Some(o) if wants_pass => {
-                let (tx, rx) = otlp_traces::queue(o.sending_queue.queue_size);
+                let (tx, rx) = otlp_traces::queue(o.sending_queue.capacity());
                 (Some(tx), Some(rx))
             }
             _ => (None, None),
@@ -477,6 +479,7 @@ impl Pipeline {
         let meters = metrics.meters.clone();
 
         let mut export_handles = Vec::new();
+        let mut queue_leftovers = Vec::new();
         if let Some(o) = &otlp {
             let settings = SenderSettings {
                 targets: targets.clone(),
@@ -491,8 +494,18 @@ impl Pipeline {
                     .filter_map(|(n, q)| q.map(|q| (n, q)))
                     .collect();
             crate::emit::metrics::observe_exporter_queues(&meter, &queues);
-            for rx in [queue_rx, pass_rx].into_iter().flatten() {
-                export_handles.extend(otlp_traces::spawn(settings.clone(), rx, meters.clone())?);
+            // mcp-health's own output waits on disk when a directory is configured; pass-through
+            // never does (its senders keep their data and retry when the queue refuses).
+            let own_store = match cfg.sending_queue_directory() {
+                Some(dir) => otlp_traces::QueueStore::Disk { dir, max_bytes: o.sending_queue.storage_max_bytes },
+                None => otlp_traces::QueueStore::Memory,
+            };
+            for (name, rx, store) in [("otlp", queue_rx, own_store), ("otlp/passthrough", pass_rx, otlp_traces::QueueStore::Memory)] {
+                let Some(rx) = rx else { continue };
+                let started = otlp_traces::spawn(settings.clone(), rx, meters.clone(), name, store)?;
+                started.leftover.observe(&meter);
+                export_handles.extend(started.workers);
+                queue_leftovers.push(started.leftover);
             }
         }
         let status = crate::service::status::Status::new([("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]);
@@ -609,6 +622,7 @@ impl Pipeline {
             stop_engine: stop_tx,
             provider: metrics.provider,
             export_handles,
+            queue_leftovers,
             background,
             target_urls,
             verdict_log: log_swap,
@@ -629,7 +643,7 @@ impl Pipeline {
 
     /// Stop the receivers, decide what is in flight and flush the exports, within `limit`.
     async fn drain(self, listeners: &mut Listeners, failed: bool, limit: Duration) {
-        let Pipeline { served, mut engine_task, stop_engine, provider, export_handles, background, .. } = self;
+        let Pipeline { served, mut engine_task, stop_engine, provider, export_handles, queue_leftovers, background, .. } = self;
         served.heartbeat.set_draining();
         let finish = async {
             listeners.stop_serving().await;
@@ -653,6 +667,9 @@ impl Pipeline {
         };
         if tokio::time::timeout(limit, finish).await.is_err() {
             tracing::warn!(?limit, "shutdown timeout reached; exiting with exports pending");
+        }
+        for q in &queue_leftovers {
+            q.report_at_exit();
         }
         for b in background {
             b.abort();

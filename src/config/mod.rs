@@ -530,9 +530,26 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 2 << 20;
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SendingQueue {
+    /// The collector's switch. `false` keeps no requests waiting: a queue of one (pass-through
+    /// is refused, retryably, as soon as the workers are busy; own output is dropped and
+    /// counted), never on disk. The collector has the caller wait for the send instead; here the
+    /// callers (receivers, the engine) never wait for the backend, so one slot is the nearest.
+    #[serde(default = "yes")]
+    pub enabled: bool,
     /// Export requests held while the backend is slow or down.
     #[serde(default = "d_queue")]
     pub queue_size: usize,
+    /// Where mcp-health's own output (health spans, incident records, own metrics) waits for the
+    /// backend on disk: a directory, or `file_storage` naming the `extensions.file_storage`
+    /// extension (the collector's spelling: a reference to a storage extension). Unset, the
+    /// queue is on disk in `<storage.directory>/sending_queue` when `storage.directory` is set,
+    /// in memory otherwise.
+    #[serde(default)]
+    pub storage: Option<String>,
+    /// The bound of the on-disk queue, in bytes (requests that would pass it are dropped and
+    /// counted as `enqueue_failed`).
+    #[serde(default = "d_storage_max_bytes")]
+    pub storage_max_bytes: u64,
     /// Requests sent at once from each queue (pass-through, and mcp-health's own output), as
     /// the collector's `sending_queue.num_consumers` (default 10, as there). With two, an inline
     /// mcp-health passed on at most two requests per backend round trip: its queue filled and
@@ -545,9 +562,33 @@ fn d_num_consumers() -> usize {
     10
 }
 
+/// `exporters.otlp.sending_queue.storage_max_bytes` by default: 256 MiB.
+pub const DEFAULT_STORAGE_MAX_BYTES: u64 = 256 << 20;
+
+fn d_storage_max_bytes() -> u64 {
+    DEFAULT_STORAGE_MAX_BYTES
+}
+
 impl Default for SendingQueue {
     fn default() -> Self {
-        SendingQueue { queue_size: d_queue(), num_consumers: d_num_consumers() }
+        SendingQueue {
+            enabled: true,
+            queue_size: d_queue(),
+            storage: None,
+            storage_max_bytes: d_storage_max_bytes(),
+            num_consumers: d_num_consumers(),
+        }
+    }
+}
+
+impl SendingQueue {
+    /// Requests the in-memory queue holds: one when the queue is switched off.
+    pub fn capacity(&self) -> usize {
+        if self.enabled {
+            self.queue_size
+        } else {
+            1
+        }
     }
 }
 
@@ -560,6 +601,8 @@ pub struct RetryOnFailure {
     pub initial_interval: Duration,
     #[serde(default = "d_30s", with = "humantime_serde")]
     pub max_interval: Duration,
+    /// How long one request is retried at most; 0 is no limit (retried until it is accepted or
+    /// the service stops), as in the collector.
     #[serde(default = "d_5m", with = "humantime_serde")]
     pub max_elapsed_time: Duration,
     /// Each wait is spread over `interval × [1 − f, 1 + f]` (the collector's default, 0.5): the
@@ -630,6 +673,17 @@ pub struct Extensions {
     /// The gate gRPC API (`proto/mcp_health/v1/gate.proto`); off when absent.
     #[serde(default, deserialize_with = "empty_is_default")]
     pub gate: Option<GateConfig>,
+    /// The collector's `file_storage` extension, for `exporters.otlp.sending_queue.storage:
+    /// file_storage`: the queue is kept in `<directory>/sending_queue`.
+    #[serde(default)]
+    pub file_storage: Option<FileStorage>,
+}
+
+/// `extensions.file_storage`: a directory the service may write.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileStorage {
+    pub directory: std::path::PathBuf,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -1054,6 +1108,27 @@ impl Config {
             if !(1..=1000).contains(&o.sending_queue.num_consumers) {
                 return bad("exporters.otlp.sending_queue.num_consumers", "must be between 1 and 1000");
             }
+            match o.sending_queue.storage.as_deref() {
+                Some(_) if !o.sending_queue.enabled => {
+                    return bad("exporters.otlp.sending_queue.storage", "needs the queue: enabled: false keeps no requests waiting")
+                }
+                Some(s) if s.trim().is_empty() => {
+                    return bad("exporters.otlp.sending_queue.storage", "must be a directory or file_storage")
+                }
+                Some("file_storage") if self.extensions.file_storage.is_none() => {
+                    return bad(
+                        "exporters.otlp.sending_queue.storage",
+                        "file_storage names extensions.file_storage, which is not configured",
+                    )
+                }
+                Some(s) if s.starts_with("file_storage/") => {
+                    return bad("exporters.otlp.sending_queue.storage", "one file_storage extension is supported: write file_storage")
+                }
+                _ => {}
+            }
+            if o.sending_queue.storage_max_bytes < 1 << 20 {
+                return bad("exporters.otlp.sending_queue.storage_max_bytes", "must be at least 1048576 (1 MiB)");
+            }
             for (key, ep) in [("exporters.otlp.endpoint", &o.endpoint), ("exporters.otlp.metrics_endpoint", &o.metrics_endpoint)] {
                 if let Some(msg) = ep.as_deref().and_then(|e| self.export_loop(e)) {
                     return bad(key, &msg);
@@ -1087,6 +1162,25 @@ impl Config {
     /// More help where receiving itself is the load: many TLS handshakes, compressed requests.
     pub fn worker_threads(&self) -> usize {
         self.service.runtime.worker_threads.unwrap_or(if self.storage.is_some() { 2 } else { 1 })
+    }
+
+    /// Where the OTLP exporter's queue of mcp-health's own output is kept on disk, if it is:
+    /// `sending_queue.storage` (a directory, or `file_storage` for the extension's
+    /// `<directory>/sending_queue`), else `<storage.directory>/sending_queue` with the embedded
+    /// store. Never with the queue switched off, nor for the Redis store (no local directory).
+    pub fn sending_queue_directory(&self) -> Option<std::path::PathBuf> {
+        let q = &self.exporters.otlp.as_ref()?.sending_queue;
+        if !q.enabled {
+            return None;
+        }
+        match q.storage.as_deref() {
+            Some("file_storage") => self.extensions.file_storage.as_ref().map(|f| f.directory.join("sending_queue")),
+            Some(dir) => Some(dir.into()),
+            None => match &self.storage {
+                Some(Storage::Embedded { directory }) => Some(directory.join("sending_queue")),
+                _ => None,
+            },
+        }
     }
 
     /// Why an exporter sending to `endpoint` would send into one of this service's own receivers
@@ -1660,5 +1754,55 @@ mod tests {
         let t = "processors:\n  mcp_health:\n    decision_wait: soon\n";
         let e = Config::parse("c.yaml", t, &env).unwrap_err().to_string();
         assert!(e.contains("line 3"), "{e}");
+    }
+
+    /// Collector configurations copied in mean what they mean there: `sending_queue.enabled`
+    /// is a known key, `max_elapsed_time: 0` is no limit (not "never retry"), and
+    /// `sending_queue.storage` puts the queue of mcp-health's own output on disk.
+    #[test]
+    fn collector_sending_queue_and_retry_keys() {
+        let otlp = |extra: &str| format!("exporters:\n  otlp:\n    endpoint: http://c:4317\n{extra}");
+        // enabled: false — one slot, never on disk (not even with storage.directory).
+        let t = otlp("    sending_queue:\n      enabled: false\n      queue_size: 500\nstorage:\n  directory: /var/lib/x\n");
+        let c = Config::parse("c.yaml", &t, &env).unwrap();
+        let q = &c.exporters.otlp.as_ref().unwrap().sending_queue;
+        assert_eq!((q.enabled, q.capacity()), (false, 1));
+        assert_eq!(c.sending_queue_directory(), None);
+        let t = otlp("    sending_queue:\n      enabled: false\n      storage: /q\n");
+        let e = Config::parse("c.yaml", &t, &env).unwrap_err().to_string();
+        assert!(e.contains("exporters.otlp.sending_queue.storage") && e.contains("enabled: false"), "{e}");
+        // enabled: true is the default and keeps the size.
+        let c = Config::parse("c.yaml", &otlp("    sending_queue:\n      enabled: true\n      queue_size: 7\n"), &env).unwrap();
+        assert_eq!(c.exporters.otlp.unwrap().sending_queue.capacity(), 7);
+
+        // max_elapsed_time: 0 (an integer as the collector's configs write it, or 0s) is no limit.
+        for v in ["0", "0s", "'0'"] {
+            let t = otlp(&format!("    retry_on_failure:\n      max_elapsed_time: {v}\n"));
+            let r = Config::parse("c.yaml", &t, &env).unwrap_or_else(|e| panic!("{v}: {e}")).exporters.otlp.unwrap().retry_on_failure;
+            assert!(r.enabled && r.max_elapsed_time.is_zero(), "{v}: {r:?}");
+        }
+
+        // Where the queue is kept.
+        let dir = |t: &str| Config::parse("c.yaml", t, &env).unwrap().sending_queue_directory();
+        assert_eq!(dir(&otlp("")), None, "in memory by default");
+        assert_eq!(dir(&otlp("storage:\n  directory: /var/lib/x\n")), Some("/var/lib/x/sending_queue".into()));
+        assert_eq!(dir(&otlp("    sending_queue:\n      storage: /q\nstorage:\n  directory: /var/lib/x\n")), Some("/q".into()));
+        let ext = "extensions:\n  file_storage:\n    directory: /var/lib/otel\n";
+        assert_eq!(
+            dir(&format!("{}{ext}", otlp("    sending_queue:\n      storage: file_storage\n"))),
+            Some("/var/lib/otel/sending_queue".into())
+        );
+        assert_eq!(dir(&otlp("storage:\n  kind: redis\n  endpoint: redis://r:6379\n")), None, "no local directory with redis");
+        for (extra, want) in [
+            ("    sending_queue:\n      storage: file_storage\n", "not configured"),
+            ("    sending_queue:\n      storage: file_storage/queue\n", "one file_storage"),
+            ("    sending_queue:\n      storage: ''\n", "a directory"),
+            ("    sending_queue:\n      storage_max_bytes: 10\n", "storage_max_bytes"),
+        ] {
+            let e = Config::parse("c.yaml", &otlp(extra), &env).unwrap_err().to_string();
+            assert!(e.contains(want), "{extra:?}: {e}");
+        }
+        let c = Config::parse("c.yaml", &otlp("    sending_queue:\n      storage_max_bytes: 2097152\n"), &env).unwrap();
+        assert_eq!(c.exporters.otlp.unwrap().sending_queue.storage_max_bytes, 2 << 20);
     }
 }

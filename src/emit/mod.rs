@@ -1,6 +1,7 @@
 //! Emit: pass-through spans, health spans, metrics (OTLP and Prometheus) and verdict lines. Every
 //! emitter reads the same [`crate::verdict::Verdict`]; none re-derives it.
 
+pub(crate) mod disk_queue;
 pub mod health_spans;
 pub mod incidents;
 pub mod metrics;

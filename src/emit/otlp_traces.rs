@@ -8,6 +8,12 @@
 //! and keep their data. Health spans never block: when the queue is full they are dropped and
 //! counted. Delivery is counted in items (spans, metric points, log records) as the collector's
 //! exporters count it: `sent`, `send_failed`, `enqueue_failed`.
+//!
+//! mcp-health's own output (health spans, incident records, own metrics) can wait on disk instead
+//! ([`QueueStore::Disk`], see [`super::disk_queue`]): a backend that is down while the process is
+//! killed or stopped then loses none of it. Pass-through never does: its senders hold the data and
+//! retry when refused, which a disk copy would only hide from them. At exit each queue says what
+//! it still holds ([`Leftover::report_at_exit`]): left on disk, or lost from memory.
 
 use std::io::Write as _;
 use std::pin::Pin;
@@ -27,6 +33,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use super::disk_queue::{DiskQueue, QueueError, Record, RecordKind, Taken};
 use super::metrics::HealthMeters;
 use super::otlp_http::HttpSender;
 use super::otlp_target::{Compression, Protocol, Target, Targets};
@@ -148,6 +155,8 @@ pub enum ExportError {
     Endpoint(String, String),
     #[error(transparent)]
     Http(#[from] super::otlp_http::HttpSetupError),
+    #[error(transparent)]
+    Queue(QueueError),
 }
 
 /// Why one attempt to send failed: retryable (with the delay the server asked for, if any) or
@@ -336,90 +345,366 @@ impl Routes {
     }
 }
 
-/// Start the workers on `rx`. They end when every sender is dropped and the queue is drained.
+/// Where a queue keeps what waits for the backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueStore {
+    /// In memory: lost when the process ends (counted and logged at exit).
+    Memory,
+    /// On disk in `dir`, at most `max_bytes`: sent after a restart (see [`super::disk_queue`]).
+    Disk { dir: std::path::PathBuf, max_bytes: u64 },
+}
+
+/// A started queue: its workers, and what it can tell about what it still holds.
+pub struct Started {
+    pub workers: Vec<tokio::task::JoinHandle<()>>,
+    pub leftover: Leftover,
+}
+
+/// What a queue holds, read at exit (and by the gauges): requests waiting in memory, requests
+/// a worker is sending, and with a disk queue the requests and bytes in its directory.
+#[derive(Clone)]
+pub struct Leftover {
+    name: &'static str,
+    rx: Arc<Mutex<mpsc::Receiver<Outgoing>>>,
+    in_flight: Arc<std::sync::atomic::AtomicU64>,
+    spool: Option<Arc<Spool>>,
+    /// The writer and workers of a disk queue, stopped at exit (see [`Leftover::report_at_exit`]).
+    tasks: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+/// What [`Leftover::count`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Left {
+    /// Requests that only memory held (lost at exit).
+    pub in_memory: u64,
+    /// Requests (and their bytes) in the queue's directory, sent after the next start.
+    pub on_disk: u64,
+    pub disk_bytes: u64,
+}
+
+impl Leftover {
+    /// Requests still held. A worker waiting on an empty channel holds its lock: then nothing
+    /// waits there.
+    pub fn count(&self) -> Left {
+        use std::sync::atomic::Ordering;
+        let queued = self.rx.try_lock().map_or(0, |r| r.len() as u64);
+        match &self.spool {
+            None => Left { in_memory: queued + self.in_flight.load(Ordering::Relaxed), ..Left::default() },
+            Some(sp) => {
+                let held = sp.q.held();
+                Left { in_memory: queued, on_disk: held.requests, disk_bytes: held.bytes }
+            }
+        }
+    }
+
+    /// The queue's directory, when it is on disk.
+    pub fn directory(&self) -> Option<&std::path::Path> {
+        self.spool.as_ref().map(|s| s.q.dir())
+    }
+
+    /// Say at exit what the queue still holds and where: requests left on disk are sent after
+    /// the next start; requests held in memory only are lost. The tasks of a disk queue are
+    /// then stopped: what they were sending stays on disk, for the next run or for the pipeline a
+    /// SIGHUP reload starts on the same directory (which would otherwise send it a second time).
+    pub fn report_at_exit(&self) -> Left {
+        let left = self.count();
+        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            t.abort();
+        }
+        if let Some(dir) = self.directory() {
+            if left.on_disk > 0 {
+                tracing::warn!(
+                    exporter = self.name,
+                    requests = left.on_disk,
+                    bytes = left.disk_bytes,
+                    directory = %dir.display(),
+                    "sending queue not empty at exit: {} request(s), {} bytes left in {}; sent after the next start",
+                    left.on_disk,
+                    left.disk_bytes,
+                    dir.display()
+                );
+            } else {
+                tracing::info!(exporter = self.name, directory = %dir.display(), "sending queue empty at exit");
+            }
+        }
+        if left.in_memory > 0 {
+            tracing::warn!(
+                exporter = self.name,
+                requests = left.in_memory,
+                "sending queue not empty at exit: {} request(s) held in memory only are lost",
+                left.in_memory
+            );
+        }
+        left
+    }
+
+    /// Gauges of the on-disk queue: `mcp_health.exporter.queue_stored_requests`,
+    /// `..._stored_bytes`, `..._stored_capacity_bytes`, and `mcp_health.exporter.queue_damaged_files`
+    /// (files skipped because they could not be read back). Nothing for an in-memory queue.
+    pub fn observe(&self, meter: &opentelemetry::metrics::Meter) {
+        use opentelemetry::KeyValue;
+        let Some(sp) = self.spool.clone() else { return };
+        let name = self.name;
+        let (a, b, c, d, items) = (sp.clone(), sp.clone(), sp.clone(), sp.clone(), sp);
+        let label = move || [KeyValue::new("exporter", name)];
+        let _ = meter
+            .u64_observable_gauge("mcp_health.exporter.queue_stored_requests")
+            .with_description("Export requests in the on-disk sending queue (waiting or being sent), by exporter")
+            .with_unit("{request}")
+            .with_callback(move |o| o.observe(a.q.held().requests, &label()))
+            .build();
+        let _ = meter
+            .u64_observable_gauge("mcp_health.exporter.queue_stored_items")
+            .with_description("Items in the on-disk sending queue, by exporter and kind (spans, log_records, metric_points)")
+            .with_unit("{item}")
+            .with_callback(move |o| {
+                let held = items.q.held();
+                for (kind, n) in ["spans", "log_records", "metric_points"].into_iter().zip(held.items) {
+                    o.observe(n, &[KeyValue::new("exporter", name), KeyValue::new("kind", kind)]);
+                }
+            })
+            .build();
+        let _ = meter
+            .u64_observable_gauge("mcp_health.exporter.queue_stored_bytes")
+            .with_description("Bytes of the on-disk sending queue, by exporter")
+            .with_unit("By")
+            .with_callback(move |o| o.observe(b.q.held().bytes, &label()))
+            .build();
+        let _ = meter
+            .u64_observable_gauge("mcp_health.exporter.queue_stored_capacity_bytes")
+            .with_description("Bytes the on-disk sending queue holds at most (exporters.otlp.sending_queue.storage_max_bytes)")
+            .with_unit("By")
+            .with_callback(move |o| o.observe(c.q.limit(), &label()))
+            .build();
+        let _ = meter
+            .u64_observable_counter("mcp_health.exporter.queue_damaged_files")
+            .with_description("On-disk sending-queue files that could not be read back (truncated, damaged): skipped and removed")
+            .with_unit("{file}")
+            .with_callback(move |o| o.observe(d.q.corrupt(), &label()))
+            .build();
+    }
+}
+
+/// The on-disk queue and what its workers wait on.
+struct Spool {
+    q: Arc<DiskQueue>,
+    /// A request was written, or the queue closed.
+    ready: tokio::sync::Notify,
+    /// Every sender is gone: the workers end once the directory holds nothing pending.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Spool {
+    /// The oldest pending request, waiting for one; `None` once the queue is closed and empty.
+    async fn next(self: &Arc<Self>) -> Option<Taken> {
+        use std::sync::atomic::Ordering;
+        loop {
+            let ready = self.ready.notified();
+            tokio::pin!(ready);
+            ready.as_mut().enable();
+            if !self.q.is_empty() {
+                let q = self.q.clone();
+                if let Ok(Some(t)) = tokio::task::spawn_blocking(move || q.take()).await {
+                    return Some(t);
+                }
+                continue;
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return None;
+            }
+            ready.await;
+        }
+    }
+}
+
+/// Rate limit of the "queue full" warning: one line per interval, with what was dropped since.
+struct DropLog {
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl DropLog {
+    fn dropped(&mut self, dir: &std::path::Path, why: &QueueError) {
+        self.since += 1;
+        if self.last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            tracing::warn!(directory = %dir.display(), dropped = self.since, error = %why, "sending queue: request(s) dropped (counted as enqueue_failed)");
+            self.last = Some(Instant::now());
+            self.since = 0;
+        }
+    }
+}
+
+/// What goes on disk for a request: its kind, item count and encoded bytes. Pass-through never
+/// reaches a disk queue (it keeps refusing the sender when its in-memory queue is full); were it
+/// to, it is kept as the same signal.
+fn to_record(item: Outgoing) -> (RecordKind, u64, Bytes) {
+    let (_, n) = item.items();
+    match item {
+        Outgoing::Health(r) | Outgoing::Passthrough(r, _) => (RecordKind::Spans, n, r.encode_to_vec().into()),
+        Outgoing::HealthRaw(b, _) | Outgoing::PassthroughRaw(b, _, _) => (RecordKind::Spans, n, b),
+        Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (RecordKind::Logs, n, r.encode_to_vec().into()),
+        Outgoing::LogsRaw(b, _) => (RecordKind::Logs, n, b),
+        Outgoing::OwnMetrics(r) | Outgoing::PassthroughMetrics(r, _) => (RecordKind::Metrics, n, r.encode_to_vec().into()),
+    }
+}
+
+/// A request read back from disk, as the workers send it.
+fn from_record(r: Record) -> Result<Outgoing, prost::DecodeError> {
+    Ok(match r.kind {
+        RecordKind::Spans => Outgoing::HealthRaw(r.payload, r.items),
+        RecordKind::Logs => Outgoing::LogsRaw(r.payload, r.items),
+        RecordKind::Metrics => Outgoing::OwnMetrics(ExportMetricsServiceRequest::decode(r.payload)?),
+    })
+}
+
+/// Start the workers on `rx` (named `name` in logs and gauges). They end when every sender is
+/// dropped and the queue is drained. With [`QueueStore::Disk`], one task writes each request to
+/// the directory as it arrives and the workers send from there, removing each request once its
+/// send is over; what an earlier run left there is sent first.
 pub fn spawn(
     s: SenderSettings,
     rx: mpsc::Receiver<Outgoing>,
     meters: HealthMeters,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, ExportError> {
+    name: &'static str,
+    store: QueueStore,
+) -> Result<Started, ExportError> {
     let route = |t: &Option<Target>| t.as_ref().map(Route::new).transpose();
     let routes = Arc::new(Routes { traces: route(&s.targets.traces)?, metrics: route(&s.targets.metrics)?, logs: route(&s.targets.logs)? });
     for r in [&routes.traces, &routes.metrics, &routes.logs].into_iter().flatten() {
         tracing::info!(url = %r.target.url, protocol = r.target.protocol.as_str(), tls = r.target.tls.is_some(), compression = ?r.target.compression, "OTLP exporter target");
     }
+    let spool = match store {
+        QueueStore::Memory => None,
+        QueueStore::Disk { dir, max_bytes } => {
+            let q = DiskQueue::open(&dir, max_bytes).map_err(ExportError::Queue)?;
+            let held = q.held();
+            tracing::info!(exporter = name, directory = %dir.display(), max_bytes, requests = held.requests, bytes = held.bytes, "sending queue on disk");
+            Some(Arc::new(Spool { q: Arc::new(q), ready: tokio::sync::Notify::new(), closed: false.into() }))
+        }
+    };
     let rx = Arc::new(Mutex::new(rx));
+    let in_flight = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut leftover = Leftover { name, rx: rx.clone(), in_flight: in_flight.clone(), spool: spool.clone(), tasks: Arc::default() };
+    let max_bytes = s.max_request_bytes.max(1024);
     let mut handles = Vec::new();
-    for _ in 0..s.workers.max(1) {
-        let rx = rx.clone();
-        let routes = routes.clone();
-        let retry = s.retry.clone();
-        let meters = meters.clone();
-        let max_bytes = s.max_request_bytes.max(1024);
+    if let Some(sp) = &spool {
+        // The writer: from the channel to disk, in arrival order.
+        let (sp, rx, meters) = (sp.clone(), rx.clone(), meters.clone());
         handles.push(tokio::spawn(async move {
+            use std::sync::atomic::Ordering;
+            let mut drops = DropLog { last: None, since: 0 };
             loop {
                 let next = rx.lock().await.recv().await;
-                let Some(mut item) = next else { break };
+                let Some(item) = next else { break };
                 let signal = item.signal();
-                let Some(route) = routes.for_item(&item) else {
-                    let (kind, items) = item.items();
-                    meters.export_failed(signal, "none", kind, items);
-                    continue;
-                };
-                // The decoded request's memory reservation follows what is held: its encoding
-                // until it is sent or given up on (set, not checked: the bytes exist already,
-                // refusing them would free nothing); released when the last part is done.
-                let mut held = item.take_reservation();
-                // A request larger than `max_request_bytes` is split until each part fits (or is
-                // one item): one flush of many health spans must never make a request the
-                // receiver refuses, stalling the queue behind it.
-                let mut parts = vec![item];
-                while let Some(item) = parts.pop() {
-                    let (kind, items) = item.items();
-                    let (bytes, encoding) = match encode(&item, route.target.protocol, route.target.compression) {
-                        Ok(b) => b,
-                        Err(e) => {
-                            tracing::warn!(signal, error = %e, "cannot encode an export request; dropped");
-                            meters.export_failed(signal, route.transport(), kind, items);
-                            continue;
-                        }
-                    };
-                    if bytes.len() > max_bytes {
-                        match split(item) {
-                            Ok((a, b)) => {
-                                meters.export_split(signal);
-                                parts.push(b);
-                                parts.push(a);
-                                continue;
-                            }
-                            // One item larger than the limit: sent as it is (the receiver may take it).
-                            Err(one) => drop(one),
-                        }
-                    } else {
-                        drop(item); // only the encoded bytes are held while retrying
+                let (kind, items) = item.items();
+                let (rk, n, payload) = to_record(item);
+                let q = sp.q.clone();
+                match tokio::task::spawn_blocking(move || q.push(rk, n, &payload)).await {
+                    Ok(Ok(())) => sp.ready.notify_one(),
+                    Ok(Err(e)) => {
+                        meters.enqueue_failed(signal, kind, items);
+                        drops.dropped(sp.q.dir(), &e);
                     }
-                    // Parts still waiting share the request's buffer (raw bytes are sliced, not
-                    // copied): the reservation follows the bytes alone only for the last part.
-                    if let Some(h) = held.as_mut().filter(|_| parts.is_empty()) {
-                        h.set(bytes.len() as u64);
-                    }
-                    match send_with_retry(route, &retry, bytes, encoding, kind).await {
-                        Ok(rejected) => {
-                            meters.export_sent(signal, route.transport(), kind, items.saturating_sub(rejected));
-                            if rejected > 0 {
-                                meters.export_failed_items(signal, route.transport(), kind, rejected);
-                            }
+                    Err(e) => tracing::error!(error = %e, "sending queue writer failed"),
+                }
+            }
+            sp.closed.store(true, Ordering::Release);
+            sp.ready.notify_waiters();
+        }));
+    }
+    for _ in 0..s.workers.max(1) {
+        let (rx, routes, retry, meters, spool, in_flight) =
+            (rx.clone(), routes.clone(), s.retry.clone(), meters.clone(), spool.clone(), in_flight.clone());
+        handles.push(tokio::spawn(async move {
+            use std::sync::atomic::Ordering;
+            match spool {
+                Some(sp) => {
+                    while let Some(t) = sp.next().await {
+                        match from_record(t.record.clone()) {
+                            Ok(item) => deliver(item, &routes, &retry, &meters, max_bytes).await,
+                            Err(e) => tracing::warn!(directory = %sp.q.dir().display(), error = %e, "unreadable metrics request in the sending queue; dropped"),
                         }
-                        Err(why) => {
-                            tracing::warn!(signal, url = %route.target.url, error = %why, "export upstream failed; request dropped");
-                            meters.export_failed(signal, route.transport(), kind, items);
-                        }
+                        let q = sp.q.clone();
+                        let _ = tokio::task::spawn_blocking(move || q.ack(t)).await;
                     }
                 }
-                drop(held);
+                None => loop {
+                    let next = rx.lock().await.recv().await;
+                    let Some(item) = next else { break };
+                    in_flight.fetch_add(1, Ordering::Relaxed);
+                    deliver(item, &routes, &retry, &meters, max_bytes).await;
+                    in_flight.fetch_sub(1, Ordering::Relaxed);
+                },
             }
         }));
     }
-    Ok(handles)
+    if spool.is_some() {
+        leftover.tasks = Arc::new(std::sync::Mutex::new(handles.iter().map(|h| h.abort_handle()).collect()));
+    }
+    Ok(Started { workers: handles, leftover })
+}
+
+/// Send one request (split when it is larger than `max_bytes`), counting what went and what
+/// did not.
+async fn deliver(mut item: Outgoing, routes: &Routes, retry: &RetryOnFailure, meters: &HealthMeters, max_bytes: usize) {
+    let signal = item.signal();
+    let Some(route) = routes.for_item(&item) else {
+        let (kind, items) = item.items();
+        meters.export_failed(signal, "none", kind, items);
+        return;
+    };
+    // The decoded request's memory reservation follows what is held: its encoding
+    // until it is sent or given up on (set, not checked: the bytes exist already,
+    // refusing them would free nothing); released when the last part is done.
+    let mut held = item.take_reservation();
+    // A request larger than `max_request_bytes` is split until each part fits (or is
+    // one item): one flush of many health spans must never make a request the
+    // receiver refuses, stalling the queue behind it.
+    let mut parts = vec![item];
+    while let Some(item) = parts.pop() {
+        let (kind, items) = item.items();
+        let (bytes, encoding) = match encode(&item, route.target.protocol, route.target.compression) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(signal, error = %e, "cannot encode an export request; dropped");
+                meters.export_failed(signal, route.transport(), kind, items);
+                continue;
+            }
+        };
+        if bytes.len() > max_bytes {
+            match split(item) {
+                Ok((a, b)) => {
+                    meters.export_split(signal);
+                    parts.push(b);
+                    parts.push(a);
+                    continue;
+                }
+                // One item larger than the limit: sent as it is (the receiver may take it).
+                Err(one) => drop(one),
+            }
+        } else {
+            drop(item); // only the encoded bytes are held while retrying
+        }
+        // Parts still waiting share the request's buffer (raw bytes are sliced, not
+        // copied): the reservation follows the bytes alone only for the last part.
+        if let Some(h) = held.as_mut().filter(|_| parts.is_empty()) {
+            h.set(bytes.len() as u64);
+        }
+        match send_with_retry(route, retry, bytes, encoding, kind).await {
+            Ok(rejected) => {
+                meters.export_sent(signal, route.transport(), kind, items.saturating_sub(rejected));
+                if rejected > 0 {
+                    meters.export_failed_items(signal, route.transport(), kind, rejected);
+                }
+            }
+            Err(why) => {
+                tracing::warn!(signal, url = %route.target.url, error = %why, "export upstream failed; request dropped");
+                meters.export_failed(signal, route.transport(), kind, items);
+            }
+        }
+    }
+    drop(held);
 }
 
 /// Encode once for the target's protocol and compress; the `Content-Encoding` / `grpc-encoding`
@@ -634,7 +919,8 @@ async fn send_with_retry(
                 }
                 // A delay the server asked for (RetryInfo, Retry-After) is kept; our own backoff is jittered.
                 let wait = hint.unwrap_or_else(|| jittered(backoff, retry.randomization_factor, unit_random())).min(retry.max_interval);
-                if started.elapsed() + wait > retry.max_elapsed_time {
+                // 0 is no limit: retried until accepted or the service stops, as in the collector.
+                if !retry.max_elapsed_time.is_zero() && started.elapsed() + wait > retry.max_elapsed_time {
                     return Err(format!("{why} (gave up after {:?})", started.elapsed()));
                 }
                 tracing::debug!(error = %why, ?wait, "export upstream failed; retrying");
@@ -974,6 +1260,168 @@ mod tests {
         assert!(matches!(grpc_failure(bad), Failure::Permanent(_)));
         assert_eq!(http_status_to_grpc(tonic::codegen::http::StatusCode::SERVICE_UNAVAILABLE).code(), Code::Unavailable);
         assert_eq!(http_status_to_grpc(tonic::codegen::http::StatusCode::NOT_FOUND).code(), Code::Unimplemented);
+    }
+
+    /// `max_elapsed_time: 0` is no limit, as in the collector (it used to mean "never retry"): a
+    /// backend that refuses four times and then accepts gets the request.
+    #[tokio::test]
+    async fn max_elapsed_time_zero_retries_until_accepted() {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+        #[derive(Clone, Default)]
+        struct Flaky(Arc<std::sync::atomic::AtomicUsize>);
+        #[tonic::async_trait]
+        impl TraceService for Flaky {
+            async fn export(
+                &self,
+                _: tonic::Request<ExportTraceServiceRequest>,
+            ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
+                match self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                    0..=3 => Err(Status::unavailable("not yet")),
+                    _ => Ok(tonic::Response::new(ExportTraceServiceResponse::default())),
+                }
+            }
+        }
+        let flaky = Flaky::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = flaky.clone();
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(server))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await
+        });
+        let target = Target {
+            protocol: Protocol::Grpc,
+            url: format!("http://{addr}"),
+            tls: None,
+            server_name: None,
+            headers: vec![],
+            timeout: Duration::from_secs(5),
+            compression: Compression::None,
+        };
+        let route = Route::new(&target).unwrap();
+        let bytes = Bytes::from(crate::loadgen::build_request(1, 2).encode_to_vec());
+        let retry = RetryOnFailure {
+            initial_interval: Duration::from_millis(5),
+            max_interval: Duration::from_millis(10),
+            max_elapsed_time: Duration::ZERO,
+            ..RetryOnFailure::default()
+        };
+        let sent = send_with_retry(&route, &retry, bytes.clone(), None, ItemKind::Spans).await;
+        assert_eq!(sent, Ok(0), "accepted on the fifth try");
+        assert_eq!(flaky.0.load(std::sync::atomic::Ordering::SeqCst), 5);
+        // Retries off: one try, as before.
+        flaky.0.store(0, std::sync::atomic::Ordering::SeqCst);
+        let once = RetryOnFailure { enabled: false, ..retry };
+        assert!(send_with_retry(&route, &once, bytes, None, ItemKind::Spans).await.is_err());
+        assert_eq!(flaky.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// The on-disk queue through the exporter: with the backend down, what passes the byte
+    /// bound is dropped and counted (`enqueue_failed`), the rest stays on disk; a second exporter
+    /// on the same directory (a restart) sends it to a live backend and empties the directory.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_disk_queue_drops_past_its_bound_and_a_restart_sends_the_rest() {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+        #[derive(Clone, Default)]
+        struct Sink(Arc<std::sync::Mutex<Vec<ExportTraceServiceRequest>>>);
+        #[tonic::async_trait]
+        impl TraceService for Sink {
+            async fn export(
+                &self,
+                r: tonic::Request<ExportTraceServiceRequest>,
+            ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
+                self.0.lock().unwrap().push(r.into_inner());
+                Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+            }
+        }
+        let target = |addr: std::net::SocketAddr| Target {
+            protocol: Protocol::Grpc,
+            url: format!("http://{addr}"),
+            tls: None,
+            server_name: None,
+            headers: vec![],
+            timeout: Duration::from_secs(2),
+            compression: Compression::None,
+        };
+        let settings = |t: Target| SenderSettings {
+            targets: Targets { traces: Some(t), metrics: None, logs: None },
+            workers: 1,
+            retry: RetryOnFailure {
+                initial_interval: Duration::from_millis(20),
+                max_interval: Duration::from_millis(50),
+                max_elapsed_time: Duration::ZERO,
+                ..RetryOnFailure::default()
+            },
+            max_request_bytes: 1 << 20,
+        };
+        let pipeline = crate::emit::metrics::MetricsPipeline::build(crate::emit::metrics::MetricsSettings {
+            resource: opentelemetry_sdk::Resource::builder().with_service_name("t").build(),
+            prometheus: true,
+            otlp: None,
+            cardinality_limit: 100,
+        })
+        .unwrap();
+        let req = crate::loadgen::build_request(1, 3);
+        let spans = span_count(&req);
+        let payload = Bytes::from(req.encode_to_vec());
+        let dir = tempfile::tempdir().unwrap();
+        // Room for three requests (each file is the payload and a small header).
+        let store = QueueStore::Disk { dir: dir.path().to_path_buf(), max_bytes: 3 * (payload.len() as u64 + 64) };
+
+        // The backend is down (nothing listens on the port).
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let (tx, rx) = queue(16);
+        let first = spawn(settings(target(dead)), rx, pipeline.meters.clone(), "otlp", store.clone()).unwrap();
+        for _ in 0..5 {
+            tx.try_send(Outgoing::HealthRaw(payload.clone(), spans)).unwrap();
+        }
+        let reader = pipeline.prometheus.clone().unwrap();
+        let mut dropped = 0.0;
+        for _ in 0..500 {
+            let text = crate::emit::prometheus::render(&reader);
+            dropped = text
+                .lines()
+                .filter(|l| l.starts_with("mcp_health_exporter_enqueue_failed_spans_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            if dropped >= (2 * spans) as f64 && first.leftover.count().on_disk == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(dropped, (2 * spans) as f64, "two requests past the bound, counted in spans");
+        let left = first.leftover.count();
+        assert_eq!((left.on_disk, left.in_memory), (3, 0), "{left:?}");
+        assert_eq!(first.leftover.directory(), Some(dir.path()));
+        // The process ends: its tasks are gone, the files stay.
+        for w in first.workers {
+            w.abort();
+        }
+        drop(tx);
+
+        // A restart with the backend up sends the three and empties the directory.
+        let sink = Sink::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = sink.clone();
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(server))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await
+        });
+        let (tx, rx) = queue(16);
+        let second = spawn(settings(target(addr)), rx, pipeline.meters.clone(), "otlp", store).unwrap();
+        drop(tx);
+        for w in second.workers {
+            w.await.unwrap();
+        }
+        let got = sink.0.lock().unwrap().clone();
+        assert_eq!(got, vec![req.clone(), req.clone(), req], "each request once, as it was queued");
+        assert_eq!(second.leftover.count(), Left::default());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "sent requests are removed");
     }
 
     #[test]
