@@ -37,6 +37,7 @@ fn filling_a_table_past_its_configured_limit_is_counted_and_served() {
         prometheus: true,
         otlp: None,
         cardinality_limit: 100,
+        level: mcp_health::config::MetricsLevel::default(),
     })
     .unwrap();
     let text = mcp_health::emit::prometheus::render(metrics.prometheus.as_ref().unwrap());

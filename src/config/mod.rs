@@ -701,11 +701,51 @@ pub struct Runtime {
 pub struct Telemetry {
     #[serde(default)]
     pub logs: Logs,
+    /// `service.telemetry.metrics`: how much of mcp-health's own telemetry it serves.
+    #[serde(default)]
+    pub metrics: TelemetryMetrics,
     /// `service.name` of what mcp-health emits; falls back to `OTEL_SERVICE_NAME`.
     pub service_name: Option<String>,
     /// Seconds to finish deciding and flushing on SIGTERM.
     #[serde(default, with = "humantime_serde")]
     pub shutdown_timeout: Option<Duration>,
+}
+
+/// `service.telemetry.metrics`, as the collector's.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryMetrics {
+    #[serde(default)]
+    pub level: MetricsLevel,
+}
+
+/// The collector's metrics levels. They choose among the service's internal instruments (how its
+/// receivers, exporters, queues and process do); the verdict and incident metrics, which are what
+/// the service is for, are served at every level. The level of each instrument is in
+/// `emit::instruments` (and docs/metrics.md).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsLevel {
+    /// No internal metrics.
+    None,
+    /// What says whether the service works: intake, export, queues, the process.
+    Basic,
+    /// Also the engine's bounds, losses and connections (the collector's default).
+    #[default]
+    Normal,
+    /// Also the counters that only help a deep dig (requests beside items, open connections).
+    Detailed,
+}
+
+impl MetricsLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsLevel::None => "none",
+            MetricsLevel::Basic => "basic",
+            MetricsLevel::Normal => "normal",
+            MetricsLevel::Detailed => "detailed",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

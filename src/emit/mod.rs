@@ -3,6 +3,7 @@
 
 pub mod health_spans;
 pub mod incidents;
+pub mod instruments;
 pub mod metrics;
 pub mod otlp_http;
 pub mod otlp_target;
