@@ -92,6 +92,123 @@ async fn the_authorization_incident_alert_becomes_firing() {
     assert_eq!(prom.query("sum(mcp_health_incidents_open{first_failed_layer=\"authorization\"})").await.as_deref(), Some("1"));
 }
 
+/// The names on /metrics follow the OpenTelemetry → Prometheus compatibility rules, in both
+/// formats: every counter ends `_total`; every family whose unit is `s` or `By` ends `_seconds` or
+/// `_bytes`, none twice; annotations add nothing; every family is a declared instrument (or
+/// `target_info`) and carries only its declared labels (plus `le`, the scope and the overflow
+/// marker); `target_info` carries the resource; OpenMetrics names each unit in `# UNIT`, under a
+/// family that ends with it, and counter families without `_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_names_follow_the_compatibility_rules() {
+    use mcp_health::emit::instruments::{Kind, ALL};
+    use mcp_health::emit::prometheus::{names, sanitize_name};
+    let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::default() }).await;
+    for line in fixture_lines("eight_calls.jsonl") {
+        assert_eq!(svc.post_json(line.as_bytes()).await.status, 200);
+    }
+    svc.wait_metric("mcp_health_call_duration_seconds_count", Duration::from_secs(30), |v| v >= 1.0).await;
+    let text = svc.wait_metric("mcp_health_calls_total", Duration::from_secs(30), |v| v >= 8.0).await;
+    let om = http_request(svc.prom_addr(), "GET", "/metrics", &[("Accept", "application/openmetrics-text; version=1.0.0")], b"")
+        .await
+        .expect("GET /metrics (OpenMetrics)");
+    assert!(om.text().ends_with("# EOF\n"), "not OpenMetrics: {}", om.text());
+    let om = om.text();
+
+    // What the declarations say each family is.
+    let mut declared = std::collections::BTreeMap::new();
+    for i in ALL {
+        declared.insert(names(i.name, i.unit, i.kind).family, i);
+    }
+    let mut problems = Vec::new();
+    let mut types = std::collections::BTreeMap::new();
+    for l in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let (name, kind) = l.split_once(' ').unwrap();
+        types.insert(name.to_string(), kind.to_string());
+    }
+    assert_eq!(types.get("target_info").map(String::as_str), Some("gauge"), "no target_info:\n{text}");
+    let target = text.lines().find(|l| l.starts_with("target_info{")).unwrap_or("");
+    assert!(target.contains("service_name=\"") && target.contains("telemetry_sdk_name=\"") && target.ends_with("} 1"), "{target}");
+    for (name, kind) in &types {
+        if name == "target_info" {
+            continue;
+        }
+        let family = if kind == "counter" { name.strip_suffix("_total").unwrap_or(name) } else { name };
+        if kind == "counter" && !name.ends_with("_total") {
+            problems.push(format!("counter {name} does not end _total"));
+        }
+        for (unit, word) in [("s", "seconds"), ("By", "bytes")] {
+            if family.matches(word).count() > 1 {
+                problems.push(format!("{name}: {word} twice"));
+            }
+            if let Some(i) = declared.get(family) {
+                if i.unit == unit && !family.ends_with(&format!("_{word}")) {
+                    problems.push(format!("{name}: unit {unit} but no _{word}"));
+                }
+            }
+        }
+        let Some(i) = declared.get(family) else {
+            problems.push(format!("{name} ({kind}) is not a declared instrument"));
+            continue;
+        };
+        let want_kind = match i.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        };
+        if kind != want_kind {
+            problems.push(format!("{name} is a {kind}, declared {want_kind}"));
+        }
+        // Labels of every sample of the family.
+        let allowed: Vec<String> = i
+            .labels
+            .iter()
+            .map(|l| sanitize_name(l))
+            .chain(["le", "otel_scope_name", "otel_scope_version", "otel_metric_overflow"].map(String::from))
+            .collect();
+        for sample in text.lines().filter(|l| !l.starts_with('#') && l.starts_with(family)) {
+            let Some(labels) = sample.split_once('{').map(|(_, r)| &r[..r.rfind('}').unwrap_or(0)]) else { continue };
+            for kv in labels.split("\",").filter(|kv| !kv.is_empty()) {
+                let key = kv.split('=').next().unwrap().trim_start_matches(',');
+                if !allowed.iter().any(|a| a == key) {
+                    problems.push(format!("{name}: label {key} is not declared ({sample})"));
+                }
+            }
+            if !labels.contains("otel_scope_name=\"mcp-health\"") {
+                problems.push(format!("{name}: no otel_scope_name ({sample})"));
+            }
+        }
+    }
+    for must in [
+        "mcp_health_call_duration_seconds",
+        "mcp_health_verdict_delay_seconds",
+        "mcp_health_process_uptime_seconds_total",
+        "mcp_health_process_memory_rss_bytes",
+    ] {
+        if !types.contains_key(must) {
+            problems.push(format!("{must} is not served"));
+        }
+    }
+    // OpenMetrics: `# UNIT` for every family with a unit word, under a family that ends with it.
+    let om_types: std::collections::BTreeMap<&str, &str> =
+        om.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_once(' ')).collect();
+    for (family, i) in &declared {
+        let unit = names(i.name, i.unit, i.kind).unit;
+        let line = om.lines().find(|l| l.strip_prefix("# UNIT ").is_some_and(|r| r.split(' ').next() == Some(family.as_str())));
+        match (om_types.contains_key(family.as_str()), unit, line) {
+            (false, _, _) => {}
+            (true, Some(u), Some(l)) if l == format!("# UNIT {family} {u}") && family.ends_with(&format!("_{u}")) => {}
+            (true, None, None) => {}
+            (true, u, l) => problems.push(format!("OpenMetrics {family}: unit {u:?}, line {l:?}")),
+        }
+        if i.kind == Kind::Counter && om_types.get(family.as_str()).is_some_and(|k| *k != "counter") {
+            problems.push(format!("OpenMetrics {family} is not a counter family"));
+        }
+    }
+    assert_eq!(om_types.get("target"), Some(&"info"), "{om}");
+    assert!(om.lines().any(|l| l.starts_with("mcp_health_calls_total{")) && om_types.get("mcp_health_calls") == Some(&"counter"), "{om}");
+    assert!(problems.is_empty(), "{}\n--- exposition ---\n{text}", problems.join("\n"));
+}
+
 fn collect_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
     match v {
         serde_json::Value::Object(m) => {
@@ -297,6 +414,27 @@ async fn every_dashboard_panel_and_alert_expression_returns_data() {
             for e in exprs {
                 checks.push((format!("panel in {}", p.file_name().unwrap().to_string_lossy()), grafana_substitute(&e)));
             }
+        }
+    }
+    // The dashboard's variables: `label_values(metric, label)` must list values.
+    for e in std::fs::read_dir(root.join("otel-config/grafana/dashboards")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let dash: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        for v in dash["templating"]["list"].as_array().into_iter().flatten() {
+            let q = v["query"]["query"].as_str().or(v["query"].as_str()).unwrap_or("");
+            let Some(args) = q.strip_prefix("label_values(").and_then(|a| a.strip_suffix(')')) else { continue };
+            let (metric, label) = args.rsplit_once(',').map(|(m, l)| (m.trim(), l.trim())).unwrap();
+            let r =
+                http_get(prom.addr, &format!("/api/v1/label/{label}/values?match[]={}", urlencode(metric))).await.expect("label values");
+            let values: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            assert!(
+                values["data"].as_array().is_some_and(|a| !a.is_empty()),
+                "dashboard variable ${} ({q}) lists nothing: {values}",
+                v["name"].as_str().unwrap_or("?")
+            );
         }
     }
     let panels = checks.len();
