@@ -209,6 +209,44 @@ async fn metrics_names_follow_the_compatibility_rules() {
     assert!(problems.is_empty(), "{}\n--- exposition ---\n{text}", problems.join("\n"));
 }
 
+/// `service.telemetry.metrics.level: none` serves the verdict metrics and none of the service's
+/// own; `basic` adds intake, export and the process, not the engine's internals; every level
+/// serves what docs/metrics.md says it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_level_chooses_what_is_served() {
+    use mcp_health::config::MetricsLevel;
+    use mcp_health::emit::instruments::ALL;
+    use mcp_health::emit::prometheus::names;
+    for (level, l) in [("none", MetricsLevel::None), ("basic", MetricsLevel::Basic)] {
+        let svc = Service::start(Cfg { decision_wait: "300ms", metrics_level: Some(level), ..Cfg::default() }).await;
+        for line in fixture_lines("eight_calls.jsonl") {
+            assert_eq!(svc.post_json(line.as_bytes()).await.status, 200);
+        }
+        let text = svc.wait_metric("mcp_health_calls_total", Duration::from_secs(30), |v| v >= 8.0).await;
+        let families: std::collections::BTreeSet<&str> =
+            text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+        assert!(families.contains("target_info"), "{level}: {families:?}");
+        for i in ALL {
+            let n = names(i.name, i.unit, i.kind);
+            if families.contains(n.sample.as_str()) {
+                assert!(i.tier.served_at(l), "{level} serves {} (level {})", n.sample, i.tier.as_str());
+            }
+        }
+        // What each level must serve, with data from the fixture.
+        for must in ["mcp_health_calls_total", "mcp_health_verdicts_total", "mcp_health_call_duration_seconds"] {
+            assert!(families.contains(must), "{level}: {must} missing: {families:?}");
+        }
+        let internal = ["mcp_health_receiver_accepted_spans_total", "mcp_health_process_uptime_seconds_total"];
+        for name in internal {
+            assert_eq!(families.contains(name), l >= MetricsLevel::Basic, "{level}: {name}");
+        }
+        assert!(
+            !families.contains("mcp_health_chains_in_flight") && !families.contains("mcp_health_verdict_delay_seconds"),
+            "{level}: {families:?}"
+        );
+    }
+}
+
 fn collect_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
     match v {
         serde_json::Value::Object(m) => {

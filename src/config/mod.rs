@@ -1416,6 +1416,27 @@ mod tests {
         }
     }
 
+    /// `service.telemetry.metrics.level` takes the collector's four levels, `normal` by default;
+    /// anything else is an error that names the key.
+    #[test]
+    fn the_metrics_level_is_one_of_the_collectors() {
+        let level = |v: &str| Config::parse("c.yaml", &format!("service:\n  telemetry:\n    metrics:\n      level: {v}\n"), &env);
+        assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().service.telemetry.metrics.level, MetricsLevel::Normal);
+        for (v, want) in [
+            ("none", MetricsLevel::None),
+            ("basic", MetricsLevel::Basic),
+            ("normal", MetricsLevel::Normal),
+            ("detailed", MetricsLevel::Detailed),
+        ] {
+            assert_eq!(level(v).unwrap().service.telemetry.metrics.level, want, "{v}");
+            assert_eq!(want.as_str(), v);
+        }
+        for bad in ["verbose", "Normal", "1"] {
+            let e = level(bad).unwrap_err().to_string();
+            assert!(e.contains("metrics") && e.contains("level"), "{bad}: {e}");
+        }
+    }
+
     /// Issue 10: `service.telemetry.logs.encoding` is the collector's key; console by default,
     /// json on request, anything else an error named by its key (not console lines in silence).
     #[test]
