@@ -247,6 +247,65 @@ async fn the_metrics_level_chooses_what_is_served() {
     }
 }
 
+/// The OTLP road and the scrape road give one name: every metric mcp-health sends over OTLP,
+/// named by the compatibility rules from what OTLP carries (name, unit, type, monotonicity), is a
+/// family on /metrics, and every family on /metrics is one of them. (A collector's Prometheus
+/// exporters apply these rules to the OTLP metrics; the shipped dashboards then work on both.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_otlp_road_and_the_scrape_give_the_same_names() {
+    use mcp_health::emit::instruments::Kind;
+    use mcp_health::emit::prometheus::names;
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let sink = Sink::start().await;
+    let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::with_sink(&sink) }).await;
+    for line in fixture_lines("eight_calls.jsonl") {
+        assert_eq!(svc.post_json(line.as_bytes()).await.status, 200);
+    }
+    svc.wait_metric("mcp_health_call_duration_seconds_count", Duration::from_secs(30), |v| v >= 1.0).await;
+    svc.wait_metric("mcp_health_calls_total", Duration::from_secs(30), |v| v >= 8.0).await;
+    let families = |text: &str| -> std::collections::BTreeSet<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .filter(|n| *n != "target_info")
+            .map(String::from)
+            .collect()
+    };
+    let before = families(&svc.metrics_text().await);
+    let seen = sink.metric_requests().len();
+    // The first export after that scrape, and a scrape after that export.
+    let otlp = sink
+        .wait_for(Duration::from_secs(30), "an OTLP metrics export after the scrape", |s| {
+            let r = s.metric_requests();
+            (r.len() > seen).then(|| r.last().cloned()).flatten()
+        })
+        .await;
+    let after = families(&svc.metrics_text().await);
+    let mut from_otlp = std::collections::BTreeSet::new();
+    for rm in &otlp.resource_metrics {
+        for sm in &rm.scope_metrics {
+            assert_eq!(sm.scope.as_ref().map(|s| s.name.as_str()), Some("mcp-health"));
+            assert_eq!(sm.scope.as_ref().map(|s| s.version.as_str()), Some(env!("CARGO_PKG_VERSION")));
+            for m in &sm.metrics {
+                let kind = match &m.data {
+                    Some(Data::Sum(s)) if s.is_monotonic => Kind::Counter,
+                    Some(Data::Sum(_)) | Some(Data::Gauge(_)) => Kind::Gauge,
+                    Some(Data::Histogram(_)) => Kind::Histogram,
+                    other => panic!("{}: unexpected data {other:?}", m.name),
+                };
+                assert!(!m.unit.is_empty(), "{} has no unit on OTLP", m.name);
+                from_otlp.insert(names(&m.name, &m.unit, kind).sample);
+            }
+        }
+    }
+    let missing: Vec<&String> = before.iter().filter(|f| !from_otlp.contains(*f)).collect();
+    let extra: Vec<&String> = from_otlp.iter().filter(|f| !after.contains(*f)).collect();
+    assert!(missing.is_empty() && extra.is_empty(), "on /metrics, not from OTLP: {missing:?}\nfrom OTLP, not on /metrics: {extra:?}");
+    for must in ["mcp_health_call_duration_seconds", "mcp_health_process_uptime_seconds_total", "mcp_health_process_memory_rss_bytes"] {
+        assert!(from_otlp.contains(must), "{must} not from OTLP: {from_otlp:?}");
+    }
+}
+
 fn collect_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
     match v {
         serde_json::Value::Object(m) => {
