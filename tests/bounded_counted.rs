@@ -37,11 +37,14 @@ fn filling_a_table_past_its_configured_limit_is_counted_and_served() {
         prometheus: true,
         otlp: None,
         cardinality_limit: 100,
+        level: mcp_health::config::MetricsLevel::default(),
     })
     .unwrap();
     let text = mcp_health::emit::prometheus::render(metrics.prometheus.as_ref().unwrap());
-    let want = format!("mcp_health_state_evicted_total{{table=\"interner\"}} {}", bounded::evicted("interner"));
+    // Every series carries the instrumentation scope after its own labels.
+    let scope = format!("otel_scope_name=\"mcp-health\",otel_scope_version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    let want = format!("mcp_health_state_evicted_total{{table=\"interner\",{scope}}} {}", bounded::evicted("interner"));
     assert!(text.contains("# TYPE mcp_health_state_evicted_total counter"), "{text}");
     assert!(text.contains(&want), "want {want} in:\n{text}");
-    assert!(text.contains("mcp_health_state_evicted_total{table=\"redaction_cache\"} 7"), "{text}");
+    assert!(text.contains(&format!("mcp_health_state_evicted_total{{table=\"redaction_cache\",{scope}}} 7")), "{text}");
 }

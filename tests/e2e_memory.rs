@@ -143,8 +143,8 @@ async fn rss_stays_under_the_memory_limit_with_64_requests_of_4_mib_and_the_back
         settled >> 20,
         settled.saturating_sub(idle_rss) as f64 / (accepted as f64 * wire as f64)
     );
-    let reserved = prom_sum(&text, "mcp_health_memory_reserved").unwrap_or(0.0);
-    let evidence = prom_sum(&text, "mcp_health_memory_evidence").unwrap_or(0.0);
+    let reserved = prom_sum(&text, "mcp_health_memory_reserved_bytes").unwrap_or(0.0);
+    let evidence = prom_sum(&text, "mcp_health_memory_evidence_bytes").unwrap_or(0.0);
     eprintln!(
         "limit {LIMIT_MIB} MiB: idle RSS {} MiB, peak RSS {} MiB; {accepted} accepted, {refused} refused ({refused_unread} unread) attempts \
          with 64 requests of {wire} B; reserved {:.1} MiB (queued: {:.2}x wire per accepted request), evidence {:.1} MiB",

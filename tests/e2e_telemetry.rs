@@ -120,7 +120,7 @@ async fn prometheus_stores_the_trace_id_exemplars_of_the_latency_histograms() {
         }
         assert_eq!(svc.post_json(line.as_bytes()).await.status, 200);
     }
-    svc.wait_metric("mcp_health_call_duration_count", WAIT, |v| v == 8.0).await;
+    svc.wait_metric("mcp_health_call_duration_seconds_count", WAIT, |v| v == 8.0).await;
 
     // What the service serves to each: exemplars only in OpenMetrics.
     let om =
@@ -129,7 +129,8 @@ async fn prometheus_stores_the_trace_id_exemplars_of_the_latency_histograms() {
     assert!(om.header("content-type").unwrap().starts_with("application/openmetrics-text; version=1.0.0"), "{:?}", om.headers);
     let om = om.text();
     assert!(om.ends_with("# EOF\n"), "{om}");
-    let with_exemplar: Vec<&str> = om.lines().filter(|l| l.starts_with("mcp_health_call_duration_bucket{") && l.contains(" # {")).collect();
+    let with_exemplar: Vec<&str> =
+        om.lines().filter(|l| l.starts_with("mcp_health_call_duration_seconds_bucket{") && l.contains(" # {")).collect();
     assert!(!with_exemplar.is_empty(), "{om}");
     assert!(with_exemplar.iter().all(|l| traces.iter().any(|t| l.contains(&format!("# {{trace_id=\"{t}\"}} ")))), "{with_exemplar:?}");
     let text = svc.metrics_text().await;
@@ -137,10 +138,10 @@ async fn prometheus_stores_the_trace_id_exemplars_of_the_latency_histograms() {
 
     let prom = Prometheus::start_with(svc.prom_addr(), None, &["--enable-feature=exemplar-storage"]).await;
     eventually_async(Duration::from_secs(60), "Prometheus to store the call-duration histogram", || async {
-        prom.query("sum(mcp_health_call_duration_count)").await.filter(|v| v == "8").map(|_| ())
+        prom.query("sum(mcp_health_call_duration_seconds_count)").await.filter(|v| v == "8").map(|_| ())
     })
     .await;
-    let q = urlencode("mcp_health_call_duration_bucket");
+    let q = urlencode("mcp_health_call_duration_seconds_bucket");
     let end = now_ns() / 1_000_000_000 + 60;
     let stored = eventually_async(Duration::from_secs(60), "exemplars from /api/v1/query_exemplars", || async {
         let v = prom.api(&format!("/api/v1/query_exemplars?query={q}&start={}&end={end}", end - 3600)).await?;
@@ -154,7 +155,7 @@ async fn prometheus_stores_the_trace_id_exemplars_of_the_latency_histograms() {
     })
     .await;
     assert!(stored.iter().all(|id| traces.contains(id)), "exemplars name the fixture's traces: {stored:?} vs {traces:?}");
-    let delay = urlencode("mcp_health_verdict_delay_bucket");
+    let delay = urlencode("mcp_health_verdict_delay_seconds_bucket");
     let v = prom.api(&format!("/api/v1/query_exemplars?query={delay}&start={}&end={end}", end - 3600)).await.unwrap();
     assert!(v["data"].as_array().is_some_and(|a| !a.is_empty()), "verdict-delay exemplars: {v}");
 

@@ -414,43 +414,57 @@ fn every_promql_expression_parses_and_uses_only_served_metrics_and_labels() {
     run(&format!("{check}: promtool check rules"), Command::new(promtool).args(["check", "rules"]).arg(&rules));
 }
 
-/// The metric catalogue the PromQL check uses (tests/ops/metrics.json) names only instruments the
-/// service registers; entries marked `pending` are being added and are only reported.
+/// The metric catalogue the PromQL check uses (tests/ops/metrics.json) is the service's own
+/// declaration of its instruments (`emit::instruments`), under the Prometheus names the
+/// compatibility rules give them: the same names, types and labels, nothing more, nothing less.
+/// `MCP_HEALTH_WRITE_DOCS=1` rewrites its `metrics` from the declarations.
 #[test]
 fn metrics_the_ops_package_uses_are_registered_by_the_service() {
-    let catalogue: Value = serde_json::from_str(&read("tests/ops/metrics.json")).unwrap();
-    let mut src = String::new();
-    let mut stack = vec![root().join("src")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                src.push_str(&std::fs::read_to_string(&p).unwrap());
-            }
-        }
-    }
-    let mut missing = Vec::new();
-    for (name, m) in catalogue["metrics"].as_object().unwrap() {
-        let otlp = m["otlp"].as_str().unwrap();
+    use mcp_health::emit::instruments::{Kind, ALL};
+    use mcp_health::emit::prometheus::{names, sanitize_name};
+    let mut catalogue: Value = serde_json::from_str(&read("tests/ops/metrics.json")).unwrap();
+    let mut want = serde_json::Map::new();
+    for i in ALL {
+        let n = names(i.name, i.unit, i.kind);
+        let mut labels: Vec<String> = i.labels.iter().map(|l| sanitize_name(l)).collect();
         // A histogram is named by its buckets (`_bucket`, what histogram_quantile reads).
-        let suffix = match m["type"].as_str() {
-            Some("counter") => "_total",
-            Some("histogram") => "_bucket",
-            _ => "",
+        let name = match i.kind {
+            Kind::Histogram => {
+                labels.push("le".into());
+                format!("{}_bucket", n.sample)
+            }
+            _ => n.sample,
         };
-        let expect = otlp.replace('.', "_") + suffix;
-        assert_eq!(&expect, name, "tests/ops/metrics.json: {otlp} is served as {expect}, not {name}");
-        let registered = src.contains(&format!("\"{otlp}\""));
-        match (registered, m["pending"].as_str()) {
-            (true, Some(why)) => eprintln!("note: {name} is registered now; drop `pending` ({why}) from tests/ops/metrics.json"),
-            (false, Some(why)) => eprintln!("note: {name} is not served yet ({why}); the dashboard shows no data for it until then"),
-            (false, None) => missing.push(format!("{name} ({otlp})")),
-            (true, None) => {}
+        want.insert(name, json!({"type": i.kind.as_str(), "otlp": i.name, "labels": labels}));
+    }
+    let want = Value::Object(want);
+    if std::env::var("MCP_HEALTH_WRITE_DOCS").is_ok_and(|v| v == "1") {
+        catalogue["metrics"] = want.clone();
+        let mut text = String::from("{\n");
+        text.push_str(&format!("  \"_comment\": {},\n", catalogue["_comment"]));
+        text.push_str(&format!("  \"common_labels\": {},\n  \"metrics\": {{\n", catalogue["common_labels"]));
+        let entries: Vec<String> = want.as_object().unwrap().iter().map(|(k, v)| format!("    {}: {}", json!(k), v)).collect();
+        text.push_str(&entries.join(",\n"));
+        text.push_str("\n  }\n}\n");
+        std::fs::write(root().join("tests/ops/metrics.json"), text).unwrap();
+    }
+    let have = &catalogue["metrics"];
+    let mut problems = Vec::new();
+    for (name, m) in want.as_object().unwrap() {
+        match have.get(name) {
+            None => problems.push(format!("{name} ({}) is served but not in the catalogue", m["otlp"])),
+            Some(h) if h != m => problems.push(format!("{name}: the catalogue says {h}, the service declares {m}")),
+            Some(_) => {}
         }
     }
-    assert!(missing.is_empty(), "metrics in tests/ops/metrics.json that src/ does not register: {missing:?}");
+    for name in have.as_object().unwrap().keys().filter(|k| !want.as_object().unwrap().contains_key(*k)) {
+        problems.push(format!("{name} is in the catalogue but the service serves no such series"));
+    }
+    assert!(
+        problems.is_empty(),
+        "tests/ops/metrics.json and src/emit/instruments.rs disagree (MCP_HEALTH_WRITE_DOCS=1 rewrites the catalogue):\n  {}",
+        problems.join("\n  ")
+    );
 }
 
 /// The provisioned data source is the one the dashboard names and points at the compose

@@ -475,6 +475,7 @@ impl Pipeline {
                 _ => None,
             },
             cardinality_limit: prom_cfg.as_ref().map_or(2000, |p| p.cardinality_limit),
+            level: cfg.service.telemetry.metrics.level,
         })?;
         let meters = metrics.meters.clone();
 
@@ -487,7 +488,7 @@ impl Pipeline {
                 retry: o.retry_on_failure.clone(),
                 max_request_bytes: o.max_request_bytes,
             };
-            let meter = opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health");
+            let meter = crate::emit::metrics::meter(&metrics.provider);
             let queues: Vec<(&'static str, &mpsc::Sender<otlp_traces::Outgoing>)> =
                 [("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]
                     .into_iter()
@@ -530,7 +531,7 @@ impl Pipeline {
             let limiter = Arc::new(crate::receive::memory::MemoryLimiter::new(m.limit_mib, m.spike_limit_mib));
             background.push(tokio::spawn(sample_memory(limiter.clone(), m.check_interval)));
             crate::emit::metrics::observe_memory_limiter(
-                &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
+                &crate::emit::metrics::meter(&metrics.provider),
                 &limiter,
             );
             limiter

@@ -758,11 +758,51 @@ pub struct Runtime {
 pub struct Telemetry {
     #[serde(default)]
     pub logs: Logs,
+    /// `service.telemetry.metrics`: how much of mcp-health's own telemetry it serves.
+    #[serde(default)]
+    pub metrics: TelemetryMetrics,
     /// `service.name` of what mcp-health emits; falls back to `OTEL_SERVICE_NAME`.
     pub service_name: Option<String>,
     /// Seconds to finish deciding and flushing on SIGTERM.
     #[serde(default, with = "humantime_serde")]
     pub shutdown_timeout: Option<Duration>,
+}
+
+/// `service.telemetry.metrics`, as the collector's.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryMetrics {
+    #[serde(default)]
+    pub level: MetricsLevel,
+}
+
+/// The collector's metrics levels. They choose among the service's internal instruments (how its
+/// receivers, exporters, queues and process do); the verdict and incident metrics, which are what
+/// the service is for, are served at every level. The level of each instrument is in
+/// `emit::instruments` (and docs/metrics.md).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsLevel {
+    /// No internal metrics.
+    None,
+    /// What says whether the service works: intake, export, queues, the process.
+    Basic,
+    /// Also the engine's bounds, losses and connections (the collector's default).
+    #[default]
+    Normal,
+    /// Also the counters that only help a deep dig (requests beside items, open connections).
+    Detailed,
+}
+
+impl MetricsLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsLevel::None => "none",
+            MetricsLevel::Basic => "basic",
+            MetricsLevel::Normal => "normal",
+            MetricsLevel::Detailed => "detailed",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -1470,6 +1510,27 @@ mod tests {
         }
         for good in ["127.0.0.1:4317", "[::1]:4317", "localhost:4317", "mcp-health.ns.svc:4317"] {
             assert!(listen_address_ok(good), "{good}");
+        }
+    }
+
+    /// `service.telemetry.metrics.level` takes the collector's four levels, `normal` by default;
+    /// anything else is an error that names the key.
+    #[test]
+    fn the_metrics_level_is_one_of_the_collectors() {
+        let level = |v: &str| Config::parse("c.yaml", &format!("service:\n  telemetry:\n    metrics:\n      level: {v}\n"), &env);
+        assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().service.telemetry.metrics.level, MetricsLevel::Normal);
+        for (v, want) in [
+            ("none", MetricsLevel::None),
+            ("basic", MetricsLevel::Basic),
+            ("normal", MetricsLevel::Normal),
+            ("detailed", MetricsLevel::Detailed),
+        ] {
+            assert_eq!(level(v).unwrap().service.telemetry.metrics.level, want, "{v}");
+            assert_eq!(want.as_str(), v);
+        }
+        for bad in ["verbose", "Normal", "1"] {
+            let e = level(bad).unwrap_err().to_string();
+            assert!(e.contains("metrics") && e.contains("level"), "{bad}: {e}");
         }
     }
 

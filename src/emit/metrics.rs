@@ -17,6 +17,7 @@ use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
 use rustc_hash::FxHashMap;
 
+use super::instruments::{self as ins, Instrument};
 use super::otlp_traces::{ItemKind, Outgoing};
 use crate::verdict::{HealthState, Layer, Verdict};
 
@@ -34,58 +35,22 @@ struct ExporterItems {
 
 impl ExporterItems {
     fn new(meter: &Meter) -> Self {
-        // Names written out, so a search (and tests/ops_package.rs) finds each instrument.
-        let mk = |name: &'static str, unit: &'static str, desc: &'static str| {
-            meter.u64_counter(name).with_description(desc).with_unit(unit).build()
-        };
         ExporterItems {
             counters: [
                 [
-                    mk("mcp_health.exporter.sent_spans", "{span}", "Spans delivered upstream, by exporter, signal and transport"),
-                    mk(
-                        "mcp_health.exporter.sent_metric_points",
-                        "{data_point}",
-                        "Metric points delivered upstream, by exporter, signal and transport",
-                    ),
-                    mk(
-                        "mcp_health.exporter.sent_log_records",
-                        "{record}",
-                        "Log records delivered upstream, by exporter, signal and transport",
-                    ),
+                    counter(meter, &ins::EXPORTER_SENT_SPANS),
+                    counter(meter, &ins::EXPORTER_SENT_METRIC_POINTS),
+                    counter(meter, &ins::EXPORTER_SENT_LOG_RECORDS),
                 ],
                 [
-                    mk(
-                        "mcp_health.exporter.send_failed_spans",
-                        "{span}",
-                        "Spans given up on (a permanent answer, retries exhausted, or rejected in a partial success)",
-                    ),
-                    mk(
-                        "mcp_health.exporter.send_failed_metric_points",
-                        "{data_point}",
-                        "Metric points given up on (a permanent answer, retries exhausted, or rejected in a partial success)",
-                    ),
-                    mk(
-                        "mcp_health.exporter.send_failed_log_records",
-                        "{record}",
-                        "Log records given up on (a permanent answer, retries exhausted, or rejected in a partial success)",
-                    ),
+                    counter(meter, &ins::EXPORTER_SEND_FAILED_SPANS),
+                    counter(meter, &ins::EXPORTER_SEND_FAILED_METRIC_POINTS),
+                    counter(meter, &ins::EXPORTER_SEND_FAILED_LOG_RECORDS),
                 ],
                 [
-                    mk(
-                        "mcp_health.exporter.enqueue_failed_spans",
-                        "{span}",
-                        "Spans that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
-                    ),
-                    mk(
-                        "mcp_health.exporter.enqueue_failed_metric_points",
-                        "{data_point}",
-                        "Metric points that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
-                    ),
-                    mk(
-                        "mcp_health.exporter.enqueue_failed_log_records",
-                        "{record}",
-                        "Log records that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)",
-                    ),
+                    counter(meter, &ins::EXPORTER_ENQUEUE_FAILED_SPANS),
+                    counter(meter, &ins::EXPORTER_ENQUEUE_FAILED_METRIC_POINTS),
+                    counter(meter, &ins::EXPORTER_ENQUEUE_FAILED_LOG_RECORDS),
                 ],
             ],
         }
@@ -118,44 +83,17 @@ struct ReceiverItems {
 
 impl ReceiverItems {
     fn new(meter: &Meter) -> Self {
-        let mk = |name: &'static str, unit: &'static str, desc: &'static str| {
-            meter.u64_counter(name).with_description(desc).with_unit(unit).build()
-        };
         ReceiverItems {
             counters: [
                 [
-                    mk(
-                        "mcp_health.receiver.accepted_spans",
-                        "{span}",
-                        "Spans handed to the correlator (and to pass-through), by receiver and transport",
-                    ),
-                    mk(
-                        "mcp_health.receiver.accepted_metric_points",
-                        "{data_point}",
-                        "Metric points taken for pass-through (or dropped when it is off), by receiver and transport",
-                    ),
-                    mk(
-                        "mcp_health.receiver.accepted_log_records",
-                        "{record}",
-                        "Log records taken for pass-through (or dropped when it is off), by receiver and transport",
-                    ),
+                    counter(meter, &ins::RECEIVER_ACCEPTED_SPANS),
+                    counter(meter, &ins::RECEIVER_ACCEPTED_METRIC_POINTS),
+                    counter(meter, &ins::RECEIVER_ACCEPTED_LOG_RECORDS),
                 ],
                 [
-                    mk(
-                        "mcp_health.receiver.refused_spans",
-                        "{span}",
-                        "Spans of decoded requests not taken (refused whole, or invalid inside an accepted request), by receiver, transport and reason",
-                    ),
-                    mk(
-                        "mcp_health.receiver.refused_metric_points",
-                        "{data_point}",
-                        "Metric points of decoded requests refused, by receiver, transport and reason",
-                    ),
-                    mk(
-                        "mcp_health.receiver.refused_log_records",
-                        "{record}",
-                        "Log records of decoded requests refused, by receiver, transport and reason",
-                    ),
+                    counter(meter, &ins::RECEIVER_REFUSED_SPANS),
+                    counter(meter, &ins::RECEIVER_REFUSED_METRIC_POINTS),
+                    counter(meter, &ins::RECEIVER_REFUSED_LOG_RECORDS),
                 ],
             ],
         }
@@ -173,6 +111,31 @@ impl ReceiverItems {
         }
         self.counters[outcome][k].add(n, &attrs);
     }
+}
+
+/// A counter as [`ins`] declares it.
+fn counter(meter: &Meter, i: &Instrument) -> Counter<u64> {
+    debug_assert_eq!(i.kind, ins::Kind::Counter, "{}", i.name);
+    meter.u64_counter(i.name).with_description(i.description).with_unit(i.unit).build()
+}
+
+/// A gauge as [`ins`] declares it.
+fn gauge(meter: &Meter, i: &Instrument) -> Gauge<u64> {
+    debug_assert_eq!(i.kind, ins::Kind::Gauge, "{}", i.name);
+    meter.u64_gauge(i.name).with_description(i.description).with_unit(i.unit).build()
+}
+
+/// A histogram as [`ins`] declares it, with its bucket bounds.
+fn histogram(meter: &Meter, i: &Instrument, bounds: &[f64]) -> Histogram<f64> {
+    debug_assert_eq!(i.kind, ins::Kind::Histogram, "{}", i.name);
+    meter.f64_histogram(i.name).with_description(i.description).with_unit(i.unit).with_boundaries(bounds.to_vec()).build()
+}
+
+/// The meter every instrument is made with: one instrumentation scope, named and versioned, which
+/// the Prometheus exposition writes as `otel_scope_name`/`otel_scope_version`.
+pub fn meter(provider: &SdkMeterProvider) -> Meter {
+    let scope = opentelemetry::InstrumentationScope::builder("mcp-health").with_version(env!("CARGO_PKG_VERSION")).build();
+    provider.meter_with_scope(scope)
 }
 
 /// The rustc that built this binary (set by build.rs; empty when it could not be asked).
@@ -199,19 +162,17 @@ fn cpu_seconds() -> Option<(f64, f64)> {
 fn observe_process(meter: &Meter) {
     let started = *STARTED.get_or_init(std::time::Instant::now);
     let _info = meter
-        .u64_observable_gauge("mcp_health.build.info")
-        .with_description("Always 1; the version of mcp-health and the rustc that built it, as labels")
-        // An annotation, not `1`: OTLP-to-Prometheus translation turns unit `1` into a `_ratio`
-        // suffix, and this is no ratio.
-        .with_unit("{build}")
+        .u64_observable_gauge(ins::BUILD_INFO.name)
+        .with_description(ins::BUILD_INFO.description)
+        .with_unit(ins::BUILD_INFO.unit)
         .with_callback(|o| {
             o.observe(1, &[KeyValue::new("version", env!("CARGO_PKG_VERSION")), KeyValue::new("rustc", RUSTC_VERSION)]);
         })
         .build();
     let _cpu = meter
-        .f64_observable_counter("mcp_health.process.cpu.time")
-        .with_description("CPU seconds the process used, by cpu.mode (user, system)")
-        .with_unit("s")
+        .f64_observable_counter(ins::PROCESS_CPU_TIME.name)
+        .with_description(ins::PROCESS_CPU_TIME.description)
+        .with_unit(ins::PROCESS_CPU_TIME.unit)
         .with_callback(|o| {
             if let Some((user, system)) = cpu_seconds() {
                 o.observe(user, &[KeyValue::new("cpu.mode", "user")]);
@@ -220,9 +181,9 @@ fn observe_process(meter: &Meter) {
         })
         .build();
     let _uptime = meter
-        .f64_observable_counter("mcp_health.process.uptime")
-        .with_description("Seconds since the process started (since its metrics were set up)")
-        .with_unit("s")
+        .f64_observable_counter(ins::PROCESS_UPTIME.name)
+        .with_description(ins::PROCESS_UPTIME.description)
+        .with_unit(ins::PROCESS_UPTIME.unit)
         .with_callback(move |o| o.observe(started.elapsed().as_secs_f64(), &[]))
         .build();
 }
@@ -294,9 +255,9 @@ pub fn observe_exporter_queues(meter: &Meter, queues: &[(&'static str, &tokio::s
     let sizes: Vec<(&'static str, tokio::sync::mpsc::WeakSender<Outgoing>)> = queues.iter().map(|(n, q)| (*n, q.downgrade())).collect();
     let capacities: Vec<(&'static str, u64)> = queues.iter().map(|(n, q)| (*n, q.max_capacity() as u64)).collect();
     let _size = meter
-        .u64_observable_gauge("mcp_health.exporter.queue_size")
-        .with_description("Export requests waiting in (or reserved in) an exporter queue, by exporter (otlp: own output; otlp/passthrough)")
-        .with_unit("{request}")
+        .u64_observable_gauge(ins::EXPORTER_QUEUE_SIZE.name)
+        .with_description(ins::EXPORTER_QUEUE_SIZE.description)
+        .with_unit(ins::EXPORTER_QUEUE_SIZE.unit)
         .with_callback(move |o| {
             for (name, weak) in &sizes {
                 if let Some(q) = weak.upgrade() {
@@ -306,9 +267,9 @@ pub fn observe_exporter_queues(meter: &Meter, queues: &[(&'static str, &tokio::s
         })
         .build();
     let _capacity = meter
-        .u64_observable_gauge("mcp_health.exporter.queue_capacity")
-        .with_description("Export requests an exporter queue holds at most (exporters.otlp.sending_queue.queue_size), by exporter")
-        .with_unit("{request}")
+        .u64_observable_gauge(ins::EXPORTER_QUEUE_CAPACITY.name)
+        .with_description(ins::EXPORTER_QUEUE_CAPACITY.description)
+        .with_unit(ins::EXPORTER_QUEUE_CAPACITY.unit)
         .with_callback(move |o| {
             for (name, c) in &capacities {
                 o.observe(*c, &[KeyValue::new("exporter", *name)]);
@@ -324,16 +285,16 @@ pub fn observe_exporter_queues(meter: &Meter, queues: &[(&'static str, &tokio::s
 pub fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::receive::memory::MemoryLimiter>) {
     let l = limiter.clone();
     let _reserved = meter
-        .u64_observable_gauge("mcp_health.memory.reserved")
-        .with_description("Bytes reserved by requests in flight and queued (processors.memory_limiter)")
-        .with_unit("By")
+        .u64_observable_gauge(ins::MEMORY_RESERVED.name)
+        .with_description(ins::MEMORY_RESERVED.description)
+        .with_unit(ins::MEMORY_RESERVED.unit)
         .with_callback(move |o| o.observe(l.held(), &[]))
         .build();
     let l = limiter.clone();
     let _evidence = meter
-        .u64_observable_gauge("mcp_health.memory.evidence")
-        .with_description("Evidence bytes the engine holds, as counted by processors.memory_limiter")
-        .with_unit("By")
+        .u64_observable_gauge(ins::MEMORY_EVIDENCE.name)
+        .with_description(ins::MEMORY_EVIDENCE.description)
+        .with_unit(ins::MEMORY_EVIDENCE.unit)
         .with_callback(move |o| o.observe(l.engine_bytes(), &[]))
         .build();
 }
@@ -413,8 +374,8 @@ fn connection_counts(o: &dyn opentelemetry::metrics::AsyncInstrument<u64>, timeo
 }
 
 /// OTLP names of the latency histograms (the exemplar store is keyed by them).
-pub const VERDICT_DELAY: &str = "mcp_health.verdict.delay";
-pub const CALL_DURATION: &str = "mcp_health.call.duration";
+pub const VERDICT_DELAY: &str = ins::VERDICT_DELAY.name;
+pub const CALL_DURATION: &str = ins::CALL_DURATION.name;
 
 /// Every instrument the service records.
 #[derive(Clone)]
@@ -494,160 +455,66 @@ pub struct HealthMeters {
 impl HealthMeters {
     pub fn new(meter: &Meter) -> Self {
         observe_process(meter);
-        let c = |name: &'static str, unit: &'static str, desc: &'static str| {
-            meter.u64_counter(name).with_description(desc).with_unit(unit).build()
-        };
         HealthMeters {
-            verdicts: c("mcp_health.verdicts", "{verdict}", "Decided call verdicts by health state, first failed layer, method, tool and server"),
-            calls: c(
-                "mcp_health.calls",
-                "{call}",
-                "Decided attempts: each logical tools/call (its rounds are one) and each failed session setup (initialize, server/discover); the denominator of both success rates",
-            ),
-            protocol_success: c(
-                "mcp_health.calls.protocol_success",
-                "{call}",
-                "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)",
-            ),
-            verified_success: c("mcp_health.calls.verified_success", "{call}", "Calls whose outcome a verifier confirmed"),
-            spans_received: c("mcp_health.spans.received", "{span}", "Spans received, by transport"),
-            spans_refused: c("mcp_health.spans.refused", "{span}", "Spans refused (whole requests answered with an error), by transport and reason"),
-            spans_rejected: c("mcp_health.spans.rejected", "{span}", "Spans rejected inside accepted requests (partial success), by transport"),
-            spans_looped: c(
-                "mcp_health.spans.looped",
-                "{span}",
-                "Spans this process had sent itself (health spans or pass-through) received again through an export loop; dropped, by transport",
-            ),
-            signals_received: c(
-                "mcp_health.signals.received",
-                "{item}",
-                "Metric data points and log records received for pass-through, by signal (metrics, logs) and transport",
-            ),
-            signals_refused: c(
-                "mcp_health.signals.refused",
-                "{item}",
-                "Metric data points and log records refused (whole requests answered with an error; an unreadable one counts 1), by signal, transport and reason",
-            ),
-            signals_dropped: c(
-                "mcp_health.signals.dropped",
-                "{item}",
-                "Metric data points and log records accepted and not passed on (pass-through is off), by signal and reason",
-            ),
-            attributes_invalid: c("mcp_health.attributes.invalid", "{attribute}", "Known attributes whose value had an unusable type"),
-            spans_late: c("mcp_health.spans.late", "{span}", "Evidence spans that arrived after their chain was decided (each revises a verdict)"),
-            spans_truncated: c("mcp_health.spans.truncated", "{span}", "Evidence spans dropped because their chain reached max_spans_per_chain"),
-            chains_evicted: c("mcp_health.chains.evicted", "{chain}", "Chains decided early because the correlator reached a bound"),
-            chains_callless: c(
-                "mcp_health.chains.callless",
-                "{chain}",
-                "Chains that gave no verdict because they hold no MCP request (a verifier or an HTTP span alone)",
-            ),
-            store_errors: c(
-                "mcp_health.state.store_errors",
-                "{error}",
-                "Loads, reads and writes of the state store (storage) that failed; the engine went on in memory",
-            ),
-            store_conflicts: c(
-                "mcp_health.state.store_conflicts",
-                "{record}",
-                "Record writes a shared state store refused because another instance changed the record first (read, merged and written again)",
-            ),
-            incidents_unshared: c(
-                "mcp_health.incidents.unshared",
-                "{verdict}",
-                "Verdicts folded into this instance's incidents only, not the shared store's (store unreachable past the bound or at shutdown): their transitions may also come from another instance",
-            ),
-            late_evidence_dropped: c(
-                "mcp_health.spans.late_dropped",
-                "{span}",
-                "Evidence spans for a chain already forgotten (past late_span_window or max_decided): no revision is possible",
-            ),
-            verifiers_parked: c(
-                "mcp_health.verifiers.parked",
-                "{span}",
-                "Verifier spans that named an operation key before its call arrived, parked until it does",
-            ),
-            verifiers_parked_dropped: c(
-                "mcp_health.verifiers.parked_dropped",
-                "{span}",
-                "Parked verifier spans dropped (their call never came within late_span_window, or a key held too many)",
-            ),
-            chains_in_flight: meter.u64_gauge("mcp_health.chains.in_flight").with_description("Chains waiting for a decision").with_unit("{chain}").build(),
-            gauge_leader: meter
-                .u64_gauge("mcp_health.state.lease_holder")
-                .with_description("1 when this instance reports the global gauges (open incidents, convergence) of all instances on a shared store, or runs alone; 0 otherwise")
-                .with_unit("{instance}")
-                .build(),
-            evidence_bytes: meter
-                .u64_gauge("mcp_health.evidence.bytes")
-                .with_description("Bytes of evidence held by the correlator")
-                .with_unit("By").build(),
-            exporter_sent: c("mcp_health.exporter.sent", "{request}", "Export requests delivered upstream, by signal"),
-            exporter_dropped: c("mcp_health.exporter.dropped", "{item}", "Export requests or health spans dropped, by signal and reason"),
+            verdicts: counter(meter, &ins::VERDICTS),
+            calls: counter(meter, &ins::CALLS),
+            protocol_success: counter(meter, &ins::CALLS_PROTOCOL_SUCCESS),
+            verified_success: counter(meter, &ins::CALLS_VERIFIED_SUCCESS),
+            spans_received: counter(meter, &ins::SPANS_RECEIVED),
+            spans_refused: counter(meter, &ins::SPANS_REFUSED),
+            spans_rejected: counter(meter, &ins::SPANS_REJECTED),
+            spans_looped: counter(meter, &ins::SPANS_LOOPED),
+            signals_received: counter(meter, &ins::SIGNALS_RECEIVED),
+            signals_refused: counter(meter, &ins::SIGNALS_REFUSED),
+            signals_dropped: counter(meter, &ins::SIGNALS_DROPPED),
+            attributes_invalid: counter(meter, &ins::ATTRIBUTES_INVALID),
+            spans_late: counter(meter, &ins::SPANS_LATE),
+            spans_truncated: counter(meter, &ins::SPANS_TRUNCATED),
+            chains_evicted: counter(meter, &ins::CHAINS_EVICTED),
+            chains_callless: counter(meter, &ins::CHAINS_CALLLESS),
+            store_errors: counter(meter, &ins::STATE_STORE_ERRORS),
+            store_conflicts: counter(meter, &ins::STATE_STORE_CONFLICTS),
+            incidents_unshared: counter(meter, &ins::INCIDENTS_UNSHARED),
+            late_evidence_dropped: counter(meter, &ins::SPANS_LATE_DROPPED),
+            verifiers_parked: counter(meter, &ins::VERIFIERS_PARKED),
+            verifiers_parked_dropped: counter(meter, &ins::VERIFIERS_PARKED_DROPPED),
+            chains_in_flight: gauge(meter, &ins::CHAINS_IN_FLIGHT),
+            gauge_leader: gauge(meter, &ins::STATE_LEASE_HOLDER),
+            evidence_bytes: gauge(meter, &ins::EVIDENCE_BYTES),
+            exporter_sent: counter(meter, &ins::EXPORTER_SENT),
+            exporter_dropped: counter(meter, &ins::EXPORTER_DROPPED),
             exporter_items: ExporterItems::new(meter),
-            catalog_verdicts: c("mcp_health.catalog.verdicts", "{verdict}", "Catalog convergence verdict changes, by server and convergence"),
-            drift_events: c("mcp_health.catalog.drift", "{definition}", "Tool definitions that differ from their pin, by server and tool"),
-            incidents_open: meter
-                .u64_gauge("mcp_health.incidents.open")
-                .with_description("Open incidents by first failed layer, health state, server and incident state (open, waiting)")
-                .with_unit("{incident}").build(),
-            incidents_transitions: c(
-                "mcp_health.incidents.transitions",
-                "{transition}",
-                "Incident lifecycle transitions (opened, updated, resolved) by first failed layer",
+            catalog_verdicts: counter(meter, &ins::CATALOG_VERDICTS),
+            drift_events: counter(meter, &ins::CATALOG_DRIFT),
+            incidents_open: gauge(meter, &ins::INCIDENTS_OPEN),
+            incidents_transitions: counter(meter, &ins::INCIDENTS_TRANSITIONS),
+            calls_working: gauge(meter, &ins::CALLS_WORKING),
+            catalog_convergence: gauge(meter, &ins::CATALOG_CONVERGENCE),
+            success_retracted: counter(meter, &ins::CALLS_SUCCESS_RETRACTED),
+            exporter_split: counter(meter, &ins::EXPORTER_SPLIT_REQUESTS),
+            verifier_runs: counter(meter, &ins::VERIFIER_RUNS),
+            verifier_errors: counter(meter, &ins::VERIFIER_ERRORS),
+            verifier_duration: histogram(
+                meter,
+                &ins::VERIFIER_DURATION,
+                &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
             ),
-            calls_working: meter
-                .u64_gauge("mcp_health.calls.working")
-                .with_description("In-flight calls with valid progress whose clocks hold, by tool and server")
-                .with_unit("{call}").build(),
-            catalog_convergence: meter
-                .u64_gauge("mcp_health.catalog.convergence")
-                .with_description("Sessions per current catalog convergence verdict, by server")
-                .with_unit("{session}").build(),
-            success_retracted: c(
-                "mcp_health.calls.success_retracted",
-                "{call}",
-                "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)",
-            ),
-            exporter_split: meter
-                .u64_counter("mcp_health.exporter.split_requests")
-                .with_description("Export requests split in two because their encoding was larger than exporters.otlp.max_request_bytes, by signal")
-                .with_unit("{request}")
-                .build(),
-            verifier_runs: c(
-                "mcp_health.verifier.runs",
-                "{run}",
-                "Verifier spans received, by verifier (rule name) and result (confirmed, missing, failed, stale, verifier_error)",
-            ),
-            verifier_errors: c(
-                "mcp_health.verifier.errors",
-                "{error}",
-                "Verifiers that could not run (no finding; the call stays unverified), by verifier and error",
-            ),
-            verifier_duration: meter
-                .f64_histogram("mcp_health.verifier.duration")
-                .with_description("How long a verifier ran (its span's duration), by verifier")
-                .with_unit("s")
-                .with_boundaries(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
-                .build(),
             connections_refused: meter
-                .u64_observable_counter("mcp_health.connections.refused")
-                .with_description(
-                    "Connections a listener closed at once because it held max_connections, or whose TLS handshake failed, by listener and reason",
-                )
-                .with_unit("{connection}")
+                .u64_observable_counter(ins::CONNECTIONS_REFUSED.name)
+                .with_description(ins::CONNECTIONS_REFUSED.description)
+                .with_unit(ins::CONNECTIONS_REFUSED.unit)
                 .with_callback(|o| connection_counts(o, false))
                 .build(),
             connections_timed_out: meter
-                .u64_observable_counter("mcp_health.connections.timed_out")
-                .with_description("Connections a listener closed for read_header_timeout or idle_timeout, by listener and reason")
-                .with_unit("{connection}")
+                .u64_observable_counter(ins::CONNECTIONS_TIMED_OUT.name)
+                .with_description(ins::CONNECTIONS_TIMED_OUT.description)
+                .with_unit(ins::CONNECTIONS_TIMED_OUT.unit)
                 .with_callback(|o| connection_counts(o, true))
                 .build(),
             connections_open: meter
-                .u64_observable_gauge("mcp_health.connections.open")
-                .with_description("Connections open now, by listener")
-                .with_unit("{connection}")
+                .u64_observable_gauge(ins::CONNECTIONS_OPEN.name)
+                .with_description(ins::CONNECTIONS_OPEN.description)
+                .with_unit(ins::CONNECTIONS_OPEN.unit)
                 .with_callback(|o| {
                     for (l, n) in crate::receive::listen::open_counts() {
                         o.observe(n, &[KeyValue::new("listener", l.as_str())]);
@@ -655,9 +522,9 @@ impl HealthMeters {
                 })
                 .build(),
             process_memory_rss: meter
-                .u64_observable_gauge("mcp_health.process.memory.rss")
-                .with_description("Resident set of the process (what processors.memory_limiter compares with its limits)")
-                .with_unit("By")
+                .u64_observable_gauge(ins::PROCESS_MEMORY_RSS.name)
+                .with_description(ins::PROCESS_MEMORY_RSS.description)
+                .with_unit(ins::PROCESS_MEMORY_RSS.unit)
                 .with_callback(|o| {
                     if let Some(rss) = crate::receive::memory::process_rss() {
                         o.observe(rss, &[]);
@@ -665,15 +532,15 @@ impl HealthMeters {
                 })
                 .build(),
             verdict_log_write_errors: meter
-                .u64_observable_counter("mcp_health.verdict_log.write_errors")
-                .with_description("Verdict-log records lost because a write failed (a full disk); no partial line is left")
-                .with_unit("{record}")
+                .u64_observable_counter(ins::VERDICT_LOG_WRITE_ERRORS.name)
+                .with_description(ins::VERDICT_LOG_WRITE_ERRORS.description)
+                .with_unit(ins::VERDICT_LOG_WRITE_ERRORS.unit)
                 .with_callback(|o| o.observe(crate::emit::verdict_log::WRITE_ERRORS.load(std::sync::atomic::Ordering::Relaxed), &[]))
                 .build(),
             state_evicted: meter
-                .u64_observable_counter("mcp_health.state.evicted")
-                .with_description("Entries a bounded table or cache forgot because it was full, by table")
-                .with_unit("{entry}")
+                .u64_observable_counter(ins::STATE_EVICTED.name)
+                .with_description(ins::STATE_EVICTED.description)
+                .with_unit(ins::STATE_EVICTED.unit)
                 .with_callback(|o| {
                     for (table, n) in crate::bounded::evictions() {
                         o.observe(n, &[KeyValue::new("table", table)]);
@@ -681,18 +548,8 @@ impl HealthMeters {
                 })
                 .build(),
             receiver_items: ReceiverItems::new(meter),
-            verdict_delay: meter
-                .f64_histogram(VERDICT_DELAY)
-                .with_description("Time from a call's end to its first verdict (the wait for late evidence, and the engine's own delay)")
-                .with_unit("s")
-                .with_boundaries(VERDICT_DELAY_BOUNDS.to_vec())
-                .build(),
-            call_duration: meter
-                .f64_histogram(CALL_DURATION)
-                .with_description("Duration of a tools/call (its spans' start to end), by the state of its first verdict")
-                .with_unit("s")
-                .with_boundaries(CALL_DURATION_BOUNDS.to_vec())
-                .build(),
+            verdict_delay: histogram(meter, &ins::VERDICT_DELAY, &VERDICT_DELAY_BOUNDS),
+            call_duration: histogram(meter, &ins::CALL_DURATION, &CALL_DURATION_BOUNDS),
             exemplars: Arc::new(Exemplars::default()),
         }
     }
@@ -993,6 +850,8 @@ pub struct MetricsSettings {
     pub prometheus: bool,
     pub otlp: Option<OtlpMetricsTarget>,
     pub cardinality_limit: usize,
+    /// `service.telemetry.metrics.level`: which internal instruments are served.
+    pub level: crate::config::MetricsLevel,
 }
 
 /// Where OTLP metrics go: the exporter queue, every `interval` (the SDK's default, 60 s, or
@@ -1022,12 +881,20 @@ impl MetricsPipeline {
             builder = builder.with_reader(rb.build());
         }
         // The configured limit on every stream: past it the SDK records into the overflow series.
+        // An instrument the level does not serve is dropped here, for both readers, so the code
+        // that records it need not know the level.
         let limit = s.cardinality_limit.max(1);
-        builder = builder.with_view(move |_: &opentelemetry_sdk::metrics::Instrument| {
-            opentelemetry_sdk::metrics::Stream::builder().with_cardinality_limit(limit).build().ok()
+        let level = s.level;
+        builder = builder.with_view(move |i: &opentelemetry_sdk::metrics::Instrument| {
+            #[cfg(test)]
+            tests::seen(i);
+            let stream = opentelemetry_sdk::metrics::Stream::builder().with_cardinality_limit(limit);
+            let served = ins::find(i.name()).is_none_or(|d| d.tier.served_at(level));
+            let stream = if served { stream } else { stream.with_aggregation(opentelemetry_sdk::metrics::Aggregation::Drop) };
+            stream.build().ok()
         });
         let provider = builder.build();
-        let meter = provider.meter("mcp-health");
+        let meter = meter(&provider);
         let meters = HealthMeters::new(&meter);
         if let Some(q) = queue_exporter {
             let _ = q.0.meters.set(meters.clone());
@@ -1039,6 +906,13 @@ impl MetricsPipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every instrument the SDK was asked to make, with its kind and unit (the views see each).
+    static SEEN: std::sync::Mutex<Vec<(String, opentelemetry_sdk::metrics::InstrumentKind, String)>> = std::sync::Mutex::new(Vec::new());
+
+    pub(super) fn seen(i: &opentelemetry_sdk::metrics::Instrument) {
+        SEEN.lock().unwrap_or_else(|p| p.into_inner()).push((i.name().to_string(), i.kind(), i.unit().to_string()));
+    }
 
     fn verdict(protocol: bool, verified: bool, supersedes: Option<crate::verdict::Superseded>) -> Verdict {
         Verdict { revision: u32::from(supersedes.is_some()), supersedes, ..crate::verdict::sample("tools/call", protocol, verified) }
@@ -1074,6 +948,7 @@ mod tests {
             prometheus: true,
             otlp: None,
             cardinality_limit: limit,
+            level: crate::config::MetricsLevel::Detailed,
         })
         .unwrap()
     }
@@ -1128,21 +1003,42 @@ mod tests {
         let om = render_as(reader, Format::OpenMetrics, Some(&p.meters.exemplars));
         let a2 = "a2".repeat(16);
         let b3 = "b3".repeat(16);
+        // Every sample carries the scope, before `le`.
+        let sc = format!("otel_scope_name=\"mcp-health\",otel_scope_version=\"{}\"", env!("CARGO_PKG_VERSION"));
         let has = |want: &str| assert!(om.lines().any(|l| l == want), "missing {want:?} in:\n{om}");
-        has(&format!("mcp_health_call_duration_bucket{{state=\"healthy\",le=\"0.5\"}} 2 # {{trace_id=\"{a2}\"}} 0.3 1700000000.9"));
-        has("mcp_health_call_duration_bucket{state=\"healthy\",le=\"1\"} 2");
-        has("mcp_health_call_duration_count{state=\"healthy\"} 2");
-        has(&format!("mcp_health_call_duration_bucket{{state=\"unverified\",le=\"2.5\"}} 1 # {{trace_id=\"{b3}\"}} 2 1700000006"));
-        has(&format!("mcp_health_verdict_delay_bucket{{le=\"0.75\"}} 2 # {{trace_id=\"{a2}\"}} 0.6 1700000000.9"));
-        has(&format!("mcp_health_verdict_delay_bucket{{le=\"5\"}} 3 # {{trace_id=\"{b3}\"}} 4 1700000006"));
-        has("mcp_health_verdict_delay_count 3");
+        has(&format!(
+            "mcp_health_call_duration_seconds_bucket{{state=\"healthy\",{sc},le=\"0.5\"}} 2 # {{trace_id=\"{a2}\"}} 0.3 1700000000.9"
+        ));
+        has(&format!("mcp_health_call_duration_seconds_bucket{{state=\"healthy\",{sc},le=\"1\"}} 2"));
+        has(&format!("mcp_health_call_duration_seconds_count{{state=\"healthy\",{sc}}} 2"));
+        has(&format!(
+            "mcp_health_call_duration_seconds_bucket{{state=\"unverified\",{sc},le=\"2.5\"}} 1 # {{trace_id=\"{b3}\"}} 2 1700000006"
+        ));
+        has(&format!("mcp_health_verdict_delay_seconds_bucket{{{sc},le=\"0.75\"}} 2 # {{trace_id=\"{a2}\"}} 0.6 1700000000.9"));
+        has(&format!("mcp_health_verdict_delay_seconds_bucket{{{sc},le=\"5\"}} 3 # {{trace_id=\"{b3}\"}} 4 1700000006"));
+        has(&format!("mcp_health_verdict_delay_seconds_count{{{sc}}} 3"));
         assert!(!om.contains(&"a1".repeat(16)) && !om.contains(&"c4".repeat(16)) && !om.contains(&"d5".repeat(16)), "{om}");
-        // OpenMetrics framing: counter families without `_total`, samples with it, `# EOF` last.
+        // OpenMetrics framing: counter families without `_total`, samples with it, units named
+        // where the family ends with them, `target_info` an info family, `# EOF` last.
         has("# TYPE mcp_health_build_info gauge");
+        has("# TYPE mcp_health_call_duration_seconds histogram");
+        has("# UNIT mcp_health_call_duration_seconds seconds");
+        has("# TYPE mcp_health_process_uptime_seconds counter");
+        has("# UNIT mcp_health_process_uptime_seconds seconds");
+        has("# UNIT mcp_health_process_memory_rss_bytes bytes");
+        has("# TYPE target info");
+        assert!(om.lines().any(|l| l.starts_with("target_info{") && l.contains("service_name=\"t\"")), "{om}");
         assert!(om.ends_with("\n# EOF\n"), "{om}");
-        assert!(om.lines().any(|l| l == "# TYPE mcp_health_process_uptime counter"), "{om}");
-        assert!(om.lines().any(|l| l.starts_with("mcp_health_process_uptime_total ")), "{om}");
-        assert!(om.lines().any(|l| l.starts_with("mcp_health_process_cpu_time_total{cpu_mode=\"user\"} ")), "{om}");
+        assert!(om.lines().any(|l| l.starts_with("mcp_health_process_uptime_seconds_total{")), "{om}");
+        assert!(om.lines().any(|l| l.starts_with("mcp_health_process_cpu_time_seconds_total{cpu_mode=\"user\",")), "{om}");
+        // A unit line only under a family that ends with it (Prometheus refuses the scrape
+        // otherwise), and none for annotations.
+        for l in om.lines().filter(|l| l.starts_with("# UNIT ")) {
+            let mut it = l.split(' ').skip(2);
+            let (family, unit) = (it.next().unwrap(), it.next().unwrap());
+            assert!(family.ends_with(&format!("_{unit}")), "{l}");
+        }
+        assert!(!om.contains("# UNIT mcp_health_calls "), "{om}");
         // Exemplars carry trace ids only.
         for l in om.lines().filter(|l| l.contains(" # {")) {
             let labels = &l[l.find(" # {").unwrap() + 4..l.rfind('}').unwrap()];
@@ -1150,9 +1046,85 @@ mod tests {
         }
 
         let text = render_as(reader, Format::Text, Some(&p.meters.exemplars));
-        assert!(!text.contains(" # {") && !text.contains("# EOF"), "no exemplars, no EOF in 0.0.4:\n{text}");
-        assert!(text.lines().any(|l| l == "mcp_health_call_duration_bucket{state=\"healthy\",le=\"0.5\"} 2"), "{text}");
-        assert!(text.lines().any(|l| l == "# TYPE mcp_health_process_uptime_total counter"), "{text}");
+        assert!(
+            !text.contains(" # {") && !text.contains("# EOF") && !text.contains("# UNIT"),
+            "no exemplars, units or EOF in 0.0.4:\n{text}"
+        );
+        assert!(
+            text.lines().any(|l| l == format!("mcp_health_call_duration_seconds_bucket{{state=\"healthy\",{sc},le=\"0.5\"}} 2")),
+            "{text}"
+        );
+        assert!(text.lines().any(|l| l == "# TYPE mcp_health_process_uptime_seconds_total counter"), "{text}");
+        assert!(text.lines().any(|l| l == "# TYPE target_info gauge"), "{text}");
+    }
+
+    /// The views see every instrument the service makes: each is declared in
+    /// `emit::instruments` with its kind and unit, and every declaration is made.
+    #[test]
+    fn every_instrument_made_is_declared_and_every_declared_one_is_made() {
+        use opentelemetry_sdk::metrics::InstrumentKind as K;
+        let p = pipeline(10);
+        let meter = meter(&p.provider);
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        observe_exporter_queues(&meter, &[("otlp", &tx)]);
+        observe_memory_limiter(&meter, &Arc::new(crate::receive::memory::MemoryLimiter::new(100, Some(20))));
+        let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (name, kind, unit) in &seen {
+            let Some(d) = ins::find(name) else { panic!("{name} is not declared in src/emit/instruments.rs") };
+            let want = match kind {
+                K::Counter | K::ObservableCounter => ins::Kind::Counter,
+                K::Gauge | K::ObservableGauge | K::UpDownCounter | K::ObservableUpDownCounter => ins::Kind::Gauge,
+                K::Histogram => ins::Kind::Histogram,
+            };
+            assert_eq!((d.kind, d.unit), (want, unit.as_str()), "{name}");
+        }
+        for d in ins::ALL {
+            assert!(seen.iter().any(|(n, _, _)| n == d.name), "{} is declared but never made", d.name);
+        }
+    }
+
+    /// `none` serves the verdict metrics and nothing of the service's own; each level serves
+    /// what it declares.
+    #[test]
+    fn the_telemetry_level_chooses_the_internal_instruments() {
+        use crate::config::MetricsLevel;
+        for level in [MetricsLevel::None, MetricsLevel::Basic, MetricsLevel::Normal, MetricsLevel::Detailed] {
+            let p = MetricsPipeline::build(MetricsSettings {
+                resource: Resource::builder().with_service_name("t").build(),
+                prometheus: true,
+                otlp: None,
+                cardinality_limit: 100,
+                level,
+            })
+            .unwrap();
+            p.meters.record(&verdict(true, true, None));
+            p.meters.spans_received.add(1, &[KeyValue::new("transport", "grpc")]);
+            p.meters.chains_in_flight.record(1, &[]);
+            p.meters.exporter_sent.add(1, &[KeyValue::new("signal", "health_spans")]);
+            let text = crate::emit::prometheus::render(p.prometheus.as_ref().unwrap());
+            let served = |name: &str| text.lines().any(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']));
+            assert!(served("mcp_health_calls_total") && served("target_info"), "{level:?}:\n{text}");
+            for (i, name) in [
+                (&ins::SPANS_RECEIVED, "mcp_health_spans_received_total"),
+                (&ins::PROCESS_UPTIME, "mcp_health_process_uptime_seconds_total"),
+                (&ins::CHAINS_IN_FLIGHT, "mcp_health_chains_in_flight"),
+                (&ins::EXPORTER_SENT, "mcp_health_exporter_sent_total"),
+            ] {
+                assert_eq!(served(name), i.tier.served_at(level), "{name} at {level:?}:\n{text}");
+            }
+            if level == MetricsLevel::None {
+                let internal: Vec<&str> = text
+                    .lines()
+                    .filter(|l| !l.starts_with('#') && !l.starts_with("target_info"))
+                    .filter(|l| {
+                        !ins::ALL.iter().any(|i| {
+                            i.tier == ins::Tier::Output && l.starts_with(&crate::emit::prometheus::names(i.name, i.unit, i.kind).family)
+                        })
+                    })
+                    .collect();
+                assert!(internal.is_empty(), "internal metrics at level none: {internal:?}");
+            }
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub(crate) mod disk_queue;
 pub mod health_spans;
 pub mod incidents;
+pub mod instruments;
 pub mod metrics;
 pub mod otlp_http;
 pub mod otlp_target;

@@ -695,6 +695,7 @@ mod tests {
             prometheus: true,
             otlp: None,
             cardinality_limit: 100,
+            level: crate::config::MetricsLevel::default(),
         })
         .unwrap()
     }

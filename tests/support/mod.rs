@@ -391,6 +391,8 @@ pub struct Cfg {
     pub listener_extra: Vec<(&'static str, String)>,
     /// The mcp-health binary to run (the test build's when `None`).
     pub binary: Option<PathBuf>,
+    /// `service.telemetry.metrics.level` (the service's default when `None`).
+    pub metrics_level: Option<&'static str>,
 }
 
 impl Default for Cfg {
@@ -423,6 +425,7 @@ impl Default for Cfg {
             gate: false,
             listener_extra: Vec::new(),
             binary: None,
+            metrics_level: None,
         }
     }
 }
@@ -494,10 +497,11 @@ impl Cfg {
         }
         let _ = write!(
             y,
-            "service:\n  telemetry:\n    logs:\n      level: {}\n{}    shutdown_timeout: {}\n",
+            "service:\n  telemetry:\n    logs:\n      level: {}\n{}    shutdown_timeout: {}\n{}",
             self.log_level,
             self.log_encoding.map_or(String::new(), |e| format!("      encoding: {e}\n")),
-            self.shutdown_timeout
+            self.shutdown_timeout,
+            self.metrics_level.map_or(String::new(), |l| format!("    metrics:\n      level: {l}\n"))
         );
         y
     }

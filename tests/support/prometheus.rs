@@ -49,6 +49,12 @@ impl Prometheus {
 
     /// Start with extra command-line flags (`--enable-feature=exemplar-storage`).
     pub async fn start_with(target: std::net::SocketAddr, rules: Option<&std::path::Path>, flags: &[&str]) -> Prometheus {
+        Prometheus::start_with_targets(&[target], rules, flags).await
+    }
+
+    /// Scrape several targets in one job (`instance` tells them apart).
+    pub async fn start_with_targets(targets: &[std::net::SocketAddr], rules: Option<&std::path::Path>, flags: &[&str]) -> Prometheus {
+        let target = targets.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(", ");
         let mut last = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().unwrap();
@@ -56,7 +62,7 @@ impl Prometheus {
             std::fs::write(
                 &cfg,
                 format!(
-                    "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n{}scrape_configs:\n  - job_name: mcp-health\n    scrape_interval: 1s\n    static_configs:\n      - targets: ['{target}']\n",
+                    "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n{}scrape_configs:\n  - job_name: mcp-health\n    scrape_interval: 1s\n    static_configs:\n      - targets: [{target}]\n",
                     rules.map_or(String::new(), |r| format!("rule_files:\n  - {}\n", r.display()))
                 ),
             )

@@ -1,0 +1,335 @@
+//! Every instrument mcp-health records, declared once: name, kind, unit, labels, description and
+//! the telemetry level it belongs to.
+//!
+//! The meters in [`super::metrics`] are built from these declarations (never from a literal of
+//! their own), the Prometheus names come from them by the OpenTelemetry compatibility rules
+//! ([`super::prometheus::names`]), and the metrics reference, docs/metrics.md, is generated from
+//! them: a test fails when the file and this table disagree, so the reference cannot drift.
+//!
+//! Units are OpenTelemetry (UCUM) units, so that the scrape endpoint and a collector translating
+//! the OTLP output give one Prometheus name: `s` and `By` become `_seconds` and `_bytes`; counts
+//! carry an annotation (`{call}`), which translation drops.
+
+use crate::config::MetricsLevel;
+
+/// What an instrument aggregates into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A monotonic sum (`Counter`, `ObservableCounter`): `_total` in Prometheus.
+    Counter,
+    /// A last value (`Gauge`, `ObservableGauge`).
+    Gauge,
+    /// Explicit-bucket histogram: `_bucket`, `_sum`, `_count` in Prometheus.
+    Histogram,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Which `service.telemetry.metrics.level` serves an instrument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// What the service is for (verdicts, incidents, catalog, verifiers): served at every level,
+    /// `none` included; the level is about the service's own telemetry only.
+    Output,
+    /// The service's internal telemetry, served from this level up.
+    Internal(MetricsLevel),
+}
+
+impl Tier {
+    /// Whether `level` serves this tier.
+    pub fn served_at(self, level: MetricsLevel) -> bool {
+        match self {
+            Tier::Output => true,
+            Tier::Internal(min) => level >= min,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Output => "always",
+            Tier::Internal(l) => l.as_str(),
+        }
+    }
+}
+
+/// One instrument's declaration.
+#[derive(Clone, Copy, Debug)]
+pub struct Instrument {
+    /// OpenTelemetry name (what OTLP carries).
+    pub name: &'static str,
+    pub kind: Kind,
+    /// OpenTelemetry unit: `s`, `By`, `1`, or an annotation such as `{call}`.
+    pub unit: &'static str,
+    /// Attribute keys, as OTLP carries them (Prometheus labels replace `.` by `_`).
+    pub labels: &'static [&'static str],
+    pub description: &'static str,
+    pub tier: Tier,
+}
+
+use Kind::{Counter, Gauge, Histogram};
+use MetricsLevel::{Basic, Detailed, Normal};
+use Tier::{Internal, Output};
+
+const CALL: &[&str] = &["mcp.method.name", "gen_ai.tool.name", "server.address"];
+
+macro_rules! instruments {
+    ($($id:ident = $name:literal, $kind:expr, $unit:literal, [$($l:expr),* $(,)?], $tier:expr, $desc:expr;)*) => {
+        $(pub const $id: Instrument = Instrument { name: $name, kind: $kind, unit: $unit, labels: &[$($l),*], description: $desc, tier: $tier };)*
+        /// Every instrument, in the order of the reference.
+        pub const ALL: &[Instrument] = &[$($id),*];
+    };
+}
+
+instruments! {
+    // ---- Verdicts: what the service is for --------------------------------------------------
+    VERDICTS = "mcp_health.verdicts", Counter, "{verdict}", [CALL[0], CALL[1], CALL[2], "state", "first_failed_layer"], Output,
+        "Decided call verdicts (revisions included) by health state, first failed layer, method, tool and server";
+    CALLS = "mcp_health.calls", Counter, "{call}", [CALL[0], CALL[1], CALL[2]], Output,
+        "Decided attempts: each logical tools/call (its rounds are one) and each failed session setup (initialize, server/discover); the denominator of both success rates";
+    CALLS_PROTOCOL_SUCCESS = "mcp_health.calls.protocol_success", Counter, "{call}", [CALL[0], CALL[1], CALL[2]], Output,
+        "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)";
+    CALLS_VERIFIED_SUCCESS = "mcp_health.calls.verified_success", Counter, "{call}", [CALL[0], CALL[1], CALL[2]], Output,
+        "Calls whose outcome a verifier confirmed";
+    CALLS_SUCCESS_RETRACTED = "mcp_health.calls.success_retracted", Counter, "{call}", [CALL[0], CALL[1], CALL[2], "kind"], Output,
+        "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)";
+    CALLS_WORKING = "mcp_health.calls.working", Gauge, "{call}", ["gen_ai.tool.name", "server.address"], Output,
+        "In-flight calls with valid progress whose clocks hold, by tool and server";
+    CALL_DURATION = "mcp_health.call.duration", Histogram, "s", ["state"], Output,
+        "Duration of a tools/call (its spans' start to end), by the state of its first verdict";
+    INCIDENTS_OPEN = "mcp_health.incidents.open", Gauge, "{incident}", ["first_failed_layer", "state", "server.address", "incident_state"], Output,
+        "Open incidents by first failed layer, health state, server and incident state (open, waiting); a resolved group stays at 0";
+    INCIDENTS_TRANSITIONS = "mcp_health.incidents.transitions", Counter, "{transition}", ["transition", "first_failed_layer"], Output,
+        "Incident lifecycle transitions (opened, updated, resolved) by first failed layer";
+    CATALOG_VERDICTS = "mcp_health.catalog.verdicts", Counter, "{verdict}", ["server.address", "convergence"], Output,
+        "Catalog convergence verdict changes, by server and convergence";
+    CATALOG_DRIFT = "mcp_health.catalog.drift", Counter, "{definition}", ["server.address", "gen_ai.tool.name"], Output,
+        "Tool definitions that differ from their pin, by server and tool";
+    CATALOG_CONVERGENCE = "mcp_health.catalog.convergence", Gauge, "{session}", ["server.address", "convergence"], Output,
+        "Sessions per current catalog convergence verdict, by server";
+    VERIFIER_RUNS = "mcp_health.verifier.runs", Counter, "{run}", ["verifier", "result"], Output,
+        "Verifier spans received, by verifier (rule name) and result (confirmed, missing, failed, stale, verifier_error)";
+    VERIFIER_ERRORS = "mcp_health.verifier.errors", Counter, "{error}", ["verifier", "error"], Output,
+        "Verifiers that could not run (no finding; the call stays unverified), by verifier and error";
+    VERIFIER_DURATION = "mcp_health.verifier.duration", Histogram, "s", ["verifier"], Output,
+        "How long a verifier ran (its span's duration), by verifier";
+
+    // ---- Basic: does the service take in, pass on, keep up ----------------------------------
+    BUILD_INFO = "mcp_health.build.info", Gauge, "{build}", ["version", "rustc"], Internal(Basic),
+        "Always 1; the version of mcp-health and the rustc that built it, as labels";
+    PROCESS_CPU_TIME = "mcp_health.process.cpu.time", Counter, "s", ["cpu.mode"], Internal(Basic),
+        "CPU seconds the process used, by cpu.mode (user, system)";
+    PROCESS_UPTIME = "mcp_health.process.uptime", Counter, "s", [], Internal(Basic),
+        "Seconds since the process started (since its metrics were set up)";
+    PROCESS_MEMORY_RSS = "mcp_health.process.memory.rss", Gauge, "By", [], Internal(Basic),
+        "Resident set of the process (what processors.memory_limiter compares with its limits)";
+    SPANS_RECEIVED = "mcp_health.spans.received", Counter, "{span}", ["transport"], Internal(Basic),
+        "Spans received, by transport";
+    SPANS_REFUSED = "mcp_health.spans.refused", Counter, "{span}", ["transport", "reason"], Internal(Basic),
+        "Spans refused (whole requests answered with an error), by transport and reason";
+    RECEIVER_ACCEPTED_SPANS = "mcp_health.receiver.accepted_spans", Counter, "{span}", ["receiver", "transport"], Internal(Basic),
+        "Spans handed to the correlator (and to pass-through), by receiver and transport";
+    RECEIVER_ACCEPTED_METRIC_POINTS = "mcp_health.receiver.accepted_metric_points", Counter, "{data_point}", ["receiver", "transport"], Internal(Basic),
+        "Metric points taken for pass-through (or dropped when it is off), by receiver and transport";
+    RECEIVER_ACCEPTED_LOG_RECORDS = "mcp_health.receiver.accepted_log_records", Counter, "{record}", ["receiver", "transport"], Internal(Basic),
+        "Log records taken for pass-through (or dropped when it is off), by receiver and transport";
+    RECEIVER_REFUSED_SPANS = "mcp_health.receiver.refused_spans", Counter, "{span}", ["receiver", "transport", "reason"], Internal(Basic),
+        "Spans of decoded requests not taken (refused whole, or invalid inside an accepted request), by receiver, transport and reason";
+    RECEIVER_REFUSED_METRIC_POINTS = "mcp_health.receiver.refused_metric_points", Counter, "{data_point}", ["receiver", "transport", "reason"], Internal(Basic),
+        "Metric points of decoded requests refused, by receiver, transport and reason";
+    RECEIVER_REFUSED_LOG_RECORDS = "mcp_health.receiver.refused_log_records", Counter, "{record}", ["receiver", "transport", "reason"], Internal(Basic),
+        "Log records of decoded requests refused, by receiver, transport and reason";
+    EXPORTER_SENT_SPANS = "mcp_health.exporter.sent_spans", Counter, "{span}", ["exporter", "signal", "transport"], Internal(Basic),
+        "Spans delivered upstream, by exporter, signal and transport";
+    EXPORTER_SENT_METRIC_POINTS = "mcp_health.exporter.sent_metric_points", Counter, "{data_point}", ["exporter", "signal", "transport"], Internal(Basic),
+        "Metric points delivered upstream, by exporter, signal and transport";
+    EXPORTER_SENT_LOG_RECORDS = "mcp_health.exporter.sent_log_records", Counter, "{record}", ["exporter", "signal", "transport"], Internal(Basic),
+        "Log records delivered upstream, by exporter, signal and transport";
+    EXPORTER_SEND_FAILED_SPANS = "mcp_health.exporter.send_failed_spans", Counter, "{span}", ["exporter", "signal", "transport"], Internal(Basic),
+        "Spans given up on (a permanent answer, retries exhausted, or rejected in a partial success)";
+    EXPORTER_SEND_FAILED_METRIC_POINTS = "mcp_health.exporter.send_failed_metric_points", Counter, "{data_point}", ["exporter", "signal", "transport"], Internal(Basic),
+        "Metric points given up on (a permanent answer, retries exhausted, or rejected in a partial success)";
+    EXPORTER_SEND_FAILED_LOG_RECORDS = "mcp_health.exporter.send_failed_log_records", Counter, "{record}", ["exporter", "signal", "transport"], Internal(Basic),
+        "Log records given up on (a permanent answer, retries exhausted, or rejected in a partial success)";
+    EXPORTER_ENQUEUE_FAILED_SPANS = "mcp_health.exporter.enqueue_failed_spans", Counter, "{span}", ["exporter", "signal"], Internal(Basic),
+        "Spans that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)";
+    EXPORTER_ENQUEUE_FAILED_METRIC_POINTS = "mcp_health.exporter.enqueue_failed_metric_points", Counter, "{data_point}", ["exporter", "signal"], Internal(Basic),
+        "Metric points that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)";
+    EXPORTER_ENQUEUE_FAILED_LOG_RECORDS = "mcp_health.exporter.enqueue_failed_log_records", Counter, "{record}", ["exporter", "signal"], Internal(Basic),
+        "Log records that found the exporter queue full (refused to their sender, or dropped when mcp-health made them)";
+    EXPORTER_DROPPED = "mcp_health.exporter.dropped", Counter, "{item}", ["signal", "reason"], Internal(Basic),
+        "Export requests or health spans dropped, by signal and reason";
+    EXPORTER_QUEUE_SIZE = "mcp_health.exporter.queue_size", Gauge, "{request}", ["exporter"], Internal(Basic),
+        "Export requests waiting in (or reserved in) an exporter queue, by exporter (otlp: own output; otlp/passthrough)";
+    EXPORTER_QUEUE_CAPACITY = "mcp_health.exporter.queue_capacity", Gauge, "{request}", ["exporter"], Internal(Basic),
+        "Export requests an exporter queue holds at most (exporters.otlp.sending_queue.queue_size), by exporter";
+
+    // ---- Normal: the engine's bounds and losses, connections, memory ------------------------
+    SPANS_REJECTED = "mcp_health.spans.rejected", Counter, "{span}", ["transport"], Internal(Normal),
+        "Spans rejected inside accepted requests (partial success), by transport";
+    SPANS_LOOPED = "mcp_health.spans.looped", Counter, "{span}", ["transport"], Internal(Normal),
+        "Spans this process had sent itself (health spans or pass-through) received again through an export loop; dropped, by transport";
+    SIGNALS_RECEIVED = "mcp_health.signals.received", Counter, "{item}", ["signal", "transport"], Internal(Normal),
+        "Metric data points and log records received for pass-through, by signal (metrics, logs) and transport";
+    SIGNALS_REFUSED = "mcp_health.signals.refused", Counter, "{item}", ["signal", "transport", "reason"], Internal(Normal),
+        "Metric data points and log records refused (whole requests answered with an error; an unreadable one counts 1), by signal, transport and reason";
+    SIGNALS_DROPPED = "mcp_health.signals.dropped", Counter, "{item}", ["signal", "reason"], Internal(Normal),
+        "Metric data points and log records accepted and not passed on (pass-through is off, or they looped), by signal and reason";
+    ATTRIBUTES_INVALID = "mcp_health.attributes.invalid", Counter, "{attribute}", [], Internal(Normal),
+        "Known attributes whose value had an unusable type";
+    SPANS_LATE = "mcp_health.spans.late", Counter, "{span}", [], Internal(Normal),
+        "Evidence spans that arrived after their chain was decided (each revises a verdict)";
+    SPANS_LATE_DROPPED = "mcp_health.spans.late_dropped", Counter, "{span}", [], Internal(Normal),
+        "Evidence spans for a chain already forgotten (past late_span_window or max_decided): no revision is possible";
+    SPANS_TRUNCATED = "mcp_health.spans.truncated", Counter, "{span}", [], Internal(Normal),
+        "Evidence spans dropped because their chain reached max_spans_per_chain";
+    CHAINS_IN_FLIGHT = "mcp_health.chains.in_flight", Gauge, "{chain}", [], Internal(Normal),
+        "Chains waiting for a decision";
+    CHAINS_EVICTED = "mcp_health.chains.evicted", Counter, "{chain}", [], Internal(Normal),
+        "Chains decided early because the correlator reached a bound";
+    CHAINS_CALLLESS = "mcp_health.chains.callless", Counter, "{chain}", [], Internal(Normal),
+        "Chains that gave no verdict because they hold no MCP request (a verifier or an HTTP span alone)";
+    EVIDENCE_BYTES = "mcp_health.evidence.bytes", Gauge, "By", [], Internal(Normal),
+        "Bytes of evidence held by the correlator";
+    VERDICT_DELAY = "mcp_health.verdict.delay", Histogram, "s", [], Internal(Normal),
+        "Time from a call's end to its first verdict (the wait for late evidence, and the engine's own delay)";
+    VERIFIERS_PARKED = "mcp_health.verifiers.parked", Counter, "{span}", [], Internal(Normal),
+        "Verifier spans that named an operation key before its call arrived, parked until it does";
+    VERIFIERS_PARKED_DROPPED = "mcp_health.verifiers.parked_dropped", Counter, "{span}", [], Internal(Normal),
+        "Parked verifier spans dropped (their call never came within late_span_window, or a key held too many)";
+    STATE_STORE_ERRORS = "mcp_health.state.store_errors", Counter, "{error}", [], Internal(Normal),
+        "Loads, reads and writes of the state store (storage) that failed; the engine went on in memory";
+    STATE_STORE_CONFLICTS = "mcp_health.state.store_conflicts", Counter, "{record}", [], Internal(Normal),
+        "Record writes a shared state store refused because another instance changed the record first (read, merged and written again)";
+    STATE_LEASE_HOLDER = "mcp_health.state.lease_holder", Gauge, "{instance}", [], Internal(Normal),
+        "1 when this instance reports the global gauges (open incidents, convergence) of all instances on a shared store, or runs alone; 0 otherwise";
+    STATE_EVICTED = "mcp_health.state.evicted", Counter, "{entry}", ["table"], Internal(Normal),
+        "Entries a bounded table or cache forgot because it was full, by table";
+    INCIDENTS_UNSHARED = "mcp_health.incidents.unshared", Counter, "{verdict}", [], Internal(Normal),
+        "Verdicts folded into this instance's incidents only, not the shared store's (store unreachable past the bound or at shutdown): their transitions may also come from another instance";
+    VERDICT_LOG_WRITE_ERRORS = "mcp_health.verdict_log.write_errors", Counter, "{record}", [], Internal(Normal),
+        "Verdict-log records lost because a write failed (a full disk); no partial line is left";
+    CONNECTIONS_REFUSED = "mcp_health.connections.refused", Counter, "{connection}", ["listener", "reason"], Internal(Normal),
+        "Connections a listener closed at once because it held max_connections, or whose TLS handshake failed, by listener and reason";
+    CONNECTIONS_TIMED_OUT = "mcp_health.connections.timed_out", Counter, "{connection}", ["listener", "reason"], Internal(Normal),
+        "Connections a listener closed for read_header_timeout or idle_timeout, by listener and reason";
+    MEMORY_RESERVED = "mcp_health.memory.reserved", Gauge, "By", [], Internal(Normal),
+        "Bytes reserved by requests in flight and queued (processors.memory_limiter)";
+    MEMORY_EVIDENCE = "mcp_health.memory.evidence", Gauge, "By", [], Internal(Normal),
+        "Evidence bytes the engine holds, as counted by processors.memory_limiter";
+
+    // ---- Detailed: what only a deep dig needs ------------------------------------------------
+    EXPORTER_SENT = "mcp_health.exporter.sent", Counter, "{request}", ["signal"], Internal(Detailed),
+        "Export requests delivered upstream, by signal (the items they held are in the sent_* counters)";
+    EXPORTER_SPLIT_REQUESTS = "mcp_health.exporter.split_requests", Counter, "{request}", ["signal"], Internal(Detailed),
+        "Export requests split in two because their encoding was larger than exporters.otlp.max_request_bytes, by signal";
+    CONNECTIONS_OPEN = "mcp_health.connections.open", Gauge, "{connection}", ["listener"], Internal(Detailed),
+        "Connections open now, by listener";
+}
+
+/// The declaration of the instrument named `name` (an OpenTelemetry name).
+pub fn find(name: &str) -> Option<&'static Instrument> {
+    ALL.iter().find(|i| i.name == name)
+}
+
+/// The metrics reference (docs/metrics.md), generated from [`ALL`].
+pub fn reference() -> String {
+    use std::fmt::Write;
+    let mut out = String::from(
+        "# Metrics reference\n\n\
+         <!-- Generated from src/emit/instruments.rs by `MCP_HEALTH_WRITE_DOCS=1 cargo test --lib metrics_reference`; \
+         a test fails when this file and the code disagree. Edit the table in the code, not this file. -->\n\n\
+         mcp-health serves its metrics on the Prometheus endpoint (`exporters.prometheus`) and sends \
+         them over OTLP (`exporters.otlp.metrics`). Both carry the same instruments; the Prometheus \
+         names below follow the OpenTelemetry rules for Prometheus compatibility, so a collector that \
+         turns the OTLP metrics into Prometheus series gives the very same names:\n\n\
+         - `.` in a name or attribute key becomes `_` (`server.address` is the label `server_address`);\n\
+         - the unit becomes a suffix: `s` → `_seconds`, `By` → `_bytes`, `1` on a gauge → `_ratio`; \
+         an annotation such as `{call}` is dropped; a name that already ends with its unit gets no second one;\n\
+         - counters end in `_total`; histograms are served as `_bucket`, `_sum` and `_count`.\n\n\
+         Every series also carries `otel_scope_name=\"mcp-health\"` and `otel_scope_version` (the \
+         version of mcp-health), as the collector's Prometheus exporter writes them. The resource \
+         (`service.name`, the SDK's attributes, `OTEL_RESOURCE_ATTRIBUTES`, mcp-health's instance id \
+         `mcp_health.emitter`) is one `target_info` series rather than labels on every series. \
+         A series past `exporters.prometheus.cardinality_limit` is folded into one series labelled \
+         `otel_metric_overflow=\"true\"`.\n\n\
+         Scrapers that ask for OpenMetrics (`Accept: application/openmetrics-text`, as Prometheus \
+         does) get it, with `# UNIT` lines, counter families named without `_total` (their samples \
+         keep it), `target_info` as an `info` family, and exemplars (trace ids) on the buckets of \
+         `mcp_health_call_duration_seconds` and `mcp_health_verdict_delay_seconds`. Anyone else gets \
+         the text format 0.0.4.\n\n\
+         ## Levels\n\n\
+         `service.telemetry.metrics.level` takes the collector's levels and chooses how much of the \
+         service's own telemetry is served; the verdict, incident, catalog and verifier metrics \
+         (level *always*) are what the service is for and are served at every level.\n\n\
+         | level | serves |\n|---|---|\n\
+         | `none` | the *always* metrics only |\n\
+         | `basic` | also intake, export, queues and the process: is the service working |\n\
+         | `normal` (default) | also the engine's bounds and losses, connections refused or timed out, memory |\n\
+         | `detailed` | also request counts beside item counts, split requests, open connections |\n\n\
+         ## Instruments\n\n\
+         | Prometheus name | type | unit | labels | level | description | OpenTelemetry name |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for i in ALL {
+        let n = super::prometheus::names(i.name, i.unit, i.kind);
+        let labels: Vec<String> = i.labels.iter().map(|l| format!("`{}`", super::prometheus::sanitize_name(l))).collect();
+        let labels = if labels.is_empty() { "—".to_string() } else { labels.join(", ") };
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | `{}` | {} | {} | {} | `{}` |",
+            n.sample,
+            i.kind.as_str(),
+            i.unit,
+            labels,
+            i.tier.as_str(),
+            i.description.replace('|', "\\|"),
+            i.name
+        );
+    }
+    out.push_str(
+        "\n`target_info` (gauge; `info` in OpenMetrics) is always served, with one label per \
+         resource attribute.\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_units_are_opentelemetry_units() {
+        let mut seen = std::collections::BTreeSet::new();
+        for i in ALL {
+            assert!(seen.insert(i.name), "{} declared twice", i.name);
+            assert!(i.name.starts_with("mcp_health."), "{}", i.name);
+            let annotation = i.unit.starts_with('{') && i.unit.ends_with('}');
+            assert!(annotation || ["s", "By", "1"].contains(&i.unit), "{}: unit {:?}", i.name, i.unit);
+            assert!(!i.description.is_empty(), "{}", i.name);
+        }
+    }
+
+    /// docs/metrics.md is this table; `MCP_HEALTH_WRITE_DOCS=1` writes it.
+    #[test]
+    fn metrics_reference_matches_the_code() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md");
+        let want = reference();
+        if std::env::var("MCP_HEALTH_WRITE_DOCS").is_ok_and(|v| v == "1") {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/metrics.md differs from the instruments declared in src/emit/instruments.rs; \
+             regenerate it with `MCP_HEALTH_WRITE_DOCS=1 cargo test --lib metrics_reference`"
+        );
+    }
+}
