@@ -328,9 +328,22 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
     // Tasks that live as long as this pipeline, ended when it is (see the end of this function).
     let mut background: Vec<tokio::task::JoinHandle<()>> = Vec::new();
-    let memory = cfg.processors.memory_limiter.as_ref().map(|m| {
-        let limiter = Arc::new(crate::receive::memory::MemoryLimiter::new(m.limit_mib, m.spike_limit_mib));
-        background.push(tokio::spawn(sample_memory(limiter.clone(), m.check_interval)));
+    // Memory is bounded by default: without `processors.memory_limiter` a limiter still runs.
+    let memory_cfg = cfg.processors.memory_limiter.as_ref();
+    let memory_limit = crate::receive::memory::effective_limit(memory_cfg, crate::receive::memory::SystemMemory::read());
+    match &memory_limit {
+        Some(l) => tracing::info!(
+            limit_mib = l.hard >> 20,
+            spike_limit_mib = l.spike >> 20,
+            basis = l.basis.as_str(),
+            "memory limiter: data is refused (retryably) above limit - spike"
+        ),
+        None => tracing::warn!("memory limiter off (processors.memory_limiter.limit_mib: 0): memory is not bounded"),
+    }
+    let memory = memory_limit.map(|l| {
+        let limiter = Arc::new(crate::receive::memory::MemoryLimiter::from_limit(l));
+        let every = memory_cfg.map_or(Duration::from_secs(1), |m| m.check_interval);
+        background.push(tokio::spawn(sample_memory(limiter.clone(), every)));
         crate::emit::metrics::observe_memory_limiter(
             &opentelemetry::metrics::MeterProvider::meter(&metrics.provider, "mcp-health"),
             &limiter,
