@@ -148,9 +148,15 @@ async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Re
 /// will hold at its peak, before decoding; `false` (refused, counted) when that does not fit.
 fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &Bytes, held: &mut Option<Reservation>) -> bool {
     let Some(r) = held else { return true };
-    let per_byte = if enc == Encoding::Json { memory::JSON_DECODED_PER_WIRE_BYTE } else { memory::DECODED_PER_WIRE_BYTE };
     let wire = bytes.len() as u64;
-    if r.resize(wire.saturating_add(wire.saturating_mul(per_byte))) {
+    // JSON expands by its shape (a 3-byte `{}` span is a 200-byte struct): bounded from the text
+    // by one pass over it, not by a multiple of its size.
+    let decoded = match (enc, signal) {
+        (Encoding::Protobuf, _) => wire.saturating_mul(memory::DECODED_PER_WIRE_BYTE),
+        (Encoding::Json, "traces") => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Direct),
+        (Encoding::Json, _) => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Tree),
+    };
+    if r.resize(wire.saturating_add(decoded)) {
         return true;
     }
     st.admission.refused_signal(signal, "http", "memory_limit");
