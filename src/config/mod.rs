@@ -860,7 +860,10 @@ fn d_queue() -> usize {
 /// `$$` is a literal `$`. [`Config::parse`] applies this to each scalar value after parsing, never
 /// to the text; `line` in the error counts within `text`.
 pub fn substitute_env(path: &str, text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
-    subst::expand(text, lookup).map_err(|m| ConfigError::MissingEnv { path: path.into(), var: m.var, line: m.line })
+    subst::expand(text, lookup).map_err(|m| match m.why {
+        subst::Unresolved::EnvNotSet => ConfigError::MissingEnv { path: path.into(), var: m.var, line: m.line },
+        _ => ConfigError::Yaml { path: path.into(), message: format!("line {}: {m}", m.line) },
+    })
 }
 
 impl Config {
