@@ -229,31 +229,9 @@ pub async fn serve(cfg: Config, config_path: ConfigSource, shutdown: impl std::f
     let service_name =
         cfg.service.telemetry.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "mcp-health".into());
 
-    // Exporter settings: config first, then the standard OTEL_* variables.
-    let otlp = cfg.exporters.otlp.clone().or_else(|| {
-        env("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).map(|_| {
-            // The OTEL_* variables configure mcp-health's own telemetry (metrics, health spans),
-            // as the SDK specification says. Pass-through of received spans is only ever
-            // switched on in the configuration: pointed at the collector that feeds
-            // mcp-health, a variable alone made every span loop.
-            let mut o: crate::config::OtlpExporter = serde_yaml_ng::from_str("{}").unwrap_or_else(|_| unreachable!("defaults deserialize"));
-            o.passthrough = false;
-            o
-        })
-    });
-    // Where each signal goes, over which transport: the file, then the OTLP exporter
-    // specification's variables (see `emit::otlp_target`).
-    let targets = match &otlp {
-        Some(o) => crate::emit::otlp_target::resolve(o, &env)?,
-        None => Default::default(),
-    };
-    // An exporter target that is one of this service's own receivers (from the file or from an
-    // OTEL_EXPORTER_OTLP_* variable, which `validate` cannot see): refused, never a loop.
-    for t in [&targets.traces, &targets.metrics, &targets.logs].into_iter().flatten() {
-        if let Some(why) = cfg.export_loop(&t.url) {
-            return Err(ServeError::ExportLoop(why));
-        }
-    }
+    // Exporter settings: config first, then the standard OTEL_* variables; the same checks
+    // `validate` runs.
+    let crate::cli::validate::Prepared { otlp, targets } = crate::cli::validate::prepare(&cfg, &env)?;
     let prom_cfg = cfg.exporters.prometheus.clone();
     // Two queues, each with its own workers: pass-through (what clients sent), and mcp-health's
     // own output (health spans, incident records, own metrics). A backend that is slow for one
