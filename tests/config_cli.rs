@@ -91,6 +91,9 @@ fn serve_set_moves_the_receiver_of_the_embedded_default() {
     assert!(listening, "the receiver and the health check moved to the --set ports");
 }
 
+/// (what, the YAML, environment variables, the key both messages must name)
+type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, &'a str);
+
 /// What `serve` refuses at start, `validate` refuses too, with the same message key: the checks
 /// `serve` runs before binding are the ones `validate` runs (the `OTEL_EXPORTER_OTLP_*`
 /// variables, endpoint schemes, config providers, the memory limiter's keys, certificates, the
@@ -106,7 +109,7 @@ fn validate_refuses_what_serve_refuses_with_the_same_key() {
     };
     let exporter = |endpoint: &str| format!("exporters:\n  otlp:\n    endpoint: {endpoint}\n");
     let dead = "http://127.0.0.1:1";
-    let cases: Vec<(&str, String, Vec<(&str, &str)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "unknown OTLP protocol",
             base(0, ""),

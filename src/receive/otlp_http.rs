@@ -64,7 +64,7 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
         Ok(b) => b,
         Err(r) => return r,
     };
-    if let Err(r) = reserve_decode(&st, "traces", enc, &bytes, &mut held) {
+    if let Some(r) = reserve_decode(&st, "traces", enc, &bytes, &mut held) {
         return r;
     }
     let admitted = match enc {
@@ -99,7 +99,7 @@ async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) ->
         Ok(b) => b,
         Err(r) => return r,
     };
-    if let Err(r) = reserve_decode(&st, "metrics", enc, &bytes, &mut held) {
+    if let Some(r) = reserve_decode(&st, "metrics", enc, &bytes, &mut held) {
         return r;
     }
     let req = match enc {
@@ -127,7 +127,7 @@ async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Re
         Ok(b) => b,
         Err(r) => return r,
     };
-    if let Err(r) = reserve_decode(&st, "logs", enc, &bytes, &mut held) {
+    if let Some(r) = reserve_decode(&st, "logs", enc, &bytes, &mut held) {
         return r;
     }
     let req = match enc {
@@ -145,17 +145,11 @@ async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Re
 }
 
 /// Under the memory limiter, grow the request's reservation to what decoding `bytes` will hold
-/// at its peak, before decoding; refused (and counted) when that does not fit: retryably (503)
+/// at its peak, before decoding; the refusal (counted) when that does not fit: retryably (503)
 /// when it does not fit now, for good (413) when it could not fit even in an idle process (a
 /// body of empty JSON spans decodes to 100 times its size).
-fn reserve_decode(
-    st: &HttpState,
-    signal: &'static str,
-    enc: Encoding,
-    bytes: &Bytes,
-    held: &mut Option<Reservation>,
-) -> Result<(), Response> {
-    let Some(r) = held else { return Ok(()) };
+fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &Bytes, held: &mut Option<Reservation>) -> Option<Response> {
+    let Some(r) = held else { return None };
     let wire = bytes.len() as u64;
     // JSON expands by its shape (a 3-byte `{}` span is a 264-byte struct): bounded from the text
     // by one pass over it, not by a multiple of its size.
@@ -166,16 +160,16 @@ fn reserve_decode(
     };
     let need = wire.saturating_add(decoded);
     if r.resize(need) {
-        return Ok(());
+        return None;
     }
     let soft = st.admission.memory.as_ref().map_or(u64::MAX, |m| m.limits().0);
     if need > soft {
         st.admission.refused_signal(signal, "http", "too_large");
         let msg = format!("decoding this body needs up to {} MiB, more than the memory limit allows; send smaller requests", need >> 20);
-        return Err(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &msg));
+        return Some(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &msg));
     }
     st.admission.refused_signal(signal, "http", "memory_limit");
-    Err(busy(enc))
+    Some(busy(enc))
 }
 
 /// Media type, body within the limit, decompressed within the limit; or the error answer.
