@@ -240,7 +240,7 @@ fn effective_limit(stderr: &str) -> Option<(u64, u64)> {
 /// limit, 512 MiB without one) now holds it: the peak resident set stays under the limit plus
 /// [`FIXED_OVERHEAD_MIB`], and what does not fit is refused retryably.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "fails today: the embedded default reached 566 MiB RSS under its 512 MiB default limit and some gRPC connections were reset; not yet diagnosed"]
+#[ignore = "fails today: peak 566-592 MiB under the 512 MiB default (+64 MiB allowed), once a gRPC connection reset; not yet diagnosed"]
 async fn the_embedded_default_bounds_memory_with_the_backend_down() {
     let dead = dead_port();
     let svc = DefaultService::start(&[("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{}", dead.port))]).await;
