@@ -410,26 +410,9 @@ impl Pipeline {
             cfg.service.telemetry.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "mcp-health".into());
 
         // Exporter settings: config first, then the standard OTEL_* variables.
-        let otlp = cfg.exporters.otlp.clone().or_else(|| {
-            env("OTEL_EXPORTER_OTLP_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).map(|_| {
-                // The OTEL_* variables configure mcp-health's own telemetry (metrics, health spans),
-                // as the SDK specification says. Pass-through of received spans is only ever
-                // switched on in the configuration: pointed at the collector that feeds
-                // mcp-health, a variable alone made every span loop.
-                let mut o: crate::config::OtlpExporter =
-                    serde_yaml_ng::from_str("{}").unwrap_or_else(|_| unreachable!("defaults deserialize"));
-                o.passthrough = false;
-                o
-            })
-        });
-        // Where each signal goes, over which transport: the file, then the OTLP exporter
-        // specification's variables (see `emit::otlp_target`).
-        let targets = match &otlp {
-            Some(o) => crate::emit::otlp_target::resolve(o, &env)?,
-            None => Default::default(),
-        };
-        // An exporter target that is one of this service's own receivers (from the file or from an
-        // OTEL_EXPORTER_OTLP_* variable, which `validate` cannot see): refused, never a loop.
+        // Exporter settings: config first, then the standard OTEL_* variables; the same checks
+        // `validate` runs (environment, endpoints, an exporter pointed at this service itself).
+        let crate::cli::validate::Prepared { otlp, targets } = crate::cli::validate::prepare(cfg, &env)?;
         let target_urls: Vec<String> =
             [&targets.traces, &targets.metrics, &targets.logs].into_iter().flatten().map(|t| t.url.clone()).collect();
         for url in &target_urls {
@@ -527,9 +510,22 @@ impl Pipeline {
         status.watch_queue("engine_ingest", &ingest_tx);
         // Tasks that live as long as the service, ended when it is (see `drain`).
         let mut background: Vec<JoinHandle<()>> = Vec::new();
-        let memory = cfg.processors.memory_limiter.as_ref().map(|m| {
-            let limiter = Arc::new(crate::receive::memory::MemoryLimiter::new(m.limit_mib, m.spike_limit_mib));
-            background.push(tokio::spawn(sample_memory(limiter.clone(), m.check_interval)));
+        // Memory is bounded by default: without `processors.memory_limiter` a limiter still runs.
+        let memory_cfg = cfg.processors.memory_limiter.as_ref();
+        let memory_limit = crate::receive::memory::effective_limit(memory_cfg, crate::receive::memory::SystemMemory::read());
+        match &memory_limit {
+            Some(l) => tracing::info!(
+                limit_mib = l.hard >> 20,
+                spike_limit_mib = l.spike >> 20,
+                basis = l.basis.as_str(),
+                "memory limiter: data is refused (retryably) above limit - spike"
+            ),
+            None => tracing::warn!("memory limiter off (processors.memory_limiter.limit_mib: 0): memory is not bounded"),
+        }
+        let memory = memory_limit.map(|l| {
+            let limiter = Arc::new(crate::receive::memory::MemoryLimiter::from_limit(l));
+            let every = memory_cfg.map_or(Duration::from_secs(1), |m| m.check_interval);
+            background.push(tokio::spawn(sample_memory(limiter.clone(), every)));
             crate::emit::metrics::observe_memory_limiter(
                 &crate::emit::metrics::meter(&metrics.provider),
                 &limiter,

@@ -257,19 +257,28 @@ pub struct Processors {
     pub memory_limiter: Option<MemoryLimiterConfig>,
 }
 
-/// `processors.memory_limiter`, with the collector's keys and defaults.
+/// `processors.memory_limiter`, with the collector's keys and defaults. Absent, the service still
+/// runs one (see `receive::memory::effective_limit`): 80 % of the cgroup's memory limit, or
+/// 512 MiB where none is set. `limit_mib: 0` switches it off.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryLimiterConfig {
     /// How often memory is sampled.
     #[serde(default = "d_1s", with = "humantime_serde")]
     pub check_interval: Duration,
-    /// The hard limit (the process's resident set), in MiB.
+    /// The hard limit (the process's resident set), in MiB; `0` switches the limiter off.
     #[serde(default)]
-    pub limit_mib: u64,
-    /// The allowance above the soft limit, in MiB (default: a fifth of `limit_mib`).
+    pub limit_mib: Option<u64>,
+    /// The allowance above the soft limit, in MiB (default: a fifth of the limit).
     #[serde(default)]
     pub spike_limit_mib: Option<u64>,
+    /// The hard limit as a percentage of the memory available: the cgroup's limit, else the
+    /// host's total (as the collector's). Exclusive with `limit_mib`.
+    #[serde(default)]
+    pub limit_percentage: Option<u64>,
+    /// The spike allowance as a percentage of the same total (default: a fifth of the limit).
+    #[serde(default)]
+    pub spike_limit_percentage: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -948,7 +957,10 @@ fn d_queue() -> usize {
 /// `$$` is a literal `$`. [`Config::parse`] applies this to each scalar value after parsing, never
 /// to the text; `line` in the error counts within `text`.
 pub fn substitute_env(path: &str, text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
-    subst::expand(text, lookup).map_err(|m| ConfigError::MissingEnv { path: path.into(), var: m.var, line: m.line })
+    subst::expand(text, lookup).map_err(|m| match m.why {
+        subst::Unresolved::EnvNotSet => ConfigError::MissingEnv { path: path.into(), var: m.var, line: m.line },
+        _ => ConfigError::Yaml { path: path.into(), message: format!("line {}: {m}", m.line) },
+    })
 }
 
 impl Config {
@@ -1015,14 +1027,8 @@ impl Config {
             }
         }
         if let Some(m) = &self.processors.memory_limiter {
-            if m.limit_mib == 0 {
-                return bad("processors.memory_limiter.limit_mib", "must be set (MiB, greater than zero)");
-            }
-            if m.spike_limit_mib.is_some_and(|s| s >= m.limit_mib) {
-                return bad("processors.memory_limiter.spike_limit_mib", "must be smaller than limit_mib");
-            }
-            if m.check_interval.is_zero() {
-                return bad("processors.memory_limiter.check_interval", "must be greater than zero");
+            if let Err((key, message)) = crate::receive::memory::check_config(m) {
+                return bad(&format!("processors.memory_limiter.{key}"), message);
             }
         }
         if self.service.runtime.worker_threads.is_some_and(|n| !(1..=1024).contains(&n)) {
@@ -1596,7 +1602,7 @@ mod tests {
     fn the_memory_limiter_takes_the_collector_keys() {
         let t = "processors:\n  memory_limiter:\n    check_interval: 2s\n    limit_mib: 512\n    spike_limit_mib: 128\n";
         let m = Config::parse("c.yaml", t, &env).unwrap().processors.memory_limiter.unwrap();
-        assert_eq!((m.check_interval, m.limit_mib, m.spike_limit_mib), (Duration::from_secs(2), 512, Some(128)));
+        assert_eq!((m.check_interval, m.limit_mib, m.spike_limit_mib), (Duration::from_secs(2), Some(512), Some(128)));
         for (bad, key) in [
             ("processors:\n  memory_limiter:\n", "limit_mib"),
             ("processors:\n  memory_limiter:\n    limit_mib: 100\n    spike_limit_mib: 100\n", "spike_limit_mib"),

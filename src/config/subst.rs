@@ -1,4 +1,9 @@
-//! `${env:VAR}` substitution per scalar value, after the YAML is parsed.
+//! `${env:VAR}` and `${file:PATH}` substitution per scalar value, after the YAML is parsed.
+//!
+//! The providers are the collector's `env` (the default scheme: `${VAR}`) and `file`: the file's
+//! content, less one final newline (the collector parses a retrieved value as YAML, which drops
+//! it), read as the value's text. Any other scheme (`${http:…}`, `${yaml:…}`) is refused by name
+//! rather than looked up as a variable that is not set.
 //!
 //! The text is never rewritten: the YAML parser reads it first (so comments are never looked at),
 //! and each scalar *value* is expanded as it is deserialized, so a substituted value is always one
@@ -18,11 +23,57 @@ use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, IntoDeserialize
 /// Where variables are looked up (the process environment, or a table in tests).
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
-/// A variable that is not set and has no default; `line` counts from 1 within the expanded string.
+/// A reference that cannot be resolved; `line` counts from 1 within the expanded string.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Missing {
+    /// The variable's name, the file's path or the unsupported scheme.
     pub var: String,
     pub line: usize,
+    pub why: Unresolved,
+}
+
+/// Why a reference could not be resolved.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unresolved {
+    /// `${env:VAR}` with `VAR` not set and no default.
+    EnvNotSet,
+    /// `${file:PATH}` that cannot be read (the I/O error's kind; never the content).
+    File(std::io::ErrorKind),
+    /// `${scheme:…}` with a scheme other than `env` and `file`.
+    Scheme,
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.why {
+            Unresolved::EnvNotSet => {
+                write!(f, "environment variable {var} is not set; use ${{env:{var}:-default}} for a fallback", var = self.var)
+            }
+            Unresolved::File(kind) => write!(f, "config provider file: cannot read {} ({kind})", self.var),
+            Unresolved::Scheme => write!(f, "config provider {}: is not supported (env and file are)", self.var),
+        }
+    }
+}
+
+/// The scheme of a reference's body (`file` in `file:/p`), if it has one: letters first, then
+/// letters, digits, `+`, `.`, `-`; a `:-` is a default, not a scheme (`${VAR:-x}`).
+fn scheme(inner: &str) -> Option<(&str, &str)> {
+    let (s, rest) = inner.split_once(':')?;
+    let ok = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-' | '_'));
+    (ok && !rest.starts_with('-')).then_some((s, rest))
+}
+
+/// `${file:PATH}`: the file's content less one final newline.
+fn read_file(path: &str) -> Result<String, std::io::ErrorKind> {
+    let mut text = std::fs::read_to_string(path).map_err(|e| e.kind())?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
 }
 
 /// Expand `${env:VAR}`, `${VAR}` and `${env:VAR:-default}` in one string; `$$` is a literal `$`,
@@ -39,14 +90,24 @@ pub fn expand(text: &str, lookup: Lookup) -> Result<String, Missing> {
                 rest = stripped;
             } else if let (Some(body), Some(end)) = (after.strip_prefix('{'), after.find('}')) {
                 let inner = &body[..end - 1];
-                let inner = inner.strip_prefix("env:").unwrap_or(inner);
+                let missing = |var: &str, why| Missing { var: var.into(), line: n + 1, why };
+                let inner = match scheme(inner) {
+                    Some(("env", rest)) => rest,
+                    Some(("file", path)) => {
+                        out.push_str(&read_file(path).map_err(|k| missing(path, Unresolved::File(k)))?);
+                        rest = &after[end + 1..];
+                        continue;
+                    }
+                    Some((other, _)) => return Err(missing(other, Unresolved::Scheme)),
+                    None => inner,
+                };
                 let (var, default) = match inner.split_once(":-") {
                     Some((v, d)) => (v, Some(d)),
                     None => (inner, None),
                 };
                 match lookup(var).or(default.map(str::to_string)) {
                     Some(v) => out.push_str(&v),
-                    None => return Err(Missing { var: var.into(), line: n + 1 }),
+                    None => return Err(missing(var, Unresolved::EnvNotSet)),
                 }
                 rest = &after[end + 1..];
             } else {
@@ -70,9 +131,7 @@ impl Env<'_> {
         if !s.contains('$') {
             return Ok(None);
         }
-        expand(s, self.lookup).map(Some).map_err(|m| {
-            E::custom(format_args!("environment variable {var} is not set; use ${{env:{var}:-default}} for a fallback", var = m.var))
-        })
+        expand(s, self.lookup).map(Some).map_err(|m| E::custom(m))
     }
 }
 
@@ -547,5 +606,38 @@ impl<'de> Visitor<'de> for Key<'_> {
             true if self.last => Err(E::custom(FOUND)),
             matched => Ok(matched),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn none(_: &str) -> Option<String> {
+        None
+    }
+
+    /// `${file:PATH}` is the file's content less one final newline, as the collector's file
+    /// provider; an unreadable file and an unknown scheme are refused by name, never read as a
+    /// variable that is not set.
+    #[test]
+    fn file_references_are_read_and_other_schemes_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("token");
+        std::fs::write(&p, "s3cret\n").unwrap();
+        let crlf = dir.path().join("crlf");
+        std::fs::write(&crlf, "two\nlines\r\n").unwrap();
+        let t = format!("Bearer ${{file:{}}}|${{file:{}}}", p.display(), crlf.display());
+        assert_eq!(expand(&t, &none).unwrap(), "Bearer s3cret|two\nlines");
+        let gone = dir.path().join("gone");
+        let e = expand(&format!("${{file:{}}}", gone.display()), &none).unwrap_err();
+        assert_eq!(e.why, Unresolved::File(std::io::ErrorKind::NotFound));
+        assert!(e.to_string().contains("config provider file") && e.to_string().contains("gone"), "{e}");
+        let e = expand("${http://example.com/c}", &none).unwrap_err();
+        assert_eq!((e.var.as_str(), &e.why), ("http", &Unresolved::Scheme));
+        assert!(e.to_string().contains("config provider http: is not supported"), "{e}");
+        // `env:` and no scheme are variables; a `:-` is a default, not a scheme.
+        assert_eq!(expand("${env:A}${B:-x}", &|v| (v == "A").then(|| "a".to_string())).unwrap(), "ax");
+        assert_eq!(expand("${NOPE}", &none).unwrap_err().why, Unresolved::EnvNotSet);
     }
 }

@@ -140,6 +140,10 @@ pub enum TargetError {
     TlsWithHttp(String),
     #[error("exporter TLS ({0}): {1}")]
     Tls(String, TlsClientError),
+    /// An endpoint with a scheme the exporter cannot send to (`unix://`): named, not sent to
+    /// `http://` with the path as its host. Only the scheme is shown (the rest may hold credentials).
+    #[error("exporter endpoint: the {0}:// scheme is not supported (use http://, https:// or host:port)")]
+    Scheme(String),
 }
 
 /// Resolve the targets of `o` with the variables `env` reads (empty values count as unset).
@@ -236,6 +240,12 @@ fn build(
     }
     // A base URL loses a trailing `/` before the signal's path is appended; a signal's own URL is kept.
     let endpoint = if appended { endpoint.trim().trim_end_matches('/') } else { endpoint.trim() }.to_string();
+    if let Some((scheme, _)) = endpoint.split_once("://") {
+        if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+            let shown: String = scheme.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')).take(32).collect();
+            return Err(TargetError::Scheme(shown));
+        }
+    }
     let use_tls = if endpoint.starts_with("https://") {
         true
     } else if endpoint.starts_with("http://") {
@@ -335,6 +345,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && e.contains("thrift"), "{e}");
+    }
+
+    /// A `unix://` endpoint (file or variable) is refused by its scheme, not sent to
+    /// `http:///path`; what follows the scheme (it may hold credentials) is not shown.
+    #[test]
+    fn an_endpoint_scheme_other_than_http_is_refused_by_name() {
+        for (o, vars) in [
+            (exporter("{endpoint: 'unix:///run/otel.sock'}"), vec![]),
+            (exporter("{}"), vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "unix://user:secret@/run/otel.sock")]),
+        ] {
+            let e = resolve(&o, &with(&vars)).unwrap_err().to_string();
+            assert!(e.contains("unix://") && !e.contains("secret") && !e.contains("otel.sock"), "{e}");
+        }
+        assert!(resolve(&exporter("{endpoint: 'HTTP://c:4317'}"), &with(&[])).is_ok());
+        assert!(resolve(&exporter("{endpoint: 'c:4317'}"), &with(&[])).is_ok());
     }
 
     #[test]

@@ -165,10 +165,19 @@ impl ConnState {
     fn check(&self) -> Result<u64, Closed> {
         let now = self.now();
         let header = self.limits.read_header_timeout.as_millis() as u64;
-        if self.requests.load(Ordering::Acquire) == 0 {
-            return if now >= header { Err(Closed::ReadHeader) } else { Ok(header) };
-        }
+        // Both clocks run from the start: a connection that sends nothing is idle, and an
+        // `idle_timeout` shorter than `read_header_timeout` closes it first (it was held for the
+        // header-read time whatever the idle timeout said).
         let idle_at = self.last_active.load(Ordering::Acquire) + self.limits.idle_timeout.as_millis() as u64;
+        if self.requests.load(Ordering::Acquire) == 0 {
+            return if now >= header {
+                Err(Closed::ReadHeader)
+            } else if now >= idle_at {
+                Err(Closed::Idle)
+            } else {
+                Ok(header.min(idle_at))
+            };
+        }
         if now >= idle_at {
             return Err(Closed::Idle);
         }
@@ -471,7 +480,8 @@ impl Listener {
                 expired: AtomicBool::new(false),
             });
             OPEN[name as usize].fetch_add(1, Ordering::Relaxed);
-            let timer = Box::pin(tokio::time::sleep(self.limits.read_header_timeout));
+            // The first deadline: whichever of the two clocks ends first (see `ConnState::check`).
+            let timer = Box::pin(tokio::time::sleep(self.limits.read_header_timeout.min(self.limits.idle_timeout)));
             let io = Guarded { inner: stream, state: state.clone(), listener: name, remote: Some(remote), timer, _permit: permit };
             match &self.tls {
                 None => {
@@ -655,5 +665,54 @@ mod tests {
             accepting.await.unwrap();
             TcpListener::bind(addr).await.expect("the port is free");
         }
+    }
+
+    fn closed(l: ListenerName, why: Closed) -> u64 {
+        closed_counts().find(|(n, c, _)| *n == l && *c == why).map_or(0, |(_, _, v)| v)
+    }
+
+    /// `idle_timeout` shorter than `read_header_timeout`: a connection that sends nothing is
+    /// closed at the idle timeout (it was held for the header-read time), and so is one that is
+    /// idle after a request.
+    #[tokio::test]
+    async fn idle_timeout_shorter_than_read_header_timeout_closes_at_idle() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        // The header-read time is far beyond what the test waits: only the idle timeout can close.
+        let limits = ConnectionLimits {
+            read_header_timeout: Duration::from_secs(3600),
+            idle_timeout: Duration::from_millis(300),
+            max_connections: 8,
+        };
+        let before = closed(ListenerName::Gate, Closed::Idle);
+        let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_http(Listener::new(tcp, ListenerName::Gate, limits, None, Protocol::Http1), app, async {
+            let _ = stopped.await;
+        }));
+        let silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut after_request = tokio::net::TcpStream::connect(addr).await.unwrap();
+        after_request.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut head = [0u8; 12];
+        after_request.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        // Closed by the server: the read ends (EOF or reset) instead of waiting for an hour.
+        for (what, mut s) in [("a silent connection", silent), ("a connection idle after a request", after_request)] {
+            let mut buf = [0u8; 256];
+            let closed = tokio::time::timeout(Duration::from_secs(60), async {
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => continue,
+                    }
+                }
+            })
+            .await;
+            assert!(closed.is_ok(), "{what} was not closed at the idle timeout");
+        }
+        assert!(closed(ListenerName::Gate, Closed::Idle) >= before + 2, "both counted as idle");
+        let _ = stop.send(());
+        server.await.unwrap();
     }
 }

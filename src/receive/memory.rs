@@ -31,12 +31,6 @@ use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValu
 /// 80 bytes inline); 5 leaves room for the allocator's size classes.
 pub const DECODED_PER_WIRE_BYTE: u64 = 5;
 
-/// The same for OTLP/JSON bodies, which are read through a `serde_json::Value` tree first (every
-/// node a 32-byte enum, every key and string its own allocation), so the tree, the text and the
-/// decoded structs (1.55× the JSON text, measured) are alive together at the peak. An estimate
-/// with room, not a measurement of the tree.
-pub const JSON_DECODED_PER_WIRE_BYTE: u64 = 8;
-
 /// Where the process stands against its memory limit.
 #[derive(Debug)]
 pub struct MemoryLimiter {
@@ -88,15 +82,30 @@ impl MemoryLimiter {
     /// collector's default: a fifth of the limit). The current resident set is the floor of what
     /// is not reserved.
     pub fn new(limit_mib: u64, spike_limit_mib: Option<u64>) -> MemoryLimiter {
+        let hard = limit_mib << 20;
+        Self::from_limit(EffectiveLimit {
+            hard,
+            spike: spike_limit_mib.map_or(hard / 5, |s| s << 20).min(hard),
+            basis: LimitBasis::LimitMib,
+        })
+    }
+
+    /// A limiter holding `limit` (see [`effective_limit`]).
+    pub fn from_limit(limit: EffectiveLimit) -> MemoryLimiter {
         if let Some(f) = ALLOCATOR_HOOK.get() {
             f();
         }
-        Self::with_floor(limit_mib, spike_limit_mib, process_rss().unwrap_or(0))
+        Self::with_bytes(limit.hard, limit.spike, process_rss().unwrap_or(0))
     }
 
+    #[cfg(test)]
     fn with_floor(limit_mib: u64, spike_limit_mib: Option<u64>, floor: u64) -> MemoryLimiter {
         let hard = limit_mib << 20;
-        let spike = spike_limit_mib.map_or(hard / 5, |s| s << 20).min(hard);
+        Self::with_bytes(hard, spike_limit_mib.map_or(hard / 5, |s| s << 20), floor)
+    }
+
+    fn with_bytes(hard: u64, spike: u64, floor: u64) -> MemoryLimiter {
+        let spike = spike.min(hard);
         MemoryLimiter {
             soft: hard - spike,
             hard,
@@ -172,6 +181,168 @@ impl MemoryLimiter {
 
     pub fn limits(&self) -> (u64, u64) {
         (self.soft, self.hard)
+    }
+}
+
+/// The memory limit when `processors.memory_limiter` is absent: this share of the cgroup's limit
+/// (a container's), as the collector's `limit_percentage`.
+pub const DEFAULT_LIMIT_PERCENTAGE: u64 = 80;
+
+/// The memory limit when `processors.memory_limiter` is absent and no cgroup limit is set: an
+/// unbounded default let a dead backend take the process to 2 GB (3.4 MiB requests queued).
+pub const DEFAULT_LIMIT_MIB: u64 = 512;
+
+/// A cgroup "limit" at or above this is no limit (cgroup v1 writes `9223372036854771712`).
+const NO_CGROUP_LIMIT: u64 = 1 << 60;
+
+/// The limits the service runs with, and where they came from (logged at start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EffectiveLimit {
+    /// The hard limit, in bytes.
+    pub hard: u64,
+    /// The spike allowance, in bytes (the soft limit is `hard - spike`).
+    pub spike: u64,
+    pub basis: LimitBasis,
+}
+
+/// Why the limit is what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitBasis {
+    /// `limit_mib` in the configuration.
+    LimitMib,
+    /// `limit_percentage` of this many bytes (the cgroup's limit, else the host's memory).
+    Percentage { of: u64, cgroup: bool },
+    /// No `memory_limiter` configured: [`DEFAULT_LIMIT_PERCENTAGE`] of the cgroup's limit.
+    DefaultCgroup { of: u64 },
+    /// No `memory_limiter` configured and no cgroup limit: [`DEFAULT_LIMIT_MIB`].
+    DefaultFixed,
+}
+
+impl LimitBasis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitBasis::LimitMib => "limit_mib",
+            LimitBasis::Percentage { .. } => "limit_percentage",
+            LimitBasis::DefaultCgroup { .. } => "default: 80% of the cgroup memory limit",
+            LimitBasis::DefaultFixed => "default: 512 MiB (no cgroup memory limit)",
+        }
+    }
+}
+
+/// The memory this process may use, as the collector's `memory_limiter` reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SystemMemory {
+    /// The cgroup's limit (v2 `memory.max`, v1 `memory.limit_in_bytes`), if one is set.
+    pub cgroup: Option<u64>,
+    /// The host's `MemTotal`.
+    pub host: Option<u64>,
+}
+
+impl SystemMemory {
+    /// Read from `/proc` and `/sys/fs/cgroup` (Linux; elsewhere nothing is known).
+    pub fn read() -> SystemMemory {
+        let cgroup =
+            std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|c| cgroup_limit(std::path::Path::new("/sys/fs/cgroup"), &c));
+        let host = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+        });
+        SystemMemory { cgroup: cgroup.filter(|c| host.is_none_or(|h| *c < h)), host }
+    }
+}
+
+/// The memory limit of the cgroup `proc_self_cgroup` (the text of `/proc/self/cgroup`) names,
+/// under the cgroup file system at `root`: v2 (`0::/path` → `memory.max`) first, then v1
+/// (`N:memory:/path` → `memory/…/memory.limit_in_bytes`). In a container the cgroup is often
+/// mounted as its own root, so the root's file is read when the named path is not there.
+/// `max` or a huge value: no limit.
+pub fn cgroup_limit(root: &std::path::Path, proc_self_cgroup: &str) -> Option<u64> {
+    let read = |p: std::path::PathBuf| -> Option<Option<u64>> {
+        let t = std::fs::read_to_string(p).ok()?;
+        let t = t.trim();
+        Some(if t == "max" { None } else { t.parse::<u64>().ok().filter(|v| *v > 0 && *v < NO_CGROUP_LIMIT) })
+    };
+    let rel = |path: &str| path.trim_start_matches('/').to_string();
+    for line in proc_self_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let found = if id == "0" && controllers.is_empty() {
+            read(root.join(rel(path)).join("memory.max")).or_else(|| read(root.join("memory.max")))
+        } else if controllers.split(',').any(|c| c == "memory") {
+            let v1 = root.join("memory");
+            read(v1.join(rel(path)).join("memory.limit_in_bytes")).or_else(|| read(v1.join("memory.limit_in_bytes")))
+        } else {
+            None
+        };
+        if let Some(Some(limit)) = found {
+            return Some(limit);
+        }
+    }
+    None
+}
+
+/// The keys of `processors.memory_limiter` that do not go together: `Err((key, why))`.
+pub fn check_config(m: &crate::config::MemoryLimiterConfig) -> Result<(), (&'static str, &'static str)> {
+    if m.check_interval.is_zero() {
+        return Err(("check_interval", "must be greater than zero"));
+    }
+    match (m.limit_mib, m.limit_percentage) {
+        (Some(_), Some(_)) => return Err(("limit_percentage", "must not be set together with limit_mib (choose one)")),
+        (None, None) => return Err(("limit_mib", "must be set (MiB, greater than zero; 0 switches the limiter off), or limit_percentage")),
+        _ => {}
+    }
+    if m.spike_limit_mib.is_some() && m.spike_limit_percentage.is_some() {
+        return Err(("spike_limit_percentage", "must not be set together with spike_limit_mib (choose one)"));
+    }
+    if let Some(l) = m.limit_mib {
+        if m.spike_limit_percentage.is_some() {
+            return Err(("spike_limit_percentage", "goes with limit_percentage; with limit_mib use spike_limit_mib"));
+        }
+        if l > 0 && m.spike_limit_mib.is_some_and(|s| s >= l) {
+            return Err(("spike_limit_mib", "must be smaller than limit_mib"));
+        }
+    }
+    if let Some(p) = m.limit_percentage {
+        if !(1..=100).contains(&p) {
+            return Err(("limit_percentage", "must be from 1 to 100"));
+        }
+        if m.spike_limit_mib.is_some() {
+            return Err(("spike_limit_mib", "goes with limit_mib; with limit_percentage use spike_limit_percentage"));
+        }
+        if m.spike_limit_percentage.is_some_and(|s| s >= p) {
+            return Err(("spike_limit_percentage", "must be smaller than limit_percentage"));
+        }
+    }
+    Ok(())
+}
+
+/// The limits to run with: the configured ones, or the default when none is configured; `None`
+/// when `limit_mib: 0` switches the limiter off (or a percentage has nothing to be taken of).
+pub fn effective_limit(cfg: Option<&crate::config::MemoryLimiterConfig>, sys: SystemMemory) -> Option<EffectiveLimit> {
+    // The collector's default spike allowance: a fifth of the limit.
+    let with_spike = |hard: u64, spike: Option<u64>, basis| EffectiveLimit { hard, spike: spike.unwrap_or(hard / 5).min(hard), basis };
+    let Some(m) = cfg else {
+        return Some(match sys.cgroup {
+            Some(of) => with_spike(of.saturating_mul(DEFAULT_LIMIT_PERCENTAGE) / 100, None, LimitBasis::DefaultCgroup { of }),
+            None => with_spike(DEFAULT_LIMIT_MIB << 20, None, LimitBasis::DefaultFixed),
+        });
+    };
+    match (m.limit_mib, m.limit_percentage) {
+        (Some(0), _) => None,
+        (Some(l), _) => Some(with_spike(l << 20, m.spike_limit_mib.map(|s| s << 20), LimitBasis::LimitMib)),
+        (None, Some(p)) => {
+            let (of, cgroup) = match (sys.cgroup, sys.host) {
+                (Some(c), _) => (c, true),
+                (None, Some(h)) => (h, false),
+                (None, None) => return None,
+            };
+            Some(with_spike(
+                of.saturating_mul(p) / 100,
+                m.spike_limit_percentage.map(|s| of.saturating_mul(s) / 100),
+                LimitBasis::Percentage { of, cgroup },
+            ))
+        }
+        (None, None) => None,
     }
 }
 
@@ -346,8 +517,8 @@ mod tests {
         assert!(m.reserve(11 << 20).is_none());
     }
 
-    /// The figure behind [`DECODED_PER_WIRE_BYTE`] and [`JSON_DECODED_PER_WIRE_BYTE`]: what a
-    /// decoded request of realistic MCP spans holds, per byte of its encodings.
+    /// The figure behind [`DECODED_PER_WIRE_BYTE`]: what a decoded request of realistic MCP spans
+    /// holds, per byte of its encoding (JSON: see `otlp_json::decoded_bound`).
     #[test]
     fn decoded_requests_cost_what_the_reservation_says() {
         let req = crate::loadgen::build_request(1, 3000);
@@ -357,9 +528,113 @@ mod tests {
         let ratio = heap as f64 / wire.len() as f64;
         eprintln!("decoded heap {heap} B / protobuf wire {} B = {ratio:.2}", wire.len());
         assert!(ratio > 1.0 && ratio < DECODED_PER_WIRE_BYTE as f64, "{ratio}");
-        let json = serde_json::to_vec(&decoded).unwrap();
-        let json_ratio = heap as f64 / json.len() as f64;
-        eprintln!("decoded heap / JSON wire {} B = {json_ratio:.2}", json.len());
-        assert!(json_ratio < JSON_DECODED_PER_WIRE_BYTE as f64);
+    }
+
+    fn limiter(yaml: &str) -> crate::config::MemoryLimiterConfig {
+        serde_yaml_ng::from_str(yaml).unwrap()
+    }
+
+    /// Bounded by default: 80 % of a cgroup limit, 512 MiB without one; the collector's keys
+    /// otherwise, `limit_mib: 0` off.
+    #[test]
+    fn memory_limit_defaults_to_the_cgroup_or_512_mib_and_takes_percentages() {
+        let gib = 1u64 << 30;
+        let in_cgroup = SystemMemory { cgroup: Some(2 * gib), host: Some(16 * gib) };
+        let bare = SystemMemory { cgroup: None, host: Some(16 * gib) };
+        let d = effective_limit(None, in_cgroup).unwrap();
+        assert_eq!((d.hard, d.spike, d.basis), (2 * gib * 80 / 100, 2 * gib * 80 / 100 / 5, LimitBasis::DefaultCgroup { of: 2 * gib }));
+        let d = effective_limit(None, bare).unwrap();
+        assert_eq!((d.hard, d.spike, d.basis), (512 << 20, (512 << 20) / 5, LimitBasis::DefaultFixed));
+        let p = effective_limit(
+            Some(&limiter(
+                "limit_percentage: 50
+spike_limit_percentage: 10",
+            )),
+            in_cgroup,
+        )
+        .unwrap();
+        assert_eq!((p.hard, p.spike), (gib, 2 * gib * 10 / 100));
+        let p = effective_limit(Some(&limiter("limit_percentage: 25")), bare).unwrap();
+        assert_eq!((p.hard, p.spike, p.basis), (4 * gib, 4 * gib / 5, LimitBasis::Percentage { of: 16 * gib, cgroup: false }));
+        let m = effective_limit(
+            Some(&limiter(
+                "limit_mib: 300
+spike_limit_mib: 50",
+            )),
+            in_cgroup,
+        )
+        .unwrap();
+        assert_eq!((m.hard, m.spike), (300 << 20, 50 << 20));
+        assert_eq!(effective_limit(Some(&limiter("limit_mib: 0")), in_cgroup), None, "limit_mib: 0 is off");
+        for (yaml, key) in [
+            ("{}", "limit_mib"),
+            (
+                "limit_mib: 100
+limit_percentage: 50",
+                "limit_percentage",
+            ),
+            ("limit_percentage: 0", "limit_percentage"),
+            ("limit_percentage: 101", "limit_percentage"),
+            (
+                "limit_percentage: 50
+spike_limit_percentage: 50",
+                "spike_limit_percentage",
+            ),
+            (
+                "limit_percentage: 50
+spike_limit_mib: 5",
+                "spike_limit_mib",
+            ),
+            (
+                "limit_mib: 100
+spike_limit_percentage: 5",
+                "spike_limit_percentage",
+            ),
+            (
+                "limit_mib: 100
+spike_limit_mib: 100",
+                "spike_limit_mib",
+            ),
+            (
+                "limit_mib: 100
+check_interval: 0s",
+                "check_interval",
+            ),
+        ] {
+            assert_eq!(check_config(&limiter(yaml)).map_err(|e| e.0), Err(key), "{yaml}");
+        }
+        for ok in [
+            "limit_mib: 0",
+            "limit_mib: 10",
+            "limit_percentage: 80
+spike_limit_percentage: 20",
+        ] {
+            assert_eq!(check_config(&limiter(ok)), Ok(()), "{ok}");
+        }
+    }
+
+    /// cgroup v2 and v1, at the named path or the namespace's root; `max` and v1's huge number
+    /// are no limit.
+    #[test]
+    fn memory_cgroup_limits_are_read_v2_and_v1() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let write = |p: &str, v: &str| {
+            let p = root.join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, v).unwrap();
+        };
+        assert_eq!(cgroup_limit(root, "0::/app\n"), None, "nothing mounted");
+        write("app/memory.max", "1073741824\n");
+        assert_eq!(cgroup_limit(root, "0::/app\n"), Some(1 << 30));
+        write("app/memory.max", "max\n");
+        assert_eq!(cgroup_limit(root, "0::/app\n"), None);
+        write("memory.max", "536870912\n");
+        assert_eq!(cgroup_limit(root, "0::/elsewhere\n"), Some(512 << 20), "the namespace's root");
+        let v1 = "4:memory:/docker/abc\n0::/\n";
+        write("memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");
+        assert_eq!(cgroup_limit(root, v1), Some(512 << 20), "v1 unlimited; then v2's root");
+        write("memory/docker/abc/memory.limit_in_bytes", "268435456\n");
+        assert_eq!(cgroup_limit(root, v1), Some(256 << 20));
     }
 }

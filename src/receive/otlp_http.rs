@@ -64,8 +64,8 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
         Ok(b) => b,
         Err(r) => return r,
     };
-    if !reserve_decode(&st, "traces", enc, &bytes, &mut held) {
-        return busy(enc);
+    if let Some(r) = reserve_decode(&st, "traces", enc, &bytes, &mut held) {
+        return r;
     }
     let admitted = match enc {
         // Protobuf is read from its bytes (`normalize::wire`), and passed on as it came.
@@ -99,8 +99,8 @@ async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) ->
         Ok(b) => b,
         Err(r) => return r,
     };
-    if !reserve_decode(&st, "metrics", enc, &bytes, &mut held) {
-        return busy(enc);
+    if let Some(r) = reserve_decode(&st, "metrics", enc, &bytes, &mut held) {
+        return r;
     }
     let req = match enc {
         Encoding::Protobuf => {
@@ -127,8 +127,8 @@ async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Re
         Ok(b) => b,
         Err(r) => return r,
     };
-    if !reserve_decode(&st, "logs", enc, &bytes, &mut held) {
-        return busy(enc);
+    if let Some(r) = reserve_decode(&st, "logs", enc, &bytes, &mut held) {
+        return r;
     }
     let req = match enc {
         Encoding::Protobuf => ExportLogsServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportLogsServiceRequest: {e}")),
@@ -144,17 +144,32 @@ async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Re
     }
 }
 
-/// Under `processors.memory_limiter`, grow the request's reservation to what decoding `bytes`
-/// will hold at its peak, before decoding; `false` (refused, counted) when that does not fit.
-fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &Bytes, held: &mut Option<Reservation>) -> bool {
-    let Some(r) = held else { return true };
-    let per_byte = if enc == Encoding::Json { memory::JSON_DECODED_PER_WIRE_BYTE } else { memory::DECODED_PER_WIRE_BYTE };
+/// Under the memory limiter, grow the request's reservation to what decoding `bytes` will hold
+/// at its peak, before decoding; the refusal (counted) when that does not fit: retryably (503)
+/// when it does not fit now, for good (413) when it could not fit even in an idle process (a
+/// body of empty JSON spans decodes to 100 times its size).
+fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &Bytes, held: &mut Option<Reservation>) -> Option<Response> {
+    let Some(r) = held else { return None };
     let wire = bytes.len() as u64;
-    if r.resize(wire.saturating_add(wire.saturating_mul(per_byte))) {
-        return true;
+    // JSON expands by its shape (a 3-byte `{}` span is a 264-byte struct): bounded from the text
+    // by one pass over it, not by a multiple of its size.
+    let decoded = match (enc, signal) {
+        (Encoding::Protobuf, _) => wire.saturating_mul(memory::DECODED_PER_WIRE_BYTE),
+        (Encoding::Json, "traces") => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Direct),
+        (Encoding::Json, _) => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Tree),
+    };
+    let need = wire.saturating_add(decoded);
+    if r.resize(need) {
+        return None;
+    }
+    let soft = st.admission.memory.as_ref().map_or(u64::MAX, |m| m.limits().0);
+    if need > soft {
+        st.admission.refused_signal(signal, "http", "too_large");
+        let msg = format!("decoding this body needs up to {} MiB, more than the memory limit allows; send smaller requests", need >> 20);
+        return Some(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &msg));
     }
     st.admission.refused_signal(signal, "http", "memory_limit");
-    false
+    Some(busy(enc))
 }
 
 /// Media type, body within the limit, decompressed within the limit; or the error answer.
