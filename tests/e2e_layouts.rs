@@ -69,9 +69,9 @@ fn port_of(s: &str) -> Option<u16> {
     s.trim_end_matches('/').rsplit(':').next()?.parse().ok()
 }
 
-/// The leading comment block of a configuration file.
+/// The text of the leading comment block of a configuration file, its lines joined by spaces.
 fn header(rel: &str) -> String {
-    read(rel).lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n")
+    read(rel).lines().map_while(|l| l.strip_prefix('#')).map(str::trim).collect::<Vec<_>>().join(" ")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -272,7 +272,8 @@ fn compose_wires_the_fan_out_pair() {
     assert_eq!(port_of(&up), Some(c.from_mcp_health_port), "mcp-health sends to the collector's {FROM_MCP_HEALTH}");
     // The drain gets its time: Docker's stop waits longer than the configured shutdown_timeout.
     let grace = str_at(&mcp, &["stop_grace_period"]).expect("mcp-health has a stop_grace_period");
-    let drain = str_at(&yaml("otel-config/mcp-health.compose.yaml"), &["service", "telemetry", "shutdown_timeout"]).unwrap_or("10s");
+    let compose_cfg = yaml("otel-config/mcp-health.compose.yaml");
+    let drain = str_at(&compose_cfg, &["service", "telemetry", "shutdown_timeout"]).unwrap_or("10s");
     let secs = |s: &str| s.trim_end_matches('s').parse::<u64>().unwrap_or_else(|_| panic!("{s}: whole seconds"));
     assert!(secs(grace) > secs(drain), "stop_grace_period {grace} is not above shutdown_timeout {drain}");
     // No host port of the stack is one of the quickstart's (a local `mcp-health serve`).
