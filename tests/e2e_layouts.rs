@@ -168,14 +168,24 @@ impl Pair {
 }
 
 const PAIRS: &[Pair] = &[
-    Pair { config: Some("otel-config/mcp-health.yaml"), collector: "otel-config/collector.yaml", layout: Layout::FanOut, upstream: Upstream::Set },
+    Pair {
+        config: Some("otel-config/mcp-health.yaml"),
+        collector: "otel-config/collector.yaml",
+        layout: Layout::FanOut,
+        upstream: Upstream::Set,
+    },
     Pair {
         config: Some("otel-config/mcp-health.compose.yaml"),
         collector: "otel-config/collector.yaml",
         layout: Layout::FanOut,
         upstream: Upstream::Set,
     },
-    Pair { config: Some("otel-config/container.yaml"), collector: "otel-config/collector.yaml", layout: Layout::FanOut, upstream: Upstream::Env },
+    Pair {
+        config: Some("otel-config/container.yaml"),
+        collector: "otel-config/collector.yaml",
+        layout: Layout::FanOut,
+        upstream: Upstream::Env,
+    },
     Pair { config: None, collector: "otel-config/collector.yaml", layout: Layout::FanOut, upstream: Upstream::Set },
     Pair {
         config: Some("otel-config/mcp-health.inline.yaml"),
@@ -293,9 +303,9 @@ fn compose_wires_the_fan_out_pair() {
 /// (a failure under CI).
 fn rotel_agent() -> Option<PathBuf> {
     let lib = root().join(".venv-rotel/lib");
-    let found = std::fs::read_dir(lib).ok().and_then(|d| {
-        d.flatten().map(|d| d.path().join("site-packages/rotel/rotel-agent")).find(|p| p.is_file())
-    });
+    let found = std::fs::read_dir(lib)
+        .ok()
+        .and_then(|d| d.flatten().map(|d| d.path().join("site-packages/rotel/rotel-agent")).find(|p| p.is_file()));
     if found.is_none() {
         assert!(std::env::var_os("CI").is_none(), ".venv-rotel is missing under CI: scripts/install-test-deps makes it");
         println!("SKIPPED: .venv-rotel is missing (scripts/install-test-deps makes it)");

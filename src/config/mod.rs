@@ -1238,7 +1238,8 @@ mod tests {
     fn passthrough_is_off_unless_asked_for() {
         let c = Config::parse("c", "exporters:\n  otlp:\n    endpoint: http://127.0.0.1:24317\n", &|_| None).unwrap();
         assert!(!c.exporters.otlp.as_ref().unwrap().passthrough);
-        let c = Config::parse("c", "exporters:\n  otlp:\n    endpoint: http://127.0.0.1:24317\n    passthrough: true\n", &|_| None).unwrap();
+        let c =
+            Config::parse("c", "exporters:\n  otlp:\n    endpoint: http://127.0.0.1:24317\n    passthrough: true\n", &|_| None).unwrap();
         assert!(c.exporters.otlp.as_ref().unwrap().passthrough);
         let ep = ["exporters.otlp.endpoint=http://127.0.0.1:24317".to_string()];
         let d = Config::parse("default", &apply_sets(DEFAULT_CONFIG, &ep).unwrap(), &|_| None).unwrap();
