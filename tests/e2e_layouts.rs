@@ -4,8 +4,9 @@
 //! once (none lost, none twice), and mcp-health's own health spans, counted separately, each once.
 //!
 //! Who plays the collector. No OpenTelemetry Collector is installable here, and `rotel-agent`
-//! (`.venv-rotel`, 0.0.1-alpha10) takes one exporter per signal ("Only one exporter supported for
-//! ROTEL_EXPORTERS_TRACES"), so it cannot fan one receiver out to two exporters. So:
+//! (`.venv-rotel`: PyPI `rotel` 0.0.1a15, pinned by scripts/install-test-deps) takes one exporter
+//! per signal ("Only one exporter supported for ROTEL_EXPORTERS_TRACES"), so it cannot fan one
+//! receiver out to two exporters. So:
 //! - the collector's receiver and its pipelines for the applications' traces are the test: it
 //!   decodes each OTLP/JSON request as the collector's `otlp` receiver does and exports the same
 //!   request over OTLP/gRPC to every exporter that the collector file's `traces*` pipelines on
