@@ -14,6 +14,10 @@ same message the tap's verifiers sign, see src/evidence/receipt.rs). Needs `cryp
 
   OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 python receipt.py http://127.0.0.1:8000/mcp TOKEN [LATE_SECONDS]
 
+127.0.0.1:4317 is a local `mcp-health serve`. Beside a collector, in either layout (fan-out, the
+default: otel-config/collector.yaml; inline: otel-config/collector.inline.yaml), send to the
+collector instead, as the application's other spans (127.0.0.1:14317 in docker-compose.yml).
+
 Needs `mcp` (2.x, with its built-in OpenTelemetry tracing), `opentelemetry-sdk` and
 `opentelemetry-exporter-otlp-proto-grpc`. CI runs it against tests/verify/seeds.py
 (tests/e2e_verify.rs).

@@ -504,8 +504,10 @@ pub struct OtlpExporter {
     /// `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY` (signal-specific first).
     #[serde(default, deserialize_with = "empty_is_default")]
     pub tls: Option<tls_client::TlsClientSetting>,
-    /// Pass every received span on unchanged.
-    #[serde(default = "yes")]
+    /// Pass every received span on unchanged (the inline layout). Off unless asked for: in the
+    /// fan-out layout, the default, the collector already sends every span to the backend, and
+    /// passing them on as well would store each one twice.
+    #[serde(default)]
     pub passthrough: bool,
     /// Send one health span per decided call.
     #[serde(default = "yes")]
@@ -1369,6 +1371,25 @@ mod tests {
         assert_eq!(told.worker_threads(), 4);
         let e = Config::parse("c", "service:\n  runtime:\n    worker_threads: 0\n", &|_| None).unwrap_err();
         assert!(e.to_string().contains("service.runtime.worker_threads"), "{e}");
+    }
+
+    /// Fan-out is the default layout: an `otlp` exporter passes received spans on only when
+    /// `passthrough: true` is written, in a file or with `--set`; the embedded default given an
+    /// endpoint sends only what mcp-health adds (the collector already sends every span to the
+    /// backend).
+    #[test]
+    fn passthrough_is_off_unless_asked_for() {
+        let c = Config::parse("c", "exporters:\n  otlp:\n    endpoint: http://127.0.0.1:24317\n", &|_| None).unwrap();
+        assert!(!c.exporters.otlp.as_ref().unwrap().passthrough);
+        let c =
+            Config::parse("c", "exporters:\n  otlp:\n    endpoint: http://127.0.0.1:24317\n    passthrough: true\n", &|_| None).unwrap();
+        assert!(c.exporters.otlp.as_ref().unwrap().passthrough);
+        let ep = ["exporters.otlp.endpoint=http://127.0.0.1:24317".to_string()];
+        let d = Config::parse("default", &apply_sets(DEFAULT_CONFIG, &ep).unwrap(), &|_| None).unwrap();
+        assert!(!d.exporters.otlp.as_ref().unwrap().passthrough, "the embedded default with an endpoint is fan-out");
+        let inline = [ep[0].clone(), "exporters.otlp.passthrough=true".to_string()];
+        let d = Config::parse("default", &apply_sets(DEFAULT_CONFIG, &inline).unwrap(), &|_| None).unwrap();
+        assert!(d.exporters.otlp.as_ref().unwrap().passthrough);
     }
 
     fn env(k: &str) -> Option<String> {
