@@ -113,7 +113,9 @@ fn every_link_leads_to_a_file_and_heading_that_exist() {
 fn nothing_cites_files_outside_the_repository_or_the_tracker() {
     let issue = |l: &str| {
         let l = l.to_lowercase();
-        ["issue ", "issues ", "issue #"].iter().any(|p| l.match_indices(p).any(|(i, _)| l[i + p.len()..].starts_with(|c: char| c.is_ascii_digit())))
+        ["issue ", "issues ", "issue #"]
+            .iter()
+            .any(|p| l.match_indices(p).any(|(i, _)| l[i + p.len()..].starts_with(|c: char| c.is_ascii_digit())))
     };
     let mut found = Vec::new();
     for doc in documents() {
@@ -208,14 +210,15 @@ fn every_key_of_the_shipped_configurations_is_documented() {
             // Per-tool, per-header maps: the map's own key is what is documented.
             let documented = doc.contains(&format!("`{k}`"))
                 || per_listener.contains(&last) && doc.contains(&format!("`{last}` on every listener"))
-                || k.split('.').scan(String::new(), |acc, p| {
-                    if !acc.is_empty() {
-                        acc.push('.');
-                    }
-                    acc.push_str(p);
-                    Some(acc.clone())
-                })
-                .any(|prefix| prefix != k && doc.contains(&format!("`{prefix}.*`")))
+                || k.split('.')
+                    .scan(String::new(), |acc, p| {
+                        if !acc.is_empty() {
+                            acc.push('.');
+                        }
+                        acc.push_str(p);
+                        Some(acc.clone())
+                    })
+                    .any(|prefix| prefix != k && doc.contains(&format!("`{prefix}.*`")))
                 || doc.contains(&format!("`{}`", k.rsplit_once('.').map_or(k.as_str(), |(p, _)| p)))
                     && (k.starts_with("processors.mcp_health.limits.") || k.starts_with("exporters.otlp.headers"));
             if !documented {
@@ -223,5 +226,9 @@ fn every_key_of_the_shipped_configurations_is_documented() {
             }
         }
     }
-    assert!(missing.is_empty(), "keys of the shipped configurations missing from docs/configuration.md:\n{}", missing.into_iter().collect::<Vec<_>>().join("\n"));
+    assert!(
+        missing.is_empty(),
+        "keys of the shipped configurations missing from docs/configuration.md:\n{}",
+        missing.into_iter().collect::<Vec<_>>().join("\n")
+    );
 }

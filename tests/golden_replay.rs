@@ -27,7 +27,8 @@ fn replay_output_is_unchanged() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut got = String::new();
     for f in recordings() {
-        let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).current_dir(root).args(["replay", "--format", "json"]).arg(&f).output().unwrap();
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_mcp-health")).current_dir(root).args(["replay", "--format", "json"]).arg(&f).output().unwrap();
         assert!(out.status.success(), "{}: {}", f.display(), String::from_utf8_lossy(&out.stderr));
         got.push_str(&format!("== {}\n", f.display()));
         got.push_str(&String::from_utf8_lossy(&out.stdout));

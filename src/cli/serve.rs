@@ -526,10 +526,7 @@ impl Pipeline {
             let limiter = Arc::new(crate::receive::memory::MemoryLimiter::from_limit(l));
             let every = memory_cfg.map_or(Duration::from_secs(1), |m| m.check_interval);
             background.push(tokio::spawn(sample_memory(limiter.clone(), every)));
-            crate::emit::metrics::observe_memory_limiter(
-                &crate::emit::metrics::meter(&metrics.provider),
-                &limiter,
-            );
+            crate::emit::metrics::observe_memory_limiter(&crate::emit::metrics::meter(&metrics.provider), &limiter);
             limiter
         });
         let admission = Admission {
