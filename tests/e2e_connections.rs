@@ -43,6 +43,8 @@ async fn the_connection_limit_refuses_the_extra_connections_and_counts_them() {
     const MAX: usize = 4;
     const EXTRA: usize = 3;
     let svc = Service::start(Cfg {
+        // `mcp_health.connections.open` is a `detailed` instrument.
+        metrics_level: Some("detailed"),
         // A long header timeout: the held connections must outlive the test's extra ones.
         listener_extra: vec![("grpc", format!("max_connections: {MAX}\nread_header_timeout: 120s\nidle_timeout: 120s\n"))],
         ..Cfg::default()

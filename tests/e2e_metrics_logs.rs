@@ -173,7 +173,8 @@ fn unmark(r: &mut Option<opentelemetry_proto::tonic::resource::v1::Resource>) {
 async fn metrics_and_logs_pass_through_unchanged() {
     let sink = Sink::start().await;
     // mcp-health's own metrics off, so every metrics request at the sink is a passed-on one.
-    let svc = Service::start(Cfg { otlp_metrics: false, ..Cfg::with_sink(&sink) }).await;
+    // `mcp_health.exporter.sent` (requests) is a `detailed` instrument.
+    let svc = Service::start(Cfg { otlp_metrics: false, metrics_level: Some("detailed"), ..Cfg::with_sink(&sink) }).await;
     let (metrics, logs) = requests();
     send_all(&svc, &metrics, &logs).await;
 

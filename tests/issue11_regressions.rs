@@ -17,7 +17,9 @@ use support::*;
 async fn health_spans_of_one_flush_are_split_below_max_request_bytes() {
     let sink = Sink::start().await;
     let limit = 16 * 1024;
+    // `mcp_health.exporter.split_requests` is a `detailed` instrument.
     let svc = Service::start(Cfg {
+        metrics_level: Some("detailed"),
         passthrough: true,
         otlp_metrics: false,
         exporter_lines: Some(format!("    max_request_bytes: {limit}")),
