@@ -293,34 +293,43 @@ pub fn cause_of(v: &Verdict) -> Option<Cause> {
     })
 }
 
+/// One server's part of the incident book: its open incidents and its recent healthy calls
+/// (they resolve incidents decided later): the unit a store keeps (`state::incident_changes`) and
+/// several instances fold into by compare-and-set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerIncidents {
+    pub server: Option<Arc<str>>,
+    pub open: Vec<Incident>,
+    pub recent: Vec<Recovery>,
+    /// Incidents resolved lately (a failure that ended before the resolution, decided later,
+    /// belongs to the resolved incident, not to a new one).
+    pub resolved: Vec<Incident>,
+}
+
+impl ServerIncidents {
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty() && self.recent.is_empty() && self.resolved.is_empty()
+    }
+}
+
 impl IncidentBook {
     /// Record, from now on, which incidents change (for the state store).
     pub fn track_changes(&mut self) {
         self.track = true;
     }
 
-    /// The servers whose incidents or recoveries changed since the last call, as store changes:
-    /// one [`ServerIncidents`](crate::state::ServerIncidents) record per server (deleted when the
-    /// server has neither open incidents nor recent healthy calls).
-    pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
-        use crate::state::{server_key, Record, Table};
-        let servers: Vec<Option<Arc<str>>> = std::mem::take(&mut self.dirty).into_iter().collect();
-        for part in self.parts(&servers) {
-            let key = server_key(part.server.as_deref());
-            if part.is_empty() {
-                out.delete(Table::Incidents, key);
-            } else {
-                out.put(key, Record::Incidents(Box::new(part)));
-            }
-        }
+    /// The servers whose incidents or recoveries changed since the last call (see
+    /// `track_changes`); the store maps their parts to records (`state::incident_changes`).
+    pub fn take_dirty_servers(&mut self) -> Vec<Option<Arc<str>>> {
+        std::mem::take(&mut self.dirty).into_iter().collect()
     }
 
     /// The parts of the book that belong to `servers` (one scan of the open incidents), in the
     /// order of `servers`; incidents in id order, recoveries latest first.
-    pub fn parts(&self, servers: &[Option<Arc<str>>]) -> Vec<crate::state::ServerIncidents> {
+    pub fn parts(&self, servers: &[Option<Arc<str>>]) -> Vec<ServerIncidents> {
         let index: FxHashMap<&Option<Arc<str>>, usize> = servers.iter().enumerate().map(|(i, s)| (s, i)).collect();
-        let mut out: Vec<crate::state::ServerIncidents> =
-            servers.iter().map(|s| crate::state::ServerIncidents { server: s.clone(), ..Default::default() }).collect();
+        let mut out: Vec<ServerIncidents> =
+            servers.iter().map(|s| ServerIncidents { server: s.clone(), ..Default::default() }).collect();
         for inc in self.open.values() {
             if let Some(&i) = index.get(&inc.cause.server) {
                 out[i].open.push(inc.clone());
@@ -344,7 +353,7 @@ impl IncidentBook {
 
     /// Put a server's part of the book back (at start-up, or as a shared store holds it now),
     /// replacing what this book held of that server; within the book's bounds.
-    pub fn restore(&mut self, part: crate::state::ServerIncidents) {
+    pub fn restore(&mut self, part: ServerIncidents) {
         let server = part.server;
         self.open.retain(|c, _| c.server != server);
         self.resolved.retain(|c, _| c.server != server);

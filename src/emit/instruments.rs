@@ -208,6 +208,8 @@ instruments! {
         "Loads, reads and writes of the state store (storage) that failed; the engine went on in memory";
     STATE_STORE_CONFLICTS = "mcp_health.state.store_conflicts", Counter, "{record}", [], Internal(Normal),
         "Record writes a shared state store refused because another instance changed the record first (read, merged and written again)";
+    STATE_STORE_QUEUE_WAITS = "mcp_health.state.store_queue_waits", Counter, "{call}", [], Internal(Normal),
+        "Store calls the engine submitted while the store thread's bounded queue was full: it waited for the store (a store slower than the engine)";
     STATE_LEASE_HOLDER = "mcp_health.state.lease_holder", Gauge, "{instance}", [], Internal(Normal),
         "1 when this instance reports the global gauges (open incidents, convergence) of all instances on a shared store, or runs alone; 0 otherwise";
     STATE_EVICTED = "mcp_health.state.evicted", Counter, "{entry}", ["table"], Internal(Normal),

@@ -170,6 +170,7 @@ pub struct MetricsSink {
     last_callless: u64,
     last_store_errors: u64,
     last_store_conflicts: u64,
+    last_store_queue_waits: u64,
     last_incidents_unshared: u64,
     incident_groups: FxHashSet<[String; 4]>,
     convergence_groups: FxHashSet<(String, Convergence)>,
@@ -187,6 +188,7 @@ impl MetricsSink {
             last_callless: 0,
             last_store_errors: 0,
             last_store_conflicts: 0,
+            last_store_queue_waits: 0,
             last_incidents_unshared: 0,
             incident_groups: Default::default(),
             convergence_groups: Default::default(),
@@ -242,6 +244,8 @@ impl Sink for MetricsSink {
         self.last_store_errors = g.store_errors;
         m.store_conflicts.add(g.store_conflicts.saturating_sub(self.last_store_conflicts), &[]);
         self.last_store_conflicts = g.store_conflicts;
+        m.store_queue_waits.add(g.store_queue_waits.saturating_sub(self.last_store_queue_waits), &[]);
+        self.last_store_queue_waits = g.store_queue_waits;
         m.incidents_unshared.add(g.incidents_unshared.saturating_sub(self.last_incidents_unshared), &[]);
         self.last_incidents_unshared = g.incidents_unshared;
         self.tally.flush(m);

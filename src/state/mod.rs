@@ -49,7 +49,6 @@ use std::time::Duration;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::classify::catalog::{CatalogEvent, Convergence};
-use crate::classify::incidents::{Incident, Recovery};
 
 use crate::evidence::{SpanEvidence, TraceId};
 
@@ -156,21 +155,21 @@ pub struct DecidedRecord {
     pub decided_at_ns: u64,
 }
 
-/// One server's part of the incident book: its open incidents and its recent healthy calls
-/// (they resolve incidents decided later). See `classify::incidents`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ServerIncidents {
-    pub server: Option<Arc<str>>,
-    pub open: Vec<Incident>,
-    pub recent: Vec<Recovery>,
-    /// Incidents resolved lately (a failure that ended before the resolution, decided later,
-    /// belongs to the resolved incident, not to a new one).
-    pub resolved: Vec<Incident>,
-}
+/// A server's incidents record is the incident book's own part of that server (plain data,
+/// defined with the book so that `classify` imports nothing from here).
+pub use crate::classify::incidents::ServerIncidents;
 
-impl ServerIncidents {
-    pub fn is_empty(&self) -> bool {
-        self.open.is_empty() && self.recent.is_empty() && self.resolved.is_empty()
+/// The incident book's changed servers as store changes: one [`ServerIncidents`] record per
+/// server, deleted when the server has neither open incidents nor recent healthy calls.
+pub fn incident_changes(book: &mut crate::classify::incidents::IncidentBook, out: &mut Changes) {
+    let servers = book.take_dirty_servers();
+    for part in book.parts(&servers) {
+        let key = server_key(part.server.as_deref());
+        if part.is_empty() {
+            out.delete(Table::Incidents, key);
+        } else {
+            out.put(key, Record::Incidents(Box::new(part)));
+        }
     }
 }
 
@@ -420,6 +419,11 @@ pub trait StateStore: Send {
     fn is_shared(&self) -> bool {
         false
     }
+    /// Whether a call is a network round trip (then the engine's calls run on a thread of
+    /// their own, `engine::shared::worker`); an in-process store answers inline.
+    fn over_network(&self) -> bool {
+        false
+    }
     /// Every record of one table (a shared store's gauge leader counts them; see `lease`).
     fn scan(&mut self, table: Table) -> Result<Vec<(String, Record)>, StoreError> {
         let snap = self.load()?;
@@ -503,6 +507,10 @@ impl StoreHandle {
 
     pub fn is_shared(&self) -> bool {
         self.lock().is_shared()
+    }
+
+    pub fn over_network(&self) -> bool {
+        self.lock().over_network()
     }
 
     pub fn probe(&self) -> Option<Result<(), StoreError>> {

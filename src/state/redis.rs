@@ -467,6 +467,10 @@ impl StateStore for RedisStore {
         Ok(out)
     }
 
+    fn over_network(&self) -> bool {
+        true
+    }
+
     fn is_shared(&self) -> bool {
         true
     }

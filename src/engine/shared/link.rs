@@ -1,0 +1,181 @@
+//! What every store-backed replica does the same way: load at start, take back decided chains
+//! the engine no longer holds, and count what failed.
+
+use crate::correlate::Chains;
+use crate::evidence::{SpanEvidence, TraceId};
+use crate::state::{trace_key, Record, Snapshot, StoreError, Table};
+
+use super::worker::Worker;
+use super::Tables;
+
+/// The engine's link to its store: the worker that runs the calls, and what they cost.
+pub(crate) struct Link {
+    pub worker: Worker,
+    /// The store's last operation failed (a conflict is not a failure: the store answered).
+    pub down: bool,
+    pub errors: u64,
+    pub conflicts: u64,
+    /// Decided chains taken from the store for evidence that came here.
+    pub taken_over: u64,
+}
+
+impl Link {
+    pub fn new(worker: Worker) -> Self {
+        Link { worker, down: false, errors: 0, conflicts: 0, taken_over: 0 }
+    }
+
+    /// A store operation failed: counted, and the store is down until one succeeds.
+    pub fn failed(&mut self) {
+        self.errors += 1;
+        self.down = true;
+    }
+
+    /// Run `job` and wait for it: for the rare reads whose answer the step needs now.
+    pub fn call<T: Send + 'static>(
+        &mut self,
+        job: impl FnOnce(&mut dyn crate::state::StateStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.worker.call(job).unwrap_or_else(|| Err(StoreError::Backend("the store's thread has ended".into())))
+    }
+
+    /// One record, waiting for it; the store's answer marks it up or down.
+    pub fn get(&mut self, table: Table, key: String) -> Result<Option<Record>, StoreError> {
+        let r = self.call(move |s| s.get(table, &key));
+        match &r {
+            Ok(_) => self.down = false,
+            Err(_) => self.failed(),
+        }
+        r
+    }
+
+    /// Load every record and put it back into the engine's tables. A store that cannot be read
+    /// leaves the engine empty (nothing is judged from a state that could not be read).
+    pub fn load(&mut self, t: &mut Tables) {
+        match self.call(|s| s.load()) {
+            Ok(snap) => restore(t, snap),
+            Err(e) => {
+                self.failed();
+                tracing::error!(error = %e, "could not load the state store; starting with empty state");
+            }
+        }
+    }
+
+    /// Late evidence for a decided chain forgotten under a bound (`max_decided`, `max_bytes`)
+    /// within its late-span window: take the chain back from the store first, so the evidence
+    /// revises it instead of being dropped.
+    pub fn take_back_spilled(&mut self, chains: &mut Chains, spans: &[SpanEvidence]) {
+        for ev in spans {
+            let Some(id) = chains.spilled_target(ev) else { continue };
+            match self.get(Table::Decided, trace_key(&id)) {
+                Ok(Some(Record::Decided(r))) => chains.unspill(id, Some(*r)),
+                Ok(_) => chains.unspill(id, None),
+                Err(e) => {
+                    // The evidence is then late for a forgotten chain, as without a store.
+                    chains.unspill(id, None);
+                    tracing::warn!(error = %e, "could not read a decided chain back from the state store");
+                }
+            }
+        }
+    }
+
+    /// A receipt for a trace this engine does not know (or naming an operation key no call here
+    /// named), with no request of that trace (or key) in the same batch: the call may have been
+    /// decided by another instance on the same shared store (the collector's ring changed
+    /// between the call and its receipt, a verifier reported in a trace of its own, or an
+    /// instance restarted). Take that decided chain (and its operation key) from the store
+    /// first, so the receipt revises it here — one process would have revised it too — instead
+    /// of making a call-less chain that says nothing. At most two store reads (operation key,
+    /// chain) per such receipt and batch; rare, so they are waited for.
+    pub fn take_over_from_store(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
+        let with_request: rustc_hash::FxHashSet<TraceId> = spans.iter().filter(|s| s.method.is_some()).map(|s| s.trace_id).collect();
+        let with_key: rustc_hash::FxHashSet<&str> =
+            spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.as_deref()).collect();
+        let mut asked = rustc_hash::FxHashSet::default();
+        for ev in spans {
+            if ev.outcomes.is_empty() || ev.method.is_some() {
+                continue;
+            }
+            let mut id = ev.trace_id;
+            // A verifier in a trace of its own names its call's operation key: the call's trace
+            // is in the store's operation index when another instance holds the call.
+            let mut key = None;
+            if let Some(k) = ev.operation_key.as_deref() {
+                if t.chains.has_operation(k) || with_key.contains(k) {
+                    continue;
+                }
+                match self.get(Table::Operations, k.to_string()) {
+                    Ok(Some(Record::Operation(trace))) => {
+                        id = trace;
+                        key = Some(k);
+                    }
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not look for an operation key in the state store");
+                        continue;
+                    }
+                }
+            }
+            if with_request.contains(&id) || t.chains.knows(&id) || !asked.insert(id) {
+                continue;
+            }
+            match self.get(Table::Decided, trace_key(&id)) {
+                Ok(Some(Record::Decided(r))) => {
+                    self.taken_over += 1;
+                    // Its earlier evidence comes with it: not "before the start".
+                    t.restored.insert(id);
+                    t.chains.restore_decided(*r);
+                    if let Some(k) = key {
+                        t.chains.restore_operation(k, id);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not look for a decided chain in the state store"),
+            }
+        }
+    }
+
+    /// A decided chain another instance wrote, taken into the engine's chains (a client half's,
+    /// a parked verifier's call): whether the store had it; `None` when the store failed.
+    pub fn take_decided(&mut self, t: &mut Tables, trace: TraceId, what: &str) -> Option<bool> {
+        match self.get(Table::Decided, trace_key(&trace)) {
+            Ok(Some(Record::Decided(r))) => {
+                self.taken_over += 1;
+                t.restored.insert(trace);
+                t.chains.restore_decided(*r);
+                Some(true)
+            }
+            Ok(_) => Some(false),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not take {what} from the state store");
+                None
+            }
+        }
+    }
+}
+
+/// Put a snapshot back into the engine's tables.
+fn restore(t: &mut Tables, mut snap: Snapshot) {
+    let counts = (snap.sessions.len(), snap.incidents.len(), snap.decided.len());
+    for (key, r) in snap.sessions {
+        t.sessions.restore(key, r);
+    }
+    for (key, server, verdict) in t.sessions.all_current() {
+        t.board.publish(&key, server, verdict);
+    }
+    for part in snap.incidents {
+        t.incidents.restore(part);
+    }
+    // Oldest first, so the late-span window and `max_decided` forget them in order.
+    snap.decided.sort_by_key(|d| d.decided_at_ns);
+    for d in snap.decided {
+        t.restored.insert(d.trace_id);
+        t.chains.restore_decided(d);
+    }
+    for (key, trace) in snap.operations {
+        t.chains.restore_operation(&key, trace);
+    }
+    for d in snap.drift_reported {
+        t.drift_reported.insert((d.server, d.tool, d.digest));
+    }
+    tracing::info!(sessions = counts.0, incidents = counts.1, decided = counts.2, "state loaded from the store");
+}

@@ -1,0 +1,1352 @@
+//! Several instances on one shared store (Redis): the multi-instance protocol.
+//!
+//! # What is shared, and how
+//! - **Sessions** are written by every instance that sees a trace of them: before each write an
+//!   instance reads what the others wrote and writes the union (compare-and-set on the version
+//!   just read); the tool calls about to be judged have their sessions read first; every second
+//!   up to [`CONVERGED_REFRESH`] sessions this instance calls `converged` are read back.
+//! - **Catalog changes** are held to the write that records them as emitted (`SessionRecord::
+//!   emitted`): the instance whose write records a change emits it, once across instances; a
+//!   `converged` one is held [`CONFIRM_CONVERGED_AFTER`] first, for a confirming read.
+//! - **Incidents** are folded into the store's record of their server by compare-and-set, so
+//!   exactly one instance emits each transition; a refused record is folded again next round.
+//! - **Shared lists**: refused-looking HTTP spans (`refusals`), client halves of split calls
+//!   (`client_halves`), verifiers parked before their call (`parked_verifiers`); read, merged,
+//!   compare-and-set; the writer deletes its own after `late_span_window`.
+//! - **Drift** is reported by the instance whose write creates its record.
+//! - **The gauge lease**: its holder counts every instance's incidents and sessions.
+//! - **The store down**: chains are held up to [`STORE_DOWN_HOLD`] (another instance's part of
+//!   their evidence is in the store), then decided partial (`store_unavailable`).
+//!
+//! # Off the engine's path
+//! Every store call goes through the [`Worker`](super::worker::Worker): for a network store a
+//! thread of its own. The engine never waits for a round trip on its common path:
+//! - chains that fall due have their shared parts (their sessions, the verifiers parked under
+//!   their operation keys) **read when they are decided** and are classified when the answer is
+//!   back — taken at a later step, in the order decided, and at the latest [`ANSWER_WITHIN`] of
+//!   engine time after (the engine waits then: a store slower than that slows the engine
+//!   rather than letting answers pile up);
+//! - a **write round** (drift, incidents, the shared lists and the session read in one job;
+//!   then the union of the sessions and the decided chains in a second) is started at most
+//!   every `PERSIST_EVERY` and advanced at each step as its answers come back; a round still in
+//!   flight when the next is due is waited for;
+//! - the converged sessions' read, the gauge lease and the probe of a store that is down are
+//!   jobs whose answers are taken at a later step.
+//!
+//! An in-process shared store (tests) runs the same jobs inline: every answer is there at once,
+//! so the engine behaves as if each call were synchronous. Rare reads whose answer the step
+//! needs now (a decided chain for a late receipt, a client half's chain, refusals of a second,
+//! parked verifiers' calls) are still waited for.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+
+use crate::classify::catalog::Convergence;
+use crate::classify::incidents::{IncidentBook, ServerIncidents, Transition};
+use crate::correlate::{crossjoin, CatalogChange, DecidedCalls};
+use crate::evidence::call::CallEvidence;
+use crate::evidence::time::Moment;
+use crate::evidence::{Method, SpanEvidence};
+use crate::state::{server_key, Changes, ClientHalf, DriftRecord, Record, StateStore, StoreError, StoreHandle, Table};
+use crate::verdict::{HealthState, Verdict};
+
+use super::super::decided::IncidentChange;
+use super::link::Link;
+use super::worker::{Ticket, Worker};
+use super::{Batch, Decided, DriftEvent, GaugeSource, GlobalCounts, Replica, ReplicaFigures, Tables};
+
+/// Converged sessions read back from the store per re-evaluation (one pipeline).
+const CONVERGED_REFRESH: usize = 512;
+/// Verdicts held for the incident fold; past it a verdict is folded into this instance's own
+/// book and its transitions emitted at once (counted: `incidents_unshared`), so an alert is
+/// never lost for want of the store.
+const MAX_PENDING_INCIDENT_VERDICTS: usize = 50_000;
+/// The gauge lease: renewed every re-evaluation (1 s), lost `GAUGE_LEASE` after its holder
+/// stops renewing it.
+const GAUGE_LEASE: Duration = Duration::from_secs(5);
+/// How often the holder of the gauge lease counts every instance's incidents and sessions in the
+/// store (one `SCAN` of each table).
+const GLOBAL_GAUGES_EVERY: Duration = Duration::from_secs(10);
+/// Refused-looking HTTP spans kept per second in the store (the latest go in).
+const REFUSALS_PER_SECOND: usize = 256;
+/// How long after a refused-looking client request is decided its seconds are still read (an
+/// HTTP span routed elsewhere that arrives later still revises it).
+const REFUSAL_PULL_RECENT: Duration = Duration::from_secs(10);
+/// Most seconds of refusals read in one step, and how often they are read at most.
+const REFUSAL_SECONDS_PER_PULL: usize = 64;
+const REFUSAL_PULL_EVERY: Duration = Duration::from_millis(20);
+/// Verifiers kept per operation key in the store (as `chains`' own bound per key).
+const MAX_SHARED_PARKED_PER_KEY: usize = 16;
+/// How long a `converged` catalog verdict is held before a read of the store confirms it:
+/// longer than an instance takes to write what it received (`PERSIST_EVERY`).
+const CONFIRM_CONVERGED_AFTER: Duration = Duration::from_millis(250);
+/// Catalog changes held for emission, at most.
+const MAX_PENDING_CATALOG: usize = 100_000;
+/// How long chains wait for a store that is down before they are decided without it.
+const STORE_DOWN_HOLD: Duration = Duration::from_secs(5);
+/// The latest (engine time) an answer of the store is taken after its job was submitted: the
+/// engine waits for it then.
+const ANSWER_WITHIN: Duration = crate::state::PERSIST_EVERY;
+/// How soon the driver is asked to step again while answers are awaited.
+const POLL_AFTER: Duration = Duration::from_millis(5);
+
+/// What a store call did to the store's standing, in the order the calls were made.
+#[derive(Clone, Copy, Debug)]
+enum Effect {
+    /// It answered: the store is up.
+    Up,
+    /// It failed: counted, the store is down.
+    Failed,
+    /// Records refused by compare-and-set (counted; the store answered).
+    Conflicts(u64),
+}
+
+/// Decided chains waiting for their shared parts.
+struct Awaiting {
+    batch: Batch,
+    read: Option<Ticket<StepRead>>,
+}
+
+/// The sessions and parked verifiers of a batch, as the store answered.
+struct StepRead {
+    parked: Option<Result<Vec<Option<Record>>, StoreError>>,
+    sessions: Option<(Vec<String>, Result<Vec<Option<Record>>, StoreError>)>,
+}
+
+/// One shared list's items by key, and the keys this instance wrote that expired.
+struct ListJob<T> {
+    table: Table,
+    by_key: BTreeMap<String, Vec<T>>,
+    expired: Vec<(Moment, String)>,
+}
+
+/// How a list's write went: `None` when the store failed (read or write); else the keys refused.
+struct ListDone<T> {
+    job: ListJob<T>,
+    refused: Option<Vec<String>>,
+    read_failed: bool,
+}
+
+/// One server's incidents as folded on the store's thread.
+struct Folded {
+    server: Option<Arc<str>>,
+    key: String,
+    transitions: Vec<(Transition, crate::classify::incidents::Incident)>,
+    new: ServerIncidents,
+    resolved: u64,
+}
+
+/// The first job of a write round.
+struct RoundAnswer {
+    effects: Vec<Effect>,
+    /// Drift: `None` when the write failed (held again); else the keys another instance created.
+    drift: Option<Vec<String>>,
+    /// Incidents: `None` when the store failed (held again); else what was folded, and the keys
+    /// refused.
+    incidents: Option<(Vec<Folded>, Vec<String>)>,
+    refusals: ListDone<SpanEvidence>,
+    halves: ListDone<ClientHalf>,
+    parked: ListDone<SpanEvidence>,
+    /// Sessions read (`keys[i]` ↔ `records[i]`); `None` when none was dirty or the read failed.
+    sessions: Option<(Vec<String>, Vec<Option<Record>>)>,
+}
+
+/// What a write round holds while its jobs run.
+enum Round {
+    Reading {
+        ticket: Ticket<RoundAnswer>,
+        at: Moment,
+        force: bool,
+        drift: Vec<(DriftRecord, DriftEvent)>,
+        incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+    },
+    Writing {
+        ticket: Ticket<Result<(), StoreError>>,
+        at: Moment,
+        emitting: Vec<CatalogChange>,
+        stored_emitted: FxHashMap<String, Option<Convergence>>,
+        sessions_written: Vec<String>,
+        changes: usize,
+    },
+}
+
+impl Round {
+    fn at(&self) -> Moment {
+        match self {
+            Round::Reading { at, .. } | Round::Writing { at, .. } => *at,
+        }
+    }
+
+    fn answered(&self, w: &Worker) -> bool {
+        match self {
+            Round::Reading { ticket, .. } => w.has(ticket),
+            Round::Writing { ticket, .. } => w.has(ticket),
+        }
+    }
+
+    fn wait(&self, w: &mut Worker) {
+        match self {
+            Round::Reading { ticket, .. } => w.wait(ticket),
+            Round::Writing { ticket, .. } => w.wait(ticket),
+        }
+    }
+}
+
+/// The lease's answer: held, and (when counted) the global figures.
+type LeaseAnswer = (Result<bool, StoreError>, Option<Result<GlobalCounts, StoreError>>);
+
+pub(crate) struct Shared {
+    link: Link,
+    late_span_window: Duration,
+    last_persisted: Option<Moment>,
+    /// Evidence was taken in since the last write.
+    unwritten: bool,
+    /// The engine time of the latest step (see `next_due`).
+    now: Moment,
+    awaiting: VecDeque<Awaiting>,
+    round: Option<Round>,
+    converged_read: Option<Ticket<(Vec<String>, Result<Vec<Option<Record>>, StoreError>)>>,
+    lease: Option<(Moment, Ticket<LeaseAnswer>)>,
+    probe: Option<Ticket<Result<(), StoreError>>>,
+    /// Catalog changes held for emission, with when they are due (see `hold_catalog`).
+    pending_catalog: Vec<(Moment, CatalogChange)>,
+    /// Verdicts decided here and not yet folded into the store's incidents, by server; their
+    /// count (with those in a round in flight).
+    pending_incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+    pending_incident_verdicts: usize,
+    incidents_unshared: u64,
+    sessions_merged: u64,
+    /// Orphans, client halves and parked verifiers to publish (kept across a failed write).
+    pending_orphans: Vec<SpanEvidence>,
+    pending_halves: Vec<ClientHalf>,
+    pending_parked: Vec<(Box<str>, SpanEvidence)>,
+    /// Drift detected here, reported once its record is created.
+    pending_drift: Vec<(DriftRecord, DriftEvent)>,
+    /// The list records this instance wrote and when (deleted `late_span_window` after).
+    shared_written: FxHashMap<Table, VecDeque<(Moment, String)>>,
+    last_refusal_pull: Option<Moment>,
+    /// Since when the store has been down (see `hold_for_store`), and its last probe.
+    store_down_since: Option<Moment>,
+    last_probe: Option<Moment>,
+    /// The last look for parked verifiers' calls (`find_parked_calls`).
+    last_parked_lookup: Option<Moment>,
+    refresh_cursor: usize,
+    gauge_leader: bool,
+    /// What the lease holder last counted, and when (engine time).
+    global_gauges: Option<(Moment, GlobalCounts)>,
+}
+
+impl Shared {
+    pub fn new(store: StoreHandle, late_span_window: Duration) -> Self {
+        Shared {
+            link: Link::new(Worker::for_store(store)),
+            late_span_window,
+            last_persisted: None,
+            unwritten: false,
+            now: Moment::from_nanos(0),
+            awaiting: VecDeque::new(),
+            round: None,
+            converged_read: None,
+            lease: None,
+            probe: None,
+            pending_catalog: Vec::new(),
+            pending_incidents: BTreeMap::new(),
+            pending_incident_verdicts: 0,
+            incidents_unshared: 0,
+            sessions_merged: 0,
+            pending_orphans: Vec::new(),
+            pending_halves: Vec::new(),
+            pending_parked: Vec::new(),
+            pending_drift: Vec::new(),
+            shared_written: FxHashMap::default(),
+            last_refusal_pull: None,
+            store_down_since: None,
+            last_probe: None,
+            last_parked_lookup: None,
+            refresh_cursor: 0,
+            gauge_leader: false,
+            global_gauges: None,
+        }
+    }
+
+    fn effects(&mut self, effects: &[Effect]) {
+        for e in effects {
+            match e {
+                Effect::Up => self.link.down = false,
+                Effect::Failed => self.link.failed(),
+                Effect::Conflicts(n) => self.link.conflicts += n,
+            }
+        }
+    }
+
+    /// Merge sessions read from the store (`keys[i]` ↔ `records[i]`).
+    fn merge_sessions(&mut self, t: &mut Tables, keys: &[String], records: Vec<Option<Record>>) {
+        for (key, r) in keys.iter().zip(records) {
+            if let Some(Record::Session(r)) = r {
+                self.sessions_merged += u64::from(t.sessions.merge(key, *r));
+            }
+        }
+    }
+
+    /// Sessions read: merged; a failure marks the store down and is counted.
+    fn take_sessions(&mut self, t: &mut Tables, keys: &[String], read: Result<Vec<Option<Record>>, StoreError>) {
+        match read {
+            Ok(records) => {
+                self.link.down = false;
+                self.merge_sessions(t, keys, records);
+            }
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
+            }
+        }
+    }
+
+    /// A batch whose read is back: the verifiers other instances parked under its calls'
+    /// operation keys are taken in (a verifier that reported before its call, elsewhere, still
+    /// revises it), and its tool calls' sessions merged as every instance wrote them (a
+    /// session's signal may have gone to another instance in another trace).
+    fn take_step_read(&mut self, t: &mut Tables, batch: &mut Batch, read: StepRead) {
+        let (now, decided) = batch;
+        if let Some(parked) = read.parked {
+            match parked {
+                Ok(records) => {
+                    self.link.down = false;
+                    let mut more = Vec::new();
+                    for r in records.into_iter().flatten() {
+                        if let Record::Parked(r) = r {
+                            for v in r.verifiers {
+                                t.chains.take_remote_verifier(v, *now, &mut more);
+                            }
+                        }
+                    }
+                    decided.extend(more);
+                }
+                Err(e) => {
+                    self.link.failed();
+                    tracing::warn!(error = %e, "could not read parked verifiers from the state store");
+                }
+            }
+        }
+        let read_keys = read.sessions.as_ref().map(|(k, _)| k.clone()).unwrap_or_default();
+        if let Some((keys, records)) = read.sessions {
+            self.take_sessions(t, &keys, records);
+        }
+        // Chains the parked verifiers revised may name sessions the read did not: read them now.
+        let missing: Vec<String> = session_keys(decided).into_iter().filter(|k| !read_keys.contains(k)).collect();
+        if !missing.is_empty() {
+            let keys = missing.clone();
+            let r = self.link.call(move |s| Ok(s.get_many(Table::Sessions, &keys)));
+            self.take_sessions(t, &missing, r.and_then(|r| r));
+        }
+    }
+
+    /// Advance the write round as far as its answers allow (`wait`: to its end).
+    fn advance_round(&mut self, t: &mut Tables, wait: bool, out: &mut Vec<Decided>) {
+        loop {
+            let Some(round) = self.round.as_ref() else { return };
+            if !round.answered(&self.link.worker) {
+                if !wait && self.now.saturating_duration_since(round.at()) < ANSWER_WITHIN {
+                    return;
+                }
+                round.wait(&mut self.link.worker);
+            }
+            match self.round.take() {
+                Some(Round::Reading { ticket, at, force, drift, incidents }) => match self.link.worker.take(ticket) {
+                    Some(a) => self.round_read(t, at, force, drift, incidents, a, out),
+                    None => self.round_lost(drift, incidents),
+                },
+                Some(Round::Writing { ticket, at, emitting, stored_emitted, sessions_written, changes }) => {
+                    let r = self.link.worker.take(ticket).unwrap_or_else(|| Err(StoreError::Backend("the store's thread has ended".into())));
+                    self.round_written(t, at, r, emitting, stored_emitted, sessions_written, changes, out);
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// The store's thread ended with a round in flight: what it held is held again.
+    fn round_lost(&mut self, drift: Vec<(DriftRecord, DriftEvent)>, incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>) {
+        self.link.failed();
+        prepend(&mut self.pending_drift, drift);
+        for (server, vs) in incidents {
+            self.pending_incidents.entry(server).or_default().extend(vs);
+        }
+    }
+
+    /// Start a write round: one job for drift, incidents, the shared lists and the session read.
+    fn start_round(&mut self, t: &mut Tables, now: Moment, force: bool) {
+        let drift = std::mem::take(&mut self.pending_drift);
+        let incidents = std::mem::take(&mut self.pending_incidents);
+        let refusals = self.refusals_job(t, now);
+        let halves = self.halves_job(t, now);
+        let parked = self.parked_job(t, now);
+        // Catalog changes held for emission whose time has come: their sessions are read and
+        // written now, so the write decides who emits them.
+        for (_, ch) in self.pending_catalog.iter().filter(|(at, _)| force || *at <= now) {
+            t.sessions.mark_dirty(&ch.session_key);
+        }
+        let keys = t.sessions.dirty_keys();
+        let drift_job: Vec<DriftRecord> = drift.iter().map(|(d, _)| d.clone()).collect();
+        let incident_job: Vec<(Option<Arc<str>>, Vec<Verdict>)> = incidents.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let ticket = self.link.worker.submit(move |s| {
+            let mut effects = Vec::new();
+            let drift = sync_drift(s, &drift_job, &mut effects);
+            let incidents = sync_incidents(s, incident_job, &mut effects);
+            let refusals = merge_list(s, refusals, merge_refusals, &mut effects);
+            let halves = merge_list(s, halves, merge_halves, &mut effects);
+            let parked = merge_list(s, parked, merge_parked, &mut effects);
+            let sessions = if keys.is_empty() {
+                None
+            } else {
+                match s.get_many(Table::Sessions, &keys) {
+                    Ok(r) => Some((keys, r)),
+                    Err(e) => {
+                        effects.push(Effect::Failed);
+                        tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
+                        None
+                    }
+                }
+            };
+            RoundAnswer { effects, drift, incidents, refusals, halves, parked, sessions }
+        });
+        self.round = Some(Round::Reading { ticket, at: now, force, drift, incidents });
+    }
+
+    /// The first answer of a round: drift reported, incidents folded, lists written, sessions
+    /// merged; then the union of the sessions and the decided chains are written.
+    #[allow(clippy::too_many_arguments)]
+    fn round_read(
+        &mut self,
+        t: &mut Tables,
+        now: Moment,
+        force: bool,
+        drift: Vec<(DriftRecord, DriftEvent)>,
+        mut incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+        a: RoundAnswer,
+        out: &mut Vec<Decided>,
+    ) {
+        self.effects(&a.effects);
+        match a.drift {
+            // A record another instance created first was reported there.
+            Some(refused) => out.extend(drift.into_iter().filter(|(d, _)| !refused.contains(&d.key())).map(|(_, e)| Decided::Drift(e))),
+            None => prepend(&mut self.pending_drift, drift),
+        }
+        match a.incidents {
+            Some((folded, refused)) => {
+                for f in folded {
+                    if refused.contains(&f.key) {
+                        continue;
+                    }
+                    if let Some(vs) = incidents.remove(&f.server) {
+                        self.pending_incident_verdicts -= vs.len();
+                    }
+                    t.incidents.restore(f.new);
+                    t.incidents.resolved_total += f.resolved;
+                    for (transition, row) in f.transitions {
+                        out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+                    }
+                }
+                // Refused records: their verdicts are folded into the newer record next round.
+                for (server, vs) in incidents {
+                    self.pending_incidents.entry(server).or_default().extend(vs);
+                }
+            }
+            None => {
+                for (server, vs) in incidents {
+                    self.pending_incidents.entry(server).or_default().extend(vs);
+                }
+            }
+        }
+        let again = self.list_done(a.refusals, now);
+        prepend(&mut self.pending_orphans, again);
+        let again = self.list_done(a.halves, now);
+        prepend(&mut self.pending_halves, again);
+        let again = self.list_done(a.parked, now);
+        prepend(&mut self.pending_parked, again.into_iter().filter_map(|v| Some((v.operation_key.clone()?, v))).collect());
+
+        let mut stored_emitted: FxHashMap<String, Option<Convergence>> = FxHashMap::default();
+        let read = a.sessions.is_some();
+        if let Some((keys, records)) = a.sessions {
+            for (k, r) in keys.iter().zip(&records) {
+                let emitted = match r {
+                    Some(Record::Session(r)) => r.emitted,
+                    _ => None,
+                };
+                stored_emitted.insert(k.clone(), emitted);
+            }
+            self.merge_sessions(t, &keys, records);
+        }
+        // What the merge changed is a catalog change too (held like any other).
+        for ch in t.sessions.take_merged_changes() {
+            let _ = self.hold_catalog(t, now, ch, out);
+        }
+        let mut emitting = Vec::new();
+        if read {
+            // A change is emitted by the instance whose write records it as emitted: one
+            // already recorded by another instance is dropped here.
+            let mut keep = Vec::new();
+            for (at, ch) in std::mem::take(&mut self.pending_catalog) {
+                if !t.sessions.contains(&ch.session_key) {
+                    // Forgotten here meanwhile (idle, or a bound): nothing to write it with.
+                    t.emit_catalog(ch, out);
+                    continue;
+                }
+                let ready = (force || at <= now) && stored_emitted.contains_key(&ch.session_key);
+                if !ready {
+                    keep.push((at, ch));
+                    continue;
+                }
+                let v = Some(ch.verdict.convergence);
+                if stored_emitted.get(&ch.session_key) == Some(&v) {
+                    continue;
+                }
+                t.sessions.set_emitted(&ch.session_key, v);
+                emitting.push(ch);
+            }
+            self.pending_catalog = keep;
+        }
+        let mut changes = Changes::default();
+        t.sessions.take_changes(&mut changes);
+        t.chains.take_changes(&mut changes);
+        let sessions_written: Vec<String> = changes.changes.iter().filter(|c| c.table == Table::Sessions).map(|c| c.key.clone()).collect();
+        if changes.is_empty() {
+            self.round_written(t, now, Ok(()), emitting, stored_emitted, sessions_written, 0, out);
+            return;
+        }
+        let n = changes.len();
+        let ticket = self.link.worker.submit(move |s| s.apply(&changes));
+        self.round = Some(Round::Writing { ticket, at: now, emitting, stored_emitted, sessions_written, changes: n });
+    }
+
+    /// The second answer of a round: the catalog changes this write recorded as emitted are
+    /// emitted; one whose record was refused (or a write that failed) waits for the next write,
+    /// with what was emitted as the store said.
+    #[allow(clippy::too_many_arguments)]
+    fn round_written(
+        &mut self,
+        t: &mut Tables,
+        now: Moment,
+        r: Result<(), StoreError>,
+        emitting: Vec<CatalogChange>,
+        stored_emitted: FxHashMap<String, Option<Convergence>>,
+        sessions_written: Vec<String>,
+        changes: usize,
+        out: &mut Vec<Decided>,
+    ) {
+        let mut refused: Vec<String> = Vec::new();
+        let mut failed = false;
+        if let Err(e) = r {
+            if let StoreError::Conflict { refused: r, .. } = &e {
+                self.link.conflicts += 1;
+                self.link.down = false;
+                refused = r.iter().filter(|(t, _)| *t == Table::Sessions).map(|(_, k)| k.clone()).collect();
+                // Another instance wrote one of them in between: read, merge and write the
+                // sessions again next time (the refused one among them).
+                for k in &sessions_written {
+                    t.sessions.mark_dirty(k);
+                }
+            } else {
+                self.link.failed();
+                failed = true;
+            }
+            tracing::warn!(error = %e, changes, "could not write the state store; going on in memory");
+        } else if changes > 0 {
+            self.link.down = false;
+        }
+        for ch in emitting {
+            if failed || refused.contains(&ch.session_key) {
+                let was = stored_emitted.get(&ch.session_key).copied().flatten();
+                t.sessions.set_emitted(&ch.session_key, was);
+                self.pending_catalog.push((now, ch));
+            } else {
+                t.emit_catalog(ch, out);
+            }
+        }
+    }
+
+    fn refusals_job(&mut self, t: &mut Tables, now: Moment) -> ListJob<SpanEvidence> {
+        self.pending_orphans.extend(t.chains.take_published_orphans());
+        let over = self.pending_orphans.len().saturating_sub(crossjoin::MAX_ORPHANS);
+        self.pending_orphans.drain(..over);
+        let mut by_key: BTreeMap<String, Vec<SpanEvidence>> = BTreeMap::new();
+        for o in std::mem::take(&mut self.pending_orphans) {
+            by_key.entry(crate::state::refusal_key(o.start_ns / 1_000_000_000)).or_default().push(o);
+        }
+        self.list_job(Table::Refusals, now, by_key)
+    }
+
+    fn halves_job(&mut self, t: &mut Tables, now: Moment) -> ListJob<ClientHalf> {
+        self.pending_halves.extend(t.chains.take_published_halves().into_iter().map(|(id, h)| h.to_shared(id)));
+        let over = self.pending_halves.len().saturating_sub(crossjoin::MAX_ORPHANS);
+        self.pending_halves.drain(..over);
+        let mut by_key: BTreeMap<String, Vec<ClientHalf>> = BTreeMap::new();
+        for h in std::mem::take(&mut self.pending_halves) {
+            by_key.entry(crossjoin::shared_half_key(&h.method, &h.request_id, h.start_ns / 1_000_000_000)).or_default().push(h);
+        }
+        self.list_job(Table::Halves, now, by_key)
+    }
+
+    fn parked_job(&mut self, t: &mut Tables, now: Moment) -> ListJob<SpanEvidence> {
+        self.pending_parked.extend(t.chains.take_published_parked());
+        let mut by_key: BTreeMap<String, Vec<SpanEvidence>> = BTreeMap::new();
+        for (k, v) in std::mem::take(&mut self.pending_parked) {
+            by_key.entry(k.into_string()).or_default().push(v);
+        }
+        self.list_job(Table::Parked, now, by_key)
+    }
+
+    /// A list's items by key, with the records this instance wrote more than `late_span_window`
+    /// ago to delete (unless written again now).
+    fn list_job<T>(&mut self, table: Table, now: Moment, by_key: BTreeMap<String, Vec<T>>) -> ListJob<T> {
+        let window = self.late_span_window;
+        let written = self.shared_written.entry(table).or_default();
+        let mut expired: Vec<(Moment, String)> = Vec::new();
+        while written.front().is_some_and(|(at, _)| now.saturating_duration_since(*at) > window) {
+            if let Some((at, k)) = written.pop_front() {
+                if !by_key.contains_key(&k) && !expired.iter().any(|(_, e)| *e == k) {
+                    expired.push((at, k));
+                }
+            }
+        }
+        ListJob { table, by_key, expired }
+    }
+
+    /// A list's write answered: the records written are remembered (to delete them later);
+    /// the items of a refused record, or of a failed write, are returned to publish again.
+    fn list_done<T>(&mut self, done: ListDone<T>, now: Moment) -> Vec<T> {
+        let ListDone { job, refused, read_failed } = done;
+        let written = self.shared_written.entry(job.table).or_default();
+        if read_failed {
+            // Nothing was asked of the store: the expired records are deleted next time.
+            for e in job.expired.into_iter().rev() {
+                written.push_front(e);
+            }
+        }
+        let Some(refused) = refused else { return job.by_key.into_values().flatten().collect() };
+        let mut again = Vec::new();
+        for (key, mine) in job.by_key {
+            if refused.contains(&key) {
+                again.extend(mine);
+            } else {
+                written.retain(|(_, k)| *k != key);
+                written.push_back((now, key));
+            }
+        }
+        again
+    }
+
+    /// On a store that is down, chains are not decided for up to [`STORE_DOWN_HOLD`]: another
+    /// instance's part of their evidence (a session's signal, a refused request, a verifier) is
+    /// in the store, and a verdict without it would be a guess (a stale catalog judged fine).
+    /// The store is asked every `PERSIST_EVERY` meanwhile; past the hold, chains are decided,
+    /// partial (`store_unavailable`). True while holding.
+    fn hold_for_store(&mut self, now: Moment) -> bool {
+        if !self.link.down {
+            self.store_down_since = None;
+            return false;
+        }
+        let since = *self.store_down_since.get_or_insert(now);
+        if self.last_probe.is_none_or(|at| now.saturating_duration_since(at) >= crate::state::PERSIST_EVERY) {
+            self.last_probe = Some(now);
+            self.probe_store();
+        }
+        if !self.link.down {
+            self.store_down_since = None;
+            return false;
+        }
+        now.saturating_duration_since(since) < STORE_DOWN_HOLD
+    }
+
+    /// Ask a store marked down whether it answers again (the answer is taken when it comes).
+    fn probe_store(&mut self) {
+        if !self.link.down || self.probe.is_some() {
+            return;
+        }
+        self.probe = Some(self.link.worker.submit(|s| s.probe().unwrap_or(Err(StoreError::Backend(String::new())))));
+        self.take_probe();
+    }
+
+    fn take_probe(&mut self) {
+        let Some(p) = self.probe.take() else { return };
+        if !self.link.worker.has(&p) {
+            self.probe = Some(p);
+            return;
+        }
+        if let Some(Ok(())) = self.link.worker.take(p) {
+            if self.link.down {
+                self.link.down = false;
+                tracing::info!("the state store answers again");
+            }
+        }
+    }
+
+    /// Take or renew the gauge lease; its holder counts every instance's open incidents and
+    /// sessions in the store every [`GLOBAL_GAUGES_EVERY`]. A store error drops the lease here
+    /// (another instance takes it once it expires) and is counted.
+    fn renew_gauge_lease(&mut self, now: Moment) {
+        if self.lease.is_some() {
+            return;
+        }
+        let count = self.global_gauges.as_ref().is_none_or(|(at, _)| now.saturating_duration_since(*at) >= GLOBAL_GAUGES_EVERY);
+        let ticket = self.link.worker.submit(move |s| {
+            let held = s.lease(GAUGE_LEASE);
+            let counts = match &held {
+                Ok(true) if count => Some(count_global(s)),
+                _ => None,
+            };
+            (held, counts)
+        });
+        self.lease = Some((now, ticket));
+        self.take_lease();
+    }
+
+    fn take_lease(&mut self) {
+        let Some((at, t)) = self.lease.take() else { return };
+        if !self.link.worker.has(&t) {
+            self.lease = Some((at, t));
+            return;
+        }
+        let Some((held, counts)) = self.link.worker.take(t) else { return };
+        let held = match held {
+            Ok(h) => h,
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, "could not renew the gauge lease");
+                false
+            }
+        };
+        if held != self.gauge_leader {
+            tracing::info!(leader = held, "gauge lease: this instance {} the global gauges", if held { "reports" } else { "no longer reports" });
+        }
+        self.gauge_leader = held;
+        if !held {
+            self.global_gauges = None;
+            return;
+        }
+        match counts {
+            Some(Ok(c)) => self.global_gauges = Some((at, c)),
+            Some(Err(e)) => {
+                self.link.failed();
+                tracing::warn!(error = %e, "could not count the incidents and sessions in the state store");
+            }
+            None => {}
+        }
+    }
+
+    /// Read back up to [`CONVERGED_REFRESH`] of the sessions this engine calls `converged` (in
+    /// turn, one pipelined read): another instance may hold the signal that makes one stale,
+    /// with nothing more of that session coming here to make this engine look again.
+    fn refresh_converged(&mut self, t: &mut Tables, wait: bool) {
+        if self.converged_read.is_none() {
+            let keys = t.sessions.converged_window(CONVERGED_REFRESH, self.refresh_cursor);
+            self.refresh_cursor = self.refresh_cursor.wrapping_add(keys.len());
+            if !keys.is_empty() {
+                self.converged_read = Some(self.link.worker.submit(move |s| {
+                    let r = s.get_many(Table::Sessions, &keys);
+                    (keys, r)
+                }));
+            }
+        }
+        self.take_converged(t, wait);
+    }
+
+    fn take_converged(&mut self, t: &mut Tables, wait: bool) {
+        let Some(r) = self.converged_read.take() else { return };
+        if wait {
+            self.link.worker.wait(&r);
+        }
+        if !self.link.worker.has(&r) {
+            self.converged_read = Some(r);
+            return;
+        }
+        if let Some((keys, read)) = self.link.worker.take(r) {
+            self.take_sessions(t, &keys, read);
+        }
+    }
+
+    /// Read the refusals of the seconds in which a refused-looking client request of a chain in
+    /// flight (or decided lately) could have been answered, and take them as if they had come
+    /// here, so the refused-request join sees the HTTP spans every instance received (at most
+    /// every [`REFUSAL_PULL_EVERY`], one pipelined read; `force` at the drain).
+    fn pull_refusals(&mut self, t: &mut Tables, now: Moment, force: bool, decided: &mut Vec<DecidedCalls>) {
+        if !force && self.last_refusal_pull.is_some_and(|at| now.saturating_duration_since(at) < REFUSAL_PULL_EVERY) {
+            return;
+        }
+        let secs = t.chains.wanted_refusal_seconds(now, REFUSAL_PULL_RECENT, REFUSAL_SECONDS_PER_PULL);
+        if secs.is_empty() {
+            return;
+        }
+        self.last_refusal_pull = Some(now);
+        let keys: Vec<String> = secs.iter().map(|s| crate::state::refusal_key(*s)).collect();
+        match self.link.call(move |s| s.get_many(Table::Refusals, &keys)) {
+            Ok(records) => {
+                self.link.down = false;
+                for r in records.into_iter().flatten() {
+                    if let Record::Refusals(r) = r {
+                        for o in r.orphans {
+                            t.chains.take_remote_orphan(o, now, decided);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, "could not read refusals from the state store");
+            }
+        }
+    }
+
+    /// The server halves about to be decided alone look for their client half among those other
+    /// instances published; where exactly one qualifies, its decided chain is taken from the
+    /// store, so the server half joins it here and revises its verdict instead of giving one of
+    /// its own.
+    fn join_remote_halves(&mut self, t: &mut Tables, now: Moment, all: bool) {
+        let halves = t.chains.server_halves_to_look_for(now, all);
+        if halves.is_empty() {
+            return;
+        }
+        let mut keys: Vec<String> = halves.iter().flat_map(|(_, h)| crossjoin::shared_half_keys(h)).collect();
+        keys.sort();
+        keys.dedup();
+        let asked = keys.clone();
+        let records = match self.link.call(move |s| s.get_many(Table::Halves, &asked)) {
+            Ok(r) => r,
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, "could not read client halves from the state store");
+                return;
+            }
+        };
+        let listed: FxHashMap<&String, crate::state::HalvesRecord> = keys
+            .iter()
+            .zip(records)
+            .filter_map(|(k, r)| match r {
+                Some(Record::Halves(r)) => Some((k, *r)),
+                _ => None,
+            })
+            .collect();
+        for (id, h) in halves {
+            let mut found: Vec<crate::evidence::TraceId> = Vec::new();
+            let mut overflow = false;
+            for k in crossjoin::shared_half_keys(&h) {
+                let Some(r) = listed.get(&k) else { continue };
+                overflow |= r.overflow;
+                for c in &r.halves {
+                    let (trace, ch) = crossjoin::Half::from_shared(c);
+                    if trace != id && crossjoin::client_matches(&ch, &h) && !found.contains(&trace) {
+                        found.push(trace);
+                    }
+                }
+            }
+            if overflow || found.len() != 1 || t.chains.knows(&found[0]) {
+                continue;
+            }
+            let _ = self.link.take_decided(t, found[0], "a client half's chain");
+        }
+    }
+
+    /// Verifiers parked here look for their call in the store's operation index again (at most
+    /// every `PERSIST_EVERY`): the call's instance may have written it after the verifier came,
+    /// and decided it before it read what this instance published. A call found decided is
+    /// taken from the store and the verifiers join it here (revising it).
+    fn find_parked_calls(&mut self, t: &mut Tables, now: Moment, decided: &mut Vec<DecidedCalls>) {
+        if self.last_parked_lookup.is_some_and(|at| now.saturating_duration_since(at) < crate::state::PERSIST_EVERY) {
+            return;
+        }
+        let keys: Vec<String> = t.chains.parked_keys(256).into_iter().map(|k| k.into_string()).collect();
+        if keys.is_empty() {
+            return;
+        }
+        self.last_parked_lookup = Some(now);
+        let asked = keys.clone();
+        let traces = match self.link.call(move |s| s.get_many(Table::Operations, &asked)) {
+            Ok(r) => r,
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, "could not look for parked verifiers' calls in the state store");
+                return;
+            }
+        };
+        for (k, r) in keys.iter().zip(traces) {
+            let Some(Record::Operation(trace)) = r else { continue };
+            if !t.chains.knows(&trace) {
+                match self.link.take_decided(t, trace, "a parked verifier's call") {
+                    Some(true) => {}
+                    Some(false) => continue,
+                    None => return,
+                }
+            }
+            t.chains.restore_operation(k, trace);
+            t.chains.unpark(k, now, decided);
+        }
+    }
+
+    /// At the end, verdicts the store did not take are folded into this instance's own
+    /// incidents and emitted (counted, `incidents_unshared`): an incident emitted twice is
+    /// better than one never emitted.
+    fn fold_pending_locally(&mut self, t: &mut Tables, out: &mut Vec<Decided>) {
+        // A record another instance wrote meanwhile is refused: read and fold again, a few times.
+        for _ in 0..3 {
+            if self.pending_incidents.is_empty() || self.link.down {
+                break;
+            }
+            self.fold_incidents_now(t, out);
+        }
+        // Drift the store did not take is reported here rather than never.
+        out.extend(std::mem::take(&mut self.pending_drift).into_iter().map(|(_, e)| Decided::Drift(e)));
+        if self.pending_incidents.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending_incidents);
+        self.pending_incident_verdicts = 0;
+        let n: usize = pending.values().map(Vec::len).sum();
+        tracing::warn!(verdicts = n, "the state store did not take these verdicts' incidents; emitting this instance's view of them");
+        self.incidents_unshared += n as u64;
+        for v in pending.into_values().flatten() {
+            for (transition, row) in t.incidents.observe(&v) {
+                out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+            }
+        }
+    }
+
+    /// One incident fold, waited for (at the end).
+    fn fold_incidents_now(&mut self, t: &mut Tables, out: &mut Vec<Decided>) {
+        let incidents = std::mem::take(&mut self.pending_incidents);
+        let job: Vec<(Option<Arc<str>>, Vec<Verdict>)> = incidents.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let answer = self.link.call(move |s| {
+            let mut effects = Vec::new();
+            let r = sync_incidents(s, job, &mut effects);
+            Ok((effects, r))
+        });
+        let Ok((effects, folded)) = answer else {
+            self.round_lost(Vec::new(), incidents);
+            return;
+        };
+        self.effects(&effects);
+        let mut incidents = incidents;
+        if let Some((folded, refused)) = folded {
+            for f in folded {
+                if refused.contains(&f.key) {
+                    continue;
+                }
+                if let Some(vs) = incidents.remove(&f.server) {
+                    self.pending_incident_verdicts -= vs.len();
+                }
+                t.incidents.restore(f.new);
+                t.incidents.resolved_total += f.resolved;
+                for (transition, row) in f.transitions {
+                    out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+                }
+            }
+        }
+        for (server, vs) in incidents {
+            self.pending_incidents.entry(server).or_default().extend(vs);
+        }
+    }
+
+    /// At the end, catalog changes the store did not take are emitted here rather than never.
+    fn emit_pending_catalog(&mut self, t: &mut Tables, out: &mut Vec<Decided>) {
+        for (_, ch) in std::mem::take(&mut self.pending_catalog) {
+            t.emit_catalog(ch, out);
+        }
+    }
+}
+
+impl Replica for Shared {
+    fn attach(&mut self, t: &mut Tables) {
+        t.chains.track_changes();
+        t.sessions.track_changes();
+        // Incidents are folded in the store (the write round), not written from the book.
+        t.chains.share_orphans();
+        self.link.load(t);
+    }
+
+    fn before_ingest(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
+        self.link.take_back_spilled(t.chains, spans);
+        self.link.take_over_from_store(t, spans);
+    }
+
+    fn before_decide(&mut self, t: &mut Tables, now: Moment, all: bool, decided: &mut Vec<DecidedCalls>) -> bool {
+        self.now = now;
+        self.pull_refusals(t, now, all, decided);
+        self.join_remote_halves(t, now, all);
+        if all {
+            return false;
+        }
+        self.find_parked_calls(t, now, decided);
+        self.hold_for_store(now)
+    }
+
+    fn every_second(&mut self, t: &mut Tables, now: Moment, drain: bool) {
+        self.now = now;
+        if drain {
+            // A last look at what other instances wrote of the sessions this one calls converged.
+            self.refresh_converged(t, true);
+            return;
+        }
+        self.probe_store();
+        self.renew_gauge_lease(now);
+        self.refresh_converged(t, false);
+    }
+
+    fn admit(&mut self, _: &mut Tables, batch: Batch, ready: &mut Vec<Batch>) {
+        if batch.1.is_empty() {
+            return;
+        }
+        let mut parked: Vec<String> =
+            batch.1.iter().flat_map(|d| d.calls.iter()).filter_map(|c| c.operation_key.as_deref()).map(str::to_string).collect();
+        parked.sort();
+        parked.dedup();
+        let sessions = session_keys(&batch.1);
+        let read = (!parked.is_empty() || !sessions.is_empty()).then(|| {
+            self.link.worker.submit(move |s| StepRead {
+                parked: (!parked.is_empty()).then(|| s.get_many(Table::Parked, &parked)),
+                sessions: (!sessions.is_empty()).then(|| {
+                    let r = s.get_many(Table::Sessions, &sessions);
+                    (sessions, r)
+                }),
+            })
+        });
+        self.awaiting.push_back(Awaiting { batch, read });
+        let _ = ready;
+    }
+
+    fn ready(&mut self, t: &mut Tables, now: Moment, settle: bool, ready: &mut Vec<Batch>) {
+        self.now = now;
+        self.link.worker.poll();
+        self.take_probe();
+        self.take_lease();
+        self.take_converged(t, settle);
+        // In the order decided: a revision is classified after what it revises.
+        while let Some(front) = self.awaiting.front() {
+            if let Some(read) = &front.read {
+                if !self.link.worker.has(read) {
+                    if !settle && now.saturating_duration_since(front.batch.0) < ANSWER_WITHIN {
+                        break;
+                    }
+                    self.link.worker.wait(read);
+                }
+            }
+            let Some(Awaiting { mut batch, read }) = self.awaiting.pop_front() else { break };
+            if let Some(read) = read {
+                match self.link.worker.take(read) {
+                    Some(r) => self.take_step_read(t, &mut batch, r),
+                    None => self.link.failed(),
+                }
+            }
+            ready.push(batch);
+        }
+    }
+
+    fn persist(&mut self, t: &mut Tables, now: Moment, force: bool, out: &mut Vec<Decided>) {
+        self.now = now;
+        self.advance_round(t, false, out);
+        let due = force || self.last_persisted.is_none_or(|at| now.saturating_duration_since(at) >= crate::state::PERSIST_EVERY);
+        if due {
+            // One round at a time: the one before is finished first.
+            self.advance_round(t, true, out);
+            self.last_persisted = Some(now);
+            self.unwritten = false;
+            self.start_round(t, now, force);
+        }
+        self.advance_round(t, force, out);
+    }
+
+    fn hold_catalog(&mut self, t: &mut Tables, now: Moment, ch: CatalogChange, out: &mut Vec<Decided>) -> Option<CatalogChange> {
+        // A newer verdict of the session replaces one held.
+        self.pending_catalog.retain(|(_, p)| p.session_key != ch.session_key);
+        let after = if ch.verdict.convergence == Convergence::Converged { CONFIRM_CONVERGED_AFTER } else { Duration::ZERO };
+        if self.pending_catalog.len() >= MAX_PENDING_CATALOG {
+            // Bounded: the oldest held change is emitted now (it may be emitted twice).
+            let (_, old) = self.pending_catalog.remove(0);
+            t.emit_catalog(old, out);
+        }
+        self.pending_catalog.push((now + after, ch));
+        None
+    }
+
+    fn hold_verdict(&mut self, v: &Verdict) -> bool {
+        let relevant = crate::classify::incidents::is_failure(v.state) || v.state == HealthState::Healthy;
+        if relevant && self.pending_incident_verdicts < MAX_PENDING_INCIDENT_VERDICTS {
+            self.pending_incidents.entry(v.server.clone()).or_default().push(v.clone());
+            self.pending_incident_verdicts += 1;
+            return true;
+        }
+        if relevant {
+            self.incidents_unshared += 1;
+        }
+        false
+    }
+
+    fn report_drift(&mut self, record: DriftRecord, event: DriftEvent) -> Option<DriftEvent> {
+        // Reported by the instance whose write creates the record (the write round).
+        self.pending_drift.push((record, event));
+        None
+    }
+
+    fn finish(&mut self, t: &mut Tables, catalog: bool, out: &mut Vec<Decided>) {
+        self.advance_round(t, true, out);
+        self.fold_pending_locally(t, out);
+        if catalog {
+            self.emit_pending_catalog(t, out);
+        }
+    }
+
+    fn touched(&mut self) {
+        self.unwritten = true;
+    }
+
+    fn next_due(&self) -> Option<Moment> {
+        let write = match (self.unwritten, self.last_persisted) {
+            (true, Some(at)) => Some(at + crate::state::PERSIST_EVERY),
+            _ => None,
+        };
+        // A held catalog change is emitted at a write: wake for the first write at or after it.
+        let catalog = match (self.pending_catalog.iter().map(|(at, _)| *at).min(), self.last_persisted) {
+            (Some(at), Some(p)) => Some(at.max(p + crate::state::PERSIST_EVERY)),
+            (Some(at), None) => Some(at),
+            _ => None,
+        };
+        // Answers awaited: look again soon.
+        let awaited = (!self.awaiting.is_empty() || self.round.is_some()).then_some(self.now + POLL_AFTER);
+        [write, catalog, awaited].into_iter().flatten().min()
+    }
+
+    fn figures(&self) -> ReplicaFigures {
+        ReplicaFigures {
+            store_down: self.link.down,
+            store_errors: self.link.errors,
+            store_conflicts: self.link.conflicts,
+            taken_over: self.link.taken_over,
+            sessions_merged: self.sessions_merged,
+            incidents_unshared: self.incidents_unshared,
+            queue_waits: self.link.worker.queue_waits(),
+        }
+    }
+
+    fn gauges(&self) -> GaugeSource<'_> {
+        match &self.global_gauges {
+            Some((_, counts)) if self.gauge_leader => GaugeSource::Global(counts),
+            _ => GaugeSource::Elsewhere,
+        }
+    }
+
+    fn gauge_leader(&self) -> bool {
+        self.gauge_leader
+    }
+}
+
+/// Put `items` back in front of `v` (what a round took and the store did not take).
+fn prepend<T>(v: &mut Vec<T>, items: Vec<T>) {
+    let rest = std::mem::replace(v, items);
+    v.extend(rest);
+}
+
+/// The sessions of the tool calls in `decided` (sorted, once each).
+fn session_keys(decided: &[DecidedCalls]) -> Vec<String> {
+    let mut keys: Vec<String> = decided
+        .iter()
+        .flat_map(|d| d.calls.iter())
+        .filter(|c| c.method == Some(Method::ToolsCall))
+        .filter_map(CallEvidence::session_key)
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Every instance's open incidents and sessions, counted in the store (the lease holder).
+fn count_global(s: &mut dyn StateStore) -> Result<GlobalCounts, StoreError> {
+    let incidents = s.scan(Table::Incidents)?;
+    let sessions = s.scan(Table::Sessions)?;
+    let mut open = FxHashMap::default();
+    for (_, r) in &incidents {
+        if let Record::Incidents(part) = r {
+            super::super::count_open(&mut open, part.open.iter());
+        }
+    }
+    let mut convergence: FxHashMap<(String, Convergence), u64> = FxHashMap::default();
+    for (_, r) in &sessions {
+        if let Record::Session(s) = r {
+            if let Some(c) = s.last {
+                *convergence.entry((s.server.as_deref().unwrap_or("").to_string(), c)).or_default() += 1;
+            }
+        }
+    }
+    Ok((open, convergence))
+}
+
+/// Report each drift only if this write creates its record (compare-and-set on a key never
+/// seen: absent). `None`: the write failed (held for the next).
+fn sync_drift(s: &mut dyn StateStore, drift: &[DriftRecord], _effects: &mut Vec<Effect>) -> Option<Vec<String>> {
+    if drift.is_empty() {
+        return Some(Vec::new());
+    }
+    let mut changes = Changes::default();
+    for d in drift {
+        changes.put(d.key(), Record::DriftReported(d.clone()));
+    }
+    match s.apply(&changes) {
+        Ok(()) => Some(Vec::new()),
+        Err(StoreError::Conflict { refused, .. }) => Some(refused.into_iter().map(|(_, k)| k).collect()),
+        Err(e) => {
+            _effects.push(Effect::Failed);
+            tracing::warn!(error = %e, "could not write drift reports to the state store; holding them");
+            None
+        }
+    }
+}
+
+/// Fold the verdicts held into the store's incident record of each of their servers, by
+/// compare-and-set (a pipelined read of their records, one script). A record another instance
+/// changed in between is refused; its verdicts are folded into the newer record next round (the
+/// fold does not depend on the order of verdicts, so the result is the one process's).
+fn sync_incidents(
+    s: &mut dyn StateStore,
+    pending: Vec<(Option<Arc<str>>, Vec<Verdict>)>,
+    effects: &mut Vec<Effect>,
+) -> Option<(Vec<Folded>, Vec<String>)> {
+    if pending.is_empty() {
+        return Some((Vec::new(), Vec::new()));
+    }
+    let keys: Vec<String> = pending.iter().map(|(s, _)| server_key(s.as_deref())).collect();
+    let stored = match s.get_many(Table::Incidents, &keys) {
+        Ok(r) => r,
+        Err(e) => {
+            effects.push(Effect::Failed);
+            tracing::warn!(error = %e, servers = keys.len(), "could not read incidents from the state store; holding the verdicts");
+            return None;
+        }
+    };
+    let mut changes = Changes::default();
+    let mut folded = Vec::with_capacity(pending.len());
+    for (((server, verdicts), key), rec) in pending.into_iter().zip(keys).zip(stored) {
+        let part = match rec {
+            Some(Record::Incidents(p)) if p.server == server => *p,
+            _ => ServerIncidents { server: server.clone(), ..Default::default() },
+        };
+        let mut book = IncidentBook::default();
+        book.restore(part);
+        let mut transitions = Vec::new();
+        for v in &verdicts {
+            transitions.extend(book.observe(v));
+        }
+        let new = book.parts(std::slice::from_ref(&server)).pop().unwrap_or_default();
+        if new.is_empty() {
+            changes.delete(Table::Incidents, key.clone());
+        } else {
+            changes.put(key.clone(), Record::Incidents(Box::new(new.clone())));
+        }
+        folded.push(Folded { server, key, transitions, new, resolved: book.resolved_total });
+    }
+    let refused = match s.apply(&changes) {
+        Ok(()) => {
+            effects.push(Effect::Up);
+            Vec::new()
+        }
+        Err(StoreError::Conflict { refused, .. }) => {
+            effects.push(Effect::Up);
+            effects.push(Effect::Conflicts(refused.len() as u64));
+            tracing::debug!(records = refused.len(), "incident records changed by another instance; folding again");
+            refused.into_iter().map(|(_, k)| k).collect()
+        }
+        Err(e) => {
+            effects.push(Effect::Failed);
+            tracing::warn!(error = %e, servers = folded.len(), "could not write incidents to the state store; holding the verdicts");
+            return None;
+        }
+    };
+    Some((folded, refused))
+}
+
+/// Add a list's items to its records (read, `merge`, compare-and-set, in one pipelined read and
+/// one script), and delete the expired records this instance wrote.
+fn merge_list<T>(
+    s: &mut dyn StateStore,
+    job: ListJob<T>,
+    merge: fn(Option<Record>, &[T]) -> Record,
+    effects: &mut Vec<Effect>,
+) -> ListDone<T> {
+    let keys: Vec<String> = job.by_key.keys().cloned().collect();
+    let mut changes = Changes::default();
+    if !keys.is_empty() {
+        let stored = match s.get_many(job.table, &keys) {
+            Ok(r) => r,
+            Err(e) => {
+                effects.push(Effect::Failed);
+                tracing::warn!(error = %e, table = job.table.as_str(), "could not read the state store");
+                return ListDone { job, refused: None, read_failed: true };
+            }
+        };
+        for ((key, mine), rec) in job.by_key.iter().zip(stored) {
+            changes.put(key.clone(), merge(rec, mine));
+        }
+    }
+    for (_, k) in &job.expired {
+        changes.delete(job.table, k.clone());
+    }
+    if changes.is_empty() {
+        return ListDone { job, refused: Some(Vec::new()), read_failed: false };
+    }
+    match s.apply(&changes) {
+        Ok(()) => ListDone { job, refused: Some(Vec::new()), read_failed: false },
+        Err(StoreError::Conflict { refused, .. }) => {
+            effects.push(Effect::Conflicts(refused.len() as u64));
+            ListDone { job, refused: Some(refused.into_iter().map(|(_, k)| k).collect()), read_failed: false }
+        }
+        Err(e) => {
+            effects.push(Effect::Failed);
+            tracing::warn!(error = %e, table = job.table.as_str(), "could not write the state store");
+            ListDone { job, refused: None, read_failed: false }
+        }
+    }
+}
+
+fn merge_refusals(rec: Option<Record>, mine: &[SpanEvidence]) -> Record {
+    let mut all = match rec {
+        Some(Record::Refusals(r)) => r.orphans,
+        _ => Vec::new(),
+    };
+    for o in mine {
+        if !all.iter().any(|x| x.trace_id == o.trace_id && x.span_id == o.span_id) {
+            all.push(o.clone());
+        }
+    }
+    all.sort_by(|a, b| b.start_ns.cmp(&a.start_ns).then_with(|| a.trace_id.cmp(&b.trace_id)));
+    all.truncate(REFUSALS_PER_SECOND);
+    Record::Refusals(Box::new(crate::state::RefusalsRecord { orphans: all }))
+}
+
+fn merge_halves(rec: Option<Record>, mine: &[ClientHalf]) -> Record {
+    let mut r = match rec {
+        Some(Record::Halves(r)) => *r,
+        _ => crate::state::HalvesRecord::default(),
+    };
+    for h in mine {
+        if !r.halves.iter().any(|x| x.trace_id == h.trace_id && x.start_ns == h.start_ns) {
+            if r.halves.len() >= crossjoin::MAX_CANDIDATES {
+                r.overflow = true;
+            } else {
+                r.halves.push(h.clone());
+            }
+        }
+    }
+    Record::Halves(Box::new(r))
+}
+
+fn merge_parked(rec: Option<Record>, mine: &[SpanEvidence]) -> Record {
+    let mut all = match rec {
+        Some(Record::Parked(r)) => r.verifiers,
+        _ => Vec::new(),
+    };
+    for v in mine {
+        if all.len() < MAX_SHARED_PARKED_PER_KEY && !all.iter().any(|x| x.trace_id == v.trace_id && x.span_id == v.span_id) {
+            all.push(v.clone());
+        }
+    }
+    Record::Parked(Box::new(crate::state::ParkedRecord { verifiers: all }))
+}

@@ -1,0 +1,172 @@
+//! The store's own thread: it owns the calls to a network store, so that a round trip is never
+//! on the engine's thread.
+//!
+//! The engine submits a job (a closure over the [`StateStore`]) and gets a [`Ticket`]; the worker
+//! runs jobs in the order submitted (so a read submitted after a write sees it) and sends each
+//! answer back; the engine takes answers when it next looks ([`Worker::poll`]) or waits for one
+//! it needs now ([`Worker::wait`]). Bounded: at most [`MAX_IN_FLIGHT`] jobs are submitted and
+//! not yet answered-and-taken; a submit past it first waits for the oldest answer, counted in
+//! [`Worker::queue_waits`] (`mcp_health.state.store_queue_waits`): the engine slows to the
+//! store's pace rather than dropping a write or holding an unbounded backlog.
+//!
+//! An in-process store (memory, or the embedded store) needs no thread: its jobs run at once on
+//! the caller's thread ([`Worker::inline`]), through the same tickets, so the protocol is one code
+//! path and tests of several engines on one in-memory store stay deterministic.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+
+use crate::state::{StateStore, StoreHandle};
+
+/// Jobs submitted and not yet taken, at most.
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
+
+type Answer = Box<dyn Any + Send>;
+type Job = Box<dyn FnOnce(&mut dyn StateStore) -> Answer + Send>;
+
+/// A job submitted; its answer is of type `T`.
+#[must_use]
+pub(crate) struct Ticket<T> {
+    id: u64,
+    _answer: std::marker::PhantomData<fn() -> T>,
+}
+
+enum Via {
+    /// Run each job at once on the caller's thread.
+    Inline(StoreHandle),
+    /// The worker thread; its answers come back on `answers`.
+    Thread { jobs: mpsc::SyncSender<(u64, Job)>, answers: mpsc::Receiver<(u64, Answer)> },
+}
+
+/// The engine's end of the store's thread.
+pub(crate) struct Worker {
+    via: Via,
+    next: u64,
+    /// Answers come back and not yet taken, by ticket.
+    taken: BTreeMap<u64, Answer>,
+    /// Submitted, answer not yet come back.
+    in_flight: usize,
+    queue_waits: u64,
+}
+
+impl Worker {
+    /// A worker for `store`: a thread of its own for a network store, inline otherwise.
+    pub fn for_store(store: StoreHandle) -> Self {
+        if store.over_network() {
+            Worker::thread(store)
+        } else {
+            Worker::inline(store)
+        }
+    }
+
+    pub fn inline(store: StoreHandle) -> Self {
+        Worker { via: Via::Inline(store), next: 0, taken: BTreeMap::new(), in_flight: 0, queue_waits: 0 }
+    }
+
+    pub fn thread(store: StoreHandle) -> Self {
+        let (jobs, job_rx) = mpsc::sync_channel::<(u64, Job)>(MAX_IN_FLIGHT);
+        // Unbounded in type, bounded by `MAX_IN_FLIGHT` in use: one answer per job in flight.
+        let (answer_tx, answers) = mpsc::channel::<(u64, Answer)>();
+        let spawned = std::thread::Builder::new().name("mcp-health-store".into()).spawn(move || {
+            while let Ok((id, job)) = job_rx.recv() {
+                let answer = {
+                    let mut s = store.0.lock().unwrap_or_else(|e| e.into_inner());
+                    job(&mut **s)
+                };
+                if answer_tx.send((id, answer)).is_err() {
+                    break;
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "could not start the store's thread; its calls run on the engine's");
+        }
+        Worker { via: Via::Thread { jobs, answers }, next: 0, taken: BTreeMap::new(), in_flight: 0, queue_waits: 0 }
+    }
+
+    /// Submit `job`; its answer is taken with [`Worker::take`] once [`Worker::poll`] or
+    /// [`Worker::wait`] has it.
+    pub fn submit<T: Send + 'static>(&mut self, job: impl FnOnce(&mut dyn StateStore) -> T + Send + 'static) -> Ticket<T> {
+        let id = self.next;
+        self.next += 1;
+        let job: Job = Box::new(move |s| Box::new(job(s)) as Answer);
+        match &self.via {
+            Via::Inline(store) => {
+                let answer = {
+                    let mut s = store.0.lock().unwrap_or_else(|e| e.into_inner());
+                    job(&mut **s)
+                };
+                self.taken.insert(id, answer);
+            }
+            Via::Thread { .. } => {
+                if self.in_flight + self.taken.len() >= MAX_IN_FLIGHT {
+                    self.queue_waits += 1;
+                    self.recv_one();
+                }
+                let Via::Thread { jobs, .. } = &self.via else { unreachable!() };
+                if jobs.send((id, job)).is_err() {
+                    tracing::error!("the store's thread has ended; the store call is lost");
+                } else {
+                    self.in_flight += 1;
+                }
+            }
+        }
+        Ticket { id, _answer: std::marker::PhantomData }
+    }
+
+    /// Take every answer that has come back, without waiting.
+    pub fn poll(&mut self) {
+        let Via::Thread { answers, .. } = &self.via else { return };
+        while let Ok((id, a)) = answers.try_recv() {
+            self.in_flight -= 1;
+            self.taken.insert(id, a);
+        }
+    }
+
+    fn recv_one(&mut self) -> bool {
+        let Via::Thread { answers, .. } = &self.via else { return false };
+        match answers.recv() {
+            Ok((id, a)) => {
+                self.in_flight -= 1;
+                self.taken.insert(id, a);
+                true
+            }
+            Err(_) => {
+                self.in_flight = 0;
+                false
+            }
+        }
+    }
+
+    /// Whether the answer of `ticket` has come back.
+    pub fn has<T>(&self, ticket: &Ticket<T>) -> bool {
+        self.taken.contains_key(&ticket.id)
+    }
+
+    /// Wait until the answer of `ticket` has come back (the jobs before it have run too).
+    pub fn wait<T>(&mut self, ticket: &Ticket<T>) {
+        while !self.taken.contains_key(&ticket.id) {
+            if !self.recv_one() {
+                return;
+            }
+        }
+    }
+
+    /// The answer of `ticket`, if it has come back (`None` also when the thread ended without it).
+    pub fn take<T: 'static>(&mut self, ticket: Ticket<T>) -> Option<T> {
+        self.taken.remove(&ticket.id).and_then(|a| a.downcast::<T>().ok()).map(|b| *b)
+    }
+
+    /// Run `job` and wait for its answer (for rare calls whose answer the step needs now).
+    pub fn call<T: Send + 'static>(&mut self, job: impl FnOnce(&mut dyn StateStore) -> T + Send + 'static) -> Option<T> {
+        let t = self.submit(job);
+        self.wait(&t);
+        self.take(t)
+    }
+
+    /// Submit calls that waited for room.
+    pub fn queue_waits(&self) -> u64 {
+        self.queue_waits
+    }
+}
