@@ -9,7 +9,10 @@
 //! loopback, skipped when not installed), round trips, payload bytes and Redis's own count of the
 //! bytes it received and sent, per verdict. Calls arrive 10 per 10 ms of engine time, so the engine
 //! writes a transaction of about 100 calls every 100 ms, as in the service at 1000 calls/s.
-//! Numbers, not assertions.
+//! The Redis runs take the store's answers as the service does (`store_answer_within` =
+//! `PERSIST_EVERY`: the round trips run on the store's thread); a last run puts Redis behind a
+//! proxy of this bench's own that adds 0.5 ms each way to every chunk it forwards (1 ms of round
+//! trip, a Redis in another zone). Numbers, not assertions.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,6 +62,39 @@ fn call(n: u64) -> Vec<SpanEvidence> {
     vec![c, v]
 }
 
+/// A TCP proxy on 127.0.0.1 in front of `upstream` that sleeps `delay` before forwarding each
+/// chunk, in each direction (one thread per direction per connection); its address.
+fn delaying_proxy(upstream: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+    let addr = listener.local_addr().expect("proxy address");
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(upstream) else { continue };
+            let _ = (client.set_nodelay(true), server.set_nodelay(true));
+            let pump = move |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = from.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        std::thread::sleep(delay);
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            };
+            let (c2, s2) = (client.try_clone().expect("clone"), server.try_clone().expect("clone"));
+            pump(client, server);
+            pump(s2, c2);
+        }
+    });
+    addr
+}
+
 fn wchar() -> u64 {
     let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
     s.lines().find_map(|l| l.strip_prefix("wchar: ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
@@ -73,6 +109,9 @@ struct Run {
 fn run(calls: u64, store: Option<StoreHandle>) -> Run {
     let mut cfg =
         EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(20), ..ChainLimits::default() }, SessionLimits::default());
+    if store.as_ref().is_some_and(|s| s.is_shared()) {
+        cfg.store_answer_within = mcp_health::state::PERSIST_EVERY;
+    }
     cfg.store = store;
     let mut e = Engine::new(cfg);
     let mut out: Vec<Decided> = Vec::new();
@@ -144,7 +183,7 @@ fn main() {
         retry_after: Duration::from_secs(1),
         tombstone_ttl: Duration::from_secs(3600),
     };
-    let store = StoreHandle::open_redis(settings).expect("open the redis store");
+    let store = StoreHandle::open_redis(settings.clone()).expect("open the redis store");
     let before = net(&r);
     let red = run(calls, Some(store.clone()));
     let after = net(&r);
@@ -160,4 +199,13 @@ fn main() {
         per(after.1.saturating_sub(before.1))
     );
     assert_eq!(red.verdicts, calls);
+
+    // The same behind 1 ms of added round trip, on an empty Redis.
+    let _: () = redis::cmd("FLUSHALL").query(&mut r.conn()).expect("flush redis");
+    let upstream: std::net::SocketAddr = format!("127.0.0.1:{}", r.port).parse().expect("redis address");
+    let proxy = delaying_proxy(upstream, Duration::from_micros(500));
+    let settings = RedisSettings { endpoint: format!("redis://{proxy}"), ..settings };
+    let far = run(calls, Some(StoreHandle::open_redis(settings).expect("open the redis store through the proxy")));
+    println!("  redis +1 ms RTT: {:8.2} µs/verdict  x{:.2}", us(&far), us(&far) / us(&none));
+    assert_eq!(far.verdicts, calls);
 }

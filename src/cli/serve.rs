@@ -584,6 +584,9 @@ impl Pipeline {
                 let store = crate::state::StoreHandle::open_redis(settings).map_err(|e| ServeError::Store(shown.clone(), e))?;
                 tracing::info!(endpoint = %shown, "shared state store (redis) opened");
                 engine_cfg.store = Some(store);
+                // The store's round trips off the engine's path: answers are taken when they
+                // come, at the latest one write interval later.
+                engine_cfg.store_answer_within = crate::state::PERSIST_EVERY;
             }
             None => {}
         }

@@ -68,6 +68,13 @@ pub struct EngineConfig {
     /// Mark partial the chains whose earliest call predates the engine's first ingest less
     /// `decision_wait` (`processors.mcp_health.partial_before_start`; see `classify::partial`).
     pub partial_before_start: bool,
+    /// On a shared store, the latest (engine time) the answer of a store call is taken after
+    /// it was asked: chains whose shared parts are being read are classified when the answer
+    /// comes, at the latest this much later (the engine waits then). Zero (the default) takes
+    /// every answer in the step that asked for it: the store's round trips are then on the
+    /// engine's path, and a manual clock sees the same steps as with synchronous calls. The
+    /// service sets [`PERSIST_EVERY`](crate::state::PERSIST_EVERY).
+    pub store_answer_within: Duration,
 }
 
 impl EngineConfig {
@@ -173,7 +180,7 @@ impl Engine {
         let partial_grace_ns = cfg.partial_before_start.then_some(grace);
         let max_decided = cfg.chains.max_decided.max(1);
         let has_store = cfg.store.is_some();
-        let replica = shared::for_store(cfg.store, cfg.chains.late_span_window);
+        let replica = shared::for_store(cfg.store, cfg.chains.late_span_window, cfg.store_answer_within);
         let mut e = Engine {
             chains: Chains::new(cfg.chains),
             sessions: Sessions::new(cfg.sessions),

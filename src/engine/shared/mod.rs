@@ -128,10 +128,14 @@ pub(crate) trait Replica: Send {
 
 /// The replica for a configured store: [`remote::Shared`] when other instances write it too,
 /// [`durable::Durable`] otherwise; [`Alone`] without one.
-pub(crate) fn for_store(store: Option<crate::state::StoreHandle>, late_span_window: std::time::Duration) -> Box<dyn Replica> {
+pub(crate) fn for_store(
+    store: Option<crate::state::StoreHandle>,
+    late_span_window: std::time::Duration,
+    answer_within: std::time::Duration,
+) -> Box<dyn Replica> {
     match store {
         None => Box::new(Alone),
-        Some(s) if s.is_shared() => Box::new(remote::Shared::new(s, late_span_window)),
+        Some(s) if s.is_shared() => Box::new(remote::Shared::new(s, late_span_window, answer_within)),
         Some(s) => Box::new(durable::Durable::new(s)),
     }
 }

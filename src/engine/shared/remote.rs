@@ -23,9 +23,12 @@
 //! thread of its own. The engine never waits for a round trip on its common path:
 //! - chains that fall due have their shared parts (their sessions, the verifiers parked under
 //!   their operation keys) **read when they are decided** and are classified when the answer is
-//!   back — taken at a later step, in the order decided, and at the latest [`ANSWER_WITHIN`] of
-//!   engine time after (the engine waits then: a store slower than that slows the engine
-//!   rather than letting answers pile up);
+//!   back — taken at a later step, in the order decided, and at the latest `answer_within` of
+//!   engine time after (`EngineConfig::store_answer_within`; the engine waits then: a store
+//!   slower than that slows the engine rather than letting answers pile up). With
+//!   `answer_within` zero (the default, for tests on a manual clock) every answer is taken in
+//!   the step that asked for it, as if the calls were synchronous, only run on the store's
+//!   thread;
 //! - a **write round** (drift, incidents, the shared lists and the session read in one job;
 //!   then the union of the sessions and the decided chains in a second) is started at most
 //!   every `PERSIST_EVERY` and advanced at each step as its answers come back; a round still in
@@ -87,9 +90,6 @@ const CONFIRM_CONVERGED_AFTER: Duration = Duration::from_millis(250);
 const MAX_PENDING_CATALOG: usize = 100_000;
 /// How long chains wait for a store that is down before they are decided without it.
 const STORE_DOWN_HOLD: Duration = Duration::from_secs(5);
-/// The latest (engine time) an answer of the store is taken after its job was submitted: the
-/// engine waits for it then.
-const ANSWER_WITHIN: Duration = crate::state::PERSIST_EVERY;
 /// How soon the driver is asked to step again while answers are awaited.
 const POLL_AFTER: Duration = Duration::from_millis(5);
 
@@ -201,6 +201,8 @@ type LeaseAnswer = (Result<bool, StoreError>, Option<Result<GlobalCounts, StoreE
 pub(crate) struct Shared {
     link: Link,
     late_span_window: Duration,
+    /// The latest (engine time) an answer is taken after its job was submitted.
+    answer_within: Duration,
     last_persisted: Option<Moment>,
     /// Evidence was taken in since the last write.
     unwritten: bool,
@@ -208,9 +210,9 @@ pub(crate) struct Shared {
     now: Moment,
     awaiting: VecDeque<Awaiting>,
     round: Option<Round>,
-    converged_read: Option<Ticket<(Vec<String>, Result<Vec<Option<Record>>, StoreError>)>>,
+    converged_read: Option<(Moment, Ticket<(Vec<String>, Result<Vec<Option<Record>>, StoreError>)>)>,
     lease: Option<(Moment, Ticket<LeaseAnswer>)>,
-    probe: Option<Ticket<Result<(), StoreError>>>,
+    probe: Option<(Moment, Ticket<Result<(), StoreError>>)>,
     /// Catalog changes held for emission, with when they are due (see `hold_catalog`).
     pending_catalog: Vec<(Moment, CatalogChange)>,
     /// Verdicts decided here and not yet folded into the store's incidents, by server; their
@@ -240,10 +242,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(store: StoreHandle, late_span_window: Duration) -> Self {
+    pub fn new(store: StoreHandle, late_span_window: Duration, answer_within: Duration) -> Self {
         Shared {
             link: Link::new(Worker::for_store(store)),
             late_span_window,
+            answer_within,
             last_persisted: None,
             unwritten: false,
             now: Moment::from_nanos(0),
@@ -270,6 +273,11 @@ impl Shared {
             gauge_leader: false,
             global_gauges: None,
         }
+    }
+
+    /// An answer asked for at `at` is to be taken now (waited for if it has not come).
+    fn due(&self, at: Moment) -> bool {
+        self.now.saturating_duration_since(at) >= self.answer_within
     }
 
     fn effects(&mut self, effects: &[Effect]) {
@@ -349,7 +357,7 @@ impl Shared {
         loop {
             let Some(round) = self.round.as_ref() else { return };
             if !round.answered(&self.link.worker) {
-                if !wait && self.now.saturating_duration_since(round.at()) < ANSWER_WITHIN {
+                if !wait && !self.due(round.at()) {
                     return;
                 }
                 round.wait(&mut self.link.worker);
@@ -666,14 +674,18 @@ impl Shared {
         if !self.link.down || self.probe.is_some() {
             return;
         }
-        self.probe = Some(self.link.worker.submit(|s| s.probe().unwrap_or(Err(StoreError::Backend(String::new())))));
+        let ticket = self.link.worker.submit(|s| s.probe().unwrap_or(Err(StoreError::Backend(String::new()))));
+        self.probe = Some((self.now, ticket));
         self.take_probe();
     }
 
     fn take_probe(&mut self) {
-        let Some(p) = self.probe.take() else { return };
+        let Some((at, p)) = self.probe.take() else { return };
+        if self.due(at) {
+            self.link.worker.wait(&p);
+        }
         if !self.link.worker.has(&p) {
-            self.probe = Some(p);
+            self.probe = Some((at, p));
             return;
         }
         if let Some(Ok(())) = self.link.worker.take(p) {
@@ -706,6 +718,9 @@ impl Shared {
 
     fn take_lease(&mut self) {
         let Some((at, t)) = self.lease.take() else { return };
+        if self.due(at) {
+            self.link.worker.wait(&t);
+        }
         if !self.link.worker.has(&t) {
             self.lease = Some((at, t));
             return;
@@ -745,22 +760,23 @@ impl Shared {
             let keys = t.sessions.converged_window(CONVERGED_REFRESH, self.refresh_cursor);
             self.refresh_cursor = self.refresh_cursor.wrapping_add(keys.len());
             if !keys.is_empty() {
-                self.converged_read = Some(self.link.worker.submit(move |s| {
+                let ticket = self.link.worker.submit(move |s| {
                     let r = s.get_many(Table::Sessions, &keys);
                     (keys, r)
-                }));
+                });
+                self.converged_read = Some((self.now, ticket));
             }
         }
         self.take_converged(t, wait);
     }
 
     fn take_converged(&mut self, t: &mut Tables, wait: bool) {
-        let Some(r) = self.converged_read.take() else { return };
-        if wait {
+        let Some((at, r)) = self.converged_read.take() else { return };
+        if wait || self.due(at) {
             self.link.worker.wait(&r);
         }
         if !self.link.worker.has(&r) {
-            self.converged_read = Some(r);
+            self.converged_read = Some((at, r));
             return;
         }
         if let Some((keys, read)) = self.link.worker.take(r) {
@@ -1025,7 +1041,7 @@ impl Replica for Shared {
         while let Some(front) = self.awaiting.front() {
             if let Some(read) = &front.read {
                 if !self.link.worker.has(read) {
-                    if !settle && now.saturating_duration_since(front.batch.0) < ANSWER_WITHIN {
+                    if !settle && !self.due(front.batch.0) {
                         break;
                     }
                     self.link.worker.wait(read);
