@@ -328,8 +328,7 @@ impl IncidentBook {
     /// order of `servers`; incidents in id order, recoveries latest first.
     pub fn parts(&self, servers: &[Option<Arc<str>>]) -> Vec<ServerIncidents> {
         let index: FxHashMap<&Option<Arc<str>>, usize> = servers.iter().enumerate().map(|(i, s)| (s, i)).collect();
-        let mut out: Vec<ServerIncidents> =
-            servers.iter().map(|s| ServerIncidents { server: s.clone(), ..Default::default() }).collect();
+        let mut out: Vec<ServerIncidents> = servers.iter().map(|s| ServerIncidents { server: s.clone(), ..Default::default() }).collect();
         for inc in self.open.values() {
             if let Some(&i) = index.get(&inc.cause.server) {
                 out[i].open.push(inc.clone());

@@ -368,7 +368,8 @@ impl Shared {
                     None => self.round_lost(drift, incidents),
                 },
                 Some(Round::Writing { ticket, at, emitting, stored_emitted, sessions_written, changes }) => {
-                    let r = self.link.worker.take(ticket).unwrap_or_else(|| Err(StoreError::Backend("the store's thread has ended".into())));
+                    let r =
+                        self.link.worker.take(ticket).unwrap_or_else(|| Err(StoreError::Backend("the store's thread has ended".into())));
                     self.round_written(t, at, r, emitting, stored_emitted, sessions_written, changes, out);
                 }
                 None => return,
@@ -735,7 +736,11 @@ impl Shared {
             }
         };
         if held != self.gauge_leader {
-            tracing::info!(leader = held, "gauge lease: this instance {} the global gauges", if held { "reports" } else { "no longer reports" });
+            tracing::info!(
+                leader = held,
+                "gauge lease: this instance {} the global gauges",
+                if held { "reports" } else { "no longer reports" }
+            );
         }
         self.gauge_leader = held;
         if !held {
