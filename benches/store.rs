@@ -10,7 +10,7 @@
 //! bytes it received and sent, per verdict. Calls arrive 10 per 10 ms of engine time, so the engine
 //! writes a transaction of about 100 calls every 100 ms, as in the service at 1000 calls/s.
 //! The Redis runs take the store's answers as the service does (`store_answer_within` =
-//! `PERSIST_EVERY`: the round trips run on the store's thread); a last run puts Redis behind a
+//! `SHARED_STORE_ANSWER_WITHIN`: the round trips run on the store's thread); a last run puts Redis behind a
 //! proxy of this bench's own that adds 0.5 ms each way to every chunk it forwards (1 ms of round
 //! trip, a Redis in another zone). Numbers, not assertions.
 
@@ -110,7 +110,7 @@ fn run(calls: u64, store: Option<StoreHandle>) -> Run {
     let mut cfg =
         EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(20), ..ChainLimits::default() }, SessionLimits::default());
     if store.as_ref().is_some_and(|s| s.is_shared()) {
-        cfg.store_answer_within = mcp_health::state::PERSIST_EVERY;
+        cfg.store_answer_within = mcp_health::engine::SHARED_STORE_ANSWER_WITHIN;
     }
     cfg.store = store;
     let mut e = Engine::new(cfg);

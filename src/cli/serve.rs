@@ -585,8 +585,8 @@ impl Pipeline {
                 tracing::info!(endpoint = %shown, "shared state store (redis) opened");
                 engine_cfg.store = Some(store);
                 // The store's round trips off the engine's path: answers are taken when they
-                // come, at the latest one write interval later.
-                engine_cfg.store_answer_within = crate::state::PERSIST_EVERY;
+                // come (polled each step), the engine waiting only past the backstop.
+                engine_cfg.store_answer_within = crate::engine::SHARED_STORE_ANSWER_WITHIN;
             }
             None => {}
         }

@@ -51,6 +51,10 @@ use shared::{Batch, GaugeSource, Replica, Tables};
 const REEVALUATE_EVERY: Duration = Duration::from_secs(1);
 /// How often idle sessions are expired.
 const EXPIRE_EVERY: Duration = Duration::from_secs(10);
+/// [`EngineConfig::store_answer_within`] for the service on a network store: a store's answer
+/// normally comes within a round trip and is taken at the next step; this is the backstop past
+/// which the engine waits for it (a store slower than this slows the engine).
+pub const SHARED_STORE_ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug, Default)]
 pub struct EngineConfig {
@@ -73,7 +77,7 @@ pub struct EngineConfig {
     /// comes, at the latest this much later (the engine waits then). Zero (the default) takes
     /// every answer in the step that asked for it: the store's round trips are then on the
     /// engine's path, and a manual clock sees the same steps as with synchronous calls. The
-    /// service sets [`PERSIST_EVERY`](crate::state::PERSIST_EVERY).
+    /// service sets [`SHARED_STORE_ANSWER_WITHIN`].
     pub store_answer_within: Duration,
 }
 

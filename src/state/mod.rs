@@ -36,8 +36,9 @@
 //! another instance changed is refused, the rest written, and the refusal reported as
 //! [`StoreError::Conflict`]. The engine logs and counts it
 //! like any other store error and keeps its own in-memory record, which is never greener than
-//! what either instance saw. `load` is a `SCAN` per table. No method takes `&self` across
-//! threads: the engine is the only caller.
+//! what either instance saw. `load` is a `SCAN` per table. A store is called from one thread at
+//! a time: the engine's (in-process stores), or its store thread (network stores,
+//! `engine::shared::worker`), with the gate's reads under the handle's lock.
 
 pub mod embedded;
 pub mod memory;
@@ -419,6 +420,11 @@ pub trait StateStore: Send {
     fn is_shared(&self) -> bool {
         false
     }
+    /// Several tables' records at once, `asks[i]` ↔ the answer's `[i]` (one round trip where
+    /// the store can: a network store pipelines them).
+    fn get_tables(&mut self, asks: &[(Table, Vec<String>)]) -> Result<Vec<Vec<Option<Record>>>, StoreError> {
+        asks.iter().map(|(t, keys)| self.get_many(*t, keys)).collect()
+    }
     /// Whether a call is a network round trip (then the engine's calls run on a thread of
     /// their own, `engine::shared::worker`); an in-process store answers inline.
     fn over_network(&self) -> bool {
@@ -470,8 +476,8 @@ pub struct StoreStats {
     pub conflicts: u64,
 }
 
-/// A store shared between the engine and whoever made it (tests, the benchmark): the engine locks
-/// it only to load and to apply, on its own thread.
+/// A store shared between the engine and whoever made it (tests, the benchmark, the gate): locked
+/// for each call, by the engine's thread or its store thread (`engine::shared::worker`).
 #[derive(Clone)]
 pub struct StoreHandle(pub Arc<Mutex<Box<dyn StateStore>>>);
 

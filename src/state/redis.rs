@@ -28,15 +28,14 @@
 //! version, no bytes) for `tombstone_ttl`, so an instance that never saw the record cannot write
 //! it back in that time.
 //!
-//! # Sync, not async
+//! # Sync, on a thread of its own
 //! The client is the `redis` crate (redis-rs, the maintained Rust client; 1.x) with its
-//! synchronous connection, not its async one or `fred`: the engine is synchronous and the store's
-//! only caller, it already runs its redb transactions inline on its own task, and its store
-//! calls are a few pipelined round trips per step (a write at most every
-//! [`super::PERSIST_EVERY`], reads of the records the step needs). An async client would need a runtime
-//! handle and `block_on` inside the engine's step (which Tokio forbids on its own worker threads)
-//! or a rewrite of the engine around `.await`, for no gain: there is never more than one request
-//! in flight (the gate's reads share the connection, under the store's lock). Every socket operation is bounded by `storage.timeout` (connect, read, write), and
+//! synchronous connection, not its async one or `fred`: the store is called from one thread, the
+//! engine's store thread (`engine::shared::worker`; [`StateStore::over_network`] says so), which
+//! runs the engine's calls in order while the engine goes on, so a round trip is never on the
+//! engine's path. An async client would need a runtime handle inside the engine's step or a
+//! rewrite of the engine around `.await`, for no gain over that thread (the gate's reads share
+//! the connection, under the store's lock). Every socket operation is bounded by `storage.timeout` (connect, read, write), and
 //! after a failure the store does not try to reconnect for `storage.retry_after`, answering
 //! [`StoreError::Backend`] at once, so a store that hangs or is down costs the engine at most one
 //! timeout per `retry_after`, never a stall per step.
@@ -45,7 +44,14 @@
 //! The endpoint may carry a password (`redis://:password@host:port`). It is kept only inside the
 //! client; everything this module logs or returns names [`redact`]'s form of it.
 //!
-//! Redis Cluster is not supported: the script touches keys of many hash slots.
+//! Redis Cluster is not supported: one `apply` script touches the records of one write (decided
+//! chains by trace, sessions, a server's incidents, list records by second or key) and the one
+//! version counter, so keys of many hash slots. Hash tags cannot group them by server or session:
+//! a reader finds a record from its lookup key alone (a trace id, an operation key, a second), so
+//! the tag would have to be the record's own key, one slot per record; the script would then be
+//! one per record (the check is per record already, so nothing is lost), but the version counter
+//! must stay never reused per key across deletes (ABA), which one counter per slot cannot promise
+//! once a tombstone expires. See docs/multi-instance.md.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -351,6 +357,39 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// The records of `keys` from their `HMGET` rows, remembering the versions seen.
+    fn take_rows(
+        &mut self,
+        table: Table,
+        keys: &[String],
+        rows: Vec<(Option<Vec<u8>>, Option<u64>)>,
+    ) -> Result<Vec<Option<Record>>, StoreError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for (k, (v, ver)) in keys.iter().zip(rows) {
+            match (v, ver) {
+                (Some(v), Some(ver)) => {
+                    self.stats.bytes_received += v.len() as u64;
+                    self.versions.insert((table, k.clone()), Seen::Record(ver));
+                    out.push(Some(Record::decode(table, k, &v)?));
+                }
+                (None, Some(ver)) => {
+                    self.saw_deleted(table, k.clone(), ver);
+                    out.push(None);
+                }
+                _ => {
+                    if table.expires() {
+                        // Expired (see `Table::expires`): absent is what to expect now.
+                        self.versions.remove(&(table, k.clone()));
+                    }
+                    out.push(None)
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl StateStore for RedisStore {
     fn load(&mut self) -> Result<Snapshot, StoreError> {
         let mut s = Snapshot::default();
@@ -435,36 +474,28 @@ impl StateStore for RedisStore {
     }
 
     fn get_many(&mut self, table: Table, keys: &[String]) -> Result<Vec<Option<Record>>, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
+        Ok(self.get_tables(&[(table, keys.to_vec())])?.pop().unwrap_or_default())
+    }
+
+    fn get_tables(&mut self, asks: &[(Table, Vec<String>)]) -> Result<Vec<Vec<Option<Record>>>, StoreError> {
+        let n: usize = asks.iter().map(|(_, k)| k.len()).sum();
+        if n == 0 {
+            return Ok(asks.iter().map(|_| Vec::new()).collect());
         }
         let mut pipe = ::redis::pipe();
-        for k in keys {
-            pipe.cmd("HMGET").arg(record_key(table, k)).arg("v").arg("ver");
-        }
-        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.with_conn(|c| pipe.query(c))?;
-        let mut out = Vec::with_capacity(keys.len());
-        for (k, (v, ver)) in keys.iter().zip(rows) {
-            match (v, ver) {
-                (Some(v), Some(ver)) => {
-                    self.stats.bytes_received += v.len() as u64;
-                    self.versions.insert((table, k.clone()), Seen::Record(ver));
-                    out.push(Some(Record::decode(table, k, &v)?));
-                }
-                (None, Some(ver)) => {
-                    self.saw_deleted(table, k.clone(), ver);
-                    out.push(None);
-                }
-                _ => {
-                    if table.expires() {
-                        // Expired (see `Table::expires`): absent is what to expect now.
-                        self.versions.remove(&(table, k.clone()));
-                    }
-                    out.push(None)
-                }
+        for (table, keys) in asks {
+            for k in keys {
+                pipe.cmd("HMGET").arg(record_key(*table, k)).arg("v").arg("ver");
             }
         }
-        Ok(out)
+        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.with_conn(|c| pipe.query(c))?;
+        let mut rows = rows.into_iter();
+        let mut all = Vec::with_capacity(asks.len());
+        for (table, keys) in asks {
+            let rows: Vec<_> = rows.by_ref().take(keys.len()).collect();
+            all.push(self.take_rows(*table, keys, rows)?);
+        }
+        Ok(all)
     }
 
     fn over_network(&self) -> bool {

@@ -23,16 +23,20 @@
 //! thread of its own. The engine never waits for a round trip on its common path:
 //! - chains that fall due have their shared parts (their sessions, the verifiers parked under
 //!   their operation keys) **read when they are decided** and are classified when the answer is
-//!   back — taken at a later step, in the order decided, and at the latest `answer_within` of
+//!   back — taken at a later step, in the order decided (the reads of the batches decided while
+//!   one is in flight gather into the next: at most one in flight, so they coalesce when the
+//!   store is slower than the engine's steps), and at the latest `answer_within` of
 //!   engine time after (`EngineConfig::store_answer_within`; the engine waits then: a store
 //!   slower than that slows the engine rather than letting answers pile up). With
 //!   `answer_within` zero (the default, for tests on a manual clock) every answer is taken in
 //!   the step that asked for it, as if the calls were synchronous, only run on the store's
 //!   thread;
-//! - a **write round** (drift, incidents, the shared lists and the session read in one job;
-//!   then the union of the sessions and the decided chains in a second) is started at most
-//!   every `PERSIST_EVERY` and advanced at each step as its answers come back; a round still in
-//!   flight when the next is due is waited for;
+//! - a **write round** is two jobs: one pipelined read (the incident records of the servers
+//!   whose verdicts are held, the list records to add to, the sessions to write), then, once the
+//!   engine has merged the sessions, one script with every change (drift, the incident fold
+//!   and the list merges done on the store's thread, sessions, decided chains). A round starts
+//!   at most every `PERSIST_EVERY` and is advanced at each step as its answers come back; while
+//!   one is in flight the next waits its turn (the interval stretches to the store's pace);
 //! - the converged sessions' read, the gauge lease and the probe of a store that is down are
 //!   jobs whose answers are taken at a later step.
 //!
@@ -90,6 +94,9 @@ const CONFIRM_CONVERGED_AFTER: Duration = Duration::from_millis(250);
 const MAX_PENDING_CATALOG: usize = 100_000;
 /// How long chains wait for a store that is down before they are decided without it.
 const STORE_DOWN_HOLD: Duration = Duration::from_secs(5);
+/// Decided chains awaiting the read of their shared parts, at most; past it the engine waits
+/// for the store (counted in `store_queue_waits`).
+const MAX_AWAITING_CHAINS: usize = 20_000;
 /// How soon the driver is asked to step again while answers are awaited.
 const POLL_AFTER: Duration = Duration::from_millis(5);
 
@@ -104,30 +111,32 @@ enum Effect {
     Conflicts(u64),
 }
 
-/// Decided chains waiting for their shared parts.
+/// Decided chains waiting for the read of their group.
 struct Awaiting {
     batch: Batch,
-    read: Option<Ticket<StepRead>>,
+    group: u64,
 }
 
-/// The sessions and parked verifiers of a batch, as the store answered.
-struct StepRead {
-    parked: Option<Result<Vec<Option<Record>>, StoreError>>,
-    sessions: Option<(Vec<String>, Result<Vec<Option<Record>>, StoreError>)>,
+/// One read of the shared parts (sessions, parked verifiers) of the batches decided since the
+/// last: at most one is in flight; the batches decided meanwhile gather in the next, so the
+/// reads coalesce when the store is slower than the engine's steps.
+struct ReadGroup {
+    id: u64,
+    /// When its first batch was decided (its answer is due `answer_within` after).
+    at: Moment,
+    parked: Vec<String>,
+    sessions: Vec<String>,
+    ticket: Option<Ticket<StepRead>>,
 }
+
+/// A group's read: parked verifiers and sessions, in one round trip.
+type StepRead = Result<Vec<Vec<Option<Record>>>, StoreError>;
 
 /// One shared list's items by key, and the keys this instance wrote that expired.
 struct ListJob<T> {
     table: Table,
     by_key: BTreeMap<String, Vec<T>>,
     expired: Vec<(Moment, String)>,
-}
-
-/// How a list's write went: `None` when the store failed (read or write); else the keys refused.
-struct ListDone<T> {
-    job: ListJob<T>,
-    refused: Option<Vec<String>>,
-    read_failed: bool,
 }
 
 /// One server's incidents as folded on the store's thread.
@@ -139,33 +148,46 @@ struct Folded {
     resolved: u64,
 }
 
-/// The first job of a write round.
-struct RoundAnswer {
-    effects: Vec<Effect>,
-    /// Drift: `None` when the write failed (held again); else the keys another instance created.
-    drift: Option<Vec<String>>,
-    /// Incidents: `None` when the store failed (held again); else what was folded, and the keys
-    /// refused.
-    incidents: Option<(Vec<Folded>, Vec<String>)>,
-    refusals: ListDone<SpanEvidence>,
-    halves: ListDone<ClientHalf>,
-    parked: ListDone<SpanEvidence>,
-    /// Sessions read (`keys[i]` ↔ `records[i]`); `None` when none was dirty or the read failed.
-    sessions: Option<(Vec<String>, Vec<Option<Record>>)>,
+/// The second job of a write round: everything to write, in one script.
+struct WriteJob {
+    drift: Vec<DriftRecord>,
+    /// Verdicts to fold by server, with the server's record as read (`None`: the read failed,
+    /// the verdicts are held).
+    incidents: Option<(Vec<(Option<Arc<str>>, Vec<Verdict>)>, Vec<Option<Record>>)>,
+    refusals: (ListJob<SpanEvidence>, Option<Vec<Option<Record>>>),
+    halves: (ListJob<ClientHalf>, Option<Vec<Option<Record>>>),
+    parked: (ListJob<SpanEvidence>, Option<Vec<Option<Record>>>),
+    /// Sessions and decided chains.
+    changes: Changes,
 }
 
-/// What a write round holds while its jobs run.
+/// How the write went: the jobs back, what was folded, and the records refused (`Err`: the
+/// write failed; `None`: nothing was written).
+struct Written {
+    refusals: (ListJob<SpanEvidence>, bool),
+    halves: (ListJob<ClientHalf>, bool),
+    parked: (ListJob<SpanEvidence>, bool),
+    folded: Option<Vec<Folded>>,
+    result: Result<Option<Vec<(Table, String)>>, StoreError>,
+}
+
+/// What a write round holds while its jobs run: first one pipelined read (incident records,
+/// list records, dirty sessions), then one script with every change.
 enum Round {
     Reading {
-        ticket: Ticket<RoundAnswer>,
+        ticket: Option<Ticket<StepRead>>,
         at: Moment,
         force: bool,
         drift: Vec<(DriftRecord, DriftEvent)>,
         incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+        lists: (ListJob<SpanEvidence>, ListJob<ClientHalf>, ListJob<SpanEvidence>),
+        sessions: Vec<String>,
     },
     Writing {
-        ticket: Ticket<Result<(), StoreError>>,
+        ticket: Ticket<Written>,
         at: Moment,
+        drift: Vec<(DriftRecord, DriftEvent)>,
+        incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
         emitting: Vec<CatalogChange>,
         stored_emitted: FxHashMap<String, Option<Convergence>>,
         sessions_written: Vec<String>,
@@ -182,14 +204,15 @@ impl Round {
 
     fn answered(&self, w: &Worker) -> bool {
         match self {
-            Round::Reading { ticket, .. } => w.has(ticket),
+            Round::Reading { ticket, .. } => ticket.as_ref().is_none_or(|t| w.has(t)),
             Round::Writing { ticket, .. } => w.has(ticket),
         }
     }
 
     fn wait(&self, w: &mut Worker) {
         match self {
-            Round::Reading { ticket, .. } => w.wait(ticket),
+            Round::Reading { ticket: Some(t), .. } => w.wait(t),
+            Round::Reading { ticket: None, .. } => {}
             Round::Writing { ticket, .. } => w.wait(ticket),
         }
     }
@@ -209,6 +232,13 @@ pub(crate) struct Shared {
     /// The engine time of the latest step (see `next_due`).
     now: Moment,
     awaiting: VecDeque<Awaiting>,
+    /// The reads of the awaiting batches: the first in flight, the last gathering.
+    groups: VecDeque<ReadGroup>,
+    next_group: u64,
+    /// Chains awaiting (bounded by MAX_AWAITING_CHAINS), and how often the bound made the
+    /// engine wait.
+    awaiting_chains: usize,
+    awaiting_waits: u64,
     round: Option<Round>,
     converged_read: Option<(Moment, Ticket<(Vec<String>, Result<Vec<Option<Record>>, StoreError>)>)>,
     lease: Option<(Moment, Ticket<LeaseAnswer>)>,
@@ -251,6 +281,10 @@ impl Shared {
             unwritten: false,
             now: Moment::from_nanos(0),
             awaiting: VecDeque::new(),
+            groups: VecDeque::new(),
+            next_group: 0,
+            awaiting_chains: 0,
+            awaiting_waits: 0,
             round: None,
             converged_read: None,
             lease: None,
@@ -313,43 +347,58 @@ impl Shared {
         }
     }
 
-    /// A batch whose read is back: the verifiers other instances parked under its calls'
-    /// operation keys are taken in (a verifier that reported before its call, elsewhere, still
-    /// revises it), and its tool calls' sessions merged as every instance wrote them (a
-    /// session's signal may have gone to another instance in another trace).
-    fn take_step_read(&mut self, t: &mut Tables, batch: &mut Batch, read: StepRead) {
-        let (now, decided) = batch;
-        if let Some(parked) = read.parked {
-            match parked {
-                Ok(records) => {
-                    self.link.down = false;
-                    let mut more = Vec::new();
-                    for r in records.into_iter().flatten() {
-                        if let Record::Parked(r) = r {
-                            for v in r.verifiers {
-                                t.chains.take_remote_verifier(v, *now, &mut more);
-                            }
-                        }
+    /// A group's read is back: the verifiers other instances parked under its calls' operation
+    /// keys are taken in (a verifier that reported before its call, elsewhere, still revises it;
+    /// the revisions join the group's last batch), and its tool calls' sessions merged as every
+    /// instance wrote them (a session's signal may have gone to another instance in another
+    /// trace).
+    fn take_group_read(&mut self, t: &mut Tables, group: ReadGroup, read: StepRead, batches: &mut [Batch]) {
+        let mut tables = match read {
+            Ok(r) => {
+                self.link.down = false;
+                r.into_iter()
+            }
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, "could not read parked verifiers and sessions from the state store");
+                return;
+            }
+        };
+        let (parked, sessions) = (tables.next().unwrap_or_default(), tables.next().unwrap_or_default());
+        if let Some((now, decided)) = batches.last_mut() {
+            let mut more = Vec::new();
+            for r in parked.into_iter().flatten() {
+                if let Record::Parked(r) = r {
+                    for v in r.verifiers {
+                        t.chains.take_remote_verifier(v, *now, &mut more);
                     }
-                    decided.extend(more);
-                }
-                Err(e) => {
-                    self.link.failed();
-                    tracing::warn!(error = %e, "could not read parked verifiers from the state store");
                 }
             }
+            decided.extend(more);
         }
-        let read_keys = read.sessions.as_ref().map(|(k, _)| k.clone()).unwrap_or_default();
-        if let Some((keys, records)) = read.sessions {
-            self.take_sessions(t, &keys, records);
-        }
+        self.merge_sessions(t, &group.sessions, sessions);
         // Chains the parked verifiers revised may name sessions the read did not: read them now.
-        let missing: Vec<String> = session_keys(decided).into_iter().filter(|k| !read_keys.contains(k)).collect();
+        let mut missing: Vec<String> = Vec::new();
+        for (_, decided) in batches.iter() {
+            missing.extend(session_keys(decided).into_iter().filter(|k| !group.sessions.contains(k)));
+        }
+        missing.sort();
+        missing.dedup();
         if !missing.is_empty() {
             let keys = missing.clone();
             let r = self.link.call(move |s| Ok(s.get_many(Table::Sessions, &keys)));
             self.take_sessions(t, &missing, r.and_then(|r| r));
         }
+    }
+
+    /// Submit the first group not yet asked for, when none is in flight.
+    fn submit_group(&mut self) {
+        if self.groups.iter().any(|g| g.ticket.is_some()) {
+            return;
+        }
+        let Some(g) = self.groups.iter_mut().next() else { return };
+        let asks = vec![(Table::Parked, g.parked.clone()), (Table::Sessions, g.sessions.clone())];
+        g.ticket = Some(self.link.worker.submit(move |s| s.get_tables(&asks)));
     }
 
     /// Advance the write round as far as its answers allow (`wait`: to its end).
@@ -363,14 +412,22 @@ impl Shared {
                 round.wait(&mut self.link.worker);
             }
             match self.round.take() {
-                Some(Round::Reading { ticket, at, force, drift, incidents }) => match self.link.worker.take(ticket) {
-                    Some(a) => self.round_read(t, at, force, drift, incidents, a, out),
-                    None => self.round_lost(drift, incidents),
-                },
-                Some(Round::Writing { ticket, at, emitting, stored_emitted, sessions_written, changes }) => {
-                    let r =
-                        self.link.worker.take(ticket).unwrap_or_else(|| Err(StoreError::Backend("the store's thread has ended".into())));
-                    self.round_written(t, at, r, emitting, stored_emitted, sessions_written, changes, out);
+                Some(Round::Reading { ticket, at, force, drift, incidents, lists, sessions }) => {
+                    let read = match ticket {
+                        Some(tk) => {
+                            self.link.worker.take(tk).unwrap_or_else(|| Err(StoreError::Backend("the store's thread has ended".into())))
+                        }
+                        // Nothing to read: five empty answers.
+                        None => Ok(vec![Vec::new(); 5]),
+                    };
+                    self.round_read(t, at, force, drift, incidents, lists, sessions, read, out);
+                }
+                Some(Round::Writing { ticket, at, drift, incidents, emitting, stored_emitted, sessions_written, changes }) => {
+                    let Some(w) = self.link.worker.take(ticket) else {
+                        self.round_lost(drift, incidents);
+                        return;
+                    };
+                    self.round_written(t, at, drift, incidents, w, emitting, stored_emitted, sessions_written, changes, out);
                 }
                 None => return,
             }
@@ -386,47 +443,32 @@ impl Shared {
         }
     }
 
-    /// Start a write round: one job for drift, incidents, the shared lists and the session read.
+    /// Start a write round: one pipelined read of the incident records of the servers whose
+    /// verdicts are held, the list records to add to, and the sessions to write.
     fn start_round(&mut self, t: &mut Tables, now: Moment, force: bool) {
         let drift = std::mem::take(&mut self.pending_drift);
         let incidents = std::mem::take(&mut self.pending_incidents);
-        let refusals = self.refusals_job(t, now);
-        let halves = self.halves_job(t, now);
-        let parked = self.parked_job(t, now);
+        let lists = (self.refusals_job(t, now), self.halves_job(t, now), self.parked_job(t, now));
         // Catalog changes held for emission whose time has come: their sessions are read and
         // written now, so the write decides who emits them.
         for (_, ch) in self.pending_catalog.iter().filter(|(at, _)| force || *at <= now) {
             t.sessions.mark_dirty(&ch.session_key);
         }
-        let keys = t.sessions.dirty_keys();
-        let drift_job: Vec<DriftRecord> = drift.iter().map(|(d, _)| d.clone()).collect();
-        let incident_job: Vec<(Option<Arc<str>>, Vec<Verdict>)> = incidents.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let ticket = self.link.worker.submit(move |s| {
-            let mut effects = Vec::new();
-            let drift = sync_drift(s, &drift_job, &mut effects);
-            let incidents = sync_incidents(s, incident_job, &mut effects);
-            let refusals = merge_list(s, refusals, merge_refusals, &mut effects);
-            let halves = merge_list(s, halves, merge_halves, &mut effects);
-            let parked = merge_list(s, parked, merge_parked, &mut effects);
-            let sessions = if keys.is_empty() {
-                None
-            } else {
-                match s.get_many(Table::Sessions, &keys) {
-                    Ok(r) => Some((keys, r)),
-                    Err(e) => {
-                        effects.push(Effect::Failed);
-                        tracing::warn!(error = %e, sessions = keys.len(), "could not read sessions from the state store");
-                        None
-                    }
-                }
-            };
-            RoundAnswer { effects, drift, incidents, refusals, halves, parked, sessions }
-        });
-        self.round = Some(Round::Reading { ticket, at: now, force, drift, incidents });
+        let sessions = t.sessions.dirty_keys();
+        let asks = vec![
+            (Table::Incidents, incidents.keys().map(|s| server_key(s.as_deref())).collect::<Vec<_>>()),
+            (Table::Refusals, lists.0.by_key.keys().cloned().collect()),
+            (Table::Halves, lists.1.by_key.keys().cloned().collect()),
+            (Table::Parked, lists.2.by_key.keys().cloned().collect()),
+            (Table::Sessions, sessions.clone()),
+        ];
+        let ticket = asks.iter().any(|(_, k)| !k.is_empty()).then(|| self.link.worker.submit(move |s| s.get_tables(&asks)));
+        self.round = Some(Round::Reading { ticket, at: now, force, drift, incidents, lists, sessions });
     }
 
-    /// The first answer of a round: drift reported, incidents folded, lists written, sessions
-    /// merged; then the union of the sessions and the decided chains are written.
+    /// The read of a round is back: sessions merged and the catalog changes to emit chosen; then
+    /// everything is written in one script (the incident fold and the list merges on the
+    /// store's thread).
     #[allow(clippy::too_many_arguments)]
     fn round_read(
         &mut self,
@@ -434,67 +476,45 @@ impl Shared {
         now: Moment,
         force: bool,
         drift: Vec<(DriftRecord, DriftEvent)>,
-        mut incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
-        a: RoundAnswer,
+        incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+        lists: (ListJob<SpanEvidence>, ListJob<ClientHalf>, ListJob<SpanEvidence>),
+        sessions: Vec<String>,
+        read: StepRead,
         out: &mut Vec<Decided>,
     ) {
-        self.effects(&a.effects);
-        match a.drift {
-            // A record another instance created first was reported there.
-            Some(refused) => out.extend(drift.into_iter().filter(|(d, _)| !refused.contains(&d.key())).map(|(_, e)| Decided::Drift(e))),
-            None => prepend(&mut self.pending_drift, drift),
-        }
-        match a.incidents {
-            Some((folded, refused)) => {
-                for f in folded {
-                    if refused.contains(&f.key) {
-                        continue;
-                    }
-                    if let Some(vs) = incidents.remove(&f.server) {
-                        self.pending_incident_verdicts -= vs.len();
-                    }
-                    t.incidents.restore(f.new);
-                    t.incidents.resolved_total += f.resolved;
-                    for (transition, row) in f.transitions {
-                        out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
-                    }
-                }
-                // Refused records: their verdicts are folded into the newer record next round.
-                for (server, vs) in incidents {
-                    self.pending_incidents.entry(server).or_default().extend(vs);
-                }
+        let read = match read {
+            Ok(r) => Some(r),
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, "could not read the state store; holding what was to be written with it");
+                None
             }
-            None => {
-                for (server, vs) in incidents {
-                    self.pending_incidents.entry(server).or_default().extend(vs);
-                }
-            }
-        }
-        let again = self.list_done(a.refusals, now);
-        prepend(&mut self.pending_orphans, again);
-        let again = self.list_done(a.halves, now);
-        prepend(&mut self.pending_halves, again);
-        let again = self.list_done(a.parked, now);
-        prepend(&mut self.pending_parked, again.into_iter().filter_map(|v| Some((v.operation_key.clone()?, v))).collect());
-
+        };
+        let ok = read.is_some();
+        let mut read = read.unwrap_or_default().into_iter();
+        let mut next = || read.next();
+        let (inc_read, ref_read, half_read, park_read, sess_read) = (next(), next(), next(), next(), next());
         let mut stored_emitted: FxHashMap<String, Option<Convergence>> = FxHashMap::default();
-        let read = a.sessions.is_some();
-        if let Some((keys, records)) = a.sessions {
-            for (k, r) in keys.iter().zip(&records) {
+        let session_read = sess_read.filter(|_| !sessions.is_empty());
+        if let Some(records) = session_read.as_ref() {
+            for (k, r) in sessions.iter().zip(records) {
                 let emitted = match r {
                     Some(Record::Session(r)) => r.emitted,
                     _ => None,
                 };
                 stored_emitted.insert(k.clone(), emitted);
             }
-            self.merge_sessions(t, &keys, records);
+        }
+        let read_sessions = session_read.is_some();
+        if let Some(records) = session_read {
+            self.merge_sessions(t, &sessions, records);
         }
         // What the merge changed is a catalog change too (held like any other).
         for ch in t.sessions.take_merged_changes() {
             let _ = self.hold_catalog(t, now, ch, out);
         }
         let mut emitting = Vec::new();
-        if read {
+        if read_sessions {
             // A change is emitted by the instance whose write records it as emitted: one
             // already recorded by another instance is dropped here.
             let mut keep = Vec::new();
@@ -522,52 +542,98 @@ impl Shared {
         t.sessions.take_changes(&mut changes);
         t.chains.take_changes(&mut changes);
         let sessions_written: Vec<String> = changes.changes.iter().filter(|c| c.table == Table::Sessions).map(|c| c.key.clone()).collect();
-        if changes.is_empty() {
-            self.round_written(t, now, Ok(()), emitting, stored_emitted, sessions_written, 0, out);
-            return;
-        }
         let n = changes.len();
-        let ticket = self.link.worker.submit(move |s| s.apply(&changes));
-        self.round = Some(Round::Writing { ticket, at: now, emitting, stored_emitted, sessions_written, changes: n });
+        let job = WriteJob {
+            drift: drift.iter().map(|(d, _)| d.clone()).collect(),
+            incidents: (ok || incidents.is_empty())
+                .then(|| (incidents.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), inc_read.unwrap_or_default())),
+            refusals: (lists.0, ref_read.filter(|_| ok)),
+            halves: (lists.1, half_read.filter(|_| ok)),
+            parked: (lists.2, park_read.filter(|_| ok)),
+            changes,
+        };
+        let ticket = self.link.worker.submit(move |s| write_round(s, job));
+        self.round = Some(Round::Writing { ticket, at: now, drift, incidents, emitting, stored_emitted, sessions_written, changes: n });
     }
 
-    /// The second answer of a round: the catalog changes this write recorded as emitted are
-    /// emitted; one whose record was refused (or a write that failed) waits for the next write,
-    /// with what was emitted as the store said.
+    /// The write of a round is back: drift reported where this write created its record,
+    /// incident transitions emitted where this write made them, list records remembered, and
+    /// the catalog changes this write recorded as emitted emitted; what was refused, or a write
+    /// that failed, waits for the next round.
     #[allow(clippy::too_many_arguments)]
     fn round_written(
         &mut self,
         t: &mut Tables,
         now: Moment,
-        r: Result<(), StoreError>,
+        drift: Vec<(DriftRecord, DriftEvent)>,
+        mut incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+        w: Written,
         emitting: Vec<CatalogChange>,
         stored_emitted: FxHashMap<String, Option<Convergence>>,
         sessions_written: Vec<String>,
         changes: usize,
         out: &mut Vec<Decided>,
     ) {
-        let mut refused: Vec<String> = Vec::new();
-        let mut failed = false;
-        if let Err(e) = r {
-            if let StoreError::Conflict { refused: r, .. } = &e {
-                self.link.conflicts += 1;
+        let refused = match w.result {
+            Ok(None) => Some(Vec::new()),
+            Ok(Some(r)) => {
+                // The store answered (a refusal too).
                 self.link.down = false;
-                refused = r.iter().filter(|(t, _)| *t == Table::Sessions).map(|(_, k)| k.clone()).collect();
-                // Another instance wrote one of them in between: read, merge and write the
-                // sessions again next time (the refused one among them).
-                for k in &sessions_written {
-                    t.sessions.mark_dirty(k);
-                }
-            } else {
-                self.link.failed();
-                failed = true;
+                Some(r)
             }
-            tracing::warn!(error = %e, changes, "could not write the state store; going on in memory");
-        } else if changes > 0 {
-            self.link.down = false;
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, changes, "could not write the state store; going on in memory");
+                None
+            }
+        };
+        let is_refused = |table: Table, key: &str| refused.as_ref().is_some_and(|r| r.iter().any(|(t, k)| *t == table && k == key));
+        match &refused {
+            // A record another instance created first was reported there.
+            Some(_) => {
+                out.extend(drift.into_iter().filter(|(d, _)| !is_refused(Table::DriftReported, &d.key())).map(|(_, e)| Decided::Drift(e)))
+            }
+            None => prepend(&mut self.pending_drift, drift),
+        }
+        if let (Some(folded), Some(_)) = (w.folded, &refused) {
+            for f in folded {
+                if is_refused(Table::Incidents, &f.key) {
+                    self.link.conflicts += 1;
+                    continue;
+                }
+                if let Some(vs) = incidents.remove(&f.server) {
+                    self.pending_incident_verdicts -= vs.len();
+                }
+                t.incidents.restore(f.new);
+                t.incidents.resolved_total += f.resolved;
+                for (transition, row) in f.transitions {
+                    out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+                }
+            }
+        }
+        // Refused records (folded into the newer record next round), or not folded at all.
+        for (server, vs) in incidents {
+            self.pending_incidents.entry(server).or_default().extend(vs);
+        }
+        let again = self.list_done(w.refusals, refused.as_deref(), now);
+        prepend(&mut self.pending_orphans, again);
+        let again = self.list_done(w.halves, refused.as_deref(), now);
+        prepend(&mut self.pending_halves, again);
+        let again = self.list_done(w.parked, refused.as_deref(), now);
+        prepend(&mut self.pending_parked, again.into_iter().filter_map(|v| Some((v.operation_key.clone()?, v))).collect());
+        let conflict =
+            refused.as_ref().is_some_and(|r| r.iter().any(|(t, _)| matches!(t, Table::Sessions | Table::Decided | Table::Operations)));
+        if conflict {
+            self.link.conflicts += 1;
+            // Another instance wrote one of them in between: read, merge and write the sessions
+            // again next time (the refused one among them).
+            for k in &sessions_written {
+                t.sessions.mark_dirty(k);
+            }
+            tracing::warn!(changes, "records changed by another instance; merged and written again next round");
         }
         for ch in emitting {
-            if failed || refused.contains(&ch.session_key) {
+            if refused.is_none() || is_refused(Table::Sessions, &ch.session_key) {
                 let was = stored_emitted.get(&ch.session_key).copied().flatten();
                 t.sessions.set_emitted(&ch.session_key, was);
                 self.pending_catalog.push((now, ch));
@@ -625,20 +691,21 @@ impl Shared {
     }
 
     /// A list's write answered: the records written are remembered (to delete them later);
-    /// the items of a refused record, or of a failed write, are returned to publish again.
-    fn list_done<T>(&mut self, done: ListDone<T>, now: Moment) -> Vec<T> {
-        let ListDone { job, refused, read_failed } = done;
+    /// the items of a refused record, or of a write that failed, are returned to publish again.
+    fn list_done<T>(&mut self, (job, read_ok): (ListJob<T>, bool), refused: Option<&[(Table, String)]>, now: Moment) -> Vec<T> {
         let written = self.shared_written.entry(job.table).or_default();
-        if read_failed {
-            // Nothing was asked of the store: the expired records are deleted next time.
+        if !read_ok {
+            // Nothing of it was asked of the store: the expired records are deleted next time.
             for e in job.expired.into_iter().rev() {
                 written.push_front(e);
             }
+            return job.by_key.into_values().flatten().collect();
         }
         let Some(refused) = refused else { return job.by_key.into_values().flatten().collect() };
         let mut again = Vec::new();
         for (key, mine) in job.by_key {
-            if refused.contains(&key) {
+            if refused.iter().any(|(t, k)| *t == job.table && *k == key) {
+                self.link.conflicts += 1;
                 again.extend(mine);
             } else {
                 written.retain(|(_, k)| *k != key);
@@ -1018,22 +1085,29 @@ impl Replica for Shared {
         if batch.1.is_empty() {
             return;
         }
-        let mut parked: Vec<String> =
+        let parked: Vec<String> =
             batch.1.iter().flat_map(|d| d.calls.iter()).filter_map(|c| c.operation_key.as_deref()).map(str::to_string).collect();
-        parked.sort();
-        parked.dedup();
         let sessions = session_keys(&batch.1);
-        let read = (!parked.is_empty() || !sessions.is_empty()).then(|| {
-            self.link.worker.submit(move |s| StepRead {
-                parked: (!parked.is_empty()).then(|| s.get_many(Table::Parked, &parked)),
-                sessions: (!sessions.is_empty()).then(|| {
-                    let r = s.get_many(Table::Sessions, &sessions);
-                    (sessions, r)
-                }),
-            })
-        });
-        self.awaiting.push_back(Awaiting { batch, read });
-        let _ = ready;
+        if parked.is_empty() && sessions.is_empty() && self.awaiting.is_empty() {
+            ready.push(batch);
+            return;
+        }
+        // Join the group not yet asked for, or open one.
+        if !self.groups.back().is_some_and(|g| g.ticket.is_none()) {
+            self.next_group += 1;
+            self.groups.push_back(ReadGroup { id: self.next_group, at: batch.0, parked: Vec::new(), sessions: Vec::new(), ticket: None });
+        }
+        let Some(g) = self.groups.back_mut() else { return };
+        g.parked.extend(parked);
+        g.parked.sort();
+        g.parked.dedup();
+        g.sessions.extend(sessions);
+        g.sessions.sort();
+        g.sessions.dedup();
+        let group = g.id;
+        self.awaiting_chains += batch.1.len();
+        self.awaiting.push_back(Awaiting { batch, group });
+        self.submit_group();
     }
 
     fn ready(&mut self, t: &mut Tables, now: Moment, settle: bool, ready: &mut Vec<Batch>) {
@@ -1043,37 +1117,53 @@ impl Replica for Shared {
         self.take_lease();
         self.take_converged(t, settle);
         // In the order decided: a revision is classified after what it revises.
-        while let Some(front) = self.awaiting.front() {
-            if let Some(read) = &front.read {
-                if !self.link.worker.has(read) {
-                    if !settle && !self.due(front.batch.0) {
-                        break;
-                    }
-                    self.link.worker.wait(read);
+        loop {
+            self.submit_group();
+            let Some(g) = self.groups.front() else { break };
+            let Some(ticket) = g.ticket.as_ref() else { break };
+            if !self.link.worker.has(ticket) {
+                // Bounded: past MAX_AWAITING_CHAINS the engine waits for the store (counted).
+                let over = self.awaiting_chains > MAX_AWAITING_CHAINS;
+                if !settle && !over && !self.due(g.at) {
+                    break;
+                }
+                if over {
+                    self.awaiting_waits += 1;
+                }
+                self.link.worker.wait(ticket);
+            }
+            let Some(mut g) = self.groups.pop_front() else { break };
+            let read = g.ticket.take().and_then(|tk| self.link.worker.take(tk));
+            let read = read.unwrap_or_else(|| Err(StoreError::Backend("the store's thread has ended".into())));
+            let mut batches = Vec::new();
+            while self.awaiting.front().is_some_and(|a| a.group == g.id) {
+                if let Some(a) = self.awaiting.pop_front() {
+                    self.awaiting_chains -= a.batch.1.len();
+                    batches.push(a.batch);
                 }
             }
-            let Some(Awaiting { mut batch, read }) = self.awaiting.pop_front() else { break };
-            if let Some(read) = read {
-                match self.link.worker.take(read) {
-                    Some(r) => self.take_step_read(t, &mut batch, r),
-                    None => self.link.failed(),
-                }
-            }
-            ready.push(batch);
+            self.take_group_read(t, g, read, &mut batches);
+            ready.extend(batches);
         }
     }
 
     fn persist(&mut self, t: &mut Tables, now: Moment, force: bool, out: &mut Vec<Decided>) {
         self.now = now;
-        self.advance_round(t, false, out);
+        self.advance_round(t, force, out);
         let due = force || self.last_persisted.is_none_or(|at| now.saturating_duration_since(at) >= crate::state::PERSIST_EVERY);
-        if due {
-            // One round at a time: the one before is finished first.
-            self.advance_round(t, true, out);
-            self.last_persisted = Some(now);
-            self.unwritten = false;
-            self.start_round(t, now, force);
+        if !due {
+            return;
         }
+        if self.round.is_some() {
+            if !force {
+                // One round at a time: the write interval stretches to the store's pace.
+                return;
+            }
+            self.advance_round(t, true, out);
+        }
+        self.last_persisted = Some(now);
+        self.unwritten = false;
+        self.start_round(t, now, force);
         self.advance_round(t, force, out);
     }
 
@@ -1145,7 +1235,7 @@ impl Replica for Shared {
             taken_over: self.link.taken_over,
             sessions_merged: self.sessions_merged,
             incidents_unshared: self.incidents_unshared,
-            queue_waits: self.link.worker.queue_waits(),
+            queue_waits: self.link.worker.queue_waits() + self.awaiting_waits,
         }
     }
 
@@ -1201,31 +1291,79 @@ fn count_global(s: &mut dyn StateStore) -> Result<GlobalCounts, StoreError> {
     Ok((open, convergence))
 }
 
-/// Report each drift only if this write creates its record (compare-and-set on a key never
-/// seen: absent). `None`: the write failed (held for the next).
-fn sync_drift(s: &mut dyn StateStore, drift: &[DriftRecord], _effects: &mut Vec<Effect>) -> Option<Vec<String>> {
-    if drift.is_empty() {
-        return Some(Vec::new());
-    }
+/// The second job of a round, on the store's thread: the incident fold and the list merges
+/// onto the records read, then every change in one script.
+fn write_round(s: &mut dyn StateStore, job: WriteJob) -> Written {
     let mut changes = Changes::default();
-    for d in drift {
+    for d in &job.drift {
         changes.put(d.key(), Record::DriftReported(d.clone()));
     }
-    match s.apply(&changes) {
-        Ok(()) => Some(Vec::new()),
-        Err(StoreError::Conflict { refused, .. }) => Some(refused.into_iter().map(|(_, k)| k).collect()),
-        Err(e) => {
-            _effects.push(Effect::Failed);
-            tracing::warn!(error = %e, "could not write drift reports to the state store; holding them");
-            None
+    let folded = job.incidents.map(|(pending, stored)| fold_incidents(pending, stored, &mut changes));
+    let refusals = list_changes(job.refusals, merge_refusals, &mut changes);
+    let halves = list_changes(job.halves, merge_halves, &mut changes);
+    let parked = list_changes(job.parked, merge_parked, &mut changes);
+    changes.changes.extend(job.changes.changes);
+    let result = if changes.is_empty() {
+        Ok(None)
+    } else {
+        match s.apply(&changes) {
+            Ok(()) => Ok(Some(Vec::new())),
+            Err(StoreError::Conflict { refused, .. }) => Ok(Some(refused)),
+            Err(e) => Err(e),
         }
-    }
+    };
+    Written { refusals, halves, parked, folded, result }
 }
 
-/// Fold the verdicts held into the store's incident record of each of their servers, by
-/// compare-and-set (a pipelined read of their records, one script). A record another instance
-/// changed in between is refused; its verdicts are folded into the newer record next round (the
-/// fold does not depend on the order of verdicts, so the result is the one process's).
+/// Fold the verdicts held into each of their servers' incident record as read, as changes. A
+/// record another instance changed since is refused by the write; its verdicts are folded into
+/// the newer record next round (the fold does not depend on the order of verdicts, so the
+/// result is the one process's).
+fn fold_incidents(pending: Vec<(Option<Arc<str>>, Vec<Verdict>)>, stored: Vec<Option<Record>>, changes: &mut Changes) -> Vec<Folded> {
+    let mut folded = Vec::with_capacity(pending.len());
+    let mut stored = stored.into_iter();
+    for (server, verdicts) in pending {
+        let key = server_key(server.as_deref());
+        let part = match stored.next().flatten() {
+            Some(Record::Incidents(p)) if p.server == server => *p,
+            _ => ServerIncidents { server: server.clone(), ..Default::default() },
+        };
+        let mut book = IncidentBook::default();
+        book.restore(part);
+        let mut transitions = Vec::new();
+        for v in &verdicts {
+            transitions.extend(book.observe(v));
+        }
+        let new = book.parts(std::slice::from_ref(&server)).pop().unwrap_or_default();
+        if new.is_empty() {
+            changes.delete(Table::Incidents, key.clone());
+        } else {
+            changes.put(key.clone(), Record::Incidents(Box::new(new.clone())));
+        }
+        folded.push(Folded { server, key, transitions, new, resolved: book.resolved_total });
+    }
+    folded
+}
+
+/// A list's items merged onto its records as read (`None`: the read failed, nothing is written
+/// of it), and the expired records this instance wrote deleted; whether it went in.
+fn list_changes<T>(
+    (job, stored): (ListJob<T>, Option<Vec<Option<Record>>>),
+    merge: fn(Option<Record>, &[T]) -> Record,
+    changes: &mut Changes,
+) -> (ListJob<T>, bool) {
+    let Some(stored) = stored else { return (job, false) };
+    let mut stored = stored.into_iter();
+    for (key, mine) in &job.by_key {
+        changes.put(key.clone(), merge(stored.next().flatten(), mine));
+    }
+    for (_, k) in &job.expired {
+        changes.delete(job.table, k.clone());
+    }
+    (job, true)
+}
+
+/// The incident fold at the end, waited for: a read of the records and one script.
 fn sync_incidents(
     s: &mut dyn StateStore,
     pending: Vec<(Option<Arc<str>>, Vec<Verdict>)>,
@@ -1244,26 +1382,7 @@ fn sync_incidents(
         }
     };
     let mut changes = Changes::default();
-    let mut folded = Vec::with_capacity(pending.len());
-    for (((server, verdicts), key), rec) in pending.into_iter().zip(keys).zip(stored) {
-        let part = match rec {
-            Some(Record::Incidents(p)) if p.server == server => *p,
-            _ => ServerIncidents { server: server.clone(), ..Default::default() },
-        };
-        let mut book = IncidentBook::default();
-        book.restore(part);
-        let mut transitions = Vec::new();
-        for v in &verdicts {
-            transitions.extend(book.observe(v));
-        }
-        let new = book.parts(std::slice::from_ref(&server)).pop().unwrap_or_default();
-        if new.is_empty() {
-            changes.delete(Table::Incidents, key.clone());
-        } else {
-            changes.put(key.clone(), Record::Incidents(Box::new(new.clone())));
-        }
-        folded.push(Folded { server, key, transitions, new, resolved: book.resolved_total });
-    }
+    let folded = fold_incidents(pending, stored, &mut changes);
     let refused = match s.apply(&changes) {
         Ok(()) => {
             effects.push(Effect::Up);
@@ -1282,49 +1401,6 @@ fn sync_incidents(
         }
     };
     Some((folded, refused))
-}
-
-/// Add a list's items to its records (read, `merge`, compare-and-set, in one pipelined read and
-/// one script), and delete the expired records this instance wrote.
-fn merge_list<T>(
-    s: &mut dyn StateStore,
-    job: ListJob<T>,
-    merge: fn(Option<Record>, &[T]) -> Record,
-    effects: &mut Vec<Effect>,
-) -> ListDone<T> {
-    let keys: Vec<String> = job.by_key.keys().cloned().collect();
-    let mut changes = Changes::default();
-    if !keys.is_empty() {
-        let stored = match s.get_many(job.table, &keys) {
-            Ok(r) => r,
-            Err(e) => {
-                effects.push(Effect::Failed);
-                tracing::warn!(error = %e, table = job.table.as_str(), "could not read the state store");
-                return ListDone { job, refused: None, read_failed: true };
-            }
-        };
-        for ((key, mine), rec) in job.by_key.iter().zip(stored) {
-            changes.put(key.clone(), merge(rec, mine));
-        }
-    }
-    for (_, k) in &job.expired {
-        changes.delete(job.table, k.clone());
-    }
-    if changes.is_empty() {
-        return ListDone { job, refused: Some(Vec::new()), read_failed: false };
-    }
-    match s.apply(&changes) {
-        Ok(()) => ListDone { job, refused: Some(Vec::new()), read_failed: false },
-        Err(StoreError::Conflict { refused, .. }) => {
-            effects.push(Effect::Conflicts(refused.len() as u64));
-            ListDone { job, refused: Some(refused.into_iter().map(|(_, k)| k).collect()), read_failed: false }
-        }
-        Err(e) => {
-            effects.push(Effect::Failed);
-            tracing::warn!(error = %e, table = job.table.as_str(), "could not write the state store");
-            ListDone { job, refused: None, read_failed: false }
-        }
-    }
 }
 
 fn merge_refusals(rec: Option<Record>, mine: &[SpanEvidence]) -> Record {
