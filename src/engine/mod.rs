@@ -119,8 +119,6 @@ pub struct Gauges {
     pub store_queue_waits: u64,
 }
 
-/// What the holder of the gauge lease last counted in a shared store, and when (engine time):
-
 /// The engine. See the module documentation.
 pub struct Engine {
     chains: Chains,

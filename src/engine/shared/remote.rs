@@ -148,12 +148,18 @@ struct Folded {
     resolved: u64,
 }
 
+/// Verdicts by server, as a job carries them.
+type ByServer = Vec<(Option<Arc<str>>, Vec<Verdict>)>;
+
+/// Sessions read (`keys[i]` ↔ `records[i]`).
+type SessionsRead = (Vec<String>, Result<Vec<Option<Record>>, StoreError>);
+
 /// The second job of a write round: everything to write, in one script.
 struct WriteJob {
     drift: Vec<DriftRecord>,
     /// Verdicts to fold by server, with the server's record as read (`None`: the read failed,
     /// the verdicts are held).
-    incidents: Option<(Vec<(Option<Arc<str>>, Vec<Verdict>)>, Vec<Option<Record>>)>,
+    incidents: Option<(ByServer, Vec<Option<Record>>)>,
     refusals: (ListJob<SpanEvidence>, Option<Vec<Option<Record>>>),
     halves: (ListJob<ClientHalf>, Option<Vec<Option<Record>>>),
     parked: (ListJob<SpanEvidence>, Option<Vec<Option<Record>>>),
@@ -240,7 +246,7 @@ pub(crate) struct Shared {
     awaiting_chains: usize,
     awaiting_waits: u64,
     round: Option<Round>,
-    converged_read: Option<(Moment, Ticket<(Vec<String>, Result<Vec<Option<Record>>, StoreError>)>)>,
+    converged_read: Option<(Moment, Ticket<SessionsRead>)>,
     lease: Option<(Moment, Ticket<LeaseAnswer>)>,
     probe: Option<(Moment, Ticket<Result<(), StoreError>>)>,
     /// Catalog changes held for emission, with when they are due (see `hold_catalog`).
@@ -1093,7 +1099,7 @@ impl Replica for Shared {
             return;
         }
         // Join the group not yet asked for, or open one.
-        if !self.groups.back().is_some_and(|g| g.ticket.is_none()) {
+        if self.groups.back().is_none_or(|g| g.ticket.is_some()) {
             self.next_group += 1;
             self.groups.push_back(ReadGroup { id: self.next_group, at: batch.0, parked: Vec::new(), sessions: Vec::new(), ticket: None });
         }
