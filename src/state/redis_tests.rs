@@ -474,6 +474,21 @@ fn redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it() {
     if !available("redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it") {
         return;
     }
+    judged_with_its_session(Duration::ZERO);
+}
+
+/// The same with the store's answers taken when they come, as the service takes them
+/// (`store_answer_within`): the round trips run on the store's thread, the call is classified
+/// at a later step than it was decided, and the verdict is the same.
+#[test]
+fn redis_answers_taken_when_they_come_give_the_same_verdict() {
+    if !available("redis_answers_taken_when_they_come_give_the_same_verdict") {
+        return;
+    }
+    judged_with_its_session(crate::engine::SHARED_STORE_ANSWER_WITHIN);
+}
+
+fn judged_with_its_session(answer_within: Duration) {
     use crate::correlate::{ChainLimits, SessionLimits};
     use crate::engine::{Decided, Engine, EngineConfig};
     use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
@@ -485,6 +500,7 @@ fn redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it() {
         let mut cfg =
             EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
         cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        cfg.store_answer_within = answer_within;
         Engine::new(cfg)
     };
     let fact = |n: u8, at: u64, f: CatalogFacts| {
@@ -531,7 +547,8 @@ fn redis_a_call_is_judged_with_its_session_as_other_engines_wrote_it() {
         let mut out = Vec::new();
         e.ingest(crate::normalize::NormalizedBatch { evidence: spans, ..Default::default() }, at, &mut out);
         e.tick(at + Duration::from_millis(50), &mut out);
-        e.flush_store(at + Duration::from_millis(60), &mut Vec::new());
+        // The step's answers, taken at the latest here.
+        e.flush_store(at + Duration::from_millis(60), &mut out);
         out.iter().filter_map(|d| if let Decided::Call(v) = d { Some(v.state) } else { None }).collect()
     };
     // One process, for the reference.
