@@ -95,6 +95,11 @@ fn delaying_proxy(upstream: std::net::SocketAddr, delay: Duration) -> std::net::
     addr
 }
 
+fn on_cpu_ns() -> u64 {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
 fn wchar() -> u64 {
     let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
     s.lines().find_map(|l| l.strip_prefix("wchar: ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
@@ -102,6 +107,9 @@ fn wchar() -> u64 {
 
 struct Run {
     secs: f64,
+    /// Time this thread was on a CPU (`/proc/thread-self/schedstat`): the engine's own work,
+    /// without its waits for the store and without being preempted.
+    cpu_secs: f64,
     verdicts: u64,
     wchar: u64,
 }
@@ -117,7 +125,7 @@ fn run(calls: u64, store: Option<StoreHandle>) -> Run {
     let mut out: Vec<Decided> = Vec::new();
     let mut now = Moment::from_nanos(1_764_000_000_000_000_000);
     let mut verdicts = 0;
-    let (w0, start) = (wchar(), Instant::now());
+    let (w0, c0, start) = (wchar(), on_cpu_ns(), Instant::now());
     let mut n = 0;
     while n < calls {
         let evidence: Vec<SpanEvidence> = (n..(n + PER_STEP as u64).min(calls)).flat_map(call).collect();
@@ -133,8 +141,9 @@ fn run(calls: u64, store: Option<StoreHandle>) -> Run {
     e.drain(DecidedBy::Shutdown, now, &mut out);
     verdicts += out.iter().filter(|d| matches!(d, Decided::Call(_))).count() as u64;
     let secs = start.elapsed().as_secs_f64();
+    let cpu_secs = on_cpu_ns().saturating_sub(c0) as f64 / 1e9;
     assert_eq!(e.store_errors(), 0);
-    Run { secs, verdicts, wchar: wchar().saturating_sub(w0) }
+    Run { secs, cpu_secs, verdicts, wchar: wchar().saturating_sub(w0) }
 }
 
 fn main() {
@@ -155,8 +164,9 @@ fn main() {
     let size = store.bytes_on_disk().unwrap_or(0).saturating_sub(size0);
 
     let us = |r: &Run| r.secs * 1e6 / r.verdicts.max(1) as f64;
+    let cpu = |r: &Run| r.cpu_secs * 1e6 / r.verdicts.max(1) as f64;
     println!("store bench: {calls} calls, {} per {:?} of engine time (one write at most every 100 ms)", PER_STEP, STEP);
-    println!("  no store:       {:8.2} µs/verdict ({} verdicts)", us(&none), none.verdicts);
+    println!("  no store:       {:8.2} µs/verdict ({} verdicts; engine thread on CPU {:.2})", us(&none), none.verdicts, cpu(&none));
     println!("  memory store:   {:8.2} µs/verdict  x{:.2}", us(&mem), us(&mem) / us(&none));
     println!("  embedded redb:  {:8.2} µs/verdict  x{:.2}", us(&emb), us(&emb) / us(&none));
     println!(
@@ -189,7 +199,12 @@ fn main() {
     let after = net(&r);
     let st = store.stats().unwrap_or_default();
     let per = |x: u64| x as f64 / red.verdicts.max(1) as f64;
-    println!("  redis (shared): {:8.2} µs/verdict  x{:.2}", us(&red), us(&red) / us(&none));
+    println!(
+        "  redis (shared): {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2}: the rest is waiting for the store thread, or preempted)",
+        us(&red),
+        us(&red) / us(&none),
+        cpu(&red)
+    );
     println!(
         "  redis (shared): {:.4} round trips/verdict ({} in all), {:.0} payload bytes/verdict sent, Redis counted {:.0} B in / {:.0} B out per verdict",
         per(st.round_trips),
@@ -206,6 +221,6 @@ fn main() {
     let proxy = delaying_proxy(upstream, Duration::from_micros(500));
     let settings = RedisSettings { endpoint: format!("redis://{proxy}"), ..settings };
     let far = run(calls, Some(StoreHandle::open_redis(settings).expect("open the redis store through the proxy")));
-    println!("  redis +1 ms RTT: {:8.2} µs/verdict  x{:.2}", us(&far), us(&far) / us(&none));
+    println!("  redis +1 ms RTT: {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2})", us(&far), us(&far) / us(&none), cpu(&far));
     assert_eq!(far.verdicts, calls);
 }

@@ -105,7 +105,8 @@ if #bad < n then
         redis.call('PEXPIRE', k, ARGV[1])
       else
         redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', ver)
-        redis.call('PERSIST', k)
+        -- Only a tombstone (expected `t<n>`) carries a TTL to clear.
+        if string.sub(ARGV[3 * i], 1, 1) == 't' then redis.call('PERSIST', k) end
       end
     end
   end

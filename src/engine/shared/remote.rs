@@ -224,6 +224,15 @@ impl Round {
     }
 }
 
+/// The list records this instance wrote, oldest first: each write of a key is queued with its
+/// time and the key's latest write is indexed, so an entry whose key was written again later is
+/// passed over when it comes to the front (no scan of the queue per write).
+#[derive(Default)]
+struct OwnRecords {
+    order: VecDeque<(Moment, String)>,
+    latest: FxHashMap<String, Moment>,
+}
+
 /// The lease's answer: held, and (when counted) the global figures.
 type LeaseAnswer = (Result<bool, StoreError>, Option<Result<GlobalCounts, StoreError>>);
 
@@ -264,7 +273,7 @@ pub(crate) struct Shared {
     /// Drift detected here, reported once its record is created.
     pending_drift: Vec<(DriftRecord, DriftEvent)>,
     /// The list records this instance wrote and when (deleted `late_span_window` after).
-    shared_written: FxHashMap<Table, VecDeque<(Moment, String)>>,
+    shared_written: FxHashMap<Table, OwnRecords>,
     last_refusal_pull: Option<Moment>,
     /// Since when the store has been down (see `hold_for_store`), and its last probe.
     store_down_since: Option<Moment>,
@@ -686,11 +695,15 @@ impl Shared {
         let window = self.late_span_window;
         let written = self.shared_written.entry(table).or_default();
         let mut expired: Vec<(Moment, String)> = Vec::new();
-        while written.front().is_some_and(|(at, _)| now.saturating_duration_since(*at) > window) {
-            if let Some((at, k)) = written.pop_front() {
-                if !by_key.contains_key(&k) && !expired.iter().any(|(_, e)| *e == k) {
-                    expired.push((at, k));
-                }
+        while written.order.front().is_some_and(|(at, _)| now.saturating_duration_since(*at) > window) {
+            let Some((at, k)) = written.order.pop_front() else { break };
+            if written.latest.get(&k) != Some(&at) {
+                // Written again since: that later entry decides.
+                continue;
+            }
+            written.latest.remove(&k);
+            if !by_key.contains_key(&k) {
+                expired.push((at, k));
             }
         }
         ListJob { table, by_key, expired }
@@ -702,8 +715,9 @@ impl Shared {
         let written = self.shared_written.entry(job.table).or_default();
         if !read_ok {
             // Nothing of it was asked of the store: the expired records are deleted next time.
-            for e in job.expired.into_iter().rev() {
-                written.push_front(e);
+            for (at, k) in job.expired.into_iter().rev() {
+                written.latest.insert(k.clone(), at);
+                written.order.push_front((at, k));
             }
             return job.by_key.into_values().flatten().collect();
         }
@@ -714,8 +728,8 @@ impl Shared {
                 self.link.conflicts += 1;
                 again.extend(mine);
             } else {
-                written.retain(|(_, k)| *k != key);
-                written.push_back((now, key));
+                written.latest.insert(key.clone(), now);
+                written.order.push_back((now, key));
             }
         }
         again
