@@ -148,6 +148,13 @@ impl MemoryLimiter {
         self.grow(bytes).then(|| Reservation { limiter: self.clone(), bytes })
     }
 
+    /// Hold `bytes` whatever the limit: for what must not be dropped and is already allocated.
+    /// It still counts, so the receivers refuse sooner.
+    pub fn hold(self: &Arc<Self>, bytes: u64) -> Reservation {
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        Reservation { limiter: self.clone(), bytes }
+    }
+
     fn grow(&self, by: u64) -> bool {
         if self.over.load(Ordering::Relaxed) {
             return false;
