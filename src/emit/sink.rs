@@ -339,6 +339,62 @@ fn report_groups<K: std::hash::Hash + Eq + Clone>(
 mod tests {
     use super::*;
 
+    /// Health spans waiting for a down backend hold their bytes against the memory limit: under a
+    /// limit with room for a few requests, the queue holds what fits (each request reserved at
+    /// its size), and the rest is dropped and counted, not queued unseen.
+    #[test]
+    fn queued_health_spans_hold_memory_and_what_does_not_fit_is_dropped() {
+        let cfg = crate::config::Config::load(None).unwrap();
+        let mut engine = crate::engine::Engine::new(crate::cli::replay::engine_config(&cfg));
+        let mut records = Collect::default();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        crate::service::replay::replay(&[format!("{dir}/incidents_five_expired.jsonl")], &mut engine, &mut records, &mut Vec::new());
+        let spans = records.0.iter().filter(|r| health_spans::makes_span(r)).count();
+        assert!(spans >= 4, "{spans} health spans");
+        // Requests of two spans; room for about one of them.
+        let limiter = std::sync::Arc::new(crate::receive::memory::MemoryLimiter::with_floor(1, Some(0), (1 << 20) - 3000));
+        let (tx, mut rx) = mpsc::channel(1024);
+        let mut hs = HealthSpanSink::new(
+            tx,
+            "mcp-health".into(),
+            HealthMeters::new(&opentelemetry::global::meter("sink-test")),
+            2 * HEALTH_SPAN_ESTIMATE,
+        );
+        hs.accept(&records.0, Moment::from_nanos(1_000_000_000_000));
+        assert_eq!(limiter.held(), 0, "a sink without the limiter reserves nothing");
+        hs.memory = Some(limiter.clone());
+        let room = limiter.room();
+        let mut queued = Vec::new();
+        while let Ok(o) = rx.try_recv() {
+            queued.push(o);
+        }
+        let unlimited = queued.len();
+        queued.clear();
+        hs.accept(&records.0, Moment::from_nanos(1_000_000_000_000));
+        while let Ok(o) = rx.try_recv() {
+            queued.push(o);
+        }
+        let held: u64 = queued
+            .iter_mut()
+            .map(|o| {
+                let bytes = match &*o {
+                    Outgoing::HealthRaw(b, ..) | Outgoing::LogsRaw(b, ..) => b.len() as u64,
+                    _ => 0,
+                };
+                let r = o.take_reservation().expect("each queued request holds its memory");
+                assert_eq!(r.bytes(), bytes, "reserved at its encoded size");
+                o.set_reservation(r);
+                bytes
+            })
+            .sum();
+        assert_eq!(limiter.held(), held);
+        let spans_held: u64 = queued.iter().map(|o| if let Outgoing::HealthRaw(b, ..) = o { b.len() as u64 } else { 0 }).sum();
+        assert!(spans_held > 0 && spans_held <= room, "health spans held {spans_held} within the room {room}");
+        assert!(queued.len() < unlimited, "{} of {unlimited} requests queued under the limit", queued.len());
+        drop(queued);
+        assert_eq!(limiter.held(), 0, "released when sent or dropped");
+    }
+
     #[test]
     fn incident_records_keep_every_open_and_resolve_and_the_last_update_of_each() {
         let cfg = crate::config::Config::load(None).unwrap();

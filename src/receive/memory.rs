@@ -99,7 +99,7 @@ impl MemoryLimiter {
     }
 
     #[cfg(test)]
-    fn with_floor(limit_mib: u64, spike_limit_mib: Option<u64>, floor: u64) -> MemoryLimiter {
+    pub(crate) fn with_floor(limit_mib: u64, spike_limit_mib: Option<u64>, floor: u64) -> MemoryLimiter {
         let hard = limit_mib << 20;
         Self::with_bytes(hard, spike_limit_mib.map_or(hard / 5, |s| s << 20), floor)
     }
