@@ -1,4 +1,4 @@
-//! End to end (issue 12): mcp-health processes (the release build, see `instance_binary`)
+//! End to end (issue 12): mcp-health processes (the test build, see `instance_binary`)
 //! sharing one Debian `redis-server` (`storage: {kind: redis}`), fed by a test router that splits
 //! each OTLP request by trace id over the collector's `load_balancing` ring
 //! (tests/support/ring.rs), against one process fed the same requests whole, over every fixture
@@ -31,18 +31,14 @@ use support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// The binary the instances run: the release build `scripts/test` makes and names in
-/// `MCP_HEALTH_RELEASE_BIN`, as a deployment runs it; without it (a targeted `cargo test`), the
-/// test build, said on stderr. Under `CI` the release build is required.
+/// The binary the instances run: the test build of mcp-health (`CARGO_BIN_EXE_mcp-health`), or
+/// another build named in `MCP_HEALTH_RELEASE_BIN` (a release binary, to run the instances as a
+/// deployment does), said on stderr.
 fn instance_binary() -> Option<std::path::PathBuf> {
-    match std::env::var_os("MCP_HEALTH_RELEASE_BIN").map(std::path::PathBuf::from) {
-        Some(p) if p.exists() => Some(p),
-        other => {
-            assert!(std::env::var_os("CI").is_none(), "under CI the instances run the release build: MCP_HEALTH_RELEASE_BIN={other:?}");
-            eprintln!("NOTE: MCP_HEALTH_RELEASE_BIN is not set: the instances run the test build of mcp-health");
-            None
-        }
-    }
+    let p = std::env::var_os("MCP_HEALTH_RELEASE_BIN").map(std::path::PathBuf::from)?;
+    assert!(p.exists(), "MCP_HEALTH_RELEASE_BIN={} does not exist", p.display());
+    eprintln!("NOTE: the instances run {}", p.display());
+    Some(p)
 }
 
 fn greenness(state: &str) -> u8 {

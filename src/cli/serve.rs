@@ -545,12 +545,14 @@ impl Pipeline {
             sinks.push(status.sink());
         }
         if let Some(s) = sender.as_ref().filter(|_| health) {
-            sinks.push(HealthSpanSink::new(
+            let mut hs = HealthSpanSink::new(
                 s.clone(),
                 service_name.clone(),
                 meters.clone(),
                 otlp.as_ref().map_or(crate::config::DEFAULT_MAX_REQUEST_BYTES, |o| o.max_request_bytes),
-            ));
+            );
+            hs.memory = memory.clone();
+            sinks.push(hs);
         }
         let reopen = verdict_log.as_ref().map(|l| l.reopen.clone());
         // The verdict log's destination changes live (a reload may move it): the engine holds it

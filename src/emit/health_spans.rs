@@ -149,6 +149,12 @@ pub(crate) fn write_health_span(w: &mut Writer, v: &Verdict, decided_ns: u64) {
     }
 }
 
+/// Whether `encode_requests` makes a health span of the record.
+pub(crate) fn makes_span(r: &crate::engine::Decided) -> bool {
+    use crate::engine::Decided;
+    !matches!(r, Decided::Incident(_) | Decided::Finding(_))
+}
+
 /// Health spans as encoded `ExportTraceServiceRequest`s of at most `max_bytes` each (a span
 /// larger than that alone is one request): one `ResourceSpans` of the service's resource (see
 /// [`resource_spans`]) per request. Returns each request's bytes and span count.
@@ -169,6 +175,7 @@ pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], n
             Decided::Drift(d) => drift_span(d, now_ns).encode(&mut span.buf).unwrap_or(()),
             Decided::Incident(_) | Decided::Finding(_) => continue,
         }
+        debug_assert!(makes_span(r));
         packer.push(&span.buf);
     }
     packer.finish()

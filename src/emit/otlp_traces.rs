@@ -53,13 +53,14 @@ pub enum Outgoing {
     /// Health spans made by this service.
     Health(ExportTraceServiceRequest),
     /// Health spans made by this service, encoded already (`health_spans::encode_requests`),
-    /// and their count.
-    HealthRaw(Bytes, u64),
+    /// their count, and the memory their bytes hold under `processors.memory_limiter` while they
+    /// wait for the backend (none once read back from disk: one at a time, not queued).
+    HealthRaw(Bytes, u64, Option<Reservation>),
     /// Incident log records made by this service.
     Logs(ExportLogsServiceRequest),
     /// Incident log records made by this service, encoded already
-    /// (`incidents::encode_log_requests`), and their count.
-    LogsRaw(Bytes, u64),
+    /// (`incidents::encode_log_requests`), their count and their memory (as `HealthRaw`).
+    LogsRaw(Bytes, u64, Option<Reservation>),
     /// Metrics received from a client, passed on unchanged (and their memory reservation).
     PassthroughMetrics(ExportMetricsServiceRequest, Option<Reservation>),
     /// Log records received from a client, passed on unchanged (and their memory reservation).
@@ -89,25 +90,30 @@ impl Outgoing {
         }
     }
 
-    /// The memory reservation of a pass-through item, taken out so it can outlive the item (the
+    /// The memory reservation of a pass-through or encoded own-output item, taken out so it can outlive the item (the
     /// encoded bytes it becomes are held until sent).
     pub fn take_reservation(&mut self) -> Option<Reservation> {
         match self {
             Outgoing::Passthrough(_, r)
             | Outgoing::PassthroughRaw(_, _, r)
             | Outgoing::PassthroughMetrics(_, r)
-            | Outgoing::PassthroughLogs(_, r) => r.take(),
+            | Outgoing::PassthroughLogs(_, r)
+            | Outgoing::HealthRaw(_, _, r)
+            | Outgoing::LogsRaw(_, _, r) => r.take(),
             _ => None,
         }
     }
 
-    /// Give a pass-through item the memory it holds (other items hold none under the limiter).
+    /// Give an item the memory it holds (decoded own output and own metrics hold none: they
+    /// are small and short-lived).
     pub fn set_reservation(&mut self, held: Reservation) {
         match self {
             Outgoing::Passthrough(_, r)
             | Outgoing::PassthroughRaw(_, _, r)
             | Outgoing::PassthroughMetrics(_, r)
-            | Outgoing::PassthroughLogs(_, r) => *r = Some(held),
+            | Outgoing::PassthroughLogs(_, r)
+            | Outgoing::HealthRaw(_, _, r)
+            | Outgoing::LogsRaw(_, _, r) => *r = Some(held),
             _ => {}
         }
     }
@@ -116,9 +122,9 @@ impl Outgoing {
     pub fn items(&self) -> (ItemKind, u64) {
         match self {
             Outgoing::Passthrough(r, _) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
-            Outgoing::PassthroughRaw(_, n, _) | Outgoing::HealthRaw(_, n) => (ItemKind::Spans, *n),
+            Outgoing::PassthroughRaw(_, n, _) | Outgoing::HealthRaw(_, n, _) => (ItemKind::Spans, *n),
             Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (ItemKind::LogRecords, log_record_count(r)),
-            Outgoing::LogsRaw(_, n) => (ItemKind::LogRecords, *n),
+            Outgoing::LogsRaw(_, n, _) => (ItemKind::LogRecords, *n),
             Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
         }
     }
@@ -541,9 +547,9 @@ fn to_record(item: Outgoing) -> (RecordKind, u64, Bytes) {
     let (_, n) = item.items();
     match item {
         Outgoing::Health(r) | Outgoing::Passthrough(r, _) => (RecordKind::Spans, n, r.encode_to_vec().into()),
-        Outgoing::HealthRaw(b, _) | Outgoing::PassthroughRaw(b, _, _) => (RecordKind::Spans, n, b),
+        Outgoing::HealthRaw(b, _, _) | Outgoing::PassthroughRaw(b, _, _) => (RecordKind::Spans, n, b),
         Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (RecordKind::Logs, n, r.encode_to_vec().into()),
-        Outgoing::LogsRaw(b, _) => (RecordKind::Logs, n, b),
+        Outgoing::LogsRaw(b, _, _) => (RecordKind::Logs, n, b),
         Outgoing::OwnMetrics(r) | Outgoing::PassthroughMetrics(r, _) => (RecordKind::Metrics, n, r.encode_to_vec().into()),
     }
 }
@@ -551,8 +557,8 @@ fn to_record(item: Outgoing) -> (RecordKind, u64, Bytes) {
 /// A request read back from disk, as the workers send it.
 fn from_record(r: Record) -> Result<Outgoing, prost::DecodeError> {
     Ok(match r.kind {
-        RecordKind::Spans => Outgoing::HealthRaw(r.payload, r.items),
-        RecordKind::Logs => Outgoing::LogsRaw(r.payload, r.items),
+        RecordKind::Spans => Outgoing::HealthRaw(r.payload, r.items, None),
+        RecordKind::Logs => Outgoing::LogsRaw(r.payload, r.items, None),
         RecordKind::Metrics => Outgoing::OwnMetrics(ExportMetricsServiceRequest::decode(r.payload)?),
     })
 }
@@ -712,15 +718,15 @@ async fn deliver(mut item: Outgoing, routes: &Routes, retry: &RetryOnFailure, me
 fn encode(item: &Outgoing, protocol: Protocol, compression: Compression) -> Result<(Bytes, Option<&'static str>), std::io::Error> {
     let raw: Bytes = match (item, protocol) {
         // Bytes that came in as protobuf go out as they are (no decode, no re-encode).
-        (Outgoing::PassthroughRaw(b, ..) | Outgoing::HealthRaw(b, _), Protocol::HttpJson) => {
+        (Outgoing::PassthroughRaw(b, ..) | Outgoing::HealthRaw(b, ..), Protocol::HttpJson) => {
             let r = ExportTraceServiceRequest::decode(b.clone()).map_err(std::io::Error::other)?;
             serde_json::to_vec(&r)?.into()
         }
-        (Outgoing::LogsRaw(b, _), Protocol::HttpJson) => {
+        (Outgoing::LogsRaw(b, ..), Protocol::HttpJson) => {
             let r = ExportLogsServiceRequest::decode(b.clone()).map_err(std::io::Error::other)?;
             serde_json::to_vec(&r)?.into()
         }
-        (Outgoing::PassthroughRaw(b, ..) | Outgoing::HealthRaw(b, _) | Outgoing::LogsRaw(b, _), _) => b.clone(),
+        (Outgoing::PassthroughRaw(b, ..) | Outgoing::HealthRaw(b, ..) | Outgoing::LogsRaw(b, ..), _) => b.clone(),
         (Outgoing::Passthrough(r, _) | Outgoing::Health(r), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
         (Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
         (Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r), Protocol::HttpJson) => serde_json::to_vec(r)?.into(),
@@ -767,14 +773,14 @@ pub fn split(item: Outgoing) -> Result<(Outgoing, Outgoing), Outgoing> {
             .map_err(|r| Outgoing::Passthrough(r, h)),
         Outgoing::PassthroughRaw(b, n, h) => split_raw(b, n, h),
         Outgoing::Health(r) => split_traces(r).map(|(a, b)| (Outgoing::Health(a), Outgoing::Health(b))).map_err(Outgoing::Health),
-        Outgoing::HealthRaw(b, n) => match ExportTraceServiceRequest::decode(b.clone()) {
-            Ok(r) => split_traces(r).map(|(x, y)| (Outgoing::Health(x), Outgoing::Health(y))).map_err(|_| Outgoing::HealthRaw(b, n)),
-            Err(_) => Err(Outgoing::HealthRaw(b, n)),
+        Outgoing::HealthRaw(b, n, h) => match ExportTraceServiceRequest::decode(b.clone()) {
+            Ok(r) => split_traces(r).map(|(x, y)| (Outgoing::Health(x), Outgoing::Health(y))).map_err(|_| Outgoing::HealthRaw(b, n, h)),
+            Err(_) => Err(Outgoing::HealthRaw(b, n, h)),
         },
         Outgoing::Logs(r) => split_logs(r).map(|(a, b)| (Outgoing::Logs(a), Outgoing::Logs(b))).map_err(Outgoing::Logs),
-        Outgoing::LogsRaw(b, n) => match ExportLogsServiceRequest::decode(b.clone()) {
-            Ok(r) => split_logs(r).map(|(x, y)| (Outgoing::Logs(x), Outgoing::Logs(y))).map_err(|_| Outgoing::LogsRaw(b, n)),
-            Err(_) => Err(Outgoing::LogsRaw(b, n)),
+        Outgoing::LogsRaw(b, n, h) => match ExportLogsServiceRequest::decode(b.clone()) {
+            Ok(r) => split_logs(r).map(|(x, y)| (Outgoing::Logs(x), Outgoing::Logs(y))).map_err(|_| Outgoing::LogsRaw(b, n, h)),
+            Err(_) => Err(Outgoing::LogsRaw(b, n, h)),
         },
         Outgoing::PassthroughLogs(r, h) => split_logs(r)
             .map(|(a, b)| (Outgoing::PassthroughLogs(a, None), Outgoing::PassthroughLogs(b, None)))
@@ -1376,7 +1382,7 @@ mod tests {
         let (tx, rx) = queue(16);
         let first = spawn(settings(target(dead)), rx, pipeline.meters.clone(), "otlp", store.clone()).unwrap();
         for _ in 0..5 {
-            tx.try_send(Outgoing::HealthRaw(payload.clone(), spans)).unwrap();
+            tx.try_send(Outgoing::HealthRaw(payload.clone(), spans, None)).unwrap();
         }
         let reader = pipeline.prometheus.clone().unwrap();
         let mut dropped = 0.0;

@@ -72,10 +72,20 @@ pub struct HealthSpanSink {
     pub meters: HealthMeters,
     /// `exporters.otlp.max_request_bytes`: health spans are packed into requests this large at most.
     pub max_request_bytes: usize,
+    /// `processors.memory_limiter`: every encoded request holds its bytes against the limit while
+    /// it waits for the backend. With the backend down the queue would otherwise hold up to
+    /// `queue_size` requests of `max_request_bytes` (1 GiB at the defaults) that the limiter never
+    /// sees; one that does not fit is dropped and counted (`reason: memory_limit`), as a full
+    /// queue's is.
+    pub memory: Option<std::sync::Arc<crate::receive::memory::MemoryLimiter>>,
     /// When the last record of each open incident went out (bounded by the open incidents: an
     /// entry leaves with its `resolved`, or when more than `MAX_TRACKED_INCIDENTS` are open).
     pub updates_sent: crate::bounded::BoundedMap<String, Moment>,
 }
+
+/// What one health span is reserved at before it is encoded (they are about 1 KB; a request's
+/// worth of records is reserved at once).
+const HEALTH_SPAN_ESTIMATE: usize = 1200;
 
 /// An incident updated by every failing call sends one `updated` record this often at most.
 pub const INCIDENT_UPDATE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -91,8 +101,30 @@ impl HealthSpanSink {
             service_name,
             meters,
             max_request_bytes,
+            memory: None,
             updates_sent: crate::bounded::BoundedMap::with_capacity("incident_updates", MAX_TRACKED_INCIDENTS),
         }
+    }
+}
+
+impl HealthSpanSink {
+    /// The memory `spans` health spans will hold while queued (`bytes`, estimated before they are
+    /// encoded); `Err` (dropped, counted as `memory_limit`) when that would take the process past
+    /// the memory limiter's soft limit.
+    fn reserve(&self, bytes: u64, spans: u64) -> Result<Option<crate::receive::memory::Reservation>, ()> {
+        let Some(m) = &self.memory else { return Ok(None) };
+        match m.reserve(bytes) {
+            Some(r) => Ok(Some(r)),
+            None => {
+                self.dropped("health_spans", "memory_limit", super::otlp_traces::ItemKind::Spans, spans);
+                Err(())
+            }
+        }
+    }
+
+    fn dropped(&self, signal: &'static str, reason: &'static str, kind: super::otlp_traces::ItemKind, n: u64) {
+        self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", signal), KeyValue::new("reason", reason)]);
+        self.meters.enqueue_failed(signal, kind, n);
     }
 }
 
@@ -100,10 +132,26 @@ impl Sink for HealthSpanSink {
     fn accept(&mut self, records: &[Decided], now: Moment) {
         let now_ns = now.as_nanos();
         // Written straight as protobuf, in requests within the exporter's size limit.
-        for (bytes, n) in health_spans::encode_requests(&self.service_name, records, now_ns, self.max_request_bytes) {
-            if self.queue.try_send(Outgoing::HealthRaw(bytes, n)).is_err() {
-                self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
-                self.meters.enqueue_failed("health_spans", super::otlp_traces::ItemKind::Spans, n);
+        // A request's worth of records at a time, its memory reserved before it is encoded: one
+        // flush of a large burst of verdicts is many requests, and encoding them all before any
+        // is reserved put the whole burst in memory at once, past the limit.
+        let per_request = (self.max_request_bytes / HEALTH_SPAN_ESTIMATE).max(1);
+        for chunk in records.chunks(per_request) {
+            let spans = chunk.iter().filter(|r| health_spans::makes_span(r)).count() as u64;
+            if spans == 0 {
+                continue;
+            }
+            let Ok(mut held) = self.reserve(spans * HEALTH_SPAN_ESTIMATE as u64, spans) else { continue };
+            for (bytes, n) in health_spans::encode_requests(&self.service_name, chunk, now_ns, self.max_request_bytes) {
+                // What the request really holds, whatever the estimate was: it exists already.
+                let h = held.as_mut().map(|r| {
+                    let mut part = r.split(bytes.len() as u64);
+                    part.set(bytes.len() as u64);
+                    part
+                });
+                if self.queue.try_send(Outgoing::HealthRaw(bytes, n, h)).is_err() {
+                    self.dropped("health_spans", "queue_full", super::otlp_traces::ItemKind::Spans, n);
+                }
             }
         }
         let mut incidents = coalesce_incidents(records);
@@ -127,7 +175,10 @@ impl Sink for HealthSpanSink {
             }
         });
         for (bytes, n) in super::incidents::encode_log_requests(&self.service_name, &incidents, now_ns, self.max_request_bytes) {
-            if self.queue.try_send(Outgoing::LogsRaw(bytes, n)).is_err() {
+            // Incident records are few (coalesced per flush) and what alerts are read from: held
+            // whatever the limit, never dropped for it.
+            let held = self.memory.as_ref().map(|m| m.hold(bytes.len() as u64));
+            if self.queue.try_send(Outgoing::LogsRaw(bytes, n, held)).is_err() {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
                 self.meters.enqueue_failed("incident_logs", super::otlp_traces::ItemKind::LogRecords, n);
             }
@@ -292,6 +343,62 @@ fn report_groups<K: std::hash::Hash + Eq + Clone>(
 mod tests {
     use super::*;
 
+    /// Health spans waiting for a down backend hold their bytes against the memory limit: under a
+    /// limit with room for a few requests, the queue holds what fits (each request reserved at
+    /// its size), and the rest is dropped and counted, not queued unseen.
+    #[test]
+    fn queued_health_spans_hold_memory_and_what_does_not_fit_is_dropped() {
+        let cfg = crate::config::Config::load(None).unwrap();
+        let mut engine = crate::engine::Engine::new(crate::cli::replay::engine_config(&cfg));
+        let mut records = Collect::default();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        crate::service::replay::replay(&[format!("{dir}/incidents_five_expired.jsonl")], &mut engine, &mut records, &mut Vec::new());
+        let spans = records.0.iter().filter(|r| health_spans::makes_span(r)).count();
+        assert!(spans >= 4, "{spans} health spans");
+        // Requests of two spans; room for about one of them.
+        let limiter = std::sync::Arc::new(crate::receive::memory::MemoryLimiter::with_floor(1, Some(0), (1 << 20) - 3000));
+        let (tx, mut rx) = mpsc::channel(1024);
+        let mut hs = HealthSpanSink::new(
+            tx,
+            "mcp-health".into(),
+            HealthMeters::new(&opentelemetry::global::meter("sink-test")),
+            2 * HEALTH_SPAN_ESTIMATE,
+        );
+        hs.accept(&records.0, Moment::from_nanos(1_000_000_000_000));
+        assert_eq!(limiter.held(), 0, "a sink without the limiter reserves nothing");
+        hs.memory = Some(limiter.clone());
+        let room = limiter.room();
+        let mut queued = Vec::new();
+        while let Ok(o) = rx.try_recv() {
+            queued.push(o);
+        }
+        let unlimited = queued.len();
+        queued.clear();
+        hs.accept(&records.0, Moment::from_nanos(1_000_000_000_000));
+        while let Ok(o) = rx.try_recv() {
+            queued.push(o);
+        }
+        let held: u64 = queued
+            .iter_mut()
+            .map(|o| {
+                let bytes = match &*o {
+                    Outgoing::HealthRaw(b, ..) | Outgoing::LogsRaw(b, ..) => b.len() as u64,
+                    _ => 0,
+                };
+                let r = o.take_reservation().expect("each queued request holds its memory");
+                assert_eq!(r.bytes(), bytes, "reserved at its encoded size");
+                o.set_reservation(r);
+                bytes
+            })
+            .sum();
+        assert_eq!(limiter.held(), held);
+        let spans_held: u64 = queued.iter().map(|o| if let Outgoing::HealthRaw(b, ..) = o { b.len() as u64 } else { 0 }).sum();
+        assert!(spans_held > 0 && spans_held <= room, "health spans held {spans_held} within the room {room}");
+        assert!(queued.len() < unlimited, "{} of {unlimited} requests queued under the limit", queued.len());
+        drop(queued);
+        assert_eq!(limiter.held(), 0, "released when sent or dropped");
+    }
+
     #[test]
     fn incident_records_keep_every_open_and_resolve_and_the_last_update_of_each() {
         let cfg = crate::config::Config::load(None).unwrap();
@@ -338,7 +445,7 @@ mod tests {
             hs.accept(&updates, at);
             let mut n = 0;
             while let Ok(o) = rx.try_recv() {
-                if let Outgoing::LogsRaw(_, k) = o {
+                if let Outgoing::LogsRaw(_, k, _) = o {
                     n += k as usize;
                 }
             }

@@ -99,7 +99,7 @@ impl MemoryLimiter {
     }
 
     #[cfg(test)]
-    fn with_floor(limit_mib: u64, spike_limit_mib: Option<u64>, floor: u64) -> MemoryLimiter {
+    pub(crate) fn with_floor(limit_mib: u64, spike_limit_mib: Option<u64>, floor: u64) -> MemoryLimiter {
         let hard = limit_mib << 20;
         Self::with_bytes(hard, spike_limit_mib.map_or(hard / 5, |s| s << 20), floor)
     }
@@ -146,6 +146,13 @@ impl MemoryLimiter {
     /// Reserve `bytes`, or `None` (refuse the request) when that would pass the soft limit.
     pub fn reserve(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
         self.grow(bytes).then(|| Reservation { limiter: self.clone(), bytes })
+    }
+
+    /// Hold `bytes` whatever the limit: for what must not be dropped and is already allocated.
+    /// It still counts, so the receivers refuse sooner.
+    pub fn hold(self: &Arc<Self>, bytes: u64) -> Reservation {
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        Reservation { limiter: self.clone(), bytes }
     }
 
     fn grow(&self, by: u64) -> bool {
