@@ -93,7 +93,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
         .worker_threads(cfg.worker_threads())
         .enable_all()
         .thread_name("mcp-health")
-        .on_thread_park(crate::receive::memory::on_thread_idle)
+        .on_thread_park(crate::flow::memory::on_thread_idle)
         .build()
     {
         Ok(rt) => rt,
@@ -448,7 +448,7 @@ impl Pipeline {
             resource: opentelemetry_sdk::Resource::builder()
                 .with_service_name(service_name.clone())
                 // Own metrics come back through a loop like health spans; marked the same way.
-                .with_attribute(opentelemetry::KeyValue::new(crate::receive::loops::EMITTER, crate::receive::loops::instance_id()))
+                .with_attribute(opentelemetry::KeyValue::new(crate::flow::loops::EMITTER, crate::flow::loops::instance_id()))
                 .build(),
             prometheus: prom_cfg.is_some(),
             otlp: match (&otlp, &queue_tx) {
@@ -472,7 +472,7 @@ impl Pipeline {
                 max_request_bytes: o.max_request_bytes,
             };
             let meter = crate::emit::metrics::meter(&metrics.provider);
-            let queues: Vec<(&'static str, &mpsc::Sender<otlp_traces::Outgoing>)> =
+            let queues: Vec<(&'static str, &mpsc::Sender<crate::flow::outgoing::Outgoing>)> =
                 [("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]
                     .into_iter()
                     .filter_map(|(n, q)| q.map(|q| (n, q)))
@@ -512,7 +512,7 @@ impl Pipeline {
         let mut background: Vec<JoinHandle<()>> = Vec::new();
         // Memory is bounded by default: without `processors.memory_limiter` a limiter still runs.
         let memory_cfg = cfg.processors.memory_limiter.as_ref();
-        let memory_limit = crate::receive::memory::effective_limit(memory_cfg, crate::receive::memory::SystemMemory::read());
+        let memory_limit = crate::flow::memory::effective_limit(memory_cfg, crate::flow::memory::SystemMemory::read());
         match &memory_limit {
             Some(l) => tracing::info!(
                 limit_mib = l.hard >> 20,
@@ -523,7 +523,7 @@ impl Pipeline {
             None => tracing::warn!("memory limiter off (processors.memory_limiter.limit_mib: 0): memory is not bounded"),
         }
         let memory = memory_limit.map(|l| {
-            let limiter = Arc::new(crate::receive::memory::MemoryLimiter::from_limit(l));
+            let limiter = Arc::new(crate::flow::memory::MemoryLimiter::from_limit(l));
             let every = memory_cfg.map_or(Duration::from_secs(1), |m| m.check_interval);
             background.push(tokio::spawn(sample_memory(limiter.clone(), every)));
             crate::emit::metrics::observe_memory_limiter(&crate::emit::metrics::meter(&metrics.provider), &limiter);
@@ -532,7 +532,7 @@ impl Pipeline {
         let admission = Admission {
             ingest: ingest_tx,
             passthrough: pass_tx.clone().filter(|_| passthrough),
-            meters: meters.clone(),
+            meters: meters.flow.clone(),
             strip_tool_definitions: proc_cfg.strip_tool_definitions,
             memory: memory.clone(),
             refusal_log: crate::receive::admit::refusal_log(),
@@ -698,11 +698,11 @@ fn check_open_file_limit(cfg: &Config) {
 }
 
 /// Sample the process's memory for the memory limiter; log each crossing of the soft limit.
-async fn sample_memory(limiter: Arc<crate::receive::memory::MemoryLimiter>, every: Duration) {
+async fn sample_memory(limiter: Arc<crate::flow::memory::MemoryLimiter>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
-        let Some(rss) = crate::receive::memory::process_rss() else { continue };
+        let Some(rss) = crate::flow::memory::process_rss() else { continue };
         let (soft, hard) = limiter.limits();
         match limiter.sample(rss) {
             Some(true) => tracing::warn!(

@@ -25,7 +25,6 @@ use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, 
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
-use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use prost::Message;
 use tokio::sync::{mpsc, Mutex};
@@ -38,115 +37,8 @@ use super::metrics::HealthMeters;
 use super::otlp_http::HttpSender;
 use super::otlp_target::{Compression, Protocol, Target, Targets};
 use crate::config::RetryOnFailure;
-use crate::receive::memory::Reservation;
-
-/// What travels to the workers.
-#[derive(Debug)]
-pub enum Outgoing {
-    /// Spans received from a client, passed on unchanged, with the memory they hold under
-    /// `processors.memory_limiter` (released once sent or given up on).
-    Passthrough(ExportTraceServiceRequest, Option<Reservation>),
-    /// Spans received from a client, passed on as the bytes they came in (`mcp_health.via`
-    /// spliced in, see `normalize::wire::splice_via`): an encoded `ExportTraceServiceRequest`,
-    /// its span count, its memory reservation (its wire size).
-    PassthroughRaw(Bytes, u64, Option<Reservation>),
-    /// Health spans made by this service.
-    Health(ExportTraceServiceRequest),
-    /// Health spans made by this service, encoded already (`health_spans::encode_requests`),
-    /// and their count.
-    HealthRaw(Bytes, u64),
-    /// Incident log records made by this service.
-    Logs(ExportLogsServiceRequest),
-    /// Incident log records made by this service, encoded already
-    /// (`incidents::encode_log_requests`), and their count.
-    LogsRaw(Bytes, u64),
-    /// Metrics received from a client, passed on unchanged (and their memory reservation).
-    PassthroughMetrics(ExportMetricsServiceRequest, Option<Reservation>),
-    /// Log records received from a client, passed on unchanged (and their memory reservation).
-    PassthroughLogs(ExportLogsServiceRequest, Option<Reservation>),
-    /// This service's own metrics (the SDK's periodic reader).
-    OwnMetrics(ExportMetricsServiceRequest),
-}
-
-/// What an export request carries, in the collector's units.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ItemKind {
-    Spans,
-    MetricPoints,
-    LogRecords,
-}
-
-impl Outgoing {
-    /// The `signal` label of the exporter's counters.
-    pub fn signal(&self) -> &'static str {
-        match self {
-            Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) => "passthrough",
-            Outgoing::Health(_) | Outgoing::HealthRaw(..) => "health_spans",
-            Outgoing::Logs(_) | Outgoing::LogsRaw(..) => "incident_logs",
-            Outgoing::PassthroughMetrics(..) => "passthrough_metrics",
-            Outgoing::PassthroughLogs(..) => "passthrough_logs",
-            Outgoing::OwnMetrics(_) => "own_metrics",
-        }
-    }
-
-    /// The memory reservation of a pass-through item, taken out so it can outlive the item (the
-    /// encoded bytes it becomes are held until sent).
-    pub fn take_reservation(&mut self) -> Option<Reservation> {
-        match self {
-            Outgoing::Passthrough(_, r)
-            | Outgoing::PassthroughRaw(_, _, r)
-            | Outgoing::PassthroughMetrics(_, r)
-            | Outgoing::PassthroughLogs(_, r) => r.take(),
-            _ => None,
-        }
-    }
-
-    /// Give a pass-through item the memory it holds (other items hold none under the limiter).
-    pub fn set_reservation(&mut self, held: Reservation) {
-        match self {
-            Outgoing::Passthrough(_, r)
-            | Outgoing::PassthroughRaw(_, _, r)
-            | Outgoing::PassthroughMetrics(_, r)
-            | Outgoing::PassthroughLogs(_, r) => *r = Some(held),
-            _ => {}
-        }
-    }
-
-    /// How many items the request carries, and of which kind.
-    pub fn items(&self) -> (ItemKind, u64) {
-        match self {
-            Outgoing::Passthrough(r, _) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
-            Outgoing::PassthroughRaw(_, n, _) | Outgoing::HealthRaw(_, n) => (ItemKind::Spans, *n),
-            Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (ItemKind::LogRecords, log_record_count(r)),
-            Outgoing::LogsRaw(_, n) => (ItemKind::LogRecords, *n),
-            Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
-        }
-    }
-}
-
-pub fn span_count(r: &ExportTraceServiceRequest) -> u64 {
-    r.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum()
-}
-
-pub fn log_record_count(r: &ExportLogsServiceRequest) -> u64 {
-    r.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len() as u64).sum()
-}
-
-pub fn metric_point_count(r: &ExportMetricsServiceRequest) -> u64 {
-    r.resource_metrics
-        .iter()
-        .flat_map(|r| &r.scope_metrics)
-        .flat_map(|s| &s.metrics)
-        .map(|m| match &m.data {
-            Some(Data::Gauge(g)) => g.data_points.len(),
-            Some(Data::Sum(s)) => s.data_points.len(),
-            Some(Data::Histogram(h)) => h.data_points.len(),
-            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
-            Some(Data::Summary(s)) => s.data_points.len(),
-            None => 0,
-        } as u64)
-        .sum()
-}
+use crate::flow::memory::Reservation;
+use crate::flow::outgoing::{log_record_count, span_count, ItemKind, Outgoing};
 
 /// Why the sender could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -603,7 +495,7 @@ pub fn spawn(
                 match tokio::task::spawn_blocking(move || q.push(rk, n, &payload)).await {
                     Ok(Ok(())) => sp.ready.notify_one(),
                     Ok(Err(e)) => {
-                        meters.enqueue_failed(signal, kind, items);
+                        meters.flow.enqueue_failed(signal, kind, items);
                         drops.dropped(sp.q.dir(), &e);
                     }
                     Err(e) => tracing::error!(error = %e, "sending queue writer failed"),

@@ -7,11 +7,11 @@ use tokio::sync::mpsc;
 
 use super::health_spans;
 use super::metrics::{HealthMeters, VerdictTally};
-use super::otlp_traces::Outgoing;
 use crate::classify::catalog::Convergence;
 use crate::classify::incidents::Transition;
 use crate::engine::{Decided, Gauges};
 use crate::evidence::time::Moment;
+use crate::flow::outgoing::{ItemKind, Outgoing};
 
 /// A destination of decided records.
 pub trait Sink: Send {
@@ -103,7 +103,7 @@ impl Sink for HealthSpanSink {
         for (bytes, n) in health_spans::encode_requests(&self.service_name, records, now_ns, self.max_request_bytes) {
             if self.queue.try_send(Outgoing::HealthRaw(bytes, n)).is_err() {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
-                self.meters.enqueue_failed("health_spans", super::otlp_traces::ItemKind::Spans, n);
+                self.meters.flow.enqueue_failed("health_spans", ItemKind::Spans, n);
             }
         }
         let mut incidents = coalesce_incidents(records);
@@ -129,7 +129,7 @@ impl Sink for HealthSpanSink {
         for (bytes, n) in super::incidents::encode_log_requests(&self.service_name, &incidents, now_ns, self.max_request_bytes) {
             if self.queue.try_send(Outgoing::LogsRaw(bytes, n)).is_err() {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
-                self.meters.enqueue_failed("incident_logs", super::otlp_traces::ItemKind::LogRecords, n);
+                self.meters.flow.enqueue_failed("incident_logs", ItemKind::LogRecords, n);
             }
         }
     }

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::loops;
-use super::memory::{trace_request_heap_bytes, Reservation};
 use super::throttle::{SystemClock, Throttle};
-use crate::emit::metrics::HealthMeters;
-use crate::emit::otlp_traces::{log_record_count, metric_point_count, span_count, ItemKind, Outgoing};
+use crate::flow::loops;
+use crate::flow::memory::{trace_request_heap_bytes, Reservation};
+use crate::flow::meters::FlowMeters;
+use crate::flow::outgoing::{log_record_count, metric_point_count, span_count, ItemKind, Outgoing};
 use crate::normalize::wire::{self, WireError};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
 use bytes::Bytes;
@@ -34,11 +34,11 @@ pub enum Admitted {
 pub struct Admission {
     pub ingest: mpsc::Sender<NormalizedBatch>,
     pub passthrough: Option<mpsc::Sender<Outgoing>>,
-    pub meters: HealthMeters,
+    pub meters: FlowMeters,
     /// Remove raw tool definitions before passing spans on (they were digested).
     pub strip_tool_definitions: bool,
     /// `processors.memory_limiter`: above its soft limit every request is refused, retryably.
-    pub memory: Option<std::sync::Arc<super::memory::MemoryLimiter>>,
+    pub memory: Option<std::sync::Arc<crate::flow::memory::MemoryLimiter>>,
     /// One log line per refusal kind (signal, transport, reason) per [`REFUSAL_LOG_WINDOW`].
     pub refusal_log: Arc<Mutex<Throttle<RefusalKey>>>,
 }
@@ -180,7 +180,7 @@ impl Admission {
         let held = match (&self.memory, &self.passthrough) {
             (Some(m), Some(_)) => match held.or_else(|| m.reserve(0)) {
                 Some(mut r) => {
-                    if !r.resize(wire.saturating_mul(super::memory::DECODED_PER_WIRE_BYTE)) {
+                    if !r.resize(wire.saturating_mul(crate::flow::memory::DECODED_PER_WIRE_BYTE)) {
                         return memory_refused();
                     }
                     Some(r)
@@ -287,7 +287,7 @@ impl Admission {
             }
             // Rebuilt from its decode, alive beside the request: reserved first. The walk
             // accepted these bytes, so prost does too (`tests/normalize_props.rs`).
-            if !grow(held, (bytes.len() as u64).saturating_mul(super::memory::DECODED_PER_WIRE_BYTE)) {
+            if !grow(held, (bytes.len() as u64).saturating_mul(crate::flow::memory::DECODED_PER_WIRE_BYTE)) {
                 return None;
             }
             let mut req = ExportTraceServiceRequest::decode(bytes).unwrap_or_default();
@@ -514,7 +514,7 @@ mod tests {
         // marker of this instance added to the resource).
         let mut expected = planted.clone();
         let rs = &mut expected.resource_spans[0];
-        crate::receive::loops::mark_via(&mut rs.resource, crate::receive::loops::instance_id());
+        crate::flow::loops::mark_via(&mut rs.resource, crate::flow::loops::instance_id());
         rs.resource.as_mut().unwrap().attributes.remove(1);
         for ss in &mut rs.scope_spans {
             for sp in &mut ss.spans {
@@ -529,7 +529,7 @@ mod tests {
         let passed_on = |strip: bool| {
             let (ingest, _ingest_rx) = mpsc::channel(4);
             let (pass, mut pass_rx) = mpsc::channel(4);
-            let meters = HealthMeters::new(&opentelemetry::global::meter("admit-test"));
+            let meters = crate::emit::metrics::HealthMeters::new(&opentelemetry::global::meter("admit-test")).flow;
             let admission = Admission {
                 ingest,
                 passthrough: Some(pass),
@@ -563,7 +563,7 @@ mod tests {
         assert_eq!(out, expected, "everything else is passed on unchanged");
         // Stripping off: the request is passed on as received (with the loop marker).
         let mut marked = planted.clone();
-        crate::receive::loops::mark_via(&mut marked.resource_spans[0].resource, crate::receive::loops::instance_id());
+        crate::flow::loops::mark_via(&mut marked.resource_spans[0].resource, crate::flow::loops::instance_id());
         assert_eq!(passed_on(false), marked);
     }
 
@@ -577,7 +577,7 @@ mod tests {
         let admission = Admission {
             ingest,
             passthrough: Some(pass),
-            meters: HealthMeters::new(&opentelemetry::global::meter("admit-test")),
+            meters: crate::emit::metrics::HealthMeters::new(&opentelemetry::global::meter("admit-test")).flow,
             strip_tool_definitions: true,
             memory: None,
             refusal_log: refusal_log(),
@@ -593,7 +593,7 @@ mod tests {
         }
         let mut marked = req.clone();
         for rs in &mut marked.resource_spans {
-            crate::receive::loops::mark_via(&mut rs.resource, crate::receive::loops::instance_id());
+            crate::flow::loops::mark_via(&mut rs.resource, crate::flow::loops::instance_id());
         }
         assert!(ExportTraceServiceRequest::decode(out.clone()).unwrap() == marked, "decodes as the request marked with via");
         assert!(out.len() < wire.len() + 2 * 64, "the copy costs its wire size and one attribute per resource");
@@ -616,13 +616,13 @@ mod tests {
     /// the batch; a request without room is copied, and its reservation grows by the copy first.
     #[test]
     fn pass_through_splices_in_the_buffer_read() {
-        let limiter = Arc::new(super::super::memory::MemoryLimiter::new(1 << 20, None));
+        let limiter = Arc::new(crate::flow::memory::MemoryLimiter::new(1 << 20, None));
         let (ingest, mut ingest_rx) = mpsc::channel(4);
         let (pass, mut pass_rx) = mpsc::channel(4);
         let admission = Admission {
             ingest,
             passthrough: Some(pass),
-            meters: HealthMeters::new(&opentelemetry::global::meter("admit-test")),
+            meters: crate::emit::metrics::HealthMeters::new(&opentelemetry::global::meter("admit-test")).flow,
             strip_tool_definitions: true,
             memory: Some(limiter.clone()),
             refusal_log: refusal_log(),
@@ -664,7 +664,7 @@ mod tests {
         let admission = Admission {
             ingest,
             passthrough: Some(pass),
-            meters: p.meters.clone(),
+            meters: p.meters.flow.clone(),
             strip_tool_definitions: true,
             memory: None,
             refusal_log: refusal_log(),
@@ -719,7 +719,7 @@ mod tests {
         let admission = Admission {
             ingest,
             passthrough: None,
-            meters: p.meters.clone(),
+            meters: p.meters.flow.clone(),
             strip_tool_definitions: true,
             memory: None,
             refusal_log: refusal_log(),
