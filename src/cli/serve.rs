@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -22,6 +22,7 @@ use crate::emit::sink::{HealthSpanSink, MetricsSink, Sinks};
 use crate::emit::verdict_log::VerdictLog;
 use crate::engine::Engine;
 use crate::evidence::time::Moment;
+use crate::flow::queue::{self, OnFull};
 use crate::receive::admit::Admission;
 use crate::receive::listen;
 use crate::service::listeners::{ListenError, Listeners, Served};
@@ -432,14 +433,14 @@ impl Pipeline {
             .is_some_and(|o| o.passthrough && (targets.traces.is_some() || targets.metrics.is_some() || targets.logs.is_some()));
         let (queue_tx, queue_rx) = match &otlp {
             Some(o) if wants_own => {
-                let (tx, rx) = otlp_traces::queue(o.sending_queue.capacity());
+                let (tx, rx) = queue::bounded("otlp", o.sending_queue.capacity(), OnFull::DropCounted);
                 (Some(tx), Some(rx))
             }
             _ => (None, None),
         };
         let (pass_tx, pass_rx) = match &otlp {
             Some(o) if wants_pass => {
-                let (tx, rx) = otlp_traces::queue(o.sending_queue.capacity());
+                let (tx, rx) = queue::bounded("otlp/passthrough", o.sending_queue.capacity(), OnFull::Refuse);
                 (Some(tx), Some(rx))
             }
             _ => (None, None),
@@ -472,11 +473,7 @@ impl Pipeline {
                 max_request_bytes: o.max_request_bytes,
             };
             let meter = crate::emit::metrics::meter(&metrics.provider);
-            let queues: Vec<(&'static str, &mpsc::Sender<crate::flow::outgoing::Outgoing>)> =
-                [("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]
-                    .into_iter()
-                    .filter_map(|(n, q)| q.map(|q| (n, q)))
-                    .collect();
+            let queues: Vec<_> = [queue_tx.as_ref(), pass_tx.as_ref()].into_iter().flatten().collect();
             crate::emit::metrics::observe_exporter_queues(&meter, &queues);
             // mcp-health's own output waits on disk when a directory is configured; pass-through
             // never does (its senders keep their data and retry when the queue refuses).
@@ -492,7 +489,7 @@ impl Pipeline {
                 queue_leftovers.push(started.leftover);
             }
         }
-        let status = crate::service::status::Status::new([("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]);
+        let status = crate::service::status::Status::new([queue_tx.as_ref(), pass_tx.as_ref()]);
         let sender = queue_tx.filter(|_| targets.traces.is_some());
         let passthrough = otlp.as_ref().is_some_and(|o| o.passthrough);
         let health = otlp.as_ref().is_some_and(|o| o.health_spans);
@@ -506,8 +503,8 @@ impl Pipeline {
             Some(p) => Some(Arc::new(crate::config::lockfile::load_lockfile(p).map_err(ServeError::Lockfile)?)),
             None => None,
         };
-        let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
-        status.watch_queue("engine_ingest", &ingest_tx);
+        let (ingest_tx, ingest_rx) = queue::bounded("engine_ingest", proc_cfg.queue_size, OnFull::Refuse);
+        status.watch_queue(&ingest_tx);
         // Tasks that live as long as the service, ended when it is (see `drain`).
         let mut background: Vec<JoinHandle<()>> = Vec::new();
         // Memory is bounded by default: without `processors.memory_limiter` a limiter still runs.

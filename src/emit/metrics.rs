@@ -20,6 +20,7 @@ use rustc_hash::FxHashMap;
 use super::instruments::{self as ins, Instrument};
 use crate::flow::meters::{FlowMeters, ItemCounters};
 use crate::flow::outgoing::{ItemKind, Outgoing};
+use crate::flow::queue::{DepthGauge, Queue};
 use crate::verdict::{HealthState, Layer, Verdict};
 
 /// The collector's exporter counters (`otelcol_exporter_sent_spans`, `..._send_failed_...`; the
@@ -183,18 +184,18 @@ pub fn bucket_of(bounds: &[f64], value: f64) -> usize {
 
 /// The exporter queues' size and capacity (in requests), read at each collection, as the
 /// collector's `otelcol_exporter_queue_size` / `_queue_capacity`. The callback holds a weak
-/// sender, so it never keeps the queue open at shutdown.
-pub fn observe_exporter_queues(meter: &Meter, queues: &[(&'static str, &tokio::sync::mpsc::Sender<Outgoing>)]) {
-    let sizes: Vec<(&'static str, tokio::sync::mpsc::WeakSender<Outgoing>)> = queues.iter().map(|(n, q)| (*n, q.downgrade())).collect();
-    let capacities: Vec<(&'static str, u64)> = queues.iter().map(|(n, q)| (*n, q.max_capacity() as u64)).collect();
+/// gauge, so it never keeps the queue open at shutdown.
+pub fn observe_exporter_queues(meter: &Meter, queues: &[&Queue<Outgoing>]) {
+    let sizes: Vec<DepthGauge<Outgoing>> = queues.iter().map(|q| q.gauge()).collect();
+    let capacities: Vec<(&'static str, u64)> = queues.iter().map(|q| (q.name(), q.capacity() as u64)).collect();
     let _size = meter
         .u64_observable_gauge(ins::EXPORTER_QUEUE_SIZE.name)
         .with_description(ins::EXPORTER_QUEUE_SIZE.description)
         .with_unit(ins::EXPORTER_QUEUE_SIZE.unit)
         .with_callback(move |o| {
-            for (name, weak) in &sizes {
-                if let Some(q) = weak.upgrade() {
-                    o.observe((q.max_capacity() - q.capacity()) as u64, &[KeyValue::new("exporter", *name)]);
+            for g in &sizes {
+                if let Some(depth) = g.depth() {
+                    o.observe(depth as u64, &[KeyValue::new("exporter", g.name())]);
                 }
             }
         })
@@ -237,12 +238,12 @@ pub fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::flo
 /// retries, item counts). A full queue drops the batch, counted as enqueue_failed; the next
 /// collection carries the cumulative values again, so nothing is lost for good.
 pub struct QueueMetricExporter {
-    queue: std::sync::Mutex<Option<tokio::sync::mpsc::Sender<Outgoing>>>,
+    queue: std::sync::Mutex<Option<Queue<Outgoing>>>,
     meters: std::sync::OnceLock<HealthMeters>,
 }
 
 impl QueueMetricExporter {
-    pub fn new(queue: tokio::sync::mpsc::Sender<Outgoing>) -> Self {
+    pub fn new(queue: Queue<Outgoing>) -> Self {
         QueueMetricExporter { queue: std::sync::Mutex::new(Some(queue)), meters: std::sync::OnceLock::new() }
     }
 }
@@ -253,7 +254,7 @@ impl QueueMetricExporter {
 pub struct QueueMetricExporterHandle(Arc<QueueMetricExporter>);
 
 impl QueueMetricExporterHandle {
-    pub fn new(queue: tokio::sync::mpsc::Sender<Outgoing>) -> Self {
+    pub fn new(queue: Queue<Outgoing>) -> Self {
         QueueMetricExporterHandle(Arc::new(QueueMetricExporter::new(queue)))
     }
 }
@@ -262,17 +263,20 @@ impl opentelemetry_sdk::metrics::exporter::PushMetricExporter for QueueMetricExp
     async fn export(&self, metrics: &opentelemetry_sdk::metrics::data::ResourceMetrics) -> opentelemetry_sdk::error::OTelSdkResult {
         let req = opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest::from(metrics);
         let item = Outgoing::OwnMetrics(req);
-        let (kind, n) = item.items();
         let q = self.0.queue.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let meters = self.0.meters.get();
         let full = match q {
-            Some(q) => q.try_send(item).is_err(),
-            None => true,
-        };
-        if full {
-            if let Some(m) = self.0.meters.get() {
-                m.flow.enqueue_failed("own_metrics", kind, n);
-                m.exporter_dropped.add(1, &[KeyValue::new("signal", "own_metrics"), KeyValue::new("reason", "queue_full")]);
+            Some(q) => q.offer(item, meters.map(|m| &m.flow)).is_err(),
+            None => {
+                if let Some(m) = meters {
+                    let (kind, n) = item.items();
+                    m.flow.enqueue_failed("own_metrics", kind, n);
+                }
+                true
             }
+        };
+        if let Some(m) = meters.filter(|_| full) {
+            m.exporter_dropped.add(1, &[KeyValue::new("signal", "own_metrics"), KeyValue::new("reason", "queue_full")]);
         }
         Ok(())
     }
@@ -1020,8 +1024,8 @@ mod tests {
         use opentelemetry_sdk::metrics::InstrumentKind as K;
         let p = pipeline(10);
         let meter = meter(&p.provider);
-        let (tx, _rx) = tokio::sync::mpsc::channel(1);
-        observe_exporter_queues(&meter, &[("otlp", &tx)]);
+        let (tx, _rx) = crate::flow::queue::bounded("otlp", 1, crate::flow::queue::OnFull::DropCounted);
+        observe_exporter_queues(&meter, &[&tx]);
         observe_memory_limiter(&meter, &Arc::new(crate::flow::memory::MemoryLimiter::new(100, Some(20))));
         let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for (name, kind, unit) in &seen {

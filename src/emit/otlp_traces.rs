@@ -74,12 +74,6 @@ pub struct SenderSettings {
     pub max_request_bytes: usize,
 }
 
-/// The bounded queue the workers drain. Made before the workers so the metrics pipeline (whose
-/// exporter feeds it) can be built first.
-pub fn queue(size: usize) -> (mpsc::Sender<Outgoing>, mpsc::Receiver<Outgoing>) {
-    mpsc::channel(size.max(1))
-}
-
 /// Add `http://` when an endpoint is written as host:port, as the OTLP exporters accept.
 pub fn endpoint_uri(e: &str) -> String {
     if e.contains("://") {
@@ -1265,7 +1259,7 @@ mod tests {
 
         // The backend is down (nothing listens on the port).
         let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let (tx, rx) = queue(16);
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
         let first = spawn(settings(target(dead)), rx, pipeline.meters.clone(), "otlp", store.clone()).unwrap();
         for _ in 0..5 {
             tx.try_send(Outgoing::HealthRaw(payload.clone(), spans)).unwrap();
@@ -1305,7 +1299,7 @@ mod tests {
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                 .await
         });
-        let (tx, rx) = queue(16);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Outgoing>(16);
         let second = spawn(settings(target(addr)), rx, pipeline.meters.clone(), "otlp", store).unwrap();
         drop(tx);
         for w in second.workers {

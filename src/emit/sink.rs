@@ -3,7 +3,6 @@
 
 use opentelemetry::KeyValue;
 use rustc_hash::{FxHashMap, FxHashSet};
-use tokio::sync::mpsc;
 
 use super::health_spans;
 use super::metrics::{HealthMeters, VerdictTally};
@@ -11,7 +10,8 @@ use crate::classify::catalog::Convergence;
 use crate::classify::incidents::Transition;
 use crate::engine::{Decided, Gauges};
 use crate::evidence::time::Moment;
-use crate::flow::outgoing::{ItemKind, Outgoing};
+use crate::flow::outgoing::Outgoing;
+use crate::flow::queue::Queue;
 
 /// A destination of decided records.
 pub trait Sink: Send {
@@ -67,7 +67,8 @@ impl Sink for Collect {
 /// Health spans (and incident log records) for the OTLP exporter's queue. A full queue drops
 /// them, counted: health spans never block the engine.
 pub struct HealthSpanSink {
-    pub queue: mpsc::Sender<Outgoing>,
+    /// The own-output export queue ([`OnFull::DropCounted`](crate::flow::queue::OnFull)).
+    pub queue: Queue<Outgoing>,
     pub service_name: String,
     pub meters: HealthMeters,
     /// `exporters.otlp.max_request_bytes`: health spans are packed into requests this large at most.
@@ -85,7 +86,7 @@ pub const INCIDENT_UPDATE_EVERY: std::time::Duration = std::time::Duration::from
 pub const MAX_TRACKED_INCIDENTS: usize = 10_000;
 
 impl HealthSpanSink {
-    pub fn new(queue: mpsc::Sender<Outgoing>, service_name: String, meters: HealthMeters, max_request_bytes: usize) -> Self {
+    pub fn new(queue: Queue<Outgoing>, service_name: String, meters: HealthMeters, max_request_bytes: usize) -> Self {
         HealthSpanSink {
             queue,
             service_name,
@@ -101,9 +102,8 @@ impl Sink for HealthSpanSink {
         let now_ns = now.as_nanos();
         // Written straight as protobuf, in requests within the exporter's size limit.
         for (bytes, n) in health_spans::encode_requests(&self.service_name, records, now_ns, self.max_request_bytes) {
-            if self.queue.try_send(Outgoing::HealthRaw(bytes, n)).is_err() {
+            if let Err(n) = self.queue.offer(Outgoing::HealthRaw(bytes, n), Some(&self.meters.flow)) {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
-                self.meters.flow.enqueue_failed("health_spans", ItemKind::Spans, n);
             }
         }
         let mut incidents = coalesce_incidents(records);
@@ -127,9 +127,8 @@ impl Sink for HealthSpanSink {
             }
         });
         for (bytes, n) in super::incidents::encode_log_requests(&self.service_name, &incidents, now_ns, self.max_request_bytes) {
-            if self.queue.try_send(Outgoing::LogsRaw(bytes, n)).is_err() {
+            if let Err(n) = self.queue.offer(Outgoing::LogsRaw(bytes, n), Some(&self.meters.flow)) {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
-                self.meters.flow.enqueue_failed("incident_logs", ItemKind::LogRecords, n);
             }
         }
     }
@@ -327,10 +326,10 @@ mod tests {
             .iter()
             .filter_map(|r| if let Decided::Incident(t) = r { Some(t.row.id.clone()) } else { None })
             .collect::<FxHashSet<_>>();
-        let (tx, mut rx) = mpsc::channel(64);
+        let (tx, mut rx) = crate::flow::queue::bounded("otlp", 64, crate::flow::queue::OnFull::DropCounted);
         let mut hs = HealthSpanSink::new(tx, "mcp-health".into(), HealthMeters::new(&opentelemetry::global::meter("sink-test")), 1 << 20);
         let t0 = Moment::from_nanos(1_000_000_000_000);
-        let mut sent = |at: Moment, rx: &mut mpsc::Receiver<Outgoing>| {
+        let mut sent = |at: Moment, rx: &mut tokio::sync::mpsc::Receiver<Outgoing>| {
             hs.accept(&updates, at);
             let mut n = 0;
             while let Ok(o) = rx.try_recv() {

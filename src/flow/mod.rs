@@ -8,3 +8,4 @@ pub mod loops;
 pub mod memory;
 pub mod meters;
 pub mod outgoing;
+pub mod queue;

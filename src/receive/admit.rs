@@ -9,13 +9,12 @@ use prost::Message;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
 use super::throttle::{SystemClock, Throttle};
 use crate::flow::loops;
 use crate::flow::memory::{trace_request_heap_bytes, Reservation};
 use crate::flow::meters::FlowMeters;
 use crate::flow::outgoing::{log_record_count, metric_point_count, span_count, ItemKind, Outgoing};
+use crate::flow::queue::Queue;
 use crate::normalize::wire::{self, WireError};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
 use bytes::Bytes;
@@ -32,8 +31,10 @@ pub enum Admitted {
 /// Shared by every receiver connection.
 #[derive(Clone)]
 pub struct Admission {
-    pub ingest: mpsc::Sender<NormalizedBatch>,
-    pub passthrough: Option<mpsc::Sender<Outgoing>>,
+    /// The engine's input ([`OnFull::Refuse`](crate::flow::queue::OnFull)).
+    pub ingest: Queue<NormalizedBatch>,
+    /// The pass-through export queue ([`OnFull::Refuse`](crate::flow::queue::OnFull)).
+    pub passthrough: Option<Queue<Outgoing>>,
     pub meters: FlowMeters,
     /// Remove raw tool definitions before passing spans on (they were digested).
     pub strip_tool_definitions: bool,
@@ -75,7 +76,7 @@ impl Admission {
     /// not an overloaded service) is still found after decoding, so that what it refuses is
     /// counted in items (`enqueue_failed_spans`), as the collector counts it.
     pub fn full_before_decode(&self, signal: &'static str) -> Option<&'static str> {
-        (signal == "traces" && self.ingest.capacity() == 0).then_some("correlator_busy")
+        (signal == "traces" && self.ingest.is_full()).then_some("correlator_busy")
     }
 
     /// Count a request refused before it could be read (undecodable, too large): 1 per request
@@ -190,7 +191,7 @@ impl Admission {
             _ => None,
         };
         match &self.passthrough {
-            Some(p) => match p.try_reserve() {
+            Some(p) => match p.reserve() {
                 Ok(permit) => permit.send(out(held)),
                 Err(_) => {
                     let attrs = [sig, KeyValue::new("transport", transport), KeyValue::new("reason", "exporter_busy")];
@@ -338,7 +339,7 @@ impl Admission {
             Some("memory_limit")
         } else if let Some(reason) = self.full_before_decode("traces") {
             Some(reason)
-        } else if self.passthrough.as_ref().is_some_and(|p| p.capacity() == 0) {
+        } else if self.passthrough.as_ref().is_some_and(|p| p.is_full()) {
             Some("exporter_busy")
         } else {
             None
@@ -371,11 +372,11 @@ impl Admission {
         if self.over_memory() {
             return self.refuse_spans("memory_limit", spans, transport);
         }
-        let Ok(ingest_permit) = self.ingest.try_reserve() else {
+        let Ok(ingest_permit) = self.ingest.reserve() else {
             return self.refuse_spans("correlator_busy", spans, transport);
         };
         let pass_permit = match &self.passthrough {
-            Some(p) => match p.try_reserve() {
+            Some(p) => match p.reserve() {
                 Ok(permit) => Some(permit),
                 Err(_) => return self.refuse_spans("exporter_busy", spans, transport),
             },
@@ -527,8 +528,8 @@ mod tests {
         assert_ne!(planted, expected);
 
         let passed_on = |strip: bool| {
-            let (ingest, _ingest_rx) = mpsc::channel(4);
-            let (pass, mut pass_rx) = mpsc::channel(4);
+            let (ingest, _ingest_rx) = crate::flow::queue::bounded("engine_ingest", 4, crate::flow::queue::OnFull::Refuse);
+            let (pass, mut pass_rx) = crate::flow::queue::bounded("otlp/passthrough", 4, crate::flow::queue::OnFull::Refuse);
             let meters = crate::emit::metrics::HealthMeters::new(&opentelemetry::global::meter("admit-test")).flow;
             let admission = Admission {
                 ingest,
@@ -572,8 +573,8 @@ mod tests {
     /// in memory is its wire size. Invalid spans make it rebuilt without them.
     #[test]
     fn clean_protobuf_is_passed_on_as_it_came() {
-        let (ingest, mut ingest_rx) = mpsc::channel(4);
-        let (pass, mut pass_rx) = mpsc::channel(4);
+        let (ingest, mut ingest_rx) = crate::flow::queue::bounded("engine_ingest", 4, crate::flow::queue::OnFull::Refuse);
+        let (pass, mut pass_rx) = crate::flow::queue::bounded("otlp/passthrough", 4, crate::flow::queue::OnFull::Refuse);
         let admission = Admission {
             ingest,
             passthrough: Some(pass),
@@ -617,8 +618,8 @@ mod tests {
     #[test]
     fn pass_through_splices_in_the_buffer_read() {
         let limiter = Arc::new(crate::flow::memory::MemoryLimiter::new(1 << 20, None));
-        let (ingest, mut ingest_rx) = mpsc::channel(4);
-        let (pass, mut pass_rx) = mpsc::channel(4);
+        let (ingest, mut ingest_rx) = crate::flow::queue::bounded("engine_ingest", 4, crate::flow::queue::OnFull::Refuse);
+        let (pass, mut pass_rx) = crate::flow::queue::bounded("otlp/passthrough", 4, crate::flow::queue::OnFull::Refuse);
         let admission = Admission {
             ingest,
             passthrough: Some(pass),
@@ -659,8 +660,8 @@ mod tests {
     #[test]
     fn a_full_pass_through_queue_refuses_without_the_walk() {
         let p = prometheus_pipeline();
-        let (ingest, _ingest_rx) = mpsc::channel(8);
-        let (pass, mut pass_rx) = mpsc::channel(1);
+        let (ingest, _ingest_rx) = crate::flow::queue::bounded("engine_ingest", 8, crate::flow::queue::OnFull::Refuse);
+        let (pass, mut pass_rx) = crate::flow::queue::bounded("otlp/passthrough", 1, crate::flow::queue::OnFull::Refuse);
         let admission = Admission {
             ingest,
             passthrough: Some(pass),
@@ -715,7 +716,7 @@ mod tests {
     fn received_spans_are_accepted_plus_refused_per_transport() {
         let p = prometheus_pipeline();
         // Room for one batch: the second request finds the correlator busy.
-        let (ingest, _ingest_rx) = mpsc::channel(1);
+        let (ingest, _ingest_rx) = crate::flow::queue::bounded("engine_ingest", 1, crate::flow::queue::OnFull::Refuse);
         let admission = Admission {
             ingest,
             passthrough: None,
