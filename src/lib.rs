@@ -14,6 +14,7 @@ pub mod correlate;
 pub mod emit;
 pub mod engine;
 pub mod evidence;
+pub mod flow;
 pub mod gate;
 pub mod loadgen;
 pub mod normalize;

@@ -49,7 +49,7 @@ fn collect_on_idle() {
 }
 
 fn main() -> std::process::ExitCode {
-    mcp_health::receive::memory::set_allocator_hook(return_freed_memory_at_once);
-    mcp_health::receive::memory::set_idle_hook(collect_on_idle);
+    mcp_health::flow::memory::set_allocator_hook(return_freed_memory_at_once);
+    mcp_health::flow::memory::set_idle_hook(collect_on_idle);
     mcp_health::cli::main()
 }

@@ -90,7 +90,7 @@ fn send(a: &SendArgs) -> Result<(usize, u64), SendError> {
         // Inside the runtime: the gRPC channel spawns its connection task at construction.
         let sender = crate::emit::otlp_traces::SpanSender::new(&target).map_err(|e| SendError::Exporter(e.to_string()))?;
         for (i, req) in requests.into_iter().enumerate() {
-            spans += crate::emit::otlp_traces::span_count(&req);
+            spans += crate::flow::outgoing::span_count(&req);
             sender.send(req).await.map_err(|e| SendError::Refused(i + 1, e))?;
         }
         Ok::<_, SendError>(())

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -22,6 +22,7 @@ use crate::emit::sink::{HealthSpanSink, MetricsSink, Sinks};
 use crate::emit::verdict_log::VerdictLog;
 use crate::engine::Engine;
 use crate::evidence::time::Moment;
+use crate::flow::queue::{self, OnFull};
 use crate::receive::admit::Admission;
 use crate::receive::listen;
 use crate::service::listeners::{ListenError, Listeners, Served};
@@ -93,7 +94,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
         .worker_threads(cfg.worker_threads())
         .enable_all()
         .thread_name("mcp-health")
-        .on_thread_park(crate::receive::memory::on_thread_idle)
+        .on_thread_park(crate::flow::memory::on_thread_idle)
         .build()
     {
         Ok(rt) => rt,
@@ -432,14 +433,14 @@ impl Pipeline {
             .is_some_and(|o| o.passthrough && (targets.traces.is_some() || targets.metrics.is_some() || targets.logs.is_some()));
         let (queue_tx, queue_rx) = match &otlp {
             Some(o) if wants_own => {
-                let (tx, rx) = otlp_traces::queue(o.sending_queue.capacity());
+                let (tx, rx) = queue::bounded("otlp", o.sending_queue.capacity(), OnFull::DropCounted);
                 (Some(tx), Some(rx))
             }
             _ => (None, None),
         };
         let (pass_tx, pass_rx) = match &otlp {
             Some(o) if wants_pass => {
-                let (tx, rx) = otlp_traces::queue(o.sending_queue.capacity());
+                let (tx, rx) = queue::bounded("otlp/passthrough", o.sending_queue.capacity(), OnFull::Refuse);
                 (Some(tx), Some(rx))
             }
             _ => (None, None),
@@ -448,7 +449,7 @@ impl Pipeline {
             resource: opentelemetry_sdk::Resource::builder()
                 .with_service_name(service_name.clone())
                 // Own metrics come back through a loop like health spans; marked the same way.
-                .with_attribute(opentelemetry::KeyValue::new(crate::receive::loops::EMITTER, crate::receive::loops::instance_id()))
+                .with_attribute(opentelemetry::KeyValue::new(crate::flow::loops::EMITTER, crate::flow::loops::instance_id()))
                 .build(),
             prometheus: prom_cfg.is_some(),
             otlp: match (&otlp, &queue_tx) {
@@ -472,11 +473,7 @@ impl Pipeline {
                 max_request_bytes: o.max_request_bytes,
             };
             let meter = crate::emit::metrics::meter(&metrics.provider);
-            let queues: Vec<(&'static str, &mpsc::Sender<otlp_traces::Outgoing>)> =
-                [("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]
-                    .into_iter()
-                    .filter_map(|(n, q)| q.map(|q| (n, q)))
-                    .collect();
+            let queues: Vec<_> = [queue_tx.as_ref(), pass_tx.as_ref()].into_iter().flatten().collect();
             crate::emit::metrics::observe_exporter_queues(&meter, &queues);
             // mcp-health's own output waits on disk when a directory is configured; pass-through
             // never does (its senders keep their data and retry when the queue refuses).
@@ -492,7 +489,7 @@ impl Pipeline {
                 queue_leftovers.push(started.leftover);
             }
         }
-        let status = crate::service::status::Status::new([("otlp", queue_tx.as_ref()), ("otlp/passthrough", pass_tx.as_ref())]);
+        let status = crate::service::status::Status::new([queue_tx.as_ref(), pass_tx.as_ref()]);
         let sender = queue_tx.filter(|_| targets.traces.is_some());
         let passthrough = otlp.as_ref().is_some_and(|o| o.passthrough);
         let health = otlp.as_ref().is_some_and(|o| o.health_spans);
@@ -506,13 +503,13 @@ impl Pipeline {
             Some(p) => Some(Arc::new(crate::config::lockfile::load_lockfile(p).map_err(ServeError::Lockfile)?)),
             None => None,
         };
-        let (ingest_tx, ingest_rx) = mpsc::channel(proc_cfg.queue_size);
-        status.watch_queue("engine_ingest", &ingest_tx);
+        let (ingest_tx, ingest_rx) = queue::bounded("engine_ingest", proc_cfg.queue_size, OnFull::Refuse);
+        status.watch_queue(&ingest_tx);
         // Tasks that live as long as the service, ended when it is (see `drain`).
         let mut background: Vec<JoinHandle<()>> = Vec::new();
         // Memory is bounded by default: without `processors.memory_limiter` a limiter still runs.
         let memory_cfg = cfg.processors.memory_limiter.as_ref();
-        let memory_limit = crate::receive::memory::effective_limit(memory_cfg, crate::receive::memory::SystemMemory::read());
+        let memory_limit = crate::flow::memory::effective_limit(memory_cfg, crate::flow::memory::SystemMemory::read());
         match &memory_limit {
             Some(l) => tracing::info!(
                 limit_mib = l.hard >> 20,
@@ -523,7 +520,7 @@ impl Pipeline {
             None => tracing::warn!("memory limiter off (processors.memory_limiter.limit_mib: 0): memory is not bounded"),
         }
         let memory = memory_limit.map(|l| {
-            let limiter = Arc::new(crate::receive::memory::MemoryLimiter::from_limit(l));
+            let limiter = Arc::new(crate::flow::memory::MemoryLimiter::from_limit(l));
             let every = memory_cfg.map_or(Duration::from_secs(1), |m| m.check_interval);
             background.push(tokio::spawn(sample_memory(limiter.clone(), every)));
             crate::emit::metrics::observe_memory_limiter(&crate::emit::metrics::meter(&metrics.provider), &limiter);
@@ -532,7 +529,7 @@ impl Pipeline {
         let admission = Admission {
             ingest: ingest_tx,
             passthrough: pass_tx.clone().filter(|_| passthrough),
-            meters: meters.clone(),
+            meters: meters.flow.clone(),
             strip_tool_definitions: proc_cfg.strip_tool_definitions,
             memory: memory.clone(),
             refusal_log: crate::receive::admit::refusal_log(),
@@ -703,11 +700,11 @@ fn check_open_file_limit(cfg: &Config) {
 }
 
 /// Sample the process's memory for the memory limiter; log each crossing of the soft limit.
-async fn sample_memory(limiter: Arc<crate::receive::memory::MemoryLimiter>, every: Duration) {
+async fn sample_memory(limiter: Arc<crate::flow::memory::MemoryLimiter>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
-        let Some(rss) = crate::receive::memory::process_rss() else { continue };
+        let Some(rss) = crate::flow::memory::process_rss() else { continue };
         let (soft, hard) = limiter.limits();
         match limiter.sample(rss) {
             Some(true) => tracing::warn!(

@@ -258,7 +258,7 @@ pub struct Processors {
 }
 
 /// `processors.memory_limiter`, with the collector's keys and defaults. Absent, the service still
-/// runs one (see `receive::memory::effective_limit`): 80 % of the cgroup's memory limit, or
+/// runs one (see `flow::memory::effective_limit`): 80 % of the cgroup's memory limit, or
 /// 512 MiB where none is set. `limit_mib: 0` switches it off.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -279,6 +279,46 @@ pub struct MemoryLimiterConfig {
     /// The spike allowance as a percentage of the same total (default: a fifth of the limit).
     #[serde(default)]
     pub spike_limit_percentage: Option<u64>,
+}
+
+impl MemoryLimiterConfig {
+    /// The keys of `processors.memory_limiter` that do not go together: `Err((key, why))`.
+    pub fn check(&self) -> Result<(), (&'static str, &'static str)> {
+        let m = self;
+        if m.check_interval.is_zero() {
+            return Err(("check_interval", "must be greater than zero"));
+        }
+        match (m.limit_mib, m.limit_percentage) {
+            (Some(_), Some(_)) => return Err(("limit_percentage", "must not be set together with limit_mib (choose one)")),
+            (None, None) => {
+                return Err(("limit_mib", "must be set (MiB, greater than zero; 0 switches the limiter off), or limit_percentage"))
+            }
+            _ => {}
+        }
+        if m.spike_limit_mib.is_some() && m.spike_limit_percentage.is_some() {
+            return Err(("spike_limit_percentage", "must not be set together with spike_limit_mib (choose one)"));
+        }
+        if let Some(l) = m.limit_mib {
+            if m.spike_limit_percentage.is_some() {
+                return Err(("spike_limit_percentage", "goes with limit_percentage; with limit_mib use spike_limit_mib"));
+            }
+            if l > 0 && m.spike_limit_mib.is_some_and(|s| s >= l) {
+                return Err(("spike_limit_mib", "must be smaller than limit_mib"));
+            }
+        }
+        if let Some(p) = m.limit_percentage {
+            if !(1..=100).contains(&p) {
+                return Err(("limit_percentage", "must be from 1 to 100"));
+            }
+            if m.spike_limit_mib.is_some() {
+                return Err(("spike_limit_mib", "goes with limit_mib; with limit_percentage use spike_limit_percentage"));
+            }
+            if m.spike_limit_percentage.is_some_and(|s| s >= p) {
+                return Err(("spike_limit_percentage", "must be smaller than limit_percentage"));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -1029,7 +1069,7 @@ impl Config {
             }
         }
         if let Some(m) = &self.processors.memory_limiter {
-            if let Err((key, message)) = crate::receive::memory::check_config(m) {
+            if let Err((key, message)) = m.check() {
                 return bad(&format!("processors.memory_limiter.{key}"), message);
             }
         }
@@ -1235,7 +1275,7 @@ impl Config {
     /// (an export loop), if it would: the same port, and the same host or two names of this
     /// machine (`localhost`, `127.0.0.1`, `::1`, or a receiver on `0.0.0.0` / `::`, which listens on
     /// every address). A host that only resolves to this machine through DNS is not caught here;
-    /// the marker on what mcp-health sends catches that loop when it happens (`receive::loops`).
+    /// the marker on what mcp-health sends catches that loop when it happens (`flow::loops`).
     pub fn export_loop(&self, endpoint: &str) -> Option<String> {
         let (eh, eport) = host_port(endpoint)?;
         let p = &self.receivers.otlp.protocols;

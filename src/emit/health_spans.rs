@@ -283,11 +283,11 @@ fn health_span_id(v: &Verdict) -> Vec<u8> {
 
 /// Wrap health spans in one `ResourceSpans` of the service's resource. The resource carries
 /// `mcp_health.emitter` (this process's id; the scope name `mcp-health` alone could be anyone's)
-/// so a health span that comes back through a loop is recognized ([`crate::receive::loops`]).
+/// so a health span that comes back through a loop is recognized ([`crate::flow::loops`]).
 pub fn resource_spans(service_name: &str, spans: Vec<Span>) -> ResourceSpans {
     ResourceSpans {
         resource: Some(Resource {
-            attributes: vec![s("service.name", service_name), crate::receive::loops::emitter_attribute()],
+            attributes: vec![s("service.name", service_name), crate::flow::loops::emitter_attribute()],
             ..Default::default()
         }),
         scope_spans: vec![ScopeSpans {

@@ -105,7 +105,7 @@ pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns:
     ExportLogsServiceRequest {
         resource_logs: vec![ResourceLogs {
             resource: Some(Resource {
-                attributes: vec![s("service.name", service_name), crate::receive::loops::emitter_attribute()],
+                attributes: vec![s("service.name", service_name), crate::flow::loops::emitter_attribute()],
                 ..Default::default()
             }),
             scope_logs: vec![ScopeLogs {

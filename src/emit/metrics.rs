@@ -18,99 +18,33 @@ use opentelemetry_sdk::Resource;
 use rustc_hash::FxHashMap;
 
 use super::instruments::{self as ins, Instrument};
-use super::otlp_traces::{ItemKind, Outgoing};
+use crate::flow::meters::{FlowMeters, ItemCounters};
+use crate::flow::outgoing::{ItemKind, Outgoing};
+use crate::flow::queue::{DepthGauge, Queue};
 use crate::verdict::{HealthState, Layer, Verdict};
 
-/// The collector's exporter counters (`otelcol_exporter_sent_spans`, `..._send_failed_...`,
-/// `..._enqueue_failed_...`), counted in items rather than requests so a dashboard can set them
-/// against the receivers' accepted counts. Labelled `exporter` (always `otlp`: mcp-health has
-/// one), `signal` (what was sent: `passthrough`, `health_spans`, `incident_logs`,
-/// `passthrough_metrics`, `passthrough_logs`, `own_metrics`) and, once sent, `transport`.
+/// The collector's exporter counters (`otelcol_exporter_sent_spans`, `..._send_failed_...`; the
+/// `..._enqueue_failed_...` triple is the queues', in [`FlowMeters`]), counted in items rather
+/// than requests so a dashboard can set them against the receivers' accepted counts. Labelled
+/// `exporter` (always `otlp`: mcp-health has one), `signal` (what was sent: `passthrough`,
+/// `health_spans`, `incident_logs`, `passthrough_metrics`, `passthrough_logs`, `own_metrics`) and
+/// `transport`.
 #[derive(Clone)]
 struct ExporterItems {
-    /// `[outcome][kind]`: outcome 0 sent, 1 send_failed, 2 enqueue_failed; kind spans, metric
-    /// points, log records.
-    counters: [[Counter<u64>; 3]; 3],
+    sent: ItemCounters,
+    send_failed: ItemCounters,
 }
 
 impl ExporterItems {
-    fn new(meter: &Meter) -> Self {
-        ExporterItems {
-            counters: [
-                [
-                    counter(meter, &ins::EXPORTER_SENT_SPANS),
-                    counter(meter, &ins::EXPORTER_SENT_METRIC_POINTS),
-                    counter(meter, &ins::EXPORTER_SENT_LOG_RECORDS),
-                ],
-                [
-                    counter(meter, &ins::EXPORTER_SEND_FAILED_SPANS),
-                    counter(meter, &ins::EXPORTER_SEND_FAILED_METRIC_POINTS),
-                    counter(meter, &ins::EXPORTER_SEND_FAILED_LOG_RECORDS),
-                ],
-                [
-                    counter(meter, &ins::EXPORTER_ENQUEUE_FAILED_SPANS),
-                    counter(meter, &ins::EXPORTER_ENQUEUE_FAILED_METRIC_POINTS),
-                    counter(meter, &ins::EXPORTER_ENQUEUE_FAILED_LOG_RECORDS),
-                ],
-            ],
-        }
-    }
-
-    fn add(&self, outcome: usize, kind: ItemKind, n: u64, signal: &'static str, transport: Option<&'static str>) {
-        let k = match kind {
-            ItemKind::Spans => 0,
-            ItemKind::MetricPoints => 1,
-            ItemKind::LogRecords => 2,
-        };
-        let mut attrs = vec![KeyValue::new("exporter", "otlp"), KeyValue::new("signal", signal)];
-        if let Some(t) = transport {
-            attrs.push(KeyValue::new("transport", t));
-        }
-        self.counters[outcome][k].add(n, &attrs);
+    fn add(counters: &ItemCounters, kind: ItemKind, n: u64, signal: &'static str, transport: &'static str) {
+        let attrs = [KeyValue::new("exporter", "otlp"), KeyValue::new("signal", signal), KeyValue::new("transport", transport)];
+        counters.of(kind).add(n, &attrs);
     }
 }
 
-/// The collector's receiver counters (`otelcol_receiver_accepted_spans`, `..._refused_spans`,
-/// and the metric-point and log-record pairs), counted in items of decoded requests, so that
-/// `received = accepted + refused` holds per transport. `mcp_health.spans.received` and
-/// `mcp_health.spans.refused` stay for the dashboards and alerts that use them; a request that
-/// could not be decoded has no item count and is only in those (1 per request).
-#[derive(Clone)]
-struct ReceiverItems {
-    /// `[outcome][kind]`: outcome 0 accepted, 1 refused; kind spans, metric points, log records.
-    counters: [[Counter<u64>; 3]; 2],
-}
-
-impl ReceiverItems {
-    fn new(meter: &Meter) -> Self {
-        ReceiverItems {
-            counters: [
-                [
-                    counter(meter, &ins::RECEIVER_ACCEPTED_SPANS),
-                    counter(meter, &ins::RECEIVER_ACCEPTED_METRIC_POINTS),
-                    counter(meter, &ins::RECEIVER_ACCEPTED_LOG_RECORDS),
-                ],
-                [
-                    counter(meter, &ins::RECEIVER_REFUSED_SPANS),
-                    counter(meter, &ins::RECEIVER_REFUSED_METRIC_POINTS),
-                    counter(meter, &ins::RECEIVER_REFUSED_LOG_RECORDS),
-                ],
-            ],
-        }
-    }
-
-    fn add(&self, outcome: usize, kind: ItemKind, n: u64, transport: &'static str, reason: Option<&'static str>) {
-        let k = match kind {
-            ItemKind::Spans => 0,
-            ItemKind::MetricPoints => 1,
-            ItemKind::LogRecords => 2,
-        };
-        let mut attrs = vec![KeyValue::new("receiver", "otlp"), KeyValue::new("transport", transport)];
-        if let Some(r) = reason {
-            attrs.push(KeyValue::new("reason", r));
-        }
-        self.counters[outcome][k].add(n, &attrs);
-    }
+/// The three item counters of one outcome, as [`ins`] declares them.
+fn item_counters(meter: &Meter, [spans, metric_points, log_records]: [&Instrument; 3]) -> ItemCounters {
+    ItemCounters { spans: counter(meter, spans), metric_points: counter(meter, metric_points), log_records: counter(meter, log_records) }
 }
 
 /// A counter as [`ins`] declares it.
@@ -250,18 +184,18 @@ pub fn bucket_of(bounds: &[f64], value: f64) -> usize {
 
 /// The exporter queues' size and capacity (in requests), read at each collection, as the
 /// collector's `otelcol_exporter_queue_size` / `_queue_capacity`. The callback holds a weak
-/// sender, so it never keeps the queue open at shutdown.
-pub fn observe_exporter_queues(meter: &Meter, queues: &[(&'static str, &tokio::sync::mpsc::Sender<Outgoing>)]) {
-    let sizes: Vec<(&'static str, tokio::sync::mpsc::WeakSender<Outgoing>)> = queues.iter().map(|(n, q)| (*n, q.downgrade())).collect();
-    let capacities: Vec<(&'static str, u64)> = queues.iter().map(|(n, q)| (*n, q.max_capacity() as u64)).collect();
+/// gauge, so it never keeps the queue open at shutdown.
+pub fn observe_exporter_queues(meter: &Meter, queues: &[&Queue<Outgoing>]) {
+    let sizes: Vec<DepthGauge<Outgoing>> = queues.iter().map(|q| q.gauge()).collect();
+    let capacities: Vec<(&'static str, u64)> = queues.iter().map(|q| (q.name(), q.capacity() as u64)).collect();
     let _size = meter
         .u64_observable_gauge(ins::EXPORTER_QUEUE_SIZE.name)
         .with_description(ins::EXPORTER_QUEUE_SIZE.description)
         .with_unit(ins::EXPORTER_QUEUE_SIZE.unit)
         .with_callback(move |o| {
-            for (name, weak) in &sizes {
-                if let Some(q) = weak.upgrade() {
-                    o.observe((q.max_capacity() - q.capacity()) as u64, &[KeyValue::new("exporter", *name)]);
+            for g in &sizes {
+                if let Some(depth) = g.depth() {
+                    o.observe(depth as u64, &[KeyValue::new("exporter", g.name())]);
                 }
             }
         })
@@ -282,7 +216,7 @@ pub fn observe_exporter_queues(meter: &Meter, queues: &[(&'static str, &tokio::s
 /// `processors.memory_limiter` (read, decoded, queued for pass-through, encoded for export), and
 /// `mcp_health.memory.evidence`, what the engine's evidence holds; with the resident set they show
 /// where the memory is and what the limiter counts.
-pub fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::receive::memory::MemoryLimiter>) {
+pub fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::flow::memory::MemoryLimiter>) {
     let l = limiter.clone();
     let _reserved = meter
         .u64_observable_gauge(ins::MEMORY_RESERVED.name)
@@ -304,12 +238,12 @@ pub fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::rec
 /// retries, item counts). A full queue drops the batch, counted as enqueue_failed; the next
 /// collection carries the cumulative values again, so nothing is lost for good.
 pub struct QueueMetricExporter {
-    queue: std::sync::Mutex<Option<tokio::sync::mpsc::Sender<Outgoing>>>,
+    queue: std::sync::Mutex<Option<Queue<Outgoing>>>,
     meters: std::sync::OnceLock<HealthMeters>,
 }
 
 impl QueueMetricExporter {
-    pub fn new(queue: tokio::sync::mpsc::Sender<Outgoing>) -> Self {
+    pub fn new(queue: Queue<Outgoing>) -> Self {
         QueueMetricExporter { queue: std::sync::Mutex::new(Some(queue)), meters: std::sync::OnceLock::new() }
     }
 }
@@ -320,7 +254,7 @@ impl QueueMetricExporter {
 pub struct QueueMetricExporterHandle(Arc<QueueMetricExporter>);
 
 impl QueueMetricExporterHandle {
-    pub fn new(queue: tokio::sync::mpsc::Sender<Outgoing>) -> Self {
+    pub fn new(queue: Queue<Outgoing>) -> Self {
         QueueMetricExporterHandle(Arc::new(QueueMetricExporter::new(queue)))
     }
 }
@@ -329,17 +263,20 @@ impl opentelemetry_sdk::metrics::exporter::PushMetricExporter for QueueMetricExp
     async fn export(&self, metrics: &opentelemetry_sdk::metrics::data::ResourceMetrics) -> opentelemetry_sdk::error::OTelSdkResult {
         let req = opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest::from(metrics);
         let item = Outgoing::OwnMetrics(req);
-        let (kind, n) = item.items();
         let q = self.0.queue.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let meters = self.0.meters.get();
         let full = match q {
-            Some(q) => q.try_send(item).is_err(),
-            None => true,
-        };
-        if full {
-            if let Some(m) = self.0.meters.get() {
-                m.enqueue_failed("own_metrics", kind, n);
-                m.exporter_dropped.add(1, &[KeyValue::new("signal", "own_metrics"), KeyValue::new("reason", "queue_full")]);
+            Some(q) => q.offer(item, meters.map(|m| &m.flow)).is_err(),
+            None => {
+                if let Some(m) = meters {
+                    let (kind, n) = item.items();
+                    m.flow.enqueue_failed("own_metrics", kind, n);
+                }
+                true
             }
+        };
+        if let Some(m) = meters.filter(|_| full) {
+            m.exporter_dropped.add(1, &[KeyValue::new("signal", "own_metrics"), KeyValue::new("reason", "queue_full")]);
         }
         Ok(())
     }
@@ -384,16 +321,8 @@ pub struct HealthMeters {
     calls: Counter<u64>,
     protocol_success: Counter<u64>,
     verified_success: Counter<u64>,
-    pub spans_received: Counter<u64>,
-    pub spans_refused: Counter<u64>,
-    pub spans_rejected: Counter<u64>,
-    /// Spans that came back from this process's own exporter (an export loop): dropped.
-    pub spans_looped: Counter<u64>,
-    /// Metric data points and log records received (pass-through only; never judged).
-    pub signals_received: Counter<u64>,
-    pub signals_refused: Counter<u64>,
-    pub signals_dropped: Counter<u64>,
-    pub attributes_invalid: Counter<u64>,
+    /// What the receivers and the queues count (received, refused, dropped, enqueue failed).
+    pub flow: FlowMeters,
     pub spans_late: Counter<u64>,
     pub spans_truncated: Counter<u64>,
     pub chains_evicted: Counter<u64>,
@@ -410,8 +339,7 @@ pub struct HealthMeters {
     pub evidence_bytes: Gauge<u64>,
     pub exporter_sent: Counter<u64>,
     pub exporter_dropped: Counter<u64>,
-    /// The collector's exporter counters, in items: `[sent, send_failed, enqueue_failed]` for
-    /// spans, metric points and log records (see [`ExporterItems`]).
+    /// The collector's exporter counters, in items (see [`ExporterItems`]).
     exporter_items: ExporterItems,
     catalog_verdicts: Counter<u64>,
     pub drift_events: Counter<u64>,
@@ -443,8 +371,6 @@ pub struct HealthMeters {
     pub connections_open: opentelemetry::metrics::ObservableGauge<u64>,
     /// The process's resident set, read at each collection (what the memory limiter compares).
     pub process_memory_rss: opentelemetry::metrics::ObservableGauge<u64>,
-    /// The collector's receiver counters, in items (see [`ReceiverItems`]).
-    receiver_items: ReceiverItems,
     /// Time from a call's end (its latest span end) to its first verdict, in seconds.
     verdict_delay: Histogram<f64>,
     /// A `tools/call`'s duration (start to end of its spans), by the state of its first verdict.
@@ -456,36 +382,68 @@ pub struct HealthMeters {
 impl HealthMeters {
     pub fn new(meter: &Meter) -> Self {
         observe_process(meter);
+        // Made in the order they always were (the order a collection lists them in).
+        let verdicts = counter(meter, &ins::VERDICTS);
+        let calls = counter(meter, &ins::CALLS);
+        let protocol_success = counter(meter, &ins::CALLS_PROTOCOL_SUCCESS);
+        let verified_success = counter(meter, &ins::CALLS_VERIFIED_SUCCESS);
+        let spans_received = counter(meter, &ins::SPANS_RECEIVED);
+        let spans_refused = counter(meter, &ins::SPANS_REFUSED);
+        let spans_rejected = counter(meter, &ins::SPANS_REJECTED);
+        let spans_looped = counter(meter, &ins::SPANS_LOOPED);
+        let signals_received = counter(meter, &ins::SIGNALS_RECEIVED);
+        let signals_refused = counter(meter, &ins::SIGNALS_REFUSED);
+        let signals_dropped = counter(meter, &ins::SIGNALS_DROPPED);
+        let attributes_invalid = counter(meter, &ins::ATTRIBUTES_INVALID);
+        let spans_late = counter(meter, &ins::SPANS_LATE);
+        let spans_truncated = counter(meter, &ins::SPANS_TRUNCATED);
+        let chains_evicted = counter(meter, &ins::CHAINS_EVICTED);
+        let chains_callless = counter(meter, &ins::CHAINS_CALLLESS);
+        let store_errors = counter(meter, &ins::STATE_STORE_ERRORS);
+        let store_conflicts = counter(meter, &ins::STATE_STORE_CONFLICTS);
+        let store_queue_waits = counter(meter, &ins::STATE_STORE_QUEUE_WAITS);
+        let incidents_unshared = counter(meter, &ins::INCIDENTS_UNSHARED);
+        let late_evidence_dropped = counter(meter, &ins::SPANS_LATE_DROPPED);
+        let verifiers_parked = counter(meter, &ins::VERIFIERS_PARKED);
+        let verifiers_parked_dropped = counter(meter, &ins::VERIFIERS_PARKED_DROPPED);
+        let chains_in_flight = gauge(meter, &ins::CHAINS_IN_FLIGHT);
+        let gauge_leader = gauge(meter, &ins::STATE_LEASE_HOLDER);
+        let evidence_bytes = gauge(meter, &ins::EVIDENCE_BYTES);
+        let exporter_sent = counter(meter, &ins::EXPORTER_SENT);
+        let exporter_dropped = counter(meter, &ins::EXPORTER_DROPPED);
+        let exporter_items = ExporterItems {
+            sent: item_counters(meter, [&ins::EXPORTER_SENT_SPANS, &ins::EXPORTER_SENT_METRIC_POINTS, &ins::EXPORTER_SENT_LOG_RECORDS]),
+            send_failed: item_counters(
+                meter,
+                [&ins::EXPORTER_SEND_FAILED_SPANS, &ins::EXPORTER_SEND_FAILED_METRIC_POINTS, &ins::EXPORTER_SEND_FAILED_LOG_RECORDS],
+            ),
+        };
+        let enqueue_failed = item_counters(
+            meter,
+            [&ins::EXPORTER_ENQUEUE_FAILED_SPANS, &ins::EXPORTER_ENQUEUE_FAILED_METRIC_POINTS, &ins::EXPORTER_ENQUEUE_FAILED_LOG_RECORDS],
+        );
         HealthMeters {
-            verdicts: counter(meter, &ins::VERDICTS),
-            calls: counter(meter, &ins::CALLS),
-            protocol_success: counter(meter, &ins::CALLS_PROTOCOL_SUCCESS),
-            verified_success: counter(meter, &ins::CALLS_VERIFIED_SUCCESS),
-            spans_received: counter(meter, &ins::SPANS_RECEIVED),
-            spans_refused: counter(meter, &ins::SPANS_REFUSED),
-            spans_rejected: counter(meter, &ins::SPANS_REJECTED),
-            spans_looped: counter(meter, &ins::SPANS_LOOPED),
-            signals_received: counter(meter, &ins::SIGNALS_RECEIVED),
-            signals_refused: counter(meter, &ins::SIGNALS_REFUSED),
-            signals_dropped: counter(meter, &ins::SIGNALS_DROPPED),
-            attributes_invalid: counter(meter, &ins::ATTRIBUTES_INVALID),
-            spans_late: counter(meter, &ins::SPANS_LATE),
-            spans_truncated: counter(meter, &ins::SPANS_TRUNCATED),
-            chains_evicted: counter(meter, &ins::CHAINS_EVICTED),
-            chains_callless: counter(meter, &ins::CHAINS_CALLLESS),
-            store_errors: counter(meter, &ins::STATE_STORE_ERRORS),
-            store_conflicts: counter(meter, &ins::STATE_STORE_CONFLICTS),
-            store_queue_waits: counter(meter, &ins::STATE_STORE_QUEUE_WAITS),
-            incidents_unshared: counter(meter, &ins::INCIDENTS_UNSHARED),
-            late_evidence_dropped: counter(meter, &ins::SPANS_LATE_DROPPED),
-            verifiers_parked: counter(meter, &ins::VERIFIERS_PARKED),
-            verifiers_parked_dropped: counter(meter, &ins::VERIFIERS_PARKED_DROPPED),
-            chains_in_flight: gauge(meter, &ins::CHAINS_IN_FLIGHT),
-            gauge_leader: gauge(meter, &ins::STATE_LEASE_HOLDER),
-            evidence_bytes: gauge(meter, &ins::EVIDENCE_BYTES),
-            exporter_sent: counter(meter, &ins::EXPORTER_SENT),
-            exporter_dropped: counter(meter, &ins::EXPORTER_DROPPED),
-            exporter_items: ExporterItems::new(meter),
+            verdicts,
+            calls,
+            protocol_success,
+            verified_success,
+            spans_late,
+            spans_truncated,
+            chains_evicted,
+            chains_callless,
+            store_errors,
+            store_conflicts,
+            store_queue_waits,
+            incidents_unshared,
+            late_evidence_dropped,
+            verifiers_parked,
+            verifiers_parked_dropped,
+            chains_in_flight,
+            gauge_leader,
+            evidence_bytes,
+            exporter_sent,
+            exporter_dropped,
+            exporter_items,
             catalog_verdicts: counter(meter, &ins::CATALOG_VERDICTS),
             drift_events: counter(meter, &ins::CATALOG_DRIFT),
             incidents_open: gauge(meter, &ins::INCIDENTS_OPEN),
@@ -528,7 +486,7 @@ impl HealthMeters {
                 .with_description(ins::PROCESS_MEMORY_RSS.description)
                 .with_unit(ins::PROCESS_MEMORY_RSS.unit)
                 .with_callback(|o| {
-                    if let Some(rss) = crate::receive::memory::process_rss() {
+                    if let Some(rss) = crate::flow::memory::process_rss() {
                         o.observe(rss, &[]);
                     }
                 })
@@ -549,21 +507,29 @@ impl HealthMeters {
                     }
                 })
                 .build(),
-            receiver_items: ReceiverItems::new(meter),
+            flow: FlowMeters {
+                spans_received,
+                spans_refused,
+                spans_rejected,
+                spans_looped,
+                signals_received,
+                signals_refused,
+                signals_dropped,
+                attributes_invalid,
+                receiver_accepted: item_counters(
+                    meter,
+                    [&ins::RECEIVER_ACCEPTED_SPANS, &ins::RECEIVER_ACCEPTED_METRIC_POINTS, &ins::RECEIVER_ACCEPTED_LOG_RECORDS],
+                ),
+                receiver_refused: item_counters(
+                    meter,
+                    [&ins::RECEIVER_REFUSED_SPANS, &ins::RECEIVER_REFUSED_METRIC_POINTS, &ins::RECEIVER_REFUSED_LOG_RECORDS],
+                ),
+                enqueue_failed,
+            },
             verdict_delay: histogram(meter, &ins::VERDICT_DELAY, &VERDICT_DELAY_BOUNDS),
             call_duration: histogram(meter, &ins::CALL_DURATION, &CALL_DURATION_BOUNDS),
             exemplars: Arc::new(Exemplars::default()),
         }
-    }
-
-    /// Items of a decoded request handed on (accepted) by a receiver.
-    pub fn receiver_accepted(&self, kind: ItemKind, transport: &'static str, n: u64) {
-        self.receiver_items.add(0, kind, n, transport, None);
-    }
-
-    /// Items of a decoded request a receiver did not take, with why.
-    pub fn receiver_refused(&self, kind: ItemKind, transport: &'static str, reason: &'static str, n: u64) {
-        self.receiver_items.add(1, kind, n, transport, Some(reason));
     }
 
     /// The latency histograms of a first verdict decided at `now`, each observation remembered as
@@ -614,13 +580,13 @@ impl HealthMeters {
 
     /// Items delivered upstream.
     pub fn export_sent(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
-        self.exporter_items.add(0, kind, n, signal, Some(transport));
+        ExporterItems::add(&self.exporter_items.sent, kind, n, signal, transport);
         self.exporter_sent.add(1, &[KeyValue::new("signal", signal)]);
     }
 
     /// A request given up on (permanent error, retries exhausted): its items count as send_failed.
     pub fn export_failed(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
-        self.exporter_items.add(1, kind, n, signal, Some(transport));
+        ExporterItems::add(&self.exporter_items.send_failed, kind, n, signal, transport);
         self.exporter_dropped.add(1, &[KeyValue::new("signal", signal), KeyValue::new("reason", "send_failed")]);
     }
 
@@ -631,13 +597,7 @@ impl HealthMeters {
 
     /// Items the server refused inside an accepted request (partial success).
     pub fn export_failed_items(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
-        self.exporter_items.add(1, kind, n, signal, Some(transport));
-    }
-
-    /// Items that found the exporter queue full (refused to the sender, or dropped when they are
-    /// our own).
-    pub fn enqueue_failed(&self, signal: &'static str, kind: ItemKind, n: u64) {
-        self.exporter_items.add(2, kind, n, signal, None);
+        ExporterItems::add(&self.exporter_items.send_failed, kind, n, signal, transport);
     }
 
     /// Record one verdict (tests and low-volume callers; the pipeline uses a [`VerdictTally`]).
@@ -1067,9 +1027,9 @@ mod tests {
         use opentelemetry_sdk::metrics::InstrumentKind as K;
         let p = pipeline(10);
         let meter = meter(&p.provider);
-        let (tx, _rx) = tokio::sync::mpsc::channel(1);
-        observe_exporter_queues(&meter, &[("otlp", &tx)]);
-        observe_memory_limiter(&meter, &Arc::new(crate::receive::memory::MemoryLimiter::new(100, Some(20))));
+        let (tx, _rx) = crate::flow::queue::bounded("otlp", 1, crate::flow::queue::OnFull::DropCounted);
+        observe_exporter_queues(&meter, &[&tx]);
+        observe_memory_limiter(&meter, &Arc::new(crate::flow::memory::MemoryLimiter::new(100, Some(20))));
         let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for (name, kind, unit) in &seen {
             let Some(d) = ins::find(name) else { panic!("{name} is not declared in src/emit/instruments.rs") };
@@ -1100,7 +1060,7 @@ mod tests {
             })
             .unwrap();
             p.meters.record(&verdict(true, true, None));
-            p.meters.spans_received.add(1, &[KeyValue::new("transport", "grpc")]);
+            p.meters.flow.spans_received.add(1, &[KeyValue::new("transport", "grpc")]);
             p.meters.chains_in_flight.record(1, &[]);
             p.meters.exporter_sent.add(1, &[KeyValue::new("signal", "health_spans")]);
             let text = crate::emit::prometheus::render(p.prometheus.as_ref().unwrap());

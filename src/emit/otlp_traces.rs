@@ -25,7 +25,6 @@ use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, 
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
-use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use prost::Message;
 use tokio::sync::{mpsc, Mutex};
@@ -38,121 +37,8 @@ use super::metrics::HealthMeters;
 use super::otlp_http::HttpSender;
 use super::otlp_target::{Compression, Protocol, Target, Targets};
 use crate::config::RetryOnFailure;
-use crate::receive::memory::Reservation;
-
-/// What travels to the workers.
-#[derive(Debug)]
-pub enum Outgoing {
-    /// Spans received from a client, passed on unchanged, with the memory they hold under
-    /// `processors.memory_limiter` (released once sent or given up on).
-    Passthrough(ExportTraceServiceRequest, Option<Reservation>),
-    /// Spans received from a client, passed on as the bytes they came in (`mcp_health.via`
-    /// spliced in, see `normalize::wire::splice_via`): an encoded `ExportTraceServiceRequest`,
-    /// its span count, its memory reservation (its wire size).
-    PassthroughRaw(Bytes, u64, Option<Reservation>),
-    /// Health spans made by this service.
-    Health(ExportTraceServiceRequest),
-    /// Health spans made by this service, encoded already (`health_spans::encode_requests`),
-    /// their count, and the memory their bytes hold under `processors.memory_limiter` while they
-    /// wait for the backend (none once read back from disk: one at a time, not queued).
-    HealthRaw(Bytes, u64, Option<Reservation>),
-    /// Incident log records made by this service.
-    Logs(ExportLogsServiceRequest),
-    /// Incident log records made by this service, encoded already
-    /// (`incidents::encode_log_requests`), their count and their memory (as `HealthRaw`).
-    LogsRaw(Bytes, u64, Option<Reservation>),
-    /// Metrics received from a client, passed on unchanged (and their memory reservation).
-    PassthroughMetrics(ExportMetricsServiceRequest, Option<Reservation>),
-    /// Log records received from a client, passed on unchanged (and their memory reservation).
-    PassthroughLogs(ExportLogsServiceRequest, Option<Reservation>),
-    /// This service's own metrics (the SDK's periodic reader).
-    OwnMetrics(ExportMetricsServiceRequest),
-}
-
-/// What an export request carries, in the collector's units.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ItemKind {
-    Spans,
-    MetricPoints,
-    LogRecords,
-}
-
-impl Outgoing {
-    /// The `signal` label of the exporter's counters.
-    pub fn signal(&self) -> &'static str {
-        match self {
-            Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) => "passthrough",
-            Outgoing::Health(_) | Outgoing::HealthRaw(..) => "health_spans",
-            Outgoing::Logs(_) | Outgoing::LogsRaw(..) => "incident_logs",
-            Outgoing::PassthroughMetrics(..) => "passthrough_metrics",
-            Outgoing::PassthroughLogs(..) => "passthrough_logs",
-            Outgoing::OwnMetrics(_) => "own_metrics",
-        }
-    }
-
-    /// The memory reservation of a pass-through or encoded own-output item, taken out so it can outlive the item (the
-    /// encoded bytes it becomes are held until sent).
-    pub fn take_reservation(&mut self) -> Option<Reservation> {
-        match self {
-            Outgoing::Passthrough(_, r)
-            | Outgoing::PassthroughRaw(_, _, r)
-            | Outgoing::PassthroughMetrics(_, r)
-            | Outgoing::PassthroughLogs(_, r)
-            | Outgoing::HealthRaw(_, _, r)
-            | Outgoing::LogsRaw(_, _, r) => r.take(),
-            _ => None,
-        }
-    }
-
-    /// Give an item the memory it holds (decoded own output and own metrics hold none: they
-    /// are small and short-lived).
-    pub fn set_reservation(&mut self, held: Reservation) {
-        match self {
-            Outgoing::Passthrough(_, r)
-            | Outgoing::PassthroughRaw(_, _, r)
-            | Outgoing::PassthroughMetrics(_, r)
-            | Outgoing::PassthroughLogs(_, r)
-            | Outgoing::HealthRaw(_, _, r)
-            | Outgoing::LogsRaw(_, _, r) => *r = Some(held),
-            _ => {}
-        }
-    }
-
-    /// How many items the request carries, and of which kind.
-    pub fn items(&self) -> (ItemKind, u64) {
-        match self {
-            Outgoing::Passthrough(r, _) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
-            Outgoing::PassthroughRaw(_, n, _) | Outgoing::HealthRaw(_, n, _) => (ItemKind::Spans, *n),
-            Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (ItemKind::LogRecords, log_record_count(r)),
-            Outgoing::LogsRaw(_, n, _) => (ItemKind::LogRecords, *n),
-            Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
-        }
-    }
-}
-
-pub fn span_count(r: &ExportTraceServiceRequest) -> u64 {
-    r.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum()
-}
-
-pub fn log_record_count(r: &ExportLogsServiceRequest) -> u64 {
-    r.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len() as u64).sum()
-}
-
-pub fn metric_point_count(r: &ExportMetricsServiceRequest) -> u64 {
-    r.resource_metrics
-        .iter()
-        .flat_map(|r| &r.scope_metrics)
-        .flat_map(|s| &s.metrics)
-        .map(|m| match &m.data {
-            Some(Data::Gauge(g)) => g.data_points.len(),
-            Some(Data::Sum(s)) => s.data_points.len(),
-            Some(Data::Histogram(h)) => h.data_points.len(),
-            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
-            Some(Data::Summary(s)) => s.data_points.len(),
-            None => 0,
-        } as u64)
-        .sum()
-}
+use crate::flow::memory::Reservation;
+use crate::flow::outgoing::{log_record_count, span_count, ItemKind, Outgoing};
 
 /// Why the sender could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -186,12 +72,6 @@ pub struct SenderSettings {
     /// Requests whose encoding is larger are split before they are sent
     /// (`exporters.otlp.max_request_bytes`).
     pub max_request_bytes: usize,
-}
-
-/// The bounded queue the workers drain. Made before the workers so the metrics pipeline (whose
-/// exporter feeds it) can be built first.
-pub fn queue(size: usize) -> (mpsc::Sender<Outgoing>, mpsc::Receiver<Outgoing>) {
-    mpsc::channel(size.max(1))
 }
 
 /// Add `http://` when an endpoint is written as host:port, as the OTLP exporters accept.
@@ -609,7 +489,7 @@ pub fn spawn(
                 match tokio::task::spawn_blocking(move || q.push(rk, n, &payload)).await {
                     Ok(Ok(())) => sp.ready.notify_one(),
                     Ok(Err(e)) => {
-                        meters.enqueue_failed(signal, kind, items);
+                        meters.flow.enqueue_failed(signal, kind, items);
                         drops.dropped(sp.q.dir(), &e);
                     }
                     Err(e) => tracing::error!(error = %e, "sending queue writer failed"),
@@ -1379,7 +1259,7 @@ mod tests {
 
         // The backend is down (nothing listens on the port).
         let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let (tx, rx) = queue(16);
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
         let first = spawn(settings(target(dead)), rx, pipeline.meters.clone(), "otlp", store.clone()).unwrap();
         for _ in 0..5 {
             tx.try_send(Outgoing::HealthRaw(payload.clone(), spans, None)).unwrap();
@@ -1419,7 +1299,7 @@ mod tests {
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                 .await
         });
-        let (tx, rx) = queue(16);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Outgoing>(16);
         let second = spawn(settings(target(addr)), rx, pipeline.meters.clone(), "otlp", store).unwrap();
         drop(tx);
         for w in second.workers {

@@ -3,15 +3,15 @@
 
 use opentelemetry::KeyValue;
 use rustc_hash::{FxHashMap, FxHashSet};
-use tokio::sync::mpsc;
 
 use super::health_spans;
 use super::metrics::{HealthMeters, VerdictTally};
-use super::otlp_traces::Outgoing;
 use crate::classify::catalog::Convergence;
 use crate::classify::incidents::Transition;
 use crate::engine::{Decided, Gauges};
 use crate::evidence::time::Moment;
+use crate::flow::outgoing::{ItemKind, Outgoing};
+use crate::flow::queue::Queue;
 
 /// A destination of decided records.
 pub trait Sink: Send {
@@ -67,7 +67,8 @@ impl Sink for Collect {
 /// Health spans (and incident log records) for the OTLP exporter's queue. A full queue drops
 /// them, counted: health spans never block the engine.
 pub struct HealthSpanSink {
-    pub queue: mpsc::Sender<Outgoing>,
+    /// The own-output export queue ([`OnFull::DropCounted`](crate::flow::queue::OnFull)).
+    pub queue: Queue<Outgoing>,
     pub service_name: String,
     pub meters: HealthMeters,
     /// `exporters.otlp.max_request_bytes`: health spans are packed into requests this large at most.
@@ -77,7 +78,7 @@ pub struct HealthSpanSink {
     /// `queue_size` requests of `max_request_bytes` (1 GiB at the defaults) that the limiter never
     /// sees; one that does not fit is dropped and counted (`reason: memory_limit`), as a full
     /// queue's is.
-    pub memory: Option<std::sync::Arc<crate::receive::memory::MemoryLimiter>>,
+    pub memory: Option<std::sync::Arc<crate::flow::memory::MemoryLimiter>>,
     /// When the last record of each open incident went out (bounded by the open incidents: an
     /// entry leaves with its `resolved`, or when more than `MAX_TRACKED_INCIDENTS` are open).
     pub updates_sent: crate::bounded::BoundedMap<String, Moment>,
@@ -95,7 +96,7 @@ pub const INCIDENT_UPDATE_EVERY: std::time::Duration = std::time::Duration::from
 pub const MAX_TRACKED_INCIDENTS: usize = 10_000;
 
 impl HealthSpanSink {
-    pub fn new(queue: mpsc::Sender<Outgoing>, service_name: String, meters: HealthMeters, max_request_bytes: usize) -> Self {
+    pub fn new(queue: Queue<Outgoing>, service_name: String, meters: HealthMeters, max_request_bytes: usize) -> Self {
         HealthSpanSink {
             queue,
             service_name,
@@ -111,20 +112,20 @@ impl HealthSpanSink {
     /// The memory `spans` health spans will hold while queued (`bytes`, estimated before they are
     /// encoded); `Err` (dropped, counted as `memory_limit`) when that would take the process past
     /// the memory limiter's soft limit.
-    fn reserve(&self, bytes: u64, spans: u64) -> Result<Option<crate::receive::memory::Reservation>, ()> {
+    fn reserve(&self, bytes: u64, spans: u64) -> Result<Option<crate::flow::memory::Reservation>, ()> {
         let Some(m) = &self.memory else { return Ok(None) };
         match m.reserve(bytes) {
             Some(r) => Ok(Some(r)),
             None => {
-                self.dropped("health_spans", "memory_limit", super::otlp_traces::ItemKind::Spans, spans);
+                self.dropped("health_spans", "memory_limit", ItemKind::Spans, spans);
                 Err(())
             }
         }
     }
 
-    fn dropped(&self, signal: &'static str, reason: &'static str, kind: super::otlp_traces::ItemKind, n: u64) {
+    fn dropped(&self, signal: &'static str, reason: &'static str, kind: ItemKind, n: u64) {
         self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", signal), KeyValue::new("reason", reason)]);
-        self.meters.enqueue_failed(signal, kind, n);
+        self.meters.flow.enqueue_failed(signal, kind, n);
     }
 }
 
@@ -149,8 +150,8 @@ impl Sink for HealthSpanSink {
                     part.set(bytes.len() as u64);
                     part
                 });
-                if self.queue.try_send(Outgoing::HealthRaw(bytes, n, h)).is_err() {
-                    self.dropped("health_spans", "queue_full", super::otlp_traces::ItemKind::Spans, n);
+                if let Err(n) = self.queue.offer(Outgoing::HealthRaw(bytes, n, h), Some(&self.meters.flow)) {
+                    self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
                 }
             }
         }
@@ -178,9 +179,8 @@ impl Sink for HealthSpanSink {
             // Incident records are few (coalesced per flush) and what alerts are read from: held
             // whatever the limit, never dropped for it.
             let held = self.memory.as_ref().map(|m| m.hold(bytes.len() as u64));
-            if self.queue.try_send(Outgoing::LogsRaw(bytes, n, held)).is_err() {
+            if let Err(n) = self.queue.offer(Outgoing::LogsRaw(bytes, n, held), Some(&self.meters.flow)) {
                 self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
-                self.meters.enqueue_failed("incident_logs", super::otlp_traces::ItemKind::LogRecords, n);
             }
         }
     }
@@ -356,8 +356,8 @@ mod tests {
         let spans = records.0.iter().filter(|r| health_spans::makes_span(r)).count();
         assert!(spans >= 4, "{spans} health spans");
         // Requests of two spans; room for about one of them.
-        let limiter = std::sync::Arc::new(crate::receive::memory::MemoryLimiter::with_floor(1, Some(0), (1 << 20) - 3000));
-        let (tx, mut rx) = mpsc::channel(1024);
+        let limiter = std::sync::Arc::new(crate::flow::memory::MemoryLimiter::with_floor(1, Some(0), (1 << 20) - 3000));
+        let (tx, mut rx) = crate::flow::queue::bounded("otlp", 1024, crate::flow::queue::OnFull::DropCounted);
         let mut hs = HealthSpanSink::new(
             tx,
             "mcp-health".into(),
@@ -438,10 +438,10 @@ mod tests {
             .iter()
             .filter_map(|r| if let Decided::Incident(t) = r { Some(t.row.id.clone()) } else { None })
             .collect::<FxHashSet<_>>();
-        let (tx, mut rx) = mpsc::channel(64);
+        let (tx, mut rx) = crate::flow::queue::bounded("otlp", 64, crate::flow::queue::OnFull::DropCounted);
         let mut hs = HealthSpanSink::new(tx, "mcp-health".into(), HealthMeters::new(&opentelemetry::global::meter("sink-test")), 1 << 20);
         let t0 = Moment::from_nanos(1_000_000_000_000);
-        let mut sent = |at: Moment, rx: &mut mpsc::Receiver<Outgoing>| {
+        let mut sent = |at: Moment, rx: &mut tokio::sync::mpsc::Receiver<Outgoing>| {
             hs.accept(&updates, at);
             let mut n = 0;
             while let Ok(o) = rx.try_recv() {

@@ -83,7 +83,7 @@ pub struct NormalizedBatch {
     pub raw_definitions_seen: bool,
     /// The memory this batch holds under `processors.memory_limiter`, released when the engine
     /// has taken it in (from then on its evidence is counted as the engine's).
-    pub memory: Option<crate::receive::memory::Reservation>,
+    pub memory: Option<crate::flow::memory::Reservation>,
 }
 
 /// Why a span was refused by [`span_ids`].
@@ -118,7 +118,7 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
     out.evidence.reserve(total);
     for rs in &req.resource_spans {
         let attrs = rs.resource.as_ref().map(|r| view::attributes_from_proto(&r.attributes)).unwrap_or_default();
-        // Health spans of an mcp-health (this one's own never get here: see `receive::loops`)
+        // Health spans of an mcp-health (this one's own never get here: see `flow::loops`)
         // are verdicts, not calls: never judged. They are passed on like any span.
         let judge = !resource_is_emitted(&attrs);
         let service = resource_service(&attrs);
@@ -136,14 +136,25 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
     out
 }
 
-/// The resource is what some mcp-health made itself (see `receive::loops::is_emitted`).
+/// The resource is what some mcp-health made itself (see `flow::loops::is_emitted`).
 pub(crate) fn resource_is_emitted(attrs: &[view::KeyValue<'_>]) -> bool {
-    attrs.iter().any(|kv| kv.key == crate::receive::loops::EMITTER)
+    attrs.iter().any(|kv| kv.key == crate::flow::loops::EMITTER)
 }
 
-/// The resource came back through this process's own export loop.
+/// The resource came back through this process's own export loop: `flow::loops::is_looped` over
+/// a borrowed resource's attributes.
 pub(crate) fn resource_is_looped(attrs: &[view::KeyValue<'_>], me: &str) -> bool {
-    crate::receive::loops::attrs_looped(attrs, me)
+    use crate::flow::loops::{EMITTER, VIA};
+    use view::Value as V;
+    attrs.iter().any(|kv| match kv.key {
+        EMITTER => matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(V::StringValue(s)) if *s == me),
+        VIA => match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(V::ArrayValue(a)) => a.values.iter().any(|v| matches!(&v.value, Some(V::StringValue(s)) if *s == me)),
+            Some(V::StringValue(s)) => *s == me,
+            _ => false,
+        },
+        _ => false,
+    })
 }
 
 /// The resource's `service.name`, interned.

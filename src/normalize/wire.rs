@@ -565,7 +565,7 @@ fn resource_spans<'a>(
     let service = super::resource_service(&resource_attrs);
     let judge = !range.looped && !emitted;
     if !range.looped {
-        facts.via_present |= resource_attrs.iter().any(|kv| kv.key == crate::receive::loops::VIA);
+        facts.via_present |= resource_attrs.iter().any(|kv| kv.key == crate::flow::loops::VIA);
         facts.raw_definitions |= has_raw_definitions(&resource_attrs);
     }
     for ss in scope_spans {
@@ -879,7 +879,7 @@ fn via_pieces(len: usize, facts: &WireFacts, me: &str) -> Option<Vec<Piece>> {
     // `Resource { attributes: [via] }` encodes as exactly the attribute's field: appended to a
     // resource's content, it is one more attribute.
     let attr = opentelemetry_proto::tonic::resource::v1::Resource {
-        attributes: vec![crate::receive::loops::via_attribute(me)],
+        attributes: vec![crate::flow::loops::via_attribute(me)],
         ..Default::default()
     }
     .encode_to_vec();
@@ -1199,7 +1199,7 @@ mod tests {
         // A resource that came back through this process's own loop counts as looped.
         let mut looped = req.clone();
         for r in &mut looped.resource_spans {
-            crate::receive::loops::mark_via(&mut r.resource, "me");
+            crate::flow::loops::mark_via(&mut r.resource, "me");
         }
         let (facts, bytes) = skimmed(&looped);
         assert_eq!(facts.looped_spans, 21);
@@ -1267,7 +1267,7 @@ mod tests {
             assert_eq!(Some(got.clone()), copy, "what the copying splice gives");
             let mut want = req.clone();
             for rs in &mut want.resource_spans {
-                crate::receive::loops::mark_via(&mut rs.resource, me);
+                crate::flow::loops::mark_via(&mut rs.resource, me);
             }
             assert_eq!(ExportTraceServiceRequest::decode(got.as_slice()).unwrap(), want);
         }
@@ -1292,7 +1292,7 @@ mod tests {
         let (done, _, got, _) = in_place(&bytes, 10);
         assert!(!done && got == bytes);
         let mut looped = request();
-        crate::receive::loops::mark_via(&mut looped.resource_spans[0].resource, "other-instance-00");
+        crate::flow::loops::mark_via(&mut looped.resource_spans[0].resource, "other-instance-00");
         let bytes = looped.encode_to_vec();
         let (_, facts) = walk(&bytes, "other-instance-00").unwrap();
         assert!(facts.resources[0].looped);
@@ -1312,7 +1312,7 @@ mod tests {
         let got = ExportTraceServiceRequest::decode(spliced.as_slice()).unwrap();
         let mut want = req.clone();
         for rs in &mut want.resource_spans {
-            crate::receive::loops::mark_via(&mut rs.resource, "0123456789abcdef");
+            crate::flow::loops::mark_via(&mut rs.resource, "0123456789abcdef");
         }
         assert_eq!(got, want);
         // Once marked, this id sees it as a loop; an earlier `via` makes the walk refuse to splice.

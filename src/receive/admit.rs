@@ -9,13 +9,12 @@ use prost::Message;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
-use super::loops;
-use super::memory::{trace_request_heap_bytes, Reservation};
 use super::throttle::{SystemClock, Throttle};
-use crate::emit::metrics::HealthMeters;
-use crate::emit::otlp_traces::{log_record_count, metric_point_count, span_count, ItemKind, Outgoing};
+use crate::flow::loops;
+use crate::flow::memory::{trace_request_heap_bytes, Reservation};
+use crate::flow::meters::FlowMeters;
+use crate::flow::outgoing::{log_record_count, metric_point_count, span_count, ItemKind, Outgoing};
+use crate::flow::queue::Queue;
 use crate::normalize::wire::{self, WireError};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
 use bytes::Bytes;
@@ -32,13 +31,15 @@ pub enum Admitted {
 /// Shared by every receiver connection.
 #[derive(Clone)]
 pub struct Admission {
-    pub ingest: mpsc::Sender<NormalizedBatch>,
-    pub passthrough: Option<mpsc::Sender<Outgoing>>,
-    pub meters: HealthMeters,
+    /// The engine's input ([`OnFull::Refuse`](crate::flow::queue::OnFull)).
+    pub ingest: Queue<NormalizedBatch>,
+    /// The pass-through export queue ([`OnFull::Refuse`](crate::flow::queue::OnFull)).
+    pub passthrough: Option<Queue<Outgoing>>,
+    pub meters: FlowMeters,
     /// Remove raw tool definitions before passing spans on (they were digested).
     pub strip_tool_definitions: bool,
     /// `processors.memory_limiter`: above its soft limit every request is refused, retryably.
-    pub memory: Option<std::sync::Arc<super::memory::MemoryLimiter>>,
+    pub memory: Option<std::sync::Arc<crate::flow::memory::MemoryLimiter>>,
     /// One log line per refusal kind (signal, transport, reason) per [`REFUSAL_LOG_WINDOW`].
     pub refusal_log: Arc<Mutex<Throttle<RefusalKey>>>,
 }
@@ -75,7 +76,7 @@ impl Admission {
     /// not an overloaded service) is still found after decoding, so that what it refuses is
     /// counted in items (`enqueue_failed_spans`), as the collector counts it.
     pub fn full_before_decode(&self, signal: &'static str) -> Option<&'static str> {
-        (signal == "traces" && self.ingest.capacity() == 0).then_some("correlator_busy")
+        (signal == "traces" && self.ingest.is_full()).then_some("correlator_busy")
     }
 
     /// Count a request refused before it could be read (undecodable, too large): 1 per request
@@ -180,7 +181,7 @@ impl Admission {
         let held = match (&self.memory, &self.passthrough) {
             (Some(m), Some(_)) => match held.or_else(|| m.reserve(0)) {
                 Some(mut r) => {
-                    if !r.resize(wire.saturating_mul(super::memory::DECODED_PER_WIRE_BYTE)) {
+                    if !r.resize(wire.saturating_mul(crate::flow::memory::DECODED_PER_WIRE_BYTE)) {
                         return memory_refused();
                     }
                     Some(r)
@@ -190,7 +191,7 @@ impl Admission {
             _ => None,
         };
         match &self.passthrough {
-            Some(p) => match p.try_reserve() {
+            Some(p) => match p.reserve() {
                 Ok(permit) => permit.send(out(held)),
                 Err(_) => {
                     let attrs = [sig, KeyValue::new("transport", transport), KeyValue::new("reason", "exporter_busy")];
@@ -287,7 +288,7 @@ impl Admission {
             }
             // Rebuilt from its decode, alive beside the request: reserved first. The walk
             // accepted these bytes, so prost does too (`tests/normalize_props.rs`).
-            if !grow(held, (bytes.len() as u64).saturating_mul(super::memory::DECODED_PER_WIRE_BYTE)) {
+            if !grow(held, (bytes.len() as u64).saturating_mul(crate::flow::memory::DECODED_PER_WIRE_BYTE)) {
                 return None;
             }
             let mut req = ExportTraceServiceRequest::decode(bytes).unwrap_or_default();
@@ -338,7 +339,7 @@ impl Admission {
             Some("memory_limit")
         } else if let Some(reason) = self.full_before_decode("traces") {
             Some(reason)
-        } else if self.passthrough.as_ref().is_some_and(|p| p.capacity() == 0) {
+        } else if self.passthrough.as_ref().is_some_and(|p| p.is_full()) {
             Some("exporter_busy")
         } else {
             None
@@ -371,11 +372,11 @@ impl Admission {
         if self.over_memory() {
             return self.refuse_spans("memory_limit", spans, transport);
         }
-        let Ok(ingest_permit) = self.ingest.try_reserve() else {
+        let Ok(ingest_permit) = self.ingest.reserve() else {
             return self.refuse_spans("correlator_busy", spans, transport);
         };
         let pass_permit = match &self.passthrough {
-            Some(p) => match p.try_reserve() {
+            Some(p) => match p.reserve() {
                 Ok(permit) => Some(permit),
                 Err(_) => return self.refuse_spans("exporter_busy", spans, transport),
             },
@@ -514,7 +515,7 @@ mod tests {
         // marker of this instance added to the resource).
         let mut expected = planted.clone();
         let rs = &mut expected.resource_spans[0];
-        crate::receive::loops::mark_via(&mut rs.resource, crate::receive::loops::instance_id());
+        crate::flow::loops::mark_via(&mut rs.resource, crate::flow::loops::instance_id());
         rs.resource.as_mut().unwrap().attributes.remove(1);
         for ss in &mut rs.scope_spans {
             for sp in &mut ss.spans {
@@ -527,9 +528,9 @@ mod tests {
         assert_ne!(planted, expected);
 
         let passed_on = |strip: bool| {
-            let (ingest, _ingest_rx) = mpsc::channel(4);
-            let (pass, mut pass_rx) = mpsc::channel(4);
-            let meters = HealthMeters::new(&opentelemetry::global::meter("admit-test"));
+            let (ingest, _ingest_rx) = crate::flow::queue::bounded("engine_ingest", 4, crate::flow::queue::OnFull::Refuse);
+            let (pass, mut pass_rx) = crate::flow::queue::bounded("otlp/passthrough", 4, crate::flow::queue::OnFull::Refuse);
+            let meters = crate::emit::metrics::HealthMeters::new(&opentelemetry::global::meter("admit-test")).flow;
             let admission = Admission {
                 ingest,
                 passthrough: Some(pass),
@@ -563,7 +564,7 @@ mod tests {
         assert_eq!(out, expected, "everything else is passed on unchanged");
         // Stripping off: the request is passed on as received (with the loop marker).
         let mut marked = planted.clone();
-        crate::receive::loops::mark_via(&mut marked.resource_spans[0].resource, crate::receive::loops::instance_id());
+        crate::flow::loops::mark_via(&mut marked.resource_spans[0].resource, crate::flow::loops::instance_id());
         assert_eq!(passed_on(false), marked);
     }
 
@@ -572,12 +573,12 @@ mod tests {
     /// in memory is its wire size. Invalid spans make it rebuilt without them.
     #[test]
     fn clean_protobuf_is_passed_on_as_it_came() {
-        let (ingest, mut ingest_rx) = mpsc::channel(4);
-        let (pass, mut pass_rx) = mpsc::channel(4);
+        let (ingest, mut ingest_rx) = crate::flow::queue::bounded("engine_ingest", 4, crate::flow::queue::OnFull::Refuse);
+        let (pass, mut pass_rx) = crate::flow::queue::bounded("otlp/passthrough", 4, crate::flow::queue::OnFull::Refuse);
         let admission = Admission {
             ingest,
             passthrough: Some(pass),
-            meters: HealthMeters::new(&opentelemetry::global::meter("admit-test")),
+            meters: crate::emit::metrics::HealthMeters::new(&opentelemetry::global::meter("admit-test")).flow,
             strip_tool_definitions: true,
             memory: None,
             refusal_log: refusal_log(),
@@ -593,7 +594,7 @@ mod tests {
         }
         let mut marked = req.clone();
         for rs in &mut marked.resource_spans {
-            crate::receive::loops::mark_via(&mut rs.resource, crate::receive::loops::instance_id());
+            crate::flow::loops::mark_via(&mut rs.resource, crate::flow::loops::instance_id());
         }
         assert!(ExportTraceServiceRequest::decode(out.clone()).unwrap() == marked, "decodes as the request marked with via");
         assert!(out.len() < wire.len() + 2 * 64, "the copy costs its wire size and one attribute per resource");
@@ -616,13 +617,13 @@ mod tests {
     /// the batch; a request without room is copied, and its reservation grows by the copy first.
     #[test]
     fn pass_through_splices_in_the_buffer_read() {
-        let limiter = Arc::new(super::super::memory::MemoryLimiter::new(1 << 20, None));
-        let (ingest, mut ingest_rx) = mpsc::channel(4);
-        let (pass, mut pass_rx) = mpsc::channel(4);
+        let limiter = Arc::new(crate::flow::memory::MemoryLimiter::new(1 << 20, None));
+        let (ingest, mut ingest_rx) = crate::flow::queue::bounded("engine_ingest", 4, crate::flow::queue::OnFull::Refuse);
+        let (pass, mut pass_rx) = crate::flow::queue::bounded("otlp/passthrough", 4, crate::flow::queue::OnFull::Refuse);
         let admission = Admission {
             ingest,
             passthrough: Some(pass),
-            meters: HealthMeters::new(&opentelemetry::global::meter("admit-test")),
+            meters: crate::emit::metrics::HealthMeters::new(&opentelemetry::global::meter("admit-test")).flow,
             strip_tool_definitions: true,
             memory: Some(limiter.clone()),
             refusal_log: refusal_log(),
@@ -659,12 +660,12 @@ mod tests {
     #[test]
     fn a_full_pass_through_queue_refuses_without_the_walk() {
         let p = prometheus_pipeline();
-        let (ingest, _ingest_rx) = mpsc::channel(8);
-        let (pass, mut pass_rx) = mpsc::channel(1);
+        let (ingest, _ingest_rx) = crate::flow::queue::bounded("engine_ingest", 8, crate::flow::queue::OnFull::Refuse);
+        let (pass, mut pass_rx) = crate::flow::queue::bounded("otlp/passthrough", 1, crate::flow::queue::OnFull::Refuse);
         let admission = Admission {
             ingest,
             passthrough: Some(pass),
-            meters: p.meters.clone(),
+            meters: p.meters.flow.clone(),
             strip_tool_definitions: true,
             memory: None,
             refusal_log: refusal_log(),
@@ -715,11 +716,11 @@ mod tests {
     fn received_spans_are_accepted_plus_refused_per_transport() {
         let p = prometheus_pipeline();
         // Room for one batch: the second request finds the correlator busy.
-        let (ingest, _ingest_rx) = mpsc::channel(1);
+        let (ingest, _ingest_rx) = crate::flow::queue::bounded("engine_ingest", 1, crate::flow::queue::OnFull::Refuse);
         let admission = Admission {
             ingest,
             passthrough: None,
-            meters: p.meters.clone(),
+            meters: p.meters.flow.clone(),
             strip_tool_definitions: true,
             memory: None,
             refusal_log: refusal_log(),

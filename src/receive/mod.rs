@@ -2,8 +2,6 @@
 
 pub mod admit;
 pub mod listen;
-pub mod loops;
-pub mod memory;
 pub mod otlp_grpc;
 pub mod otlp_http;
 pub mod otlp_json;

@@ -35,7 +35,7 @@ use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
 use super::admit::{Admission, Admitted};
-use super::memory::{MemoryLimiter, Reservation};
+use crate::flow::memory::{MemoryLimiter, Reservation};
 use crate::normalize::wire::WireError;
 
 /// How long a client told "busy" is asked to wait before it tries again (RetryInfo).
@@ -382,7 +382,7 @@ where
             // it); a request that must be copied or rebuilt grows its reservation first.
             let peak_per_byte = match signal == Traces::LABEL {
                 true => 2,
-                false => super::memory::DECODED_PER_WIRE_BYTE,
+                false => crate::flow::memory::DECODED_PER_WIRE_BYTE,
             };
             match read_message(admission.memory.as_ref(), req, max_message, peak_per_byte).await {
                 Ok(req) => inner.call(req).await,

@@ -20,8 +20,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess
 use prost::Message;
 
 use super::admit::{Admission, Admitted};
-use super::memory::{self, Reservation};
 use super::otlp_json;
+use crate::flow::memory::{self, Reservation};
 
 #[derive(Clone)]
 struct HttpState {

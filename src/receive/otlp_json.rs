@@ -487,7 +487,7 @@ mod tests {
     /// written `{}` (3 bytes of text each), enum names, deep attribute values.
     #[test]
     fn the_json_bound_covers_what_decoding_holds_for_every_shape() {
-        use crate::receive::memory::trace_request_heap_bytes;
+        use crate::flow::memory::trace_request_heap_bytes;
         let realistic = serde_json::to_vec(&crate::loadgen::build_request(1, 300)).unwrap();
         let spans = |one: &str, n: usize| {
             let list = vec![one; n].join(",");

@@ -41,7 +41,7 @@ pub async fn run_engine(
     tick: Duration,
     stop: oneshot::Receiver<()>,
     heartbeat: Arc<Heartbeat>,
-    memory: Option<Arc<crate::receive::memory::MemoryLimiter>>,
+    memory: Option<Arc<crate::flow::memory::MemoryLimiter>>,
 ) {
     let _stopped = heartbeat.guard();
     // The engine is woken at the earlier of its regular tick (time-based catalog and progress

@@ -15,11 +15,11 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use tokio::sync::mpsc;
 
 use crate::emit::sink::Sink;
 use crate::emit::status::{CallView, IncidentView, QueueFill, SharedStatus, StatusSink, StatusSnapshot, StatusView};
 use crate::evidence::time::Moment;
+use crate::flow::queue::Queue;
 
 /// Reads one queue's depth and capacity; `None` once the queue is closed.
 type Probe = Box<dyn Fn() -> Option<(usize, usize)> + Send + Sync>;
@@ -33,20 +33,19 @@ pub struct Status {
 
 impl Status {
     /// A page reporting the exporter queues that exist (own output, pass-through).
-    pub fn new<T: Send + 'static>(exporters: [(&'static str, Option<&mpsc::Sender<T>>); 2]) -> Status {
+    pub fn new<T: Send + 'static>(exporters: [Option<&Queue<T>>; 2]) -> Status {
         let s = Status { snapshot: StatusSnapshot::shared(), queues: Arc::default() };
-        for (name, q) in exporters {
-            if let Some(q) = q {
-                s.watch_queue(name, q);
-            }
+        for q in exporters.into_iter().flatten() {
+            s.watch_queue(q);
         }
         s
     }
 
-    /// Report a queue's fill. A weak sender: the page never keeps a queue open.
-    pub fn watch_queue<T: Send + 'static>(&self, name: &'static str, q: &mpsc::Sender<T>) {
-        let weak = q.downgrade();
-        let probe: Probe = Box::new(move || weak.upgrade().map(|q| (q.max_capacity() - q.capacity(), q.max_capacity())));
+    /// Report a queue's fill, under its name. Through its gauge: the page never keeps a queue open.
+    pub fn watch_queue<T: Send + 'static>(&self, q: &Queue<T>) {
+        let gauge = q.gauge();
+        let name = gauge.name();
+        let probe: Probe = Box::new(move || gauge.depth().map(|d| (d, gauge.capacity())));
         self.queues.lock().unwrap_or_else(|p| p.into_inner()).push((name, probe));
     }
 
@@ -431,10 +430,11 @@ mod tests {
 
     #[tokio::test]
     async fn status_queues_report_depth_and_capacity_and_never_hold_a_queue_open() {
-        let (tx, mut rx) = mpsc::channel::<u8>(4);
-        let st = Status::new::<u8>([("otlp", Some(&tx)), ("otlp/passthrough", None)]);
-        tx.send(1).await.unwrap();
-        tx.send(2).await.unwrap();
+        use crate::flow::queue::{bounded, OnFull};
+        let (tx, mut rx) = bounded::<u8>("otlp", 4, OnFull::Refuse);
+        let st = Status::new::<u8>([Some(&tx), None]);
+        tx.reserve().unwrap().send(1);
+        tx.reserve().unwrap().send(2);
         assert_eq!(st.view().queues, vec![QueueFill { name: "otlp", depth: 2, capacity: 4 }]);
         drop(tx);
         rx.recv().await;

@@ -88,20 +88,6 @@ pub fn via_attribute(id: &str) -> KeyValue {
     }
 }
 
-/// [`is_looped`] over a borrowed resource's attributes.
-pub fn attrs_looped(attrs: &[crate::normalize::view::KeyValue<'_>], id: &str) -> bool {
-    use crate::normalize::view::Value as V;
-    attrs.iter().any(|kv| match kv.key {
-        EMITTER => matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(V::StringValue(s)) if *s == id),
-        VIA => match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-            Some(V::ArrayValue(a)) => a.values.iter().any(|v| matches!(&v.value, Some(V::StringValue(s)) if *s == id)),
-            Some(V::StringValue(s)) => *s == id,
-            _ => false,
-        },
-        _ => false,
-    })
-}
-
 /// The `mcp_health.emitter` attribute of this process.
 pub fn emitter_attribute() -> KeyValue {
     KeyValue { key: EMITTER.into(), value: Some(AnyValue { value: Some(Value::StringValue(instance_id().into())) }), ..Default::default() }

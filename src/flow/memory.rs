@@ -288,41 +288,6 @@ pub fn cgroup_limit(root: &std::path::Path, proc_self_cgroup: &str) -> Option<u6
     None
 }
 
-/// The keys of `processors.memory_limiter` that do not go together: `Err((key, why))`.
-pub fn check_config(m: &crate::config::MemoryLimiterConfig) -> Result<(), (&'static str, &'static str)> {
-    if m.check_interval.is_zero() {
-        return Err(("check_interval", "must be greater than zero"));
-    }
-    match (m.limit_mib, m.limit_percentage) {
-        (Some(_), Some(_)) => return Err(("limit_percentage", "must not be set together with limit_mib (choose one)")),
-        (None, None) => return Err(("limit_mib", "must be set (MiB, greater than zero; 0 switches the limiter off), or limit_percentage")),
-        _ => {}
-    }
-    if m.spike_limit_mib.is_some() && m.spike_limit_percentage.is_some() {
-        return Err(("spike_limit_percentage", "must not be set together with spike_limit_mib (choose one)"));
-    }
-    if let Some(l) = m.limit_mib {
-        if m.spike_limit_percentage.is_some() {
-            return Err(("spike_limit_percentage", "goes with limit_percentage; with limit_mib use spike_limit_mib"));
-        }
-        if l > 0 && m.spike_limit_mib.is_some_and(|s| s >= l) {
-            return Err(("spike_limit_mib", "must be smaller than limit_mib"));
-        }
-    }
-    if let Some(p) = m.limit_percentage {
-        if !(1..=100).contains(&p) {
-            return Err(("limit_percentage", "must be from 1 to 100"));
-        }
-        if m.spike_limit_mib.is_some() {
-            return Err(("spike_limit_mib", "goes with limit_mib; with limit_percentage use spike_limit_percentage"));
-        }
-        if m.spike_limit_percentage.is_some_and(|s| s >= p) {
-            return Err(("spike_limit_percentage", "must be smaller than limit_percentage"));
-        }
-    }
-    Ok(())
-}
-
 /// The limits to run with: the configured ones, or the default when none is configured; `None`
 /// when `limit_mib: 0` switches the limiter off (or a percentage has nothing to be taken of).
 pub fn effective_limit(cfg: Option<&crate::config::MemoryLimiterConfig>, sys: SystemMemory) -> Option<EffectiveLimit> {
@@ -608,7 +573,7 @@ check_interval: 0s",
                 "check_interval",
             ),
         ] {
-            assert_eq!(check_config(&limiter(yaml)).map_err(|e| e.0), Err(key), "{yaml}");
+            assert_eq!(limiter(yaml).check().map_err(|e| e.0), Err(key), "{yaml}");
         }
         for ok in [
             "limit_mib: 0",
@@ -616,7 +581,7 @@ check_interval: 0s",
             "limit_percentage: 80
 spike_limit_percentage: 20",
         ] {
-            assert_eq!(check_config(&limiter(ok)), Ok(()), "{ok}");
+            assert_eq!(limiter(ok).check(), Ok(()), "{ok}");
         }
     }
 

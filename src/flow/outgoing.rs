@@ -1,0 +1,126 @@
+//! The message every queue of the service carries towards the exporter: what was received and is
+//! passed on, or what mcp-health made itself, with the memory it holds and how many items (in the
+//! collector's units) it counts for. It lives under both the receivers (which make pass-through
+//! items) and the exporter (which sends them), so neither has to reach into the other.
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+
+use super::memory::Reservation;
+
+/// What travels to the workers.
+#[derive(Debug)]
+pub enum Outgoing {
+    /// Spans received from a client, passed on unchanged, with the memory they hold under
+    /// `processors.memory_limiter` (released once sent or given up on).
+    Passthrough(ExportTraceServiceRequest, Option<Reservation>),
+    /// Spans received from a client, passed on as the bytes they came in (`mcp_health.via`
+    /// spliced in, see `normalize::wire::splice_via`): an encoded `ExportTraceServiceRequest`,
+    /// its span count, its memory reservation (its wire size).
+    PassthroughRaw(Bytes, u64, Option<Reservation>),
+    /// Health spans made by this service.
+    Health(ExportTraceServiceRequest),
+    /// Health spans made by this service, encoded already (`health_spans::encode_requests`),
+    /// their count, and the memory their bytes hold under `processors.memory_limiter` while they
+    /// wait for the backend (none once read back from disk: one at a time, not queued).
+    HealthRaw(Bytes, u64, Option<Reservation>),
+    /// Incident log records made by this service.
+    Logs(ExportLogsServiceRequest),
+    /// Incident log records made by this service, encoded already
+    /// (`incidents::encode_log_requests`), their count and their memory (as `HealthRaw`).
+    LogsRaw(Bytes, u64, Option<Reservation>),
+    /// Metrics received from a client, passed on unchanged (and their memory reservation).
+    PassthroughMetrics(ExportMetricsServiceRequest, Option<Reservation>),
+    /// Log records received from a client, passed on unchanged (and their memory reservation).
+    PassthroughLogs(ExportLogsServiceRequest, Option<Reservation>),
+    /// This service's own metrics (the SDK's periodic reader).
+    OwnMetrics(ExportMetricsServiceRequest),
+}
+
+/// What an export request carries, in the collector's units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemKind {
+    Spans,
+    MetricPoints,
+    LogRecords,
+}
+
+impl Outgoing {
+    /// The `signal` label of the exporter's counters.
+    pub fn signal(&self) -> &'static str {
+        match self {
+            Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) => "passthrough",
+            Outgoing::Health(_) | Outgoing::HealthRaw(..) => "health_spans",
+            Outgoing::Logs(_) | Outgoing::LogsRaw(..) => "incident_logs",
+            Outgoing::PassthroughMetrics(..) => "passthrough_metrics",
+            Outgoing::PassthroughLogs(..) => "passthrough_logs",
+            Outgoing::OwnMetrics(_) => "own_metrics",
+        }
+    }
+
+    /// The memory reservation of a pass-through or encoded own-output item, taken out so it can outlive the item (the
+    /// encoded bytes it becomes are held until sent).
+    pub fn take_reservation(&mut self) -> Option<Reservation> {
+        match self {
+            Outgoing::Passthrough(_, r)
+            | Outgoing::PassthroughRaw(_, _, r)
+            | Outgoing::PassthroughMetrics(_, r)
+            | Outgoing::PassthroughLogs(_, r)
+            | Outgoing::HealthRaw(_, _, r)
+            | Outgoing::LogsRaw(_, _, r) => r.take(),
+            _ => None,
+        }
+    }
+
+    /// Give an item the memory it holds (decoded own output and own metrics hold none: they
+    /// are small and short-lived).
+    pub fn set_reservation(&mut self, held: Reservation) {
+        match self {
+            Outgoing::Passthrough(_, r)
+            | Outgoing::PassthroughRaw(_, _, r)
+            | Outgoing::PassthroughMetrics(_, r)
+            | Outgoing::PassthroughLogs(_, r)
+            | Outgoing::HealthRaw(_, _, r)
+            | Outgoing::LogsRaw(_, _, r) => *r = Some(held),
+            _ => {}
+        }
+    }
+
+    /// How many items the request carries, and of which kind.
+    pub fn items(&self) -> (ItemKind, u64) {
+        match self {
+            Outgoing::Passthrough(r, _) | Outgoing::Health(r) => (ItemKind::Spans, span_count(r)),
+            Outgoing::PassthroughRaw(_, n, _) | Outgoing::HealthRaw(_, n, _) => (ItemKind::Spans, *n),
+            Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (ItemKind::LogRecords, log_record_count(r)),
+            Outgoing::LogsRaw(_, n, _) => (ItemKind::LogRecords, *n),
+            Outgoing::PassthroughMetrics(r, _) | Outgoing::OwnMetrics(r) => (ItemKind::MetricPoints, metric_point_count(r)),
+        }
+    }
+}
+
+pub fn span_count(r: &ExportTraceServiceRequest) -> u64 {
+    r.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum()
+}
+
+pub fn log_record_count(r: &ExportLogsServiceRequest) -> u64 {
+    r.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len() as u64).sum()
+}
+
+pub fn metric_point_count(r: &ExportMetricsServiceRequest) -> u64 {
+    r.resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .map(|m| match &m.data {
+            Some(Data::Gauge(g)) => g.data_points.len(),
+            Some(Data::Sum(s)) => s.data_points.len(),
+            Some(Data::Histogram(h)) => h.data_points.len(),
+            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+            Some(Data::Summary(s)) => s.data_points.len(),
+            None => 0,
+        } as u64)
+        .sum()
+}
