@@ -61,31 +61,30 @@ impl Outgoing {
         }
     }
 
-    /// The memory reservation of a pass-through or encoded own-output item, taken out so it can outlive the item (the
-    /// encoded bytes it becomes are held until sent).
-    pub fn take_reservation(&mut self) -> Option<Reservation> {
+    /// Where an item keeps its memory reservation: pass-through items and encoded own output
+    /// (decoded own output and own metrics hold none: they are small and short-lived).
+    fn reservation_slot(&mut self) -> Option<&mut Option<Reservation>> {
         match self {
             Outgoing::Passthrough(_, r)
             | Outgoing::PassthroughRaw(_, _, r)
             | Outgoing::PassthroughMetrics(_, r)
             | Outgoing::PassthroughLogs(_, r)
             | Outgoing::HealthRaw(_, _, r)
-            | Outgoing::LogsRaw(_, _, r) => r.take(),
+            | Outgoing::LogsRaw(_, _, r) => Some(r),
             _ => None,
         }
     }
 
-    /// Give an item the memory it holds (decoded own output and own metrics hold none: they
-    /// are small and short-lived).
+    /// The memory reservation, taken out so it can outlive the item (the encoded bytes it
+    /// becomes are held until sent).
+    pub fn take_reservation(&mut self) -> Option<Reservation> {
+        self.reservation_slot().and_then(Option::take)
+    }
+
+    /// Give an item the memory it holds (an item that keeps none drops it).
     pub fn set_reservation(&mut self, held: Reservation) {
-        match self {
-            Outgoing::Passthrough(_, r)
-            | Outgoing::PassthroughRaw(_, _, r)
-            | Outgoing::PassthroughMetrics(_, r)
-            | Outgoing::PassthroughLogs(_, r)
-            | Outgoing::HealthRaw(_, _, r)
-            | Outgoing::LogsRaw(_, _, r) => *r = Some(held),
-            _ => {}
+        if let Some(r) = self.reservation_slot() {
+            *r = Some(held);
         }
     }
 
