@@ -33,12 +33,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const PER_STEP: usize = 10;
 const STEP: Duration = Duration::from_millis(10);
+/// The paced runs' arrival rate: ten times the 1000 calls/s the flat runs' engine time stands for.
+const PACED_PER_SECOND: u64 = 10_000;
 
-fn call(n: u64) -> Vec<SpanEvidence> {
+const BASE_NS: u64 = 1_764_000_000_000_000_000;
+
+/// Call `n`, started at `t` (ns since the epoch).
+fn call(n: u64, t: u64) -> Vec<SpanEvidence> {
     let mut trace = [0u8; 16];
     trace[..8].copy_from_slice(&n.to_be_bytes());
     trace[15] = 1;
-    let t = 1_764_000_000_000_000_000 + n * 1_000_000;
     let mut c = SpanEvidence::new(trace, [1; 8]);
     c.method = Some(Method::ToolsCall);
     c.side = Side::Client;
@@ -110,11 +114,47 @@ struct Run {
     /// Time this thread was on a CPU (`/proc/thread-self/schedstat`): the engine's own work,
     /// without its waits for the store and without being preempted.
     cpu_secs: f64,
+    /// Time the engine's thread was blocked on the store's thread (`Engine::store_waited`).
+    waited_secs: f64,
     verdicts: u64,
     wchar: u64,
 }
 
-fn run(calls: u64, store: Option<StoreHandle>) -> Run {
+impl Run {
+    /// The engine thread's time per verdict: its own work and its waits for the store (not its
+    /// idle time between paced arrivals, nor time it was preempted).
+    fn engine_us(&self) -> f64 {
+        (self.cpu_secs + self.waited_secs) * 1e6 / self.verdicts.max(1) as f64
+    }
+}
+
+/// How calls arrive: as fast as the engine takes them, engine time running ahead of the wall
+/// clock (a capacity figure: a store slower than the engine paces it), or at a fixed rate with
+/// engine time the wall clock's (the service: the engine's cost per verdict at that rate).
+#[derive(Clone, Copy)]
+enum Pace {
+    Flat,
+    PerSecond(u64),
+}
+
+fn run(name: &str, calls: u64, store: Option<StoreHandle>) -> Run {
+    run_paced(name, calls, store, Pace::Flat)
+}
+
+/// One run on a thread of its own named `name` (`perf report --comm name` profiles that run
+/// alone; `/proc/thread-self` counts that thread only).
+fn run_paced(name: &str, calls: u64, store: Option<StoreHandle>, pace: Pace) -> Run {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn_scoped(s, move || engine_run(calls, store, pace))
+            .expect("spawn the run's thread")
+            .join()
+            .expect("the run's thread")
+    })
+}
+
+fn engine_run(calls: u64, store: Option<StoreHandle>, pace: Pace) -> Run {
     let mut cfg =
         EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(20), ..ChainLimits::default() }, SessionLimits::default());
     if store.as_ref().is_some_and(|s| s.is_shared()) {
@@ -123,15 +163,30 @@ fn run(calls: u64, store: Option<StoreHandle>) -> Run {
     cfg.store = store;
     let mut e = Engine::new(cfg);
     let mut out: Vec<Decided> = Vec::new();
-    let mut now = Moment::from_nanos(1_764_000_000_000_000_000);
+    let mut now = Moment::from_nanos(BASE_NS);
     let mut verdicts = 0;
     let (w0, c0, start) = (wchar(), on_cpu_ns(), Instant::now());
+    let step = match pace {
+        Pace::Flat => STEP,
+        Pace::PerSecond(rate) => Duration::from_nanos(1_000_000_000 * PER_STEP as u64 / rate.max(1)),
+    };
     let mut n = 0;
     while n < calls {
-        let evidence: Vec<SpanEvidence> = (n..(n + PER_STEP as u64).min(calls)).flat_map(call).collect();
+        let at = now.as_nanos();
+        let evidence: Vec<SpanEvidence> = (n..(n + PER_STEP as u64).min(calls))
+            .flat_map(|i| call(i, at + (i - n) * (step.as_nanos() as u64 / PER_STEP as u64)))
+            .collect();
         n += PER_STEP as u64;
         e.ingest(NormalizedBatch { evidence, ..Default::default() }, now, &mut out);
-        now += STEP;
+        now += step;
+        if let Pace::PerSecond(_) = pace {
+            // Engine time is the wall clock's: wait for the next arrival.
+            let due = start + Duration::from_nanos(now.as_nanos() - BASE_NS);
+            if let Some(rest) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(rest);
+            }
+            now = Moment::from_nanos(BASE_NS + start.elapsed().as_nanos() as u64);
+        }
         e.tick(now, &mut out);
         verdicts += out.iter().filter(|d| matches!(d, Decided::Call(_))).count() as u64;
         out.clear();
@@ -143,7 +198,7 @@ fn run(calls: u64, store: Option<StoreHandle>) -> Run {
     let secs = start.elapsed().as_secs_f64();
     let cpu_secs = on_cpu_ns().saturating_sub(c0) as f64 / 1e9;
     assert_eq!(e.store_errors(), 0);
-    Run { secs, cpu_secs, verdicts, wchar: wchar().saturating_sub(w0) }
+    Run { secs, cpu_secs, waited_secs: e.store_waited().as_secs_f64(), verdicts, wchar: wchar().saturating_sub(w0) }
 }
 
 fn main() {
@@ -154,13 +209,13 @@ fn main() {
         if is_bench { std::env::var("MCP_HEALTH_BENCH_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000) } else { 200 };
 
     // Warm the allocator and the code paths first.
-    run(calls.min(2_000), None);
-    let none = run(calls, None);
-    let mem = run(calls, Some(StoreHandle::new(MemoryStore::new())));
+    run("warm", calls.min(2_000), None);
+    let none = run("flat-none", calls, None);
+    let mem = run("flat-memory", calls, Some(StoreHandle::new(MemoryStore::new())));
     let dir = tempfile::tempdir().expect("tempdir");
     let store = StoreHandle::open_directory(dir.path()).expect("open the embedded store");
     let size0 = store.bytes_on_disk().unwrap_or(0);
-    let emb = run(calls, Some(store.clone()));
+    let emb = run("flat-redb", calls, Some(store.clone()));
     let size = store.bytes_on_disk().unwrap_or(0).saturating_sub(size0);
 
     let us = |r: &Run| r.secs * 1e6 / r.verdicts.max(1) as f64;
@@ -195,15 +250,16 @@ fn main() {
     };
     let store = StoreHandle::open_redis(settings.clone()).expect("open the redis store");
     let before = net(&r);
-    let red = run(calls, Some(store.clone()));
+    let red = run("flat-redis", calls, Some(store.clone()));
     let after = net(&r);
     let st = store.stats().unwrap_or_default();
     let per = |x: u64| x as f64 / red.verdicts.max(1) as f64;
     println!(
-        "  redis (shared): {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2}: the rest is waiting for the store thread, or preempted)",
+        "  redis (shared): {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2}, blocked on the store thread {:.2}: a store slower than the engine paces it)",
         us(&red),
         us(&red) / us(&none),
-        cpu(&red)
+        cpu(&red),
+        red.waited_secs * 1e6 / red.verdicts.max(1) as f64
     );
     println!(
         "  redis (shared): {:.4} round trips/verdict ({} in all), {:.0} payload bytes/verdict sent, Redis counted {:.0} B in / {:.0} B out per verdict",
@@ -219,8 +275,45 @@ fn main() {
     let _: () = redis::cmd("FLUSHALL").query(&mut r.conn()).expect("flush redis");
     let upstream: std::net::SocketAddr = format!("127.0.0.1:{}", r.port).parse().expect("redis address");
     let proxy = delaying_proxy(upstream, Duration::from_micros(500));
-    let settings = RedisSettings { endpoint: format!("redis://{proxy}"), ..settings };
-    let far = run(calls, Some(StoreHandle::open_redis(settings).expect("open the redis store through the proxy")));
-    println!("  redis +1 ms RTT: {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2})", us(&far), us(&far) / us(&none), cpu(&far));
+    let settings_far = RedisSettings { endpoint: format!("redis://{proxy}"), ..settings.clone() };
+    let far =
+        run("flat-redis-far", calls, Some(StoreHandle::open_redis(settings_far.clone()).expect("open the redis store through the proxy")));
+    println!(
+        "  redis +1 ms RTT: {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2}, blocked on the store thread {:.2})",
+        us(&far),
+        us(&far) / us(&none),
+        cpu(&far),
+        far.waited_secs * 1e6 / far.verdicts.max(1) as f64
+    );
     assert_eq!(far.verdicts, calls);
+
+    // Paced: calls at a fixed rate, engine time the wall clock's, as in the service. The figure
+    // is the engine thread's own time per verdict (on CPU + blocked on the store), not the wall
+    // clock (mostly idle between arrivals).
+    let rate = if is_bench { PACED_PER_SECOND } else { 20_000 };
+    let _: () = redis::cmd("FLUSHALL").query(&mut r.conn()).expect("flush redis");
+    let p_none = run_paced("paced-none", calls, None, Pace::PerSecond(rate));
+    let p_red = run_paced(
+        "paced-redis",
+        calls,
+        Some(StoreHandle::open_redis(RedisSettings { endpoint: r.url(), ..settings.clone() }).expect("open")),
+        Pace::PerSecond(rate),
+    );
+    let _: () = redis::cmd("FLUSHALL").query(&mut r.conn()).expect("flush redis");
+    let p_far =
+        run_paced("paced-far", calls, Some(StoreHandle::open_redis(settings_far).expect("open through the proxy")), Pace::PerSecond(rate));
+    println!("paced at {rate} calls/s, engine time = wall clock; engine thread's time per verdict (on CPU + blocked on the store):");
+    println!("  no store:        {:8.2} µs/verdict", p_none.engine_us());
+    let line = |name: &str, r: &Run| {
+        println!(
+            "  {name} {:8.2} µs/verdict  x{:.2} (on CPU {:.2}, blocked {:.2})",
+            r.engine_us(),
+            r.engine_us() / p_none.engine_us(),
+            r.cpu_secs * 1e6 / r.verdicts.max(1) as f64,
+            r.waited_secs * 1e6 / r.verdicts.max(1) as f64
+        )
+    };
+    line("redis (shared):", &p_red);
+    line("redis +1 ms RTT:", &p_far);
+    assert_eq!((p_none.verdicts, p_red.verdicts, p_far.verdicts), (calls, calls, calls));
 }

@@ -27,6 +27,7 @@ use crate::receive::admit::Admission;
 use crate::receive::listen;
 use crate::service::listeners::{ListenError, Listeners, Served};
 use crate::service::reload::{self, SinkSwap, SwappableSink};
+use crate::service::tasks::Tasks;
 use crate::service::{run_engine, Heartbeat};
 
 #[derive(Args, Debug, Default)]
@@ -64,8 +65,9 @@ pub enum ServeError {
     Runtime(std::io::Error),
     #[error("cannot open the state store at {0}: {1}")]
     Store(String, crate::state::StoreError),
-    #[error("the engine stopped unexpectedly; verdicts can no longer be decided")]
-    EngineStopped,
+    /// A part of the running service (the engine, a listener, an exporter task) ended or stalled.
+    #[error("a part of the service ended unexpectedly ({0}); verdicts can no longer be decided and sent")]
+    PartEnded(String),
     /// The exporter would send into this service's own receiver.
     #[error("exporter: {0}")]
     ExportLoop(String),
@@ -276,6 +278,8 @@ impl Supervisor {
                     });
                 }
                 name = self.listeners.ended() => return End::Failed(format!("the {name} listener stopped")),
+                (name, how) = self.pipeline.export_tasks.ended() => return End::Failed(format!("the {name} {}", how.as_str())),
+                (name, how) = self.pipeline.background.ended() => return End::Failed(format!("the {name} {}", how.as_str())),
                 _ = watchdog.tick() => {
                     if self.pipeline.served.heartbeat.health(Moment::wall_now(), stall_after * 3) == crate::service::health::Health::Stuck {
                         return End::Failed(format!("the engine is stuck (no step for {:?})", stall_after * 3));
@@ -366,18 +370,18 @@ impl Supervisor {
     async fn drain(self, end: End) -> Result<(), ServeError> {
         let Supervisor { running, pipeline, mut listeners, .. } = self;
         let failed = match end {
-            End::Asked => false,
+            End::Asked => None,
             End::Failed(why) => {
                 tracing::error!("{why}; the service stops");
-                true
+                Some(why)
             }
         };
         tracing::info!("shutting down: deciding chains in flight and flushing exports");
         let limit = running.service.telemetry.shutdown_timeout.unwrap_or(Duration::from_secs(10));
-        pipeline.drain(&mut listeners, failed, limit).await;
+        pipeline.drain(&mut listeners, failed.is_some(), limit).await;
         listeners.stop_health(Duration::from_secs(2)).await;
-        if failed {
-            return Err(ServeError::EngineStopped);
+        if let Some(why) = failed {
+            return Err(ServeError::PartEnded(why));
         }
         Ok(())
     }
@@ -391,10 +395,12 @@ struct Pipeline {
     engine_task: JoinHandle<()>,
     stop_engine: oneshot::Sender<()>,
     provider: opentelemetry_sdk::metrics::SdkMeterProvider,
-    export_handles: Vec<JoinHandle<()>>,
+    /// The export queues' workers (and disk writers): they end when the drain closes their queues.
+    export_tasks: Tasks,
     /// What each export queue still holds at exit (said in the exit log).
     queue_leftovers: Vec<otlp_traces::Leftover>,
-    background: Vec<JoinHandle<()>>,
+    /// Samplers that run until the drain stops them.
+    background: Tasks,
     /// Where the exporter sends (for the loop check of a reload).
     target_urls: Vec<String>,
     verdict_log: SinkSwap,
@@ -463,7 +469,7 @@ impl Pipeline {
         })?;
         let meters = metrics.meters.clone();
 
-        let mut export_handles = Vec::new();
+        let mut export_tasks = Tasks::default();
         let mut queue_leftovers = Vec::new();
         if let Some(o) = &otlp {
             let settings = SenderSettings {
@@ -485,7 +491,9 @@ impl Pipeline {
                 let Some(rx) = rx else { continue };
                 let started = otlp_traces::spawn(settings.clone(), rx, meters.clone(), name, store)?;
                 started.leftover.observe(&meter);
-                export_handles.extend(started.workers);
+                for (i, w) in started.workers.into_iter().enumerate() {
+                    export_tasks.add(format!("{name} exporter task {i}"), w);
+                }
                 queue_leftovers.push(started.leftover);
             }
         }
@@ -506,7 +514,7 @@ impl Pipeline {
         let (ingest_tx, ingest_rx) = queue::bounded("engine_ingest", proc_cfg.queue_size, OnFull::Refuse);
         status.watch_queue(&ingest_tx);
         // Tasks that live as long as the service, ended when it is (see `drain`).
-        let mut background: Vec<JoinHandle<()>> = Vec::new();
+        let mut background = Tasks::default();
         // Memory is bounded by default: without `processors.memory_limiter` a limiter still runs.
         let memory_cfg = cfg.processors.memory_limiter.as_ref();
         let memory_limit = crate::flow::memory::effective_limit(memory_cfg, crate::flow::memory::SystemMemory::read());
@@ -522,7 +530,7 @@ impl Pipeline {
         let memory = memory_limit.map(|l| {
             let limiter = Arc::new(crate::flow::memory::MemoryLimiter::from_limit(l));
             let every = memory_cfg.map_or(Duration::from_secs(1), |m| m.check_interval);
-            background.push(tokio::spawn(sample_memory(limiter.clone(), every)));
+            background.add("memory limiter's sampler", tokio::spawn(sample_memory(limiter.clone(), every)));
             crate::emit::metrics::observe_memory_limiter(&crate::emit::metrics::meter(&metrics.provider), &limiter);
             limiter
         });
@@ -617,7 +625,7 @@ impl Pipeline {
             engine_task,
             stop_engine: stop_tx,
             provider: metrics.provider,
-            export_handles,
+            export_tasks,
             queue_leftovers,
             background,
             target_urls,
@@ -639,7 +647,7 @@ impl Pipeline {
 
     /// Stop the receivers, decide what is in flight and flush the exports, within `limit`.
     async fn drain(self, listeners: &mut Listeners, failed: bool, limit: Duration) {
-        let Pipeline { served, mut engine_task, stop_engine, provider, export_handles, queue_leftovers, background, .. } = self;
+        let Pipeline { served, mut engine_task, stop_engine, provider, export_tasks, queue_leftovers, background, .. } = self;
         served.heartbeat.set_draining();
         let finish = async {
             listeners.stop_serving().await;
@@ -657,9 +665,7 @@ impl Pipeline {
                 tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(Duration::from_secs(3))),
             )
             .await;
-            for h in export_handles {
-                let _ = h.await;
-            }
+            export_tasks.join().await;
         };
         if tokio::time::timeout(limit, finish).await.is_err() {
             tracing::warn!(?limit, "shutdown timeout reached; exiting with exports pending");
@@ -667,9 +673,7 @@ impl Pipeline {
         for q in &queue_leftovers {
             q.report_at_exit();
         }
-        for b in background {
-            b.abort();
-        }
+        background.abort();
     }
 }
 

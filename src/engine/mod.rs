@@ -217,6 +217,12 @@ impl Engine {
         self.replica.figures().taken_over
     }
 
+    /// Wall-clock time this engine's thread spent blocked on its store's thread (zero without a
+    /// store on the network): the store's cost to the thread that decides every verdict.
+    pub fn store_waited(&self) -> std::time::Duration {
+        self.replica.figures().waited
+    }
+
     /// Loads and writes of the state store that failed.
     pub fn store_errors(&self) -> u64 {
         self.replica.figures().store_errors

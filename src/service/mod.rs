@@ -7,6 +7,7 @@ pub mod listeners;
 pub mod reload;
 pub mod replay;
 pub mod status;
+pub(crate) mod tasks;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -128,6 +128,7 @@ impl Replica for Durable {
             store_conflicts: self.link.conflicts,
             taken_over: self.link.taken_over,
             queue_waits: self.link.worker.queue_waits(),
+            waited: self.link.worker.waited(),
             ..Default::default()
         }
     }

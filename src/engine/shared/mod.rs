@@ -73,6 +73,8 @@ pub(crate) struct ReplicaFigures {
     pub incidents_unshared: u64,
     /// Store calls that waited for room in the worker's queue (it was full).
     pub queue_waits: u64,
+    /// Wall-clock time the engine's thread spent blocked on the store's thread.
+    pub waited: std::time::Duration,
 }
 
 /// How the engine's gauges of incidents and convergence are reported.

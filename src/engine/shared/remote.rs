@@ -1256,6 +1256,7 @@ impl Replica for Shared {
             sessions_merged: self.sessions_merged,
             incidents_unshared: self.incidents_unshared,
             queue_waits: self.link.worker.queue_waits() + self.awaiting_waits,
+            waited: self.link.worker.waited(),
         }
     }
 

@@ -48,6 +48,9 @@ pub(crate) struct Worker {
     /// Submitted, answer not yet come back.
     in_flight: usize,
     queue_waits: u64,
+    /// Wall-clock time the engine's thread spent blocked on an answer (a full queue, an answer
+    /// due, a read the step needs now): what the store costs the engine beyond its own work.
+    waited: std::time::Duration,
 }
 
 impl Worker {
@@ -61,7 +64,7 @@ impl Worker {
     }
 
     pub fn inline(store: StoreHandle) -> Self {
-        Worker { via: Via::Inline(store), next: 0, taken: BTreeMap::new(), in_flight: 0, queue_waits: 0 }
+        Worker { via: Via::Inline(store), next: 0, taken: BTreeMap::new(), in_flight: 0, queue_waits: 0, waited: std::time::Duration::ZERO }
     }
 
     pub fn thread(store: StoreHandle) -> Self {
@@ -82,7 +85,14 @@ impl Worker {
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the store's thread; its calls run on the engine's");
         }
-        Worker { via: Via::Thread { jobs, answers }, next: 0, taken: BTreeMap::new(), in_flight: 0, queue_waits: 0 }
+        Worker {
+            via: Via::Thread { jobs, answers },
+            next: 0,
+            taken: BTreeMap::new(),
+            in_flight: 0,
+            queue_waits: 0,
+            waited: std::time::Duration::ZERO,
+        }
     }
 
     /// Submit `job`; its answer is taken with [`Worker::take`] once [`Worker::poll`] or
@@ -126,7 +136,10 @@ impl Worker {
 
     fn recv_one(&mut self) -> bool {
         let Via::Thread { answers, .. } = &self.via else { return false };
-        match answers.recv() {
+        let since = std::time::Instant::now();
+        let answer = answers.recv();
+        self.waited += since.elapsed();
+        match answer {
             Ok((id, a)) => {
                 self.in_flight -= 1;
                 self.taken.insert(id, a);
@@ -168,5 +181,10 @@ impl Worker {
     /// Submit calls that waited for room.
     pub fn queue_waits(&self) -> u64 {
         self.queue_waits
+    }
+
+    /// Time the caller's thread spent blocked on the store's thread.
+    pub fn waited(&self) -> std::time::Duration {
+        self.waited
     }
 }
