@@ -4,6 +4,8 @@
 //!     MCP_HEALTH_BENCH_BASELINE=/path/to/older/mcp-health cargo bench --bench throughput
 //!     MCP_HEALTH_BENCH_ONLY=memory cargo bench --bench throughput   (the memory figures alone)
 //!     MCP_HEALTH_BENCH_ONLY=walk cargo bench --bench throughput     (decode and walk rates alone)
+//!     MCP_HEALTH_BENCH_ONLY=cluster cargo bench --bench throughput  (three instances on one Redis
+//!         beside one without a store: spans per CPU-second per instance and in total)
 //!     MCP_HEALTH_BENCH_LIMIT_MIB=2000 ...     (every service under a memory limiter of that size)
 //!     MCP_HEALTH_BENCH_HELD_QUEUE=8 MCP_HEALTH_BENCH_HELD_CONSUMERS=10 ...   (the held-request
 //!         run's pass-through queue and workers: requests held = queue + workers)
@@ -25,6 +27,9 @@ use std::time::{Duration, Instant};
 use mcp_health::loadgen::{self, EncodedBatch, SendOptions};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
+
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -133,7 +138,7 @@ fn test_pki() -> (String, String, String) {
 /// `tls`: (certificate PEM, key PEM) for the gRPC receiver; `upstream`: an OTLP/gRPC port that
 /// gets pass-through and health spans (the inline deployment).
 fn start_binary(bin: &str, decision_wait: &str, max_wait: &str, tls: Option<(&str, &str)>, upstream: Option<u16>) -> Service {
-    start_binary_with(bin, decision_wait, max_wait, tls, upstream, "")
+    start_binary_with(bin, decision_wait, max_wait, tls, upstream, "", "")
 }
 
 /// [`start_binary`] with more lines for `exporters.otlp` (indented four spaces).
@@ -144,6 +149,7 @@ fn start_binary_with(
     tls: Option<(&str, &str)>,
     upstream: Option<u16>,
     otlp_extra: &str,
+    top_extra: &str,
 ) -> Service {
     let dir = tempfile::tempdir().expect("tempdir");
     let (grpc, prom, health) = (free_port(), free_port(), free_port());
@@ -172,7 +178,7 @@ fn start_binary_with(
 processors:\n{limiter}  mcp_health:\n    decision_wait: {decision_wait}\n    max_wait: {max_wait}\n    max_chains: 2000000\n    max_bytes: 4294967296\n    queue_size: 64\n    max_decided: 0\n\
 exporters:\n  prometheus:\n    endpoint: 127.0.0.1:{prom}\n{otlp_lines}\
 extensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\n\
-service:\n  telemetry:\n    logs:\n      level: warn\n"
+service:\n  telemetry:\n    logs:\n      level: warn\n{top_extra}"
     );
     let path = dir.path().join("bench.yaml");
     std::fs::write(&path, cfg).expect("write config");
@@ -209,6 +215,10 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     let baseline = std::env::var("MCP_HEALTH_BENCH_BASELINE").ok();
     let this = env!("CARGO_BIN_EXE_mcp-health");
+    if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "cluster") {
+        cluster(&rt, this, calls_per_batch, secs);
+        return;
+    }
     if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "memory") {
         // The memory figures alone (a few seconds each), baseline first when given.
         if let Some(base) = &baseline {
@@ -341,6 +351,83 @@ fn main() {
 
     // 4. Bytes per in-flight chain: hold chains (long decision_wait) and measure.
     held_chain_memory(&rt, this, &batches, "");
+
+    // 5. Three instances on one Redis beside one instance without a store.
+    cluster(&rt, this, calls_per_batch, secs);
+}
+
+/// Three instances of `bin` sharing one Redis (`storage: {kind: redis}`), each loaded by its own
+/// sender with traces of its own (whole traces per instance, as the collector's
+/// `load_balancing` exporter routes by trace id), beside one instance without a store under the
+/// same load, in one run: accepted spans per CPU-second of each process and in total (the
+/// three instances' CPU together; Redis's own CPU said apart). On these two cores the three
+/// instances, Redis and the senders share the machine, so per-CPU-second figures are the
+/// comparison, not spans/s.
+fn cluster(rt: &tokio::runtime::Runtime, bin: &str, calls_per_batch: u32, secs: u64) {
+    if !redis_server::available("throughput bench: three instances on one redis") {
+        return;
+    }
+    let batches_for = |k: u32| -> Arc<Vec<EncodedBatch>> {
+        Arc::new((0..64).map(|b| loadgen::encode(&loadgen::build_request(1000 * (k + 1) + b, calls_per_batch))).collect())
+    };
+    let load = |targets: &[(u16, Arc<Vec<EncodedBatch>>)], secs: u64| -> Vec<loadgen::LoadReport> {
+        rt.block_on(async {
+            let runs: Vec<_> = targets
+                .iter()
+                .map(|(port, b)| {
+                    let (at, b) = (format!("127.0.0.1:{port}"), b.clone());
+                    tokio::spawn(async move { loadgen::run(&at, b, Duration::from_secs(secs), 2).await.expect("load") })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for r in runs {
+                out.push(r.await.expect("sender"));
+            }
+            out
+        })
+    };
+    let measure_all = |label: &str, svcs: &[Service], pids_extra: Option<u32>| {
+        let targets: Vec<(u16, Arc<Vec<EncodedBatch>>)> = svcs.iter().enumerate().map(|(k, s)| (s.grpc, batches_for(k as u32))).collect();
+        let _ = load(&targets, 2);
+        let cpu0: Vec<f64> = svcs.iter().map(|s| proc_cpu_secs(s.child.id())).collect();
+        let extra0 = pids_extra.map(proc_cpu_secs).unwrap_or(0.0);
+        let reps = load(&targets, secs);
+        let cpu: Vec<f64> = svcs.iter().zip(&cpu0).map(|(s, c0)| proc_cpu_secs(s.child.id()) - c0).collect();
+        let extra = pids_extra.map(proc_cpu_secs).unwrap_or(0.0) - extra0;
+        println!("-- {label}");
+        for (k, (r, c)) in reps.iter().zip(&cpu).enumerate() {
+            println!(
+                "  instance {k}: {:>10.0} spans/s accepted, {:>6.2} CPU-s, {:>10.0} spans per CPU-second ({} refused)",
+                r.spans_accepted as f64 / r.elapsed.as_secs_f64(),
+                c,
+                r.spans_accepted as f64 / c.max(1e-9),
+                r.requests_refused
+            );
+        }
+        let spans: u64 = reps.iter().map(|r| r.spans_accepted).sum();
+        let total_cpu: f64 = cpu.iter().sum();
+        let per = spans as f64 / total_cpu.max(1e-9);
+        print!(
+            "  total:      {:>10.0} spans/s accepted, {:>6.2} CPU-s, {:>10.0} spans per CPU-second",
+            spans as f64 / secs as f64,
+            total_cpu,
+            per
+        );
+        match pids_extra {
+            Some(_) => println!(" ({:.0} counting Redis's {:.2} CPU-s)", spans as f64 / (total_cpu + extra).max(1e-9), extra),
+            None => println!(),
+        }
+        per
+    };
+    let one = [start_binary(bin, "1s", "5s", None, None)];
+    let alone = measure_all("one instance, no store", &one, None);
+    drop(one);
+    let r = redis_server::RedisServer::start();
+    let storage = format!("storage:\n  kind: redis\n  endpoint: {}\n", r.url());
+    let three: Vec<Service> = (0..3).map(|_| start_binary_with(bin, "1s", "5s", None, None, "", &storage)).collect();
+    let shared = measure_all("three instances, one redis", &three, r.pid());
+    println!("cluster (same run):       {:>16} {:>16}", "one, no store", "three on redis");
+    println!("  spans per CPU-second:   {:>16.0} {:>16.0}  (three / one: {:.2})", alone, shared, shared / alone.max(1e-9));
 }
 
 /// Bytes per in-flight chain of the service `bin`: chains held (long decision_wait), measured by
@@ -384,6 +471,7 @@ fn held_request_memory(rt: &tokio::runtime::Runtime, bin: &str) {
         None,
         Some(port),
         &format!("    health_spans: false\n    sending_queue:\n      queue_size: {queue}\n      num_consumers: {consumers}\n"),
+        "",
     );
     let big = Arc::new(vec![loadgen::encode(&loadgen::build_request(7, 3000))]);
     let size = big[0].bytes.len();

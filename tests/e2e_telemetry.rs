@@ -167,3 +167,17 @@ async fn prometheus_stores_the_trace_id_exemplars_of_the_latency_histograms() {
     let log = prom.log();
     assert!(!log.lines().any(|l| l.contains("level=error") && (l.contains("scrape") || l.contains("xemplar"))), "{log}");
 }
+
+/// A clean start, a scrape and a stop log no error: an error line at start (the metrics SDK's
+/// `InstrumentCreationFailed` for an instrument the telemetry level does not serve) teaches
+/// operators to ignore error lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_start_and_stop_logs_no_error() {
+    let svc = Service::start(Cfg::default()).await;
+    assert!(svc.metrics_text().await.contains("target_info"), "a scrape answers");
+    let st = svc.terminate(WAIT).await.expect("exits on SIGTERM");
+    assert!(st.success(), "{st:?}");
+    let log = svc.stderr();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(errors.is_empty(), "error lines on a clean start and stop:\n{}", errors.join("\n"));
+}

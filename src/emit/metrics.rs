@@ -368,7 +368,8 @@ pub struct HealthMeters {
     /// Connections a listener closed for `read_header_timeout` or `idle_timeout`, by listener and reason.
     pub connections_timed_out: ObservableCounter<u64>,
     /// Connections open now, by listener.
-    pub connections_open: opentelemetry::metrics::ObservableGauge<u64>,
+    /// Registered only where the level serves it (see [`MetricsPipeline::build`]).
+    pub connections_open: Option<opentelemetry::metrics::ObservableGauge<u64>>,
     /// The process's resident set, read at each collection (what the memory limiter compares).
     pub process_memory_rss: opentelemetry::metrics::ObservableGauge<u64>,
     /// Time from a call's end (its latest span end) to its first verdict, in seconds.
@@ -471,16 +472,7 @@ impl HealthMeters {
                 .with_unit(ins::CONNECTIONS_TIMED_OUT.unit)
                 .with_callback(|o| connection_counts(o, true))
                 .build(),
-            connections_open: meter
-                .u64_observable_gauge(ins::CONNECTIONS_OPEN.name)
-                .with_description(ins::CONNECTIONS_OPEN.description)
-                .with_unit(ins::CONNECTIONS_OPEN.unit)
-                .with_callback(|o| {
-                    for (l, n) in crate::receive::listen::open_counts() {
-                        o.observe(n, &[KeyValue::new("listener", l.as_str())]);
-                    }
-                })
-                .build(),
+            connections_open: None,
             process_memory_rss: meter
                 .u64_observable_gauge(ins::PROCESS_MEMORY_RSS.name)
                 .with_description(ins::PROCESS_MEMORY_RSS.description)
@@ -857,7 +849,23 @@ impl MetricsPipeline {
         });
         let provider = builder.build();
         let meter = meter(&provider);
-        let meters = HealthMeters::new(&meter);
+        let mut meters = HealthMeters::new(&meter);
+        // An observable instrument every view drops makes the SDK log an error at start
+        // (`InstrumentCreationFailed`): one the level does not serve is not registered at all.
+        if ins::CONNECTIONS_OPEN.tier.served_at(level) {
+            meters.connections_open = Some(
+                meter
+                    .u64_observable_gauge(ins::CONNECTIONS_OPEN.name)
+                    .with_description(ins::CONNECTIONS_OPEN.description)
+                    .with_unit(ins::CONNECTIONS_OPEN.unit)
+                    .with_callback(|o| {
+                        for (l, n) in crate::receive::listen::open_counts() {
+                            o.observe(n, &[KeyValue::new("listener", l.as_str())]);
+                        }
+                    })
+                    .build(),
+            );
+        }
         if let Some(q) = queue_exporter {
             let _ = q.0.meters.set(meters.clone());
         }

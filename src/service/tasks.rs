@@ -54,7 +54,8 @@ impl Tasks {
         self.running.push((name.into(), task));
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.running.len()
     }
 

@@ -55,6 +55,11 @@ impl RedisServer {
         self.dir.path().to_path_buf()
     }
 
+    /// The server's process id (for its CPU time), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// `redis://127.0.0.1:port` (with the password, if any).
     pub fn url(&self) -> String {
         match &self.password {
