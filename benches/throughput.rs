@@ -424,10 +424,20 @@ fn cluster(rt: &tokio::runtime::Runtime, bin: &str, calls_per_batch: u32, secs: 
     drop(one);
     let r = redis_server::RedisServer::start();
     let storage = format!("storage:\n  kind: redis\n  endpoint: {}\n", r.url());
+    let one_shared = [start_binary_with(bin, "1s", "5s", None, None, "", &storage)];
+    let one_on_redis = measure_all("one instance, on redis", &one_shared, r.pid());
+    drop(one_shared);
     let three: Vec<Service> = (0..3).map(|_| start_binary_with(bin, "1s", "5s", None, None, "", &storage)).collect();
     let shared = measure_all("three instances, one redis", &three, r.pid());
-    println!("cluster (same run):       {:>16} {:>16}", "one, no store", "three on redis");
-    println!("  spans per CPU-second:   {:>16.0} {:>16.0}  (three / one: {:.2})", alone, shared, shared / alone.max(1e-9));
+    println!("cluster (same run):       {:>16} {:>16} {:>16}", "one, no store", "one on redis", "three on redis");
+    println!(
+        "  spans per CPU-second:   {:>16.0} {:>16.0} {:>16.0}  (/ one without a store: {:.2}, {:.2})",
+        alone,
+        one_on_redis,
+        shared,
+        one_on_redis / alone.max(1e-9),
+        shared / alone.max(1e-9)
+    );
 }
 
 /// Bytes per in-flight chain of the service `bin`: chains held (long decision_wait), measured by

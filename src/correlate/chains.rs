@@ -233,6 +233,10 @@ pub struct Chains {
     published_parked: Vec<(Box<str>, SpanEvidence)>,
     known_verifiers: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
     looked_for: crate::bounded::BoundedSet<TraceId>,
+    /// Chains deferred as server halves (see `tick_due`): the only ones a timed look for a client
+    /// half can find ([`Chains::server_halves_to_look_for`]), so that look never walks every
+    /// chain in flight. At most one entry per chain in `active` (taken out when it leaves).
+    deferred_halves: rustc_hash::FxHashSet<TraceId>,
     known_orphans: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
 }
 
@@ -266,6 +270,7 @@ impl Chains {
             published_parked: Vec::new(),
             known_verifiers: crate::bounded::BoundedSet::with_capacity("known_verifiers", 100_000),
             looked_for: crate::bounded::BoundedSet::with_capacity("halves_looked_for", 100_000),
+            deferred_halves: Default::default(),
             known_orphans: crate::bounded::BoundedSet::with_capacity("known_orphans", crossjoin::MAX_ORPHANS * 4),
         }
     }
@@ -311,7 +316,16 @@ impl Chains {
     pub fn server_halves_to_look_for(&mut self, now: Moment, all: bool) -> Vec<(TraceId, crossjoin::Half)> {
         let wait = self.limits.decision_wait + self.limits.decision_wait.max(SERVER_HALF_WAIT) / 2;
         let mut out = Vec::new();
-        for (id, c) in &self.active {
+        // Outside the drain only deferred chains qualify: walk those, not every chain.
+        let deferred: Vec<TraceId>;
+        let candidates: Box<dyn Iterator<Item = (&TraceId, &Chain)>> = if all {
+            Box::new(self.active.iter())
+        } else {
+            deferred = self.deferred_halves.iter().copied().collect();
+            let active = &self.active;
+            Box::new(deferred.iter().filter_map(move |id| active.get_key_value(id)))
+        };
+        for (id, c) in candidates {
             let waited = c.deferred && now.saturating_duration_since(c.last_seen) >= wait;
             if !c.has_server_req || c.has_client_req || !(all || waited) {
                 continue;
@@ -754,6 +768,7 @@ impl Chains {
                 server_rooted: false,
             },
         );
+        self.deferred_halves.insert(trace_id);
         self.due.push(now + self.limits.decision_wait, trace_id);
         true
     }
@@ -878,6 +893,7 @@ impl Chains {
                 // process, another exporter schedule): at least 2 s.
                 if let Some(c) = self.active.get_mut(&id) {
                     c.deferred = true;
+                    self.deferred_halves.insert(id);
                 }
                 self.due.push(now + self.limits.decision_wait.max(SERVER_HALF_WAIT), id);
             } else if c.root_seen && quiet {
@@ -940,6 +956,7 @@ impl Chains {
             return false;
         }
         let Some(s) = self.active.remove(&src) else { return false };
+        self.deferred_halves.remove(&src);
         self.cross.remove_keys(src, s.index_keys());
         let Some(d) = self.active.get_mut(&dst) else { return false };
         // The moved spans now belong to the call's chain: one trace per chain, so the verdict and
@@ -1036,6 +1053,7 @@ impl Chains {
             return;
         }
         let Some(mut c) = self.active.remove(&id) else { return };
+        self.deferred_halves.remove(&id);
         self.stats.chains_decided += 1;
         if self.share_orphans {
             for h in crossjoin::client_halves(&c.spans) {
