@@ -54,9 +54,8 @@ use rustc_hash::FxHashMap;
 use crate::classify::catalog::Convergence;
 use crate::classify::incidents::{IncidentBook, ServerIncidents, Transition};
 use crate::correlate::{crossjoin, CatalogChange, DecidedCalls};
-use crate::evidence::call::CallEvidence;
 use crate::evidence::time::Moment;
-use crate::evidence::{Method, SpanEvidence};
+use crate::evidence::{Method, Side, SpanEvidence};
 use crate::state::{server_key, Changes, ClientHalf, DriftRecord, Record, StateStore, StoreError, StoreHandle, Table};
 use crate::verdict::{HealthState, Verdict};
 
@@ -1279,12 +1278,21 @@ fn prepend<T>(v: &mut Vec<T>, items: Vec<T>) {
 }
 
 /// The sessions of the tool calls in `decided` (sorted, once each).
+///
+/// Calls are many and sessions few: the key's parts are deduplicated first (borrowed), so a
+/// key is built once per session, not once per call.
 fn session_keys(decided: &[DecidedCalls]) -> Vec<String> {
-    let mut keys: Vec<String> = decided
+    let parts: rustc_hash::FxHashSet<(Option<&str>, Option<&str>, Option<&str>, bool)> = decided
         .iter()
         .flat_map(|d| d.calls.iter())
         .filter(|c| c.method == Some(Method::ToolsCall))
-        .filter_map(CallEvidence::session_key)
+        .map(|c| (c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), c.client_seen))
+        .collect();
+    let mut keys: Vec<String> = parts
+        .into_iter()
+        .filter_map(|(session, service, server, client)| {
+            crate::evidence::session_key(session, service, server, if client { Side::Client } else { Side::Server })
+        })
         .collect();
     keys.sort();
     keys.dedup();
@@ -1467,4 +1475,62 @@ fn merge_parked(rec: Option<Record>, mine: &[SpanEvidence]) -> Record {
         }
     }
     Record::Parked(Box::new(crate::state::ParkedRecord { verifiers: all }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::call::CallEvidence;
+
+    /// The keys deduplicated by their parts are the keys of every call, sorted once each.
+    #[test]
+    fn session_keys_are_every_calls_key_once() {
+        let call = |session: Option<&str>, service: Option<&str>, server: Option<&str>, client: bool, tool: bool| CallEvidence {
+            method: tool.then_some(Method::ToolsCall),
+            session_id: session.map(Arc::from),
+            service: service.map(Arc::from),
+            server: server.map(Arc::from),
+            client_seen: client,
+            ..Default::default()
+        };
+        let calls = vec![
+            call(Some("s1"), Some("a"), Some("x"), true, true),
+            call(Some("s1"), Some("b"), None, false, true),
+            call(None, Some("a"), Some("x"), true, true),
+            call(None, Some("a"), Some("x"), false, true),
+            call(None, None, Some("y"), true, true),
+            call(Some("s2"), None, None, true, false),
+            call(Some("s0"), None, None, false, true),
+        ];
+        let mut want: Vec<String> =
+            calls.iter().filter(|c| c.method == Some(Method::ToolsCall)).filter_map(CallEvidence::session_key).collect();
+        want.sort();
+        want.dedup();
+        let decided = vec![
+            DecidedCalls {
+                trace_id: [1; 16],
+                calls: calls[..3].to_vec(),
+                decision: crate::classify::Decision {
+                    revision: 0,
+                    decided_by: crate::verdict::DecidedBy::Quiet,
+                    root_seen: true,
+                    truncated: false,
+                },
+                previous: Vec::new(),
+            },
+            DecidedCalls {
+                trace_id: [2; 16],
+                calls: calls[3..].to_vec(),
+                decision: crate::classify::Decision {
+                    revision: 0,
+                    decided_by: crate::verdict::DecidedBy::Quiet,
+                    root_seen: true,
+                    truncated: false,
+                },
+                previous: Vec::new(),
+            },
+        ];
+        assert_eq!(session_keys(&decided), want);
+        assert_eq!(want, ["client:?|server:y", "client:a|server:x", "session:s0", "session:s1"]);
+    }
 }
