@@ -1282,12 +1282,17 @@ fn prepend<T>(v: &mut Vec<T>, items: Vec<T>) {
 /// Calls are many and sessions few: the key's parts are deduplicated first (borrowed), so a
 /// key is built once per session, not once per call.
 fn session_keys(decided: &[DecidedCalls]) -> Vec<String> {
-    let parts: rustc_hash::FxHashSet<(Option<&str>, Option<&str>, Option<&str>, bool)> = decided
-        .iter()
-        .flat_map(|d| d.calls.iter())
-        .filter(|c| c.method == Some(Method::ToolsCall))
-        .map(|c| (c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), c.client_seen))
-        .collect();
+    type Parts<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>, bool);
+    let mut parts: rustc_hash::FxHashSet<Parts> = Default::default();
+    // Calls of one session come in runs: a run costs one comparison per call, not a hash.
+    let mut last: Option<Parts> = None;
+    for c in decided.iter().flat_map(|d| d.calls.iter()).filter(|c| c.method == Some(Method::ToolsCall)) {
+        let p = (c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), c.client_seen);
+        if last != Some(p) {
+            parts.insert(p);
+            last = Some(p);
+        }
+    }
     let mut keys: Vec<String> = parts
         .into_iter()
         .filter_map(|(session, service, server, client)| {
