@@ -3,19 +3,13 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-extern "C" {
-    /// mimalloc's option setter (mimalloc.h); options are atomics, safe to set at any time.
-    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
-    /// mimalloc's collection of the calling thread's heap (mimalloc.h); `force` also returns its
-    /// free pages to the OS now rather than after `purge_delay`.
-    fn mi_collect(force: bool);
-}
+use libmimalloc_sys::{mi_collect, mi_option_set, mi_option_t};
 
-/// `mi_option_purge_delay` in mimalloc v3's `mi_option_t` (the version libmimalloc-sys builds
-/// unless its `v2` feature is on; v2 has it at the same index): how long freed pages are kept
-/// before they are returned to the OS (default 10 ms, and only on later activity of the thread
-/// that freed them).
-const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+/// `mi_option_purge_delay` in mimalloc's `mi_option_t` (index 15 in both v2 and v3, the v3 that
+/// libmimalloc-sys builds by default): how long freed pages are kept before they are returned
+/// to the OS (default 10 ms, and only on later activity of the thread that freed them). The
+/// binding (0.1.49) declares the options on either side of it but not this one.
+const MI_OPTION_PURGE_DELAY: mi_option_t = 15;
 
 /// Under a memory limit, freed memory goes back to the OS at once: measured with 64 refused 4 MiB
 /// requests, the default kept ~100 MiB of freed buffers resident for good, which the limiter then
