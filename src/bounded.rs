@@ -246,29 +246,12 @@ impl<K: Hash + Eq + Clone> BoundedSet<K> {
         self.0.remove(k).is_some()
     }
 
-    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
-        self.0.retain(|k, _| keep(k));
-    }
-
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.0.capacity()
-    }
-
-    pub fn set_capacity(&mut self, cap: usize) {
-        self.0.set_capacity(cap)
-    }
-
-    /// Every key, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &K> {
-        self.0.iter().map(|(k, _)| k)
     }
 }
 

@@ -19,7 +19,7 @@ pub mod gate;
 pub mod loadgen;
 pub mod normalize;
 pub mod receive;
-pub mod service;
+pub(crate) mod service;
 pub mod state;
 pub mod tap;
 pub mod verdict;

@@ -264,22 +264,12 @@ impl Sessions {
         self.map.contains_key(key)
     }
 
-    /// The convergence last emitted for a session, as this table last read or set it.
-    pub fn emitted(&self, key: &str) -> Option<Convergence> {
-        self.map.get(key).and_then(|st| st.emitted)
-    }
-
     /// Record that `c` is emitted for the session (written with it at the next write).
     pub fn set_emitted(&mut self, key: &str, c: Option<Convergence>) {
         if let Some(st) = self.map.get_mut(key) {
             st.emitted = c;
             self.mark(key);
         }
-    }
-
-    /// The convergence last reported for a session (`None`: unknown here, or no verdict yet).
-    pub fn last_convergence(&self, key: &str) -> Option<Convergence> {
-        self.map.get(key).and_then(|st| st.last)
     }
 
     /// Up to `limit` of the sessions whose verdict here is `converged`, in key order from the
@@ -301,10 +291,6 @@ impl Sessions {
 
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
-    }
-
-    pub fn policy(&self) -> RefreshPolicy {
-        self.limits.refresh_policy
     }
 
     /// Record the catalog facts of a batch of spans; returns the sessions whose verdict changed.

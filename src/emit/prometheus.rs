@@ -188,11 +188,6 @@ pub fn render_as(reader: &ManualReaderHandle, format: Format, exemplars: Option<
     render_metrics_as(&rm, format, exemplars)
 }
 
-/// Render collected metrics in the text format.
-pub fn render_metrics(rm: &ResourceMetrics) -> String {
-    render_metrics_as(rm, Format::Text, None)
-}
-
 /// Render collected metrics.
 pub fn render_metrics_as(rm: &ResourceMetrics, format: Format, exemplars: Option<&Exemplars>) -> String {
     let mut out = String::with_capacity(4096);

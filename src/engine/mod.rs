@@ -243,10 +243,6 @@ impl Engine {
         &self.chains
     }
 
-    pub fn sessions(&self) -> &Sessions {
-        &self.sessions
-    }
-
     /// When a chain next falls due (see `Chains::next_due`), or when the replica next needs a
     /// step: a write due (another instance reading a shared store sees this one's evidence at
     /// most [`PERSIST_EVERY`](crate::state::PERSIST_EVERY) after it came), a held catalog

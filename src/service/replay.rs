@@ -26,7 +26,9 @@ pub enum ReplayError {
 
 /// Feed every line of `files` (one `ExportTraceServiceRequest` per line, `-` for stdin) to the
 /// engine and its records to `sink`; bad lines are reported in `errors` and skipped. Returns the
-/// span-time clock at the end (the moment the final state is for).
+/// span-time clock at the end (the moment the final state is for). (The sinks' unit tests;
+/// `cli::replay` runs [`replay_until`].)
+#[cfg(test)]
 pub fn replay(files: &[String], engine: &mut Engine, sink: &mut dyn Sink, errors: &mut Vec<ReplayError>) -> Moment {
     replay_until(files, engine, sink, errors, None)
 }

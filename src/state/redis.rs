@@ -254,11 +254,6 @@ impl RedisStore {
         Ok(s)
     }
 
-    /// The endpoint as it may be logged (no password).
-    pub fn endpoint_shown(&self) -> &str {
-        &self.shown
-    }
-
     /// Run `f` on the connection, connecting first if needed. A failure of the connection (I/O,
     /// timeout, dropped) forgets it and holds further attempts off for `retry_after`.
     fn with_conn<T>(&mut self, f: impl FnOnce(&mut Connection) -> ::redis::RedisResult<T>) -> Result<T, StoreError> {

@@ -91,10 +91,6 @@ impl SpanSink {
             warn_limited(&self.stats, self.warn_interval, &format!("span queue full (collector at {} slow or down)", self.endpoint));
         }
     }
-
-    pub fn stats(&self) -> &Arc<ExportStats> {
-        &self.stats
-    }
 }
 
 /// Say on stderr that spans are being dropped, at most once per `interval`.

@@ -83,11 +83,6 @@ impl Template {
         Ok(Template { parts })
     }
 
-    /// A template from the process environment.
-    pub fn parse_env(src: &str) -> Result<Self, TemplateError> {
-        Template::parse(src, &|k| std::env::var(k).ok())
-    }
-
     /// Whether the template reads the call's result (a lost response has none).
     pub fn reads_result(&self) -> bool {
         self.parts.iter().any(|p| matches!(p, Part::Pointer(x) if x.starts_with("/result")))
@@ -222,10 +217,6 @@ impl UrlTemplate {
             }
         }
         Ok(UrlTemplate { template, slots, origin })
-    }
-
-    pub fn parse_env(src: &str) -> Result<Self, TemplateError> {
-        UrlTemplate::parse(src, &|k| std::env::var(k).ok())
     }
 
     pub fn template(&self) -> &Template {
