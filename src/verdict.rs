@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::evidence::{Instrumentation, SpanId, TraceId};
+use crate::evidence::{Instrumentation, Method, SpanId, TraceId};
 
 /// The five ordered layers of a tool-call attempt (SPEC section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
@@ -287,6 +287,14 @@ pub struct Verdict {
     pub chain: EvidenceChain,
 }
 
+impl Verdict {
+    /// Whether the call was a `tools/call`, the calls with an outcome to verify (the method is
+    /// kept by the evidence model's vocabulary, so its spelling there is the one to compare).
+    pub(crate) fn is_tools_call(&self) -> bool {
+        self.method.as_deref() == Some(Method::ToolsCall.as_str())
+    }
+}
+
 /// What kind of evidence a span was, for an evidence chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -492,7 +500,7 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         start_ns: 0,
         end_ns: 0,
         protocol_revision: crate::evidence::ProtocolRevision::Unknown,
-        attempt: method == "tools/call",
+        attempt: Method::parse(method) == Method::ToolsCall,
         rounds: None,
         task_status: None,
         chain: EvidenceChain::default(),

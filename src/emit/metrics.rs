@@ -555,7 +555,7 @@ impl HealthMeters {
         self.verdict_delay.record(delay, &[]);
         batch.by.insert((None, bucket_of(&VERDICT_DELAY_BOUNDS, delay)), (v.trace_id, delay));
         // Like `mcp_health.calls`: tool calls only, not initialize or ping.
-        if v.method.as_deref() == Some("tools/call") && v.start_ns > 0 && v.end_ns >= v.start_ns {
+        if v.is_tools_call() && v.start_ns > 0 && v.end_ns >= v.start_ns {
             let duration = (v.end_ns - v.start_ns) as f64 / 1e9;
             self.call_duration.record(duration, &[KeyValue::new("state", v.state.as_str())]);
             batch.by.insert((Some(v.state), bucket_of(&CALL_DURATION_BOUNDS, duration)), (v.trace_id, duration));

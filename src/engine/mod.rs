@@ -600,9 +600,7 @@ pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvi
 /// somewhere. A successful `tools/list` or `initialize` has no outcome to verify; reporting it as
 /// `unverified` would be noise, and it is covered by the catalog verdict.
 pub fn reportable(v: &Verdict) -> bool {
-    v.method.as_deref() == Some("tools/call")
-        || v.first_failed_layer.is_some()
-        || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
+    v.is_tools_call() || v.first_failed_layer.is_some() || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
 }
 
 /// Classify a decided chain.
