@@ -41,7 +41,7 @@ use crate::evidence::call::CallEvidence;
 use crate::evidence::time::Moment;
 use crate::evidence::{Method, SpanEvidence};
 use crate::normalize::NormalizedBatch;
-use crate::verdict::{DecidedBy, HealthState, Verdict};
+use crate::verdict::{DecidedBy, HealthState, Partial, Verdict};
 
 pub use decided::{CatalogLine, Decided, DriftEvent, IncidentChange};
 use shared::{Batch, GaugeSource, Replica, Tables};
@@ -152,7 +152,7 @@ pub struct Engine {
     /// Chains whose last decision was marked partial, and why: a revision supersedes the
     /// verdict as reported (capped), so the success counts it undoes are the ones it added.
     /// As many as decided chains are kept for revision.
-    partial_decided: crate::bounded::BoundedMap<crate::evidence::TraceId, crate::classify::partial::Partial>,
+    partial_decided: crate::bounded::BoundedMap<crate::evidence::TraceId, Partial>,
     /// The engine time of the current step.
     now: Moment,
     /// The store a replica keeps the state in (none, one process's, or shared).
@@ -616,7 +616,7 @@ fn verdicts_superseding(
     pins: Option<&Lockfile>,
     progress: &ProgressPolicy,
     now_ns: u64,
-    previous_partial: Option<crate::classify::partial::Partial>,
+    previous_partial: Option<Partial>,
 ) -> Vec<Verdict> {
     let classify = |c: &CallEvidence| classify_with_clocks(c, sessions, pins, progress, now_ns, d.decision);
     let previous: Vec<Verdict> = d
