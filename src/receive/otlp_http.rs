@@ -21,6 +21,7 @@ use prost::Message;
 
 use super::admit::{Admission, Admitted};
 use super::otlp_json;
+use crate::flow::labels::{RefusalReason, Signal, Transport};
 use crate::flow::memory::{self, Reservation};
 
 #[derive(Clone)]
@@ -32,12 +33,12 @@ struct HttpState {
 }
 
 /// A request without the configured bearer token: 401, counted as `unauthenticated`.
-fn unauthenticated(st: &HttpState, signal: &'static str, headers: &HeaderMap) -> Option<Response> {
+fn unauthenticated(st: &HttpState, signal: Signal, headers: &HeaderMap) -> Option<Response> {
     let t = st.token.as_deref()?;
     if crate::config::bearer_matches(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()), t) {
         return None;
     }
-    st.admission.refused_signal(signal, "http", "unauthenticated");
+    st.admission.refused_signal(signal, Transport::Http, RefusalReason::Unauthenticated);
     Some(error(Encoding::Protobuf, StatusCode::UNAUTHORIZED, 16, "a bearer token is required"))
 }
 
@@ -57,22 +58,24 @@ pub fn router(admission: Admission, max_body: usize, token: Option<std::sync::Ar
 }
 
 async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    if let Some(r) = unauthenticated(&st, "traces", &headers) {
+    if let Some(r) = unauthenticated(&st, Signal::Traces, &headers) {
         return r;
     }
-    let (enc, bytes, mut held) = match read_body(&st, "traces", &headers, body).await {
+    let (enc, bytes, mut held) = match read_body(&st, Signal::Traces, &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
-    if let Some(r) = reserve_decode(&st, "traces", enc, &bytes, &mut held) {
+    if let Some(r) = reserve_decode(&st, Signal::Traces, enc, &bytes, &mut held) {
         return r;
     }
     let admitted = match enc {
         // Protobuf is read from its bytes (`normalize::wire`), and passed on as it came.
         Encoding::Protobuf => {
-            st.admission.admit_wire(bytes, "http", held).map_err(|e| format!("body is not an ExportTraceServiceRequest: {e}"))
+            st.admission.admit_wire(bytes, Transport::Http, held).map_err(|e| format!("body is not an ExportTraceServiceRequest: {e}"))
         }
-        Encoding::Json => otlp_json::decode_traces(&bytes).map(|req| st.admission.admit(req, "http", held)).map_err(|e| e.to_string()),
+        Encoding::Json => {
+            otlp_json::decode_traces(&bytes).map(|req| st.admission.admit(req, Transport::Http, held)).map_err(|e| e.to_string())
+        }
     };
     match admitted {
         Ok(Admitted::Accepted { rejected, message }) => ok(
@@ -84,7 +87,7 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
         ),
         Ok(Admitted::Busy) => busy(enc),
         Err(msg) => {
-            st.admission.refused("http", "undecodable");
+            st.admission.refused(Transport::Http, RefusalReason::Undecodable);
             error(enc, StatusCode::BAD_REQUEST, 3, &msg)
         }
     }
@@ -92,14 +95,14 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
 
 /// Metrics are passed on (or dropped), not read.
 async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    if let Some(r) = unauthenticated(&st, "metrics", &headers) {
+    if let Some(r) = unauthenticated(&st, Signal::Metrics, &headers) {
         return r;
     }
-    let (enc, bytes, mut held) = match read_body(&st, "metrics", &headers, body).await {
+    let (enc, bytes, mut held) = match read_body(&st, Signal::Metrics, &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
-    if let Some(r) = reserve_decode(&st, "metrics", enc, &bytes, &mut held) {
+    if let Some(r) = reserve_decode(&st, Signal::Metrics, enc, &bytes, &mut held) {
         return r;
     }
     let req = match enc {
@@ -108,11 +111,11 @@ async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) ->
         }
         Encoding::Json => otlp_json::decode_metrics(&bytes),
     };
-    match req.map(|r| st.admission.admit_metrics(r, "http", held)) {
+    match req.map(|r| st.admission.admit_metrics(r, Transport::Http, held)) {
         Ok(Admitted::Accepted { .. }) => ok(enc, &ExportMetricsServiceResponse { partial_success: None }),
         Ok(Admitted::Busy) => busy(enc),
         Err(msg) => {
-            st.admission.refused_signal("metrics", "http", "undecodable");
+            st.admission.refused_signal(Signal::Metrics, Transport::Http, RefusalReason::Undecodable);
             error(enc, StatusCode::BAD_REQUEST, 3, &msg)
         }
     }
@@ -120,25 +123,25 @@ async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) ->
 
 /// Logs are passed on (or dropped), not read.
 async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    if let Some(r) = unauthenticated(&st, "logs", &headers) {
+    if let Some(r) = unauthenticated(&st, Signal::Logs, &headers) {
         return r;
     }
-    let (enc, bytes, mut held) = match read_body(&st, "logs", &headers, body).await {
+    let (enc, bytes, mut held) = match read_body(&st, Signal::Logs, &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
-    if let Some(r) = reserve_decode(&st, "logs", enc, &bytes, &mut held) {
+    if let Some(r) = reserve_decode(&st, Signal::Logs, enc, &bytes, &mut held) {
         return r;
     }
     let req = match enc {
         Encoding::Protobuf => ExportLogsServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportLogsServiceRequest: {e}")),
         Encoding::Json => otlp_json::decode_logs(&bytes),
     };
-    match req.map(|r| st.admission.admit_logs(r, "http", held)) {
+    match req.map(|r| st.admission.admit_logs(r, Transport::Http, held)) {
         Ok(Admitted::Accepted { .. }) => ok(enc, &ExportLogsServiceResponse { partial_success: None }),
         Ok(Admitted::Busy) => busy(enc),
         Err(msg) => {
-            st.admission.refused_signal("logs", "http", "undecodable");
+            st.admission.refused_signal(Signal::Logs, Transport::Http, RefusalReason::Undecodable);
             error(enc, StatusCode::BAD_REQUEST, 3, &msg)
         }
     }
@@ -148,14 +151,14 @@ async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Re
 /// at its peak, before decoding; the refusal (counted) when that does not fit: retryably (503)
 /// when it does not fit now, for good (413) when it could not fit even in an idle process (a
 /// body of empty JSON spans decodes to 100 times its size).
-fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &Bytes, held: &mut Option<Reservation>) -> Option<Response> {
+fn reserve_decode(st: &HttpState, signal: Signal, enc: Encoding, bytes: &Bytes, held: &mut Option<Reservation>) -> Option<Response> {
     let Some(r) = held else { return None };
     let wire = bytes.len() as u64;
     // JSON expands by its shape (a 3-byte `{}` span is a 264-byte struct): bounded from the text
     // by one pass over it, not by a multiple of its size.
     let decoded = match (enc, signal) {
         (Encoding::Protobuf, _) => wire.saturating_mul(memory::DECODED_PER_WIRE_BYTE),
-        (Encoding::Json, "traces") => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Direct),
+        (Encoding::Json, Signal::Traces) => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Direct),
         (Encoding::Json, _) => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Tree),
     };
     let need = wire.saturating_add(decoded);
@@ -164,11 +167,11 @@ fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &B
     }
     let soft = st.admission.memory.as_ref().map_or(u64::MAX, |m| m.limits().0);
     if need > soft {
-        st.admission.refused_signal(signal, "http", "too_large");
+        st.admission.refused_signal(signal, Transport::Http, RefusalReason::TooLarge);
         let msg = format!("decoding this body needs up to {} MiB, more than the memory limit allows; send smaller requests", need >> 20);
         return Some(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &msg));
     }
-    st.admission.refused_signal(signal, "http", "memory_limit");
+    st.admission.refused_signal(signal, Transport::Http, RefusalReason::MemoryLimit);
     Some(busy(enc))
 }
 
@@ -180,17 +183,17 @@ fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &B
 /// requests are refused before they allocate, not after.
 async fn read_body(
     st: &HttpState,
-    signal: &'static str,
+    signal: Signal,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(Encoding, Bytes, Option<Reservation>), Response> {
-    let refused = |reason| st.admission.refused_signal(signal, "http", reason);
+    let refused = |reason| st.admission.refused_signal(signal, Transport::Http, reason);
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let enc = match ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase().as_str() {
         "application/x-protobuf" | "application/protobuf" => Encoding::Protobuf,
         "application/json" => Encoding::Json,
         _ => {
-            refused("unsupported_media_type");
+            refused(RefusalReason::UnsupportedMediaType);
             return Err(error(
                 Encoding::Protobuf,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -201,7 +204,7 @@ async fn read_body(
     };
     // Above the memory limit, or a queue it needs full: refuse before the body is read and decoded.
     if st.admission.over_memory() {
-        refused("memory_limit");
+        refused(RefusalReason::MemoryLimit);
         return Err(busy(enc));
     }
     if let Some(reason) = st.admission.full_before_decode(signal) {
@@ -213,7 +216,7 @@ async fn read_body(
         Some(m) => match m.reserve(declared.unwrap_or(st.max_body as u64).min(st.max_body as u64)) {
             Some(r) => Some(r),
             None => {
-                refused("memory_limit");
+                refused(RefusalReason::MemoryLimit);
                 return Err(busy(enc));
             }
         },
@@ -222,7 +225,7 @@ async fn read_body(
     let raw = match axum::body::to_bytes(body, st.max_body).await {
         Ok(b) => b,
         Err(_) => {
-            refused("too_large");
+            refused(RefusalReason::TooLarge);
             return Err(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("request body exceeds {} bytes", st.max_body)));
         }
     };
@@ -233,7 +236,7 @@ async fn read_body(
         r.set(raw.len() as u64);
         let compressed = !matches!(content_encoding.as_str(), "identity" | "");
         if compressed && !r.resize(raw.len() as u64 + st.max_body as u64) {
-            refused("memory_limit");
+            refused(RefusalReason::MemoryLimit);
             return Err(busy(enc));
         }
     }
@@ -245,15 +248,15 @@ async fn read_body(
             Ok((enc, b, held))
         }
         Some(Err(DecompressError::TooLarge)) => {
-            refused("too_large");
+            refused(RefusalReason::TooLarge);
             Err(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("decompressed body exceeds {} bytes", st.max_body)))
         }
         Some(Err(DecompressError::Corrupt(e))) => {
-            refused("undecodable");
+            refused(RefusalReason::Undecodable);
             Err(error(enc, StatusCode::BAD_REQUEST, 3, &format!("{content_encoding} body could not be decompressed: {e}")))
         }
         None => {
-            refused("unsupported_encoding");
+            refused(RefusalReason::UnsupportedEncoding);
             Err(error(
                 enc,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
