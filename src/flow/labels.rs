@@ -1,6 +1,7 @@
-//! The closed sets the receivers count and log by: which signal, over which transport, refused
-//! why. One enum each, so every label value is spelled in one place and a caller cannot hand a
-//! counter free text; `as_str` is the label value the dashboards and alerts match on.
+//! The closed sets the receivers and the exporter count and log by: which signal, over which
+//! transport, refused or dropped why. One enum each, so every label value is spelled in one place
+//! and a caller cannot hand a counter free text; `as_str` is the label value the dashboards and
+//! alerts match on.
 
 use super::outgoing::ItemKind;
 
@@ -27,6 +28,42 @@ impl Signal {
             Signal::Traces => ItemKind::Spans,
             Signal::Metrics => ItemKind::MetricPoints,
             Signal::Logs => ItemKind::LogRecords,
+        }
+    }
+
+    /// What the exporter counts this signal's pass-through copies under.
+    pub fn passthrough(self) -> ExportSignal {
+        match self {
+            Signal::Traces => ExportSignal::Passthrough,
+            Signal::Metrics => ExportSignal::PassthroughMetrics,
+            Signal::Logs => ExportSignal::PassthroughLogs,
+        }
+    }
+}
+
+/// What the exporter sends (`signal` label of its counters): the data passed through, per signal,
+/// and mcp-health's own output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExportSignal {
+    /// Spans passed through.
+    Passthrough,
+    HealthSpans,
+    IncidentLogs,
+    PassthroughMetrics,
+    PassthroughLogs,
+    /// mcp-health's own metrics, when pushed over OTLP.
+    OwnMetrics,
+}
+
+impl ExportSignal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExportSignal::Passthrough => "passthrough",
+            ExportSignal::HealthSpans => "health_spans",
+            ExportSignal::IncidentLogs => "incident_logs",
+            ExportSignal::PassthroughMetrics => "passthrough_metrics",
+            ExportSignal::PassthroughLogs => "passthrough_logs",
+            ExportSignal::OwnMetrics => "own_metrics",
         }
     }
 }
@@ -89,5 +126,73 @@ impl RefusalReason {
 impl std::fmt::Display for RefusalReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Why the exporter dropped a request of its own output or gave one up (`reason` label of
+/// `mcp_health.exporter.dropped`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Its queue was full.
+    QueueFull,
+    /// Over the memory limiter's soft limit.
+    MemoryLimit,
+    /// A permanent error, or retries exhausted.
+    SendFailed,
+}
+
+impl DropReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::QueueFull => "queue_full",
+            DropReason::MemoryLimit => "memory_limit",
+            DropReason::SendFailed => "send_failed",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The label values are what dashboards, alerts and the collector's own counters match on:
+    /// renaming a variant must not rename a series.
+    #[test]
+    fn label_values_are_the_published_ones() {
+        let signals = [Signal::Traces, Signal::Metrics, Signal::Logs].map(Signal::as_str);
+        assert_eq!(signals, ["traces", "metrics", "logs"]);
+        assert_eq!([Transport::Grpc, Transport::Http].map(Transport::as_str), ["grpc", "http"]);
+        let reasons = [
+            RefusalReason::Undecodable,
+            RefusalReason::Unauthenticated,
+            RefusalReason::MemoryLimit,
+            RefusalReason::CorrelatorBusy,
+            RefusalReason::ExporterBusy,
+            RefusalReason::TooLarge,
+            RefusalReason::UnsupportedMediaType,
+            RefusalReason::UnsupportedEncoding,
+            RefusalReason::InvalidSpan,
+        ]
+        .map(RefusalReason::as_str);
+        assert_eq!(
+            reasons,
+            [
+                "undecodable",
+                "unauthenticated",
+                "memory_limit",
+                "correlator_busy",
+                "exporter_busy",
+                "too_large",
+                "unsupported_media_type",
+                "unsupported_encoding",
+                "invalid_span"
+            ]
+        );
+        let passthrough = [Signal::Traces, Signal::Metrics, Signal::Logs].map(|s| s.passthrough().as_str());
+        assert_eq!(passthrough, ["passthrough", "passthrough_metrics", "passthrough_logs"]);
+        let own = [ExportSignal::HealthSpans, ExportSignal::IncidentLogs, ExportSignal::OwnMetrics].map(ExportSignal::as_str);
+        assert_eq!(own, ["health_spans", "incident_logs", "own_metrics"]);
+        let drops = [DropReason::QueueFull, DropReason::MemoryLimit, DropReason::SendFailed].map(DropReason::as_str);
+        assert_eq!(drops, ["queue_full", "memory_limit", "send_failed"]);
     }
 }

@@ -7,7 +7,7 @@
 use opentelemetry::metrics::Counter;
 use opentelemetry::KeyValue;
 
-use super::labels::{RefusalReason, Transport};
+use super::labels::{ExportSignal, RefusalReason, Transport};
 use super::outgoing::ItemKind;
 
 /// One counter per item kind, in the collector's units: the `_spans`, `_metric_points` and
@@ -70,7 +70,7 @@ impl FlowMeters {
 
     /// Items that found the exporter queue full (refused to the sender, or dropped when they are
     /// our own), labelled like the exporter's other item counters.
-    pub fn enqueue_failed(&self, signal: &'static str, kind: ItemKind, n: u64) {
-        self.enqueue_failed.of(kind).add(n, &[KeyValue::new("exporter", "otlp"), KeyValue::new("signal", signal)]);
+    pub fn enqueue_failed(&self, signal: ExportSignal, kind: ItemKind, n: u64) {
+        self.enqueue_failed.of(kind).add(n, &[KeyValue::new("exporter", "otlp"), KeyValue::new("signal", signal.as_str())]);
     }
 }

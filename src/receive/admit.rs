@@ -193,11 +193,7 @@ impl Admission {
                 Err(_) => {
                     let reason = RefusalReason::ExporterBusy;
                     self.meters.signals_refused.add(items, &[sig, tr, KeyValue::new("reason", reason.as_str())]);
-                    self.meters.enqueue_failed(
-                        if signal == Signal::Metrics { "passthrough_metrics" } else { "passthrough_logs" },
-                        signal.item_kind(),
-                        items,
-                    );
+                    self.meters.enqueue_failed(signal.passthrough(), signal.item_kind(), items);
                     self.refused_items(signal, transport, reason, items);
                     return Admitted::Busy;
                 }
@@ -347,7 +343,7 @@ impl Admission {
     fn refuse_spans(&self, reason: RefusalReason, spans: u64, transport: Transport) -> Admitted {
         self.meters.spans_refused.add(spans, &[KeyValue::new("transport", transport.as_str()), KeyValue::new("reason", reason.as_str())]);
         if reason == RefusalReason::ExporterBusy {
-            self.meters.enqueue_failed("passthrough", ItemKind::Spans, spans);
+            self.meters.enqueue_failed(Signal::Traces.passthrough(), ItemKind::Spans, spans);
         }
         self.refused_items(Signal::Traces, transport, reason, spans);
         Admitted::Busy
