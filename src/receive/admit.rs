@@ -25,8 +25,9 @@ use bytes::Bytes;
 pub enum Admitted {
     /// Accepted; `rejected` spans inside it were invalid (partial success).
     Accepted { rejected: u64, message: String },
-    /// Refused as a whole: downstream is full. Retryable.
-    Busy,
+    /// Refused as a whole, retryably: downstream is full or memory is short. With the reason it
+    /// was counted under, which the receiver's answer is chosen by.
+    Busy(RefusalReason),
 }
 
 /// Shared by every receiver connection.
@@ -170,7 +171,7 @@ impl Admission {
             let reason = RefusalReason::MemoryLimit;
             self.meters.signals_refused.add(items, &[sig.clone(), tr.clone(), KeyValue::new("reason", reason.as_str())]);
             self.refused_items(signal, transport, reason, items);
-            Admitted::Busy
+            Admitted::Busy(reason)
         };
         if self.over_memory() {
             return memory_refused();
@@ -195,7 +196,7 @@ impl Admission {
                     self.meters.signals_refused.add(items, &[sig, tr, KeyValue::new("reason", reason.as_str())]);
                     self.meters.enqueue_failed(signal.passthrough(), signal.item_kind(), items);
                     self.refused_items(signal, transport, reason, items);
-                    return Admitted::Busy;
+                    return Admitted::Busy(reason);
                 }
             },
             None => self.meters.signals_dropped.add(items, &[sig, KeyValue::new("reason", "passthrough_off")]),
@@ -346,7 +347,7 @@ impl Admission {
             self.meters.enqueue_failed(Signal::Traces.passthrough(), ItemKind::Spans, spans);
         }
         self.refused_items(Signal::Traces, transport, reason, spans);
-        Admitted::Busy
+        Admitted::Busy(reason)
     }
 
     /// Admission proper, for both paths: reserve both places first, so a request is either taken
@@ -385,7 +386,7 @@ impl Admission {
                 None => {
                     self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", RefusalReason::MemoryLimit.as_str())]);
                     self.refused_items(Signal::Traces, transport, RefusalReason::MemoryLimit, spans);
-                    return Admitted::Busy;
+                    return Admitted::Busy(RefusalReason::MemoryLimit);
                 }
             },
             None => (None, 0),
@@ -396,7 +397,7 @@ impl Admission {
             if !r.as_mut().is_some_and(|r| r.resize(pass_bytes + evidence)) {
                 self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", RefusalReason::MemoryLimit.as_str())]);
                 self.refused_items(Signal::Traces, transport, RefusalReason::MemoryLimit, spans);
-                return Admitted::Busy;
+                return Admitted::Busy(RefusalReason::MemoryLimit);
             }
             if let Some(mut r) = r {
                 batch.memory = Some(r.split(evidence));
@@ -675,8 +676,15 @@ mod tests {
         bad[at] = 0xff; // no longer UTF-8, the structure intact
         assert!(matches!(admission.admit_wire(Bytes::from(clean.clone()), Transport::Grpc, None), Ok(Admitted::Accepted { .. })));
         // The queue is full now.
-        assert_eq!(admission.admit_wire(Bytes::from(bad.clone()), Transport::Grpc, None), Ok(Admitted::Busy), "skimmed, not walked");
-        assert_eq!(admission.admit_wire(Bytes::from(clean.clone()), Transport::Grpc, None), Ok(Admitted::Busy));
+        assert_eq!(
+            admission.admit_wire(Bytes::from(bad.clone()), Transport::Grpc, None),
+            Ok(Admitted::Busy(RefusalReason::ExporterBusy)),
+            "skimmed, not walked"
+        );
+        assert_eq!(
+            admission.admit_wire(Bytes::from(clean.clone()), Transport::Grpc, None),
+            Ok(Admitted::Busy(RefusalReason::ExporterBusy))
+        );
         let text = crate::emit::prometheus::render(p.prometheus.as_ref().unwrap());
         assert_eq!(prom_sum(&text, "mcp_health_receiver_refused_spans_total", "reason=\"exporter_busy\""), 30.0, "{text}");
         assert_eq!(prom_sum(&text, "mcp_health_spans_received_total", "transport=\"grpc\""), 45.0);
@@ -741,7 +749,7 @@ mod tests {
                 ..Default::default()
             }],
         };
-        assert_eq!(admission.admit(second, Transport::Http, None), Admitted::Busy);
+        assert_eq!(admission.admit(second, Transport::Http, None), Admitted::Busy(RefusalReason::CorrelatorBusy));
         // An unreadable request: 1 in spans.refused, no items.
         admission.refused(Transport::Http, RefusalReason::Undecodable);
 

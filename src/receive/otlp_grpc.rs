@@ -100,7 +100,7 @@ impl Signal for Traces {
                 partial_success: (rejected > 0)
                     .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
             }),
-            Ok(Admitted::Busy) => Err(busy()),
+            Ok(Admitted::Busy(_)) => Err(busy()),
             Err(e @ WireError::Truncated)
             | Err(e @ WireError::Varint)
             | Err(e @ WireError::Key)
@@ -122,7 +122,7 @@ impl Signal for Metrics {
             .map_err(|e| undecodable(admission, Self::LABEL, "ExportMetricsServiceRequest", e))?;
         match admission.admit_metrics(req, Transport::Grpc, held) {
             Admitted::Accepted { .. } => Ok(ExportMetricsServiceResponse { partial_success: None }),
-            Admitted::Busy => Err(busy()),
+            Admitted::Busy(_) => Err(busy()),
         }
     }
 }
@@ -137,7 +137,7 @@ impl Signal for Logs {
             ExportLogsServiceRequest::decode(message).map_err(|e| undecodable(admission, Self::LABEL, "ExportLogsServiceRequest", e))?;
         match admission.admit_logs(req, Transport::Grpc, held) {
             Admitted::Accepted { .. } => Ok(ExportLogsServiceResponse { partial_success: None }),
-            Admitted::Busy => Err(busy()),
+            Admitted::Busy(_) => Err(busy()),
         }
     }
 }
