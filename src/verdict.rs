@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::evidence::{Instrumentation, SpanId, TraceId};
+use crate::evidence::{Instrumentation, Method, SpanId, TraceId};
 
 /// The five ordered layers of a tool-call attempt (SPEC section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord)]
@@ -114,6 +114,12 @@ impl HealthState {
         }
     }
 
+    /// Whether something failed, so the verdict belongs to an incident: not a call still going
+    /// (`working`, `waiting`), nor one where nothing failed (`unverified`, `healthy`).
+    pub(crate) fn is_failure(self) -> bool {
+        !matches!(self, HealthState::Working | HealthState::Waiting | HealthState::Unverified | HealthState::Healthy)
+    }
+
     pub const ALL: [HealthState; 13] = [
         HealthState::NeedsAuth,
         HealthState::TransportFailed,
@@ -211,6 +217,41 @@ impl DecidedBy {
     }
 }
 
+/// Why a verdict's evidence may be incomplete; which chains are partial is `classify::partial`'s rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Partial {
+    /// The chain's earliest call predates this engine's start (less the grace).
+    PredatesStart,
+    /// Decided at shutdown (or a drain), with spans possibly still on their way.
+    DecidedAtShutdown,
+    /// Pushed out of the chain table by its bounds before it completed.
+    Evicted,
+    /// Decided while the state store was unavailable.
+    StoreUnavailable,
+}
+
+impl Partial {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Partial::PredatesStart => "predates_start",
+            Partial::DecidedAtShutdown => "decided_at_shutdown",
+            Partial::Evicted => "evicted",
+            Partial::StoreUnavailable => "store_unavailable",
+        }
+    }
+
+    /// The verdict's `reason` when the cap is what decided it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Partial::PredatesStart => "partial_predates_start",
+            Partial::DecidedAtShutdown => "partial_decided_at_shutdown",
+            Partial::Evicted => "partial_evicted",
+            Partial::StoreUnavailable => "partial_store_unavailable",
+        }
+    }
+}
+
 /// The classifier's answer for one call attempt.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
@@ -265,7 +306,7 @@ pub struct Verdict {
     /// Set when the call's evidence may be split (started before this engine, decided at
     /// shutdown or by eviction): then never `healthy` (see `classify::partial`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub partial: Option<crate::classify::partial::Partial>,
+    pub partial: Option<Partial>,
     pub start_ns: u64,
     pub end_ns: u64,
     /// The protocol revision the call's evidence spoke (`2025-11-25`, `2026-07-28`, `unknown`).
@@ -285,6 +326,14 @@ pub struct Verdict {
     /// explains a verdict. Never in a verdict line (replay output stays as it was).
     #[serde(skip)]
     pub chain: EvidenceChain,
+}
+
+impl Verdict {
+    /// Whether the call was a `tools/call`, the calls with an outcome to verify (the method is
+    /// kept by the evidence model's vocabulary, so its spelling there is the one to compare).
+    pub(crate) fn is_tools_call(&self) -> bool {
+        self.method.as_deref() == Some(Method::ToolsCall.as_str())
+    }
 }
 
 /// What kind of evidence a span was, for an evidence chain.
@@ -492,7 +541,7 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         start_ns: 0,
         end_ns: 0,
         protocol_revision: crate::evidence::ProtocolRevision::Unknown,
-        attempt: method == "tools/call",
+        attempt: Method::parse(method) == Method::ToolsCall,
         rounds: None,
         task_status: None,
         chain: EvidenceChain::default(),

@@ -272,14 +272,9 @@ pub fn incident_id(cause: &Cause) -> String {
     crate::evidence::hash::hash_hex(&canonical)[..16].to_string()
 }
 
-/// Whether a verdict's state is a failure worth an incident.
-pub fn is_failure(s: HealthState) -> bool {
-    !matches!(s, HealthState::Working | HealthState::Waiting | HealthState::Unverified | HealthState::Healthy)
-}
-
 /// The cause of a failing verdict.
 pub fn cause_of(v: &Verdict) -> Option<Cause> {
-    if !is_failure(v.state) {
+    if !v.state.is_failure() {
         return None;
     }
     let auth = v.state == HealthState::NeedsAuth;

@@ -88,7 +88,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         start_ns: c.start_ns,
         end_ns: c.end_ns,
         protocol_revision: c.revision,
-        attempt: is_attempt(c, first.is_some() || incidents::is_failure(state)),
+        attempt: is_attempt(c, first.is_some() || state.is_failure()),
         rounds: (c.rounds() > 1).then(|| c.rounds()),
         task_status: c.task.as_ref().map(|t| t.status),
         chain: c.chain,

@@ -19,44 +19,7 @@
 //! is its error class, which groups it into its incident). A verdict that found a failure keeps
 //! it: a failure seen is evidence, only the green is in doubt.
 
-use serde::Serialize;
-
-use crate::verdict::{Confidence, DecidedBy, HealthState, Verdict};
-
-/// Why a verdict's evidence may be incomplete.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Partial {
-    /// The chain's earliest call predates this engine's start (less the grace).
-    PredatesStart,
-    /// Decided at shutdown (or a drain), with spans possibly still on their way.
-    DecidedAtShutdown,
-    /// Pushed out of the chain table by its bounds before it completed.
-    Evicted,
-    /// Decided while the state store was unavailable.
-    StoreUnavailable,
-}
-
-impl Partial {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Partial::PredatesStart => "predates_start",
-            Partial::DecidedAtShutdown => "decided_at_shutdown",
-            Partial::Evicted => "evicted",
-            Partial::StoreUnavailable => "store_unavailable",
-        }
-    }
-
-    /// The verdict's `reason` when the cap is what decided it.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Partial::PredatesStart => "partial_predates_start",
-            Partial::DecidedAtShutdown => "partial_decided_at_shutdown",
-            Partial::Evicted => "partial_evicted",
-            Partial::StoreUnavailable => "partial_store_unavailable",
-        }
-    }
-}
+use crate::verdict::{Confidence, DecidedBy, HealthState, Partial, Verdict};
 
 /// Since when this engine sees every span of a chain: its start, and the grace before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +66,7 @@ pub fn mark(v: &mut Verdict, why: Partial) {
         v.reason = Some(why.reason().to_string());
         v.next_action =
             format!("the call's evidence may be incomplete ({}); verify the destination before declaring completion", why.as_str());
-    } else if v.reason.is_none() && !crate::classify::incidents::is_failure(v.state) {
+    } else if v.reason.is_none() && !v.state.is_failure() {
         // A failure's reason is its error class, part of its incident's cause: left as it is,
         // so a partial failure still joins the incident of the same cause.
         v.reason = Some(why.reason().to_string());

@@ -334,7 +334,7 @@ mod tests {
             _ => None,
         });
         if let Some(mut v) = partial {
-            v.partial = Some(crate::classify::partial::Partial::DecidedAtShutdown);
+            v.partial = Some(crate::verdict::Partial::DecidedAtShutdown);
             records.push(Decided::Call(v));
         }
         let calls = records.iter().filter(|r| matches!(r, Decided::Call(_))).count();

@@ -18,6 +18,7 @@ use opentelemetry_sdk::Resource;
 use rustc_hash::FxHashMap;
 
 use super::instruments::{self as ins, Instrument};
+use crate::flow::labels::{DropReason, ExportSignal, Transport};
 use crate::flow::meters::{FlowMeters, ItemCounters};
 use crate::flow::outgoing::{ItemKind, Outgoing};
 use crate::flow::queue::{DepthGauge, Queue};
@@ -28,7 +29,7 @@ use crate::verdict::{HealthState, Layer, Verdict};
 /// than requests so a dashboard can set them against the receivers' accepted counts. Labelled
 /// `exporter` (always `otlp`: mcp-health has one), `signal` (what was sent: `passthrough`,
 /// `health_spans`, `incident_logs`, `passthrough_metrics`, `passthrough_logs`, `own_metrics`) and
-/// `transport`.
+/// `transport` (`none` for an item no target takes).
 #[derive(Clone)]
 struct ExporterItems {
     sent: ItemCounters,
@@ -36,8 +37,12 @@ struct ExporterItems {
 }
 
 impl ExporterItems {
-    fn add(counters: &ItemCounters, kind: ItemKind, n: u64, signal: &'static str, transport: &'static str) {
-        let attrs = [KeyValue::new("exporter", "otlp"), KeyValue::new("signal", signal), KeyValue::new("transport", transport)];
+    fn add(counters: &ItemCounters, kind: ItemKind, n: u64, signal: ExportSignal, transport: Option<Transport>) {
+        let attrs = [
+            KeyValue::new("exporter", "otlp"),
+            KeyValue::new("signal", signal.as_str()),
+            KeyValue::new("transport", transport.map_or("none", Transport::as_str)),
+        ];
         counters.of(kind).add(n, &attrs);
     }
 }
@@ -270,13 +275,13 @@ impl opentelemetry_sdk::metrics::exporter::PushMetricExporter for QueueMetricExp
             None => {
                 if let Some(m) = meters {
                     let (kind, n) = item.items();
-                    m.flow.enqueue_failed("own_metrics", kind, n);
+                    m.flow.enqueue_failed(ExportSignal::OwnMetrics, kind, n);
                 }
                 true
             }
         };
         if let Some(m) = meters.filter(|_| full) {
-            m.exporter_dropped.add(1, &[KeyValue::new("signal", "own_metrics"), KeyValue::new("reason", "queue_full")]);
+            m.export_dropped(ExportSignal::OwnMetrics, DropReason::QueueFull, 1);
         }
         Ok(())
     }
@@ -547,7 +552,7 @@ impl HealthMeters {
         self.verdict_delay.record(delay, &[]);
         batch.by.insert((None, bucket_of(&VERDICT_DELAY_BOUNDS, delay)), (v.trace_id, delay));
         // Like `mcp_health.calls`: tool calls only, not initialize or ping.
-        if v.method.as_deref() == Some("tools/call") && v.start_ns > 0 && v.end_ns >= v.start_ns {
+        if v.is_tools_call() && v.start_ns > 0 && v.end_ns >= v.start_ns {
             let duration = (v.end_ns - v.start_ns) as f64 / 1e9;
             self.call_duration.record(duration, &[KeyValue::new("state", v.state.as_str())]);
             batch.by.insert((Some(v.state), bucket_of(&CALL_DURATION_BOUNDS, duration)), (v.trace_id, duration));
@@ -571,25 +576,31 @@ impl HealthMeters {
     }
 
     /// Items delivered upstream.
-    pub fn export_sent(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
-        ExporterItems::add(&self.exporter_items.sent, kind, n, signal, transport);
-        self.exporter_sent.add(1, &[KeyValue::new("signal", signal)]);
+    pub fn export_sent(&self, signal: ExportSignal, transport: Transport, kind: ItemKind, n: u64) {
+        ExporterItems::add(&self.exporter_items.sent, kind, n, signal, Some(transport));
+        self.exporter_sent.add(1, &[KeyValue::new("signal", signal.as_str())]);
     }
 
-    /// A request given up on (permanent error, retries exhausted): its items count as send_failed.
-    pub fn export_failed(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
+    /// A request given up on (permanent error, retries exhausted, or no target for it, then
+    /// `transport` is `None`): its items count as send_failed.
+    pub fn export_failed(&self, signal: ExportSignal, transport: Option<Transport>, kind: ItemKind, n: u64) {
         ExporterItems::add(&self.exporter_items.send_failed, kind, n, signal, transport);
-        self.exporter_dropped.add(1, &[KeyValue::new("signal", signal), KeyValue::new("reason", "send_failed")]);
+        self.export_dropped(signal, DropReason::SendFailed, 1);
+    }
+
+    /// `n` export requests (or health spans) of `signal` dropped.
+    pub fn export_dropped(&self, signal: ExportSignal, reason: DropReason, n: u64) {
+        self.exporter_dropped.add(n, &[KeyValue::new("signal", signal.as_str()), KeyValue::new("reason", reason.as_str())]);
     }
 
     /// An export request was split in two (it passed `max_request_bytes`).
-    pub fn export_split(&self, signal: &'static str) {
-        self.exporter_split.add(1, &[KeyValue::new("signal", signal)]);
+    pub fn export_split(&self, signal: ExportSignal) {
+        self.exporter_split.add(1, &[KeyValue::new("signal", signal.as_str())]);
     }
 
     /// Items the server refused inside an accepted request (partial success).
-    pub fn export_failed_items(&self, signal: &'static str, transport: &'static str, kind: ItemKind, n: u64) {
-        ExporterItems::add(&self.exporter_items.send_failed, kind, n, signal, transport);
+    pub fn export_failed_items(&self, signal: ExportSignal, transport: Transport, kind: ItemKind, n: u64) {
+        ExporterItems::add(&self.exporter_items.send_failed, kind, n, signal, Some(transport));
     }
 
     /// Record one verdict (tests and low-volume callers; the pipeline uses a [`VerdictTally`]).

@@ -37,6 +37,7 @@ use super::metrics::HealthMeters;
 use super::otlp_http::HttpSender;
 use super::otlp_target::{Compression, Protocol, Target, Targets};
 use crate::config::RetryOnFailure;
+use crate::flow::labels;
 use crate::flow::memory::Reservation;
 use crate::flow::outgoing::{log_record_count, span_count, ItemKind, Outgoing};
 
@@ -105,10 +106,10 @@ impl Route {
         };
         Ok(Route { target: t.clone(), transport })
     }
-    fn transport(&self) -> &'static str {
+    fn transport(&self) -> labels::Transport {
         match self.transport {
-            Transport::Grpc(_) => "grpc",
-            Transport::Http(_) => "http",
+            Transport::Grpc(_) => labels::Transport::Grpc,
+            Transport::Http(_) => labels::Transport::Http,
         }
     }
 }
@@ -537,7 +538,7 @@ async fn deliver(mut item: Outgoing, routes: &Routes, retry: &RetryOnFailure, me
     let signal = item.signal();
     let Some(route) = routes.for_item(&item) else {
         let (kind, items) = item.items();
-        meters.export_failed(signal, "none", kind, items);
+        meters.export_failed(signal, None, kind, items);
         return;
     };
     // The decoded request's memory reservation follows what is held: its encoding
@@ -553,8 +554,8 @@ async fn deliver(mut item: Outgoing, routes: &Routes, retry: &RetryOnFailure, me
         let (bytes, encoding) = match encode(&item, route.target.protocol, route.target.compression) {
             Ok(b) => b,
             Err(e) => {
-                tracing::warn!(signal, error = %e, "cannot encode an export request; dropped");
-                meters.export_failed(signal, route.transport(), kind, items);
+                tracing::warn!(signal = signal.as_str(), error = %e, "cannot encode an export request; dropped");
+                meters.export_failed(signal, Some(route.transport()), kind, items);
                 continue;
             }
         };
@@ -585,8 +586,8 @@ async fn deliver(mut item: Outgoing, routes: &Routes, retry: &RetryOnFailure, me
                 }
             }
             Err(why) => {
-                tracing::warn!(signal, url = %route.target.url, error = %why, "export upstream failed; request dropped");
-                meters.export_failed(signal, route.transport(), kind, items);
+                tracing::warn!(signal = signal.as_str(), url = %route.target.url, error = %why, "export upstream failed; request dropped");
+                meters.export_failed(signal, Some(route.transport()), kind, items);
             }
         }
     }

@@ -10,6 +10,7 @@ use crate::classify::catalog::Convergence;
 use crate::classify::incidents::Transition;
 use crate::engine::{Decided, Gauges};
 use crate::evidence::time::Moment;
+use crate::flow::labels::{DropReason, ExportSignal};
 use crate::flow::outgoing::{ItemKind, Outgoing};
 use crate::flow::queue::Queue;
 
@@ -117,14 +118,14 @@ impl HealthSpanSink {
         match m.reserve(bytes) {
             Some(r) => Ok(Some(r)),
             None => {
-                self.dropped("health_spans", "memory_limit", ItemKind::Spans, spans);
+                self.dropped(ExportSignal::HealthSpans, DropReason::MemoryLimit, ItemKind::Spans, spans);
                 Err(())
             }
         }
     }
 
-    fn dropped(&self, signal: &'static str, reason: &'static str, kind: ItemKind, n: u64) {
-        self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", signal), KeyValue::new("reason", reason)]);
+    fn dropped(&self, signal: ExportSignal, reason: DropReason, kind: ItemKind, n: u64) {
+        self.meters.export_dropped(signal, reason, n);
         self.meters.flow.enqueue_failed(signal, kind, n);
     }
 }
@@ -151,7 +152,7 @@ impl Sink for HealthSpanSink {
                     part
                 });
                 if let Err(n) = self.queue.offer(Outgoing::HealthRaw(bytes, n, h), Some(&self.meters.flow)) {
-                    self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "health_spans"), KeyValue::new("reason", "queue_full")]);
+                    self.meters.export_dropped(ExportSignal::HealthSpans, DropReason::QueueFull, n);
                 }
             }
         }
@@ -180,7 +181,7 @@ impl Sink for HealthSpanSink {
             // whatever the limit, never dropped for it.
             let held = self.memory.as_ref().map(|m| m.hold(bytes.len() as u64));
             if let Err(n) = self.queue.offer(Outgoing::LogsRaw(bytes, n, held), Some(&self.meters.flow)) {
-                self.meters.exporter_dropped.add(n, &[KeyValue::new("signal", "incident_logs"), KeyValue::new("reason", "queue_full")]);
+                self.meters.export_dropped(ExportSignal::IncidentLogs, DropReason::QueueFull, n);
             }
         }
     }

@@ -41,7 +41,7 @@ use crate::evidence::call::CallEvidence;
 use crate::evidence::time::Moment;
 use crate::evidence::{Method, SpanEvidence};
 use crate::normalize::NormalizedBatch;
-use crate::verdict::{DecidedBy, HealthState, Verdict};
+use crate::verdict::{DecidedBy, HealthState, Partial, Verdict};
 
 pub use decided::{CatalogLine, Decided, DriftEvent, IncidentChange};
 use shared::{Batch, GaugeSource, Replica, Tables};
@@ -152,7 +152,7 @@ pub struct Engine {
     /// Chains whose last decision was marked partial, and why: a revision supersedes the
     /// verdict as reported (capped), so the success counts it undoes are the ones it added.
     /// As many as decided chains are kept for revision.
-    partial_decided: crate::bounded::BoundedMap<crate::evidence::TraceId, crate::classify::partial::Partial>,
+    partial_decided: crate::bounded::BoundedMap<crate::evidence::TraceId, Partial>,
     /// The engine time of the current step.
     now: Moment,
     /// The store a replica keeps the state in (none, one process's, or shared).
@@ -602,9 +602,7 @@ pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvi
 /// somewhere. A successful `tools/list` or `initialize` has no outcome to verify; reporting it as
 /// `unverified` would be noise, and it is covered by the catalog verdict.
 pub fn reportable(v: &Verdict) -> bool {
-    v.method.as_deref() == Some("tools/call")
-        || v.first_failed_layer.is_some()
-        || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
+    v.is_tools_call() || v.first_failed_layer.is_some() || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
 }
 
 /// Classify a decided chain.
@@ -620,7 +618,7 @@ fn verdicts_superseding(
     pins: Option<&Lockfile>,
     progress: &ProgressPolicy,
     now_ns: u64,
-    previous_partial: Option<crate::classify::partial::Partial>,
+    previous_partial: Option<Partial>,
 ) -> Vec<Verdict> {
     let classify = |c: &CallEvidence| classify_with_clocks(c, sessions, pins, progress, now_ns, d.decision);
     let previous: Vec<Verdict> = d

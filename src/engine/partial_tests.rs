@@ -1,10 +1,10 @@
 //! Partial marking in the engine, on a manual clock: chains that may be split (started before the
 //! engine's first ingest, less `decision_wait`; decided at shutdown) are capped at `unverified`.
 use super::*;
-use crate::classify::partial::Partial;
 use crate::correlate::{ChainLimits, SessionLimits};
 use crate::evidence::{OutcomeReceipt, OutcomeResult, Side, SpanEvidence, TransportOutcome, VerifierMethod};
 use crate::normalize::NormalizedBatch;
+use crate::verdict::Partial;
 use crate::verdict::{Confidence, DecidedBy};
 use std::time::Duration;
 

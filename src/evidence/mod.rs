@@ -80,9 +80,48 @@ pub enum Method {
     Other(MethodName),
 }
 
-/// A method name of the fixed vocabulary ([`crate::normalize::redact::MCP_METHODS`], else
-/// `other` / `notifications/other`): a pointer to a static name, 8 bytes, so that a
-/// `Option<Method>` is 16 (every span holds one). Reads as the name (`&*m`); stored as the name.
+/// The MCP method names of the specification (2025-11-25 and 2026-07-28), the one list every
+/// method name is kept by. A method outside it is client-chosen text: it becomes `other` (or
+/// `notifications/other`), never a label.
+pub(crate) const MCP_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "subscriptions/listen",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+    "tasks/get",
+    "tasks/list",
+    "tasks/result",
+    "tasks/cancel",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/message",
+    "notifications/resources/updated",
+    "notifications/resources/list_changed",
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/roots/list_changed",
+    "notifications/elicitation/complete",
+    "notifications/tasks/status",
+];
+
+/// A method name of the fixed vocabulary (`MCP_METHODS`, else `other` / `notifications/other`):
+/// a pointer to a static name, 8 bytes, so that a `Option<Method>` is 16 (every span holds one).
+/// Reads as the name (`&*m`); stored as the name.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MethodName(&'static &'static str);
 
@@ -90,13 +129,18 @@ static OTHER_METHOD: &str = "other";
 static OTHER_NOTIFICATION: &str = "notifications/other";
 
 impl MethodName {
-    /// The name as the vocabulary keeps it (see [`crate::normalize::redact::method`]).
+    /// The name as the vocabulary keeps it.
     pub fn of(s: &str) -> MethodName {
-        match crate::normalize::redact::MCP_METHODS.iter().find(|m| **m == s) {
+        match MCP_METHODS.iter().find(|m| **m == s) {
             Some(m) => MethodName(m),
             None if s.starts_with("notifications/") => MethodName(&OTHER_NOTIFICATION),
             None => MethodName(&OTHER_METHOD),
         }
+    }
+
+    /// The name itself, which outlives any one `MethodName`.
+    pub(crate) fn as_str(self) -> &'static str {
+        self.0
     }
 }
 

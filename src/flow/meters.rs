@@ -7,6 +7,7 @@
 use opentelemetry::metrics::Counter;
 use opentelemetry::KeyValue;
 
+use super::labels::{ExportSignal, RefusalReason, Transport};
 use super::outgoing::ItemKind;
 
 /// One counter per item kind, in the collector's units: the `_spans`, `_metric_points` and
@@ -56,19 +57,20 @@ pub struct FlowMeters {
 
 impl FlowMeters {
     /// Items of a decoded request handed on (accepted) by a receiver.
-    pub fn receiver_accepted(&self, kind: ItemKind, transport: &'static str, n: u64) {
-        self.receiver_accepted.of(kind).add(n, &[KeyValue::new("receiver", "otlp"), KeyValue::new("transport", transport)]);
+    pub fn receiver_accepted(&self, kind: ItemKind, transport: Transport, n: u64) {
+        self.receiver_accepted.of(kind).add(n, &[KeyValue::new("receiver", "otlp"), KeyValue::new("transport", transport.as_str())]);
     }
 
     /// Items of a decoded request a receiver did not take, with why.
-    pub fn receiver_refused(&self, kind: ItemKind, transport: &'static str, reason: &'static str, n: u64) {
-        let attrs = [KeyValue::new("receiver", "otlp"), KeyValue::new("transport", transport), KeyValue::new("reason", reason)];
+    pub fn receiver_refused(&self, kind: ItemKind, transport: Transport, reason: RefusalReason, n: u64) {
+        let attrs =
+            [KeyValue::new("receiver", "otlp"), KeyValue::new("transport", transport.as_str()), KeyValue::new("reason", reason.as_str())];
         self.receiver_refused.of(kind).add(n, &attrs);
     }
 
     /// Items that found the exporter queue full (refused to the sender, or dropped when they are
     /// our own), labelled like the exporter's other item counters.
-    pub fn enqueue_failed(&self, signal: &'static str, kind: ItemKind, n: u64) {
-        self.enqueue_failed.of(kind).add(n, &[KeyValue::new("exporter", "otlp"), KeyValue::new("signal", signal)]);
+    pub fn enqueue_failed(&self, signal: ExportSignal, kind: ItemKind, n: u64) {
+        self.enqueue_failed.of(kind).add(n, &[KeyValue::new("exporter", "otlp"), KeyValue::new("signal", signal.as_str())]);
     }
 }

@@ -9,6 +9,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 
+use super::labels::ExportSignal;
 use super::memory::Reservation;
 
 /// What travels to the workers.
@@ -50,14 +51,14 @@ pub enum ItemKind {
 
 impl Outgoing {
     /// The `signal` label of the exporter's counters.
-    pub fn signal(&self) -> &'static str {
+    pub fn signal(&self) -> ExportSignal {
         match self {
-            Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) => "passthrough",
-            Outgoing::Health(_) | Outgoing::HealthRaw(..) => "health_spans",
-            Outgoing::Logs(_) | Outgoing::LogsRaw(..) => "incident_logs",
-            Outgoing::PassthroughMetrics(..) => "passthrough_metrics",
-            Outgoing::PassthroughLogs(..) => "passthrough_logs",
-            Outgoing::OwnMetrics(_) => "own_metrics",
+            Outgoing::Passthrough(..) | Outgoing::PassthroughRaw(..) => ExportSignal::Passthrough,
+            Outgoing::Health(_) | Outgoing::HealthRaw(..) => ExportSignal::HealthSpans,
+            Outgoing::Logs(_) | Outgoing::LogsRaw(..) => ExportSignal::IncidentLogs,
+            Outgoing::PassthroughMetrics(..) => ExportSignal::PassthroughMetrics,
+            Outgoing::PassthroughLogs(..) => ExportSignal::PassthroughLogs,
+            Outgoing::OwnMetrics(_) => ExportSignal::OwnMetrics,
         }
     }
 

@@ -33,52 +33,11 @@ pub fn scope(s: &str) -> Option<Box<str>> {
 // depend on the normalizers); re-exported here for the readers and emitters that use them.
 pub use crate::evidence::hash::{hash_hex, session_hash, set_session_cache_capacity, to_hex};
 
-/// The MCP method names of the specification (2025-11-25 and 2026-07-28). A method outside the
-/// list is client-chosen text: it becomes `other` (or `notifications/other`), never a label.
-pub const MCP_METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "server/discover",
-    "subscriptions/listen",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "logging/setLevel",
-    "sampling/createMessage",
-    "elicitation/create",
-    "roots/list",
-    "tasks/get",
-    "tasks/list",
-    "tasks/result",
-    "tasks/cancel",
-    "notifications/initialized",
-    "notifications/cancelled",
-    "notifications/progress",
-    "notifications/message",
-    "notifications/resources/updated",
-    "notifications/resources/list_changed",
-    "notifications/tools/list_changed",
-    "notifications/prompts/list_changed",
-    "notifications/roots/list_changed",
-    "notifications/elicitation/complete",
-    "notifications/tasks/status",
-];
-
 /// A method name from the specification's list, else `other` (`notifications/other` for an
-/// unknown notification, so it stays one).
+/// unknown notification, so it stays one): the evidence model's vocabulary, so a label and a
+/// span's method never disagree.
 pub fn method(s: &str) -> &'static str {
-    match MCP_METHODS.iter().find(|m| **m == s) {
-        Some(m) => m,
-        None if s.starts_with("notifications/") => "notifications/other",
-        None => "other",
-    }
+    crate::evidence::MethodName::of(s).as_str()
 }
 
 /// A tool name as the specification's rule allows it (1–128 of `A-Z a-z 0-9 _ - .`, 2025-11-25)

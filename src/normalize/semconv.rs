@@ -342,14 +342,7 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
     let mut bad = false;
     match kv.key {
         a::MCP_METHOD_NAME => match value::as_str(v) {
-            Some(m) => {
-                ev.method = Some(match m {
-                    "tools/call" => Method::ToolsCall,
-                    "tools/list" => Method::ToolsList,
-                    "initialize" => Method::Initialize,
-                    other => Method::Other(crate::evidence::MethodName::of(other)),
-                })
-            }
+            Some(m) => ev.method = Some(Method::parse(m)),
             None => bad = true,
         },
         a::MCP_SESSION_ID => {

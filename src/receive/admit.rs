@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::throttle::{SystemClock, Throttle};
+use crate::flow::labels::{RefusalReason, Signal, Transport};
 use crate::flow::loops;
 use crate::flow::memory::{trace_request_heap_bytes, Reservation};
 use crate::flow::meters::FlowMeters;
@@ -24,8 +25,9 @@ use bytes::Bytes;
 pub enum Admitted {
     /// Accepted; `rejected` spans inside it were invalid (partial success).
     Accepted { rejected: u64, message: String },
-    /// Refused as a whole: downstream is full. Retryable.
-    Busy,
+    /// Refused as a whole, retryably: downstream is full or memory is short. With the reason it
+    /// was counted under, which the receiver's answer is chosen by.
+    Busy(RefusalReason),
 }
 
 /// Shared by every receiver connection.
@@ -45,7 +47,7 @@ pub struct Admission {
 }
 
 /// What a refusal log line is throttled by: signal, transport and reason (closed sets).
-pub type RefusalKey = (&'static str, &'static str, &'static str);
+pub type RefusalKey = (Signal, Transport, RefusalReason);
 
 /// At most one warning per refusal kind this often; the metrics count every refusal.
 pub const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
@@ -53,14 +55,6 @@ pub const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
 /// A fresh refusal-log throttle on the system clock.
 pub fn refusal_log() -> Arc<Mutex<Throttle<RefusalKey>>> {
     Arc::new(Mutex::new(Throttle::new(SystemClock, REFUSAL_LOG_WINDOW)))
-}
-
-fn item_kind(signal: &str) -> ItemKind {
-    match signal {
-        "metrics" => ItemKind::MetricPoints,
-        "logs" => ItemKind::LogRecords,
-        _ => ItemKind::Spans,
-    }
 }
 
 impl Admission {
@@ -75,32 +69,32 @@ impl Admission {
     /// and refuses whole when one was taken in between. A full exporter queue (a backend down,
     /// not an overloaded service) is still found after decoding, so that what it refuses is
     /// counted in items (`enqueue_failed_spans`), as the collector counts it.
-    pub fn full_before_decode(&self, signal: &'static str) -> Option<&'static str> {
-        (signal == "traces" && self.ingest.is_full()).then_some("correlator_busy")
+    pub fn full_before_decode(&self, signal: Signal) -> Option<RefusalReason> {
+        (signal == Signal::Traces && self.ingest.is_full()).then_some(RefusalReason::CorrelatorBusy)
     }
 
     /// Count a request refused before it could be read (undecodable, too large): 1 per request
     /// in `mcp_health.spans.refused`, nothing in the item counters (its items are unknown).
-    pub fn refused(&self, transport: &'static str, reason: &'static str) {
-        self.meters.spans_refused.add(1, &[KeyValue::new("transport", transport), KeyValue::new("reason", reason)]);
-        self.log_refusal("traces", transport, reason, None);
+    pub fn refused(&self, transport: Transport, reason: RefusalReason) {
+        self.meters.spans_refused.add(1, &[KeyValue::new("transport", transport.as_str()), KeyValue::new("reason", reason.as_str())]);
+        self.log_refusal(Signal::Traces, transport, reason, None);
     }
 
     /// A decoded request of `items` items refused whole, or items refused inside one: counted in
     /// the receiver's item counters and logged (throttled).
-    fn refused_items(&self, signal: &'static str, transport: &'static str, reason: &'static str, items: u64) {
-        self.meters.receiver_refused(item_kind(signal), transport, reason, items);
+    fn refused_items(&self, signal: Signal, transport: Transport, reason: RefusalReason, items: u64) {
+        self.meters.receiver_refused(signal.item_kind(), transport, reason, items);
         self.log_refusal(signal, transport, reason, Some(items));
     }
 
     /// The refusal's log line, at most one per signal, transport and reason per
     /// [`REFUSAL_LOG_WINDOW`], carrying how many refusals (and items, when known) it stands for.
-    fn log_refusal(&self, signal: &'static str, transport: &'static str, reason: &'static str, items: Option<u64>) {
+    fn log_refusal(&self, signal: Signal, transport: Transport, reason: RefusalReason, items: Option<u64>) {
         let due = self.refusal_log.lock().unwrap_or_else(|p| p.into_inner()).hit((signal, transport, reason), items.unwrap_or(0));
         if let Some(s) = due {
             tracing::warn!(
-                signal,
-                transport,
+                signal = signal.as_str(),
+                transport = transport.as_str(),
                 %reason,
                 refusals = s.events,
                 items = s.items,
@@ -110,18 +104,22 @@ impl Admission {
         }
     }
 
-    /// [`Self::refused`] for any signal: `"traces"`, `"metrics"` or `"logs"`.
-    pub fn refused_signal(&self, signal: &'static str, transport: &'static str, reason: &'static str) {
-        if signal == "traces" {
+    /// [`Self::refused`] for any signal.
+    pub fn refused_signal(&self, signal: Signal, transport: Transport, reason: RefusalReason) {
+        if signal == Signal::Traces {
             return self.refused(transport, reason);
         }
-        let attrs = [KeyValue::new("signal", signal), KeyValue::new("transport", transport), KeyValue::new("reason", reason)];
+        let attrs = [
+            KeyValue::new("signal", signal.as_str()),
+            KeyValue::new("transport", transport.as_str()),
+            KeyValue::new("reason", reason.as_str()),
+        ];
         self.meters.signals_refused.add(1, &attrs);
         self.log_refusal(signal, transport, reason, None);
     }
 
     /// Metrics are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_metrics(&self, mut req: ExportMetricsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
+    pub fn admit_metrics(&self, mut req: ExportMetricsServiceRequest, transport: Transport, held: Option<Reservation>) -> Admitted {
         let id = loops::instance_id();
         let before = metric_point_count(&req);
         req.resource_metrics.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
@@ -130,11 +128,11 @@ impl Admission {
         }
         let points = metric_point_count(&req);
         let wire = req.encoded_len() as u64;
-        self.pass_on("metrics", (before, before - points), transport, held, wire, |h| Outgoing::PassthroughMetrics(req, h))
+        self.pass_on(Signal::Metrics, (before, before - points), transport, held, wire, |h| Outgoing::PassthroughMetrics(req, h))
     }
 
     /// Logs are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_logs(&self, mut req: ExportLogsServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
+    pub fn admit_logs(&self, mut req: ExportLogsServiceRequest, transport: Transport, held: Option<Reservation>) -> Admitted {
         let id = loops::instance_id();
         let before = log_record_count(&req);
         req.resource_logs.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
@@ -143,7 +141,7 @@ impl Admission {
         }
         let records = log_record_count(&req);
         let wire = req.encoded_len() as u64;
-        self.pass_on("logs", (before, before - records), transport, held, wire, |h| Outgoing::PassthroughLogs(req, h))
+        self.pass_on(Signal::Logs, (before, before - records), transport, held, wire, |h| Outgoing::PassthroughLogs(req, h))
     }
 
     /// `(items, looped)`: received, and of those come back through an export loop (dropped).
@@ -152,15 +150,16 @@ impl Admission {
     /// reservation, sized (without a walk of its structs) at the decode estimate of its `wire` size.
     fn pass_on(
         &self,
-        signal: &'static str,
+        signal: Signal,
         (items, looped): (u64, u64),
-        transport: &'static str,
+        transport: Transport,
         held: Option<Reservation>,
         wire: u64,
         out: impl FnOnce(Option<Reservation>) -> Outgoing,
     ) -> Admitted {
-        let sig = KeyValue::new("signal", signal);
-        self.meters.signals_received.add(items, &[sig.clone(), KeyValue::new("transport", transport)]);
+        let sig = KeyValue::new("signal", signal.as_str());
+        let tr = KeyValue::new("transport", transport.as_str());
+        self.meters.signals_received.add(items, &[sig.clone(), tr.clone()]);
         if looped > 0 {
             self.meters.signals_dropped.add(looped, &[sig.clone(), KeyValue::new("reason", "looped")]);
         }
@@ -169,11 +168,10 @@ impl Admission {
             return Admitted::Accepted { rejected: 0, message: String::new() };
         }
         let memory_refused = || {
-            self.meters
-                .signals_refused
-                .add(items, &[sig.clone(), KeyValue::new("transport", transport), KeyValue::new("reason", "memory_limit")]);
-            self.refused_items(signal, transport, "memory_limit", items);
-            Admitted::Busy
+            let reason = RefusalReason::MemoryLimit;
+            self.meters.signals_refused.add(items, &[sig.clone(), tr.clone(), KeyValue::new("reason", reason.as_str())]);
+            self.refused_items(signal, transport, reason, items);
+            Admitted::Busy(reason)
         };
         if self.over_memory() {
             return memory_refused();
@@ -194,22 +192,18 @@ impl Admission {
             Some(p) => match p.reserve() {
                 Ok(permit) => permit.send(out(held)),
                 Err(_) => {
-                    let attrs = [sig, KeyValue::new("transport", transport), KeyValue::new("reason", "exporter_busy")];
-                    self.meters.signals_refused.add(items, &attrs);
-                    self.meters.enqueue_failed(
-                        if signal == "metrics" { "passthrough_metrics" } else { "passthrough_logs" },
-                        item_kind(signal),
-                        items,
-                    );
-                    self.refused_items(signal, transport, "exporter_busy", items);
-                    return Admitted::Busy;
+                    let reason = RefusalReason::ExporterBusy;
+                    self.meters.signals_refused.add(items, &[sig, tr, KeyValue::new("reason", reason.as_str())]);
+                    self.meters.enqueue_failed(signal.passthrough(), signal.item_kind(), items);
+                    self.refused_items(signal, transport, reason, items);
+                    return Admitted::Busy(reason);
                 }
             },
             None => self.meters.signals_dropped.add(items, &[sig, KeyValue::new("reason", "passthrough_off")]),
         }
         // Taken: the receiver's part is done even when pass-through is off and they are dropped
         // (as the collector counts a receiver's accepted items whatever its pipeline does next).
-        self.meters.receiver_accepted(item_kind(signal), transport, items);
+        self.meters.receiver_accepted(signal.item_kind(), transport, items);
         Admitted::Accepted { rejected: 0, message: String::new() }
     }
 
@@ -217,9 +211,9 @@ impl Admission {
     /// reserved for it while it was read and decoded; from here on it pays for the pass-through
     /// copy (until exported) and the normalized batch (until the engine has taken it), each
     /// trimmed to what it holds.
-    pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: &'static str, held: Option<Reservation>) -> Admitted {
+    pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: Transport, held: Option<Reservation>) -> Admitted {
         let mut spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
-        let tr = KeyValue::new("transport", transport);
+        let tr = KeyValue::new("transport", transport.as_str());
         self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
         // What this process sent itself, back through a loop: dropped and counted, neither judged
         // nor passed on again (one span in, one span out).
@@ -244,7 +238,7 @@ impl Admission {
     /// tool definitions to strip, invalid spans to drop, an earlier `via` to extend): then that
     /// request alone is decoded and rebuilt. `Err` when the bytes are not an
     /// `ExportTraceServiceRequest` (INVALID_ARGUMENT; counted by the caller as `undecodable`).
-    pub fn admit_wire(&self, bytes: Bytes, transport: &'static str, held: Option<Reservation>) -> Result<Admitted, WireError> {
+    pub fn admit_wire(&self, bytes: Bytes, transport: Transport, held: Option<Reservation>) -> Result<Admitted, WireError> {
         let id = loops::instance_id();
         if let Some(reason) = self.busy_now() {
             // A queue is full (most often the pass-through's, its backend slower than the
@@ -319,8 +313,8 @@ impl Admission {
     /// Count a request's `spans` as received and, of those, the `looped` ones (come back through
     /// an export loop: dropped). The spans left to admit, or `None` when every one looped (the
     /// request is then answered accepted: one span in, one span out).
-    fn received(&self, spans: u64, looped: u64, transport: &'static str) -> Option<u64> {
-        let tr = KeyValue::new("transport", transport);
+    fn received(&self, spans: u64, looped: u64, transport: Transport) -> Option<u64> {
+        let tr = KeyValue::new("transport", transport.as_str());
         self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
         if looped > 0 {
             self.meters.spans_looped.add(looped, std::slice::from_ref(&tr));
@@ -334,26 +328,26 @@ impl Admission {
     /// Why a request would be refused whole now, before anything is reserved: above the memory
     /// limit, the correlator's queue full, or the pass-through queue full. Only a first check:
     /// [`Self::take`] reserves, and refuses whole when a place was taken in between.
-    fn busy_now(&self) -> Option<&'static str> {
+    fn busy_now(&self) -> Option<RefusalReason> {
         if self.over_memory() {
-            Some("memory_limit")
-        } else if let Some(reason) = self.full_before_decode("traces") {
+            Some(RefusalReason::MemoryLimit)
+        } else if let Some(reason) = self.full_before_decode(Signal::Traces) {
             Some(reason)
         } else if self.passthrough.as_ref().is_some_and(|p| p.is_full()) {
-            Some("exporter_busy")
+            Some(RefusalReason::ExporterBusy)
         } else {
             None
         }
     }
 
     /// Refuse a request of `spans` spans whole (retryable), counted under `reason`.
-    fn refuse_spans(&self, reason: &'static str, spans: u64, transport: &'static str) -> Admitted {
-        self.meters.spans_refused.add(spans, &[KeyValue::new("transport", transport), KeyValue::new("reason", reason)]);
-        if reason == "exporter_busy" {
-            self.meters.enqueue_failed("passthrough", ItemKind::Spans, spans);
+    fn refuse_spans(&self, reason: RefusalReason, spans: u64, transport: Transport) -> Admitted {
+        self.meters.spans_refused.add(spans, &[KeyValue::new("transport", transport.as_str()), KeyValue::new("reason", reason.as_str())]);
+        if reason == RefusalReason::ExporterBusy {
+            self.meters.enqueue_failed(Signal::Traces.passthrough(), ItemKind::Spans, spans);
         }
-        self.refused_items("traces", transport, reason, spans);
-        Admitted::Busy
+        self.refused_items(Signal::Traces, transport, reason, spans);
+        Admitted::Busy(reason)
     }
 
     /// Admission proper, for both paths: reserve both places first, so a request is either taken
@@ -364,21 +358,21 @@ impl Admission {
         &self,
         mut batch: NormalizedBatch,
         spans: u64,
-        transport: &'static str,
+        transport: Transport,
         mut held: Option<Reservation>,
         pass: impl FnOnce(u64, &mut Option<Reservation>) -> Option<(Outgoing, u64)>,
     ) -> Admitted {
-        let tr = KeyValue::new("transport", transport);
+        let tr = KeyValue::new("transport", transport.as_str());
         if self.over_memory() {
-            return self.refuse_spans("memory_limit", spans, transport);
+            return self.refuse_spans(RefusalReason::MemoryLimit, spans, transport);
         }
         let Ok(ingest_permit) = self.ingest.reserve() else {
-            return self.refuse_spans("correlator_busy", spans, transport);
+            return self.refuse_spans(RefusalReason::CorrelatorBusy, spans, transport);
         };
         let pass_permit = match &self.passthrough {
             Some(p) => match p.reserve() {
                 Ok(permit) => Some(permit),
-                Err(_) => return self.refuse_spans("exporter_busy", spans, transport),
+                Err(_) => return self.refuse_spans(RefusalReason::ExporterBusy, spans, transport),
             },
             None => None,
         };
@@ -390,9 +384,9 @@ impl Admission {
             Some(_) => match pass(rejected, &mut held) {
                 Some((o, b)) => (Some(o), b),
                 None => {
-                    self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
-                    self.refused_items("traces", transport, "memory_limit", spans);
-                    return Admitted::Busy;
+                    self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", RefusalReason::MemoryLimit.as_str())]);
+                    self.refused_items(Signal::Traces, transport, RefusalReason::MemoryLimit, spans);
+                    return Admitted::Busy(RefusalReason::MemoryLimit);
                 }
             },
             None => (None, 0),
@@ -401,9 +395,9 @@ impl Admission {
             let evidence = batch_heap_bytes(&batch);
             let mut r = held.or_else(|| m.reserve(0));
             if !r.as_mut().is_some_and(|r| r.resize(pass_bytes + evidence)) {
-                self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", "memory_limit")]);
-                self.refused_items("traces", transport, "memory_limit", spans);
-                return Admitted::Busy;
+                self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", RefusalReason::MemoryLimit.as_str())]);
+                self.refused_items(Signal::Traces, transport, RefusalReason::MemoryLimit, spans);
+                return Admitted::Busy(RefusalReason::MemoryLimit);
             }
             if let Some(mut r) = r {
                 batch.memory = Some(r.split(evidence));
@@ -420,7 +414,7 @@ impl Admission {
         // received = accepted + refused.
         self.meters.receiver_accepted(ItemKind::Spans, transport, spans.saturating_sub(rejected));
         if rejected > 0 {
-            self.refused_items("traces", transport, "invalid_span", rejected);
+            self.refused_items(Signal::Traces, transport, RefusalReason::InvalidSpan, rejected);
         }
         let message = if rejected > 0 {
             self.meters.spans_rejected.add(rejected, &[tr]);
@@ -540,13 +534,13 @@ mod tests {
                 refusal_log: refusal_log(),
             };
             // Both paths: decoded (OTLP/JSON) and read from the wire bytes (protobuf).
-            assert!(matches!(admission.admit(planted.clone(), "grpc", None), Admitted::Accepted { rejected: 0, .. }));
+            assert!(matches!(admission.admit(planted.clone(), Transport::Grpc, None), Admitted::Accepted { rejected: 0, .. }));
             let typed = match pass_rx.try_recv() {
                 Ok(Outgoing::Passthrough(req, _)) => req,
                 _ => panic!("nothing passed on"),
             };
             let wire = Bytes::from(planted.encode_to_vec());
-            assert!(matches!(admission.admit_wire(wire, "grpc", None), Ok(Admitted::Accepted { rejected: 0, .. })));
+            assert!(matches!(admission.admit_wire(wire, Transport::Grpc, None), Ok(Admitted::Accepted { rejected: 0, .. })));
             let walked = match pass_rx.try_recv() {
                 Ok(Outgoing::Passthrough(req, _)) => req,
                 Ok(Outgoing::PassthroughRaw(b, n, _)) => {
@@ -585,7 +579,10 @@ mod tests {
         };
         let req = crate::loadgen::build_request(3, 5);
         let wire = req.encode_to_vec();
-        assert!(matches!(admission.admit_wire(Bytes::from(wire.clone()), "grpc", None), Ok(Admitted::Accepted { rejected: 0, .. })));
+        assert!(matches!(
+            admission.admit_wire(Bytes::from(wire.clone()), Transport::Grpc, None),
+            Ok(Admitted::Accepted { rejected: 0, .. })
+        ));
         let Ok(Outgoing::PassthroughRaw(out, n, _)) = pass_rx.try_recv() else { panic!("not passed on as bytes") };
         assert_eq!(n, 15);
         for ss in &req.resource_spans[0].scope_spans {
@@ -603,12 +600,12 @@ mod tests {
         // An invalid span: the request is rebuilt without it.
         let mut bad = req.clone();
         bad.resource_spans[0].scope_spans[0].spans[0].span_id = vec![0; 8];
-        let got = admission.admit_wire(Bytes::from(bad.encode_to_vec()), "grpc", None);
+        let got = admission.admit_wire(Bytes::from(bad.encode_to_vec()), Transport::Grpc, None);
         assert!(matches!(got, Ok(Admitted::Accepted { rejected: 1, .. })), "{got:?}");
         let Ok(Outgoing::Passthrough(rebuilt, _)) = pass_rx.try_recv() else { panic!("not rebuilt") };
         assert_eq!(span_count(&rebuilt), 14);
         // Garbage is refused as undecodable, nothing queued.
-        assert!(admission.admit_wire(Bytes::from_static(b"\x0a\xff"), "grpc", None).is_err());
+        assert!(admission.admit_wire(Bytes::from_static(b"\x0a\xff"), Transport::Grpc, None).is_err());
         assert!(pass_rx.try_recv().is_err());
     }
 
@@ -638,7 +635,7 @@ mod tests {
         let read = m.freeze();
         let at = read.as_ptr();
         let held = limiter.reserve(wire.len() as u64 * 3).unwrap();
-        assert!(matches!(admission.admit_wire(read, "grpc", Some(held)), Ok(Admitted::Accepted { rejected: 0, .. })));
+        assert!(matches!(admission.admit_wire(read, Transport::Grpc, Some(held)), Ok(Admitted::Accepted { rejected: 0, .. })));
         let Ok(Outgoing::PassthroughRaw(out, _, Some(r))) = pass_rx.try_recv() else { panic!("not passed on as bytes") };
         assert_eq!(out.as_ptr(), at, "the buffer read is the one passed on");
         assert_eq!(&out[..], &copy[..], "byte for byte the copying splice");
@@ -647,7 +644,7 @@ mod tests {
 
         // No room after it: copied; the reservation grew by the copy before it was made.
         let held = limiter.reserve(wire.len() as u64).unwrap();
-        assert!(matches!(admission.admit_wire(Bytes::from(wire.clone()), "grpc", Some(held)), Ok(Admitted::Accepted { .. })));
+        assert!(matches!(admission.admit_wire(Bytes::from(wire.clone()), Transport::Grpc, Some(held)), Ok(Admitted::Accepted { .. })));
         let Ok(Outgoing::PassthroughRaw(out, _, Some(r))) = pass_rx.try_recv() else { panic!("not passed on as bytes") };
         assert_eq!(&out[..], &copy[..]);
         assert_eq!(r.bytes(), copy.len() as u64);
@@ -677,16 +674,23 @@ mod tests {
         let mut bad = bad.encode_to_vec();
         let at = bad.windows(3).position(|w| w == "\u{fffd}".as_bytes()).unwrap();
         bad[at] = 0xff; // no longer UTF-8, the structure intact
-        assert!(matches!(admission.admit_wire(Bytes::from(clean.clone()), "grpc", None), Ok(Admitted::Accepted { .. })));
+        assert!(matches!(admission.admit_wire(Bytes::from(clean.clone()), Transport::Grpc, None), Ok(Admitted::Accepted { .. })));
         // The queue is full now.
-        assert_eq!(admission.admit_wire(Bytes::from(bad.clone()), "grpc", None), Ok(Admitted::Busy), "skimmed, not walked");
-        assert_eq!(admission.admit_wire(Bytes::from(clean.clone()), "grpc", None), Ok(Admitted::Busy));
+        assert_eq!(
+            admission.admit_wire(Bytes::from(bad.clone()), Transport::Grpc, None),
+            Ok(Admitted::Busy(RefusalReason::ExporterBusy)),
+            "skimmed, not walked"
+        );
+        assert_eq!(
+            admission.admit_wire(Bytes::from(clean.clone()), Transport::Grpc, None),
+            Ok(Admitted::Busy(RefusalReason::ExporterBusy))
+        );
         let text = crate::emit::prometheus::render(p.prometheus.as_ref().unwrap());
         assert_eq!(prom_sum(&text, "mcp_health_receiver_refused_spans_total", "reason=\"exporter_busy\""), 30.0, "{text}");
         assert_eq!(prom_sum(&text, "mcp_health_spans_received_total", "transport=\"grpc\""), 45.0);
         // Room again: the walk reads the request and finds what the skim did not look at.
         assert!(pass_rx.try_recv().is_ok());
-        assert_eq!(admission.admit_wire(Bytes::from(bad), "grpc", None), Err(WireError::Utf8));
+        assert_eq!(admission.admit_wire(Bytes::from(bad), Transport::Grpc, None), Err(WireError::Utf8));
     }
 
     /// A metrics pipeline whose counters the tests read back as Prometheus text.
@@ -733,21 +737,21 @@ mod tests {
                 ..Default::default()
             }],
         };
-        assert_eq!(admission.full_before_decode("traces"), None, "room before the first");
-        assert!(matches!(admission.admit(first, "grpc", None), Admitted::Accepted { rejected: 1, .. }));
+        assert_eq!(admission.full_before_decode(Signal::Traces), None, "room before the first");
+        assert!(matches!(admission.admit(first, Transport::Grpc, None), Admitted::Accepted { rejected: 1, .. }));
         // Issue 11: with the correlator's queue full, the next request is refused before its
         // body is decoded (the receivers ask this first); metrics and logs need no correlator.
-        assert_eq!(admission.full_before_decode("traces"), Some("correlator_busy"));
-        assert_eq!(admission.full_before_decode("metrics"), None);
+        assert_eq!(admission.full_before_decode(Signal::Traces), Some(RefusalReason::CorrelatorBusy));
+        assert_eq!(admission.full_before_decode(Signal::Metrics), None);
         let second = ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 scope_spans: vec![scope("f", (3..7).map(|n| span(n, vec![], vec![])).collect())],
                 ..Default::default()
             }],
         };
-        assert_eq!(admission.admit(second, "http", None), Admitted::Busy);
+        assert_eq!(admission.admit(second, Transport::Http, None), Admitted::Busy(RefusalReason::CorrelatorBusy));
         // An unreadable request: 1 in spans.refused, no items.
-        admission.refused("http", "undecodable");
+        admission.refused(Transport::Http, RefusalReason::Undecodable);
 
         let text = crate::emit::prometheus::render(p.prometheus.as_ref().unwrap());
         let sum = |name: &str, filter: &str| prom_sum(&text, name, filter);

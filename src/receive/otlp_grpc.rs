@@ -35,6 +35,7 @@ use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
 use super::admit::{Admission, Admitted};
+use crate::flow::labels::{self, RefusalReason, Transport};
 use crate::flow::memory::{MemoryLimiter, Reservation};
 use crate::normalize::wire::WireError;
 
@@ -74,7 +75,7 @@ impl RawMessage {
 trait Signal: Send + Sync + 'static {
     const SERVICE: &'static str;
     const PATH: &'static str;
-    const LABEL: &'static str;
+    const LABEL: labels::Signal;
     type Response: Message + Default + Send + 'static;
     fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status>;
 }
@@ -83,30 +84,30 @@ struct Traces;
 struct Metrics;
 struct Logs;
 
-fn undecodable(admission: &Admission, signal: &'static str, what: &str, e: impl std::fmt::Display) -> Status {
-    admission.refused_signal(signal, "grpc", "undecodable");
+fn undecodable(admission: &Admission, signal: labels::Signal, what: &str, e: impl std::fmt::Display) -> Status {
+    admission.refused_signal(signal, Transport::Grpc, RefusalReason::Undecodable);
     Status::invalid_argument(format!("the message is not an {what}: {e}"))
 }
 
 impl Signal for Traces {
     const SERVICE: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
     const PATH: &'static str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
-    const LABEL: &'static str = "traces";
+    const LABEL: labels::Signal = labels::Signal::Traces;
     type Response = ExportTraceServiceResponse;
     fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status> {
-        match admission.admit_wire(message, "grpc", held) {
+        match admission.admit_wire(message, Transport::Grpc, held) {
             Ok(Admitted::Accepted { rejected, message }) => Ok(ExportTraceServiceResponse {
                 partial_success: (rejected > 0)
                     .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
             }),
-            Ok(Admitted::Busy) => Err(busy()),
+            Ok(Admitted::Busy(_)) => Err(busy()),
             Err(e @ WireError::Truncated)
             | Err(e @ WireError::Varint)
             | Err(e @ WireError::Key)
             | Err(e @ WireError::WireType { .. })
             | Err(e @ WireError::Utf8)
             | Err(e @ WireError::TooDeep)
-            | Err(e @ WireError::Group) => Err(undecodable(admission, "traces", "ExportTraceServiceRequest", e)),
+            | Err(e @ WireError::Group) => Err(undecodable(admission, Self::LABEL, "ExportTraceServiceRequest", e)),
         }
     }
 }
@@ -114,14 +115,14 @@ impl Signal for Traces {
 impl Signal for Metrics {
     const SERVICE: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
     const PATH: &'static str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
-    const LABEL: &'static str = "metrics";
+    const LABEL: labels::Signal = labels::Signal::Metrics;
     type Response = ExportMetricsServiceResponse;
     fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status> {
         let req = ExportMetricsServiceRequest::decode(message)
-            .map_err(|e| undecodable(admission, "metrics", "ExportMetricsServiceRequest", e))?;
-        match admission.admit_metrics(req, "grpc", held) {
+            .map_err(|e| undecodable(admission, Self::LABEL, "ExportMetricsServiceRequest", e))?;
+        match admission.admit_metrics(req, Transport::Grpc, held) {
             Admitted::Accepted { .. } => Ok(ExportMetricsServiceResponse { partial_success: None }),
-            Admitted::Busy => Err(busy()),
+            Admitted::Busy(_) => Err(busy()),
         }
     }
 }
@@ -129,13 +130,14 @@ impl Signal for Metrics {
 impl Signal for Logs {
     const SERVICE: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
     const PATH: &'static str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
-    const LABEL: &'static str = "logs";
+    const LABEL: labels::Signal = labels::Signal::Logs;
     type Response = ExportLogsServiceResponse;
     fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status> {
-        let req = ExportLogsServiceRequest::decode(message).map_err(|e| undecodable(admission, "logs", "ExportLogsServiceRequest", e))?;
-        match admission.admit_logs(req, "grpc", held) {
+        let req =
+            ExportLogsServiceRequest::decode(message).map_err(|e| undecodable(admission, Self::LABEL, "ExportLogsServiceRequest", e))?;
+        match admission.admit_logs(req, Transport::Grpc, held) {
             Admitted::Accepted { .. } => Ok(ExportLogsServiceResponse { partial_success: None }),
-            Admitted::Busy => Err(busy()),
+            Admitted::Busy(_) => Err(busy()),
         }
     }
 }
@@ -173,7 +175,7 @@ impl<S: Signal> tower::Service<http::Request<tonic::body::Body>> for ExportServi
         }
         if let Some(t) = &self.token {
             if !crate::config::bearer_matches(req.headers().get("authorization").map(|v| v.as_bytes()), t) {
-                self.admission.refused_signal(S::LABEL, "grpc", "unauthenticated");
+                self.admission.refused_signal(S::LABEL, Transport::Grpc, RefusalReason::Unauthenticated);
                 return Box::pin(async { Ok(Status::unauthenticated("a bearer token is required").into_http()) });
             }
         }
@@ -312,12 +314,12 @@ impl ReadError {
     }
 
     /// The `reason` label it is counted under (`Body`: the client went away, not counted).
-    pub fn reason(&self) -> Option<&'static str> {
+    pub fn reason(&self) -> Option<RefusalReason> {
         match self {
-            ReadError::MemoryLimit => Some("memory_limit"),
-            ReadError::TooLarge(_) => Some("too_large"),
-            ReadError::Undecodable(_) => Some("undecodable"),
-            ReadError::UnsupportedEncoding(_) => Some("unsupported_encoding"),
+            ReadError::MemoryLimit => Some(RefusalReason::MemoryLimit),
+            ReadError::TooLarge(_) => Some(RefusalReason::TooLarge),
+            ReadError::Undecodable(_) => Some(RefusalReason::Undecodable),
+            ReadError::UnsupportedEncoding(_) => Some(RefusalReason::UnsupportedEncoding),
             ReadError::Body(_) => None,
         }
     }
@@ -358,13 +360,13 @@ where
         // Above the memory limit, refuse before the request is read: reading what is refused is
         // what drives memory up under overload.
         if self.admission.over_memory() {
-            self.admission.refused_signal(signal, "grpc", "memory_limit");
+            self.admission.refused_signal(signal, Transport::Grpc, RefusalReason::MemoryLimit);
             let resp = busy().into_http::<RB>();
             return Box::pin(async move { Ok(resp) });
         }
         // A queue it needs is full: refuse before reading and walking it (retryable).
         if let Some(reason) = self.admission.full_before_decode(signal) {
-            self.admission.refused_signal(signal, "grpc", reason);
+            self.admission.refused_signal(signal, Transport::Grpc, reason);
             let resp = busy().into_http::<RB>();
             return Box::pin(async move { Ok(resp) });
         }
@@ -388,7 +390,7 @@ where
                 Ok(req) => inner.call(req).await,
                 Err(e) => {
                     if let Some(reason) = e.reason() {
-                        admission.refused_signal(signal, "grpc", reason);
+                        admission.refused_signal(signal, Transport::Grpc, reason);
                     }
                     Ok(e.status().into_http::<RB>())
                 }

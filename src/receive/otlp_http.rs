@@ -21,6 +21,7 @@ use prost::Message;
 
 use super::admit::{Admission, Admitted};
 use super::otlp_json;
+use crate::flow::labels::{RefusalReason, Signal, Transport};
 use crate::flow::memory::{self, Reservation};
 
 #[derive(Clone)]
@@ -32,13 +33,12 @@ struct HttpState {
 }
 
 /// A request without the configured bearer token: 401, counted as `unauthenticated`.
-fn unauthenticated(st: &HttpState, signal: &'static str, headers: &HeaderMap) -> Option<Response> {
+fn unauthenticated(st: &HttpState, signal: Signal, headers: &HeaderMap) -> Option<Response> {
     let t = st.token.as_deref()?;
     if crate::config::bearer_matches(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()), t) {
         return None;
     }
-    st.admission.refused_signal(signal, "http", "unauthenticated");
-    Some(error(Encoding::Protobuf, StatusCode::UNAUTHORIZED, 16, "a bearer token is required"))
+    Some(refuse(st, signal, Encoding::Protobuf, RefusalReason::Unauthenticated, "a bearer token is required"))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -57,22 +57,24 @@ pub fn router(admission: Admission, max_body: usize, token: Option<std::sync::Ar
 }
 
 async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    if let Some(r) = unauthenticated(&st, "traces", &headers) {
+    if let Some(r) = unauthenticated(&st, Signal::Traces, &headers) {
         return r;
     }
-    let (enc, bytes, mut held) = match read_body(&st, "traces", &headers, body).await {
+    let (enc, bytes, mut held) = match read_body(&st, Signal::Traces, &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
-    if let Some(r) = reserve_decode(&st, "traces", enc, &bytes, &mut held) {
+    if let Some(r) = reserve_decode(&st, Signal::Traces, enc, &bytes, &mut held) {
         return r;
     }
     let admitted = match enc {
         // Protobuf is read from its bytes (`normalize::wire`), and passed on as it came.
         Encoding::Protobuf => {
-            st.admission.admit_wire(bytes, "http", held).map_err(|e| format!("body is not an ExportTraceServiceRequest: {e}"))
+            st.admission.admit_wire(bytes, Transport::Http, held).map_err(|e| format!("body is not an ExportTraceServiceRequest: {e}"))
         }
-        Encoding::Json => otlp_json::decode_traces(&bytes).map(|req| st.admission.admit(req, "http", held)).map_err(|e| e.to_string()),
+        Encoding::Json => {
+            otlp_json::decode_traces(&bytes).map(|req| st.admission.admit(req, Transport::Http, held)).map_err(|e| e.to_string())
+        }
     };
     match admitted {
         Ok(Admitted::Accepted { rejected, message }) => ok(
@@ -82,24 +84,21 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
                     .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
             },
         ),
-        Ok(Admitted::Busy) => busy(enc),
-        Err(msg) => {
-            st.admission.refused("http", "undecodable");
-            error(enc, StatusCode::BAD_REQUEST, 3, &msg)
-        }
+        Ok(Admitted::Busy(reason)) => refusal(enc, reason, AT_CAPACITY),
+        Err(msg) => refuse(&st, Signal::Traces, enc, RefusalReason::Undecodable, &msg),
     }
 }
 
 /// Metrics are passed on (or dropped), not read.
 async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    if let Some(r) = unauthenticated(&st, "metrics", &headers) {
+    if let Some(r) = unauthenticated(&st, Signal::Metrics, &headers) {
         return r;
     }
-    let (enc, bytes, mut held) = match read_body(&st, "metrics", &headers, body).await {
+    let (enc, bytes, mut held) = match read_body(&st, Signal::Metrics, &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
-    if let Some(r) = reserve_decode(&st, "metrics", enc, &bytes, &mut held) {
+    if let Some(r) = reserve_decode(&st, Signal::Metrics, enc, &bytes, &mut held) {
         return r;
     }
     let req = match enc {
@@ -108,39 +107,33 @@ async fn metrics(State(st): State<HttpState>, headers: HeaderMap, body: Body) ->
         }
         Encoding::Json => otlp_json::decode_metrics(&bytes),
     };
-    match req.map(|r| st.admission.admit_metrics(r, "http", held)) {
+    match req.map(|r| st.admission.admit_metrics(r, Transport::Http, held)) {
         Ok(Admitted::Accepted { .. }) => ok(enc, &ExportMetricsServiceResponse { partial_success: None }),
-        Ok(Admitted::Busy) => busy(enc),
-        Err(msg) => {
-            st.admission.refused_signal("metrics", "http", "undecodable");
-            error(enc, StatusCode::BAD_REQUEST, 3, &msg)
-        }
+        Ok(Admitted::Busy(reason)) => refusal(enc, reason, AT_CAPACITY),
+        Err(msg) => refuse(&st, Signal::Metrics, enc, RefusalReason::Undecodable, &msg),
     }
 }
 
 /// Logs are passed on (or dropped), not read.
 async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    if let Some(r) = unauthenticated(&st, "logs", &headers) {
+    if let Some(r) = unauthenticated(&st, Signal::Logs, &headers) {
         return r;
     }
-    let (enc, bytes, mut held) = match read_body(&st, "logs", &headers, body).await {
+    let (enc, bytes, mut held) = match read_body(&st, Signal::Logs, &headers, body).await {
         Ok(b) => b,
         Err(r) => return r,
     };
-    if let Some(r) = reserve_decode(&st, "logs", enc, &bytes, &mut held) {
+    if let Some(r) = reserve_decode(&st, Signal::Logs, enc, &bytes, &mut held) {
         return r;
     }
     let req = match enc {
         Encoding::Protobuf => ExportLogsServiceRequest::decode(bytes).map_err(|e| format!("body is not an ExportLogsServiceRequest: {e}")),
         Encoding::Json => otlp_json::decode_logs(&bytes),
     };
-    match req.map(|r| st.admission.admit_logs(r, "http", held)) {
+    match req.map(|r| st.admission.admit_logs(r, Transport::Http, held)) {
         Ok(Admitted::Accepted { .. }) => ok(enc, &ExportLogsServiceResponse { partial_success: None }),
-        Ok(Admitted::Busy) => busy(enc),
-        Err(msg) => {
-            st.admission.refused_signal("logs", "http", "undecodable");
-            error(enc, StatusCode::BAD_REQUEST, 3, &msg)
-        }
+        Ok(Admitted::Busy(reason)) => refusal(enc, reason, AT_CAPACITY),
+        Err(msg) => refuse(&st, Signal::Logs, enc, RefusalReason::Undecodable, &msg),
     }
 }
 
@@ -148,14 +141,14 @@ async fn logs(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Re
 /// at its peak, before decoding; the refusal (counted) when that does not fit: retryably (503)
 /// when it does not fit now, for good (413) when it could not fit even in an idle process (a
 /// body of empty JSON spans decodes to 100 times its size).
-fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &Bytes, held: &mut Option<Reservation>) -> Option<Response> {
+fn reserve_decode(st: &HttpState, signal: Signal, enc: Encoding, bytes: &Bytes, held: &mut Option<Reservation>) -> Option<Response> {
     let Some(r) = held else { return None };
     let wire = bytes.len() as u64;
     // JSON expands by its shape (a 3-byte `{}` span is a 264-byte struct): bounded from the text
     // by one pass over it, not by a multiple of its size.
     let decoded = match (enc, signal) {
         (Encoding::Protobuf, _) => wire.saturating_mul(memory::DECODED_PER_WIRE_BYTE),
-        (Encoding::Json, "traces") => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Direct),
+        (Encoding::Json, Signal::Traces) => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Direct),
         (Encoding::Json, _) => otlp_json::decoded_bound(bytes, otlp_json::JsonDecoder::Tree),
     };
     let need = wire.saturating_add(decoded);
@@ -164,12 +157,10 @@ fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &B
     }
     let soft = st.admission.memory.as_ref().map_or(u64::MAX, |m| m.limits().0);
     if need > soft {
-        st.admission.refused_signal(signal, "http", "too_large");
         let msg = format!("decoding this body needs up to {} MiB, more than the memory limit allows; send smaller requests", need >> 20);
-        return Some(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &msg));
+        return Some(refuse(st, signal, enc, RefusalReason::TooLarge, &msg));
     }
-    st.admission.refused_signal(signal, "http", "memory_limit");
-    Some(busy(enc))
+    Some(refuse(st, signal, enc, RefusalReason::MemoryLimit, AT_CAPACITY))
 }
 
 /// Media type, body within the limit, decompressed within the limit; or the error answer.
@@ -180,51 +171,41 @@ fn reserve_decode(st: &HttpState, signal: &'static str, enc: Encoding, bytes: &B
 /// requests are refused before they allocate, not after.
 async fn read_body(
     st: &HttpState,
-    signal: &'static str,
+    signal: Signal,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(Encoding, Bytes, Option<Reservation>), Response> {
-    let refused = |reason| st.admission.refused_signal(signal, "http", reason);
+    let refused = |enc, reason, message: &str| refuse(st, signal, enc, reason, message);
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let enc = match ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase().as_str() {
         "application/x-protobuf" | "application/protobuf" => Encoding::Protobuf,
         "application/json" => Encoding::Json,
         _ => {
-            refused("unsupported_media_type");
-            return Err(error(
+            return Err(refused(
                 Encoding::Protobuf,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                3,
+                RefusalReason::UnsupportedMediaType,
                 "Content-Type must be application/x-protobuf or application/json",
             ));
         }
     };
     // Above the memory limit, or a queue it needs full: refuse before the body is read and decoded.
     if st.admission.over_memory() {
-        refused("memory_limit");
-        return Err(busy(enc));
+        return Err(refused(enc, RefusalReason::MemoryLimit, AT_CAPACITY));
     }
     if let Some(reason) = st.admission.full_before_decode(signal) {
-        refused(reason);
-        return Err(busy(enc));
+        return Err(refused(enc, reason, AT_CAPACITY));
     }
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
     let mut held = match &st.admission.memory {
         Some(m) => match m.reserve(declared.unwrap_or(st.max_body as u64).min(st.max_body as u64)) {
             Some(r) => Some(r),
-            None => {
-                refused("memory_limit");
-                return Err(busy(enc));
-            }
+            None => return Err(refused(enc, RefusalReason::MemoryLimit, AT_CAPACITY)),
         },
         None => None,
     };
     let raw = match axum::body::to_bytes(body, st.max_body).await {
         Ok(b) => b,
-        Err(_) => {
-            refused("too_large");
-            return Err(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("request body exceeds {} bytes", st.max_body)));
-        }
+        Err(_) => return Err(refused(enc, RefusalReason::TooLarge, &format!("request body exceeds {} bytes", st.max_body))),
     };
     let content_encoding =
         headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity").trim().to_ascii_lowercase();
@@ -233,8 +214,7 @@ async fn read_body(
         r.set(raw.len() as u64);
         let compressed = !matches!(content_encoding.as_str(), "identity" | "");
         if compressed && !r.resize(raw.len() as u64 + st.max_body as u64) {
-            refused("memory_limit");
-            return Err(busy(enc));
+            return Err(refused(enc, RefusalReason::MemoryLimit, AT_CAPACITY));
         }
     }
     match decompress(&content_encoding, raw, st.max_body) {
@@ -245,22 +225,16 @@ async fn read_body(
             Ok((enc, b, held))
         }
         Some(Err(DecompressError::TooLarge)) => {
-            refused("too_large");
-            Err(error(enc, StatusCode::PAYLOAD_TOO_LARGE, 8, &format!("decompressed body exceeds {} bytes", st.max_body)))
+            Err(refused(enc, RefusalReason::TooLarge, &format!("decompressed body exceeds {} bytes", st.max_body)))
         }
         Some(Err(DecompressError::Corrupt(e))) => {
-            refused("undecodable");
-            Err(error(enc, StatusCode::BAD_REQUEST, 3, &format!("{content_encoding} body could not be decompressed: {e}")))
+            Err(refused(enc, RefusalReason::Undecodable, &format!("{content_encoding} body could not be decompressed: {e}")))
         }
-        None => {
-            refused("unsupported_encoding");
-            Err(error(
-                enc,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                3,
-                &format!("Content-Encoding {content_encoding:?} is not supported (use gzip, zstd, deflate or none)"),
-            ))
-        }
+        None => Err(refused(
+            enc,
+            RefusalReason::UnsupportedEncoding,
+            &format!("Content-Encoding {content_encoding:?} is not supported (use gzip, zstd, deflate or none)"),
+        )),
     }
 }
 
@@ -273,9 +247,34 @@ fn ok<M: Message + serde::Serialize>(enc: Encoding, resp: &M) -> Response {
     }
 }
 
-fn busy(enc: Encoding) -> Response {
-    let mut r = error(enc, StatusCode::SERVICE_UNAVAILABLE, 14, "mcp-health is at capacity; retry later");
-    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+/// What every retryable refusal says.
+const AT_CAPACITY: &str = "mcp-health is at capacity; retry later";
+
+/// Count a refusal of `signal` and answer it.
+fn refuse(st: &HttpState, signal: Signal, enc: Encoding, reason: RefusalReason, message: &str) -> Response {
+    st.admission.refused_signal(signal, Transport::Http, reason);
+    refusal(enc, reason, message)
+}
+
+/// The answer to a request refused for `reason`, the one place a refusal's status is chosen (as
+/// the OTLP/HTTP specification says: 503 with `Retry-After` when the service sheds load, so the
+/// sender retries and keeps its data; 400 for data that cannot be read, 401 without the bearer
+/// token, 413 for a body too large, 415 for a media type or encoding not supported; none of these
+/// is retried). The body is a `google.rpc.Status` with the matching gRPC code.
+fn refusal(enc: Encoding, reason: RefusalReason, message: &str) -> Response {
+    let (status, code) = match reason {
+        RefusalReason::MemoryLimit | RefusalReason::CorrelatorBusy | RefusalReason::ExporterBusy => (StatusCode::SERVICE_UNAVAILABLE, 14),
+        // Invalid spans are refused inside an accepted request (partial success), not by a status;
+        // a request of nothing else would be bad data.
+        RefusalReason::Undecodable | RefusalReason::InvalidSpan => (StatusCode::BAD_REQUEST, 3),
+        RefusalReason::Unauthenticated => (StatusCode::UNAUTHORIZED, 16),
+        RefusalReason::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, 8),
+        RefusalReason::UnsupportedMediaType | RefusalReason::UnsupportedEncoding => (StatusCode::UNSUPPORTED_MEDIA_TYPE, 3),
+    };
+    let mut r = error(enc, status, code, message);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
     r
 }
 
@@ -355,6 +354,29 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+
+    /// Each refusal's status, as the OTLP/HTTP specification asks: only shedding load is
+    /// answered retryable (503 with `Retry-After`).
+    #[test]
+    fn each_refusal_has_its_status_and_only_shedding_load_is_retryable() {
+        use RefusalReason::*;
+        let cases = [
+            (MemoryLimit, 503),
+            (CorrelatorBusy, 503),
+            (ExporterBusy, 503),
+            (Undecodable, 400),
+            (InvalidSpan, 400),
+            (Unauthenticated, 401),
+            (TooLarge, 413),
+            (UnsupportedMediaType, 415),
+            (UnsupportedEncoding, 415),
+        ];
+        for (reason, status) in cases {
+            let r = refusal(Encoding::Protobuf, reason, "m");
+            assert_eq!(r.status().as_u16(), status, "{reason}");
+            assert_eq!(r.headers().contains_key(header::RETRY_AFTER), status == 503, "{reason}");
+        }
+    }
 
     fn gz(data: &[u8]) -> Vec<u8> {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

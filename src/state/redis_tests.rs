@@ -231,10 +231,8 @@ fn redis_down_is_an_error_never_a_panic_or_a_stall_and_the_engine_counts_it() {
     engine.drain(crate::verdict::DecidedBy::Shutdown, Moment::from_nanos(9_000_000_000), &mut out);
     let calls = out.iter().filter(|d| matches!(d, Decided::Call(_))).count();
     assert_eq!(calls, 5, "every call still gets its verdict");
-    let capped = out
-        .iter()
-        .filter(|d| matches!(d, Decided::Call(v) if v.partial == Some(crate::classify::partial::Partial::StoreUnavailable)))
-        .count();
+    let capped =
+        out.iter().filter(|d| matches!(d, Decided::Call(v) if v.partial == Some(crate::verdict::Partial::StoreUnavailable))).count();
     assert!(capped >= 4, "calls decided while the store is known down are partial: {capped}");
     assert!(engine.store_down());
     // Redis is back and nothing is written: the next re-evaluation's probe ends the mark.

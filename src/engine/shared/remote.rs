@@ -1200,7 +1200,7 @@ impl Replica for Shared {
     }
 
     fn hold_verdict(&mut self, v: &Verdict) -> bool {
-        let relevant = crate::classify::incidents::is_failure(v.state) || v.state == HealthState::Healthy;
+        let relevant = v.state.is_failure() || v.state == HealthState::Healthy;
         if relevant && self.pending_incident_verdicts < MAX_PENDING_INCIDENT_VERDICTS {
             self.pending_incidents.entry(v.server.clone()).or_default().push(v.clone());
             self.pending_incident_verdicts += 1;
