@@ -1498,7 +1498,7 @@ mod tests {
             client_seen: client,
             ..Default::default()
         };
-        let calls = vec![
+        let calls = [
             call(Some("s1"), Some("a"), Some("x"), true, true),
             call(Some("s1"), Some("b"), None, false, true),
             call(None, Some("a"), Some("x"), true, true),
