@@ -169,14 +169,20 @@ async fn the_2026_07_28_revision_live_through_the_tap() {
 
     // Attempts: every logical call once. confirm and confirm_slow of the stdio server are two
     // attempts though they were four requests.
-    let text = svc.metrics_text().await;
-    let attempts_of = |tool: &str| {
+    // The counters are tallied per engine report (every second), so they may trail the verdict
+    // log by that much: wait until both calls are counted, then check they are counted once.
+    let attempts_of = |text: &str, tool: &str| {
         text.lines()
             .filter(|l| l.starts_with("mcp_health_calls_total{") && l.contains(&format!("=\"{tool}\"")) && l.contains("rev26-server"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>()
     };
-    assert_eq!((attempts_of("confirm"), attempts_of("confirm_slow")), (1.0, 1.0), "{text}");
+    let text = eventually_async(Duration::from_secs(10), "both confirm calls counted in mcp_health_calls_total", || async {
+        let t = svc.metrics_text().await;
+        (attempts_of(&t, "confirm") > 0.0 && attempts_of(&t, "confirm_slow") > 0.0).then_some(t)
+    })
+    .await;
+    assert_eq!((attempts_of(&text, "confirm"), attempts_of(&text, "confirm_slow")), (1.0, 1.0), "{text}");
 
     let all = svc.stdout();
     assert!(!all.contains("SECRET-REV26-ARGUMENT") && !all.contains("v1."), "no argument or requestState leaked");

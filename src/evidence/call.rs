@@ -96,7 +96,7 @@ pub struct CallEvidence {
     /// the whole call supersedes that one, not a second attempt.
     pub round_spans: Vec<SpanId>,
     /// Every span absorbed, by kind and instrumentation (the verdict's evidence chain).
-    pub chain: crate::verdict::EvidenceChain,
+    pub chain: super::chain::EvidenceChain,
 }
 
 /// Why a call has not finished although the server answered.
@@ -228,7 +228,7 @@ impl CallEvidence {
 
     /// Fold one span's evidence into the call.
     pub fn absorb(&mut self, s: &SpanEvidence) {
-        use crate::verdict::SpanKind;
+        use super::chain::SpanKind;
         let kind = if !s.outcomes.is_empty() || s.finding.is_some() {
             SpanKind::Verifier
         } else {

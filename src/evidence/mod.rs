@@ -8,6 +8,7 @@
 pub mod attributes;
 pub mod call;
 pub mod catalog;
+pub mod chain;
 pub mod hash;
 pub mod receipt;
 pub mod time;
