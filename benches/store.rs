@@ -12,7 +12,15 @@
 //! The Redis runs take the store's answers as the service does (`store_answer_within` =
 //! `SHARED_STORE_ANSWER_WITHIN`: the round trips run on the store's thread); a last run puts Redis behind a
 //! proxy of this bench's own that adds 0.5 ms each way to every chunk it forwards (1 ms of round
-//! trip, a Redis in another zone). Numbers, not assertions.
+//! trip, a Redis in another zone). Each run is on a thread of its own, named (`flat-redis`,
+//! `paced-redis`, …: `perf report --comm <name>` profiles one run), and prints the engine
+//! thread's time on a CPU and blocked on the store's thread (`Engine::store_waited`).
+//!
+//! The flat runs feed calls as fast as the engine takes them, engine time running far ahead of
+//! the wall clock: a capacity figure, where a store slower than the engine paces it. The paced
+//! runs feed 10 000 calls/s with engine time the wall clock's, as the service runs: their
+//! figure is the engine thread's own time per verdict (on CPU + blocked), the cost a shared
+//! store adds to the thread that decides every verdict. Numbers, not assertions.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
