@@ -67,7 +67,8 @@ const SCAN_COUNT: usize = 500;
 
 /// The apply script. KEYS[1] is the version counter; KEYS[i+1] the record key of change i.
 /// ARGV[1] is how long a tombstone lives (ms); then per change i, ARGV[3i-1] its operation (`p`
-/// put, `x` put that expires like a tombstone, `d` delete), ARGV[3i] the version expected (`` = never seen: absent; `<n>` = a record at
+/// put, `x` put that expires like a tombstone, `d` delete), followed, for a table the gauges
+/// count ([`indexed`]), by the name of the table's index set, which the record key joins, ARGV[3i] the version expected (`` = never seen: absent; `<n>` = a record at
 /// version n; `t<n>` = deleted at version n: that tombstone, or absent once it expired), ARGV[3i+1]
 /// the bytes (empty for a delete). Answers `{version, {i, …}}`: the transaction number the
 /// records that passed were written under (0 when none passed), and the changes whose key was not
@@ -95,7 +96,9 @@ if #bad < n then
   for i = 1, n do
     if pass[i] then
       local k = KEYS[i + 1]
-      local op = ARGV[3 * i - 1]
+      local op = string.sub(ARGV[3 * i - 1], 1, 1)
+      local index = string.sub(ARGV[3 * i - 1], 2)
+      if index ~= '' then redis.call('SADD', index, k) end
       if op == 'd' then
         redis.call('DEL', k)
         redis.call('HSET', k, 'ver', ver)
@@ -225,6 +228,20 @@ fn record_key(table: Table, key: &str) -> String {
     format!("{PREFIX}:{}:{key}", table.as_str())
 }
 
+/// The tables the gauge lease's holder counts every few seconds ([`StateStore::scan`]): each
+/// keeps an index set of its record keys, so the count reads that table's records and does not
+/// walk the whole keyspace (every decided chain) with `SCAN`. The set is written by the apply
+/// script with each record, rebuilt from a full `SCAN` at [`StateStore::load`] (records an older
+/// version wrote without it), and a member whose record has expired is removed when a count
+/// finds it gone.
+fn indexed(table: Table) -> bool {
+    matches!(table, Table::Sessions | Table::Incidents)
+}
+
+fn index_key(table: Table) -> String {
+    format!("{PREFIX}:index:{}", table.as_str())
+}
+
 impl RedisStore {
     /// A store on `settings.endpoint`. The endpoint must parse, and Redis must answer a `PING`:
     /// asked for a shared store and not getting it is an error at start, not a silent downgrade.
@@ -317,25 +334,39 @@ impl RedisStore {
         }
     }
 
-    /// Every (key, bytes, version) of `table`, by `SCAN` and `HMGET` in batches; a tombstone has
-    /// no bytes.
-    fn scan_table(&mut self, table: Table) -> Result<Vec<Scanned>, StoreError> {
+    /// Every (key, bytes, version) of `table`, by `SCAN` (the whole keyspace, or with `by_index`
+    /// the table's index set by `SSCAN`) and `HMGET` in batches; a tombstone has no bytes.
+    fn scan_table(&mut self, table: Table, by_index: bool) -> Result<Vec<Scanned>, StoreError> {
         let prefix = format!("{PREFIX}:{}:", table.as_str());
         let pattern = format!("{prefix}*");
+        let index = index_key(table);
         let mut cursor: u64 = 0;
         let mut out = Vec::new();
         loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) =
-                self.with_conn(|c| ::redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(SCAN_COUNT).query(c))?;
+            let (next, keys): (u64, Vec<Vec<u8>>) = if by_index {
+                self.with_conn(|c| ::redis::cmd("SSCAN").arg(&index).arg(cursor).arg("COUNT").arg(SCAN_COUNT).query(c))?
+            } else {
+                self.with_conn(|c| ::redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(SCAN_COUNT).query(c))?
+            };
             if !keys.is_empty() {
                 let mut pipe = ::redis::pipe();
                 for k in &keys {
                     pipe.cmd("HMGET").arg(k.as_slice()).arg("v").arg("ver");
                 }
                 let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.with_conn(|c| pipe.query(c))?;
+                let mut gone: Vec<Vec<u8>> = Vec::new();
                 for (k, (v, ver)) in keys.into_iter().zip(rows) {
-                    // Gone between SCAN and HMGET (an expired tombstone): nothing to know.
-                    let Some(ver) = ver else { continue };
+                    // Gone between SCAN and HMGET (an expired tombstone): nothing to know. An
+                    // index member whose record expired leaves the index.
+                    let Some(ver) = ver else {
+                        if by_index {
+                            gone.push(k);
+                        }
+                        continue;
+                    };
+                    if by_index && !k.starts_with(prefix.as_bytes()) {
+                        continue;
+                    }
                     let key = String::from_utf8(k[prefix.len()..].to_vec()).map_err(|_| StoreError::Decode {
                         table: table.as_str(),
                         key: String::from_utf8_lossy(&k).into_owned(),
@@ -344,9 +375,16 @@ impl RedisStore {
                     self.stats.bytes_received += (key.len() + v.as_ref().map_or(0, Vec::len)) as u64;
                     out.push((key, v, ver));
                 }
+                if !gone.is_empty() {
+                    let _: () = self.with_conn(|c| ::redis::cmd("SREM").arg(&index).arg(&gone).query(c))?;
+                }
             }
             cursor = next;
             if cursor == 0 {
+                // A `SCAN` (or `SSCAN`) may return a key twice (the table rehashed meanwhile):
+                // once each, so nothing is counted twice.
+                out.sort_by(|a, b| a.0.cmp(&b.0));
+                out.dedup_by(|a, b| a.0 == b.0);
                 return Ok(out);
             }
         }
@@ -390,7 +428,13 @@ impl StateStore for RedisStore {
     fn load(&mut self) -> Result<Snapshot, StoreError> {
         let mut s = Snapshot::default();
         for t in Table::ALL {
-            for (key, bytes, ver) in self.scan_table(t)? {
+            let scanned = self.scan_table(t, false)?;
+            if indexed(t) && !scanned.is_empty() {
+                // The index from what is there (records an older version wrote had none).
+                let keys: Vec<String> = scanned.iter().map(|(k, ..)| record_key(t, k)).collect();
+                let _: () = self.with_conn(|c| ::redis::cmd("SADD").arg(index_key(t)).arg(&keys).query(c))?;
+            }
+            for (key, bytes, ver) in scanned {
                 match bytes {
                     Some(bytes) => {
                         s.push_encoded(t, &key, &bytes)?;
@@ -434,15 +478,17 @@ impl StateStore for RedisStore {
             sent += k.len();
             inv.key(k);
             let want = self.versions.get(&(c.table, c.key.clone())).map(|s| s.expectation()).unwrap_or_default();
+            let index = if indexed(c.table) { index_key(c.table) } else { String::new() };
             match &c.value {
                 Some(r) => {
                     let bytes = r.encode()?;
-                    sent += bytes.len() + want.len() + 1;
-                    inv.arg(if c.table.expires() { "x" } else { "p" }).arg(want).arg(bytes);
+                    let op = if c.table.expires() { "x" } else { "p" };
+                    sent += bytes.len() + want.len() + op.len() + index.len();
+                    inv.arg(format!("{op}{index}")).arg(want).arg(bytes);
                 }
                 None => {
-                    sent += want.len() + 1;
-                    inv.arg("d").arg(want).arg("");
+                    sent += want.len() + 1 + index.len();
+                    inv.arg(format!("d{index}")).arg(want).arg("");
                 }
             }
         }
@@ -516,7 +562,7 @@ impl StateStore for RedisStore {
 
     fn scan(&mut self, table: Table) -> Result<Vec<(String, Record)>, StoreError> {
         let mut out = Vec::new();
-        for (key, bytes, _) in self.scan_table(table)? {
+        for (key, bytes, _) in self.scan_table(table, indexed(table))? {
             if let Some(bytes) = bytes {
                 let r = Record::decode(table, &key, &bytes)?;
                 out.push((key, r));

@@ -71,10 +71,13 @@ fn redis_every_table_round_trips_through_a_second_store() {
     }
     b.apply(&del).unwrap();
     assert!(open(&r).load().unwrap().is_empty());
-    // What is left: the version counter and one tombstone per record (a version, no bytes, a TTL).
+    // What is left: the version counter, one tombstone per record (a version, no bytes, a TTL)
+    // and the index sets of the counted tables (sessions, incidents).
     let mut keys: Vec<String> = ::redis::cmd("KEYS").arg("mcp-health:*").query(&mut conn).unwrap();
     keys.sort();
-    assert_eq!(keys.len(), all_changes().len() + 1, "{keys:?}");
+    let (index, records): (Vec<&String>, Vec<&String>) = keys.iter().partition(|k| k.starts_with("mcp-health:index:"));
+    assert_eq!(index, ["mcp-health:index:incidents", "mcp-health:index:sessions"], "{keys:?}");
+    assert_eq!(records.len(), all_changes().len() + 1, "{keys:?}");
     let (v, ttl): (Option<Vec<u8>>, i64) = ::redis::pipe()
         .cmd("HGET")
         .arg("mcp-health:operations:op-1")
@@ -92,6 +95,46 @@ fn redis_every_table_round_trips_through_a_second_store() {
     assert_eq!(ttl, -1, "a live record does not expire");
     let st = b.stats().unwrap();
     assert!(st.round_trips >= 3 && st.bytes_sent > 0 && st.bytes_received > 0 && st.conflicts == 0, "{st:?}");
+}
+
+/// The gauges' count (`scan` of sessions and incidents) reads those tables' index sets, never a
+/// `SCAN` of the keyspace (which holds every decided chain); records written before the index
+/// existed are indexed by the next `load`; a member whose record expired leaves the index.
+#[test]
+fn redis_the_counted_tables_are_read_by_their_index_not_by_scanning_every_key() {
+    if !available("redis_the_counted_tables_are_read_by_their_index_not_by_scanning_every_key") {
+        return;
+    }
+    let r = RedisServer::start();
+    let mut a = open(&r);
+    a.apply(&all_changes()).unwrap();
+    let mut conn = r.conn();
+    let scans = |conn: &mut ::redis::Connection| -> u64 {
+        let info: String = ::redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("cmdstat_scan:calls=")).and_then(|v| v.split(',').next()?.parse().ok()).unwrap_or(0)
+    };
+    let want_sessions = a.scan(Table::Sessions).unwrap().len();
+    let want_incidents = a.scan(Table::Incidents).unwrap().len();
+    assert!(want_sessions > 0 && want_incidents > 0, "all_changes writes both tables");
+    let before = scans(&mut conn);
+    for _ in 0..3 {
+        assert_eq!(a.scan(Table::Sessions).unwrap().len(), want_sessions);
+        assert_eq!(a.scan(Table::Incidents).unwrap().len(), want_incidents);
+    }
+    assert_eq!(scans(&mut conn), before, "no SCAN for a count");
+    // An older version's records: no index. The next load indexes them.
+    let _: () = ::redis::cmd("DEL").arg("mcp-health:index:sessions").arg("mcp-health:index:incidents").query(&mut conn).unwrap();
+    let mut b = open(&r);
+    assert_eq!(b.scan(Table::Sessions).unwrap().len(), 0, "without the index a count sees nothing");
+    check(&b.load().unwrap());
+    assert_eq!(b.scan(Table::Sessions).unwrap().len(), want_sessions);
+    assert_eq!(b.scan(Table::Incidents).unwrap().len(), want_incidents);
+    // A member whose record is gone (expired) is dropped from the index by the count.
+    let _: () = ::redis::cmd("SADD").arg("mcp-health:index:sessions").arg("mcp-health:sessions:expired-one").query(&mut conn).unwrap();
+    assert_eq!(b.scan(Table::Sessions).unwrap().len(), want_sessions);
+    let member: bool =
+        ::redis::cmd("SISMEMBER").arg("mcp-health:index:sessions").arg("mcp-health:sessions:expired-one").query(&mut conn).unwrap();
+    assert!(!member, "the expired member left the index");
 }
 
 #[test]
