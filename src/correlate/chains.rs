@@ -5,6 +5,7 @@
 
 use crate::evidence::time::Moment;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
@@ -132,7 +133,10 @@ impl Chain {
 
 struct DecidedChain {
     index_keys: Box<[u64]>,
-    spans: Vec<SpanEvidence>,
+    /// Shared with the store's write of this decided chain (see [`DecidedRecord`]).
+    ///
+    /// [`DecidedRecord`]: crate::state::DecidedRecord
+    spans: Arc<Vec<SpanEvidence>>,
     root_seen: bool,
     truncated: bool,
     bytes: usize,
@@ -145,7 +149,7 @@ impl DecidedChain {
     fn of(c: Chain, at: Moment) -> DecidedChain {
         DecidedChain {
             index_keys: c.extra.map(|e| e.index_keys.into_boxed_slice()).unwrap_or_default(),
-            spans: c.spans,
+            spans: Arc::new(c.spans),
             root_seen: c.root_seen,
             truncated: c.truncated,
             bytes: c.bytes,
@@ -407,9 +411,10 @@ impl Chains {
     pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
         use crate::state::{trace_key, DecidedRecord, Record, Table};
         let shutdown = std::mem::take(&mut self.shutdown_decided);
+        out.changes.reserve(shutdown.len() + self.dirty.len() + self.dirty_ops.len());
         for r in shutdown {
             self.dirty.remove(&r.trace_id);
-            for s in &r.spans {
+            for s in r.spans.iter() {
                 if let (Some(k), Some(_)) = (s.operation_key.as_deref(), &s.method) {
                     if self.operations.get(k) == Some(&r.trace_id) {
                         self.dirty_ops.remove(k);
@@ -425,7 +430,7 @@ impl Chains {
                     trace_key(&id),
                     Record::Decided(Box::new(DecidedRecord {
                         trace_id: id,
-                        spans: d.spans.clone(),
+                        spans: Arc::clone(&d.spans),
                         root_seen: d.root_seen,
                         truncated: d.truncated,
                         revision: d.revision,
@@ -753,7 +758,7 @@ impl Chains {
             trace_id,
             Chain {
                 extra: Some(Box::new(ChainExtra { previous, index_keys: d.index_keys.into_vec() })),
-                spans: d.spans,
+                spans: Arc::try_unwrap(d.spans).unwrap_or_else(|shared| (*shared).clone()),
                 first_seen: now,
                 last_seen: now,
                 root_seen: d.root_seen,
@@ -1082,7 +1087,7 @@ impl Chains {
                 self.mark(id, &c.spans);
                 self.shutdown_decided.push(crate::state::DecidedRecord {
                     trace_id: id,
-                    spans: c.spans.clone(),
+                    spans: Arc::new(c.spans.clone()),
                     root_seen: c.root_seen,
                     truncated: c.truncated,
                     revision: c.revision,

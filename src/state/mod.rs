@@ -148,7 +148,9 @@ pub struct SessionRecord {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DecidedRecord {
     pub trace_id: TraceId,
-    pub spans: Vec<SpanEvidence>,
+    /// Shared with the decided chain the engine keeps: a write hands the store's thread the
+    /// chain's spans without copying them (encoded the same as a plain list).
+    pub spans: std::sync::Arc<Vec<SpanEvidence>>,
     pub root_seen: bool,
     pub truncated: bool,
     pub revision: u32,

@@ -99,7 +99,7 @@ pub(super) fn incident() -> Incident {
 fn decided() -> DecidedRecord {
     DecidedRecord {
         trace_id: [3; 16],
-        spans: vec![rich_span(3), rich_span(4)],
+        spans: std::sync::Arc::new(vec![rich_span(3), rich_span(4)]),
         root_seen: true,
         truncated: false,
         revision: 2,

@@ -147,8 +147,12 @@ struct Folded {
     resolved: u64,
 }
 
+/// A verdict held for the incident fold: shared between the engine, which holds it again when a
+/// round fails, and the write job that folds it, so a round costs no copy of the verdict.
+type HeldVerdict = Arc<Verdict>;
+
 /// Verdicts by server, as a job carries them.
-type ByServer = Vec<(Option<Arc<str>>, Vec<Verdict>)>;
+type ByServer = Vec<(Option<Arc<str>>, Vec<HeldVerdict>)>;
 
 /// Sessions read (`keys[i]` ↔ `records[i]`).
 type SessionsRead = (Vec<String>, Result<Vec<Option<Record>>, StoreError>);
@@ -184,7 +188,7 @@ enum Round {
         at: Moment,
         force: bool,
         drift: Vec<(DriftRecord, DriftEvent)>,
-        incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+        incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
         lists: (ListJob<SpanEvidence>, ListJob<ClientHalf>, ListJob<SpanEvidence>),
         sessions: Vec<String>,
     },
@@ -192,7 +196,7 @@ enum Round {
         ticket: Ticket<Written>,
         at: Moment,
         drift: Vec<(DriftRecord, DriftEvent)>,
-        incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+        incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
         emitting: Vec<CatalogChange>,
         stored_emitted: FxHashMap<String, Option<Convergence>>,
         sessions_written: Vec<String>,
@@ -261,7 +265,7 @@ pub(crate) struct Shared {
     pending_catalog: Vec<(Moment, CatalogChange)>,
     /// Verdicts decided here and not yet folded into the store's incidents, by server; their
     /// count (with those in a round in flight).
-    pending_incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+    pending_incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
     pending_incident_verdicts: usize,
     incidents_unshared: u64,
     sessions_merged: u64,
@@ -449,7 +453,7 @@ impl Shared {
     }
 
     /// The store's thread ended with a round in flight: what it held is held again.
-    fn round_lost(&mut self, drift: Vec<(DriftRecord, DriftEvent)>, incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>) {
+    fn round_lost(&mut self, drift: Vec<(DriftRecord, DriftEvent)>, incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>) {
         self.link.failed();
         prepend(&mut self.pending_drift, drift);
         for (server, vs) in incidents {
@@ -490,7 +494,7 @@ impl Shared {
         now: Moment,
         force: bool,
         drift: Vec<(DriftRecord, DriftEvent)>,
-        incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+        incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
         lists: (ListJob<SpanEvidence>, ListJob<ClientHalf>, ListJob<SpanEvidence>),
         sessions: Vec<String>,
         read: StepRead,
@@ -580,7 +584,7 @@ impl Shared {
         t: &mut Tables,
         now: Moment,
         drift: Vec<(DriftRecord, DriftEvent)>,
-        mut incidents: BTreeMap<Option<Arc<str>>, Vec<Verdict>>,
+        mut incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
         w: Written,
         emitting: Vec<CatalogChange>,
         stored_emitted: FxHashMap<String, Option<Convergence>>,
@@ -1023,7 +1027,7 @@ impl Shared {
     /// One incident fold, waited for (at the end).
     fn fold_incidents_now(&mut self, t: &mut Tables, out: &mut Vec<Decided>) {
         let incidents = std::mem::take(&mut self.pending_incidents);
-        let job: Vec<(Option<Arc<str>>, Vec<Verdict>)> = incidents.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let job: Vec<(Option<Arc<str>>, Vec<HeldVerdict>)> = incidents.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let answer = self.link.call(move |s| {
             let mut effects = Vec::new();
             let r = sync_incidents(s, job, &mut effects);
@@ -1202,7 +1206,7 @@ impl Replica for Shared {
     fn hold_verdict(&mut self, v: &Verdict) -> bool {
         let relevant = v.state.is_failure() || v.state == HealthState::Healthy;
         if relevant && self.pending_incident_verdicts < MAX_PENDING_INCIDENT_VERDICTS {
-            self.pending_incidents.entry(v.server.clone()).or_default().push(v.clone());
+            self.pending_incidents.entry(v.server.clone()).or_default().push(Arc::new(v.clone()));
             self.pending_incident_verdicts += 1;
             return true;
         }
@@ -1353,7 +1357,7 @@ fn write_round(s: &mut dyn StateStore, job: WriteJob) -> Written {
 /// record another instance changed since is refused by the write; its verdicts are folded into
 /// the newer record next round (the fold does not depend on the order of verdicts, so the
 /// result is the one process's).
-fn fold_incidents(pending: Vec<(Option<Arc<str>>, Vec<Verdict>)>, stored: Vec<Option<Record>>, changes: &mut Changes) -> Vec<Folded> {
+fn fold_incidents(pending: Vec<(Option<Arc<str>>, Vec<HeldVerdict>)>, stored: Vec<Option<Record>>, changes: &mut Changes) -> Vec<Folded> {
     let mut folded = Vec::with_capacity(pending.len());
     let mut stored = stored.into_iter();
     for (server, verdicts) in pending {
@@ -1400,7 +1404,7 @@ fn list_changes<T>(
 /// The incident fold at the end, waited for: a read of the records and one script.
 fn sync_incidents(
     s: &mut dyn StateStore,
-    pending: Vec<(Option<Arc<str>>, Vec<Verdict>)>,
+    pending: Vec<(Option<Arc<str>>, Vec<HeldVerdict>)>,
     effects: &mut Vec<Effect>,
 ) -> Option<(Vec<Folded>, Vec<String>)> {
     if pending.is_empty() {
