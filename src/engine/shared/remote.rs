@@ -383,6 +383,9 @@ impl Shared {
             }
         };
         let (parked, sessions) = (tables.next().unwrap_or_default(), tables.next().unwrap_or_default());
+        // Chains the parked verifiers revised may name sessions the read did not (the group's
+        // sessions are every key its batches named, sorted): those are read now.
+        let mut missing: Vec<String> = Vec::new();
         if let Some((now, decided)) = batches.last_mut() {
             let mut more = Vec::new();
             for r in parked.into_iter().flatten() {
@@ -392,16 +395,10 @@ impl Shared {
                     }
                 }
             }
+            missing = session_keys(&more).into_iter().filter(|k| group.sessions.binary_search(k).is_err()).collect();
             decided.extend(more);
         }
         self.merge_sessions(t, &group.sessions, sessions);
-        // Chains the parked verifiers revised may name sessions the read did not: read them now.
-        let mut missing: Vec<String> = Vec::new();
-        for (_, decided) in batches.iter() {
-            missing.extend(session_keys(decided).into_iter().filter(|k| !group.sessions.contains(k)));
-        }
-        missing.sort();
-        missing.dedup();
         if !missing.is_empty() {
             let keys = missing.clone();
             let r = self.link.call(move |s| Ok(s.get_many(Table::Sessions, &keys)));
@@ -1350,7 +1347,28 @@ fn write_round(s: &mut dyn StateStore, job: WriteJob) -> Written {
             Err(e) => Err(e),
         }
     };
+    let (mut refusals, mut halves, mut parked) = (refusals, halves, parked);
+    if let Ok(r) = &result {
+        // What the store took is dropped here, on the store's thread, not carried back to the
+        // engine's to be dropped there: only a refused record's items are published again.
+        let refused = r.as_deref().unwrap_or_default();
+        drop_taken(&mut refusals, refused);
+        drop_taken(&mut halves, refused);
+        drop_taken(&mut parked, refused);
+    }
     Written { refusals, halves, parked, folded, result }
+}
+
+/// Empty the items of a written list's records that the store took (not in `refused`).
+fn drop_taken<T>((job, written): &mut (ListJob<T>, bool), refused: &[(Table, String)]) {
+    if !*written {
+        return;
+    }
+    for (key, mine) in job.by_key.iter_mut() {
+        if !refused.iter().any(|(t, k)| *t == job.table && k == key) {
+            *mine = Vec::new();
+        }
+    }
 }
 
 /// Fold the verdicts held into each of their servers' incident record as read, as changes. A
