@@ -10,13 +10,89 @@
 //! retry without outcome evidence leaves it open. An incident whose authorization flow is pending
 //! is `waiting`, not stuck.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::verdict::{Confidence, HealthState, Layer, Verdict};
+use crate::verdict::{Confidence, HealthState, Layer, LayerStatus, Verdict};
+
+/// What the incident fold reads of a verdict: borrowed from the verdict where the fold runs
+/// beside it ([`IncidentBook::observe`]), owned where verdicts are held for a fold elsewhere
+/// (a shared store's, on its own thread) — a few fields, not a copy of the whole verdict.
+#[derive(Clone, Debug)]
+pub struct IncidentFacts<'a> {
+    pub state: HealthState,
+    pub first_failed_layer: Option<Layer>,
+    pub server: Option<Arc<str>>,
+    pub tool: Option<Arc<str>>,
+    pub agent: Option<Arc<str>>,
+    pub session_id_hash: Option<Cow<'a, str>>,
+    pub credential_hash: Option<Cow<'a, str>>,
+    /// Read of a failure only (the cause, the incident's authority and next action).
+    pub reason: Option<Cow<'a, str>>,
+    pub required_scope: Option<Cow<'a, str>>,
+    pub next_action: Cow<'a, str>,
+    pub auth_flow_pending: bool,
+    pub confidence: Confidence,
+    /// Whether a receipt or verifier decided the outcome, and the outcome layer's status.
+    pub outcome_decided: bool,
+    pub outcome: LayerStatus,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl<'a> IncidentFacts<'a> {
+    /// The facts of `v`, borrowed.
+    pub fn of(v: &'a Verdict) -> IncidentFacts<'a> {
+        IncidentFacts {
+            state: v.state,
+            first_failed_layer: v.first_failed_layer,
+            server: v.server.clone(),
+            tool: v.tool.clone(),
+            agent: v.agent.clone(),
+            session_id_hash: v.session_id_hash.as_deref().map(Cow::Borrowed),
+            credential_hash: v.credential_hash.as_deref().map(Cow::Borrowed),
+            reason: v.reason.as_deref().map(Cow::Borrowed),
+            required_scope: v.required_scope.as_deref().map(Cow::Borrowed),
+            next_action: Cow::Borrowed(&v.next_action),
+            auth_flow_pending: v.auth_flow_pending,
+            confidence: v.confidence,
+            outcome_decided: v.outcome_method.is_some(),
+            outcome: v.layers.get(Layer::Outcome),
+            start_ns: v.start_ns,
+            end_ns: v.end_ns,
+        }
+    }
+
+    /// The facts of `v` to hold for a later fold: what a fold reads of a verdict in its state
+    /// (a passing verdict's failure fields are never read, so they are not copied).
+    pub fn held(v: &Verdict) -> IncidentFacts<'static> {
+        let f = IncidentFacts::of(v);
+        let failure = f.state.is_failure();
+        let own = |s: Option<Cow<'_, str>>| s.map(|s| Cow::Owned(s.into_owned()));
+        IncidentFacts {
+            session_id_hash: own(f.session_id_hash),
+            credential_hash: own(f.credential_hash),
+            reason: own(f.reason.filter(|_| failure)),
+            required_scope: own(f.required_scope.filter(|_| failure)),
+            next_action: if failure { Cow::Owned(f.next_action.into_owned()) } else { Cow::Borrowed("") },
+            state: f.state,
+            first_failed_layer: f.first_failed_layer,
+            server: f.server,
+            tool: f.tool,
+            agent: f.agent,
+            auth_flow_pending: f.auth_flow_pending,
+            confidence: f.confidence,
+            outcome_decided: f.outcome_decided,
+            outcome: f.outcome,
+            start_ns: f.start_ns,
+            end_ns: f.end_ns,
+        }
+    }
+}
 
 /// What groups failures into one incident.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -174,21 +250,22 @@ pub struct Recovery {
 }
 
 /// The scopes a healthy call shows, each with the call's evidence end.
-fn scopes_of(v: &Verdict) -> Vec<Scope> {
+fn scopes_of(v: &IncidentFacts<'_>) -> Vec<Scope> {
     let mut out = vec![Scope::Server];
     if let Some(t) = &v.tool {
         out.push(Scope::Tool(t.clone()));
     }
-    if let Some(c) = &v.credential_hash {
+    let credential: Option<Box<str>> = v.credential_hash.as_deref().map(Box::from);
+    if let Some(c) = &credential {
         out.push(Scope::Credential(c.clone()));
         if let Some(t) = &v.tool {
             out.push(Scope::ToolCredential(t.clone(), c.clone()));
         }
     }
-    let creds = std::iter::once(None).chain(v.credential_hash.clone().map(Some));
+    let creds = std::iter::once(None).chain(credential.map(Some));
     for c in creds {
         match (&v.session_id_hash, &v.agent) {
-            (Some(s), _) => out.push(Scope::Session(v.tool.clone(), c, s.clone())),
+            (Some(s), _) => out.push(Scope::Session(v.tool.clone(), c, s.to_string())),
             (None, Some(a)) => out.push(Scope::Agent(v.tool.clone(), c, a.clone())),
             _ => {}
         }
@@ -274,6 +351,10 @@ pub fn incident_id(cause: &Cause) -> String {
 
 /// The cause of a failing verdict.
 pub fn cause_of(v: &Verdict) -> Option<Cause> {
+    cause_of_facts(&IncidentFacts::of(v))
+}
+
+fn cause_of_facts(v: &IncidentFacts<'_>) -> Option<Cause> {
     if !v.state.is_failure() {
         return None;
     }
@@ -282,8 +363,8 @@ pub fn cause_of(v: &Verdict) -> Option<Cause> {
         first_failed_layer: v.first_failed_layer,
         state: v.state,
         server: v.server.clone(),
-        error_class: v.reason.clone(),
-        credential_hash: v.credential_hash.clone(),
+        error_class: v.reason.as_deref().map(str::to_owned),
+        credential_hash: v.credential_hash.as_deref().map(Box::from),
         tool: if auth { None } else { v.tool.clone() },
     })
 }
@@ -391,8 +472,13 @@ impl IncidentBook {
 
     /// Fold one verdict in; returns the incidents that changed, with their transition.
     pub fn observe(&mut self, v: &Verdict) -> Vec<(Transition, Incident)> {
+        self.fold(&IncidentFacts::of(v))
+    }
+
+    /// Fold one verdict's facts in (the same as [`IncidentBook::observe`] of that verdict).
+    pub fn fold(&mut self, v: &IncidentFacts<'_>) -> Vec<(Transition, Incident)> {
         let mut out = Vec::new();
-        if let Some(cause) = cause_of(v) {
+        if let Some(cause) = cause_of_facts(v) {
             if !self.open.contains_key(&cause) && self.resolved.get(&cause).is_some_and(|r| v.end_ns <= r.last_evidence_ns) {
                 // Ended before the incident of its cause was resolved: one of its failures.
                 self.mark_open(&cause);
@@ -427,13 +513,15 @@ impl IncidentBook {
                 confidence: v.confidence,
                 required_authority: None,
                 verifier_result: None,
-                next_action: v.next_action.clone(),
+                next_action: v.next_action.to_string(),
             });
             inc.state = state;
             count_failure(inc, v);
             inc.last_evidence_ns = inc.last_evidence_ns.max(v.end_ns);
-            inc.next_action.clone_from(&v.next_action);
-            if v.outcome_method.is_some() {
+            if inc.next_action != v.next_action {
+                inc.next_action = v.next_action.to_string();
+            }
+            if v.outcome_decided {
                 inc.verifier_result = Some(outcome_word(v));
             }
             out.push((transition, inc.clone()));
@@ -581,13 +669,13 @@ fn wanted_scope(inc: &Incident) -> Scope {
 /// same rule as [`wanted_scope`] plus, for a stale catalog, the session: a stale catalog is a
 /// session's, so the call must be of one of the incident's sessions (or, where the protocol has
 /// none, of one of its agents). Missing evidence never resolves.
-fn shows(v: &Verdict, inc: &Incident) -> bool {
+fn shows(v: &IncidentFacts<'_>, inc: &Incident) -> bool {
     let c = &inc.cause;
     let tool = c.tool.is_none() || c.tool == v.tool;
-    let credential = c.credential_hash.is_none() || c.credential_hash == v.credential_hash;
+    let credential = c.credential_hash.is_none() || c.credential_hash.as_deref() == v.credential_hash.as_deref();
     let session = c.state != HealthState::StaleCatalog
         || match (&v.session_id_hash, &v.agent) {
-            (Some(s), _) => inc.sessions.contains(s),
+            (Some(s), _) => inc.sessions.contains(&**s),
             (None, Some(a)) => inc.sessions.is_empty() && inc.agents.contains(a),
             (None, None) => false,
         };
@@ -612,7 +700,7 @@ fn latest_recovery(inc: &Incident, m: &FxHashMap<Scope, u64>) -> Option<u64> {
 
 /// Count one more failing call in `inc` (its impact, retries, first evidence, agents, sessions,
 /// authority); the caller moves its state and last evidence.
-fn count_failure(inc: &mut Incident, v: &Verdict) {
+fn count_failure(inc: &mut Incident, v: &IncidentFacts<'_>) {
     inc.calls += 1;
     inc.retry_count += 1;
     inc.first_evidence_ns = inc.first_evidence_ns.min(v.start_ns);
@@ -623,19 +711,19 @@ fn count_failure(inc: &mut Incident, v: &Verdict) {
         }
     }
     if let Some(s) = &v.session_id_hash {
-        if inc.sessions.len() < MAX_SET {
-            inc.sessions.insert(s.clone());
+        if inc.sessions.len() < MAX_SET && !inc.sessions.contains(&**s) {
+            inc.sessions.insert(s.to_string());
         }
     }
-    if v.required_scope.is_some() {
-        inc.required_authority.clone_from(&v.required_scope);
+    if let Some(scope) = &v.required_scope {
+        inc.required_authority = Some(Box::from(&**scope));
     }
 }
 
-fn outcome_word(v: &Verdict) -> VerifierResult {
-    match (v.state, v.layers.get(Layer::Outcome)) {
+fn outcome_word(v: &IncidentFacts<'_>) -> VerifierResult {
+    match (v.state, v.outcome) {
         (HealthState::FalseSuccess, _) => VerifierResult::FailedOrMissing,
-        (_, crate::verdict::LayerStatus::Passed) => VerifierResult::Confirmed,
+        (_, LayerStatus::Passed) => VerifierResult::Confirmed,
         _ => VerifierResult::Unobserved,
     }
 }
@@ -714,6 +802,44 @@ mod tests {
 
     fn expired() -> Verdict {
         verdict(HealthState::NeedsAuth, Some(Layer::Authorization), "create_ticket", Some("invalid_token"))
+    }
+
+    /// A shared store folds the facts held of each verdict (copied without a passing verdict's
+    /// failure fields): the same transitions and the same book as observing the verdicts.
+    #[test]
+    fn held_facts_fold_as_the_verdicts_do() {
+        let mut stale = verdict(HealthState::StaleCatalog, Some(Layer::Protocol), "read_ticket", Some("stale"));
+        stale.required_scope = Some("tickets:read".into());
+        let mut other_cred = at(verdict(HealthState::Healthy, None, "create_ticket", None), 55, 56);
+        other_cred.credential_hash = Some("cred-b".into());
+        let mut no_session = at(verdict(HealthState::Healthy, None, "read_ticket", None), 90, 95);
+        no_session.session_id_hash = None;
+        let mut pending = at(expired(), 100, 110);
+        pending.auth_flow_pending = true;
+        let unverified = at(verdict(HealthState::Unverified, None, "create_ticket", None), 45, 47);
+        let all = [
+            at(expired(), 10, 20),
+            at(stale.clone(), 12, 22),
+            at(verdict(HealthState::ToolFailed, Some(Layer::Execution), "create_ticket", Some("tool_error")), 30, 40),
+            unverified,
+            other_cred,
+            at(verdict(HealthState::Healthy, None, "create_ticket", None), 60, 70),
+            at(stale, 80, 85),
+            no_session,
+            pending,
+            at(verdict(HealthState::Healthy, None, "read_ticket", None), 120, 130),
+        ];
+        let (mut seen, mut held) = (IncidentBook::default(), IncidentBook::default());
+        for v in &all {
+            let a = seen.observe(v);
+            let b = held.fold(&IncidentFacts::held(v));
+            assert_eq!(a, b, "{:?} {:?}", v.state, v.tool);
+        }
+        assert!(seen.resolved_total > 0, "the sequence opens and resolves incidents");
+        let servers: Vec<Option<Arc<str>>> = vec![all[0].server.clone()];
+        let parts = seen.parts(&servers);
+        assert!(!parts[0].is_empty(), "the book holds the server's incidents and recoveries");
+        assert_eq!(parts, held.parts(&servers));
     }
 
     #[test]

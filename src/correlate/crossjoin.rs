@@ -164,15 +164,15 @@ pub struct Half {
 
 impl Half {
     /// As a shared store lists it (the client half of chain `trace`).
-    pub fn to_shared(&self, trace: TraceId) -> crate::state::ClientHalf {
+    pub fn into_shared(self, trace: TraceId) -> crate::state::ClientHalf {
         crate::state::ClientHalf {
             trace_id: trace,
-            method: self.method.clone(),
-            request_id: self.request_id.clone(),
+            method: self.method,
+            request_id: self.request_id,
             start_ns: self.start_ns,
             end_ns: self.end_ns,
-            server: self.server.clone(),
-            session: self.session.clone(),
+            server: self.server,
+            session: self.session,
         }
     }
 

@@ -23,9 +23,9 @@
 //! thread of its own. The engine never waits for a round trip on its common path:
 //! - chains that fall due have their shared parts (their sessions, the verifiers parked under
 //!   their operation keys) **read when they are decided** and are classified when the answer is
-//!   back — taken at a later step, in the order decided (the reads of the batches decided while
-//!   one is in flight gather into the next: at most one in flight, so they coalesce when the
-//!   store is slower than the engine's steps), and at the latest `answer_within` of
+//!   back — taken at a later step, in the order decided (the reads of the batches decided within
+//!   [`GATHER_FOR`], and while one is in flight, gather into one: at most one in flight, so they
+//!   coalesce further when the store is slower than the engine's steps), and at the latest `answer_within` of
 //!   engine time after (`EngineConfig::store_answer_within`; the engine waits then: a store
 //!   slower than that slows the engine rather than letting answers pile up). With
 //!   `answer_within` zero (the default, for tests on a manual clock) every answer is taken in
@@ -52,7 +52,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
-use crate::classify::incidents::{IncidentBook, ServerIncidents, Transition};
+use crate::classify::incidents::{IncidentBook, IncidentFacts, ServerIncidents, Transition};
 use crate::correlate::{crossjoin, CatalogChange, DecidedCalls};
 use crate::evidence::time::Moment;
 use crate::evidence::{Method, Side, SpanEvidence};
@@ -98,6 +98,12 @@ const STORE_DOWN_HOLD: Duration = Duration::from_secs(5);
 const MAX_AWAITING_CHAINS: usize = 20_000;
 /// How soon the driver is asked to step again while answers are awaited.
 const POLL_AFTER: Duration = Duration::from_millis(5);
+/// A read group gathers the batches decided for this long (of engine time, and never longer
+/// than `answer_within`) or until it names this many keys before it is asked for: one round
+/// trip, one wake of the store's thread and one answer for ten steps of a busy engine instead
+/// of one each, for at most this much later a verdict.
+const GATHER_FOR: Duration = Duration::from_millis(10);
+const GATHER_KEYS: usize = 256;
 
 /// What a store call did to the store's standing, in the order the calls were made.
 #[derive(Clone, Copy, Debug)]
@@ -147,9 +153,9 @@ struct Folded {
     resolved: u64,
 }
 
-/// A verdict held for the incident fold: shared between the engine, which holds it again when a
-/// round fails, and the write job that folds it, so a round costs no copy of the verdict.
-type HeldVerdict = Arc<Verdict>;
+/// A verdict held for the incident fold, as the fold reads it: shared between the engine, which
+/// holds it again when a round fails, and the write job that folds it, so a round copies nothing.
+type HeldVerdict = Arc<IncidentFacts<'static>>;
 
 /// Verdicts by server, as a job carries them.
 type ByServer = Vec<(Option<Arc<str>>, Vec<HeldVerdict>)>;
@@ -407,11 +413,16 @@ impl Shared {
     }
 
     /// Submit the first group not yet asked for, when none is in flight.
-    fn submit_group(&mut self) {
+    /// (Not yet while it gathers, unless `settle`: every answer awaited is to be taken now.)
+    fn submit_group(&mut self, now: Moment, settle: bool) {
         if self.groups.iter().any(|g| g.ticket.is_some()) {
             return;
         }
+        let within = GATHER_FOR.min(self.answer_within);
         let Some(g) = self.groups.iter_mut().next() else { return };
+        if !settle && now.saturating_duration_since(g.at) < within && g.parked.len() + g.sessions.len() < GATHER_KEYS {
+            return;
+        }
         let asks = vec![(Table::Parked, g.parked.clone()), (Table::Sessions, g.sessions.clone())];
         g.ticket = Some(self.link.worker.submit(move |s| s.get_tables(&asks)));
     }
@@ -670,7 +681,7 @@ impl Shared {
     }
 
     fn halves_job(&mut self, t: &mut Tables, now: Moment) -> ListJob<ClientHalf> {
-        self.pending_halves.extend(t.chains.take_published_halves().into_iter().map(|(id, h)| h.to_shared(id)));
+        self.pending_halves.extend(t.chains.take_published_halves().into_iter().map(|(id, h)| h.into_shared(id)));
         let over = self.pending_halves.len().saturating_sub(crossjoin::MAX_ORPHANS);
         self.pending_halves.drain(..over);
         let mut by_key: BTreeMap<String, Vec<ClientHalf>> = BTreeMap::new();
@@ -1015,7 +1026,7 @@ impl Shared {
         tracing::warn!(verdicts = n, "the state store did not take these verdicts' incidents; emitting this instance's view of them");
         self.incidents_unshared += n as u64;
         for v in pending.into_values().flatten() {
-            for (transition, row) in t.incidents.observe(&v) {
+            for (transition, row) in t.incidents.fold(&v) {
                 out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
             }
         }
@@ -1125,9 +1136,10 @@ impl Replica for Shared {
         g.sessions.sort();
         g.sessions.dedup();
         let group = g.id;
+        let at = batch.0;
         self.awaiting_chains += batch.1.len();
         self.awaiting.push_back(Awaiting { batch, group });
-        self.submit_group();
+        self.submit_group(at, false);
     }
 
     fn ready(&mut self, t: &mut Tables, now: Moment, settle: bool, ready: &mut Vec<Batch>) {
@@ -1138,7 +1150,7 @@ impl Replica for Shared {
         self.take_converged(t, settle);
         // In the order decided: a revision is classified after what it revises.
         loop {
-            self.submit_group();
+            self.submit_group(now, settle || self.awaiting_chains > MAX_AWAITING_CHAINS);
             let Some(g) = self.groups.front() else { break };
             let Some(ticket) = g.ticket.as_ref() else { break };
             if !self.link.worker.has(ticket) {
@@ -1203,7 +1215,7 @@ impl Replica for Shared {
     fn hold_verdict(&mut self, v: &Verdict) -> bool {
         let relevant = v.state.is_failure() || v.state == HealthState::Healthy;
         if relevant && self.pending_incident_verdicts < MAX_PENDING_INCIDENT_VERDICTS {
-            self.pending_incidents.entry(v.server.clone()).or_default().push(Arc::new(v.clone()));
+            self.pending_incidents.entry(v.server.clone()).or_default().push(Arc::new(IncidentFacts::held(v)));
             self.pending_incident_verdicts += 1;
             return true;
         }
@@ -1388,7 +1400,7 @@ fn fold_incidents(pending: Vec<(Option<Arc<str>>, Vec<HeldVerdict>)>, stored: Ve
         book.restore(part);
         let mut transitions = Vec::new();
         for v in &verdicts {
-            transitions.extend(book.observe(v));
+            transitions.extend(book.fold(v));
         }
         let new = book.parts(std::slice::from_ref(&server)).pop().unwrap_or_default();
         if new.is_empty() {
