@@ -189,6 +189,8 @@ fn engine_run(calls: u64, store: Option<StoreHandle>, pace: Pace) -> Run {
     let mut out: Vec<Decided> = Vec::new();
     let mut now = Moment::from_nanos(BASE_NS);
     let mut verdicts = 0;
+    // What the start-up waited for (the store's load) is not the steady state's.
+    let waited0 = e.store_waited();
     let (w0, c0, start) = (wchar(), on_cpu_ns(), Instant::now());
     let step = match pace {
         Pace::Flat => STEP,
@@ -215,7 +217,11 @@ fn engine_run(calls: u64, store: Option<StoreHandle>, pace: Pace) -> Run {
         verdicts += out.iter().filter(|d| matches!(d, Decided::Call(_))).count() as u64;
         out.clear();
     }
-    let steady = Steady { cpu_secs: on_cpu_ns().saturating_sub(c0) as f64 / 1e9, waited_secs: e.store_waited().as_secs_f64(), verdicts };
+    let steady = Steady {
+        cpu_secs: on_cpu_ns().saturating_sub(c0) as f64 / 1e9,
+        waited_secs: e.store_waited().saturating_sub(waited0).as_secs_f64(),
+        verdicts,
+    };
     now += Duration::from_secs(1);
     e.tick(now, &mut out);
     e.drain(DecidedBy::Shutdown, now, &mut out);
