@@ -286,20 +286,20 @@ impl Chains {
 
     /// The orphans kept since the last call, to publish (at most [`crossjoin::MAX_ORPHANS`] are
     /// held; past that the oldest go unpublished, as an orphan past the bound goes here).
-    pub fn take_published_orphans(&mut self) -> Vec<SpanEvidence> {
-        std::mem::take(&mut self.published_orphans)
+    pub fn take_published_orphans(&mut self) -> std::vec::Drain<'_, SpanEvidence> {
+        self.published_orphans.drain(..)
     }
 
     /// The client halves of chains decided since the last call, to publish (at most
     /// [`crossjoin::MAX_ORPHANS`] held; past that the oldest go unpublished).
-    pub fn take_published_halves(&mut self) -> Vec<(TraceId, crossjoin::Half)> {
-        std::mem::take(&mut self.published_halves)
+    pub fn take_published_halves(&mut self) -> std::vec::Drain<'_, (TraceId, crossjoin::Half)> {
+        self.published_halves.drain(..)
     }
 
     /// The verifiers parked since the last call, with their operation keys, to publish (at most
     /// `max_parked_verifiers` held; past that the oldest go unpublished).
-    pub fn take_published_parked(&mut self) -> Vec<(Box<str>, SpanEvidence)> {
-        std::mem::take(&mut self.published_parked)
+    pub fn take_published_parked(&mut self) -> std::vec::Drain<'_, (Box<str>, SpanEvidence)> {
+        self.published_parked.drain(..)
     }
 
     /// A verifier another instance parked under an operation key a call here names: taken as
@@ -424,7 +424,10 @@ impl Chains {
             }
             out.put(trace_key(&r.trace_id), Record::Decided(Box::new(r)));
         }
-        for id in std::mem::take(&mut self.dirty) {
+        // The sets are given back emptied, their room kept up to a bound (they fill again each
+        // round).
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for id in dirty.drain() {
             match self.decided.get(&id) {
                 Some(d) => out.put(
                     trace_key(&id),
@@ -443,13 +446,20 @@ impl Chains {
                 None => out.delete(Table::Decided, trace_key(&id)),
             }
         }
-        for k in std::mem::take(&mut self.dirty_ops) {
+        let mut dirty_ops = std::mem::take(&mut self.dirty_ops);
+        for k in dirty_ops.drain() {
             match self.operations.get(&k) {
                 Some(t) if self.decided.contains_key(t) || self.active.contains_key(t) || self.spilled.contains(t) => {
-                    out.put(k.to_string(), Record::Operation(*t))
+                    out.put(k.into_string(), Record::Operation(*t))
                 }
-                _ => out.delete(Table::Operations, k.to_string()),
+                _ => out.delete(Table::Operations, k.into_string()),
             }
+        }
+        if dirty.capacity() <= MAX_BATCH_TRACES_KEPT {
+            self.dirty = dirty;
+        }
+        if dirty_ops.capacity() <= MAX_BATCH_TRACES_KEPT {
+            self.dirty_ops = dirty_ops;
         }
     }
 

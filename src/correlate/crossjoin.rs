@@ -331,7 +331,27 @@ pub fn client_matches(c: &Half, h: &Half) -> bool {
 /// The key under which a shared store lists the client halves of `(method, request id)` that
 /// started in second `sec` (see `engine`, "split calls on a shared store").
 pub fn shared_half_key(m: &Method, rid: &str, sec: u64) -> String {
-    format!("{}\n{rid}\n{sec}", m.as_str())
+    // Built by hand in one allocation, without the formatting machinery: one is made per
+    // published half.
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = sec;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let m = m.as_str();
+    let mut k = String::with_capacity(m.len() + rid.len() + (digits.len() - at) + 2);
+    k.push_str(m);
+    k.push('\n');
+    k.push_str(rid);
+    k.push('\n');
+    k.extend(digits[at..].iter().map(|&d| char::from(d)));
+    k
 }
 
 /// How far before its server half a client half is looked for in a shared store.
@@ -700,6 +720,21 @@ mod tests {
         s.start_ns = at.0 * MS;
         s.end_ns = at.1 * MS;
         s
+    }
+
+    /// The key is a store format other instances (and older builds) read: built by hand, it
+    /// must stay what the formatted form was.
+    #[test]
+    fn shared_half_keys_keep_their_format() {
+        for (m, rid, sec) in [
+            (Method::ToolsCall, "7", 0u64),
+            (Method::Initialize, "", 9),
+            (Method::ToolsList, "a\nb", 10),
+            (Method::ToolsCall, "é-ü", 1_733_300_000),
+            (Method::ToolsCall, "x", u64::MAX),
+        ] {
+            assert_eq!(shared_half_key(&m, rid, sec), format!("{}\n{rid}\n{sec}", m.as_str()));
+        }
     }
 
     fn refused_client(trace: u8, at: (u64, u64)) -> SpanEvidence {

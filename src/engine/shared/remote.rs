@@ -674,18 +674,18 @@ impl Shared {
         let over = self.pending_orphans.len().saturating_sub(crossjoin::MAX_ORPHANS);
         self.pending_orphans.drain(..over);
         let mut by_key: BTreeMap<String, Vec<SpanEvidence>> = BTreeMap::new();
-        for o in std::mem::take(&mut self.pending_orphans) {
+        for o in self.pending_orphans.drain(..) {
             by_key.entry(crate::state::refusal_key(o.start_ns / 1_000_000_000)).or_default().push(o);
         }
         self.list_job(Table::Refusals, now, by_key)
     }
 
     fn halves_job(&mut self, t: &mut Tables, now: Moment) -> ListJob<ClientHalf> {
-        self.pending_halves.extend(t.chains.take_published_halves().into_iter().map(|(id, h)| h.into_shared(id)));
+        self.pending_halves.extend(t.chains.take_published_halves().map(|(id, h)| h.into_shared(id)));
         let over = self.pending_halves.len().saturating_sub(crossjoin::MAX_ORPHANS);
         self.pending_halves.drain(..over);
         let mut by_key: BTreeMap<String, Vec<ClientHalf>> = BTreeMap::new();
-        for h in std::mem::take(&mut self.pending_halves) {
+        for h in self.pending_halves.drain(..) {
             by_key.entry(crossjoin::shared_half_key(&h.method, &h.request_id, h.start_ns / 1_000_000_000)).or_default().push(h);
         }
         self.list_job(Table::Halves, now, by_key)
@@ -694,7 +694,7 @@ impl Shared {
     fn parked_job(&mut self, t: &mut Tables, now: Moment) -> ListJob<SpanEvidence> {
         self.pending_parked.extend(t.chains.take_published_parked());
         let mut by_key: BTreeMap<String, Vec<SpanEvidence>> = BTreeMap::new();
-        for (k, v) in std::mem::take(&mut self.pending_parked) {
+        for (k, v) in self.pending_parked.drain(..) {
             by_key.entry(k.into_string()).or_default().push(v);
         }
         self.list_job(Table::Parked, now, by_key)
