@@ -4,7 +4,9 @@
 //! The data takes one road and the modules follow it:
 //! [`receive`] (OTLP/gRPC, OTLP/HTTP) → [`normalize`] (dialects → [`evidence`]) → [`correlate`]
 //! (trace-keyed chains) → [`classify`] (pure functions → [`verdict`]) → [`emit`] (pass-through,
-//! health spans, metrics). [`pipeline`] wires the stages; [`cli`] is the command line.
+//! health spans, metrics). [`engine`] is the one pipeline serve and replay both run; [`flow`] and
+//! [`telemetry`] are the plumbing and the self-description under both ends of a queue; [`cli`] is
+//! the command line.
 
 pub mod bounded;
 pub mod classify;
@@ -22,4 +24,5 @@ pub mod receive;
 pub(crate) mod service;
 pub mod state;
 pub mod tap;
+pub mod telemetry;
 pub mod verdict;

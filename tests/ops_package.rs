@@ -415,13 +415,13 @@ fn every_promql_expression_parses_and_uses_only_served_metrics_and_labels() {
 }
 
 /// The metric catalogue the PromQL check uses (tests/ops/metrics.json) is the service's own
-/// declaration of its instruments (`emit::instruments`), under the Prometheus names the
+/// declaration of its instruments (`telemetry::instruments`), under the Prometheus names the
 /// compatibility rules give them: the same names, types and labels, nothing more, nothing less.
 /// `MCP_HEALTH_WRITE_DOCS=1` rewrites its `metrics` from the declarations.
 #[test]
 fn metrics_the_ops_package_uses_are_registered_by_the_service() {
-    use mcp_health::emit::instruments::{Kind, ALL};
     use mcp_health::emit::prometheus::{names, sanitize_name};
+    use mcp_health::telemetry::instruments::{Kind, ALL};
     let mut catalogue: Value = serde_json::from_str(&read("tests/ops/metrics.json")).unwrap();
     let mut want = serde_json::Map::new();
     for i in ALL {
@@ -462,7 +462,7 @@ fn metrics_the_ops_package_uses_are_registered_by_the_service() {
     }
     assert!(
         problems.is_empty(),
-        "tests/ops/metrics.json and src/emit/instruments.rs disagree (MCP_HEALTH_WRITE_DOCS=1 rewrites the catalogue):\n  {}",
+        "tests/ops/metrics.json and src/telemetry/instruments.rs disagree (MCP_HEALTH_WRITE_DOCS=1 rewrites the catalogue):\n  {}",
         problems.join("\n  ")
     );
 }

@@ -830,7 +830,7 @@ pub struct TelemetryMetrics {
 /// The collector's metrics levels. They choose among the service's internal instruments (how its
 /// receivers, exporters, queues and process do); the verdict and incident metrics, which are what
 /// the service is for, are served at every level. The level of each instrument is in
-/// `emit::instruments` (and docs/metrics.md).
+/// `telemetry::instruments` (and docs/metrics.md).
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
 pub enum MetricsLevel {

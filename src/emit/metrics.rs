@@ -17,11 +17,12 @@ use opentelemetry_sdk::metrics::{ManualReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
 use rustc_hash::FxHashMap;
 
-use super::instruments::{self as ins, Instrument};
-use crate::flow::labels::{DropReason, ExportSignal, Transport};
-use crate::flow::meters::{FlowMeters, ItemCounters};
-use crate::flow::outgoing::{ItemKind, Outgoing};
+use crate::flow::outgoing::Outgoing;
 use crate::flow::queue::{DepthGauge, Queue};
+use crate::telemetry::instruments::{self as ins, Instrument};
+use crate::telemetry::labels::ItemKind;
+use crate::telemetry::labels::{DropReason, ExportSignal, Transport};
+use crate::telemetry::meters::{FlowMeters, ItemCounters};
 use crate::verdict::{HealthState, Layer, Verdict};
 
 /// The collector's exporter counters (`otelcol_exporter_sent_spans`, `..._send_failed_...`; the
@@ -1040,7 +1041,7 @@ mod tests {
     }
 
     /// The views see every instrument the service makes: each is declared in
-    /// `emit::instruments` with its kind and unit, and every declaration is made.
+    /// `telemetry::instruments` with its kind and unit, and every declaration is made.
     #[test]
     fn every_instrument_made_is_declared_and_every_declared_one_is_made() {
         use opentelemetry_sdk::metrics::InstrumentKind as K;
@@ -1051,7 +1052,7 @@ mod tests {
         observe_memory_limiter(&meter, &Arc::new(crate::flow::memory::MemoryLimiter::new(100, Some(20))));
         let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for (name, kind, unit) in &seen {
-            let Some(d) = ins::find(name) else { panic!("{name} is not declared in src/emit/instruments.rs") };
+            let Some(d) = ins::find(name) else { panic!("{name} is not declared in src/telemetry/instruments.rs") };
             let want = match kind {
                 K::Counter | K::ObservableCounter => ins::Kind::Counter,
                 K::Gauge | K::ObservableGauge | K::UpDownCounter | K::ObservableUpDownCounter => ins::Kind::Gauge,

@@ -4,13 +4,13 @@
 pub(crate) mod disk_queue;
 pub mod health_spans;
 pub mod incidents;
-pub mod instruments;
 pub mod metrics;
 pub mod otlp_http;
 pub mod otlp_target;
 pub mod otlp_traces;
 pub(crate) mod pb;
 pub mod prometheus;
+pub mod reference;
 pub mod sink;
 pub mod status;
 pub mod verdict_log;

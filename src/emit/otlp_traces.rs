@@ -37,9 +37,10 @@ use super::metrics::HealthMeters;
 use super::otlp_http::HttpSender;
 use super::otlp_target::{Compression, Protocol, Target, Targets};
 use crate::config::RetryOnFailure;
-use crate::flow::labels;
 use crate::flow::memory::Reservation;
-use crate::flow::outgoing::{log_record_count, span_count, ItemKind, Outgoing};
+use crate::flow::outgoing::{log_record_count, span_count, Outgoing};
+use crate::telemetry::labels;
+use crate::telemetry::labels::ItemKind;
 
 /// Why the sender could not be set up.
 #[derive(Debug, thiserror::Error)]

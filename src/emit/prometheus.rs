@@ -20,8 +20,8 @@ use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::reader::MetricReader;
 
-use super::instruments::Kind;
 use super::metrics::{Exemplars, ManualReaderHandle};
+use crate::telemetry::instruments::Kind;
 
 /// The Prometheus names of one instrument.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,9 +10,10 @@ use crate::classify::catalog::Convergence;
 use crate::classify::incidents::Transition;
 use crate::engine::{Decided, Gauges};
 use crate::evidence::time::Moment;
-use crate::flow::labels::{DropReason, ExportSignal};
-use crate::flow::outgoing::{ItemKind, Outgoing};
+use crate::flow::outgoing::Outgoing;
 use crate::flow::queue::Queue;
+use crate::telemetry::labels::ItemKind;
+use crate::telemetry::labels::{DropReason, ExportSignal};
 
 /// A destination of decided records.
 pub trait Sink: Send {

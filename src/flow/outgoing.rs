@@ -9,8 +9,8 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 
-use super::labels::ExportSignal;
 use super::memory::Reservation;
+use crate::telemetry::labels::{ExportSignal, ItemKind};
 
 /// What travels to the workers.
 #[derive(Debug)]
@@ -39,14 +39,6 @@ pub enum Outgoing {
     PassthroughLogs(ExportLogsServiceRequest, Option<Reservation>),
     /// This service's own metrics (the SDK's periodic reader).
     OwnMetrics(ExportMetricsServiceRequest),
-}
-
-/// What an export request carries, in the collector's units.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ItemKind {
-    Spans,
-    MetricPoints,
-    LogRecords,
 }
 
 impl Outgoing {

@@ -5,8 +5,8 @@
 
 use tokio::sync::mpsc;
 
-use super::meters::FlowMeters;
 use super::outgoing::Outgoing;
+use crate::telemetry::meters::FlowMeters;
 
 /// What a queue does with an item that finds it full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,14 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::throttle::{SystemClock, Throttle};
-use crate::flow::labels::{RefusalReason, Signal, Transport};
 use crate::flow::loops;
 use crate::flow::memory::{trace_request_heap_bytes, Reservation};
-use crate::flow::meters::FlowMeters;
-use crate::flow::outgoing::{log_record_count, metric_point_count, span_count, ItemKind, Outgoing};
+use crate::flow::outgoing::{log_record_count, metric_point_count, span_count, Outgoing};
 use crate::flow::queue::Queue;
 use crate::normalize::wire::{self, WireError};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
+use crate::telemetry::labels::ItemKind;
+use crate::telemetry::labels::{RefusalReason, Signal, Transport};
+use crate::telemetry::meters::FlowMeters;
 use bytes::Bytes;
 
 /// What the receiver should answer.

@@ -35,9 +35,9 @@ use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
 use super::admit::{Admission, Admitted};
-use crate::flow::labels::{self, RefusalReason, Transport};
 use crate::flow::memory::{MemoryLimiter, Reservation};
 use crate::normalize::wire::WireError;
+use crate::telemetry::labels::{self, RefusalReason, Transport};
 
 /// How long a client told "busy" is asked to wait before it tries again (RetryInfo).
 const BUSY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);

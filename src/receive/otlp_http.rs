@@ -21,8 +21,8 @@ use prost::Message;
 
 use super::admit::{Admission, Admitted};
 use super::otlp_json;
-use crate::flow::labels::{RefusalReason, Signal, Transport};
 use crate::flow::memory::{self, Reservation};
+use crate::telemetry::labels::{RefusalReason, Signal, Transport};
 
 #[derive(Clone)]
 struct HttpState {

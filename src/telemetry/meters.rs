@@ -1,14 +1,13 @@
 //! What the receivers and the queues count: data received, refused, dropped, and the items that
 //! found a queue full. Declared here, under both the receivers and the exporter, so that each
 //! records into the same counters without importing the other; the instruments themselves are
-//! made by `emit::metrics` from its declarations (names, units, descriptions), which is the one
-//! place that knows how a metric is exported.
+//! made by `emit::metrics` from their declarations ([`super::instruments`]), because the exporter
+//! is the one place that knows how a metric is exported.
 
 use opentelemetry::metrics::Counter;
 use opentelemetry::KeyValue;
 
-use super::labels::{ExportSignal, RefusalReason, Transport};
-use super::outgoing::ItemKind;
+use super::labels::{ExportSignal, ItemKind, RefusalReason, Transport};
 
 /// One counter per item kind, in the collector's units: the `_spans`, `_metric_points` and
 /// `_log_records` triple every item counter of the collector comes in.

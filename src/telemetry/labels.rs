@@ -3,7 +3,13 @@
 //! and a caller cannot hand a counter free text; `as_str` is the label value the dashboards and
 //! alerts match on.
 
-use super::outgoing::ItemKind;
+/// What an export request carries, in the collector's units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemKind {
+    Spans,
+    MetricPoints,
+    LogRecords,
+}
 
 /// An OTLP signal, as a receiver takes it in (`signal` label and log field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
