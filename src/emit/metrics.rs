@@ -20,8 +20,7 @@ use rustc_hash::FxHashMap;
 use crate::flow::outgoing::Outgoing;
 use crate::flow::queue::{DepthGauge, Queue};
 use crate::telemetry::instruments::{self as ins, Instrument};
-use crate::telemetry::labels::ItemKind;
-use crate::telemetry::labels::{DropReason, ExportSignal, Transport};
+use crate::telemetry::labels::{DropReason, ExportSignal, ItemKind, Transport};
 use crate::telemetry::meters::{FlowMeters, ItemCounters};
 use crate::verdict::{HealthState, Layer, Verdict};
 

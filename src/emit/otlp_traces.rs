@@ -39,8 +39,7 @@ use super::otlp_target::{Compression, Protocol, Target, Targets};
 use crate::config::RetryOnFailure;
 use crate::flow::memory::Reservation;
 use crate::flow::outgoing::{log_record_count, span_count, Outgoing};
-use crate::telemetry::labels;
-use crate::telemetry::labels::ItemKind;
+use crate::telemetry::labels::{self, ItemKind};
 
 /// Why the sender could not be set up.
 #[derive(Debug, thiserror::Error)]

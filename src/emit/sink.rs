@@ -12,8 +12,7 @@ use crate::engine::{Decided, Gauges};
 use crate::evidence::time::Moment;
 use crate::flow::outgoing::Outgoing;
 use crate::flow::queue::Queue;
-use crate::telemetry::labels::ItemKind;
-use crate::telemetry::labels::{DropReason, ExportSignal};
+use crate::telemetry::labels::{DropReason, ExportSignal, ItemKind};
 
 /// A destination of decided records.
 pub trait Sink: Send {

@@ -16,8 +16,7 @@ use crate::flow::outgoing::{log_record_count, metric_point_count, span_count, Ou
 use crate::flow::queue::Queue;
 use crate::normalize::wire::{self, WireError};
 use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
-use crate::telemetry::labels::ItemKind;
-use crate::telemetry::labels::{RefusalReason, Signal, Transport};
+use crate::telemetry::labels::{ItemKind, RefusalReason, Signal, Transport};
 use crate::telemetry::meters::FlowMeters;
 use bytes::Bytes;
 

@@ -1,5 +1,5 @@
-//! The closed sets the receivers and the exporter count and log by: which signal, over which
-//! transport, refused or dropped why. One enum each, so every label value is spelled in one place
+//! The closed sets the receivers and the exporter count and log by: which signal, counted in
+//! which items, over which transport, refused or dropped why. One enum each, so every label value is spelled in one place
 //! and a caller cannot hand a counter free text; `as_str` is the label value the dashboards and
 //! alerts match on.
 
