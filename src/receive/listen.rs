@@ -249,7 +249,7 @@ impl Guarded {
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         loop {
             if self.state.expired.load(Ordering::Acquire) {
-                return Err(io::Error::new(io::ErrorKind::TimedOut, "connection closed by its listener's timeout"));
+                return Err(expired());
             }
             if self.timer.as_mut().poll(cx).is_pending() {
                 return Ok(());
@@ -270,6 +270,11 @@ impl Guarded {
     }
 }
 
+/// The error every read and write of a connection gets once a deadline closed it.
+fn expired() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "connection closed by its listener's timeout")
+}
+
 impl Drop for Guarded {
     fn drop(&mut self) {
         OPEN[self.listener as usize].fetch_sub(1, Ordering::Relaxed);
@@ -279,15 +284,24 @@ impl Drop for Guarded {
 impl AsyncRead for Guarded {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if let Err(e) = this.poll_deadline(cx) {
-            return Poll::Ready(Err(e));
+        // Bytes the client sent before a deadline are read even when the server comes to them
+        // after it: the clocks measure the client, and a server too busy to poll (a flood of
+        // large requests on two cores) must not turn its own delay into a reset connection. A
+        // connection that has nothing waiting meets its deadline; a slow client gains at most
+        // what it had already sent (a request head is bounded in size).
+        if !this.state.expired.load(Ordering::Acquire) {
+            let before = buf.filled().len();
+            let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+            if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+                this.state.on_read();
+                return r;
+            }
+            if let Err(e) = this.poll_deadline(cx) {
+                return Poll::Ready(Err(e));
+            }
+            return r;
         }
-        let before = buf.filled().len();
-        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.state.on_read();
-        }
-        r
+        Poll::Ready(Err(expired()))
     }
 }
 
@@ -669,6 +683,38 @@ mod tests {
 
     fn closed(l: ListenerName, why: Closed) -> u64 {
         closed_counts().find(|(n, c, _)| *n == l && *c == why).map_or(0, |(_, _, v)| v)
+    }
+
+    /// A server too busy to poll a connection until after its header-read deadline (a flood of
+    /// large requests on two cores) still reads what the client sent in time, instead of
+    /// resetting a connection whose client was prompt (a sender saw `ConnectionReset`, not a
+    /// retryable refusal). Once what was waiting is read, the deadline holds: the next read
+    /// fails, as it does at once for a connection that sent nothing.
+    #[tokio::test]
+    async fn bytes_sent_before_the_deadline_are_read_by_a_late_server() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let limits = ConnectionLimits {
+            read_header_timeout: Duration::from_millis(100),
+            idle_timeout: Duration::from_secs(3600),
+            max_connections: 8,
+        };
+        let (mut incoming, _accepting) = Listener::new(tcp, ListenerName::Gate, limits, None, Protocol::Http2).incoming();
+        let mut prompt = tokio::net::TcpStream::connect(addr).await.unwrap();
+        prompt.write_all(b"PRI * HTTP/2.0").await.unwrap();
+        let Conn::Plain(mut late) = incoming.next().await.unwrap().unwrap() else { panic!("plaintext listener") };
+        let _silent_client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let Conn::Plain(mut silent) = incoming.next().await.unwrap().unwrap() else { panic!("plaintext listener") };
+        // The server comes to both connections well after their deadline.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let mut buf = [0u8; 64];
+        let n = late.read(&mut buf).await.expect("what the client sent in time is read");
+        assert_eq!(&buf[..n], b"PRI * HTTP/2.0");
+        let next = tokio::time::timeout(Duration::from_secs(10), late.read(&mut buf)).await.expect("not held open");
+        assert_eq!(next.expect_err("nothing more came: the deadline holds").kind(), io::ErrorKind::TimedOut);
+        let silent_read = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await.expect("not held open");
+        assert_eq!(silent_read.expect_err("a connection that sent nothing is closed").kind(), io::ErrorKind::TimedOut);
     }
 
     /// `idle_timeout` shorter than `read_header_timeout`: a connection that sends nothing is
