@@ -18,7 +18,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::correlate::ChainLimits;
+/// `processors.memory_limiter`: declared beside the limiter it configures.
+pub use crate::flow::memory::MemoryLimiterConfig;
 use crate::receive::listen::ConnectionLimits;
+/// `service.telemetry.metrics.level`: declared with the instruments it chooses among.
+pub use crate::telemetry::instruments::MetricsLevel;
 
 pub use tls::TlsServerSettings;
 
@@ -239,14 +243,6 @@ impl ReceiverAuth {
     }
 }
 
-/// Whether `authorization` carries `token` as a bearer token, compared in constant time.
-pub fn bearer_matches(authorization: Option<&[u8]>, token: &str) -> bool {
-    let Some(v) = authorization else { return false };
-    let Some(got) = v.strip_prefix(b"Bearer ").or_else(|| v.strip_prefix(b"bearer ")) else { return false };
-    let want = token.as_bytes();
-    got.len() == want.len() && got.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-}
-
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Processors {
@@ -255,70 +251,6 @@ pub struct Processors {
     /// The collector's `memory_limiter`: refuse (retryably) above `limit_mib - spike_limit_mib`.
     #[serde(default, deserialize_with = "empty_is_default")]
     pub memory_limiter: Option<MemoryLimiterConfig>,
-}
-
-/// `processors.memory_limiter`, with the collector's keys and defaults. Absent, the service still
-/// runs one (see `flow::memory::effective_limit`): 80 % of the cgroup's memory limit, or
-/// 512 MiB where none is set. `limit_mib: 0` switches it off.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct MemoryLimiterConfig {
-    /// How often memory is sampled.
-    #[serde(default = "d_1s", with = "humantime_serde")]
-    pub check_interval: Duration,
-    /// The hard limit (the process's resident set), in MiB; `0` switches the limiter off.
-    #[serde(default)]
-    pub limit_mib: Option<u64>,
-    /// The allowance above the soft limit, in MiB (default: a fifth of the limit).
-    #[serde(default)]
-    pub spike_limit_mib: Option<u64>,
-    /// The hard limit as a percentage of the memory available: the cgroup's limit, else the
-    /// host's total (as the collector's). Exclusive with `limit_mib`.
-    #[serde(default)]
-    pub limit_percentage: Option<u64>,
-    /// The spike allowance as a percentage of the same total (default: a fifth of the limit).
-    #[serde(default)]
-    pub spike_limit_percentage: Option<u64>,
-}
-
-impl MemoryLimiterConfig {
-    /// The keys of `processors.memory_limiter` that do not go together: `Err((key, why))`.
-    pub fn check(&self) -> Result<(), (&'static str, &'static str)> {
-        let m = self;
-        if m.check_interval.is_zero() {
-            return Err(("check_interval", "must be greater than zero"));
-        }
-        match (m.limit_mib, m.limit_percentage) {
-            (Some(_), Some(_)) => return Err(("limit_percentage", "must not be set together with limit_mib (choose one)")),
-            (None, None) => {
-                return Err(("limit_mib", "must be set (MiB, greater than zero; 0 switches the limiter off), or limit_percentage"))
-            }
-            _ => {}
-        }
-        if m.spike_limit_mib.is_some() && m.spike_limit_percentage.is_some() {
-            return Err(("spike_limit_percentage", "must not be set together with spike_limit_mib (choose one)"));
-        }
-        if let Some(l) = m.limit_mib {
-            if m.spike_limit_percentage.is_some() {
-                return Err(("spike_limit_percentage", "goes with limit_percentage; with limit_mib use spike_limit_mib"));
-            }
-            if l > 0 && m.spike_limit_mib.is_some_and(|s| s >= l) {
-                return Err(("spike_limit_mib", "must be smaller than limit_mib"));
-            }
-        }
-        if let Some(p) = m.limit_percentage {
-            if !(1..=100).contains(&p) {
-                return Err(("limit_percentage", "must be from 1 to 100"));
-            }
-            if m.spike_limit_mib.is_some() {
-                return Err(("spike_limit_mib", "goes with limit_mib; with limit_percentage use spike_limit_percentage"));
-            }
-            if m.spike_limit_percentage.is_some_and(|s| s >= p) {
-                return Err(("spike_limit_percentage", "must be smaller than limit_percentage"));
-            }
-        }
-        Ok(())
-    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -827,35 +759,6 @@ pub struct TelemetryMetrics {
     pub level: MetricsLevel,
 }
 
-/// The collector's metrics levels. They choose among the service's internal instruments (how its
-/// receivers, exporters, queues and process do); the verdict and incident metrics, which are what
-/// the service is for, are served at every level. The level of each instrument is in
-/// `telemetry::instruments` (and docs/metrics.md).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum MetricsLevel {
-    /// No internal metrics.
-    None,
-    /// What says whether the service works: intake, export, queues, the process.
-    Basic,
-    /// Also the engine's bounds, losses and connections (the collector's default).
-    #[default]
-    Normal,
-    /// Also the counters that only help a deep dig (requests beside items, open connections).
-    Detailed,
-}
-
-impl MetricsLevel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MetricsLevel::None => "none",
-            MetricsLevel::Basic => "basic",
-            MetricsLevel::Normal => "normal",
-            MetricsLevel::Detailed => "detailed",
-        }
-    }
-}
-
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Logs {
@@ -958,9 +861,6 @@ macro_rules! connection_limits {
 }
 connection_limits!(GrpcReceiver, HttpReceiver, PrometheusExporter, HealthCheck, GateConfig);
 
-fn d_1s() -> Duration {
-    Duration::from_secs(1)
-}
 fn d_5m() -> Duration {
     Duration::from_secs(300)
 }

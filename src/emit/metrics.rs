@@ -816,7 +816,7 @@ pub struct MetricsSettings {
     pub otlp: Option<OtlpMetricsTarget>,
     pub cardinality_limit: usize,
     /// `service.telemetry.metrics.level`: which internal instruments are served.
-    pub level: crate::config::MetricsLevel,
+    pub level: crate::telemetry::instruments::MetricsLevel,
 }
 
 /// Where OTLP metrics go: the exporter queue, every `interval` (the SDK's default, 60 s, or
@@ -929,7 +929,7 @@ mod tests {
             prometheus: true,
             otlp: None,
             cardinality_limit: limit,
-            level: crate::config::MetricsLevel::Detailed,
+            level: crate::telemetry::instruments::MetricsLevel::Detailed,
         })
         .unwrap()
     }
@@ -1068,7 +1068,7 @@ mod tests {
     /// what it declares.
     #[test]
     fn the_telemetry_level_chooses_the_internal_instruments() {
-        use crate::config::MetricsLevel;
+        use crate::telemetry::instruments::MetricsLevel;
         for level in [MetricsLevel::None, MetricsLevel::Basic, MetricsLevel::Normal, MetricsLevel::Detailed] {
             let p = MetricsPipeline::build(MetricsSettings {
                 resource: Resource::builder().with_service_name("t").build(),

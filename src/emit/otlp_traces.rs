@@ -1248,7 +1248,7 @@ mod tests {
             prometheus: true,
             otlp: None,
             cardinality_limit: 100,
-            level: crate::config::MetricsLevel::Detailed,
+            level: crate::telemetry::instruments::MetricsLevel::Detailed,
         })
         .unwrap();
         let req = crate::loadgen::build_request(1, 3);

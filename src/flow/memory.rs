@@ -20,9 +20,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use serde::Deserialize;
 
 /// What a decoded request holds, per byte of its protobuf encoding, on top of the wire bytes
 /// themselves. Measured on realistic MCP spans (the load generator's; the test
@@ -288,9 +290,77 @@ pub fn cgroup_limit(root: &std::path::Path, proc_self_cgroup: &str) -> Option<u6
     None
 }
 
+/// `processors.memory_limiter`, with the collector's keys and defaults. Absent, the service still
+/// runs one (see [`effective_limit`]): 80 % of the cgroup's memory limit, or
+/// 512 MiB where none is set. `limit_mib: 0` switches it off.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryLimiterConfig {
+    /// How often memory is sampled.
+    #[serde(default = "one_second", with = "humantime_serde")]
+    pub check_interval: Duration,
+    /// The hard limit (the process's resident set), in MiB; `0` switches the limiter off.
+    #[serde(default)]
+    pub limit_mib: Option<u64>,
+    /// The allowance above the soft limit, in MiB (default: a fifth of the limit).
+    #[serde(default)]
+    pub spike_limit_mib: Option<u64>,
+    /// The hard limit as a percentage of the memory available: the cgroup's limit, else the
+    /// host's total (as the collector's). Exclusive with `limit_mib`.
+    #[serde(default)]
+    pub limit_percentage: Option<u64>,
+    /// The spike allowance as a percentage of the same total (default: a fifth of the limit).
+    #[serde(default)]
+    pub spike_limit_percentage: Option<u64>,
+}
+
+impl MemoryLimiterConfig {
+    /// The keys of `processors.memory_limiter` that do not go together: `Err((key, why))`.
+    pub fn check(&self) -> Result<(), (&'static str, &'static str)> {
+        let m = self;
+        if m.check_interval.is_zero() {
+            return Err(("check_interval", "must be greater than zero"));
+        }
+        match (m.limit_mib, m.limit_percentage) {
+            (Some(_), Some(_)) => return Err(("limit_percentage", "must not be set together with limit_mib (choose one)")),
+            (None, None) => {
+                return Err(("limit_mib", "must be set (MiB, greater than zero; 0 switches the limiter off), or limit_percentage"))
+            }
+            _ => {}
+        }
+        if m.spike_limit_mib.is_some() && m.spike_limit_percentage.is_some() {
+            return Err(("spike_limit_percentage", "must not be set together with spike_limit_mib (choose one)"));
+        }
+        if let Some(l) = m.limit_mib {
+            if m.spike_limit_percentage.is_some() {
+                return Err(("spike_limit_percentage", "goes with limit_percentage; with limit_mib use spike_limit_mib"));
+            }
+            if l > 0 && m.spike_limit_mib.is_some_and(|s| s >= l) {
+                return Err(("spike_limit_mib", "must be smaller than limit_mib"));
+            }
+        }
+        if let Some(p) = m.limit_percentage {
+            if !(1..=100).contains(&p) {
+                return Err(("limit_percentage", "must be from 1 to 100"));
+            }
+            if m.spike_limit_mib.is_some() {
+                return Err(("spike_limit_mib", "goes with limit_mib; with limit_percentage use spike_limit_percentage"));
+            }
+            if m.spike_limit_percentage.is_some_and(|s| s >= p) {
+                return Err(("spike_limit_percentage", "must be smaller than limit_percentage"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn one_second() -> Duration {
+    Duration::from_secs(1)
+}
+
 /// The limits to run with: the configured ones, or the default when none is configured; `None`
 /// when `limit_mib: 0` switches the limiter off (or a percentage has nothing to be taken of).
-pub fn effective_limit(cfg: Option<&crate::config::MemoryLimiterConfig>, sys: SystemMemory) -> Option<EffectiveLimit> {
+pub fn effective_limit(cfg: Option<&MemoryLimiterConfig>, sys: SystemMemory) -> Option<EffectiveLimit> {
     // The collector's default spike allowance: a fifth of the limit.
     let with_spike = |hard: u64, spike: Option<u64>, basis| EffectiveLimit { hard, spike: spike.unwrap_or(hard / 5).min(hard), basis };
     let Some(m) = cfg else {
@@ -502,7 +572,7 @@ mod tests {
         assert!(ratio > 1.0 && ratio < DECODED_PER_WIRE_BYTE as f64, "{ratio}");
     }
 
-    fn limiter(yaml: &str) -> crate::config::MemoryLimiterConfig {
+    fn limiter(yaml: &str) -> MemoryLimiterConfig {
         serde_yaml_ng::from_str(yaml).unwrap()
     }
 

@@ -700,7 +700,7 @@ mod tests {
             prometheus: true,
             otlp: None,
             cardinality_limit: 100,
-            level: crate::config::MetricsLevel::default(),
+            level: crate::telemetry::instruments::MetricsLevel::default(),
         })
         .unwrap()
     }

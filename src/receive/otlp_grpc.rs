@@ -174,7 +174,7 @@ impl<S: Signal> tower::Service<http::Request<tonic::body::Body>> for ExportServi
             return Box::pin(async { Ok(Status::unimplemented("only Export is served").into_http()) });
         }
         if let Some(t) = &self.token {
-            if !crate::config::bearer_matches(req.headers().get("authorization").map(|v| v.as_bytes()), t) {
+            if !super::bearer_matches(req.headers().get("authorization").map(|v| v.as_bytes()), t) {
                 self.admission.refused_signal(S::LABEL, Transport::Grpc, RefusalReason::Unauthenticated);
                 return Box::pin(async { Ok(Status::unauthenticated("a bearer token is required").into_http()) });
             }

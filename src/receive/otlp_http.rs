@@ -35,7 +35,7 @@ struct HttpState {
 /// A request without the configured bearer token: 401, counted as `unauthenticated`.
 fn unauthenticated(st: &HttpState, signal: Signal, headers: &HeaderMap) -> Option<Response> {
     let t = st.token.as_deref()?;
-    if crate::config::bearer_matches(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()), t) {
+    if super::bearer_matches(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()), t) {
         return None;
     }
     Some(refuse(st, signal, Encoding::Protobuf, RefusalReason::Unauthenticated, "a bearer token is required"))

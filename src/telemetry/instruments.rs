@@ -12,7 +12,37 @@
 //! the OTLP output give one Prometheus name: `s` and `By` become `_seconds` and `_bytes`; counts
 //! carry an annotation (`{call}`), which translation drops.
 
-use crate::config::MetricsLevel;
+use serde::Deserialize;
+
+/// The collector's metrics levels. They choose among the service's internal instruments (how its
+/// receivers, exporters, queues and process do); the verdict and incident metrics, which are what
+/// the service is for, are served at every level. The level of each instrument is
+/// declared below (and in docs/metrics.md). `service.telemetry.metrics.level` in the
+/// configuration.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsLevel {
+    /// No internal metrics.
+    None,
+    /// What says whether the service works: intake, export, queues, the process.
+    Basic,
+    /// Also the engine's bounds, losses and connections (the collector's default).
+    #[default]
+    Normal,
+    /// Also the counters that only help a deep dig (requests beside items, open connections).
+    Detailed,
+}
+
+impl MetricsLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsLevel::None => "none",
+            MetricsLevel::Basic => "basic",
+            MetricsLevel::Normal => "normal",
+            MetricsLevel::Detailed => "detailed",
+        }
+    }
+}
 
 /// What an instrument aggregates into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
