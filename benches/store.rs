@@ -278,6 +278,7 @@ fn main() {
         timeout: Duration::from_secs(2),
         retry_after: Duration::from_secs(1),
         tombstone_ttl: Duration::from_secs(3600),
+        remember_for: Duration::from_secs(3660),
     };
     let store = StoreHandle::open_redis(settings.clone()).expect("open the redis store");
     let before = net(&r);

@@ -587,6 +587,9 @@ impl Pipeline {
                     timeout: *timeout,
                     retry_after: *retry_after,
                     tombstone_ttl: *tombstone_ttl,
+                    // Past the longest gap between two writes of one record here: a decided
+                    // chain's delete, a session's idle expiry.
+                    remember_for: engine_cfg.chains.late_span_window.max(engine_cfg.sessions.idle_expiry) + Duration::from_secs(60),
                 };
                 let store = crate::state::StoreHandle::open_redis(settings).map_err(|e| ServeError::Store(shown.clone(), e))?;
                 tracing::info!(endpoint = %shown, "shared state store (redis) opened");

@@ -43,6 +43,7 @@
 pub mod embedded;
 pub mod memory;
 pub mod redis;
+mod versions;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -476,6 +477,10 @@ pub struct StoreStats {
     pub bytes_received: u64,
     /// Transactions refused because a record was changed by another writer.
     pub conflicts: u64,
+    /// Record versions remembered for compare-and-set now, and how many were forgotten
+    /// untouched (a shared store; see `state::versions`).
+    pub versions_held: u64,
+    pub versions_forgotten: u64,
 }
 
 /// A store shared between the engine and whoever made it (tests, the benchmark, the gate): locked

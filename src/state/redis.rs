@@ -28,6 +28,13 @@
 //! version, no bytes) for `tombstone_ttl`, so an instance that never saw the record cannot write
 //! it back in that time.
 //!
+//! What an instance remembers of each key's version is forgotten once the key has not been
+//! touched for a while (`remember_for`, or `tombstone_ttl` for the shared lists that expire
+//! anyway; [`Versions`]), and its own deletes of keys never written again (decided chains, list
+//! records) are not remembered at all: the map is bounded by what the
+//! instance touches in that time, not by everything it ever saw. A version forgotten too early
+//! costs one conflict and a read, never a wrong write.
+//!
 //! # Sync, on a thread of its own
 //! The client is the `redis` crate (redis-rs, the maintained Rust client; 1.x) with its
 //! synchronous connection, not its async one or `fred`: the store is called from one thread, the
@@ -53,11 +60,11 @@
 //! must stay never reused per key across deletes (ABA), which one counter per slot cannot promise
 //! once a tombstone expires. See docs/multi-instance.md.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ::redis::{Client, Connection};
 
+use super::versions::Versions;
 use super::{Changes, Record, Snapshot, StateStore, StoreError, StoreStats, Table};
 
 /// Prefix of every key this store writes.
@@ -166,6 +173,11 @@ pub struct RedisSettings {
     /// How long a deleted record's tombstone (its version, without bytes) stays in Redis, so an
     /// instance that never saw the record cannot write it back within that time.
     pub tombstone_ttl: Duration,
+    /// How long a record's version is remembered untouched before it is forgotten (between
+    /// once and twice this; see [`Versions`]): at least the longest gap between two writes of
+    /// one record by its instance — `late_span_window` for a decided chain, a session's idle
+    /// expiry.
+    pub remember_for: Duration,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -175,6 +187,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("timeout", &self.timeout)
             .field("retry_after", &self.retry_after)
             .field("tombstone_ttl", &self.tombstone_ttl)
+            .field("remember_for", &self.remember_for)
             .finish()
     }
 }
@@ -207,12 +220,9 @@ pub struct RedisStore {
     conn: Option<Connection>,
     /// No connection is tried before this (after a failure).
     down_until: Option<Instant>,
-    /// What this instance last read or wrote, per (table, key).
-    versions: HashMap<(Table, String), Seen>,
-    /// Keys this instance knows as deleted, oldest first: forgotten twice `tombstone_ttl` after
-    /// (Redis has dropped the tombstone by then), so `versions` holds live records and recent
-    /// deletes only.
-    deleted: std::collections::VecDeque<(Instant, Table, String, u64)>,
+    /// What this instance last read or wrote, per (table, key), forgotten when untouched for
+    /// long (see [`Versions`]).
+    versions: Versions<Seen>,
     stats: StoreStats,
     /// Who this store is when it holds the gauge lease: the process id and a random number
     /// (two processes on one host differ by pid, two hosts by the number).
@@ -238,6 +248,13 @@ fn indexed(table: Table) -> bool {
     matches!(table, Table::Sessions | Table::Incidents)
 }
 
+/// Tables whose keys a writer may create again after deleting them (see `apply`): all but the
+/// decided chains (a trace's chain is not decided again once its late-span window has passed)
+/// and the shared lists (keyed by a past second, or expiring anyway).
+fn recreated(table: Table) -> bool {
+    !(table == Table::Decided || table.expires())
+}
+
 fn index_key(table: Table) -> String {
     format!("{PREFIX}:index:{}", table.as_str())
 }
@@ -248,14 +265,14 @@ impl RedisStore {
     pub fn open(settings: RedisSettings) -> Result<Self, StoreError> {
         let shown = redact(&settings.endpoint);
         let client = Client::open(settings.endpoint.as_str()).map_err(|e| backend(&shown, &e))?;
+        let versions = Versions::new(settings.remember_for, settings.tombstone_ttl);
         let mut s = RedisStore {
             client,
             settings,
             shown,
             conn: None,
             down_until: None,
-            versions: HashMap::new(),
-            deleted: std::collections::VecDeque::new(),
+            versions,
             stats: StoreStats::default(),
             holder: {
                 use std::hash::{BuildHasher, Hasher};
@@ -314,24 +331,7 @@ impl RedisStore {
     }
 
     fn saw_deleted(&mut self, table: Table, key: String, ver: u64) {
-        self.versions.insert((table, key.clone()), Seen::Deleted(ver));
-        self.deleted.push_back((Instant::now(), table, key, ver));
-    }
-
-    /// Forget deletes older than twice the tombstone's life: Redis has dropped the tombstone, so
-    /// "never seen" (absent) is what this instance should expect again.
-    fn forget_old_deletes(&mut self) {
-        let keep = self.settings.tombstone_ttl.saturating_mul(2);
-        while let Some((at, ..)) = self.deleted.front() {
-            if at.elapsed() < keep {
-                break;
-            }
-            let Some((_, table, key, ver)) = self.deleted.pop_front() else { break };
-            let k = (table, key);
-            if self.versions.get(&k) == Some(&Seen::Deleted(ver)) {
-                self.versions.remove(&k);
-            }
-        }
+        self.versions.insert((table, key), Seen::Deleted(ver));
     }
 
     /// Every (key, bytes, version) of `table`, by `SCAN` (the whole keyspace, or with `by_index`
@@ -468,7 +468,7 @@ impl StateStore for RedisStore {
         if changes.is_empty() {
             return Ok(());
         }
-        self.forget_old_deletes();
+        self.versions.turn(Instant::now());
         let mut inv = APPLY_SCRIPT.prepare_invoke();
         inv.key(format!("{PREFIX}:version"));
         inv.arg(u64::try_from(self.settings.tombstone_ttl.as_millis()).unwrap_or(u64::MAX).max(1));
@@ -477,7 +477,7 @@ impl StateStore for RedisStore {
             let k = record_key(c.table, &c.key);
             sent += k.len();
             inv.key(k);
-            let want = self.versions.get(&(c.table, c.key.clone())).map(|s| s.expectation()).unwrap_or_default();
+            let want = self.versions.get(&(c.table, c.key.clone())).map(Seen::expectation).unwrap_or_default();
             let index = if indexed(c.table) { index_key(c.table) } else { String::new() };
             match &c.value {
                 Some(r) => {
@@ -503,7 +503,13 @@ impl StateStore for RedisStore {
                 Some(_) => {
                     self.versions.insert((c.table, c.key.clone()), Seen::Record(n));
                 }
-                None => self.saw_deleted(c.table, c.key.clone(), n),
+                // A key its writer may create again (a session that resumes, a server's next
+                // incident, an operation key used again) keeps its tombstone's version, so that
+                // write is expected; a decided chain's and a list record's are never written
+                // again, and remembering each of those deletes (one per call) for twice the
+                // tombstone's life was most of what this map held.
+                None if recreated(c.table) => self.saw_deleted(c.table, c.key.clone(), n),
+                None => self.versions.remove(&(c.table, c.key.clone())),
             }
         }
         let refused: Vec<(Table, String)> =
@@ -587,7 +593,7 @@ impl StateStore for RedisStore {
     }
 
     fn stats(&self) -> Option<StoreStats> {
-        Some(self.stats.clone())
+        Some(StoreStats { versions_forgotten: self.versions.forgotten, versions_held: self.versions.len() as u64, ..self.stats.clone() })
     }
 }
 

@@ -23,6 +23,7 @@ fn settings(url: &str) -> RedisSettings {
         timeout: Duration::from_millis(500),
         retry_after: Duration::from_millis(200),
         tombstone_ttl: Duration::from_secs(60),
+        remember_for: Duration::from_secs(3600),
     }
 }
 
@@ -804,4 +805,47 @@ fn redis_shared_lists_expire_and_other_records_do_not() {
     let mut again = Changes::default();
     again.put(refusal_key(7), Record::Refusals(Box::default()));
     st.apply(&again).expect("an expired list record is written again without a conflict");
+}
+
+/// What a store remembers for compare-and-set is bounded: its own deletes of keys never written
+/// again (decided chains, list records) are not kept, the others' tombstones are (a server's next
+/// incident is written over its tombstone without a conflict); and a version forgotten untouched
+/// makes the next write a conflict, written once the record is read again — never a write over
+/// what the store did not see.
+#[test]
+fn redis_remembered_versions_are_bounded_and_a_forgotten_one_is_a_conflict_then_read() {
+    if !available("redis_remembered_versions_are_bounded_and_a_forgotten_one_is_a_conflict_then_read") {
+        return;
+    }
+    let r = RedisServer::start();
+    let mut st = open(&r);
+    let held = |st: &RedisStore| st.stats().unwrap().versions_held;
+    let all = all_changes();
+    st.apply(&all).unwrap();
+    assert_eq!(held(&st), all.len() as u64);
+    let mut del = Changes::default();
+    for c in &all.changes {
+        del.delete(c.table, c.key.clone());
+    }
+    st.apply(&del).unwrap();
+    let kept = all.changes.iter().filter(|c| c.table != Table::Decided && !c.table.expires()).count();
+    assert!(kept < all.len() && all.changes.iter().any(|c| c.table == Table::Decided));
+    assert_eq!(held(&st), kept as u64, "the decided chains' and lists' deletes are forgotten, the others' tombstones kept");
+    st.apply(&one_incident(2)).expect("a server's next incident is written over its tombstone");
+
+    // Remembered for 200 ms: a pause of two periods forgets every version.
+    let mut quick = RedisStore::open(RedisSettings { remember_for: Duration::from_millis(200), ..settings(&r.url()) }).unwrap();
+    quick.load().unwrap();
+    quick.apply(&one_incident(3)).unwrap();
+    std::thread::sleep(Duration::from_millis(450));
+    let mut other = Changes::default();
+    other.put("op-2".into(), Record::Operation([2; 16]));
+    quick.apply(&other).unwrap();
+    let stats = quick.stats().unwrap();
+    assert!(stats.versions_forgotten >= 1 && stats.versions_held == 1, "{stats:?}");
+    assert!(matches!(quick.apply(&one_incident(4)), Err(StoreError::Conflict { .. })), "expected absent, found: a conflict");
+    quick.get(Table::Incidents, &incident_key()).unwrap();
+    quick.apply(&one_incident(4)).expect("written once read again");
+    let snap = open(&r).load().unwrap();
+    assert_eq!(snap.incidents.iter().flat_map(|p| p.open.iter().map(|i| i.calls)).collect::<Vec<_>>(), vec![4]);
 }
