@@ -305,20 +305,34 @@ impl AsyncRead for Guarded {
     }
 }
 
+impl Guarded {
+    /// A write that can proceed proceeds (the server answering is not the client being slow);
+    /// one that cannot (a client that does not read) meets the deadlines, like a read with
+    /// nothing waiting.
+    fn poll_write_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if self.state.expired.load(Ordering::Acquire) {
+            return Poll::Ready(Err(expired()));
+        }
+        let r = write(Pin::new(&mut self.inner), cx);
+        if r.is_pending() {
+            if let Err(e) = self.poll_deadline(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        r
+    }
+}
+
 impl AsyncWrite for Guarded {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if let Err(e) = this.poll_deadline(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Pin::new(&mut this.inner).poll_write(cx, buf)
+        self.poll_write_with(cx, |io, cx| io.poll_write(cx, buf))
     }
     fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if let Err(e) = this.poll_deadline(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+        self.poll_write_with(cx, |io, cx| io.poll_write_vectored(cx, bufs))
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
@@ -709,12 +723,35 @@ mod tests {
         // The server comes to both connections well after their deadline.
         tokio::time::sleep(Duration::from_millis(400)).await;
         let mut buf = [0u8; 64];
+        // An HTTP/2 server's first act is its SETTINGS frame: a write that can proceed proceeds.
+        late.write_all(b"server settings").await.expect("the late server's own write goes out");
         let n = late.read(&mut buf).await.expect("what the client sent in time is read");
         assert_eq!(&buf[..n], b"PRI * HTTP/2.0");
         let next = tokio::time::timeout(Duration::from_secs(10), late.read(&mut buf)).await.expect("not held open");
         assert_eq!(next.expect_err("nothing more came: the deadline holds").kind(), io::ErrorKind::TimedOut);
         let silent_read = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await.expect("not held open");
         assert_eq!(silent_read.expect_err("a connection that sent nothing is closed").kind(), io::ErrorKind::TimedOut);
+    }
+
+    /// A client that never reads what the server writes cannot hold the connection: once the
+    /// writes block, the deadlines apply (here the idle timeout), as for a read with nothing
+    /// waiting.
+    #[tokio::test]
+    async fn a_client_that_does_not_read_is_closed_when_the_writes_block() {
+        use tokio::io::AsyncWriteExt;
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let limits = ConnectionLimits {
+            read_header_timeout: Duration::from_secs(3600),
+            idle_timeout: Duration::from_millis(200),
+            max_connections: 8,
+        };
+        let (mut incoming, _accepting) = Listener::new(tcp, ListenerName::Gate, limits, None, Protocol::Http2).incoming();
+        let _deaf_client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let Conn::Plain(mut server) = incoming.next().await.unwrap().unwrap() else { panic!("plaintext listener") };
+        let big = vec![0u8; 64 << 20];
+        let written = tokio::time::timeout(Duration::from_secs(30), server.write_all(&big)).await.expect("not held open");
+        assert_eq!(written.expect_err("64 MiB do not fit in the socket buffers").kind(), io::ErrorKind::TimedOut);
     }
 
     /// `idle_timeout` shorter than `read_header_timeout`: a connection that sends nothing is
