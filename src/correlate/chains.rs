@@ -232,6 +232,10 @@ pub struct Chains {
     /// With a shared store: client halves of chains decided here, still to be published (so an
     /// instance holding their server half finds them), and the server halves already looked for.
     published_halves: Vec<(TraceId, crossjoin::Half)>,
+    /// With a shared store: the servers seen to split traces (only their halves are published;
+    /// see `splits`), and whether the chains are being drained (every half is published then).
+    splits: super::splits::Splits,
+    draining: bool,
     /// With a shared store: verifiers parked here, still to be published, and the verifiers
     /// taken from the store already (each is taken once).
     published_parked: Vec<(Box<str>, SpanEvidence)>,
@@ -271,6 +275,8 @@ impl Chains {
             share_orphans: false,
             published_orphans: Vec::new(),
             published_halves: Vec::new(),
+            splits: Default::default(),
+            draining: false,
             published_parked: Vec::new(),
             known_verifiers: crate::bounded::BoundedSet::with_capacity("known_verifiers", 100_000),
             looked_for: crate::bounded::BoundedSet::with_capacity("halves_looked_for", 100_000),
@@ -296,6 +302,65 @@ impl Chains {
         self.published_halves.drain(..)
     }
 
+    fn publish_half(&mut self, id: TraceId, h: crossjoin::Half) {
+        if self.published_halves.len() >= crossjoin::MAX_ORPHANS {
+            self.published_halves.remove(0);
+        }
+        self.published_halves.push((id, h));
+    }
+
+    /// The marks of servers seen to split here since the last call, to write to the store.
+    pub fn take_split_marks(&mut self) -> Vec<super::splits::Server> {
+        self.splits.take_marks()
+    }
+
+    /// Marks the store did not take (the round failed): written at the next one.
+    pub fn split_marks_again(&mut self, marks: Vec<super::splits::Server>) {
+        self.splits.marks_again(marks);
+    }
+
+    /// The servers whose marks to read from the store: those whose client halves were held back
+    /// here within the late-span window.
+    pub fn split_servers_to_ask(&mut self, now: Moment) -> Vec<super::splits::Server> {
+        self.splits.to_ask(now, self.limits.late_span_window)
+    }
+
+    /// A server seen to split, here or (read from the store) by another instance: the client
+    /// halves of it decided here within the late-span window and held back are published now,
+    /// and later ones as they are decided.
+    pub fn learn_split(&mut self, server: &super::splits::Server, now: Moment) {
+        if self.splits.learn(server, now) {
+            self.publish_held(std::slice::from_ref(server), now);
+        }
+    }
+
+    /// A mark the store held at start-up: known from now on (the halves it concerns were decided
+    /// before; nothing is published for them now).
+    pub fn restore_split(&mut self, server: &super::splits::Server, now: Moment) {
+        self.splits.learn(server, now);
+    }
+
+    /// Publish the held-back client halves of `servers` (`None` among them: of every server) of
+    /// the chains decided within the late-span window.
+    fn publish_held(&mut self, servers: &[super::splits::Server], now: Moment) {
+        let every = servers.iter().any(Option::is_none);
+        let mut found = Vec::new();
+        for &(at, id, rev) in self.decided_order.iter().rev() {
+            if now.saturating_duration_since(at) > self.limits.late_span_window {
+                break;
+            }
+            let Some(d) = self.decided.get(&id).filter(|d| d.revision == rev) else { continue };
+            for h in crossjoin::client_halves(&d.spans) {
+                if h.server.is_some() && (every || servers.contains(&h.server)) {
+                    found.push((id, h));
+                }
+            }
+        }
+        for (id, h) in found.into_iter().rev() {
+            self.publish_half(id, h);
+        }
+    }
+
     /// The verifiers parked since the last call, with their operation keys, to publish (at most
     /// `max_parked_verifiers` held; past that the oldest go unpublished).
     pub fn take_published_parked(&mut self) -> std::vec::Drain<'_, (Box<str>, SpanEvidence)> {
@@ -314,6 +379,15 @@ impl Chains {
         }
     }
 
+    /// For a deferred server half whose server's mark has not settled yet: when it will have.
+    fn split_settles_after(&self, c: &Chain, now: Moment) -> Option<Moment> {
+        if !self.share_orphans || !c.deferred {
+            return None;
+        }
+        let h = crossjoin::server_half(&c.spans)?;
+        self.splits.settled_at(&h.server).filter(|at| *at > now)
+    }
+
     /// Server halves in flight about to be decided alone (they have waited for their client
     /// half past half the extra wait, or `all` of them at the drain), each returned once: a
     /// shared store may list their client half, decided on another instance.
@@ -330,7 +404,7 @@ impl Chains {
             Box::new(deferred.iter().filter_map(move |id| active.get_key_value(id)))
         };
         for (id, c) in candidates {
-            let waited = c.deferred && now.saturating_duration_since(c.last_seen) >= wait;
+            let waited = c.deferred && now.saturating_duration_since(c.last_seen) >= wait && self.split_settles_after(c, now).is_none();
             if !c.has_server_req || c.has_client_req || !(all || waited) {
                 continue;
             }
@@ -905,12 +979,23 @@ impl Chains {
             }
             if c.root_seen && quiet && c.server_rooted && c.has_server_req && !c.has_client_req && !c.deferred && !expired {
                 // A server half waits once more for a client half exported a little later (another
-                // process, another exporter schedule): at least 2 s.
+                // process, another exporter schedule): at least 2 s. With a shared store, its
+                // server is seen to split: marked, so that other instances publish its halves.
+                let server = self.share_orphans.then(|| crossjoin::server_half(&c.spans).map(|h| h.server)).flatten();
                 if let Some(c) = self.active.get_mut(&id) {
                     c.deferred = true;
                     self.deferred_halves.insert(id);
                 }
+                if let Some(server) = server {
+                    if self.splits.mark(&server, now) {
+                        self.publish_held(std::slice::from_ref(&server), now);
+                    }
+                }
                 self.due.push(now + self.limits.decision_wait.max(SERVER_HALF_WAIT), id);
+            } else if let Some(at) = self.split_settles_after(c, now).filter(|_| c.root_seen && quiet && !expired) {
+                // A server half of a server marked a moment ago: its look (and so its decision)
+                // waits until the other instances had time to publish their halves of it.
+                self.due.push(at, id);
             } else if c.root_seen && quiet {
                 self.decide(id, DecidedBy::Quiet, now, out);
             } else if expired && !c.held {
@@ -948,6 +1033,15 @@ impl Chains {
 
     /// Decide everything in flight (shutdown).
     pub fn drain(&mut self, by: DecidedBy, now: Moment, out: &mut Vec<DecidedCalls>) {
+        // A look for a client half may come after this instance is gone: what was held back is
+        // published, and so is every half decided from here on.
+        if self.share_orphans {
+            self.draining = true;
+            let held = self.splits.held_servers();
+            if !held.is_empty() {
+                self.publish_held(&held, now);
+            }
+        }
         // Deciding a server half can reopen its client's chain (the cross-trace join): go round
         // again until nothing is left; each round removes at least the half that was joined.
         // In trace-id order, so the outcome does not depend on the table's history.
@@ -1071,11 +1165,15 @@ impl Chains {
         self.deferred_halves.remove(&id);
         self.stats.chains_decided += 1;
         if self.share_orphans {
+            // Chains not kept for revision (`max_decided: 0`, the drain) cannot be found again
+            // when a mark comes: theirs are published at once.
+            let kept = self.limits.max_decided > 0 && !self.draining;
             for h in crossjoin::client_halves(&c.spans) {
-                if self.published_halves.len() >= crossjoin::MAX_ORPHANS {
-                    self.published_halves.remove(0);
+                if kept && !self.splits.publishes(&h.server) {
+                    self.splits.hold(&h.server, now);
+                    continue;
                 }
-                self.published_halves.push((id, h));
+                self.publish_half(id, h);
             }
         }
         let mut calls = assemble_calls(&c.spans);

@@ -6,6 +6,7 @@ pub mod chains;
 pub mod crossjoin;
 mod due;
 pub mod sessions;
+pub mod splits;
 
 pub use assemble::assemble_calls;
 pub use chains::{ChainLimits, ChainStats, Chains, DecidedCalls};

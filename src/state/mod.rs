@@ -14,6 +14,7 @@
 //! | `drift_reported` | server, tool, digest | [`DriftRecord`] (reported once) |
 //! | `client_halves` | method, request id, start second ([`crate::correlate::crossjoin::shared_half_key`]) | [`HalvesRecord`]: client halves of split calls decided by some instance (shared stores only) |
 //! | `parked_verifiers` | operation key | [`ParkedRecord`]: verifiers that reported before their call, as the instances that parked them published them (shared stores only) |
+//! | `split_servers` | [`server_key`] of the server | [`SplitRecord`]: a server some instance saw split its calls' traces: only its client halves are published (shared stores only) |
 //! | `refusals` | the second an HTTP request started (`start_ns / 1 s`, decimal) | [`RefusalsRecord`]: refused-looking HTTP spans alone in their trace (shared stores only) |
 //!
 //! The gate's view is not a table of its own: it is re-published from the sessions at load.
@@ -90,10 +91,11 @@ pub enum Table {
     Refusals,
     Halves,
     Parked,
+    Splits,
 }
 
 impl Table {
-    pub const ALL: [Table; 8] = [
+    pub const ALL: [Table; 9] = [
         Table::Sessions,
         Table::Incidents,
         Table::Decided,
@@ -102,6 +104,7 @@ impl Table {
         Table::Refusals,
         Table::Halves,
         Table::Parked,
+        Table::Splits,
     ];
 
     /// Records every instance adds to and the writer deletes after `late_span_window` (refused
@@ -123,6 +126,7 @@ impl Table {
             Table::Refusals => "refusals",
             Table::Halves => "client_halves",
             Table::Parked => "parked_verifiers",
+            Table::Splits => "split_servers",
         }
     }
 }
@@ -208,6 +212,13 @@ pub struct ClientHalf {
     pub session: Option<Arc<str>>,
 }
 
+/// A server some instance saw split its calls' traces (a server half waited alone for its client
+/// half): every instance publishes the client halves of its calls (see `correlate::splits`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitRecord {
+    pub server: Option<Arc<str>>,
+}
+
 /// Verifier spans that named an operation key before any call did, parked where they came: the
 /// instance whose call names the key reads them when it decides the call.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -258,6 +269,7 @@ pub enum Record {
     Refusals(Box<RefusalsRecord>),
     Halves(Box<HalvesRecord>),
     Parked(Box<ParkedRecord>),
+    Split(SplitRecord),
 }
 
 impl Record {
@@ -271,6 +283,7 @@ impl Record {
             Record::Refusals(_) => Table::Refusals,
             Record::Halves(_) => Table::Halves,
             Record::Parked(_) => Table::Parked,
+            Record::Split(_) => Table::Splits,
         }
     }
 
@@ -285,6 +298,7 @@ impl Record {
             Table::Refusals => Record::Refusals(Box::new(decode(table, key, bytes)?)),
             Table::Halves => Record::Halves(Box::new(decode(table, key, bytes)?)),
             Table::Parked => Record::Parked(Box::new(decode(table, key, bytes)?)),
+            Table::Splits => Record::Split(decode(table, key, bytes)?),
         })
     }
 
@@ -299,6 +313,7 @@ impl Record {
             Record::Refusals(r) => encode(r),
             Record::Halves(r) => encode(r),
             Record::Parked(r) => encode(r),
+            Record::Split(r) => encode(r),
         }
     }
 }
@@ -347,6 +362,7 @@ pub struct Snapshot {
     pub refusals: Vec<(String, RefusalsRecord)>,
     pub halves: Vec<(String, HalvesRecord)>,
     pub parked: Vec<(String, ParkedRecord)>,
+    pub splits: Vec<SplitRecord>,
 }
 
 impl Snapshot {
@@ -361,6 +377,7 @@ impl Snapshot {
             Table::Refusals => self.refusals.push((key.to_string(), decode(table, key, bytes)?)),
             Table::Halves => self.halves.push((key.to_string(), decode(table, key, bytes)?)),
             Table::Parked => self.parked.push((key.to_string(), decode(table, key, bytes)?)),
+            Table::Splits => self.splits.push(decode(table, key, bytes)?),
         }
         Ok(())
     }
@@ -376,6 +393,7 @@ impl Snapshot {
             Record::Refusals(r) => self.refusals.push((key.to_string(), (**r).clone())),
             Record::Halves(r) => self.halves.push((key.to_string(), (**r).clone())),
             Record::Parked(r) => self.parked.push((key.to_string(), (**r).clone())),
+            Record::Split(r) => self.splits.push(r.clone()),
         }
     }
 
@@ -388,6 +406,7 @@ impl Snapshot {
             && self.refusals.is_empty()
             && self.halves.is_empty()
             && self.parked.is_empty()
+            && self.splits.is_empty()
     }
 }
 
@@ -448,6 +467,7 @@ pub trait StateStore: Send {
             Table::Refusals => out.extend(snap.refusals.into_iter().map(|(k, r)| (k, Record::Refusals(Box::new(r))))),
             Table::Halves => out.extend(snap.halves.into_iter().map(|(k, r)| (k, Record::Halves(Box::new(r))))),
             Table::Parked => out.extend(snap.parked.into_iter().map(|(k, r)| (k, Record::Parked(Box::new(r))))),
+            Table::Splits => out.extend(snap.splits.into_iter().map(|r| (server_key(r.server.as_deref()), Record::Split(r)))),
         }
         Ok(out)
     }

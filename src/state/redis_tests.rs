@@ -849,3 +849,77 @@ fn redis_remembered_versions_are_bounded_and_a_forgotten_one_is_a_conflict_then_
     let snap = open(&r).load().unwrap();
     assert_eq!(snap.incidents.iter().flat_map(|p| p.open.iter().map(|i| i.calls)).collect::<Vec<_>>(), vec![4]);
 }
+
+/// Client halves are published only for servers seen to split. A client-only call to a server
+/// no instance saw split publishes nothing; a split call to a server nobody marked yet — client
+/// half decided on one engine before the other engine's server half marked its server — is still
+/// one call: the mark reaches the client's engine, which publishes the half it held back, and the
+/// server half's look (which waits for the mark to settle) joins it, revising the client's
+/// verdict instead of giving one of its own.
+#[test]
+fn redis_only_split_servers_publish_halves_and_the_first_split_call_still_joins() {
+    if !available("redis_only_split_servers_publish_halves_and_the_first_split_call_still_joins") {
+        return;
+    }
+    use crate::correlate::{ChainLimits, SessionLimits};
+    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, Side, SpanEvidence};
+    let r = RedisServer::start();
+    let engine = || {
+        let mut cfg =
+            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
+        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        Engine::new(cfg)
+    };
+    let span = |trace: u8, side: Side, server: &str, rid: &str, start: u64, end: u64| {
+        let mut s = SpanEvidence::new([trace; 16], [trace; 8]);
+        s.method = Some(Method::ToolsCall);
+        s.side = side;
+        s.tool = Some(Arc::from("t"));
+        s.server = Some(Arc::from(server));
+        s.request_id = Some(rid.into());
+        s.start_ns = start;
+        s.end_ns = end;
+        s
+    };
+    let batch = |spans: Vec<SpanEvidence>| crate::normalize::NormalizedBatch { evidence: spans, ..Default::default() };
+    let (mut a, mut b) = (engine(), engine());
+    let t = Moment::from_nanos(1_000_000_000);
+    let ms = Duration::from_millis;
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    // Engine a: a client-only call to a quiet server, and the client half of a split call.
+    a.ingest(
+        batch(vec![span(1, Side::Client, "quiet:1", "q1", 1_000, 9_000), span(2, Side::Client, "split:1", "s1", 1_000, 9_000)]),
+        t,
+        &mut out_a,
+    );
+    // Engine b: the split call's server half, a trace of its own.
+    b.ingest(batch(vec![span(3, Side::Server, "split:1", "s1", 2_000, 8_000)]), t, &mut out_b);
+    a.tick(t + ms(50), &mut out_a);
+    a.flush_store(t + ms(60), &mut out_a);
+    assert!(open(&r).load().unwrap().halves.is_empty(), "no server seen to split yet: no half published");
+    // b defers its server half (it waited alone): split:1 is marked.
+    b.tick(t + ms(50), &mut out_b);
+    b.flush_store(t + ms(60), &mut out_b);
+    assert_eq!(open(&r).load().unwrap().splits, vec![SplitRecord { server: Some(Arc::from("split:1")) }]);
+    // a reads the mark (a round), then publishes the half it held back (the next round).
+    a.tick(t + ms(400), &mut out_a);
+    a.flush_store(t + ms(400), &mut out_a);
+    a.flush_store(t + ms(500), &mut out_a);
+    let halves: Vec<Option<Arc<str>>> = open(&r).load().unwrap().halves.into_iter().flat_map(|(_, h)| h.halves).map(|h| h.server).collect();
+    assert_eq!(halves, vec![Some(Arc::from("split:1"))], "the quiet server's half is never published");
+    // The look waits for the mark to settle; then b joins the half and decides nothing alone.
+    b.tick(t + ms(1_020), &mut out_b);
+    assert_eq!(b.taken_over(), 0, "before the mark settled, no look");
+    for step in 1..=30 {
+        b.tick(t + ms(1_000 + 100 * step), &mut out_b);
+    }
+    b.flush_store(t + ms(4_100), &mut out_b);
+    let calls = |out: &[Decided]| -> Vec<([u8; 16], u32)> {
+        out.iter().filter_map(|d| if let Decided::Call(v) = d { Some((v.trace_id, v.revision)) } else { None }).collect()
+    };
+    assert_eq!(b.taken_over(), 1, "the client's chain taken from the store");
+    assert_eq!(calls(&out_b), vec![([2; 16], 1)], "one call: the client's, revised with its server half; none of the server half's own");
+    assert_eq!(calls(&out_a), vec![([1; 16], 0), ([2; 16], 0)]);
+}

@@ -124,6 +124,7 @@ pub(super) fn all_changes() -> Changes {
     c.put("op-1".into(), Record::Operation([3; 16]));
     let d = DriftRecord { server: Arc::from("s"), tool: Arc::from("t"), digest: Arc::from("sha256:dd") };
     c.put(d.key(), Record::DriftReported(d));
+    c.put(server_key(Some("api.example:443")), Record::Split(SplitRecord { server: Some(Arc::from("api.example:443")) }));
     c
 }
 
@@ -134,6 +135,7 @@ pub(super) fn check(s: &Snapshot) {
     assert_eq!(s.decided, vec![decided()]);
     assert_eq!(s.operations, vec![("op-1".to_string(), [3; 16])]);
     assert_eq!(s.drift_reported, vec![DriftRecord { server: Arc::from("s"), tool: Arc::from("t"), digest: Arc::from("sha256:dd") }]);
+    assert_eq!(s.splits, vec![SplitRecord { server: Some(Arc::from("api.example:443")) }]);
 }
 
 #[test]

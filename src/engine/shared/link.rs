@@ -177,5 +177,10 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
     for d in snap.drift_reported {
         t.drift_reported.insert((d.server, d.tool, d.digest));
     }
+    // Marked long enough ago to have settled: the instances that hold halves of these servers
+    // have read the marks.
+    for s in snap.splits {
+        t.chains.restore_split(&s.server, crate::evidence::time::Moment::from_nanos(0));
+    }
     tracing::info!(sessions = counts.0, incidents = counts.1, decided = counts.2, "state loaded from the store");
 }

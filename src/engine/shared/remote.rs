@@ -53,10 +53,11 @@ use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
 use crate::classify::incidents::{IncidentBook, IncidentFacts, ServerIncidents, Transition};
+use crate::correlate::splits::Server;
 use crate::correlate::{crossjoin, CatalogChange, DecidedCalls};
 use crate::evidence::time::Moment;
 use crate::evidence::{Method, Side, SpanEvidence};
-use crate::state::{server_key, Changes, ClientHalf, DriftRecord, Record, StateStore, StoreError, StoreHandle, Table};
+use crate::state::{server_key, Changes, ClientHalf, DriftRecord, Record, SplitRecord, StateStore, StoreError, StoreHandle, Table};
 use crate::verdict::{HealthState, Verdict};
 
 use super::super::decided::IncidentChange;
@@ -197,6 +198,7 @@ enum Round {
         incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
         lists: (ListJob<SpanEvidence>, ListJob<ClientHalf>, ListJob<SpanEvidence>),
         sessions: Vec<String>,
+        splits: SplitsJob,
     },
     Writing {
         ticket: Ticket<Written>,
@@ -207,7 +209,16 @@ enum Round {
         stored_emitted: FxHashMap<String, Option<Convergence>>,
         sessions_written: Vec<String>,
         changes: usize,
+        /// Marks of servers seen to split, written with this round.
+        marks: Vec<Server>,
     },
+}
+
+/// The servers of a write round's split marks: those marked here (written unless the store has
+/// them), then the others asked for (those whose client halves are held back here).
+struct SplitsJob {
+    servers: Vec<Server>,
+    marked: usize,
 }
 
 impl Round {
@@ -438,21 +449,25 @@ impl Shared {
                 round.wait(&mut self.link.worker);
             }
             match self.round.take() {
-                Some(Round::Reading { ticket, at, force, drift, incidents, lists, sessions }) => {
+                Some(Round::Reading { ticket, at, force, drift, incidents, lists, sessions, splits }) => {
                     let read = match ticket {
                         Some(tk) => {
                             self.link.worker.take(tk).unwrap_or_else(|| Err(StoreError::Backend("the store's thread has ended".into())))
                         }
-                        // Nothing to read: five empty answers.
-                        None => Ok(vec![Vec::new(); 5]),
+                        // Nothing to read: six empty answers.
+                        None => Ok(vec![Vec::new(); 6]),
                     };
-                    self.round_read(t, at, force, drift, incidents, lists, sessions, read, out);
+                    self.round_read(t, at, force, drift, incidents, lists, sessions, splits, read, out);
                 }
-                Some(Round::Writing { ticket, at, drift, incidents, emitting, stored_emitted, sessions_written, changes }) => {
+                Some(Round::Writing { ticket, at, drift, incidents, emitting, stored_emitted, sessions_written, changes, marks }) => {
                     let Some(w) = self.link.worker.take(ticket) else {
+                        t.chains.split_marks_again(marks);
                         self.round_lost(drift, incidents);
                         return;
                     };
+                    if w.result.is_err() {
+                        t.chains.split_marks_again(marks);
+                    }
                     self.round_written(t, at, drift, incidents, w, emitting, stored_emitted, sessions_written, changes, out);
                 }
                 None => return,
@@ -481,15 +496,21 @@ impl Shared {
             t.sessions.mark_dirty(&ch.session_key);
         }
         let sessions = t.sessions.dirty_keys();
+        let mut servers = t.chains.take_split_marks();
+        let marked = servers.len();
+        // A marked server is known here, so never among those asked for.
+        servers.extend(t.chains.split_servers_to_ask(now));
+        let splits = SplitsJob { servers, marked };
         let asks = vec![
             (Table::Incidents, incidents.keys().map(|s| server_key(s.as_deref())).collect::<Vec<_>>()),
             (Table::Refusals, lists.0.by_key.keys().cloned().collect()),
             (Table::Halves, lists.1.by_key.keys().cloned().collect()),
             (Table::Parked, lists.2.by_key.keys().cloned().collect()),
             (Table::Sessions, sessions.clone()),
+            (Table::Splits, splits.servers.iter().map(|s| server_key(s.as_deref())).collect()),
         ];
         let ticket = asks.iter().any(|(_, k)| !k.is_empty()).then(|| self.link.worker.submit(move |s| s.get_tables(&asks)));
-        self.round = Some(Round::Reading { ticket, at: now, force, drift, incidents, lists, sessions });
+        self.round = Some(Round::Reading { ticket, at: now, force, drift, incidents, lists, sessions, splits });
     }
 
     /// The read of a round is back: sessions merged and the catalog changes to emit chosen; then
@@ -505,6 +526,7 @@ impl Shared {
         incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
         lists: (ListJob<SpanEvidence>, ListJob<ClientHalf>, ListJob<SpanEvidence>),
         sessions: Vec<String>,
+        splits: SplitsJob,
         read: StepRead,
         out: &mut Vec<Decided>,
     ) {
@@ -519,7 +541,7 @@ impl Shared {
         let ok = read.is_some();
         let mut read = read.unwrap_or_default().into_iter();
         let mut next = || read.next();
-        let (inc_read, ref_read, half_read, park_read, sess_read) = (next(), next(), next(), next(), next());
+        let (inc_read, ref_read, half_read, park_read, sess_read, split_read) = (next(), next(), next(), next(), next(), next());
         let mut stored_emitted: FxHashMap<String, Option<Convergence>> = FxHashMap::default();
         let session_read = sess_read.filter(|_| !sessions.is_empty());
         if let Some(records) = session_read.as_ref() {
@@ -567,6 +589,7 @@ impl Shared {
         let mut changes = Changes::default();
         t.sessions.take_changes(&mut changes);
         t.chains.take_changes(&mut changes);
+        let marks = take_split_read(t, now, splits, split_read.filter(|_| ok), &mut changes);
         let sessions_written: Vec<String> = changes.changes.iter().filter(|c| c.table == Table::Sessions).map(|c| c.key.clone()).collect();
         let n = changes.len();
         let job = WriteJob {
@@ -579,7 +602,8 @@ impl Shared {
             changes,
         };
         let ticket = self.link.worker.submit(move |s| write_round(s, job));
-        self.round = Some(Round::Writing { ticket, at: now, drift, incidents, emitting, stored_emitted, sessions_written, changes: n });
+        self.round =
+            Some(Round::Writing { ticket, at: now, drift, incidents, emitting, stored_emitted, sessions_written, changes: n, marks });
     }
 
     /// The write of a round is back: drift reported where this write created its record,
@@ -1484,6 +1508,28 @@ fn merge_refusals(rec: Option<Record>, mine: &[SpanEvidence]) -> Record {
     all.sort_by(|a, b| b.start_ns.cmp(&a.start_ns).then_with(|| a.trace_id.cmp(&b.trace_id)));
     all.truncate(REFUSALS_PER_SECOND);
     Record::Refusals(Box::new(crate::state::RefusalsRecord { orphans: all }))
+}
+
+/// The split marks a round read: a server the store has marked is learned (its held-back halves
+/// published); one marked here that the store lacks is written with this round (the marks to
+/// write are returned). Without the read (it failed), the marks wait for the next round.
+fn take_split_read(t: &mut Tables, now: Moment, job: SplitsJob, read: Option<Vec<Option<Record>>>, changes: &mut Changes) -> Vec<Server> {
+    let Some(records) = read else {
+        t.chains.split_marks_again(job.servers.into_iter().take(job.marked).collect());
+        return Vec::new();
+    };
+    let mut marks = Vec::new();
+    for (i, (server, r)) in job.servers.into_iter().zip(records.into_iter().chain(std::iter::repeat(None))).enumerate() {
+        match r {
+            Some(Record::Split(_)) => t.chains.learn_split(&server, now),
+            _ if i < job.marked => {
+                changes.put(server_key(server.as_deref()), Record::Split(SplitRecord { server: server.clone() }));
+                marks.push(server);
+            }
+            _ => {}
+        }
+    }
+    marks
 }
 
 fn merge_halves(rec: Option<Record>, mine: &[ClientHalf]) -> Record {

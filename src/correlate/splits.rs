@@ -1,0 +1,193 @@
+//! Which servers split traces, as far as this instance knows: on a shared store, only their
+//! calls' client halves are published.
+//!
+//! A split call's server half (a trace of its own) finds its client half, decided on another
+//! instance, among the halves published to the store. Publishing every client-only call's half
+//! cost a list record per call, though most servers never split (the server is not instrumented,
+//! or it propagates the trace). So an instance that defers a server half (it waited
+//! `decision_wait` alone: the server is *seen* to split) marks its server in the store; every
+//! instance reads the marks of the servers whose halves it held back (each write round), and
+//! publishes a marked server's halves — those decided since it held them back at once, and every
+//! later one as it is decided.
+//!
+//! The first split calls of a server are the ones at risk: the mark must reach the client
+//! half's instance, and its half the store, before the server half's one look. So the look for
+//! a half of a server marked less than [`SETTLE`] ago waits until then; a held half is kept for
+//! the window in which a look can still come; at the drain every held half is published (the
+//! look may come after this instance is gone). A half with no server name may be any server's
+//! and is always published; a mark with no server name (a server half that names none) marks
+//! every server.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+
+use crate::evidence::time::Moment;
+
+/// A server as a half names it (`None`: unnamed).
+pub type Server = Option<Arc<str>>;
+
+/// How long after a server is marked here its server halves' look waits: the mark's write round,
+/// the client instances' read of it (every write round), and their publication (the next one),
+/// with room for a loaded store thread.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// How often the mark of a server whose halves are held back is asked for: well inside
+/// [`SETTLE`], and a key per held server at most four times a second however fast the rounds.
+pub const ASK_EVERY: Duration = Duration::from_millis(250);
+
+/// Servers remembered as splitting; past it the oldest mark is forgotten here (it is still in
+/// the store, and read again when a half of that server is held back).
+pub const MAX_SERVERS: usize = 4096;
+
+#[derive(Debug, Default)]
+pub struct Splits {
+    /// Servers known to split, and since when this instance knows it (engine time).
+    known: FxHashMap<Server, Moment>,
+    known_order: VecDeque<(Moment, Server)>,
+    /// Marks made here, still to be written to the store.
+    to_write: Vec<Server>,
+    /// Servers whose client halves were held back here: the last time one was, and the last
+    /// time the store was asked for the server's mark.
+    held: FxHashMap<Server, (Moment, Option<Moment>)>,
+    /// Marks forgotten under [`MAX_SERVERS`].
+    pub forgotten: u64,
+}
+
+impl Splits {
+    /// Whether a client half of `server` is published when it is decided.
+    pub fn publishes(&self, server: &Server) -> bool {
+        server.is_none() || self.known.contains_key(server) || self.known.contains_key(&None)
+    }
+
+    /// A client half of `server` was held back at `now`.
+    pub fn hold(&mut self, server: &Server, now: Moment) {
+        if let Some((at, _)) = self.held.get_mut(server) {
+            *at = now;
+        } else if self.held.len() < MAX_SERVERS {
+            self.held.insert(server.clone(), (now, None));
+        }
+    }
+
+    /// A server half of `server` was seen to split at `now`: marked here (written at the next
+    /// round). True when the mark is new (the halves held back for it are to be published).
+    pub fn mark(&mut self, server: &Server, now: Moment) -> bool {
+        if !self.learn(server, now) {
+            return false;
+        }
+        self.to_write.push(server.clone());
+        true
+    }
+
+    /// The store says `server` splits (or this instance marked it): true when new here.
+    pub fn learn(&mut self, server: &Server, now: Moment) -> bool {
+        if self.known.contains_key(server) {
+            return false;
+        }
+        if self.known.len() >= MAX_SERVERS {
+            while let Some((at, s)) = self.known_order.pop_front() {
+                if self.known.get(&s) == Some(&at) {
+                    self.known.remove(&s);
+                    self.forgotten += 1;
+                    break;
+                }
+            }
+        }
+        self.known.insert(server.clone(), now);
+        self.known_order.push_back((now, server.clone()));
+        self.held.remove(server);
+        if server.is_none() {
+            self.held.clear();
+        }
+        true
+    }
+
+    /// When the server halves of `server` may look for their client half: once its mark had
+    /// [`SETTLE`] to reach the other instances.
+    pub fn settled_at(&self, server: &Server) -> Option<Moment> {
+        let at = [self.known.get(server), self.known.get(&None)].into_iter().flatten().max()?;
+        Some(*at + SETTLE)
+    }
+
+    /// The marks made here since the last call, to write.
+    pub fn take_marks(&mut self) -> Vec<Server> {
+        std::mem::take(&mut self.to_write)
+    }
+
+    /// Marks that could not be written: written at the next round.
+    pub fn marks_again(&mut self, marks: Vec<Server>) {
+        self.to_write.extend(marks);
+    }
+
+    /// The servers whose marks to read from the store: those with halves held back within
+    /// `window` of `now` and not known to split (the older ones are forgotten), each at most
+    /// every [`ASK_EVERY`].
+    pub fn to_ask(&mut self, now: Moment, window: Duration) -> Vec<Server> {
+        self.held.retain(|_, (at, _)| now.saturating_duration_since(*at) <= window);
+        let mut out = Vec::new();
+        for (server, (_, asked)) in self.held.iter_mut() {
+            if asked.is_none_or(|a| now.saturating_duration_since(a) >= ASK_EVERY) {
+                *asked = Some(now);
+                out.push(server.clone());
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// The servers with halves held back (the drain publishes them all).
+    pub fn held_servers(&mut self) -> Vec<Server> {
+        let mut out: Vec<Server> = self.held.drain().map(|(s, _)| s).collect();
+        out.sort();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(name: &str) -> Server {
+        Some(Arc::from(name))
+    }
+
+    #[test]
+    fn a_mark_publishes_its_server_and_an_unnamed_mark_every_server() {
+        let t0 = Moment::from_nanos(1_000_000_000);
+        let mut sp = Splits::default();
+        assert!(sp.publishes(&None), "a half with no server name may be any server's");
+        assert!(!sp.publishes(&s("a")));
+        sp.hold(&s("a"), t0);
+        sp.hold(&s("b"), t0);
+        assert_eq!(sp.to_ask(t0, Duration::from_secs(5)), vec![s("a"), s("b")]);
+        assert!(sp.mark(&s("a"), t0));
+        assert!(!sp.mark(&s("a"), t0), "marked once");
+        assert_eq!(sp.take_marks(), vec![s("a")]);
+        assert!(sp.publishes(&s("a")) && !sp.publishes(&s("b")));
+        assert!(sp.to_ask(t0, Duration::from_secs(5)).is_empty(), "asked a moment ago");
+        let t1 = t0 + ASK_EVERY;
+        assert_eq!(sp.to_ask(t1, Duration::from_secs(5)), vec![s("b")], "a known server is not asked for");
+        assert_eq!(sp.settled_at(&s("a")), Some(t0 + SETTLE));
+        assert_eq!(sp.settled_at(&s("b")), None);
+        assert!(sp.learn(&None, t0 + Duration::from_secs(2)));
+        assert!(sp.publishes(&s("b")), "an unnamed mark marks every server");
+        assert_eq!(sp.settled_at(&s("a")), Some(t0 + Duration::from_secs(2) + SETTLE), "the later mark decides");
+        assert!(sp.to_ask(t1 + ASK_EVERY, Duration::from_secs(5)).is_empty());
+    }
+
+    #[test]
+    fn held_servers_are_forgotten_past_the_window_and_marks_past_the_bound() {
+        let t0 = Moment::from_nanos(1_000_000_000);
+        let mut sp = Splits::default();
+        sp.hold(&s("old"), t0);
+        sp.hold(&s("new"), t0 + Duration::from_secs(9));
+        assert_eq!(sp.to_ask(t0 + Duration::from_secs(10), Duration::from_secs(5)), vec![s("new")]);
+        for i in 0..MAX_SERVERS + 3 {
+            sp.learn(&s(&format!("srv-{i}")), t0 + Duration::from_millis(i as u64));
+        }
+        assert_eq!((sp.known.len(), sp.forgotten), (MAX_SERVERS, 3));
+        assert!(!sp.publishes(&s("srv-0")) && sp.publishes(&s(&format!("srv-{}", MAX_SERVERS + 2))));
+    }
+}
