@@ -27,6 +27,15 @@ fn settings(url: &str) -> RedisSettings {
     }
 }
 
+/// An engine's configuration on the test's Redis: chains decided 10 ms after their last span.
+fn engine_config(r: &RedisServer) -> crate::engine::EngineConfig {
+    use crate::correlate::{ChainLimits, SessionLimits};
+    let chains = ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() };
+    let mut cfg = crate::engine::EngineConfig::new(chains, SessionLimits::default());
+    cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+    cfg
+}
+
 fn open(r: &RedisServer) -> RedisStore {
     RedisStore::open(settings(&r.url())).expect("open the redis store")
 }
@@ -351,17 +360,11 @@ fn redis_two_engines_one_shared_incident_one_emitter_per_transition() {
         return;
     }
     use crate::classify::incidents::Transition;
-    use crate::correlate::{ChainLimits, SessionLimits};
-    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::engine::{Decided, Engine};
     use crate::evidence::time::Moment;
     use crate::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, TransportOutcome, VerifierMethod};
     let r = RedisServer::start();
-    let engine = || {
-        let mut cfg =
-            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
-        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
-        Engine::new(cfg)
-    };
+    let engine = || Engine::new(engine_config(&r));
     let (mut a, mut b) = (engine(), engine());
     let call = |n: u8, start: u64| {
         let mut s = SpanEvidence::new([n; 16], [1; 8]);
@@ -453,18 +456,12 @@ fn redis_a_receipt_on_another_engine_revises_the_call_through_the_store() {
     if !available("redis_a_receipt_on_another_engine_revises_the_call_through_the_store") {
         return;
     }
-    use crate::correlate::{ChainLimits, SessionLimits};
-    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::engine::{Decided, Engine};
     use crate::evidence::time::Moment;
     use crate::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
     use crate::verdict::HealthState;
     let r = RedisServer::start();
-    let engine = || {
-        let mut cfg =
-            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
-        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
-        Engine::new(cfg)
-    };
+    let engine = || Engine::new(engine_config(&r));
     let (mut a, mut b) = (engine(), engine());
     let mut call = SpanEvidence::new([7; 16], [1; 8]);
     call.method = Some(Method::ToolsCall);
@@ -539,9 +536,7 @@ fn judged_with_its_session(answer_within: Duration) {
     use crate::verdict::HealthState;
     let r = RedisServer::start();
     let engine = || {
-        let mut cfg =
-            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
-        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        let mut cfg = engine_config(&r);
         cfg.store_answer_within = answer_within;
         Engine::new(cfg)
     };
@@ -626,18 +621,12 @@ fn redis_a_converged_verdict_waits_for_the_store_to_confirm_it() {
         return;
     }
     use crate::classify::catalog::Convergence;
-    use crate::correlate::{ChainLimits, SessionLimits};
-    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::engine::{Decided, Engine};
     use crate::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
     use crate::evidence::time::Moment;
     use crate::evidence::{Method, Side, SpanEvidence};
     let r = RedisServer::start();
-    let engine = || {
-        let mut cfg =
-            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
-        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
-        Engine::new(cfg)
-    };
+    let engine = || Engine::new(engine_config(&r));
     let fact = |n: u8, at: u64, f: CatalogFacts| {
         let mut s = SpanEvidence::new([9; 16], [n; 8]);
         s.session_id = Some("s-1".into());
@@ -729,8 +718,7 @@ fn redis_a_drift_seen_by_two_engines_is_reported_once() {
     }
     use crate::classify::digest::PROJECTION_VERSION;
     use crate::classify::pinning::{Lockfile, Pin};
-    use crate::correlate::{ChainLimits, SessionLimits};
-    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::engine::{Decided, Engine};
     use crate::evidence::catalog::{CatalogFacts, ListPage};
     use crate::evidence::time::Moment;
     use crate::evidence::{Method, Side, SpanEvidence};
@@ -745,9 +733,7 @@ fn redis_a_drift_seen_by_two_engines_is_reported_once() {
     pins.add("srv:1", "t", pin, false);
     let pins = Arc::new(pins);
     let engine = || {
-        let mut cfg =
-            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
-        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
+        let mut cfg = engine_config(&r);
         cfg.pins = Some(pins.clone());
         Engine::new(cfg)
     };
@@ -861,17 +847,11 @@ fn redis_only_split_servers_publish_halves_and_the_first_split_call_still_joins(
     if !available("redis_only_split_servers_publish_halves_and_the_first_split_call_still_joins") {
         return;
     }
-    use crate::correlate::{ChainLimits, SessionLimits};
-    use crate::engine::{Decided, Engine, EngineConfig};
+    use crate::engine::{Decided, Engine};
     use crate::evidence::time::Moment;
     use crate::evidence::{Method, Side, SpanEvidence};
     let r = RedisServer::start();
-    let engine = || {
-        let mut cfg =
-            EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() }, SessionLimits::default());
-        cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
-        Engine::new(cfg)
-    };
+    let engine = || Engine::new(engine_config(&r));
     let span = |trace: u8, side: Side, server: &str, rid: &str, start: u64, end: u64| {
         let mut s = SpanEvidence::new([trace; 16], [trace; 8]);
         s.method = Some(Method::ToolsCall);
