@@ -699,6 +699,25 @@ mod tests {
         closed_counts().find(|(n, c, _)| *n == l && *c == why).map_or(0, |(_, _, v)| v)
     }
 
+    /// A plaintext HTTP/2 listener on a loopback port with these deadlines: its connections, its
+    /// address, and its accept task.
+    async fn listening(
+        read_header_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> (ReceiverStream<Result<Conn, io::Error>>, SocketAddr, tokio::task::JoinHandle<()>) {
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let limits = ConnectionLimits { read_header_timeout, idle_timeout, max_connections: 8 };
+        let (incoming, accepting) = Listener::new(tcp, ListenerName::Gate, limits, None, Protocol::Http2).incoming();
+        (incoming, addr, accepting)
+    }
+
+    /// The next connection, as the server holds it.
+    async fn next_plain(incoming: &mut ReceiverStream<Result<Conn, io::Error>>) -> Guarded {
+        let Conn::Plain(g) = incoming.next().await.unwrap().unwrap() else { panic!("plaintext listener") };
+        g
+    }
+
     /// A server too busy to poll a connection until after its header-read deadline (a flood of
     /// large requests on two cores) still reads what the client sent in time, instead of
     /// resetting a connection whose client was prompt (a sender saw `ConnectionReset`, not a
@@ -707,19 +726,12 @@ mod tests {
     #[tokio::test]
     async fn bytes_sent_before_the_deadline_are_read_by_a_late_server() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = tcp.local_addr().unwrap();
-        let limits = ConnectionLimits {
-            read_header_timeout: Duration::from_millis(100),
-            idle_timeout: Duration::from_secs(3600),
-            max_connections: 8,
-        };
-        let (mut incoming, _accepting) = Listener::new(tcp, ListenerName::Gate, limits, None, Protocol::Http2).incoming();
+        let (mut incoming, addr, _accepting) = listening(Duration::from_millis(100), Duration::from_secs(3600)).await;
         let mut prompt = tokio::net::TcpStream::connect(addr).await.unwrap();
         prompt.write_all(b"PRI * HTTP/2.0").await.unwrap();
-        let Conn::Plain(mut late) = incoming.next().await.unwrap().unwrap() else { panic!("plaintext listener") };
+        let mut late = next_plain(&mut incoming).await;
         let _silent_client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let Conn::Plain(mut silent) = incoming.next().await.unwrap().unwrap() else { panic!("plaintext listener") };
+        let mut silent = next_plain(&mut incoming).await;
         // The server comes to both connections well after their deadline.
         tokio::time::sleep(Duration::from_millis(400)).await;
         let mut buf = [0u8; 64];
@@ -739,16 +751,9 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_does_not_read_is_closed_when_the_writes_block() {
         use tokio::io::AsyncWriteExt;
-        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = tcp.local_addr().unwrap();
-        let limits = ConnectionLimits {
-            read_header_timeout: Duration::from_secs(3600),
-            idle_timeout: Duration::from_millis(200),
-            max_connections: 8,
-        };
-        let (mut incoming, _accepting) = Listener::new(tcp, ListenerName::Gate, limits, None, Protocol::Http2).incoming();
+        let (mut incoming, addr, _accepting) = listening(Duration::from_secs(3600), Duration::from_millis(200)).await;
         let _deaf_client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let Conn::Plain(mut server) = incoming.next().await.unwrap().unwrap() else { panic!("plaintext listener") };
+        let mut server = next_plain(&mut incoming).await;
         let big = vec![0u8; 64 << 20];
         let written = tokio::time::timeout(Duration::from_secs(30), server.write_all(&big)).await.expect("not held open");
         assert_eq!(written.expect_err("64 MiB do not fit in the socket buffers").kind(), io::ErrorKind::TimedOut);
