@@ -1169,8 +1169,7 @@ impl Chains {
             // when a mark comes: theirs are published at once.
             let kept = self.limits.max_decided > 0 && !self.draining;
             for h in crossjoin::client_halves(&c.spans) {
-                if kept && !self.splits.publishes(&h.server) {
-                    self.splits.hold(&h.server, now);
+                if kept && !self.splits.publishes(&h.server) && self.splits.hold(&h.server, now) {
                     continue;
                 }
                 self.publish_half(id, h);

@@ -38,8 +38,9 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// [`SETTLE`], and a key per held server at most four times a second however fast the rounds.
 pub const ASK_EVERY: Duration = Duration::from_millis(250);
 
-/// Servers remembered as splitting; past it the oldest mark is forgotten here (it is still in
-/// the store, and read again when a half of that server is held back).
+/// Servers remembered as splitting, and servers whose halves are held back: past it the oldest
+/// mark is forgotten here (it is still in the store, and read again when a half of that server
+/// is held back), and a half of one more unmarked server is published at once.
 pub const MAX_SERVERS: usize = 4096;
 
 #[derive(Debug, Default)]
@@ -62,13 +63,18 @@ impl Splits {
         server.is_none() || self.known.contains_key(server) || self.known.contains_key(&None)
     }
 
-    /// A client half of `server` was held back at `now`.
-    pub fn hold(&mut self, server: &Server, now: Moment) {
+    /// Hold back a client half of `server` decided at `now`; false when it cannot be (as many
+    /// servers are held as asked for): it is published then, as without marks.
+    pub fn hold(&mut self, server: &Server, now: Moment) -> bool {
         if let Some((at, _)) = self.held.get_mut(server) {
             *at = now;
-        } else if self.held.len() < MAX_SERVERS {
-            self.held.insert(server.clone(), (now, None));
+            return true;
         }
+        if self.held.len() >= MAX_SERVERS {
+            return false;
+        }
+        self.held.insert(server.clone(), (now, None));
+        true
     }
 
     /// A server half of `server` was seen to split at `now`: marked here (written at the next
@@ -159,8 +165,7 @@ mod tests {
         let mut sp = Splits::default();
         assert!(sp.publishes(&None), "a half with no server name may be any server's");
         assert!(!sp.publishes(&s("a")));
-        sp.hold(&s("a"), t0);
-        sp.hold(&s("b"), t0);
+        assert!(sp.hold(&s("a"), t0) && sp.hold(&s("b"), t0));
         assert_eq!(sp.to_ask(t0, Duration::from_secs(5)), vec![s("a"), s("b")]);
         assert!(sp.mark(&s("a"), t0));
         assert!(!sp.mark(&s("a"), t0), "marked once");
@@ -183,7 +188,13 @@ mod tests {
         let mut sp = Splits::default();
         sp.hold(&s("old"), t0);
         sp.hold(&s("new"), t0 + Duration::from_secs(9));
-        assert_eq!(sp.to_ask(t0 + Duration::from_secs(10), Duration::from_secs(5)), vec![s("new")]);
+        for i in 0..MAX_SERVERS - 2 {
+            assert!(sp.hold(&s(&format!("held-{i}")), t0 + Duration::from_secs(9)));
+        }
+        assert!(!sp.hold(&s("one-too-many"), t0), "past the bound a half is published, not held");
+        assert!(sp.hold(&s("new"), t0 + Duration::from_secs(9)), "a held server is held again");
+        let asked = sp.to_ask(t0 + Duration::from_secs(10), Duration::from_secs(5));
+        assert!(!asked.contains(&s("old")) && asked.contains(&s("new")) && asked.len() == MAX_SERVERS - 1);
         for i in 0..MAX_SERVERS + 3 {
             sp.learn(&s(&format!("srv-{i}")), t0 + Duration::from_millis(i as u64));
         }
