@@ -18,12 +18,12 @@
 //! and is always published; a mark with no server name (a server half that names none) marks
 //! every server.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use crate::bounded::BoundedMap;
 use crate::evidence::time::Moment;
 
 /// A server as a half names it (`None`: unnamed).
@@ -43,24 +43,27 @@ pub const ASK_EVERY: Duration = Duration::from_millis(250);
 /// is held back), and a half of one more unmarked server is published at once.
 pub const MAX_SERVERS: usize = 4096;
 
-#[derive(Debug, Default)]
 pub struct Splits {
-    /// Servers known to split, and since when this instance knows it (engine time).
-    known: FxHashMap<Server, Moment>,
-    known_order: VecDeque<(Moment, Server)>,
+    /// Servers known to split, and since when this instance knows it (engine time); the oldest
+    /// forgotten past [`MAX_SERVERS`], counted in `mcp_health.state.evicted{table="split_servers"}`.
+    known: BoundedMap<Server, Moment>,
     /// Marks made here, still to be written to the store.
     to_write: Vec<Server>,
     /// Servers whose client halves were held back here: the last time one was, and the last
     /// time the store was asked for the server's mark.
     held: FxHashMap<Server, (Moment, Option<Moment>)>,
-    /// Marks forgotten under [`MAX_SERVERS`].
-    pub forgotten: u64,
+}
+
+impl Default for Splits {
+    fn default() -> Self {
+        Splits { known: BoundedMap::with_capacity("split_servers", MAX_SERVERS), to_write: Vec::new(), held: FxHashMap::default() }
+    }
 }
 
 impl Splits {
     /// Whether a client half of `server` is published when it is decided.
     pub fn publishes(&self, server: &Server) -> bool {
-        server.is_none() || self.known.contains_key(server) || self.known.contains_key(&None)
+        server.is_none() || self.known.contains(server) || self.known.contains(&None)
     }
 
     /// Hold back a client half of `server` decided at `now`; false when it cannot be (as many
@@ -89,20 +92,10 @@ impl Splits {
 
     /// The store says `server` splits (or this instance marked it): true when new here.
     pub fn learn(&mut self, server: &Server, now: Moment) -> bool {
-        if self.known.contains_key(server) {
+        if self.known.contains(server) {
             return false;
         }
-        if self.known.len() >= MAX_SERVERS {
-            while let Some((at, s)) = self.known_order.pop_front() {
-                if self.known.get(&s) == Some(&at) {
-                    self.known.remove(&s);
-                    self.forgotten += 1;
-                    break;
-                }
-            }
-        }
         self.known.insert(server.clone(), now);
-        self.known_order.push_back((now, server.clone()));
         self.held.remove(server);
         if server.is_none() {
             self.held.clear();
@@ -195,10 +188,12 @@ mod tests {
         assert!(sp.hold(&s("new"), t0 + Duration::from_secs(9)), "a held server is held again");
         let asked = sp.to_ask(t0 + Duration::from_secs(10), Duration::from_secs(5));
         assert!(!asked.contains(&s("old")) && asked.contains(&s("new")) && asked.len() == MAX_SERVERS - 1);
+        let before = crate::bounded::evicted("split_servers");
         for i in 0..MAX_SERVERS + 3 {
             sp.learn(&s(&format!("srv-{i}")), t0 + Duration::from_millis(i as u64));
         }
-        assert_eq!((sp.known.len(), sp.forgotten), (MAX_SERVERS, 3));
+        assert_eq!(sp.known.len(), MAX_SERVERS);
+        assert!(crate::bounded::evicted("split_servers") >= before + 3, "the marks forgotten are counted");
         assert!(!sp.publishes(&s("srv-0")) && sp.publishes(&s(&format!("srv-{}", MAX_SERVERS + 2))));
     }
 }

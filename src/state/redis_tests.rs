@@ -829,6 +829,7 @@ fn redis_remembered_versions_are_bounded_and_a_forgotten_one_is_a_conflict_then_
     quick.apply(&other).unwrap();
     let stats = quick.stats().unwrap();
     assert!(stats.versions_forgotten >= 1 && stats.versions_held == 1, "{stats:?}");
+    assert!(crate::bounded::evicted("store_versions") >= stats.versions_forgotten, "counted with the bounded tables");
     assert!(matches!(quick.apply(&one_incident(4)), Err(StoreError::Conflict { .. })), "expected absent, found: a conflict");
     quick.get(Table::Incidents, &incident_key()).unwrap();
     quick.apply(&one_incident(4)).expect("written once read again");
