@@ -245,7 +245,7 @@ instruments! {
     STATE_LEASE_HOLDER = "mcp_health.state.lease_holder", Gauge, "{instance}", [], Internal(Normal),
         "1 when this instance reports the global gauges (open incidents, convergence) of all instances on a shared store, or runs alone; 0 otherwise";
     STATE_EVICTED = "mcp_health.state.evicted", Counter, "{entry}", ["table"], Internal(Normal),
-        "Entries a bounded table or cache forgot because it was full, by table";
+        "Entries a bounded table or cache forgot because it was full (the state store's record versions: untouched for long), by table";
     INCIDENTS_UNSHARED = "mcp_health.incidents.unshared", Counter, "{verdict}", [], Internal(Normal),
         "Verdicts folded into this instance's incidents only, not the shared store's (store unreachable past the bound or at shutdown): their transitions may also come from another instance";
     VERDICT_LOG_WRITE_ERRORS = "mcp_health.verdict_log.write_errors", Counter, "{record}", [], Internal(Normal),
