@@ -285,9 +285,11 @@ impl Chains {
         }
     }
 
-    /// From now on, keep the orphans this instance holds for publishing to a shared store.
-    pub fn share_orphans(&mut self) {
+    /// From now on, keep the orphans this instance holds for publishing to a shared store; a
+    /// server's split mark is given `settle` to reach the other instances (see `splits`).
+    pub fn share_orphans(&mut self, settle: std::time::Duration) {
         self.share_orphans = true;
+        self.splits.set_settle(settle);
     }
 
     /// The orphans kept since the last call, to publish (at most [`crossjoin::MAX_ORPHANS`] are

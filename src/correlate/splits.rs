@@ -29,9 +29,10 @@ use crate::evidence::time::Moment;
 /// A server as a half names it (`None`: unnamed).
 pub type Server = Option<Arc<str>>;
 
-/// How long after a server is marked here its server halves' look waits: the mark's write round,
-/// the client instances' read of it (every write round), and their publication (the next one),
-/// with room for a loaded store thread.
+/// How long after a server is marked here its server halves' look waits, at least: the mark's
+/// write round, the client instances' read of it (with a write round, at most [`ASK_EVERY`]
+/// apart) and their publication (the next round), with room for a loaded store thread. A store
+/// whose answers may take longer waits longer ([`Splits::set_settle`]).
 pub const SETTLE: Duration = Duration::from_secs(1);
 
 /// How often the mark of a server whose halves are held back is asked for: well inside
@@ -52,11 +53,17 @@ pub struct Splits {
     /// Servers whose client halves were held back here: the last time one was, and the last
     /// time the store was asked for the server's mark.
     held: FxHashMap<Server, (Moment, Option<Moment>)>,
+    settle: Duration,
 }
 
 impl Default for Splits {
     fn default() -> Self {
-        Splits { known: BoundedMap::with_capacity("split_servers", MAX_SERVERS), to_write: Vec::new(), held: FxHashMap::default() }
+        Splits {
+            known: BoundedMap::with_capacity("split_servers", MAX_SERVERS),
+            to_write: Vec::new(),
+            held: FxHashMap::default(),
+            settle: SETTLE,
+        }
     }
 }
 
@@ -103,11 +110,16 @@ impl Splits {
         true
     }
 
-    /// When the server halves of `server` may look for their client half: once its mark had
-    /// [`SETTLE`] to reach the other instances.
+    /// The time a mark is given to reach the other instances: [`SETTLE`], or more.
+    pub fn set_settle(&mut self, settle: Duration) {
+        self.settle = settle.max(SETTLE);
+    }
+
+    /// When the server halves of `server` may look for their client half: once its mark had the
+    /// settle time to reach the other instances.
     pub fn settled_at(&self, server: &Server) -> Option<Moment> {
         let at = [self.known.get(server), self.known.get(&None)].into_iter().flatten().max()?;
-        Some(*at + SETTLE)
+        Some(*at + self.settle)
     }
 
     /// The marks made here since the last call, to write.
@@ -173,6 +185,10 @@ mod tests {
         assert!(sp.publishes(&s("b")), "an unnamed mark marks every server");
         assert_eq!(sp.settled_at(&s("a")), Some(t0 + Duration::from_secs(2) + SETTLE), "the later mark decides");
         assert!(sp.to_ask(t1 + ASK_EVERY, Duration::from_secs(5)).is_empty());
+        sp.set_settle(Duration::from_millis(10));
+        assert_eq!(sp.settled_at(&s("b")), Some(t0 + Duration::from_secs(2) + SETTLE), "never less than SETTLE");
+        sp.set_settle(Duration::from_secs(5));
+        assert_eq!(sp.settled_at(&s("b")), Some(t0 + Duration::from_secs(7)));
     }
 
     #[test]

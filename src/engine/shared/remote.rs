@@ -1104,7 +1104,9 @@ impl Replica for Shared {
         t.chains.track_changes();
         t.sessions.track_changes();
         // Incidents are folded in the store (the write round), not written from the book.
-        t.chains.share_orphans();
+        // A split mark's way to another instance's halves: this round's write, that instance's
+        // read and its next write, each answered within `answer_within` at worst.
+        t.chains.share_orphans(self.answer_within * 3 + crate::state::PERSIST_EVERY * 4);
         self.link.load(t);
     }
 
