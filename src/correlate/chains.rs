@@ -332,7 +332,7 @@ impl Chains {
     /// and later ones as they are decided.
     pub fn learn_split(&mut self, server: &super::splits::Server, now: Moment) {
         if self.splits.learn(server, now) {
-            self.publish_held(std::slice::from_ref(server), now);
+            self.publish_held(std::slice::from_ref(server), now, self.limits.late_span_window);
         }
     }
 
@@ -343,12 +343,13 @@ impl Chains {
     }
 
     /// Publish the held-back client halves of `servers` (`None` among them: of every server) of
-    /// the chains decided within the late-span window.
-    fn publish_held(&mut self, servers: &[super::splits::Server], now: Moment) {
+    /// the chains decided within `window` of `now`. Past [`crossjoin::MAX_ORPHANS`] a round, the
+    /// oldest go unpublished (the newest are the ones a look is about to come for).
+    fn publish_held(&mut self, servers: &[super::splits::Server], now: Moment, window: std::time::Duration) {
         let every = servers.iter().any(Option::is_none);
         let mut found = Vec::new();
         for &(at, id, rev) in self.decided_order.iter().rev() {
-            if now.saturating_duration_since(at) > self.limits.late_span_window {
+            if now.saturating_duration_since(at) > window || found.len() >= crossjoin::MAX_ORPHANS {
                 break;
             }
             let Some(d) = self.decided.get(&id).filter(|d| d.revision == rev) else { continue };
@@ -358,9 +359,10 @@ impl Chains {
                 }
             }
         }
-        for (id, h) in found.into_iter().rev() {
-            self.publish_half(id, h);
-        }
+        found.reverse();
+        self.published_halves.extend(found);
+        let over = self.published_halves.len().saturating_sub(crossjoin::MAX_ORPHANS);
+        self.published_halves.drain(..over);
     }
 
     /// The verifiers parked since the last call, with their operation keys, to publish (at most
@@ -990,7 +992,7 @@ impl Chains {
                 }
                 if let Some(server) = server {
                     if self.splits.mark(&server, now) {
-                        self.publish_held(std::slice::from_ref(&server), now);
+                        self.publish_held(std::slice::from_ref(&server), now, self.limits.late_span_window);
                     }
                 }
                 self.due.push(now + self.limits.decision_wait.max(SERVER_HALF_WAIT), id);
@@ -1041,7 +1043,11 @@ impl Chains {
             self.draining = true;
             let held = self.splits.held_servers();
             if !held.is_empty() {
-                self.publish_held(&held, now);
+                // Only a server half still waiting can look after the drain: one whose client
+                // half was decided within its waits (its own, the extra one, the mark's settling).
+                let extra = self.limits.decision_wait.max(SERVER_HALF_WAIT);
+                let window = self.limits.decision_wait + extra * 2 + self.splits.settle();
+                self.publish_held(&held, now, window);
             }
         }
         // Deciding a server half can reopen its client's chain (the cross-trace join): go round

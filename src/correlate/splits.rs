@@ -12,9 +12,10 @@
 //!
 //! The first split calls of a server are the ones at risk: the mark must reach the client
 //! half's instance, and its half the store, before the server half's one look. So the look for
-//! a half of a server marked less than [`SETTLE`] ago waits until then; a held half is kept for
-//! the window in which a look can still come; at the drain every held half is published (the
-//! look may come after this instance is gone). A half with no server name may be any server's
+//! a half of a server marked less than the settle time ago waits until then; a held half can be
+//! published for as long as its chain is kept (`late_span_window`); at the drain the held halves
+//! a look may still come for (decided within a server half's waits) are published, since the
+//! look may come after this instance is gone. A half with no server name may be any server's
 //! and is always published; a mark with no server name (a server half that names none) marks
 //! every server.
 
@@ -115,6 +116,11 @@ impl Splits {
         self.settle = settle.max(SETTLE);
     }
 
+    /// The time a mark is given to reach the other instances.
+    pub fn settle(&self) -> Duration {
+        self.settle
+    }
+
     /// When the server halves of `server` may look for their client half: once its mark had the
     /// settle time to reach the other instances.
     pub fn settled_at(&self, server: &Server) -> Option<Moment> {
@@ -148,7 +154,7 @@ impl Splits {
         out
     }
 
-    /// The servers with halves held back (the drain publishes them all).
+    /// The servers with halves held back (the drain publishes their recent ones).
     pub fn held_servers(&mut self) -> Vec<Server> {
         let mut out: Vec<Server> = self.held.drain().map(|(s, _)| s).collect();
         out.sort();

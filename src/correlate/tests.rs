@@ -855,3 +855,30 @@ fn a_session_from_another_instance_merges_its_evidence() {
     assert!(s.all_current().iter().all(|(_, _, v)| v.convergence != Convergence::Converged));
     assert!(s.converged_window(10, 0).is_empty());
 }
+
+/// With a shared store, a client half of a server nobody saw split is held back, not published;
+/// a mark publishes the halves held for its server; the drain publishes the held halves a look
+/// may still come for (decided within a server half's waits), not older ones.
+#[test]
+fn held_client_halves_are_published_by_a_mark_and_the_recent_ones_at_the_drain() {
+    let mut c = Chains::new(limits());
+    c.share_orphans(secs(1));
+    let to = |trace: u8, server: &str| {
+        let mut s = client(trace, 1, &format!("r{trace}"));
+        s.server = Some(Arc::from(server));
+        s
+    };
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    ingest(&mut c, batch(vec![to(1, "old:1")]), t0);
+    tick(&mut c, t0 + secs(3));
+    ingest(&mut c, batch(vec![to(2, "marked:1")]), t0 + secs(3));
+    tick(&mut c, t0 + secs(6));
+    assert_eq!(c.take_published_halves().count(), 0, "no server seen to split: nothing published");
+    c.learn_split(&Some(Arc::from("marked:1")), t0 + secs(7));
+    assert_eq!(c.take_published_halves().map(|(id, _)| id).collect::<Vec<_>>(), vec![tid(2)]);
+    ingest(&mut c, batch(vec![to(3, "recent:1")]), t0 + secs(60));
+    tick(&mut c, t0 + secs(63));
+    assert_eq!(c.take_published_halves().count(), 0);
+    c.drain(DecidedBy::Shutdown, t0 + secs(64), &mut Vec::new());
+    assert_eq!(c.take_published_halves().map(|(id, _)| id).collect::<Vec<_>>(), vec![tid(3)], "the old half is not published at the drain");
+}
