@@ -289,19 +289,19 @@ impl AsyncRead for Guarded {
         // large requests on two cores) must not turn its own delay into a reset connection. A
         // connection that has nothing waiting meets its deadline; a slow client gains at most
         // what it had already sent (a request head is bounded in size).
-        if !this.state.expired.load(Ordering::Acquire) {
-            let before = buf.filled().len();
-            let r = Pin::new(&mut this.inner).poll_read(cx, buf);
-            if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-                this.state.on_read();
-                return r;
-            }
-            if let Err(e) = this.poll_deadline(cx) {
-                return Poll::Ready(Err(e));
-            }
+        if this.state.expired.load(Ordering::Acquire) {
+            return Poll::Ready(Err(expired()));
+        }
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.state.on_read();
             return r;
         }
-        Poll::Ready(Err(expired()))
+        if let Err(e) = this.poll_deadline(cx) {
+            return Poll::Ready(Err(e));
+        }
+        r
     }
 }
 

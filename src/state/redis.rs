@@ -468,10 +468,9 @@ impl StateStore for RedisStore {
         if changes.is_empty() {
             return Ok(());
         }
-        let before = self.versions.forgotten;
-        self.versions.turn(Instant::now());
+        let forgotten = self.versions.turn(Instant::now());
         // Counted with the other bounded tables (`mcp_health.state.evicted{table="store_versions"}`).
-        crate::bounded::counter("store_versions").fetch_add(self.versions.forgotten - before, std::sync::atomic::Ordering::Relaxed);
+        crate::bounded::counter("store_versions").fetch_add(forgotten, std::sync::atomic::Ordering::Relaxed);
         let mut inv = APPLY_SCRIPT.prepare_invoke();
         inv.key(format!("{PREFIX}:version"));
         inv.arg(u64::try_from(self.settings.tombstone_ttl.as_millis()).unwrap_or(u64::MAX).max(1));

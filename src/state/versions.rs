@@ -121,9 +121,11 @@ impl<V: Copy> Versions<V> {
     }
 
     /// Drop what has not been touched for two periods (at most once a period, so a call per
-    /// store operation costs a comparison).
-    pub fn turn(&mut self, now: Instant) {
-        self.forgotten += self.kept.turn(now) + self.expiring.turn(now);
+    /// store operation costs a comparison); how many were dropped.
+    pub fn turn(&mut self, now: Instant) -> u64 {
+        let dropped = self.kept.turn(now) + self.expiring.turn(now);
+        self.forgotten += dropped;
+        dropped
     }
 
     pub fn len(&self) -> usize {
