@@ -64,30 +64,40 @@ fn set_overrides_keys_and_is_checked_like_the_file() {
 }
 
 /// `serve --set` moves a port without editing YAML: the embedded default, its gRPC receiver
-/// moved to a free port, answers there.
+/// moved to a free port, answers there. The ports are found free and then released, so a test
+/// running beside this one may take one first: a service that exits because a port was taken is
+/// started again on new ports (at most three times); one that stays up must answer on them.
 #[test]
 fn serve_set_moves_the_receiver_of_the_embedded_default() {
     let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (grpc, http, prom, health) = (free(), free(), free(), free());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
-        .arg("serve")
-        .args(["--set", &format!("receivers.otlp.protocols.grpc.endpoint=127.0.0.1:{grpc}")])
-        .args(["--set", &format!("receivers.otlp.protocols.http.endpoint=127.0.0.1:{http}")])
-        .args(["--set", &format!("exporters.prometheus.endpoint=127.0.0.1:{prom}")])
-        .args(["--set", &format!("extensions.health_check.endpoint=127.0.0.1:{health}")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut listening = false;
-    while std::time::Instant::now() < deadline && !listening {
-        listening =
-            std::net::TcpStream::connect(("127.0.0.1", grpc)).is_ok() && std::net::TcpStream::connect(("127.0.0.1", health)).is_ok();
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    for _attempt in 0..3 {
+        let (grpc, http, prom, health) = (free(), free(), free(), free());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+            .arg("serve")
+            .args(["--set", &format!("receivers.otlp.protocols.grpc.endpoint=127.0.0.1:{grpc}")])
+            .args(["--set", &format!("receivers.otlp.protocols.http.endpoint=127.0.0.1:{http}")])
+            .args(["--set", &format!("exporters.prometheus.endpoint=127.0.0.1:{prom}")])
+            .args(["--set", &format!("extensions.health_check.endpoint=127.0.0.1:{health}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut exited = false;
+        while std::time::Instant::now() < deadline && !listening && !exited {
+            listening =
+                std::net::TcpStream::connect(("127.0.0.1", grpc)).is_ok() && std::net::TcpStream::connect(("127.0.0.1", health)).is_ok();
+            exited = !listening && child.try_wait().ok().flatten().is_some();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        if listening || !exited {
+            break;
+        }
+        eprintln!("NOTE: mcp-health exited before listening (a --set port taken meanwhile?); again on new ports");
     }
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(listening, "the receiver and the health check moved to the --set ports");
 }
 
