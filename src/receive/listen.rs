@@ -44,6 +44,10 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
+/// How long after its last bytes were read a connection's header-read deadline still waits
+/// (see `ConnState::head_deadline`).
+const READ_GRACE: Duration = Duration::from_secs(1);
+
 /// The timeouts and the connection limit of one listener (the same keys on every listener).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectionLimits {
@@ -149,6 +153,8 @@ struct ConnState {
     limits: ConnectionLimits,
     protocol: Protocol,
     last_active: AtomicU64,
+    /// 1 + when bytes were last read; 0: never.
+    last_read: AtomicU64,
     requests: AtomicU64,
     in_flight: AtomicU32,
     /// 1 + when bytes arrived on an HTTP/1 connection between requests (a head is being read); 0: none.
@@ -161,6 +167,19 @@ impl ConnState {
         self.start.elapsed().as_millis() as u64
     }
 
+    /// When a request head that began at `from` (ms since start) must be complete. Bytes read a
+    /// moment ago move it to [`READ_GRACE`] after them: a server that comes to a connection late
+    /// (a flood on few cores) reads everything waiting, and its last read finds nothing before
+    /// the request it has just read is dispatched; that connection is not the client's fault.
+    /// Never past three header-read timeouts, so a client dripping bytes cannot hold it longer.
+    fn head_deadline(&self, from: u64, header: u64) -> u64 {
+        let at = from + header;
+        match self.last_read.load(Ordering::Acquire) {
+            0 => at,
+            read => at.max((read - 1 + READ_GRACE.as_millis() as u64).min(from + 3 * header)),
+        }
+    }
+
     /// The next deadline (ms since start), or why the connection must close now.
     fn check(&self) -> Result<u64, Closed> {
         let now = self.now();
@@ -170,6 +189,7 @@ impl ConnState {
         // header-read time whatever the idle timeout said).
         let idle_at = self.last_active.load(Ordering::Acquire) + self.limits.idle_timeout.as_millis() as u64;
         if self.requests.load(Ordering::Acquire) == 0 {
+            let header = self.head_deadline(0, header);
             return if now >= header {
                 Err(Closed::ReadHeader)
             } else if now >= idle_at {
@@ -183,7 +203,7 @@ impl ConnState {
         }
         let started = self.head_started.load(Ordering::Acquire);
         if started != 0 && self.in_flight.load(Ordering::Acquire) == 0 {
-            let at = started - 1 + header;
+            let at = self.head_deadline(started - 1, header);
             if now >= at {
                 return Err(Closed::ReadHeader);
             }
@@ -195,6 +215,7 @@ impl ConnState {
     fn on_read(&self) {
         let now = self.now();
         self.last_active.store(now, Ordering::Release);
+        self.last_read.store(now + 1, Ordering::Release);
         if self.protocol == Protocol::Http1
             && self.requests.load(Ordering::Acquire) > 0
             && self.in_flight.load(Ordering::Acquire) == 0
@@ -502,6 +523,7 @@ impl Listener {
                 limits: self.limits,
                 protocol: self.protocol,
                 last_active: AtomicU64::new(0),
+                last_read: AtomicU64::new(0),
                 requests: AtomicU64::new(0),
                 in_flight: AtomicU32::new(0),
                 head_started: AtomicU64::new(0),
@@ -721,8 +743,11 @@ mod tests {
     /// A server too busy to poll a connection until after its header-read deadline (a flood of
     /// large requests on two cores) still reads what the client sent in time, instead of
     /// resetting a connection whose client was prompt (a sender saw `ConnectionReset`, not a
-    /// retryable refusal). Once what was waiting is read, the deadline holds: the next read
-    /// fails, as it does at once for a connection that sent nothing.
+    /// retryable refusal). An HTTP/2 server reads everything waiting before it dispatches the
+    /// request it read, so its last read, which finds nothing, must not close the connection
+    /// either: a dispatched request keeps it; one never dispatched meets the deadline a little
+    /// later (at most three header-read timeouts); a connection that sent nothing is closed at
+    /// once.
     #[tokio::test]
     async fn bytes_sent_before_the_deadline_are_read_by_a_late_server() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -730,17 +755,27 @@ mod tests {
         let mut prompt = tokio::net::TcpStream::connect(addr).await.unwrap();
         prompt.write_all(b"PRI * HTTP/2.0").await.unwrap();
         let mut late = next_plain(&mut incoming).await;
+        let mut dispatched_client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        dispatched_client.write_all(b"PRI * HTTP/2.0").await.unwrap();
+        let mut dispatched = next_plain(&mut incoming).await;
         let _silent_client = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut silent = next_plain(&mut incoming).await;
-        // The server comes to both connections well after their deadline.
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        // The server comes to the connections after their deadline (within three of them).
+        tokio::time::sleep(Duration::from_millis(150)).await;
         let mut buf = [0u8; 64];
-        // An HTTP/2 server's first act is its SETTINGS frame: a write that can proceed proceeds.
-        late.write_all(b"server settings").await.expect("the late server's own write goes out");
-        let n = late.read(&mut buf).await.expect("what the client sent in time is read");
-        assert_eq!(&buf[..n], b"PRI * HTTP/2.0");
+        for conn in [&mut late, &mut dispatched] {
+            // An HTTP/2 server's first act is its SETTINGS frame: a write that can proceed proceeds.
+            conn.write_all(b"server settings").await.expect("the late server's own write goes out");
+            let n = conn.read(&mut buf).await.expect("what the client sent in time is read");
+            assert_eq!(&buf[..n], b"PRI * HTTP/2.0");
+            let last = tokio::time::timeout(Duration::from_millis(50), conn.read(&mut buf)).await;
+            assert!(last.is_err(), "the read that finds nothing waits; it does not close the connection: {last:?}");
+        }
+        let _request = ConnInfo { remote: None, state: dispatched.state.clone() }.request_started();
         let next = tokio::time::timeout(Duration::from_secs(10), late.read(&mut buf)).await.expect("not held open");
-        assert_eq!(next.expect_err("nothing more came: the deadline holds").kind(), io::ErrorKind::TimedOut);
+        assert_eq!(next.expect_err("nothing more came and no request: the deadline holds").kind(), io::ErrorKind::TimedOut);
+        let kept = tokio::time::timeout(Duration::from_millis(500), dispatched.read(&mut buf)).await;
+        assert!(kept.is_err(), "a dispatched request keeps its connection past the header-read deadline: {kept:?}");
         let silent_read = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await.expect("not held open");
         assert_eq!(silent_read.expect_err("a connection that sent nothing is closed").kind(), io::ErrorKind::TimedOut);
     }
