@@ -229,6 +229,10 @@ pub enum Partial {
     Evicted,
     /// Decided while the state store was unavailable.
     StoreUnavailable,
+    /// A server half in another trace fits the call but could not be told to be its own (another
+    /// client's call reused the request id at the same time, or it came too late to join): the
+    /// server's evidence of this call may exist and is not in the verdict.
+    AmbiguousServerHalf,
 }
 
 impl Partial {
@@ -238,6 +242,7 @@ impl Partial {
             Partial::DecidedAtShutdown => "decided_at_shutdown",
             Partial::Evicted => "evicted",
             Partial::StoreUnavailable => "store_unavailable",
+            Partial::AmbiguousServerHalf => "ambiguous_server_half",
         }
     }
 
@@ -248,6 +253,7 @@ impl Partial {
             Partial::DecidedAtShutdown => "partial_decided_at_shutdown",
             Partial::Evicted => "partial_evicted",
             Partial::StoreUnavailable => "partial_store_unavailable",
+            Partial::AmbiguousServerHalf => "ambiguous_server_half",
         }
     }
 }

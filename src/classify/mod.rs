@@ -55,7 +55,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
     let verified_success = state == HealthState::Healthy && findings.get(Layer::Outcome) == LayerStatus::Passed;
     let effect_unknown = contract::effect_may_be_committed(c, &findings);
     let latest = c.latest_outcome();
-    Verdict {
+    let mut v = Verdict {
         trace_id: c.trace_id,
         span_id: c.anchor_span_id,
         method: c.method.as_ref().map(|m| m.as_str().to_string()),
@@ -92,7 +92,13 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         rounds: (c.rounds() > 1).then(|| c.rounds()),
         task_status: c.task.as_ref().map(|t| t.status),
         chain: c.chain,
+    };
+    if c.server_half_unjoined {
+        // Its server evidence may exist and cannot be told from another call's: judged on what
+        // it has, never green.
+        partial::mark(&mut v, crate::verdict::Partial::AmbiguousServerHalf);
     }
+    v
 }
 
 /// Whether a call is an attempt in the success rates (SPEC section 2): one logical `tools/call`

@@ -260,6 +260,12 @@ pub struct CorrelateConfig {
     pub decision_wait: Duration,
     #[serde(default = "d_30s", with = "humantime_serde")]
     pub max_wait: Duration,
+    /// How much longer than `decision_wait` a server half in a trace of its own (or a refused
+    /// HTTP request alone in its trace) waits for its client half and that half's rivals before
+    /// it is joined or decided alone. The default covers the OpenTelemetry SDKs' default batch
+    /// export delay (5 s): a split call's verdict comes `decision_wait` + this after its last span.
+    #[serde(default = "d_5s", with = "humantime_serde")]
+    pub server_half_wait: Duration,
     /// Chains in flight. Unset (the default): sized from memory, `max_bytes / 1024` (a chain holds
     /// about 1.2 KB of evidence), so the byte bound decides: 256 MiB hold ~220 k chains, ~110 k
     /// calls/s at `decision_wait: 2s` — more than one core accepts. A count alone (100 k, the old
@@ -432,6 +438,7 @@ impl CorrelateConfig {
             max_decided: self.max_decided,
             max_operation_keys: self.state_limits.operation_keys,
             max_parked_verifiers: self.state_limits.parked_verifiers,
+            server_half_wait: self.server_half_wait,
         }
     }
 }
@@ -815,6 +822,9 @@ fn d_500ms() -> Duration {
 }
 fn d_2s() -> Duration {
     Duration::from_secs(2)
+}
+fn d_5s() -> Duration {
+    Duration::from_secs(5)
 }
 fn d_30s() -> Duration {
     Duration::from_secs(30)

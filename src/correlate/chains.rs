@@ -40,6 +40,12 @@ pub struct ChainLimits {
     pub max_operation_keys: usize,
     /// Most operation keys under which verifiers wait for their call.
     pub max_parked_verifiers: usize,
+    /// How much longer than `decision_wait` a server half in a trace of its own (and a refused
+    /// HTTP request) waits before it is joined or decided alone: a client half, or a rival of the
+    /// one already here, exported later by another process still arrives within it. Covers the
+    /// OpenTelemetry SDKs' default batch delay (5 s); a client half later than that is joined
+    /// through the late path.
+    pub server_half_wait: Duration,
 }
 
 impl Default for ChainLimits {
@@ -54,6 +60,7 @@ impl Default for ChainLimits {
             max_decided: 100_000,
             max_operation_keys: 100_000,
             max_parked_verifiers: 10_000,
+            server_half_wait: DEFAULT_SERVER_HALF_WAIT,
         }
     }
 }
@@ -123,16 +130,24 @@ struct ChainExtra {
     previous: Vec<CallEvidence>,
     /// The keys this chain is indexed under in the cross-trace join (see `crossjoin::half_keys`).
     index_keys: Vec<u64>,
+    /// The spans that came from another trace (a half joined into this chain): their requests
+    /// are still halves to a rival that fits them (see `crossjoin::client_halves_with`).
+    moved: Vec<crate::evidence::SpanId>,
 }
 
 impl Chain {
     fn index_keys(&self) -> &[u64] {
         self.extra.as_ref().map_or(&[], |e| &e.index_keys)
     }
+    fn moved(&self) -> &[crate::evidence::SpanId] {
+        self.extra.as_ref().map_or(&[], |e| &e.moved)
+    }
 }
 
 struct DecidedChain {
     index_keys: Box<[u64]>,
+    /// See `ChainExtra::moved`.
+    moved: Box<[crate::evidence::SpanId]>,
     /// Shared with the store's write of this decided chain (see [`DecidedRecord`]).
     ///
     /// [`DecidedRecord`]: crate::state::DecidedRecord
@@ -147,8 +162,10 @@ struct DecidedChain {
 impl DecidedChain {
     /// What is kept of a chain decided at `at`.
     fn of(c: Chain, at: Moment) -> DecidedChain {
+        let (index_keys, moved) = c.extra.map(|e| (e.index_keys.into_boxed_slice(), e.moved.into_boxed_slice())).unwrap_or_default();
         DecidedChain {
-            index_keys: c.extra.map(|e| e.index_keys.into_boxed_slice()).unwrap_or_default(),
+            index_keys,
+            moved,
             spans: Arc::new(c.spans),
             root_seen: c.root_seen,
             truncated: c.truncated,
@@ -164,8 +181,9 @@ fn op_keys(spans: &[SpanEvidence]) -> Vec<Box<str>> {
     spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.clone()).collect()
 }
 
-/// The least extra wait of a server half for its client half (see `crossjoin`).
-const SERVER_HALF_WAIT: Duration = Duration::from_secs(2);
+/// A server half's extra wait for its client half and its rivals by default (see `crossjoin`):
+/// the OpenTelemetry SDKs' default batch export delay (`OTEL_BSP_SCHEDULE_DELAY`, 5 s).
+pub const DEFAULT_SERVER_HALF_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether a chain's spans hold client / server request spans.
 fn sides(spans: &[SpanEvidence]) -> (bool, bool) {
@@ -396,7 +414,7 @@ impl Chains {
     /// half past half the extra wait, or `all` of them at the drain), each returned once: a
     /// shared store may list their client half, decided on another instance.
     pub fn server_halves_to_look_for(&mut self, now: Moment, all: bool) -> Vec<(TraceId, crossjoin::Half)> {
-        let wait = self.limits.decision_wait + self.limits.decision_wait.max(SERVER_HALF_WAIT) / 2;
+        let wait = self.limits.decision_wait + self.limits.server_half_wait / 2;
         let mut out = Vec::new();
         // Outside the drain only deferred chains qualify: walk those, not every chain.
         let deferred: Vec<TraceId>;
@@ -435,35 +453,64 @@ impl Chains {
     /// A refused-looking HTTP span another instance published: taken as if it had come here
     /// (joined to a refused client request in flight or lately decided, or kept as an orphan),
     /// once.
-    pub fn take_remote_orphan(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
+    pub fn take_remote_orphan(&mut self, ev: SpanEvidence, now: Moment) {
         if !crossjoin::is_orphan_candidate(&ev) || self.active.contains_key(&ev.trace_id) || self.decided.contains_key(&ev.trace_id) {
             return;
         }
         if !self.known_orphans.insert((ev.trace_id, ev.span_id)) {
             return;
         }
-        self.take_orphan(ev, now, out, false);
+        self.take_orphan(ev, now, false);
     }
 
-    /// An HTTP span that may be a refused MCP request, alone in its trace: joined to the decided
-    /// client request it answered, or kept until its client comes (and, on a shared store,
-    /// published when it came here).
-    fn take_orphan(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>, local: bool) {
-        let active = &self.active;
-        match self.cross.match_late_http(&ev, |t| active.contains_key(t)) {
-            Some((t, parent)) if self.decided.contains_key(&t) || self.active.contains_key(&t) => {
-                self.add_span(crossjoin::rehome(ev, t, parent), now, out);
+    /// An HTTP span that may be a refused MCP request, alone in its trace: kept until its client
+    /// request takes it, or until its wait is over and it is matched against the requests
+    /// decided before it came (`settle_orphans`); on a shared store, published when it came here.
+    fn take_orphan(&mut self, ev: SpanEvidence, now: Moment, local: bool) {
+        if local && self.share_orphans {
+            self.known_orphans.insert((ev.trace_id, ev.span_id));
+            if self.published_orphans.len() >= crossjoin::MAX_ORPHANS {
+                self.published_orphans.remove(0);
             }
-            _ => {
-                if local && self.share_orphans {
-                    self.known_orphans.insert((ev.trace_id, ev.span_id));
-                    if self.published_orphans.len() >= crossjoin::MAX_ORPHANS {
-                        self.published_orphans.remove(0);
-                    }
-                    self.published_orphans.push(ev.clone());
+            self.published_orphans.push(ev.clone());
+        }
+        self.cross.push_orphan(now, ev, self.limits.late_span_window)
+    }
+
+    /// The orphans whose wait is over (every one, with `all`) are matched once against the client
+    /// requests decided before they came: one that exactly one decided request fits revises that
+    /// chain; one that several fit is contested, and the chains it fits are revised to say so.
+    fn settle_orphans(&mut self, now: Moment, all: bool, out: &mut Vec<DecidedCalls>) {
+        let wait = self.limits.decision_wait + self.limits.server_half_wait;
+        let due: Vec<usize> = (0..self.cross.orphans.len())
+            .filter(|i| {
+                let o = &self.cross.orphans[*i];
+                !o.settled && (all || o.at + wait <= now)
+            })
+            .collect();
+        let mut taken = Vec::new();
+        for i in due {
+            self.cross.orphans[i].settled = true;
+            let span = self.cross.orphans[i].span.clone();
+            let active = &self.active;
+            match self.cross.late_http(&span, |t| active.contains_key(t)) {
+                crossjoin::LateHttp::One(t, parent) if self.decided.contains_key(&t) || self.limbo.contains_key(&t) => {
+                    taken.push((i, crossjoin::rehome(span, t, parent)));
                 }
-                self.cross.push_orphan(now, ev, self.limits.late_span_window)
+                crossjoin::LateHttp::Ambiguous(traces) => {
+                    self.cross.orphans[i].contested = true;
+                    for t in traces {
+                        self.reopen(t, now);
+                    }
+                }
+                _ => {}
             }
+        }
+        for (i, _) in taken.iter().rev() {
+            self.cross.orphans.remove(*i);
+        }
+        for (_, ev) in taken {
+            self.add_span(ev, now, out);
         }
     }
 
@@ -560,6 +607,7 @@ impl Chains {
             r.trace_id,
             DecidedChain {
                 index_keys: index_keys.into_boxed_slice(),
+                moved: Box::default(),
                 spans: r.spans,
                 root_seen: r.root_seen,
                 truncated: r.truncated,
@@ -771,7 +819,7 @@ impl Chains {
             // span, alone in its trace, may belong to a client request in another trace.
             if !ev.starts_chain() {
                 if crossjoin::is_orphan_candidate(&ev) {
-                    self.take_orphan(ev, now, out, true);
+                    self.take_orphan(ev, now, true);
                 }
                 return;
             }
@@ -845,7 +893,7 @@ impl Chains {
         self.active.insert(
             trace_id,
             Chain {
-                extra: Some(Box::new(ChainExtra { previous, index_keys: d.index_keys.into_vec() })),
+                extra: Some(Box::new(ChainExtra { previous, index_keys: d.index_keys.into_vec(), moved: d.moved.into_vec() })),
                 spans: Arc::try_unwrap(d.spans).unwrap_or_else(|shared| (*shared).clone()),
                 first_seen: now,
                 last_seen: now,
@@ -918,6 +966,7 @@ impl Chains {
     pub fn tick(&mut self, now: Moment, out: &mut Vec<DecidedCalls>) {
         // Everything due now, in (moment, trace id) order. What a decision pushes falls due later,
         // except with a zero `decision_wait`: then go round again.
+        self.settle_orphans(now, false, out);
         let mut due_now = std::mem::take(&mut self.due_now);
         while self.due.peek().is_some_and(|(at, _)| at <= now) {
             due_now.clear();
@@ -995,13 +1044,19 @@ impl Chains {
                         self.publish_held(std::slice::from_ref(&server), now, self.limits.late_span_window);
                     }
                 }
-                self.due.push(now + self.limits.decision_wait.max(SERVER_HALF_WAIT), id);
+                self.due.push(now + self.limits.server_half_wait.max(Duration::from_millis(1)), id);
             } else if let Some(at) = self.split_settles_after(c, now).filter(|_| c.root_seen && quiet && !expired) {
                 // A server half of a server marked a moment ago: its look (and so its decision)
                 // waits until the other instances had time to publish their halves of it.
                 self.due.push(at, id);
             } else if c.root_seen && quiet {
-                self.decide(id, DecidedBy::Quiet, now, out);
+                // A client half some server half in flight may belong to waits for it: the join is
+                // made over the closed set of candidates at the end of that half's wait.
+                let awaited = if c.has_client_req && !expired { self.awaited_half(id, now) } else { None };
+                match awaited {
+                    Some(at) => self.due.push(at, id),
+                    None => self.decide(id, DecidedBy::Quiet, now, out),
+                }
             } else if expired && !c.held {
                 self.decide(id, DecidedBy::MaxWait, now, out);
             } else {
@@ -1045,11 +1100,12 @@ impl Chains {
             if !held.is_empty() {
                 // Only a server half still waiting can look after the drain: one whose client
                 // half was decided within its waits (its own, the extra one, the mark's settling).
-                let extra = self.limits.decision_wait.max(SERVER_HALF_WAIT);
+                let extra = self.limits.server_half_wait;
                 let window = self.limits.decision_wait + extra * 2 + self.splits.settle();
                 self.publish_held(&held, now, window);
             }
         }
+        self.settle_orphans(now, true, out);
         // Deciding a server half can reopen its client's chain (the cross-trace join): go round
         // again until nothing is left; each round removes at least the half that was joined.
         // In trace-id order, so the outcome does not depend on the table's history.
@@ -1067,15 +1123,26 @@ impl Chains {
         self.release_limbo();
     }
 
-    /// Move the spans of chain `src` into chain `dst` (active, or decided and then revised).
+    /// Move the spans of chain `src` into chain `dst` (active, or decided and then revised). The
+    /// moved spans are remembered as such, and `dst` is indexed under `src`'s keys: its halves
+    /// stay visible to a rival that comes later (see `client_fits`, `server_fits`).
     fn merge_into(&mut self, src: TraceId, dst: TraceId, now: Moment) -> bool {
         if !self.active.contains_key(&src) || (!self.active.contains_key(&dst) && !self.reopen(dst, now)) {
             return false;
         }
         let Some(s) = self.active.remove(&src) else { return false };
         self.deferred_halves.remove(&src);
-        self.cross.remove_keys(src, s.index_keys());
+        let keys = s.index_keys().to_vec();
+        self.cross.remove_keys(src, &keys);
+        self.cross.insert_keys(dst, &keys);
         let Some(d) = self.active.get_mut(&dst) else { return false };
+        let extra = d.extra.get_or_insert_with(Default::default);
+        for k in keys {
+            if !extra.index_keys.contains(&k) {
+                extra.index_keys.push(k);
+            }
+        }
+        extra.moved.extend(s.spans.iter().map(|ev| ev.span_id));
         // The moved spans now belong to the call's chain: one trace per chain, so the verdict and
         // its health span land in the trace the call is decided in.
         d.spans.extend(s.spans.into_iter().map(|mut ev| {
@@ -1083,7 +1150,6 @@ impl Chains {
             ev
         }));
         d.bytes += s.bytes;
-        d.last_seen = now;
         d.has_server_req |= s.has_server_req;
         d.has_client_req |= s.has_client_req;
         d.has_progress |= s.has_progress;
@@ -1091,69 +1157,198 @@ impl Chains {
         true
     }
 
-    /// The cross-trace joins of a chain about to be decided (see `crossjoin`). Returns false when
-    /// the chain was a server half and went into its client half's chain (no verdict of its own).
-    fn cross_join(&mut self, id: TraceId, now: Moment) -> Joined {
-        let Some(c) = self.active.get(&id) else { return Joined::Away };
-        // 1. A server half goes to its client half.
-        if c.has_server_req && !c.has_client_req {
-            if let Some(h) = crossjoin::server_half(&c.spans) {
-                let (active, decided, limbo) = (&self.active, &self.decided, &self.limbo);
-                let target = self.cross.match_client_half(&h, id, |t| {
-                    active.get(t).map(|c| &c.spans[..]).or_else(|| decided.get(t).or_else(|| limbo.get(t)).map(|d| &d.spans[..]))
-                });
-                match target {
-                    crossjoin::HalfMatch::One(t) => {
-                        if self.merge_into(id, t, now) {
-                            self.cross.stats.halves_joined += 1;
-                            return Joined::Away;
-                        }
-                    }
-                    crossjoin::HalfMatch::Ambiguous => return Joined::AmbiguousHalf,
-                    crossjoin::HalfMatch::None => {}
+    /// The spans of a chain in flight, decided or in limbo, and those of them that moved in from
+    /// another trace.
+    fn view(&self, t: &TraceId) -> Option<(&[SpanEvidence], &[crate::evidence::SpanId])> {
+        if let Some(c) = self.active.get(t) {
+            return Some((&c.spans, c.moved()));
+        }
+        self.decided.get(t).or_else(|| self.limbo.get(t)).map(|d| (&d.spans[..], &d.moved[..]))
+    }
+
+    /// The client halves (of chains other than `not`) that server half `h` fits: each chain with
+    /// the slack its fit used, and whether that half already holds a server half from another
+    /// trace. `None` when too many chains share the half's key to tell.
+    fn client_fits(&mut self, h: &crossjoin::Half, not: TraceId) -> Option<Vec<(TraceId, u64, bool)>> {
+        let candidates = self.cross.client_candidates(h, not)?;
+        let mut out = Vec::new();
+        for t in candidates {
+            let Some((spans, moved)) = self.view(&t) else { continue };
+            for (c, joined) in crossjoin::client_halves_with(spans, |id| moved.contains(id)) {
+                if crossjoin::client_matches(&c, h) {
+                    out.push((t, crossjoin::misfit(&c, h), joined));
                 }
             }
-            return Joined::Alone;
         }
-        // 2. A client half takes in the server halves still in flight.
-        if c.has_client_req {
-            for h in crossjoin::client_halves(&c.spans) {
-                let mut found = Vec::new();
-                let Some(candidates) = self.cross.server_candidates(&h, id) else { continue };
-                for t in candidates {
-                    let Some(sc) = self.active.get(&t).filter(|sc| sc.has_server_req && !sc.has_client_req) else { continue };
-                    let Some(sh) = crossjoin::server_half(&sc.spans) else { continue };
-                    if sh.method != h.method
-                        || sh.request_id != h.request_id
-                        || !crossjoin::contains((h.start_ns, h.end_ns), (sh.start_ns, sh.end_ns))
-                    {
-                        continue;
-                    }
-                    // Symmetric: the server half must have exactly this client half.
-                    let (active, decided, limbo) = (&self.active, &self.decided, &self.limbo);
-                    if self.cross.find_client_half(&sh, t, |x| {
-                        active.get(x).map(|c| &c.spans[..]).or_else(|| decided.get(x).or_else(|| limbo.get(x)).map(|d| &d.spans[..]))
-                    }) == Some(id)
-                    {
-                        found.push(t);
+        Some(out)
+    }
+
+    /// The server halves (of chains other than `not`) that fit client half `c`: each chain with
+    /// the slack its fit used. A chain alone (in flight or decided alone) and a half joined into
+    /// another chain both count. `None` when too many chains share the half's key to tell.
+    fn server_fits(&mut self, c: &crossjoin::Half, not: TraceId) -> Option<Vec<(TraceId, u64)>> {
+        let candidates = self.cross.server_candidates(c, not)?;
+        let mut out = Vec::new();
+        for t in candidates {
+            let Some((spans, moved)) = self.view(&t) else { continue };
+            let halves = if moved.is_empty() {
+                crossjoin::server_half(spans).into_iter().collect()
+            } else {
+                crossjoin::joined_server_halves(spans, |id| moved.contains(id))
+            };
+            for sh in halves {
+                if crossjoin::client_matches(c, &sh) {
+                    out.push((t, crossjoin::misfit(c, &sh)));
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Whether chain `t` is a server half alone (in flight, or decided alone): nothing joined into it.
+    fn is_lone_server_half(&self, t: &TraceId) -> bool {
+        self.view(t).is_some_and(|(spans, moved)| moved.is_empty() && crossjoin::server_half(spans).is_some())
+    }
+
+    /// For a client chain about to be decided: when a server half in flight that one of its client
+    /// halves fits (or a refused HTTP request it may have sent) will have waited its time, if any
+    /// does. The chain waits until then, so the join is made over the closed set of candidates.
+    fn awaited_half(&mut self, id: TraceId, now: Moment) -> Option<Moment> {
+        let (halves, refused) = {
+            let c = self.active.get(&id)?;
+            (crossjoin::client_halves_with(&c.spans, |s| c.moved().contains(s)), crossjoin::refused_requests(&c.spans))
+        };
+        let wait = self.limits.decision_wait + self.limits.server_half_wait;
+        let mut until: Option<Moment> = None;
+        for (h, joined) in halves {
+            if joined {
+                continue;
+            }
+            for (t, _) in self.server_fits(&h, id).unwrap_or_default() {
+                if let Some(sc) = self.active.get(&t).filter(|sc| !sc.has_client_req) {
+                    let at = sc.last_seen + wait;
+                    until = Some(until.map_or(at, |u| u.max(at)));
+                }
+            }
+        }
+        if let Some(at) = self.cross.orphans_waiting(&refused, now, wait) {
+            until = Some(until.map_or(at, |u| u.max(at)));
+        }
+        // Past its estimate, a half still in flight (settling a split mark) is asked after again
+        // a little later.
+        until.map(|u| u.max(now + (self.limits.decision_wait / 4).max(Duration::from_millis(1))))
+    }
+
+    /// The cross-trace joins of a chain about to be decided (see `crossjoin`).
+    fn cross_join(&mut self, id: TraceId, now: Moment) -> Joined {
+        let Some(c) = self.active.get(&id) else { return Joined::Away };
+        // 1. A server half goes to its client half, when each fits only the other.
+        if c.has_server_req && !c.has_client_req {
+            let Some(h) = crossjoin::server_half(&c.spans) else { return Joined::Alone(Vec::new()) };
+            let fits = self.client_fits(&h, id);
+            // Client chains held for this half decide now that its candidates are known.
+            for (t, _, _) in fits.iter().flatten() {
+                if self.active.contains_key(t) {
+                    self.due.push(now, *t);
+                }
+            }
+            let Some(fits) = fits else {
+                self.cross.stats.ambiguous += 1;
+                return Joined::AmbiguousHalf;
+            };
+            let cands: Vec<(TraceId, u64)> = fits.iter().map(|(t, m, _)| (*t, *m)).collect();
+            match crossjoin::pick(&cands) {
+                crossjoin::HalfMatch::None => return Joined::Alone(Vec::new()),
+                crossjoin::HalfMatch::One(t) => {
+                    let unjoined = fits.iter().any(|(x, _, joined)| *x == t && !joined);
+                    if unjoined && self.fits_only(t, &h, id) && self.merge_into(id, t, now) {
+                        self.cross.stats.halves_joined += 1;
+                        return Joined::Away;
                     }
                 }
-                match found.len() {
-                    1 => {
-                        if self.merge_into(found[0], id, now) {
-                            self.cross.stats.halves_joined += 1;
+                crossjoin::HalfMatch::Ambiguous => {}
+            }
+            // Several client halves (or one that fits several server halves): no join. The client
+            // chains already decided are revised, so their verdicts say that their server half
+            // could not be told.
+            self.cross.stats.ambiguous += 1;
+            // Those decided after this half came saw it and said so then.
+            let came = self.active.get(&id).map_or(now, |c| c.first_seen);
+            let before = |t: &TraceId| self.decided.get(t).or_else(|| self.limbo.get(t)).is_some_and(|d| d.decided_at <= came);
+            let mut revisit: Vec<TraceId> = fits.iter().map(|(t, _, _)| *t).filter(|t| before(t)).collect();
+            revisit.sort_unstable();
+            revisit.dedup();
+            for t in revisit {
+                self.reopen(t, now);
+            }
+            return Joined::AmbiguousHalf;
+        }
+        // 2. A client half takes its server half: one in flight (at a decision that could not wait
+        // for it: the drain, an eviction, `max_wait`), or one decided alone before this client
+        // half came (the late path: this chain then joins that one, which is revised).
+        let mut flagged = Vec::new();
+        if c.has_client_req {
+            let (halves, revision) = (crossjoin::client_halves_with(&c.spans, |s| c.moved().contains(s)), c.revision);
+            let mut late: Vec<TraceId> = Vec::new();
+            let mut others = false;
+            for (h, joined) in halves {
+                let fits = self.server_fits(&h, id);
+                let pick = fits.as_deref().map_or(crossjoin::HalfMatch::Ambiguous, crossjoin::pick);
+                match pick {
+                    crossjoin::HalfMatch::None => continue,
+                    crossjoin::HalfMatch::One(t) if !joined && self.active.contains_key(&t) => {
+                        let sh = self.active.get(&t).and_then(|sc| crossjoin::server_half(&sc.spans));
+                        if let Some(sh) = sh {
+                            if self.client_fits(&sh, t).is_some_and(|f| {
+                                matches!(crossjoin::pick(&f.iter().map(|(x, m, _)| (*x, *m)).collect::<Vec<_>>()), crossjoin::HalfMatch::One(x) if x == id)
+                            }) && self.merge_into(t, id, now)
+                            {
+                                self.cross.stats.halves_joined += 1;
+                                continue;
+                            }
                         }
                     }
-                    0 => {}
-                    _ => self.cross.stats.ambiguous += 1,
+                    crossjoin::HalfMatch::One(t) if !joined && self.is_lone_server_half(&t) => {
+                        let sh = self.view(&t).and_then(|(spans, _)| crossjoin::server_half(spans));
+                        if sh.is_some_and(|sh| self.fits_only_client(id, &sh, t)) {
+                            late.push(t);
+                            continue;
+                        }
+                    }
+                    _ => {}
+                }
+                // A server half fits, and it cannot be joined: the call says so.
+                self.cross.stats.ambiguous += u64::from(!joined);
+                others = true;
+                flagged.push((h.method, h.request_id));
+            }
+            // The late path, for a chain never decided before whose one fitting server half was
+            // decided alone: this chain goes into that one (whose verdict is revised), so the
+            // call keeps one verdict and one attempt.
+            if let [t] = late[..] {
+                if revision == 0 && !others && self.merge_into(id, t, now) {
+                    self.cross.stats.late_joined += 1;
+                    return Joined::Away;
+                }
+            }
+            for t in late {
+                if let Some(sh) = self.view(&t).and_then(|(spans, _)| crossjoin::server_half(spans)) {
+                    flagged.push((sh.method, sh.request_id));
                 }
             }
         }
         // 3. Refused HTTP requests kept as orphans.
         let refused = self.active.get(&id).map(|c| crossjoin::refused_requests(&c.spans)).unwrap_or_default();
         let active = &self.active;
-        let joined = self.cross.take_orphans(&refused, |t| *t != id && active.contains_key(t));
+        let (joined, unjoined) = self.cross.take_orphans(&refused, |t| *t != id && active.contains_key(t));
         if let Some(c) = self.active.get_mut(&id) {
+            for span in unjoined {
+                if let Some(r) = c.spans.iter().find(|s| s.span_id == span) {
+                    if let (Some(m), Some(rid)) = (r.method.clone(), r.request_id.clone()) {
+                        flagged.push((m, rid));
+                    }
+                }
+            }
             for ev in joined {
                 let b = ev.approx_bytes();
                 c.bytes += b;
@@ -1161,7 +1356,26 @@ impl Chains {
                 c.spans.push(ev);
             }
         }
-        Joined::Alone
+        Joined::Alone(flagged)
+    }
+
+    /// Whether the client half of chain `t` that server half `h` (chain `s`) fits fits no other
+    /// server half.
+    fn fits_only(&mut self, t: TraceId, h: &crossjoin::Half, s: TraceId) -> bool {
+        let Some(c) = self.view(&t).and_then(|(spans, moved)| {
+            crossjoin::client_halves_with(spans, |id| moved.contains(id)).into_iter().find(|(c, _)| crossjoin::client_matches(c, h))
+        }) else {
+            return false;
+        };
+        self.server_fits(&c.0, t).is_some_and(|f| crossjoin::pick(&f) == crossjoin::HalfMatch::One(s))
+    }
+
+    /// Whether server half `h` (chain `s`) fits the client halves of chain `id` and no other.
+    fn fits_only_client(&mut self, id: TraceId, h: &crossjoin::Half, s: TraceId) -> bool {
+        self.client_fits(h, s).is_some_and(|f| {
+            f.iter().all(|(_, _, joined)| !joined)
+                && crossjoin::pick(&f.iter().map(|(x, m, _)| (*x, *m)).collect::<Vec<_>>()) == crossjoin::HalfMatch::One(id)
+        })
     }
 
     fn decide(&mut self, id: TraceId, by: DecidedBy, now: Moment, out: &mut Vec<DecidedCalls>) {
@@ -1184,10 +1398,23 @@ impl Chains {
             }
         }
         let mut calls = assemble_calls(&c.spans);
-        if joined == Joined::AmbiguousHalf {
-            for call in calls.iter_mut().filter(|c| c.server_seen && !c.client_seen) {
-                call.unjoined_half = true;
+        match &joined {
+            Joined::AmbiguousHalf => {
+                for call in calls.iter_mut().filter(|c| c.server_seen && !c.client_seen) {
+                    call.unjoined_half = true;
+                }
             }
+            Joined::Alone(flagged) => {
+                for call in calls.iter_mut().filter(|c| c.client_seen) {
+                    let named = |(m, rid): &(crate::evidence::Method, Box<str>)| {
+                        call.method.as_ref() == Some(m) && call.request_id.as_deref() == Some(&**rid)
+                    };
+                    if flagged.iter().any(named) {
+                        call.server_half_unjoined = true;
+                    }
+                }
+            }
+            Joined::Away => {}
         }
         out.push(DecidedCalls {
             trace_id: id,
@@ -1223,12 +1450,14 @@ impl Chains {
 }
 
 /// What the cross-trace join did with a chain about to be decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Joined {
-    /// It went into another chain (a server half into its client's): no verdict of its own.
+    /// It went into another chain (a server half into its client's, or a late client half into
+    /// its server half's): no verdict of its own.
     Away,
-    /// It is decided on its own.
-    Alone,
+    /// It is decided on its own; the client requests (method, request id) a server half fits that
+    /// could not be joined (several fit, or it came too late) are named.
+    Alone(Vec<(crate::evidence::Method, Box<str>)>),
     /// A server half that several client halves fit: decided alone, no attempt of its own.
     AmbiguousHalf,
 }

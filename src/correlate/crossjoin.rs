@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::evidence::{CallError, Method, Side, SpanEvidence, SpanId, TraceId};
+use crate::evidence::{CallError, JoinKeys, Method, Side, SpanEvidence, SpanId, TraceId};
 
 /// How a server half's client half was looked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,9 +141,15 @@ pub fn half_keys(spans: &[SpanEvidence]) -> Vec<u64> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CrossJoinStats {
     pub halves_joined: u64,
+    /// Client halves that came after their server half was decided alone, joined to it (the
+    /// late path: the server half's verdict is revised).
+    pub late_joined: u64,
     pub http_joined: u64,
-    /// Joins not made because more than one candidate qualified.
+    /// Server halves not joined because more than one candidate qualified (counted at each
+    /// decision that found it so: the server half's, and each client call's it fits).
     pub ambiguous: u64,
+    /// Refused HTTP requests not joined because more than one client request could have sent them.
+    pub http_ambiguous: u64,
     /// Lookups that found more than [`MAX_CANDIDATES`] chains under one request key: no join is
     /// made (uniqueness cannot be shown within the bound), and the lookup costs no more.
     pub candidates_capped: u64,
@@ -160,10 +166,16 @@ pub struct Half {
     pub end_ns: u64,
     pub server: Option<Arc<str>>,
     pub session: Option<std::sync::Arc<str>>,
+    /// The tool a `tools/call` named (both sides name the one the client asked for).
+    pub tool: Option<Arc<str>>,
+    /// What tells the request's client apart, as this side recorded it.
+    pub keys: JoinKeys,
 }
 
 impl Half {
-    /// As a shared store lists it (the client half of chain `trace`).
+    /// As a shared store lists it (the client half of chain `trace`). The tool and the keys are
+    /// not listed (the record keeps its layout): a listed half is compatible with every tool and
+    /// key, which can only make a join rarer.
     pub fn into_shared(self, trace: TraceId) -> crate::state::ClientHalf {
         crate::state::ClientHalf {
             trace_id: trace,
@@ -185,6 +197,8 @@ impl Half {
             end_ns: c.end_ns,
             server: c.server.clone(),
             session: c.session.clone(),
+            tool: None,
+            keys: JoinKeys::NONE,
         };
         (c.trace_id, h)
     }
@@ -198,6 +212,8 @@ impl Half {
             end_ns: s.end_ns,
             server: s.server.clone(),
             session: s.session_id.clone(),
+            tool: s.tool.clone(),
+            keys: s.join_keys,
         }
     }
 }
@@ -210,6 +226,31 @@ pub struct Refused {
     pub start_ns: u64,
     pub end_ns: u64,
     pub server: Option<Arc<str>>,
+}
+
+/// A refused-looking HTTP span alone in its trace, kept until its client half takes it.
+#[derive(Clone, Debug)]
+pub struct Orphan {
+    /// When it came here: it is matched once it has waited `decision_wait` + `server_half_wait`
+    /// since (a client request that may have sent it, or a rival of the one here, still comes).
+    pub at: Moment,
+    pub span: SpanEvidence,
+    /// Found to fit more than one client request: it never joins anything.
+    pub contested: bool,
+    /// Its wait is over and it was matched against the decided requests once.
+    pub settled: bool,
+}
+
+/// What a refused HTTP span whose wait is over finds among the refused client requests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LateHttp {
+    /// Exactly one decided chain's request fits it (the chain, and the request's span).
+    One(TraceId, SpanId),
+    /// A request still in flight fits it: that chain's decision takes it.
+    InFlight,
+    /// Several chains' requests fit it (those decided are named).
+    Ambiguous(Vec<TraceId>),
+    None,
 }
 
 /// The chains under one index key: almost always one, kept inline (no allocation).
@@ -234,9 +275,8 @@ pub struct CrossJoin {
     /// Request spans by (side, method, request id, start second): request ids are small
     /// per-session counters, so the start time keeps each bucket small however many sessions run.
     by_request: FxHashMap<u64, Slot>,
-    /// Refused-looking HTTP spans waiting for their client half; `true` once found ambiguous
-    /// (contested: it never joins anything).
-    pub orphans: VecDeque<(Moment, SpanEvidence, bool)>,
+    /// Refused-looking HTTP spans waiting for their client half (see [`Orphan`]).
+    pub orphans: VecDeque<Orphan>,
     pub refused: VecDeque<(Moment, Refused)>,
     /// Refused-looking client requests of chains still in flight, so an HTTP span that two of
     /// them could have answered is known to be ambiguous whichever is decided first.
@@ -266,7 +306,8 @@ fn compatible<T: PartialEq + ?Sized>(a: Option<&T>, b: Option<&T>) -> bool {
 }
 
 /// The server half a chain is, if it is one: SERVER request spans of exactly one request, and no
-/// CLIENT request span.
+/// CLIENT request span. Its keys are what every server-side span of the trace recorded of the
+/// client (the HTTP server span that parents the MCP span names the connection's peer).
 pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
     let mut half: Option<Half> = None;
     for s in spans.iter().filter(|s| is_request(s)) {
@@ -287,45 +328,144 @@ pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
                 if h.session.is_none() {
                     h.session = s.session_id.clone();
                 }
+                if h.tool.is_none() {
+                    h.tool = s.tool.clone();
+                }
             }
             Some(_) => return None,
         }
     }
     // An internal request span of another request (another method, or another request id) means
     // this trace is more than one request's server half: no join.
-    let h = half?;
+    let mut h = half?;
     let foreign = spans
         .iter()
         .filter(|s| is_request(s) && s.side == Side::Internal)
         .any(|s| s.method.as_ref() != Some(&h.method) || s.request_id.as_deref().is_some_and(|r| r != &*h.request_id));
-    (!foreign).then_some(h)
+    if foreign {
+        return None;
+    }
+    for s in spans.iter().filter(|s| s.side == Side::Server && s.has_rare()) {
+        h.keys.fill_from(&s.join_keys);
+    }
+    Some(h)
 }
 
 /// The client request spans of a chain that name a request id and have no server span of that
-/// request in the chain: the client halves waiting for a server half.
+/// request in the chain: the client halves waiting for a server half. A half's keys are its
+/// request span's and those of the spans directly under it (an HTTP client span).
 pub fn client_halves(spans: &[SpanEvidence]) -> Vec<Half> {
-    let served = |m: &Method, rid: &str| {
-        spans.iter().any(|s| s.side == Side::Server && s.method.as_ref() == Some(m) && s.request_id.as_deref() == Some(rid))
+    client_halves_with(spans, |_| false).into_iter().map(|(h, _)| h).collect()
+}
+
+/// [`client_halves`], where the spans `moved` names came from another trace (a join): a request
+/// whose server span came from another trace than its client span (one of the two moved) is still
+/// a client half as far as rivals are concerned, returned with `true` (joined).
+pub fn client_halves_with(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> bool) -> Vec<(Half, bool)> {
+    let served = |m: &Method, rid: &str, origin: Option<bool>| {
+        spans.iter().any(|s| {
+            s.side == Side::Server
+                && s.method.as_ref() == Some(m)
+                && s.request_id.as_deref() == Some(rid)
+                && origin.is_none_or(|o| moved(&s.span_id) == o)
+        })
     };
     spans
         .iter()
         .filter(|s| is_request(s) && s.side == Side::Client)
         .filter_map(|s| {
             let (m, rid) = (s.method.clone()?, s.request_id.as_deref()?);
-            (!served(&m, rid)).then(|| Half::of(s, m, rid))
+            if served(&m, rid, Some(moved(&s.span_id))) {
+                return None;
+            }
+            let joined = served(&m, rid, None);
+            let mut h = Half::of(s, m, rid);
+            for child in spans.iter().filter(|c| c.parent_span_id == Some(s.span_id) && c.side == Side::Client && c.has_rare()) {
+                h.keys.fill_from(&child.join_keys);
+            }
+            Some((h, joined))
         })
         .collect()
 }
 
+/// The server halves a chain holds that came from another trace than their client (one side
+/// moved in by a join): each a rival of any other client half it fits, as if it were alone.
+pub fn joined_server_halves(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> bool) -> Vec<Half> {
+    let mut out: Vec<Half> = Vec::new();
+    for s in spans.iter().filter(|s| is_request(s) && s.side == Side::Server) {
+        let (Some(m), Some(rid)) = (s.method.clone(), s.request_id.as_deref()) else { continue };
+        let origin = moved(&s.span_id);
+        let native = spans.iter().any(|c| {
+            c.side == Side::Client && c.method.as_ref() == Some(&m) && c.request_id.as_deref() == Some(rid) && moved(&c.span_id) == origin
+        });
+        if native {
+            continue;
+        }
+        match out.iter_mut().find(|h| h.method == m && &*h.request_id == rid) {
+            Some(h) => {
+                h.start_ns = h.start_ns.min(s.start_ns);
+                h.end_ns = h.end_ns.max(s.end_ns);
+            }
+            None => {
+                let mut h = Half::of(s, m, rid);
+                for k in spans.iter().filter(|k| k.side == Side::Server && moved(&k.span_id) == origin && k.has_rare()) {
+                    h.keys.fill_from(&k.join_keys);
+                }
+                out.push(h);
+            }
+        }
+    }
+    out
+}
+
 /// Whether client half `c` (a request span's) may be the client of server half `h`: the same
-/// method and request id, its interval containing the server's, the same server and session
-/// where both name one.
+/// method and request id, its interval containing the server's, and the same server, session,
+/// tool and client keys where both name one.
 pub fn client_matches(c: &Half, h: &Half) -> bool {
     c.method == h.method
         && c.request_id == h.request_id
         && contains((c.start_ns, c.end_ns), (h.start_ns, h.end_ns))
         && compatible(c.server.as_deref(), h.server.as_deref())
         && compatible(c.session.as_deref(), h.session.as_deref())
+        && compatible(c.tool.as_deref(), h.tool.as_deref())
+        && c.keys.compatible(&h.keys)
+}
+
+/// How much clock slack the fit of server half `h` in client half `c` used: how far the server's
+/// interval sticks out of the client's (0 when it lies within, as it does on one clock).
+pub fn misfit(c: &Half, h: &Half) -> u64 {
+    c.start_ns.saturating_sub(h.start_ns) + h.end_ns.saturating_sub(c.end_ns)
+}
+
+/// A fit within this much slack is exact (clocks that agree, give or take their precision).
+pub const EXACT_FIT_NS: u64 = 1_000_000;
+/// How much more slack every other candidate must need than an exact fit for the exact fit to be
+/// taken: two agents reusing a request id one after the other (the second 50 ms after the first
+/// ended) are told apart, two overlapping calls are not.
+pub const CLEAR_MARGIN_NS: u64 = 25_000_000;
+
+/// The one candidate among `cands` (chain, slack its fit used), if one is clearly it: the only
+/// one, or the only exact fit where every other needs [`CLEAR_MARGIN_NS`] more slack. A chain
+/// listed twice (nested spans of one request) counts once, at its tightest fit.
+pub fn pick(cands: &[(TraceId, u64)]) -> HalfMatch {
+    let mut best: smallvec::SmallVec<[(TraceId, u64); 4]> = smallvec::SmallVec::new();
+    for &(t, m) in cands {
+        match best.iter_mut().find(|(b, _)| *b == t) {
+            Some(b) => b.1 = b.1.min(m),
+            None => best.push((t, m)),
+        }
+    }
+    match best.len() {
+        0 => HalfMatch::None,
+        1 => HalfMatch::One(best[0].0),
+        _ => {
+            let exact: smallvec::SmallVec<[&(TraceId, u64); 2]> = best.iter().filter(|(_, m)| *m <= EXACT_FIT_NS).collect();
+            match exact.as_slice() {
+                [one] if best.iter().all(|(t, m)| *t == one.0 || *m > one.1 + CLEAR_MARGIN_NS) => HalfMatch::One(one.0),
+                _ => HalfMatch::Ambiguous,
+            }
+        }
+    }
 }
 
 /// The key under which a shared store lists the client halves of `(method, request id)` that
@@ -361,11 +501,6 @@ pub const SHARED_LOOKBACK_NS: u64 = 5 * BUCKET_NS;
 pub fn shared_half_keys(h: &Half) -> Vec<String> {
     let (a, b) = (h.start_ns.saturating_sub(SHARED_LOOKBACK_NS) / BUCKET_NS, h.start_ns.saturating_add(SLACK_NS) / BUCKET_NS);
     (a..=b).map(|sec| shared_half_key(&h.method, &h.request_id, sec)).collect()
-}
-
-/// Whether a chain's spans hold a client half matching `h` (a server half).
-fn holds_client_half_of(spans: &[SpanEvidence], h: &Half) -> bool {
-    client_halves(spans).iter().any(|c| client_matches(c, h))
 }
 
 /// Client requests of a chain that failed or never completed and have no server-side evidence
@@ -503,74 +638,63 @@ impl CrossJoin {
         self.candidates(Side::Server, h, h.start_ns.saturating_sub(SLACK_NS), h.end_ns.saturating_add(SLACK_NS), not)
     }
 
-    /// The one chain (by `spans_of`) holding the client half of server half `h`, if exactly one does.
-    pub fn find_client_half<'a>(
-        &mut self,
-        h: &Half,
-        not: TraceId,
-        spans_of: impl Fn(&TraceId) -> Option<&'a [SpanEvidence]>,
-    ) -> Option<TraceId> {
-        match self.match_client_half(h, not, spans_of) {
-            HalfMatch::One(t) => Some(t),
-            HalfMatch::None | HalfMatch::Ambiguous => None,
-        }
+    /// Chains that may hold a client half of server half `h` (`None`: too many to tell): client
+    /// requests that started up to [`CLIENT_LOOKBACK_NS`] before it.
+    pub fn client_candidates(&mut self, h: &Half, not: TraceId) -> Option<Vec<TraceId>> {
+        let from = h.start_ns.saturating_sub(CLIENT_LOOKBACK_NS);
+        self.candidates(Side::Client, h, from, h.start_ns.saturating_add(SLACK_NS), not)
     }
 
-    /// [`Self::find_client_half`], telling no candidate from several (a server half that could
-    /// belong to more than one client call adds no attempt of its own: its client counts it).
-    pub fn match_client_half<'a>(
-        &mut self,
-        h: &Half,
-        not: TraceId,
-        spans_of: impl Fn(&TraceId) -> Option<&'a [SpanEvidence]>,
-    ) -> HalfMatch {
-        let from = h.start_ns.saturating_sub(CLIENT_LOOKBACK_NS);
-        let Some(candidates) = self.candidates(Side::Client, h, from, h.start_ns.saturating_add(SLACK_NS), not) else {
-            // Too many candidates to tell: as ambiguous as two.
-            return HalfMatch::Ambiguous;
-        };
-        let found: Vec<TraceId> = candidates.into_iter().filter(|t| spans_of(t).is_some_and(|sp| holds_client_half_of(sp, h))).collect();
-        match found.len() {
-            1 => HalfMatch::One(found[0]),
-            0 => HalfMatch::None,
-            _ => {
-                self.stats.ambiguous += 1;
-                HalfMatch::Ambiguous
-            }
+    /// When the last refused-looking HTTP span that one of `refused` (a chain's refused requests)
+    /// may have sent will have waited `wait` since it came, if one still waits: the chain's
+    /// decision waits for it, so its rivals are known.
+    pub fn orphans_waiting(&self, refused: &[Refused], now: Moment, wait: std::time::Duration) -> Option<Moment> {
+        if refused.is_empty() {
+            return None;
         }
+        self.orphans
+            .iter()
+            .filter(|o| {
+                o.at + wait > now
+                    && refused
+                        .iter()
+                        .any(|r| started_within(r, o.span.start_ns, SLACK_NS) && compatible(r.server.as_deref(), o.span.server.as_deref()))
+            })
+            .map(|o| o.at + wait)
+            .max()
     }
 
     /// Keep a refused-looking HTTP span until its client half is decided.
     pub fn push_orphan(&mut self, now: Moment, s: SpanEvidence, keep_for: std::time::Duration) {
-        while self.orphans.front().is_some_and(|(t, _, _)| now.saturating_duration_since(*t) > keep_for)
-            || self.orphans.len() >= MAX_ORPHANS
-        {
+        while self.orphans.front().is_some_and(|o| now.saturating_duration_since(o.at) > keep_for) || self.orphans.len() >= MAX_ORPHANS {
             self.orphans.pop_front();
         }
-        self.orphans.push_back((now, s, false));
+        self.orphans.push_back(Orphan { at: now, span: s, contested: false, settled: false });
     }
 
     /// Take the orphan HTTP spans that answered the `refused` requests (all of one chain). An HTTP
     /// request answers a client request when it started while the client request was open: first
     /// without any clock slack, and only when no orphan fits that way, within [`SLACK_NS`]. A
-    /// client request takes an orphan only when exactly one fits (nested client spans of one
-    /// request, as FastMCP's over the SDK's, are one request: the innermost takes it). Returned
-    /// re-homed under their request.
-    pub fn take_orphans(&mut self, refused: &[Refused], is_active: impl Fn(&TraceId) -> bool) -> Vec<SpanEvidence> {
-        let Some(trace) = refused.first().map(|r| r.trace_id) else { return Vec::new() };
+    /// client request takes an orphan only when exactly one fits and no other client request
+    /// could have sent it, whether in flight or decided (the chain waited for the orphan's wait
+    /// to end, so the rivals that were coming came). Nested client spans of one request (FastMCP's
+    /// over the SDK's) are one request: the innermost takes it. Returns the orphans taken,
+    /// re-homed under their request, and the requests an orphan fits that could not take it.
+    pub fn take_orphans(&mut self, refused: &[Refused], is_active: impl Fn(&TraceId) -> bool) -> (Vec<SpanEvidence>, Vec<SpanId>) {
+        let Some(trace) = refused.first().map(|r| r.trace_id) else { return (Vec::new(), Vec::new()) };
         if self.orphans.is_empty() {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
         // Innermost first, so a nested outer span of the same request finds its orphan taken.
         let mut order: Vec<&Refused> = refused.iter().collect();
         order.sort_by_key(|r| r.end_ns.saturating_sub(r.start_ns));
-        let mut out = Vec::new();
+        let (mut out, mut unjoined) = (Vec::new(), Vec::new());
         for r in order {
             let fits = |slack: u64| -> Vec<usize> {
                 self.orphans
                     .iter()
                     .enumerate()
-                    .filter(|(_, (_, o, _))| started_within(r, o.start_ns, slack) && compatible(r.server.as_deref(), o.server.as_deref()))
+                    .filter(|(_, o)| started_within(r, o.span.start_ns, slack) && compatible(r.server.as_deref(), o.span.server.as_deref()))
                     .map(|(i, _)| i)
                     .collect()
             };
@@ -579,42 +703,40 @@ impl CrossJoin {
                 (hits, slack) = (fits(SLACK_NS), SLACK_NS);
             }
             if hits.len() > 1 {
-                self.stats.ambiguous += 1;
+                self.stats.http_ambiguous += 1;
+                unjoined.push(r.span_id);
                 continue;
             }
             let Some(&i) = hits.first() else { continue };
-            let o = &self.orphans[i].1;
+            let o = &self.orphans[i].span;
             let rival_at = |s: u64| {
-                self.open_refused.iter().any(|x| {
-                    x.trace_id != trace
-                        && is_active(&x.trace_id)
-                        && started_within(x, o.start_ns, s)
-                        && compatible(x.server.as_deref(), o.server.as_deref())
-                })
+                let other = |x: &Refused| {
+                    x.trace_id != trace && started_within(x, o.start_ns, s) && compatible(x.server.as_deref(), o.server.as_deref())
+                };
+                self.open_refused.iter().any(|x| is_active(&x.trace_id) && other(x)) || self.refused.iter().any(|(_, x)| other(x))
             };
             if slack > 0 && rival_at(0) {
-                // It fits here only within the clock slack, and exactly a request still in
-                // flight: that one's decision takes it (an exact fit wins, whichever is decided
-                // first).
+                // It fits here only within the clock slack, and exactly another request: that
+                // one takes it (an exact fit wins, whichever is decided first).
                 continue;
             }
-            // Another chain in flight could have sent it too, as well as this one: contested for good.
-            let rival = rival_at(slack);
-            if rival || self.orphans[i].2 {
-                if !self.orphans[i].2 {
-                    self.stats.ambiguous += 1;
+            // Another request could have sent it too, as well as this one: contested for good.
+            if rival_at(slack) || self.orphans[i].contested {
+                if !self.orphans[i].contested {
+                    self.stats.http_ambiguous += 1;
                 }
-                self.orphans[i].2 = true;
+                self.orphans[i].contested = true;
+                unjoined.push(r.span_id);
                 continue;
             }
-            if let Some((_, o, _)) = self.orphans.remove(i) {
+            if let Some(o) = self.orphans.remove(i) {
                 self.stats.http_joined += 1;
-                out.push(rehome(o, trace, r.span_id));
+                out.push(rehome(o.span, trace, r.span_id));
             }
         }
         // This chain's own entries in `open_refused` age out of the ring; a decided chain is not
         // active, so they no longer count as rivals.
-        out
+        (out, unjoined)
     }
 
     /// The seconds (start second of an HTTP request, `start_ns / 1 s`) in which a refused HTTP
@@ -652,10 +774,11 @@ impl CrossJoin {
         }
     }
 
-    /// The decided chain whose refused request a late HTTP span answered, if exactly one chain
-    /// fits (without clock slack first, then within [`SLACK_NS`]; nested client spans of one chain
-    /// count once). The chain's entries are consumed.
-    pub fn match_late_http(&mut self, o: &SpanEvidence, is_active: impl Fn(&TraceId) -> bool) -> Option<(TraceId, SpanId)> {
+    /// What a refused HTTP span whose wait is over answered: the decided chain whose refused
+    /// request it fits, if exactly one chain's does (without clock slack first, then within
+    /// [`SLACK_NS`]; nested client spans of one chain count once) and no request in flight fits
+    /// it as well. The chain's entries are consumed when it is taken.
+    pub fn late_http(&mut self, o: &SpanEvidence, is_active: impl Fn(&TraceId) -> bool) -> LateHttp {
         let in_flight = |slack: u64| {
             self.open_refused.iter().any(|x| {
                 is_active(&x.trace_id) && started_within(x, o.start_ns, slack) && compatible(x.server.as_deref(), o.server.as_deref())
@@ -676,23 +799,27 @@ impl CrossJoin {
         let mut hits = fits(0);
         if hits.is_empty() {
             if in_flight(SLACK_NS) {
-                return None;
+                return LateHttp::InFlight;
             }
             hits = fits(SLACK_NS);
         } else if in_flight(0) {
-            return None;
+            return LateHttp::InFlight;
         }
-        let first = *hits.first()?;
+        let Some(&first) = hits.first() else { return LateHttp::None };
         let trace = self.refused[first].1.trace_id;
         if hits.iter().any(|i| self.refused[*i].1.trace_id != trace) {
-            self.stats.ambiguous += 1;
-            return None;
+            self.stats.http_ambiguous += 1;
+            let mut traces: Vec<TraceId> = hits.iter().map(|i| self.refused[*i].1.trace_id).collect();
+            traces.sort_unstable();
+            traces.dedup();
+            return LateHttp::Ambiguous(traces);
         }
-        let inner = hits.iter().copied().min_by_key(|i| self.refused[*i].1.end_ns.saturating_sub(self.refused[*i].1.start_ns)).unwrap();
+        let inner =
+            hits.iter().copied().min_by_key(|i| self.refused[*i].1.end_ns.saturating_sub(self.refused[*i].1.start_ns)).unwrap_or(first);
         let span = self.refused[inner].1.span_id;
         self.refused.retain(|(_, r)| r.trace_id != trace);
         self.stats.http_joined += 1;
-        Some((trace, span))
+        LateHttp::One(trace, span)
     }
 }
 
@@ -708,7 +835,12 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn limits() -> ChainLimits {
-        ChainLimits { decision_wait: Duration::from_millis(100), max_wait: Duration::from_secs(5), ..ChainLimits::default() }
+        ChainLimits {
+            decision_wait: Duration::from_millis(100),
+            max_wait: Duration::from_secs(5),
+            server_half_wait: Duration::from_secs(2),
+            ..ChainLimits::default()
+        }
     }
 
     fn span(trace: u8, id: u8, parent: Option<u8>, side: Side, method: Option<Method>, rid: Option<&str>, at: (u64, u64)) -> SpanEvidence {
@@ -764,13 +896,20 @@ mod tests {
             feed(&mut c, vec![refused_client(1, (100, 110))], t0, &mut out);
             if !late {
                 feed(&mut c, vec![http(2, 403, (102, 104))], t0, &mut out);
+                // The client request waits for the HTTP span's wait (decision_wait + the half's
+                // wait): another request that may have sent it could still come.
+                c.tick(t0 + Duration::from_millis(200), &mut out);
+                assert!(out.is_empty(), "held for the refusal's wait: {out:#?}");
             }
-            c.tick(t0 + Duration::from_millis(200), &mut out);
+            c.tick(t0 + Duration::from_millis(2_200), &mut out);
             if late {
                 assert_eq!(out.len(), 1);
                 assert_eq!(out[0].calls[0].http_status, None, "decided before the HTTP span came");
-                feed(&mut c, vec![http(2, 403, (102, 104))], t0 + Duration::from_millis(300), &mut out);
-                c.tick(t0 + Duration::from_millis(500), &mut out);
+                feed(&mut c, vec![http(2, 403, (102, 104))], t0 + Duration::from_millis(2_300), &mut out);
+                c.tick(t0 + Duration::from_millis(2_500), &mut out);
+                assert_eq!(out.len(), 1, "the late HTTP span waits too before it joins");
+                c.tick(t0 + Duration::from_millis(4_400), &mut out);
+                c.tick(t0 + Duration::from_millis(4_600), &mut out);
             }
             let last = out.last().unwrap();
             assert_eq!(last.trace_id, [1; 16]);
@@ -787,11 +926,12 @@ mod tests {
         let t0 = Moment::from_nanos(1_000_000_000_000);
         let mut out = Vec::new();
         feed(&mut c, vec![refused_client(1, (100, 110)), refused_client(3, (101, 111)), http(2, 401, (102, 104))], t0, &mut out);
-        c.tick(t0 + Duration::from_millis(200), &mut out);
+        c.tick(t0 + Duration::from_millis(2_200), &mut out);
         assert_eq!(out.len(), 2);
         assert!(out.iter().all(|d| d.calls[0].http_status.is_none()), "whichever is decided first");
+        assert!(out.iter().all(|d| d.calls[0].server_half_unjoined), "each says its refusal could not be told");
         assert_eq!(c.cross.stats.http_joined, 0);
-        assert!(c.cross.stats.ambiguous > 0);
+        assert!(c.cross.stats.http_ambiguous > 0);
     }
 
     #[test]
@@ -806,7 +946,9 @@ mod tests {
         feed(&mut c, vec![server, http_root], t0, &mut out);
         feed(&mut c, vec![client], t0 + Duration::from_millis(150), &mut out);
         c.tick(t0 + Duration::from_millis(400), &mut out);
-        c.tick(t0 + Duration::from_millis(600), &mut out);
+        assert!(out.is_empty(), "the client waits for the server half's wait: its rivals may still come");
+        // Deferred at the tick that found it quiet (400 ms), the half decides 2 s later.
+        c.tick(t0 + Duration::from_millis(2_500), &mut out);
         let calls: Vec<_> = out.iter().flat_map(|d| d.calls.iter()).collect();
         assert_eq!(calls.len(), 1, "{out:#?}");
         assert!(calls[0].client_seen && calls[0].server_seen);

@@ -332,6 +332,7 @@ pub struct HealthMeters {
     pub spans_truncated: Counter<u64>,
     pub chains_evicted: Counter<u64>,
     pub chains_callless: Counter<u64>,
+    pub joins: Counter<u64>,
     pub store_errors: Counter<u64>,
     pub store_conflicts: Counter<u64>,
     pub store_queue_waits: Counter<u64>,
@@ -405,6 +406,7 @@ impl HealthMeters {
         let spans_truncated = counter(meter, &ins::SPANS_TRUNCATED);
         let chains_evicted = counter(meter, &ins::CHAINS_EVICTED);
         let chains_callless = counter(meter, &ins::CHAINS_CALLLESS);
+        let joins = counter(meter, &ins::JOINS);
         let store_errors = counter(meter, &ins::STATE_STORE_ERRORS);
         let store_conflicts = counter(meter, &ins::STATE_STORE_CONFLICTS);
         let store_queue_waits = counter(meter, &ins::STATE_STORE_QUEUE_WAITS);
@@ -437,6 +439,7 @@ impl HealthMeters {
             spans_truncated,
             chains_evicted,
             chains_callless,
+            joins,
             store_errors,
             store_conflicts,
             store_queue_waits,

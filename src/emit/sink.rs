@@ -219,6 +219,7 @@ pub struct MetricsSink {
     meters: HealthMeters,
     tally: VerdictTally,
     last_stats: crate::correlate::ChainStats,
+    last_joins: crate::correlate::crossjoin::CrossJoinStats,
     last_callless: u64,
     last_store_errors: u64,
     last_store_conflicts: u64,
@@ -237,6 +238,7 @@ impl MetricsSink {
             meters,
             tally: VerdictTally::default(),
             last_stats: Default::default(),
+            last_joins: Default::default(),
             last_callless: 0,
             last_store_errors: 0,
             last_store_conflicts: 0,
@@ -287,6 +289,19 @@ impl Sink for MetricsSink {
         m.verifiers_parked.add(s.verifiers_parked.saturating_sub(last.verifiers_parked), &[]);
         m.verifiers_parked_dropped.add(s.parked_dropped.saturating_sub(last.parked_dropped), &[]);
         m.chains_callless.add(g.callless_chains.saturating_sub(self.last_callless), &[]);
+        let (j, lj) = (&g.join_stats, &self.last_joins);
+        for (kind, result, now, before) in [
+            ("server_half", "joined", j.halves_joined, lj.halves_joined),
+            ("server_half", "late", j.late_joined, lj.late_joined),
+            ("server_half", "ambiguous", j.ambiguous, lj.ambiguous),
+            ("refused_request", "joined", j.http_joined, lj.http_joined),
+            ("refused_request", "ambiguous", j.http_ambiguous, lj.http_ambiguous),
+        ] {
+            if now > before {
+                m.joins.add(now - before, &[KeyValue::new("kind", kind), KeyValue::new("result", result)]);
+            }
+        }
+        self.last_joins = j.clone();
         m.chains_in_flight.record(g.chains_in_flight, &[]);
         m.gauge_leader.record(u64::from(g.gauge_leader), &[]);
         m.evidence_bytes.record(g.evidence_bytes, &[]);

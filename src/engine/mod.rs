@@ -93,6 +93,8 @@ pub struct Gauges {
     pub chains_in_flight: u64,
     pub evidence_bytes: u64,
     pub chain_stats: ChainStats,
+    /// What the cross-trace joins did (see `correlate::crossjoin`).
+    pub join_stats: crate::correlate::crossjoin::CrossJoinStats,
     /// Open incidents by (first failed layer, state, server, incident state). On a shared store
     /// these and `convergence` are every instance's, reported by the holder of the gauge lease
     /// only (the others report none), so a sum across instances is right.
@@ -355,6 +357,7 @@ impl Engine {
             chains_in_flight: self.chains.in_flight() as u64,
             evidence_bytes: self.chains.bytes() as u64,
             chain_stats: self.chains.stats.clone(),
+            join_stats: self.chains.cross.stats.clone(),
             incidents_open,
             convergence,
             gauge_leader: self.replica.gauge_leader(),

@@ -91,6 +91,10 @@ pub struct CallEvidence {
     /// A server half whose client half could not be told (several client halves fit): decided
     /// alone, it is no attempt of its own (the client half counts the call).
     pub unjoined_half: bool,
+    /// A client call that some server half in another trace fits but that could not be joined
+    /// to it (another client half fits it too, or it fits several): its server evidence may
+    /// exist and is not in this verdict, which is then partial (`ambiguous_server_half`).
+    pub server_half_unjoined: bool,
     /// The client request spans of every round of a multi-round call (or of a task's call): a
     /// round that arrived before the others was decided under its own span, and the verdict of
     /// the whole call supersedes that one, not a second attempt.

@@ -708,6 +708,11 @@ pub struct RareEvidence {
     pub finding: Option<Box<FindingMeta>>,
     /// Multi-round and task facts (2026-07-28), see [`RoundFacts`].
     pub round: Option<Box<RoundFacts>>,
+    /// What tells this request's client apart from other clients (see [`JoinKeys`]). Not stored:
+    /// a chain restored from the store joins on method, request id and time alone, which can
+    /// only make a join rarer, never a wrong one likelier.
+    #[serde(skip)]
+    pub join_keys: JoinKeys,
 }
 
 impl RareEvidence {
@@ -728,7 +733,62 @@ impl RareEvidence {
         catalog: None,
         finding: None,
         round: None,
+        join_keys: JoinKeys::NONE,
     };
+}
+
+/// What tells the client of a request apart from other clients, as either side of the wire
+/// records it: the two halves of a call split over two traces are joined only where every key
+/// both sides name agrees (see `correlate::crossjoin`). Hashes only (64 bits): a collision makes
+/// two clients look alike, which can only make a join rarer (more rivals), never a wrong one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JoinKeys {
+    /// The client's end of the connection, address and port: the server's `client.address` /
+    /// `client.port` (or `network.peer.*`), the client's `network.local.*` (the tap records it).
+    pub peer: Option<u64>,
+    /// `user_agent.original` of the request, as the client sent it and the server received it.
+    pub user_agent: Option<u64>,
+    /// The client's name (`clientInfo.name`) as the request carried it (`mcp.client.name`).
+    pub client_name: Option<u64>,
+    /// A digest of the call's arguments (`mcp_health.request.arguments_digest`) where both sides
+    /// record one.
+    pub arguments: Option<u64>,
+}
+
+impl JoinKeys {
+    pub const NONE: JoinKeys = JoinKeys { peer: None, user_agent: None, client_name: None, arguments: None };
+
+    /// The hash a key is kept as.
+    pub fn hash(s: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = rustc_hash::FxHasher::default();
+        s.hash(&mut h);
+        h.finish()
+    }
+
+    fn fields(&self) -> [Option<u64>; 4] {
+        [self.peer, self.user_agent, self.client_name, self.arguments]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fields().iter().all(Option::is_none)
+    }
+
+    /// No key both name differs.
+    pub fn compatible(&self, other: &JoinKeys) -> bool {
+        self.fields().iter().zip(other.fields()).all(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) => *a == b,
+            _ => true,
+        })
+    }
+
+    /// Take the keys `other` names and this does not.
+    pub fn fill_from(&mut self, other: &JoinKeys) {
+        self.peer = self.peer.or(other.peer);
+        self.user_agent = self.user_agent.or(other.user_agent);
+        self.client_name = self.client_name.or(other.client_name);
+        self.arguments = self.arguments.or(other.arguments);
+    }
 }
 
 /// The one empty [`RareEvidence`] every span without one reads.

@@ -30,7 +30,8 @@ fn settings(url: &str) -> RedisSettings {
 /// An engine's configuration on the test's Redis: chains decided 10 ms after their last span.
 fn engine_config(r: &RedisServer) -> crate::engine::EngineConfig {
     use crate::correlate::{ChainLimits, SessionLimits};
-    let chains = ChainLimits { decision_wait: Duration::from_millis(10), ..ChainLimits::default() };
+    let chains =
+        ChainLimits { decision_wait: Duration::from_millis(10), server_half_wait: Duration::from_secs(2), ..ChainLimits::default() };
     let mut cfg = crate::engine::EngineConfig::new(chains, SessionLimits::default());
     cfg.store = Some(StoreHandle::open_redis(settings(&r.url())).unwrap());
     cfg

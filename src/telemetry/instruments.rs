@@ -152,6 +152,8 @@ instruments! {
         "Verifiers that could not run (no finding; the call stays unverified), by verifier and error";
     VERIFIER_DURATION = "mcp_health.verifier.duration", Histogram, "s", ["verifier"], Output,
         "How long a verifier ran (its span's duration), by verifier";
+    JOINS = "mcp_health.joins", Counter, "{join}", ["kind", "result"], Output,
+        "Halves of calls split over two traces, by kind (server_half, refused_request) and result: joined, late (a client half joined to a server half decided before it came), ambiguous (no join: more than one candidate fits; the client call's verdict is partial, reason ambiguous_server_half)";
 
     // ---- Basic: does the service take in, pass on, keep up ----------------------------------
     BUILD_INFO = "mcp_health.build.info", Gauge, "{build}", ["version", "rustc"], Internal(Basic),

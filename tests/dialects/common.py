@@ -38,8 +38,9 @@ def tool_schema(name):
     return {"type": "object", "properties": {}}
 
 
-def setup_tracing(service_name, provider_hook=None):
-    """A tracer provider exporting to MCP_DIALECT_OTLP; installed globally. Returns it."""
+def setup_tracing(service_name, provider_hook=None, schedule_delay_millis=200):
+    """A tracer provider exporting to MCP_DIALECT_OTLP; installed globally. Returns it.
+    `schedule_delay_millis` is the batch processor's export interval."""
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
@@ -48,7 +49,7 @@ def setup_tracing(service_name, provider_hook=None):
 
     endpoint = os.environ["MCP_DIALECT_OTLP"]
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True), schedule_delay_millis=200))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True), schedule_delay_millis=schedule_delay_millis))
     trace.set_tracer_provider(provider)
     atexit.register(provider.shutdown)
     return provider

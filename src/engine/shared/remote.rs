@@ -915,7 +915,7 @@ impl Shared {
     /// flight (or decided lately) could have been answered, and take them as if they had come
     /// here, so the refused-request join sees the HTTP spans every instance received (at most
     /// every [`REFUSAL_PULL_EVERY`], one pipelined read; `force` at the drain).
-    fn pull_refusals(&mut self, t: &mut Tables, now: Moment, force: bool, decided: &mut Vec<DecidedCalls>) {
+    fn pull_refusals(&mut self, t: &mut Tables, now: Moment, force: bool) {
         if !force && self.last_refusal_pull.is_some_and(|at| now.saturating_duration_since(at) < REFUSAL_PULL_EVERY) {
             return;
         }
@@ -931,7 +931,7 @@ impl Shared {
                 for r in records.into_iter().flatten() {
                     if let Record::Refusals(r) = r {
                         for o in r.orphans {
-                            t.chains.take_remote_orphan(o, now, decided);
+                            t.chains.take_remote_orphan(o, now);
                         }
                     }
                 }
@@ -1117,7 +1117,7 @@ impl Replica for Shared {
 
     fn before_decide(&mut self, t: &mut Tables, now: Moment, all: bool, decided: &mut Vec<DecidedCalls>) -> bool {
         self.now = now;
-        self.pull_refusals(t, now, all, decided);
+        self.pull_refusals(t, now, all);
         self.join_remote_halves(t, now, all);
         if all {
             return false;
