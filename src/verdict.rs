@@ -332,6 +332,10 @@ pub struct Verdict {
     /// explains a verdict. Never in a verdict line (replay output stays as it was).
     #[serde(skip)]
     pub chain: EvidenceChain,
+    /// The server's request span the verdict rests on, when it has one (see
+    /// `CallEvidence::server_span`). Never in a verdict line.
+    #[serde(skip)]
+    pub server_span_id: Option<SpanId>,
 }
 
 impl Verdict {
@@ -500,5 +504,6 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         rounds: None,
         task_status: None,
         chain: EvidenceChain::default(),
+        server_span_id: None,
     }
 }

@@ -137,6 +137,12 @@ pub fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> S
         ToolFailed => "inspect the tool or its input; retry only where the failure is known to be reversible".into(),
         EffectUnknown => "block automatic retry; reconcile by operation key or destination query first".into(),
         FalseSuccess => "open an outcome incident: the tool reported success but the outcome failed; do not declare completion".into(),
+        Unverified if c.method.as_ref().is_some_and(Method::is_setup) && !c.response_seen && !c.interim_seen => format!(
+            "the session could not be shown to start and no span says why: check reachability of {server} and the agent's credential; HTTP server tracing or mcp-health tap tells which"
+        ),
+        Unverified if !c.response_seen && !c.interim_seen && c.request_spans > 0 && c.http_status.is_none() => {
+            "no span shows the call was answered: verify the destination before declaring completion; server spans or mcp-health tap show the answer".into()
+        }
         Unverified => "verify the destination before declaring completion".into(),
         Healthy => "continue".into(),
     }

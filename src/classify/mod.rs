@@ -41,7 +41,13 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
             HealthState::IncompatibleSession => layers::incompatibility(c),
             // A task that ended with no terminal status: why it is lost.
             HealthState::EffectUnknown if c.task_lost() => Some(c.clock_expired.unwrap_or("task_expired").to_string()),
+            // A session setup that failed with an error no layer explains (the `mcp` SDK renders
+            // any refused HTTP request as -32603): the transport or the authorization stopped it.
+            _ if c.unexplained_error && setup_unanswered(c) => Some(TRANSPORT_OR_AUTHORIZATION_UNOBSERVED.into()),
             _ if c.unexplained_error => Some("unclassified_error".into()),
+            // No span shows an answer (the `mcp` SDK's client span ends alike for an answered call
+            // and for one whose connection died; traceloop leaves an unanswered one unset).
+            HealthState::Unverified if unanswered(c) => Some(RESPONSE_UNOBSERVED.into()),
             // A verifier was meant to check the call and could not run: say so, never green.
             HealthState::Unverified if c.verifier_error() => Some("verifier_error".into()),
             // Someone sent a receipt no trusted key signed (it may be the server checking itself).
@@ -92,28 +98,52 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         rounds: (c.rounds() > 1).then(|| c.rounds()),
         task_status: c.task.as_ref().map(|t| t.status),
         chain: c.chain,
+        server_span_id: c.server_span,
     };
     if c.server_half_unjoined {
         // Its server evidence may exist and cannot be told from another call's: judged on what
         // it has, never green.
         partial::mark(&mut v, crate::verdict::Partial::AmbiguousServerHalf);
+        if !v.state.is_failure() {
+            // Why nothing failed is less telling than why its server evidence is missing.
+            v.reason = Some(crate::verdict::Partial::AmbiguousServerHalf.reason().to_string());
+        }
     }
     v
 }
 
 /// Whether a call is an attempt in the success rates (SPEC section 2): one logical `tools/call`
-/// (its rounds are one call), or a session setup that failed (the agent could not start its
-/// work: without it an unreachable or unauthorized server shows no failed attempt at all). A
-/// server half that could not be joined to exactly one client half adds none of its own.
+/// (its rounds are one call), or a session setup that failed or that no span shows answered (the
+/// agent could not start its work, or nothing shows it could: without it an unreachable or
+/// unauthorized server shows no failed attempt at all). A server half that could not be joined
+/// to exactly one client half adds none of its own.
 pub fn is_attempt(c: &CallEvidence, failed: bool) -> bool {
     if c.unjoined_half {
         return false;
     }
     match &c.method {
         Some(Method::ToolsCall) => true,
-        Some(m) if m.is_setup() => failed,
+        Some(m) if m.is_setup() => failed || setup_unanswered(c),
         _ => false,
     }
+}
+
+/// The reason of an unverified call whose answer no span shows.
+pub const RESPONSE_UNOBSERVED: &str = "response_unobserved";
+/// The reason of a session setup that failed with an error no layer explains.
+pub const TRANSPORT_OR_AUTHORIZATION_UNOBSERVED: &str = "transport_or_authorization_unobserved";
+
+/// A request span was seen and nothing shows the request was answered: no response, no interim
+/// round, no error from the other side, no failure of the transport.
+fn unanswered(c: &CallEvidence) -> bool {
+    c.request_spans > 0 && !c.response_seen && !c.interim_seen && c.progress.is_empty() && c.task.is_none() && c.http_status.is_none()
+}
+
+/// A session setup (`initialize`, `server/discover`) no span shows answered, or that failed with
+/// an error no layer explains: a failed attempt whose layer is not observed (transport or
+/// authorization), never a success.
+fn setup_unanswered(c: &CallEvidence) -> bool {
+    c.method.as_ref().is_some_and(Method::is_setup) && !layers::discover_fell_back(c) && unanswered(c) && c.auth_status.is_none() && c.auth_error.is_none()
 }
 
 /// High when both sides of the exchange, or an explicit evidence attribute, back the verdict;

@@ -1292,9 +1292,20 @@ impl Chains {
             let mut late: Vec<TraceId> = Vec::new();
             let mut others = false;
             for (h, joined) in halves {
-                let fits = self.server_fits(&h, id);
+                let mut fits = self.server_fits(&h, id);
+                if joined {
+                    // Its own server half (joined before) is a candidate too: rivals that fit only
+                    // with clock slack leave it the clear fit.
+                    let own = self.view(&id).and_then(|(spans, moved)| {
+                        crossjoin::joined_server_halves(spans, |s| moved.contains(s)).into_iter().find(|sh| sh.method == h.method && sh.request_id == h.request_id)
+                    });
+                    if let (Some(f), Some(own)) = (fits.as_mut(), own) {
+                        f.push((id, crossjoin::misfit(&h, &own)));
+                    }
+                }
                 let pick = fits.as_deref().map_or(crossjoin::HalfMatch::Ambiguous, crossjoin::pick);
                 match pick {
+                    crossjoin::HalfMatch::One(t) if joined && t == id => continue,
                     crossjoin::HalfMatch::None => continue,
                     crossjoin::HalfMatch::One(t) if !joined && self.active.contains_key(&t) => {
                         let sh = self.active.get(&t).and_then(|sc| crossjoin::server_half(&sc.spans));

@@ -605,7 +605,7 @@ pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvi
 /// somewhere. A successful `tools/list` or `initialize` has no outcome to verify; reporting it as
 /// `unverified` would be noise, and it is covered by the catalog verdict.
 pub fn reportable(v: &Verdict) -> bool {
-    v.is_tools_call() || v.first_failed_layer.is_some() || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
+    v.is_tools_call() || v.attempt || v.first_failed_layer.is_some() || !matches!(v.state, HealthState::Unverified | HealthState::Healthy)
 }
 
 /// Classify a decided chain.
@@ -642,8 +642,13 @@ fn verdicts_superseding(
         .map(|(c, mut v)| {
             // A revision names what it replaces: the same call is the one under the same span,
             // or, for a multi-round call, under the span of one of its rounds (a round decided
-            // before the others arrived).
-            let same = |p: &&Verdict| p.span_id == v.span_id || c.round_spans.contains(&p.span_id);
+            // before the others arrived), or the one that rested on the same server span (a call
+            // first decided from its server half alone, which its client half joined late).
+            let same = |p: &&Verdict| {
+                p.span_id == v.span_id
+                    || c.round_spans.contains(&p.span_id)
+                    || (p.server_span_id.is_some() && p.server_span_id == v.server_span_id)
+            };
             v.supersedes = previous.iter().find(same).map(|p| crate::verdict::Superseded {
                 state: p.state,
                 protocol_success: p.protocol_success,

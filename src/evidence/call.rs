@@ -95,6 +95,14 @@ pub struct CallEvidence {
     /// to it (another client half fits it too, or it fits several): its server evidence may
     /// exist and is not in this verdict, which is then partial (`ambiguous_server_half`).
     pub server_half_unjoined: bool,
+    /// The server's request span of the call (the least span id, where several), when one was
+    /// absorbed: which server half the verdict rests on, and the identity of a call first decided
+    /// from its server half alone (a client half joined later revises that verdict).
+    pub server_span: Option<SpanId>,
+    /// A code a client SDK made up for its own side of the wire (see
+    /// [`super::client_local_code`]), as the transport failure it stands for: the call's
+    /// transport failure unless a server span of it reported a code ([`Self::settle`]).
+    pub client_local_error: Option<TransportOutcome>,
     /// The client request spans of every round of a multi-round call (or of a task's call): a
     /// round that arrived before the others was decided under its own span, and the verdict of
     /// the whole call supersedes that one, not a second attempt.
@@ -326,7 +334,10 @@ impl CallEvidence {
         if is_request {
             match s.side {
                 Side::Client => self.client_seen = true,
-                Side::Server => self.server_seen = true,
+                Side::Server => {
+                    self.server_seen = true;
+                    self.server_span = Some(self.server_span.map_or(s.span_id, |x| x.min(s.span_id)));
+                }
                 Side::Internal => {}
             }
         }
@@ -355,6 +366,12 @@ impl CallEvidence {
         }
         fill(&mut self.operation_key, &s.operation_key);
         match s.error {
+            Some(CallError::JsonRpc(c)) if s.side == Side::Client && client_local_code(i64::from(c)).is_some() => {
+                // The client's own report of its side of the wire: no response came.
+                if self.client_local_error.is_none() {
+                    self.client_local_error = client_local_code(i64::from(c));
+                }
+            }
             Some(CallError::JsonRpc(c)) => {
                 if s.error_maybe_client_rendered && s.side == Side::Client {
                     self.rendered_error_only = !self.attributed_error;
@@ -438,6 +455,13 @@ impl CallEvidence {
     /// or a failed negotiation. The cross-trace join (`correlate::crossjoin`) brings in the HTTP
     /// server span where one exists, and with it the real status.
     pub fn settle(&mut self) {
+        if let Some(t) = self.client_local_error {
+            // A code the client made up: its transport failure, unless a server span of the call
+            // answered with a code of its own (then that code is the call's error).
+            if !self.attributed_error && self.connection_error.is_none() {
+                self.connection_error = Some(t);
+            }
+        }
         if self.rendered_error_only
             && !self.server_seen
             && self.http_status.is_none()

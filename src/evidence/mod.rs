@@ -420,6 +420,30 @@ impl CallError {
     }
 }
 
+/// The JSON-RPC codes MCP client SDKs make up themselves for what happened on their side of the
+/// wire, read on a CLIENT span as the client's transport failure (docs/attributes.md has the
+/// table, with the sources): never the server's protocol error. Servers send some of them too
+/// (-32000 for HTTP-level rejections in the TypeScript, C# and Kotlin SDKs, -32001 for "session
+/// not found"): where a server span of the call reports the code, the server's code stands.
+/// Either way the exchange did not complete, so nothing is read greener than it was.
+pub fn client_local_code(code: i64) -> Option<TransportOutcome> {
+    Some(match code {
+        // Python `mcp` CONNECTION_CLOSED (also FastMCP, the TypeScript SDK 1.x, Kotlin): the
+        // connection closed before the response. The request may have been delivered.
+        -32000 => TransportOutcome::ConnectionReset,
+        // Python `mcp` 2.x REQUEST_TIMEOUT (also the TypeScript SDK 1.x, Kotlin); 408: the Python
+        // `mcp` 1.x and FastMCP's connect timeout.
+        -32001 | 408 => TransportOutcome::Timeout,
+        // Go: jsonrpc2 ErrClientClosing and ErrServerClosing (the connection is going away).
+        -32003 | -32004 => TransportOutcome::ConnectionReset,
+        // Go: ErrRejected (HTTP 429, 502, 503, 504: the transport refused this one request).
+        -32005 => TransportOutcome::ConnectionRefused,
+        // Python `mcp` 1.x "Session terminated" (an HTTP 404 on the session, a positive code).
+        32600 => TransportOutcome::ConnectionReset,
+        _ => return None,
+    })
+}
+
 /// See [`CallError::jsonrpc`]: the single mapping of a reported JSON-RPC error code.
 pub fn normalize_jsonrpc_code(code: i64) -> i64 {
     if code == 0 {

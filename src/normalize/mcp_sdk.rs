@@ -35,6 +35,14 @@ pub const DIALECT: Dialect = Dialect { name: "mcp_sdk", scopes: &[SCOPE], sniff:
 fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
     let mut ev = super::semconv::read_span(trace_id, span_id, span, service, type_errors)?;
     correct_sdk_family(&mut ev, span);
+    let is_request = ev.method.as_ref().is_some_and(|m| !m.is_notification());
+    if ev.side == Side::Client && is_request && ev.error.is_none() && !ev.status_error {
+        // The SDK never sets status OK, and a request whose connection died ends this span the
+        // same way an answered one does (the "connection closed" error is raised after the span
+        // ended): no error here is no sign of an answer. The call's answer is evidenced by its
+        // server span, the tap, or another client span that records errors (FastMCP's).
+        ev.response_unobserved = true;
+    }
     Some(ev)
 }
 
