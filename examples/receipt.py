@@ -7,6 +7,12 @@ decides `healthy` (confirmed), `false_success` (missing or failed) or keeps `unv
 
 A receipt that comes after the call was decided revises the verdict (revision 1, `supersedes`).
 
+`healthy` needs the call's answer shown too, not only its outcome. The `mcp` SDK's own client span
+cannot show it (it ends the same way for an answered call and for one whose connection died), so
+where the server's spans do not reach mcp-health, the agent wraps the call in a span of its own
+that says it got the result (`tool_call` below: the OpenTelemetry MCP conventions' client span, no
+error); the SDK's span under it is the same request.
+
 Where the service trusts only signed receipts (`processors.mcp_health.receipts.trusted_keys`),
 sign them: set MCP_HEALTH_SIGNING_KEY_FILE to a key file from `mcp-health keygen` and each receipt
 carries an Ed25519 signature over the call it names and what it found (`sign_receipt` below; the
@@ -28,6 +34,7 @@ import hashlib
 import os
 import sys
 import time
+from contextlib import contextmanager
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -67,6 +74,15 @@ def sign_receipt(trace_id, call_span_id, request_id, tool, verifier, result, met
     return {"mcp_health.outcome.key_id": key_id, "mcp_health.outcome.signature": key.sign(msg.encode()).hex()}
 
 
+@contextmanager
+def tool_call(tool):
+    """A CLIENT span around one `tools/call`, in the OpenTelemetry MCP conventions: it ends without
+    an error once the result is back (an exception marks it failed), so it shows the answer."""
+    attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": tool, "gen_ai.operation.name": "execute_tool"}
+    with tracer.start_as_current_span(f"tools/call {tool}", kind=trace.SpanKind.CLIENT, attributes=attributes) as span:
+        yield span
+
+
 def record_receipt(result, method="receipt", request_id=None, parent=None):
     """One outcome receipt: `confirmed`, `missing` or `failed`, checked now.
 
@@ -98,7 +114,8 @@ async def main(url, token, late_seconds):
         async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
             # 1. Check right after the call, in the same trace.
             with tracer.start_as_current_span("file a ticket"):
-                r = await client.call_tool("create_ticket", {"title": "receipt example"})
+                with tool_call("create_ticket"):
+                    r = await client.call_tool("create_ticket", {"title": "receipt example"})
                 created = (r.structured_content or {}).get("status") == "created"
                 # Here the agent would read the ticket back from its system of record.
                 record_receipt("confirmed" if created else "missing")
@@ -107,7 +124,8 @@ async def main(url, token, late_seconds):
             #    the receipt when the answer is known. The call is decided `unverified` first,
             #    then revised.
             with tracer.start_as_current_span("file another ticket") as outer:
-                await client.call_tool("create_ticket", {"title": "receipt example, checked late"})
+                with tool_call("create_ticket"):
+                    await client.call_tool("create_ticket", {"title": "receipt example, checked late"})
                 saved = outer.get_span_context()
     provider.force_flush()
     await asyncio.sleep(late_seconds)

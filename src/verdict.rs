@@ -344,6 +344,13 @@ impl Verdict {
     pub(crate) fn is_tools_call(&self) -> bool {
         self.method.as_deref() == Some(Method::ToolsCall.as_str())
     }
+
+    /// An attempt no span shows answered, and none shows failed (the `mcp` SDK's client span
+    /// alone, a setup nobody answered): neither a protocol success nor a failure. Counted beside
+    /// the success rates, so a rate over unconfirmed attempts is not read as an outage or a success.
+    pub fn unconfirmed(&self) -> bool {
+        self.attempt && !self.protocol_success && self.first_failed_layer.is_none() && !self.state.is_failure()
+    }
 }
 
 // What kind of evidence a span was and the chain of them are the evidence model's (a call
@@ -356,6 +363,9 @@ pub struct Superseded {
     pub state: HealthState,
     pub protocol_success: bool,
     pub verified_success: bool,
+    /// It was [`Verdict::unconfirmed`]. Not in a verdict line.
+    #[serde(skip)]
+    pub unconfirmed: bool,
 }
 
 fn ser_hex<S: serde::Serializer, const N: usize>(b: &[u8; N], s: S) -> Result<S::Ok, S::Error> {

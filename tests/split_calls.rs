@@ -92,7 +92,15 @@ fn kv_int(k: &str, v: i64) -> KeyValue {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn span(ids: ([u8; 16], [u8; 8]), parent: Option<[u8; 8]>, name: &str, kind: SpanKind, at: (u64, u64), attrs: Vec<KeyValue>, error: bool) -> Span {
+fn span(
+    ids: ([u8; 16], [u8; 8]),
+    parent: Option<[u8; 8]>,
+    name: &str,
+    kind: SpanKind,
+    at: (u64, u64),
+    attrs: Vec<KeyValue>,
+    error: bool,
+) -> Span {
     Span {
         trace_id: ids.0.to_vec(),
         span_id: ids.1.to_vec(),
@@ -166,7 +174,10 @@ impl Recording {
             }
             let scope = if self.style == Style::Sdk { "mcp-python-sdk" } else { "mcp-conventions" };
             let parent = c.http_root.then(|| {
-                let http = (c.server.0, [0xee, c.server.1[1], c.server.1[2], c.server.1[3], c.server.1[4], c.server.1[5], c.server.1[6], c.server.1[7]]);
+                let http = (
+                    c.server.0,
+                    [0xee, c.server.1[1], c.server.1[2], c.server.1[3], c.server.1[4], c.server.1[5], c.server.1[6], c.server.1[7]],
+                );
                 out.push(Sent {
                     exporter: server_exporter,
                     service: SERVER.into(),
@@ -272,7 +283,8 @@ impl Run {
         }
         // A server half first decided alone and later joined by its client half: the joined
         // verdict supersedes it (it rests on the same server span).
-        let joined: Vec<[u8; 8]> = self.verdicts.iter().filter(|v| v.chain.has(EvidenceKind::Client)).filter_map(|v| v.server_span_id).collect();
+        let joined: Vec<[u8; 8]> =
+            self.verdicts.iter().filter(|v| v.chain.has(EvidenceKind::Client)).filter_map(|v| v.server_span_id).collect();
         out.retain(|_, v| v.chain.has(EvidenceKind::Client) || !v.server_span_id.is_some_and(|s| joined.contains(&s)));
         out
     }
@@ -440,8 +452,28 @@ proptest! {
 /// only), the server starting traces of its own, A's exporter a second ahead of B's.
 fn two_overlapping(style: Style, sessions: bool, a_first: bool) -> Recording {
     let calls = vec![
-        Call { agent: 0, conn: 0, rid: 1, start_ms: 100, dur_ms: 320, fails: true, http_root: true, client: ids(0xc0, 0), server: ids(0x5e, 0) },
-        Call { agent: 1, conn: 0, rid: 1, start_ms: 110, dur_ms: 320, fails: false, http_root: true, client: ids(0xc0, 1), server: ids(0x5e, 1) },
+        Call {
+            agent: 0,
+            conn: 0,
+            rid: 1,
+            start_ms: 100,
+            dur_ms: 320,
+            fails: true,
+            http_root: true,
+            client: ids(0xc0, 0),
+            server: ids(0x5e, 0),
+        },
+        Call {
+            agent: 1,
+            conn: 0,
+            rid: 1,
+            start_ms: 110,
+            dur_ms: 320,
+            fails: false,
+            http_root: true,
+            client: ids(0xc0, 1),
+            server: ids(0x5e, 1),
+        },
     ];
     let delays = if a_first { vec![200, 1_200, 300] } else { vec![1_200, 200, 300] };
     Recording { calls, style, sessions, delays }
@@ -513,8 +545,28 @@ fn sequential_reuse_of_a_request_id_is_joined_right() {
     for style in [Style::Sdk, Style::Semconv] {
         for delays in [vec![200, 1_200, 300], vec![1_200, 200, 300], vec![0, 0, 6_000]] {
             let calls = vec![
-                Call { agent: 0, conn: 0, rid: 1, start_ms: 100, dur_ms: 100, fails: true, http_root: true, client: ids(0xc0, 0), server: ids(0x5e, 0) },
-                Call { agent: 1, conn: 0, rid: 1, start_ms: 250, dur_ms: 100, fails: false, http_root: true, client: ids(0xc0, 1), server: ids(0x5e, 1) },
+                Call {
+                    agent: 0,
+                    conn: 0,
+                    rid: 1,
+                    start_ms: 100,
+                    dur_ms: 100,
+                    fails: true,
+                    http_root: true,
+                    client: ids(0xc0, 0),
+                    server: ids(0x5e, 0),
+                },
+                Call {
+                    agent: 1,
+                    conn: 0,
+                    rid: 1,
+                    start_ms: 250,
+                    dur_ms: 100,
+                    fails: false,
+                    http_root: true,
+                    client: ids(0xc0, 1),
+                    server: ids(0x5e, 1),
+                },
             ];
             let rec = Recording { calls, style, sessions: false, delays: delays.clone() };
             let run = serve(&rec);

@@ -143,7 +143,11 @@ fn unanswered(c: &CallEvidence) -> bool {
 /// an error no layer explains: a failed attempt whose layer is not observed (transport or
 /// authorization), never a success.
 fn setup_unanswered(c: &CallEvidence) -> bool {
-    c.method.as_ref().is_some_and(Method::is_setup) && !layers::discover_fell_back(c) && unanswered(c) && c.auth_status.is_none() && c.auth_error.is_none()
+    c.method.as_ref().is_some_and(Method::is_setup)
+        && !layers::discover_fell_back(c)
+        && unanswered(c)
+        && c.auth_status.is_none()
+        && c.auth_error.is_none()
 }
 
 /// High when both sides of the exchange, or an explicit evidence attribute, back the verdict;

@@ -1836,3 +1836,141 @@ fn reconciliation_of_a_lost_response_by_finding() {
         );
     }
 }
+
+/// Issue 34: what the SDKs' own client spans can and cannot claim, folded as the correlator
+/// folds them. A table: the spans of a call, then the state, first failed layer, reason, protocol
+/// success and attempt of its verdict.
+#[test]
+fn sdk_client_spans_claim_only_what_they_show() {
+    // The `mcp` SDK's client span: no error, and no sign of an answer either.
+    let sdk = |n: u8, m: Method| {
+        let mut s = span(n, Side::Client, Some(m));
+        s.response_unobserved = true;
+        s
+    };
+    let coded = |n: u8, m: Method, code: i32| {
+        let mut s = span(n, Side::Client, Some(m));
+        s.error = Some(CallError::JsonRpc(code));
+        s.status_error = true;
+        s
+    };
+    let server = |n: u8, m: Method, code: Option<i32>| {
+        let mut s = span(n, Side::Server, Some(m));
+        s.error = code.map(CallError::JsonRpc);
+        s
+    };
+    let rendered = |n: u8, m: Method| {
+        let mut s = coded(n, m, -32603);
+        s.error_maybe_client_rendered = true;
+        s
+    };
+    let discover = || Method::parse("server/discover");
+    type Row = (&'static str, Vec<SpanEvidence>, HealthState, Option<Layer>, Option<&'static str>, bool, bool);
+    let rows: Vec<Row> = vec![
+        // A dead server, seen by the SDK's span alone: not a protocol success.
+        ("sdk call alone", vec![sdk(1, Method::ToolsCall)], HealthState::Unverified, None, Some("response_unobserved"), false, true),
+        // With its server span, the same call was answered.
+        (
+            "sdk call + server span",
+            vec![sdk(1, Method::ToolsCall), server(2, Method::ToolsCall, None)],
+            HealthState::Unverified,
+            None,
+            None,
+            true,
+            true,
+        ),
+        // The Python SDK's CONNECTION_CLOSED and REQUEST_TIMEOUT (FastMCP's span carries them):
+        // the request may have been delivered, the response was lost.
+        (
+            "-32000 on the client",
+            vec![coded(1, Method::ToolsCall, -32000), sdk(2, Method::ToolsCall)],
+            HealthState::EffectUnknown,
+            Some(Layer::Transport),
+            Some("connection_reset"),
+            false,
+            true,
+        ),
+        (
+            "-32001 on the client",
+            vec![coded(1, Method::ToolsCall, -32001)],
+            HealthState::EffectUnknown,
+            Some(Layer::Transport),
+            Some("timeout"),
+            false,
+            true,
+        ),
+        (
+            "408 (mcp 1.x timeout)",
+            vec![coded(1, Method::ToolsCall, 408)],
+            HealthState::EffectUnknown,
+            Some(Layer::Transport),
+            Some("timeout"),
+            false,
+            true,
+        ),
+        (
+            "Go ErrRejected",
+            vec![coded(1, Method::ToolsCall, -32005)],
+            HealthState::TransportFailed,
+            Some(Layer::Transport),
+            Some("connection_refused"),
+            false,
+            true,
+        ),
+        // A server that itself answered -32000 (TypeScript and C# servers do, for HTTP-level
+        // rejections): the server's code stands.
+        (
+            "-32000 from the server",
+            vec![coded(1, Method::ToolsCall, -32000), server(2, Method::ToolsCall, Some(-32000))],
+            HealthState::ProtocolError,
+            Some(Layer::Protocol),
+            Some("jsonrpc_-32000"),
+            false,
+            true,
+        ),
+        // A setup lost to a dead connection, a setup refused 401 (rendered -32603), a setup
+        // nobody shows answered: failed attempts whose layer is not observed.
+        (
+            "setup, -32000",
+            vec![coded(1, Method::Initialize, -32000)],
+            HealthState::TransportFailed,
+            Some(Layer::Transport),
+            Some("connection_reset"),
+            false,
+            true,
+        ),
+        (
+            "setup, rendered -32603",
+            vec![rendered(1, Method::Initialize)],
+            HealthState::Unverified,
+            None,
+            Some("transport_or_authorization_unobserved"),
+            false,
+            true,
+        ),
+        ("discover alone", vec![sdk(1, discover())], HealthState::Unverified, None, Some("response_unobserved"), false, true),
+        // A setup the server answered is no attempt; a discover answered "method not found" is
+        // the negotiation falling back, not a failure.
+        (
+            "setup answered",
+            vec![sdk(1, Method::Initialize), server(2, Method::Initialize, None)],
+            HealthState::Unverified,
+            None,
+            None,
+            true,
+            false,
+        ),
+        ("discover fell back", vec![coded(1, discover(), -32601)], HealthState::Unverified, None, None, true, false),
+    ];
+    for (name, spans, state, layer, reason, protocol_success, attempt) in rows {
+        let mut c = fold(&spans);
+        c.settle();
+        let v = classify(&c);
+        assert_eq!(
+            (v.state, v.first_failed_layer, v.reason.as_deref(), v.protocol_success, v.attempt),
+            (state, layer, reason, protocol_success, attempt),
+            "{name}: {v:?}"
+        );
+        assert!(crate::engine::reportable(&v) || !attempt, "{name}: an attempt is always reported");
+    }
+}

@@ -1235,8 +1235,9 @@ impl Chains {
             until = Some(until.map_or(at, |u| u.max(at)));
         }
         // Past its estimate, a half still in flight (settling a split mark) is asked after again
-        // a little later.
-        until.map(|u| u.max(now + (self.limits.decision_wait / 4).max(Duration::from_millis(1))))
+        // a little later; never past the chain's own `max_wait`.
+        let latest = self.active.get(&id).map(|c| c.first_seen + self.limits.max_wait)?;
+        until.map(|u| u.max(now + (self.limits.decision_wait / 4).max(Duration::from_millis(1))).min(latest))
     }
 
     /// The cross-trace joins of a chain about to be decided (see `crossjoin`).
@@ -1297,7 +1298,9 @@ impl Chains {
                     // Its own server half (joined before) is a candidate too: rivals that fit only
                     // with clock slack leave it the clear fit.
                     let own = self.view(&id).and_then(|(spans, moved)| {
-                        crossjoin::joined_server_halves(spans, |s| moved.contains(s)).into_iter().find(|sh| sh.method == h.method && sh.request_id == h.request_id)
+                        crossjoin::joined_server_halves(spans, |s| moved.contains(s))
+                            .into_iter()
+                            .find(|sh| sh.method == h.method && sh.request_id == h.request_id)
                     });
                     if let (Some(f), Some(own)) = (fits.as_mut(), own) {
                         f.push((id, crossjoin::misfit(&h, &own)));

@@ -213,7 +213,7 @@ impl Half {
             server: s.server.clone(),
             session: s.session_id.clone(),
             tool: s.tool.clone(),
-            keys: s.join_keys,
+            keys: s.keys(),
         }
     }
 }
@@ -346,7 +346,7 @@ pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
         return None;
     }
     for s in spans.iter().filter(|s| s.side == Side::Server && s.has_rare()) {
-        h.keys.fill_from(&s.join_keys);
+        h.keys.fill_from(&s.keys());
     }
     Some(h)
 }
@@ -381,7 +381,7 @@ pub fn client_halves_with(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> boo
             let joined = served(&m, rid, None);
             let mut h = Half::of(s, m, rid);
             for child in spans.iter().filter(|c| c.parent_span_id == Some(s.span_id) && c.side == Side::Client && c.has_rare()) {
-                h.keys.fill_from(&child.join_keys);
+                h.keys.fill_from(&child.keys());
             }
             Some((h, joined))
         })
@@ -409,7 +409,7 @@ pub fn joined_server_halves(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> b
             None => {
                 let mut h = Half::of(s, m, rid);
                 for k in spans.iter().filter(|k| k.side == Side::Server && moved(&k.span_id) == origin && k.has_rare()) {
-                    h.keys.fill_from(&k.join_keys);
+                    h.keys.fill_from(&k.keys());
                 }
                 out.push(h);
             }

@@ -326,6 +326,7 @@ pub struct HealthMeters {
     calls: Counter<u64>,
     protocol_success: Counter<u64>,
     verified_success: Counter<u64>,
+    unconfirmed: Counter<u64>,
     /// What the receivers and the queues count (received, refused, dropped, enqueue failed).
     pub flow: FlowMeters,
     pub spans_late: Counter<u64>,
@@ -394,6 +395,7 @@ impl HealthMeters {
         let calls = counter(meter, &ins::CALLS);
         let protocol_success = counter(meter, &ins::CALLS_PROTOCOL_SUCCESS);
         let verified_success = counter(meter, &ins::CALLS_VERIFIED_SUCCESS);
+        let unconfirmed = counter(meter, &ins::CALLS_UNCONFIRMED);
         let spans_received = counter(meter, &ins::SPANS_RECEIVED);
         let spans_refused = counter(meter, &ins::SPANS_REFUSED);
         let spans_rejected = counter(meter, &ins::SPANS_REJECTED);
@@ -435,6 +437,7 @@ impl HealthMeters {
             calls,
             protocol_success,
             verified_success,
+            unconfirmed,
             spans_late,
             spans_truncated,
             chains_evicted,
@@ -642,7 +645,7 @@ impl HealthMeters {
         self.verdicts.add(n, &va);
     }
 
-    fn add_calls(&self, key: &CallKey, counts: [u64; 5]) {
+    fn add_calls(&self, key: &CallKey, counts: [u64; 6]) {
         let ca = key.attributes();
         if counts[3] + counts[4] > 0 {
             let mut ra = ca.clone();
@@ -657,6 +660,9 @@ impl HealthMeters {
         // success and `rate(success) / rate(calls)` is 0 rather than absent.
         self.protocol_success.add(counts[1], &ca);
         self.verified_success.add(counts[2], &ca);
+        if counts[5] > 0 {
+            self.unconfirmed.add(counts[5], &ca);
+        }
     }
 }
 
@@ -694,8 +700,8 @@ struct Series {
     /// `mcp_health.verdicts` by state and first failed layer.
     verdicts: Vec<(HealthState, Option<Layer>, u64)>,
     /// calls, protocol successes, verified successes, protocol and verified retractions
-    /// (`tools/call` only).
-    calls: Option<[u64; 5]>,
+    /// (`tools/call` only), unconfirmed attempts.
+    calls: Option<[u64; 6]>,
 }
 
 fn labels_hash(method: Option<&str>, tool: Option<&str>, server: Option<&str>) -> u64 {
@@ -734,14 +740,16 @@ impl VerdictTally {
         if !v.attempt {
             return;
         }
-        let c = series.calls.get_or_insert([0; 5]);
+        let c = series.calls.get_or_insert([0; 6]);
         match v.supersedes {
             None => {
                 c[0] += 1;
                 c[1] += u64::from(v.protocol_success);
                 c[2] += u64::from(v.verified_success);
+                c[5] += u64::from(v.unconfirmed());
             }
             Some(p) => {
+                c[5] += u64::from(v.unconfirmed() && !p.unconfirmed);
                 c[1] += u64::from(v.protocol_success && !p.protocol_success);
                 c[2] += u64::from(v.verified_success && !p.verified_success);
                 c[3] += u64::from(p.protocol_success && !v.protocol_success);
@@ -755,7 +763,7 @@ impl VerdictTally {
     }
 
     #[cfg(test)]
-    fn calls(&self) -> Vec<[u64; 5]> {
+    fn calls(&self) -> Vec<[u64; 6]> {
         self.series.values().flatten().filter_map(|s| s.calls).collect()
     }
 
@@ -906,15 +914,21 @@ mod tests {
     fn a_revision_counts_the_change_not_the_call_again() {
         let mut t = VerdictTally::default();
         t.add(&verdict(true, false, None));
-        let was = crate::verdict::Superseded { state: HealthState::Unverified, protocol_success: true, verified_success: false };
+        let was = crate::verdict::Superseded {
+            state: HealthState::Unverified,
+            protocol_success: true,
+            verified_success: false,
+            unconfirmed: false,
+        };
         t.add(&verdict(true, true, Some(was)));
-        assert_eq!(t.calls(), vec![[1, 1, 1, 0, 0]], "one call, one protocol success, one verified success");
+        assert_eq!(t.calls(), vec![[1, 1, 1, 0, 0, 0]], "one call, one protocol success, one verified success");
         // A revision that withdraws a success is counted as a retraction.
         let mut t = VerdictTally::default();
         t.add(&verdict(true, true, None));
-        let was = crate::verdict::Superseded { state: HealthState::Healthy, protocol_success: true, verified_success: true };
+        let was =
+            crate::verdict::Superseded { state: HealthState::Healthy, protocol_success: true, verified_success: true, unconfirmed: false };
         t.add(&verdict(true, false, Some(was)));
-        assert_eq!(t.calls(), vec![[1, 1, 1, 0, 1]]);
+        assert_eq!(t.calls(), vec![[1, 1, 1, 0, 1, 0]]);
         assert_eq!(t.verdicts(), 2, "both verdicts are counted as verdicts");
         // Series apart by their labels; states apart within a series.
         let mut t = VerdictTally::default();
@@ -979,7 +993,12 @@ mod tests {
         p.meters.record_latency(&timed(0xa2, t0, t0 + 3 * s / 10, true), Moment::from_nanos(t0 + 9 * s / 10));
         p.meters.record_latency(&timed(0xb3, t0, t0 + 2 * s, false), Moment::from_nanos(t0 + 6 * s));
         // A revision and a call without a known end are not observed.
-        let was = crate::verdict::Superseded { state: HealthState::Unverified, protocol_success: true, verified_success: false };
+        let was = crate::verdict::Superseded {
+            state: HealthState::Unverified,
+            protocol_success: true,
+            verified_success: false,
+            unconfirmed: false,
+        };
         p.meters.record_latency(&Verdict { supersedes: Some(was), ..timed(0xc4, t0, t0 + s, true) }, Moment::from_nanos(t0 + 2 * s));
         p.meters.record_latency(&timed(0xd5, t0, 0, true), Moment::from_nanos(t0 + 2 * s));
 

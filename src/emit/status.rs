@@ -202,6 +202,9 @@ pub struct Rates {
     pub attempts: u64,
     pub protocol_successes: u64,
     pub verified_successes: u64,
+    /// Attempts no span shows answered or failed ([`Verdict::unconfirmed`]): shown beside the
+    /// rates, which do not count them as successes.
+    pub unconfirmed: u64,
 }
 
 impl Rates {
@@ -215,11 +218,13 @@ impl Rates {
             Some(was) => {
                 self.protocol_successes = (self.protocol_successes + p).saturating_sub(u64::from(was.protocol_success));
                 self.verified_successes = (self.verified_successes + ver).saturating_sub(u64::from(was.verified_success));
+                self.unconfirmed = (self.unconfirmed + u64::from(v.unconfirmed())).saturating_sub(u64::from(was.unconfirmed));
             }
             None => {
                 self.attempts += 1;
                 self.protocol_successes += p;
                 self.verified_successes += ver;
+                self.unconfirmed += u64::from(v.unconfirmed());
             }
         }
     }
@@ -493,13 +498,18 @@ mod tests {
         let mut s = StatusSnapshot::default();
         let ok = Verdict { server: Some(Arc::from("a")), ..sample("tools/call", true, false) };
         s.accept(&[Decided::Call(ok.clone()), Decided::Call(failing("a"))]);
-        let was = crate::verdict::Superseded { state: HealthState::Unverified, protocol_success: true, verified_success: false };
+        let was = crate::verdict::Superseded {
+            state: HealthState::Unverified,
+            protocol_success: true,
+            verified_success: false,
+            unconfirmed: false,
+        };
         let revised =
             Verdict { revision: 1, supersedes: Some(was), ..Verdict { server: Some(Arc::from("a")), ..sample("tools/call", true, true) } };
         s.accept(&[Decided::Call(revised), Decided::Call(Verdict { server: Some(Arc::from("a")), ..sample("ping", true, false) })]);
         let v = s.view(Moment::from_nanos(1), vec![]);
         let a = &v.servers[0];
-        assert_eq!(a.rates, Rates { attempts: 2, protocol_successes: 1, verified_successes: 1 });
+        assert_eq!(a.rates, Rates { attempts: 2, protocol_successes: 1, verified_successes: 1, unconfirmed: 0 });
         assert_eq!((a.protocol_success_rate, a.verified_success_rate), (Some(0.5), Some(0.5)));
         assert_eq!(v.recent_calls.len(), 4);
     }

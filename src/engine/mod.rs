@@ -653,6 +653,7 @@ fn verdicts_superseding(
                 state: p.state,
                 protocol_success: p.protocol_success,
                 verified_success: p.verified_success,
+                unconfirmed: p.unconfirmed(),
             });
             v
         })

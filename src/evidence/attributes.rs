@@ -24,6 +24,23 @@ pub const HTTP_STATUS_CODE_OLD: &str = "http.status_code";
 pub const URL_PATH: &str = "url.path";
 pub const HTTP_TARGET_OLD: &str = "http.target";
 pub const HTTP_ROUTE: &str = "http.route";
+/// The client's end of the connection, as an HTTP server span records it (stable conventions).
+pub const CLIENT_ADDRESS: &str = "client.address";
+pub const CLIENT_PORT: &str = "client.port";
+/// The same, as the OpenTelemetry Python ASGI instrumentation records it by default (the older
+/// conventions).
+pub const NET_PEER_IP_OLD: &str = "net.peer.ip";
+pub const NET_PEER_PORT_OLD: &str = "net.peer.port";
+/// The other end of the connection: on a SERVER span the client.
+pub const NETWORK_PEER_ADDRESS: &str = "network.peer.address";
+pub const NETWORK_PEER_PORT: &str = "network.peer.port";
+/// This end of the connection: on a CLIENT span (the tap's upstream connection) the client.
+pub const NETWORK_LOCAL_ADDRESS: &str = "network.local.address";
+pub const NETWORK_LOCAL_PORT: &str = "network.local.port";
+pub const USER_AGENT: &str = "user_agent.original";
+pub const USER_AGENT_OLD: &str = "http.user_agent";
+/// The client's name as it told the server (`clientInfo.name`; the tap records it).
+pub const MCP_CLIENT_NAME: &str = "mcp.client.name";
 
 // --- mcp-health evidence attributes (read) ---
 /// Connection result of the attempt: `ok`, `dns_failure`, `connection_refused`,

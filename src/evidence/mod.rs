@@ -736,7 +736,7 @@ pub struct RareEvidence {
     /// a chain restored from the store joins on method, request id and time alone, which can
     /// only make a join rarer, never a wrong one likelier.
     #[serde(skip)]
-    pub join_keys: JoinKeys,
+    pub join_keys: Option<Box<JoinKeys>>,
 }
 
 impl RareEvidence {
@@ -757,7 +757,7 @@ impl RareEvidence {
         catalog: None,
         finding: None,
         round: None,
-        join_keys: JoinKeys::NONE,
+        join_keys: None,
     };
 }
 
@@ -907,6 +907,11 @@ impl SpanEvidence {
             instrumentation: Instrumentation::Unknown,
             rare: Rare(None),
         }
+    }
+
+    /// What tells this span's client apart (see [`JoinKeys`]); none named: every key unset.
+    pub fn keys(&self) -> JoinKeys {
+        self.join_keys.as_deref().copied().unwrap_or_default()
     }
 
     /// Whether this span holds a [`RareEvidence`] box (a rare field was written).

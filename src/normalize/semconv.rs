@@ -47,6 +47,7 @@ pub fn read_span(
     let mut has_negotiation = false;
     let mut cat = CatalogAcc::default();
     let (mut progress_token, mut progress_value, mut progress_total) = (None, None, None);
+    let mut peer = Endpoints::default();
 
     for kv in &span.attributes {
         if kv.key.starts_with("mcp_health.catalog.")
@@ -70,6 +71,7 @@ pub fn read_span(
                 progress_token: &mut progress_token,
                 progress_value: &mut progress_value,
                 progress_total: &mut progress_total,
+                peer: &mut peer,
                 type_errors,
             },
         );
@@ -82,6 +84,19 @@ pub fn read_span(
         }));
     }
     ev.error = classify_error(rpc_code, error_type);
+    // Only where a half of a call split over two traces can use them: the client span (whose
+    // own connection only the tap records), and on the server side an HTTP span or a request
+    // span that starts its trace. A server span under its client's span (the common case, whose
+    // trace holds both halves) keeps none, so it allocates nothing for them.
+    let split_side = match ev.side {
+        Side::Client => true,
+        Side::Server => ev.method.is_none() || ev.parent_span_id.is_none(),
+        Side::Internal => false,
+    };
+    let keys = if split_side { peer.keys(ev.side) } else { JoinKeys::NONE };
+    if !keys.is_empty() {
+        ev.join_keys = Some(Box::new(keys));
+    }
     if has_negotiation {
         ev.negotiation = Some(negotiation);
     }
@@ -334,7 +349,46 @@ struct Fields<'s, 'e> {
     progress_token: &'s mut Option<Box<str>>,
     progress_value: &'s mut Option<f64>,
     progress_total: &'s mut Option<f64>,
+    /// The connection's ends, as the span records them (see [`JoinKeys`]).
+    peer: &'s mut Endpoints<'e>,
     type_errors: &'s mut u64,
+}
+
+/// What a span says of its connection and its client: the join keys of a call split over two
+/// traces (`correlate::crossjoin`). Kept as hashes, only when the span names a whole endpoint.
+#[derive(Default)]
+struct Endpoints<'e> {
+    peer_address: Option<&'e str>,
+    peer_port: Option<i64>,
+    local_address: Option<&'e str>,
+    local_port: Option<i64>,
+    user_agent: Option<&'e str>,
+    client_name: Option<&'e str>,
+}
+
+impl Endpoints<'_> {
+    /// The join keys of a span of this side: a server span's client is its peer, a client span's
+    /// is its own local end.
+    fn keys(&self, side: Side) -> JoinKeys {
+        let endpoint = |a: Option<&str>, p: Option<i64>| {
+            a.zip(p).map(|(a, p)| {
+                use std::hash::{Hash, Hasher};
+                let mut h = rustc_hash::FxHasher::default();
+                (a, p).hash(&mut h);
+                h.finish()
+            })
+        };
+        JoinKeys {
+            peer: match side {
+                Side::Server => endpoint(self.peer_address, self.peer_port),
+                Side::Client => endpoint(self.local_address, self.local_port),
+                Side::Internal => None,
+            },
+            user_agent: self.user_agent.map(JoinKeys::hash),
+            client_name: self.client_name.map(JoinKeys::hash),
+            arguments: None,
+        }
+    }
 }
 
 fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) {
@@ -382,6 +436,12 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             Some(p) => *f.server_port = Some(p),
             None => bad = true,
         },
+        a::CLIENT_ADDRESS | a::NET_PEER_IP_OLD | a::NETWORK_PEER_ADDRESS => f.peer.peer_address = value::as_str(v),
+        a::CLIENT_PORT | a::NET_PEER_PORT_OLD | a::NETWORK_PEER_PORT => f.peer.peer_port = value::as_i64(v),
+        a::NETWORK_LOCAL_ADDRESS => f.peer.local_address = value::as_str(v),
+        a::NETWORK_LOCAL_PORT => f.peer.local_port = value::as_i64(v),
+        a::USER_AGENT | a::USER_AGENT_OLD => f.peer.user_agent = value::as_str(v),
+        a::MCP_CLIENT_NAME => f.peer.client_name = value::as_str(v),
         a::HTTP_RESPONSE_STATUS_CODE | a::HTTP_STATUS_CODE_OLD => match value::as_i64(v) {
             Some(c) if (100..=599).contains(&c) => ev.http_status = Some(c as u16),
             _ => bad = true,

@@ -297,20 +297,23 @@ fn rates(h: &mut String, v: &StatusView) {
     }
     h.push_str(
         "<p class=\"muted\">Over attempts since this instance started. Protocol success: the server answered without a \
-transport, protocol or authorization failure. Verified success: the intended outcome was observed (healthy).</p>\
-<table class=\"rates\"><tr><th>Server</th><th>Attempts</th><th>Protocol success</th><th>Verified success</th></tr>",
+transport, protocol or authorization failure. Verified success: the intended outcome was observed (healthy). \
+Unconfirmed: attempts no span shows answered or failed (the <code>mcp</code> SDK's client span alone): not counted as \
+successes; server spans or the tap show their answers.</p>\
+<table class=\"rates\"><tr><th>Server</th><th>Attempts</th><th>Protocol success</th><th>Verified success</th><th>Unconfirmed</th></tr>",
     );
     for s in &v.servers {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td class=\"protocol-rate\">{} <span class=\"muted\">({})</span></td>\
-<td class=\"verified-rate\">{} <span class=\"muted\">({})</span></td></tr>",
+<td class=\"verified-rate\">{} <span class=\"muted\">({})</span></td><td class=\"unconfirmed\">{}</td></tr>",
             esc(&s.server),
             s.rates.attempts,
             pct(s.protocol_success_rate),
             s.rates.protocol_successes,
             pct(s.verified_success_rate),
             s.rates.verified_successes,
+            s.rates.unconfirmed,
         );
     }
     h.push_str("</table>");

@@ -130,6 +130,8 @@ instruments! {
         "Calls whose JSON-RPC exchange completed (transport, protocol and authorization passed)";
     CALLS_VERIFIED_SUCCESS = "mcp_health.calls.verified_success", Counter, "{call}", [CALL[0], CALL[1], CALL[2]], Output,
         "Calls whose outcome a verifier confirmed";
+    CALLS_UNCONFIRMED = "mcp_health.calls.unconfirmed", Counter, "{call}", [CALL[0], CALL[1], CALL[2]], Output,
+        "Attempts decided with no span showing them answered or failed (the mcp SDK's client span alone, a setup nobody answered): neither a protocol success nor a failure, shown beside the rates (a revision that later shows the answer counts in protocol_success, not here)";
     CALLS_SUCCESS_RETRACTED = "mcp_health.calls.success_retracted", Counter, "{call}", [CALL[0], CALL[1], CALL[2], "kind"], Output,
         "Successes counted earlier that a revised verdict withdrew, by kind (protocol, verified)";
     CALLS_WORKING = "mcp_health.calls.working", Gauge, "{call}", ["gen_ai.tool.name", "server.address"], Output,

@@ -5,14 +5,15 @@ own spans to the same endpoint). The server has no propagator (OTEL_PROPAGATORS=
 global text map set to an empty composite), so its SERVER spans start traces of their own: nothing
 but timing, method, tool and request id links a server span to a client span.
 
-  two_agents.py OTLP_ENDPOINT
+  two_agents.py OTLP_ENDPOINT [overlapping|sequential]
 
   - both agents are separate sessions, so both number their request ids from 1 (`server/discover`
     is 1, the call is 2 in each; agent B then lists tools, 3, to validate its successful result);
   - agent A calls `create` with an empty title: the server answers a result with isError (a tool
     error that only the server span records); agent B calls `create` with a title: success;
   - the tool sleeps 300 ms and both calls start within a few ms of each other (each agent connects,
-    says it is ready, and waits for a go file), so they overlap;
+    says it is ready, and waits for a go file), so they overlap; with `sequential`, agent B's call
+    starts 50 ms after agent A's returned (A writes a second go file then);
   - agent A exports promptly (batch schedule delay 200 ms, exits at once); agent B holds its spans
     (schedule delay 30 s) and shuts its provider down 1.2 s after its call, so its spans arrive
     about 1.2 s after A's and the server's.
@@ -22,7 +23,7 @@ Prints one JSON line: {"agent-a": [steps], "agent-b": [steps], "server_port": PO
 The internal roles:
 
   two_agents.py server http PORT
-  two_agents.py agent NAME URL BARRIER_DIR
+  two_agents.py agent NAME URL BARRIER_DIR MODE
 """
 
 import asyncio
@@ -44,6 +45,8 @@ AGENTS = {
 }
 TOOL_SLEEP = 0.3
 CALL_TIMEOUT = 10.0
+# In `sequential` mode: how long after agent A's call returned agent B's starts.
+SEQUENTIAL_GAP = 0.05
 
 
 def serve(port):
@@ -73,7 +76,7 @@ def serve(port):
     uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(port), log_level="warning")
 
 
-async def agent_session(name, url, barrier, log):
+async def agent_session(name, url, barrier, mode, log):
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -83,8 +86,9 @@ async def agent_session(name, url, barrier, log):
         async with Client(streamable_http_client(url, http_client=http), read_timeout_seconds=CALL_TIMEOUT) as client:
             log.append({"step": "connect", "protocol_version": client.protocol_version})
             open(os.path.join(barrier, f"{name}.ready"), "w").close()
+            go = "go-b" if mode == "sequential" and name == "agent-b" else "go"
             deadline = time.time() + 20
-            while not os.path.exists(os.path.join(barrier, "go")):
+            while not os.path.exists(os.path.join(barrier, go)):
                 if time.time() > deadline:
                     raise TimeoutError("no go signal")
                 await asyncio.sleep(0.002)
@@ -93,14 +97,18 @@ async def agent_session(name, url, barrier, log):
                 log.append({"step": "tools/call create", "is_error": bool(r.is_error)})
             except Exception as e:  # the class only, never the message
                 log.append({"step": "tools/call create", "exception": type(e).__name__, "code": getattr(e, "code", None)})
+            finally:
+                if mode == "sequential" and name == "agent-a":
+                    await asyncio.sleep(SEQUENTIAL_GAP)
+                    open(os.path.join(barrier, "go-b"), "w").close()
 
 
-def agent_main(name, url, barrier):
+def agent_main(name, url, barrier, mode):
     _, delay_ms, hold = AGENTS[name]
     common.setup_tracing(name, schedule_delay_millis=delay_ms)
     log = []
     try:
-        asyncio.run(asyncio.wait_for(agent_session(name, url, barrier, log), 30))
+        asyncio.run(asyncio.wait_for(agent_session(name, url, barrier, mode, log), 30))
     except BaseException as e:  # noqa: BLE001 - recorded, the manifest says what happened
         log.append({"step": "session", "exception": type(e).__name__, "code": getattr(e, "code", None)})
     print(json.dumps(log), flush=True)
@@ -110,6 +118,7 @@ def agent_main(name, url, barrier):
 
 def main():
     endpoint = sys.argv[1]
+    mode = sys.argv[2] if len(sys.argv) > 2 else "overlapping"
     base = dict(os.environ, MCP_DIALECT_OTLP=endpoint, PYTHONUNBUFFERED="1")
     port = common.free_port()
     url = f"http://127.0.0.1:{port}/mcp"
@@ -118,7 +127,7 @@ def main():
     try:
         with tempfile.TemporaryDirectory() as barrier:
             procs = {
-                name: subprocess.Popen([sys.executable, SCRIPT, "agent", name, url, barrier], env=base, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+                name: subprocess.Popen([sys.executable, SCRIPT, "agent", name, url, barrier, mode], env=base, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
                 for name in AGENTS
             }
             deadline = time.time() + 30
@@ -145,6 +154,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "server":
         serve(sys.argv[3])
     elif sys.argv[1] == "agent":
-        agent_main(sys.argv[2], sys.argv[3], sys.argv[4])
+        agent_main(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:
         main()
