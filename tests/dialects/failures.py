@@ -18,7 +18,8 @@ Each scenario is its own client process with `service.name` STACK-REVISION-SCENA
   dies-stdio     over stdio: connect, tools/call `echo` (answered), tools/call `die`, during which
                  the server process exits hard (os._exit) before answering
   dies-http      the same over streamable HTTP (mcp 1.x notices only when the 10 s timeout ends)
-  unauthorized   streamable HTTP to a bearer-auth server with an unknown token: 401 at setup
+  refused        streamable HTTP to a bearer-auth server with an unknown token: 401 at setup
+                 (a short name: a long service name with digits reads as a token and is hashed)
 
 The scenario server is the installed SDK's low-level `Server` (mcp 2.x, or mcp 1.x for traceloop)
 offering `echo` and `die`. Every request has a 10 s timeout, every client process 40 s.
@@ -52,7 +53,7 @@ import common  # noqa: E402
 SCRIPT = os.path.abspath(__file__)
 STACKS = ("sdk", "fastmcp", "traceloop")
 REVISIONS = ("2026-07-28", "2025-11-25")
-SCENARIOS = ("down", "dies-stdio", "dies-http", "unauthorized")
+SCENARIOS = ("down", "dies-stdio", "dies-http", "refused")
 CALL_TIMEOUT = 10.0
 CLIENT_TIMEOUT = 40.0
 
@@ -395,10 +396,10 @@ def main():
         server = None
         port = common.free_port()
         env["MCP_DIALECT_URL"] = f"http://127.0.0.1:{port}/mcp"
-        if scenario in ("dies-http", "unauthorized"):
-            extra = {"MCP_DIALECT_AUTH": "1"} if scenario == "unauthorized" else {}
+        if scenario in ("dies-http", "refused"):
+            extra = {"MCP_DIALECT_AUTH": "1"} if scenario == "refused" else {}
             server = start_server(port, extra)
-        if scenario == "unauthorized":
+        if scenario == "refused":
             env["MCP_DIALECT_TOKEN"] = common.BAD_TOKEN
         try:
             manifest[agent] = run_client(scenario, env)
