@@ -389,8 +389,12 @@ fn violations(rec: &Recording, run: &Run) -> Vec<String> {
     bad
 }
 
-/// What a final verdict says, as serve and replay must agree on it.
-fn said(run: &Run) -> BTreeMap<[u8; 8], (HealthState, Option<Partial>, Option<[u8; 8]>, bool)> {
+/// What a final verdict says, as serve and replay must agree on it: state, partial, the server
+/// span it rests on, attempt.
+type Said = (HealthState, Option<Partial>, Option<[u8; 8]>, bool);
+
+/// What each call's final verdict says.
+fn said(run: &Run) -> BTreeMap<[u8; 8], Said> {
     run.finals().into_iter().map(|(k, v)| (k, (v.state, v.partial, v.server_span_id, v.attempt))).collect()
 }
 
