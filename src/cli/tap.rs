@@ -59,6 +59,11 @@ pub struct TapArgs {
     /// HTTP mode, `https://` upstream: accept any certificate (unauthenticated; for tests and labs).
     #[arg(long, requires = "upstream")]
     pub upstream_insecure_skip_verify: bool,
+    /// HTTP mode: forward every request body unchanged, also a 2026-07-28 request without trace
+    /// context (by default it gets the tap's `traceparent` in `_meta`, so a server that honours
+    /// `_meta` continues the tap's trace and no call is split over two traces).
+    #[arg(long, requires = "upstream")]
+    pub no_trace_context: bool,
     /// HTTP mode: longest wait for the upstream's response head (then 504).
     #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = humantime::parse_duration)]
     pub upstream_timeout: Duration,
@@ -184,6 +189,7 @@ pub fn run(a: TapArgs) -> ExitCode {
                     ca_file: a.upstream_ca_file.clone(),
                     insecure_skip_verify: a.upstream_insecure_skip_verify,
                 },
+                propagate_trace_context: !a.no_trace_context,
             };
             let shown = http::shown_upstream(&upstream);
             let on_bound = |addr: SocketAddr| eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {shown}");

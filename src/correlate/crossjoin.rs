@@ -96,7 +96,7 @@ fn span_keys(s: &SpanEvidence) -> Option<[u64; 2]> {
     let rid = s.request_id.as_deref()?;
     let bucket = s.start_ns / BUCKET_NS;
     let second = match s.session_id.as_deref() {
-        Some(sid) => key(Kind::Session, s.side, m, rid, sid),
+        Some(sid) => key(Kind::Session, s.side, m, rid, &*join_session(sid)),
         None => key(Kind::Sessionless, s.side, m, rid, bucket),
     };
     Some([key(Kind::Bucket, s.side, m, rid, bucket), second])
@@ -173,9 +173,9 @@ pub struct Half {
 }
 
 impl Half {
-    /// As a shared store lists it (the client half of chain `trace`). The tool and the keys are
-    /// not listed (the record keeps its layout): a listed half is compatible with every tool and
-    /// key, which can only make a join rarer.
+    /// As a shared store lists it (the client half of chain `trace`), its session id hashed (see
+    /// [`join_session`]). The tool and the keys are not listed (the record keeps its layout): a
+    /// listed half is compatible with every tool and key, which can only make a join rarer.
     pub fn into_shared(self, trace: TraceId) -> crate::state::ClientHalf {
         crate::state::ClientHalf {
             trace_id: trace,
@@ -196,7 +196,7 @@ impl Half {
             start_ns: c.start_ns,
             end_ns: c.end_ns,
             server: c.server.clone(),
-            session: c.session.clone(),
+            session: c.session.as_deref().map(join_session),
             tool: None,
             keys: JoinKeys::NONE,
         };
@@ -211,11 +211,22 @@ impl Half {
             start_ns: s.start_ns,
             end_ns: s.end_ns,
             server: s.server.clone(),
-            session: s.session_id.clone(),
+            session: s.session_id.as_deref().map(join_session),
             tool: s.tool.clone(),
             keys: s.keys(),
         }
     }
+}
+
+/// A session id as the join compares it: the hash the tap writes (`evidence::hash::session_hash`,
+/// 64 hex digits: a session id can be a credential) for what a server span records raw, so the
+/// tap's half and the server's name one session alike. A raw id that is itself 64 hex digits is
+/// taken as written (it then never equals a tap's hash of it: no join, never a wrong one).
+pub fn join_session(sid: &str) -> Arc<str> {
+    if sid.len() == 64 && sid.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return Arc::from(sid);
+    }
+    crate::evidence::hash::session_hash(sid)
 }
 
 /// A client request that failed or never completed without any server-side evidence.
@@ -326,7 +337,7 @@ pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
                     h.server = s.server.clone();
                 }
                 if h.session.is_none() {
-                    h.session = s.session_id.clone();
+                    h.session = s.session_id.as_deref().map(join_session);
                 }
                 if h.tool.is_none() {
                     h.tool = s.tool.clone();
@@ -1050,6 +1061,30 @@ mod tests {
                 assert_eq!(c.bytes(), 0, "chains decided at shutdown are released once the drain is complete");
             }
         }
+    }
+
+    /// The tap writes a session id hashed (it can be a credential); a server span records it raw.
+    /// Their halves still name one session, and another session's half is no rival.
+    #[test]
+    fn a_taps_hashed_session_and_the_servers_raw_one_are_one_session() {
+        let mut c = Chains::new(limits());
+        let t0 = Moment::from_nanos(1_000_000_000_000);
+        let mut out = Vec::new();
+        let mut tap = span(1, 1, None, Side::Client, Some(Method::ToolsCall), Some("1"), (100, 120));
+        tap.session_id = Some(crate::evidence::hash::session_hash("sess-a"));
+        let mut other = span(3, 3, None, Side::Client, Some(Method::ToolsCall), Some("1"), (100, 121));
+        other.session_id = Some(crate::evidence::hash::session_hash("sess-b"));
+        let mut server = span(2, 8, None, Side::Server, Some(Method::ToolsCall), Some("1"), (102, 118));
+        server.session_id = Some(Arc::from("sess-a"));
+        feed(&mut c, vec![tap, other, server], t0, &mut out);
+        c.tick(t0 + Duration::from_millis(200), &mut out);
+        c.tick(t0 + Duration::from_millis(2_400), &mut out);
+        c.tick(t0 + Duration::from_millis(2_600), &mut out);
+        assert_eq!(c.cross.stats.halves_joined, 1, "{:?}", c.cross.stats);
+        let joined = out.iter().find(|d| d.trace_id == [1; 16]).unwrap();
+        assert!(joined.calls[0].server_seen && !joined.calls[0].server_half_unjoined);
+        let other = out.iter().find(|d| d.trace_id == [3; 16]).unwrap();
+        assert!(!other.calls[0].server_seen && !other.calls[0].server_half_unjoined, "another session's call: no rival");
     }
 
     #[test]

@@ -3,7 +3,11 @@
 //! A reverse proxy (hyper 1 server + hyper-util pooled client). Every request — POST, GET, DELETE,
 //! any path — goes upstream with its method, path, query, headers (`Authorization`,
 //! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Host` included) and body unchanged; only hop-by-hop
-//! headers (RFC 9110 §7.6.1) are left to each connection. Request bodies (one JSON-RPC message or
+//! headers (RFC 9110 §7.6.1) are left to each connection. One exception: a 2026-07-28 request
+//! without trace context gets the tap's `traceparent` in its `_meta` (and its `Content-Length`
+//! follows), so a server that honours `_meta` continues the tap's trace
+//! (`jsonrpc::inject_trace_context`). The span records the tap's end of the upstream connection
+//! (`network.local.*`: the client the server sees) and the request's `User-Agent`. Request bodies (one JSON-RPC message or
 //! batch) are read whole before they are sent on; response bodies are streamed frame by frame
 //! (`text/event-stream` included) and teed to the observer, never buffered.
 //!
@@ -67,6 +71,9 @@ pub struct HttpSettings {
     pub verifiers: Option<super::verify::VerifierPool>,
     /// How an `https://` upstream is verified.
     pub upstream_tls: UpstreamTls,
+    /// Put the tap's trace context into a 2026-07-28 request that carries none (see the module
+    /// documentation); off: every body goes upstream unchanged.
+    pub propagate_trace_context: bool,
 }
 
 /// Verification of an `https://` upstream.
@@ -159,6 +166,9 @@ enum Event {
         session_id: Option<String>,
         protocol_version: Option<String>,
         had_authorization: bool,
+        user_agent: Option<String>,
+        /// The trace context put into the request's `_meta` (see `inject_trace_context`).
+        injected: Option<([u8; 16], [u8; 8])>,
         body: Option<Bytes>,
     },
     ResponseHead {
@@ -168,6 +178,8 @@ enum Event {
         kind: BodyKind,
         assigned_session_id: Option<String>,
         challenge: Option<Challenge>,
+        /// The tap's end of the upstream connection the exchange went over.
+        local_addr: Option<SocketAddr>,
     },
     Chunk {
         exchange: u64,
@@ -204,6 +216,7 @@ struct Shared {
     next_exchange: AtomicU64,
     unobserved: AtomicU64,
     response_timeout: Duration,
+    propagate_trace_context: bool,
     /// Bytes of the bodies handed to the observer and not yet read (at most [`OBSERVER_BYTES`]).
     held: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -338,6 +351,7 @@ pub async fn serve(
         next_exchange: AtomicU64::new(0),
         unobserved: AtomicU64::new(0),
         response_timeout: settings.response_timeout,
+        propagate_trace_context: settings.propagate_trace_context,
         held: held.clone(),
     });
     // The observer parses on a thread of its own (a current-thread runtime): a large body it
@@ -433,12 +447,28 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Resp
         }
     };
     let is_post = parts.method == hyper::Method::POST;
+    let protocol_version = header_str(&parts.headers, "mcp-protocol-version");
+    let mut parts = parts;
+    // A 2026-07-28 request without trace context gets the tap's, so a server that honours `_meta`
+    // continues the tap's trace (nothing to join across traces).
+    let (body, injected) = match (sh.propagate_trace_context && is_post && body.len() <= MAX_PARSE)
+        .then(|| super::jsonrpc::inject_trace_context(&body, protocol_version.as_deref()))
+        .flatten()
+    {
+        Some((b, ids)) => {
+            parts.headers.insert(hyper::header::CONTENT_LENGTH, HeaderValue::from(b.len()));
+            (Bytes::from(b), Some(ids))
+        }
+        None => (body, None),
+    };
     sh.observe(Event::Request {
         exchange,
         at_ns,
         session_id: header_str(&parts.headers, "mcp-session-id"),
-        protocol_version: header_str(&parts.headers, "mcp-protocol-version"),
+        protocol_version,
         had_authorization: parts.headers.contains_key(hyper::header::AUTHORIZATION),
+        user_agent: header_str(&parts.headers, "user-agent"),
+        injected,
         // Parsed only up to the responses' limit (the bytes are forwarded whatever their size).
         body: if is_post && body.len() > MAX_PARSE {
             sh.unobserved.fetch_add(1, Ordering::Relaxed);
@@ -499,6 +529,7 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Resp
         kind,
         assigned_session_id: header_str(&rparts.headers, "mcp-session-id"),
         challenge,
+        local_addr: rparts.extensions.get::<hyper_util::client::legacy::connect::HttpInfo>().map(|i| i.local_addr()),
     });
     strip_hop_by_hop(&mut rparts.headers);
     let tee = TeeBody { inner: rbody, exchange, sh: sh.clone(), done: false };
@@ -624,6 +655,9 @@ struct Exchange {
     session_id: Option<String>,
     protocol_version: Option<String>,
     had_authorization: bool,
+    user_agent: Option<String>,
+    injected: Option<([u8; 16], [u8; 8])>,
+    local_addr: Option<SocketAddr>,
     status: Option<u16>,
     assigned_session_id: Option<String>,
     body: BodyState,
@@ -645,6 +679,9 @@ impl Exchange {
             exchange: Some(exchange),
             http_status: self.status,
             had_authorization: self.had_authorization,
+            local_addr: self.local_addr,
+            user_agent: self.user_agent.as_deref(),
+            injected: self.injected,
         }
     }
 }
@@ -681,11 +718,14 @@ async fn observe_loop(
         held.fetch_sub(ev.body_bytes(), Ordering::Relaxed);
         match ev {
             Event::Stop => break,
-            Event::Request { exchange, at_ns, session_id, protocol_version, had_authorization, body } => {
+            Event::Request { exchange, at_ns, session_id, protocol_version, had_authorization, user_agent, injected, body } => {
                 let ex = exchanges.entry(exchange).or_insert(Exchange {
                     session_id,
                     protocol_version,
                     had_authorization,
+                    user_agent,
+                    injected,
+                    local_addr: None,
                     status: None,
                     assigned_session_id: None,
                     body: BodyState::None,
@@ -695,9 +735,10 @@ async fn observe_loop(
                     obs.client_bytes(&b, &ctx);
                 }
             }
-            Event::ResponseHead { exchange, at_ns, status, kind, assigned_session_id, challenge } => {
+            Event::ResponseHead { exchange, at_ns, status, kind, assigned_session_id, challenge, local_addr } => {
                 let Some(ex) = exchanges.get_mut(&exchange) else { continue };
                 ex.status = Some(status);
+                ex.local_addr = local_addr;
                 ex.assigned_session_id = assigned_session_id;
                 ex.body = match kind {
                     BodyKind::Json => BodyState::Json(Vec::new(), false),

@@ -76,6 +76,14 @@ pub struct Ctx<'a> {
     pub http_status: Option<u16>,
     /// The HTTP request carried an `Authorization` header (its presence only).
     pub had_authorization: bool,
+    /// The tap's end of the upstream connection the exchange went over: the client the server
+    /// sees (`network.local.*` on the span, a join key against the server's `client.address`).
+    pub local_addr: Option<std::net::SocketAddr>,
+    /// The `User-Agent` the request carried.
+    pub user_agent: Option<&'a str>,
+    /// The trace context the tap put in this request's `_meta` ([`inject_trace_context`]): the
+    /// request's span is that span, the root of that trace.
+    pub injected: Option<([u8; 16], [u8; 8])>,
 }
 
 /// Counters, for the exit summary and the tests.
@@ -119,6 +127,9 @@ struct Pending {
     state_echoed: Option<Box<str>>,
     /// Hash of the task id a `tasks/*` request is about.
     task_id: Option<Box<str>>,
+    /// What tells the client apart, as the request showed it: its `User-Agent`, through
+    /// `redact::ident` (its `clientInfo` is never written: a name can carry anything).
+    user_agent: Option<Box<str>>,
 }
 
 /// Where the later rounds of a logical call go: the trace and parent of its first round, and the
@@ -249,6 +260,30 @@ fn progress_token(v: &Value) -> Option<(AnyValue, String)> {
         other => format!("n:{other}"),
     };
     Some((AnyValue { value: Some(value) }, key))
+}
+
+/// Put a W3C `traceparent` into the `_meta` of a 2026-07-28 request that carries none, naming a new
+/// trace and the span the tap reports the request under, so that a server honouring `_meta`
+/// (SEP-414; the `mcp` SDK 2.x does) continues the trace: its spans and the tap's are then one
+/// trace, and nothing is left to join across traces. `header_version` is the HTTP request's
+/// `MCP-Protocol-Version`. The new body and the (trace, span) it names, or `None`: a notification,
+/// a batch, an earlier revision, a request that has a traceparent, a body that is not JSON.
+pub fn inject_trace_context(body: &[u8], header_version: Option<&str>) -> Option<(Vec<u8>, ([u8; 16], [u8; 8]))> {
+    let mut m: Value = serde_json::from_slice(body).ok()?;
+    let obj = m.as_object_mut()?;
+    obj.get("method").and_then(Value::as_str)?;
+    obj.get("id").filter(|i| !i.is_null())?;
+    let params = obj.entry("params").or_insert_with(|| Value::Object(Default::default())).as_object_mut()?;
+    let meta = params.entry("_meta").or_insert_with(|| Value::Object(Default::default())).as_object_mut()?;
+    let version = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str).or(header_version)?;
+    if crate::evidence::ProtocolRevision::of_version(version) != crate::evidence::ProtocolRevision::Stateless
+        || meta.contains_key("traceparent")
+    {
+        return None;
+    }
+    let ids = (new_trace_id(), new_span_id());
+    meta.insert("traceparent".into(), Value::String(format!("00-{}-{}-01", hex::encode(ids.0), hex::encode(ids.1))));
+    Some((serde_json::to_vec(&m).ok()?, ids))
 }
 
 /// Parse a W3C `traceparent` (version 00 format; later versions read by the same prefix).
@@ -455,13 +490,18 @@ impl Observer {
             }
             _ => None,
         };
-        let (trace_id, parent) = match continues {
-            Some(c) => c,
-            None => match meta.and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(parse_traceparent) {
+        let traceparent = meta.and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(parse_traceparent);
+        // The trace context the tap injected names the request's own span (the trace's root).
+        let own = traceparent.filter(|tp| continues.is_none() && ctx.injected == Some(*tp));
+        let (trace_id, parent) = match (continues, own) {
+            (Some(c), _) => c,
+            (None, Some((t, _))) => (t, None),
+            (None, None) => match traceparent {
                 Some((t, p)) => (t, Some(p)),
                 None => (new_trace_id(), None),
             },
         };
+
         let (progress_token, progress_key) = match meta.and_then(|m| m.get("progressToken")).and_then(progress_token) {
             Some((v, k)) => (Some(v), Some(k)),
             None => (None, None),
@@ -485,7 +525,7 @@ impl Observer {
             session_id: ctx.session_id.map(str::to_string),
             protocol_version: ctx.protocol_version.or(meta_version).map(str::to_string),
             trace_id,
-            span_id: new_span_id(),
+            span_id: own.map_or_else(new_span_id, |(_, s)| s),
             parent,
             start_ns: ctx.at_ns,
             cursor: (method == "tools/list")
@@ -501,6 +541,7 @@ impl Observer {
             verify,
             state_echoed,
             task_id,
+            user_agent: ctx.user_agent.map(redact::ident),
         };
         if method == "tools/call" {
             self.request_sent_span(&p);
@@ -671,6 +712,9 @@ impl Observer {
         if let Some(t) = &p.task_id {
             attrs.push(s(a::TASK_ID, t.to_string()));
         }
+        if let Some(u) = &p.user_agent {
+            attrs.push(s(a::USER_AGENT, u.to_string()));
+        }
         attrs
     }
 
@@ -782,6 +826,11 @@ impl Observer {
         let mut attrs = self.common_attrs(&p, session_id.as_deref());
         if let Some(h) = ctx.http_status {
             attrs.push(int(a::HTTP_RESPONSE_STATUS_CODE, i64::from(h)));
+        }
+        if let Some(l) = ctx.local_addr {
+            // The tap's end of the connection the request went over: the client the server saw.
+            attrs.push(s(a::NETWORK_LOCAL_ADDRESS, l.ip().to_string()));
+            attrs.push(int(a::NETWORK_LOCAL_PORT, i64::from(l.port())));
         }
         let mut error = false;
         let result_type = result.and_then(|r| r.get("resultType")).and_then(Value::as_str).and_then(ResultType::parse);

@@ -744,3 +744,62 @@ fn refusals_fill_the_negotiation_and_a_retried_setup_joins_its_trace() {
     assert!(astr(&spans[1], a::CATALOG_CURSOR).is_some(), "the empty cursor is sent as a cursor");
     assert!(spans.iter().any(|s| astr(s, a::CATALOG_INSTALLED_DIGEST).is_some()), "the two pages complete a traversal");
 }
+
+/// Issue 34: a 2026-07-28 request without trace context gets the tap's in `_meta`, naming the
+/// span the tap reports the request under (the root of its trace), so a server that honours
+/// `_meta` continues that trace; anything else passes untouched.
+#[test]
+fn the_tap_puts_its_trace_context_into_a_2026_07_28_request_that_has_none() {
+    let stateless = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "agent-a", "version": "1"}});
+    let req =
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"q":"SECRET-ARG"},"_meta": stateless}});
+    let (body, (trace, span)) = inject_trace_context(req.to_string().as_bytes(), None).expect("injected");
+    let sent: Value = serde_json::from_slice(&body).unwrap();
+    let tp = sent["params"]["_meta"]["traceparent"].as_str().unwrap().to_string();
+    assert_eq!(parse_traceparent(&tp), Some((trace, span)));
+    // The rest of the request is what the client sent.
+    let mut back = sent.clone();
+    back["params"]["_meta"].as_object_mut().unwrap().remove("traceparent");
+    assert_eq!(back, req);
+    // The observer reports the request under exactly that span, a root; the client's user agent
+    // and the connection's local end are on the span, its `clientInfo` is not.
+    let mut o = http_observer();
+    let local: std::net::SocketAddr = "127.0.0.1:50123".parse().unwrap();
+    let ctx =
+        Ctx { at_ns: 1, injected: Some((trace, span)), user_agent: Some("python-httpx2/2.16"), exchange: Some(1), ..Default::default() };
+    o.client_bytes(&body, &ctx);
+    let ctx = Ctx {
+        at_ns: 5,
+        injected: Some((trace, span)),
+        local_addr: Some(local),
+        exchange: Some(1),
+        http_status: Some(200),
+        ..Default::default()
+    };
+    o.server_bytes(json!({"jsonrpc":"2.0","id":2,"result":{"content":[]}}).to_string().as_bytes(), &ctx);
+    let spans = o.take_spans();
+    assert!(spans.iter().all(|s| s.trace_id == trace), "every span of the call in the injected trace");
+    let call = spans.iter().find(|s| s.span_id == span).expect("the call's span is the injected one");
+    assert!(call.parent_span_id.is_empty(), "the root of the trace the server continues");
+    assert!(spans.iter().filter(|s| s.span_id != span).all(|s| s.parent_span_id == span), "the request-sent marker under it");
+    assert!(!spans.iter().any(|s| format!("{s:?}").contains("agent-a")), "clientInfo is never written");
+    assert_eq!(astr(call, "user_agent.original"), Some("python-httpx2/2.16"));
+    assert_eq!((astr(call, "network.local.address"), aint(call, "network.local.port")), (Some("127.0.0.1"), Some(50123)));
+    // Untouched: a request that has trace context, an older revision, a notification, a batch.
+    let with_tp = json!({"jsonrpc":"2.0","id":3,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}});
+    let older = json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo"}});
+    let note = json!({"jsonrpc":"2.0","method":"notifications/initialized","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}});
+    for (body, header) in [
+        (with_tp, None),
+        (older.clone(), Some("2025-11-25")),
+        (older, None),
+        (note, Some("2026-07-28")),
+        (json!([req]), Some("2026-07-28")),
+    ] {
+        assert!(inject_trace_context(body.to_string().as_bytes(), header).is_none(), "{body}");
+    }
+    // The HTTP header alone says the revision.
+    let bare = json!({"jsonrpc":"2.0","id":5,"method":"tools/list"});
+    assert!(inject_trace_context(bare.to_string().as_bytes(), Some("2026-07-28")).is_some());
+    assert!(inject_trace_context(b"not json", Some("2026-07-28")).is_none());
+}
