@@ -168,7 +168,7 @@ enum Event {
         had_authorization: bool,
         user_agent: Option<String>,
         /// The trace context put into the request's `_meta` (see `inject_trace_context`).
-        injected: Option<([u8; 16], [u8; 8])>,
+        injected: Option<super::jsonrpc::TraceContext>,
         body: Option<Bytes>,
     },
     ResponseHead {
@@ -656,7 +656,7 @@ struct Exchange {
     protocol_version: Option<String>,
     had_authorization: bool,
     user_agent: Option<String>,
-    injected: Option<([u8; 16], [u8; 8])>,
+    injected: Option<super::jsonrpc::TraceContext>,
     local_addr: Option<SocketAddr>,
     status: Option<u16>,
     assigned_session_id: Option<String>,

@@ -83,7 +83,7 @@ pub struct Ctx<'a> {
     pub user_agent: Option<&'a str>,
     /// The trace context the tap put in this request's `_meta` ([`inject_trace_context`]): the
     /// request's span is that span, the root of that trace.
-    pub injected: Option<([u8; 16], [u8; 8])>,
+    pub injected: Option<TraceContext>,
 }
 
 /// Counters, for the exit summary and the tests.
@@ -262,13 +262,16 @@ fn progress_token(v: &Value) -> Option<(AnyValue, String)> {
     Some((AnyValue { value: Some(value) }, key))
 }
 
+/// A W3C trace context: trace id and span id.
+pub type TraceContext = ([u8; 16], [u8; 8]);
+
 /// Put a W3C `traceparent` into the `_meta` of a 2026-07-28 request that carries none, naming a new
 /// trace and the span the tap reports the request under, so that a server honouring `_meta`
 /// (SEP-414; the `mcp` SDK 2.x does) continues the trace: its spans and the tap's are then one
 /// trace, and nothing is left to join across traces. `header_version` is the HTTP request's
 /// `MCP-Protocol-Version`. The new body and the (trace, span) it names, or `None`: a notification,
 /// a batch, an earlier revision, a request that has a traceparent, a body that is not JSON.
-pub fn inject_trace_context(body: &[u8], header_version: Option<&str>) -> Option<(Vec<u8>, ([u8; 16], [u8; 8]))> {
+pub fn inject_trace_context(body: &[u8], header_version: Option<&str>) -> Option<(Vec<u8>, TraceContext)> {
     let mut m: Value = serde_json::from_slice(body).ok()?;
     let obj = m.as_object_mut()?;
     obj.get("method").and_then(Value::as_str)?;
