@@ -1257,8 +1257,7 @@ impl Chains {
                 self.cross.stats.ambiguous += 1;
                 return Joined::AmbiguousHalf;
             };
-            let cands: Vec<(TraceId, u64)> = fits.iter().map(|(t, m, _)| (*t, *m)).collect();
-            match crossjoin::pick(&cands) {
+            match pick_client(&fits) {
                 crossjoin::HalfMatch::None => return Joined::Alone(Vec::new()),
                 crossjoin::HalfMatch::One(t) => {
                     let unjoined = fits.iter().any(|(x, _, joined)| *x == t && !joined);
@@ -1312,14 +1311,9 @@ impl Chains {
                     crossjoin::HalfMatch::None => continue,
                     crossjoin::HalfMatch::One(t) if !joined && self.active.contains_key(&t) => {
                         let sh = self.active.get(&t).and_then(|sc| crossjoin::server_half(&sc.spans));
-                        if let Some(sh) = sh {
-                            if self.client_fits(&sh, t).is_some_and(|f| {
-                                matches!(crossjoin::pick(&f.iter().map(|(x, m, _)| (*x, *m)).collect::<Vec<_>>()), crossjoin::HalfMatch::One(x) if x == id)
-                            }) && self.merge_into(t, id, now)
-                            {
-                                self.cross.stats.halves_joined += 1;
-                                continue;
-                            }
+                        if sh.is_some_and(|sh| self.fits_only_client(id, &sh, t)) && self.merge_into(t, id, now) {
+                            self.cross.stats.halves_joined += 1;
+                            continue;
                         }
                     }
                     crossjoin::HalfMatch::One(t) if !joined && self.is_lone_server_half(&t) => {
@@ -1386,10 +1380,7 @@ impl Chains {
 
     /// Whether server half `h` (chain `s`) fits the client halves of chain `id` and no other.
     fn fits_only_client(&mut self, id: TraceId, h: &crossjoin::Half, s: TraceId) -> bool {
-        self.client_fits(h, s).is_some_and(|f| {
-            f.iter().all(|(_, _, joined)| !joined)
-                && crossjoin::pick(&f.iter().map(|(x, m, _)| (*x, *m)).collect::<Vec<_>>()) == crossjoin::HalfMatch::One(id)
-        })
+        self.client_fits(h, s).is_some_and(|f| pick_client(&f) == crossjoin::HalfMatch::One(id))
     }
 
     fn decide(&mut self, id: TraceId, by: DecidedBy, now: Moment, out: &mut Vec<DecidedCalls>) {
@@ -1461,6 +1452,11 @@ impl Chains {
             self.expire_oldest_decided(false);
         }
     }
+}
+
+/// [`crossjoin::pick`] among client fits (chain, slack, already joined).
+fn pick_client(fits: &[(TraceId, u64, bool)]) -> crossjoin::HalfMatch {
+    crossjoin::pick(&fits.iter().map(|(t, m, _)| (*t, *m)).collect::<Vec<_>>())
 }
 
 /// What the cross-trace join did with a chain about to be decided.

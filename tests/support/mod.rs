@@ -945,12 +945,12 @@ pub async fn grpc_export(addr: SocketAddr, req: ExportTraceServiceRequest) -> Re
 
 /// Send arbitrary bytes as the body of a TraceService/Export call.
 pub async fn grpc_export_raw(addr: SocketAddr, bytes: Bytes) -> Result<ExportTraceServiceResponse, Status> {
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .timeout(Duration::from_secs(30))
-        .connect()
-        .await
-        .expect("connect");
+    grpc_export_raw_within(addr, bytes, Duration::from_secs(30)).await
+}
+
+/// [`grpc_export_raw`], waiting up to `deadline` for the answer.
+pub async fn grpc_export_raw_within(addr: SocketAddr, bytes: Bytes, deadline: Duration) -> Result<ExportTraceServiceResponse, Status> {
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().timeout(deadline).connect().await.expect("connect");
     let mut grpc = tonic::client::Grpc::new(ch);
     grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
     let path = tonic::codegen::http::uri::PathAndQuery::from_static("/opentelemetry.proto.collector.trace.v1.TraceService/Export");
