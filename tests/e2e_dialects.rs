@@ -57,22 +57,7 @@ async fn run_stack(stack: &'static str, venv: &str, expected: impl Fn(&[Value]) 
     let out = tokio::task::spawn_blocking(move || {
         let mut cmd = Command::new(py);
         cmd.arg(script).arg(stack).arg(endpoint);
-        // The scenarios set their own endpoint and service names; ambient OpenTelemetry settings
-        // of the machine must not change them.
-        for var in [
-            "OTEL_SDK_DISABLED",
-            "OTEL_SERVICE_NAME",
-            "OTEL_RESOURCE_ATTRIBUTES",
-            "OTEL_TRACES_EXPORTER",
-            "OTEL_TRACES_SAMPLER",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
-            "TRACELOOP_TRACE_CONTENT",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.output()
+        without_ambient_otel(&mut cmd).output()
     })
     .await
     .unwrap()

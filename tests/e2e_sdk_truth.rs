@@ -29,21 +29,7 @@ async fn run_script(py: std::path::PathBuf, script: &str, args: Vec<String>) -> 
     let out = tokio::task::spawn_blocking(move || {
         let mut cmd = Command::new(py);
         cmd.arg(script).args(args);
-        for var in [
-            "OTEL_SDK_DISABLED",
-            "OTEL_SERVICE_NAME",
-            "OTEL_RESOURCE_ATTRIBUTES",
-            "OTEL_TRACES_EXPORTER",
-            "OTEL_TRACES_SAMPLER",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
-            "OTEL_PROPAGATORS",
-            "TRACELOOP_TRACE_CONTENT",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.output()
+        without_ambient_otel(&mut cmd).output()
     })
     .await
     .unwrap()

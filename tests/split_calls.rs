@@ -299,12 +299,18 @@ fn collect(out: Vec<Decided>, e: &Engine) -> Run {
 /// As the service meets the recording: each request at its arrival, the engine stepped at every
 /// moment it falls due in between (the driver sleeps until `next_due`), to the end.
 fn serve(rec: &Recording) -> Run {
+    let (out, e) = serve_requests(&rec.requests());
+    collect(out, &e)
+}
+
+/// [`serve`] for export requests and their arrival (ms), in arrival order: what the engine said,
+/// and the engine.
+fn serve_requests(reqs: &[(u64, ExportTraceServiceRequest)]) -> (Vec<Decided>, Engine) {
     let mut e = engine();
     let mut out = Vec::new();
     let at = |ms: u64| Moment::from_nanos((T0_MS + ms) * 1_000_000);
-    let reqs = rec.requests();
     let mut last = 0;
-    for (ms, req) in &reqs {
+    for (ms, req) in reqs {
         while let Some(d) = e.next_due().filter(|d| *d <= at(*ms)) {
             e.tick(d, &mut out);
         }
@@ -317,7 +323,7 @@ fn serve(rec: &Recording) -> Run {
         e.tick(d, &mut out);
     }
     e.tick(end, &mut out);
-    collect(out, &e)
+    (out, e)
 }
 
 /// As `mcp-health replay` reads the recording: the requests in the order `seed` shuffles them,
@@ -455,32 +461,25 @@ proptest! {
 /// Two agents' overlapping calls with request id 1 (a tool error on A's, seen by the server span
 /// only), the server starting traces of its own, A's exporter a second ahead of B's.
 fn two_overlapping(style: Style, sessions: bool, a_first: bool) -> Recording {
-    let calls = vec![
-        Call {
-            agent: 0,
-            conn: 0,
-            rid: 1,
-            start_ms: 100,
-            dur_ms: 320,
-            fails: true,
-            http_root: true,
-            client: ids(0xc0, 0),
-            server: ids(0x5e, 0),
-        },
-        Call {
-            agent: 1,
-            conn: 0,
-            rid: 1,
-            start_ms: 110,
-            dur_ms: 320,
-            fails: false,
-            http_root: true,
-            client: ids(0xc0, 1),
-            server: ids(0x5e, 1),
-        },
-    ];
     let delays = if a_first { vec![200, 1_200, 300] } else { vec![1_200, 200, 300] };
-    Recording { calls, style, sessions, delays }
+    Recording { calls: two_calls(110, 320), style, sessions, delays }
+}
+
+/// Agent A's call with request id 1 (a tool error on the server) at 100 ms, agent B's with id 1
+/// (a success) at `b_start` ms, each `dur` ms long.
+fn two_calls(b_start: u64, dur: u64) -> Vec<Call> {
+    let call = |agent: usize, start_ms: u64, fails: bool| Call {
+        agent,
+        conn: 0,
+        rid: 1,
+        start_ms,
+        dur_ms: dur,
+        fails,
+        http_root: true,
+        client: ids(0xc0, agent),
+        server: ids(0x5e, agent),
+    };
+    vec![call(0, 100, true), call(1, b_start, false)]
 }
 
 /// The swap the issue found: A's failed call read protocol success from B's server half and B's
@@ -548,30 +547,7 @@ fn three_calls_per_agent_and_a_restarted_counter_never_swap_server_halves() {
 fn sequential_reuse_of_a_request_id_is_joined_right() {
     for style in [Style::Sdk, Style::Semconv] {
         for delays in [vec![200, 1_200, 300], vec![1_200, 200, 300], vec![0, 0, 6_000]] {
-            let calls = vec![
-                Call {
-                    agent: 0,
-                    conn: 0,
-                    rid: 1,
-                    start_ms: 100,
-                    dur_ms: 100,
-                    fails: true,
-                    http_root: true,
-                    client: ids(0xc0, 0),
-                    server: ids(0x5e, 0),
-                },
-                Call {
-                    agent: 1,
-                    conn: 0,
-                    rid: 1,
-                    start_ms: 250,
-                    dur_ms: 100,
-                    fails: false,
-                    http_root: true,
-                    client: ids(0xc0, 1),
-                    server: ids(0x5e, 1),
-                },
-            ];
+            let calls = two_calls(250, 100);
             let rec = Recording { calls, style, sessions: false, delays: delays.clone() };
             let run = serve(&rec);
             assert_eq!(violations(&rec, &run), Vec::<String>::new(), "{style:?} {delays:?}");
@@ -637,19 +613,7 @@ fn a_refused_request_is_never_given_to_the_wrong_agent() {
                 reqs.push((start + 300, one(SERVER, "opentelemetry.instrumentation.asgi", h)));
             }
             reqs.sort_by_key(|(at, _)| *at);
-            let mut e = engine();
-            let mut out = Vec::new();
-            let at = |ms: u64| Moment::from_nanos((T0_MS + ms) * 1_000_000);
-            for (ms, req) in &reqs {
-                while let Some(d) = e.next_due().filter(|d| *d <= at(*ms)) {
-                    e.tick(d, &mut out);
-                }
-                e.ingest(normalize_request(req), at(*ms), &mut out);
-                e.tick(at(*ms), &mut out);
-            }
-            while let Some(d) = e.next_due().filter(|d| *d <= at(120_000)) {
-                e.tick(d, &mut out);
-            }
+            let (out, e) = serve_requests(&reqs);
             let incidents = out.iter().filter(|d| matches!(d, Decided::Incident(_))).count();
             let run = collect(out, &e);
             let finals = run.finals();

@@ -330,6 +330,26 @@ pub fn venv_python(venv: &str) -> Option<PathBuf> {
     None
 }
 
+/// Keep the machine's ambient OpenTelemetry settings from a scenario process: the scenarios set
+/// their own endpoint, service names and propagators.
+pub fn without_ambient_otel(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    for var in [
+        "OTEL_SDK_DISABLED",
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+        "OTEL_PROPAGATORS",
+        "TRACELOOP_TRACE_CONTENT",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// The value of `name{listener=…,reason=…}` on /metrics (0 when the series is absent).
 pub fn connection_count(text: &str, name: &str, listener: &str, reason: &str) -> f64 {
     let (l, r) = (format!("listener=\"{listener}\""), format!("reason=\"{reason}\""));
