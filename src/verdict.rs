@@ -317,6 +317,10 @@ pub struct Verdict {
     pub end_ns: u64,
     /// The protocol revision the call's evidence spoke (`2025-11-25`, `2026-07-28`, `unknown`).
     pub protocol_revision: crate::evidence::ProtocolRevision,
+    /// The exact protocol version the call spoke (`2026-12-15` beside its family `2026-07-28`),
+    /// when a span named a dated one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<Arc<str>>,
     /// Whether this verdict is an attempt in the success rates (SPEC section 2): a logical
     /// `tools/call` (all its rounds are one), or a session setup (`initialize`,
     /// `server/discover`) that failed; never a `ping`, a successful setup, a list, or a server
@@ -510,6 +514,7 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         start_ns: 0,
         end_ns: 0,
         protocol_revision: crate::evidence::ProtocolRevision::Unknown,
+        protocol_version: None,
         attempt: Method::parse(method) == Method::ToolsCall,
         rounds: None,
         task_status: None,

@@ -94,6 +94,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         start_ns: c.start_ns,
         end_ns: c.end_ns,
         protocol_revision: c.revision,
+        protocol_version: c.protocol_version.clone().filter(|v| crate::evidence::is_dated_version(v)),
         attempt: is_attempt(c, first.is_some() || state.is_failure()),
         rounds: (c.rounds() > 1).then(|| c.rounds()),
         task_status: c.task.as_ref().map(|t| t.status),

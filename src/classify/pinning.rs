@@ -45,23 +45,47 @@ pub enum LockfileError {
     BadDigest { server: String, tool: String, error: DigestFormatError },
 }
 
-/// A contract digest that is not `sha256:` followed by 64 hex digits.
+/// A contract digest that is not `sha256:` followed by 64 hex digits. It says what is wrong, never
+/// the value: a gate client may send anything there (a provider key pasted by mistake).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("digest must be \"sha256:\" followed by 64 hex digits (a {PROJECTION_VERSION} contract digest), got {shown:?}")]
+#[error("digest must be \"sha256:\" followed by 64 hex digits (a {PROJECTION_VERSION} contract digest): {problem}")]
 pub struct DigestFormatError {
-    /// The offending value, cut to 80 characters.
-    pub shown: String,
+    pub problem: DigestProblem,
+}
+
+/// What is wrong with a digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DigestProblem {
+    /// It does not start with `sha256:`.
+    Prefix,
+    /// So many characters follow the prefix.
+    Length(usize),
+    /// The character at this position (after the prefix) is no hex digit.
+    NotHex(usize),
+}
+
+impl std::fmt::Display for DigestProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DigestProblem::Prefix => f.write_str("it does not start with \"sha256:\""),
+            DigestProblem::Length(n) => write!(f, "{n} characters follow the prefix"),
+            DigestProblem::NotHex(i) => write!(f, "character {} after the prefix is no hex digit", i + 1),
+        }
+    }
 }
 
 /// The one validation of a contract digest, for the lockfile and the gate alike: `sha256:` and 64
 /// hex digits. Returned lowercased (digests are written in lowercase hex).
 pub fn parse_digest(d: &str) -> Result<String, DigestFormatError> {
-    let ok = d.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
-    if ok {
-        Ok(d.to_ascii_lowercase())
-    } else {
-        Err(DigestFormatError { shown: d.chars().take(80).collect() })
-    }
+    let problem = match d.strip_prefix("sha256:") {
+        None => DigestProblem::Prefix,
+        Some(h) => match h.chars().position(|c| !c.is_ascii_hexdigit()) {
+            Some(i) if i < 64 => DigestProblem::NotHex(i),
+            _ if h.len() != 64 => DigestProblem::Length(h.chars().count()),
+            _ => return Ok(d.to_ascii_lowercase()),
+        },
+    };
+    Err(DigestFormatError { problem })
 }
 
 /// The answer of a pin check.

@@ -32,6 +32,9 @@ pub fn health_span(v: &Verdict, decided_ns: u64) -> Span {
         kv(a::VERDICT_VERIFIED_SUCCESS, any_value::Value::BoolValue(v.verified_success)),
         s(a::PROTOCOL_REVISION, v.protocol_revision.as_str()),
     ];
+    if let Some(pv) = &v.protocol_version {
+        attrs.push(s(a::MCP_PROTOCOL_VERSION, pv.to_string()));
+    }
     for l in Layer::ALL {
         attrs.push(s(&format!("{}{}", a::LAYER_PREFIX, l.as_str()), v.layers.get(l).as_str()));
     }
@@ -118,6 +121,9 @@ pub(crate) fn write_health_span(w: &mut Writer, v: &Verdict, decided_ns: u64) {
     w.attribute(9, a::VERDICT_PROTOCOL_SUCCESS, Bool(v.protocol_success));
     w.attribute(9, a::VERDICT_VERIFIED_SUCCESS, Bool(v.verified_success));
     w.attribute(9, a::PROTOCOL_REVISION, Str(v.protocol_revision.as_str()));
+    if let Some(pv) = &v.protocol_version {
+        w.attribute(9, a::MCP_PROTOCOL_VERSION, Str(pv));
+    }
     for l in Layer::ALL {
         w.attribute(9, layer_key(l), Str(v.layers.get(l).as_str()));
     }

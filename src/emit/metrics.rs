@@ -334,6 +334,8 @@ pub struct HealthMeters {
     pub chains_evicted: Counter<u64>,
     pub chains_callless: Counter<u64>,
     pub joins: Counter<u64>,
+    pub state_undecodable: Counter<u64>,
+    pub receipts_capped: Counter<u64>,
     pub store_errors: Counter<u64>,
     pub store_conflicts: Counter<u64>,
     pub store_queue_waits: Counter<u64>,
@@ -409,6 +411,8 @@ impl HealthMeters {
         let chains_evicted = counter(meter, &ins::CHAINS_EVICTED);
         let chains_callless = counter(meter, &ins::CHAINS_CALLLESS);
         let joins = counter(meter, &ins::JOINS);
+        let state_undecodable = counter(meter, &ins::STATE_UNDECODABLE);
+        let receipts_capped = counter(meter, &ins::RECEIPTS_CAPPED);
         let store_errors = counter(meter, &ins::STATE_STORE_ERRORS);
         let store_conflicts = counter(meter, &ins::STATE_STORE_CONFLICTS);
         let store_queue_waits = counter(meter, &ins::STATE_STORE_QUEUE_WAITS);
@@ -443,6 +447,8 @@ impl HealthMeters {
             chains_evicted,
             chains_callless,
             joins,
+            state_undecodable,
+            receipts_capped,
             store_errors,
             store_conflicts,
             store_queue_waits,

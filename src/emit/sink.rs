@@ -220,6 +220,8 @@ pub struct MetricsSink {
     tally: VerdictTally,
     last_stats: crate::correlate::ChainStats,
     last_joins: crate::correlate::crossjoin::CrossJoinStats,
+    last_skipped: crate::state::SkipCounts,
+    last_receipts_capped: u64,
     last_callless: u64,
     last_store_errors: u64,
     last_store_conflicts: u64,
@@ -239,6 +241,8 @@ impl MetricsSink {
             tally: VerdictTally::default(),
             last_stats: Default::default(),
             last_joins: Default::default(),
+            last_skipped: Default::default(),
+            last_receipts_capped: 0,
             last_callless: 0,
             last_store_errors: 0,
             last_store_conflicts: 0,
@@ -302,6 +306,14 @@ impl Sink for MetricsSink {
             }
         }
         self.last_joins = j.clone();
+        for ((table, why, now), (_, _, before)) in g.state_skipped.entries().zip(self.last_skipped.entries()) {
+            if now > before {
+                m.state_undecodable.add(now - before, &[KeyValue::new("table", table.as_str()), KeyValue::new("reason", why)]);
+            }
+        }
+        self.last_skipped = g.state_skipped;
+        m.receipts_capped.add(g.receipts_capped.saturating_sub(self.last_receipts_capped), &[]);
+        self.last_receipts_capped = g.receipts_capped;
         m.chains_in_flight.record(g.chains_in_flight, &[]);
         m.gauge_leader.record(u64::from(g.gauge_leader), &[]);
         m.evidence_bytes.record(g.evidence_bytes, &[]);

@@ -95,6 +95,8 @@ pub struct Gauges {
     pub chain_stats: ChainStats,
     /// What the cross-trace joins did (see `correlate::crossjoin`).
     pub join_stats: crate::correlate::crossjoin::CrossJoinStats,
+    /// Stored records the load could not read, by table and reason.
+    pub state_skipped: crate::state::SkipCounts,
     /// Open incidents by (first failed layer, state, server, incident state). On a shared store
     /// these and `convergence` are every instance's, reported by the holder of the gauge lease
     /// only (the others report none), so a sum across instances is right.
@@ -107,6 +109,8 @@ pub struct Gauges {
     pub working: FxHashMap<(String, String), u64>,
     /// Chains that gave no verdict because they hold no MCP request (a verifier or an HTTP span alone).
     pub callless_chains: u64,
+    /// Receipts that said they checked later than they arrived: dated at their arrival.
+    pub receipts_capped: u64,
     /// Loads and writes of the state store that failed (the engine went on in memory).
     pub store_errors: u64,
     /// Writes a shared store refused because another instance changed the record first (they
@@ -140,6 +144,8 @@ pub struct Engine {
     last_reevaluated: Option<Moment>,
     last_expired: Option<Moment>,
     callless_chains: u64,
+    /// Receipts dated later than they arrived, dated at their arrival.
+    receipts_capped: u64,
     scratch: Vec<DecidedCalls>,
     /// Batches the replica has handed back, ready to classify (reused).
     ready: Vec<Batch>,
@@ -199,6 +205,7 @@ impl Engine {
             last_reevaluated: None,
             last_expired: None,
             callless_chains: 0,
+            receipts_capped: 0,
             scratch: Vec::new(),
             ready: Vec::new(),
             started_ns: None,
@@ -264,8 +271,9 @@ impl Engine {
     }
 
     /// Take in one normalized batch at `now`.
-    pub fn ingest(&mut self, batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
+    pub fn ingest(&mut self, mut batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
         self.now = now;
+        self.receipts_capped += cap_future_receipts(&mut batch.evidence, now);
         self.started_ns.get_or_insert(now.as_nanos());
         self.replica.touched();
         out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).cloned().map(Decided::Finding));
@@ -358,11 +366,13 @@ impl Engine {
             evidence_bytes: self.chains.bytes() as u64,
             chain_stats: self.chains.stats.clone(),
             join_stats: self.chains.cross.stats.clone(),
+            state_skipped: f.skipped,
             incidents_open,
             convergence,
             gauge_leader: self.replica.gauge_leader(),
             working: self.working.clone(),
             callless_chains: self.callless_chains,
+            receipts_capped: self.receipts_capped,
             store_errors: f.store_errors,
             store_conflicts: f.store_conflicts,
             incidents_unshared: f.incidents_unshared,
@@ -712,6 +722,28 @@ mod partial_tests;
 mod store_tests;
 #[cfg(test)]
 mod tests;
+
+/// How far past its arrival a receipt may say it checked (the two clocks may differ a little).
+const RECEIPT_CLOCK_SLACK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Receipts that say they checked later than they arrived (plus [`RECEIPT_CLOCK_SLACK`]) are
+/// dated at their arrival: "the latest receipt decides", so a receipt dated in the future would
+/// otherwise outrank every real one after it. How many were capped.
+fn cap_future_receipts(evidence: &mut [SpanEvidence], now: Moment) -> u64 {
+    let latest = (now + RECEIPT_CLOCK_SLACK).as_nanos();
+    let mut capped = 0;
+    for ev in evidence.iter_mut().filter(|e| !e.outcomes.is_empty()) {
+        if ev.outcomes.iter().any(|o| o.checked_at_ns > latest) {
+            let mut v = ev.outcomes.to_vec();
+            for o in v.iter_mut().filter(|o| o.checked_at_ns > latest) {
+                o.checked_at_ns = now.as_nanos();
+                capped += 1;
+            }
+            ev.outcomes = v.into();
+        }
+    }
+    capped
+}
 
 /// Count open incidents by (first failed layer, state, server, incident state).
 fn count_open<'a>(m: &mut FxHashMap<[String; 4], u64>, incidents: impl Iterator<Item = &'a crate::classify::incidents::Incident>) {

@@ -642,3 +642,27 @@ mod rounds {
         }
     }
 }
+
+/// Issue 35: a receipt dated in the future (an unsigned pipeline, or a clock far ahead) is dated
+/// at its arrival, so it cannot outrank the real receipts after it; within the clock slack, and
+/// in the past, receipts keep their dates.
+#[test]
+fn a_receipt_dated_after_its_arrival_is_dated_at_its_arrival() {
+    use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, VerifierMethod};
+    let now = Moment::from_nanos(1_000_000_000_000);
+    let at = |offset_ms: i64| (now.as_nanos() as i64 + offset_ms * 1_000_000) as u64;
+    let receipt = |checked_at_ns| OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::Receipt,
+        checked_at_ns,
+        request_id: None,
+        trust: Default::default(),
+    };
+    for (offset_ms, want_ms, capped) in [(-5_000, -5_000, 0), (0, 0, 0), (1_900, 1_900, 0), (2_100, 0, 1), (86_400_000, 0, 1)] {
+        let mut ev = SpanEvidence::new([1; 16], [2; 8]);
+        ev.outcomes.push(receipt(at(offset_ms)));
+        let mut batch = vec![ev];
+        assert_eq!(super::cap_future_receipts(&mut batch, now), capped, "{offset_ms} ms");
+        assert_eq!(batch[0].outcomes[0].checked_at_ns, at(want_ms), "{offset_ms} ms");
+    }
+}

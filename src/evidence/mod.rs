@@ -472,15 +472,22 @@ pub enum ProtocolRevision {
     Unknown,
 }
 
+/// Whether `v` is a protocol version as the specification writes them (`YYYY-MM-DD`): only such a
+/// version is reported as spoken (anything else a client sent is not echoed).
+pub fn is_dated_version(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() == 10 && b.iter().enumerate().all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
+}
+
 /// The first revision without the `initialize` handshake.
 pub const STATELESS_REVISION: &str = "2026-07-28";
 
 impl ProtocolRevision {
-    /// From a dated version string (`YYYY-MM-DD`); anything else says nothing.
+    /// From a dated version string (`YYYY-MM-DD`); anything else says nothing. The one answer
+    /// to "this revision or later": a version after 2026-07-28 (2026-12-15, announced) is of the
+    /// stateless family until one is known to differ.
     pub fn of_version(v: &str) -> ProtocolRevision {
-        let b = v.as_bytes();
-        let dated = b.len() == 10 && b.iter().enumerate().all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() });
-        match dated {
+        match is_dated_version(v) {
             true if v >= STATELESS_REVISION => ProtocolRevision::Stateless,
             true => ProtocolRevision::Handshake,
             false => ProtocolRevision::Unknown,

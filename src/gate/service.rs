@@ -220,6 +220,12 @@ mod tests {
         }
         // Upper-case hex is the same digest.
         assert!(g.check_tool_inner(&req(SERVER, "search", &format!("sha256:{}", good["sha256:".len()..].to_ascii_uppercase()))).is_ok());
+        // The message says what is wrong, never the value (a key pasted by mistake stays out).
+        for planted in ["sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0", "sha256:sk_live_4eC39HqLyjWDarjtT1zdp7dc9aZ0", "sha256:PLANTED-SECRET-99"] {
+            let e = g.check_tool_inner(&req(SERVER, "search", planted)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(!e.message().contains("sk_live") && !e.message().contains("PLANTED"), "{}", e.message());
+        }
         for r in [pb::CatalogVerdictRequest::default(), pb::CatalogVerdictRequest { client: "agent".into(), ..Default::default() }] {
             assert_eq!(g.catalog_verdict_inner(&r).unwrap_err().code(), tonic::Code::InvalidArgument, "{r:?}");
         }

@@ -38,9 +38,6 @@ pub const SCOPE: &str = "fastmcp";
 pub const DIALECT: Dialect =
     Dialect { name: "fastmcp", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("fastmcp.")), read };
 
-/// Protocol generations without sessions (the `mcp.session.id` FastMCP reports there is per request).
-const SESSIONLESS: &[&str] = &["2026-07-28"];
-
 fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
     let mut ev = super::semconv::read_span(trace_id, span_id, span, service, type_errors)?;
     super::mcp_sdk::correct_sdk_family(&mut ev, span);
@@ -48,7 +45,9 @@ fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Ar
     if ev.method == Some(Method::ToolsCall) && error_type.is_some_and(|t| t == "NotFoundError" || t.ends_with(".NotFoundError")) {
         ev.error = Some(CallError::UnknownTool);
     }
-    if ev.protocol_version.as_deref().is_some_and(|v| SESSIONLESS.contains(&v)) {
+    // A revision without sessions (2026-07-28 or later): the `mcp.session.id` FastMCP reports
+    // there is per request.
+    if ev.protocol_version.as_deref().is_some_and(|v| ProtocolRevision::of_version(v) == ProtocolRevision::Stateless) {
         ev.session_id = None;
     }
     Some(ev)

@@ -42,8 +42,10 @@
 //! `engine::shared::worker`), with the gate's reads under the handle's lock.
 
 pub mod embedded;
+pub mod format;
 pub mod memory;
 pub mod redis;
+mod v0;
 mod versions;
 
 use std::sync::{Arc, Mutex};
@@ -71,6 +73,10 @@ pub enum StoreError {
     Backend(String),
     #[error("state record {table}/{key}: {message}")]
     Decode { table: &'static str, key: String, message: String },
+    /// A record of a format version this build does not know (a newer build wrote it): left as
+    /// it is, never read as something it is not.
+    #[error("state record {table}/{key} has format version {version}, newer than this build reads ({current})", current = format::CURRENT)]
+    Newer { table: &'static str, key: String, version: u32 },
     #[error("state record {table}/{key} was changed by another writer")]
     Conflict {
         table: &'static str,
@@ -287,8 +293,29 @@ impl Record {
         }
     }
 
-    /// A record of `table` from its stored bytes.
+    /// A record of `table` from its stored bytes, whatever format version since 0.1.0 wrote them
+    /// (see [`format`]); a newer one is [`StoreError::Newer`].
     pub fn decode(table: Table, key: &str, bytes: &[u8]) -> Result<Record, StoreError> {
+        match format::framed(bytes) {
+            format::Framed::Version(format::CURRENT, payload) => match Record::decode_current(table, key, payload) {
+                Ok(r) => Ok(r),
+                // A bare 0.1.0 record may start with the magic by chance.
+                Err(e) => v0::decode(table, key, bytes).map_err(|_| e),
+            },
+            format::Framed::Version(version, _) if version > format::CURRENT => {
+                Err(StoreError::Newer { table: table.as_str(), key: key.to_string(), version })
+            }
+            format::Framed::Version(version, _) => Err(StoreError::Decode {
+                table: table.as_str(),
+                key: key.to_string(),
+                message: format!("no build wrote format version {version}"),
+            }),
+            format::Framed::Bare(bytes) => v0::decode(table, key, bytes),
+        }
+    }
+
+    /// A record of `table` in this build's layout (the payload of its frame).
+    fn decode_current(table: Table, key: &str, bytes: &[u8]) -> Result<Record, StoreError> {
         Ok(match table {
             Table::Sessions => Record::Session(Box::new(decode(table, key, bytes)?)),
             Table::Incidents => Record::Incidents(Box::new(decode(table, key, bytes)?)),
@@ -302,7 +329,7 @@ impl Record {
         })
     }
 
-    /// The record's bytes as stored.
+    /// The record's bytes as stored: framed with this build's format version.
     pub fn encode(&self) -> Result<Vec<u8>, StoreError> {
         match self {
             Record::Session(r) => encode(r),
@@ -314,6 +341,21 @@ impl Record {
             Record::Halves(r) => encode(r),
             Record::Parked(r) => encode(r),
             Record::Split(r) => encode(r),
+        }
+    }
+
+    /// Put the record into `s`.
+    fn into_snapshot(self, key: &str, s: &mut Snapshot) {
+        match self {
+            Record::Session(r) => s.sessions.push((key.to_string(), *r)),
+            Record::Incidents(r) => s.incidents.push(*r),
+            Record::Decided(r) => s.decided.push(*r),
+            Record::Operation(t) => s.operations.push((key.to_string(), t)),
+            Record::DriftReported(r) => s.drift_reported.push(r),
+            Record::Refusals(r) => s.refusals.push((key.to_string(), *r)),
+            Record::Halves(r) => s.halves.push((key.to_string(), *r)),
+            Record::Parked(r) => s.parked.push((key.to_string(), *r)),
+            Record::Split(r) => s.splits.push(r),
         }
     }
 }
@@ -363,23 +405,56 @@ pub struct Snapshot {
     pub halves: Vec<(String, HalvesRecord)>,
     pub parked: Vec<(String, ParkedRecord)>,
     pub splits: Vec<SplitRecord>,
+    /// Records that could not be read (damaged, or of a newer format version): skipped, each
+    /// named here, the rest loaded.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A stored record the load left out, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub table: Table,
+    pub key: String,
+    pub why: SkipReason,
+}
+
+/// Why a stored record was not read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SkipReason {
+    /// Its bytes do not decode in any layout this build knows.
+    Damaged,
+    /// It has a format version newer than this build reads: left as it is.
+    Newer(u32),
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Damaged => "damaged",
+            SkipReason::Newer(_) => "newer_version",
+        }
+    }
 }
 
 impl Snapshot {
-    /// Add one stored record (`bytes` as [`Record::encode`] wrote them) to the snapshot.
-    pub fn push_encoded(&mut self, table: Table, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
-        match table {
-            Table::Sessions => self.sessions.push((key.to_string(), decode(table, key, bytes)?)),
-            Table::Incidents => self.incidents.push(decode(table, key, bytes)?),
-            Table::Decided => self.decided.push(decode(table, key, bytes)?),
-            Table::Operations => self.operations.push((key.to_string(), decode(table, key, bytes)?)),
-            Table::DriftReported => self.drift_reported.push(decode(table, key, bytes)?),
-            Table::Refusals => self.refusals.push((key.to_string(), decode(table, key, bytes)?)),
-            Table::Halves => self.halves.push((key.to_string(), decode(table, key, bytes)?)),
-            Table::Parked => self.parked.push((key.to_string(), decode(table, key, bytes)?)),
-            Table::Splits => self.splits.push(decode(table, key, bytes)?),
+    /// Add one stored record (`bytes` as [`Record::encode`], or 0.1.0, wrote them) to the
+    /// snapshot. One that cannot be read is skipped and named ([`Snapshot::skipped`]): one record
+    /// is never the reason to forget the rest. Whether it was read.
+    pub fn push_encoded(&mut self, table: Table, key: &str, bytes: &[u8]) -> bool {
+        match Record::decode(table, key, bytes) {
+            Ok(r) => {
+                r.into_snapshot(key, self);
+                true
+            }
+            Err(StoreError::Newer { version, .. }) => {
+                self.skipped.push(Skipped { table, key: key.to_string(), why: SkipReason::Newer(version) });
+                false
+            }
+            Err(_) => {
+                self.skipped.push(Skipped { table, key: key.to_string(), why: SkipReason::Damaged });
+                false
+            }
         }
-        Ok(())
     }
 
     /// Add one record as it was put.
@@ -501,6 +576,41 @@ pub struct StoreStats {
     /// untouched (a shared store; see `state::versions`).
     pub versions_held: u64,
     pub versions_forgotten: u64,
+    /// Records read while running (not at load) that could not be read, by table and reason:
+    /// read as absent (see [`Snapshot::skipped`] for the load).
+    pub skipped: SkipCounts,
+}
+
+/// Records skipped, by table and [`SkipReason`] (damaged, newer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkipCounts(pub [[u64; 2]; Table::ALL.len()]);
+
+impl SkipCounts {
+    pub fn add(&mut self, table: Table, why: SkipReason) {
+        let t = Table::ALL.iter().position(|x| *x == table).unwrap_or(0);
+        self.0[t][usize::from(matches!(why, SkipReason::Newer(_)))] += 1;
+    }
+
+    /// Each (table, reason) counted, with its count.
+    pub fn entries(&self) -> impl Iterator<Item = (Table, &'static str, u64)> + '_ {
+        Table::ALL.into_iter().enumerate().flat_map(move |(i, t)| {
+            [("damaged", self.0[i][0]), ("newer_version", self.0[i][1])].into_iter().map(move |(why, n)| (t, why, n))
+        })
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().flatten().sum()
+    }
+}
+
+/// How a skipped record is named in the log: its table and key, the key of a session hashed (a
+/// session key holds the session id, which can be a credential) and any other key through
+/// `redact::ident` (an operation key is whatever a client chose).
+pub fn shown_key(table: Table, key: &str) -> String {
+    match table {
+        Table::Sessions => crate::evidence::hash::session_hash(key).to_string(),
+        _ => crate::normalize::redact::ident(key).into_string(),
+    }
 }
 
 /// A store shared between the engine and whoever made it (tests, the benchmark, the gate): locked
@@ -583,9 +693,10 @@ impl std::fmt::Debug for StoreHandle {
     }
 }
 
-/// Encode a record (postcard).
+/// Encode a record (postcard), framed with this build's format version.
 pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, StoreError> {
-    postcard::to_stdvec(v).map_err(|e| StoreError::Backend(format!("encode: {e}")))
+    let frame = format::frame(&[]);
+    postcard::to_extend(v, frame).map_err(|e| StoreError::Backend(format!("encode: {e}")))
 }
 
 /// Decode a record of `table` stored under `key`.

@@ -334,6 +334,32 @@ impl RedisStore {
         self.versions.insert((table, key), Seen::Deleted(ver));
     }
 
+    /// A record read at version `ver`. One that cannot be read is counted, named in the log, and
+    /// read as absent: a damaged one is remembered at its version (this instance's write then
+    /// replaces it), one of a newer format is not (this instance expects the key absent, so its
+    /// writes are refused as conflicts and never overwrite what a newer build wrote).
+    fn read_record(&mut self, table: Table, key: &str, bytes: &[u8], ver: u64) -> Option<Record> {
+        self.stats.bytes_received += bytes.len() as u64;
+        match Record::decode(table, key, bytes) {
+            Ok(r) => {
+                self.versions.insert((table, key.to_string()), Seen::Record(ver));
+                Some(r)
+            }
+            Err(e) => {
+                let why = match e {
+                    StoreError::Newer { version, .. } => super::SkipReason::Newer(version),
+                    _ => {
+                        self.versions.insert((table, key.to_string()), Seen::Record(ver));
+                        super::SkipReason::Damaged
+                    }
+                };
+                self.stats.skipped.add(table, why);
+                tracing::warn!(table = table.as_str(), key = %super::shown_key(table, key), reason = why.as_str(), "a state record could not be read; taken as absent");
+                None
+            }
+        }
+    }
+
     /// Every (key, bytes, version) of `table`, by `SCAN` (the whole keyspace, or with `by_index`
     /// the table's index set by `SSCAN`) and `HMGET` in batches; a tombstone has no bytes.
     fn scan_table(&mut self, table: Table, by_index: bool) -> Result<Vec<Scanned>, StoreError> {
@@ -402,11 +428,7 @@ impl RedisStore {
         let mut out = Vec::with_capacity(keys.len());
         for (k, (v, ver)) in keys.iter().zip(rows) {
             match (v, ver) {
-                (Some(v), Some(ver)) => {
-                    self.stats.bytes_received += v.len() as u64;
-                    self.versions.insert((table, k.clone()), Seen::Record(ver));
-                    out.push(Some(Record::decode(table, k, &v)?));
-                }
+                (Some(v), Some(ver)) => out.push(self.read_record(table, k, &v, ver)),
                 (None, Some(ver)) => {
                     self.saw_deleted(table, k.clone(), ver);
                     out.push(None);
@@ -437,8 +459,11 @@ impl StateStore for RedisStore {
             for (key, bytes, ver) in scanned {
                 match bytes {
                     Some(bytes) => {
-                        s.push_encoded(t, &key, &bytes)?;
-                        self.versions.insert((t, key), Seen::Record(ver));
+                        // A record of a newer format is not remembered: this instance expects
+                        // the key absent, so its writes never overwrite it (a conflict instead).
+                        if s.push_encoded(t, &key, &bytes) || s.skipped.last().is_some_and(|k| k.why == super::SkipReason::Damaged) {
+                            self.versions.insert((t, key), Seen::Record(ver));
+                        }
                     }
                     None => self.saw_deleted(t, key, ver),
                 }
@@ -451,11 +476,7 @@ impl StateStore for RedisStore {
         let k = record_key(table, key);
         let (v, ver): (Option<Vec<u8>>, Option<u64>) = self.with_conn(|c| ::redis::cmd("HMGET").arg(&k).arg("v").arg("ver").query(c))?;
         match (v, ver) {
-            (Some(v), Some(ver)) => {
-                self.stats.bytes_received += v.len() as u64;
-                self.versions.insert((table, key.to_string()), Seen::Record(ver));
-                Ok(Some(Record::decode(table, key, &v)?))
-            }
+            (Some(v), Some(ver)) => Ok(self.read_record(table, key, &v, ver)),
             (None, Some(ver)) => {
                 self.saw_deleted(table, key.to_string(), ver);
                 Ok(None)
@@ -562,7 +583,17 @@ impl StateStore for RedisStore {
         match v {
             Some(v) => {
                 self.stats.bytes_received += v.len() as u64;
-                Ok(Some(Record::decode(table, key, &v)?))
+                match Record::decode(table, key, &v) {
+                    Ok(r) => Ok(Some(r)),
+                    Err(StoreError::Newer { version, .. }) => {
+                        self.stats.skipped.add(table, super::SkipReason::Newer(version));
+                        Ok(None)
+                    }
+                    Err(_) => {
+                        self.stats.skipped.add(table, super::SkipReason::Damaged);
+                        Ok(None)
+                    }
+                }
             }
             None => Ok(None),
         }
@@ -572,8 +603,17 @@ impl StateStore for RedisStore {
         let mut out = Vec::new();
         for (key, bytes, _) in self.scan_table(table, indexed(table))? {
             if let Some(bytes) = bytes {
-                let r = Record::decode(table, &key, &bytes)?;
-                out.push((key, r));
+                match Record::decode(table, &key, &bytes) {
+                    Ok(r) => out.push((key, r)),
+                    Err(e) => {
+                        let why = if let StoreError::Newer { version, .. } = e {
+                            super::SkipReason::Newer(version)
+                        } else {
+                            super::SkipReason::Damaged
+                        };
+                        self.stats.skipped.add(table, why);
+                    }
+                }
             }
         }
         Ok(out)

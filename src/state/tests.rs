@@ -166,11 +166,65 @@ fn the_memory_store_keeps_the_same_records() {
     check(&st.load().unwrap());
 }
 
+/// Issue 35: one record that cannot be read is skipped and named, never the reason to forget
+/// the rest. A damaged record in each table (its bytes flipped), and one marked with a future
+/// format version: every other record loads, each bad one is named with its reason, and the
+/// future one is left in the file as it was (not rewritten by the load).
 #[test]
-fn a_record_that_does_not_decode_is_an_error_naming_it() {
-    let mut s = Snapshot::default();
-    let e = s.push_encoded(Table::Decided, "ab", b"\xff\xff").unwrap_err();
-    assert!(e.to_string().contains("decided/ab"), "{e}");
+fn a_damaged_or_newer_record_is_skipped_and_named_and_the_rest_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut st = EmbeddedStore::open(dir.path()).unwrap();
+    st.apply(&all_changes()).unwrap();
+    let good = all_changes();
+    // Every table gets a damaged record beside the good ones (a frame, then bytes that decode
+    // as nothing: flipped).
+    let mut bad = Vec::new();
+    for c in &good.changes {
+        let Some(r) = &c.value else { continue };
+        let mut bytes = r.encode().unwrap();
+        let n = bytes.len();
+        for b in bytes[format::MAGIC.len() + 1..].iter_mut().take(n / 2) {
+            *b ^= 0xff;
+        }
+        bytes.truncate(format::MAGIC.len() + 1 + (n - format::MAGIC.len() - 1) / 3);
+        bad.push((c.table, format!("damaged-{}", c.table.as_str()), bytes));
+    }
+    // And one record a newer build wrote: format version CURRENT + 1.
+    let mut newer = format::MAGIC.to_vec();
+    newer.push((format::CURRENT + 1) as u8);
+    newer.extend_from_slice(b"whatever a newer build writes");
+    bad.push((Table::Incidents, "=newer.example".to_string(), newer.clone()));
+    st.put_raw(&bad).unwrap();
+    let loaded = st.load().unwrap();
+    check(&loaded);
+    let mut named: Vec<(Table, String, SkipReason)> = loaded.skipped.iter().map(|s| (s.table, s.key.clone(), s.why)).collect();
+    named.sort_by(|a, b| a.1.cmp(&b.1));
+    let mut want: Vec<(Table, String, SkipReason)> = bad
+        .iter()
+        .map(|(t, k, _)| (*t, k.clone(), if k.starts_with('=') { SkipReason::Newer(format::CURRENT + 1) } else { SkipReason::Damaged }))
+        .collect();
+    want.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(named, want);
+    // The newer record is still there, byte for byte.
+    assert_eq!(st.get_raw(Table::Incidents, "=newer.example").unwrap(), Some(newer));
+    // Reading it alone is no record, never a misread one.
+    assert!(st.get(Table::Incidents, "=newer.example").unwrap().is_none());
+    let mut counts = SkipCounts::default();
+    for s in &loaded.skipped {
+        counts.add(s.table, s.why);
+    }
+    assert_eq!(counts.total(), bad.len() as u64);
+    assert!(counts.entries().any(|(t, why, n)| t == Table::Incidents && why == "newer_version" && n == 1));
+}
+
+/// What this build writes is framed with its format version; a record without a frame reads as
+/// 0.1.0's layout (version 0).
+#[test]
+fn records_are_written_framed_with_the_current_version() {
+    for c in all_changes().changes {
+        let bytes = c.value.unwrap().encode().unwrap();
+        assert!(matches!(format::framed(&bytes), format::Framed::Version(format::CURRENT, _)));
+    }
 }
 
 /// Why postcard: the same records, measured in both encodings.

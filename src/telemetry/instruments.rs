@@ -154,6 +154,10 @@ instruments! {
         "Verifiers that could not run (no finding; the call stays unverified), by verifier and error";
     VERIFIER_DURATION = "mcp_health.verifier.duration", Histogram, "s", ["verifier"], Output,
         "How long a verifier ran (its span's duration), by verifier";
+    RECEIPTS_CAPPED = "mcp_health.receipts.capped", Counter, "{receipt}", [], Internal(Normal),
+        "Receipts that said they checked later than they arrived (beyond 2 s of clock difference): dated at their arrival, so none outranks the receipts after it";
+    STATE_UNDECODABLE = "mcp_health.state.undecodable", Counter, "{record}", ["table", "reason"], Internal(Normal),
+        "Stored state records the load could not read, by table and reason (damaged: skipped, the rest loaded; newer_version: written by a newer build, left as it is)";
     JOINS = "mcp_health.joins", Counter, "{join}", ["kind", "result"], Output,
         "Halves of calls split over two traces, by kind (server_half, refused_request) and result: joined, late (a client half joined to a server half decided before it came), ambiguous (no join: more than one candidate fits; the client call's verdict is partial, reason ambiguous_server_half)";
 

@@ -129,6 +129,7 @@ impl Replica for Durable {
             taken_over: self.link.taken_over,
             queue_waits: self.link.worker.queue_waits(),
             waited: self.link.worker.waited(),
+            skipped: self.link.skipped,
             ..Default::default()
         }
     }

@@ -17,11 +17,13 @@ pub(crate) struct Link {
     pub conflicts: u64,
     /// Decided chains taken from the store for evidence that came here.
     pub taken_over: u64,
+    /// Stored records the load could not read, by table and reason.
+    pub skipped: crate::state::SkipCounts,
 }
 
 impl Link {
     pub fn new(worker: Worker) -> Self {
-        Link { worker, down: false, errors: 0, conflicts: 0, taken_over: 0 }
+        Link { worker, down: false, errors: 0, conflicts: 0, taken_over: 0, skipped: Default::default() }
     }
 
     /// A store operation failed: counted, and the store is down until one succeeds.
@@ -48,11 +50,17 @@ impl Link {
         r
     }
 
-    /// Load every record and put it back into the engine's tables. A store that cannot be read
-    /// leaves the engine empty (nothing is judged from a state that could not be read).
+    /// Load every record and put it back into the engine's tables. A record that cannot be
+    /// read is skipped, named in the log and counted, the rest loaded; a store that cannot be
+    /// read at all leaves the engine empty (nothing is judged from a state that could not be read).
     pub fn load(&mut self, t: &mut Tables) {
         match self.call(|s| s.load()) {
-            Ok(snap) => restore(t, snap),
+            Ok(snap) => {
+                for s in &snap.skipped {
+                    self.skipped.add(s.table, s.why);
+                }
+                restore(t, snap)
+            }
             Err(e) => {
                 self.failed();
                 tracing::error!(error = %e, "could not load the state store; starting with empty state");
@@ -156,6 +164,22 @@ impl Link {
 /// Put a snapshot back into the engine's tables.
 fn restore(t: &mut Tables, mut snap: Snapshot) {
     let counts = (snap.sessions.len(), snap.incidents.len(), snap.decided.len());
+    /// The first skipped records are named one by one; past these, a count.
+    const NAMED: usize = 32;
+    for s in snap.skipped.iter().take(NAMED) {
+        match s.why {
+            crate::state::SkipReason::Damaged => {
+                tracing::warn!(table = s.table.as_str(), key = %crate::state::shown_key(s.table, &s.key), "a state record could not be read: skipped, the rest loaded");
+            }
+            crate::state::SkipReason::Newer(version) => {
+                tracing::warn!(table = s.table.as_str(), key = %crate::state::shown_key(s.table, &s.key), version, "a state record was written by a newer build: left as it is, not read");
+            }
+        }
+    }
+    if snap.skipped.len() > NAMED {
+        tracing::warn!(more = snap.skipped.len() - NAMED, "more state records could not be read: skipped");
+    }
+    let skipped = snap.skipped.len();
     for (key, r) in snap.sessions {
         t.sessions.restore(key, r);
     }
@@ -182,5 +206,5 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
     for s in snap.splits {
         t.chains.restore_split(&s.server, crate::evidence::time::Moment::from_nanos(0));
     }
-    tracing::info!(sessions = counts.0, incidents = counts.1, decided = counts.2, "state loaded from the store");
+    tracing::info!(sessions = counts.0, incidents = counts.1, decided = counts.2, skipped, "state loaded from the store");
 }

@@ -75,6 +75,8 @@ pub(crate) struct ReplicaFigures {
     pub queue_waits: u64,
     /// Wall-clock time the engine's thread spent blocked on the store's thread.
     pub waited: std::time::Duration,
+    /// Stored records the load could not read (damaged, or of a newer format), by table.
+    pub skipped: crate::state::SkipCounts,
 }
 
 /// How the engine's gauges of incidents and convergence are reported.

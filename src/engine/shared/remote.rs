@@ -1295,6 +1295,7 @@ impl Replica for Shared {
             incidents_unshared: self.incidents_unshared,
             queue_waits: self.link.worker.queue_waits() + self.awaiting_waits,
             waited: self.link.worker.waited(),
+            skipped: self.link.skipped,
         }
     }
 
