@@ -406,3 +406,56 @@ async fn json_bodies_of_tiny_spans_are_refused_at_the_memory_limit() {
         peak >> 20
     );
 }
+
+/// Issue 35: a request refused before its body is read (the memory limit is reached, or a queue
+/// it needs is full) is answered after the body is read and dropped, so a client still sending
+/// gets the 503 and its `Retry-After`, not a broken pipe. A flood of 3.4 MB bodies from a Python
+/// client (`http.client`, which raises on a write into a closed connection) against a service
+/// whose memory limit is already reached: every request gets a status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_http_bodies_are_answered_not_cut_off() {
+    // A limit below what the idle process holds: every request is refused before it is read.
+    let svc = Service::start(Cfg { exporter: None, memory_limit_mib: Some(16), memory_check_interval: "100ms", ..Cfg::default() }).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let port = svc.http_addr().port();
+    let script = r#"
+import http.client, json, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+body = bytes(3_400_000)
+seen = {}
+lock = threading.Lock()
+def send():
+    for _ in range(3):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            c.request("POST", "/v1/traces", body=body, headers={"Content-Type": "application/x-protobuf"})
+            r = c.getresponse()
+            r.read()
+            what = f"{r.status} retry-after={r.getheader('Retry-After')}"
+        except Exception as e:
+            what = type(e).__name__
+        finally:
+            c.close()
+        with lock:
+            seen[what] = seen.get(what, 0) + 1
+threads = [threading.Thread(target=send) for _ in range(n)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(json.dumps(seen))
+"#;
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3").arg("-c").arg(script).arg(port.to_string()).arg("16").output().expect("run python3")
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen: serde_json::Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap();
+    let seen = seen.as_object().unwrap();
+    assert_eq!(seen.values().filter_map(|v| v.as_u64()).sum::<u64>(), 48, "{seen:?}");
+    assert_eq!(
+        seen.keys().collect::<Vec<_>>(),
+        vec!["503 retry-after=1"],
+        "every refusal answered with its status, no broken pipe: {seen:?}"
+    );
+    svc.terminate(Duration::from_secs(15)).await;
+}

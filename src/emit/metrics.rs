@@ -404,6 +404,7 @@ impl HealthMeters {
         let spans_looped = counter(meter, &ins::SPANS_LOOPED);
         let signals_received = counter(meter, &ins::SIGNALS_RECEIVED);
         let signals_refused = counter(meter, &ins::SIGNALS_REFUSED);
+        let requests_refused = counter(meter, &ins::REQUESTS_REFUSED);
         let signals_dropped = counter(meter, &ins::SIGNALS_DROPPED);
         let attributes_invalid = counter(meter, &ins::ATTRIBUTES_INVALID);
         let spans_late = counter(meter, &ins::SPANS_LATE);
@@ -523,6 +524,7 @@ impl HealthMeters {
                 spans_looped,
                 signals_received,
                 signals_refused,
+                requests_refused,
                 signals_dropped,
                 attributes_invalid,
                 receiver_accepted: item_counters(

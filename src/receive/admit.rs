@@ -76,8 +76,20 @@ impl Admission {
     /// Count a request refused before it could be read (undecodable, too large): 1 per request
     /// in `mcp_health.spans.refused`, nothing in the item counters (its items are unknown).
     pub fn refused(&self, transport: Transport, reason: RefusalReason) {
-        self.meters.spans_refused.add(1, &[KeyValue::new("transport", transport.as_str()), KeyValue::new("reason", reason.as_str())]);
+        self.request_refused(Signal::Traces, transport, reason);
         self.log_refusal(Signal::Traces, transport, reason, None);
+    }
+
+    /// One export request refused whole: counted in requests, whatever its items.
+    fn request_refused(&self, signal: Signal, transport: Transport, reason: RefusalReason) {
+        self.meters.requests_refused.add(
+            1,
+            &[
+                KeyValue::new("signal", signal.as_str()),
+                KeyValue::new("transport", transport.as_str()),
+                KeyValue::new("reason", reason.as_str()),
+            ],
+        );
     }
 
     /// A decoded request of `items` items refused whole, or items refused inside one: counted in
@@ -115,6 +127,7 @@ impl Admission {
             KeyValue::new("reason", reason.as_str()),
         ];
         self.meters.signals_refused.add(1, &attrs);
+        self.request_refused(signal, transport, reason);
         self.log_refusal(signal, transport, reason, None);
     }
 
@@ -343,6 +356,7 @@ impl Admission {
     /// Refuse a request of `spans` spans whole (retryable), counted under `reason`.
     fn refuse_spans(&self, reason: RefusalReason, spans: u64, transport: Transport) -> Admitted {
         self.meters.spans_refused.add(spans, &[KeyValue::new("transport", transport.as_str()), KeyValue::new("reason", reason.as_str())]);
+        self.request_refused(Signal::Traces, transport, reason);
         if reason == RefusalReason::ExporterBusy {
             self.meters.enqueue_failed(Signal::Traces.passthrough(), ItemKind::Spans, spans);
         }
@@ -385,6 +399,7 @@ impl Admission {
                 Some((o, b)) => (Some(o), b),
                 None => {
                     self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", RefusalReason::MemoryLimit.as_str())]);
+                    self.request_refused(Signal::Traces, transport, RefusalReason::MemoryLimit);
                     self.refused_items(Signal::Traces, transport, RefusalReason::MemoryLimit, spans);
                     return Admitted::Busy(RefusalReason::MemoryLimit);
                 }
@@ -396,6 +411,7 @@ impl Admission {
             let mut r = held.or_else(|| m.reserve(0));
             if !r.as_mut().is_some_and(|r| r.resize(pass_bytes + evidence)) {
                 self.meters.spans_refused.add(spans, &[tr, KeyValue::new("reason", RefusalReason::MemoryLimit.as_str())]);
+                self.request_refused(Signal::Traces, transport, RefusalReason::MemoryLimit);
                 self.refused_items(Signal::Traces, transport, RefusalReason::MemoryLimit, spans);
                 return Admitted::Busy(RefusalReason::MemoryLimit);
             }
@@ -769,7 +785,10 @@ mod tests {
                 "received = accepted + refused on {t}:\n{text}"
             );
         }
-        assert_eq!(sum("mcp_health_spans_refused_total", "reason=\"undecodable\""), 1.0);
+        // A request refused before its spans were read counts as a request, not as a span.
+        assert_eq!(sum("mcp_health_spans_refused_total", "reason=\"undecodable\""), 0.0);
+        assert_eq!(sum("mcp_health_requests_refused_total", "reason=\"undecodable\""), 1.0);
+        assert_eq!(sum("mcp_health_requests_refused_total", "reason=\"correlator_busy\""), 1.0, "one request of 4 spans");
         assert!(text.contains("receiver=\"otlp\""), "{text}");
     }
 }

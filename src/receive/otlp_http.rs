@@ -181,6 +181,7 @@ async fn read_body(
         "application/x-protobuf" | "application/protobuf" => Encoding::Protobuf,
         "application/json" => Encoding::Json,
         _ => {
+            drain(body, st.max_body).await;
             return Err(refused(
                 Encoding::Protobuf,
                 RefusalReason::UnsupportedMediaType,
@@ -188,18 +189,22 @@ async fn read_body(
             ));
         }
     };
-    // Above the memory limit, or a queue it needs full: refuse before the body is read and decoded.
-    if st.admission.over_memory() {
-        return Err(refused(enc, RefusalReason::MemoryLimit, AT_CAPACITY));
-    }
-    if let Some(reason) = st.admission.full_before_decode(signal) {
+    // Above the memory limit, or a queue it needs full: refuse before the body is decoded. The
+    // body is read and dropped first (never held), so the client, still sending, gets the
+    // status and its `Retry-After` rather than a broken pipe.
+    let early = if st.admission.over_memory() { Some(RefusalReason::MemoryLimit) } else { st.admission.full_before_decode(signal) };
+    if let Some(reason) = early {
+        drain(body, st.max_body).await;
         return Err(refused(enc, reason, AT_CAPACITY));
     }
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
     let mut held = match &st.admission.memory {
         Some(m) => match m.reserve(declared.unwrap_or(st.max_body as u64).min(st.max_body as u64)) {
             Some(r) => Some(r),
-            None => return Err(refused(enc, RefusalReason::MemoryLimit, AT_CAPACITY)),
+            None => {
+                drain(body, st.max_body).await;
+                return Err(refused(enc, RefusalReason::MemoryLimit, AT_CAPACITY));
+            }
         },
         None => None,
     };
@@ -235,6 +240,25 @@ async fn read_body(
             RefusalReason::UnsupportedEncoding,
             &format!("Content-Encoding {content_encoding:?} is not supported (use gzip, zstd, deflate or none)"),
         )),
+    }
+}
+
+/// Read a body to its end (at most `limit` bytes) and drop it as it comes: nothing is held, and a
+/// client sending a body the service refuses gets its answer, not a closed connection.
+async fn drain(body: Body, limit: usize) {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut read = 0usize;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => {
+                read += f.data_ref().map_or(0, |d| d.len());
+                if read > limit {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
     }
 }
 

@@ -173,7 +173,9 @@ instruments! {
     SPANS_RECEIVED = "mcp_health.spans.received", Counter, "{span}", ["transport"], Internal(Basic),
         "Spans received, by transport";
     SPANS_REFUSED = "mcp_health.spans.refused", Counter, "{span}", ["transport", "reason"], Internal(Basic),
-        "Spans refused (whole requests answered with an error), by transport and reason";
+        "Spans of refused requests (answered with an error after their spans were read), by transport and reason: spans on both transports; a request refused before it was read counts only in mcp_health.requests.refused";
+    REQUESTS_REFUSED = "mcp_health.requests.refused", Counter, "{request}", ["signal", "transport", "reason"], Internal(Basic),
+        "Export requests refused whole (every one, read or not), by signal, transport and reason: what senders saw refused, the same unit on both transports";
     RECEIVER_ACCEPTED_SPANS = "mcp_health.receiver.accepted_spans", Counter, "{span}", ["receiver", "transport"], Internal(Basic),
         "Spans handed to the correlator (and to pass-through), by receiver and transport";
     RECEIVER_ACCEPTED_METRIC_POINTS = "mcp_health.receiver.accepted_metric_points", Counter, "{data_point}", ["receiver", "transport"], Internal(Basic),

@@ -40,6 +40,7 @@ pub struct FlowMeters {
     /// Metric data points and log records received (pass-through only; never judged).
     pub signals_received: Counter<u64>,
     pub signals_refused: Counter<u64>,
+    pub requests_refused: Counter<u64>,
     pub signals_dropped: Counter<u64>,
     pub attributes_invalid: Counter<u64>,
     /// The collector's receiver counters (`otelcol_receiver_accepted_spans`, …), counted in items
