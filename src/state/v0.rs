@@ -23,8 +23,8 @@ use serde::Deserialize;
 use crate::classify::incidents::{IncidentState, Recovery, VerifierResult};
 use crate::evidence::catalog::{ListPage, SignalSource};
 use crate::evidence::{
-    AuthError, CallError, EffectBoundary, Method, Negotiation, OutcomeResult, ProgressMark, Side, SpanId, TraceId,
-    TransportOutcome, VerifierMethod,
+    AuthError, CallError, EffectBoundary, Method, Negotiation, OutcomeResult, ProgressMark, Side, SpanId, TraceId, TransportOutcome,
+    VerifierMethod,
 };
 use crate::verdict::{Confidence, Layer};
 
