@@ -580,7 +580,7 @@ impl Pipeline {
                 tracing::info!(directory = %directory.display(), "state store opened");
                 engine_cfg.store = Some(store);
             }
-            Some(crate::config::Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl }) => {
+            Some(crate::config::Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl, state_protocol }) => {
                 let shown = crate::state::redis::redact(&endpoint.0);
                 let settings = crate::state::RedisSettings {
                     endpoint: endpoint.0.clone(),
@@ -592,7 +592,11 @@ impl Pipeline {
                     remember_for: engine_cfg.chains.late_span_window.max(engine_cfg.sessions.idle_expiry) + Duration::from_secs(60),
                 };
                 let store = crate::state::StoreHandle::open_redis(settings).map_err(|e| ServeError::Store(shown.clone(), e))?;
-                tracing::info!(endpoint = %shown, "shared state store (redis) opened");
+                if let Some(p) = state_protocol {
+                    store.speak(*p);
+                }
+                let speaks = state_protocol.unwrap_or(crate::state::format::CURRENT);
+                tracing::info!(endpoint = %shown, state_protocol = speaks, "shared state store (redis) opened");
                 engine_cfg.store = Some(store);
                 // The store's round trips off the engine's path: answers are taken when they
                 // come (polled each step), the engine waiting only past the backstop.

@@ -85,6 +85,10 @@ pub enum Storage {
         retry_after: Duration,
         /// How long a deleted record's tombstone stays, so another instance cannot write it back.
         tombstone_ttl: Duration,
+        /// The state protocol this instance speaks on the shared store (`None`: this build's).
+        /// 0 while a 0.1.0 instance shares the store (it announces nothing; see
+        /// docs/multi-instance.md, "Versions").
+        state_protocol: Option<u32>,
     },
 }
 
@@ -115,6 +119,8 @@ struct StorageKeys {
     retry_after: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     tombstone_ttl: Option<Duration>,
+    #[serde(default)]
+    state_protocol: Option<u32>,
 }
 
 impl TryFrom<StorageKeys> for Storage {
@@ -123,8 +129,13 @@ impl TryFrom<StorageKeys> for Storage {
     fn try_from(k: StorageKeys) -> Result<Self, String> {
         match k.kind.as_deref() {
             None | Some("embedded") => {
-                if k.endpoint.is_some() || k.timeout.is_some() || k.retry_after.is_some() || k.tombstone_ttl.is_some() {
-                    return Err("endpoint, timeout, retry_after and tombstone_ttl need kind: redis".into());
+                if k.endpoint.is_some()
+                    || k.timeout.is_some()
+                    || k.retry_after.is_some()
+                    || k.tombstone_ttl.is_some()
+                    || k.state_protocol.is_some()
+                {
+                    return Err("endpoint, timeout, retry_after, tombstone_ttl and state_protocol need kind: redis".into());
                 }
                 let directory = k.directory.ok_or("storage needs directory (embedded) or kind: redis with an endpoint")?;
                 Ok(Storage::Embedded { directory })
@@ -134,11 +145,15 @@ impl TryFrom<StorageKeys> for Storage {
                     return Err("directory is for the embedded store, not kind: redis".into());
                 }
                 let endpoint = k.endpoint.ok_or("kind: redis needs an endpoint (redis://host:port)")?;
+                if let Some(p) = k.state_protocol.filter(|p| *p > crate::state::format::CURRENT) {
+                    return Err(format!("state_protocol {p} is newer than this build speaks (0 to {})", crate::state::format::CURRENT));
+                }
                 Ok(Storage::Redis {
                     endpoint: Secret(endpoint),
                     timeout: k.timeout.unwrap_or(Duration::from_secs(1)),
                     retry_after: k.retry_after.unwrap_or(Duration::from_secs(1)),
                     tombstone_ttl: k.tombstone_ttl.unwrap_or(Duration::from_secs(3600)),
+                    state_protocol: k.state_protocol,
                 })
             }
             Some(other) => Err(format!("unknown storage kind {other:?} (embedded or redis)")),
@@ -1000,7 +1015,7 @@ impl Config {
             Some(Storage::Embedded { directory }) if directory.as_os_str().is_empty() => {
                 return bad("storage.directory", "must be a directory path");
             }
-            Some(Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl }) => {
+            Some(Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl, .. }) => {
                 if !endpoint.0.starts_with("redis://") && !endpoint.0.starts_with("redis+unix://") && !endpoint.0.starts_with("unix://") {
                     return bad("storage.endpoint", "must be a redis://host:port URL (or redis+unix:// for a socket)");
                 }
@@ -1395,7 +1410,7 @@ mod tests {
     fn storage_redis_parses_is_checked_and_never_shows_its_password() {
         let t = "storage:\n  kind: redis\n  endpoint: redis://:planted-pw-81@127.0.0.1:6390/0\n  timeout: 250ms\n";
         let c = Config::parse("c.yaml", t, &env).unwrap();
-        let Some(Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl }) = &c.storage else { panic!("{:?}", c.storage) };
+        let Some(Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl, .. }) = &c.storage else { panic!("{:?}", c.storage) };
         assert_eq!(
             (endpoint.0.as_str(), *timeout, *retry_after, *tombstone_ttl),
             ("redis://:planted-pw-81@127.0.0.1:6390/0", Duration::from_millis(250), Duration::from_secs(1), Duration::from_secs(3600))
@@ -1412,11 +1427,16 @@ mod tests {
             ("storage:\n  kind: redis\n  endpoint: http://:planted-pw-81@h:1\n", "storage.endpoint"),
             ("storage:\n  kind: redis\n  endpoint: redis://h:1\n  timeout: 0s\n", "greater than zero"),
             ("storage: {}\n", "directory"),
+            ("storage:\n  kind: redis\n  endpoint: redis://h:1\n  state_protocol: 2\n", "newer than this build speaks"),
+            ("storage:\n  directory: /x\n  state_protocol: 0\n", "kind: redis"),
         ];
         for (text, want) in bad_cases {
             let e = Config::parse("c.yaml", text, &env).unwrap_err().to_string();
             assert!(e.contains(want) && !e.contains("planted-pw-81"), "{text}: {e}");
         }
+        let old = Config::parse("c.yaml", "storage:\n  kind: redis\n  endpoint: redis://h:1\n  state_protocol: 0\n", &env).unwrap();
+        assert!(matches!(old.storage, Some(Storage::Redis { state_protocol: Some(0), .. })), "{:?}", old.storage);
+        assert!(matches!(c.storage, Some(Storage::Redis { state_protocol: None, .. })), "unset: this build's");
         // The documented example, uncommented, is accepted.
         let doc = include_str!("../../otel-config/mcp-health.yaml")
             .replace("# storage:", "storage:")

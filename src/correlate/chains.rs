@@ -354,6 +354,16 @@ impl Chains {
         }
     }
 
+    /// The cluster's state protocol (the lowest any instance sharing the store announces): below
+    /// [`MARKS_SINCE`](super::splits::MARKS_SINCE) every client half is published, as the
+    /// instances that know no split marks do, the held-back ones at once.
+    pub fn set_cluster_protocol(&mut self, protocol: u32, now: Moment) {
+        let held = self.splits.every_half(protocol < super::splits::MARKS_SINCE);
+        if !held.is_empty() {
+            self.publish_held(&held, now, self.limits.late_span_window);
+        }
+    }
+
     /// A mark the store held at start-up: known from now on (the halves it concerns were decided
     /// before; nothing is published for them now).
     pub fn restore_split(&mut self, server: &super::splits::Server, now: Moment) {

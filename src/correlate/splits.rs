@@ -18,6 +18,12 @@
 //! look may come after this instance is gone. A half with no server name may be any server's
 //! and is always published; a mark with no server name (a server half that names none) marks
 //! every server.
+//!
+//! Instances of state protocol 0 (release 0.1.0) know no marks: they publish every client half
+//! and look for a server half's client half without waiting for a mark to settle. While one of
+//! them shares the store (the cluster's protocol, the lowest any live instance announces, is
+//! below [`MARKS_SINCE`]) this instance does the same ([`Splits::every_half`]), so a call split
+//! between an old and a new instance joins either way.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +51,9 @@ pub const ASK_EVERY: Duration = Duration::from_millis(250);
 /// is held back), and a half of one more unmarked server is published at once.
 pub const MAX_SERVERS: usize = 4096;
 
+/// The first state protocol whose instances write and read split marks.
+pub const MARKS_SINCE: u32 = 1;
+
 pub struct Splits {
     /// Servers known to split, and since when this instance knows it (engine time); the oldest
     /// forgotten past [`MAX_SERVERS`], counted in `mcp_health.state.evicted{table="split_servers"}`.
@@ -55,6 +64,9 @@ pub struct Splits {
     /// time the store was asked for the server's mark.
     held: FxHashMap<Server, (Moment, Option<Moment>)>,
     settle: Duration,
+    /// An instance that knows no marks shares the store: every half is published, no mark is
+    /// made or waited for.
+    every_half: bool,
 }
 
 impl Default for Splits {
@@ -64,6 +76,7 @@ impl Default for Splits {
             to_write: Vec::new(),
             held: FxHashMap::default(),
             settle: SETTLE,
+            every_half: false,
         }
     }
 }
@@ -71,7 +84,7 @@ impl Default for Splits {
 impl Splits {
     /// Whether a client half of `server` is published when it is decided.
     pub fn publishes(&self, server: &Server) -> bool {
-        server.is_none() || self.known.contains(server) || self.known.contains(&None)
+        self.every_half || server.is_none() || self.known.contains(server) || self.known.contains(&None)
     }
 
     /// Hold back a client half of `server` decided at `now`; false when it cannot be (as many
@@ -91,7 +104,7 @@ impl Splits {
     /// A server half of `server` was seen to split at `now`: marked here (written at the next
     /// round). True when the mark is new (the halves held back for it are to be published).
     pub fn mark(&mut self, server: &Server, now: Moment) -> bool {
-        if !self.learn(server, now) {
+        if self.every_half || !self.learn(server, now) {
             return false;
         }
         self.to_write.push(server.clone());
@@ -124,6 +137,9 @@ impl Splits {
     /// When the server halves of `server` may look for their client half: once its mark had the
     /// settle time to reach the other instances.
     pub fn settled_at(&self, server: &Server) -> Option<Moment> {
+        if self.every_half {
+            return None;
+        }
         let at = [self.known.get(server), self.known.get(&None)].into_iter().flatten().max()?;
         Some(*at + self.settle)
     }
@@ -150,8 +166,25 @@ impl Splits {
                 out.push(server.clone());
             }
         }
+        // A server half that names no server marks every server (`-`): asked for with the
+        // servers it may be, or the first split calls of a server whose spans name none (the
+        // SDKs' server spans) would wait for the drain.
+        if !out.is_empty() && !out.contains(&None) && !self.known.contains(&None) {
+            out.push(None);
+        }
         out.sort();
         out
+    }
+
+    /// Publish every half (an instance that knows no marks shares the store), or go back to
+    /// marks. The servers whose halves were held back here, to publish now, when it turns on.
+    pub fn every_half(&mut self, on: bool) -> Vec<Server> {
+        let was = std::mem::replace(&mut self.every_half, on);
+        if on && !was {
+            self.to_write.clear();
+            return self.held_servers();
+        }
+        Vec::new()
     }
 
     /// The servers with halves held back (the drain publishes their recent ones).
@@ -177,14 +210,15 @@ mod tests {
         assert!(sp.publishes(&None), "a half with no server name may be any server's");
         assert!(!sp.publishes(&s("a")));
         assert!(sp.hold(&s("a"), t0) && sp.hold(&s("b"), t0));
-        assert_eq!(sp.to_ask(t0, Duration::from_secs(5)), vec![s("a"), s("b")]);
+        // With them, the mark of a server half that names no server (it may be either).
+        assert_eq!(sp.to_ask(t0, Duration::from_secs(5)), vec![None, s("a"), s("b")]);
         assert!(sp.mark(&s("a"), t0));
         assert!(!sp.mark(&s("a"), t0), "marked once");
         assert_eq!(sp.take_marks(), vec![s("a")]);
         assert!(sp.publishes(&s("a")) && !sp.publishes(&s("b")));
         assert!(sp.to_ask(t0, Duration::from_secs(5)).is_empty(), "asked a moment ago");
         let t1 = t0 + ASK_EVERY;
-        assert_eq!(sp.to_ask(t1, Duration::from_secs(5)), vec![s("b")], "a known server is not asked for");
+        assert_eq!(sp.to_ask(t1, Duration::from_secs(5)), vec![None, s("b")], "a known server is not asked for");
         assert_eq!(sp.settled_at(&s("a")), Some(t0 + SETTLE));
         assert_eq!(sp.settled_at(&s("b")), None);
         assert!(sp.learn(&None, t0 + Duration::from_secs(2)));
@@ -195,6 +229,26 @@ mod tests {
         assert_eq!(sp.settled_at(&s("b")), Some(t0 + Duration::from_secs(2) + SETTLE), "never less than SETTLE");
         sp.set_settle(Duration::from_secs(5));
         assert_eq!(sp.settled_at(&s("b")), Some(t0 + Duration::from_secs(7)));
+    }
+
+    /// While an instance that knows no marks shares the store: every half is published (those
+    /// held back until then are handed back to publish), no mark is made, nothing waits for one.
+    #[test]
+    fn with_an_instance_that_knows_no_marks_every_half_is_published() {
+        let t0 = Moment::from_nanos(1_000_000_000);
+        let mut sp = Splits::default();
+        assert!(sp.hold(&s("a"), t0));
+        assert!(sp.mark(&s("b"), t0));
+        assert_eq!(sp.every_half(true), vec![s("a")], "the held server's halves are published now");
+        assert!(sp.take_marks().is_empty(), "a mark not written yet is not written");
+        assert!(sp.publishes(&s("c")));
+        assert!(!sp.mark(&s("c"), t0), "no mark");
+        assert_eq!(sp.settled_at(&s("b")), None, "no wait for a mark to settle");
+        assert!(sp.to_ask(t0 + ASK_EVERY, Duration::from_secs(5)).is_empty());
+        assert!(sp.every_half(true).is_empty());
+        assert!(sp.every_half(false).is_empty());
+        assert!(!sp.publishes(&s("c")), "back to marks once every instance knows them");
+        assert!(sp.mark(&s("c"), t0));
     }
 
     #[test]
@@ -209,7 +263,7 @@ mod tests {
         assert!(!sp.hold(&s("one-too-many"), t0), "past the bound a half is published, not held");
         assert!(sp.hold(&s("new"), t0 + Duration::from_secs(9)), "a held server is held again");
         let asked = sp.to_ask(t0 + Duration::from_secs(10), Duration::from_secs(5));
-        assert!(!asked.contains(&s("old")) && asked.contains(&s("new")) && asked.len() == MAX_SERVERS - 1);
+        assert!(!asked.contains(&s("old")) && asked.contains(&s("new")) && asked.len() == MAX_SERVERS);
         let before = crate::bounded::evicted("split_servers");
         for i in 0..MAX_SERVERS + 3 {
             sp.learn(&s(&format!("srv-{i}")), t0 + Duration::from_millis(i as u64));

@@ -344,6 +344,16 @@ impl Record {
         }
     }
 
+    /// The record's bytes in format `version`: 0 is 0.1.0's bare layout (written while a 0.1.0
+    /// instance shares the store, see [`StateStore::announce`]); any other, this build's.
+    pub fn encode_as(&self, version: u32) -> Result<Vec<u8>, StoreError> {
+        if version == 0 {
+            v0::encode(self)
+        } else {
+            self.encode()
+        }
+    }
+
     /// Put the record into `s`.
     fn into_snapshot(self, key: &str, s: &mut Snapshot) {
         match self {
@@ -552,6 +562,17 @@ pub trait StateStore: Send {
     fn lease(&mut self, _ttl: Duration) -> Result<bool, StoreError> {
         Ok(true)
     }
+    /// Speak state protocol `protocol` (at most [`format::CURRENT`]) from now on: announce it,
+    /// and write records no newer than it. 0 is exactly 0.1.0's: bare records, and every client
+    /// half of a split call published (no split marks). A store of one process ignores it.
+    fn speak(&mut self, _protocol: u32) {}
+    /// Announce the protocol this instance speaks for `ttl` (renewed with the gauge lease), and
+    /// answer the cluster's: the lowest protocol any live instance announced. Records are
+    /// written in the cluster's format from then on, so that every live instance reads them. A
+    /// store of one process is a cluster of one.
+    fn announce(&mut self, _ttl: Duration) -> Result<u32, StoreError> {
+        Ok(format::CURRENT)
+    }
     /// Bytes the store holds on disk, where it knows (for the benchmark).
     fn bytes_on_disk(&self) -> Option<u64> {
         None
@@ -679,6 +700,14 @@ impl StoreHandle {
 
     pub fn lease(&self, ttl: Duration) -> Result<bool, StoreError> {
         self.lock().lease(ttl)
+    }
+
+    pub fn speak(&self, protocol: u32) {
+        self.lock().speak(protocol)
+    }
+
+    pub fn announce(&self, ttl: Duration) -> Result<u32, StoreError> {
+        self.lock().announce(ttl)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn StateStore>> {

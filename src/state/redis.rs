@@ -161,6 +161,31 @@ return 0
 "#;
 static LEASE_SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| ::redis::Script::new(LEASE));
 
+/// The announce script. KEYS[1] is the hash of announcements (a field per instance: `<protocol>:
+/// <expiry, ms of the server's clock>`); ARGV[1] the instance, ARGV[2] its protocol, ARGV[3] how
+/// long the announcement lives (ms). Renews this instance's announcement, removes the expired
+/// (and any that does not parse) and answers the lowest protocol announced. The hash itself
+/// expires with the last announcement, so a store no instance uses keeps none.
+const ANNOUNCE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. (now + ttl))
+local low = tonumber(ARGV[2])
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local v, exp = string.match(all[i + 1], '^(%d+):(%d+)$')
+  if (not v) or tonumber(exp) < now then
+    redis.call('HDEL', KEYS[1], all[i])
+  elseif tonumber(v) < low then
+    low = tonumber(v)
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+return low
+"#;
+static ANNOUNCE_SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| ::redis::Script::new(ANNOUNCE));
+
 /// How to reach Redis and how long to wait for it.
 #[derive(Clone)]
 pub struct RedisSettings {
@@ -227,6 +252,10 @@ pub struct RedisStore {
     /// Who this store is when it holds the gauge lease: the process id and a random number
     /// (two processes on one host differ by pid, two hosts by the number).
     holder: String,
+    /// The state protocol this instance speaks (announced), and the format its records are
+    /// written in: the cluster's protocol, as last announced (see [`StateStore::announce`]).
+    speaks: u32,
+    writes: u32,
 }
 
 fn backend(shown: &str, e: &::redis::RedisError) -> StoreError {
@@ -280,6 +309,8 @@ impl RedisStore {
                 h.write_u32(std::process::id());
                 format!("{}-{:016x}", std::process::id(), h.finish())
             },
+            speaks: super::format::CURRENT,
+            writes: super::format::CURRENT,
         };
         let pong: String = s.with_conn(|c| ::redis::cmd("PING").query(c))?;
         if pong != "PONG" {
@@ -504,7 +535,7 @@ impl StateStore for RedisStore {
             let index = if indexed(c.table) { index_key(c.table) } else { String::new() };
             match &c.value {
                 Some(r) => {
-                    let bytes = r.encode()?;
+                    let bytes = r.encode_as(self.writes)?;
                     let op = if c.table.expires() { "x" } else { "p" };
                     sent += bytes.len() + want.len() + op.len() + index.len();
                     inv.arg(format!("{op}{index}")).arg(want).arg(bytes);
@@ -624,6 +655,23 @@ impl StateStore for RedisStore {
         inv.key(format!("{PREFIX}:lease:gauges")).arg(&self.holder).arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
         let held: u64 = self.with_conn(|c| inv.invoke(c))?;
         Ok(held == 1)
+    }
+
+    fn speak(&mut self, protocol: u32) {
+        self.speaks = protocol.min(super::format::CURRENT);
+        self.writes = self.writes.min(self.speaks);
+    }
+
+    fn announce(&mut self, ttl: Duration) -> Result<u32, StoreError> {
+        let mut inv = ANNOUNCE_SCRIPT.prepare_invoke();
+        inv.key(format!("{PREFIX}:protocols"))
+            .arg(&self.holder)
+            .arg(self.speaks)
+            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        let cluster: u64 = self.with_conn(|c| inv.invoke(c))?;
+        let cluster = u32::try_from(cluster).unwrap_or(self.speaks).min(self.speaks);
+        self.writes = cluster;
+        Ok(cluster)
     }
 
     fn probe(&mut self) -> Option<Result<(), StoreError>> {

@@ -905,3 +905,36 @@ fn redis_only_split_servers_publish_halves_and_the_first_split_call_still_joins(
     assert_eq!(calls(&out_b), vec![([2; 16], 1)], "one call: the client's, revised with its server half; none of the server half's own");
     assert_eq!(calls(&out_a), vec![([1; 16], 0), ([2; 16], 0)]);
 }
+
+/// Each instance announces its state protocol; the cluster's is the lowest announced while it
+/// lives, and records are written in it (bare for protocol 0, as 0.1.0 reads them); once the
+/// old instance's announcement expires the cluster speaks this build's protocol again.
+#[test]
+fn redis_the_cluster_speaks_the_lowest_protocol_announced_while_it_lives() {
+    if !available("redis_the_cluster_speaks_the_lowest_protocol_announced_while_it_lives") {
+        return;
+    }
+    let r = RedisServer::start();
+    let (mut old, mut new) = (open(&r), open(&r));
+    old.speak(0);
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::CURRENT, "alone: its own");
+    assert_eq!(old.announce(Duration::from_millis(300)).unwrap(), 0);
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), 0, "the lowest live announcement");
+    let mut c = Changes::default();
+    c.put("op-1".into(), Record::Operation([1; 16]));
+    new.apply(&c).unwrap();
+    let raw: Vec<u8> = ::redis::cmd("HGET").arg("mcp-health:operations:op-1").arg("v").query(&mut r.conn()).unwrap();
+    assert_eq!(raw, [1; 16], "written bare, as 0.1.0 reads it");
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::CURRENT, "the old announcement expired");
+    let mut c = Changes::default();
+    c.put("op-2".into(), Record::Operation([2; 16]));
+    new.apply(&c).unwrap();
+    let raw: Vec<u8> = ::redis::cmd("HGET").arg("mcp-health:operations:op-2").arg("v").query(&mut r.conn()).unwrap();
+    assert!(raw.starts_with(&format::MAGIC), "framed again");
+    // A field that does not parse (nothing this build writes) is dropped, never taken as a version.
+    ::redis::cmd("HSET").arg("mcp-health:protocols").arg("junk").arg("zero").query::<()>(&mut r.conn()).unwrap();
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::CURRENT);
+    let n: u64 = ::redis::cmd("HLEN").arg("mcp-health:protocols").query(&mut r.conn()).unwrap();
+    assert_eq!(n, 1);
+}

@@ -237,3 +237,41 @@ fn postcard_is_smaller_than_json_for_the_records() {
     println!("decided chain: postcard {pc} B, json {js} B; session: {spc} B vs {sjs} B; incident: {ipc} B vs {ijs} B");
     assert!(pc * 2 < js && spc * 2 < sjs && ipc < ijs);
 }
+
+/// While a 0.1.0 instance shares the store, records are written in its layout: bare, and read
+/// back (by 0.1.0's layout, as 0.1.0 reads them) to what they held, less only what 0.1.0 could
+/// not hold: a `Waiting` incident cause reads as `Working`, an `untrusted` receipt is left out.
+#[test]
+fn records_written_for_protocol_0_are_bare_and_read_back_as_0_1_0_reads_them() {
+    for c in all_changes().changes {
+        let r = c.value.unwrap();
+        let bytes = r.encode_as(0).unwrap();
+        if c.table == Table::Splits {
+            // 0.1.0 has no such table and never reads it.
+            continue;
+        }
+        assert!(matches!(format::framed(&bytes), format::Framed::Bare(_)), "{:?} is bare", c.table);
+        let back = super::v0::decode(c.table, &c.key, &bytes).unwrap();
+        assert_eq!(back.encode().unwrap(), r.encode().unwrap(), "{:?} reads back as it was", c.table);
+    }
+    // A waiting call's incident is a working one to 0.1.0; an untrusted receipt is not kept.
+    let mut inc = server_incidents();
+    inc.open[0].cause.state = crate::verdict::HealthState::Waiting;
+    let back = super::v0::decode(Table::Incidents, "k", &Record::Incidents(Box::new(inc)).encode_as(0).unwrap()).unwrap();
+    let Record::Incidents(back) = back else { panic!() };
+    assert_eq!(back.open[0].cause.state, crate::verdict::HealthState::Working);
+    let mut d = decided();
+    let mut span = d.spans[0].clone();
+    span.outcomes = vec![crate::evidence::OutcomeReceipt {
+        result: crate::evidence::OutcomeResult::Confirmed,
+        method: crate::evidence::VerifierMethod::Receipt,
+        checked_at_ns: 5,
+        request_id: None,
+        trust: crate::evidence::receipt::ReceiptTrust::Untrusted,
+    }]
+    .into();
+    d.spans = Arc::new(vec![span]);
+    let back = super::v0::decode(Table::Decided, "k", &Record::Decided(Box::new(d)).encode_as(0).unwrap()).unwrap();
+    let Record::Decided(back) = back else { panic!() };
+    assert!(back.spans[0].outcomes.is_empty(), "an untrusted receipt would be evidence to 0.1.0");
+}

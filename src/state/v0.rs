@@ -14,11 +14,17 @@
 //! encodes an enum variant by its index, so a variant inserted before others renumbers them
 //! (`HealthState::Waiting`: old bytes decode, to the wrong state). `#[serde(skip)]` fields are
 //! not in the bytes, so they are left out here.
+//!
+//! A store whose cluster still speaks state protocol 0 (a 0.1.0 instance shares it: see
+//! `docs/multi-instance.md`) writes these layouts too, bare, so that 0.1.0 reads what this build
+//! wrote ([`encode`]). What 0.1.0 could not hold is left out: multi-round and task facts, a
+//! `subscriptions/listen` stream's facts (its catalog events), and receipts this process does not
+//! take as evidence (`untrusted`: 0.1.0 knew no signatures and would take them).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::classify::incidents::{IncidentState, Recovery, VerifierResult};
 use crate::evidence::catalog::{ListPage, SignalSource};
@@ -35,7 +41,7 @@ use crate::verdict::{Confidence, Layer};
 
 /// `decided` in 0.1.0: `spans` was a plain `Vec` (today an `Arc<Vec<_>>`, encoded the same);
 /// the spans' layout differs.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct DecidedRecord {
     pub trace_id: TraceId,
     pub spans: Vec<SpanEvidence>,
@@ -46,20 +52,20 @@ pub struct DecidedRecord {
 }
 
 /// `refusals` in 0.1.0.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct RefusalsRecord {
     pub orphans: Vec<SpanEvidence>,
 }
 
 /// `parked_verifiers` in 0.1.0.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct ParkedRecord {
     pub verifiers: Vec<SpanEvidence>,
 }
 
 /// `incidents` in 0.1.0 (then `state::ServerIncidents`): the same fields, but its incidents'
 /// causes hold a 0.1.0 [`HealthState`].
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct ServerIncidents {
     pub server: Option<Arc<str>>,
     pub open: Vec<Incident>,
@@ -73,7 +79,7 @@ pub struct ServerIncidents {
 
 /// `evidence::SpanEvidence` in 0.1.0: the same 24 encoded fields in the same order (today's
 /// `instrumentation` is `#[serde(skip)]`, not in the bytes); its receipts and its rare box differ.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct SpanEvidence {
     pub trace_id: TraceId,
     pub span_id: SpanId,
@@ -104,7 +110,7 @@ pub struct SpanEvidence {
 }
 
 /// `evidence::OutcomeReceipt` in 0.1.0: no `trust` (appended since).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub struct OutcomeReceipt {
     pub result: OutcomeResult,
     pub method: VerifierMethod,
@@ -114,7 +120,7 @@ pub struct OutcomeReceipt {
 
 /// `evidence::RareEvidence` in 0.1.0: no `round` (appended since; `finding` and today's
 /// `join_keys` are `#[serde(skip)]`, never in the bytes).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct RareEvidence {
     pub auth_error: Option<AuthError>,
     pub auth_status: Option<u16>,
@@ -132,7 +138,7 @@ pub struct RareEvidence {
 }
 
 /// `evidence::catalog::CatalogFacts` in 0.1.0: no `listen` (appended since).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct CatalogFacts {
     pub signal: Option<SignalSource>,
     pub page: Option<ListPage>,
@@ -147,7 +153,7 @@ pub struct CatalogFacts {
 // ---------------------------------------------------------------------------------------------
 
 /// `classify::incidents::Incident` in 0.1.0: the same fields; its cause's state is 0.1.0's.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct Incident {
     pub id: String,
     pub cause: Cause,
@@ -165,7 +171,7 @@ pub struct Incident {
 }
 
 /// `classify::incidents::Cause` in 0.1.0: the same fields; `state` is 0.1.0's enum.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub struct Cause {
     pub first_failed_layer: Option<Layer>,
     pub state: HealthState,
@@ -177,7 +183,7 @@ pub struct Cause {
 
 /// `verdict::HealthState` in 0.1.0, in its order (postcard stores the index): today's `Waiting`
 /// was inserted after `Working`, so `ToolFailed` (7) .. `Healthy` (11) are one higher today.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub enum HealthState {
     NeedsAuth,
     TransportFailed,
@@ -400,4 +406,188 @@ pub(super) fn decode(table: super::Table, key: &str, bytes: &[u8]) -> Result<sup
         // No such table in 0.1.0: a store it wrote has none.
         Table::Splits => Record::Split(pc(table, key, bytes)?),
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// From today's types, for a cluster that still speaks protocol 0.
+// ---------------------------------------------------------------------------------------------
+
+/// `Waiting` (an input request or a task the call waits on) did not exist: 0.1.0 read such a call
+/// as still `Working`, which is what it says.
+impl From<crate::verdict::HealthState> for HealthState {
+    fn from(s: crate::verdict::HealthState) -> Self {
+        use crate::verdict::HealthState as H;
+        match s {
+            H::NeedsAuth => HealthState::NeedsAuth,
+            H::TransportFailed => HealthState::TransportFailed,
+            H::IncompatibleSession => HealthState::IncompatibleSession,
+            H::ContractDrift => HealthState::ContractDrift,
+            H::StaleCatalog => HealthState::StaleCatalog,
+            H::ProtocolError => HealthState::ProtocolError,
+            H::Working | H::Waiting => HealthState::Working,
+            H::ToolFailed => HealthState::ToolFailed,
+            H::EffectUnknown => HealthState::EffectUnknown,
+            H::FalseSuccess => HealthState::FalseSuccess,
+            H::Unverified => HealthState::Unverified,
+            H::Healthy => HealthState::Healthy,
+        }
+    }
+}
+
+impl From<&crate::classify::incidents::Cause> for Cause {
+    fn from(c: &crate::classify::incidents::Cause) -> Self {
+        Cause {
+            first_failed_layer: c.first_failed_layer,
+            state: c.state.into(),
+            server: c.server.clone(),
+            error_class: c.error_class.clone(),
+            credential_hash: c.credential_hash.clone(),
+            tool: c.tool.clone(),
+        }
+    }
+}
+
+impl From<&crate::classify::incidents::Incident> for Incident {
+    fn from(i: &crate::classify::incidents::Incident) -> Self {
+        Incident {
+            id: i.id.clone(),
+            cause: (&i.cause).into(),
+            state: i.state,
+            agents: i.agents.clone(),
+            calls: i.calls,
+            sessions: i.sessions.clone(),
+            retry_count: i.retry_count,
+            first_evidence_ns: i.first_evidence_ns,
+            last_evidence_ns: i.last_evidence_ns,
+            confidence: i.confidence,
+            required_authority: i.required_authority.clone(),
+            verifier_result: i.verifier_result.clone(),
+            next_action: i.next_action.clone(),
+        }
+    }
+}
+
+impl From<&crate::classify::incidents::ServerIncidents> for ServerIncidents {
+    fn from(s: &crate::classify::incidents::ServerIncidents) -> Self {
+        ServerIncidents {
+            server: s.server.clone(),
+            open: s.open.iter().map(Into::into).collect(),
+            recent: s.recent.clone(),
+            resolved: s.resolved.iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<&crate::evidence::catalog::CatalogFacts> for CatalogFacts {
+    fn from(c: &crate::evidence::catalog::CatalogFacts) -> Self {
+        CatalogFacts {
+            signal: c.signal,
+            page: c.page.clone(),
+            installed_digest: c.installed_digest.clone(),
+            list_changed_capability: c.list_changed_capability,
+            raw_definitions_seen: c.raw_definitions_seen,
+            tool_digest: c.tool_digest.clone(),
+        }
+    }
+}
+
+impl From<&crate::evidence::RareEvidence> for RareEvidence {
+    fn from(r: &crate::evidence::RareEvidence) -> Self {
+        RareEvidence {
+            auth_error: r.auth_error,
+            auth_status: r.auth_status,
+            required_scope: r.required_scope.clone(),
+            credential_hash: r.credential_hash.clone(),
+            auth_flow_pending: r.auth_flow_pending,
+            negotiation: r.negotiation.clone(),
+            exec_timeout: r.exec_timeout,
+            output_schema_violated: r.output_schema_violated,
+            effect_boundary: r.effect_boundary,
+            operation_key: r.operation_key.clone(),
+            progress: r.progress.clone(),
+            progress_token: r.progress_token.clone(),
+            catalog: r.catalog.as_deref().map(|c| Box::new(c.into())),
+        }
+    }
+}
+
+impl From<&crate::evidence::SpanEvidence> for SpanEvidence {
+    fn from(s: &crate::evidence::SpanEvidence) -> Self {
+        let rare: &crate::evidence::RareEvidence = s;
+        let rare = RareEvidence::from(rare);
+        SpanEvidence {
+            trace_id: s.trace_id,
+            span_id: s.span_id,
+            parent_span_id: s.parent_span_id,
+            side: s.side,
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+            method: s.method.clone(),
+            tool: s.tool.clone(),
+            request_id: s.request_id.clone(),
+            session_id: s.session_id.clone(),
+            protocol_version: s.protocol_version.clone(),
+            server: s.server.clone(),
+            error: s.error.clone(),
+            status_error: s.status_error,
+            http_status: s.http_status,
+            transport: s.transport,
+            request_sent: s.request_sent,
+            // 0.1.0 took every receipt as evidence: one this process does not is left out.
+            outcomes: s
+                .outcomes
+                .iter()
+                .filter(|r| r.trust != crate::evidence::receipt::ReceiptTrust::Untrusted)
+                .map(|r| OutcomeReceipt {
+                    result: r.result,
+                    method: r.method,
+                    checked_at_ns: r.checked_at_ns,
+                    request_id: r.request_id.clone(),
+                })
+                .collect(),
+            request_sent_marker: s.request_sent_marker,
+            error_maybe_client_rendered: s.error_maybe_client_rendered,
+            http_mcp_endpoint: s.http_mcp_endpoint,
+            response_unobserved: s.response_unobserved,
+            service: s.service.clone(),
+            rare: (rare != RareEvidence::default()).then(|| Box::new(rare)),
+        }
+    }
+}
+
+fn spans_v0(v: &[crate::evidence::SpanEvidence]) -> Vec<SpanEvidence> {
+    v.iter().map(Into::into).collect()
+}
+
+/// A record as 0.1.0 stored it: its layout, bare (no frame). Tables 0.1.0 did not have
+/// (`split_servers`) are written framed as today: 0.1.0 never reads them.
+pub(super) fn encode(r: &super::Record) -> Result<Vec<u8>, super::StoreError> {
+    use super::Record;
+    let bare = |bytes: Result<Vec<u8>, postcard::Error>| bytes.map_err(|e| super::StoreError::Backend(format!("encode: {e}")));
+    match r {
+        Record::Session(s) => {
+            if s.events.iter().any(|e| matches!(e.kind, crate::classify::catalog::CatalogEventKind::Listen(_))) {
+                let mut s = (**s).clone();
+                s.events.retain(|e| !matches!(e.kind, crate::classify::catalog::CatalogEventKind::Listen(_)));
+                bare(postcard::to_allocvec(&s))
+            } else {
+                bare(postcard::to_allocvec(s))
+            }
+        }
+        Record::Incidents(i) => bare(postcard::to_allocvec(&ServerIncidents::from(&**i))),
+        Record::Decided(d) => bare(postcard::to_allocvec(&DecidedRecord {
+            trace_id: d.trace_id,
+            spans: spans_v0(&d.spans),
+            root_seen: d.root_seen,
+            truncated: d.truncated,
+            revision: d.revision,
+            decided_at_ns: d.decided_at_ns,
+        })),
+        Record::Operation(t) => bare(postcard::to_allocvec(t)),
+        Record::DriftReported(d) => bare(postcard::to_allocvec(d)),
+        Record::Refusals(x) => bare(postcard::to_allocvec(&RefusalsRecord { orphans: spans_v0(&x.orphans) })),
+        Record::Halves(h) => bare(postcard::to_allocvec(h)),
+        Record::Parked(p) => bare(postcard::to_allocvec(&ParkedRecord { verifiers: spans_v0(&p.verifiers) })),
+        Record::Split(_) => r.encode(),
+    }
 }

@@ -253,8 +253,9 @@ struct OwnRecords {
     latest: FxHashMap<String, Moment>,
 }
 
-/// The lease's answer: held, and (when counted) the global figures.
-type LeaseAnswer = (Result<bool, StoreError>, Option<Result<GlobalCounts, StoreError>>);
+/// The lease's answer: held, (when counted) the global figures, and the cluster's state
+/// protocol (the announcement is renewed with the lease).
+type LeaseAnswer = (Result<bool, StoreError>, Option<Result<GlobalCounts, StoreError>>, Result<u32, StoreError>);
 
 pub(crate) struct Shared {
     link: Link,
@@ -304,6 +305,9 @@ pub(crate) struct Shared {
     gauge_leader: bool,
     /// What the lease holder last counted, and when (engine time).
     global_gauges: Option<(Moment, GlobalCounts)>,
+    /// The cluster's state protocol as last announced, and whether the chains know it yet.
+    cluster_protocol: Option<u32>,
+    cluster_protocol_told: bool,
 }
 
 impl Shared {
@@ -323,6 +327,8 @@ impl Shared {
             round: None,
             converged_read: None,
             lease: None,
+            cluster_protocol: None,
+            cluster_protocol_told: true,
             probe: None,
             pending_catalog: Vec::new(),
             pending_incidents: BTreeMap::new(),
@@ -833,10 +839,33 @@ impl Shared {
                 Ok(true) if count => Some(count_global(s)),
                 _ => None,
             };
-            (held, counts)
+            (held, counts, s.announce(GAUGE_LEASE))
         });
         self.lease = Some((now, ticket));
         self.take_lease();
+    }
+
+    /// The cluster's state protocol, as the store answered an announcement: told to the chains
+    /// at the next step (`tell_protocol`), logged when it changes.
+    fn heard_protocol(&mut self, p: u32) {
+        if self.cluster_protocol != Some(p) {
+            if self.cluster_protocol.is_some() || p < crate::state::format::CURRENT {
+                tracing::info!(
+                    cluster = p,
+                    this_build = crate::state::format::CURRENT,
+                    "the instances sharing the state store speak state protocol {p} (the lowest announced)"
+                );
+            }
+            self.cluster_protocol = Some(p);
+            self.cluster_protocol_told = false;
+        }
+    }
+
+    fn tell_protocol(&mut self, t: &mut Tables, now: Moment) {
+        if let (Some(p), false) = (self.cluster_protocol, self.cluster_protocol_told) {
+            t.chains.set_cluster_protocol(p, now);
+            self.cluster_protocol_told = true;
+        }
     }
 
     fn take_lease(&mut self) {
@@ -848,7 +877,11 @@ impl Shared {
             self.lease = Some((at, t));
             return;
         }
-        let Some((held, counts)) = self.link.worker.take(t) else { return };
+        let Some((held, counts, protocol)) = self.link.worker.take(t) else { return };
+        match protocol {
+            Ok(p) => self.heard_protocol(p),
+            Err(e) => tracing::warn!(error = %e, "could not announce this instance's state protocol"),
+        }
         let held = match held {
             Ok(h) => h,
             Err(e) => {
@@ -1107,6 +1140,13 @@ impl Replica for Shared {
         // A split mark's way to another instance's halves: this round's write, that instance's
         // read and its next write, each answered within `answer_within` at worst.
         t.chains.share_orphans(self.answer_within * 3 + crate::state::PERSIST_EVERY * 4);
+        // The cluster's protocol before the first decision: an instance that knows no split
+        // marks may share the store from the start.
+        match self.link.call(|s| s.announce(GAUGE_LEASE)) {
+            Ok(p) => self.heard_protocol(p),
+            Err(e) => tracing::warn!(error = %e, "could not announce this instance's state protocol"),
+        }
+        self.tell_protocol(t, Moment::from_nanos(0));
         self.link.load(t);
     }
 
@@ -1117,6 +1157,7 @@ impl Replica for Shared {
 
     fn before_decide(&mut self, t: &mut Tables, now: Moment, all: bool, decided: &mut Vec<DecidedCalls>) -> bool {
         self.now = now;
+        self.tell_protocol(t, now);
         self.pull_refusals(t, now, all);
         self.join_remote_halves(t, now, all);
         if all {
