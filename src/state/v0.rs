@@ -461,7 +461,7 @@ impl From<&crate::classify::incidents::Incident> for Incident {
             last_evidence_ns: i.last_evidence_ns,
             confidence: i.confidence,
             required_authority: i.required_authority.clone(),
-            verifier_result: i.verifier_result.clone(),
+            verifier_result: i.verifier_result,
             next_action: i.next_action.clone(),
         }
     }
@@ -528,7 +528,7 @@ impl From<&crate::evidence::SpanEvidence> for SpanEvidence {
             session_id: s.session_id.clone(),
             protocol_version: s.protocol_version.clone(),
             server: s.server.clone(),
-            error: s.error.clone(),
+            error: s.error,
             status_error: s.status_error,
             http_status: s.http_status,
             transport: s.transport,
