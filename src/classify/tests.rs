@@ -1974,3 +1974,25 @@ fn sdk_client_spans_claim_only_what_they_show() {
         assert!(crate::engine::reportable(&v) || !attempt, "{name}: an attempt is always reported");
     }
 }
+
+/// A verdict carries the exact version spoken beside its family: a version newer than any this
+/// build knows is reported as spoken (its family `2026-07-28`); a version that is no date is not
+/// echoed (it says nothing, and may be anything a client sent).
+#[test]
+fn a_verdict_names_the_exact_version_spoken_and_never_echoes_a_non_date() {
+    for (said, family, shown) in [
+        ("2026-12-15", ProtocolRevision::Stateless, Some("2026-12-15")),
+        ("2026-07-28", ProtocolRevision::Stateless, Some("2026-07-28")),
+        ("2025-06-18", ProtocolRevision::Handshake, Some("2025-06-18")),
+        ("Bearer sk-live-planted-77", ProtocolRevision::Unknown, None),
+    ] {
+        let mut client = span(1, Side::Client, Some(Method::ToolsCall));
+        client.protocol_version = Some(Arc::from(said));
+        let mut server = span(2, Side::Server, Some(Method::ToolsCall));
+        server.parent_span_id = Some(client.span_id);
+        let v = classify(&fold(&[client, server]));
+        assert_eq!((v.protocol_revision, v.protocol_version.as_deref()), (family, shown), "{said}");
+        let line = serde_json::to_string(&v).unwrap();
+        assert!(!line.contains("planted"), "{line}");
+    }
+}

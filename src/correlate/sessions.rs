@@ -50,6 +50,8 @@ struct SessionState {
     /// The protocol revision its spans spoke (the latest that said); not stored: a session taken
     /// back from the store reads it from its events.
     revision: crate::evidence::ProtocolRevision,
+    /// The exact dated version its spans last named (`2026-12-15`), not stored either.
+    version: Option<Arc<str>>,
     /// The discovered digest of the last catalog line emitted from new evidence (not stored).
     last_discovered: Option<String>,
 }
@@ -92,6 +94,8 @@ pub struct CatalogChange {
     pub server: Option<Arc<str>>,
     /// The protocol revision the session's evidence spoke.
     pub revision: crate::evidence::ProtocolRevision,
+    /// The exact dated version it last named, when one did (beside its family, `revision`).
+    pub version: Option<Arc<str>>,
     pub verdict: CatalogVerdict,
     /// The span that caused the change (the health span goes in its trace).
     pub trace_id: [u8; 16],
@@ -183,6 +187,7 @@ impl Sessions {
             has_ttl: r.has_ttl,
             emitted: r.emitted,
             revision,
+            version: None,
             last_discovered: None,
         };
         self.map.insert(key, st);
@@ -249,6 +254,7 @@ impl Sessions {
                     session_key: key,
                     server: st.server.clone(),
                     revision: st.revision,
+                    version: st.version.clone(),
                     verdict: v,
                     trace_id: st.trace_id,
                     span_id: st.span_id,
@@ -319,6 +325,7 @@ impl Sessions {
                 has_ttl: false,
                 emitted: None,
                 revision: crate::evidence::ProtocolRevision::Unknown,
+                version: None,
                 last_discovered: None,
             });
             st.last_seen = now;
@@ -328,6 +335,9 @@ impl Sessions {
             };
             if said != crate::evidence::ProtocolRevision::Unknown {
                 st.revision = said;
+            }
+            if let Some(v) = s.protocol_version.as_ref().filter(|v| crate::evidence::is_dated_version(v)) {
+                st.version = Some(v.clone());
             }
             st.last_activity_ns = st.last_activity_ns.max(s.end_ns.max(s.start_ns));
             st.trace_id = s.trace_id;
@@ -407,6 +417,7 @@ impl Sessions {
                     session_key: key,
                     server: st.server.clone(),
                     revision: st.revision,
+                    version: st.version.clone(),
                     verdict: v,
                     trace_id: st.trace_id,
                     span_id: st.span_id,
@@ -444,6 +455,7 @@ impl Sessions {
                     session_key: key.clone(),
                     server: st.server.clone(),
                     revision: st.revision,
+                    version: st.version.clone(),
                     verdict: v,
                     trace_id: st.trace_id,
                     span_id: st.span_id,
@@ -472,6 +484,7 @@ impl Sessions {
                     session_key: k.clone(),
                     server: st.server.clone(),
                     revision: st.revision,
+                    version: st.version.clone(),
                     verdict: convergence(&st.events, self.limits.refresh_policy, at),
                     trace_id: st.trace_id,
                     span_id: st.span_id,

@@ -67,6 +67,9 @@ pub struct CatalogLine<'a> {
     pub agent: Option<&'a str>,
     /// The protocol revision the session's evidence spoke.
     pub protocol_revision: crate::evidence::ProtocolRevision,
+    /// The exact dated version it last named (`2026-12-15` beside the family `2026-07-28`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<&'a str>,
     #[serde(flatten)]
     pub verdict: &'a CatalogVerdict,
 }
@@ -79,6 +82,7 @@ impl<'a> CatalogLine<'a> {
             server: c.server.as_deref(),
             agent: c.session_key.strip_prefix("client:").and_then(|r| r.split_once("|server:")).map(|(a, _)| a),
             protocol_revision: c.revision,
+            protocol_version: c.version.as_deref(),
             verdict: &c.verdict,
         }
     }

@@ -1015,6 +1015,39 @@ const SPAN_EVIDENCE_MAX: usize = 208;
 mod tests {
     use super::*;
 
+    /// Versions as a set with an order: every dated version up to 2025-11-25 is of the
+    /// handshake family, 2026-07-28 and every later date (2026-12-15, announced; any future
+    /// date) of the stateless one; a string that is not a date says nothing, and is never
+    /// reported as a version spoken.
+    #[test]
+    fn a_version_is_of_its_family_by_date_and_only_a_date_is_a_version() {
+        use ProtocolRevision::{Handshake, Stateless, Unknown};
+        let table = [
+            ("2024-11-05", Handshake, true),
+            ("2025-03-26", Handshake, true),
+            ("2025-06-18", Handshake, true),
+            ("2025-11-25", Handshake, true),
+            ("2026-07-28", Stateless, true),
+            ("2026-07-29", Stateless, true),
+            ("2026-12-15", Stateless, true),
+            ("2031-01-01", Stateless, true),
+            ("9999-12-31", Stateless, true),
+            ("2026-7-28", Unknown, false),
+            ("2026-07-28 ", Unknown, false),
+            ("2026/07/28", Unknown, false),
+            ("2026-07-28-draft", Unknown, false),
+            ("draft", Unknown, false),
+            ("DRAFT-2026-v1", Unknown, false),
+            ("", Unknown, false),
+            ("２０２６-07-28", Unknown, false),
+            ("sk-live-2026-07-28", Unknown, false),
+        ];
+        for (v, family, dated) in table {
+            assert_eq!(ProtocolRevision::of_version(v), family, "{v:?}");
+            assert_eq!(is_dated_version(v), dated, "{v:?}");
+        }
+    }
+
     /// Issue 11: an in-flight chain holds its spans for `decision_wait`; at most 1 KB of RSS per
     /// chain of three spans needs each span small. Rare fields live in one box, allocated only
     /// when one of them is written; a regression in the layout fails here.
