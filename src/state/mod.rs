@@ -43,6 +43,7 @@
 
 pub mod embedded;
 pub mod format;
+pub mod journal;
 pub mod memory;
 pub mod redis;
 mod v0;
