@@ -87,6 +87,9 @@ pub struct ChainStats {
     pub verifiers_parked: u64,
     /// Parked verifiers dropped: a key over its bound, or the call never came within the window.
     pub parked_dropped: u64,
+    /// Evidence spans equal to one their chain holds already (an exporter's retry, a journal
+    /// replayed after a restart): taken once, so a duplicate never revises a verdict.
+    pub duplicate_spans: u64,
 }
 
 /// Most verifiers parked under one operation key.
@@ -819,6 +822,10 @@ impl Chains {
 
     fn add_span_inner(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
         let trace_id = ev.trace_id;
+        if self.holds(&ev) {
+            self.stats.duplicate_spans += 1;
+            return;
+        }
         // A `request_sent` marker has no parent but is not the ended root: the call still runs.
         let is_root = ev.parent_span_id.is_none() && !ev.request_sent_marker;
         if !self.active.contains_key(&trace_id) && !self.reopen(trace_id, now) {
@@ -922,6 +929,18 @@ impl Chains {
         self.deferred_halves.insert(trace_id);
         self.due.push(now + self.limits.decision_wait, trace_id);
         true
+    }
+
+    /// Whether the chain of `ev`'s trace (in flight or decided) holds a span equal to it.
+    fn holds(&self, ev: &SpanEvidence) -> bool {
+        let spans: &[SpanEvidence] = match self.active.get(&ev.trace_id) {
+            Some(c) => &c.spans,
+            None => match self.decided.get(&ev.trace_id).or_else(|| self.limbo.get(&ev.trace_id)) {
+                Some(d) => &d.spans,
+                None => return false,
+            },
+        };
+        spans.iter().any(|s| s.span_id == ev.span_id && s == ev)
     }
 
     /// Keep within `max_chains` and `max_bytes`: forget revisable decided chains first (they are

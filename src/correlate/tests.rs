@@ -882,3 +882,30 @@ fn held_client_halves_are_published_by_a_mark_and_the_recent_ones_at_the_drain()
     c.drain(DecidedBy::Shutdown, t0 + secs(64), &mut Vec::new());
     assert_eq!(c.take_published_halves().map(|(id, _)| id).collect::<Vec<_>>(), vec![tid(3)], "the old half is not published at the drain");
 }
+
+/// A span equal to one its chain holds (an exporter's retry, the journal replayed after a
+/// restart) is taken once: it neither adds to a chain in flight nor revises a decided one. A
+/// span with the same id that says something else still does.
+#[test]
+fn a_duplicate_span_is_taken_once_and_never_revises() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut c = Chains::new(limits());
+    let spans = vec![client(1, 1, "1"), server(1, 2, 1, "1")];
+    ingest(&mut c, batch(spans.clone()), t0);
+    ingest(&mut c, batch(spans.clone()), t0 + ms(100));
+    assert_eq!(c.stats.duplicate_spans, 2);
+    let first = tick(&mut c, t0 + secs(3));
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].calls[0].span_count, 2, "each span once");
+    // Sent again after the decision: no revision.
+    ingest(&mut c, batch(spans), t0 + secs(4));
+    assert_eq!(c.stats.duplicate_spans, 4);
+    assert_eq!(c.stats.late_spans, 0);
+    assert!(tick(&mut c, t0 + secs(10)).is_empty(), "nothing to revise");
+    // The same span id saying more (an error now) is new evidence: a revision.
+    let mut changed = server(1, 2, 1, "1");
+    changed.status_error = true;
+    ingest(&mut c, batch(vec![changed]), t0 + secs(11));
+    assert_eq!(c.stats.late_spans, 1);
+    assert_eq!(tick(&mut c, t0 + secs(14))[0].decision.revision, 1);
+}

@@ -341,6 +341,7 @@ pub struct HealthMeters {
     pub store_queue_waits: Counter<u64>,
     pub incidents_unshared: Counter<u64>,
     pub late_evidence_dropped: Counter<u64>,
+    pub spans_duplicate: Counter<u64>,
     pub verifiers_parked: Counter<u64>,
     pub verifiers_parked_dropped: Counter<u64>,
     pub chains_in_flight: Gauge<u64>,
@@ -419,6 +420,7 @@ impl HealthMeters {
         let store_queue_waits = counter(meter, &ins::STATE_STORE_QUEUE_WAITS);
         let incidents_unshared = counter(meter, &ins::INCIDENTS_UNSHARED);
         let late_evidence_dropped = counter(meter, &ins::SPANS_LATE_DROPPED);
+        let spans_duplicate = counter(meter, &ins::SPANS_DUPLICATE);
         let verifiers_parked = counter(meter, &ins::VERIFIERS_PARKED);
         let verifiers_parked_dropped = counter(meter, &ins::VERIFIERS_PARKED_DROPPED);
         let chains_in_flight = gauge(meter, &ins::CHAINS_IN_FLIGHT);
@@ -455,6 +457,7 @@ impl HealthMeters {
             store_queue_waits,
             incidents_unshared,
             late_evidence_dropped,
+            spans_duplicate,
             verifiers_parked,
             verifiers_parked_dropped,
             chains_in_flight,

@@ -290,6 +290,7 @@ impl Sink for MetricsSink {
         m.spans_truncated.add(s.truncated_spans.saturating_sub(last.truncated_spans), &[]);
         m.chains_evicted.add(s.chains_evicted.saturating_sub(last.chains_evicted), &[]);
         m.late_evidence_dropped.add(s.late_evidence_dropped.saturating_sub(last.late_evidence_dropped), &[]);
+        m.spans_duplicate.add(s.duplicate_spans.saturating_sub(last.duplicate_spans), &[]);
         m.verifiers_parked.add(s.verifiers_parked.saturating_sub(last.verifiers_parked), &[]);
         m.verifiers_parked_dropped.add(s.parked_dropped.saturating_sub(last.parked_dropped), &[]);
         m.chains_callless.add(g.callless_chains.saturating_sub(self.last_callless), &[]);

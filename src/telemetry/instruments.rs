@@ -230,6 +230,8 @@ instruments! {
         "Evidence spans that arrived after their chain was decided (each revises a verdict)";
     SPANS_LATE_DROPPED = "mcp_health.spans.late_dropped", Counter, "{span}", [], Internal(Normal),
         "Evidence spans for a chain already forgotten (past late_span_window or max_decided): no revision is possible";
+    SPANS_DUPLICATE = "mcp_health.spans.duplicate", Counter, "{span}", [], Internal(Normal),
+        "Evidence spans equal to one their chain holds already (an exporter's retry, the journal replayed after a restart): taken once";
     SPANS_TRUNCATED = "mcp_health.spans.truncated", Counter, "{span}", [], Internal(Normal),
         "Evidence spans dropped because their chain reached max_spans_per_chain";
     CHAINS_IN_FLIGHT = "mcp_health.chains.in_flight", Gauge, "{chain}", [], Internal(Normal),
