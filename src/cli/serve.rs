@@ -65,6 +65,8 @@ pub enum ServeError {
     Runtime(std::io::Error),
     #[error("cannot open the state store at {0}: {1}")]
     Store(String, crate::state::StoreError),
+    #[error("cannot open the evidence journal at {0}: {1}")]
+    Journal(String, crate::state::journal::JournalError),
     /// A part of the running service (the engine, a listener, an exporter task) ended or stalled.
     #[error("a part of the service ended unexpectedly ({0}); verdicts can no longer be decided and sent")]
     PartEnded(String),
@@ -534,6 +536,17 @@ impl Pipeline {
             crate::emit::metrics::observe_memory_limiter(&crate::emit::metrics::meter(&metrics.provider), &limiter);
             limiter
         });
+        // With a directory of its own, what the receivers acknowledge is written to the evidence
+        // journal before the answer, so a crash loses none of it (`state::journal`).
+        let journal = match &cfg.storage {
+            Some(crate::config::Storage::Embedded { directory, journal_max_bytes }) => {
+                let dir = directory.join("journal");
+                let j = crate::state::journal::Journal::open(&dir, *journal_max_bytes)
+                    .map_err(|e| ServeError::Journal(dir.display().to_string(), e))?;
+                Some(j)
+            }
+            _ => None,
+        };
         let admission = Admission {
             ingest: ingest_tx,
             passthrough: pass_tx.clone().filter(|_| passthrough),
@@ -541,6 +554,7 @@ impl Pipeline {
             strip_tool_definitions: proc_cfg.strip_tool_definitions,
             memory: memory.clone(),
             refusal_log: crate::receive::admit::refusal_log(),
+            journaled: journal.is_some(),
         };
         let mut sinks = Sinks::default();
         sinks.push(MetricsSink::new(meters.clone()));
@@ -574,7 +588,7 @@ impl Pipeline {
         // Asked for durable (or shared) state and not getting it is an error at start, not a silent
         // downgrade.
         match &cfg.storage {
-            Some(crate::config::Storage::Embedded { directory }) => {
+            Some(crate::config::Storage::Embedded { directory, .. }) => {
                 let store = crate::state::StoreHandle::open_directory(directory)
                     .map_err(|e| ServeError::Store(directory.display().to_string(), e))?;
                 tracing::info!(directory = %directory.display(), "state store opened");
@@ -617,7 +631,7 @@ impl Pipeline {
         };
         // The engine steps at least every tick; silent for much longer than that, it is stuck.
         let stall_after = (tick * 40).max(Duration::from_secs(10));
-        let engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone(), memory));
+        let engine_task = tokio::spawn(run_engine(ingest_rx, engine, sinks, tick, stop_rx, heartbeat.clone(), memory, journal));
         let served = Served {
             admission,
             prometheus: metrics.prometheus.clone().map(|r| (r, metrics.meters.exemplars.clone())),

@@ -74,8 +74,9 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(try_from = "StorageKeys")]
 pub enum Storage {
-    /// A directory the service may write; the store is `state.redb` in it (created if missing).
-    Embedded { directory: std::path::PathBuf },
+    /// A directory the service may write; the store is `state.redb` in it (created if missing),
+    /// the evidence journal `journal/` (at most `journal_max_bytes`).
+    Embedded { directory: std::path::PathBuf, journal_max_bytes: u64 },
     Redis {
         /// `redis://[user:password@]host:port[/db]`; shown only redacted.
         endpoint: Secret,
@@ -121,7 +122,13 @@ struct StorageKeys {
     tombstone_ttl: Option<Duration>,
     #[serde(default)]
     state_protocol: Option<u32>,
+    #[serde(default)]
+    journal_max_bytes: Option<u64>,
 }
+
+/// The evidence journal's bound unless `storage.journal_max_bytes` says otherwise: a flood's
+/// worth of calls in flight (`max_wait` of evidence at a few thousand spans a second).
+pub const JOURNAL_MAX_BYTES: u64 = 256 << 20;
 
 impl TryFrom<StorageKeys> for Storage {
     type Error = String;
@@ -138,9 +145,16 @@ impl TryFrom<StorageKeys> for Storage {
                     return Err("endpoint, timeout, retry_after, tombstone_ttl and state_protocol need kind: redis".into());
                 }
                 let directory = k.directory.ok_or("storage needs directory (embedded) or kind: redis with an endpoint")?;
-                Ok(Storage::Embedded { directory })
+                let journal_max_bytes = k.journal_max_bytes.unwrap_or(JOURNAL_MAX_BYTES);
+                if journal_max_bytes < 1 << 20 {
+                    return Err("journal_max_bytes must be at least 1048576 (1 MiB)".into());
+                }
+                Ok(Storage::Embedded { directory, journal_max_bytes })
             }
             Some("redis") => {
+                if k.journal_max_bytes.is_some() {
+                    return Err("journal_max_bytes is for the embedded store (directory), not kind: redis".into());
+                }
                 if k.directory.is_some() {
                     return Err("directory is for the embedded store, not kind: redis".into());
                 }
@@ -1012,7 +1026,7 @@ impl Config {
             return bad("processors.mcp_health", "max_chains, queue_size and max_spans_per_chain must be at least 1");
         }
         match &self.storage {
-            Some(Storage::Embedded { directory }) if directory.as_os_str().is_empty() => {
+            Some(Storage::Embedded { directory, .. }) if directory.as_os_str().is_empty() => {
                 return bad("storage.directory", "must be a directory path");
             }
             Some(Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl, .. }) => {
@@ -1190,7 +1204,7 @@ impl Config {
             Some("file_storage") => self.extensions.file_storage.as_ref().map(|f| f.directory.join("sending_queue")),
             Some(dir) => Some(dir.into()),
             None => match &self.storage {
-                Some(Storage::Embedded { directory }) => Some(directory.join("sending_queue")),
+                Some(Storage::Embedded { directory, .. }) => Some(directory.join("sending_queue")),
                 _ => None,
             },
         }
@@ -1392,9 +1406,9 @@ mod tests {
     #[test]
     fn storage_directory_parses_and_unknown_keys_are_rejected() {
         let c = Config::parse("c.yaml", "storage:\n  directory: /var/lib/mcp-health\n", &env).unwrap();
-        assert_eq!(c.storage, Some(Storage::Embedded { directory: "/var/lib/mcp-health".into() }));
+        assert_eq!(c.storage, Some(Storage::Embedded { directory: "/var/lib/mcp-health".into(), journal_max_bytes: JOURNAL_MAX_BYTES }));
         let c = Config::parse("c.yaml", "storage:\n  kind: embedded\n  directory: /d\n", &env).unwrap();
-        assert_eq!(c.storage, Some(Storage::Embedded { directory: "/d".into() }));
+        assert_eq!(c.storage, Some(Storage::Embedded { directory: "/d".into(), journal_max_bytes: JOURNAL_MAX_BYTES }));
         assert_eq!(Config::parse("c.yaml", "{}", &env).unwrap().storage, None, "absent = in memory");
         let e = Config::parse("c.yaml", "storage:\n  dir: /x\n", &env).unwrap_err().to_string();
         assert!(e.contains("dir"), "{e}");
@@ -1737,7 +1751,7 @@ mod tests {
         assert_eq!(p.refresh_policy, crate::classify::catalog::RefreshPolicy::MaxAge { max_age: Duration::from_secs(5) });
         assert_eq!(p.progress.clocks(Some("t")).inactivity, Duration::from_secs(5));
         let c = Config::parse("c.yaml", "storage:\n  directory: ${env:UNSET:-/var/lib/x}\n", &both).unwrap();
-        assert_eq!(c.storage, Some(Storage::Embedded { directory: "/var/lib/x".into() }));
+        assert_eq!(c.storage, Some(Storage::Embedded { directory: "/var/lib/x".into(), journal_max_bytes: JOURNAL_MAX_BYTES }));
         // Keys are taken as written, and a variable that is not set is named with key, line, column.
         let c = Config::parse("c.yaml", &otlp("    headers:\n      ${TOK}: v\n"), &both).unwrap();
         assert!(c.exporters.otlp.unwrap().headers.contains_key("${TOK}"));

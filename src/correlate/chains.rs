@@ -931,6 +931,26 @@ impl Chains {
         true
     }
 
+    /// The earliest engine time whose evidence only this table holds (it is in no store yet): the
+    /// first span of the oldest chain in flight, of the oldest parked verifier, of the oldest
+    /// orphan not matched yet. What came before it is decided (and written with the next
+    /// store round) or was let go; the evidence journal keeps what came since.
+    pub fn oldest_needed(&self) -> Option<Moment> {
+        let active = self.active.values().map(|c| c.first_seen).min();
+        let parked = self.parked.iter().flat_map(|(_, v)| v.iter().map(|(t, _)| *t)).min();
+        let orphans = self.cross.orphans.iter().filter(|o| !o.settled).map(|o| o.at).min();
+        [active, parked, orphans].into_iter().flatten().min()
+    }
+
+    /// Take out of a batch the spans equal to one their chain holds (counted), before anything
+    /// else sees them: the catalog sessions as well as the chains, so that a journal replayed
+    /// after a restart changes nothing the store already had.
+    pub fn drop_duplicates(&mut self, evidence: &mut Vec<SpanEvidence>) {
+        let before = evidence.len();
+        evidence.retain(|ev| !self.holds(ev));
+        self.stats.duplicate_spans += (before - evidence.len()) as u64;
+    }
+
     /// Whether the chain of `ev`'s trace (in flight or decided) holds a span equal to it.
     fn holds(&self, ev: &SpanEvidence) -> bool {
         let spans: &[SpanEvidence] = match self.active.get(&ev.trace_id) {

@@ -539,6 +539,7 @@ impl HealthMeters {
                     [&ins::RECEIVER_REFUSED_SPANS, &ins::RECEIVER_REFUSED_METRIC_POINTS, &ins::RECEIVER_REFUSED_LOG_RECORDS],
                 ),
                 enqueue_failed,
+                journal_replayed: counter(meter, &ins::STATE_JOURNAL_REPLAYED),
             },
             verdict_delay: histogram(meter, &ins::VERDICT_DELAY, &VERDICT_DELAY_BOUNDS),
             call_duration: histogram(meter, &ins::CALL_DURATION, &CALL_DURATION_BOUNDS),

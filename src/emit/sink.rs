@@ -222,6 +222,7 @@ pub struct MetricsSink {
     last_joins: crate::correlate::crossjoin::CrossJoinStats,
     last_skipped: crate::state::SkipCounts,
     last_receipts_capped: u64,
+    last_journal_replayed: (u64, u64),
     last_callless: u64,
     last_store_errors: u64,
     last_store_conflicts: u64,
@@ -243,6 +244,7 @@ impl MetricsSink {
             last_joins: Default::default(),
             last_skipped: Default::default(),
             last_receipts_capped: 0,
+            last_journal_replayed: (0, 0),
             last_callless: 0,
             last_store_errors: 0,
             last_store_conflicts: 0,
@@ -315,6 +317,10 @@ impl Sink for MetricsSink {
         self.last_skipped = g.state_skipped;
         m.receipts_capped.add(g.receipts_capped.saturating_sub(self.last_receipts_capped), &[]);
         self.last_receipts_capped = g.receipts_capped;
+        let (j, lj) = (g.journal_replayed, self.last_journal_replayed);
+        m.flow.journal_replayed.add(j.0.saturating_sub(lj.0), &[KeyValue::new("result", "replayed")]);
+        m.flow.journal_replayed.add(j.1.saturating_sub(lj.1), &[KeyValue::new("result", "damaged")]);
+        self.last_journal_replayed = j;
         m.chains_in_flight.record(g.chains_in_flight, &[]);
         m.gauge_leader.record(u64::from(g.gauge_leader), &[]);
         m.evidence_bytes.record(g.evidence_bytes, &[]);

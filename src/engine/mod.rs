@@ -111,6 +111,8 @@ pub struct Gauges {
     pub callless_chains: u64,
     /// Receipts that said they checked later than they arrived: dated at their arrival.
     pub receipts_capped: u64,
+    /// Batches read back from the evidence journal at the start, and records it could not read.
+    pub journal_replayed: (u64, u64),
     /// Loads and writes of the state store that failed (the engine went on in memory).
     pub store_errors: u64,
     /// Writes a shared store refused because another instance changed the record first (they
@@ -146,6 +148,8 @@ pub struct Engine {
     callless_chains: u64,
     /// Receipts dated later than they arrived, dated at their arrival.
     receipts_capped: u64,
+    /// What the evidence journal gave back at the start (batches, damaged records).
+    journal_replayed: (u64, u64),
     scratch: Vec<DecidedCalls>,
     /// Batches the replica has handed back, ready to classify (reused).
     ready: Vec<Batch>,
@@ -206,6 +210,7 @@ impl Engine {
             last_expired: None,
             callless_chains: 0,
             receipts_capped: 0,
+            journal_replayed: (0, 0),
             scratch: Vec::new(),
             ready: Vec::new(),
             started_ns: None,
@@ -230,6 +235,21 @@ impl Engine {
     /// store on the network): the store's cost to the thread that decides every verdict.
     pub fn store_waited(&self) -> std::time::Duration {
         self.replica.figures().waited
+    }
+
+    /// The earliest engine time whose evidence the engine may still need from the evidence
+    /// journal after a crash: what came before it is decided and in the store (or was let go).
+    /// `None` while nothing is known to be in the store (no store of one process, no round
+    /// written yet): then everything is needed.
+    pub fn journal_horizon(&self) -> Option<Moment> {
+        let written = self.replica.figures().durable_at? + std::time::Duration::from_nanos(1);
+        Some(self.chains.oldest_needed().map_or(written, |o| o.min(written)))
+    }
+
+    /// What the evidence journal gave back at the start: `batches` replayed, `damaged` records
+    /// lost (reported with the gauges).
+    pub fn note_journal_replay(&mut self, batches: u64, damaged: u64) {
+        self.journal_replayed = (batches, damaged);
     }
 
     /// Loads and writes of the state store that failed.
@@ -274,6 +294,7 @@ impl Engine {
     pub fn ingest(&mut self, mut batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
         self.now = now;
         self.receipts_capped += cap_future_receipts(&mut batch.evidence, now);
+        self.chains.drop_duplicates(&mut batch.evidence);
         self.started_ns.get_or_insert(now.as_nanos());
         self.replica.touched();
         out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).cloned().map(Decided::Finding));
@@ -373,6 +394,7 @@ impl Engine {
             working: self.working.clone(),
             callless_chains: self.callless_chains,
             receipts_capped: self.receipts_capped,
+            journal_replayed: self.journal_replayed,
             store_errors: f.store_errors,
             store_conflicts: f.store_conflicts,
             incidents_unshared: f.incidents_unshared,

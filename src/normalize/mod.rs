@@ -84,6 +84,9 @@ pub struct NormalizedBatch {
     /// The memory this batch holds under `processors.memory_limiter`, released when the engine
     /// has taken it in (from then on its evidence is counted as the engine's).
     pub memory: Option<crate::flow::memory::Reservation>,
+    /// Told whether the batch was written to the evidence journal (`true`) or could not be
+    /// (`false`, refused): the receiver's answer waits for it (`receive::admit::Durable`).
+    pub answered: Option<tokio::sync::oneshot::Sender<bool>>,
 }
 
 /// Why a span was refused by [`span_ids`].

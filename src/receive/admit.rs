@@ -21,13 +21,60 @@ use crate::telemetry::meters::FlowMeters;
 use bytes::Bytes;
 
 /// What the receiver should answer.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Admitted {
-    /// Accepted; `rejected` spans inside it were invalid (partial success).
-    Accepted { rejected: u64, message: String },
+    /// Accepted; `rejected` spans inside it were invalid (partial success). With the evidence
+    /// journal on, the answer waits for its evidence to be written ([`Durable::settle`]).
+    Accepted { rejected: u64, message: String, durable: Option<Durable> },
     /// Refused as a whole, retryably: downstream is full or memory is short. With the reason it
     /// was counted under, which the receiver's answer is chosen by.
     Busy(RefusalReason),
+}
+
+impl PartialEq for Admitted {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Admitted::Busy(a), Admitted::Busy(b)) => a == b,
+            (Admitted::Accepted { rejected: a, message: m, .. }, Admitted::Accepted { rejected: b, message: n, .. }) => a == b && m == n,
+            _ => false,
+        }
+    }
+}
+
+impl Admitted {
+    /// Accepted whole, nothing to wait for.
+    fn taken() -> Admitted {
+        Admitted::Accepted { rejected: 0, message: String::new(), durable: None }
+    }
+}
+
+/// A request accepted whose answer waits until the engine has written its evidence to the
+/// evidence journal (`storage.directory`): only then is it acknowledged, so a crash after the
+/// answer loses none of it. Its spans are counted accepted then, or refused (retryably) when
+/// the journal could not take them.
+#[derive(Debug)]
+pub struct Durable {
+    written: tokio::sync::oneshot::Receiver<bool>,
+    admission: Admission,
+    spans: u64,
+    rejected: u64,
+    transport: Transport,
+}
+
+impl Durable {
+    pub async fn settle(self) -> Result<(), RefusalReason> {
+        let taken = self.spans.saturating_sub(self.rejected);
+        if self.written.await.unwrap_or(false) {
+            self.admission.meters.receiver_accepted(ItemKind::Spans, self.transport, taken);
+            return Ok(());
+        }
+        let reason = RefusalReason::JournalFull;
+        let tr = KeyValue::new("transport", self.transport.as_str());
+        self.admission.meters.spans_refused.add(taken, &[tr, KeyValue::new("reason", reason.as_str())]);
+        self.admission.request_refused(Signal::Traces, self.transport, reason);
+        self.admission.refused_items(Signal::Traces, self.transport, reason, taken);
+        Err(reason)
+    }
 }
 
 /// Shared by every receiver connection.
@@ -44,6 +91,15 @@ pub struct Admission {
     pub memory: Option<std::sync::Arc<crate::flow::memory::MemoryLimiter>>,
     /// One log line per refusal kind (signal, transport, reason) per [`REFUSAL_LOG_WINDOW`].
     pub refusal_log: Arc<Mutex<Throttle<RefusalKey>>>,
+    /// The engine writes every batch to the evidence journal: a span request is answered once
+    /// its batch is written (see [`Durable`]).
+    pub journaled: bool,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission").field("journaled", &self.journaled).finish_non_exhaustive()
+    }
 }
 
 /// What a refusal log line is throttled by: signal, transport and reason (closed sets).
@@ -178,7 +234,7 @@ impl Admission {
         }
         let items = items - looped;
         if items == 0 && looped > 0 {
-            return Admitted::Accepted { rejected: 0, message: String::new() };
+            return Admitted::taken();
         }
         let memory_refused = || {
             let reason = RefusalReason::MemoryLimit;
@@ -217,7 +273,7 @@ impl Admission {
         // Taken: the receiver's part is done even when pass-through is off and they are dropped
         // (as the collector counts a receiver's accepted items whatever its pipeline does next).
         self.meters.receiver_accepted(signal.item_kind(), transport, items);
-        Admitted::Accepted { rejected: 0, message: String::new() }
+        Admitted::taken()
     }
 
     /// Take a decoded request (OTLP/JSON) whole or refuse it whole. `held` is the memory
@@ -236,7 +292,7 @@ impl Admission {
             let left = span_count(&req);
             self.meters.spans_looped.add(spans - left, std::slice::from_ref(&tr));
             if left == 0 {
-                return Admitted::Accepted { rejected: 0, message: String::new() };
+                return Admitted::taken();
             }
             spans = left;
         }
@@ -259,12 +315,12 @@ impl Admission {
             let (spans, looped) = wire::skim(&bytes, id)?;
             return Ok(match self.received(spans, looped, transport) {
                 Some(spans) => self.refuse_spans(reason, spans, transport),
-                None => Admitted::Accepted { rejected: 0, message: String::new() },
+                None => Admitted::taken(),
             });
         }
         let (batch, facts) = wire::walk(&bytes, id)?;
         let Some(spans) = self.received(facts.spans, facts.looped_spans, transport) else {
-            return Ok(Admitted::Accepted { rejected: 0, message: String::new() });
+            return Ok(Admitted::taken());
         };
         let strip = self.strip_tool_definitions;
         Ok(self.take(batch, spans, transport, held, move |rejected, held| {
@@ -422,13 +478,20 @@ impl Admission {
                 }
             }
         }
+        let durable = self.journaled.then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            batch.answered = Some(tx);
+            Durable { written: rx, admission: self.clone(), spans, rejected, transport }
+        });
         ingest_permit.send(batch);
         if let (Some(permit), Some(o)) = (pass_permit, outgoing) {
             permit.send(o);
         }
         // Invalid spans inside the request were not taken: refused (partial success), so that
-        // received = accepted + refused.
-        self.meters.receiver_accepted(ItemKind::Spans, transport, spans.saturating_sub(rejected));
+        // received = accepted + refused. The others are accepted now, or once written.
+        if durable.is_none() {
+            self.meters.receiver_accepted(ItemKind::Spans, transport, spans.saturating_sub(rejected));
+        }
         if rejected > 0 {
             self.refused_items(Signal::Traces, transport, RefusalReason::InvalidSpan, rejected);
         }
@@ -438,7 +501,7 @@ impl Admission {
         } else {
             String::new()
         };
-        Admitted::Accepted { rejected, message }
+        Admitted::Accepted { rejected, message, durable }
     }
 }
 
@@ -548,6 +611,8 @@ mod tests {
                 strip_tool_definitions: strip,
                 memory: None,
                 refusal_log: refusal_log(),
+                journaled: false,
+                journaled: false,
             };
             // Both paths: decoded (OTLP/JSON) and read from the wire bytes (protobuf).
             assert!(matches!(admission.admit(planted.clone(), Transport::Grpc, None), Admitted::Accepted { rejected: 0, .. }));
@@ -592,6 +657,7 @@ mod tests {
             strip_tool_definitions: true,
             memory: None,
             refusal_log: refusal_log(),
+            journaled: false,
         };
         let req = crate::loadgen::build_request(3, 5);
         let wire = req.encode_to_vec();
@@ -640,6 +706,7 @@ mod tests {
             strip_tool_definitions: true,
             memory: Some(limiter.clone()),
             refusal_log: refusal_log(),
+            journaled: false,
         };
         let wire = crate::loadgen::build_request(3, 50).encode_to_vec();
         let copy = {
@@ -682,6 +749,7 @@ mod tests {
             strip_tool_definitions: true,
             memory: None,
             refusal_log: refusal_log(),
+            journaled: false,
         };
         let req = crate::loadgen::build_request(3, 5);
         let clean = req.encode_to_vec();
@@ -744,6 +812,7 @@ mod tests {
             strip_tool_definitions: true,
             memory: None,
             refusal_log: refusal_log(),
+            journaled: false,
         };
         let mut invalid = span(9, vec![], vec![]);
         invalid.trace_id = vec![0; 16];

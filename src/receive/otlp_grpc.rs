@@ -34,7 +34,7 @@ use tonic::codegen::http;
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
-use super::admit::{Admission, Admitted};
+use super::admit::{Admission, Admitted, Durable};
 use crate::flow::memory::{MemoryLimiter, Reservation};
 use crate::normalize::wire::WireError;
 use crate::telemetry::labels::{self, RefusalReason, Transport};
@@ -77,7 +77,8 @@ trait Signal: Send + Sync + 'static {
     const PATH: &'static str;
     const LABEL: labels::Signal;
     type Response: Message + Default + Send + 'static;
-    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status>;
+    /// The answer, and what it waits for (the evidence journal) before it is given.
+    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<(Self::Response, Option<Durable>), Status>;
 }
 
 struct Traces;
@@ -94,12 +95,15 @@ impl Signal for Traces {
     const PATH: &'static str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
     const LABEL: labels::Signal = labels::Signal::Traces;
     type Response = ExportTraceServiceResponse;
-    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status> {
+    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<(Self::Response, Option<Durable>), Status> {
         match admission.admit_wire(message, Transport::Grpc, held) {
-            Ok(Admitted::Accepted { rejected, message }) => Ok(ExportTraceServiceResponse {
-                partial_success: (rejected > 0)
-                    .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
-            }),
+            Ok(Admitted::Accepted { rejected, message, durable }) => Ok((
+                ExportTraceServiceResponse {
+                    partial_success: (rejected > 0)
+                        .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
+                },
+                durable,
+            )),
             Ok(Admitted::Busy(_)) => Err(busy()),
             Err(e @ WireError::Truncated)
             | Err(e @ WireError::Varint)
@@ -117,11 +121,11 @@ impl Signal for Metrics {
     const PATH: &'static str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
     const LABEL: labels::Signal = labels::Signal::Metrics;
     type Response = ExportMetricsServiceResponse;
-    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status> {
+    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<(Self::Response, Option<Durable>), Status> {
         let req = ExportMetricsServiceRequest::decode(message)
             .map_err(|e| undecodable(admission, Self::LABEL, "ExportMetricsServiceRequest", e))?;
         match admission.admit_metrics(req, Transport::Grpc, held) {
-            Admitted::Accepted { .. } => Ok(ExportMetricsServiceResponse { partial_success: None }),
+            Admitted::Accepted { .. } => Ok((ExportMetricsServiceResponse { partial_success: None }, None)),
             Admitted::Busy(_) => Err(busy()),
         }
     }
@@ -132,11 +136,11 @@ impl Signal for Logs {
     const PATH: &'static str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
     const LABEL: labels::Signal = labels::Signal::Logs;
     type Response = ExportLogsServiceResponse;
-    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<Self::Response, Status> {
+    fn export(admission: &Admission, message: Bytes, held: Option<Reservation>) -> Result<(Self::Response, Option<Durable>), Status> {
         let req =
             ExportLogsServiceRequest::decode(message).map_err(|e| undecodable(admission, Self::LABEL, "ExportLogsServiceRequest", e))?;
         match admission.admit_logs(req, Transport::Grpc, held) {
-            Admitted::Accepted { .. } => Ok(ExportLogsServiceResponse { partial_success: None }),
+            Admitted::Accepted { .. } => Ok((ExportLogsServiceResponse { partial_success: None }, None)),
             Admitted::Busy(_) => Err(busy()),
         }
     }
@@ -197,14 +201,21 @@ struct Unary<S> {
 
 impl<S: Signal> tonic::server::UnaryService<()> for Unary<S> {
     type Response = S::Response;
-    type Future = std::future::Ready<Result<Response<S::Response>, Status>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<S::Response>, Status>> + Send>>;
 
     fn call(&mut self, mut request: Request<()>) -> Self::Future {
         let out = match RawMessage::take(&mut request) {
-            Some((message, held)) => S::export(&self.admission, message, held).map(Response::new),
+            Some((message, held)) => S::export(&self.admission, message, held),
             None => Err(Status::internal("the request was not read")),
         };
-        std::future::ready(out)
+        Box::pin(async move {
+            let (response, durable) = out?;
+            if let Some(d) = durable {
+                // Not written to the evidence journal: retryable, as a busy service is.
+                d.settle().await.map_err(|_| busy())?;
+            }
+            Ok(Response::new(response))
+        })
     }
 }
 

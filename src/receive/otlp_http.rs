@@ -77,13 +77,20 @@ async fn traces(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> 
         }
     };
     match admitted {
-        Ok(Admitted::Accepted { rejected, message }) => ok(
-            enc,
-            &ExportTraceServiceResponse {
-                partial_success: (rejected > 0)
-                    .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
-            },
-        ),
+        Ok(Admitted::Accepted { rejected, message, durable }) => {
+            if let Some(d) = durable {
+                if let Err(reason) = d.settle().await {
+                    return refusal(enc, reason, AT_CAPACITY);
+                }
+            }
+            ok(
+                enc,
+                &ExportTraceServiceResponse {
+                    partial_success: (rejected > 0)
+                        .then_some(ExportTracePartialSuccess { rejected_spans: rejected as i64, error_message: message }),
+                },
+            )
+        }
         Ok(Admitted::Busy(reason)) => refusal(enc, reason, AT_CAPACITY),
         Err(msg) => refuse(&st, Signal::Traces, enc, RefusalReason::Undecodable, &msg),
     }
@@ -287,7 +294,9 @@ fn refuse(st: &HttpState, signal: Signal, enc: Encoding, reason: RefusalReason, 
 /// is retried). The body is a `google.rpc.Status` with the matching gRPC code.
 fn refusal(enc: Encoding, reason: RefusalReason, message: &str) -> Response {
     let (status, code) = match reason {
-        RefusalReason::MemoryLimit | RefusalReason::CorrelatorBusy | RefusalReason::ExporterBusy => (StatusCode::SERVICE_UNAVAILABLE, 14),
+        RefusalReason::MemoryLimit | RefusalReason::CorrelatorBusy | RefusalReason::ExporterBusy | RefusalReason::JournalFull => {
+            (StatusCode::SERVICE_UNAVAILABLE, 14)
+        }
         // Invalid spans are refused inside an accepted request (partial success), not by a status;
         // a request of nothing else would be bad data.
         RefusalReason::Undecodable | RefusalReason::InvalidSpan => (StatusCode::BAD_REQUEST, 3),

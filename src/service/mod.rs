@@ -18,6 +18,7 @@ use crate::emit::sink::{Sink, Sinks};
 use crate::engine::Engine;
 use crate::evidence::time::Moment;
 use crate::normalize::NormalizedBatch;
+use crate::state::journal::Journal;
 use crate::verdict::DecidedBy;
 pub use health::Heartbeat;
 
@@ -35,6 +36,7 @@ const MIN_STEP: Duration = Duration::from_millis(2);
 /// `processors.memory_limiter` the engine's evidence bytes are published to the limiter after
 /// every step: evidence outlives the requests that brought it, so it counts against the limit
 /// apart from them.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_engine(
     mut rx: mpsc::Receiver<NormalizedBatch>,
     mut engine: Engine,
@@ -43,8 +45,17 @@ pub async fn run_engine(
     stop: oneshot::Receiver<()>,
     heartbeat: Arc<Heartbeat>,
     memory: Option<Arc<crate::flow::memory::MemoryLimiter>>,
+    mut journal: Option<Journal>,
 ) {
     let _stopped = heartbeat.guard();
+    let mut out = Vec::new();
+    if let Some(j) = journal.as_mut() {
+        replay_journal(j, &mut engine, &mut out);
+        sinks.accept(&out, Moment::wall_now());
+        out.clear();
+    }
+    // Receivers waiting for their batch to be in the journal (answered after the write).
+    let mut written: Vec<oneshot::Sender<bool>> = Vec::new();
     // The engine is woken at the earlier of its regular tick (time-based catalog and progress
     // checks, gauges) and the moment its next chain falls due, so a verdict comes at
     // `decision_wait`, not up to a tick later. Never more often than MIN_STEP.
@@ -52,7 +63,6 @@ pub async fn run_engine(
     let mut last_step = tokio::time::Instant::now();
     let timer = tokio::time::sleep_until(next_tick);
     tokio::pin!(timer);
-    let mut out = Vec::new();
     let mut last_report: Option<Moment> = None;
     tokio::pin!(stop);
     loop {
@@ -68,12 +78,13 @@ pub async fn run_engine(
             b = rx.recv() => match b {
                 Some(batch) => {
                     let now = Moment::wall_now();
-                    engine.ingest(batch, now, &mut out);
+                    take_in(&mut engine, journal.as_mut(), batch, now, &mut out, &mut written);
                     // Take whatever else is already queued before handing records on, to amortize.
                     for _ in 0..BATCHES_PER_STEP {
                         let Ok(batch) = rx.try_recv() else { break };
-                        engine.ingest(batch, now, &mut out);
+                        take_in(&mut engine, journal.as_mut(), batch, now, &mut out, &mut written);
                     }
+                    answer_written(journal.as_mut(), &mut written);
                 }
                 None => break,
             },
@@ -87,6 +98,7 @@ pub async fn run_engine(
                 if last_report.is_none_or(|t| now.saturating_duration_since(t) >= REPORT_EVERY) {
                     last_report = Some(now);
                     sinks.report(&engine.gauges());
+                    release_journal(journal.as_mut(), &engine);
                 }
             }
         }
@@ -99,13 +111,105 @@ pub async fn run_engine(
     }
     rx.close();
     while let Some(batch) = rx.recv().await {
-        engine.ingest(batch, Moment::wall_now(), &mut out);
+        take_in(&mut engine, journal.as_mut(), batch, Moment::wall_now(), &mut out, &mut written);
     }
+    answer_written(journal.as_mut(), &mut written);
     let in_flight = engine.in_flight();
     let now = Moment::wall_now();
     engine.drain(DecidedBy::Shutdown, now, &mut out);
     sinks.accept(&out, now);
     sinks.report(&engine.gauges());
     sinks.flush();
+    // Everything was decided and written: the journal keeps nothing (unless the store's last
+    // write failed: then the next start replays it).
+    release_journal(journal.as_mut(), &engine);
     tracing::info!(in_flight, "engine stopped; the chains in flight were decided at shutdown");
+}
+
+/// Take one batch in: written to the journal first (when there is one) — a batch the journal
+/// cannot take is not taken at all, and its receiver answers a retryable refusal.
+fn take_in(
+    engine: &mut Engine,
+    journal: Option<&mut Journal>,
+    mut batch: NormalizedBatch,
+    now: Moment,
+    out: &mut Vec<crate::engine::Decided>,
+    written: &mut Vec<oneshot::Sender<bool>>,
+) {
+    let answered = batch.answered.take();
+    if let Some(j) = journal {
+        if let Err(e) = j.append(now.as_nanos(), &batch.evidence, &batch.activity) {
+            tracing::warn!(error = %e, "a batch was not written to the evidence journal: refused to its sender (retryable)");
+            if let Some(a) = answered {
+                let _ = a.send(false);
+            }
+            return;
+        }
+    }
+    engine.ingest(batch, now, out);
+    written.extend(answered);
+}
+
+/// Write what the step appended to the journal, then answer its receivers: acknowledged once
+/// written, refused (retryably) when the write failed. A refused batch the engine took in
+/// already is sent again by its sender: the engine takes a span it holds once.
+fn answer_written(journal: Option<&mut Journal>, written: &mut Vec<oneshot::Sender<bool>>) {
+    let ok = match journal {
+        Some(j) => match j.flush() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "the evidence journal could not be written: the step's requests are refused (retryable)");
+                false
+            }
+        },
+        None => true,
+    };
+    for w in written.drain(..) {
+        let _ = w.send(ok);
+    }
+}
+
+/// Let go of the journal's segments the engine no longer needs.
+fn release_journal(journal: Option<&mut Journal>, engine: &Engine) {
+    if let (Some(j), Some(h)) = (journal, engine.journal_horizon()) {
+        j.release_before(h.as_nanos());
+    }
+}
+
+/// After a start that did not follow a drain (a crash): the batches the journal kept, into the
+/// engine at the engine times they were first taken in at (stepping its clocks between them),
+/// then time brought to now, so every call that was in flight is decided — partial where
+/// evidence is missing — and none is silently lost. Logged and counted.
+fn replay_journal(journal: &mut Journal, engine: &mut Engine, out: &mut Vec<crate::engine::Decided>) {
+    let r = journal.replay(|e| {
+        let at = Moment::from_nanos(e.at_ns);
+        while let Some(d) = engine.next_due().filter(|d| *d <= at) {
+            engine.tick(d, out);
+        }
+        let batch = NormalizedBatch { evidence: e.evidence, activity: e.activity, ..Default::default() };
+        engine.ingest(batch, at, out);
+    });
+    let now = Moment::wall_now();
+    while let Some(d) = engine.next_due().filter(|d| *d <= now) {
+        engine.tick(d, out);
+    }
+    engine.tick(now, out);
+    let verdicts = out.iter().filter(|d| matches!(d, crate::engine::Decided::Call(_))).count();
+    if r.batches > 0 || r.damaged > 0 {
+        tracing::warn!(
+            batches = r.batches,
+            spans = r.spans,
+            damaged = r.damaged,
+            verdicts,
+            in_flight = engine.in_flight(),
+            directory = %journal.dir().display(),
+            "the evidence journal held acknowledged evidence from a run that did not drain: replayed ({} batch(es), {} span(s); {} record(s) could not be read and are lost)",
+            r.batches,
+            r.spans,
+            r.damaged
+        );
+    } else {
+        tracing::info!(directory = %journal.dir().display(), "evidence journal empty: the last run drained");
+    }
+    engine.note_journal_replay(r.batches, r.damaged);
 }

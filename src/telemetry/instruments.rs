@@ -158,6 +158,8 @@ instruments! {
         "Receipts that said they checked later than they arrived (beyond 2 s of clock difference): dated at their arrival, so none outranks the receipts after it";
     STATE_UNDECODABLE = "mcp_health.state.undecodable", Counter, "{record}", ["table", "reason"], Internal(Normal),
         "Stored state records the load could not read, by table and reason (damaged: skipped, the rest loaded; newer_version: written by a newer build, left as it is)";
+    STATE_JOURNAL_REPLAYED = "mcp_health.state.journal_replayed", Counter, "{batch}", ["result"], Internal(Normal),
+        "Batches of acknowledged evidence read back from the evidence journal after a restart that did not drain (a crash), by result: replayed (its calls decided, partial where evidence is missing), damaged (could not be read: lost, with the rest of its segment)";
     JOINS = "mcp_health.joins", Counter, "{join}", ["kind", "result"], Output,
         "Halves of calls split over two traces, by kind (server_half, refused_request) and result: joined, late (a client half joined to a server half decided before it came), ambiguous (no join: more than one candidate fits; the client call's verdict is partial, reason ambiguous_server_half)";
 

@@ -111,6 +111,9 @@ pub enum RefusalReason {
     UnsupportedEncoding,
     /// Spans inside an accepted request with invalid ids (partial success).
     InvalidSpan,
+    /// The evidence journal (`storage.directory`) is full or could not be written: the spans
+    /// are not acknowledged (retryable).
+    JournalFull,
 }
 
 impl RefusalReason {
@@ -125,6 +128,7 @@ impl RefusalReason {
             RefusalReason::UnsupportedMediaType => "unsupported_media_type",
             RefusalReason::UnsupportedEncoding => "unsupported_encoding",
             RefusalReason::InvalidSpan => "invalid_span",
+            RefusalReason::JournalFull => "journal_full",
         }
     }
 }

@@ -53,6 +53,8 @@ pub struct FlowMeters {
     /// The collector's `otelcol_exporter_enqueue_failed_*`: items that found an export queue full
     /// (refused to their sender, or dropped when they are mcp-health's own).
     pub enqueue_failed: ItemCounters,
+    /// Batches read back from the evidence journal at a start, by result.
+    pub journal_replayed: Counter<u64>,
 }
 
 impl FlowMeters {

@@ -17,6 +17,8 @@ use super::{Batch, Decided, DriftEvent, GaugeSource, Replica, ReplicaFigures, Ta
 pub(crate) struct Durable {
     link: Link,
     last_persisted: Option<Moment>,
+    /// The last round that left the store holding every change made up to it.
+    durable_at: Option<Moment>,
     /// Evidence was taken in since the last write.
     unwritten: bool,
     /// Drift reported since the last write.
@@ -25,7 +27,13 @@ pub(crate) struct Durable {
 
 impl Durable {
     pub fn new(store: StoreHandle) -> Self {
-        Durable { link: Link::new(Worker::for_store(store)), last_persisted: None, unwritten: false, drift_dirty: Vec::new() }
+        Durable {
+            link: Link::new(Worker::for_store(store)),
+            last_persisted: None,
+            durable_at: None,
+            unwritten: false,
+            drift_dirty: Vec::new(),
+        }
     }
 }
 
@@ -78,11 +86,17 @@ impl Replica for Durable {
             changes.put(d.key(), crate::state::Record::DriftReported(d));
         }
         if changes.is_empty() {
+            if !self.link.down {
+                self.durable_at = Some(now);
+            }
             return;
         }
         let n = changes.len();
         match self.link.call(move |s| s.apply(&changes)) {
-            Ok(()) => self.link.down = false,
+            Ok(()) => {
+                self.link.down = false;
+                self.durable_at = Some(now);
+            }
             Err(e) => {
                 if matches!(e, StoreError::Conflict { .. }) {
                     self.link.conflicts += 1;
@@ -130,6 +144,7 @@ impl Replica for Durable {
             queue_waits: self.link.worker.queue_waits(),
             waited: self.link.worker.waited(),
             skipped: self.link.skipped,
+            durable_at: self.durable_at,
             ..Default::default()
         }
     }

@@ -77,6 +77,9 @@ pub(crate) struct ReplicaFigures {
     pub waited: std::time::Duration,
     /// Stored records the load could not read (damaged, or of a newer format), by table.
     pub skipped: crate::state::SkipCounts,
+    /// The engine time of the last store round that wrote (or had nothing to write): what was
+    /// decided up to then is in the store.
+    pub durable_at: Option<Moment>,
 }
 
 /// How the engine's gauges of incidents and convergence are reported.

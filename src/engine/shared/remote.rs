@@ -1337,6 +1337,8 @@ impl Replica for Shared {
             queue_waits: self.link.worker.queue_waits() + self.awaiting_waits,
             waited: self.link.worker.waited(),
             skipped: self.link.skipped,
+            // The evidence journal is for a store of one process (`storage.directory`).
+            durable_at: None,
         }
     }
 
