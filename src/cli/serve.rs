@@ -473,6 +473,7 @@ impl Pipeline {
 
         let mut export_tasks = Tasks::default();
         let mut queue_leftovers = Vec::new();
+        let mut passthrough_spool = None;
         if let Some(o) = &otlp {
             let settings = SenderSettings {
                 targets: targets.clone(),
@@ -483,15 +484,27 @@ impl Pipeline {
             let meter = crate::emit::metrics::meter(&metrics.provider);
             let queues: Vec<_> = [queue_tx.as_ref(), pass_tx.as_ref()].into_iter().flatten().collect();
             crate::emit::metrics::observe_exporter_queues(&meter, &queues);
-            // mcp-health's own output waits on disk when a directory is configured; pass-through
-            // never does (its senders keep their data and retry when the queue refuses).
-            let own_store = match cfg.sending_queue_directory() {
+            // With a directory, mcp-health's own output waits on disk, and so does what it passes
+            // on: written there before the receiver answers, so what was acknowledged survives a
+            // crash (the collector's persistent queue). Without one both queues are in memory
+            // (pass-through senders keep their data and retry when the queue refuses).
+            let dir = cfg.sending_queue_directory();
+            let disk = |dir: Option<std::path::PathBuf>| match dir {
                 Some(dir) => otlp_traces::QueueStore::Disk { dir, max_bytes: o.sending_queue.storage_max_bytes },
                 None => otlp_traces::QueueStore::Memory,
             };
-            for (name, rx, store) in [("otlp", queue_rx, own_store), ("otlp/passthrough", pass_rx, otlp_traces::QueueStore::Memory)] {
+            // Beside the own queue's directory: `sending_queue` and `sending_queue-passthrough`.
+            let pass_store = disk(dir.as_ref().map(|d| {
+                let mut name = d.file_name().unwrap_or_default().to_os_string();
+                name.push("-passthrough");
+                d.with_file_name(name)
+            }));
+            for (name, rx, store) in [("otlp", queue_rx, disk(dir.clone())), ("otlp/passthrough", pass_rx, pass_store)] {
                 let Some(rx) = rx else { continue };
                 let started = otlp_traces::spawn(settings.clone(), rx, meters.clone(), name, store)?;
+                if name == "otlp/passthrough" {
+                    passthrough_spool = started.spool.clone();
+                }
                 started.leftover.observe(&meter);
                 for (i, w) in started.workers.into_iter().enumerate() {
                     export_tasks.add(format!("{name} exporter task {i}"), w);
@@ -555,6 +568,7 @@ impl Pipeline {
             memory: memory.clone(),
             refusal_log: crate::receive::admit::refusal_log(),
             journaled: journal.is_some(),
+            passthrough_spool,
         };
         let mut sinks = Sinks::default();
         sinks.push(MetricsSink::new(meters.clone()));

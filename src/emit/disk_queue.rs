@@ -41,6 +41,12 @@ pub(crate) enum RecordKind {
     Logs = 2,
     /// An encoded `ExportMetricsServiceRequest` (own metrics).
     Metrics = 3,
+    /// Spans received and passed on (an encoded `ExportTraceServiceRequest`).
+    PassedSpans = 4,
+    /// Log records received and passed on.
+    PassedLogs = 5,
+    /// Metric points received and passed on.
+    PassedMetrics = 6,
 }
 
 impl RecordKind {
@@ -49,7 +55,19 @@ impl RecordKind {
             1 => Some(RecordKind::Spans),
             2 => Some(RecordKind::Logs),
             3 => Some(RecordKind::Metrics),
+            4 => Some(RecordKind::PassedSpans),
+            5 => Some(RecordKind::PassedLogs),
+            6 => Some(RecordKind::PassedMetrics),
             _ => None,
+        }
+    }
+
+    /// Which item count it adds to: spans, log records, metric points.
+    fn items_slot(self) -> usize {
+        match self {
+            RecordKind::Spans | RecordKind::PassedSpans => 0,
+            RecordKind::Logs | RecordKind::PassedLogs => 1,
+            RecordKind::Metrics | RecordKind::PassedMetrics => 2,
         }
     }
 }
@@ -105,7 +123,7 @@ struct Inner {
 impl Inner {
     fn count(&mut self, e: &Entry, add: bool) {
         if let Some(k) = e.kind {
-            let slot = &mut self.items[k as usize - 1];
+            let slot = &mut self.items[k.items_slot()];
             *slot = if add { *slot + e.items } else { slot.saturating_sub(e.items) };
         }
     }

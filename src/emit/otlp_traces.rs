@@ -245,6 +245,8 @@ pub enum QueueStore {
 pub struct Started {
     pub workers: Vec<tokio::task::JoinHandle<()>>,
     pub leftover: Leftover,
+    /// With a disk queue: where a request can be written straight to disk.
+    pub spool: Option<SpoolHandle>,
 }
 
 /// What a queue holds, read at exit (and by the gauges): requests waiting in memory, requests
@@ -427,11 +429,15 @@ impl DropLog {
 fn to_record(item: Outgoing) -> (RecordKind, u64, Bytes) {
     let (_, n) = item.items();
     match item {
-        Outgoing::Health(r) | Outgoing::Passthrough(r, _) => (RecordKind::Spans, n, r.encode_to_vec().into()),
-        Outgoing::HealthRaw(b, _, _) | Outgoing::PassthroughRaw(b, _, _) => (RecordKind::Spans, n, b),
-        Outgoing::Logs(r) | Outgoing::PassthroughLogs(r, _) => (RecordKind::Logs, n, r.encode_to_vec().into()),
+        Outgoing::Health(r) => (RecordKind::Spans, n, r.encode_to_vec().into()),
+        Outgoing::Passthrough(r, _) => (RecordKind::PassedSpans, n, r.encode_to_vec().into()),
+        Outgoing::HealthRaw(b, _, _) => (RecordKind::Spans, n, b),
+        Outgoing::PassthroughRaw(b, _, _) => (RecordKind::PassedSpans, n, b),
+        Outgoing::Logs(r) => (RecordKind::Logs, n, r.encode_to_vec().into()),
+        Outgoing::PassthroughLogs(r, _) => (RecordKind::PassedLogs, n, r.encode_to_vec().into()),
         Outgoing::LogsRaw(b, _, _) => (RecordKind::Logs, n, b),
-        Outgoing::OwnMetrics(r) | Outgoing::PassthroughMetrics(r, _) => (RecordKind::Metrics, n, r.encode_to_vec().into()),
+        Outgoing::OwnMetrics(r) => (RecordKind::Metrics, n, r.encode_to_vec().into()),
+        Outgoing::PassthroughMetrics(r, _) => (RecordKind::PassedMetrics, n, r.encode_to_vec().into()),
     }
 }
 
@@ -441,7 +447,35 @@ fn from_record(r: Record) -> Result<Outgoing, prost::DecodeError> {
         RecordKind::Spans => Outgoing::HealthRaw(r.payload, r.items, None),
         RecordKind::Logs => Outgoing::LogsRaw(r.payload, r.items, None),
         RecordKind::Metrics => Outgoing::OwnMetrics(ExportMetricsServiceRequest::decode(r.payload)?),
+        RecordKind::PassedSpans => Outgoing::PassthroughRaw(r.payload, r.items, None),
+        RecordKind::PassedLogs => Outgoing::PassthroughLogs(ExportLogsServiceRequest::decode(r.payload)?, None),
+        RecordKind::PassedMetrics => Outgoing::PassthroughMetrics(ExportMetricsServiceRequest::decode(r.payload)?, None),
     })
+}
+
+/// Where the receivers write what they pass on when its queue is on disk: before they answer,
+/// so a request acknowledged is on disk (the collector's persistent queue), not in a channel a
+/// crash would empty.
+#[derive(Clone)]
+pub struct SpoolHandle(Arc<Spool>);
+
+impl SpoolHandle {
+    /// Write `item` to the queue's directory (synchronous file I/O) and wake a worker. `Full`
+    /// when the queue is at its byte bound: nothing is written (the sender is refused,
+    /// retryably). Its memory reservation is let go: the disk holds it now.
+    pub fn push(&self, mut item: Outgoing) -> Result<(), QueueError> {
+        drop(item.take_reservation());
+        let (kind, n, payload) = to_record(item);
+        self.0.q.push(kind, n, &payload)?;
+        self.0.ready.notify_one();
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for SpoolHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SpoolHandle").field(&self.0.q.dir()).finish()
+    }
 }
 
 /// Start the workers on `rx` (named `name` in logs and gauges). They end when every sender is
@@ -529,7 +563,8 @@ pub fn spawn(
     if spool.is_some() {
         leftover.tasks = Arc::new(std::sync::Mutex::new(handles.iter().map(|h| h.abort_handle()).collect()));
     }
-    Ok(Started { workers: handles, leftover })
+    let spool = spool.map(SpoolHandle);
+    Ok(Started { workers: handles, leftover, spool })
 }
 
 /// Send one request (split when it is larger than `max_bytes`), counting what went and what

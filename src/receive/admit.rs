@@ -94,6 +94,9 @@ pub struct Admission {
     /// The engine writes every batch to the evidence journal: a span request is answered once
     /// its batch is written (see [`Durable`]).
     pub journaled: bool,
+    /// The pass-through queue is on disk (`storage.directory`): what is passed on is written
+    /// there before the answer, in place of `passthrough`'s channel.
+    pub passthrough_spool: Option<crate::emit::otlp_traces::SpoolHandle>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -257,18 +260,26 @@ impl Admission {
             },
             _ => None,
         };
-        match &self.passthrough {
-            Some(p) => match p.reserve() {
-                Ok(permit) => permit.send(out(held)),
-                Err(_) => {
-                    let reason = RefusalReason::ExporterBusy;
-                    self.meters.signals_refused.add(items, &[sig, tr, KeyValue::new("reason", reason.as_str())]);
-                    self.meters.enqueue_failed(signal.passthrough(), signal.item_kind(), items);
-                    self.refused_items(signal, transport, reason, items);
-                    return Admitted::Busy(reason);
+        let queued = match (&self.passthrough_spool, &self.passthrough) {
+            (Some(disk), Some(_)) => disk.push(out(held)).is_ok(),
+            (None, Some(p)) => match p.reserve() {
+                Ok(permit) => {
+                    permit.send(out(held));
+                    true
                 }
+                Err(_) => false,
             },
-            None => self.meters.signals_dropped.add(items, &[sig, KeyValue::new("reason", "passthrough_off")]),
+            (_, None) => {
+                self.meters.signals_dropped.add(items, &[sig.clone(), KeyValue::new("reason", "passthrough_off")]);
+                true
+            }
+        };
+        if !queued {
+            let reason = RefusalReason::ExporterBusy;
+            self.meters.signals_refused.add(items, &[sig, tr, KeyValue::new("reason", reason.as_str())]);
+            self.meters.enqueue_failed(signal.passthrough(), signal.item_kind(), items);
+            self.refused_items(signal, transport, reason, items);
+            return Admitted::Busy(reason);
         }
         // Taken: the receiver's part is done even when pass-through is off and they are dropped
         // (as the collector counts a receiver's accepted items whatever its pipeline does next).
@@ -439,12 +450,14 @@ impl Admission {
         let Ok(ingest_permit) = self.ingest.reserve() else {
             return self.refuse_spans(RefusalReason::CorrelatorBusy, spans, transport);
         };
-        let pass_permit = match &self.passthrough {
-            Some(p) => match p.reserve() {
-                Ok(permit) => Some(permit),
+        // Passed on through the channel (its place reserved now), or written to disk below.
+        let pass_permit = match (&self.passthrough_spool, &self.passthrough) {
+            (None, Some(p)) => match p.reserve() {
+                Ok(permit) => Some(Some(permit)),
                 Err(_) => return self.refuse_spans(RefusalReason::ExporterBusy, spans, transport),
             },
-            None => None,
+            (Some(_), Some(_)) => Some(None),
+            (_, None) => None,
         };
         let rejected = batch.rejected_spans;
         if batch.attribute_type_errors > 0 {
@@ -483,10 +496,18 @@ impl Admission {
             batch.answered = Some(tx);
             Durable { written: rx, admission: self.clone(), spans, rejected, transport }
         });
-        ingest_permit.send(batch);
-        if let (Some(permit), Some(o)) = (pass_permit, outgoing) {
-            permit.send(o);
+        match (pass_permit, outgoing, &self.passthrough_spool) {
+            (Some(Some(permit)), Some(o), _) => permit.send(o),
+            (Some(None), Some(o), Some(disk)) => {
+                if let Err(e) = disk.push(o) {
+                    tracing::debug!(error = %e, "pass-through queue on disk refused a request");
+                    self.meters.enqueue_failed(crate::telemetry::labels::ExportSignal::Passthrough, ItemKind::Spans, spans);
+                    return self.refuse_spans(RefusalReason::ExporterBusy, spans, transport);
+                }
+            }
+            _ => {}
         }
+        ingest_permit.send(batch);
         // Invalid spans inside the request were not taken: refused (partial success), so that
         // received = accepted + refused. The others are accepted now, or once written.
         if durable.is_none() {
@@ -612,7 +633,9 @@ mod tests {
                 memory: None,
                 refusal_log: refusal_log(),
                 journaled: false,
+                passthrough_spool: None,
                 journaled: false,
+                passthrough_spool: None,
             };
             // Both paths: decoded (OTLP/JSON) and read from the wire bytes (protobuf).
             assert!(matches!(admission.admit(planted.clone(), Transport::Grpc, None), Admitted::Accepted { rejected: 0, .. }));
@@ -658,6 +681,7 @@ mod tests {
             memory: None,
             refusal_log: refusal_log(),
             journaled: false,
+            passthrough_spool: None,
         };
         let req = crate::loadgen::build_request(3, 5);
         let wire = req.encode_to_vec();
@@ -707,6 +731,7 @@ mod tests {
             memory: Some(limiter.clone()),
             refusal_log: refusal_log(),
             journaled: false,
+            passthrough_spool: None,
         };
         let wire = crate::loadgen::build_request(3, 50).encode_to_vec();
         let copy = {
@@ -750,6 +775,7 @@ mod tests {
             memory: None,
             refusal_log: refusal_log(),
             journaled: false,
+            passthrough_spool: None,
         };
         let req = crate::loadgen::build_request(3, 5);
         let clean = req.encode_to_vec();
@@ -813,6 +839,7 @@ mod tests {
             memory: None,
             refusal_log: refusal_log(),
             journaled: false,
+            passthrough_spool: None,
         };
         let mut invalid = span(9, vec![], vec![]);
         invalid.trace_id = vec![0; 16];
