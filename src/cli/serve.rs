@@ -474,6 +474,7 @@ impl Pipeline {
         let mut export_tasks = Tasks::default();
         let mut queue_leftovers = Vec::new();
         let mut passthrough_spool = None;
+        let mut own_spool = None;
         if let Some(o) = &otlp {
             let settings = SenderSettings {
                 targets: targets.clone(),
@@ -504,6 +505,8 @@ impl Pipeline {
                 let started = otlp_traces::spawn(settings.clone(), rx, meters.clone(), name, store)?;
                 if name == "otlp/passthrough" {
                     passthrough_spool = started.spool.clone();
+                } else {
+                    own_spool = started.spool.clone();
                 }
                 started.leftover.observe(&meter);
                 for (i, w) in started.workers.into_iter().enumerate() {
@@ -585,6 +588,7 @@ impl Pipeline {
                 otlp.as_ref().map_or(crate::config::DEFAULT_MAX_REQUEST_BYTES, |o| o.max_request_bytes),
             );
             hs.memory = memory.clone();
+            hs.spool = own_spool.clone();
             sinks.push(hs);
         }
         let reopen = verdict_log.as_ref().map(|l| l.reopen.clone());

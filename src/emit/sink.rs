@@ -83,6 +83,12 @@ pub struct HealthSpanSink {
     /// When the last record of each open incident went out (bounded by the open incidents: an
     /// entry leaves with its `resolved`, or when more than `MAX_TRACKED_INCIDENTS` are open).
     pub updates_sent: crate::bounded::BoundedMap<String, Moment>,
+    /// The own-output queue's directory, when it is on disk: health spans that do not fit in
+    /// memory, or find the channel to its writer full, are written there directly while it has
+    /// room (a flood's verdicts wait on disk, not dropped for memory the disk does not need).
+    pub spool: Option<super::otlp_traces::SpoolHandle>,
+    /// Health spans dropped this run, for the exit log: for memory, for a full queue.
+    dropped_total: [u64; 2],
 }
 
 /// What one health span is reserved at before it is encoded (they are about 1 KB; a request's
@@ -105,6 +111,8 @@ impl HealthSpanSink {
             max_request_bytes,
             memory: None,
             updates_sent: crate::bounded::BoundedMap::with_capacity("incident_updates", MAX_TRACKED_INCIDENTS),
+            spool: None,
+            dropped_total: [0; 2],
         }
     }
 }
@@ -113,14 +121,24 @@ impl HealthSpanSink {
     /// The memory `spans` health spans will hold while queued (`bytes`, estimated before they are
     /// encoded); `Err` (dropped, counted as `memory_limit`) when that would take the process past
     /// the memory limiter's soft limit.
-    fn reserve(&self, bytes: u64, spans: u64) -> Result<Option<crate::flow::memory::Reservation>, ()> {
+    fn reserve(&self, bytes: u64) -> Result<Option<crate::flow::memory::Reservation>, ()> {
         let Some(m) = &self.memory else { return Ok(None) };
-        match m.reserve(bytes) {
-            Some(r) => Ok(Some(r)),
-            None => {
-                self.dropped(ExportSignal::HealthSpans, DropReason::MemoryLimit, ItemKind::Spans, spans);
-                Err(())
+        m.reserve(bytes).map(Some).ok_or(())
+    }
+
+    /// Health spans that could not be queued in memory (`why`): written to the queue's
+    /// directory when it has one with room, else dropped and counted.
+    fn overflow(&mut self, bytes: bytes::Bytes, n: u64, why: DropReason) {
+        if let Some(spool) = &self.spool {
+            if spool.push(Outgoing::HealthRaw(bytes, n, None)).is_ok() {
+                return;
             }
+        }
+        self.dropped_total[usize::from(why == DropReason::QueueFull)] += n;
+        match why {
+            // Without a directory the queue counted it as it refused it.
+            DropReason::QueueFull if self.spool.is_none() => self.meters.export_dropped(ExportSignal::HealthSpans, why, n),
+            _ => self.dropped(ExportSignal::HealthSpans, why, ItemKind::Spans, n),
         }
     }
 
@@ -131,6 +149,21 @@ impl HealthSpanSink {
 }
 
 impl Sink for HealthSpanSink {
+    /// At exit: how many health spans this run dropped, and why (the running warning is
+    /// throttled; this is the total).
+    fn flush(&mut self) {
+        let [memory, full] = self.dropped_total;
+        if memory + full > 0 {
+            tracing::warn!(
+                memory_limit = memory,
+                queue_full = full,
+                "health spans dropped this run: {} for the memory limit, {} for a full sending queue (mcp_health.exporter.dropped)",
+                memory,
+                full
+            );
+        }
+    }
+
     fn accept(&mut self, records: &[Decided], now: Moment) {
         let now_ns = now.as_nanos();
         // Written straight as protobuf, in requests within the exporter's size limit.
@@ -143,7 +176,17 @@ impl Sink for HealthSpanSink {
             if spans == 0 {
                 continue;
             }
-            let Ok(mut held) = self.reserve(spans * HEALTH_SPAN_ESTIMATE as u64, spans) else { continue };
+            let Ok(mut held) = self.reserve(spans * HEALTH_SPAN_ESTIMATE as u64) else {
+                if self.spool.is_none() {
+                    self.overflow(bytes::Bytes::new(), spans, DropReason::MemoryLimit);
+                    continue;
+                }
+                // A request at a time, straight to disk: only its own bytes are in memory.
+                for (bytes, n) in health_spans::encode_requests(&self.service_name, chunk, now_ns, self.max_request_bytes) {
+                    self.overflow(bytes, n, DropReason::MemoryLimit);
+                }
+                continue;
+            };
             for (bytes, n) in health_spans::encode_requests(&self.service_name, chunk, now_ns, self.max_request_bytes) {
                 // What the request really holds, whatever the estimate was: it exists already.
                 let h = held.as_mut().map(|r| {
@@ -151,8 +194,14 @@ impl Sink for HealthSpanSink {
                     part.set(bytes.len() as u64);
                     part
                 });
-                if let Err(n) = self.queue.offer(Outgoing::HealthRaw(bytes, n, h), Some(&self.meters.flow)) {
-                    self.meters.export_dropped(ExportSignal::HealthSpans, DropReason::QueueFull, n);
+                let item = Outgoing::HealthRaw(bytes.clone(), n, h);
+                let offered = match &self.spool {
+                    // With a directory, a full channel to its writer is no reason to drop.
+                    Some(_) => self.queue.offer(item, None),
+                    None => self.queue.offer(item, Some(&self.meters.flow)),
+                };
+                if let Err(n) = offered {
+                    self.overflow(bytes, n, DropReason::QueueFull);
                 }
             }
         }

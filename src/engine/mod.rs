@@ -246,6 +246,12 @@ impl Engine {
         Some(self.chains.oldest_needed().map_or(written, |o| o.min(written)))
     }
 
+    /// The engine time through which everything decided is in the store (a store of one
+    /// process; `None` without one, or before its first write).
+    pub fn written_through(&self) -> Option<Moment> {
+        self.replica.figures().durable_at
+    }
+
     /// What the evidence journal gave back at the start: `batches` replayed, `damaged` records
     /// lost (reported with the gauges).
     pub fn note_journal_replay(&mut self, batches: u64, damaged: u64) {

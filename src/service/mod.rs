@@ -49,10 +49,12 @@ pub async fn run_engine(
 ) {
     let _stopped = heartbeat.guard();
     let mut out = Vec::new();
+    // With the journal, what is decided is handed to the sinks once the store holds it (see
+    // `Held`): a crash between the two would otherwise decide it again from the journal.
+    let mut held = Held::default();
     if let Some(j) = journal.as_mut() {
         replay_journal(j, &mut engine, &mut out);
-        sinks.accept(&out, Moment::wall_now());
-        out.clear();
+        held.take(&mut out, Moment::wall_now());
     }
     // Receivers waiting for their batch to be in the journal (answered after the write).
     let mut written: Vec<oneshot::Sender<bool>> = Vec::new();
@@ -106,8 +108,14 @@ pub async fn run_engine(
             m.set_engine_bytes(engine.evidence_bytes());
         }
         heartbeat.set_store_down(engine.store_down());
-        sinks.accept(&out, Moment::wall_now());
-        out.clear();
+        let now = Moment::wall_now();
+        if journal.is_some() {
+            held.take(&mut out, now);
+            held.release(&engine, &mut sinks, now, false);
+        } else {
+            sinks.accept(&out, now);
+            out.clear();
+        }
     }
     rx.close();
     while let Some(batch) = rx.recv().await {
@@ -117,13 +125,50 @@ pub async fn run_engine(
     let in_flight = engine.in_flight();
     let now = Moment::wall_now();
     engine.drain(DecidedBy::Shutdown, now, &mut out);
-    sinks.accept(&out, now);
+    held.take(&mut out, now);
+    held.release(&engine, &mut sinks, now, true);
     sinks.report(&engine.gauges());
     sinks.flush();
     // Everything was decided and written: the journal keeps nothing (unless the store's last
     // write failed: then the next start replays it).
     release_journal(journal.as_mut(), &engine);
     tracing::info!(in_flight, "engine stopped; the chains in flight were decided at shutdown");
+}
+
+/// Records decided but not handed to the sinks yet: with the evidence journal, a verdict goes out
+/// once the store holds its decision (at most `PERSIST_EVERY` later). Emitted first and killed
+/// before the write, a call would be decided and reported again from the journal after the
+/// restart; written first, it is not (the journal's spans are then duplicates of the stored
+/// chain's). Let go at once while the store is down (its verdicts say so) and past a bound.
+#[derive(Default)]
+struct Held {
+    records: Vec<crate::engine::Decided>,
+    /// The engine time of the latest step whose records are held.
+    until: Option<Moment>,
+}
+
+/// Most records held for the store's write; past it they go out (a store slower than the
+/// engine must not hold verdicts in memory without bound).
+const MAX_HELD: usize = 100_000;
+
+impl Held {
+    fn take(&mut self, out: &mut Vec<crate::engine::Decided>, now: Moment) {
+        if out.is_empty() {
+            return;
+        }
+        self.records.append(out);
+        self.until = Some(now);
+    }
+
+    fn release(&mut self, engine: &Engine, sinks: &mut Sinks, now: Moment, all: bool) {
+        let Some(until) = self.until else { return };
+        let written = engine.written_through().is_some_and(|w| w >= until);
+        if all || written || engine.store_down() || self.records.len() > MAX_HELD {
+            sinks.accept(&self.records, now);
+            self.records.clear();
+            self.until = None;
+        }
+    }
 }
 
 /// Take one batch in: written to the journal first (when there is one) — a batch the journal
