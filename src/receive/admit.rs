@@ -634,8 +634,6 @@ mod tests {
                 refusal_log: refusal_log(),
                 journaled: false,
                 passthrough_spool: None,
-                journaled: false,
-                passthrough_spool: None,
             };
             // Both paths: decoded (OTLP/JSON) and read from the wire bytes (protobuf).
             assert!(matches!(admission.admit(planted.clone(), Transport::Grpc, None), Admitted::Accepted { rejected: 0, .. }));
