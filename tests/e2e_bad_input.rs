@@ -54,7 +54,7 @@ async fn undecodable_input_is_refused_as_invalid() {
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(rpc_status(&r.body).code, 3);
 
-    let text = svc.wait_metric("mcp_health_spans_refused_total", WAIT, |v| v >= 4.0).await;
+    let text = svc.wait_metric("mcp_health_requests_refused_total", WAIT, |v| v >= 4.0).await;
     assert!(text.contains("reason=\"undecodable\""), "{text}");
     svc.assert_alive(WAIT).await;
 }
@@ -89,7 +89,7 @@ async fn oversize_requests_and_gzip_bombs_are_refused() {
     assert_eq!(r.status, 413, "{}", r.text());
     assert_eq!(rpc_status(&r.body).code, tonic::Code::ResourceExhausted as i32);
 
-    let text = svc.wait_metric("mcp_health_spans_refused_total", WAIT, |v| v >= 3.0).await;
+    let text = svc.wait_metric("mcp_health_requests_refused_total", WAIT, |v| v >= 3.0).await;
     assert!(text.contains("reason=\"too_large\""), "{text}");
     svc.assert_alive(WAIT).await;
 }
@@ -261,7 +261,7 @@ async fn a_flood_past_the_queues_gets_retryable_refusals() {
     }
     assert!(busy >= 1, "no 503 among 48 HTTP requests");
 
-    let text = svc.wait_metric("mcp_health_spans_refused_total", WAIT, |v| v > 0.0).await;
+    let text = svc.wait_metric("mcp_health_requests_refused_total", WAIT, |v| v > 0.0).await;
     assert!(text.contains("reason=\"exporter_busy\"") || text.contains("reason=\"correlator_busy\""), "{text}");
     svc.assert_alive(WAIT).await;
     drop(svc);
@@ -406,7 +406,7 @@ async fn above_the_memory_limit_requests_are_refused_retryably_and_counted() {
     assert!(is_busy(&g), "{g:?}");
     let text = svc.metrics_text().await;
     assert!(
-        text.lines().any(|l| l.starts_with("mcp_health_spans_refused_total") && l.contains("reason=\"memory_limit\"")),
+        text.lines().any(|l| l.starts_with("mcp_health_requests_refused_total") && l.contains("reason=\"memory_limit\"")),
         "refusals counted by reason: {text}"
     );
     assert_eq!(svc.health_status().await, Some(200), "refusing data is not being unhealthy");
@@ -485,11 +485,11 @@ async fn malformed_grpc_frames_get_the_otlp_answers_and_are_counted() {
         assert_eq!(got, want, "{what}");
         assert!(!retry_info || want == "0", "{what}: a permanent refusal carries no RetryInfo");
     }
-    let text = svc.wait_metric("mcp_health_spans_refused_total", WAIT, |v| v >= 8.0).await;
+    let text = svc.wait_metric("mcp_health_requests_refused_total", WAIT, |v| v >= 8.0).await;
     let count = |reason: &str| -> f64 {
         text.lines()
             .filter(|l| {
-                l.starts_with("mcp_health_spans_refused_total") && l.contains(&format!("reason=\"{reason}\"")) && l.contains("grpc")
+                l.starts_with("mcp_health_requests_refused_total") && l.contains(&format!("reason=\"{reason}\"")) && l.contains("grpc")
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()

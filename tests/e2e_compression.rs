@@ -98,7 +98,7 @@ async fn zstd_bombs_are_refused() {
         .expect_err("a zstd message over the limit once decompressed is refused");
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
 
-    let text = svc.wait_metric("mcp_health_spans_refused_total", WAIT, |v| v >= 2.0).await;
+    let text = svc.wait_metric("mcp_health_requests_refused_total", WAIT, |v| v >= 2.0).await;
     assert!(text.contains("reason=\"too_large\""), "{text}");
     svc.assert_alive(WAIT).await;
 }

@@ -7,9 +7,11 @@
 //! --signing-key`). Two services see the same traffic:
 //! - one that trusts the tap's public key: the forged receipt is `untrusted`, never evidence, and
 //!   the call is `false_success` on the tap's signed finding (`outcome_trust: signed`);
-//! - one with no trusted key (the embedded default's policy): the forged receipt is taken, later
-//!   than the tap's, and the call reads `healthy` — the attack works there, and the verdict says
-//!   the receipt was `unsigned`. This half shows the test can fail.
+//! - one with no trusted key (the embedded default's policy): receipts are taken as they come,
+//!   but the forgery's date five seconds ahead (to be "the latest receipt") is capped at its
+//!   arrival and counted (`mcp_health.receipts.capped`), so the tap's finding, which came after
+//!   it, decides: `false_success`, `outcome_trust: unsigned`. Before the cap this half read
+//!   `healthy`: the attack worked there.
 
 mod support;
 
@@ -138,11 +140,16 @@ async fn a_forged_receipt_does_not_verify_a_lying_call_when_keys_are_trusted() {
     assert_eq!(v["verified_success"], false);
     assert_eq!(v["outcome_trust"], "signed", "the tap's signed finding decided: {v}");
 
+    // Without trusted keys a receipt is taken as it came, but the forgery's date five seconds
+    // ahead (to be "the latest receipt") is capped at its arrival: the tap's finding, which came
+    // after it, decides. The verdict says on what.
     let v = eventually(Duration::from_secs(20), "the open service's verdict", || {
-        decided(&open, "5bf92f3577b34da6a3ce929d0e0e4737").filter(|v| v["state"] == "healthy")
+        decided(&open, "5bf92f3577b34da6a3ce929d0e0e4737").filter(|v| v["state"] == "false_success")
     })
     .await;
-    assert_eq!(v["outcome_trust"], "unsigned", "without trusted keys the forgery works, and the verdict says on what: {v}");
+    assert_eq!(v["outcome_trust"], "unsigned", "without trusted keys receipts are unsigned evidence: {v}");
+    let capped = prom_sum(&open.metrics_text().await, "mcp_health_receipts_capped_total").unwrap_or(0.0);
+    assert!(capped >= 1.0, "the forged date was capped and counted");
 }
 
 /// A receipt that names a call but was signed for another (a copied signature) is no evidence.
@@ -197,8 +204,8 @@ async fn a_receiver_that_requires_a_token_takes_only_the_taps_that_send_it() {
         svc.verdicts().into_iter().find(|v| v["agent"] == "with-token" && v["tool"] == "echo")
     })
     .await;
-    let text = svc.wait_metric("mcp_health_spans_refused_total", Duration::from_secs(10), |n| n >= 1.0).await;
-    assert!(text.lines().any(|l| l.starts_with("mcp_health_spans_refused_total") && l.contains("reason=\"unauthenticated\"")), "{text}");
+    let text = svc.wait_metric("mcp_health_requests_refused_total", Duration::from_secs(10), |n| n >= 1.0).await;
+    assert!(text.lines().any(|l| l.starts_with("mcp_health_requests_refused_total") && l.contains("reason=\"unauthenticated\"")), "{text}");
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(svc.verdicts().iter().all(|v| v["agent"] != "without-token"), "spans without the token were judged");
     assert!(!svc.stdout().contains("PLANTED_RECEIVER_TOKEN") && !svc.stderr().contains("PLANTED_RECEIVER_TOKEN"));

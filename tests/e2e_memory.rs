@@ -118,14 +118,16 @@ async fn rss_stays_under_the_memory_limit_with_64_requests_of_4_mib_and_the_back
     assert!(refused > 0, "64 requests of 4 MiB do not all fit in 256 MiB with the backend down");
 
     // Nothing unaccounted: every span the service received was accepted or refused and counted.
-    // A request refused before it was read counts 1 in `spans.refused` and nothing in `received`
-    // (its spans were never seen); one refused after it was decoded counts its spans in both.
+    // Every refused request counts 1 in `requests.refused`; one refused after it was decoded
+    // also counts its spans in `spans.received` and `spans.refused` (one refused before it was
+    // read has no spans anyone saw).
     let text =
         svc.wait_metric("mcp_health_spans_received_total", Duration::from_secs(30), |v| v >= (accepted * spans_per_request) as f64).await;
     let received = prom_sum(&text, "mcp_health_spans_received_total").unwrap_or(0.0) as u64;
     let refused_counted = prom_sum(&text, "mcp_health_spans_refused_total").unwrap_or(0.0) as u64;
+    let requests_counted = prom_sum(&text, "mcp_health_requests_refused_total").unwrap_or(0.0) as u64;
     let memory_refusals: Vec<&str> =
-        text.lines().filter(|l| l.starts_with("mcp_health_spans_refused_total") && !l.contains("reason=\"memory_limit\"")).collect();
+        text.lines().filter(|l| l.starts_with("mcp_health_requests_refused_total") && !l.contains("reason=\"memory_limit\"")).collect();
     assert!(memory_refusals.is_empty(), "every refusal is the memory limit's: {memory_refusals:?}");
     let accepted_spans = accepted * spans_per_request;
     assert!(received >= accepted_spans, "received {received} < accepted {accepted_spans}");
@@ -134,9 +136,9 @@ async fn rss_stays_under_the_memory_limit_with_64_requests_of_4_mib_and_the_back
     assert!(refused_decoded <= refused, "{refused_decoded} refused after decoding, {refused} refused in all");
     let refused_unread = refused - refused_decoded;
     assert_eq!(
-        refused_counted,
-        refused_decoded * spans_per_request + refused_unread,
-        "refused counted: {refused_decoded} decoded requests of {spans_per_request} spans + {refused_unread} unread requests\n{text}"
+        (refused_counted, requests_counted),
+        (refused_decoded * spans_per_request, refused),
+        "refused counted: {refused_decoded} decoded requests of {spans_per_request} spans, {refused_unread} unread requests\n{text}"
     );
 
     stop.store(true, Ordering::Relaxed);
@@ -391,7 +393,7 @@ async fn json_bodies_of_tiny_spans_are_refused_at_the_memory_limit() {
     let text = svc.metrics_text().await;
     let refused = text
         .lines()
-        .filter(|l| l.starts_with("mcp_health_spans_refused_total") && l.contains("reason=\"memory_limit\""))
+        .filter(|l| l.starts_with("mcp_health_requests_refused_total") && l.contains("reason=\"memory_limit\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>();
     eprintln!(

@@ -33,7 +33,7 @@ async fn a_refused_request_logs_its_reason() {
     for _ in 0..5 {
         assert_eq!(svc.post_traces("application/x-protobuf", false, UNDECODABLE).await.status, 400);
     }
-    let text = svc.wait_metric("mcp_health_spans_refused_total", WAIT, |v| v >= 6.0).await;
+    let text = svc.wait_metric("mcp_health_requests_refused_total", WAIT, |v| v >= 6.0).await;
     assert!(text.contains("reason=\"undecodable\""), "{text}");
     // However slow this machine is: at most one line per started 10 s for the six refusals.
     let lines = svc.stderr().lines().filter(|l| l.contains("refused OTLP data")).count();

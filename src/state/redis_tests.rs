@@ -938,3 +938,50 @@ fn redis_the_cluster_speaks_the_lowest_protocol_announced_while_it_lives() {
     let n: u64 = ::redis::cmd("HLEN").arg("mcp-health:protocols").query(&mut r.conn()).unwrap();
     assert_eq!(n, 1);
 }
+
+fn record_key(table: Table, key: &str) -> String {
+    format!("mcp-health:{}:{key}", table.as_str())
+}
+
+/// The same on Redis as in the embedded store: a damaged record in each table and one a newer
+/// build wrote are skipped and named, everything else loads; the newer one is left as it is and
+/// this build's write to its key is refused as a conflict, never over it.
+#[test]
+fn redis_a_damaged_or_newer_record_is_skipped_named_and_never_overwritten() {
+    if !available("redis_a_damaged_or_newer_record_is_skipped_named_and_never_overwritten") {
+        return;
+    }
+    let r = RedisServer::start();
+    let mut st = open(&r);
+    st.apply(&all_changes()).unwrap();
+    let mut conn = r.conn();
+    let mut bad = Vec::new();
+    for c in &all_changes().changes {
+        let key = format!("damaged-{}", c.table.as_str());
+        let mut bytes = format::MAGIC.to_vec();
+        bytes.push(format::CURRENT as u8);
+        bytes.extend_from_slice(&[0xff; 7]);
+        ::redis::cmd("HSET").arg(record_key(c.table, &key)).arg("v").arg(bytes).arg("ver").arg(1).query::<()>(&mut conn).unwrap();
+        bad.push((c.table, key, SkipReason::Damaged));
+    }
+    let mut newer = format::MAGIC.to_vec();
+    newer.push((format::CURRENT + 1) as u8);
+    newer.extend_from_slice(b"a newer build's record");
+    let newer_key = record_key(Table::Incidents, "=newer.example");
+    ::redis::cmd("HSET").arg(&newer_key).arg("v").arg(&newer).arg("ver").arg(1).query::<()>(&mut conn).unwrap();
+    bad.push((Table::Incidents, "=newer.example".to_string(), SkipReason::Newer(format::CURRENT + 1)));
+
+    let mut fresh = open(&r);
+    let loaded = fresh.load().unwrap();
+    check(&loaded);
+    let mut named: Vec<(Table, String, SkipReason)> = loaded.skipped.iter().map(|s| (s.table, s.key.clone(), s.why)).collect();
+    named.sort_by(|a, b| a.1.cmp(&b.1));
+    bad.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(named, bad);
+    // This build's write to the newer record's key is refused, and the bytes stay.
+    let mut c = Changes::default();
+    c.put("=newer.example".into(), Record::Incidents(Box::new(crate::state::ServerIncidents::default())));
+    assert!(matches!(fresh.apply(&c), Err(StoreError::Conflict { .. })), "a newer build's record is never written over");
+    let raw: Vec<u8> = ::redis::cmd("HGET").arg(&newer_key).arg("v").query(&mut conn).unwrap();
+    assert_eq!(raw, newer);
+}
