@@ -22,6 +22,7 @@
 pub mod export;
 pub mod http;
 pub mod jsonrpc;
+pub(crate) mod reader;
 pub mod stdio;
 pub mod verify;
 
