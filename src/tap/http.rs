@@ -45,7 +45,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
 use super::export::SpanSink;
-use super::jsonrpc::{Ctx, Observer, ObserverStats, ServerIdentity, Transport};
+use super::jsonrpc::{Ctx, Observer, ObserverStats, Oversize, ServerIdentity, Transport};
 use super::{now_ns, parse_www_authenticate, Challenge, SseParser};
 
 /// Largest request body forwarded (larger: 413). MCP request bodies are single JSON-RPC messages.
@@ -400,6 +400,9 @@ pub async fn serve(
     let _ = tx.send(Event::Stop).await;
     drop(tx);
     let stats = observer.await.unwrap_or_default();
+    if let Some(line) = stats.unread_summary() {
+        eprintln!("{line}");
+    }
     Ok(HttpReport { exchanges, unobserved_events: unobserved, stats })
 }
 
@@ -775,8 +778,8 @@ async fn observe_loop(
                 let ctx = ex.ctx(at_ns, exchange);
                 match &ex.body {
                     BodyState::Json(buf, false) => obs.server_bytes(buf, &ctx),
-                    BodyState::Json(_, true) => obs.stats.oversize += 1,
-                    BodyState::Sse(p) => obs.stats.oversize += p.oversize_events,
+                    BodyState::Json(_, true) => obs.stats.count(Oversize::Message),
+                    BodyState::Sse(p) => (0..p.oversize_events).for_each(|_| obs.stats.count(Oversize::Message)),
                     BodyState::None => {}
                 }
                 if let Some(st) = ex.status {

@@ -69,6 +69,7 @@ impl Budget {
     }
 
     /// What is left.
+    #[cfg(test)]
     pub(crate) fn left(&self) -> usize {
         self.left
     }
@@ -209,6 +210,13 @@ impl<'a> Node<'a> {
         self.text
     }
 
+    /// Where the value starts in `doc`, the bytes its document was parsed from (`None` for other
+    /// bytes).
+    pub(crate) fn offset_in(&self, doc: &[u8]) -> Option<usize> {
+        let at = (self.text.as_ptr() as usize).checked_sub(doc.as_ptr() as usize)?;
+        (at + self.text.len() <= doc.len()).then_some(at)
+    }
+
     pub(crate) fn is_null(&self) -> bool {
         self.kind() == Kind::Null
     }
@@ -312,12 +320,6 @@ impl<'a> Node<'a> {
         }
     }
 
-    /// The length of a string's text as sent (escapes not decoded), for a budget check before
-    /// decoding it.
-    pub(crate) fn str_len(&self) -> Option<usize> {
-        (self.kind() == Kind::String).then(|| self.text.len().saturating_sub(2))
-    }
-
     /// A number's text as sent.
     pub(crate) fn number_text(&self) -> Option<&'a str> {
         (self.kind() == Kind::Number).then(|| std::str::from_utf8(self.text).ok()).flatten()
@@ -343,6 +345,11 @@ impl<'a> Node<'a> {
     /// The `Value` of this node, if it fits `budget` (what is spent stays spent, also when it
     /// does not fit). A container deeper than [`MAX_DEPTH`] is [`Unread::Depth`].
     pub(crate) fn to_value(&self, budget: &mut Budget) -> Result<Value, Unread> {
+        // The text must fit too (a tree costs more than its text but for blanks and long
+        // numbers): so the walk never scans more than the budget at each level.
+        if self.text.len() > budget.left {
+            return Err(Unread::Budget);
+        }
         budget.spend(NODE_COST)?;
         match self.kind() {
             Kind::Object => {

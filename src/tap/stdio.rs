@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::export::SpanSink;
-use super::jsonrpc::{Ctx, Observer, ServerIdentity, Transport};
+use super::jsonrpc::{Ctx, Observer, Oversize, ServerIdentity, Transport};
 use super::{now_ns, LineSplitter};
 
 /// Longest JSON-RPC line the observer parses (longer lines are forwarded, not parsed).
@@ -152,6 +152,8 @@ pub async fn run(
         let ctx = Ctx { at_ns: now_ns(), ..Default::default() };
         from_client.finish(|l| obs.client_bytes(l, &ctx));
         from_server.finish(|l| obs.server_bytes(l, &ctx));
+        // Lines past the parse limit: forwarded, not read.
+        (0..from_client.oversize + from_server.oversize).for_each(|_| obs.stats.count(Oversize::Message));
         for s in obs.take_spans() {
             sink.emit(s);
         }
@@ -205,6 +207,9 @@ pub async fn run(
     let _ = tx.send(Chunk::Stop).await;
     drop(tx);
     let stats = observer.await.unwrap_or_default();
+    if let Some(line) = stats.unread_summary() {
+        eprintln!("{line}");
+    }
 
     use std::os::unix::process::ExitStatusExt;
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));

@@ -1,6 +1,6 @@
 //! The observer, fed JSON-RPC lines and bodies as the pumps would.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::*;
 use crate::classify::digest::tool_digest;
