@@ -35,6 +35,22 @@ pub(crate) const MAX_DEPTH: usize = 127;
 /// longer, so a longer escaped key is never decoded.
 const MAX_ESCAPED_KEY: usize = 256;
 
+/// What [`byte!`] reads past the end: a byte no JSON text has raw (NUL is a control character,
+/// refused in strings and outside them), so the end needs no case of its own.
+const END: u8 = 0;
+
+/// `b[i]`, or [`END`] past the end: built-in indexing, no call. The reader's loops run once per
+/// byte, and the tap's tests run unoptimized builds, where `get` and its `Option` are calls.
+macro_rules! byte {
+    ($b:expr, $i:expr) => {
+        if $i < $b.len() {
+            $b[$i]
+        } else {
+            END
+        }
+    };
+}
+
 /// Why (part of) a message was not read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Unread {
@@ -81,11 +97,47 @@ impl Budget {
 }
 
 /// One JSON text, checked (see the module documentation).
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub(crate) struct Document<'a> {
-    root: Node<'a>,
+    bytes: &'a [u8],
+    /// Where the value is in `bytes` (without the blanks around it).
+    root: (usize, usize),
     whole: bool,
+    index: Index,
 }
+
+/// Shortest container whose end [`Document::parse`] remembers, so that reading past it later
+/// does not scan it again (the fields around a 14 MB array are read in a few lookups, not a few
+/// passes).
+const INDEXED_CONTAINER: usize = 64 << 10;
+/// Most containers remembered (past it, the others are scanned when skipped): a fixed budget.
+const MAX_INDEXED: usize = 4096;
+
+/// The ends of the large containers of a document: `(start, end)` offsets, by start.
+#[derive(Debug, Default)]
+struct Index {
+    /// The address of the document's first byte (offsets are from it).
+    base: usize,
+    ends: Vec<(usize, usize)>,
+}
+
+impl Index {
+    fn note(&mut self, start: usize, end: usize) {
+        if end - start >= INDEXED_CONTAINER && self.ends.len() < MAX_INDEXED {
+            self.ends.push((start, end));
+        }
+    }
+
+    /// The end of the container at `b[i]`, if remembered (`b` is part of the document).
+    fn end_of(&self, b: &[u8], i: usize) -> Option<usize> {
+        let off = (b.as_ptr() as usize).checked_sub(self.base)?;
+        let at = self.ends.binary_search_by_key(&(off + i), |(s, _)| *s).ok()?;
+        self.ends[at].1.checked_sub(off).filter(|end| *end <= b.len())
+    }
+}
+
+/// The index of bytes that have none (a key read as a string).
+static NO_INDEX: Index = Index { base: 0, ends: Vec::new() };
 
 impl<'a> Document<'a> {
     /// Check `bytes` as one JSON value (whitespace around it allowed). Fixed memory whatever the
@@ -94,24 +146,43 @@ impl<'a> Document<'a> {
     pub(crate) fn parse(bytes: &'a [u8]) -> Result<Self, Unread> {
         std::str::from_utf8(bytes).map_err(|_| Unread::Syntax)?;
         let b = bytes;
+        let mut index = Index { base: b.as_ptr() as usize, ends: Vec::new() };
         let start = ws(b, 0);
         let mut i = start;
-        // Bit d: the open container at depth d is an object.
+        // Bit d: the open container at depth d is an object; `opened[d]`: where it starts.
         let mut kinds: u128 = 0;
+        let mut opened = [0usize; MAX_DEPTH];
         let mut depth = 0usize;
         let mut whole = true;
         loop {
-            // A value starts at `i`.
-            match b.get(i).copied() {
-                Some(open @ (b'{' | b'[')) if depth < MAX_DEPTH => {
+            // A value starts at `i`. (The common cases first, with as few calls as can be: the
+            // tap's tests run unoptimized builds, and a message can be millions of values.)
+            match byte!(b, i) {
+                b'0'..=b'9' => {
+                    // An integer without a call; a fraction or an exponent the long way.
+                    let first = i;
+                    i += 1;
+                    if b[first] != b'0' {
+                        while matches!(byte!(b, i), b'0'..=b'9') {
+                            i += 1;
+                        }
+                    }
+                    if matches!(byte!(b, i), b'.' | b'e' | b'E') {
+                        i = number_end(b, first)?;
+                    }
+                }
+                b'-' => i = number_end(b, i)?,
+                b'"' => i = string_end(b, i).ok_or(Unread::Syntax)?,
+                open @ (b'{' | b'[') if depth < MAX_DEPTH => {
                     let object = open == b'{';
                     if object {
                         kinds |= 1u128 << depth;
                     } else {
                         kinds &= !(1u128 << depth);
                     }
+                    opened[depth] = i;
                     i = ws(b, i + 1);
-                    if b.get(i) == Some(if object { &b'}' } else { &b']' }) {
+                    if byte!(b, i) == if object { b'}' } else { b']' } {
                         i += 1; // empty: a whole value, the container is not left open
                     } else {
                         depth += 1;
@@ -121,15 +192,15 @@ impl<'a> Document<'a> {
                         continue;
                     }
                 }
-                Some(b'{' | b'[') => {
-                    i = skip_brackets(b, i).ok_or(Unread::Syntax)?;
+                b'{' | b'[' => {
+                    let end = skip_brackets(b, i).ok_or(Unread::Syntax)?;
+                    index.note(i, end);
+                    i = end;
                     whole = false;
                 }
-                Some(b'"') => i = string_end(b, i).ok_or(Unread::Syntax)?,
-                Some(b't') => i = literal(b, i, b"true")?,
-                Some(b'f') => i = literal(b, i, b"false")?,
-                Some(b'n') => i = literal(b, i, b"null")?,
-                Some(b'-' | b'0'..=b'9') => i = number_end(b, i)?,
+                b't' => i = literal(b, i, b"true")?,
+                b'f' => i = literal(b, i, b"false")?,
+                b'n' => i = literal(b, i, b"null")?,
                 _ => return Err(Unread::Syntax),
             }
             // After a value: the containers it closes, then a comma or the end.
@@ -138,25 +209,33 @@ impl<'a> Document<'a> {
                     if ws(b, i) != b.len() {
                         return Err(Unread::Syntax);
                     }
-                    return Ok(Document { root: Node { text: &b[start..i], depth: 0 }, whole });
+                    index.ends.sort_unstable();
+                    return Ok(Document { bytes, root: (start, i), whole, index });
                 }
-                i = ws(b, i);
+                if matches!(byte!(b, i), b' ' | b'\t' | b'\n' | b'\r') {
+                    i = ws(b, i);
+                }
                 let object = (kinds >> (depth - 1)) & 1 == 1;
-                match b.get(i) {
-                    Some(b',') => {
-                        i = ws(b, i + 1);
+                match byte!(b, i) {
+                    b',' => {
+                        i += 1;
+                        if matches!(byte!(b, i), b' ' | b'\t' | b'\n' | b'\r') {
+                            i = ws(b, i);
+                        }
                         if object {
                             i = member_value(b, i)?;
                         }
                         break;
                     }
-                    Some(b'}') if object => {
+                    b'}' if object => {
                         i += 1;
                         depth -= 1;
+                        index.note(opened[depth], i);
                     }
-                    Some(b']') if !object => {
+                    b']' if !object => {
                         i += 1;
                         depth -= 1;
+                        index.note(opened[depth], i);
                     }
                     _ => return Err(Unread::Syntax),
                 }
@@ -165,8 +244,8 @@ impl<'a> Document<'a> {
     }
 
     /// The value.
-    pub(crate) fn root(&self) -> Node<'a> {
-        self.root
+    pub(crate) fn root(&self) -> Node<'_> {
+        Node { text: &self.bytes[self.root.0..self.root.1], depth: 0, index: &self.index }
     }
 
     /// Every container was read: nothing was skipped for its depth.
@@ -191,6 +270,7 @@ pub(crate) enum Kind {
 pub(crate) struct Node<'a> {
     text: &'a [u8],
     depth: usize,
+    index: &'a Index,
 }
 
 impl<'a> Node<'a> {
@@ -256,13 +336,13 @@ impl<'a> Node<'a> {
     /// An object's members in the order sent (none for anything else, or an opaque object).
     pub(crate) fn members(&self) -> Members<'a> {
         let read = self.kind() == Kind::Object && !self.is_opaque();
-        Members { text: if read { self.text } else { b"" }, at: 1, depth: self.depth + 1 }
+        Members { text: if read { self.text } else { b"" }, at: 1, depth: self.depth + 1, index: self.index }
     }
 
     /// An array's elements (none for anything else, or an opaque array).
     pub(crate) fn elements(&self) -> Elements<'a> {
         let read = self.kind() == Kind::Array && !self.is_opaque();
-        Elements { text: if read { self.text } else { b"" }, at: 1, depth: self.depth + 1 }
+        Elements { text: if read { self.text } else { b"" }, at: 1, depth: self.depth + 1, index: self.index }
     }
 
     /// The member `key` of an object; the last one when it is sent more than once (as
@@ -406,7 +486,7 @@ impl<'a> Key<'a> {
 
     /// The key's text.
     pub(crate) fn decode(&self) -> Option<Cow<'a, str>> {
-        Node { text: self.text, depth: 0 }.as_str()
+        Node { text: self.text, depth: 0, index: &NO_INDEX }.as_str()
     }
 }
 
@@ -415,6 +495,7 @@ pub(crate) struct Members<'a> {
     text: &'a [u8],
     at: usize,
     depth: usize,
+    index: &'a Index,
 }
 
 impl<'a> Iterator for Members<'a> {
@@ -423,10 +504,10 @@ impl<'a> Iterator for Members<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let b = self.text;
         let mut i = ws(b, self.at);
-        if b.get(i) == Some(&b',') {
+        if byte!(b, i) == b',' {
             i = ws(b, i + 1);
         }
-        if b.get(i) != Some(&b'"') {
+        if byte!(b, i) != b'"' {
             self.at = b.len();
             return None;
         }
@@ -434,9 +515,9 @@ impl<'a> Iterator for Members<'a> {
         let key = Key { text: &b[i..key_end] };
         let colon = ws(b, key_end);
         let start = ws(b, colon + 1);
-        let end = value_end(b, start);
+        let end = value_end(b, start, self.index);
         self.at = end;
-        Some((key, Node { text: b.get(start..end)?, depth: self.depth }))
+        Some((key, Node { text: b.get(start..end)?, depth: self.depth, index: self.index }))
     }
 }
 
@@ -445,6 +526,7 @@ pub(crate) struct Elements<'a> {
     text: &'a [u8],
     at: usize,
     depth: usize,
+    index: &'a Index,
 }
 
 impl<'a> Iterator for Elements<'a> {
@@ -453,16 +535,16 @@ impl<'a> Iterator for Elements<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let b = self.text;
         let mut i = ws(b, self.at);
-        if b.get(i) == Some(&b',') {
+        if byte!(b, i) == b',' {
             i = ws(b, i + 1);
         }
-        if matches!(b.get(i), None | Some(b']')) {
+        if matches!(byte!(b, i), END | b']') {
             self.at = b.len();
             return None;
         }
-        let end = value_end(b, i);
+        let end = value_end(b, i, self.index);
         self.at = end;
-        Some(Node { text: b.get(i..end)?, depth: self.depth })
+        Some(Node { text: b.get(i..end)?, depth: self.depth, index: self.index })
     }
 }
 
@@ -475,7 +557,7 @@ fn array_index(token: &str) -> Option<usize> {
 }
 
 fn ws(b: &[u8], mut i: usize) -> usize {
-    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+    while matches!(byte!(b, i), b' ' | b'\t' | b'\n' | b'\r') {
         i += 1;
     }
     i
@@ -483,11 +565,11 @@ fn ws(b: &[u8], mut i: usize) -> usize {
 
 /// After `"key"` and `:` at `i`: where the member's value starts.
 fn member_value(b: &[u8], i: usize) -> Result<usize, Unread> {
-    if b.get(i) != Some(&b'"') {
+    if byte!(b, i) != b'"' {
         return Err(Unread::Syntax);
     }
     let i = ws(b, string_end(b, i).ok_or(Unread::Syntax)?);
-    if b.get(i) != Some(&b':') {
+    if byte!(b, i) != b':' {
         return Err(Unread::Syntax);
     }
     Ok(ws(b, i + 1))
@@ -498,9 +580,9 @@ fn member_value(b: &[u8], i: usize) -> Result<usize, Unread> {
 fn string_end(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     loop {
-        match *b.get(j)? {
+        match byte!(b, j) {
             b'"' => return Some(j + 1),
-            b'\\' => match *b.get(j + 1)? {
+            b'\\' => match byte!(b, j + 1) {
                 b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => j += 2,
                 b'u' => {
                     let hex = b.get(j + 2..j + 6)?;
@@ -511,7 +593,8 @@ fn string_end(b: &[u8], i: usize) -> Option<usize> {
                 }
                 _ => return None,
             },
-            c if c < 0x20 => return None,
+            // Control characters, and the end (END is one).
+            0..0x20 => return None,
             _ => j += 1,
         }
     }
@@ -527,38 +610,42 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> Result<usize, Unread> {
 
 /// The end of the number that starts at `i` (the JSON grammar: `-? int frac? exp?`).
 fn number_end(b: &[u8], i: usize) -> Result<usize, Unread> {
-    let digits = |mut j: usize| {
-        while b.get(j).is_some_and(u8::is_ascii_digit) {
-            j += 1;
-        }
-        j
-    };
     let mut j = i;
-    if b.get(j) == Some(&b'-') {
+    if byte!(b, j) == b'-' {
         j += 1;
     }
-    match b.get(j) {
-        Some(b'0') => j += 1,
-        Some(b'1'..=b'9') => j = digits(j),
+    match byte!(b, j) {
+        b'0' => j += 1,
+        b'1'..=b'9' => {
+            j += 1;
+            while matches!(byte!(b, j), b'0'..=b'9') {
+                j += 1;
+            }
+        }
         _ => return Err(Unread::Syntax),
     }
-    if b.get(j) == Some(&b'.') {
-        let k = digits(j + 1);
-        if k == j + 1 {
-            return Err(Unread::Syntax);
-        }
-        j = k;
-    }
-    if matches!(b.get(j), Some(b'e' | b'E')) {
+    if byte!(b, j) == b'.' {
         j += 1;
-        if matches!(b.get(j), Some(b'+' | b'-')) {
+        let digits = j;
+        while matches!(byte!(b, j), b'0'..=b'9') {
             j += 1;
         }
-        let k = digits(j);
-        if k == j {
+        if j == digits {
             return Err(Unread::Syntax);
         }
-        j = k;
+    }
+    if matches!(byte!(b, j), b'e' | b'E') {
+        j += 1;
+        if matches!(byte!(b, j), b'+' | b'-') {
+            j += 1;
+        }
+        let digits = j;
+        while matches!(byte!(b, j), b'0'..=b'9') {
+            j += 1;
+        }
+        if j == digits {
+            return Err(Unread::Syntax);
+        }
     }
     Ok(j)
 }
@@ -589,10 +676,10 @@ fn skip_brackets(b: &[u8], i: usize) -> Option<usize> {
 }
 
 /// The end of the value that starts at `i` in checked bytes (see [`Document::parse`]).
-fn value_end(b: &[u8], i: usize) -> usize {
-    match b.get(i) {
-        Some(b'"') => string_end(b, i).unwrap_or(b.len()),
-        Some(b'{' | b'[') => skip_brackets(b, i).unwrap_or(b.len()),
+fn value_end(b: &[u8], i: usize, index: &Index) -> usize {
+    match byte!(b, i) {
+        b'"' => string_end(b, i).unwrap_or(b.len()),
+        b'{' | b'[' => index.end_of(b, i).or_else(|| skip_brackets(b, i)).unwrap_or(b.len()),
         _ => {
             let mut j = i;
             while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
