@@ -426,6 +426,30 @@ mod tests {
         assert_eq!(p.oversize_events, 1);
     }
 
+    /// Bytes lost on the way to the observer: the line or event they were part of is dropped
+    /// whole; spliced, `{"isError":true,…}` minus a chunk could read as a success.
+    #[test]
+    fn a_gap_drops_the_line_or_event_it_was_in() {
+        let mut s = LineSplitter::new(1024);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        s.feed(b"{\"id\":1,\"result\":{\"a\":\"", |l| got.push(l.to_vec()));
+        s.gap(); // lost: `x","isError":true}}\n{"id":2,"result":{"a":"`
+        s.feed(b"y\"}}\n{\"id\":3}\n", |l| got.push(l.to_vec()));
+        assert_eq!(got, vec![b"{\"id\":3}".to_vec()]);
+
+        let mut p = SseParser::new(1024);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        p.feed(b"data: {\"id\":1,\"result\":{\"a\":\"", |d| got.push(d.to_vec()));
+        p.gap(); // lost: an event's end and the next one's beginning
+        p.feed(b"y\"}}\n\ndata: {\"id\":3}\n\n", |d| got.push(d.to_vec()));
+        assert_eq!(got, vec![b"{\"id\":3}".to_vec()]);
+        p.feed(b"data: x\n", |d| got.push(d.to_vec()));
+        p.gap(); // lost inside one event, then the rest of it
+        p.feed(b"data: y\n\ndata: z\n\n", |d| got.push(d.to_vec()));
+        assert_eq!(got, vec![b"{\"id\":3}".to_vec(), b"z".to_vec()]);
+        assert_eq!(p.oversize_events, 0, "counted where the bytes were lost, not as oversize");
+    }
+
     #[test]
     fn www_authenticate_keeps_the_error_word_and_scope_only() {
         let c = parse_www_authenticate(
