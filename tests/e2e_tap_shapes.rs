@@ -42,7 +42,14 @@ const GROWTH_LIMIT: u64 = 100 << 20;
 const LINGER: Duration = Duration::from_secs(4);
 
 fn python() -> Option<&'static str> {
-    Command::new("python3").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().ok().filter(|s| s.success()).map(|_| "python3")
+    Command::new("python3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()
+        .filter(|s| s.success())
+        .map(|_| "python3")
 }
 
 fn server() -> PathBuf {
@@ -89,7 +96,11 @@ fn call(id: u32, tool: &str, arguments: &str) -> String {
 }
 
 fn initialize() -> String {
-    message(1, "initialize", "{\"protocolVersion\": \"2025-11-25\", \"capabilities\": {}, \"clientInfo\": {\"name\": \"c\", \"version\": \"1\"}}")
+    message(
+        1,
+        "initialize",
+        "{\"protocolVersion\": \"2025-11-25\", \"capabilities\": {}, \"clientInfo\": {\"name\": \"c\", \"version\": \"1\"}}",
+    )
 }
 
 /// The calls, after `initialize` (id 1): ids 2…14, and how long each answer is at least.
@@ -110,11 +121,7 @@ fn calls() -> Vec<(u32, String, usize)> {
 /// A field of /proc/PID/status, in bytes.
 fn status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
+    status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0)
         * 1024
 }
 
@@ -202,7 +209,6 @@ fn run_stdio(sink: &Sink, rules: &Path) -> Run {
     }
     std::thread::sleep(LINGER);
     let peak = status_bytes(pid, "VmHWM:");
-    drop(send);
     drop(stdin);
     let _ = tap.wait();
     Run { baseline, peak, stderr: err.join().unwrap_or_default() }
@@ -214,14 +220,24 @@ async fn run_http(sink: &Sink, rules: &Path, dir: &Path) -> Run {
     let port_file = dir.join("port");
     let mut upstream =
         Command::new(python().unwrap()).arg(server()).arg("--http").arg(&port_file).stdin(Stdio::null()).spawn().expect("start the server");
-    let port: u16 = eventually(Duration::from_secs(20), "the server's port", || std::fs::read_to_string(&port_file).ok()?.trim().parse().ok()).await;
+    let port: u16 =
+        eventually(Duration::from_secs(20), "the server's port", || std::fs::read_to_string(&port_file).ok()?.trim().parse().ok()).await;
     let err_file = dir.join("tap.err");
     let mut cmd = Command::new(tap_bin());
-    cmd.args(["tap", "--listen", "127.0.0.1:0", "--upstream", &format!("http://127.0.0.1:{port}"), "--otlp-endpoint", endpoint, "--verifiers"])
-        .arg(rules)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err_file).unwrap());
+    cmd.args([
+        "tap",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("http://127.0.0.1:{port}"),
+        "--otlp-endpoint",
+        endpoint,
+        "--verifiers",
+    ])
+    .arg(rules)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&err_file).unwrap());
     without_ambient_otel(&mut cmd);
     let mut tap = cmd.spawn().expect("start the tap");
     let pid = tap.id();
@@ -232,9 +248,15 @@ async fn run_http(sink: &Sink, rules: &Path, dir: &Path) -> Run {
     })
     .await;
     let post = |id: u32, body: String, at_least: usize| async move {
-        let r = http_request(addr, "POST", "/mcp", &[("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")], body.as_bytes())
-            .await
-            .expect("an answer through the tap");
+        let r = http_request(
+            addr,
+            "POST",
+            "/mcp",
+            &[("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")],
+            body.as_bytes(),
+        )
+        .await
+        .expect("an answer through the tap");
         assert_eq!(r.status, 200, "{id}");
         assert!(r.body.len() >= at_least, "answer {id} came whole through the tap: {} bytes", r.body.len());
         assert_eq!(answer_id(&r.body), Some(id));

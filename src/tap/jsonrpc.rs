@@ -747,8 +747,11 @@ impl Observer {
     pub(crate) fn server_message(&mut self, m: Node<'_>, whole: bool, ctx: &Ctx<'_>) {
         let [method, id, params, result, error] = m.pick(["method", "id", "params", "result", "error"]);
         if let Some(method) = method.and_then(|x| x.as_str()) {
-            if id.is_some_and(|i| !i.is_null()) || !whole {
+            if id.is_some_and(|i| !i.is_null()) {
                 return; // a server request (sampling, elicitation, ping): not evidence here
+            }
+            if !whole {
+                return; // a notification not read whole says nothing the tap can vouch for
             }
             let subscription = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(META_SUBSCRIPTION_ID)).is_some();
             match &*method {
@@ -1099,7 +1102,8 @@ impl Observer {
                 if let Some(v) = &p.protocol_version {
                     attrs.push(s(a::SESSION_REQUESTED_VERSION, redact::ident(v).to_string()));
                     if let Some(list) = supported.filter(|l| l.kind() == Kind::Array) {
-                        attrs.push(boolean(a::SESSION_VERSION_ACCEPTED, list.elements().any(|x| x.as_str().as_deref() == Some(v.as_str()))));
+                        attrs
+                            .push(boolean(a::SESSION_VERSION_ACCEPTED, list.elements().any(|x| x.as_str().as_deref() == Some(v.as_str()))));
                     }
                 }
                 if let Some(r) = result {

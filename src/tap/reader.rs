@@ -143,6 +143,8 @@ impl<'a> Document<'a> {
     /// Check `bytes` as one JSON value (whitespace around it allowed). Fixed memory whatever the
     /// input; the only error is [`Unread::Syntax`] (nesting past [`MAX_DEPTH`] is skipped, and
     /// the document is then not [`whole`](Self::whole)).
+    // `matches!` on digits, not `is_ascii_digit`: that is a call per byte in unoptimized builds.
+    #[allow(clippy::manual_is_ascii_check)]
     pub(crate) fn parse(bytes: &'a [u8]) -> Result<Self, Unread> {
         std::str::from_utf8(bytes).map_err(|_| Unread::Syntax)?;
         let b = bytes;
@@ -424,7 +426,7 @@ impl<'a> Node<'a> {
 
     /// The `Value` of this node, if it fits `budget` (what is spent stays spent, also when it
     /// does not fit). A container deeper than [`MAX_DEPTH`] is [`Unread::Depth`].
-    pub(crate) fn to_value(&self, budget: &mut Budget) -> Result<Value, Unread> {
+    pub(crate) fn to_value(self, budget: &mut Budget) -> Result<Value, Unread> {
         // The text must fit too (a tree costs more than its text but for blanks and long
         // numbers): so the walk never scans more than the budget at each level.
         if self.text.len() > budget.left {
@@ -609,6 +611,7 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> Result<usize, Unread> {
 }
 
 /// The end of the number that starts at `i` (the JSON grammar: `-? int frac? exp?`).
+#[allow(clippy::manual_is_ascii_check)] // see `Document::parse`
 fn number_end(b: &[u8], i: usize) -> Result<usize, Unread> {
     let mut j = i;
     if byte!(b, j) == b'-' {

@@ -30,7 +30,12 @@ const OBSERVER_BYTES: usize = 64 << 20;
 
 enum Chunk {
     /// `gap`: bytes of this direction were not handed over before this chunk.
-    Data { from_client: bool, at_ns: u64, bytes: Vec<u8>, gap: bool },
+    Data {
+        from_client: bool,
+        at_ns: u64,
+        bytes: Vec<u8>,
+        gap: bool,
+    },
     Stop,
 }
 
@@ -103,7 +108,8 @@ pub async fn run(
     let (tx, mut rx) = mpsc::channel::<Chunk>(4096);
     let unobserved = Arc::new(AtomicU64::new(0));
     let held = Arc::new(AtomicUsize::new(0));
-    let hand_over = |from_client: bool| HandOver { tx: tx.clone(), from_client, held: held.clone(), unobserved: unobserved.clone(), lost: false };
+    let hand_over =
+        |from_client: bool| HandOver { tx: tx.clone(), from_client, held: held.clone(), unobserved: unobserved.clone(), lost: false };
 
     // Client → server.
     {

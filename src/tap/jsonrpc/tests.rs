@@ -842,14 +842,70 @@ fn responses_of_any_shape_are_read_by_budget_and_never_taken_for_success_unread(
         parse_errors: u64,
     }
     let cases = [
-        Case { what: "zeros", result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{zeros}}}}}"), span: Some(false), job: Some("1"), depth: 0, parse_errors: 0 },
-        Case { what: "depth bomb", result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{bomb}}}}}"), span: None, job: Some("1"), depth: 1, parse_errors: 0 },
-        Case { what: "bomb before isError", result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{bomb}}},\"isError\":true}}"), span: None, job: None, depth: 1, parse_errors: 0 },
-        Case { what: "isError", result: "{\"structuredContent\":{\"id\":\"1\"},\"isError\":true}".into(), span: Some(true), job: None, depth: 0, parse_errors: 0 },
-        Case { what: "bomb as the id", result: format!("{{\"structuredContent\":{{\"id\":{bomb}}}}}"), span: None, job: Some(""), depth: 1, parse_errors: 0 },
-        Case { what: "truncated", result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{}", &zeros[..1000]), span: None, job: None, depth: 0, parse_errors: 1 },
-        Case { what: "bomb one bracket short", result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{}}}}}", &bomb[..bomb.len() - 1]), span: None, job: None, depth: 0, parse_errors: 1 },
-        Case { what: "not JSON", result: "{\"structuredContent\": {\"id\": \"1\"}, isError: true}".into(), span: None, job: None, depth: 0, parse_errors: 1 },
+        Case {
+            what: "zeros",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{zeros}}}}}"),
+            span: Some(false),
+            job: Some("1"),
+            depth: 0,
+            parse_errors: 0,
+        },
+        Case {
+            what: "depth bomb",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{bomb}}}}}"),
+            span: None,
+            job: Some("1"),
+            depth: 1,
+            parse_errors: 0,
+        },
+        Case {
+            what: "bomb before isError",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{bomb}}},\"isError\":true}}"),
+            span: None,
+            job: None,
+            depth: 1,
+            parse_errors: 0,
+        },
+        Case {
+            what: "isError",
+            result: "{\"structuredContent\":{\"id\":\"1\"},\"isError\":true}".into(),
+            span: Some(true),
+            job: None,
+            depth: 0,
+            parse_errors: 0,
+        },
+        Case {
+            what: "bomb as the id",
+            result: format!("{{\"structuredContent\":{{\"id\":{bomb}}}}}"),
+            span: None,
+            job: Some(""),
+            depth: 1,
+            parse_errors: 0,
+        },
+        Case {
+            what: "truncated",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{}", &zeros[..1000]),
+            span: None,
+            job: None,
+            depth: 0,
+            parse_errors: 1,
+        },
+        Case {
+            what: "bomb one bracket short",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{}}}}}", &bomb[..bomb.len() - 1]),
+            span: None,
+            job: None,
+            depth: 0,
+            parse_errors: 1,
+        },
+        Case {
+            what: "not JSON",
+            result: "{\"structuredContent\": {\"id\": \"1\"}, isError: true}".into(),
+            span: None,
+            job: None,
+            depth: 0,
+            parse_errors: 1,
+        },
     ];
     for c in cases {
         let mut o = verifying_observer();
@@ -911,7 +967,10 @@ fn requests_of_any_shape_keep_only_what_fits() {
     )
     .unwrap();
     let mut o = stdio_observer().with_verifiers(Some(Arc::new(rules)));
-    let req = format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"shape\",\"arguments\":{{\"pad\":[{}0]}}}}}}", "0,".repeat(100_000));
+    let req = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"shape\",\"arguments\":{{\"pad\":[{}0]}}}}}}",
+        "0,".repeat(100_000)
+    );
     o.client_bytes(req.as_bytes(), &at(1));
     server(&mut o, json!({"jsonrpc":"2.0","id":1,"result":{"content":[]}}), 2);
     assert_eq!(o.take_jobs()[0].call, json!({}));
@@ -962,13 +1021,22 @@ fn the_trace_context_is_written_into_the_body_as_sent() {
             Some("2026-07-28"),
             "{ \"id\":\"x\",\"method\":\"ping\",\"params\":{\"_meta\":{TP} } }".to_string(),
         ),
-        ("{\"id\":3,\"method\":\"ping\",\"params\":{\"_meta\":{}}}".to_string(), Some("2026-07-28"), "{\"id\":3,\"method\":\"ping\",\"params\":{\"_meta\":{TP}}}".to_string()),
-        ("{\"id\":4,\"method\":\"ping\"}".to_string(), Some("2026-07-28"), "{\"params\":{\"_meta\":{TP}},\"id\":4,\"method\":\"ping\"}".to_string()),
+        (
+            "{\"id\":3,\"method\":\"ping\",\"params\":{\"_meta\":{}}}".to_string(),
+            Some("2026-07-28"),
+            "{\"id\":3,\"method\":\"ping\",\"params\":{\"_meta\":{TP}}}".to_string(),
+        ),
+        (
+            "{\"id\":4,\"method\":\"ping\"}".to_string(),
+            Some("2026-07-28"),
+            "{\"params\":{\"_meta\":{TP}},\"id\":4,\"method\":\"ping\"}".to_string(),
+        ),
     ] {
         let (sent, (trace, span)) = inject_trace_context(body.as_bytes(), header).unwrap_or_else(|| panic!("{body}"));
         let tp = format!("\"traceparent\":\"00-{}-{}-01\"", hex::encode(trace), hex::encode(span));
         assert_eq!(String::from_utf8(sent).unwrap(), want.replace("TP", &tp));
     }
-    let deep = format!("{{\"id\":5,\"method\":\"tools/call\",\"params\":{{\"arguments\":{}}}}}", nested(crate::tap::reader::MAX_DEPTH + 1, ""));
+    let deep =
+        format!("{{\"id\":5,\"method\":\"tools/call\",\"params\":{{\"arguments\":{}}}}}", nested(crate::tap::reader::MAX_DEPTH + 1, ""));
     assert!(inject_trace_context(deep.as_bytes(), Some("2026-07-28")).is_none(), "not read whole: not touched");
 }

@@ -133,7 +133,9 @@ fn fields_are_read_as_serde_json_reads_them() {
     assert_eq!(m.get("t").and_then(|x| x.as_bool()), Some(true));
     assert!(m.get("n").unwrap().is_null());
     assert_eq!(m.get("jsonrpc").and_then(|x| x.as_bool()), None, "a string is no bool");
-    for ptr in ["", "/params/arguments/k/0", "/params/arguments/k/1/~0~1", "/params/arguments/k/01", "/params/arguments/k/2", "/nope", "/t/x"] {
+    for ptr in
+        ["", "/params/arguments/k/0", "/params/arguments/k/1/~0~1", "/params/arguments/k/01", "/params/arguments/k/2", "/nope", "/t/x"]
+    {
         let ours = m.pointer(ptr).map(|n| n.to_value(&mut Budget::new(1 << 20)).unwrap());
         assert_eq!(ours.as_ref(), v.pointer(ptr), "{ptr}");
     }

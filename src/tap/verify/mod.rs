@@ -40,10 +40,10 @@ use tokio::sync::{mpsc, Semaphore};
 use super::export::SpanSink;
 use super::reader::{Budget, Document, Kind, Node, Unread};
 use super::{new_span_id, now_ns};
-use std::borrow::Cow;
 use crate::evidence::attributes as a;
 pub use check::{Finding, VerifyError};
 pub use rules::{RuleSet, RulesError};
+use std::borrow::Cow;
 
 use crate::evidence::receipt::SigningKey;
 

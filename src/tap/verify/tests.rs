@@ -35,7 +35,8 @@ fn a_job_keeps_only_what_its_rule_reads() {
     assert_eq!(kept, json!({"result": {"structuredContent": {"id": "r-1"}}}));
     assert_eq!(unread, [Unread::Budget]);
     // So is a text content too long to be read as JSON.
-    let long_text = json!({"content": [{"type": "text", "text": format!("{{\"id\": \"r-3\", \"pad\": \"{}\"}}", "y".repeat(MAX_TEXT_JSON))}]});
+    let long_text =
+        json!({"content": [{"type": "text", "text": format!("{{\"id\": \"r-3\", \"pad\": \"{}\"}}", "y".repeat(MAX_TEXT_JSON))}]});
     let (kept, unread) = keep(&["/result/structuredContent/id"], &json!({}), Some(&long_text));
     assert_eq!((kept, unread), (json!({}), vec![Unread::Budget]));
 }
