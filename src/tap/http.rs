@@ -45,7 +45,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
 use super::export::SpanSink;
-use super::jsonrpc::{Ctx, Observer, ObserverStats, ServerIdentity, Transport};
+use super::jsonrpc::{Ctx, Observer, ObserverStats, Oversize, ServerIdentity, Transport};
 use super::{now_ns, parse_www_authenticate, Challenge, SseParser};
 
 /// Largest request body forwarded (larger: 413). MCP request bodies are single JSON-RPC messages.
@@ -185,6 +185,8 @@ enum Event {
         exchange: u64,
         at_ns: u64,
         bytes: Bytes,
+        /// The bytes were not handed over (the byte budget was full): the body is not read.
+        lost: bool,
     },
     End {
         exchange: u64,
@@ -253,7 +255,10 @@ impl Event {
     fn drop_body(&mut self) {
         match self {
             Event::Request { body, .. } => *body = None,
-            Event::Chunk { bytes, .. } => *bytes = Bytes::new(),
+            Event::Chunk { bytes, lost, .. } => {
+                *bytes = Bytes::new();
+                *lost = true;
+            }
             _ => {}
         }
     }
@@ -400,6 +405,9 @@ pub async fn serve(
     let _ = tx.send(Event::Stop).await;
     drop(tx);
     let stats = observer.await.unwrap_or_default();
+    if let Some(line) = stats.unread_summary() {
+        eprintln!("{line}");
+    }
     Ok(HttpReport { exchanges, unobserved_events: unobserved, stats })
 }
 
@@ -607,7 +615,7 @@ impl Body for TeeBody {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(f))) => {
                 if let Some(d) = f.data_ref() {
-                    this.sh.observe(Event::Chunk { exchange: this.exchange, at_ns: now_ns(), bytes: d.clone() });
+                    this.sh.observe(Event::Chunk { exchange: this.exchange, at_ns: now_ns(), bytes: d.clone(), lost: false });
                 }
                 Poll::Ready(Some(Ok(f)))
             }
@@ -665,8 +673,11 @@ struct Exchange {
 
 enum BodyState {
     None,
+    /// A JSON body, and whether it passed the parse limit.
     Json(Vec<u8>, bool),
     Sse(Box<SseParser>),
+    /// A JSON body some bytes of which were not handed over: not read.
+    Lost,
 }
 
 impl Exchange {
@@ -750,10 +761,13 @@ async fn observe_loop(
                     obs.http_auth_failure(exchange, status, &c, &ctx);
                 }
             }
-            Event::Chunk { exchange, at_ns, bytes } => {
+            Event::Chunk { exchange, at_ns, bytes, lost } => {
                 let Some(ex) = exchanges.get_mut(&exchange) else { continue };
                 let mut body = std::mem::replace(&mut ex.body, BodyState::None);
                 match &mut body {
+                    // A body with a hole is not read (counted as unobserved where it was lost).
+                    BodyState::Json(..) if lost => body = BodyState::Lost,
+                    BodyState::Sse(p) if lost => p.gap(),
                     BodyState::Json(buf, over) => {
                         if buf.len() + bytes.len() > MAX_PARSE {
                             *over = true;
@@ -766,7 +780,7 @@ async fn observe_loop(
                         let ctx = ex.ctx(at_ns, exchange);
                         p.feed(&bytes, |data| obs.server_bytes(data, &ctx));
                     }
-                    BodyState::None => {}
+                    BodyState::None | BodyState::Lost => {}
                 }
                 ex.body = body;
             }
@@ -775,9 +789,9 @@ async fn observe_loop(
                 let ctx = ex.ctx(at_ns, exchange);
                 match &ex.body {
                     BodyState::Json(buf, false) => obs.server_bytes(buf, &ctx),
-                    BodyState::Json(_, true) => obs.stats.oversize += 1,
-                    BodyState::Sse(p) => obs.stats.oversize += p.oversize_events,
-                    BodyState::None => {}
+                    BodyState::Json(_, true) => obs.stats.count(Oversize::Message),
+                    BodyState::Sse(p) => (0..p.oversize_events).for_each(|_| obs.stats.count(Oversize::Message)),
+                    BodyState::None | BodyState::Lost => {}
                 }
                 if let Some(st) = ex.status {
                     obs.exchange_end(exchange, st, &ctx);

@@ -25,13 +25,15 @@
 //! carry a pasted secret (request ids, progress tokens, cursors, tool names) go through
 //! `redact::ident`.
 
+use std::borrow::Cow;
+
 use rustc_hash::FxHashMap;
-use serde_json::Value;
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span, Status};
 
-use super::verify::{RuleSet, VerifyJob};
+use super::reader::{Document, Kind, Node, Unread};
+use super::verify::{CallPart, Kept, RuleSet, VerifyJob};
 use super::{new_span_id, new_trace_id, Challenge};
 use crate::bounded::BoundedMap;
 use crate::classify::digest::{registry_digest, ToolDigest};
@@ -94,8 +96,60 @@ pub struct ObserverStats {
     pub spans: u64,
     pub unmatched_responses: u64,
     pub expired_requests: u64,
-    /// Bodies and event-stream events past the parse limit: forwarded, not read.
+    /// What was forwarded but not read whole, whatever the reason (the sum of `oversize_by`).
     pub oversize: u64,
+    /// `oversize` by reason.
+    pub oversize_by: OversizeCounts,
+}
+
+/// Why something the tap forwarded was not read (whole).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Oversize {
+    /// A line, body or event-stream event past the parse limit: not read at all.
+    Message,
+    /// A message nested deeper than the reader follows (`reader::MAX_DEPTH`): what is down there
+    /// is not read, and a response read so is no evidence of success.
+    Depth,
+    /// A value the tap would keep past its budget: a verifier rule's value (`MAX_JOB_BYTES`), the
+    /// text content a rule reads as JSON, an id or cursor.
+    Value,
+    /// A `tools/list` page past the catalog's budget (a definition past `MAX_TOOL_DEFINITION`,
+    /// more tools than `MAX_CATALOG_TOOLS`): its catalog is not reported.
+    Catalog,
+}
+
+/// [`ObserverStats::oversize`] by [`Oversize`] reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OversizeCounts {
+    pub message: u64,
+    pub depth: u64,
+    pub value: u64,
+    pub catalog: u64,
+}
+
+impl ObserverStats {
+    /// Count one thing not read, for `why`.
+    pub fn count(&mut self, why: Oversize) {
+        self.oversize += 1;
+        let c = &mut self.oversize_by;
+        *match why {
+            Oversize::Message => &mut c.message,
+            Oversize::Depth => &mut c.depth,
+            Oversize::Value => &mut c.value,
+            Oversize::Catalog => &mut c.catalog,
+        } += 1;
+    }
+
+    /// The exit summary's line about what was not read, if anything was not.
+    pub fn unread_summary(&self) -> Option<String> {
+        let c = &self.oversize_by;
+        (self.oversize > 0).then(|| {
+            format!(
+                "mcp-health tap: not read whole: {} messages past the parse limit, {} nested past the depth limit, {} values past their budget, {} tools/list pages past the catalog budget",
+                c.message, c.depth, c.value, c.catalog
+            )
+        })
+    }
 }
 
 /// A request waiting for its response.
@@ -111,18 +165,18 @@ struct Pending {
     span_id: [u8; 8],
     parent: Option<[u8; 8]>,
     start_ns: u64,
-    /// `tools/list`: the raw cursor sent (compared with the previous page's `nextCursor`, never
-    /// emitted raw).
-    cursor: Option<String>,
+    /// `tools/list`: the cursor sent, hashed (`redact::cursor`, as the span writes it; compared
+    /// with the hash of the previous page's `nextCursor`: a cursor can be megabytes).
+    cursor: Option<Box<str>>,
     progress_token: Option<AnyValue>,
     /// The raw progress token, to find the call a notification is about.
     progress_key: Option<String>,
     requested_version: Option<Box<str>>,
     exchange: Option<u64>,
     had_authorization: bool,
-    /// A `tools/call` a verifier rule applies to: the rule and the call's arguments (kept only
-    /// for these calls, until the response).
-    verify: Option<(usize, Value)>,
+    /// A `tools/call` a verifier rule applies to: the rule and what it reads of the call's
+    /// arguments (kept only for these calls, until the response, within `MAX_JOB_BYTES`).
+    verify: Option<Kept>,
     /// Hash of the `requestState` this request echoed (the next round of a multi-round call).
     state_echoed: Option<Box<str>>,
     /// Hash of the task id a `tasks/*` request is about.
@@ -144,7 +198,7 @@ struct Logical {
     request_id: Box<str>,
     tool: Box<str>,
     start_ns: u64,
-    verify: Option<(usize, Value)>,
+    verify: Option<Kept>,
 }
 
 /// A `subscriptions/listen` stream the client opened.
@@ -166,13 +220,19 @@ const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 const SETUP_RETRY_NS: u64 = 10_000_000_000;
 /// Most multi-round calls, tasks and listen streams remembered; past it the oldest is forgotten.
 const MAX_LOGICAL: usize = 4096;
+/// Longest tool definition digested, as sent: the digest builds the definition's tree (tens of
+/// times its bytes for a definition made of small values), and real definitions are a few KiB.
+pub(crate) const MAX_TOOL_DEFINITION: usize = 256 << 10;
+/// Most tools a `tools/list` page or traversal is digested for (their digests are kept until the
+/// traversal ends).
+pub(crate) const MAX_CATALOG_TOOLS: usize = 16_384;
 
 /// A `tools/list` traversal in progress.
 #[derive(Debug, Default)]
 struct Traversal {
     tools: Vec<ToolDigest>,
-    /// The `nextCursor` the next page must send.
-    expect: Option<String>,
+    /// The `nextCursor` the next page must send, hashed as `Pending::cursor`.
+    expect: Option<Box<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -236,28 +296,52 @@ fn boolean(key: &str, v: bool) -> KeyValue {
     kv(key, any_value::Value::BoolValue(v))
 }
 
+/// Longest id or progress token kept as sent in a map key; a longer one is keyed by its hash (type
+/// exact all the same), so a megabyte id costs what a short one does.
+const MAX_KEY_TEXT: usize = 256;
+
+/// `x` under `tag` as a map key (see [`MAX_KEY_TEXT`]).
+fn keyed(tag: char, x: &str) -> String {
+    if x.len() <= MAX_KEY_TEXT {
+        format!("{tag}:{x}")
+    } else {
+        format!("{tag}#{}", redact::cursor(x))
+    }
+}
+
+/// A number as `Value` writes an integer, else as it was sent.
+fn number_text<'a>(n: Node<'a>) -> Option<Cow<'a, str>> {
+    match n.as_i64() {
+        Some(i) => Some(i.to_string().into()),
+        None => n.number_text().map(Cow::Borrowed),
+    }
+}
+
 /// A JSON-RPC id as a map key (type-exact: `1` and `"1"` differ) and as the span writes it.
-fn id_key(id: &Value) -> Option<(String, Box<str>)> {
-    match id {
-        Value::String(x) => Some((format!("s:{x}"), redact::ident(x))),
-        Value::Number(n) => Some((format!("n:{n}"), redact::ident(&n.to_string()))),
+fn id_key(id: Node<'_>) -> Option<(String, Box<str>)> {
+    match id.kind() {
+        Kind::String => id.as_str().map(|x| (keyed('s', &x), redact::ident(&x))),
+        Kind::Number => number_text(id).map(|n| (keyed('n', &n), redact::ident(&n))),
         _ => None,
     }
 }
 
-/// A progress token (string or integer) as an attribute value, and its raw key.
-fn progress_token(v: &Value) -> Option<(AnyValue, String)> {
-    let value = match v {
-        Value::String(x) => any_value::Value::StringValue(redact::ident(x).into()),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => any_value::Value::IntValue(i),
-            None => any_value::Value::StringValue(redact::ident(&n.to_string()).into()),
-        },
+/// A progress token (string or integer) as an attribute value, and its key.
+fn progress_token(v: Node<'_>) -> Option<(AnyValue, String)> {
+    let (value, key) = match v.kind() {
+        Kind::String => {
+            let x = v.as_str()?;
+            (any_value::Value::StringValue(redact::ident(&x).into()), keyed('s', &x))
+        }
+        Kind::Number => {
+            let n = number_text(v)?;
+            let value = match v.as_i64() {
+                Some(i) => any_value::Value::IntValue(i),
+                None => any_value::Value::StringValue(redact::ident(&n).into()),
+            };
+            (value, keyed('n', &n))
+        }
         _ => return None,
-    };
-    let key = match v {
-        Value::String(x) => format!("s:{x}"),
-        other => format!("n:{other}"),
     };
     Some((AnyValue { value: Some(value) }, key))
 }
@@ -270,23 +354,48 @@ pub type TraceContext = ([u8; 16], [u8; 8]);
 /// (SEP-414; the `mcp` SDK 2.x does) continues the trace: its spans and the tap's are then one
 /// trace, and nothing is left to join across traces. `header_version` is the HTTP request's
 /// `MCP-Protocol-Version`. The new body and the (trace, span) it names, or `None`: a notification,
-/// a batch, an earlier revision, a request that has a traceparent, a body that is not JSON.
+/// a batch, an earlier revision, a request that has a traceparent, a body that is not JSON or not
+/// read whole.
+///
+/// The member is written into the body as sent (after the `{` of `_meta`, of `params`, or of the
+/// message when they are missing): every other byte goes to the server as the client wrote it,
+/// and no tree of the body is built (it can be 16 MiB of any shape).
 pub fn inject_trace_context(body: &[u8], header_version: Option<&str>) -> Option<(Vec<u8>, TraceContext)> {
-    let mut m: Value = serde_json::from_slice(body).ok()?;
-    let obj = m.as_object_mut()?;
-    obj.get("method").and_then(Value::as_str)?;
-    obj.get("id").filter(|i| !i.is_null())?;
-    let params = obj.entry("params").or_insert_with(|| Value::Object(Default::default())).as_object_mut()?;
-    let meta = params.entry("_meta").or_insert_with(|| Value::Object(Default::default())).as_object_mut()?;
-    let version = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str).or(header_version)?;
-    if crate::evidence::ProtocolRevision::of_version(version) != crate::evidence::ProtocolRevision::Stateless
-        || meta.contains_key("traceparent")
-    {
+    let doc = Document::parse(body).ok().filter(Document::whole)?;
+    let m = doc.root();
+    let [method, id, params] = m.pick(["method", "id", "params"]);
+    method?.as_str()?;
+    id.filter(|i| !i.is_null())?;
+    if params.is_some_and(|p| p.kind() != Kind::Object) {
+        return None;
+    }
+    let meta = params.and_then(|p| p.get("_meta"));
+    if meta.is_some_and(|x| x.kind() != Kind::Object) {
+        return None;
+    }
+    let [meta_version, traceparent] = meta.map_or([None, None], |x| x.pick([META_PROTOCOL_VERSION, "traceparent"]));
+    let version = match meta_version.and_then(|v| v.as_str()) {
+        Some(v) => v,
+        None => Cow::Borrowed(header_version?),
+    };
+    if crate::evidence::ProtocolRevision::of_version(&version) != crate::evidence::ProtocolRevision::Stateless || traceparent.is_some() {
         return None;
     }
     let ids = (new_trace_id(), new_span_id());
-    meta.insert("traceparent".into(), Value::String(format!("00-{}-{}-01", hex::encode(ids.0), hex::encode(ids.1))));
-    Some((serde_json::to_vec(&m).ok()?, ids))
+    let tp = format!("\"traceparent\":\"00-{}-{}-01\"", hex::encode(ids.0), hex::encode(ids.1));
+    let (into, member) = match (params, meta) {
+        (Some(_), Some(meta)) => (meta, tp),
+        (Some(params), None) => (params, format!("\"_meta\":{{{tp}}}")),
+        (None, _) => (m, format!("\"params\":{{\"_meta\":{{{tp}}}}}")),
+    };
+    let at = into.offset_in(body)? + 1;
+    let comma = if into.members().next().is_some() { "," } else { "" };
+    let mut out = Vec::with_capacity(body.len() + member.len() + 1);
+    out.extend_from_slice(body.get(..at)?);
+    out.extend_from_slice(member.as_bytes());
+    out.extend_from_slice(comma.as_bytes());
+    out.extend_from_slice(body.get(at..)?);
+    Some((out, ids))
 }
 
 /// Parse a W3C `traceparent` (version 00 format; later versions read by the same prefix).
@@ -317,8 +426,8 @@ fn method_name(m: &str) -> Box<str> {
 }
 
 /// `capabilities.tools.listChanged` of an `initialize` or `server/discover` result.
-fn list_changed_capability(r: &Value) -> bool {
-    r.get("capabilities").and_then(|c| c.get("tools")).and_then(|t| t.get("listChanged")).and_then(Value::as_bool).unwrap_or(false)
+fn list_changed_capability(r: Node<'_>) -> bool {
+    r.pointer("/capabilities/tools/listChanged").and_then(|b| b.as_bool()).unwrap_or(false)
 }
 
 /// A value the tap must not emit (a `requestState`, a task id), as a join key: a hash.
@@ -326,46 +435,84 @@ fn hash_of(v: &str) -> Box<str> {
     redact::cursor(v)
 }
 
+/// A task id (string or integer) as its hash.
+fn task_id_hash(t: Node<'_>) -> Option<Box<str>> {
+    match t.kind() {
+        Kind::String => t.as_str().map(|x| hash_of(&x)),
+        _ => t.as_i64().map(|i| hash_of(&i.to_string())),
+    }
+}
+
 /// A task object's status and timing hints.
-fn task_attrs(task: &Value, attrs: &mut Vec<KeyValue>) {
-    if let Some(st) = task.get("status").and_then(Value::as_str).and_then(TaskStatus::parse) {
+fn task_attrs(task: Node<'_>, attrs: &mut Vec<KeyValue>) {
+    let [status, poll, ttl] = task.pick(["status", "pollIntervalMs", "ttlMs"]);
+    if let Some(st) = status.and_then(|x| x.as_str()).and_then(|x| TaskStatus::parse(&x)) {
         attrs.push(s(a::TASK_STATUS, st.as_str()));
     }
-    if let Some(ms) = task.get("pollIntervalMs").and_then(Value::as_i64).filter(|x| *x >= 0) {
+    if let Some(ms) = poll.and_then(|x| x.as_i64()).filter(|x| *x >= 0) {
         attrs.push(int(a::TASK_POLL_INTERVAL_MS, ms));
     }
-    if let Some(ms) = task.get("ttlMs").and_then(Value::as_i64).filter(|x| *x >= 0) {
+    if let Some(ms) = ttl.and_then(|x| x.as_i64()).filter(|x| *x >= 0) {
         attrs.push(int(a::TASK_TTL_MS, ms));
     }
+}
+
+/// Most capability names a -32021 refusal is read for, and how deep its paths are followed (a
+/// path deeper is named where it was cut: each level is one more pass over what is under it).
+const MAX_MISSING_CAPABILITIES: usize = 16;
+const MAX_CAPABILITY_DEPTH: usize = 8;
+
+/// The `n` smallest keys of an object (as `Value`'s sorted map iterates them: the last of a key
+/// sent twice), kept in a list of `n` while the object is read once.
+fn smallest_members<'a>(o: Node<'a>, n: usize) -> Vec<(Cow<'a, str>, Node<'a>)> {
+    let mut out: Vec<(Cow<'a, str>, Node<'a>)> = Vec::with_capacity(n + 1);
+    for (k, v) in o.members() {
+        let Some(k) = k.decode() else { continue };
+        if let Some(e) = out.iter_mut().find(|(e, _)| *e == k) {
+            e.1 = v;
+            continue;
+        }
+        let at = out.partition_point(|(e, _)| *e < k);
+        if at < n {
+            out.insert(at, (k, v));
+            out.truncate(n);
+        }
+    }
+    out
 }
 
 /// The negotiation a 2026-07-28 refusal reports in `error.data`: -32022 names the version asked
 /// for (not accepted), -32021 the capabilities the request needed. Only names from a bounded
 /// vocabulary leave (versions and capability paths through `redact::ident`).
-fn negotiation_refusal(code: i64, data: Option<&Value>, attrs: &mut Vec<KeyValue>) {
+fn negotiation_refusal(code: i64, data: Option<Node<'_>>, attrs: &mut Vec<KeyValue>) {
     match code {
         -32022 => {
-            if let Some(v) = data.and_then(|d| d.get("requested")).and_then(Value::as_str) {
-                attrs.push(s(a::SESSION_REQUESTED_VERSION, redact::ident(v).to_string()));
+            if let Some(v) = data.and_then(|d| d.get("requested")).and_then(|v| v.as_str()) {
+                attrs.push(s(a::SESSION_REQUESTED_VERSION, redact::ident(&v).to_string()));
             }
             attrs.push(boolean(a::SESSION_VERSION_ACCEPTED, false));
         }
         -32021 => {
             let mut names = Vec::new();
-            fn walk(prefix: &str, v: &Value, out: &mut Vec<String>) {
-                match v.as_object() {
-                    Some(o) if !o.is_empty() && out.len() < 16 => {
-                        for (k, x) in o.iter().take(16) {
-                            let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                            walk(&p, x, out);
-                        }
+            fn walk(prefix: &str, v: Node<'_>, depth: usize, out: &mut Vec<String>) {
+                let members = if depth < MAX_CAPABILITY_DEPTH && out.len() < MAX_MISSING_CAPABILITIES {
+                    smallest_members(v, MAX_MISSING_CAPABILITIES)
+                } else {
+                    Vec::new()
+                };
+                if members.is_empty() {
+                    if !prefix.is_empty() {
+                        out.push(prefix.to_string());
                     }
-                    _ if !prefix.is_empty() => out.push(prefix.to_string()),
-                    _ => {}
+                    return;
+                }
+                for (k, x) in members {
+                    let p = if prefix.is_empty() { k.into_owned() } else { format!("{prefix}.{k}") };
+                    walk(&p, x, depth + 1, out);
                 }
             }
             if let Some(req) = data.and_then(|d| d.get("requiredCapabilities")) {
-                walk("", req, &mut names);
+                walk("", req, 0, &mut names);
             }
             if names.is_empty() {
                 names.push("unknown".into());
@@ -424,7 +571,9 @@ impl Observer {
     }
 
     /// Read one line / body / SSE event: a JSON-RPC message or a batch (array). Unparseable input
-    /// is counted and otherwise ignored.
+    /// is counted and otherwise ignored. No tree of the message is built (see `super::reader`):
+    /// what the tap reads is read from the bytes, and a message nested too deep to read whole is
+    /// read around the part it skipped and counted (`Oversize::Depth`).
     pub fn client_bytes(&mut self, bytes: &[u8], ctx: &Ctx<'_>) {
         self.bytes(bytes, ctx, true)
     }
@@ -438,33 +587,58 @@ impl Observer {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        match serde_json::from_slice::<Value>(bytes) {
-            Ok(Value::Array(batch)) => {
-                for m in &batch {
-                    self.message(m, ctx, from_client);
+        let Ok(doc) = Document::parse(bytes) else {
+            self.stats.parse_errors += 1;
+            return;
+        };
+        if !doc.whole() {
+            self.stats.count(Oversize::Depth);
+            tracing::debug!(bytes = bytes.len(), from_client, "a message nested past the depth limit: read around what was skipped");
+        }
+        let root = doc.root();
+        match root.kind() {
+            Kind::Array => {
+                for m in root.elements() {
+                    let whole = doc.whole() || m.is_whole();
+                    self.message(m, whole, ctx, from_client);
                 }
             }
-            Ok(m @ Value::Object(_)) => self.message(&m, ctx, from_client),
+            Kind::Object => self.message(root, doc.whole(), ctx, from_client),
             _ => self.stats.parse_errors += 1,
         }
     }
 
-    fn message(&mut self, m: &Value, ctx: &Ctx<'_>, from_client: bool) {
+    fn message(&mut self, m: Node<'_>, whole: bool, ctx: &Ctx<'_>, from_client: bool) {
         self.stats.messages += 1;
         if from_client {
             self.client_message(m, ctx)
         } else {
-            self.server_message(m, ctx)
+            self.server_message(m, whole, ctx)
         }
     }
 
-    /// A message from the client.
-    pub fn client_message(&mut self, m: &Value, ctx: &Ctx<'_>) {
-        let Some(method) = m.get("method").and_then(Value::as_str) else {
+    /// Count what a verifier rule's value could not be kept for.
+    fn note_unread(&mut self, why: &[Unread]) {
+        for u in why {
+            match u {
+                Unread::Budget => self.stats.count(Oversize::Value),
+                Unread::Depth => self.stats.count(Oversize::Depth),
+                // A value that is no text (a lone surrogate): missing, as a value not sent is.
+                Unread::Syntax => {}
+            }
+        }
+    }
+
+    /// A message from the client. Read whole or not, a request is what it says it is: nothing is
+    /// decided from a request, and what could not be read of it (a verifier rule's value) is
+    /// missing.
+    pub(crate) fn client_message(&mut self, m: Node<'_>, ctx: &Ctx<'_>) {
+        let [method, id, params] = m.pick(["method", "id", "params"]);
+        let Some(method) = method.and_then(|x| x.as_str()) else {
             return; // a response to a server request (sampling, elicitation, roots): not evidence here
         };
-        let params = m.get("params");
-        let Some((key, id_display)) = m.get("id").and_then(id_key) else {
+        let method: &str = &method;
+        let Some((key, id_display)) = id.and_then(id_key) else {
             // A client notification (initialized, cancelled, roots changed): a cancel may close a
             // listen stream.
             if method == "notifications/cancelled" {
@@ -474,17 +648,16 @@ impl Observer {
             }
             return;
         };
-        let meta = params.and_then(|p| p.get("_meta"));
-        let meta_version = meta.and_then(|m| m.get(META_PROTOCOL_VERSION)).and_then(Value::as_str);
+        let [meta, request_state, task, name, arguments, cursor, protocol_version, notifications] = params.map_or([None; 8], |p| {
+            p.pick(["_meta", "requestState", "taskId", "name", "arguments", "cursor", "protocolVersion", "notifications"])
+        });
+        let [meta_version, traceparent, token] =
+            meta.map_or([None; 3], |x| x.pick([META_PROTOCOL_VERSION, "traceparent", "progressToken"]));
+        let meta_version = meta_version.and_then(|v| v.as_str());
         // Later rounds of a multi-round call, polls of a task, and a setup retried in the older
         // revision go in the trace of the request they continue (so the service joins them).
-        let state_echoed = params.and_then(|p| p.get("requestState")).and_then(Value::as_str).map(hash_of);
-        let task_id = method
-            .starts_with("tasks/")
-            .then(|| params.and_then(|p| p.get("taskId")))
-            .flatten()
-            .and_then(|t| t.as_str().map(str::to_string).or_else(|| t.as_i64().map(|i| i.to_string())))
-            .map(|t| hash_of(&t));
+        let state_echoed = request_state.and_then(|x| x.as_str()).map(|x| hash_of(&x));
+        let task_id = method.starts_with("tasks/").then_some(task).flatten().and_then(task_id_hash);
         let continues = match (&state_echoed, &task_id) {
             (Some(h), _) => self.rounds.get(h).map(|l| (l.trace_id, l.parent)),
             (None, Some(t)) => self.tasks.get(t).map(|l| (l.trace_id, Some(l.call_span))),
@@ -493,7 +666,7 @@ impl Observer {
             }
             _ => None,
         };
-        let traceparent = meta.and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(parse_traceparent);
+        let traceparent = traceparent.and_then(|x| x.as_str()).and_then(|x| parse_traceparent(&x));
         // The trace context the tap injected names the request's own span (the trace's root).
         let own = traceparent.filter(|tp| continues.is_none() && ctx.injected == Some(*tp));
         let (trace_id, parent) = match (continues, own) {
@@ -505,39 +678,40 @@ impl Observer {
             },
         };
 
-        let (progress_token, progress_key) = match meta.and_then(|m| m.get("progressToken")).and_then(progress_token) {
+        let (progress_token, progress_key) = match token.and_then(progress_token) {
             Some((v, k)) => (Some(v), Some(k)),
             None => (None, None),
         };
-        let raw_tool = (method == "tools/call").then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str)).flatten();
-        let tool = raw_tool.map(redact::ident);
-        let verify = match (&self.verifiers, raw_tool) {
-            (Some(rules), Some(name)) => {
-                // Only what the rule reads of the arguments is kept until the response.
-                rules.find(name, &self.server.address).map(|i| {
-                    let ptrs: Vec<String> = rules.rules[i].check.pointers().into_iter().filter(|p| p.starts_with("/arguments")).collect();
-                    (i, super::verify::project(&ptrs, params.and_then(|p| p.get("arguments")).unwrap_or(&Value::Null), None))
-                })
-            }
+        let raw_tool = (method == "tools/call").then(|| name.and_then(|n| n.as_str())).flatten();
+        let tool = raw_tool.as_deref().map(redact::ident);
+        // Only what the rule reads of the arguments is kept until the response.
+        let mut unread = Vec::new();
+        let verify = match (&self.verifiers, raw_tool.as_deref()) {
+            (Some(rules), Some(name)) => rules.find(name, &self.server.address).map(|i| {
+                let mut kept = Kept::new(i);
+                if let (Some(args), Some(rule)) = (arguments, rules.rules.get(i)) {
+                    unread = kept.keep(&rule.check.pointers(), CallPart::Arguments, args);
+                }
+                kept
+            }),
             _ => None,
         };
+        self.note_unread(&unread);
         let p = Pending {
             method: method_name(method).into(),
             tool,
             id_display,
             session_id: ctx.session_id.map(str::to_string),
-            protocol_version: ctx.protocol_version.or(meta_version).map(str::to_string),
+            protocol_version: ctx.protocol_version.map(str::to_string).or_else(|| meta_version.map(Cow::into_owned)),
             trace_id,
             span_id: own.map_or_else(new_span_id, |(_, s)| s),
             parent,
             start_ns: ctx.at_ns,
-            cursor: (method == "tools/list")
-                .then(|| params.and_then(|p| p.get("cursor")).and_then(Value::as_str).map(str::to_string))
-                .flatten(),
+            cursor: (method == "tools/list").then(|| cursor.and_then(|c| c.as_str()).map(|c| redact::cursor(&c))).flatten(),
             progress_token,
             progress_key,
             requested_version: (method == "initialize")
-                .then(|| params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str).map(redact::ident))
+                .then(|| protocol_version.and_then(|v| v.as_str()).map(|v| redact::ident(&v)))
                 .flatten(),
             exchange: ctx.exchange,
             had_authorization: ctx.had_authorization,
@@ -552,8 +726,7 @@ impl Observer {
         if method == "subscriptions/listen" {
             // The stream is the response: it is reported as it opens, is acknowledged and closes,
             // never kept as a request in flight.
-            let tools =
-                params.and_then(|p| p.get("notifications")).and_then(|n| n.get("toolsListChanged")).and_then(Value::as_bool) == Some(true);
+            let tools = notifications.and_then(|n| n.get("toolsListChanged")).and_then(|b| b.as_bool()) == Some(true);
             let listen = Listen { trace_id: p.trace_id, span_id: p.span_id, id_hash: hash_of(&key), tools };
             self.listen_span(&listen, "opened", tools, ctx, Some(&p));
             self.listens.insert((ctx.session_id.unwrap_or("").to_string(), key), listen);
@@ -568,15 +741,20 @@ impl Observer {
         self.pending.insert((ctx.session_id.unwrap_or("").to_string(), key), p);
     }
 
-    /// A message from the server.
-    pub fn server_message(&mut self, m: &Value, ctx: &Ctx<'_>) {
-        if let Some(method) = m.get("method").and_then(Value::as_str) {
-            if m.get("id").is_some_and(|i| !i.is_null()) {
+    /// A message from the server. `whole`: it was read whole (see [`Self::client_bytes`]); a
+    /// message that was not is no evidence of how anything ended (it may not even be JSON the
+    /// client could read).
+    pub(crate) fn server_message(&mut self, m: Node<'_>, whole: bool, ctx: &Ctx<'_>) {
+        let [method, id, params, result, error] = m.pick(["method", "id", "params", "result", "error"]);
+        if let Some(method) = method.and_then(|x| x.as_str()) {
+            if id.is_some_and(|i| !i.is_null()) {
                 return; // a server request (sampling, elicitation, ping): not evidence here
             }
-            let params = m.get("params");
+            if !whole {
+                return; // a notification not read whole says nothing the tap can vouch for
+            }
             let subscription = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(META_SUBSCRIPTION_ID)).is_some();
-            match method {
+            match &*method {
                 "notifications/tools/list_changed" => self.list_changed(ctx, subscription),
                 "notifications/progress" => self.progress(params, ctx),
                 "notifications/subscriptions/acknowledged" => self.listen_acknowledged(params, ctx),
@@ -584,8 +762,8 @@ impl Observer {
             }
             return;
         }
-        let Some((key, _)) = m.get("id").and_then(id_key) else { return };
-        if m.get("result").is_none() && m.get("error").is_none() {
+        let Some((key, _)) = id.and_then(id_key) else { return };
+        if result.is_none() && error.is_none() {
             return;
         }
         let session_key = ctx.session_id.unwrap_or("").to_string();
@@ -598,7 +776,28 @@ impl Observer {
             self.stats.unmatched_responses += 1;
             return;
         };
-        self.response(p, m, ctx);
+        if whole {
+            self.response(p, result, error, ctx);
+        } else {
+            self.unread_response(&p, result, error);
+        }
+    }
+
+    /// The answer to `p` could not be read whole: it gets no span — the call stays as its
+    /// `request_sent` marker left it, its response unobserved, never a success — but a call that
+    /// looked done is still handed to its verifier rule with what could be read (the rule checks
+    /// the destination, not the answer; what it needs from the part not read is missing, and its
+    /// check says `pointer_unresolved`).
+    fn unread_response(&mut self, p: &Pending, result: Option<Node<'_>>, error: Option<Node<'_>>) {
+        let Some(r) = result.filter(|_| error.is_none() && p.method == "tools/call") else { return };
+        let [is_error, result_type] = r.pick(["isError", "resultType"]);
+        let interim = matches!(
+            result_type.and_then(|t| t.as_str()).and_then(|t| ResultType::parse(&t)),
+            Some(ResultType::InputRequired | ResultType::Task)
+        );
+        if is_error.and_then(|b| b.as_bool()) != Some(true) && !interim {
+            self.job(p, Some(r));
+        }
     }
 
     /// An HTTP 401 or 403 answered the requests of `exchange`: each becomes a span with the
@@ -770,16 +969,18 @@ impl Observer {
 
     /// Queue the call's verifier job, keeping only what its rule reads (`result`: the call's
     /// result, `None` for a lost response).
-    fn job(&mut self, p: &Pending, result: Option<&Value>) {
-        let Some((rule, arguments)) = &p.verify else { return };
+    fn job(&mut self, p: &Pending, result: Option<Node<'_>>) {
+        let Some(kept) = &p.verify else { return };
         let Some(rules) = &self.verifiers else { return };
-        let ptrs = rules.rules.get(*rule).map(|r| r.check.pointers()).unwrap_or_default();
-        // The kept arguments are already a projection: read them back through their pointers.
-        let args = arguments.get("arguments").unwrap_or(&Value::Null);
-        let call = super::verify::project(&ptrs, args, result);
+        let mut kept = kept.clone();
+        let unread = match (result, rules.rules.get(kept.rule)) {
+            (Some(r), Some(rule)) => kept.keep(&rule.check.pointers(), CallPart::Result, r),
+            _ => Vec::new(),
+        };
+        self.note_unread(&unread);
         self.jobs.push(VerifyJob {
-            rule: *rule,
-            call,
+            rule: kept.rule,
+            call: kept.into_call(),
             trace_id: p.trace_id,
             call_span_id: p.span_id,
             request_id: p.id_display.clone(),
@@ -810,13 +1011,14 @@ impl Observer {
         self.push(span);
     }
 
-    fn response(&mut self, p: Pending, m: &Value, ctx: &Ctx<'_>) {
+    fn response(&mut self, p: Pending, result: Option<Node<'_>>, error_reply: Option<Node<'_>>, ctx: &Ctx<'_>) {
         let session_id = ctx.assigned_session_id.or(p.session_id.as_deref()).map(str::to_string);
-        let result = m.get("result");
+        let [protocol_version, result_type, is_error, request_state, task, supported] =
+            result.map_or([None; 6], |r| r.pick(["protocolVersion", "resultType", "isError", "requestState", "task", "supportedVersions"]));
         // initialize: remember the negotiated version for the session's later spans.
         let mut negotiated: Option<String> = None;
         if p.method == "initialize" {
-            negotiated = result.and_then(|r| r.get("protocolVersion")).and_then(Value::as_str).map(str::to_string);
+            negotiated = protocol_version.and_then(|v| v.as_str()).map(Cow::into_owned);
             if let Some(v) = &negotiated {
                 let key = session_id.clone().unwrap_or_default();
                 self.session(&key).protocol_version = Some(v.clone());
@@ -836,49 +1038,50 @@ impl Observer {
             attrs.push(int(a::NETWORK_LOCAL_PORT, i64::from(l.port())));
         }
         let mut error = false;
-        let result_type = result.and_then(|r| r.get("resultType")).and_then(Value::as_str).and_then(ResultType::parse);
+        let result_type = result_type.and_then(|t| t.as_str()).and_then(|t| ResultType::parse(&t));
         if let Some(t) = result_type {
             attrs.push(s(a::CALL_RESULT_TYPE, t.as_str()));
         }
         if p.task_id.is_some() && p.method.starts_with("tasks/") {
             // A task poll (or cancel): what it says about the task, not a call of its own.
-            error = self.task_answer(&p, m, &mut attrs);
-        } else if let Some(e) = m.get("error") {
+            error = self.task_answer(&p, result, error_reply.is_some(), &mut attrs);
+        } else if let Some(e) = error_reply {
             error = true;
-            match e.get("code").and_then(Value::as_i64) {
+            let [code, data] = e.pick(["code", "data"]);
+            let code = code.and_then(|c| c.as_i64());
+            match code {
                 Some(code) => {
                     attrs.push(s(a::ERROR_TYPE, code.to_string()));
                     attrs.push(s(a::RPC_RESPONSE_STATUS_CODE, code.to_string()));
-                    negotiation_refusal(code, e.get("data"), &mut attrs);
+                    negotiation_refusal(code, data, &mut attrs);
                 }
                 None => attrs.push(s(a::ERROR_TYPE, "_OTHER")),
             }
-            if p.method == "server/discover" && e.get("code").and_then(Value::as_i64) != Some(-32601) {
+            if p.method == "server/discover" && code != Some(-32601) {
                 self.note_setup_failure(&p, ctx);
             }
-        } else if result.and_then(|r| r.get("isError")).and_then(Value::as_bool) == Some(true) {
+        } else if is_error.and_then(|b| b.as_bool()) == Some(true) {
             error = true;
             attrs.push(s(a::ERROR_TYPE, "tool_error"));
         } else if result_type == Some(ResultType::InputRequired) {
             // An interim round: no verifier runs on it (nothing is done yet); its requestState
             // (by hash) leads the retry into this call's trace.
-            if let Some(h) = result.and_then(|r| r.get("requestState")).and_then(Value::as_str).map(hash_of) {
+            if let Some(h) = request_state.and_then(|x| x.as_str()).map(|x| hash_of(&x)) {
                 attrs.push(s(a::CALL_REQUEST_STATE_ISSUED, h.to_string()));
                 self.rounds.insert(h, self.logical(&p));
             }
         } else if result_type == Some(ResultType::Task) {
             // The call goes on as a task: its polls join this call; the verifier runs on the
             // completed task's result.
-            let task = result.and_then(|r| r.get("task")).unwrap_or(&Value::Null);
-            if let Some(id) = task.get("taskId").and_then(|t| t.as_str().map(str::to_string).or_else(|| t.as_i64().map(|i| i.to_string())))
-            {
-                let h = hash_of(&id);
+            if let Some(h) = task.and_then(|t| t.get("taskId")).and_then(task_id_hash) {
                 attrs.push(s(a::TASK_ID, h.to_string()));
                 let mut l = self.logical(&p);
                 l.verify = p.verify.clone();
                 self.tasks.insert(h, l);
             }
-            task_attrs(task, &mut attrs);
+            if let Some(t) = task {
+                task_attrs(t, &mut attrs);
+            }
         } else if let Some(r) = result {
             // A tool that says it succeeded: the rule checks whether it did.
             self.job(&p, Some(r));
@@ -898,8 +1101,9 @@ impl Observer {
                 // speaks it, and the tool-list capability (delivered on a listen stream).
                 if let Some(v) = &p.protocol_version {
                     attrs.push(s(a::SESSION_REQUESTED_VERSION, redact::ident(v).to_string()));
-                    if let Some(list) = result.and_then(|r| r.get("supportedVersions")).and_then(Value::as_array) {
-                        attrs.push(boolean(a::SESSION_VERSION_ACCEPTED, list.iter().any(|x| x.as_str() == Some(v.as_str()))));
+                    if let Some(list) = supported.filter(|l| l.kind() == Kind::Array) {
+                        attrs
+                            .push(boolean(a::SESSION_VERSION_ACCEPTED, list.elements().any(|x| x.as_str().as_deref() == Some(v.as_str()))));
                     }
                 }
                 if let Some(r) = result {
@@ -921,33 +1125,53 @@ impl Observer {
 
     /// A `tools/list` page: cursor, nextCursor, digests; a complete traversal is installed.
     /// Returns the installed-registry span when the page completed a traversal.
-    fn list_page(&mut self, p: &Pending, r: &Value, attrs: &mut Vec<KeyValue>, session_id: Option<&str>, ctx: &Ctx<'_>) -> Option<Span> {
+    ///
+    /// Each definition is digested from the bytes it was sent as (the digest builds its tree, so
+    /// a definition longer than [`MAX_TOOL_DEFINITION`] is not digested), and a page or traversal
+    /// holds at most [`MAX_CATALOG_TOOLS`] digests. A page past either is counted
+    /// (`Oversize::Catalog`) and reported without its catalog (no `next_cursor_present`, no
+    /// digests: the service does not take it for a page), and the traversal it is part of ends
+    /// uninstalled: a catalog the tap could not read whole is never reported as installed.
+    fn list_page(&mut self, p: &Pending, r: Node<'_>, attrs: &mut Vec<KeyValue>, session_id: Option<&str>, ctx: &Ctx<'_>) -> Option<Span> {
+        let [next, tools, ttl, cache_scope] = r.pick(["nextCursor", "tools", "ttlMs", "cacheScope"]);
         // The empty string is a cursor, not the end of the list (2026-07-28): only an absent or
         // null nextCursor ends it.
-        let next = r.get("nextCursor").and_then(Value::as_str).map(str::to_string);
-        let tools: &[Value] = r.get("tools").and_then(Value::as_array).map_or(&[], Vec::as_slice);
-        let mut digests = Vec::with_capacity(tools.len());
-        for t in tools {
-            let Ok(raw) = serde_json::to_vec(t) else { continue };
-            if let Ok(d) = self.digests.digest_raw(&raw) {
+        let next = next.and_then(|n| n.as_str()).map(|n| redact::cursor(&n));
+        let mut digests = Vec::new();
+        let (mut count, mut over) = (0usize, false);
+        for t in tools.filter(|t| t.kind() == Kind::Array).iter().flat_map(|t| t.elements()) {
+            count += 1;
+            if over {
+                continue;
+            }
+            if count > MAX_CATALOG_TOOLS || t.bytes().len() > MAX_TOOL_DEFINITION {
+                over = true;
+                digests = Vec::new();
+                continue;
+            }
+            if let Ok(d) = self.digests.digest_raw(t.bytes()) {
                 digests.push(d);
             }
         }
         if let Some(c) = p.cursor.as_deref() {
-            attrs.push(s(a::CATALOG_CURSOR, redact::cursor(c).to_string()));
+            attrs.push(s(a::CATALOG_CURSOR, c.to_string()));
         }
-        attrs.push(boolean(a::CATALOG_NEXT_CURSOR_PRESENT, next.is_some()));
-        attrs.push(int(a::CATALOG_TOOL_COUNT, tools.len() as i64));
-        let list: Vec<AnyValue> = digests
-            .iter()
-            .map(|d| AnyValue { value: Some(any_value::Value::StringValue(format!("{}={}", redact::ident(&d.name), d.digest))) })
-            .collect();
-        attrs.push(kv(a::CATALOG_TOOL_DIGESTS, any_value::Value::ArrayValue(ArrayValue { values: list })));
-        if let Some(ttl) = r.get("ttlMs").and_then(Value::as_i64).filter(|t| *t >= 0) {
+        if !over {
+            attrs.push(boolean(a::CATALOG_NEXT_CURSOR_PRESENT, next.is_some()));
+        }
+        attrs.push(int(a::CATALOG_TOOL_COUNT, count as i64));
+        if !over {
+            let list: Vec<AnyValue> = digests
+                .iter()
+                .map(|d| AnyValue { value: Some(any_value::Value::StringValue(format!("{}={}", redact::ident(&d.name), d.digest))) })
+                .collect();
+            attrs.push(kv(a::CATALOG_TOOL_DIGESTS, any_value::Value::ArrayValue(ArrayValue { values: list })));
+        }
+        if let Some(ttl) = ttl.and_then(|t| t.as_i64()).filter(|t| *t >= 0) {
             attrs.push(int(a::CATALOG_TTL_MS, ttl));
         }
-        if let Some(cs) = r.get("cacheScope").and_then(Value::as_str) {
-            attrs.push(s(a::CATALOG_CACHE_SCOPE, redact::ident(cs).to_string()));
+        if let Some(cs) = cache_scope.and_then(|c| c.as_str()) {
+            attrs.push(s(a::CATALOG_CACHE_SCOPE, redact::ident(&cs).to_string()));
         }
 
         // The traversal: a first page starts one; a page continues it only when it sent the
@@ -963,6 +1187,10 @@ impl Observer {
                 _ => None, // a page whose beginning the tap did not see: no complete registry
             }
         };
+        if trav.as_ref().is_some_and(|t| over || t.tools.len() + digests.len() > MAX_CATALOG_TOOLS) {
+            trav = None;
+            over = true;
+        }
         let mut installed: Option<String> = None;
         if let Some(t) = trav.as_mut() {
             t.tools.extend(digests);
@@ -972,6 +1200,9 @@ impl Observer {
             }
         }
         st.traversal = if installed.is_some() { None } else { trav };
+        if over {
+            self.stats.count(Oversize::Catalog);
+        }
         installed.map(|d| {
             let mut iattrs =
                 vec![s(a::CATALOG_INSTALLED_DIGEST, d), s(a::CATALOG_PROJECTION_VERSION, crate::classify::digest::PROJECTION_VERSION)];
@@ -1040,33 +1271,38 @@ impl Observer {
     /// A `tasks/get` / `tasks/cancel` answer: the task's status (`gone` when the server answers
     /// with an error: it no longer knows the task), and for a completed task its result, which
     /// the call's verifier rule then checks. Returns whether the span is an error.
-    fn task_answer(&mut self, p: &Pending, m: &Value, attrs: &mut Vec<KeyValue>) -> bool {
-        if m.get("error").is_some() {
+    fn task_answer(&mut self, p: &Pending, r: Option<Node<'_>>, refused: bool, attrs: &mut Vec<KeyValue>) -> bool {
+        if refused {
             if p.method == "tasks/get" || p.method == "tasks/result" {
                 attrs.push(s(a::TASK_STATUS, TaskStatus::Gone.as_str()));
             }
             return true;
         }
-        let r = m.get("result").unwrap_or(&Value::Null);
-        let task = r.get("task").unwrap_or(r);
-        task_attrs(task, attrs);
-        if p.method == "tasks/cancel" && task.get("status").is_none() {
+        let task = r.and_then(|r| r.get("task")).or(r);
+        if let Some(t) = task {
+            task_attrs(t, attrs);
+        }
+        let status = task.and_then(|t| t.get("status"));
+        if p.method == "tasks/cancel" && status.is_none() {
             return false;
         }
-        match task.get("status").and_then(Value::as_str).and_then(TaskStatus::parse) {
+        match status.and_then(|x| x.as_str()).and_then(|x| TaskStatus::parse(&x)) {
             Some(TaskStatus::Completed) => {
-                let result = r.get("result").or_else(|| task.get("result"));
-                if result.and_then(|x| x.get("isError")).and_then(Value::as_bool) == Some(true) {
+                let result = r.and_then(|r| r.get("result")).or_else(|| task.and_then(|t| t.get("result")));
+                if result.and_then(|x| x.get("isError")).and_then(|b| b.as_bool()) == Some(true) {
                     attrs.push(s(a::ERROR_TYPE, "tool_error"));
                     return true;
                 }
                 if let (Some(result), Some(l)) = (result, p.task_id.as_ref().and_then(|t| self.tasks.get(t)).cloned()) {
-                    if let (Some((rule, arguments)), Some(rules)) = (l.verify, &self.verifiers) {
-                        let ptrs = rules.rules.get(rule).map(|r| r.check.pointers()).unwrap_or_default();
-                        let args = arguments.get("arguments").unwrap_or(&Value::Null);
+                    if let (Some(mut kept), Some(rules)) = (l.verify, &self.verifiers) {
+                        let unread = match rules.rules.get(kept.rule) {
+                            Some(rule) => kept.keep(&rule.check.pointers(), CallPart::Result, result),
+                            None => Vec::new(),
+                        };
+                        self.note_unread(&unread);
                         self.jobs.push(VerifyJob {
-                            rule,
-                            call: super::verify::project(&ptrs, args, Some(result)),
+                            rule: kept.rule,
+                            call: kept.into_call(),
                             trace_id: l.trace_id,
                             call_span_id: l.call_span,
                             request_id: l.request_id.clone(),
@@ -1106,12 +1342,13 @@ impl Observer {
         self.push(span);
     }
 
-    fn listen_acknowledged(&mut self, params: Option<&Value>, ctx: &Ctx<'_>) {
-        let Some((k, _)) = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(META_SUBSCRIPTION_ID)).and_then(id_key) else { return };
+    fn listen_acknowledged(&mut self, params: Option<Node<'_>>, ctx: &Ctx<'_>) {
+        let [meta, notifications] = params.map_or([None; 2], |p| p.pick(["_meta", "notifications"]));
+        let Some((k, _)) = meta.and_then(|m| m.get(META_SUBSCRIPTION_ID)).and_then(id_key) else { return };
         let key = (ctx.session_id.unwrap_or("").to_string(), k);
         let Some(l) = self.listens.get(&key).cloned() else { return };
         // What the server honoured.
-        let honoured = params.and_then(|p| p.get("notifications")).and_then(|n| n.get("toolsListChanged")).and_then(Value::as_bool);
+        let honoured = notifications.and_then(|n| n.get("toolsListChanged")).and_then(|b| b.as_bool());
         self.listen_span(&l, "acknowledged", l.tools && honoured != Some(false), ctx, None);
     }
 
@@ -1121,10 +1358,11 @@ impl Observer {
         }
     }
 
-    fn progress(&mut self, params: Option<&Value>, ctx: &Ctx<'_>) {
+    fn progress(&mut self, params: Option<Node<'_>>, ctx: &Ctx<'_>) {
         let Some(params) = params else { return };
-        let Some((tok, key)) = params.get("progressToken").and_then(progress_token) else { return };
-        let Some(value) = params.get("progress").and_then(Value::as_f64) else { return };
+        let [token, progress, total] = params.pick(["progressToken", "progress", "total"]);
+        let Some((tok, key)) = token.and_then(progress_token) else { return };
+        let Some(value) = progress.and_then(|x| x.as_f64()) else { return };
         let session_key = ctx.session_id.unwrap_or("");
         // The call that supplied the token, in this session (on HTTP a notification may come on
         // the POST's stream or the session's GET stream).
@@ -1141,7 +1379,7 @@ impl Observer {
             KeyValue { key: a::PROGRESS_TOKEN.into(), value: Some(tok), ..Default::default() },
             kv(a::PROGRESS_VALUE, any_value::Value::DoubleValue(value)),
         ];
-        if let Some(total) = params.get("total").and_then(Value::as_f64) {
+        if let Some(total) = total.and_then(|x| x.as_f64()) {
             attrs.push(kv(a::PROGRESS_TOTAL, any_value::Value::DoubleValue(total)));
         }
         self.notification_span("notifications/progress", trace, parent, attrs, ctx);

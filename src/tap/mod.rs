@@ -22,6 +22,7 @@
 pub mod export;
 pub mod http;
 pub mod jsonrpc;
+pub(crate) mod reader;
 pub mod stdio;
 pub mod verify;
 
@@ -101,6 +102,14 @@ impl LineSplitter {
         }
     }
 
+    /// Bytes were lost before the next chunk (not handed to the observer): the line they were
+    /// part of is dropped whole, up to the next newline, never read as the bytes around the gap
+    /// joined (which could be JSON, and say something the message did not).
+    pub fn gap(&mut self) {
+        self.buf = Vec::new();
+        self.skipping = true;
+    }
+
     /// What is left without a newline at end of stream (a last message without `\n`).
     pub fn finish(&mut self, mut f: impl FnMut(&[u8])) {
         if !self.skipping && !self.buf.is_empty() {
@@ -129,6 +138,8 @@ pub struct SseParser {
     max: usize,
     /// A leading `\r` that may be the first half of a `\r\n` split across chunks.
     pending_cr: bool,
+    /// Bytes were lost in the current event ([`Self::gap`]): it is dropped at its end.
+    damaged: bool,
 }
 
 impl SseParser {
@@ -141,7 +152,17 @@ impl SseParser {
             oversize_events: 0,
             max,
             pending_cr: false,
+            damaged: false,
         }
+    }
+
+    /// Bytes were lost before the next chunk: the event they were part of is dropped (up to the
+    /// next blank line: when the lost bytes held an event's end, what follows is the tail of
+    /// another event, dropped with it), never dispatched with the gap joined.
+    pub fn gap(&mut self) {
+        self.lines.gap();
+        self.pending_cr = false;
+        self.damaged = true;
     }
 
     /// Feed a chunk; `f` is called with the data of each complete event.
@@ -176,11 +197,13 @@ impl SseParser {
         } else {
             chunk
         };
-        let (data, has_data, too_big, oversize, max) =
-            (&mut self.data, &mut self.has_data, &mut self.too_big, &mut self.oversize_events, self.max);
+        let (data, has_data, too_big, oversize, max, damaged) =
+            (&mut self.data, &mut self.has_data, &mut self.too_big, &mut self.oversize_events, self.max, &mut self.damaged);
         self.lines.feed(chunk, |line| {
             if line.is_empty() {
-                if *too_big {
+                if *damaged {
+                    // Counted where the bytes were lost.
+                } else if *too_big {
                     *oversize += 1;
                 } else if *has_data {
                     f(data);
@@ -188,6 +211,7 @@ impl SseParser {
                 data.clear();
                 *has_data = false;
                 *too_big = false;
+                *damaged = false;
                 return;
             }
             let (field, value) = match line.iter().position(|b| *b == b':') {
@@ -400,6 +424,30 @@ mod tests {
         p.feed(b"\ndata: {\"ok\":1}\n\n", |d| got.push(d.to_vec()));
         assert_eq!(got, vec![b"{\"ok\":1}".to_vec()], "the flood is no event; the next one is whole");
         assert_eq!(p.oversize_events, 1);
+    }
+
+    /// Bytes lost on the way to the observer: the line or event they were part of is dropped
+    /// whole; spliced, `{"isError":true,…}` minus a chunk could read as a success.
+    #[test]
+    fn a_gap_drops_the_line_or_event_it_was_in() {
+        let mut s = LineSplitter::new(1024);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        s.feed(b"{\"id\":1,\"result\":{\"a\":\"", |l| got.push(l.to_vec()));
+        s.gap(); // lost: `x","isError":true}}\n{"id":2,"result":{"a":"`
+        s.feed(b"y\"}}\n{\"id\":3}\n", |l| got.push(l.to_vec()));
+        assert_eq!(got, vec![b"{\"id\":3}".to_vec()]);
+
+        let mut p = SseParser::new(1024);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        p.feed(b"data: {\"id\":1,\"result\":{\"a\":\"", |d| got.push(d.to_vec()));
+        p.gap(); // lost: an event's end and the next one's beginning
+        p.feed(b"y\"}}\n\ndata: {\"id\":3}\n\n", |d| got.push(d.to_vec()));
+        assert_eq!(got, vec![b"{\"id\":3}".to_vec()]);
+        p.feed(b"data: x\n", |d| got.push(d.to_vec()));
+        p.gap(); // lost inside one event, then the rest of it
+        p.feed(b"data: y\n\ndata: z\n\n", |d| got.push(d.to_vec()));
+        assert_eq!(got, vec![b"{\"id\":3}".to_vec(), b"z".to_vec()]);
+        assert_eq!(p.oversize_events, 0, "counted where the bytes were lost, not as oversize");
     }
 
     #[test]

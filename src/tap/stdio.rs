@@ -10,23 +10,65 @@
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::export::SpanSink;
-use super::jsonrpc::{Ctx, Observer, ServerIdentity, Transport};
+use super::jsonrpc::{Ctx, Observer, Oversize, ServerIdentity, Transport};
 use super::{now_ns, LineSplitter};
 
 /// Longest JSON-RPC line the observer parses (longer lines are forwarded, not parsed).
 pub const MAX_LINE: usize = 16 << 20;
 const CHUNK: usize = 64 << 10;
+/// Most bytes of chunks waiting for the observer (as the HTTP tap's `OBSERVER_BYTES`); past it a
+/// copy is not handed over (the bytes still flow) and is counted as unobserved, and the line it
+/// was part of is not read.
+const OBSERVER_BYTES: usize = 64 << 20;
 
 enum Chunk {
-    Data { from_client: bool, at_ns: u64, bytes: Vec<u8> },
+    /// `gap`: bytes of this direction were not handed over before this chunk.
+    Data {
+        from_client: bool,
+        at_ns: u64,
+        bytes: Vec<u8>,
+        gap: bool,
+    },
     Stop,
+}
+
+/// One direction's hand-over of copies to the observer: never blocks, never holds more than
+/// [`OBSERVER_BYTES`] of both directions' copies, and says when bytes were not handed over.
+struct HandOver {
+    tx: mpsc::Sender<Chunk>,
+    from_client: bool,
+    held: Arc<AtomicUsize>,
+    unobserved: Arc<AtomicU64>,
+    /// A copy was not handed over since the last one that was.
+    lost: bool,
+}
+
+impl HandOver {
+    fn send(&mut self, at_ns: u64, bytes: &[u8]) {
+        let n = bytes.len();
+        if self.held.fetch_add(n, Ordering::Relaxed) + n > OBSERVER_BYTES {
+            self.held.fetch_sub(n, Ordering::Relaxed);
+            self.unobserved.fetch_add(1, Ordering::Relaxed);
+            self.lost = true;
+            return;
+        }
+        let chunk = Chunk::Data { from_client: self.from_client, at_ns, bytes: bytes.to_vec(), gap: self.lost };
+        match self.tx.try_send(chunk) {
+            Ok(()) => self.lost = false,
+            Err(_) => {
+                self.held.fetch_sub(n, Ordering::Relaxed);
+                self.unobserved.fetch_add(1, Ordering::Relaxed);
+                self.lost = true;
+            }
+        }
+    }
 }
 
 /// What the stdio tap did, for the exit summary.
@@ -65,11 +107,13 @@ pub async fn run(
 
     let (tx, mut rx) = mpsc::channel::<Chunk>(4096);
     let unobserved = Arc::new(AtomicU64::new(0));
+    let held = Arc::new(AtomicUsize::new(0));
+    let hand_over =
+        |from_client: bool| HandOver { tx: tx.clone(), from_client, held: held.clone(), unobserved: unobserved.clone(), lost: false };
 
     // Client → server.
     {
-        let tx = tx.clone();
-        let unobserved = unobserved.clone();
+        let mut to_observer = hand_over(true);
         std::thread::Builder::new()
             .name("tap-stdin".into())
             .spawn(move || {
@@ -85,9 +129,7 @@ pub async fn run(
                     };
                     // The observer's copy is queued before the bytes reach the server, so the
                     // observer always sees a request before its response (a non-blocking send).
-                    if tx.try_send(Chunk::Data { from_client: true, at_ns: now_ns(), bytes: buf[..n].to_vec() }).is_err() {
-                        unobserved.fetch_add(1, Ordering::Relaxed);
-                    }
+                    to_observer.send(now_ns(), &buf[..n]);
                     if child_in.write_all(&buf[..n]).is_err() {
                         break; // the server closed its stdin or exited
                     }
@@ -99,8 +141,7 @@ pub async fn run(
 
     // Server → client.
     let stdout_pump = {
-        let tx = tx.clone();
-        let unobserved = unobserved.clone();
+        let mut to_observer = hand_over(false);
         std::thread::Builder::new()
             .name("tap-stdout".into())
             .spawn(move || {
@@ -119,9 +160,7 @@ pub async fn run(
                         break; // the client closed our stdout: close the server's too
                     }
                     drop(out);
-                    if tx.try_send(Chunk::Data { from_client: false, at_ns, bytes: buf[..n].to_vec() }).is_err() {
-                        unobserved.fetch_add(1, Ordering::Relaxed);
-                    }
+                    to_observer.send(at_ns, &buf[..n]);
                 }
             })
             .map_err(|e| format!("cannot start the stdout pump: {e}"))?
@@ -135,12 +174,17 @@ pub async fn run(
         let mut from_client = LineSplitter::new(MAX_LINE);
         let mut from_server = LineSplitter::new(MAX_LINE);
         while let Some(c) = rx.recv().await {
-            let Chunk::Data { from_client: fc, at_ns, bytes } = c else { break };
+            let Chunk::Data { from_client: fc, at_ns, bytes, gap } = c else { break };
+            held.fetch_sub(bytes.len(), Ordering::Relaxed);
             let ctx = Ctx { at_ns, ..Default::default() };
+            let lines = if fc { &mut from_client } else { &mut from_server };
+            if gap {
+                lines.gap();
+            }
             if fc {
-                from_client.feed(&bytes, |l| obs.client_bytes(l, &ctx));
+                lines.feed(&bytes, |l| obs.client_bytes(l, &ctx));
             } else {
-                from_server.feed(&bytes, |l| obs.server_bytes(l, &ctx));
+                lines.feed(&bytes, |l| obs.server_bytes(l, &ctx));
             }
             for s in obs.take_spans() {
                 sink.emit(s);
@@ -152,6 +196,8 @@ pub async fn run(
         let ctx = Ctx { at_ns: now_ns(), ..Default::default() };
         from_client.finish(|l| obs.client_bytes(l, &ctx));
         from_server.finish(|l| obs.server_bytes(l, &ctx));
+        // Lines past the parse limit: forwarded, not read.
+        (0..from_client.oversize + from_server.oversize).for_each(|_| obs.stats.count(Oversize::Message));
         for s in obs.take_spans() {
             sink.emit(s);
         }
@@ -205,6 +251,9 @@ pub async fn run(
     let _ = tx.send(Chunk::Stop).await;
     drop(tx);
     let stats = observer.await.unwrap_or_default();
+    if let Some(line) = stats.unread_summary() {
+        eprintln!("{line}");
+    }
 
     use std::os::unix::process::ExitStatusExt;
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));

@@ -1,6 +1,6 @@
 //! The observer, fed JSON-RPC lines and bodies as the pumps would.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::*;
 use crate::classify::digest::tool_digest;
@@ -802,4 +802,241 @@ fn the_tap_puts_its_trace_context_into_a_2026_07_28_request_that_has_none() {
     let bare = json!({"jsonrpc":"2.0","id":5,"method":"tools/list"});
     assert!(inject_trace_context(bare.to_string().as_bytes(), Some("2026-07-28")).is_some());
     assert!(inject_trace_context(b"not json", Some("2026-07-28")).is_none());
+}
+
+/// An observer that verifies `tools/call shape` with a rule reading `/result/structuredContent/id`
+/// and `/arguments/id`.
+fn verifying_observer() -> Observer {
+    let rules = crate::tap::verify::RuleSet::parse(
+        "- {name: shape_done, tool: shape, command: {argv: [test, \"{/result/structuredContent/id}\", =, \"{/arguments/id}\"]}}",
+        std::path::Path::new("v.yaml"),
+        &|_| None,
+    )
+    .unwrap();
+    stdio_observer().with_verifiers(Some(Arc::new(rules)))
+}
+
+fn nested(depth: usize, inner: &str) -> String {
+    format!("{}{inner}{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+/// The call spans (not the request-sent markers) among `spans`.
+fn answers(spans: &[Span]) -> Vec<&Span> {
+    spans.iter().filter(|s| astr(s, a::CALL_PHASE).is_none()).collect()
+}
+
+/// Issue 35, table-driven: responses of every shape through the observer. Whatever it could not
+/// read is counted and never becomes a success; what it could read still reaches the verifier.
+#[test]
+fn responses_of_any_shape_are_read_by_budget_and_never_taken_for_success_unread() {
+    let zeros = format!("[{}0]", "0,".repeat(2_000_000));
+    let bomb = nested(1_000_000, "0");
+    struct Case {
+        what: &'static str,
+        result: String,
+        /// The call's span: `None` when there must be none, else whether it is an error.
+        span: Option<bool>,
+        /// The job's `/result/structuredContent/id`, when a job must be queued.
+        job: Option<&'static str>,
+        depth: u64,
+        parse_errors: u64,
+    }
+    let cases = [
+        Case {
+            what: "zeros",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{zeros}}}}}"),
+            span: Some(false),
+            job: Some("1"),
+            depth: 0,
+            parse_errors: 0,
+        },
+        Case {
+            what: "depth bomb",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{bomb}}}}}"),
+            span: None,
+            job: Some("1"),
+            depth: 1,
+            parse_errors: 0,
+        },
+        Case {
+            what: "bomb before isError",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{bomb}}},\"isError\":true}}"),
+            span: None,
+            job: None,
+            depth: 1,
+            parse_errors: 0,
+        },
+        Case {
+            what: "isError",
+            result: "{\"structuredContent\":{\"id\":\"1\"},\"isError\":true}".into(),
+            span: Some(true),
+            job: None,
+            depth: 0,
+            parse_errors: 0,
+        },
+        Case {
+            what: "bomb as the id",
+            result: format!("{{\"structuredContent\":{{\"id\":{bomb}}}}}"),
+            span: None,
+            job: Some(""),
+            depth: 1,
+            parse_errors: 0,
+        },
+        Case {
+            what: "truncated",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{}", &zeros[..1000]),
+            span: None,
+            job: None,
+            depth: 0,
+            parse_errors: 1,
+        },
+        Case {
+            what: "bomb one bracket short",
+            result: format!("{{\"structuredContent\":{{\"id\":\"1\",\"pad\":{}}}}}", &bomb[..bomb.len() - 1]),
+            span: None,
+            job: None,
+            depth: 0,
+            parse_errors: 1,
+        },
+        Case {
+            what: "not JSON",
+            result: "{\"structuredContent\": {\"id\": \"1\"}, isError: true}".into(),
+            span: None,
+            job: None,
+            depth: 0,
+            parse_errors: 1,
+        },
+    ];
+    for c in cases {
+        let mut o = verifying_observer();
+        client(&mut o, json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"shape","arguments":{"id":"1"}}}), 1);
+        let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}}", c.result);
+        o.server_bytes(body.as_bytes(), &at(2));
+        let spans = o.take_spans();
+        let calls = answers(&spans);
+        match c.span {
+            None => assert!(calls.is_empty(), "{}: no span for an answer not read whole", c.what),
+            Some(err) => {
+                assert_eq!(calls.len(), 1, "{}", c.what);
+                let is_err = calls[0].status.as_ref().unwrap().code == StatusCode::Error as i32;
+                assert_eq!(is_err, err, "{}", c.what);
+            }
+        }
+        assert_eq!(spans.len() - calls.len(), 1, "{}: the request-sent marker stays", c.what);
+        let jobs = o.take_jobs();
+        match c.job {
+            None => assert!(jobs.is_empty(), "{}: {jobs:?}", c.what),
+            Some(id) => {
+                assert_eq!(jobs.len(), 1, "{}", c.what);
+                let got = jobs[0].call.pointer("/result/structuredContent/id").and_then(Value::as_str).unwrap_or("");
+                assert_eq!(got, id, "{}", c.what);
+                assert_eq!(jobs[0].call.pointer("/arguments/id"), Some(&json!("1")), "{}", c.what);
+            }
+        }
+        assert_eq!((o.stats.oversize_by.depth, o.stats.parse_errors), (c.depth, c.parse_errors), "{}", c.what);
+        if c.parse_errors == 0 {
+            assert_eq!(o.in_flight(), 0, "{}: the answer matched its request", c.what);
+        }
+    }
+}
+
+/// Issue 35: the same shapes as a request's arguments: the request is what it says, the rule
+/// keeps what fits, and what does not is counted.
+#[test]
+fn requests_of_any_shape_keep_only_what_fits() {
+    let zeros = format!("[{}0]", "0,".repeat(2_000_000));
+    let bomb = nested(1_000_000, "0");
+    for (what, pad, depth) in [("zeros", zeros, 0), ("depth bomb", bomb, 1)] {
+        let mut o = verifying_observer();
+        let req = format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"shape\",\"arguments\":{{\"id\":\"1\",\"pad\":{pad}}}}}}}");
+        o.client_bytes(req.as_bytes(), &at(1));
+        server(&mut o, json!({"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"id":"1"}}}), 2);
+        let spans = o.take_spans();
+        assert_eq!(answers(&spans).len(), 1, "{what}: the call is answered");
+        let jobs = o.take_jobs();
+        assert_eq!(jobs.len(), 1, "{what}");
+        assert_eq!(jobs[0].call, json!({"arguments": {"id": "1"}, "result": {"structuredContent": {"id": "1"}}}), "{what}");
+        assert_eq!(o.stats.oversize_by.depth, depth, "{what}");
+    }
+    // A rule that reads the pad itself keeps nothing of it: counted, and its check will say
+    // pointer_unresolved.
+    let rules = crate::tap::verify::RuleSet::parse(
+        "- {name: pad_done, tool: shape, command: {argv: [test, -n, \"{/arguments/pad}\"]}}",
+        std::path::Path::new("v.yaml"),
+        &|_| None,
+    )
+    .unwrap();
+    let mut o = stdio_observer().with_verifiers(Some(Arc::new(rules)));
+    let req = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"shape\",\"arguments\":{{\"pad\":[{}0]}}}}}}",
+        "0,".repeat(100_000)
+    );
+    o.client_bytes(req.as_bytes(), &at(1));
+    server(&mut o, json!({"jsonrpc":"2.0","id":1,"result":{"content":[]}}), 2);
+    assert_eq!(o.take_jobs()[0].call, json!({}));
+    assert_eq!(o.stats.oversize_by.value, 1);
+    assert_eq!(o.stats.oversize, 1);
+}
+
+/// Issue 35: a `tools/list` page whose definition is past the catalog budget, or that lists more
+/// tools than it, reports no catalog and installs nothing; a good page after it starts afresh.
+#[test]
+fn a_catalog_past_its_budget_is_not_reported_as_one() {
+    let mut o = stdio_observer();
+    let huge = json!({"name": "huge", "inputSchema": {"type": "object", "default": vec![0; MAX_TOOL_DEFINITION]}});
+    let many: Vec<Value> = (0..=MAX_CATALOG_TOOLS).map(|i| json!({"name": format!("t{i}")})).collect();
+    for (id, tools) in [(1, json!([huge])), (2, Value::Array(many))] {
+        client(&mut o, json!({"jsonrpc":"2.0","id":id,"method":"tools/list"}), id * 10);
+        server(&mut o, json!({"jsonrpc":"2.0","id":id,"result":{"tools": tools}}), id * 10 + 1);
+        let spans = o.take_spans();
+        assert_eq!(spans.len(), 1, "the list's span, no installed registry");
+        assert_eq!(abool(&spans[0], a::CATALOG_NEXT_CURSOR_PRESENT), None, "not a page the service counts");
+        assert!(attr(&spans[0], a::CATALOG_TOOL_DIGESTS).is_none());
+        assert!(aint(&spans[0], a::CATALOG_TOOL_COUNT).is_some_and(|n| n >= 1));
+    }
+    assert_eq!(o.stats.oversize_by.catalog, 2);
+    client(&mut o, json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}), 30);
+    server(&mut o, json!({"jsonrpc":"2.0","id":3,"result":{"tools": tools_page_2()}}), 31);
+    let spans = o.take_spans();
+    assert!(spans.iter().any(|s| astr(s, a::CATALOG_INSTALLED_DIGEST).is_some()));
+    let page = spans.iter().find(|s| abool(s, a::CATALOG_NEXT_CURSOR_PRESENT).is_some()).unwrap();
+    let digest = tool_digest(&tools_page_2()[0]).unwrap();
+    assert_eq!(astrs(page, a::CATALOG_TOOL_DIGESTS), [format!("fail={}", digest.digest)], "digested from the bytes, as from the tree");
+}
+
+/// The trace context goes into the body as sent: every other byte is the client's, key order
+/// and blanks included; a body not read whole is left alone.
+#[test]
+fn the_trace_context_is_written_into_the_body_as_sent() {
+    let v = "\"io.modelcontextprotocol/protocolVersion\": \"2026-07-28\"";
+    // (body, MCP-Protocol-Version, what goes upstream with TP for the traceparent member)
+    for (body, header, want) in [
+        (
+            format!("{{\"method\": \"tools/call\", \"id\": 2, \"params\": {{\"z\": 1, \"_meta\": {{ {v} }}, \"a\": [1,  2]}}}}"),
+            None,
+            format!("{{\"method\": \"tools/call\", \"id\": 2, \"params\": {{\"z\": 1, \"_meta\": {{TP, {v} }}, \"a\": [1,  2]}}}}"),
+        ),
+        (
+            "{ \"id\":\"x\",\"method\":\"ping\",\"params\":{ } }".to_string(),
+            Some("2026-07-28"),
+            "{ \"id\":\"x\",\"method\":\"ping\",\"params\":{\"_meta\":{TP} } }".to_string(),
+        ),
+        (
+            "{\"id\":3,\"method\":\"ping\",\"params\":{\"_meta\":{}}}".to_string(),
+            Some("2026-07-28"),
+            "{\"id\":3,\"method\":\"ping\",\"params\":{\"_meta\":{TP}}}".to_string(),
+        ),
+        (
+            "{\"id\":4,\"method\":\"ping\"}".to_string(),
+            Some("2026-07-28"),
+            "{\"params\":{\"_meta\":{TP}},\"id\":4,\"method\":\"ping\"}".to_string(),
+        ),
+    ] {
+        let (sent, (trace, span)) = inject_trace_context(body.as_bytes(), header).unwrap_or_else(|| panic!("{body}"));
+        let tp = format!("\"traceparent\":\"00-{}-{}-01\"", hex::encode(trace), hex::encode(span));
+        assert_eq!(String::from_utf8(sent).unwrap(), want.replace("TP", &tp));
+    }
+    let deep =
+        format!("{{\"id\":5,\"method\":\"tools/call\",\"params\":{{\"arguments\":{}}}}}", nested(crate::tap::reader::MAX_DEPTH + 1, ""));
+    assert!(inject_trace_context(deep.as_bytes(), Some("2026-07-28")).is_none(), "not read whole: not touched");
 }

@@ -38,10 +38,12 @@ use serde_json::Value;
 use tokio::sync::{mpsc, Semaphore};
 
 use super::export::SpanSink;
+use super::reader::{Budget, Document, Kind, Node, Unread};
 use super::{new_span_id, now_ns};
 use crate::evidence::attributes as a;
 pub use check::{Finding, VerifyError};
 pub use rules::{RuleSet, RulesError};
+use std::borrow::Cow;
 
 use crate::evidence::receipt::SigningKey;
 
@@ -62,63 +64,106 @@ pub struct VerifyJob {
     pub call_start_ns: u64,
 }
 
-/// The `result` a template sees: the `CallToolResult`, with `structuredContent` filled from its
-/// first text content when that is JSON and the server gave no structured content.
-pub fn result_view(result: &Value) -> Value {
-    let mut r = result.clone();
-    if r.get("structuredContent").is_none_or(Value::is_null) {
-        let first_text = r
-            .get("content")
-            .and_then(Value::as_array)
-            .and_then(|c| c.iter().find(|x| x.get("type").and_then(Value::as_str) == Some("text")))
-            .and_then(|x| x.get("text"))
-            .and_then(Value::as_str)
-            .and_then(|t| serde_json::from_str::<Value>(t).ok());
-        if let (Some(parsed), Some(obj)) = (first_text, r.as_object_mut()) {
-            obj.insert("structuredContent".into(), parsed);
-        }
-    }
-    r
-}
-
-/// Most bytes (as JSON) of call values one queued verifier job keeps; past it the job keeps
-/// nothing and its check reports `pointer_unresolved` (no finding, counted as a verifier error).
+/// Most bytes (an estimate of the heap its `Value`s take, see `reader::Budget`) of call values one
+/// verifier job keeps; a value past what is left is not kept (counted as `Oversize::Value`), and
+/// a check that needs it reports `pointer_unresolved` (no finding, counted as a verifier error).
 pub const MAX_JOB_BYTES: usize = 64 * 1024;
 
-/// What a verifier job keeps of a call: only the values its rule's holes read, at their
-/// pointers (`{"arguments": {…}, "result": {…}}` with just those paths), never the whole result.
-/// A 14 MB result whose rule reads one id is kept as that id. `result` is the call's
-/// `CallToolResult` (`None` for a lost response); `structuredContent` is read from the first text
-/// content when the server gave none, as [`result_view`] does, without copying the rest.
-pub fn project(pointers: &[String], arguments: &Value, result: Option<&Value>) -> Value {
-    let mut out = Value::Object(Default::default());
-    let mut parsed_text: Option<Option<Value>> = None;
-    for ptr in pointers {
-        let found = if let Some(rest) = ptr.strip_prefix("/arguments") {
-            arguments.pointer(rest).cloned()
-        } else if let Some(rest) = ptr.strip_prefix("/result") {
-            let r = result.unwrap_or(&Value::Null);
-            let structured_missing = r.get("structuredContent").is_none_or(Value::is_null);
-            match rest.strip_prefix("/structuredContent") {
-                Some(inner) if structured_missing => {
-                    let text = parsed_text.get_or_insert_with(|| {
-                        result_view(&serde_json::json!({"content": r.get("content").cloned()})).get("structuredContent").cloned()
-                    });
-                    text.as_ref().and_then(|t| t.pointer(inner)).cloned()
-                }
-                _ => r.pointer(rest).cloned(),
-            }
-        } else {
-            None
-        };
-        if let Some(v) = found {
-            insert_at(&mut out, ptr, v);
+/// Longest first text content read as the `structuredContent` of a result that has none (it is
+/// decoded to be read): past it the rule's values from it are not kept.
+pub(crate) const MAX_TEXT_JSON: usize = 1 << 20;
+
+/// Which part of a call a pointer reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CallPart {
+    /// `/arguments…`: the request's `params.arguments`.
+    Arguments,
+    /// `/result…`: the `CallToolResult`.
+    Result,
+}
+
+impl CallPart {
+    fn prefix(self) -> &'static str {
+        match self {
+            CallPart::Arguments => "/arguments",
+            CallPart::Result => "/result",
         }
     }
-    if serde_json::to_vec(&out).map_or(usize::MAX, |b| b.len()) > MAX_JOB_BYTES {
-        return Value::Null;
+}
+
+/// What a verifier job keeps of a call: only the values its rule's holes read, at their pointers
+/// (`{"arguments": {…}, "result": {…}}` with just those paths), read from the message's bytes
+/// (`tap::reader`) within [`MAX_JOB_BYTES`], never the whole result: a 14 MB result whose rule
+/// reads one id is kept as that id, and a value past the budget is refused before it is built.
+#[derive(Clone, Debug)]
+pub(crate) struct Kept {
+    /// Index of the rule in the [`RuleSet`].
+    pub(crate) rule: usize,
+    call: Value,
+    budget: Budget,
+}
+
+impl Kept {
+    pub(crate) fn new(rule: usize) -> Self {
+        Kept { rule, call: Value::Object(Default::default()), budget: Budget::new(MAX_JOB_BYTES) }
     }
-    out
+
+    /// Keep the values at `pointers` that read `part` of the call, from `value` (the arguments,
+    /// or the `CallToolResult`: its `structuredContent` is read from its first text content when
+    /// the server gave none, as the rule's documentation says). Returns why values that are there
+    /// could not be kept; a value not there is simply missing.
+    pub(crate) fn keep(&mut self, pointers: &[String], part: CallPart, value: Node<'_>) -> Vec<Unread> {
+        let mut unread = Vec::new();
+        let structured_missing = part == CallPart::Result && value.get("structuredContent").is_none_or(|n| n.is_null());
+        let mut text: Option<Result<String, Unread>> = None;
+        for ptr in pointers {
+            let Some(rest) = ptr.strip_prefix(part.prefix()).filter(|r| r.is_empty() || r.starts_with('/')) else { continue };
+            let inner = rest.strip_prefix("/structuredContent").filter(|r| r.is_empty() || r.starts_with('/'));
+            let before = self.budget;
+            let found = match inner {
+                Some(inner) if structured_missing => match text.get_or_insert_with(|| first_text(value)) {
+                    Ok(t) => match Document::parse(t.as_bytes()) {
+                        Ok(doc) => doc.root().pointer(inner).map(|n| n.to_value(&mut self.budget)),
+                        Err(_) => None, // no JSON: no structuredContent
+                    },
+                    Err(e) => Some(Err(*e)),
+                },
+                _ => value.pointer(rest).map(|n| n.to_value(&mut self.budget)),
+            };
+            match found {
+                Some(Ok(v)) => insert_at(&mut self.call, ptr, v),
+                Some(Err(e)) => {
+                    // What did not fit costs nothing: the values after it may still fit.
+                    self.budget = before;
+                    unread.push(e);
+                }
+                None => {}
+            }
+        }
+        unread
+    }
+
+    /// `{"arguments": …, "result": …}` with the values kept.
+    pub(crate) fn into_call(self) -> Value {
+        self.call
+    }
+}
+
+/// The text of the first text content of a `CallToolResult`, decoded when it is no longer than
+/// [`MAX_TEXT_JSON`] (`Err(Unread::Budget)` past it; `Err(Unread::Syntax)` when there is none).
+fn first_text(result: Node<'_>) -> Result<String, Unread> {
+    let text = result
+        .get("content")
+        .into_iter()
+        .flat_map(|c| c.elements())
+        .find(|c| c.get("type").and_then(|t| t.as_str()).as_deref() == Some("text"))
+        .and_then(|c| c.get("text"))
+        .filter(|t| t.kind() == Kind::String)
+        .ok_or(Unread::Syntax)?;
+    if text.bytes().len() > MAX_TEXT_JSON + 2 {
+        return Err(Unread::Budget);
+    }
+    text.as_str().map(Cow::into_owned).ok_or(Unread::Syntax)
 }
 
 /// Put `v` at `ptr` in `root`, making objects on the way (an array index becomes an object key,
