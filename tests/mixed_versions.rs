@@ -269,3 +269,61 @@ fn two_instances_of_this_build_use_the_current_protocol() {
     assert!(recs.iter().any(|(k, _)| k.starts_with("mcp-health:split_servers:")), "the server was marked");
     assert!(recs.iter().all(|(_, v)| v.starts_with(&MAGIC)), "every record framed with its format version");
 }
+
+/// A call in flight when its instance stops is decided there at the drain (partial: its server
+/// span had not come); its server span then reaches another instance on the same store. That
+/// instance finds the call among the store's decided chains and revises it: one attempt,
+/// `revision` 1, `tool_failed` — what one process says — not a second verdict of its own.
+#[test]
+fn a_call_decided_at_one_instances_drain_is_revised_by_another() {
+    if !available("a_call_decided_at_one_instances_drain_is_revised_by_another") {
+        return;
+    }
+    let r = RedisServer::start();
+    let mut stopping = Engine::new(config(Some(redis_store(&r, None))));
+    let mut other = Engine::new(config(Some(redis_store(&r, None))));
+    let trace = [0x7a; 16];
+    let (client, server) = ([0xc1; 8], [0x5e; 8]);
+    let at = |ms: u64| (T0_MS + ms) * 1_000_000;
+    let span = |id: [u8; 8], parent: Option<[u8; 8]>, kind: SpanKind, error: bool| {
+        let mut attrs = vec![kv("mcp.method.name", "tools/call"), kv("jsonrpc.request.id", "9"), kv("gen_ai.tool.name", "create")];
+        if error {
+            attrs.push(kv("error.type", "tool_error"));
+        }
+        Span {
+            trace_id: trace.to_vec(),
+            span_id: id.to_vec(),
+            parent_span_id: parent.map(|p| p.to_vec()).unwrap_or_default(),
+            name: "tools/call create".into(),
+            kind: kind as i32,
+            start_time_unix_nano: at(1_000),
+            end_time_unix_nano: at(1_040),
+            attributes: attrs,
+            status: error.then(|| Status { code: StatusCode::Error as i32, ..Default::default() }),
+            ..Default::default()
+        }
+    };
+    let now = |ms: u64| Moment::from_nanos(at(ms));
+    let mut out = Vec::new();
+    stopping.ingest(normalize_request(&request("agent", span(client, None, SpanKind::Client, false))), now(1_050), &mut out);
+    stopping.tick(now(1_100), &mut out);
+    // SIGTERM: the drain decides it (partial) and writes it.
+    stopping.drain(mcp_health::verdict::DecidedBy::Shutdown, now(1_200), &mut out);
+    stopping.flush_store(now(1_200), &mut out);
+    let first: Vec<Verdict> = out.drain(..).filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect();
+    assert_eq!(first.len(), 1);
+    assert_eq!((first[0].revision, first[0].state), (0, HealthState::Unverified), "{:#?}", first[0]);
+    // The server span reaches the other instance.
+    other.ingest(normalize_request(&request(SERVER, span(server, Some(client), SpanKind::Server, true))), now(3_000), &mut out);
+    let mut ms = 3_000;
+    while ms < 60_000 {
+        ms += 50;
+        other.tick(now(ms), &mut out);
+    }
+    let later: Vec<Verdict> = out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect();
+    assert_eq!(later.len(), 1, "one verdict for the rest of the call: {later:#?}");
+    let v = &later[0];
+    assert_eq!(v.state, HealthState::ToolFailed, "{v:#?}");
+    assert!(v.revision >= 1 && v.supersedes.is_some(), "a revision of the verdict decided at the drain: {v:#?}");
+    assert_eq!(other.taken_over(), 1);
+}

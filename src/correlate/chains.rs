@@ -262,6 +262,11 @@ pub struct Chains {
     published_parked: Vec<(Box<str>, SpanEvidence)>,
     known_verifiers: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
     looked_for: crate::bounded::BoundedSet<TraceId>,
+    /// With a shared store: chains whose root never came, gone quiet, to look for in the store's
+    /// decided chains (another instance may have decided the call, its client span included, and
+    /// stopped), and those looked for already (each once).
+    rootless_to_look: Vec<TraceId>,
+    rootless_looked: crate::bounded::BoundedSet<TraceId>,
     /// Chains deferred as server halves (see `tick_due`): the only ones a timed look for a client
     /// half can find ([`Chains::server_halves_to_look_for`]), so that look never walks every
     /// chain in flight. At most one entry per chain in `active` (taken out when it leaves).
@@ -301,6 +306,8 @@ impl Chains {
             published_parked: Vec::new(),
             known_verifiers: crate::bounded::BoundedSet::with_capacity("known_verifiers", 100_000),
             looked_for: crate::bounded::BoundedSet::with_capacity("halves_looked_for", 100_000),
+            rootless_to_look: Vec::new(),
+            rootless_looked: crate::bounded::BoundedSet::with_capacity("rootless_looked_for", 100_000),
             deferred_halves: Default::default(),
             known_orphans: crate::bounded::BoundedSet::with_capacity("known_orphans", crossjoin::MAX_ORPHANS * 4),
         }
@@ -364,6 +371,29 @@ impl Chains {
         let held = self.splits.every_half(protocol < super::splits::MARKS_SINCE);
         if !held.is_empty() {
             self.publish_held(&held, now, self.limits.late_span_window);
+        }
+    }
+
+    /// The chains in flight whose root never came, gone quiet since the last call: the replica
+    /// looks for their trace among the decided chains of a shared store.
+    pub fn take_rootless_to_look(&mut self) -> Vec<TraceId> {
+        std::mem::take(&mut self.rootless_to_look)
+    }
+
+    /// A chain another instance decided (from a shared store) for a trace in flight here without
+    /// its root: the two are one call. The decided chain is restored and the spans held here join
+    /// it as late spans — a revision of the verdict it had, not a second attempt.
+    pub fn adopt_decided(&mut self, r: crate::state::DecidedRecord, now: Moment, out: &mut Vec<DecidedCalls>) {
+        let id = r.trace_id;
+        if self.decided.contains_key(&id) {
+            return;
+        }
+        let Some(c) = self.active.remove(&id) else { return };
+        self.bytes -= c.bytes;
+        self.deferred_halves.remove(&id);
+        self.restore_decided(r);
+        for ev in c.spans {
+            self.add_span(ev, now, out);
         }
     }
 
@@ -1109,6 +1139,14 @@ impl Chains {
             } else if expired && !c.held {
                 self.decide(id, DecidedBy::MaxWait, now, out);
             } else {
+                if !c.root_seen && quiet && self.share_orphans && !self.rootless_looked.contains(&id) {
+                    // Its root (the client's span) may be in a chain another instance decided and
+                    // wrote (it stopped, or the collector's ring moved the trace): looked for once.
+                    self.rootless_looked.insert(id);
+                    if self.rootless_to_look.len() < crossjoin::MAX_ORPHANS {
+                        self.rootless_to_look.push(id);
+                    }
+                }
                 let next = if c.root_seen { c.last_seen + self.limits.decision_wait } else { now + self.limits.decision_wait };
                 let next = if c.held { next } else { next.min(c.first_seen + self.limits.max_wait) };
                 let next = next.max(now + Duration::from_millis(1));

@@ -1025,6 +1025,35 @@ impl Shared {
         }
     }
 
+    /// Chains in flight here whose root never came look for their trace among the store's decided
+    /// chains, once each: an instance that stopped (or lost the trace to the collector's ring)
+    /// decided the call — partial, at its drain — and this is the rest of its evidence. Found,
+    /// the call is revised (one attempt), as one process would have revised it.
+    fn adopt_rootless(&mut self, t: &mut Tables, now: Moment, decided: &mut Vec<DecidedCalls>) {
+        let ids = t.chains.take_rootless_to_look();
+        if ids.is_empty() {
+            return;
+        }
+        let keys: Vec<String> = ids.iter().map(crate::state::trace_key).collect();
+        let records = match self.link.call(move |s| s.get_many(Table::Decided, &keys)) {
+            Ok(r) => r,
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, "could not look for decided chains in the state store");
+                return;
+            }
+        };
+        for (id, r) in ids.into_iter().zip(records) {
+            let Some(Record::Decided(r)) = r else { continue };
+            if r.trace_id != id {
+                continue;
+            }
+            self.link.taken_over += 1;
+            t.restored.insert(id);
+            t.chains.adopt_decided(*r, now, decided);
+        }
+    }
+
     /// Verifiers parked here look for their call in the store's operation index again (at most
     /// every `PERSIST_EVERY`): the call's instance may have written it after the verifier came,
     /// and decided it before it read what this instance published. A call found decided is
@@ -1160,6 +1189,7 @@ impl Replica for Shared {
         self.tell_protocol(t, now);
         self.pull_refusals(t, now, all);
         self.join_remote_halves(t, now, all);
+        self.adopt_rootless(t, now, decided);
         if all {
             return false;
         }
