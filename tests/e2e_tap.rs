@@ -34,17 +34,6 @@ const SECRETS: [&str; 8] = [
     "bad-token",
 ];
 
-fn python() -> Option<&'static str> {
-    Command::new("python3")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .ok()
-        .filter(|s| s.success())
-        .map(|_| "python3")
-}
-
 fn fake_server() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tap/fake_mcp_server.py")
 }

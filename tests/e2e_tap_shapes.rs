@@ -41,17 +41,6 @@ const GROWTH_LIMIT: u64 = 100 << 20;
 /// How long the verifiers get to run before the session ends (their delay is 2 s).
 const LINGER: Duration = Duration::from_secs(4);
 
-fn python() -> Option<&'static str> {
-    Command::new("python3")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .ok()
-        .filter(|s| s.success())
-        .map(|_| "python3")
-}
-
 fn server() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tap/shapes_server.py")
 }

@@ -19,17 +19,6 @@ use serde_json::json;
 use support::pki::Pki;
 use support::*;
 
-fn python() -> Option<&'static str> {
-    Command::new("python3")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .ok()
-        .filter(|s| s.success())
-        .map(|_| "python3")
-}
-
 struct Proc {
     child: Child,
     _dir: tempfile::TempDir,

@@ -316,6 +316,18 @@ pub struct DeadPort {
     pub port: u16,
 }
 
+/// `python3` when it runs here (the tap tests' fake servers need only its standard library).
+pub fn python() -> Option<&'static str> {
+    Command::new("python3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()
+        .filter(|s| s.success())
+        .map(|_| "python3")
+}
+
 /// The interpreter of a Python virtual environment of the repository (`.venv-mcp`, made by
 /// scripts/install-test-deps), or `None` with a skip line. Under CI (`CI` set) or with
 /// MCP_HEALTH_REQUIRE_DIALECTS=1 a missing one fails the test instead.
