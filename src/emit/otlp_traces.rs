@@ -246,7 +246,7 @@ pub struct Started {
     pub workers: Vec<tokio::task::JoinHandle<()>>,
     pub leftover: Leftover,
     /// With a disk queue: where a request can be written straight to disk.
-    pub spool: Option<SpoolHandle>,
+    pub spool: Option<std::sync::Arc<dyn crate::flow::outgoing::DiskSpool>>,
 }
 
 /// What a queue holds, read at exit (and by the gauges): requests waiting in memory, requests
@@ -456,17 +456,15 @@ fn from_record(r: Record) -> Result<Outgoing, prost::DecodeError> {
 /// Where the receivers write what they pass on when its queue is on disk: before they answer,
 /// so a request acknowledged is on disk (the collector's persistent queue), not in a channel a
 /// crash would empty.
-#[derive(Clone)]
-pub struct SpoolHandle(Arc<Spool>);
+struct SpoolHandle(Arc<Spool>);
 
-impl SpoolHandle {
-    /// Write `item` to the queue's directory (synchronous file I/O) and wake a worker. `Full`
-    /// when the queue is at its byte bound: nothing is written (the sender is refused,
-    /// retryably). Its memory reservation is let go: the disk holds it now.
-    pub fn push(&self, mut item: Outgoing) -> Result<(), QueueError> {
+impl crate::flow::outgoing::DiskSpool for SpoolHandle {
+    /// Write `item` to the queue's directory (synchronous file I/O) and wake a worker. Its
+    /// memory reservation is let go: the disk holds it now.
+    fn push(&self, mut item: Outgoing) -> Result<(), String> {
         drop(item.take_reservation());
         let (kind, n, payload) = to_record(item);
-        self.0.q.push(kind, n, &payload)?;
+        self.0.q.push(kind, n, &payload).map_err(|e| e.to_string())?;
         self.0.ready.notify_one();
         Ok(())
     }
@@ -563,7 +561,7 @@ pub fn spawn(
     if spool.is_some() {
         leftover.tasks = Arc::new(std::sync::Mutex::new(handles.iter().map(|h| h.abort_handle()).collect()));
     }
-    let spool = spool.map(SpoolHandle);
+    let spool = spool.map(|s| std::sync::Arc::new(SpoolHandle(s)) as std::sync::Arc<dyn crate::flow::outgoing::DiskSpool>);
     Ok(Started { workers: handles, leftover, spool })
 }
 

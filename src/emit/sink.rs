@@ -86,7 +86,7 @@ pub struct HealthSpanSink {
     /// The own-output queue's directory, when it is on disk: health spans that do not fit in
     /// memory, or find the channel to its writer full, are written there directly while it has
     /// room (a flood's verdicts wait on disk, not dropped for memory the disk does not need).
-    pub spool: Option<super::otlp_traces::SpoolHandle>,
+    pub spool: Option<std::sync::Arc<dyn crate::flow::outgoing::DiskSpool>>,
     /// Health spans dropped this run, for the exit log: for memory, for a full queue.
     dropped_total: [u64; 2],
 }

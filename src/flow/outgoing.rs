@@ -116,3 +116,13 @@ pub fn metric_point_count(r: &ExportMetricsServiceRequest) -> u64 {
         } as u64)
         .sum()
 }
+
+/// A queue on disk a request can be written to directly (the exporter's, when its sending queue
+/// has a directory): for the receivers, which answer only once what they pass on is on disk, and
+/// for the health sink's overflow. Declared here, beside what it carries, so that neither side
+/// reaches into the exporter.
+pub trait DiskSpool: Send + Sync + std::fmt::Debug {
+    /// Write `item` and wake a sender; `Err` when it cannot be written (the queue is at its byte
+    /// bound, or the disk failed): nothing was written.
+    fn push(&self, item: Outgoing) -> Result<(), String>;
+}

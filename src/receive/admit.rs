@@ -96,7 +96,7 @@ pub struct Admission {
     pub journaled: bool,
     /// The pass-through queue is on disk (`storage.directory`): what is passed on is written
     /// there before the answer, in place of `passthrough`'s channel.
-    pub passthrough_spool: Option<crate::emit::otlp_traces::SpoolHandle>,
+    pub passthrough_spool: Option<Arc<dyn crate::flow::outgoing::DiskSpool>>,
 }
 
 impl std::fmt::Debug for Admission {
