@@ -209,8 +209,11 @@ pub struct Chains {
     limits: ChainLimits,
     active: FxHashMap<TraceId, Chain>,
     due: DueQueue,
-    /// The entries due in one tick (reused).
+    /// Entries taken from `due`, in `(moment, trace id)` order; those from `due_next` on are
+    /// still to be looked at (a step with a budget leaves them to the next, before anything
+    /// `due` still holds: they fell due earlier).
     due_now: Vec<(Moment, TraceId)>,
+    due_next: usize,
     decided: FxHashMap<TraceId, DecidedChain>,
     decided_order: VecDeque<(Moment, TraceId, u32)>,
     bytes: usize,
@@ -282,6 +285,7 @@ impl Chains {
             active: FxHashMap::default(),
             due: DueQueue::default(),
             due_now: Vec::new(),
+            due_next: 0,
             decided: FxHashMap::default(),
             decided_order: VecDeque::new(),
             bytes: 0,
@@ -1005,7 +1009,7 @@ impl Chains {
             if !(self.active.len() >= self.limits.max_chains || self.bytes > self.limits.max_bytes) || self.active.is_empty() {
                 break;
             }
-            let Some((_, id)) = self.due.pop() else { break };
+            let Some((_, id)) = self.pop_due() else { break };
             if self.active.contains_key(&id) {
                 self.stats.chains_evicted += 1;
                 self.decide(id, DecidedBy::Evicted, now, out);
@@ -1034,25 +1038,59 @@ impl Chains {
         }
     }
 
+    /// The earliest entry due: one a budgeted step left, else the queue's.
+    fn pop_due(&mut self) -> Option<(Moment, TraceId)> {
+        match self.due_now.get(self.due_next) {
+            Some(&e) => {
+                self.due_next += 1;
+                Some(e)
+            }
+            None => self.due.pop(),
+        }
+    }
+
     /// When the next chain falls due (its decision may then move it later): the driver sleeps
     /// until then instead of checking on a fixed tick, so a verdict comes at `decision_wait`, not
-    /// up to a tick after it.
+    /// up to a tick after it. Entries a budgeted step left are due already.
     pub fn next_due(&self) -> Option<Moment> {
-        self.due.peek().map(|(at, _)| at)
+        self.due_now.get(self.due_next).map(|(at, _)| *at).or_else(|| self.due.peek().map(|(at, _)| at))
     }
 
     /// Decide every chain that is due at `now`.
     pub fn tick(&mut self, now: Moment, out: &mut Vec<DecidedCalls>) {
+        self.tick_within(now, usize::MAX, out);
+    }
+
+    /// [`tick`](Self::tick), deciding at most about `budget` calls: the chains still due then
+    /// wait for the next step (which takes them first, in the same order). What one step decides
+    /// is held at once — the decided calls, their verdicts, what the sinks make of them — so a
+    /// driver under a memory limit decides a burst in bounded steps. The step that passes the
+    /// budget finishes its chain: at most one chain over it.
+    pub fn tick_within(&mut self, now: Moment, budget: usize, out: &mut Vec<DecidedCalls>) {
         // Everything due now, in (moment, trace id) order. What a decision pushes falls due later,
         // except with a zero `decision_wait`: then go round again.
         self.settle_orphans(now, false, out);
-        let mut due_now = std::mem::take(&mut self.due_now);
-        while self.due.peek().is_some_and(|(at, _)| at <= now) {
-            due_now.clear();
-            self.due.due(now, &mut due_now);
-            self.tick_due(&due_now, now, out);
+        let mut spent = 0usize;
+        loop {
+            if self.due_next >= self.due_now.len() {
+                if !self.due.peek().is_some_and(|(at, _)| at <= now) {
+                    break;
+                }
+                self.due_now.clear();
+                self.due_next = 0;
+                self.due.due(now, &mut self.due_now);
+            }
+            while spent < budget {
+                let Some(&e) = self.due_now.get(self.due_next) else { break };
+                self.due_next += 1;
+                let before = out.len();
+                self.tick_due(&[e], now, out);
+                spent += out[before..].iter().map(|d| (d.calls.len() + d.previous.len()).max(1)).sum::<usize>();
+            }
+            if spent >= budget {
+                break;
+            }
         }
-        self.due_now = due_now;
         // Forget decided chains past the late-span window or over the count bound.
         while let Some(&(at, id, rev)) = self.decided_order.front() {
             if self.decided.get(&id).is_none_or(|d| d.revision != rev) {
@@ -1207,6 +1245,8 @@ impl Chains {
             }
         }
         self.due.clear();
+        self.due_now.clear();
+        self.due_next = 0;
         self.release_limbo();
     }
 

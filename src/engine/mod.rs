@@ -321,11 +321,20 @@ impl Engine {
     /// Let time pass to `now`: decide due chains, move time-based verdicts (TTL expiry, `max_age`,
     /// progress clocks), forget idle sessions.
     pub fn tick(&mut self, now: Moment, out: &mut Vec<Decided>) {
+        self.tick_within(now, usize::MAX, out);
+    }
+
+    /// [`tick`](Self::tick), deciding at most about `budget` calls of the chains due (see
+    /// `Chains::tick_within`): the rest are due still ([`next_due`](Self::next_due) says so) and
+    /// are decided first by the next step, in the same order. A burst of chains falling due at
+    /// once is then held a budget at a time — its calls, verdicts and what the sinks make of them
+    /// — not all together.
+    pub fn tick_within(&mut self, now: Moment, budget: usize, out: &mut Vec<Decided>) {
         self.now = now;
         let mut decided = std::mem::take(&mut self.scratch);
         let hold = lend!(self, |r, t| r.before_decide(&mut t, now, false, &mut decided));
         if !hold {
-            self.chains.tick(now, &mut decided);
+            self.chains.tick_within(now, budget, &mut decided);
         }
         if self.last_reevaluated.is_none_or(|t| now.saturating_duration_since(t) >= REEVALUATE_EVERY) {
             self.last_reevaluated = Some(now);

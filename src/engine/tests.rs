@@ -532,6 +532,61 @@ fn the_next_due_moment_is_the_decision_time() {
     assert_eq!(e.next_due(), None);
 }
 
+/// A burst of chains falling due at once, decided a budget at a time (the service under a
+/// memory limit): each step decides about the budget, the engine says the rest are due still,
+/// and the verdicts are those of one unbounded step, in the same order.
+#[test]
+fn a_burst_decided_in_bounded_steps_gives_the_verdicts_of_one_step() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let spans: Vec<SpanEvidence> = (0u16..300)
+        .map(|i| {
+            let mut trace = [0u8; 16];
+            trace[..2].copy_from_slice(&i.to_be_bytes());
+            let mut s = SpanEvidence::new(trace, [1; 8]);
+            s.method = Some(Method::ToolsCall);
+            s.side = Side::Client;
+            s.request_id = Some(i.to_string().into());
+            s.start_ns = 10;
+            s.end_ns = 20;
+            if i % 3 == 0 {
+                s.transport = Some(crate::evidence::TransportOutcome::Timeout);
+            }
+            s
+        })
+        .collect();
+    let key = |out: &[Decided]| -> Vec<(crate::evidence::TraceId, [u8; 8], HealthState, DecidedBy)> {
+        calls(out).iter().map(|v| (v.trace_id, v.span_id, v.state, v.decided_by)).collect()
+    };
+    // Two batches, the second due later: the budget cuts across both.
+    let feed = |e: &mut Engine, out: &mut Vec<Decided>| {
+        e.ingest(NormalizedBatch { evidence: spans[..200].to_vec(), ..Default::default() }, t0, out);
+        e.ingest(NormalizedBatch { evidence: spans[200..].to_vec(), ..Default::default() }, t0 + Duration::from_millis(5), out);
+    };
+    let due = t0 + Duration::from_millis(100);
+    let mut one = engine(50);
+    let mut all = Vec::new();
+    feed(&mut one, &mut all);
+    one.tick(due, &mut all);
+    assert_eq!(calls(&all).len(), 300);
+
+    let mut e = engine(50);
+    let mut out = Vec::new();
+    feed(&mut e, &mut out);
+    let mut now = due;
+    let mut steps = 0;
+    while e.next_due().is_some_and(|d| d <= now) {
+        let before = calls(&out).len();
+        e.tick_within(now, 7, &mut out);
+        let decided = calls(&out).len() - before;
+        assert!((1..=7).contains(&decided), "a step decides up to its budget: {decided}");
+        steps += 1;
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(steps, 300usize.div_ceil(7));
+    assert_eq!(e.in_flight(), 0);
+    assert_eq!(key(&out), key(&all), "the same verdicts, in the same order");
+}
+
 /// `spans` in a permutation from `seed` (Fisher-Yates with a small LCG), cut into batches at
 /// `cuts` (each the length of the next batch, clamped to what is left).
 fn shuffled_batches(spans: &[SpanEvidence], seed: u64, cuts: &[usize]) -> Vec<Vec<SpanEvidence>> {

@@ -24,6 +24,15 @@ pub use health::Heartbeat;
 
 /// Most queued batches taken in one engine step before its records go to the sinks.
 const BATCHES_PER_STEP: usize = 64;
+/// Most calls decided in one engine step ([`Engine::tick_within`]); the chains due beyond it are
+/// decided by the steps right after. What a step decides is held all at once — the decided
+/// calls, their verdicts, the verdict log's lines, the health spans' encodings — beside the
+/// evidence it came from, and the memory limiter sees none of it before its next sample. A
+/// flood's requests, taken in together, fall due together: decided in one step, ~100 k calls
+/// took the embedded default 60–160 MiB past its 512 MiB limit (`tests/e2e_memory.rs`). A step
+/// of 4096 calls holds about 10 MiB, and costs the engine no throughput (a step's fixed work is
+/// small beside 4096 classifications).
+const DECIDE_PER_STEP: usize = 4096;
 /// How often the engine's gauges are computed and reported: they walk the session and incident
 /// tables, which is not work for every tick.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
@@ -96,7 +105,7 @@ pub async fn run_engine(
                 if last_step >= next_tick {
                     next_tick = last_step + tick;
                 }
-                engine.tick(now, &mut out);
+                engine.tick_within(now, DECIDE_PER_STEP, &mut out);
                 if last_report.is_none_or(|t| now.saturating_duration_since(t) >= REPORT_EVERY) {
                     last_report = Some(now);
                     sinks.report(&engine.gauges());
