@@ -1073,7 +1073,7 @@ impl Chains {
         let mut spent = 0usize;
         loop {
             if self.due_next >= self.due_now.len() {
-                if !self.due.peek().is_some_and(|(at, _)| at <= now) {
+                if self.due.peek().is_none_or(|(at, _)| at > now) {
                     break;
                 }
                 self.due_now.clear();

@@ -55,7 +55,8 @@ impl Admitted {
 #[derive(Debug)]
 pub struct Durable {
     written: tokio::sync::oneshot::Receiver<bool>,
-    admission: Admission,
+    /// Boxed: an admission is large, and an accepted answer carries this.
+    admission: Box<Admission>,
     spans: u64,
     rejected: u64,
     transport: Transport,
@@ -494,7 +495,7 @@ impl Admission {
         let durable = self.journaled.then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
             batch.answered = Some(tx);
-            Durable { written: rx, admission: self.clone(), spans, rejected, transport }
+            Durable { written: rx, admission: Box::new(self.clone()), spans, rejected, transport }
         });
         match (pass_permit, outgoing, &self.passthrough_spool) {
             (Some(Some(permit)), Some(o), _) => permit.send(o),

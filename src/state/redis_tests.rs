@@ -980,7 +980,7 @@ fn redis_a_damaged_or_newer_record_is_skipped_named_and_never_overwritten() {
     assert_eq!(named, bad);
     // This build's write to the newer record's key is refused, and the bytes stay.
     let mut c = Changes::default();
-    c.put("=newer.example".into(), Record::Incidents(Box::new(crate::state::ServerIncidents::default())));
+    c.put("=newer.example".into(), Record::Incidents(Box::default()));
     assert!(matches!(fresh.apply(&c), Err(StoreError::Conflict { .. })), "a newer build's record is never written over");
     let raw: Vec<u8> = ::redis::cmd("HGET").arg(&newer_key).arg("v").query(&mut conn).unwrap();
     assert_eq!(raw, newer);
