@@ -6,6 +6,8 @@ engine) in its wheel's libhelm_c.so, so this renders as `helm template` does:
     render.py CHART [--name R] [--namespace N] [-f VALUES.yaml]... [--set K=V]...
 prints the manifests as one YAML stream with `# Source:` lines; a bad value or template: the
 error on stderr, exit 1. `--set` and `-f` are applied in order, `--set` last, as helm does.
+`--notes` prints the rendered NOTES.txt instead; `--lint` runs `helm lint --strict` (Kubernetes
+1.31) with the values and fails on any warning or error.
 """
 import argparse
 import sys
@@ -30,6 +32,8 @@ def main():
     p.add_argument("--namespace", default="observability")
     p.add_argument("-f", "--values", action="append", default=[])
     p.add_argument("--set", action="append", default=[])
+    p.add_argument("--notes", action="store_true")
+    p.add_argument("--lint", action="store_true")
     a = p.parse_args()
     values = {}
     for f in a.values:
@@ -37,6 +41,12 @@ def main():
             merge(values, helm.values_from_yaml(fh.read()))
     for s in a.set:
         merge(values, helm.parse_set_string(s))
+    if a.lint:
+        report = helm.lint(a.chart, values, strict=True, namespace=a.namespace, kube_version="v1.31.0")
+        bad = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+        for m in bad:
+            print(f"render.py --lint: {m}", file=sys.stderr)
+        return 1 if bad else 0
     try:
         with helm.Chart.load(a.chart) as chart:
             # helm template checks the coalesced values (defaults + overrides) against
@@ -46,6 +56,9 @@ def main():
     except helm.HelmError as e:  # values, schema, template and load errors alike
         print(f"render.py: {e}", file=sys.stderr)
         return 1
+    if a.notes:
+        sys.stdout.write(next(v for k, v in manifests.items() if k.endswith("/NOTES.txt")))
+        return 0
     for path in sorted(manifests):
         body = manifests[path].strip()
         if not body or path.endswith("NOTES.txt"):

@@ -21,7 +21,7 @@ extensions:
 {{- if eq .Values.mode "statefulset" }}
 processors:
   mcp_health:
-    # Behind the load_balancing exporter a trace that began before this pod did may have its first
+    # Behind the `loadbalancing` exporter a trace that began before this pod did may have its first
     # spans on another pod (or on this one before a restart): never judge it healthy.
     partial_before_start: true
 storage:
