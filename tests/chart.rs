@@ -11,7 +11,7 @@
 //! Missing: `SKIPPED: …` outside CI, a failure under CI.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -34,7 +34,7 @@ fn python() -> Option<PathBuf> {
 }
 
 /// `helm template` with these `--set` expressions: the YAML stream, or the renderer's error.
-fn render_raw(py: &PathBuf, extra: &[&str], sets: &[&str]) -> Result<String, String> {
+fn render_raw(py: &Path, extra: &[&str], sets: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(py);
     cmd.current_dir(root()).stdin(Stdio::null()).arg("tests/chart/render.py").arg(CHART).args(extra);
     for s in sets {
@@ -50,7 +50,7 @@ fn render_raw(py: &PathBuf, extra: &[&str], sets: &[&str]) -> Result<String, Str
 }
 
 /// Rendered objects, after every one passed its schema.
-fn render(py: &PathBuf, sets: &[&str]) -> Vec<Value> {
+fn render(py: &Path, sets: &[&str]) -> Vec<Value> {
     let stream = render_raw(py, &[], sets).unwrap_or_else(|e| panic!("render {sets:?}: {e}"));
     validate(py, &stream, sets);
     let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&stream)
@@ -61,7 +61,7 @@ fn render(py: &PathBuf, sets: &[&str]) -> Vec<Value> {
     docs
 }
 
-fn validate(py: &PathBuf, stream: &str, sets: &[&str]) {
+fn validate(py: &Path, stream: &str, sets: &[&str]) {
     use std::io::Write;
     let mut child = Command::new(py)
         .current_dir(root())
@@ -109,7 +109,8 @@ fn checksum(docs: &[Value]) -> String {
     workload(docs)["spec"]["template"]["metadata"]["annotations"]["checksum/config"].as_str().unwrap().to_owned()
 }
 
-const STATEFULSET: &[&str] = &["mode=statefulset", "externalRedis.url=redis://redis.data:6379/0", "externalRedis.existingSecret=redis-auth"];
+const STATEFULSET: &[&str] =
+    &["mode=statefulset", "externalRedis.url=redis://redis.data:6379/0", "externalRedis.existingSecret=redis-auth"];
 const WITH_REDIS: &[&str] = &[
     "mode=statefulset",
     "redis.enabled=true",
@@ -172,8 +173,7 @@ fn pods_are_locked_down_probed_limited_and_budgeted() {
 
         // Probes: `/` on the port named health, which is the config's health_check port.
         let cfg = config(&docs);
-        let health_port: u64 =
-            cfg["extensions"]["health_check"]["endpoint"].as_str().unwrap().rsplit(':').next().unwrap().parse().unwrap();
+        let health_port: u64 = cfg["extensions"]["health_check"]["endpoint"].as_str().unwrap().rsplit(':').next().unwrap().parse().unwrap();
         let ports = c["ports"].as_array().unwrap();
         let named = |n: &str| ports.iter().find(|p| p["name"] == n).unwrap_or_else(|| panic!("no port {n}"))["containerPort"].as_u64();
         assert_eq!(named("health"), Some(health_port), "{sets:?}");
@@ -188,8 +188,7 @@ fn pods_are_locked_down_probed_limited_and_budgeted() {
 
         // Writable: only the state directory, when the config keeps state there.
         let mounts = c["volumeMounts"].as_array().unwrap();
-        let writable: Vec<&str> =
-            mounts.iter().filter(|m| m["readOnly"] != true).map(|m| m["mountPath"].as_str().unwrap()).collect();
+        let writable: Vec<&str> = mounts.iter().filter(|m| m["readOnly"] != true).map(|m| m["mountPath"].as_str().unwrap()).collect();
         let dir = cfg["storage"]["directory"].as_str();
         assert_eq!(writable, dir.into_iter().collect::<Vec<_>>(), "{sets:?}: writable mounts vs storage.directory");
 
@@ -281,12 +280,8 @@ fn statefulset_mode_is_the_shared_store_cluster() {
     let endpoint = config(&docs)["storage"]["endpoint"].as_str().unwrap().to_owned();
     assert!(endpoint.ends_with("@mcp-health-redis:6379/0"), "{endpoint}");
     let redis = one(&docs, "StatefulSet", "mcp-health-redis");
-    let args: Vec<&str> = redis["spec"]["template"]["spec"]["containers"][0]["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args: Vec<&str> =
+        redis["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     for (flag, value) in [("--maxmemory-policy", "noeviction"), ("--appendonly", "yes"), ("--requirepass", "$(REDIS_PASSWORD)")] {
         let i = args.iter().position(|a| *a == flag).unwrap_or_else(|| panic!("redis lacks {flag}: {args:?}"));
         assert_eq!(args[i + 1], value);
@@ -302,8 +297,7 @@ fn statefulset_mode_is_the_shared_store_cluster() {
 #[test]
 fn the_prometheus_rule_is_the_shipped_alert_rules() {
     let Some(py) = python() else { return };
-    let shipped: Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("otel-config/alerts.yml")).unwrap()).unwrap();
+    let shipped: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("otel-config/alerts.yml")).unwrap()).unwrap();
     let docs = render(&py, &["prometheusRule.enabled=true", "prometheusRule.extraLabels.release=kps"]);
     let rule = one(&docs, "PrometheusRule", "mcp-health");
     assert_eq!(rule["spec"]["groups"], shipped["groups"]);
