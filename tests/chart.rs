@@ -145,8 +145,10 @@ fn both_modes_render_and_every_object_passes_its_schema() {
     for sets in [&["state.enabled=true"][..], &["state.enabled=true", "state.existingClaim=mcp-health-state"]] {
         render(&py, sets);
     }
-    let lint = render_raw(&py, &["--lint"], WITH_REDIS);
-    assert!(lint.is_ok(), "helm lint --strict: {}", lint.unwrap_err());
+    for sets in [&[][..], WITH_REDIS] {
+        let lint = render_raw(&py, &["--lint"], sets);
+        assert!(lint.is_ok(), "helm lint --strict {sets:?}: {}", lint.unwrap_err());
+    }
 }
 
 /// The pods run as the image's user with nothing writable but what the config needs, are probed on
