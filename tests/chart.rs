@@ -51,7 +51,11 @@ fn render_raw(py: &Path, extra: &[&str], sets: &[&str]) -> Result<String, String
 
 /// Rendered objects, after every one passed its schema.
 fn render(py: &Path, sets: &[&str]) -> Vec<Value> {
-    let stream = render_raw(py, &[], sets).unwrap_or_else(|e| panic!("render {sets:?}: {e}"));
+    render_with(py, &[], sets)
+}
+
+fn render_with(py: &Path, extra: &[&str], sets: &[&str]) -> Vec<Value> {
+    let stream = render_raw(py, extra, sets).unwrap_or_else(|e| panic!("render {extra:?} {sets:?}: {e}"));
     validate(py, &stream, sets);
     let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&stream)
         .map(|d| serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("render {sets:?}: not YAML: {e}\n{stream}")))
@@ -203,6 +207,25 @@ fn pods_are_locked_down_probed_limited_and_budgeted() {
         let pdb = one(&docs, "PodDisruptionBudget", "mcp-health");
         assert_eq!(pdb["spec"]["selector"], workload(&docs)["spec"]["selector"], "{sets:?}");
         assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{sets:?}");
+    }
+}
+
+/// The collector chart's pass-through values reach the container: extra arguments after the config,
+/// variables (from Secrets too), and read-only mounts for the files a config names (TLS, lockfile).
+#[test]
+fn extra_args_env_and_volumes_reach_the_container() {
+    let Some(py) = python() else { return };
+    for sets in [&[][..], STATEFULSET] {
+        let docs = render_with(&py, &["-f", "tests/chart/extra-values.yaml"], sets);
+        let pod = &workload(&docs)["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        assert_eq!(args, ["serve", "--config", "/etc/mcp-health/mcp-health.yaml", "--set", "service.telemetry.logs.level=debug"]);
+        assert!(c["env"].as_array().unwrap().iter().any(|e| e["name"] == "OTLP_TOKEN"), "{sets:?}");
+        assert_eq!(c["envFrom"][0]["secretRef"]["name"], "more", "{sets:?}");
+        let tls = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "tls").expect("the tls mount");
+        assert_eq!(tls["readOnly"], true);
+        assert!(pod["volumes"].as_array().unwrap().iter().any(|v| v["secret"]["secretName"] == "mcp-health-tls"), "{sets:?}");
     }
 }
 

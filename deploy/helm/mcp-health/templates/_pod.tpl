@@ -37,11 +37,11 @@ spec:
         - serve
         - --config
         - /etc/mcp-health/mcp-health.yaml
-        {{- range .Values.extraArgs }}
+        {{- range .Values.command.extraArgs }}
         - {{ . | quote }}
         {{- end }}
       {{- $secret := include "mcp-health.redisSecret" . }}
-      {{- if or .Values.extraEnv (and (eq .Values.mode "statefulset") $secret) }}
+      {{- if or .Values.extraEnvs (and (eq .Values.mode "statefulset") $secret) }}
       env:
         {{- if and (eq .Values.mode "statefulset") $secret }}
         # Substituted into storage.endpoint by mcp-health (${env:…}); never in the ConfigMap.
@@ -51,9 +51,13 @@ spec:
               name: {{ $secret }}
               key: {{ include "mcp-health.redisPasswordKey" . }}
         {{- end }}
-        {{- with .Values.extraEnv }}
+        {{- with .Values.extraEnvs }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- end }}
+      {{- with .Values.extraEnvsFrom }}
+      envFrom:
+        {{- toYaml . | nindent 8 }}
       {{- end }}
       ports:
         - {name: otlp-grpc, containerPort: {{ .Values.ports.otlpGrpc }}, protocol: TCP}
@@ -80,6 +84,9 @@ spec:
         - name: state
           mountPath: {{ .Values.state.mountPath }}
         {{- end }}
+        {{- with .Values.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: config
       configMap:
@@ -95,6 +102,9 @@ spec:
       emptyDir:
         {{- toYaml .Values.state.emptyDir | nindent 8 }}
       {{- end }}
+    {{- end }}
+    {{- with .Values.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
     {{- end }}
   {{- with .Values.nodeSelector }}
   nodeSelector:
