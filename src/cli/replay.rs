@@ -28,6 +28,15 @@ pub use crate::service::replay::ReplayError;
 use crate::verdict::Verdict;
 
 #[derive(Args, Debug)]
+#[command(after_help = "\
+Exit codes (stable, for CI): 0 passed (no --fail-on finding), 1 findings, 2 bad input or
+configuration (an unparseable --fail-on SPEC, an unknown state or layer name, an unreadable or
+undecodable file, a bad lockfile or configuration).
+
+Examples:
+  mcp-health replay evidence.jsonl --fail-on state=false_success,effect_unknown --fail-on layer=authorization
+  mcp-health replay evidence.jsonl --fail-on 'verified_rate<0.9' --format sarif > mcp-health.sarif
+  mcp-health replay evidence.jsonl --lockfile mcp-health.lock.json --fail-on drift --format junit > junit.xml")]
 pub struct ReplayArgs {
     /// OTLP/JSON files, one ExportTraceServiceRequest per line; `-` reads standard input.
     #[arg(required = true)]
@@ -251,7 +260,10 @@ pub fn run(a: ReplayArgs) -> ExitCode {
         }
     };
     if let Err(e) = res.and_then(|_| out.flush()) {
-        eprintln!("error: writing the output: {e}");
+        // A closed pipe (`| head`) is the reader's choice; anything else is worth a line.
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: writing the output: {e}");
+        }
         return ExitCode::from(EXIT_BAD_INPUT);
     }
     for f in &findings {
