@@ -5,7 +5,7 @@
 //! protocol and verified success rates side by side.
 //!
 //! As a CI gate (`--fail-on`), its exit code is the answer, stable across releases: 0 the gate
-//! passed, 1 findings, 2 bad input or configuration (an unparseable SPEC, an unreadable or
+//! passed, 1 findings, 2 bad input or configuration (an unparseable condition, an unreadable or
 //! undecodable file, a bad lockfile or configuration). `--format junit|sarif` writes the same
 //! verdicts for a CI system's test report or a code-scanning dashboard.
 
@@ -57,8 +57,8 @@ pub struct ReplayArgs {
     /// of these health states), `layer=NAME[,NAME…]` (a call whose first failed layer is one of
     /// these), `verified_rate<0.9` or `protocol_rate<0.9` (also `<=`, `>`, `>=`; `90%` works; no
     /// tool calls at all fails too), `drift` (a tool definition differs from its pin). Repeat it,
-    /// or join conditions with commas. Exit codes: 0 passed, 1 findings, 2 bad input or SPEC.
-    #[arg(long = "fail-on", value_name = "SPEC")]
+    /// or join conditions with commas. Exit codes: 0 passed, 1 findings, 2 bad input or condition.
+    #[arg(long = "fail-on", value_name = "CONDITION")]
     pub fail_on: Vec<String>,
 }
 
