@@ -183,7 +183,8 @@ fn replay_format(format: &str, args: &[String], extra: &[&str]) -> String {
 #[test]
 fn junit_is_valid_against_its_schema_with_a_case_per_call() {
     // The validator validates: a test case without its required name is refused.
-    let Some(broken) = junit_valid(r#"<testsuites><testsuite name="s" tests="1" failures="0" errors="0"><testcase/></testsuite></testsuites>"#)
+    let Some(broken) =
+        junit_valid(r#"<testsuites><testsuite name="s" tests="1" failures="0" errors="0"><testcase/></testsuite></testsuites>"#)
     else {
         return skip_unless_ci("xmllint (Debian libxml2-utils)");
     };
@@ -198,7 +199,9 @@ fn junit_is_valid_against_its_schema_with_a_case_per_call() {
     let xml = replay_format("junit", &[fixture("eight_calls.jsonl")], &[]);
     assert_eq!(xml.matches("<testcase ").count(), 8, "{xml}");
     assert_eq!(xml.matches("<failure ").count(), 7, "all but the verified delivery: {xml}");
-    for needle in ["first failed layer authorization, reason insufficient_scope", "reason outcome_missing", "next: ask the credential owner"] {
+    for needle in
+        ["first failed layer authorization, reason insufficient_scope", "reason outcome_missing", "next: ask the credential owner"]
+    {
         assert!(xml.contains(needle), "{needle} in {xml}");
     }
     assert!(xml.contains(r#"<testsuite name="tickets.invalid:8443""#), "a suite per server: {xml}");
@@ -206,8 +209,9 @@ fn junit_is_valid_against_its_schema_with_a_case_per_call() {
 
 #[test]
 fn sarif_is_valid_against_the_2_1_0_schema_with_rules_levels_and_pin_locations() {
-    let Some(broken) = sarif_valid(r#"{"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}}, "results": [{"level": "fatal", "message": {"text": "m"}}]}]}"#)
-    else {
+    let Some(broken) = sarif_valid(
+        r#"{"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}}, "results": [{"level": "fatal", "message": {"text": "m"}}]}]}"#,
+    ) else {
         return skip_unless_ci("Python jsonschema (.venv-schema)");
     };
     assert!(broken.is_err(), "the validator accepted level `fatal`");
@@ -218,10 +222,18 @@ fn sarif_is_valid_against_the_2_1_0_schema_with_rules_levels_and_pin_locations()
             panic!("{name}: SARIF not valid: {e}\n{doc}");
         }
     }
-    let doc: Value = serde_json::from_str(&replay_format("sarif", &[fixture("eight_calls.jsonl")], &["--fail-on", "verified_rate<0.9"])).unwrap();
+    let doc: Value =
+        serde_json::from_str(&replay_format("sarif", &[fixture("eight_calls.jsonl")], &["--fail-on", "verified_rate<0.9"])).unwrap();
     let run = &doc["runs"][0];
     let rules: Vec<&str> = run["tool"]["driver"]["rules"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
-    for id in ["state/false_success", "state/needs_auth", "state/healthy", "drift/parameter_renamed", "drift/definition_changed", "rate/verified_rate"] {
+    for id in [
+        "state/false_success",
+        "state/needs_auth",
+        "state/healthy",
+        "drift/parameter_renamed",
+        "drift/definition_changed",
+        "rate/verified_rate",
+    ] {
         assert!(rules.contains(&id), "rule {id} in {rules:?}");
     }
     let results = run["results"].as_array().unwrap();
@@ -236,9 +248,11 @@ fn sarif_is_valid_against_the_2_1_0_schema_with_rules_levels_and_pin_locations()
 
     // Drift is located at the tool's pin in the lockfile.
     let lock = lockfile(dir.path());
-    let doc: Value = serde_json::from_str(&replay_format("sarif", &[fixture("drift_after.jsonl"), "--lockfile".into(), lock.clone()], &[])).unwrap();
+    let doc: Value =
+        serde_json::from_str(&replay_format("sarif", &[fixture("drift_after.jsonl"), "--lockfile".into(), lock.clone()], &[])).unwrap();
     let lock_text = std::fs::read_to_string(&lock).unwrap();
-    let drift: Vec<&Value> = doc["runs"][0]["results"].as_array().unwrap().iter().filter(|r| r["ruleId"].as_str().unwrap().starts_with("drift/")).collect();
+    let drift: Vec<&Value> =
+        doc["runs"][0]["results"].as_array().unwrap().iter().filter(|r| r["ruleId"].as_str().unwrap().starts_with("drift/")).collect();
     assert!(drift.iter().any(|r| r["ruleId"] == "drift/parameter_renamed"), "{drift:#?}");
     for r in drift {
         let loc = &r["locations"][0]["physicalLocation"];

@@ -223,11 +223,8 @@ struct Recorder {
 
 impl Recorder {
     fn open(path: &std::path::Path) -> Result<Recorder, String> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| format!("--record {}: {e}", path.display()))?;
+        let file =
+            std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("--record {}: {e}", path.display()))?;
         Ok(Recorder { file, path: path.to_path_buf(), failed: false })
     }
 

@@ -66,12 +66,8 @@ pub(crate) enum Comparison {
 
 impl Comparison {
     /// Two-character operators first, so `<=` is not read as `<` followed by `=0.9`.
-    const ALL: [(Comparison, &'static str); 4] = [
-        (Comparison::LessOrEqual, "<="),
-        (Comparison::GreaterOrEqual, ">="),
-        (Comparison::Less, "<"),
-        (Comparison::Greater, ">"),
-    ];
+    const ALL: [(Comparison, &'static str); 4] =
+        [(Comparison::LessOrEqual, "<="), (Comparison::GreaterOrEqual, ">="), (Comparison::Less, "<"), (Comparison::Greater, ">")];
     pub(crate) fn as_str(self) -> &'static str {
         Comparison::ALL.iter().find(|(c, _)| *c == self).map_or("?", |(_, s)| s)
     }
@@ -163,9 +159,10 @@ fn layer(name: &str) -> Result<Layer, FailOnError> {
 
 /// `verified_rate<0.9`: `None` when the token is not a comparison at all.
 fn rate(token: &str) -> Result<Option<FailOn>, FailOnError> {
-    let Some((at, cmp, op)) = token.find(['<', '>']).and_then(|at| {
-        Comparison::ALL.iter().find(|(_, op)| token[at..].starts_with(op)).map(|(c, op)| (at, *c, *op))
-    }) else {
+    let Some((at, cmp, op)) = token
+        .find(['<', '>'])
+        .and_then(|at| Comparison::ALL.iter().find(|(_, op)| token[at..].starts_with(op)).map(|(c, op)| (at, *c, *op)))
+    else {
         return Ok(None);
     };
     let name = token[..at].trim();
@@ -344,7 +341,9 @@ mod tests {
     }
 
     fn with(state: HealthState, layer: Option<crate::verdict::Layer>) -> Verdict {
-        let mut v = sample("tools/call", layer.is_none(), state == HealthState::Healthy);
+        // The exchange completed unless a layer before the outcome failed.
+        let completed = layer.is_none_or(|l| l == crate::verdict::Layer::Outcome);
+        let mut v = sample("tools/call", completed, state == HealthState::Healthy);
         v.state = state;
         v.first_failed_layer = layer;
         v
@@ -361,7 +360,7 @@ mod tests {
             with(ContractDrift, Some(L::Protocol)),
         ];
         let summary = Summary::of(&verdicts);
-        assert_eq!(summary.verified_success_rate, Some(0.25));
+        assert_eq!((summary.protocol_success_rate, summary.verified_success_rate), (Some(0.5), Some(0.25)));
         let drift = vec![];
         let ev = Evidence { verdicts: &verdicts, drift: &drift, summary: &summary };
         // (spec, indices of the verdicts found, rate findings)

@@ -65,9 +65,12 @@ fn state_description(s: HealthState) -> &'static str {
 /// A drift that can break or mislead a caller is an error; one that widens or decorates, a warning.
 fn drift_level(kind: &str) -> Level {
     match kind {
-        "parameter_added" | "enum_widened" | "output_schema_changed" | "title_changed" | "execution_changed" | "parameter_schema_changed" => {
-            Level::Warning
-        }
+        "parameter_added"
+        | "enum_widened"
+        | "output_schema_changed"
+        | "title_changed"
+        | "execution_changed"
+        | "parameter_schema_changed" => Level::Warning,
         _ => Level::Error,
     }
 }
