@@ -483,3 +483,72 @@ fn the_gate_script_records_a_real_server_through_the_tap_and_gates_on_it() {
     let calls = json.lines().filter(|l| l.contains("\"tools/call\"")).count();
     assert_eq!(calls, 3, "three tool calls recorded: {json}");
 }
+
+/// A free loopback port (bound and released: the server binds it next).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_gate_script_puts_the_tap_in_front_of_an_http_server_during_the_test_command() {
+    let Some(server) = everything_bin() else {
+        return skip_unless_ci("server-everything (tests/tap/everything/node_modules), node or python3");
+    };
+    let port = free_port();
+    let _server = Killed(
+        Command::new(&server)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "server-everything did not listen on {port}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let evidence = dir.path().join("evidence.jsonl").to_string_lossy().into_owned();
+    let sarif = dir.path().join("gate.sarif").to_string_lossy().into_owned();
+    let url = format!("http://127.0.0.1:{port}");
+    let test_command = format!("python3 {} echo get-sum", root().join("tests/tap/gate_client.py").display());
+    let mut env = vec![
+        ("GATE_BINARY", BIN),
+        ("GATE_SERVER_URL", url.as_str()),
+        ("GATE_TEST_COMMAND", test_command.as_str()),
+        ("GATE_EVIDENCE", evidence.as_str()),
+        ("GATE_SARIF", sarif.as_str()),
+        ("GATE_FAIL_ON", "state=false_success,effect_unknown,protocol_error"),
+    ];
+    let out = gate("run", &env);
+    let log = format!("stdout:\n{}\nstderr:\n{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "two good calls pass: {log}");
+    assert!(text(&out.stdout).contains("The sum of 2 and 3 is 5."), "{log}");
+    let json = text(&mcp_health(&["replay", "--format", "json", &evidence]).stdout);
+    assert_eq!(json.lines().filter(|l| l.contains("\"tools/call\"")).count(), 2, "{json}");
+
+    // The verified rate of calls nobody verified is 0: a rate condition fails the same run.
+    env.retain(|(k, _)| *k != "GATE_FAIL_ON");
+    env.push(("GATE_FAIL_ON", "verified_rate<0.5"));
+    let out = gate("run", &env);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&sarif).unwrap()).unwrap();
+    assert!(doc["runs"][0]["results"].as_array().unwrap().iter().any(|r| r["ruleId"] == "rate/verified_rate"), "{doc:#}");
+
+    // A failing test command fails the gate with its own code when the evidence passes.
+    env.retain(|(k, _)| *k != "GATE_FAIL_ON" && *k != "GATE_TEST_COMMAND");
+    env.push(("GATE_TEST_COMMAND", "exit 7"));
+    assert_eq!(gate("run", &env).status.code(), Some(7));
+}
