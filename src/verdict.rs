@@ -430,6 +430,43 @@ pub enum ContractChange {
 }
 
 impl ContractChange {
+    /// Every kind, as `kind` names it (the `kind` of a drift line): one SARIF rule each.
+    pub const KINDS: [&'static str; 13] = [
+        "parameter_added",
+        "parameter_removed",
+        "parameter_renamed",
+        "required_changed",
+        "type_changed",
+        "enum_narrowed",
+        "enum_widened",
+        "description_changed",
+        "annotation_flipped",
+        "output_schema_changed",
+        "title_changed",
+        "execution_changed",
+        "parameter_schema_changed",
+    ];
+
+    /// The kind of change, as it is serialized (`"kind": "parameter_renamed"`).
+    pub fn kind(&self) -> &'static str {
+        use ContractChange::*;
+        match self {
+            ParameterAdded { .. } => "parameter_added",
+            ParameterRemoved { .. } => "parameter_removed",
+            ParameterRenamed { .. } => "parameter_renamed",
+            RequiredChanged { .. } => "required_changed",
+            TypeChanged { .. } => "type_changed",
+            EnumNarrowed { .. } => "enum_narrowed",
+            EnumWidened { .. } => "enum_widened",
+            DescriptionChanged { .. } => "description_changed",
+            AnnotationFlipped { .. } => "annotation_flipped",
+            OutputSchemaChanged => "output_schema_changed",
+            TitleChanged => "title_changed",
+            ExecutionChanged => "execution_changed",
+            ParameterSchemaChanged { .. } => "parameter_schema_changed",
+        }
+    }
+
     /// A short human sentence.
     pub fn describe(&self) -> String {
         use ContractChange::*;

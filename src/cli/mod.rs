@@ -38,11 +38,14 @@ Examples:
   mcp-health validate otel-config/mcp-health.yaml
   mcp-health replay tests/fixtures/eight_calls.jsonl
   mcp-health replay --format json traces.jsonl   one JSON verdict per line, then a summary
+  mcp-health replay evidence.jsonl --fail-on state=false_success,effect_unknown --format sarif > out.sarif
+                                              a CI gate: exit 1 on findings (docs/ci-gate.md)
   mcp-health lock traces.jsonl --lockfile mcp-health.lock.json   pin tool contracts
   mcp-health verify traces.jsonl --lockfile mcp-health.lock.json exit 1 on contract drift
   mcp-health loadgen --endpoint 127.0.0.1:4317 --seconds 10
   mcp-health tap -- python server.py          wrap a stdio MCP server, emit evidence spans over OTLP
   mcp-health tap --listen 127.0.0.1:8080 --upstream http://127.0.0.1:8000   the same for streamable HTTP
+  mcp-health tap --record evidence.jsonl -- python server.py   evidence to a file `replay` reads
   mcp-health print-default-config > my.yaml   start your own config from the default
   mcp-health health --endpoint 127.0.0.1:13133   exit 0 when the service answers 200
   mcp-health keygen --out tap.key             a receipt-signing key for `tap --signing-key`
@@ -57,7 +60,8 @@ OTEL_EXPORTER_OTLP_COMPRESSION, OTEL_METRIC_EXPORT_INTERVAL, OTEL_SERVICE_NAME, 
 pub enum Command {
     /// Run the service (the default when no command is given).
     Serve(serve::ServeArgs),
-    /// Classify OTLP/JSON files offline and print verdicts and the two success rates.
+    /// Classify OTLP/JSON files offline and print verdicts and the two success rates; with
+    /// `--fail-on`, a CI gate (exit 0 passed, 1 findings, 2 bad input).
     Replay(replay::ReplayArgs),
     /// Check a configuration file; names the bad key and its line.
     Validate(validate::ValidateArgs),

@@ -3,6 +3,15 @@
 //! Reads OTLP/JSON, one `ExportTraceServiceRequest` per line (what the collector's file exporter
 //! writes), joins spans by trace across all lines and files, and prints a verdict per call and the
 //! protocol and verified success rates side by side.
+//!
+//! As a CI gate (`--fail-on`), its exit code is the answer, stable across releases: 0 the gate
+//! passed, 1 findings, 2 bad input or configuration (an unparseable condition, an unreadable or
+//! undecodable file, a bad lockfile or configuration). `--format junit|sarif` writes the same
+//! verdicts for a CI system's test report or a code-scanning dashboard.
+
+mod fail_on;
+mod junit;
+mod sarif;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -19,6 +28,15 @@ pub use crate::service::replay::ReplayError;
 use crate::verdict::Verdict;
 
 #[derive(Args, Debug)]
+#[command(after_help = "\
+Exit codes (stable, for CI): 0 passed (no --fail-on finding), 1 findings, 2 bad input or
+configuration (an unparseable --fail-on SPEC, an unknown state or layer name, an unreadable or
+undecodable file, a bad lockfile or configuration).
+
+Examples:
+  mcp-health replay evidence.jsonl --fail-on state=false_success,effect_unknown --fail-on layer=authorization
+  mcp-health replay evidence.jsonl --fail-on 'verified_rate<0.9' --format sarif > mcp-health.sarif
+  mcp-health replay evidence.jsonl --lockfile mcp-health.lock.json --fail-on drift --format junit > junit.xml")]
 pub struct ReplayArgs {
     /// OTLP/JSON files, one ExportTraceServiceRequest per line; `-` reads standard input.
     #[arg(required = true)]
@@ -31,15 +49,48 @@ pub struct ReplayArgs {
     /// the configuration's `lockfile`.
     #[arg(long)]
     pub lockfile: Option<String>,
-    /// `table` for people, `json` for one JSON object per record followed by a summary object.
+    /// `table` for people, `json` for one JSON object per record followed by a summary object,
+    /// `junit` for a CI test report (a test case per call), `sarif` for code scanning (SARIF 2.1.0).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// Fail (exit 1) when the replayed evidence shows this: `state=NAME[,NAME…]` (a verdict in one
+    /// of these health states), `layer=NAME[,NAME…]` (a call whose first failed layer is one of
+    /// these), `verified_rate<0.9` or `protocol_rate<0.9` (also `<=`, `>`, `>=`; `90%` works; no
+    /// tool calls at all fails too), `drift` (a tool definition differs from its pin). Repeat it,
+    /// or join conditions with commas. Exit codes: 0 passed, 1 findings, 2 bad input or condition.
+    #[arg(long = "fail-on", value_name = "CONDITION")]
+    pub fail_on: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum Format {
     Table,
     Json,
+    Junit,
+    Sarif,
+}
+
+/// Exit code: the gate passed (no findings, no bad input).
+const EXIT_PASS: u8 = 0;
+/// Exit code: `--fail-on` found something.
+const EXIT_FINDINGS: u8 = 1;
+/// Exit code: bad input or configuration (SPEC, file, lockfile, configuration, output).
+const EXIT_BAD_INPUT: u8 = 2;
+
+/// Whether a verdict is a call of its own in the CI reports: every attempt (SPEC section 2), and
+/// any other exchange that failed (a `tools/list` refused for authorization, say).
+pub(crate) fn reported(v: &Verdict) -> bool {
+    v.attempt || v.first_failed_layer.is_some() || v.state.is_failure()
+}
+
+/// A call's name in the CI reports: method, tool and the trace and span it is in. Nothing of the
+/// arguments, the session or any URL: the trace id is the join key to the tracing backend.
+pub(crate) fn call_identity(v: &Verdict) -> String {
+    let method = v.method.as_deref().unwrap_or("call");
+    match v.tool.as_deref() {
+        Some(t) => format!("{method} {t} [{}/{}]", hex::encode(v.trace_id), hex::encode(v.span_id)),
+        None => format!("{method} [{}/{}]", hex::encode(v.trace_id), hex::encode(v.span_id)),
+    }
 }
 
 /// The two rates of SPEC section 2, reported side by side. Both count `tools/call` attempts
@@ -160,12 +211,19 @@ pub fn final_verdicts(records: &[Decided]) -> Vec<Verdict> {
 }
 
 pub fn run(a: ReplayArgs) -> ExitCode {
+    let conditions = match fail_on::parse_all(&a.fail_on) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     let mut errors = Vec::new();
     let cfg = match Config::load(a.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
     let lockfile = a.lockfile.as_deref().or(cfg.processors.mcp_health.lockfile.as_deref());
@@ -173,7 +231,7 @@ pub fn run(a: ReplayArgs) -> ExitCode {
         Some(Ok(l)) => Some(std::sync::Arc::new(l)),
         Some(Err(e)) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_BAD_INPUT);
         }
         None => None,
     };
@@ -185,20 +243,41 @@ pub fn run(a: ReplayArgs) -> ExitCode {
         eprintln!("error: {e}");
     }
     let summary = Summary::of(&verdicts);
+    let evidence = fail_on::Evidence { verdicts: &verdicts, drift: &drift, summary: &summary };
+    let findings = fail_on::evaluate(&conditions, &evidence);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let res = match a.format {
         Format::Json => write_json(&mut out, &drift, &incidents, &verdicts, &catalog, &summary),
         Format::Table => write_table(&mut out, &verdicts, &catalog, &summary).and_then(|_| write_incidents(&mut out, &incidents)),
+        Format::Junit => junit::write(&mut out, &verdicts, &drift),
+        Format::Sarif => {
+            let artifacts = sarif::Artifacts {
+                evidence: a.files.first().map(String::as_str).filter(|f| *f != "-"),
+                lockfile: lockfile.and_then(|p| std::fs::read_to_string(p).ok().map(|t| (p, t))),
+            };
+            sarif::write(&mut out, &evidence, &findings, &artifacts)
+        }
     };
-    if res.is_err() {
-        return ExitCode::from(1);
+    if let Err(e) = res.and_then(|_| out.flush()) {
+        // A closed pipe (`| head`) is the reader's choice; anything else is worth a line.
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: writing the output: {e}");
+        }
+        return ExitCode::from(EXIT_BAD_INPUT);
     }
-    if errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    for f in &findings {
+        eprintln!("{}", f.describe(&evidence));
     }
+    if !errors.is_empty() {
+        // Evidence that could not be read is no pass, whatever the rest says.
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if !conditions.is_empty() {
+        let list: Vec<String> = conditions.iter().map(|c| c.to_string()).collect();
+        eprintln!("fail-on {}: {} finding(s)", list.join(" "), findings.len());
+    }
+    ExitCode::from(if findings.is_empty() { EXIT_PASS } else { EXIT_FINDINGS })
 }
 
 /// Drift, incident transitions, final verdicts and catalog verdicts, each in the shape of the

@@ -17,11 +17,16 @@ Examples:
   mcp-health tap --otlp-endpoint http://127.0.0.1:4317 -- python server.py
   mcp-health tap --listen 127.0.0.1:8080 --upstream http://127.0.0.1:8000   in front of an HTTP server
   mcp-health tap --listen 127.0.0.1:8080 --upstream https://mcp.example.com/mcp   a remote server over TLS
+  mcp-health tap --record evidence.jsonl -- python server.py      record the evidence to a file (CI)
+  mcp-health tap --listen 127.0.0.1:0 --upstream http://127.0.0.1:8000 --record evidence.jsonl -- npm test
+      run a test command against the tap ($MCP_HEALTH_TAP_URL), exit with its code; then
+      mcp-health replay evidence.jsonl --fail-on state=false_success,effect_unknown
 
 In a client's MCP configuration, put `mcp-health tap --` before the server command, or point the
 client at the --listen address instead of the server's. Spans go to --otlp-endpoint (default
 $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://127.0.0.1:4317);
-when it is down, spans are dropped and counted and the proxied traffic is not affected.")]
+when it is down, spans are dropped and counted and the proxied traffic is not affected. With
+--record and no --otlp-endpoint, spans only go to the file.")]
 pub struct TapArgs {
     /// OTLP/gRPC endpoint for the spans.
     #[arg(long, value_name = "URL")]
@@ -83,9 +88,58 @@ pub struct TapArgs {
     /// evidence, so the server being checked cannot verify itself.
     #[arg(long, value_name = "FILE", env = "MCP_HEALTH_TAP_SIGNING_KEY_FILE")]
     pub signing_key: Option<std::path::PathBuf>,
-    /// stdio mode: the server command and its arguments, after `--`.
+    /// Append the evidence spans to this file, one OTLP/JSON request per line, as `mcp-health
+    /// replay` reads it (e.g. `replay FILE --fail-on …` in CI). Spans still go over OTLP only when
+    /// --otlp-endpoint is given too.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<std::path::PathBuf>,
+    /// stdio mode: the server command and its arguments, after `--`. HTTP mode: a command to run
+    /// against the tap (a test suite), with `MCP_HEALTH_TAP_URL` set to the tap's address; the tap
+    /// stops when it exits and exits with its code.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+/// The variable that tells a command run by an HTTP-mode tap where the tap listens
+/// (`http://127.0.0.1:PORT`, the upstream's path prefix not included).
+pub const TAP_URL_ENV: &str = "MCP_HEALTH_TAP_URL";
+
+/// Run `command` once the tap listens, with [`TAP_URL_ENV`] pointing at it; `done` fires when it
+/// has exited. Returns its exit code (128 + the signal when a signal ended it; 127 when it could not
+/// start), or 1 when the tap never listened.
+async fn run_under_tap(
+    command: Vec<OsString>,
+    bound: tokio::sync::oneshot::Receiver<SocketAddr>,
+    done: tokio::sync::oneshot::Sender<()>,
+) -> i32 {
+    let Ok(addr) = bound.await else { return 1 };
+    let (program, args) = command.split_first().expect("a command is given");
+    let mut child = match tokio::process::Command::new(program)
+        .args(args)
+        .env(TAP_URL_ENV, format!("http://{addr}"))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mcp-health tap: cannot start {program:?}: {e}");
+            let _ = done.send(());
+            return 127;
+        }
+    };
+    let code = match child.wait().await {
+        Ok(st) => {
+            use std::os::unix::process::ExitStatusExt;
+            st.code().or_else(|| st.signal().map(|s| 128 + s)).unwrap_or(1)
+        }
+        Err(e) => {
+            eprintln!("mcp-health tap: waiting for {program:?}: {e}");
+            1
+        }
+    };
+    let _ = done.send(());
+    code
 }
 
 /// A signing-key file (`mcp-health keygen` writes one). Its text is never printed.
@@ -105,8 +159,8 @@ pub fn resolve_endpoint(flag: Option<&str>) -> String {
 
 pub fn run(a: TapArgs) -> ExitCode {
     let http_mode = a.listen.is_some();
-    if http_mode != a.command.is_empty() {
-        eprintln!("mcp-health tap: give either a server command after `--` (stdio) or --listen and --upstream (HTTP), not both");
+    if !http_mode && a.command.is_empty() {
+        eprintln!("mcp-health tap: give a server command after `--` (stdio), or --listen and --upstream (HTTP)");
         return ExitCode::from(2);
     }
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().thread_name("mcp-health-tap").build() {
@@ -149,6 +203,8 @@ pub fn run(a: TapArgs) -> ExitCode {
         let mut settings = export::ExportSettings::new(endpoint, a.service_name.clone());
         settings.headers = export_headers;
         settings.protocol = a.otlp_protocol.clone();
+        settings.record = a.record.clone();
+        settings.send = a.record.is_none() || a.otlp_endpoint.is_some();
         if a.otlp_ca_file.is_some() || a.otlp_client_cert.is_some() {
             settings.tls = Some(crate::config::tls_client::TlsClientSetting {
                 ca_file: a.otlp_ca_file.clone(),
@@ -192,8 +248,26 @@ pub fn run(a: TapArgs) -> ExitCode {
                 propagate_trace_context: !a.no_trace_context,
             };
             let shown = http::shown_upstream(&upstream);
-            let on_bound = |addr: SocketAddr| eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {shown}");
-            match http::run(settings, sink, on_bound, shutdown_signal()).await {
+            // A command after `--` runs against the tap; its end is the tap's.
+            let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+            let under_test = (!a.command.is_empty()).then(|| tokio::spawn(run_under_tap(a.command.clone(), bound_rx, done_tx)));
+            let on_bound = |addr: SocketAddr| {
+                eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {shown}");
+                let _ = bound_tx.send(addr);
+            };
+            let shutdown = async move {
+                tokio::select! {
+                    _ = shutdown_signal() => {}
+                    Ok(()) = done_rx => {}
+                }
+            };
+            let served = http::run(settings, sink, on_bound, shutdown).await;
+            let tested = match under_test {
+                Some(t) => Some(t.await.unwrap_or(1)),
+                None => None,
+            };
+            match served {
                 // A CA file that cannot be read is a usage error, as a bad --upstream is.
                 Err(e) if e.starts_with("--upstream") || e.starts_with("no system CA") => {
                     eprintln!("mcp-health tap: {e}");
@@ -206,7 +280,7 @@ pub fn run(a: TapArgs) -> ExitCode {
                             r.exchanges, r.unobserved_events, r.stats.parse_errors, r.stats.oversize
                         );
                     }
-                    0
+                    tested.unwrap_or(0)
                 }
                 Err(e) => {
                     eprintln!("mcp-health tap: {e}");

@@ -37,6 +37,11 @@ pub struct ExportSettings {
     /// TLS of the connection (else the `OTEL_EXPORTER_OTLP_CERTIFICATE`, `…CLIENT_CERTIFICATE`,
     /// `…CLIENT_KEY` variables; an `https://` endpoint is TLS).
     pub tls: Option<crate::config::tls_client::TlsClientSetting>,
+    /// Also append every batch to this file, one OTLP/JSON `ExportTraceServiceRequest` per line
+    /// (what `mcp-health replay` reads): a CI job records a test run's evidence, then gates on it.
+    pub record: Option<std::path::PathBuf>,
+    /// Send the batches over OTLP (off when the tap only records to a file).
+    pub send: bool,
 }
 
 impl ExportSettings {
@@ -52,6 +57,8 @@ impl ExportSettings {
             headers: Vec::new(),
             protocol: None,
             tls: None,
+            record: None,
+            send: true,
         }
     }
 }
@@ -139,6 +146,8 @@ pub fn spawn(settings: ExportSettings) -> Result<(SpanSink, Exporter), String> {
     let target = targets.traces.ok_or("no OTLP endpoint")?;
     let sender = crate::emit::otlp_traces::SpanSender::new(&target).map_err(|e| e.to_string())?;
     let uri = sender.url().to_string();
+    let sender = settings.send.then_some(sender);
+    let mut record = settings.record.as_deref().map(Recorder::open).transpose()?;
     let (tx, mut rx) = mpsc::channel::<Span>(settings.queue_size.max(1));
     let stats = Arc::new(ExportStats::default());
     let sink = SpanSink { tx, stats: stats.clone(), endpoint: uri.clone().into(), warn_interval: settings.warn_interval };
@@ -177,6 +186,13 @@ pub fn spawn(settings: ExportSettings) -> Result<(SpanSink, Exporter), String> {
                     ..Default::default()
                 }],
             };
+            if let Some(r) = record.as_mut() {
+                r.append(&req);
+            }
+            let Some(sender) = sender.as_ref() else {
+                st.sent.fetch_add(n, Ordering::Relaxed);
+                continue;
+            };
             match sender.send(req).await {
                 Ok(rejected) => {
                     st.sent.fetch_add(n - rejected.min(n), Ordering::Relaxed);
@@ -195,6 +211,39 @@ pub fn spawn(settings: ExportSettings) -> Result<(SpanSink, Exporter), String> {
         }
     });
     Ok((sink, Exporter { join, stats }))
+}
+
+/// The `--record` file: OTLP/JSON lines appended, each batch in one `write`, so several taps of
+/// one test run (a client that starts its server more than once) can share a file.
+struct Recorder {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    failed: bool,
+}
+
+impl Recorder {
+    fn open(path: &std::path::Path) -> Result<Recorder, String> {
+        let file =
+            std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("--record {}: {e}", path.display()))?;
+        Ok(Recorder { file, path: path.to_path_buf(), failed: false })
+    }
+
+    /// Append one batch as a line. A failed write is said once on stderr; the proxied traffic is
+    /// never affected.
+    fn append(&mut self, req: &ExportTraceServiceRequest) {
+        use std::io::Write;
+        let line = serde_json::to_vec(req).map(|mut l| {
+            l.push(b'\n');
+            l
+        });
+        let res = line.map_err(std::io::Error::other).and_then(|l| self.file.write_all(&l));
+        if let Err(e) = res {
+            if !self.failed {
+                eprintln!("mcp-health tap: --record {}: {e}; evidence is being lost", self.path.display());
+            }
+            self.failed = true;
+        }
+    }
 }
 
 fn str_kv(k: &str, v: &str) -> KeyValue {
