@@ -79,7 +79,7 @@ pub struct TapArgs {
     #[arg(long, value_name = "NAME")]
     pub server_address: Option<String>,
     /// Outcome verifiers: a YAML file of rules (tool → check) run after each matching call's
-    /// response; findings go out as spans in the call's trace (README, "Outcome verifiers").
+    /// response; findings go out as spans in the call's trace (docs/tap-and-verifiers.md, "Outcome verifiers").
     #[arg(long, value_name = "FILE")]
     pub verifiers: Option<std::path::PathBuf>,
     /// Sign the verifiers' findings with this Ed25519 key (a file holding `ed25519:<hex seed>`,
