@@ -135,6 +135,14 @@ async fn prometheus_stores_the_trace_id_exemplars_of_the_latency_histograms() {
     assert!(with_exemplar.iter().all(|l| traces.iter().any(|t| l.contains(&format!("# {{trace_id=\"{t}\"}} ")))), "{with_exemplar:?}");
     let text = svc.metrics_text().await;
     assert!(!text.contains(" # {") && !text.contains("# EOF"), "the text format has no exemplars");
+    // Issue 37: gzip when asked (Prometheus asks on every scrape, and its scrape below reads it).
+    let z = http_request(svc.prom_addr(), "GET", "/metrics", &[("Accept-Encoding", "gzip")], &[]).await.unwrap();
+    assert_eq!(z.header("content-encoding"), Some("gzip"), "{:?}", z.headers);
+    let mut plain = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&z.body[..]), &mut plain).expect("a gzip body");
+    assert!(plain.contains("mcp_health_call_duration_seconds_count") && z.body.len() * 3 < plain.len(), "{} gzip bytes", z.body.len());
+    let plain_asked = http_request(svc.prom_addr(), "GET", "/metrics", &[("Accept-Encoding", "gzip;q=0")], &[]).await.unwrap();
+    assert_eq!(plain_asked.header("content-encoding"), None, "gzip;q=0 refuses gzip");
 
     let prom = Prometheus::start_with(svc.prom_addr(), None, &["--enable-feature=exemplar-storage"]).await;
     eventually_async(Duration::from_secs(60), "Prometheus to store the call-duration histogram", || async {
