@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -30,8 +29,10 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The package of this machine's architecture (the release workflow runs these tests on x86_64
+/// and on aarch64).
 fn name() -> String {
-    format!("mcp-health-{VERSION}-{TRIPLE}")
+    format!("mcp-health-{VERSION}-{}-unknown-linux-gnu", std::env::consts::ARCH)
 }
 
 /// The tarball unpacked in a temporary directory; the package's directory in it.
@@ -151,7 +152,7 @@ fn every_workflow_passes_actionlint() {
     assert!(!workflows.is_empty(), "no workflow in .github/workflows");
     // actionlint checks the workflows (and the `run:` scripts with shellcheck where installed);
     // action.yml is no workflow: it is read as YAML at least, and every action it uses named.
-    let out = Command::new(&actionlint).args(["-color=never"]).args(&workflows).current_dir(root()).output().unwrap();
+    let out = Command::new(&actionlint).args(["-no-color"]).args(&workflows).current_dir(root()).output().unwrap();
     assert!(out.status.success(), "actionlint:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let action = root().join("action.yml");
     if action.is_file() {
