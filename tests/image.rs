@@ -30,7 +30,9 @@ fn the_image_runs_read_only_healthy_decides_the_eight_calls_and_drains_on_sigter
     // The figures (size, stop time) in the test's output: `cargo test -- --nocapture` shows them.
     println!("{stderr}");
     assert!(out.status.success(), "scripts/image-test failed:\n{stderr}");
-    for line in ["HEALTHCHECK: healthy", "runs as uid 10001 on a read-only root filesystem", "eight verdicts", "SIGTERM: exit 0", "image size"] {
+    for line in
+        ["HEALTHCHECK: healthy", "runs as uid 10001 on a read-only root filesystem", "eight verdicts", "SIGTERM: exit 0", "image size"]
+    {
         assert!(stderr.contains(line), "scripts/image-test did not say '{line}':\n{stderr}");
     }
 }

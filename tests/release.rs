@@ -97,8 +97,17 @@ fn the_packaged_binary_names_its_version_and_validates_every_shipped_config() {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .output()
             .unwrap();
-        assert!(out.status.success(), "validate otel-config/{f}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(String::from_utf8_lossy(&out.stdout).contains(": ok"), "validate otel-config/{f}: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "validate otel-config/{f}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(": ok"),
+            "validate otel-config/{f}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         checked.insert(f);
     }
     for f in ["container.yaml", "default.yaml", "mcp-health.yaml", "mcp-health.inline.yaml", "mcp-health.compose.yaml"] {
