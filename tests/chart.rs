@@ -416,3 +416,16 @@ fn the_kubernetes_page_is_linked_and_names_the_headless_service() {
         assert!(page.contains(want), "docs/kubernetes.md lacks `{want}`");
     }
 }
+
+/// The image tag a chart installs by default is the release it ships with: a version bump that
+/// forgets the chart fails here, not in a cluster pulling the previous image.
+#[test]
+fn the_chart_app_version_is_the_crate_version() {
+    let chart = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/helm/mcp-health/Chart.yaml")).unwrap();
+    let app = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .expect("Chart.yaml has an appVersion");
+    assert_eq!(app, env!("CARGO_PKG_VERSION"), "deploy/helm/mcp-health/Chart.yaml appVersion");
+}
