@@ -628,29 +628,30 @@ fn number_end(b: &[u8], i: usize) -> Result<usize, Unread> {
         _ => return Err(Unread::Syntax),
     }
     if byte!(b, j) == b'.' {
-        j += 1;
-        let digits = j;
-        while matches!(byte!(b, j), b'0'..=b'9') {
-            j += 1;
-        }
-        if j == digits {
-            return Err(Unread::Syntax);
-        }
+        j = digits_end(b, j + 1)?;
     }
     if matches!(byte!(b, j), b'e' | b'E') {
         j += 1;
         if matches!(byte!(b, j), b'+' | b'-') {
             j += 1;
         }
-        let digits = j;
-        while matches!(byte!(b, j), b'0'..=b'9') {
-            j += 1;
-        }
-        if j == digits {
-            return Err(Unread::Syntax);
-        }
+        j = digits_end(b, j)?;
     }
     Ok(j)
+}
+
+/// The end of the run of one or more digits at `i` (a fraction's or an exponent's).
+#[allow(clippy::manual_is_ascii_check)] // see `Document::parse`
+fn digits_end(b: &[u8], i: usize) -> Result<usize, Unread> {
+    let mut j = i;
+    while matches!(byte!(b, j), b'0'..=b'9') {
+        j += 1;
+    }
+    if j == i {
+        Err(Unread::Syntax)
+    } else {
+        Ok(j)
+    }
 }
 
 /// The end of the container that starts at `i`, found by counting brackets outside strings (its

@@ -209,3 +209,24 @@ fn a_lone_surrogate_is_json_but_no_text() {
     assert_eq!(m.as_str(), None);
     assert_eq!(m.to_value(&mut Budget::new(1024)), Err(Unread::Syntax));
 }
+
+/// Numbers by the JSON grammar: a fraction and an exponent each need at least one digit.
+#[test]
+fn number_ends_follow_the_json_grammar() {
+    let cases: &[(&str, Result<usize, Unread>)] = &[
+        ("0", Ok(1)),
+        ("01", Ok(1)),
+        ("-12.5e+3,", Ok(8)),
+        ("7E-0]", Ok(4)),
+        ("3.25", Ok(4)),
+        ("1.", Err(Unread::Syntax)),
+        ("1.e5", Err(Unread::Syntax)),
+        ("1e", Err(Unread::Syntax)),
+        ("1e+", Err(Unread::Syntax)),
+        ("-", Err(Unread::Syntax)),
+        (".5", Err(Unread::Syntax)),
+    ];
+    for (text, want) in cases {
+        assert_eq!(number_end(text.as_bytes(), 0), *want, "{text:?}");
+    }
+}
