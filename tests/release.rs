@@ -135,15 +135,21 @@ fn the_checksums_match_and_the_sbom_lists_the_crates_of_the_binary() {
         assert!(names.contains(dep), "the SBOM lists no {dep}");
     }
     // The binary's crates (and the build dependencies that generate its code), not the tests':
-    // no direct dev-dependency. (cargo-cyclonedx reads features from `cargo metadata`, unified
-    // with the dev-dependencies', so a crate such a feature adds may still be listed: proptest,
-    // through const-hex's optional dependency.)
+    // no direct dev-dependency. (`cargo metadata` unifies features with the dev-dependencies', so
+    // a crate such a feature adds may still be listed: proptest, through const-hex's optional
+    // dependency.)
     assert!(names.contains("tonic-prost-build"), "the SBOM lists no build dependency");
     assert!(!names.contains("rcgen"), "the SBOM lists the dev-dependency rcgen");
-    // Every component with a version and a package URL a scanner can match.
+    // Every component with a version, a package URL a scanner can match and its license.
     for c in sbom["components"].as_array().unwrap() {
         assert!(c["version"].is_string() && c["purl"].as_str().is_some_and(|p| p.starts_with("pkg:cargo/")), "{c:#}");
+        assert!(c["licenses"].as_array().is_some_and(|l| !l.is_empty()), "no license: {c:#}");
     }
+    // Not the tests' crates, nor another platform's (the binary's, for this triple).
+    assert!(!names.contains("windows-sys"), "the SBOM lists windows-sys: {names:?}");
+    // No path of the machine that built it.
+    let text = std::fs::read_to_string(dist.join(format!("{}.cdx.json", name()))).unwrap();
+    assert!(!text.contains(root().to_str().unwrap()), "the SBOM names the build directory {}", root().display());
 }
 
 #[test]
