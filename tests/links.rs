@@ -85,8 +85,7 @@ fn anchors(markdown: &str) -> BTreeSet<String> {
 #[test]
 fn anchors_follow_the_github_rules() {
     let got = anchors("# Runbooks\n## MCPIncidentOpen, transport\n```\n# not a heading\n```\n### A: b (c)\n## A: b (c)\n#nospace\n");
-    let want: BTreeSet<String> =
-        ["runbooks", "mcpincidentopen-transport", "a-b-c", "a-b-c-1"].into_iter().map(str::to_string).collect();
+    let want: BTreeSet<String> = ["runbooks", "mcpincidentopen-transport", "a-b-c", "a-b-c-1"].into_iter().map(str::to_string).collect();
     assert_eq!(got, want);
 }
 
@@ -114,7 +113,10 @@ fn promtool_checks_the_rules_with_their_link_annotations() {
     // test rules renders them: alerts_test.yml expects each alert's runbook_url and the
     // dashboard_url with its server filled in.
     let tests = read("otel-config/alerts_test.yml");
-    assert!(tests.contains("runbook_url:") && tests.contains("dashboard_url: \"/d/mcp-health/mcp-health?var-server="), "alerts_test.yml does not check the links");
+    assert!(
+        tests.contains("runbook_url:") && tests.contains("dashboard_url: \"/d/mcp-health/mcp-health?var-server="),
+        "alerts_test.yml does not check the links"
+    );
     let out = Command::new(&promtool)
         .current_dir(root())
         .args(["test", "rules", "otel-config/alerts_test.yml"])
@@ -134,8 +136,7 @@ fn every_rule_links_an_existing_runbook_section_and_the_dashboard() {
     let sections = anchors(&read(runbook));
     let dash = dashboard();
     let uid = dash["uid"].as_str().expect("the dashboard has a uid");
-    let variables: BTreeSet<&str> =
-        dash["templating"]["list"].as_array().unwrap().iter().filter_map(|v| v["name"].as_str()).collect();
+    let variables: BTreeSet<&str> = dash["templating"]["list"].as_array().unwrap().iter().filter_map(|v| v["name"].as_str()).collect();
     let mut problems = Vec::new();
     for (name, r) in rules() {
         let a = &r["annotations"];
@@ -179,9 +180,12 @@ fn the_runbook_names_the_owner_alertmanager_routes_each_layer_to() {
     let am = yaml("otel-config/alertmanager.yml");
     for route in am["route"]["routes"].as_array().unwrap() {
         let receiver = route["receiver"].as_str().unwrap();
-        let layer = route["matchers"].as_array().unwrap().iter().filter_map(|m| m.as_str()).find_map(|m| {
-            m.strip_prefix("first_failed_layer=\"").and_then(|l| l.strip_suffix('"')).filter(|l| *l != "none")
-        });
+        let layer = route["matchers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m.as_str())
+            .find_map(|m| m.strip_prefix("first_failed_layer=\"").and_then(|l| l.strip_suffix('"')).filter(|l| *l != "none"));
         let Some(layer) = layer else { continue };
         let section = page
             .split("\n### ")
@@ -230,7 +234,8 @@ fn render_exemplar_link(template: &str, trace_id: &str) -> String {
 /// The host port docker-compose.yml publishes for `service`'s container port `container`.
 fn compose_host_port(service: &str, container: u16) -> u16 {
     let compose = yaml("docker-compose.yml");
-    let ports = compose["services"][service]["ports"].as_array().unwrap_or_else(|| panic!("docker-compose.yml: {service} publishes no port"));
+    let ports =
+        compose["services"][service]["ports"].as_array().unwrap_or_else(|| panic!("docker-compose.yml: {service} publishes no port"));
     ports
         .iter()
         .filter_map(|p| p.as_str())
@@ -247,9 +252,11 @@ fn compose_host_port(service: &str, container: u16) -> u16 {
 #[test]
 fn the_prometheus_data_source_links_exemplars_to_the_jaeger_data_source() {
     let all = datasources();
-    let uids: BTreeMap<&str, &str> = all.iter().map(|d| (d["uid"].as_str().expect("every data source has a uid"), d["type"].as_str().unwrap())).collect();
+    let uids: BTreeMap<&str, &str> =
+        all.iter().map(|d| (d["uid"].as_str().expect("every data source has a uid"), d["type"].as_str().unwrap())).collect();
     let prom = all.iter().find(|d| d["type"] == "prometheus").expect("a Prometheus data source");
-    let dests = prom["jsonData"]["exemplarTraceIdDestinations"].as_array().expect("exemplarTraceIdDestinations on the Prometheus data source");
+    let dests =
+        prom["jsonData"]["exemplarTraceIdDestinations"].as_array().expect("exemplarTraceIdDestinations on the Prometheus data source");
     assert!(!dests.is_empty());
     let mut internal = 0;
     let mut external = 0;
@@ -450,7 +457,8 @@ fn the_name_mapping_is_the_documented_one() {
         .map(str::to_string)
         .collect();
     let ok = |s: &str| doc_names(s).iter().any(|n| doc.contains(n));
-    for s in ["mcp_health_verdicts", "mcp_health_verdicts_total", "mcp_health_verdicts_created", "mcp_health_call_duration_seconds_bucket"] {
+    for s in ["mcp_health_verdicts", "mcp_health_verdicts_total", "mcp_health_verdicts_created", "mcp_health_call_duration_seconds_bucket"]
+    {
         assert!(ok(s), "{s}");
     }
     assert!(ok("mcp_health_exporter_queue_stored_bytes"));
