@@ -333,6 +333,33 @@ fn the_prometheus_rule_is_the_shipped_alert_rules() {
         root().join(CHART).join("files").join(link).canonicalize().unwrap(),
         root().join("otel-config/alerts.yml").canonicalize().unwrap()
     );
+
+    // With a docs base and a Grafana root, every runbook_url and dashboard_url is prefixed with
+    // them, and nothing else changes.
+    let (docs, grafana) = ("https://git.example.com/platform/mcp-health/blob/v0.2.0/", "https://grafana.example.com");
+    let rendered = render(
+        &py,
+        &["prometheusRule.enabled=true", &format!("prometheusRule.runbookBaseUrl={docs}"), &format!("prometheusRule.grafanaUrl={grafana}")],
+    );
+    let mut want = shipped["groups"].clone();
+    let mut prefixed = 0;
+    for g in want.as_array_mut().unwrap() {
+        for r in g["rules"].as_array_mut().unwrap() {
+            let a = &mut r["annotations"];
+            for (key, base) in [("runbook_url", docs), ("dashboard_url", grafana)] {
+                if let Some(path) = a[key].as_str() {
+                    a[key] = Value::String(format!("{base}{path}"));
+                    prefixed += 1;
+                }
+            }
+        }
+    }
+    assert!(prefixed >= 2, "the shipped rules carry no runbook_url/dashboard_url");
+    assert_eq!(one(&rendered, "PrometheusRule", "mcp-health")["spec"]["groups"], want);
+    assert!(
+        render_raw(&py, &[], &["prometheusRule.enabled=true", "prometheusRule.runbookBaseUrl=https://git.example.com/no-slash"]).is_err(),
+        "the values schema takes a runbookBaseUrl without its trailing /"
+    );
 }
 
 /// The dashboard ConfigMap carries the shipped dashboard byte for byte, labelled for Grafana's

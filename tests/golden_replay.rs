@@ -1,6 +1,7 @@
-//! A golden file of what `replay --format json` prints for every recording under tests/fixtures
-//! (the reference fixtures and the dialect recordings): any change of a verdict, a catalog line, an
-//! incident or the summary — a refactor that should change nothing, a new field on a line — shows
+//! Golden files of what `replay --format json` (tests/golden/replay.txt) and the default table
+//! (tests/golden/replay_table.txt) print for every recording under tests/fixtures (the reference
+//! fixtures and the dialect recordings): any change of a verdict, a catalog line, an incident, a
+//! column or the summary — a refactor that should change nothing, a new field on a line — shows
 //! up here as a diff. A change that is meant: regenerate with
 //! `MCP_HEALTH_UPDATE_GOLDEN=1 cargo test --test golden_replay` and review the diff.
 
@@ -24,16 +25,25 @@ fn recordings() -> Vec<PathBuf> {
 
 #[test]
 fn replay_output_is_unchanged() {
+    compare_with_golden(&["replay", "--format", "json"], "tests/golden/replay.txt");
+}
+
+#[test]
+fn replay_table_is_unchanged() {
+    compare_with_golden(&["replay"], "tests/golden/replay_table.txt");
+}
+
+/// `mcp-health <args> <recording>` for every recording, against the golden file `golden`.
+fn compare_with_golden(args: &[&str], golden: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut got = String::new();
     for f in recordings() {
-        let out =
-            Command::new(env!("CARGO_BIN_EXE_mcp-health")).current_dir(root).args(["replay", "--format", "json"]).arg(&f).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_mcp-health")).current_dir(root).args(args).arg(&f).output().unwrap();
         assert!(out.status.success(), "{}: {}", f.display(), String::from_utf8_lossy(&out.stderr));
         got.push_str(&format!("== {}\n", f.display()));
         got.push_str(&String::from_utf8_lossy(&out.stdout));
     }
-    let golden = root.join("tests/golden/replay.txt");
+    let golden = root.join(golden);
     if std::env::var("MCP_HEALTH_UPDATE_GOLDEN").as_deref() == Ok("1") {
         std::fs::write(&golden, &got).unwrap();
         println!("UPDATED: {}", golden.display());

@@ -342,18 +342,21 @@ fn write_incidents(out: &mut impl Write, incidents: &[IncidentChange]) -> std::i
 }
 
 fn write_table(out: &mut impl Write, verdicts: &[Verdict], catalog: &[CatalogChange], s: &Summary) -> std::io::Result<()> {
+    // The server column is the one the incidents below and the alerts group by: which server a
+    // failing call went to is the first thing an operator asks.
     writeln!(
         out,
-        "{:<32} {:<12} {:<18} {:<14} {:<21} {:<10} {:<26}",
-        "TRACE", "METHOD", "TOOL", "FIRST FAILED", "STATE", "CONFIDENCE", "REASON"
+        "{:<32} {:<12} {:<18} {:<28} {:<14} {:<21} {:<10} {:<26}",
+        "TRACE", "METHOD", "TOOL", "SERVER", "FIRST FAILED", "STATE", "CONFIDENCE", "REASON"
     )?;
     for v in verdicts {
         writeln!(
             out,
-            "{:<32} {:<12} {:<18} {:<14} {:<21} {:<10} {:<26}",
+            "{:<32} {:<12} {:<18} {:<28} {:<14} {:<21} {:<10} {:<26}",
             hex::encode(v.trace_id),
             v.method.as_deref().unwrap_or("-"),
             v.tool.as_deref().unwrap_or("-"),
+            v.server.as_deref().unwrap_or("-"),
             v.first_failed_layer.map_or("-", |l| l.as_str()),
             v.state.as_str(),
             v.confidence.as_str(),
@@ -398,5 +401,21 @@ mod tests {
         let mut out = Vec::new();
         write_table(&mut out, &[], &[], &none).unwrap();
         assert!(String::from_utf8(out).unwrap().contains("0 of 0 (no calls)"));
+    }
+
+    /// The table names each call's server between the tool and the first failed layer; a call
+    /// with no server says `-`.
+    #[test]
+    fn the_table_has_a_server_column() {
+        let mut with = verdict("tools/call", true, false);
+        with.server = Some("tickets.example.test:8443".into());
+        let without = verdict("tools/call", true, false);
+        let mut out = Vec::new();
+        write_table(&mut out, &[with, without], &[], &Summary::of(&[])).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<Vec<&str>> = text.lines().take(3).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(lines[0][..5], ["TRACE", "METHOD", "TOOL", "SERVER", "FIRST"], "{text}");
+        assert_eq!(lines[1][3], "tickets.example.test:8443", "{text}");
+        assert_eq!(lines[2][3], "-", "{text}");
     }
 }

@@ -217,6 +217,60 @@ pub fn observe_exporter_queues(meter: &Meter, queues: &[&Queue<Outgoing>]) {
         .build();
 }
 
+/// What an on-disk sending queue holds, read at each collection by [`observe_disk_queue`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskQueueReading {
+    /// Requests waiting or being sent.
+    pub requests: u64,
+    /// Spans, log records, metric points.
+    pub items: [u64; 3],
+    pub bytes: u64,
+    /// The bound in bytes (`sending_queue.storage_max_bytes`).
+    pub capacity_bytes: u64,
+    /// Files skipped because they could not be read back.
+    pub damaged_files: u64,
+}
+
+/// The on-disk sending queue's gauges and its damaged-file counter, labelled
+/// `exporter=<exporter>`; `read` is called at each collection (once per instrument). Nothing is
+/// made for an in-memory queue: the caller does not call this.
+pub fn observe_disk_queue(meter: &Meter, exporter: &'static str, read: impl Fn() -> DiskQueueReading + Send + Sync + 'static) {
+    let read = Arc::new(read);
+    let label = move || [KeyValue::new("exporter", exporter)];
+    let gauge = |i: &'static ins::Instrument, value: fn(&DiskQueueReading) -> u64| {
+        let read = read.clone();
+        let _ = meter
+            .u64_observable_gauge(i.name)
+            .with_description(i.description)
+            .with_unit(i.unit)
+            .with_callback(move |o| o.observe(value(&read()), &label()))
+            .build();
+    };
+    gauge(&ins::EXPORTER_QUEUE_STORED_REQUESTS, |r| r.requests);
+    gauge(&ins::EXPORTER_QUEUE_STORED_BYTES, |r| r.bytes);
+    gauge(&ins::EXPORTER_QUEUE_STORED_CAPACITY_BYTES, |r| r.capacity_bytes);
+    let items = read.clone();
+    let i = &ins::EXPORTER_QUEUE_STORED_ITEMS;
+    let _ = meter
+        .u64_observable_gauge(i.name)
+        .with_description(i.description)
+        .with_unit(i.unit)
+        .with_callback(move |o| {
+            let r = items();
+            for (kind, n) in ["spans", "log_records", "metric_points"].into_iter().zip(r.items) {
+                o.observe(n, &[KeyValue::new("exporter", exporter), KeyValue::new("kind", kind)]);
+            }
+        })
+        .build();
+    let i = &ins::EXPORTER_QUEUE_DAMAGED_FILES;
+    let _ = meter
+        .u64_observable_counter(i.name)
+        .with_description(i.description)
+        .with_unit(i.unit)
+        .with_callback(move |o| o.observe(read().damaged_files, &label()))
+        .build();
+}
+
 /// `mcp_health.memory.reserved`: what requests in flight and queued hold under
 /// `processors.memory_limiter` (read, decoded, queued for pass-through, encoded for export), and
 /// `mcp_health.memory.evidence`, what the engine's evidence holds; with the resident set they show
@@ -1083,6 +1137,7 @@ mod tests {
         let (tx, _rx) = crate::flow::queue::bounded("otlp", 1, crate::flow::queue::OnFull::DropCounted);
         observe_exporter_queues(&meter, &[&tx]);
         observe_memory_limiter(&meter, &Arc::new(crate::flow::memory::MemoryLimiter::new(100, Some(20))));
+        observe_disk_queue(&meter, "otlp", DiskQueueReading::default);
         let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for (name, kind, unit) in &seen {
             let Some(d) = ins::find(name) else { panic!("{name} is not declared in src/telemetry/instruments.rs") };

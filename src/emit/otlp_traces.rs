@@ -327,50 +327,21 @@ impl Leftover {
         left
     }
 
-    /// Gauges of the on-disk queue: `mcp_health.exporter.queue_stored_requests`,
-    /// `..._stored_bytes`, `..._stored_capacity_bytes`, and `mcp_health.exporter.queue_damaged_files`
-    /// (files skipped because they could not be read back). Nothing for an in-memory queue.
+    /// The on-disk queue's gauges and damaged-file counter (declared in
+    /// `telemetry::instruments`, made by [`super::metrics::observe_disk_queue`]). Nothing for an
+    /// in-memory queue.
     pub fn observe(&self, meter: &opentelemetry::metrics::Meter) {
-        use opentelemetry::KeyValue;
         let Some(sp) = self.spool.clone() else { return };
-        let name = self.name;
-        let (a, b, c, d, items) = (sp.clone(), sp.clone(), sp.clone(), sp.clone(), sp);
-        let label = move || [KeyValue::new("exporter", name)];
-        let _ = meter
-            .u64_observable_gauge("mcp_health.exporter.queue_stored_requests")
-            .with_description("Export requests in the on-disk sending queue (waiting or being sent), by exporter")
-            .with_unit("{request}")
-            .with_callback(move |o| o.observe(a.q.held().requests, &label()))
-            .build();
-        let _ = meter
-            .u64_observable_gauge("mcp_health.exporter.queue_stored_items")
-            .with_description("Items in the on-disk sending queue, by exporter and kind (spans, log_records, metric_points)")
-            .with_unit("{item}")
-            .with_callback(move |o| {
-                let held = items.q.held();
-                for (kind, n) in ["spans", "log_records", "metric_points"].into_iter().zip(held.items) {
-                    o.observe(n, &[KeyValue::new("exporter", name), KeyValue::new("kind", kind)]);
-                }
-            })
-            .build();
-        let _ = meter
-            .u64_observable_gauge("mcp_health.exporter.queue_stored_bytes")
-            .with_description("Bytes of the on-disk sending queue, by exporter")
-            .with_unit("By")
-            .with_callback(move |o| o.observe(b.q.held().bytes, &label()))
-            .build();
-        let _ = meter
-            .u64_observable_gauge("mcp_health.exporter.queue_stored_capacity_bytes")
-            .with_description("Bytes the on-disk sending queue holds at most (exporters.otlp.sending_queue.storage_max_bytes)")
-            .with_unit("By")
-            .with_callback(move |o| o.observe(c.q.limit(), &label()))
-            .build();
-        let _ = meter
-            .u64_observable_counter("mcp_health.exporter.queue_damaged_files")
-            .with_description("On-disk sending-queue files that could not be read back (truncated, damaged): skipped and removed")
-            .with_unit("{file}")
-            .with_callback(move |o| o.observe(d.q.corrupt(), &label()))
-            .build();
+        super::metrics::observe_disk_queue(meter, self.name, move || {
+            let held = sp.q.held();
+            super::metrics::DiskQueueReading {
+                requests: held.requests,
+                items: held.items,
+                bytes: held.bytes,
+                capacity_bytes: sp.q.limit(),
+                damaged_files: sp.q.corrupt(),
+            }
+        });
     }
 }
 

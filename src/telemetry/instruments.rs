@@ -214,6 +214,16 @@ instruments! {
         "Export requests waiting in (or reserved in) an exporter queue, by exporter (otlp: own output; otlp/passthrough)";
     EXPORTER_QUEUE_CAPACITY = "mcp_health.exporter.queue_capacity", Gauge, "{request}", ["exporter"], Internal(Basic),
         "Export requests an exporter queue holds at most (exporters.otlp.sending_queue.queue_size), by exporter";
+    EXPORTER_QUEUE_STORED_REQUESTS = "mcp_health.exporter.queue_stored_requests", Gauge, "{request}", ["exporter"], Internal(Basic),
+        "Export requests in the on-disk sending queue (waiting or being sent), by exporter; served only when the queue is on disk";
+    EXPORTER_QUEUE_STORED_ITEMS = "mcp_health.exporter.queue_stored_items", Gauge, "{item}", ["exporter", "kind"], Internal(Basic),
+        "Items in the on-disk sending queue, by exporter and kind (spans, log_records, metric_points)";
+    EXPORTER_QUEUE_STORED_BYTES = "mcp_health.exporter.queue_stored_bytes", Gauge, "By", ["exporter"], Internal(Basic),
+        "Bytes of the on-disk sending queue, by exporter";
+    EXPORTER_QUEUE_STORED_CAPACITY_BYTES = "mcp_health.exporter.queue_stored_capacity_bytes", Gauge, "By", ["exporter"], Internal(Basic),
+        "Bytes the on-disk sending queue holds at most (exporters.otlp.sending_queue.storage_max_bytes), by exporter";
+    EXPORTER_QUEUE_DAMAGED_FILES = "mcp_health.exporter.queue_damaged_files", Counter, "{file}", ["exporter"], Internal(Basic),
+        "On-disk sending-queue files that could not be read back (truncated, damaged): skipped and removed, by exporter";
 
     // ---- Normal: the engine's bounds and losses, connections, memory ------------------------
     SPANS_REJECTED = "mcp_health.spans.rejected", Counter, "{span}", ["transport"], Internal(Normal),
