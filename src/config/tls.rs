@@ -3,17 +3,25 @@
 //! `client_ca_file` (mutual TLS: a client without a certificate signed by it is refused),
 //! `min_version` and `max_version` (`"1.2"` or `"1.3"`; default 1.2 to 1.3, as the collector).
 //!
+//! `reload_interval` (the collector's key) reads the certificate and key again on a timer.
+//!
 //! Certificates and keys are read when the configuration is checked (`mcp-health validate`, start,
-//! SIGHUP) and the rustls configuration is built once at start: a renewed certificate takes effect
-//! at the next start. The collector's `reload_interval` is not supported (hot reload is not built),
-//! so writing it is an unknown-key error rather than a promise that silently does nothing.
+//! SIGHUP). A listener serves its certificate through a [`ServedCertificate`], which a reload
+//! (every SIGHUP, and `reload_interval`) swaps in place: cert-manager and similar tools renew the
+//! files at the same path, so comparing the settings as written would never see a renewal, and
+//! swapping the certificate (not the listener) keeps every connection and the socket as they are.
+//! New handshakes get the new certificate; a certificate or key that cannot be used leaves the
+//! served one in place.
 //!
 //! rustls with the `ring` provider only (the exporters' client TLS uses the same line).
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use serde::Deserialize;
 
 /// `tls:` of a listener. Absent: the listener is plaintext.
@@ -41,6 +49,10 @@ pub struct TlsServerSettings {
     /// Highest protocol version accepted: `"1.2"` or `"1.3"` (default).
     #[serde(default)]
     pub max_version: Option<String>,
+    /// Read the certificate and key files again this often (besides every SIGHUP); absent: only
+    /// on SIGHUP.
+    #[serde(default, with = "humantime_serde")]
+    pub reload_interval: Option<Duration>,
 }
 
 /// Why a TLS configuration cannot be built. Each names the key it is about ([`TlsError::key`]),
@@ -159,17 +171,17 @@ impl TlsServerSettings {
     }
 
     /// Read the certificate, key and client CAs and build the rustls server configuration, with
-    /// `alpn` as the protocols offered (`h2` for gRPC, `http/1.1` for OTLP/HTTP).
-    pub fn build(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    /// `alpn` as the protocols offered (`h2` for gRPC, `http/1.1` for OTLP/HTTP). The configuration
+    /// serves the certificate through the returned [`ServedCertificate`], which a reload swaps.
+    pub fn build(&self, alpn: &[&[u8]]) -> Result<(Arc<rustls::ServerConfig>, Arc<ServedCertificate>), TlsError> {
+        if self.reload_interval.is_some_and(|d| d.is_zero()) {
+            return Err(TlsError::Invalid {
+                key: "reload_interval",
+                message: "must be greater than zero (leave it out to reload on SIGHUP only)".into(),
+            });
+        }
         let versions = self.versions()?;
-        let (cert_src, cert_bytes) = pick(&self.cert_file, &self.cert_pem, "cert_file", "cert_pem")?;
-        let certs = certificates(&cert_src, &cert_bytes)?;
-        let (key_src, key_bytes) = pick(&self.key_file, &self.key_pem, "key_file", "key_pem")?;
-        let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| TlsError::Pem {
-            key: key_src.key(),
-            what: key_src.name(),
-            message: format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1) in it: {e}"),
-        })?;
+        let (key, facts) = self.certified_key()?;
         let provider = provider();
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&versions)
@@ -184,14 +196,117 @@ impl TlsServerSettings {
             }
             None => builder.with_no_client_auth(),
         };
-        let mut cfg = builder.with_single_cert(certs, key).map_err(|e| TlsError::Unusable {
+        let served = Arc::new(ServedCertificate { settings: self.clone(), current: RwLock::new((key, facts)) });
+        let mut cfg = builder.with_cert_resolver(served.clone());
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok((Arc::new(cfg), served))
+    }
+
+    /// The certificate chain and the key, read and checked to match, with what the log says of
+    /// the certificate.
+    fn certified_key(&self) -> Result<(Arc<CertifiedKey>, CertificateFacts), TlsError> {
+        let (cert_src, cert_bytes) = pick(&self.cert_file, &self.cert_pem, "cert_file", "cert_pem")?;
+        let certs = certificates(&cert_src, &cert_bytes)?;
+        let facts =
+            CertificateFacts::of(&certs[0]).map_err(|message| TlsError::Pem { key: cert_src.key(), what: cert_src.name(), message })?;
+        let (key_src, key_bytes) = pick(&self.key_file, &self.key_pem, "key_file", "key_pem")?;
+        let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| TlsError::Pem {
+            key: key_src.key(),
+            what: key_src.name(),
+            message: format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1) in it: {e}"),
+        })?;
+        let certified = CertifiedKey::from_der(certs, key, &provider()).map_err(|e| TlsError::Unusable {
             key: key_src.key(),
             cert: cert_src.name(),
             key_from: key_src.name(),
             message: e.to_string(),
         })?;
-        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        Ok(Arc::new(cfg))
+        Ok((Arc::new(certified), facts))
+    }
+}
+
+/// The longest subject the log carries (a certificate's subject has no length limit of its own).
+const MAX_SUBJECT: usize = 256;
+
+/// What the log and the expiry gauge say of a certificate: its subject and its not-after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertificateFacts {
+    /// The subject's distinguished name (RFC 4514 order, `CN=…`), at most [`MAX_SUBJECT`] bytes.
+    pub subject: String,
+    /// The end of the validity period, in seconds since the Unix epoch.
+    pub not_after: i64,
+    /// The certificate's DER, hashed: a reload says whether the certificate changed.
+    fingerprint: [u8; 32],
+}
+
+impl CertificateFacts {
+    /// The subject and not-after of the DER certificate `der` (x509-parser reads what
+    /// rustls-webpki keeps to itself).
+    pub fn of(der: &CertificateDer<'_>) -> Result<CertificateFacts, String> {
+        use x509_parser::prelude::FromDer as _;
+        let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der.as_ref())
+            .map_err(|e| format!("not a readable X.509 certificate: {e}"))?;
+        let mut subject = cert.subject().to_string();
+        if subject.len() > MAX_SUBJECT {
+            let mut end = MAX_SUBJECT;
+            while !subject.is_char_boundary(end) {
+                end -= 1;
+            }
+            subject.truncate(end);
+            subject.push('…');
+        }
+        let fingerprint = ring::digest::digest(&ring::digest::SHA256, der.as_ref()).as_ref().try_into().unwrap_or([0; 32]);
+        Ok(CertificateFacts { subject, not_after: cert.validity().not_after.timestamp(), fingerprint })
+    }
+
+    /// The not-after as RFC 3339 (UTC), as the log shows it.
+    pub fn not_after_rfc3339(&self) -> String {
+        let at = u64::try_from(self.not_after).map_or(std::time::UNIX_EPOCH, |s| std::time::UNIX_EPOCH + Duration::from_secs(s));
+        humantime::format_rfc3339_seconds(at).to_string()
+    }
+}
+
+/// The certificate a TLS listener serves: rustls asks it at every handshake, and a reload swaps
+/// it in place, so a renewed certificate is served without a new listener.
+#[derive(Debug)]
+pub struct ServedCertificate {
+    settings: TlsServerSettings,
+    current: RwLock<(Arc<CertifiedKey>, CertificateFacts)>,
+}
+
+/// What a successful [`ServedCertificate::reload`] serves now.
+#[derive(Clone, Debug)]
+pub struct Reloaded {
+    pub facts: CertificateFacts,
+    /// The certificate read differs from the one served before.
+    pub changed: bool,
+}
+
+impl ServedCertificate {
+    /// The subject and not-after of the certificate served now.
+    pub fn facts(&self) -> CertificateFacts {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).1.clone()
+    }
+
+    /// `reload_interval` of the listener's settings.
+    pub fn reload_interval(&self) -> Option<Duration> {
+        self.settings.reload_interval
+    }
+
+    /// Read the certificate and key again; new handshakes get them. On an error the certificate
+    /// served so far stays.
+    pub fn reload(&self) -> Result<Reloaded, TlsError> {
+        let (key, facts) = self.settings.certified_key()?;
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = current.1.fingerprint != facts.fingerprint;
+        *current = (key, facts.clone());
+        Ok(Reloaded { facts, changed })
+    }
+}
+
+impl ResolvesServerCert for ServedCertificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.read().unwrap_or_else(PoisonError::into_inner).0.clone())
     }
 }
 
