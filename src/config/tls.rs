@@ -342,4 +342,92 @@ mod tests {
         assert_eq!(v(Some("1.3"), None), vec![TLSv1_3]);
         assert_eq!(v(None, Some("1.2")), vec![TLSv1_2]);
     }
+
+    /// A self-signed certificate for `name` and its key, as PEM files in `dir`.
+    fn self_signed(dir: &std::path::Path, name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap().self_signed(&key).unwrap();
+        let (c, k) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c.display().to_string(), k.display().to_string())
+    }
+
+    fn grpc_tls(cert: &str, key: &str, extra: &str) -> String {
+        format!(
+            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:0\n        tls:\n          cert_file: {cert:?}\n          key_file: {key:?}\n{extra}"
+        )
+    }
+
+    #[test]
+    fn reload_interval_is_a_duration_greater_than_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed(dir.path(), "localhost");
+        let env = |_: &str| None;
+        let parse = |extra: &str| crate::config::Config::parse("c.yaml", &grpc_tls(&cert, &key, extra), &env);
+        let c = parse("          reload_interval: 1h\n").unwrap();
+        let tls = c.receivers.otlp.protocols.grpc.unwrap().tls.unwrap();
+        assert_eq!(tls.reload_interval, Some(Duration::from_secs(3600)));
+        assert_eq!(parse("").unwrap().receivers.otlp.protocols.grpc.unwrap().tls.unwrap().reload_interval, None, "off by default");
+        for zero in ["0s", "0ms"] {
+            let e = parse(&format!("          reload_interval: {zero}\n")).unwrap_err().to_string();
+            assert!(e.contains("receivers.otlp.protocols.grpc.tls.reload_interval") && e.contains("greater than zero"), "{zero}: {e}");
+        }
+        for not_a_duration in ["hourly", "0", "-1h"] {
+            let e = parse(&format!("          reload_interval: {not_a_duration}\n")).unwrap_err().to_string();
+            assert!(e.contains("receivers.otlp.protocols.grpc.tls.reload_interval"), "{not_a_duration}: {e}");
+        }
+        // Named even before the files are read (a missing certificate is another error).
+        let s = TlsServerSettings { reload_interval: Some(Duration::ZERO), ..Default::default() };
+        assert_eq!(s.build(&[]).unwrap_err().key(), "reload_interval");
+    }
+
+    #[test]
+    fn a_reload_swaps_a_renewed_certificate_and_keeps_the_served_one_on_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed(dir.path(), "first.test");
+        let s = TlsServerSettings { cert_file: Some(cert.clone()), key_file: Some(key.clone()), ..Default::default() };
+        let (_cfg, served) = s.build(&[b"h2"]).unwrap();
+        let first = served.facts();
+        assert_eq!(first.subject, "CN=rcgen self signed cert");
+        let served_der = || served.current.read().unwrap().0.cert[0].clone();
+        let first_der = served_der();
+        assert!(!served.reload().unwrap().changed, "the same files: no change");
+
+        // Renewed in place.
+        let (c2, k2) = self_signed(dir.path(), "second.test");
+        std::fs::copy(&c2, &cert).unwrap();
+        std::fs::copy(&k2, &key).unwrap();
+        let r = served.reload().unwrap();
+        assert!(r.changed);
+        let second_der = served_der();
+        assert_ne!(second_der, first_der);
+        assert_eq!(r.facts, served.facts());
+
+        // A key that does not match the certificate: refused, the renewed one stays.
+        std::fs::copy(dir.path().join("first.test.key"), &key).unwrap();
+        let e = served.reload().unwrap_err();
+        assert_eq!(e.key(), "key_file", "{e}");
+        assert_eq!(served_der(), second_der);
+        // Not a certificate at all.
+        std::fs::copy(&k2, &key).unwrap();
+        std::fs::write(&cert, "garbage").unwrap();
+        assert_eq!(served.reload().unwrap_err().key(), "cert_file");
+        assert_eq!(served_der(), second_der);
+        assert_eq!(served.facts(), r.facts);
+    }
+
+    #[test]
+    fn facts_read_the_not_after() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec!["x.test".to_string()]).unwrap();
+        p.not_after = rcgen::date_time_ymd(2031, 5, 17);
+        p.distinguished_name.push(rcgen::DnType::CommonName, "x.test");
+        let der = p.self_signed(&key).unwrap().der().clone();
+        let f = CertificateFacts::of(&der).unwrap();
+        assert_eq!(f.subject, "CN=x.test");
+        assert_eq!(f.not_after, 1_936_742_400, "2031-05-17T00:00:00Z");
+        assert_eq!(f.not_after_rfc3339(), "2031-05-17T00:00:00Z");
+        assert!(CertificateFacts::of(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])).is_err());
+    }
 }
