@@ -237,7 +237,7 @@ pub async fn serve(cfg: Config, source: ConfigSource, shutdown: impl std::future
         p = Pipeline::start(&cfg) => p?,
     };
     // Bind everything before serving anything: a port conflict fails at once with the address
-    // named. Certificates are read here, and again by a reload that changes a listener.
+    // named. Certificates are read here, and again at every SIGHUP (and `tls.reload_interval`).
     check_open_file_limit(&cfg);
     let mut listeners = Listeners::default();
     let plan = listeners.prepare(&cfg).await.map_err(ServeError::from)?;
@@ -298,11 +298,15 @@ impl Supervisor {
         }
     }
 
-    /// SIGHUP: reopen the verdict log (log rotation), read the configuration again and apply
-    /// what can change live. An invalid file, or one whose listeners cannot be bound, changes
-    /// nothing: it is logged and the running configuration kept.
+    /// SIGHUP: reopen the verdict log (log rotation), read the TLS certificates again, read the
+    /// configuration again and apply what can change live. An invalid file, or one whose
+    /// listeners cannot be bound, changes nothing: it is logged and the running configuration kept.
     async fn reload(&mut self) {
         self.pipeline.reopen_verdict_log();
+        // Renewed certificates are files changed in place, not settings: read them whatever the
+        // configuration file says (a certificate that cannot be used also makes the file invalid
+        // below, and the served one stays).
+        self.listeners.reload_certificates();
         let Some(path) = self.source.path.as_deref() else {
             tracing::info!("SIGHUP: verdict log reopened (embedded default configuration)");
             return;

@@ -3,17 +3,25 @@
 //! `client_ca_file` (mutual TLS: a client without a certificate signed by it is refused),
 //! `min_version` and `max_version` (`"1.2"` or `"1.3"`; default 1.2 to 1.3, as the collector).
 //!
+//! `reload_interval` (the collector's key) reads the certificate and key again on a timer.
+//!
 //! Certificates and keys are read when the configuration is checked (`mcp-health validate`, start,
-//! SIGHUP) and the rustls configuration is built once at start: a renewed certificate takes effect
-//! at the next start. The collector's `reload_interval` is not supported (hot reload is not built),
-//! so writing it is an unknown-key error rather than a promise that silently does nothing.
+//! SIGHUP). A listener serves its certificate through a [`ServedCertificate`], which a reload
+//! (every SIGHUP, and `reload_interval`) swaps in place: cert-manager and similar tools renew the
+//! files at the same path, so comparing the settings as written would never see a renewal, and
+//! swapping the certificate (not the listener) keeps every connection and the socket as they are.
+//! New handshakes get the new certificate; a certificate or key that cannot be used leaves the
+//! served one in place.
 //!
 //! rustls with the `ring` provider only (the exporters' client TLS uses the same line).
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use serde::Deserialize;
 
 /// `tls:` of a listener. Absent: the listener is plaintext.
@@ -41,6 +49,10 @@ pub struct TlsServerSettings {
     /// Highest protocol version accepted: `"1.2"` or `"1.3"` (default).
     #[serde(default)]
     pub max_version: Option<String>,
+    /// Read the certificate and key files again this often (besides every SIGHUP); absent: only
+    /// on SIGHUP.
+    #[serde(default, with = "humantime_serde")]
+    pub reload_interval: Option<Duration>,
 }
 
 /// Why a TLS configuration cannot be built. Each names the key it is about ([`TlsError::key`]),
@@ -159,17 +171,17 @@ impl TlsServerSettings {
     }
 
     /// Read the certificate, key and client CAs and build the rustls server configuration, with
-    /// `alpn` as the protocols offered (`h2` for gRPC, `http/1.1` for OTLP/HTTP).
-    pub fn build(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    /// `alpn` as the protocols offered (`h2` for gRPC, `http/1.1` for OTLP/HTTP). The configuration
+    /// serves the certificate through the returned [`ServedCertificate`], which a reload swaps.
+    pub fn build(&self, alpn: &[&[u8]]) -> Result<(Arc<rustls::ServerConfig>, Arc<ServedCertificate>), TlsError> {
+        if self.reload_interval.is_some_and(|d| d.is_zero()) {
+            return Err(TlsError::Invalid {
+                key: "reload_interval",
+                message: "must be greater than zero (leave it out to reload on SIGHUP only)".into(),
+            });
+        }
         let versions = self.versions()?;
-        let (cert_src, cert_bytes) = pick(&self.cert_file, &self.cert_pem, "cert_file", "cert_pem")?;
-        let certs = certificates(&cert_src, &cert_bytes)?;
-        let (key_src, key_bytes) = pick(&self.key_file, &self.key_pem, "key_file", "key_pem")?;
-        let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| TlsError::Pem {
-            key: key_src.key(),
-            what: key_src.name(),
-            message: format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1) in it: {e}"),
-        })?;
+        let (key, facts) = self.certified_key()?;
         let provider = provider();
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&versions)
@@ -184,14 +196,117 @@ impl TlsServerSettings {
             }
             None => builder.with_no_client_auth(),
         };
-        let mut cfg = builder.with_single_cert(certs, key).map_err(|e| TlsError::Unusable {
+        let served = Arc::new(ServedCertificate { settings: self.clone(), current: RwLock::new((key, facts)) });
+        let mut cfg = builder.with_cert_resolver(served.clone());
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok((Arc::new(cfg), served))
+    }
+
+    /// The certificate chain and the key, read and checked to match, with what the log says of
+    /// the certificate.
+    fn certified_key(&self) -> Result<(Arc<CertifiedKey>, CertificateFacts), TlsError> {
+        let (cert_src, cert_bytes) = pick(&self.cert_file, &self.cert_pem, "cert_file", "cert_pem")?;
+        let certs = certificates(&cert_src, &cert_bytes)?;
+        let facts =
+            CertificateFacts::of(&certs[0]).map_err(|message| TlsError::Pem { key: cert_src.key(), what: cert_src.name(), message })?;
+        let (key_src, key_bytes) = pick(&self.key_file, &self.key_pem, "key_file", "key_pem")?;
+        let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| TlsError::Pem {
+            key: key_src.key(),
+            what: key_src.name(),
+            message: format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1) in it: {e}"),
+        })?;
+        let certified = CertifiedKey::from_der(certs, key, &provider()).map_err(|e| TlsError::Unusable {
             key: key_src.key(),
             cert: cert_src.name(),
             key_from: key_src.name(),
             message: e.to_string(),
         })?;
-        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        Ok(Arc::new(cfg))
+        Ok((Arc::new(certified), facts))
+    }
+}
+
+/// The longest subject the log carries (a certificate's subject has no length limit of its own).
+const MAX_SUBJECT: usize = 256;
+
+/// What the log and the expiry gauge say of a certificate: its subject and its not-after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertificateFacts {
+    /// The subject's distinguished name (RFC 4514 order, `CN=…`), at most [`MAX_SUBJECT`] bytes.
+    pub subject: String,
+    /// The end of the validity period, in seconds since the Unix epoch.
+    pub not_after: i64,
+    /// The certificate's DER, hashed: a reload says whether the certificate changed.
+    fingerprint: [u8; 32],
+}
+
+impl CertificateFacts {
+    /// The subject and not-after of the DER certificate `der` (x509-parser reads what
+    /// rustls-webpki keeps to itself).
+    pub fn of(der: &CertificateDer<'_>) -> Result<CertificateFacts, String> {
+        use x509_parser::prelude::FromDer as _;
+        let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der.as_ref())
+            .map_err(|e| format!("not a readable X.509 certificate: {e}"))?;
+        let mut subject = cert.subject().to_string();
+        if subject.len() > MAX_SUBJECT {
+            let mut end = MAX_SUBJECT;
+            while !subject.is_char_boundary(end) {
+                end -= 1;
+            }
+            subject.truncate(end);
+            subject.push('…');
+        }
+        let fingerprint = ring::digest::digest(&ring::digest::SHA256, der.as_ref()).as_ref().try_into().unwrap_or([0; 32]);
+        Ok(CertificateFacts { subject, not_after: cert.validity().not_after.timestamp(), fingerprint })
+    }
+
+    /// The not-after as RFC 3339 (UTC), as the log shows it.
+    pub fn not_after_rfc3339(&self) -> String {
+        let at = u64::try_from(self.not_after).map_or(std::time::UNIX_EPOCH, |s| std::time::UNIX_EPOCH + Duration::from_secs(s));
+        humantime::format_rfc3339_seconds(at).to_string()
+    }
+}
+
+/// The certificate a TLS listener serves: rustls asks it at every handshake, and a reload swaps
+/// it in place, so a renewed certificate is served without a new listener.
+#[derive(Debug)]
+pub struct ServedCertificate {
+    settings: TlsServerSettings,
+    current: RwLock<(Arc<CertifiedKey>, CertificateFacts)>,
+}
+
+/// What a successful [`ServedCertificate::reload`] serves now.
+#[derive(Clone, Debug)]
+pub struct Reloaded {
+    pub facts: CertificateFacts,
+    /// The certificate read differs from the one served before.
+    pub changed: bool,
+}
+
+impl ServedCertificate {
+    /// The subject and not-after of the certificate served now.
+    pub fn facts(&self) -> CertificateFacts {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).1.clone()
+    }
+
+    /// `reload_interval` of the listener's settings.
+    pub fn reload_interval(&self) -> Option<Duration> {
+        self.settings.reload_interval
+    }
+
+    /// Read the certificate and key again; new handshakes get them. On an error the certificate
+    /// served so far stays.
+    pub fn reload(&self) -> Result<Reloaded, TlsError> {
+        let (key, facts) = self.settings.certified_key()?;
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = current.1.fingerprint != facts.fingerprint;
+        *current = (key, facts.clone());
+        Ok(Reloaded { facts, changed })
+    }
+}
+
+impl ResolvesServerCert for ServedCertificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.read().unwrap_or_else(PoisonError::into_inner).0.clone())
     }
 }
 
@@ -226,5 +341,93 @@ mod tests {
         assert_eq!(v(None, None), vec![TLSv1_3, TLSv1_2]);
         assert_eq!(v(Some("1.3"), None), vec![TLSv1_3]);
         assert_eq!(v(None, Some("1.2")), vec![TLSv1_2]);
+    }
+
+    /// A self-signed certificate for `name` and its key, as PEM files in `dir`.
+    fn self_signed(dir: &std::path::Path, name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap().self_signed(&key).unwrap();
+        let (c, k) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c.display().to_string(), k.display().to_string())
+    }
+
+    fn grpc_tls(cert: &str, key: &str, extra: &str) -> String {
+        format!(
+            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:0\n        tls:\n          cert_file: {cert:?}\n          key_file: {key:?}\n{extra}"
+        )
+    }
+
+    #[test]
+    fn reload_interval_is_a_duration_greater_than_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed(dir.path(), "localhost");
+        let env = |_: &str| None;
+        let parse = |extra: &str| crate::config::Config::parse("c.yaml", &grpc_tls(&cert, &key, extra), &env);
+        let c = parse("          reload_interval: 1h\n").unwrap();
+        let tls = c.receivers.otlp.protocols.grpc.unwrap().tls.unwrap();
+        assert_eq!(tls.reload_interval, Some(Duration::from_secs(3600)));
+        assert_eq!(parse("").unwrap().receivers.otlp.protocols.grpc.unwrap().tls.unwrap().reload_interval, None, "off by default");
+        for zero in ["0s", "0ms"] {
+            let e = parse(&format!("          reload_interval: {zero}\n")).unwrap_err().to_string();
+            assert!(e.contains("receivers.otlp.protocols.grpc.tls.reload_interval") && e.contains("greater than zero"), "{zero}: {e}");
+        }
+        for not_a_duration in ["hourly", "0", "-1h"] {
+            let e = parse(&format!("          reload_interval: {not_a_duration}\n")).unwrap_err().to_string();
+            assert!(e.contains("receivers.otlp.protocols.grpc.tls.reload_interval"), "{not_a_duration}: {e}");
+        }
+        // Named even before the files are read (a missing certificate is another error).
+        let s = TlsServerSettings { reload_interval: Some(Duration::ZERO), ..Default::default() };
+        assert_eq!(s.build(&[]).unwrap_err().key(), "reload_interval");
+    }
+
+    #[test]
+    fn a_reload_swaps_a_renewed_certificate_and_keeps_the_served_one_on_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed(dir.path(), "first.test");
+        let s = TlsServerSettings { cert_file: Some(cert.clone()), key_file: Some(key.clone()), ..Default::default() };
+        let (_cfg, served) = s.build(&[b"h2"]).unwrap();
+        let first = served.facts();
+        assert_eq!(first.subject, "CN=rcgen self signed cert");
+        let served_der = || served.current.read().unwrap().0.cert[0].clone();
+        let first_der = served_der();
+        assert!(!served.reload().unwrap().changed, "the same files: no change");
+
+        // Renewed in place.
+        let (c2, k2) = self_signed(dir.path(), "second.test");
+        std::fs::copy(&c2, &cert).unwrap();
+        std::fs::copy(&k2, &key).unwrap();
+        let r = served.reload().unwrap();
+        assert!(r.changed);
+        let second_der = served_der();
+        assert_ne!(second_der, first_der);
+        assert_eq!(r.facts, served.facts());
+
+        // A key that does not match the certificate: refused, the renewed one stays.
+        std::fs::copy(dir.path().join("first.test.key"), &key).unwrap();
+        let e = served.reload().unwrap_err();
+        assert_eq!(e.key(), "key_file", "{e}");
+        assert_eq!(served_der(), second_der);
+        // Not a certificate at all.
+        std::fs::copy(&k2, &key).unwrap();
+        std::fs::write(&cert, "garbage").unwrap();
+        assert_eq!(served.reload().unwrap_err().key(), "cert_file");
+        assert_eq!(served_der(), second_der);
+        assert_eq!(served.facts(), r.facts);
+    }
+
+    #[test]
+    fn facts_read_the_not_after() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec!["x.test".to_string()]).unwrap();
+        p.not_after = rcgen::date_time_ymd(2031, 5, 17);
+        p.distinguished_name.push(rcgen::DnType::CommonName, "x.test");
+        let der = p.self_signed(&key).unwrap().der().clone();
+        let f = CertificateFacts::of(&der).unwrap();
+        assert_eq!(f.subject, "CN=x.test");
+        assert_eq!(f.not_after, 1_936_742_400, "2031-05-17T00:00:00Z");
+        assert_eq!(f.not_after_rfc3339(), "2031-05-17T00:00:00Z");
+        assert!(CertificateFacts::of(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])).is_err());
     }
 }

@@ -125,6 +125,28 @@ fn observe_process(meter: &Meter) {
         .with_unit(ins::PROCESS_UPTIME.unit)
         .with_callback(move |o| o.observe(started.elapsed().as_secs_f64(), &[]))
         .build();
+    let _expiry = meter
+        .i64_observable_gauge(ins::TLS_CERTIFICATE_EXPIRY.name)
+        .with_description(ins::TLS_CERTIFICATE_EXPIRY.description)
+        .with_unit(ins::TLS_CERTIFICATE_EXPIRY.unit)
+        .with_callback(|o| {
+            for (l, not_after) in crate::receive::certificates::expiries() {
+                o.observe(not_after, &[KeyValue::new("listener", l.as_str())]);
+            }
+        })
+        .build();
+    let _reloads = meter
+        .u64_observable_counter(ins::TLS_RELOADS.name)
+        .with_description(ins::TLS_RELOADS.description)
+        .with_unit(ins::TLS_RELOADS.unit)
+        .with_callback(|o| {
+            for (l, result, n) in crate::receive::certificates::reload_counts() {
+                if n > 0 {
+                    o.observe(n, &[KeyValue::new("listener", l.as_str()), KeyValue::new("result", result.as_str())]);
+                }
+            }
+        })
+        .build();
 }
 
 /// Bucket bounds of `mcp_health.call.duration` (seconds): from a fast local tool to a long call.

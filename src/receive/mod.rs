@@ -1,6 +1,7 @@
 //! Receive: OTLP/gRPC and OTLP/HTTP in, admitted evidence batches out.
 
 pub mod admit;
+pub mod certificates;
 pub mod listen;
 pub mod otlp_grpc;
 pub mod otlp_http;

@@ -9,6 +9,10 @@
 //! what was prepared and the running set goes on. [`Listeners::commit`] then starts the new
 //! servers and stops the replaced ones (they finish what they are serving). A SIGTERM during
 //! either step is not held up by it: the supervisor drops the reload and drains.
+//!
+//! A TLS listener whose settings did not change keeps serving, and its certificate is read again
+//! in place ([`Listeners::reload_certificates`]): renewed files at the same path are no change of
+//! the settings.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,6 +30,7 @@ use crate::emit::prometheus;
 use crate::evidence::time::Moment;
 use crate::gate::GateState;
 use crate::receive::admit::Admission;
+use crate::receive::certificates::{CertificateWatch, Trigger};
 use crate::receive::listen::{self, Listener, ListenerName, Protocol};
 use crate::receive::{otlp_grpc, otlp_http};
 use crate::service::Heartbeat;
@@ -79,6 +84,28 @@ impl Spec {
         }
     }
 
+    /// The listener's name in metrics and logs.
+    fn listener(&self) -> ListenerName {
+        match self {
+            Spec::Grpc(_) => ListenerName::OtlpGrpc,
+            Spec::Http(_) => ListenerName::OtlpHttp,
+            Spec::Prometheus(_) => ListenerName::Prometheus,
+            Spec::Health(_) => ListenerName::HealthCheck,
+            Spec::Gate(_) => ListenerName::Gate,
+        }
+    }
+
+    /// The key of the listener's section (`receivers.otlp.protocols.grpc`).
+    fn prefix(&self) -> &'static str {
+        match self {
+            Spec::Grpc(_) => "receivers.otlp.protocols.grpc",
+            Spec::Http(_) => "receivers.otlp.protocols.http",
+            Spec::Prometheus(_) => "exporters.prometheus",
+            Spec::Health(_) => "extensions.health_check",
+            Spec::Gate(_) => "extensions.gate",
+        }
+    }
+
     /// The parts of a listener's section that its server uses (Prometheus's
     /// `cardinality_limit` belongs to the metrics pipeline, not to the listener).
     fn comparable(&self) -> Spec {
@@ -119,6 +146,8 @@ struct Running {
     spare: std::net::TcpListener,
     down: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// The certificate of a TLS listener (published, reloaded; dropped with the listener).
+    certificate: Option<CertificateWatch>,
 }
 
 /// A listener bound (or re-used) for the next configuration, not serving yet.
@@ -128,6 +157,7 @@ struct Prepared {
     same_endpoint: bool,
     listener: Listener,
     spare: std::net::TcpListener,
+    certificate: Option<Arc<crate::config::tls::ServedCertificate>>,
 }
 
 /// How long a replacement on the same socket waits for the server it replaces to stop accepting
@@ -180,8 +210,8 @@ impl Listeners {
                 None => bind(spec.endpoint()).await?,
             };
             let spare = tcp_spare(&tcp).map_err(ListenError::Bind)?;
-            let listener = build_listener(&spec, tcp)?;
-            plan.start.push((name, Prepared { spec, same_endpoint: reuse, listener, spare }));
+            let (listener, certificate) = build_listener(&spec, tcp)?;
+            plan.start.push((name, Prepared { spec, same_endpoint: reuse, listener, spare, certificate }));
         }
         Ok(plan)
     }
@@ -214,13 +244,24 @@ impl Listeners {
             let (down, down_rx) = watch::channel(false);
             let addr = p.listener.local_addr().map_or(String::new(), |a| a.to_string());
             let task = start(&p.spec, p.listener, served, down_rx, &addr);
-            self.running.insert(name, Running { spec: p.spec, spare: p.spare, down, task });
+            let certificate = p.certificate.map(|c| CertificateWatch::start(p.spec.listener(), p.spec.prefix(), c));
+            self.running.insert(name, Running { spec: p.spec, spare: p.spare, down, task, certificate });
             if let Some(r) = old {
                 let _ = r.down.send(true);
                 self.retiring.push(r.task);
             }
         }
         self.retiring.retain(|t| !t.is_finished());
+    }
+
+    /// Read the certificate and key of every serving TLS listener again (SIGHUP): new handshakes
+    /// get a renewed certificate; one that cannot be used leaves the served one (logged, counted).
+    pub fn reload_certificates(&self) {
+        for r in self.running.values() {
+            if let Some(c) = &r.certificate {
+                c.reload(Trigger::Sighup);
+            }
+        }
     }
 
     /// Stop every listener but the health check (which answers 503 while the service drains)
@@ -264,32 +305,24 @@ impl Listeners {
 
 use std::future::Future as _;
 
-/// Build the TLS settings and the listener for `spec` on the bound socket `tcp`.
-fn build_listener(spec: &Spec, tcp: tokio::net::TcpListener) -> Result<Listener, ListenError> {
-    let tls = |prefix: &str, t: Option<&TlsServerSettings>, alpn: &[&[u8]]| {
-        t.map(|t| t.build(alpn).map_err(|e| ListenError::Tls(format!("{prefix}.tls.{}", e.key()), e))).transpose()
+/// Build the TLS settings and the listener for `spec` on the bound socket `tcp`; the certificate
+/// it serves when it is a TLS listener.
+fn build_listener(
+    spec: &Spec,
+    tcp: tokio::net::TcpListener,
+) -> Result<(Listener, Option<Arc<crate::config::tls::ServedCertificate>>), ListenError> {
+    let (limits, tls, alpn, protocol): (_, _, &[&[u8]], _) = match spec {
+        Spec::Grpc(g) => (g.connections(), g.tls.as_ref(), &[b"h2"], Protocol::Http2),
+        Spec::Http(h) => (h.connections(), h.tls.as_ref(), &[b"http/1.1"], Protocol::Http1),
+        Spec::Prometheus(p) => (p.connections(), None, &[], Protocol::Http1),
+        Spec::Health(h) => (h.connections(), None, &[], Protocol::Http1),
+        Spec::Gate(g) => (g.connections(), g.tls.as_ref(), &[b"h2"], Protocol::Http2),
     };
-    Ok(match spec {
-        Spec::Grpc(g) => Listener::new(
-            tcp,
-            ListenerName::OtlpGrpc,
-            g.connections(),
-            tls("receivers.otlp.protocols.grpc", g.tls.as_ref(), &[b"h2"])?,
-            Protocol::Http2,
-        ),
-        Spec::Http(h) => Listener::new(
-            tcp,
-            ListenerName::OtlpHttp,
-            h.connections(),
-            tls("receivers.otlp.protocols.http", h.tls.as_ref(), &[b"http/1.1"])?,
-            Protocol::Http1,
-        ),
-        Spec::Prometheus(p) => Listener::new(tcp, ListenerName::Prometheus, p.connections(), None, Protocol::Http1),
-        Spec::Health(h) => Listener::new(tcp, ListenerName::HealthCheck, h.connections(), None, Protocol::Http1),
-        Spec::Gate(g) => {
-            Listener::new(tcp, ListenerName::Gate, g.connections(), tls("extensions.gate", g.tls.as_ref(), &[b"h2"])?, Protocol::Http2)
-        }
-    })
+    let built = tls
+        .map(|t: &TlsServerSettings| t.build(alpn).map_err(|e| ListenError::Tls(format!("{}.tls.{}", spec.prefix(), e.key()), e)))
+        .transpose()?;
+    let (config, certificate) = built.unzip();
+    Ok((Listener::new(tcp, spec.listener(), limits, config, protocol), certificate))
 }
 
 /// Spawn the server of `spec` on `l`, until `down` turns true.

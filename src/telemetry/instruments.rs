@@ -172,6 +172,10 @@ instruments! {
         "Seconds since the process started (since its metrics were set up)";
     PROCESS_MEMORY_RSS = "mcp_health.process.memory.rss", Gauge, "By", [], Internal(Basic),
         "Resident set of the process (what processors.memory_limiter compares with its limits)";
+    TLS_CERTIFICATE_EXPIRY = "mcp_health.tls.certificate_expiry_timestamp", Gauge, "s", ["listener"], Internal(Basic),
+        "When the certificate a TLS listener serves now expires (its not-after), in seconds since the Unix epoch, by listener (otlp_grpc, otlp_http, gate); subtract time() for the time left";
+    TLS_RELOADS = "mcp_health.tls.reloads", Counter, "{reload}", ["listener", "result"], Internal(Basic),
+        "Reads of a TLS listener's certificate and key after its start (SIGHUP, tls.reload_interval), by listener and result: ok (served from the next handshake on), failed (the served certificate was kept)";
     SPANS_RECEIVED = "mcp_health.spans.received", Counter, "{span}", ["transport"], Internal(Basic),
         "Spans received, by transport";
     SPANS_REFUSED = "mcp_health.spans.refused", Counter, "{span}", ["transport", "reason"], Internal(Basic),

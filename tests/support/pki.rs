@@ -21,6 +21,8 @@ pub struct Pki {
     /// Signed by a CA the server does not know.
     pub stranger_cert: PathBuf,
     pub stranger_key: PathBuf,
+    /// The CA, to sign a renewed server certificate ([`Pki::renew_server`]).
+    issuer: Issuer<'static, KeyPair>,
 }
 
 fn ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
@@ -63,8 +65,24 @@ impl Pki {
             client_key: write("client.key", &client_key),
             stranger_cert: write("stranger.pem", &stranger_cert),
             stranger_key: write("stranger.key", &stranger_key),
+            issuer,
             dir,
         }
+    }
+
+    /// A new server certificate and key (same names, same CA, valid until `not_after` as
+    /// (year, month, day) at 00:00 UTC), written in place of `server_cert` and `server_key` as a
+    /// renewal does (each file replaced by a rename); the certificate's DER.
+    pub fn renew_server(&self, not_after: (i32, u8, u8)) -> Vec<u8> {
+        let key = KeyPair::generate().expect("leaf key");
+        let mut p = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).expect("leaf params");
+        p.distinguished_name.push(DnType::CommonName, "localhost");
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        p.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        let cert = p.signed_by(&key, &self.issuer).expect("leaf certificate");
+        replace(&self.server_key, key.serialize_pem().as_bytes());
+        replace(&self.server_cert, cert.pem().as_bytes());
+        cert.der().to_vec()
     }
 
     /// `tls:` lines for a listener (server certificate; `client_ca_file` when `mutual`).
@@ -75,6 +93,13 @@ impl Pki {
         }
         y
     }
+}
+
+/// Write `bytes` to `path` by a rename, so that no reader sees half a file.
+pub fn replace(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, bytes).expect("write PEM");
+    std::fs::rename(&tmp, path).expect("rename PEM");
 }
 
 fn q(p: &Path) -> String {
