@@ -185,18 +185,28 @@ async fn an_engine_blocked_on_its_verdict_log_shows_stalled() {
         assert!(size >= 4096, "F_SETPIPE_SZ: {size}");
         fd
     };
-    // Two threads: the one blocked in the write, and one that answers the probes.
-    let cfg = Cfg { exporter: None, verdict_log: Some(fifo.clone()), worker_threads: Some(2), ..Cfg::default() };
+    // The default runtime (one worker thread): the blocked write hands the worker's other tasks
+    // on, so the probes are still answered.
+    let cfg = Cfg { exporter: None, verdict_log: Some(fifo.clone()), ..Cfg::default() };
     let svc = Service::start(cfg).await;
     let (code, _) = wait_component(&svc, "processor:mcp_health", "StatusOK", true).await;
     assert_eq!(code, 200);
-    // Calls keep coming (refused once the engine's queue is full) until the engine shows stalled.
-    let (code, v) = eventually_async(WAIT, "processor:mcp_health to show stalled", || async {
-        for _ in 0..8 {
-            let req = request("agent", vec![call_span(new_trace_id(), new_span_id(), None, "create_ticket", "1", Vec::new())]);
-            let _ = svc.post_proto(&req).await;
+    // Calls until the verdict log's pipe is full and the engine blocks in its write. A request
+    // the blocked service does not answer ends the sending (the engine is blocked by then).
+    let mut sent = 0;
+    for _ in 0..256 {
+        let req = request("agent", vec![call_span(new_trace_id(), new_span_id(), None, "create_ticket", "1", Vec::new())]);
+        let body = prost::Message::encode_to_vec(&req);
+        let post = http_request(svc.http_addr(), "POST", "/v1/traces", &[("Content-Type", "application/x-protobuf")], &body);
+        match tokio::time::timeout(Duration::from_secs(3), post).await {
+            Ok(Ok(r)) if r.status == 200 => sent += 1,
+            _ => break,
         }
-        let (code, v) = status_health(&svc).await?;
+    }
+    assert!(sent > 0, "no call was taken in");
+    let (code, v) = eventually_async(WAIT, "processor:mcp_health to show stalled", || async {
+        let got = tokio::time::timeout(Duration::from_secs(3), status_health(&svc)).await.ok().flatten();
+        let (code, v) = got?;
         let c = &v["components"]["processor:mcp_health"];
         (c["status"] == "StatusRecoverableError" && c["healthy"] == false).then_some((code, v))
     })

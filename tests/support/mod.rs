@@ -433,8 +433,6 @@ pub struct Cfg {
     pub metrics_level: Option<&'static str>,
     /// `exporters.verdict_log.path` (`stdout` when `None`).
     pub verdict_log: Option<PathBuf>,
-    /// `service.runtime.worker_threads` (the service's default when `None`).
-    pub worker_threads: Option<usize>,
 }
 
 impl Default for Cfg {
@@ -469,7 +467,6 @@ impl Default for Cfg {
             binary: None,
             metrics_level: None,
             verdict_log: None,
-            worker_threads: None,
         }
     }
 }
@@ -552,9 +549,6 @@ impl Cfg {
             self.shutdown_timeout,
             self.metrics_level.map_or(String::new(), |l| format!("    metrics:\n      level: {l}\n"))
         );
-        if let Some(n) = self.worker_threads {
-            let _ = write!(y, "  runtime:\n    worker_threads: {n}\n");
-        }
         y
     }
 }
