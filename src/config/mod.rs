@@ -1837,7 +1837,8 @@ mod tests {
         let t = "extensions:\n  health_check:\n    exporter_failure_threshold: 2s\n    fail_on_component_error: true\n";
         let h = Config::parse("c.yaml", t, &env).unwrap().extensions.health_check.unwrap();
         assert_eq!((h.exporter_failure_threshold, h.fail_on_component_error), (Duration::from_secs(2), true));
-        let e = Config::parse("c.yaml", "extensions:\n  health_check:\n    exporter_failure_threshold: 0s\n", &env).unwrap_err().to_string();
+        let e =
+            Config::parse("c.yaml", "extensions:\n  health_check:\n    exporter_failure_threshold: 0s\n", &env).unwrap_err().to_string();
         assert!(e.contains("extensions.health_check.exporter_failure_threshold"), "{e}");
     }
 

@@ -179,7 +179,13 @@ impl DiskQueue {
             inner.count(e, true);
         }
         inner.pending = found.into();
-        Ok(DiskQueue { dir: dir.to_path_buf(), limit, inner: Mutex::new(inner), corrupt: AtomicU64::new(0), last_full_ns: AtomicU64::new(0) })
+        Ok(DiskQueue {
+            dir: dir.to_path_buf(),
+            limit,
+            inner: Mutex::new(inner),
+            corrupt: AtomicU64::new(0),
+            last_full_ns: AtomicU64::new(0),
+        })
     }
 
     pub(crate) fn dir(&self) -> &Path {

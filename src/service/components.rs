@@ -257,12 +257,14 @@ impl Components {
                 ComponentStatus::RecoverableError,
                 false,
                 Some(last),
-                format!("the engine has not stepped for {}s (limit {}s)", now.saturating_duration_since(last).as_secs(), stall_after.as_secs()),
+                format!(
+                    "the engine has not stepped for {}s (limit {}s)",
+                    now.saturating_duration_since(last).as_secs(),
+                    stall_after.as_secs()
+                ),
             ),
             Health::Stopped => ComponentHealth::failing(ComponentStatus::PermanentError, false, None, "the engine task ended".into()),
-            Health::Draining => {
-                ComponentHealth::failing(ComponentStatus::Stopping, false, None, "the service is shutting down".into())
-            }
+            Health::Draining => ComponentHealth::failing(ComponentStatus::Stopping, false, None, "the service is shutting down".into()),
         };
         c.queued = self.engine_queue.as_ref().and_then(|q| q.depth()).map(|d| d as u64);
         c
@@ -404,12 +406,10 @@ mod tests {
         let _http = c.listening("otlp_http");
         let r = c.report(t0(), th());
         assert!(r.healthy, "{r:?}");
-        assert_eq!(r.components.keys().copied().collect::<Vec<_>>(), [
-            "processor:mcp_health",
-            "receiver:otlp/grpc",
-            "receiver:otlp/http",
-            "storage:redis"
-        ]);
+        assert_eq!(
+            r.components.keys().copied().collect::<Vec<_>>(),
+            ["processor:mcp_health", "receiver:otlp/grpc", "receiver:otlp/http", "storage:redis"]
+        );
         hb.set_store_down_at(true, t0());
         hb.set_store_down_at(true, t0() + Duration::from_secs(3));
         let r = c.report(t0() + Duration::from_secs(5), th());
