@@ -5,9 +5,6 @@
 
 mod support;
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
-
 use std::time::Duration;
 
 use serde_json::Value;
