@@ -409,8 +409,10 @@ mod tests {
         let q = DiskQueue::open(d.path(), (2 * (HEADER + 100)) as u64).unwrap();
         q.push(RecordKind::Spans, 1, &[7u8; 100]).unwrap();
         q.push(RecordKind::Spans, 1, &[8u8; 100]).unwrap();
+        assert_eq!(q.last_full(), None);
         let e = q.push(RecordKind::Spans, 1, &[9u8; 1]).unwrap_err();
         assert!(matches!(e, QueueError::Full { .. }), "{e}");
+        assert!(q.last_full().is_some(), "the refusal is remembered (for /status/health)");
         assert_eq!(files(d.path()).len(), 2, "nothing written for a refused request");
         // Sent and acknowledged: room again.
         let t = q.take().unwrap();

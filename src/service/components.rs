@@ -159,8 +159,9 @@ pub struct Components {
     /// By exporter name (`otlp`, `otlp/passthrough`).
     exporters: Vec<(&'static str, Arc<ExportHealth>)>,
     queues: Vec<Leftover>,
-    /// The receivers serving now, by listener name; each flag is down once its server ended.
-    receivers: Mutex<BTreeMap<&'static str, Arc<AtomicBool>>>,
+    /// The receivers serving now, by listener name, with when each server started; each flag is
+    /// down once its server ended.
+    receivers: Mutex<BTreeMap<&'static str, (Arc<AtomicBool>, Moment)>>,
 }
 
 impl Components {
@@ -196,7 +197,7 @@ impl Components {
     /// its task). A server replacing one of the same name takes its place.
     pub fn listening(&self, name: &'static str) -> Listening {
         let flag = Arc::new(AtomicBool::new(true));
-        self.receivers.lock().unwrap_or_else(|p| p.into_inner()).insert(name, flag.clone());
+        self.receivers.lock().unwrap_or_else(|p| p.into_inner()).insert(name, (flag.clone(), Moment::wall_now()));
         Listening(flag)
     }
 
@@ -210,11 +211,11 @@ impl Components {
         let mut components = BTreeMap::new();
         let engine = self.heartbeat.health(now, t.stall_after);
         let draining = engine == Health::Draining;
-        for (name, up) in self.receivers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for (name, (up, since)) in self.receivers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let c = if draining {
                 ComponentHealth::failing(ComponentStatus::Stopping, false, None, "the service is shutting down".into())
             } else if up.load(Ordering::SeqCst) {
-                ComponentHealth::ok(Some(self.started))
+                ComponentHealth::ok(Some(*since))
             } else {
                 ComponentHealth::failing(ComponentStatus::PermanentError, false, None, "the receiver's server ended".into())
             };
