@@ -479,6 +479,8 @@ impl Pipeline {
         let mut queue_leftovers = Vec::new();
         let mut passthrough_spool = None;
         let mut own_spool = None;
+        // What each exporter's attempts tell, for `/status/health`.
+        let mut exporter_health = Vec::new();
         if let Some(o) = &otlp {
             let settings = SenderSettings {
                 targets: targets.clone(),
@@ -513,6 +515,7 @@ impl Pipeline {
                     own_spool = started.spool.clone();
                 }
                 started.leftover.observe(&meter);
+                exporter_health.push((name, started.health.clone(), started.leftover.clone()));
                 for (i, w) in started.workers.into_iter().enumerate() {
                     export_tasks.add(format!("{name} exporter task {i}"), w);
                 }
@@ -643,6 +646,16 @@ impl Pipeline {
         let shared = engine_cfg.store.clone().filter(|s| s.is_shared()).map(|s| (s, engine_cfg.sessions.clone()));
         let engine = Engine::new(engine_cfg);
         let heartbeat = Heartbeat::new(Moment::wall_now());
+        let store_kind = cfg.storage.as_ref().map(|s| match s {
+            crate::config::Storage::Embedded { .. } => crate::service::components::StoreKind::Embedded,
+            crate::config::Storage::Redis { .. } => crate::service::components::StoreKind::Redis,
+        });
+        let mut components = crate::service::components::Components::new(heartbeat.clone(), Moment::wall_now())
+            .with_engine_queue(admission.ingest.gauge())
+            .with_store(store_kind);
+        for (name, h, queue) in exporter_health {
+            components = components.with_exporter(name, h, queue);
+        }
         let hb = heartbeat.clone();
         let gate = crate::gate::GateState {
             pins,
@@ -662,6 +675,7 @@ impl Pipeline {
             started: std::time::Instant::now(),
             gate,
             status,
+            components: Arc::new(components),
         };
         Ok(Pipeline {
             served,

@@ -751,6 +751,14 @@ pub struct HealthCheck {
     /// Serve the status page (`/status`, `/status.json`) beside the health check.
     #[serde(default = "yes")]
     pub status_page: bool,
+    /// `/status/health`: an exporter whose every attempt has failed for longer is unhealthy
+    /// (and an on-disk sending queue that refused a request this recently).
+    #[serde(default = "d_30s", with = "humantime_serde")]
+    pub exporter_failure_threshold: Duration,
+    /// `/` answers 503 when a component is unhealthy (as `/status/health` judges it). Off: a
+    /// liveness probe on `/` must not restart the process for a backend that is down.
+    #[serde(default)]
+    pub fail_on_component_error: bool,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -1165,6 +1173,9 @@ impl Config {
         if let Some(h) = &self.extensions.health_check {
             if !listen_address_ok(&h.endpoint) {
                 return bad("extensions.health_check.endpoint", "must be host:port, e.g. 127.0.0.1:13133 or localhost:13133");
+            }
+            if h.exporter_failure_threshold.is_zero() {
+                return bad("extensions.health_check.exporter_failure_threshold", "must be greater than zero (e.g. 30s)");
             }
         }
         if let Some(g) = &self.extensions.gate {
@@ -1816,6 +1827,19 @@ mod tests {
         assert!(e.contains("exporters.otlp.tls") && e.contains("http://"), "{e}");
         let plain = "exporters:\n  otlp:\n    endpoint: http://c:4317\n    tls:\n      insecure: true\n";
         assert!(Config::parse("c.yaml", plain, &env).is_ok(), "insecure: true says plaintext on purpose");
+    }
+
+    #[test]
+    fn the_component_health_keys_default_and_are_checked() {
+        let c = Config::parse("c.yaml", "extensions:\n  health_check:\n", &env).unwrap();
+        let h = c.extensions.health_check.unwrap();
+        assert_eq!((h.exporter_failure_threshold, h.fail_on_component_error), (Duration::from_secs(30), false));
+        let t = "extensions:\n  health_check:\n    exporter_failure_threshold: 2s\n    fail_on_component_error: true\n";
+        let h = Config::parse("c.yaml", t, &env).unwrap().extensions.health_check.unwrap();
+        assert_eq!((h.exporter_failure_threshold, h.fail_on_component_error), (Duration::from_secs(2), true));
+        let e =
+            Config::parse("c.yaml", "extensions:\n  health_check:\n    exporter_failure_threshold: 0s\n", &env).unwrap_err().to_string();
+        assert!(e.contains("extensions.health_check.exporter_failure_threshold"), "{e}");
     }
 
     #[test]

@@ -137,6 +137,8 @@ pub(crate) struct DiskQueue {
     inner: Mutex<Inner>,
     /// Files found damaged or unreadable (skipped and removed).
     corrupt: AtomicU64,
+    /// When a request was last refused for lack of room (wall-clock nanoseconds; 0: never).
+    last_full_ns: AtomicU64,
 }
 
 /// What the queue holds: requests (pending and in flight) and their bytes on disk.
@@ -177,7 +179,13 @@ impl DiskQueue {
             inner.count(e, true);
         }
         inner.pending = found.into();
-        Ok(DiskQueue { dir: dir.to_path_buf(), limit, inner: Mutex::new(inner), corrupt: AtomicU64::new(0) })
+        Ok(DiskQueue {
+            dir: dir.to_path_buf(),
+            limit,
+            inner: Mutex::new(inner),
+            corrupt: AtomicU64::new(0),
+            last_full_ns: AtomicU64::new(0),
+        })
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -200,6 +208,7 @@ impl DiskQueue {
         let seq = {
             let mut g = self.lock();
             if g.bytes + need > self.limit {
+                self.last_full_ns.store(crate::evidence::time::Moment::wall_now().as_nanos().max(1), Ordering::Relaxed);
                 return Err(QueueError::Full { held: g.bytes, limit: self.limit, need });
             }
             // A file named with the last sequence number there is (not one this queue writes)
@@ -299,6 +308,12 @@ impl DiskQueue {
     pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
+
+    /// The last time a request was refused for lack of room (wall clock), if ever.
+    pub(crate) fn last_full(&self) -> Option<crate::evidence::time::Moment> {
+        let ns = self.last_full_ns.load(Ordering::Relaxed);
+        (ns != 0).then(|| crate::evidence::time::Moment::from_nanos(ns))
+    }
 }
 
 /// Kind and item count from a file's header, without reading the rest.
@@ -394,8 +409,10 @@ mod tests {
         let q = DiskQueue::open(d.path(), (2 * (HEADER + 100)) as u64).unwrap();
         q.push(RecordKind::Spans, 1, &[7u8; 100]).unwrap();
         q.push(RecordKind::Spans, 1, &[8u8; 100]).unwrap();
+        assert_eq!(q.last_full(), None);
         let e = q.push(RecordKind::Spans, 1, &[9u8; 1]).unwrap_err();
         assert!(matches!(e, QueueError::Full { .. }), "{e}");
+        assert!(q.last_full().is_some(), "the refusal is remembered (for /status/health)");
         assert_eq!(files(d.path()).len(), 2, "nothing written for a refused request");
         // Sent and acknowledged: room again.
         let t = q.take().unwrap();

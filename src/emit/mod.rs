@@ -2,6 +2,7 @@
 //! emitter reads the same [`crate::verdict::Verdict`]; none re-derives it.
 
 pub(crate) mod disk_queue;
+pub mod export_health;
 pub mod health_spans;
 pub mod incidents;
 pub mod metrics;

@@ -33,6 +33,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use super::disk_queue::{DiskQueue, QueueError, Record, RecordKind, Taken};
+use super::export_health::ExportHealth;
 use super::metrics::HealthMeters;
 use super::otlp_http::HttpSender;
 use super::otlp_target::{Compression, Protocol, Target, Targets};
@@ -136,7 +137,7 @@ impl SpanSender {
         let item = Outgoing::Health(req);
         let (bytes, encoding) = encode(&item, self.0.target.protocol, self.0.target.compression).map_err(|e| e.to_string())?;
         let once = RetryOnFailure { enabled: false, ..RetryOnFailure::default() };
-        send_with_retry(&self.0, &once, bytes, encoding, ItemKind::Spans).await
+        send_with_retry(&self.0, &once, bytes, encoding, ItemKind::Spans, None).await
     }
 }
 
@@ -244,6 +245,8 @@ pub enum QueueStore {
 /// A started queue: its workers, and what it can tell about what it still holds.
 pub struct Started {
     pub workers: Vec<tokio::task::JoinHandle<()>>,
+    /// What the workers' attempts tell about the backend (for `/status/health`).
+    pub health: Arc<ExportHealth>,
     pub leftover: Leftover,
     /// With a disk queue: where a request can be written straight to disk.
     pub spool: Option<std::sync::Arc<dyn crate::flow::outgoing::DiskSpool>>,
@@ -259,6 +262,14 @@ pub struct Leftover {
     spool: Option<Arc<Spool>>,
     /// The writer and workers of a disk queue, stopped at exit (see [`Leftover::report_at_exit`]).
     tasks: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+/// What [`Leftover::disk_fill`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskFill {
+    pub bytes: u64,
+    pub limit: u64,
+    pub last_full: Option<crate::evidence::time::Moment>,
 }
 
 /// What [`Leftover::count`] found.
@@ -284,6 +295,17 @@ impl Leftover {
                 Left { in_memory: queued, on_disk: held.requests, disk_bytes: held.bytes }
             }
         }
+    }
+
+    /// The exporter's name (`otlp`, `otlp/passthrough`).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The on-disk queue's fill: bytes held, its bound, and when a request was last refused for
+    /// lack of room. `None` for an in-memory queue.
+    pub fn disk_fill(&self) -> Option<DiskFill> {
+        self.spool.as_ref().map(|sp| DiskFill { bytes: sp.q.held().bytes, limit: sp.q.limit(), last_full: sp.q.last_full() })
     }
 
     /// The queue's directory, when it is on disk.
@@ -476,6 +498,7 @@ pub fn spawn(
     let in_flight = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut leftover = Leftover { name, rx: rx.clone(), in_flight: in_flight.clone(), spool: spool.clone(), tasks: Arc::default() };
     let max_bytes = s.max_request_bytes.max(1024);
+    let health = Arc::new(ExportHealth::default());
     let mut handles = Vec::new();
     if let Some(sp) = &spool {
         // The writer: from the channel to disk, in arrival order.
@@ -504,15 +527,15 @@ pub fn spawn(
         }));
     }
     for _ in 0..s.workers.max(1) {
-        let (rx, routes, retry, meters, spool, in_flight) =
-            (rx.clone(), routes.clone(), s.retry.clone(), meters.clone(), spool.clone(), in_flight.clone());
+        let (rx, routes, retry, meters, spool, in_flight, health) =
+            (rx.clone(), routes.clone(), s.retry.clone(), meters.clone(), spool.clone(), in_flight.clone(), health.clone());
         handles.push(tokio::spawn(async move {
             use std::sync::atomic::Ordering;
             match spool {
                 Some(sp) => {
                     while let Some(t) = sp.next().await {
                         match from_record(t.record.clone()) {
-                            Ok(item) => deliver(item, &routes, &retry, &meters, max_bytes).await,
+                            Ok(item) => deliver(item, &routes, &retry, &meters, max_bytes, &health).await,
                             Err(e) => tracing::warn!(directory = %sp.q.dir().display(), error = %e, "unreadable metrics request in the sending queue; dropped"),
                         }
                         let q = sp.q.clone();
@@ -523,7 +546,7 @@ pub fn spawn(
                     let next = rx.lock().await.recv().await;
                     let Some(item) = next else { break };
                     in_flight.fetch_add(1, Ordering::Relaxed);
-                    deliver(item, &routes, &retry, &meters, max_bytes).await;
+                    deliver(item, &routes, &retry, &meters, max_bytes, &health).await;
                     in_flight.fetch_sub(1, Ordering::Relaxed);
                 },
             }
@@ -533,12 +556,19 @@ pub fn spawn(
         leftover.tasks = Arc::new(std::sync::Mutex::new(handles.iter().map(|h| h.abort_handle()).collect()));
     }
     let spool = spool.map(|s| std::sync::Arc::new(SpoolHandle(s)) as std::sync::Arc<dyn crate::flow::outgoing::DiskSpool>);
-    Ok(Started { workers: handles, leftover, spool })
+    Ok(Started { workers: handles, health, leftover, spool })
 }
 
 /// Send one request (split when it is larger than `max_bytes`), counting what went and what
 /// did not.
-async fn deliver(mut item: Outgoing, routes: &Routes, retry: &RetryOnFailure, meters: &HealthMeters, max_bytes: usize) {
+async fn deliver(
+    mut item: Outgoing,
+    routes: &Routes,
+    retry: &RetryOnFailure,
+    meters: &HealthMeters,
+    max_bytes: usize,
+    health: &ExportHealth,
+) {
     let signal = item.signal();
     let Some(route) = routes.for_item(&item) else {
         let (kind, items) = item.items();
@@ -582,7 +612,7 @@ async fn deliver(mut item: Outgoing, routes: &Routes, retry: &RetryOnFailure, me
         if let Some(h) = held.as_mut().filter(|_| parts.is_empty()) {
             h.set(bytes.len() as u64);
         }
-        match send_with_retry(route, retry, bytes, encoding, kind).await {
+        match send_with_retry(route, retry, bytes, encoding, kind, Some(health)).await {
             Ok(rejected) => {
                 meters.export_sent(signal, route.transport(), kind, items.saturating_sub(rejected));
                 if rejected > 0 {
@@ -782,14 +812,27 @@ fn unit_random() -> f64 {
 }
 
 /// Send with the configured retries; `Ok(rejected)` is the number of items the server refused in
-/// a partial success.
+/// a partial success. Every attempt is told to `health`: a backend down shows while the request
+/// is still being retried, not only once it is given up on. A request too large for the
+/// receiver tells nothing about the backend (it answered).
 async fn send_with_retry(
     route: &Route,
     retry: &RetryOnFailure,
     bytes: Bytes,
     encoding: Option<&'static str>,
     kind: ItemKind,
+    health: Option<&ExportHealth>,
 ) -> Result<u64, String> {
+    use crate::evidence::time::Moment;
+    let told = |ok: bool| {
+        if let Some(h) = health {
+            if ok {
+                h.succeeded(Moment::wall_now());
+            } else {
+                h.failed(Moment::wall_now());
+            }
+        }
+    };
     let started = Instant::now();
     let mut backoff = retry.initial_interval;
     loop {
@@ -797,6 +840,11 @@ async fn send_with_retry(
             Transport::Grpc(ch) => send_grpc(ch, &route.target, bytes.clone(), kind).await,
             Transport::Http(h) => h.send(bytes.clone(), encoding).await.map(|body| http_rejected(kind, &body)),
         };
+        match &sent {
+            Ok(_) => told(true),
+            Err(Failure::Permanent(_) | Failure::Retryable(..)) => told(false),
+            Err(Failure::TooLarge(_)) => {}
+        }
         match sent {
             Ok(rejected) => return Ok(rejected),
             Err(Failure::Permanent(why)) => return Err(why),
@@ -1199,13 +1247,13 @@ mod tests {
             max_elapsed_time: Duration::ZERO,
             ..RetryOnFailure::default()
         };
-        let sent = send_with_retry(&route, &retry, bytes.clone(), None, ItemKind::Spans).await;
+        let sent = send_with_retry(&route, &retry, bytes.clone(), None, ItemKind::Spans, None).await;
         assert_eq!(sent, Ok(0), "accepted on the fifth try");
         assert_eq!(flaky.0.load(std::sync::atomic::Ordering::SeqCst), 5);
         // Retries off: one try, as before.
         flaky.0.store(0, std::sync::atomic::Ordering::SeqCst);
         let once = RetryOnFailure { enabled: false, ..retry };
-        assert!(send_with_retry(&route, &once, bytes, None, ItemKind::Spans).await.is_err());
+        assert!(send_with_retry(&route, &once, bytes, None, ItemKind::Spans, None).await.is_err());
         assert_eq!(flaky.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 

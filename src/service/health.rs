@@ -14,6 +14,8 @@ pub struct Heartbeat {
     stopped: AtomicBool,
     draining: AtomicBool,
     store_down: AtomicBool,
+    /// When the store went down (wall-clock nanoseconds; 0 while it is up).
+    store_down_since_ns: AtomicU64,
 }
 
 /// What the health check answers.
@@ -73,14 +75,35 @@ impl Heartbeat {
         StoppedGuard(self.clone())
     }
 
-    /// Told by the engine task after every step.
     /// Whether the state store's last operation failed (see [`Self::set_store_down`]).
     pub fn is_store_down(&self) -> bool {
         self.store_down.load(Ordering::Relaxed)
     }
 
+    /// Told by the engine task after every step.
     pub fn set_store_down(&self, down: bool) {
-        self.store_down.store(down, Ordering::Relaxed);
+        self.set_store_down_at(down, Moment::wall_now());
+    }
+
+    /// [`Self::set_store_down`] at `now`: a store going down remembers since when.
+    pub fn set_store_down_at(&self, down: bool, now: Moment) {
+        let was = self.store_down.swap(down, Ordering::Relaxed);
+        if down && !was {
+            self.store_down_since_ns.store(now.as_nanos().max(1), Ordering::Relaxed);
+        } else if !down {
+            self.store_down_since_ns.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Since when the store has been down (`None` while it is up).
+    pub fn store_down_since(&self) -> Option<Moment> {
+        let ns = self.store_down_since_ns.load(Ordering::Relaxed);
+        (ns != 0 && self.is_store_down()).then(|| Moment::from_nanos(ns))
+    }
+
+    /// The engine's last step.
+    pub fn last_beat(&self) -> Moment {
+        Moment::from_nanos(self.last_beat_ns.load(Ordering::Relaxed))
     }
 
     pub fn set_draining(&self) {

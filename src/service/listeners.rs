@@ -33,6 +33,7 @@ use crate::receive::admit::Admission;
 use crate::receive::certificates::{CertificateWatch, Trigger};
 use crate::receive::listen::{self, Listener, ListenerName, Protocol};
 use crate::receive::{otlp_grpc, otlp_http};
+use crate::service::components::Thresholds;
 use crate::service::Heartbeat;
 
 /// Why a listener could not be set up.
@@ -60,6 +61,8 @@ pub struct Served {
     pub gate: GateState,
     /// The status page's snapshot (`/status`, `/status.json` on the health-check listener).
     pub status: crate::service::status::Status,
+    /// What `/status/health` reports on (and `/` with `fail_on_component_error`).
+    pub components: Arc<crate::service::components::Components>,
 }
 
 /// The settings of one listener, as written in the configuration: a change of any of them
@@ -224,6 +227,7 @@ impl Listeners {
     pub async fn commit(&mut self, plan: Plan, served: &Served) {
         let replacing: Vec<_> = plan.start.iter().map(|(n, _)| *n).collect();
         for name in plan.stop.into_iter().filter(|n| !replacing.contains(n)) {
+            served.components.forget(name);
             if let Some(r) = self.running.remove(name) {
                 let _ = r.down.send(true);
                 self.retiring.push(r.task);
@@ -335,7 +339,9 @@ fn start(spec: &Spec, l: Listener, served: &Served, down: watch::Receiver<bool>,
         Spec::Grpc(g) => {
             tracing::info!(addr, tls = g.tls.is_some(), "OTLP/gRPC receiver listening");
             let (adm, max, token) = (served.admission.clone(), g.max_recv_msg_size_mib << 20, crate::config::ReceiverAuth::token(&g.auth));
+            let listening = served.components.listening(ListenerName::OtlpGrpc.as_str());
             tokio::spawn(async move {
+                let _listening = listening;
                 if let Err(e) = otlp_grpc::serve(l, adm, max, token, sd).await {
                     tracing::error!(error = %e, "OTLP/gRPC receiver failed");
                 }
@@ -344,7 +350,11 @@ fn start(spec: &Spec, l: Listener, served: &Served, down: watch::Receiver<bool>,
         Spec::Http(h) => {
             tracing::info!(addr, tls = h.tls.is_some(), "OTLP/HTTP receiver listening");
             let app = otlp_http::router(served.admission.clone(), h.max_request_body_size, crate::config::ReceiverAuth::token(&h.auth));
-            tokio::spawn(listen::serve_http(l, app, sd))
+            let listening = served.components.listening(ListenerName::OtlpHttp.as_str());
+            tokio::spawn(async move {
+                let _listening = listening;
+                listen::serve_http(l, app, sd).await
+            })
         }
         Spec::Gate(g) => {
             tracing::info!(addr, tls = g.tls.is_some(), "gate gRPC API listening");
@@ -396,17 +406,44 @@ fn start(spec: &Spec, l: Listener, served: &Served, down: watch::Receiver<bool>,
         Spec::Health(h) => {
             tracing::info!(addr, "health check listening");
             let (hb, stall_after, started) = (served.heartbeat.clone(), served.stall_after, served.started);
-            let app = Router::new().route(
-                "/",
-                get(move || {
-                    let hb = hb.clone();
-                    async move {
-                        let h = hb.health(Moment::wall_now(), stall_after);
-                        let code = if h.is_ok() { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
-                        (code, axum::Json(serde_json::json!({"status": h.as_str(), "uptime_seconds": started.elapsed().as_secs()})))
-                    }
-                }),
-            );
+            let thresholds = Thresholds { stall_after, exporter_failure: h.exporter_failure_threshold };
+            let (components, strict) = (served.components.clone(), h.fail_on_component_error);
+            let all = served.components.clone();
+            let app = Router::new()
+                .route(
+                    "/",
+                    get(move || {
+                        let (hb, components) = (hb.clone(), components.clone());
+                        async move {
+                            let now = Moment::wall_now();
+                            let h = hb.health(now, stall_after);
+                            let uptime = started.elapsed().as_secs();
+                            // Only when asked: by default a liveness probe on `/` must not
+                            // restart the process for a backend that is down.
+                            let failing = if strict && h.is_ok() { components.report(now, thresholds).unhealthy() } else { Vec::new() };
+                            if !failing.is_empty() {
+                                let status = format!("Component unhealthy: {}", failing.join(", "));
+                                return (
+                                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                                    axum::Json(serde_json::json!({"status": status, "uptime_seconds": uptime})),
+                                );
+                            }
+                            let code = if h.is_ok() { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
+                            (code, axum::Json(serde_json::json!({"status": h.as_str(), "uptime_seconds": uptime})))
+                        }
+                    }),
+                )
+                .route(
+                    "/status/health",
+                    get(move || {
+                        let all = all.clone();
+                        async move {
+                            let r = all.report(Moment::wall_now(), thresholds);
+                            let code = if r.healthy { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
+                            (code, axum::Json(r))
+                        }
+                    }),
+                );
             let app = if h.status_page { app.merge(served.status.routes()) } else { app };
             tokio::spawn(listen::serve_http(l, app, sd))
         }

@@ -2,6 +2,7 @@
 //! receivers' queue on the wall clock ([`run_engine`]); `replay` feeds it from files on the
 //! span-time clock ([`replay`]). Both hand every decided record to the same [`Sinks`].
 
+pub mod components;
 pub mod health;
 pub mod listeners;
 pub mod reload;

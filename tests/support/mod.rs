@@ -147,7 +147,13 @@ pub struct Sink {
 impl Sink {
     /// Start on 127.0.0.1 with an OS-chosen port. Must be called inside a Tokio runtime.
     pub async fn start() -> Sink {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind sink");
+        Sink::start_at(SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Start on `addr` (a backend coming back on the port it had). Must be called inside a
+    /// Tokio runtime.
+    pub async fn start_at(addr: SocketAddr) -> Sink {
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind sink");
         let addr = listener.local_addr().unwrap();
         let data = Arc::new(SinkData::default());
         let svc = SinkSvc(data.clone());
@@ -425,6 +431,8 @@ pub struct Cfg {
     pub binary: Option<PathBuf>,
     /// `service.telemetry.metrics.level` (the service's default when `None`).
     pub metrics_level: Option<&'static str>,
+    /// `exporters.verdict_log.path` (`stdout` when `None`).
+    pub verdict_log: Option<PathBuf>,
 }
 
 impl Default for Cfg {
@@ -458,6 +466,7 @@ impl Default for Cfg {
             listener_extra: Vec::new(),
             binary: None,
             metrics_level: None,
+            verdict_log: None,
         }
     }
 }
@@ -512,7 +521,12 @@ impl Cfg {
         if let Some(n) = self.cardinality_limit {
             let _ = writeln!(y, "    cardinality_limit: {n}");
         }
-        y.push_str("  verdict_log:\n    path: stdout\n");
+        match &self.verdict_log {
+            Some(p) => {
+                let _ = writeln!(y, "  verdict_log:\n    path: {}", serde_json::to_string(p).unwrap());
+            }
+            None => y.push_str("  verdict_log:\n    path: stdout\n"),
+        }
         let _ = write!(y, "extensions:\n  health_check:\n    endpoint: 127.0.0.1:{}\n{}", p.health, self.extra("health_check", 4));
         if self.gate {
             let _ = write!(y, "  gate:\n    endpoint: 127.0.0.1:{}\n    unpinned: allow\n{}", p.gate, self.extra("gate", 4));
