@@ -745,6 +745,40 @@ mod tests {
         assert_eq!(healthy.decided_layer, "outcome passed, verified by receipt");
     }
 
+    /// A span's layer as the classifier reads it, table-driven over the facts a summary keeps.
+    #[test]
+    fn status_span_findings_name_the_layer_each_span_decided() {
+        use crate::evidence::Instrumentation;
+        let base = SpanSummary {
+            kind: SpanKind::Client,
+            by: Instrumentation::Semconv,
+            method: Some("tools/call"),
+            status_error: false,
+            http_status: None,
+            error: None,
+            transport: None,
+            outcome: None,
+            request_sent_marker: false,
+            start_ns: 0,
+            end_ns: 5_000_000,
+        };
+        let table = [
+            (SpanSummary { transport: Some(TransportOutcome::DnsFailure), ..base }, Some(Layer::Transport)),
+            (SpanSummary { http_status: Some(503), status_error: true, ..base }, Some(Layer::Transport)),
+            (SpanSummary { http_status: Some(401), ..base }, Some(Layer::Authorization)),
+            (SpanSummary { error: Some(CallError::JsonRpc(-32601)), ..base }, Some(Layer::Protocol)),
+            (SpanSummary { error: Some(CallError::JsonRpc(-32001)), ..base }, Some(Layer::Transport)),
+            (SpanSummary { error: Some(CallError::ToolError), ..base }, Some(Layer::Execution)),
+            (SpanSummary { kind: SpanKind::Verifier, outcome: Some(OutcomeResult::Missing), ..base }, Some(Layer::Outcome)),
+            (base, None),
+        ];
+        for (s, layer) in table {
+            assert_eq!(span_finding(&s).0, layer, "{s:?}");
+        }
+        let v = SpanView::of(&SpanSummary { error: Some(CallError::JsonRpc(-32601)), ..base });
+        assert_eq!((v.error_code, v.error, v.finding, v.duration_ns), (Some(-32601), Some("method not found"), "protocol failed", 5_000_000));
+    }
+
     #[test]
     fn status_drift_keeps_the_latest_report_per_server_and_tool_in_words() {
         let mut s = StatusSnapshot::default();
@@ -808,6 +842,18 @@ mod tests {
         // resolved, with the call that failed.
         let auth = v.resolved_incidents.iter().find(|i| i.state == "needs_auth").unwrap_or_else(|| panic!("{:#?}", v.resolved_incidents));
         assert_eq!(auth.evidence.as_ref().map(|e| e.state), Some("needs_auth"));
+        assert_eq!(auth.owner, Owner::CredentialOwner);
+        let by = auth.resolved_by.as_ref().unwrap_or_else(|| panic!("the resolving call: {auth:#?}"));
+        assert_eq!(by.by, "healthy_call");
+        let healthy = v.recent_calls.iter().find(|c| c.state == "healthy").expect("the healthy call");
+        assert_eq!(by.trace_id.as_deref(), Some(healthy.trace_id.as_str()), "the healthy call of its server resolved it");
+        // The spans of the chain, each with its side, instrumentation and the layer it decided.
+        assert_eq!(open.owner, Owner::ClientImplementer);
+        assert!(!ev.spans.is_empty(), "{ev:#?}");
+        assert!(ev.spans.iter().all(|s| s.instrumentation == "semconv" && s.name == "tools/call"), "{:#?}", ev.spans);
+        let failed = ev.spans.iter().find(|s| s.layer == Some("protocol")).unwrap_or_else(|| panic!("{:#?}", ev.spans));
+        assert!(failed.error_code.is_some() && failed.error.is_some_and(|e| !e.contains("jsonrpc")), "{failed:#?}");
+        assert_eq!(ev.reason_meaning, ev.reason.as_deref().and_then(reason_meaning));
         assert!(!v.catalogs.is_empty(), "the stale catalog session is shown");
     }
 }
