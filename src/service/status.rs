@@ -328,7 +328,7 @@ fn state_class(state: &str) -> &'static str {
 }
 
 const STYLE: &str = "body{font:13px/1.35 system-ui,sans-serif;margin:.8em 1.2em;color:#1d2330;background:#fafbfc}\
-h1{font-size:1.3em;margin:0;display:inline-block;margin-right:.6em}h2{font-size:1.05em;margin:.8em 0 .25em}\
+h1{font-size:1.3em;margin:0;display:inline-block;margin-right:.6em}h2{font-size:1.05em;margin:.6em 0 .2em}p{margin:.2em 0}\
 header p{display:inline;margin:0}\
 table{border-collapse:collapse;width:100%;background:#fff}th,td{border:1px solid #d0d7de;padding:.15em .4em;text-align:left;vertical-align:top}\
 th{background:#f0f3f6;font-weight:600;white-space:nowrap}td,th{overflow-wrap:normal;word-break:normal;hyphens:none}\
@@ -340,7 +340,7 @@ details{margin:0}details>summary{cursor:pointer;color:#0969da}details[open]{padd
 table.spans{margin:.3em 0;width:auto}table.spans td,table.spans th{padding:.05em .35em}\
 .layers span{display:inline-block;margin-right:.3em;padding:0 .3em;border-radius:3px}\
 .l-passed{background:#dafbe1}.l-failed{background:#ffd8d3}.l-unobserved{background:#eaeef2}\
-.grid{display:grid;grid-template-columns:1.3fr 1fr 1fr;gap:0 1em}\
+.grid{display:grid;grid-template-columns:1.4fr 1fr 1fr;gap:0 1em}\
 .bar{display:inline-block;width:80px;height:.8em;background:#eaeef2;vertical-align:middle}.bar i{display:block;height:100%;background:#0969da}";
 
 /// The page: the view as filtered, with choices from the whole view.
@@ -377,9 +377,10 @@ pub(crate) fn render_html(v: &StatusView, f: &Filter, links: &Links) -> String {
                 (filters(f, &choices))
                 (summary(&v, f, total))
                 (incidents(&v, f, links))
+                (resolved(&v, f, links))
                 div.grid {
-                    section { (resolved(&v, f, links)) }
-                    section { (rates(&v, f)) (queues(&v)) }
+                    section { (rates(&v, f)) }
+                    section { (queues(&v)) }
                     section { (catalogs(&v)) (drift(&v)) }
                 }
                 (recent(&v, f, links))
@@ -441,13 +442,13 @@ fn summary(v: &StatusView, f: &Filter, (incidents, calls): (usize, usize)) -> Ma
     }
 }
 
-/// A trace id, linked to the trace backend when one is configured; shown shortened (the full id
-/// is the link and the tooltip).
+/// A trace id, whole (ids differ anywhere, often only at the end) and never wrapped, linked to
+/// the trace backend when one is configured.
 fn trace(links: &Links, trace_id: &str) -> Markup {
     html! {
         @match links.trace(trace_id) {
-            Some(url) => a.trace.id href=(url) title=(trace_id) { (short(trace_id, 12)) "…" },
-            None => code.trace title=(trace_id) { (short(trace_id, 12)) "…" },
+            Some(url) => a.trace.id href=(url) { (trace_id) },
+            None => code.trace { (trace_id) },
         }
     }
 }
@@ -468,8 +469,8 @@ fn incidents(v: &StatusView, f: &Filter, links: &Links) -> Markup {
             p.ok { "No open incidents." }
         } @else {
             table.incidents {
-                tr { th { "Server" } th { "First failed layer" } th { "Owner" } th { "State / error" } th { "Tool" }
-                     th { "Required authority" } th { "Next action" } th { "Impact" } th { "Last evidence" } }
+                tr { th { "Server" } th { "First failed layer" } th { "Owner" } th { "State / error / authority needed" } th { "Tool" }
+                     th { "Next action" } th { "Impact" } th { "Last evidence" } }
                 @for i in &v.incidents {
                     tr.incident {
                         td { (server_link(f, i.server.as_deref())) }
@@ -479,6 +480,7 @@ fn incidents(v: &StatusView, f: &Filter, links: &Links) -> Markup {
                             span class=(state_class(i.state)) { (i.state) }
                             @if let Some(e) = &i.error_class { " " code { (e) } }
                             @if let Some(m) = i.error_meaning { " " span.meaning { "(" (m) ")" } }
+                            @if let Some(a) = &i.required_authority { " " span.authority { "needs " code { (a) } } }
                             @if i.incident_state == "waiting" { " " span.warn { "(waiting: authorization flow pending)" } }
                         }
                         td { @match (&i.tool, i.state) {
@@ -486,14 +488,13 @@ fn incidents(v: &StatusView, f: &Filter, links: &Links) -> Markup {
                             (None, "needs_auth") => "(every tool of the credential)",
                             (None, _) => "—",
                         } }
-                        td.authority { @match &i.required_authority { Some(a) => code { (a) }, None => "—" } }
                         td.next-action { (i.next_action) }
-                        td.nowrap { (i.calls) " call(s), " (i.sessions) " session(s)" br; "agents: "
+                        td { (i.calls) " call(s), " (i.sessions) " session(s), agents: "
                             @if i.agents.is_empty() { "—" }
                             @for (n, a) in i.agents.iter().enumerate() { @if n > 0 { ", " } (a) } }
                         td.nowrap title=(utc(i.last_evidence_ns)) { (ago(v.generated_at_ns, i.last_evidence_ns)) }
                     }
-                    tr.evidence { td colspan="9" {
+                    tr.evidence { td colspan="8" {
                         @match &i.evidence {
                             Some(c) => (chain(c, links, "Evidence chain of the latest failing call")),
                             None => span.muted { "No call of this incident was decided by this instance since it started." },
@@ -512,14 +513,16 @@ fn resolved(v: &StatusView, f: &Filter, links: &Links) -> Markup {
             p.muted { "None." }
         } @else {
             table.resolved {
-                tr { th { "State" } th { "Layer" } th { "Owner" } th { "Server" } th { "Resolved by" } }
+                tr { th { "State" } th { "Layer" } th { "Error" } th { "Owner" } th { "Server" } th { "Tool" } th { "Resolved by" } }
                 @for i in &v.resolved_incidents {
                     tr.resolved-incident {
                         td class=(state_class(i.state)) { (i.state) }
                         td { (i.first_failed_layer.unwrap_or("none")) }
+                        td { @match &i.error_class { Some(e) => code { (e) }, None => "—" } }
                         td.owner { (i.owner.describe()) }
                         td { (server_link(f, i.server.as_deref())) }
-                        td.resolved-by {
+                        td { @match &i.tool { Some(t) => code { (t) }, None => "—" } }
+                        td.resolved-by.nowrap {
                             @match &i.resolved_by {
                                 Some(r) if r.by == "healthy_call" => {
                                     "healthy " (r.method.as_deref().unwrap_or("call")) " "
@@ -547,7 +550,7 @@ fn chain(c: &CallView, links: &Links, title: &str) -> Markup {
     html! {
         details.chain {
             summary {
-                (title) ": " (c.spans.len() + usize::from(c.more_spans)) " span(s); decided: "
+                (title) ", " (c.spans.len() + usize::from(c.more_spans)) " span(s): "
                 b.decided { (c.decided_layer) }
                 @if let Some(m) = c.reason_meaning { " — " span.meaning { (m) } }
             }
@@ -637,9 +640,9 @@ fn rates(v: &StatusView, f: &Filter) -> Markup {
 
 fn catalogs(v: &StatusView) -> Markup {
     html! {
-        h2 #catalogs { "Catalog state per client/session (" (v.catalogs.len()) ")" }
+        h2 #catalogs { "Catalog state per session (" (v.catalogs.len()) ")" }
         @if v.catalogs.is_empty() {
-            p.muted { "No catalog evidence yet: no tools/list of a session was seen." }
+            p.muted { "None yet: no tools/list was seen." }
         } @else {
             table.catalogs {
                 tr { th { "Session" } th { "Client" } th { "Server" } th { "State" } th { "Next step" } }
@@ -661,7 +664,7 @@ fn drift(v: &StatusView) -> Markup {
     html! {
         h2 #drift { "Contract drift (" (v.drift.len()) ")" }
         @if v.drift.is_empty() {
-            p.muted { "No tool definition differs from its pin (or no lockfile is configured)." }
+            p.muted { "None (or no lockfile configured)." }
         } @else {
             table.drift {
                 tr { th { "Server" } th { "Tool" } th { "What changed" } th { "Pinned → seen" } }
@@ -702,17 +705,20 @@ fn recent(v: &StatusView, f: &Filter, links: &Links) -> Markup {
             p.muted { "No call decided yet." }
         } @else {
             table.recent {
-                tr { th { "When" } th { "Server" } th { "Agent" } th { "Method / tool" } th { "State" } th { "Owner" } th { "Trace" } th { "Explanation" } }
+                tr { th { "When" } th { "Server" } th { "Agent" } th { "Tool" } th { "State" } th { "Trace" } th { "Explanation" } }
                 @for c in &v.recent_calls {
                     tr.call {
                         td.nowrap title=(utc(c.end_ns)) { (ago(v.generated_at_ns, c.end_ns)) }
                         td { (server_link(f, c.server.as_deref())) }
                         td { @match &c.agent { Some(a) => a href=(f.href(|f| f.agent = Some(a.clone()))) { (a) }, None => "—" } }
-                        td.nowrap { (c.method.as_deref().unwrap_or("—")) " " @if let Some(t) = &c.tool { code { (t) } } }
+                        td.nowrap {
+                            // `tools/call` goes without saying; other methods are named.
+                            @if c.method.as_deref() != Some("tools/call") { (c.method.as_deref().unwrap_or("—")) " " }
+                            @if let Some(t) = &c.tool { code { (t) } }
+                        }
                         td class=(state_class(c.state)) { (c.state) }
-                        td.owner { @match c.owner { Some(o) => (o.describe()), None => "—" } }
                         td { (trace(links, &c.trace_id)) }
-                        td { (chain(c, links, "Evidence")) }
+                        td { (chain(c, links, "evidence")) }
                     }
                 }
             }
