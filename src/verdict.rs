@@ -697,8 +697,7 @@ mod tests {
     fn alertmanager_routes_each_first_failed_layer_to_its_owner() {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/otel-config/alertmanager.yml")).unwrap();
         let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
-        let receivers: Vec<&str> =
-            doc["receivers"].as_sequence().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+        let receivers: Vec<&str> = doc["receivers"].as_sequence().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
         let mut routed = Vec::new();
         for route in doc["route"]["routes"].as_sequence().expect("route.routes") {
             let receiver = route["receiver"].as_str().expect("a route names its receiver");

@@ -270,7 +270,10 @@ fn scroll_size(html: &str) -> (u64, u64) {
     let probe = "<script>document.body.setAttribute('data-scroll', document.documentElement.scrollWidth + 'x' + \
                  document.documentElement.scrollHeight)</script></body>";
     std::fs::write(&path, html.replacen("</body>", probe, 1)).unwrap();
-    let dom = chromium(&["--dump-dom".into(), "--window-size=1400,900".into(), "--hide-scrollbars".into()], &format!("file://{}", path.display()));
+    let dom = chromium(
+        &["--dump-dom".into(), "--window-size=1400,900".into(), "--hide-scrollbars".into()],
+        &format!("file://{}", path.display()),
+    );
     let at = dom.find("data-scroll=\"").unwrap_or_else(|| panic!("the probe ran: {dom}")) + "data-scroll=\"".len();
     let size = &dom[at..at + dom[at..].find('"').unwrap()];
     let (w, h) = size.split_once('x').unwrap();
@@ -294,9 +297,8 @@ async fn the_walkthrough_page_names_owners_shows_spans_links_traces_and_fits_one
     let health = svc.health_addr();
     let status: Value = serde_json::from_slice(&http_get(health, "/status.json").await.unwrap().body).unwrap();
 
-    let dom = tokio::task::spawn_blocking(move || chromium(&["--dump-dom".into()], &format!("http://{health}/status?refresh=0")))
-        .await
-        .unwrap();
+    let dom =
+        tokio::task::spawn_blocking(move || chromium(&["--dump-dom".into()], &format!("http://{health}/status?refresh=0"))).await.unwrap();
     // The owner column: each open incident's owner, as the alert routes name it.
     let open = status["incidents"].as_array().unwrap();
     assert_eq!(open.len(), 2, "{status:#}");
@@ -350,7 +352,8 @@ async fn the_walkthrough_page_names_owners_shows_spans_links_traces_and_fits_one
     let shot: PathBuf =
         if update { Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status.png") } else { shot_dir.path().join("status.png") };
     let args = vec![format!("--screenshot={}", shot.display()), "--window-size=1400,900".to_string(), "--hide-scrollbars".to_string()];
-    let url = format!("http://{health}/status?refresh=0");
+    // The URL the README's step 3 opens (a screenshot is taken before the first reload).
+    let url = format!("http://{health}/status");
     tokio::task::spawn_blocking(move || chromium(&args, &url)).await.unwrap();
     let png = std::fs::read(&shot).expect("the screenshot");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "a real PNG ({} bytes)", png.len());

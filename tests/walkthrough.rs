@@ -39,8 +39,27 @@ fn word_after<'a>(text: &'a str, phrase: &str) -> &'a str {
 /// A count as the prose writes it: a number word or digits.
 fn count(word: &str) -> u64 {
     const WORDS: [&str; 21] = [
-        "no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen",
-        "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty",
+        "no",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
     ];
     let w = word.to_ascii_lowercase();
     WORDS.iter().position(|x| *x == w).map(|n| n as u64).or_else(|| w.parse().ok()).unwrap_or_else(|| panic!("not a count: {word:?}"))
@@ -101,7 +120,8 @@ async fn every_number_and_claim_of_the_five_minute_walkthrough_holds() {
         ("the tool error and", "tool_error"),
         ("the false success", "outcome_missing"),
     ]);
-    let open_named = named(&[("the misspelled tool (another tool)", "jsonrpc_-32601"), ("does not resolve (another server)", "dns_failure")]);
+    let open_named =
+        named(&[("the misspelled tool (another tool)", "jsonrpc_-32601"), ("does not resolve (another server)", "dns_failure")]);
     let class = |l: &&Value| l["row"]["cause"]["error_class"].as_str().unwrap_or("").to_string();
     let resolved: BTreeSet<String> = incidents.iter().filter(|l| l["transition"] == "resolved").map(class).collect();
     assert_eq!(resolved, resolved_named, "the incidents the healthy call resolved");

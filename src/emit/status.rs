@@ -107,8 +107,8 @@ impl SpanView {
 /// error protocol (unless a client SDK made the code up for its own side of the wire), an
 /// `isError` result execution, a verifier's receipt the outcome.
 pub(crate) fn span_finding(s: &SpanSummary) -> (Option<Layer>, &'static str) {
-    let failed_transport = s.transport.is_some_and(|t| t != TransportOutcome::Ok)
-        || matches!(s.error, Some(CallError::Connection(_) | CallError::Timeout));
+    let failed_transport =
+        s.transport.is_some_and(|t| t != TransportOutcome::Ok) || matches!(s.error, Some(CallError::Connection(_) | CallError::Timeout));
     if failed_transport {
         return (Some(Layer::Transport), "transport failed");
     }
@@ -460,8 +460,16 @@ pub struct StatusSnapshot {
 }
 
 /// The names the tables' evictions are counted under.
-const TABLES: [&str; 6] =
-    ["status_incidents", "status_incident_calls", "status_servers", "status_sessions", "status_drift", "status_recent_calls"];
+const TABLES: [&str; 8] = [
+    "status_incidents",
+    "status_incident_calls",
+    "status_servers",
+    "status_sessions",
+    "status_drift",
+    "status_recent_calls",
+    "status_resolving_calls",
+    "status_convergences",
+];
 
 impl Default for StatusSnapshot {
     fn default() -> Self {
@@ -503,6 +511,7 @@ impl StatusSnapshot {
                 Decided::Call(v) if v.state == HealthState::Healthy => {
                     if self.healthy.len() == MAX_RESOLVING_CALLS {
                         self.healthy.pop_back();
+                        crate::bounded::counter(TABLES[6]).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     self.healthy.push_front(v.clone());
                 }
@@ -510,6 +519,7 @@ impl StatusSnapshot {
                     let line = CatalogLine::of(c);
                     if self.converged.len() == MAX_RESOLVING_CALLS {
                         self.converged.pop_back();
+                        crate::bounded::counter(TABLES[7]).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     self.converged.push_front((line.server.map(str::to_string), line.session_hash, c.at_ns));
                 }
@@ -776,7 +786,10 @@ mod tests {
             assert_eq!(span_finding(&s).0, layer, "{s:?}");
         }
         let v = SpanView::of(&SpanSummary { error: Some(CallError::JsonRpc(-32601)), ..base });
-        assert_eq!((v.error_code, v.error, v.finding, v.duration_ns), (Some(-32601), Some("method not found"), "protocol failed", 5_000_000));
+        assert_eq!(
+            (v.error_code, v.error, v.finding, v.duration_ns),
+            (Some(-32601), Some("method not found"), "protocol failed", 5_000_000)
+        );
     }
 
     #[test]

@@ -227,15 +227,13 @@ fn percent_decode(s: &str) -> String {
     while i < b.len() {
         match b[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(x) => {
-                        out.push(x);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
+            b'%' if i + 2 < b.len() => match std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(x) => {
+                    out.push(x);
+                    i += 2;
                 }
-            }
+                None => out.push(b'%'),
+            },
             c => out.push(c),
         }
         i += 1;
@@ -753,7 +751,10 @@ mod tests {
         for (n, html) in [render_html(&view, &Filter::default(), &links()), render_html(&view, &f, &links())].into_iter().enumerate() {
             assert!(!html.contains("<script>") && !html.contains("<img") && !html.contains("<svg"), "{html}");
             if n == 1 {
-                assert!(html.contains("%3Cscript%3Ealert%284%29") && html.contains("agent=%22%3E%3Cb%3E"), "the filter is kept in links, encoded: {html}");
+                assert!(
+                    html.contains("%3Cscript%3Ealert%284%29") && html.contains("agent=%22%3E%3Cb%3E"),
+                    "the filter is kept in links, encoded: {html}"
+                );
                 continue;
             }
             assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
@@ -767,12 +768,14 @@ mod tests {
         let table: [(Option<&str>, Filter); 6] = [
             (None, Filter::default()),
             (Some(""), Filter::default()),
-            (Some("server=tickets.example%3A8443&state=needs_auth"), Filter {
-                server: Some("tickets.example:8443".into()),
-                state: Some("needs_auth".into()),
-                ..Filter::default()
-            }),
-            (Some("agent=support+bot&refresh=0&other=1"), Filter { agent: Some("support bot".into()), refresh: false, ..Filter::default() }),
+            (
+                Some("server=tickets.example%3A8443&state=needs_auth"),
+                Filter { server: Some("tickets.example:8443".into()), state: Some("needs_auth".into()), ..Filter::default() },
+            ),
+            (
+                Some("agent=support+bot&refresh=0&other=1"),
+                Filter { agent: Some("support bot".into()), refresh: false, ..Filter::default() },
+            ),
             (Some("server=&refresh=1&%zz"), Filter::default()),
             (Some(&*format!("server={}", "a".repeat(MAX_FILTER_LEN + 1))), Filter::default()),
         ];
