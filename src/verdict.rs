@@ -31,6 +31,112 @@ impl Layer {
     }
 }
 
+impl Layer {
+    /// Who must act when this layer fails first: the receiver the alert rules route an incident
+    /// to (otel-config/alertmanager.yml, one route per `first_failed_layer`). The status page's
+    /// owner column reads the same mapping, so the page and the pager never name different people.
+    pub fn owner(self) -> Owner {
+        match self {
+            Layer::Transport => Owner::ServerOncall,
+            Layer::Protocol => Owner::ClientImplementer,
+            Layer::Authorization => Owner::CredentialOwner,
+            Layer::Execution => Owner::ToolOwner,
+            Layer::Outcome => Owner::OutcomeOwner,
+        }
+    }
+}
+
+/// Who acts on an incident (SPEC section 3's owners), named as the Alertmanager receivers are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Owner {
+    /// Whoever runs the MCP server's endpoint (DNS, refused, 5xx, timeouts before a response).
+    ServerOncall,
+    /// The client's implementer (JSON-RPC errors: the request was wrong).
+    ClientImplementer,
+    /// The owner of the credential (401/403: a token, a scope).
+    CredentialOwner,
+    /// The tool's owner (`isError`, tool timeouts, output schema violations).
+    ToolOwner,
+    /// The owner of the destination the agent writes to (`false_success`, `effect_unknown`).
+    OutcomeOwner,
+    /// The integration's owner: no call layer failed (a stale catalog, contract drift, an
+    /// incompatible session).
+    IntegrationOwner,
+}
+
+impl Owner {
+    pub const ALL: [Owner; 6] = [
+        Owner::ServerOncall,
+        Owner::ClientImplementer,
+        Owner::CredentialOwner,
+        Owner::ToolOwner,
+        Owner::OutcomeOwner,
+        Owner::IntegrationOwner,
+    ];
+
+    /// The owner of an incident or verdict by its first failed layer; none failed: the
+    /// integration (the alert rules label that `first_failed_layer="none"`).
+    pub fn of(first_failed_layer: Option<Layer>) -> Owner {
+        first_failed_layer.map_or(Owner::IntegrationOwner, Layer::owner)
+    }
+
+    /// The Alertmanager receiver's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Owner::ServerOncall => "server-oncall",
+            Owner::ClientImplementer => "client-implementer",
+            Owner::CredentialOwner => "credential-owner",
+            Owner::ToolOwner => "tool-owner",
+            Owner::OutcomeOwner => "outcome-owner",
+            Owner::IntegrationOwner => "integration-owner",
+        }
+    }
+
+    /// In words, for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Owner::ServerOncall => "server on-call",
+            Owner::ClientImplementer => "client implementer",
+            Owner::CredentialOwner => "credential owner",
+            Owner::ToolOwner => "tool owner",
+            Owner::OutcomeOwner => "outcome owner",
+            Owner::IntegrationOwner => "integration owner",
+        }
+    }
+}
+
+/// What a JSON-RPC error code means, in words: the JSON-RPC 2.0 codes, MCP's own, and the codes
+/// client SDKs make up for their side of the wire ([`crate::evidence::client_local_code`]). A
+/// code nobody defined says so rather than guessing.
+pub fn jsonrpc_meaning(code: i64) -> &'static str {
+    match code {
+        -32700 => "parse error",
+        -32600 => "invalid request",
+        -32601 => "method not found",
+        -32602 => "invalid params",
+        -32603 => "internal error",
+        -32002 => "resource not found",
+        -32042 => "URL elicitation required",
+        -32021 => "missing required client capability",
+        -32022 => "unsupported protocol version",
+        -32000 => "connection closed (client SDK)",
+        -32001 => "request timeout (client SDK)",
+        -32003 | -32004 => "connection closing (client SDK)",
+        -32005 => "request rejected by the transport (client SDK)",
+        -32099..=-32006 => "server error (implementation-defined)",
+        _ => "not a defined code",
+    }
+}
+
+/// A sanitized failure class (a verdict's `reason`, an incident's error class) in words, where
+/// it is a code: `jsonrpc_-32601` is "method not found". `None` when the class is already words
+/// (`insufficient_scope`, `connection_refused`).
+pub fn reason_meaning(reason: &str) -> Option<&'static str> {
+    let code = reason.rsplit_once("jsonrpc_").map(|(_, c)| c)?;
+    code.parse::<i64>().ok().map(jsonrpc_meaning)
+}
+
 /// What the evidence says about one layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -557,5 +663,87 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         task_status: None,
         chain: EvidenceChain::default(),
         server_span_id: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_of_each_first_failed_layer() {
+        let table = [
+            (Some(Layer::Transport), Owner::ServerOncall, "server-oncall"),
+            (Some(Layer::Protocol), Owner::ClientImplementer, "client-implementer"),
+            (Some(Layer::Authorization), Owner::CredentialOwner, "credential-owner"),
+            (Some(Layer::Execution), Owner::ToolOwner, "tool-owner"),
+            (Some(Layer::Outcome), Owner::OutcomeOwner, "outcome-owner"),
+            (None, Owner::IntegrationOwner, "integration-owner"),
+        ];
+        for (layer, owner, name) in table {
+            assert_eq!(Owner::of(layer), owner, "{layer:?}");
+            assert_eq!(owner.as_str(), name);
+            assert_eq!(serde_json::to_value(owner).unwrap(), name, "serialized as the receiver's name");
+        }
+        let mut names: Vec<&str> = Owner::ALL.iter().map(|o| o.as_str()).collect();
+        names.dedup();
+        assert_eq!(names.len(), Owner::ALL.len(), "every owner has its own name");
+    }
+
+    /// The alert rules and the status page name the same owner: every route of
+    /// otel-config/alertmanager.yml that matches a `first_failed_layer` goes to the receiver
+    /// [`Owner::of`] names, and every layer (and `none`) has such a route.
+    #[test]
+    fn alertmanager_routes_each_first_failed_layer_to_its_owner() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/otel-config/alertmanager.yml")).unwrap();
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+        let receivers: Vec<&str> = doc["receivers"].as_sequence().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+        let mut routed = Vec::new();
+        for route in doc["route"]["routes"].as_sequence().expect("route.routes") {
+            let receiver = route["receiver"].as_str().expect("a route names its receiver");
+            assert!(receivers.contains(&receiver), "{receiver} is a receiver");
+            for m in route["matchers"].as_sequence().into_iter().flatten().filter_map(|m| m.as_str()) {
+                let Some(value) = m.strip_prefix("first_failed_layer=\"").and_then(|v| v.strip_suffix('"')) else { continue };
+                let layer = match value {
+                    "none" => None,
+                    l => Some(Layer::ALL.into_iter().find(|x| x.as_str() == l).unwrap_or_else(|| panic!("unknown layer {l}"))),
+                };
+                assert_eq!(receiver, Owner::of(layer).as_str(), "the route of first_failed_layer={value}");
+                routed.push(layer);
+            }
+        }
+        for layer in Layer::ALL.into_iter().map(Some).chain([None]) {
+            assert!(routed.contains(&layer), "no route for first_failed_layer {layer:?}");
+        }
+    }
+
+    #[test]
+    fn jsonrpc_codes_in_words() {
+        let table = [
+            (-32700, "parse error"),
+            (-32600, "invalid request"),
+            (-32601, "method not found"),
+            (-32602, "invalid params"),
+            (-32603, "internal error"),
+            (-32002, "resource not found"),
+            (-32022, "unsupported protocol version"),
+            (-32021, "missing required client capability"),
+            (-32000, "connection closed (client SDK)"),
+            (-32001, "request timeout (client SDK)"),
+            (-32050, "server error (implementation-defined)"),
+            (42, "not a defined code"),
+        ];
+        for (code, words) in table {
+            assert_eq!(jsonrpc_meaning(code), words, "{code}");
+        }
+        let reasons = [
+            ("jsonrpc_-32601", Some("method not found")),
+            ("initialize_failed_jsonrpc_-32602", Some("invalid params")),
+            ("insufficient_scope", None),
+            ("jsonrpc_x", None),
+        ];
+        for (reason, words) in reasons {
+            assert_eq!(reason_meaning(reason), words, "{reason}");
+        }
     }
 }

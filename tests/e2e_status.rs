@@ -1,10 +1,17 @@
-//! The status page in a real browser: the real binary gets recorded calls (the nine-states
-//! fixture, the planted-secrets fixture and a call to a hostile server whose name and tool name
-//! are markup), then headless Chromium renders `/status`. What it rendered must explain the
-//! verdicts — incident rows by server and first failed layer, required authority, next action,
-//! an evidence chain, both rates — with the hostile names escaped and no planted secret anywhere.
-//! `/status.json` has the same model. The screenshot goes to `docs/status.png` when
-//! `MCP_HEALTH_UPDATE_SCREENSHOT=1`, else to a temporary directory.
+//! The status page in a real browser.
+//!
+//! The README's five-minute walkthrough (the same fixture, sent by the same `mcp-health send`):
+//! headless Chromium renders `/status` and must show the owner column, the spans of a chain, trace
+//! links from `status.trace_url`, the call that resolved each resolved incident and a filter by
+//! server, and the page must fit one 1400 × 900 screen. Its screenshot is the README's image
+//! (`docs/status.png`, written when `MCP_HEALTH_UPDATE_SCREENSHOT=1`, else to a temporary
+//! directory).
+//!
+//! Hostile input: the real binary gets the nine-states fixture, the planted-secrets fixture and a
+//! call to a hostile server whose name and tool name are markup. What Chromium rendered must
+//! explain the verdicts — incident rows by server and first failed layer, owner, required
+//! authority, next action, the spans of an evidence chain, both rates — with the hostile names
+//! escaped by the template and no planted secret anywhere. `/status.json` has the same model.
 //!
 //! Chromium missing: SKIPPED outside CI, a failure in CI (`scripts/install-test-deps` installs it).
 
@@ -208,12 +215,16 @@ async fn the_status_page_explains_incidents_in_a_real_browser() {
     assert!(dom.contains("<code>files:write</code>"), "the required authority");
     assert!(dom.contains(hostile["next_action"].as_str().unwrap().split('`').next().unwrap()), "the next action");
     assert!(dom.contains("Evidence chain"), "an evidence chain");
-    assert!(dom.contains("1 × server span (tap)") && dom.contains("1 × client span (semconv)"), "spans by kind and instrumentation");
+    assert!(
+        dom.contains("<td class=\"side\">server</td><td>tap</td>") && dom.contains("<td class=\"side\">client</td><td>semconv</td>"),
+        "spans by side and instrumentation"
+    );
+    assert!(dom.contains("credential owner"), "the owner of an authorization incident");
     assert!(dom.contains("authorization failed (insufficient_scope)"), "the layer that decided");
     assert!(dom.contains("Missing: "), "what was missing");
     assert!(dom.contains("Protocol success") && dom.contains("Verified success") && dom.contains(" %"), "both rates");
     assert!(dom.contains("engine_ingest"), "queue fills");
-    assert!(dom.contains("Catalog state per client/session"));
+    assert!(dom.contains("Catalog state per session"));
     // Escaped: the markup is text, never an element.
     // The server name reaches the page as markup (the address is cut at its first `/`); a tool
     // name outside the MCP name alphabet is replaced by its hash before anything sees it; the
@@ -245,13 +256,104 @@ async fn the_status_page_explains_incidents_in_a_real_browser() {
             assert!(!text.contains(planted), "{planted} leaked into the status page");
         }
     }
+}
 
-    // The screenshot.
+/// Where the walkthrough page's trace links point (a Jaeger on loopback, as in the compose stack).
+const TRACE_URL: &str = "http://127.0.0.1:16686/trace/{trace_id}";
+
+/// The page's document size in a 1400 × 900 window: the page as served, with a script added that
+/// writes `scrollWidth x scrollHeight` into the DOM, dumped by Chromium (the page itself has no
+/// script; it has no external asset either, so a copy on disk renders the same).
+fn scroll_size(html: &str) -> (u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("status.html");
+    let probe = "<script>document.body.setAttribute('data-scroll', document.documentElement.scrollWidth + 'x' + \
+                 document.documentElement.scrollHeight)</script></body>";
+    std::fs::write(&path, html.replacen("</body>", probe, 1)).unwrap();
+    let dom = chromium(
+        &["--dump-dom".into(), "--window-size=1400,900".into(), "--hide-scrollbars".into()],
+        &format!("file://{}", path.display()),
+    );
+    let at = dom.find("data-scroll=\"").unwrap_or_else(|| panic!("the probe ran: {dom}")) + "data-scroll=\"".len();
+    let size = &dom[at..at + dom[at..].find('"').unwrap()];
+    let (w, h) = size.split_once('x').unwrap();
+    (w.parse().unwrap(), h.parse().unwrap())
+}
+
+/// Step 2 and 3 of the README's walkthrough in a browser; the README's image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walkthrough_page_names_owners_shows_spans_links_traces_and_fits_one_screen() {
+    if !have_chromium() {
+        assert!(std::env::var_os("CI").is_none(), "chromium is missing in CI (scripts/install-test-deps installs it)");
+        println!("SKIPPED: chromium is not installed (scripts/install-test-deps installs it)");
+        return;
+    }
+    let cfg = Cfg { listener_extra: vec![("health_check", format!("status:\n  trace_url: {TRACE_URL}"))], ..Cfg::default() };
+    let svc = Service::start(cfg).await;
+    let lines = svc.walkthrough_send(Duration::from_secs(30)).await;
+    let healthy = lines.iter().find(|l| l["state"] == "healthy").expect("the healthy call");
+    let healthy_trace = healthy["trace_id"].as_str().unwrap().to_string();
+    let link = |trace: &str| format!("href=\"{}\"", TRACE_URL.replace("{trace_id}", trace));
+    let health = svc.health_addr();
+    let status: Value = serde_json::from_slice(&http_get(health, "/status.json").await.unwrap().body).unwrap();
+
+    let dom =
+        tokio::task::spawn_blocking(move || chromium(&["--dump-dom".into()], &format!("http://{health}/status?refresh=0"))).await.unwrap();
+    // The owner column: each open incident's owner, as the alert routes name it.
+    let open = status["incidents"].as_array().unwrap();
+    assert_eq!(open.len(), 2, "{status:#}");
+    for (owner, words) in [("client-implementer", "client implementer"), ("server-oncall", "server on-call")] {
+        assert!(open.iter().any(|i| i["owner"] == owner), "{owner} in {open:#?}");
+        assert!(dom.contains(&format!("<td class=\"owner\" title=\"{owner}\">{words}</td>")), "the owner column names {words}");
+    }
+    // The spans of a chain: the misspelled tool's server span with its code in words and the
+    // layer it decided.
+    assert!(dom.contains("<tr class=\"span\">"), "span rows");
+    assert!(dom.contains("<code>-32601</code> method not found"), "the JSON-RPC code and its meaning");
+    assert!(dom.contains("<td class=\"span-layer\">protocol failed</td>"), "the layer a span decided");
+    assert!(dom.contains("<td class=\"http\">503</td>"), "a span's HTTP status");
+    assert!(dom.contains("Decided by <code class=\"clock\">quiet</code>"), "which clock decided");
+    assert!(dom.contains("Missing: "), "what was missing");
+    // Trace links on every trace id: the healthy call's among them.
+    assert!(dom.contains(&link(&healthy_trace)), "a trace link to the healthy call");
+    for v in lines.iter().filter(|l| l.get("trace_id").is_some() && l.get("state").is_some()) {
+        assert!(dom.contains(&link(v["trace_id"].as_str().unwrap())), "a trace link for every call: {v}");
+    }
+    assert!(!dom.contains("<code class=\"trace\""), "no trace id without its link");
+    // Resolved incidents name the call that resolved them.
+    let resolved_rows = dom.matches("<tr class=\"resolved-incident\">").count();
+    assert_eq!(resolved_rows, 5, "five resolved incidents");
+    let by = dom.split("<td class=\"resolved-by nowrap\">").skip(1).map(|c| &c[..c.find("</td>").unwrap()]).collect::<Vec<_>>();
+    assert_eq!(by.len(), 5);
+    for cell in by {
+        assert!(cell.starts_with("healthy tools/call <code>create_ticket</code>") && cell.contains(&link(&healthy_trace)), "{cell}");
+    }
+    // A filter by server: only that server's incidents and calls.
+    let dom_filtered = tokio::task::spawn_blocking(move || {
+        chromium(&["--dump-dom".into()], &format!("http://{health}/status?server=tickets.invalid%3A8443&refresh=0"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(dom_filtered.matches("<tr class=\"incident\">").count(), 1, "one open incident on tickets.invalid");
+    assert_eq!(dom_filtered.matches("<tr class=\"call\">").count(), 1, "one call to tickets.invalid");
+    assert!(dom_filtered.contains("<option value=\"tickets.invalid:8443\" selected=\"\">"), "the form shows the filter");
+    assert!(!dom_filtered.contains("http-equiv=\"refresh\""), "refresh=0 is kept");
+    assert!(dom.contains("href=\"/status?server=tickets.invalid:8443&amp;refresh=0\""), "server names link to their filter");
+
+    // One screen at 1400 × 900.
+    let html = http_get(health, "/status").await.unwrap().text();
+    assert!(html.contains("<meta http-equiv=\"refresh\""), "the page reloads itself by default");
+    let (w, h) = tokio::task::spawn_blocking(move || scroll_size(&html)).await.unwrap();
+    assert!(w <= 1400 && h <= 900, "the eight-call page is {w} × {h} px; it must fit 1400 × 900");
+
+    // The screenshot: the README's image.
     let shot_dir = tempfile::tempdir().unwrap();
     let update = std::env::var("MCP_HEALTH_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1");
     let shot: PathBuf =
         if update { Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status.png") } else { shot_dir.path().join("status.png") };
-    let args = vec![format!("--screenshot={}", shot.display()), "--window-size=1280,1600".to_string(), "--hide-scrollbars".to_string()];
+    let args = vec![format!("--screenshot={}", shot.display()), "--window-size=1400,900".to_string(), "--hide-scrollbars".to_string()];
+    // The URL the README's step 3 opens (a screenshot is taken before the first reload).
+    let url = format!("http://{health}/status");
     tokio::task::spawn_blocking(move || chromium(&args, &url)).await.unwrap();
     let png = std::fs::read(&shot).expect("the screenshot");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "a real PNG ({} bytes)", png.len());

@@ -759,6 +759,37 @@ pub struct HealthCheck {
     /// liveness probe on `/` must not restart the process for a backend that is down.
     #[serde(default)]
     pub fail_on_component_error: bool,
+    /// How the status page is drawn.
+    #[serde(default, deserialize_with = "empty_is_default")]
+    pub status: Option<StatusPage>,
+}
+
+/// `extensions.health_check.status`: the status page's links out.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StatusPage {
+    /// A trace backend's URL for one trace, with `{trace_id}` where the 32 hex digits go
+    /// (`https://jaeger.example/trace/{trace_id}`): every trace id on the page links there.
+    pub trace_url: Option<String>,
+}
+
+impl StatusPage {
+    /// Why a `trace_url` is unusable, if it is: an http(s) URL with a host and a `{trace_id}`
+    /// placeholder, nothing a browser would read as markup or a second URL.
+    pub fn trace_url_problem(url: &str) -> Option<&'static str> {
+        let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+        let Some(rest) = rest else { return Some("must be an http:// or https:// URL") };
+        if rest.is_empty() || rest.starts_with(['/', '{']) {
+            return Some("must name a host, e.g. https://jaeger.example/trace/{trace_id}");
+        }
+        if url.chars().any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '<' | '>' | '\\' | '`')) {
+            return Some("must not contain spaces, quotes, angle brackets or backslashes");
+        }
+        if !url.contains("{trace_id}") {
+            return Some("must contain the placeholder {trace_id}, e.g. https://jaeger.example/trace/{trace_id}");
+        }
+        None
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -1176,6 +1207,9 @@ impl Config {
             }
             if h.exporter_failure_threshold.is_zero() {
                 return bad("extensions.health_check.exporter_failure_threshold", "must be greater than zero (e.g. 30s)");
+            }
+            if let Some(why) = h.status.as_ref().and_then(|s| s.trace_url.as_deref()).and_then(StatusPage::trace_url_problem) {
+                return bad("extensions.health_check.status.trace_url", why);
             }
         }
         if let Some(g) = &self.extensions.gate {
@@ -1840,6 +1874,27 @@ mod tests {
         let e =
             Config::parse("c.yaml", "extensions:\n  health_check:\n    exporter_failure_threshold: 0s\n", &env).unwrap_err().to_string();
         assert!(e.contains("extensions.health_check.exporter_failure_threshold"), "{e}");
+    }
+
+    #[test]
+    fn status_trace_url_is_an_http_url_with_a_trace_id_placeholder() {
+        let cfg = |url: &str| format!("extensions:\n  health_check:\n    status:\n      trace_url: '{url}'\n");
+        let c = Config::parse("c.yaml", &cfg("https://jaeger.example/trace/{trace_id}"), &env).unwrap();
+        let status = c.extensions.health_check.unwrap().status.unwrap();
+        assert_eq!(status.trace_url.as_deref(), Some("https://jaeger.example/trace/{trace_id}"));
+        assert!(Config::parse("c.yaml", &cfg("http://127.0.0.1:16686/trace/{trace_id}?uiFind=x"), &env).is_ok());
+        for (url, words) in [
+            ("ftp://jaeger.example/{trace_id}", "http:// or https://"),
+            ("javascript:alert(1)//{trace_id}", "http:// or https://"),
+            ("https://jaeger.example/trace/", "{trace_id}"),
+            ("https:///trace/{trace_id}", "host"),
+            ("https://j.example/\"><script>/{trace_id}", "quotes"),
+        ] {
+            let e = Config::parse("c.yaml", &cfg(url), &env).unwrap_err().to_string();
+            assert!(e.contains("extensions.health_check.status.trace_url") && e.contains(words), "{url}: {e}");
+        }
+        let e = Config::parse("c.yaml", "extensions:\n  health_check:\n    status:\n      trace_link: x\n", &env).unwrap_err().to_string();
+        assert!(e.contains("trace_link"), "{e}");
     }
 
     #[test]

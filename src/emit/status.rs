@@ -16,8 +16,10 @@ use super::sink::Sink;
 use crate::bounded::BoundedMap;
 use crate::classify::incidents::{self, Incident, Transition};
 use crate::engine::{CatalogLine, Decided};
+use crate::evidence::chain::SpanSummary;
 use crate::evidence::time::Moment;
-use crate::verdict::{Layer, LayerStatus, SpanKind, Verdict};
+use crate::evidence::{CallError, OutcomeResult, TransportOutcome};
+use crate::verdict::{jsonrpc_meaning, reason_meaning, DecidedBy, HealthState, Layer, LayerStatus, Owner, SpanKind, Verdict};
 
 /// Open incidents shown (past it the least recently changed goes, counted).
 pub const MAX_INCIDENTS: usize = 500;
@@ -31,6 +33,8 @@ pub const MAX_DRIFT: usize = 200;
 pub const MAX_SERVERS: usize = 500;
 /// Recent calls shown, newest first.
 pub const MAX_RECENT_CALLS: usize = 50;
+/// Healthy calls remembered to name the call that resolved an incident.
+pub const MAX_RESOLVING_CALLS: usize = 200;
 
 /// The snapshot the sink writes and the page reads, behind one lock.
 pub type SharedStatus = Arc<Mutex<StatusSnapshot>>;
@@ -41,6 +45,113 @@ pub struct ChainLink {
     pub kind: &'static str,
     pub instrumentation: &'static str,
     pub spans: u8,
+}
+
+/// One span of an evidence chain, from its bounded summary: nothing a span's own name, its
+/// attributes or its payload said beyond the fixed vocabulary.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SpanView {
+    /// `client`, `server`, `verifier` or `other`.
+    pub side: &'static str,
+    pub instrumentation: &'static str,
+    /// The span's MCP method (the specification's names; `other` for anything else), or `—`.
+    pub name: &'static str,
+    /// `error` when the span's status was ERROR, else `ok`.
+    pub status: &'static str,
+    pub http_status: Option<u16>,
+    /// The JSON-RPC error code the span reported.
+    pub error_code: Option<i32>,
+    /// What the span's error was: the code's meaning, or its class in words.
+    pub error: Option<&'static str>,
+    pub transport: Option<&'static str>,
+    /// A verifier span's result (`confirmed`, `missing`, …).
+    pub outcome: Option<&'static str>,
+    pub duration_ns: u64,
+    /// The layer this span's evidence decided, when it spoke about one.
+    pub layer: Option<&'static str>,
+    /// What the span said about that layer, in words.
+    pub finding: &'static str,
+}
+
+impl SpanView {
+    fn of(s: &SpanSummary) -> SpanView {
+        let (layer, finding) = span_finding(s);
+        let (error_code, error) = match s.error {
+            Some(CallError::JsonRpc(c)) => (Some(c), Some(jsonrpc_meaning(i64::from(c)))),
+            Some(CallError::ToolError) => (None, Some("tool error (isError)")),
+            Some(CallError::Timeout) => (None, Some("timeout")),
+            Some(CallError::Connection(t)) => (None, Some(t.as_str())),
+            Some(CallError::UnknownTool) => (None, Some("unknown tool")),
+            Some(CallError::Unclassified) => (None, Some("unclassified error")),
+            None => (None, None),
+        };
+        SpanView {
+            side: s.kind.as_str(),
+            instrumentation: s.by.as_str(),
+            name: s.method.unwrap_or("—"),
+            status: if s.status_error { "error" } else { "ok" },
+            http_status: s.http_status,
+            error_code,
+            error,
+            transport: s.transport.map(TransportOutcome::as_str),
+            outcome: s.outcome.map(OutcomeResult::as_str),
+            duration_ns: s.duration_ns(),
+            layer: layer.map(Layer::as_str),
+            finding,
+        }
+    }
+}
+
+/// Which layer one span's evidence decided, and how, in the classifier's order of reading: a
+/// connection failure is transport, 401/403 authorization, a 5xx or 429 transport, a JSON-RPC
+/// error protocol (unless a client SDK made the code up for its own side of the wire), an
+/// `isError` result execution, a verifier's receipt the outcome.
+pub(crate) fn span_finding(s: &SpanSummary) -> (Option<Layer>, &'static str) {
+    let failed_transport =
+        s.transport.is_some_and(|t| t != TransportOutcome::Ok) || matches!(s.error, Some(CallError::Connection(_) | CallError::Timeout));
+    if failed_transport {
+        return (Some(Layer::Transport), "transport failed");
+    }
+    match s.http_status {
+        Some(401 | 403) => return (Some(Layer::Authorization), "authorization failed"),
+        Some(429) | Some(500..=599) => return (Some(Layer::Transport), "transport failed"),
+        _ => {}
+    }
+    match s.error {
+        Some(CallError::JsonRpc(c)) if crate::evidence::client_local_code(i64::from(c)).is_some() => {
+            return (Some(Layer::Transport), "transport failed (the client SDK's own code)")
+        }
+        Some(CallError::JsonRpc(_) | CallError::UnknownTool) => return (Some(Layer::Protocol), "protocol failed"),
+        Some(CallError::ToolError) => return (Some(Layer::Execution), "execution failed"),
+        _ => {}
+    }
+    match (s.kind, s.outcome) {
+        (_, Some(OutcomeResult::Confirmed)) => return (Some(Layer::Outcome), "outcome confirmed"),
+        (_, Some(OutcomeResult::VerifierError)) => return (Some(Layer::Outcome), "the verifier could not run"),
+        (_, Some(_)) => return (Some(Layer::Outcome), "outcome failed"),
+        (SpanKind::Verifier, None) => return (Some(Layer::Outcome), "verifier finding"),
+        _ => {}
+    }
+    if s.request_sent_marker {
+        (None, "request sent, no answer on this span")
+    } else if s.status_error || s.error.is_some() {
+        (None, "error without a named cause")
+    } else {
+        (None, "no failure")
+    }
+}
+
+/// Why a chain was decided when it was, in words: which clock (or event) decided.
+pub(crate) fn decided_by_meaning(d: DecidedBy) -> &'static str {
+    match d {
+        DecidedBy::Quiet => "the trace went quiet for decision_wait",
+        DecidedBy::MaxWait => "max_wait passed before the trace completed",
+        DecidedBy::Evicted => "pushed out by the correlator's bounds (early)",
+        DecidedBy::Shutdown => "the service was shutting down (early)",
+        DecidedBy::Replay => "read from a file",
+        DecidedBy::Clock => "an in-flight call outlived its inactivity window or deadline",
+        DecidedBy::InFlight => "an interim report on a call still in flight",
+    }
 }
 
 /// A call as the page explains it: the verdict's own words, its evidence chain, the layer that
@@ -69,6 +180,17 @@ pub struct CallView {
     pub attempt: bool,
     pub outcome_method: Option<&'static str>,
     pub chain: Vec<ChainLink>,
+    /// Who must act, for a call that failed (the alert routes' owner of its first failed layer).
+    pub owner: Option<Owner>,
+    /// The failure class (`reason`) in words, when it is a code (`jsonrpc_-32601`).
+    pub reason_meaning: Option<&'static str>,
+    /// The chain's spans (at most [`crate::evidence::chain::MAX_SPAN_SUMMARIES`]).
+    pub spans: Vec<SpanView>,
+    /// Spans counted in the chain but not summarized.
+    pub more_spans: u8,
+    /// Which clock (or event) decided the chain, in words.
+    pub decided_by_meaning: &'static str,
+    pub duration_ns: u64,
     /// Which layer decided the verdict, in a sentence.
     pub decided_layer: String,
     /// What the evidence lacked (short phrases); empty when nothing was.
@@ -102,6 +224,12 @@ impl CallView {
             attempt: v.attempt,
             outcome_method: v.outcome_method,
             chain,
+            owner: v.state.is_failure().then(|| Owner::of(v.first_failed_layer)),
+            reason_meaning: v.reason.as_deref().and_then(reason_meaning),
+            spans: v.chain.spans().map(SpanView::of).collect(),
+            more_spans: v.chain.more_spans(),
+            decided_by_meaning: decided_by_meaning(v.decided_by),
+            duration_ns: v.end_ns.saturating_sub(v.start_ns),
             decided_layer: decided_layer(v),
             missing: missing(v),
             end_ns: v.end_ns,
@@ -169,11 +297,35 @@ pub struct IncidentView {
     pub last_evidence_ns: u64,
     /// The latest failing call of this cause seen by this instance, when there is one.
     pub evidence: Option<CallView>,
+    /// Who must act: the alert routes' owner of the first failed layer.
+    pub owner: Owner,
+    /// The error class in words, when it is a code (`jsonrpc_-32601`: "method not found").
+    pub error_meaning: Option<&'static str>,
+    /// For a resolved incident: what resolved it, when this instance saw it.
+    pub resolved_by: Option<Resolution>,
+}
+
+/// What resolved an incident: a healthy call of its scope (SPEC: an incident resolves only when
+/// a later call passed the failed layer and its outcome was observed), or for a stale catalog
+/// the session's complete re-list.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Resolution {
+    /// `healthy_call` or `catalog_converged`.
+    pub by: &'static str,
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
+    pub method: Option<String>,
+    pub tool: Option<String>,
+    pub agent: Option<String>,
+    pub at_ns: u64,
 }
 
 impl IncidentView {
     fn of(row: &Incident, evidence: Option<CallView>) -> IncidentView {
         IncidentView {
+            owner: Owner::of(row.cause.first_failed_layer),
+            error_meaning: row.cause.error_class.as_deref().and_then(reason_meaning),
+            resolved_by: None,
             id: row.id.clone(),
             incident_state: row.state.as_str(),
             server: row.cause.server.as_deref().map(str::to_string),
@@ -301,11 +453,23 @@ pub struct StatusSnapshot {
     drift: BoundedMap<(String, String), DriftView>,
     /// Kept as verdicts (a clone is a few reference counts); explained when the page is drawn.
     recent: VecDeque<Verdict>,
+    /// The latest healthy calls (any server), newest first: which call resolved an incident.
+    healthy: VecDeque<Verdict>,
+    /// The latest catalog convergences (server, session hash, time), for stale-catalog incidents.
+    converged: VecDeque<(Option<String>, String, u64)>,
 }
 
 /// The names the tables' evictions are counted under.
-const TABLES: [&str; 6] =
-    ["status_incidents", "status_incident_calls", "status_servers", "status_sessions", "status_drift", "status_recent_calls"];
+const TABLES: [&str; 8] = [
+    "status_incidents",
+    "status_incident_calls",
+    "status_servers",
+    "status_sessions",
+    "status_drift",
+    "status_recent_calls",
+    "status_resolving_calls",
+    "status_convergences",
+];
 
 impl Default for StatusSnapshot {
     fn default() -> Self {
@@ -317,6 +481,8 @@ impl Default for StatusSnapshot {
             catalogs: BoundedMap::with_capacity(TABLES[3], MAX_SESSIONS),
             drift: BoundedMap::with_capacity(TABLES[4], MAX_DRIFT),
             recent: VecDeque::with_capacity(MAX_RECENT_CALLS),
+            healthy: VecDeque::with_capacity(MAX_RESOLVING_CALLS),
+            converged: VecDeque::with_capacity(MAX_RESOLVING_CALLS),
         }
     }
 }
@@ -338,6 +504,28 @@ impl StatusSnapshot {
         if skip_recent > 0 {
             crate::bounded::counter(TABLES[5]).fetch_add(skip_recent as u64, std::sync::atomic::Ordering::Relaxed);
         }
+        // The step's healthy calls and convergences first: an incident they resolve may come
+        // before them among the records.
+        for r in records {
+            match r {
+                Decided::Call(v) if v.state == HealthState::Healthy => {
+                    if self.healthy.len() == MAX_RESOLVING_CALLS {
+                        self.healthy.pop_back();
+                        crate::bounded::counter(TABLES[6]).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    self.healthy.push_front(v.clone());
+                }
+                Decided::Catalog(c) if c.verdict.convergence == crate::classify::catalog::Convergence::Converged => {
+                    let line = CatalogLine::of(c);
+                    if self.converged.len() == MAX_RESOLVING_CALLS {
+                        self.converged.pop_back();
+                        crate::bounded::counter(TABLES[7]).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    self.converged.push_front((line.server.map(str::to_string), line.session_hash, c.at_ns));
+                }
+                _ => {}
+            }
+        }
         for r in records {
             match r {
                 Decided::Call(v) if skip_recent > 0 => {
@@ -355,7 +543,9 @@ impl StatusSnapshot {
                         if self.resolved.len() == MAX_RESOLVED {
                             self.resolved.pop_back();
                         }
-                        self.resolved.push_front(IncidentView::of(&i.row, evidence));
+                        let mut view = IncidentView::of(&i.row, evidence);
+                        view.resolved_by = self.resolution(&i.row);
+                        self.resolved.push_front(view);
                     }
                 },
                 Decided::Catalog(c) => {
@@ -387,6 +577,43 @@ impl StatusSnapshot {
                 Decided::Interim(_) | Decided::Finding(_) => {}
             }
         }
+    }
+
+    /// What resolved `row`: the healthy call of its server that ended when the incident's
+    /// evidence did (the resolution moves its last evidence to the resolving call's end), else
+    /// the latest one that ended no earlier; for a stale catalog, the convergence at that time.
+    fn resolution(&self, row: &Incident) -> Option<Resolution> {
+        let server = row.cause.server.as_deref();
+        let at = row.last_evidence_ns;
+        if row.cause.state == HealthState::StaleCatalog {
+            if let Some((_, hash, t)) = self.converged.iter().find(|(s, _, t)| s.as_deref() == server && *t == at) {
+                return Some(Resolution {
+                    by: "catalog_converged",
+                    trace_id: None,
+                    span_id: None,
+                    method: Some("tools/list".into()),
+                    tool: None,
+                    agent: Some(format!("session {}", hash.get(..16).unwrap_or(hash))),
+                    at_ns: *t,
+                });
+            }
+        }
+        let mine = |v: &&Verdict| v.server.as_deref() == server;
+        let call = self
+            .healthy
+            .iter()
+            .filter(mine)
+            .find(|v| v.end_ns == at)
+            .or_else(|| self.healthy.iter().filter(mine).filter(|v| v.end_ns >= at).min_by_key(|v| v.end_ns))?;
+        Some(Resolution {
+            by: "healthy_call",
+            trace_id: Some(hex::encode(call.trace_id)),
+            span_id: Some(hex::encode(call.span_id)),
+            method: call.method.clone(),
+            tool: call.tool.as_deref().map(str::to_string),
+            agent: call.agent.as_deref().map(str::to_string),
+            at_ns: call.end_ns,
+        })
     }
 
     fn call(&mut self, v: &Verdict, recent: bool) {
@@ -528,6 +755,43 @@ mod tests {
         assert_eq!(healthy.decided_layer, "outcome passed, verified by receipt");
     }
 
+    /// A span's layer as the classifier reads it, table-driven over the facts a summary keeps.
+    #[test]
+    fn status_span_findings_name_the_layer_each_span_decided() {
+        use crate::evidence::Instrumentation;
+        let base = SpanSummary {
+            kind: SpanKind::Client,
+            by: Instrumentation::Semconv,
+            method: Some("tools/call"),
+            status_error: false,
+            http_status: None,
+            error: None,
+            transport: None,
+            outcome: None,
+            request_sent_marker: false,
+            start_ns: 0,
+            end_ns: 5_000_000,
+        };
+        let table = [
+            (SpanSummary { transport: Some(TransportOutcome::DnsFailure), ..base }, Some(Layer::Transport)),
+            (SpanSummary { http_status: Some(503), status_error: true, ..base }, Some(Layer::Transport)),
+            (SpanSummary { http_status: Some(401), ..base }, Some(Layer::Authorization)),
+            (SpanSummary { error: Some(CallError::JsonRpc(-32601)), ..base }, Some(Layer::Protocol)),
+            (SpanSummary { error: Some(CallError::JsonRpc(-32001)), ..base }, Some(Layer::Transport)),
+            (SpanSummary { error: Some(CallError::ToolError), ..base }, Some(Layer::Execution)),
+            (SpanSummary { kind: SpanKind::Verifier, outcome: Some(OutcomeResult::Missing), ..base }, Some(Layer::Outcome)),
+            (base, None),
+        ];
+        for (s, layer) in table {
+            assert_eq!(span_finding(&s).0, layer, "{s:?}");
+        }
+        let v = SpanView::of(&SpanSummary { error: Some(CallError::JsonRpc(-32601)), ..base });
+        assert_eq!(
+            (v.error_code, v.error, v.finding, v.duration_ns),
+            (Some(-32601), Some("method not found"), "protocol failed", 5_000_000)
+        );
+    }
+
     #[test]
     fn status_drift_keeps_the_latest_report_per_server_and_tool_in_words() {
         let mut s = StatusSnapshot::default();
@@ -591,6 +855,18 @@ mod tests {
         // resolved, with the call that failed.
         let auth = v.resolved_incidents.iter().find(|i| i.state == "needs_auth").unwrap_or_else(|| panic!("{:#?}", v.resolved_incidents));
         assert_eq!(auth.evidence.as_ref().map(|e| e.state), Some("needs_auth"));
+        assert_eq!(auth.owner, Owner::CredentialOwner);
+        let by = auth.resolved_by.as_ref().unwrap_or_else(|| panic!("the resolving call: {auth:#?}"));
+        assert_eq!(by.by, "healthy_call");
+        let healthy = v.recent_calls.iter().find(|c| c.state == "healthy").expect("the healthy call");
+        assert_eq!(by.trace_id.as_deref(), Some(healthy.trace_id.as_str()), "the healthy call of its server resolved it");
+        // The spans of the chain, each with its side, instrumentation and the layer it decided.
+        assert_eq!(open.owner, Owner::ClientImplementer);
+        assert!(!ev.spans.is_empty(), "{ev:#?}");
+        assert!(ev.spans.iter().all(|s| s.instrumentation == "semconv" && s.name == "tools/call"), "{:#?}", ev.spans);
+        let failed = ev.spans.iter().find(|s| s.layer == Some("protocol")).unwrap_or_else(|| panic!("{:#?}", ev.spans));
+        assert!(failed.error_code.is_some() && failed.error.is_some_and(|e| !e.contains("jsonrpc")), "{failed:#?}");
+        assert_eq!(ev.reason_meaning, ev.reason.as_deref().and_then(reason_meaning));
         assert!(!v.catalogs.is_empty(), "the stale catalog session is shown");
     }
 }

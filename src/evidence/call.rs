@@ -250,7 +250,7 @@ impl CallEvidence {
                 Side::Internal => SpanKind::Other,
             }
         };
-        self.chain.add(kind, s.instrumentation);
+        self.chain.add_span(kind, s);
         let round = s.round.as_deref();
         if let (Some(r), Some(m)) = (round, s.method.as_ref()) {
             if is_task_request(m) && self.span_count > 0 {

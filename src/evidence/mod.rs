@@ -188,6 +188,15 @@ impl Method {
             Method::Other(s) => s,
         }
     }
+    /// The name, as the vocabulary keeps it (a method outside it is `other`).
+    pub fn static_name(&self) -> &'static str {
+        match self {
+            Method::ToolsCall => "tools/call",
+            Method::ToolsList => "tools/list",
+            Method::Initialize => "initialize",
+            Method::Other(s) => s.as_str(),
+        }
+    }
     /// A session setup request: `initialize` (2025-11-25) or `server/discover` (2026-07-28). One
     /// that fails is a failed attempt (SPEC section 2): the agent could not start its work.
     pub fn is_setup(&self) -> bool {

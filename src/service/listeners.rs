@@ -444,7 +444,8 @@ fn start(spec: &Spec, l: Listener, served: &Served, down: watch::Receiver<bool>,
                         }
                     }),
                 );
-            let app = if h.status_page { app.merge(served.status.routes()) } else { app };
+            let trace_url = h.status.as_ref().and_then(|s| s.trace_url.as_deref());
+            let app = if h.status_page { app.merge(served.status.routes(trace_url)) } else { app };
             tokio::spawn(listen::serve_http(l, app, sd))
         }
     }

@@ -702,6 +702,33 @@ impl Service {
         eventually(timeout, &what, || Some(self.verdicts()).filter(|v| v.len() >= n)).await
     }
 
+    /// Step 2 of the README's five-minute walkthrough against this service: `mcp-health send
+    /// tests/fixtures/eight_calls.jsonl` (to this service's gRPC port, the default protocol), then
+    /// every line it decided: the eight verdicts and, once they stop coming, the incident lines.
+    pub async fn walkthrough_send(&self, timeout: Duration) -> Vec<serde_json::Value> {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eight_calls.jsonl");
+        let endpoint = format!("http://{}", self.grpc_addr());
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_mcp-health")).args(["send", "--endpoint", &endpoint]).arg(fixture).output()
+        })
+        .await
+        .unwrap()
+        .expect("run mcp-health send");
+        assert!(out.status.success(), "send: {}", String::from_utf8_lossy(&out.stderr));
+        self.wait_verdicts(8, timeout).await;
+        // The incident lines come in the same engine step as their verdicts; wait until the lines
+        // stop changing.
+        let mut seen = self.json_lines().len();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = self.json_lines();
+            if now.len() == seen {
+                return now;
+            }
+            seen = now.len();
+        }
+    }
+
     /// GET /metrics.
     pub async fn metrics_text(&self) -> String {
         let r = http_get(self.prom_addr(), "/metrics").await.expect("GET /metrics");
