@@ -451,8 +451,13 @@ async fn every_dashboard_panel_and_alert_expression_returns_data() {
         ..Cfg::default()
     })
     .await;
+    // Its gRPC receiver on TLS (the fixtures go over HTTP): the certificate-expiry alerts have a
+    // gauge to read.
+    let pki = support::pki::Pki::generate();
+    let mut extra = pinned;
+    extra.push(("grpc", pki.server_tls_yaml(false)));
     let overflowing =
-        Service::start(Cfg { decision_wait: "300ms", cardinality_limit: Some(1), listener_extra: pinned, ..Cfg::default() }).await;
+        Service::start(Cfg { decision_wait: "300ms", cardinality_limit: Some(1), listener_extra: extra, ..Cfg::default() }).await;
     for f in ["eight_calls.jsonl", "incidents_five_expired.jsonl", "nine_states.jsonl", "catalog_cases.jsonl", "drift_after.jsonl"] {
         for line in fixture_lines(f) {
             for s in [&svc, &overflowing] {
