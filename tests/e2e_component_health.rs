@@ -124,21 +124,9 @@ async fn a_store_outage_shows_and_clears() {
     let svc = Service::start(Cfg { storage_redis: Some(redis.url()), exporter: None, ..Cfg::default() }).await;
     let (code, v) = wait_component(&svc, "storage:redis", "StatusOK", true).await;
     assert_eq!(code, 200, "{v}");
-    let calls = fixture_lines("eight_calls.jsonl");
     redis.kill();
     // The store is found down by the engine's next operations on it: calls keep coming.
-    let mut i = 0;
-    let (code, v) = eventually_async(WAIT, "storage:redis to be down", || {
-        i += 1;
-        let line = calls[i % calls.len()].clone();
-        let svc = &svc;
-        async move {
-            let _ = svc.post_json(line.as_bytes()).await;
-            let (code, v) = status_health(svc).await?;
-            (v["components"]["storage:redis"]["status"] == "StatusRecoverableError").then_some((code, v))
-        }
-    })
-    .await;
+    let (code, v) = store_reaches(&svc, "StatusRecoverableError", "storage:redis to be down").await;
     assert_eq!(code, 503, "{v}");
     assert_eq!(v["components"]["storage:redis"]["healthy"], false, "{v}");
     assert!(!v.to_string().contains(&redis.port.to_string()), "no Redis address in the report: {v}");
@@ -146,19 +134,25 @@ async fn a_store_outage_shows_and_clears() {
     assert_eq!(svc.health_status().await, Some(200));
 
     redis.restart();
+    let (code, _) = store_reaches(&svc, "StatusOK", "storage:redis to be back").await;
+    assert_eq!(code, 200);
+}
+
+/// Sends the eight calls round and round (the store is judged by the engine's operations on it)
+/// until `/status/health` shows `storage:redis` in `status`; that answer's code and body.
+async fn store_reaches(svc: &Service, status: &str, what: &str) -> (u16, Value) {
+    let calls = fixture_lines("eight_calls.jsonl");
     let mut i = 0;
-    let (code, _) = eventually_async(WAIT, "storage:redis to be back", || {
+    eventually_async(WAIT, what, || {
         i += 1;
         let line = calls[i % calls.len()].clone();
-        let svc = &svc;
         async move {
             let _ = svc.post_json(line.as_bytes()).await;
             let (code, v) = status_health(svc).await?;
-            (v["components"]["storage:redis"]["status"] == "StatusOK").then_some((code, v))
+            (v["components"]["storage:redis"]["status"] == status).then_some((code, v))
         }
     })
-    .await;
-    assert_eq!(code, 200);
+    .await
 }
 
 /// A real stall: the verdict log is a named pipe whose reader stopped reading (as a verdict log
