@@ -451,9 +451,11 @@ async fn every_dashboard_panel_and_alert_expression_returns_data() {
         ..Cfg::default()
     })
     .await;
-    // Its gRPC receiver on TLS (the fixtures go over HTTP): the certificate-expiry alerts have a
-    // gauge to read.
+    // Its gRPC receiver on TLS (the fixtures go over HTTP), with a certificate that expires in
+    // two to three days: the certificate-expiry alerts have a gauge to read, within their window.
     let pki = support::pki::Pki::generate();
+    let soon = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(3 * 86400)).to_string();
+    pki.renew_server((soon[0..4].parse().unwrap(), soon[5..7].parse().unwrap(), soon[8..10].parse().unwrap()));
     let mut extra = pinned;
     extra.push(("grpc", pki.server_tls_yaml(false)));
     let overflowing =
