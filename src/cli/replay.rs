@@ -153,6 +153,7 @@ pub fn engine_config(cfg: &Config) -> EngineConfig {
     e.progress = p.progress.clone();
     e.max_drift_reported = p.state_limits.drift_reported;
     e.max_working_reported = p.state_limits.working_reported;
+    e.max_gate_board = p.state_limits.gate_board;
     e.partial_before_start = p.partial_before_start;
     e
 }

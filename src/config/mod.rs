@@ -9,22 +9,33 @@
 
 pub mod lockfile;
 pub mod subst;
-pub mod tls;
-pub mod tls_client;
+/// Client TLS of the exporters: declared beside the exporters that use it.
+pub use crate::emit::tls_client;
+/// Server TLS of the listeners: declared beside the receivers.
+pub use crate::receive::tls;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::correlate::ChainLimits;
+/// `exporters`: declared beside the exporters.
+pub use crate::emit::config::{
+    Exporters, OtlpExporter, PrometheusExporter, RetryOnFailure, SendingQueue, VerdictLog, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_STORAGE_MAX_BYTES,
+};
 /// `processors.memory_limiter`: declared beside the limiter it configures.
 pub use crate::flow::memory::MemoryLimiterConfig;
-use crate::receive::listen::ConnectionLimits;
+/// `extensions.gate`: declared beside the gate.
+pub use crate::gate::config::GateConfig;
+use crate::receive::config::{check_endpoint, check_listener, connection_limits, d_10s, d_60s, d_max_connections, empty_is_default};
+/// `receivers`: declared beside the receivers, with the keys every listener shares.
+pub use crate::receive::config::{listen_address_ok, GrpcReceiver, HttpReceiver, OtlpReceiver, Protocols, ReceiverAuth, Receivers};
+pub use crate::receive::tls::TlsServerSettings;
+/// `storage`: declared beside the stores.
+pub use crate::state::config::{Secret, Storage, JOURNAL_MAX_BYTES};
 /// `service.telemetry.metrics.level`: declared with the instruments it chooses among.
 pub use crate::telemetry::instruments::MetricsLevel;
-
-pub use tls::TlsServerSettings;
 
 /// The embedded default: loopback only, no upstream, verdicts as JSON lines, Prometheus on.
 pub const DEFAULT_CONFIG: &str = include_str!("../../otel-config/default.yaml");
@@ -66,210 +77,6 @@ pub struct Config {
     /// in memory only.
     #[serde(default)]
     pub storage: Option<Storage>,
-}
-
-/// `storage:` — where the cross-trace state is kept: `{directory: …}` (or `{kind: embedded,
-/// directory: …}`) for the embedded redb file, `{kind: redis, endpoint: redis://…}` for a store
-/// shared by several instances (`state::redis`).
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(try_from = "StorageKeys")]
-pub enum Storage {
-    /// A directory the service may write; the store is `state.redb` in it (created if missing),
-    /// the evidence journal `journal/` (at most `journal_max_bytes`).
-    Embedded { directory: std::path::PathBuf, journal_max_bytes: u64 },
-    Redis {
-        /// `redis://[user:password@]host:port[/db]`; shown only redacted.
-        endpoint: Secret,
-        /// Bound of each connect, read and write to Redis.
-        timeout: Duration,
-        /// After a failure, how long the store answers errors at once before it tries again.
-        retry_after: Duration,
-        /// How long a deleted record's tombstone stays, so another instance cannot write it back.
-        tombstone_ttl: Duration,
-        /// The state protocol this instance speaks on the shared store (`None`: this build's).
-        /// 0 while a 0.1.0 instance shares the store (it announces nothing; see
-        /// docs/multi-instance.md, "Versions").
-        state_protocol: Option<u32>,
-    },
-}
-
-/// A string that may hold a secret (a password in a URL): its `Debug` shows it redacted, so a
-/// configuration printed for a failed test or a log line never carries it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", crate::state::redis::redact(&self.0))
-    }
-}
-
-/// `storage:` as written; [`Storage`] is what it must mean.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StorageKeys {
-    #[serde(default)]
-    kind: Option<String>,
-    #[serde(default)]
-    directory: Option<std::path::PathBuf>,
-    #[serde(default)]
-    endpoint: Option<String>,
-    #[serde(default, with = "humantime_serde")]
-    timeout: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
-    retry_after: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
-    tombstone_ttl: Option<Duration>,
-    #[serde(default)]
-    state_protocol: Option<u32>,
-    #[serde(default)]
-    journal_max_bytes: Option<u64>,
-}
-
-/// The evidence journal's bound unless `storage.journal_max_bytes` says otherwise: a flood's
-/// worth of calls in flight (`max_wait` of evidence at a few thousand spans a second).
-pub const JOURNAL_MAX_BYTES: u64 = 256 << 20;
-
-impl TryFrom<StorageKeys> for Storage {
-    type Error = String;
-
-    fn try_from(k: StorageKeys) -> Result<Self, String> {
-        match k.kind.as_deref() {
-            None | Some("embedded") => {
-                if k.endpoint.is_some()
-                    || k.timeout.is_some()
-                    || k.retry_after.is_some()
-                    || k.tombstone_ttl.is_some()
-                    || k.state_protocol.is_some()
-                {
-                    return Err("endpoint, timeout, retry_after, tombstone_ttl and state_protocol need kind: redis".into());
-                }
-                let directory = k.directory.ok_or("storage needs directory (embedded) or kind: redis with an endpoint")?;
-                let journal_max_bytes = k.journal_max_bytes.unwrap_or(JOURNAL_MAX_BYTES);
-                if journal_max_bytes < 1 << 20 {
-                    return Err("journal_max_bytes must be at least 1048576 (1 MiB)".into());
-                }
-                Ok(Storage::Embedded { directory, journal_max_bytes })
-            }
-            Some("redis") => {
-                if k.journal_max_bytes.is_some() {
-                    return Err("journal_max_bytes is for the embedded store (directory), not kind: redis".into());
-                }
-                if k.directory.is_some() {
-                    return Err("directory is for the embedded store, not kind: redis".into());
-                }
-                let endpoint = k.endpoint.ok_or("kind: redis needs an endpoint (redis://host:port)")?;
-                if let Some(p) = k.state_protocol.filter(|p| *p > crate::state::format::CURRENT) {
-                    return Err(format!("state_protocol {p} is newer than this build speaks (0 to {})", crate::state::format::CURRENT));
-                }
-                Ok(Storage::Redis {
-                    endpoint: Secret(endpoint),
-                    timeout: k.timeout.unwrap_or(Duration::from_secs(1)),
-                    retry_after: k.retry_after.unwrap_or(Duration::from_secs(1)),
-                    tombstone_ttl: k.tombstone_ttl.unwrap_or(Duration::from_secs(3600)),
-                    state_protocol: k.state_protocol,
-                })
-            }
-            Some(other) => Err(format!("unknown storage kind {other:?} (embedded or redis)")),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Receivers {
-    #[serde(default)]
-    pub otlp: OtlpReceiver,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct OtlpReceiver {
-    #[serde(default)]
-    pub protocols: Protocols,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Protocols {
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub grpc: Option<GrpcReceiver>,
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub http: Option<HttpReceiver>,
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct GrpcReceiver {
-    #[serde(default = "default_grpc_endpoint")]
-    pub endpoint: String,
-    /// Largest request accepted, in MiB (the collector's key).
-    #[serde(default = "default_max_mib")]
-    pub max_recv_msg_size_mib: usize,
-    /// TLS (the collector's `configtls` server keys); absent: plaintext.
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub tls: Option<TlsServerSettings>,
-    /// A connection that has not sent its first request head (TLS handshake included) this long
-    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_10s", with = "humantime_serde")]
-    pub read_header_timeout: Duration,
-    /// A connection with nothing to do this long (no request in flight and none arriving, or a
-    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_60s", with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// Connections held at once; one more is accepted and closed at once, counted in
-    /// `mcp_health.connections.refused{reason="max_connections"}`.
-    #[serde(default = "d_max_connections")]
-    pub max_connections: usize,
-    /// Require a bearer token of every sender (`auth: {bearer_token: "${env:OTLP_TOKEN}"}`): a
-    /// request without it is refused (gRPC UNAUTHENTICATED, HTTP 401), counted as `unauthenticated`.
-    /// A client certificate is required with `tls.client_ca_file`.
-    #[serde(default)]
-    pub auth: Option<ReceiverAuth>,
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct HttpReceiver {
-    #[serde(default = "default_http_endpoint")]
-    pub endpoint: String,
-    /// Largest body accepted, in bytes, after decompression (the collector's key).
-    #[serde(default = "default_max_body")]
-    pub max_request_body_size: usize,
-    /// TLS (the collector's `configtls` server keys); absent: plaintext.
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub tls: Option<TlsServerSettings>,
-    /// A connection that has not sent its first request head (TLS handshake included) this long
-    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_10s", with = "humantime_serde")]
-    pub read_header_timeout: Duration,
-    /// A connection with nothing to do this long (no request in flight and none arriving, or a
-    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_60s", with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// Connections held at once; one more is accepted and closed at once, counted in
-    /// `mcp_health.connections.refused{reason="max_connections"}`.
-    #[serde(default = "d_max_connections")]
-    pub max_connections: usize,
-    /// Require a bearer token of every sender (`auth: {bearer_token: "${env:OTLP_TOKEN}"}`): a
-    /// request without it is refused (gRPC UNAUTHENTICATED, HTTP 401), counted as `unauthenticated`.
-    /// A client certificate is required with `tls.client_ca_file`.
-    #[serde(default)]
-    pub auth: Option<ReceiverAuth>,
-}
-
-/// `receivers.otlp.protocols.{grpc,http}.auth`.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct ReceiverAuth {
-    pub bearer_token: String,
-}
-
-impl ReceiverAuth {
-    /// The token every request must carry, when one is configured.
-    pub fn token(auth: &Option<ReceiverAuth>) -> Option<std::sync::Arc<str>> {
-        auth.as_ref().map(|a| std::sync::Arc::from(a.bearer_token.as_str()))
-    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -429,10 +236,11 @@ impl StateLimits {
         ]
     }
 
-    /// Set the process-wide tables to these limits; called once at start-up, before any of them
-    /// is used. (`tap_sessions` is the tap observer's, passed to its constructor.)
+    /// Set the process-wide caches of the normalizer to these limits; called once at start-up,
+    /// before any of them is used. The others reach their tables as values: `gate_board`,
+    /// `operation_keys`, `parked_verifiers`, `drift_reported` and `working_reported` through the
+    /// engine's configuration, `tap_sessions` through the tap observer's constructor.
     pub fn apply(&self) {
-        crate::gate::set_board_capacity(self.gate_board);
         crate::normalize::digest_cache::set_capacity(self.digest_cache);
         crate::normalize::definitions::set_capacity(self.tool_definitions);
         crate::normalize::intern::set_capacity(self.interner);
@@ -474,218 +282,6 @@ impl CorrelateConfig {
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct Exporters {
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub otlp: Option<OtlpExporter>,
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub prometheus: Option<PrometheusExporter>,
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub verdict_log: Option<VerdictLog>,
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct OtlpExporter {
-    /// gRPC endpoint, e.g. `http://127.0.0.1:4317`. Falls back to `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
-    /// then `OTEL_EXPORTER_OTLP_ENDPOINT`.
-    pub endpoint: Option<String>,
-    /// Metrics endpoint, if different. Falls back to `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, then `endpoint`.
-    pub metrics_endpoint: Option<String>,
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// Falls back to `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), then 10s.
-    #[serde(default, with = "humantime_serde")]
-    pub timeout: Option<Duration>,
-    /// `gzip`, `zstd` or `none` (the collector's values). Falls back to
-    /// `OTEL_EXPORTER_OTLP_{TRACES_,METRICS_}COMPRESSION`, then none.
-    pub compression: Option<String>,
-    /// `grpc` (the default), `http/protobuf` or `http/json`: the transport of every signal.
-    ///
-    /// A key on the one exporter rather than a second `otlphttp` exporter as the collector has:
-    /// here one exporter owns the queue, the retry and what goes upstream (`passthrough`,
-    /// `health_spans`, `metrics`); two exporters would split those or send everything twice. The
-    /// values are the OTLP specification's, so the key and `OTEL_EXPORTER_OTLP_PROTOCOL` (its
-    /// fallback, after `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_PROTOCOL`) read the same.
-    pub protocol: Option<String>,
-    /// Client TLS (the collector's `configtls` client settings); see
-    /// [`tls_client::TlsClientSetting`]. Its files fall back to `OTEL_EXPORTER_OTLP_CERTIFICATE`,
-    /// `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY` (signal-specific first).
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub tls: Option<tls_client::TlsClientSetting>,
-    /// Pass every received span on unchanged (the inline layout). Off unless asked for: in the
-    /// fan-out layout, the default, the collector already sends every span to the backend, and
-    /// passing them on as well would store each one twice.
-    #[serde(default)]
-    pub passthrough: bool,
-    /// Send one health span per decided call.
-    #[serde(default = "yes")]
-    pub health_spans: bool,
-    /// Export metrics over OTLP.
-    #[serde(default = "yes")]
-    pub metrics: bool,
-    /// Falls back to `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds).
-    #[serde(default, with = "humantime_serde")]
-    pub metrics_interval: Option<Duration>,
-    #[serde(default)]
-    pub sending_queue: SendingQueue,
-    #[serde(default)]
-    pub retry_on_failure: RetryOnFailure,
-    /// Export requests whose encoding is larger are split in halves before they are sent
-    /// (default 2 MiB, well under the 4 MiB that the collector's and Rotel's receivers take by
-    /// default). A "too large" answer (`OUT_OF_RANGE` / `RESOURCE_EXHAUSTED` naming the size,
-    /// HTTP 413) is never retried.
-    #[serde(default = "d_max_request_bytes")]
-    pub max_request_bytes: usize,
-}
-
-fn d_max_request_bytes() -> usize {
-    DEFAULT_MAX_REQUEST_BYTES
-}
-
-/// `exporters.otlp.max_request_bytes` by default: 2 MiB, well under the 4 MiB a collector's
-/// receiver takes by default.
-pub const DEFAULT_MAX_REQUEST_BYTES: usize = 2 << 20;
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SendingQueue {
-    /// The collector's switch. `false` keeps no requests waiting: a queue of one (pass-through
-    /// is refused, retryably, as soon as the workers are busy; own output is dropped and
-    /// counted), never on disk. The collector has the caller wait for the send instead; here the
-    /// callers (receivers, the engine) never wait for the backend, so one slot is the nearest.
-    #[serde(default = "yes")]
-    pub enabled: bool,
-    /// Export requests held while the backend is slow or down.
-    #[serde(default = "d_queue")]
-    pub queue_size: usize,
-    /// Where mcp-health's own output (health spans, incident records, own metrics) waits for the
-    /// backend on disk: a directory, or `file_storage` naming the `extensions.file_storage`
-    /// extension (the collector's spelling: a reference to a storage extension). Unset, the
-    /// queue is on disk in `<storage.directory>/sending_queue` when `storage.directory` is set,
-    /// in memory otherwise.
-    #[serde(default)]
-    pub storage: Option<String>,
-    /// The bound of the on-disk queue, in bytes (requests that would pass it are dropped and
-    /// counted as `enqueue_failed`).
-    #[serde(default = "d_storage_max_bytes")]
-    pub storage_max_bytes: u64,
-    /// Requests sent at once from each queue (pass-through, and mcp-health's own output), as
-    /// the collector's `sending_queue.num_consumers` (default 10, as there). With two, an inline
-    /// mcp-health passed on at most two requests per backend round trip: its queue filled and
-    /// clients were refused `exporter_busy` at a third of what the backend could take.
-    #[serde(default = "d_num_consumers")]
-    pub num_consumers: usize,
-}
-
-fn d_num_consumers() -> usize {
-    10
-}
-
-/// `exporters.otlp.sending_queue.storage_max_bytes` by default: 256 MiB.
-pub const DEFAULT_STORAGE_MAX_BYTES: u64 = 256 << 20;
-
-fn d_storage_max_bytes() -> u64 {
-    DEFAULT_STORAGE_MAX_BYTES
-}
-
-impl Default for SendingQueue {
-    fn default() -> Self {
-        SendingQueue {
-            enabled: true,
-            queue_size: d_queue(),
-            storage: None,
-            storage_max_bytes: d_storage_max_bytes(),
-            num_consumers: d_num_consumers(),
-        }
-    }
-}
-
-impl SendingQueue {
-    /// Requests the in-memory queue holds: one when the queue is switched off.
-    pub fn capacity(&self) -> usize {
-        if self.enabled {
-            self.queue_size
-        } else {
-            1
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct RetryOnFailure {
-    #[serde(default = "yes")]
-    pub enabled: bool,
-    #[serde(default = "d_500ms", with = "humantime_serde")]
-    pub initial_interval: Duration,
-    #[serde(default = "d_30s", with = "humantime_serde")]
-    pub max_interval: Duration,
-    /// How long one request is retried at most; 0 is no limit (retried until it is accepted or
-    /// the service stops), as in the collector.
-    #[serde(default = "d_5m", with = "humantime_serde")]
-    pub max_elapsed_time: Duration,
-    /// Each wait is spread over `interval × [1 − f, 1 + f]` (the collector's default, 0.5): the
-    /// OTLP exporter specification requires jitter, so many senders do not retry in step.
-    #[serde(default = "d_half")]
-    pub randomization_factor: f64,
-    /// How much the interval grows after each retry (the collector's default, 1.5).
-    #[serde(default = "d_one_and_half")]
-    pub multiplier: f64,
-}
-
-fn d_half() -> f64 {
-    0.5
-}
-fn d_one_and_half() -> f64 {
-    1.5
-}
-
-impl Default for RetryOnFailure {
-    fn default() -> Self {
-        RetryOnFailure {
-            enabled: true,
-            initial_interval: d_500ms(),
-            max_interval: d_30s(),
-            max_elapsed_time: d_5m(),
-            randomization_factor: d_half(),
-            multiplier: d_one_and_half(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct PrometheusExporter {
-    #[serde(default = "default_prom_endpoint")]
-    pub endpoint: String,
-    /// Most series per metric; further attribute sets go to one `otel_metric_overflow="true"` series.
-    #[serde(default = "d_2000")]
-    pub cardinality_limit: usize,
-    // Plaintext only (no `tls`): a scrape endpoint for a local or sidecar Prometheus.
-    /// A connection that has not sent its first request head (TLS handshake included) this long
-    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_10s", with = "humantime_serde")]
-    pub read_header_timeout: Duration,
-    /// A connection with nothing to do this long (no request in flight and none arriving, or a
-    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_60s", with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// Connections held at once; one more is accepted and closed at once, counted in
-    /// `mcp_health.connections.refused{reason="max_connections"}`.
-    #[serde(default = "d_max_connections")]
-    pub max_connections: usize,
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct VerdictLog {
-    /// `stdout` or a file path; one JSON object per verdict.
-    #[serde(default = "default_stdout")]
-    pub path: String,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct Extensions {
     #[serde(default, deserialize_with = "empty_is_default")]
     pub health_check: Option<HealthCheck>,
@@ -703,31 +299,6 @@ pub struct Extensions {
 #[serde(deny_unknown_fields)]
 pub struct FileStorage {
     pub directory: std::path::PathBuf,
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct GateConfig {
-    #[serde(default = "default_gate_endpoint")]
-    pub endpoint: String,
-    /// The answer for a tool with no pin (or when no lockfile is configured): `allow` or `deny`.
-    #[serde(default)]
-    pub unpinned: crate::gate::UnpinnedPolicy,
-    /// TLS (the collector's `configtls` server keys); absent: plaintext.
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub tls: Option<TlsServerSettings>,
-    /// A connection that has not sent its first request head (TLS handshake included) this long
-    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_10s", with = "humantime_serde")]
-    pub read_header_timeout: Duration,
-    /// A connection with nothing to do this long (no request in flight and none arriving, or a
-    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_60s", with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// Connections held at once; one more is accepted and closed at once, counted in
-    /// `mcp_health.connections.refused{reason="max_connections"}`.
-    #[serde(default = "d_max_connections")]
-    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -858,35 +429,11 @@ fn default_log_encoding() -> String {
 fn yes() -> bool {
     true
 }
-fn default_grpc_endpoint() -> String {
-    "127.0.0.1:4317".into()
-}
-fn default_http_endpoint() -> String {
-    "127.0.0.1:4318".into()
-}
-fn default_prom_endpoint() -> String {
-    "127.0.0.1:9464".into()
-}
 fn default_health_endpoint() -> String {
     "127.0.0.1:13133".into()
 }
-fn default_gate_endpoint() -> String {
-    "127.0.0.1:4320".into()
-}
-fn default_stdout() -> String {
-    "stdout".into()
-}
 fn default_level() -> String {
     "info".into()
-}
-fn default_max_mib() -> usize {
-    4
-}
-fn default_max_body() -> usize {
-    4 << 20
-}
-fn d_500ms() -> Duration {
-    Duration::from_millis(500)
 }
 fn d_2s() -> Duration {
     Duration::from_secs(2)
@@ -897,47 +444,7 @@ fn d_5s() -> Duration {
 fn d_30s() -> Duration {
     Duration::from_secs(30)
 }
-/// A component named with an empty value (`grpc:`, `health_check:`) is on with its defaults, as in
-/// the collector; only a component that is not named at all is off.
-fn empty_is_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    match Option::<T>::deserialize(d)? {
-        Some(t) => Ok(Some(t)),
-        None => T::deserialize(serde::de::value::MapDeserializer::<_, serde::de::value::Error>::new(std::iter::empty::<((), ())>()))
-            .map(Some)
-            .map_err(serde::de::Error::custom),
-    }
-}
-
-fn d_10s() -> Duration {
-    Duration::from_secs(10)
-}
-fn d_60s() -> Duration {
-    Duration::from_secs(60)
-}
-fn d_max_connections() -> usize {
-    4096
-}
-
-/// `connections()` of each listener's configuration.
-macro_rules! connection_limits {
-    ($($t:ty),*) => {$(
-        impl $t {
-            /// Its timeouts and connection limit.
-            pub fn connections(&self) -> ConnectionLimits {
-                ConnectionLimits {
-                    read_header_timeout: self.read_header_timeout,
-                    idle_timeout: self.idle_timeout,
-                    max_connections: self.max_connections,
-                }
-            }
-        }
-    )*};
-}
-connection_limits!(GrpcReceiver, HttpReceiver, PrometheusExporter, HealthCheck, GateConfig);
+connection_limits!(HealthCheck);
 
 fn d_5m() -> Duration {
     Duration::from_secs(300)
@@ -965,9 +472,6 @@ fn d_4k() -> usize {
 }
 fn d_1000() -> usize {
     1_000
-}
-fn d_2000() -> usize {
-    2_000
 }
 fn d_queue() -> usize {
     256
@@ -1033,17 +537,21 @@ impl Config {
         }
     }
 
+    /// Ask each component whether its values are allowed; the first that is not is named by its
+    /// key (`Config::parse` adds the key's line and column).
     fn check(&self, path: &str) -> Result<(), ConfigError> {
-        let bad = |key: &str, message: &str| {
-            Err(ConfigError::Invalid { path: path.into(), at: String::new(), key: key.into(), message: message.into() })
-        };
+        self.check_keys().map_err(|(key, message)| ConfigError::Invalid { path: path.into(), at: String::new(), key, message })
+    }
+
+    /// [`Config::check`] as `Err((key, why))`, the form every component's `check` answers in.
+    fn check_keys(&self) -> Result<(), (String, String)> {
+        let bad = |key: &str, why: &str| Err((key.to_string(), why.to_string()));
+        self.exporters.check("exporters", self.extensions.file_storage.is_some())?;
         if let Some(o) = &self.exporters.otlp {
-            let r = &o.retry_on_failure;
-            if !(0.0..1.0).contains(&r.randomization_factor) {
-                return bad("exporters.otlp.retry_on_failure.randomization_factor", "must be at least 0 and less than 1");
-            }
-            if !(r.multiplier >= 1.0 && r.multiplier.is_finite()) {
-                return bad("exporters.otlp.retry_on_failure.multiplier", "must be at least 1");
+            for (key, ep) in [("exporters.otlp.endpoint", &o.endpoint), ("exporters.otlp.metrics_endpoint", &o.metrics_endpoint)] {
+                if let Some(msg) = ep.as_deref().and_then(|e| self.export_loop(e)) {
+                    return bad(key, &msg);
+                }
             }
         }
         if let Some(m) = &self.processors.memory_limiter {
@@ -1054,84 +562,11 @@ impl Config {
         if self.service.runtime.worker_threads.is_some_and(|n| !(1..=1024).contains(&n)) {
             return bad("service.runtime.worker_threads", "must be from 1 to 1024");
         }
-        let p = &self.processors.mcp_health;
-        if p.decision_wait.is_zero() {
-            return bad("processors.mcp_health.decision_wait", "must be greater than zero");
+        self.processors.mcp_health.check("processors.mcp_health")?;
+        if let Some(storage) = &self.storage {
+            storage.check("storage")?;
         }
-        if p.max_wait < p.decision_wait {
-            return bad("processors.mcp_health.max_wait", "must not be shorter than decision_wait");
-        }
-        if p.max_chains == Some(0) || p.queue_size == 0 || p.max_spans_per_chain == 0 {
-            return bad("processors.mcp_health", "max_chains, queue_size and max_spans_per_chain must be at least 1");
-        }
-        match &self.storage {
-            Some(Storage::Embedded { directory, .. }) if directory.as_os_str().is_empty() => {
-                return bad("storage.directory", "must be a directory path");
-            }
-            Some(Storage::Redis { endpoint, timeout, retry_after, tombstone_ttl, .. }) => {
-                if !endpoint.0.starts_with("redis://") && !endpoint.0.starts_with("redis+unix://") && !endpoint.0.starts_with("unix://") {
-                    return bad("storage.endpoint", "must be a redis://host:port URL (or redis+unix:// for a socket)");
-                }
-                if timeout.is_zero() || retry_after.is_zero() || tombstone_ttl.as_millis() == 0 {
-                    return bad("storage", "timeout, retry_after and tombstone_ttl must be greater than zero (tombstone_ttl at least 1ms)");
-                }
-            }
-            _ => {}
-        }
-        let auths = [
-            ("receivers.otlp.protocols.grpc.auth.bearer_token", self.receivers.otlp.protocols.grpc.as_ref().and_then(|g| g.auth.as_ref())),
-            ("receivers.otlp.protocols.http.auth.bearer_token", self.receivers.otlp.protocols.http.as_ref().and_then(|h| h.auth.as_ref())),
-        ];
-        for (key, auth) in auths {
-            if auth.is_some_and(|a| a.bearer_token.trim().is_empty() || a.bearer_token.bytes().any(|b| b.is_ascii_control())) {
-                return bad(key, "must be a non-empty token without control characters");
-            }
-        }
-        if let Err(e) = crate::evidence::receipt::TrustedKeys::parse(&p.receipts.trusted_keys) {
-            return bad("processors.mcp_health.receipts.trusted_keys", &e.to_string());
-        }
-        for (key, limit) in p.state_limits.entries() {
-            if limit == 0 {
-                return bad(&format!("processors.mcp_health.limits.{key}"), "must be at least 1");
-            }
-        }
-        let listeners: [ListenerCheck<'_>; 5] = [
-            ("receivers.otlp.protocols.grpc", self.receivers.otlp.protocols.grpc.as_ref().map(|g| (g.connections(), g.tls.as_ref()))),
-            ("receivers.otlp.protocols.http", self.receivers.otlp.protocols.http.as_ref().map(|h| (h.connections(), h.tls.as_ref()))),
-            ("exporters.prometheus", self.exporters.prometheus.as_ref().map(|p| (p.connections(), None))),
-            ("extensions.health_check", self.extensions.health_check.as_ref().map(|h| (h.connections(), None))),
-            ("extensions.gate", self.extensions.gate.as_ref().map(|g| (g.connections(), g.tls.as_ref()))),
-        ];
-        for (prefix, l) in listeners {
-            let Some((c, tls)) = l else { continue };
-            if c.read_header_timeout.is_zero() {
-                return bad(&format!("{prefix}.read_header_timeout"), "must be greater than zero");
-            }
-            if c.idle_timeout.is_zero() {
-                return bad(&format!("{prefix}.idle_timeout"), "must be greater than zero");
-            }
-            if !(1..=MAX_CONNECTIONS).contains(&c.max_connections) {
-                return bad(&format!("{prefix}.max_connections"), "must be from 1 to 1048576");
-            }
-            // The files are read now, so `validate` and the start name a missing or unreadable
-            // certificate or key by its key, not the first handshake.
-            if let Some(Err(e)) = tls.map(|t| t.build(&[])) {
-                return bad(&format!("{prefix}.tls.{}", e.key()), &e.to_string());
-            }
-        }
-        if let Some(g) = &self.receivers.otlp.protocols.grpc {
-            if !listen_address_ok(&g.endpoint) {
-                return bad("receivers.otlp.protocols.grpc.endpoint", "must be host:port, e.g. 127.0.0.1:4317 or localhost:4317");
-            }
-            if !(1..=MAX_MESSAGE_MIB).contains(&g.max_recv_msg_size_mib) {
-                return bad("receivers.otlp.protocols.grpc.max_recv_msg_size_mib", "must be from 1 to 4096 (MiB)");
-            }
-        }
-        if let Some(h) = &self.receivers.otlp.protocols.http {
-            if !listen_address_ok(&h.endpoint) {
-                return bad("receivers.otlp.protocols.http.endpoint", "must be host:port, e.g. 127.0.0.1:4318 or localhost:4318");
-            }
-        }
+        self.receivers.check("receivers")?;
         let level = self.service.telemetry.logs.level.to_ascii_lowercase();
         if !["error", "warn", "info", "debug", "trace", "off"].contains(&level.as_str()) {
             return bad("service.telemetry.logs.level", "must be one of error, warn, info, debug, trace, off");
@@ -1140,82 +575,53 @@ impl Config {
         if !["console", "json"].contains(&self.service.telemetry.logs.encoding.as_str()) {
             return bad("service.telemetry.logs.encoding", "must be console or json");
         }
-        if let Some(pr) = &self.exporters.prometheus {
-            if !listen_address_ok(&pr.endpoint) {
-                return bad("exporters.prometheus.endpoint", "must be host:port, e.g. 127.0.0.1:9464 or localhost:9464");
-            }
-            if pr.cardinality_limit == 0 {
-                return bad("exporters.prometheus.cardinality_limit", "must be at least 1");
-            }
-        }
-        if let Some(o) = &self.exporters.otlp {
-            if let Some(c) = &o.compression {
-                if !["gzip", "zstd", "none"].contains(&c.as_str()) {
-                    return bad("exporters.otlp.compression", "must be gzip, zstd or none");
-                }
-            }
-            if let Some(p) = &o.protocol {
-                if !["grpc", "http/protobuf", "http/json"].contains(&p.as_str()) {
-                    return bad("exporters.otlp.protocol", "must be grpc, http/protobuf or http/json");
-                }
-            }
-            if let Some(t) = &o.tls {
-                if let Err(e) = t.check() {
-                    return bad("exporters.otlp.tls", &e.to_string());
-                }
-                let plain = |e: &Option<String>| e.as_deref().is_some_and(|e| e.starts_with("http://"));
-                if t.asks_for_tls() && !t.insecure && (plain(&o.endpoint) || plain(&o.metrics_endpoint)) {
-                    return bad("exporters.otlp.tls", "TLS settings with an http:// endpoint would be unused: use https://");
-                }
-            }
-            if o.sending_queue.queue_size == 0 {
-                return bad("exporters.otlp.sending_queue.queue_size", "must be at least 1");
-            }
-            if !(1..=1000).contains(&o.sending_queue.num_consumers) {
-                return bad("exporters.otlp.sending_queue.num_consumers", "must be between 1 and 1000");
-            }
-            match o.sending_queue.storage.as_deref() {
-                Some(_) if !o.sending_queue.enabled => {
-                    return bad("exporters.otlp.sending_queue.storage", "needs the queue: enabled: false keeps no requests waiting")
-                }
-                Some(s) if s.trim().is_empty() => {
-                    return bad("exporters.otlp.sending_queue.storage", "must be a directory or file_storage")
-                }
-                Some("file_storage") if self.extensions.file_storage.is_none() => {
-                    return bad(
-                        "exporters.otlp.sending_queue.storage",
-                        "file_storage names extensions.file_storage, which is not configured",
-                    )
-                }
-                Some(s) if s.starts_with("file_storage/") => {
-                    return bad("exporters.otlp.sending_queue.storage", "one file_storage extension is supported: write file_storage")
-                }
-                _ => {}
-            }
-            if o.sending_queue.storage_max_bytes < 1 << 20 {
-                return bad("exporters.otlp.sending_queue.storage_max_bytes", "must be at least 1048576 (1 MiB)");
-            }
-            for (key, ep) in [("exporters.otlp.endpoint", &o.endpoint), ("exporters.otlp.metrics_endpoint", &o.metrics_endpoint)] {
-                if let Some(msg) = ep.as_deref().and_then(|e| self.export_loop(e)) {
-                    return bad(key, &msg);
-                }
-            }
-        }
         if let Some(h) = &self.extensions.health_check {
-            if !listen_address_ok(&h.endpoint) {
-                return bad("extensions.health_check.endpoint", "must be host:port, e.g. 127.0.0.1:13133 or localhost:13133");
-            }
-            if h.exporter_failure_threshold.is_zero() {
-                return bad("extensions.health_check.exporter_failure_threshold", "must be greater than zero (e.g. 30s)");
-            }
-            if let Some(why) = h.status.as_ref().and_then(|s| s.trace_url.as_deref()).and_then(StatusPage::trace_url_problem) {
-                return bad("extensions.health_check.status.trace_url", why);
-            }
+            h.check("extensions.health_check")?;
         }
         if let Some(g) = &self.extensions.gate {
-            if !listen_address_ok(&g.endpoint) {
-                return bad("extensions.gate.endpoint", "must be host:port, e.g. 127.0.0.1:4320 or localhost:4320");
+            g.check("extensions.gate")?;
+        }
+        Ok(())
+    }
+}
+
+impl CorrelateConfig {
+    /// The values that parsed but are not allowed: `Err((key, why))`, the key under `key_prefix`
+    /// (`processors.mcp_health`).
+    fn check(&self, key_prefix: &str) -> Result<(), (String, String)> {
+        let bad = |key: &str, why: &str| Err((format!("{key_prefix}{key}"), why.to_string()));
+        if self.decision_wait.is_zero() {
+            return bad(".decision_wait", "must be greater than zero");
+        }
+        if self.max_wait < self.decision_wait {
+            return bad(".max_wait", "must not be shorter than decision_wait");
+        }
+        if self.max_chains == Some(0) || self.queue_size == 0 || self.max_spans_per_chain == 0 {
+            return bad("", "max_chains, queue_size and max_spans_per_chain must be at least 1");
+        }
+        if let Err(e) = crate::evidence::receipt::TrustedKeys::parse(&self.receipts.trusted_keys) {
+            return bad(".receipts.trusted_keys", &e.to_string());
+        }
+        for (key, limit) in self.state_limits.entries() {
+            if limit == 0 {
+                return bad(&format!(".limits.{key}"), "must be at least 1");
             }
+        }
+        Ok(())
+    }
+}
+
+impl HealthCheck {
+    /// The values that parsed but are not allowed: `Err((key, why))`, the key under `key_prefix`
+    /// (`extensions.health_check`).
+    fn check(&self, key_prefix: &str) -> Result<(), (String, String)> {
+        check_listener(key_prefix, self.connections(), None)?;
+        check_endpoint(&format!("{key_prefix}.endpoint"), &self.endpoint, 13133)?;
+        if self.exporter_failure_threshold.is_zero() {
+            return Err((format!("{key_prefix}.exporter_failure_threshold"), "must be greater than zero (e.g. 30s)".into()));
+        }
+        if let Some(why) = self.status.as_ref().and_then(|s| s.trace_url.as_deref()).and_then(StatusPage::trace_url_problem) {
+            return Err((format!("{key_prefix}.status.trace_url"), why.into()));
         }
         Ok(())
     }
@@ -1298,27 +704,6 @@ fn host_port(s: &str) -> Option<(String, u16)> {
     Some((host.to_ascii_lowercase(), port.parse().ok()?))
 }
 
-/// A listener's key prefix with its limits and TLS settings, when it is configured.
-type ListenerCheck<'a> = (&'a str, Option<(ConnectionLimits, Option<&'a TlsServerSettings>)>);
-
-/// The most connections one listener may be configured to hold.
-const MAX_CONNECTIONS: usize = 1 << 20;
-
-/// The largest gRPC message size that may be configured: 4 GiB, far above any OTLP sender's.
-const MAX_MESSAGE_MIB: usize = 4096;
-
-/// `host:port` where host is an IP address (IPv6 in brackets) or a DNS name, as the collector takes.
-pub fn listen_address_ok(s: &str) -> bool {
-    if s.parse::<std::net::SocketAddr>().is_ok() {
-        return true;
-    }
-    let Some((host, port)) = s.rsplit_once(':') else { return false };
-    port.parse::<u16>().is_ok()
-        && !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-}
-
 fn strip_location(msg: &str) -> String {
     match msg.find(" at line ") {
         Some(i) => msg[..i].to_string(),
@@ -1370,6 +755,7 @@ pub fn apply_sets(text: &str, sets: &[String]) -> Result<String, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::receive::listen::ConnectionLimits;
 
     /// Issue 11: the embedded default sizes its chain table from memory, not a count: the byte
     /// bound decides (a count of 100 k evicted most chains at ~150 k spans/s).
@@ -1955,5 +1341,54 @@ mod tests {
         }
         let c = Config::parse("c.yaml", &otlp("    sending_queue:\n      storage_max_bytes: 2097152\n"), &env).unwrap();
         assert_eq!(c.exporters.otlp.unwrap().sending_queue.storage_max_bytes, 2 << 20);
+    }
+
+    /// `limits.gate_board` reaches the engine's board as a value, not through a process-wide
+    /// setting: two engines built from two configurations keep their own bounds.
+    #[test]
+    fn the_gate_board_limit_reaches_the_board_as_a_value() {
+        use crate::classify::catalog::{CatalogVerdict, Convergence};
+        let verdict = CatalogVerdict {
+            convergence: Convergence::Converged,
+            reason: "r",
+            next_step: "n",
+            signal_at_ns: None,
+            traversal_start_ns: None,
+            traversal_end_ns: None,
+            cursor_chain: Vec::new(),
+            discovered_digest: None,
+            installed_digest: None,
+            tool_digests: Vec::new(),
+            projection_version: "v",
+        };
+        let board_of = |c: Config| crate::engine::Engine::new(crate::cli::replay::engine_config(&c)).board();
+        let small = board_of(Config::parse("c", "processors:\n  mcp_health:\n    limits:\n      gate_board: 1\n", &env).unwrap());
+        let default = board_of(Config::load(None).unwrap());
+        for board in [&small, &default] {
+            board.publish("session:a", None, verdict.clone());
+            board.publish("session:b", None, verdict.clone());
+        }
+        assert!(small.get("session:a").is_none() && small.get("session:b").is_some(), "gate_board: 1 keeps the newest only");
+        assert!(default.get("session:a").is_some() && default.get("session:b").is_some(), "the default keeps both");
+    }
+
+    /// Each component's check names its keys under the prefix it is given, with the messages
+    /// `Config::parse` reports.
+    #[test]
+    fn each_component_checks_its_own_keys_under_its_prefix() {
+        let c = Config::load(None).unwrap();
+        let mut gate: GateConfig = serde_yaml_ng::from_str("{}").unwrap();
+        gate.max_connections = 0;
+        assert_eq!(gate.check("x.gate"), Err(("x.gate.max_connections".to_string(), "must be from 1 to 1048576".to_string())));
+        let mut receivers = c.receivers.clone();
+        if let Some(g) = receivers.otlp.protocols.grpc.as_mut() {
+            g.endpoint = "nowhere".into();
+        }
+        let e = receivers.check("r").unwrap_err();
+        assert_eq!(e.0, "r.otlp.protocols.grpc.endpoint", "{e:?}");
+        let storage = Storage::Embedded { directory: "".into(), journal_max_bytes: JOURNAL_MAX_BYTES };
+        assert_eq!(storage.check("storage").unwrap_err().0, "storage.directory");
+        let exporters: Exporters = serde_yaml_ng::from_str("otlp:\n  compression: lz4\n").unwrap();
+        assert_eq!(exporters.check("exporters", false).unwrap_err().0, "exporters.otlp.compression");
     }
 }

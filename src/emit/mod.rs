@@ -1,6 +1,7 @@
 //! Emit: pass-through spans, health spans, metrics (OTLP and Prometheus) and verdict lines. Every
 //! emitter reads the same [`crate::verdict::Verdict`]; none re-derives it.
 
+pub(crate) mod config;
 pub(crate) mod disk_queue;
 pub mod export_health;
 pub mod health_spans;
@@ -14,4 +15,5 @@ pub mod prometheus;
 pub mod reference;
 pub mod sink;
 pub mod status;
+pub mod tls_client;
 pub mod verdict_log;

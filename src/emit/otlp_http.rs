@@ -5,7 +5,7 @@
 //! every other status (400, 401, 403, 404, 415, 500...) is permanent.
 //!
 //! hyper-util's pooled client with hyper-rustls: the TLS configuration is the one the gRPC channel
-//! uses (`crate::config::tls_client`).
+//! uses (`crate::emit::tls_client`).
 
 use std::time::Duration;
 

@@ -18,8 +18,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::tls_client::TlsClientError;
-use crate::config::OtlpExporter;
+use crate::emit::config::OtlpExporter;
+use crate::emit::tls_client::TlsClientError;
 
 /// The wire format of one signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -37,7 +37,7 @@ use super::export_health::ExportHealth;
 use super::metrics::HealthMeters;
 use super::otlp_http::HttpSender;
 use super::otlp_target::{Compression, Protocol, Target, Targets};
-use crate::config::RetryOnFailure;
+use crate::emit::config::RetryOnFailure;
 use crate::flow::memory::Reservation;
 use crate::flow::outgoing::{log_record_count, span_count, Outgoing};
 use crate::telemetry::labels::{self, ItemKind};

@@ -66,6 +66,9 @@ pub struct EngineConfig {
     pub max_drift_reported: usize,
     /// Most in-flight calls remembered as already reported `working`.
     pub max_working_reported: usize,
+    /// Most sessions on the gate's board (`processors.mcp_health.limits.gate_board`); 0 (the
+    /// default) takes the board's default.
+    pub max_gate_board: usize,
     /// Where the cross-trace state is kept beyond the process (`storage`); `None` keeps it in
     /// the engine's own tables only.
     pub store: Option<crate::state::StoreHandle>,
@@ -205,7 +208,10 @@ impl Engine {
             working_reported: crate::bounded::BoundedSet::with_capacity("working_reported", cfg.max_working_reported),
             waiting_reported: crate::bounded::BoundedSet::with_capacity("waiting_reported", cfg.max_working_reported),
             working: FxHashMap::default(),
-            board: Arc::default(),
+            board: Arc::new(match cfg.max_gate_board {
+                0 => crate::gate::CatalogBoard::default(),
+                n => crate::gate::CatalogBoard::with_capacity(n),
+            }),
             last_reevaluated: None,
             last_expired: None,
             callless_chains: 0,

@@ -5,9 +5,9 @@
 //! verdicts as they change) and the gRPC service in [`service`] (defined in
 //! `proto/mcp_health/v1/gate.proto`).
 
+pub(crate) mod config;
 pub mod service;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::bounded::BoundedMap;
@@ -15,13 +15,8 @@ use crate::classify::catalog::CatalogVerdict;
 use crate::classify::drift::ContractChange;
 use crate::classify::pinning::{Lockfile, PinCheck};
 
-/// Sessions a board made by `CatalogBoard::default()` keeps (`processors.mcp_health.limits.gate_board`).
-static BOARD_CAPACITY: AtomicUsize = AtomicUsize::new(100_000);
-
-/// The capacity of boards created from now on by `CatalogBoard::default()`; set once at start-up.
-pub fn set_board_capacity(cap: usize) {
-    BOARD_CAPACITY.store(cap, Ordering::Relaxed);
-}
+/// Sessions a board keeps unless `processors.mcp_health.limits.gate_board` says otherwise.
+pub const DEFAULT_BOARD_CAPACITY: usize = 100_000;
 
 /// The latest catalog verdict of every session, as the correlator last decided it. Bounded: past
 /// its capacity the session published least recently is forgotten (counted as `gate_board`).
@@ -34,7 +29,7 @@ type BoardEntry = (Option<Arc<str>>, CatalogVerdict);
 
 impl Default for CatalogBoard {
     fn default() -> Self {
-        CatalogBoard::with_capacity(BOARD_CAPACITY.load(Ordering::Relaxed))
+        CatalogBoard::with_capacity(DEFAULT_BOARD_CAPACITY)
     }
 }
 

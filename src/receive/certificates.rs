@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::task::JoinHandle;
 
-use crate::config::tls::{CertificateFacts, ServedCertificate};
 use crate::receive::listen::ListenerName;
+use crate::receive::tls::{CertificateFacts, ServedCertificate};
 
 /// What asked for a reload (the log's `trigger`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

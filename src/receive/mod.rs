@@ -2,11 +2,13 @@
 
 pub mod admit;
 pub mod certificates;
+pub(crate) mod config;
 pub mod listen;
 pub mod otlp_grpc;
 pub mod otlp_http;
 pub mod otlp_json;
 pub mod throttle;
+pub mod tls;
 
 /// Whether `authorization` carries `token` as a bearer token (`receivers.otlp.auth`), compared in
 /// constant time. Both receivers ask it; the token itself is configuration, the check is theirs.

@@ -41,6 +41,7 @@
 //! a time: the engine's (in-process stores), or its store thread (network stores,
 //! `engine::shared::worker`), with the gate's reads under the handle's lock.
 
+pub(crate) mod config;
 pub mod embedded;
 pub mod format;
 pub mod journal;
