@@ -504,7 +504,7 @@ fn start_engine(
         .with_engine_queue(admission.ingest.gauge())
         .with_store(store_kind);
     for (name, h, queue) in &outputs.health {
-        components = components.with_exporter(*name, h.clone(), queue.clone());
+        components = components.with_exporter(name, h.clone(), queue.clone());
     }
     let hb = heartbeat.clone();
     let gate = crate::gate::GateState {
