@@ -538,6 +538,33 @@ async fn http_upstream_refused_is_502_and_a_transport_span() {
     assert_eq!(str_attr(s, "mcp.session.id"), Some(&*mcp_health::evidence::hash::session_hash("sess-x")));
 }
 
+/// HTTP mode ends on the signals that drain `serve` (SIGQUIT and SIGUSR1 as well as SIGTERM and
+/// SIGINT): the tap stops listening, flushes the spans of what it forwarded and exits 0 rather
+/// than being killed by the signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_tap_drains_on_the_services_signals() {
+    let Some(py) = python() else {
+        eprintln!("SKIPPED: python3 not found");
+        return;
+    };
+    for sig in ["QUIT", "USR1", "TERM"] {
+        let sink = Sink::start().await;
+        let (_server, up) = start_fake_http(py);
+        let (mut tap, addr) = start_tap_http(&format!("http://{up}"), &sink.endpoint()).await;
+        let (init, _) = initialize(addr, "full-token").await;
+        assert_eq!(init.status, 200, "initialize through the tap");
+        let killed = Command::new("kill").arg(format!("-{sig}")).arg(tap.child.id().to_string()).status().unwrap();
+        assert!(killed.success());
+        let status = eventually(Duration::from_secs(30), "the tap's exit", || tap.child.try_wait().ok().flatten()).await;
+        let stderr = std::fs::read_to_string(&tap.err_path).unwrap_or_default();
+        assert_eq!(status.code(), Some(0), "SIG{sig}: the tap drains and exits 0, not killed ({status:?}); stderr: {stderr}");
+        sink.wait_for(Duration::from_secs(15), "the initialize span, flushed at exit", |s| {
+            s.spans().iter().any(|x| x.span.name == "initialize").then_some(())
+        })
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_tap_feeds_mcp_health_auth_and_execution_verdicts() {
     let Some(py) = python() else {

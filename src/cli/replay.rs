@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::correlate::CatalogChange;
 use crate::emit::sink::Collect;
 use crate::engine::{CatalogLine, Decided, DriftEvent, Engine, EngineConfig, IncidentChange};
-pub use crate::service::replay::ReplayError;
+pub use crate::service::replay::{engine_config, ReplayError};
 use crate::verdict::Verdict;
 
 #[derive(Args, Debug)]
@@ -144,18 +144,6 @@ pub struct Replayed {
 /// reported and skipped, not fatal.
 pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verdict> {
     replay(files, None, errors).verdicts
-}
-
-/// The engine configuration of a configuration file (`None`: the embedded default).
-pub fn engine_config(cfg: &Config) -> EngineConfig {
-    let p = &cfg.processors.mcp_health;
-    let mut e = EngineConfig::new(p.limits(), p.session_limits());
-    e.progress = p.progress.clone();
-    e.max_drift_reported = p.state_limits.drift_reported;
-    e.max_working_reported = p.state_limits.working_reported;
-    e.max_gate_board = p.state_limits.gate_board;
-    e.partial_before_start = p.partial_before_start;
-    e
 }
 
 /// Classify calls and catalog sessions in `files` with the embedded default configuration,

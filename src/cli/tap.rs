@@ -3,10 +3,13 @@
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 
+use crate::service::signals::shutdown_signal;
+use crate::service::tasks::Tasks;
 use crate::tap::{export, http, stdio, verify};
 
 /// Arguments of `mcp-health tap`.
@@ -104,16 +107,12 @@ pub struct TapArgs {
 /// (`http://127.0.0.1:PORT`, the upstream's path prefix not included).
 pub const TAP_URL_ENV: &str = "MCP_HEALTH_TAP_URL";
 
-/// Run `command` once the tap listens, with [`TAP_URL_ENV`] pointing at it; `done` fires when it
-/// has exited. Returns its exit code (128 + the signal when a signal ended it; 127 when it could not
-/// start), or 1 when the tap never listened.
-async fn run_under_tap(
-    command: Vec<OsString>,
-    bound: tokio::sync::oneshot::Receiver<SocketAddr>,
-    done: tokio::sync::oneshot::Sender<()>,
-) -> i32 {
+/// Run `command` once the tap listens, with [`TAP_URL_ENV`] pointing at it. Returns its exit
+/// code (128 + the signal when a signal ended it; 127 when it could not start), or 1 when the tap
+/// never listened.
+async fn run_under_tap(command: Vec<OsString>, bound: tokio::sync::oneshot::Receiver<SocketAddr>) -> i32 {
     let Ok(addr) = bound.await else { return 1 };
-    let (program, args) = command.split_first().expect("a command is given");
+    let Some((program, args)) = command.split_first() else { return 1 };
     let mut child = match tokio::process::Command::new(program)
         .args(args)
         .env(TAP_URL_ENV, format!("http://{addr}"))
@@ -124,11 +123,10 @@ async fn run_under_tap(
         Ok(c) => c,
         Err(e) => {
             eprintln!("mcp-health tap: cannot start {program:?}: {e}");
-            let _ = done.send(());
             return 127;
         }
     };
-    let code = match child.wait().await {
+    match child.wait().await {
         Ok(st) => {
             use std::os::unix::process::ExitStatusExt;
             st.code().or_else(|| st.signal().map(|s| 128 + s)).unwrap_or(1)
@@ -137,9 +135,7 @@ async fn run_under_tap(
             eprintln!("mcp-health tap: waiting for {program:?}: {e}");
             1
         }
-    };
-    let _ = done.send(());
-    code
+    }
 }
 
 /// A signing-key file (`mcp-health keygen` writes one). Its text is never printed.
@@ -158,8 +154,7 @@ pub fn resolve_endpoint(flag: Option<&str>) -> String {
 }
 
 pub fn run(a: TapArgs) -> ExitCode {
-    let http_mode = a.listen.is_some();
-    if !http_mode && a.command.is_empty() {
+    if a.listen.is_none() && a.command.is_empty() {
         eprintln!("mcp-health tap: give a server command after `--` (stdio), or --listen and --upstream (HTTP)");
         return ExitCode::from(2);
     }
@@ -170,38 +165,55 @@ pub fn run(a: TapArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let endpoint = resolve_endpoint(a.otlp_endpoint.as_deref());
-    let rules = match a.verifiers.as_deref().map(verify::RuleSet::load).transpose() {
-        Ok(r) => r.map(std::sync::Arc::new),
+    let tap = match Tap::from_args(a) {
+        Ok(t) => t,
         Err(e) => {
             eprintln!("mcp-health tap: {e}");
             return ExitCode::from(2);
         }
     };
-    let mut export_headers = Vec::new();
-    for h in &a.otlp_headers {
-        match h.split_once('=') {
-            Some((k, v)) if !k.trim().is_empty() => export_headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string())),
-            // The value may be a credential: the flag is named, never echoed.
-            _ => {
-                eprintln!("mcp-health tap: --otlp-header takes NAME=VALUE");
-                return ExitCode::from(2);
+    let code = rt.block_on(tap.run());
+    // The stdin pump may still be blocked in read(2): exit without waiting for it.
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}
+
+/// The tap's arguments, with what they name read and checked: the verifier rules, the export
+/// headers, the signing key.
+struct Tap {
+    args: TapArgs,
+    endpoint: String,
+    rules: Option<Arc<verify::RuleSet>>,
+    export_headers: Vec<(String, String)>,
+    signer: Option<Arc<crate::evidence::receipt::SigningKey>>,
+}
+
+impl Tap {
+    /// Read and check what the arguments name; the error is a usage error (exit 2).
+    fn from_args(args: TapArgs) -> Result<Tap, String> {
+        let endpoint = resolve_endpoint(args.otlp_endpoint.as_deref());
+        let rules = args.verifiers.as_deref().map(verify::RuleSet::load).transpose().map_err(|e| e.to_string())?.map(Arc::new);
+        let mut export_headers = Vec::new();
+        for h in &args.otlp_headers {
+            match h.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() => export_headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string())),
+                // The value may be a credential: the flag is named, never echoed.
+                _ => return Err("--otlp-header takes NAME=VALUE".into()),
             }
         }
-    }
-    let signer = match a.signing_key.as_deref().map(load_signing_key).transpose() {
-        Ok(k) => k.map(std::sync::Arc::new),
-        Err(e) => {
-            eprintln!("mcp-health tap: --signing-key: {e}");
-            return ExitCode::from(2);
+        let signer =
+            args.signing_key.as_deref().map(load_signing_key).transpose().map_err(|e| format!("--signing-key: {e}"))?.map(Arc::new);
+        if signer.is_some() && rules.is_none() {
+            eprintln!("mcp-health tap: --signing-key without --verifiers signs nothing");
         }
-    };
-    if signer.is_some() && rules.is_none() {
-        eprintln!("mcp-health tap: --signing-key without --verifiers signs nothing");
+        Ok(Tap { args, endpoint, rules, export_headers, signer })
     }
-    let code = rt.block_on(async move {
-        let mut settings = export::ExportSettings::new(endpoint, a.service_name.clone());
-        settings.headers = export_headers;
+
+    fn export_settings(&self) -> export::ExportSettings {
+        let a = &self.args;
+        let mut settings = export::ExportSettings::new(self.endpoint.clone(), a.service_name.clone());
+        settings.headers = self.export_headers.clone();
         settings.protocol = a.otlp_protocol.clone();
         settings.record = a.record.clone();
         settings.send = a.record.is_none() || a.otlp_endpoint.is_some();
@@ -213,94 +225,27 @@ pub fn run(a: TapArgs) -> ExitCode {
                 ..Default::default()
             });
         }
-        let (sink, exporter) = match export::spawn(settings) {
+        settings
+    }
+
+    /// The exporter, the verifiers, then the proxy until it ends; the verifiers and the exporter
+    /// are given their grace to report and flush. Returns the exit code.
+    async fn run(self) -> i32 {
+        let (sink, exporter) = match export::spawn(self.export_settings()) {
             Ok(x) => x,
             Err(e) => {
                 eprintln!("mcp-health tap: {e}");
                 return 2;
             }
         };
-        let (pool, runner) = match rules {
+        let (pool, runner) = match self.rules {
             Some(r) => {
-                let (p, run) = verify::VerifierPool::spawn(r, sink.clone(), signer);
+                let (p, run) = verify::VerifierPool::spawn(r, sink.clone(), self.signer);
                 (Some(p), Some(run))
             }
             None => (None, None),
         };
-        let code = if http_mode {
-            let upstream = match http::parse_upstream(a.upstream.as_deref().unwrap_or("")) {
-                Ok(u) => u,
-                Err(e) => {
-                    eprintln!("mcp-health tap: {e}");
-                    return 2;
-                }
-            };
-            let settings = http::HttpSettings {
-                listen: a.listen.expect("listen set in HTTP mode"),
-                upstream: upstream.clone(),
-                response_timeout: a.upstream_timeout,
-                connect_timeout: a.connect_timeout,
-                verifiers: pool,
-                upstream_tls: http::UpstreamTls {
-                    ca_file: a.upstream_ca_file.clone(),
-                    insecure_skip_verify: a.upstream_insecure_skip_verify,
-                },
-                propagate_trace_context: !a.no_trace_context,
-            };
-            let shown = http::shown_upstream(&upstream);
-            // A command after `--` runs against the tap; its end is the tap's.
-            let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
-            let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-            let under_test = (!a.command.is_empty()).then(|| tokio::spawn(run_under_tap(a.command.clone(), bound_rx, done_tx)));
-            let on_bound = |addr: SocketAddr| {
-                eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {shown}");
-                let _ = bound_tx.send(addr);
-            };
-            let shutdown = async move {
-                tokio::select! {
-                    _ = shutdown_signal() => {}
-                    Ok(()) = done_rx => {}
-                }
-            };
-            let served = http::run(settings, sink, on_bound, shutdown).await;
-            let tested = match under_test {
-                Some(t) => Some(t.await.unwrap_or(1)),
-                None => None,
-            };
-            match served {
-                // A CA file that cannot be read is a usage error, as a bad --upstream is.
-                Err(e) if e.starts_with("--upstream") || e.starts_with("no system CA") => {
-                    eprintln!("mcp-health tap: {e}");
-                    2
-                }
-                Ok(r) => {
-                    if r.unobserved_events > 0 || r.stats.parse_errors > 0 || r.stats.oversize > 0 {
-                        eprintln!(
-                            "mcp-health tap: {} exchanges, {} events not observed (queue or byte budget full, or a request body past the parse limit), {} unparseable messages, {} bodies or events past the parse limit",
-                            r.exchanges, r.unobserved_events, r.stats.parse_errors, r.stats.oversize
-                        );
-                    }
-                    tested.unwrap_or(0)
-                }
-                Err(e) => {
-                    eprintln!("mcp-health tap: {e}");
-                    1
-                }
-            }
-        } else {
-            match stdio::run(a.command, a.server_address, sink, pool).await {
-                Ok(r) => {
-                    if r.unobserved_chunks > 0 {
-                        eprintln!("mcp-health tap: {} chunks forwarded but not observed (observer queue full)", r.unobserved_chunks);
-                    }
-                    r.exit_code
-                }
-                Err(e) => {
-                    eprintln!("mcp-health tap: {e}");
-                    127
-                }
-            }
-        };
+        let code = if self.args.listen.is_some() { run_http(self.args, sink, pool).await } else { run_stdio(self.args, sink, pool).await };
         if let Some(run) = runner {
             // Checks queued or running get a grace period to report before the spans are flushed.
             let st = run.finish(Duration::from_secs(10)).await;
@@ -319,20 +264,97 @@ pub fn run(a: TapArgs) -> ExitCode {
             eprintln!("mcp-health tap: {dropped} spans could not be exported");
         }
         code
-    });
-    // The stdin pump may still be blocked in read(2): exit without waiting for it.
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    std::process::exit(code);
+    }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        return std::future::pending().await;
+/// HTTP mode: serve until a drain signal (the service's: `service::signals`) or until the
+/// command run against the tap ends. The command's task is supervised as the service's are, in
+/// a named set: its end ends the tap, and the tap exits with its code.
+async fn run_http(a: TapArgs, sink: export::SpanSink, verifiers: Option<verify::VerifierPool>) -> i32 {
+    let upstream = match http::parse_upstream(a.upstream.as_deref().unwrap_or("")) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("mcp-health tap: {e}");
+            return 2;
+        }
     };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
+    let Some(listen) = a.listen else { return 2 };
+    let settings = http::HttpSettings {
+        listen,
+        upstream: upstream.clone(),
+        response_timeout: a.upstream_timeout,
+        connect_timeout: a.connect_timeout,
+        verifiers,
+        upstream_tls: http::UpstreamTls { ca_file: a.upstream_ca_file.clone(), insecure_skip_verify: a.upstream_insecure_skip_verify },
+        propagate_trace_context: !a.no_trace_context,
+    };
+    let shown = http::shown_upstream(&upstream);
+    // A command after `--` runs against the tap; its end is the tap's.
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    let (code_tx, code_rx) = tokio::sync::oneshot::channel::<i32>();
+    let mut tasks = Tasks::default();
+    let under_test = !a.command.is_empty();
+    if under_test {
+        let command = a.command.clone();
+        tasks.add(
+            "command under test",
+            tokio::spawn(async move {
+                let _ = code_tx.send(run_under_tap(command, bound_rx).await);
+            }),
+        );
+    }
+    let on_bound = |addr: SocketAddr| {
+        eprintln!("mcp-health tap: listening on http://{addr}, forwarding to {shown}");
+        let _ = bound_tx.send(addr);
+    };
+    let stop = shutdown_signal();
+    let served = {
+        let shutdown = async {
+            tokio::select! {
+                _ = stop => {}
+                _ = tasks.ended() => {}
+            }
+        };
+        http::run(settings, sink, on_bound, shutdown).await
+    };
+    // On a signal, the command under test still runs: its end is waited for.
+    tasks.join().await;
+    let tested = if under_test { Some(code_rx.await.unwrap_or(1)) } else { None };
+    match served {
+        // A CA file that cannot be read is a usage error, as a bad --upstream is.
+        Err(e) if e.starts_with("--upstream") || e.starts_with("no system CA") => {
+            eprintln!("mcp-health tap: {e}");
+            2
+        }
+        Ok(r) => {
+            if r.unobserved_events > 0 || r.stats.parse_errors > 0 || r.stats.oversize > 0 {
+                eprintln!(
+                    "mcp-health tap: {} exchanges, {} events not observed (queue or byte budget full, or a request body past the parse limit), {} unparseable messages, {} bodies or events past the parse limit",
+                    r.exchanges, r.unobserved_events, r.stats.parse_errors, r.stats.oversize
+                );
+            }
+            tested.unwrap_or(0)
+        }
+        Err(e) => {
+            eprintln!("mcp-health tap: {e}");
+            1
+        }
+    }
+}
+
+/// stdio mode: run the server command behind the tap until it exits (signals go to it); the
+/// tap exits with its code.
+async fn run_stdio(a: TapArgs, sink: export::SpanSink, verifiers: Option<verify::VerifierPool>) -> i32 {
+    match stdio::run(a.command, a.server_address, sink, verifiers).await {
+        Ok(r) => {
+            if r.unobserved_chunks > 0 {
+                eprintln!("mcp-health tap: {} chunks forwarded but not observed (observer queue full)", r.unobserved_chunks);
+            }
+            r.exit_code
+        }
+        Err(e) => {
+            eprintln!("mcp-health tap: {e}");
+            127
+        }
     }
 }

@@ -1,13 +1,21 @@
-//! Drivers: what runs the [`Engine`](crate::engine::Engine). The service feeds it from the
-//! receivers' queue on the wall clock ([`run_engine`]); `replay` feeds it from files on the
-//! span-time clock ([`replay`]). Both hand every decided record to the same [`Sinks`].
+//! The running service and the drivers of the [`Engine`](crate::engine::Engine). `serve` is a
+//! [`supervisor`] over the [`pipeline`] (exporters, sinks, store, engine) and the [`listeners`];
+//! the checks it runs before it binds are shared with `validate` ([`preflight`]). The service
+//! feeds the engine from the receivers' queue on the wall clock ([`run_engine`]); `replay` feeds
+//! it from files on the span-time clock ([`replay`]). Both hand every decided record to the same
+//! [`Sinks`].
 
 pub mod components;
+pub(crate) mod error;
 pub mod health;
 pub mod listeners;
+pub(crate) mod pipeline;
+pub(crate) mod preflight;
 pub mod reload;
 pub mod replay;
+pub(crate) mod signals;
 pub mod status;
+pub(crate) mod supervisor;
 pub(crate) mod tasks;
 
 use std::sync::Arc;
@@ -21,7 +29,10 @@ use crate::evidence::time::Moment;
 use crate::normalize::NormalizedBatch;
 use crate::state::journal::Journal;
 use crate::verdict::DecidedBy;
+pub(crate) use error::ServeError;
 pub use health::Heartbeat;
+pub(crate) use supervisor::run;
+pub(crate) use supervisor::ConfigSource;
 
 /// Most queued batches taken in one engine step before its records go to the sinks.
 const BATCHES_PER_STEP: usize = 64;

@@ -24,6 +24,18 @@ pub enum ReplayError {
     Decode { file: String, line: usize, source: otlp_json::JsonError },
 }
 
+/// The engine configuration of a configuration file (`None`: the embedded default).
+pub fn engine_config(cfg: &crate::config::Config) -> crate::engine::EngineConfig {
+    let p = &cfg.processors.mcp_health;
+    let mut e = crate::engine::EngineConfig::new(p.limits(), p.session_limits());
+    e.progress = p.progress.clone();
+    e.max_drift_reported = p.state_limits.drift_reported;
+    e.max_working_reported = p.state_limits.working_reported;
+    e.max_gate_board = p.state_limits.gate_board;
+    e.partial_before_start = p.partial_before_start;
+    e
+}
+
 /// Feed every line of `files` (one `ExportTraceServiceRequest` per line, `-` for stdin) to the
 /// engine and its records to `sink`; bad lines are reported in `errors` and skipped. Returns the
 /// span-time clock at the end (the moment the final state is for). (The sinks' unit tests;
