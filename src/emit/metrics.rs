@@ -584,7 +584,7 @@ impl HealthMeters {
                 .u64_observable_counter(ins::VERDICT_LOG_WRITE_ERRORS.name)
                 .with_description(ins::VERDICT_LOG_WRITE_ERRORS.description)
                 .with_unit(ins::VERDICT_LOG_WRITE_ERRORS.unit)
-                .with_callback(|o| o.observe(crate::emit::verdict_log::WRITE_ERRORS.load(std::sync::atomic::Ordering::Relaxed), &[]))
+                .with_callback(|o| o.observe(crate::telemetry::meters::VERDICT_LOG_WRITE_ERRORS.load(std::sync::atomic::Ordering::Relaxed), &[]))
                 .build(),
             state_evicted: meter
                 .u64_observable_counter(ins::STATE_EVICTED.name)
