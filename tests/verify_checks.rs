@@ -1,6 +1,7 @@
 //! Issue 9: each verifier check kind against its real counterpart — an HTTP server, files, a
 //! command, SQLite, and PostgreSQL (Debian's `postgresql`, started here on a unix socket) — and
-//! the runner's rules: an error or a timeout is no finding, attempts retry a `missing`.
+//! the runner's rules: an error or a timeout is no finding, attempts retry a `missing`. The SQL
+//! checks need the `sql` feature (on by default).
 
 mod support;
 
@@ -8,7 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_health::tap::verify::check::{self, Finding, VerifyError};
+use mcp_health::tap::verify::check::{Finding, VerifyError};
+use mcp_health::tap::verify::client;
 use mcp_health::tap::verify::rules::RuleSet;
 use mcp_health::tap::verify::verify;
 use serde_json::{json, Value};
@@ -18,7 +20,7 @@ fn rules(yaml: &str) -> RuleSet {
 }
 
 async fn run_rule(rs: &RuleSet, i: usize, call: &Value) -> Result<Finding, VerifyError> {
-    let http = check::http_client(Duration::from_secs(2));
+    let http = client::http_client(Duration::from_secs(2));
     verify(&rs.rules[i], call, &http).await.1
 }
 
@@ -149,6 +151,7 @@ async fn command_checks_run_without_a_shell() {
     assert_eq!(run_rule(&rs, 2, &json!({})).await, Err(VerifyError::Other), "a verifier that cannot start is no finding");
 }
 
+#[cfg(feature = "sql")]
 #[tokio::test]
 async fn sqlite_checks_bind_their_parameters() {
     let dir = tempfile::tempdir().unwrap();
@@ -176,11 +179,13 @@ async fn sqlite_checks_bind_their_parameters() {
 }
 
 /// `initdb` + `postgres` of Debian's `postgresql`, on a unix socket in a temporary directory.
+#[cfg(feature = "sql")]
 struct Postgres {
     dir: tempfile::TempDir,
     child: std::process::Child,
 }
 
+#[cfg(feature = "sql")]
 impl Drop for Postgres {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -188,12 +193,14 @@ impl Drop for Postgres {
     }
 }
 
+#[cfg(feature = "sql")]
 fn postgres_bin() -> Option<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir("/usr/lib/postgresql").ok()?.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).collect();
     v.sort();
     v.into_iter().rev().find(|b| b.join("initdb").exists())
 }
 
+#[cfg(feature = "sql")]
 fn start_postgres() -> Option<Postgres> {
     let Some(bin) = postgres_bin() else {
         assert!(std::env::var_os("CI").is_none(), "Debian's postgresql is missing: run scripts/install-test-deps");
@@ -231,6 +238,7 @@ fn start_postgres() -> Option<Postgres> {
     Some(Postgres { dir, child })
 }
 
+#[cfg(feature = "sql")]
 #[tokio::test]
 async fn postgres_checks_against_a_real_server() {
     let Some(pg) = start_postgres() else { return };

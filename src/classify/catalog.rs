@@ -111,86 +111,100 @@ struct Traversal {
     complete: bool,
 }
 
-/// Decide convergence at `at_ns` from every event up to that moment.
-pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -> CatalogVerdict {
-    let mut evs: Vec<&CatalogEvent> = events.iter().filter(|e| e.at_ns <= at_ns).collect();
-    evs.sort_by_key(|e| e.at_ns);
-    let mut signal_at: Option<u64> = None;
-    let mut installed: Option<Arc<str>> = None;
-    let mut capability: Option<bool> = None;
-    let mut reconnect_at: Option<u64> = None;
-    // Since when an acknowledged listen stream carrying tool-list changes has been open.
-    let mut listening_since: Option<u64> = None;
-    let mut current: Option<Traversal> = None;
-    let mut last_complete: Option<Traversal> = None;
-    for e in evs {
-        match &e.kind {
-            CatalogEventKind::Signal(_) => signal_at = Some(e.at_ns),
-            CatalogEventKind::Installed(d) => installed = Some(d.clone()),
-            CatalogEventKind::Capability(c) => capability = Some(*c),
-            CatalogEventKind::Reconnect => reconnect_at = Some(e.at_ns),
-            CatalogEventKind::Listen(l) => match l.state {
-                ListenState::Acknowledged if l.tools_list_changed => {
-                    listening_since.get_or_insert(e.at_ns);
-                }
-                ListenState::Closed => listening_since = None,
-                _ => {}
-            },
-            CatalogEventKind::Page { start_ns, page } => {
-                let continues = page.cursor.is_some() && current.as_ref().is_some_and(|t| !t.complete);
-                if !continues {
-                    // A first page starts a traversal; an orphan continuation page starts an
-                    // incomplete one (its beginning was never seen).
-                    current = Some(Traversal {
-                        start_ns: *start_ns,
-                        end_ns: e.at_ns,
-                        cursors: Vec::new(),
-                        tools: Vec::new(),
-                        ttl_ms: None,
-                        complete: false,
-                    });
-                }
-                if let Some(t) = current.as_mut() {
-                    t.cursors.push(page.cursor.as_deref().unwrap_or("").to_string());
-                    t.end_ns = e.at_ns;
-                    t.ttl_ms = page.ttl_ms.or(t.ttl_ms);
-                    t.tools.extend(page.tools.iter().map(|(n, d)| ToolDigest {
-                        name: n.to_string(),
-                        digest: d.to_string(),
-                        projection_version: PROJECTION_VERSION.into(),
-                    }));
-                    let orphan = !continues && page.cursor.is_some();
-                    if !page.next_cursor_present && !orphan {
-                        t.complete = true;
+/// What the events up to a moment say: the latest change signal, the installed registry, the
+/// capability, the latest reconnect, the listen stream, and the traversals.
+#[derive(Default)]
+struct Seen {
+    signal_at: Option<u64>,
+    installed: Option<Arc<str>>,
+    capability: Option<bool>,
+    reconnect_at: Option<u64>,
+    /// Since when an acknowledged listen stream carrying tool-list changes has been open.
+    listening_since: Option<u64>,
+    /// A traversal still waiting for pages (a nextCursor remains).
+    current: Option<Traversal>,
+    last_complete: Option<Traversal>,
+}
+
+impl Seen {
+    /// Every event up to `at_ns`, in time order.
+    fn of(events: &[CatalogEvent], at_ns: u64) -> Seen {
+        let mut evs: Vec<&CatalogEvent> = events.iter().filter(|e| e.at_ns <= at_ns).collect();
+        evs.sort_by_key(|e| e.at_ns);
+        let mut seen = Seen::default();
+        for e in evs {
+            match &e.kind {
+                CatalogEventKind::Signal(_) => seen.signal_at = Some(e.at_ns),
+                CatalogEventKind::Installed(d) => seen.installed = Some(d.clone()),
+                CatalogEventKind::Capability(c) => seen.capability = Some(*c),
+                CatalogEventKind::Reconnect => seen.reconnect_at = Some(e.at_ns),
+                CatalogEventKind::Listen(l) => match l.state {
+                    ListenState::Acknowledged if l.tools_list_changed => {
+                        seen.listening_since.get_or_insert(e.at_ns);
                     }
-                }
-                if current.as_ref().is_some_and(|t| t.complete) {
-                    last_complete = current.take();
-                }
+                    ListenState::Closed => seen.listening_since = None,
+                    _ => {}
+                },
+                CatalogEventKind::Page { start_ns, page } => seen.page(*start_ns, e.at_ns, page),
             }
         }
+        seen
     }
-    let discovered = last_complete.as_ref().map(|t| registry_digest(&t.tools));
-    let shown = current.as_ref().or(last_complete.as_ref());
-    let mut v = CatalogVerdict {
-        convergence: Convergence::Unverifiable,
-        reason: "",
-        next_step: "",
-        signal_at_ns: signal_at,
+
+    /// A `tools/list` page (its response arrived at `at_ns`): it starts or continues a traversal.
+    fn page(&mut self, start_ns: u64, at_ns: u64, page: &ListPage) {
+        let continues = page.cursor.is_some() && self.current.as_ref().is_some_and(|t| !t.complete);
+        if !continues {
+            // A first page starts a traversal; an orphan continuation page starts an
+            // incomplete one (its beginning was never seen).
+            self.current =
+                Some(Traversal { start_ns, end_ns: at_ns, cursors: Vec::new(), tools: Vec::new(), ttl_ms: None, complete: false });
+        }
+        if let Some(t) = self.current.as_mut() {
+            t.cursors.push(page.cursor.as_deref().unwrap_or("").to_string());
+            t.end_ns = at_ns;
+            t.ttl_ms = page.ttl_ms.or(t.ttl_ms);
+            t.tools.extend(page.tools.iter().map(|(n, d)| ToolDigest {
+                name: n.to_string(),
+                digest: d.to_string(),
+                projection_version: PROJECTION_VERSION.into(),
+            }));
+            let orphan = !continues && page.cursor.is_some();
+            if !page.next_cursor_present && !orphan {
+                t.complete = true;
+            }
+        }
+        if self.current.as_ref().is_some_and(|t| t.complete) {
+            self.last_complete = self.current.take();
+        }
+    }
+}
+
+/// Decide convergence at `at_ns` from every event up to that moment.
+pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -> CatalogVerdict {
+    let seen = Seen::of(events, at_ns);
+    let discovered = seen.last_complete.as_ref().map(|t| registry_digest(&t.tools));
+    let (convergence, reason, next_step) = judge(&seen, discovered.as_deref(), policy, at_ns);
+    let shown = seen.current.as_ref().or(seen.last_complete.as_ref());
+    CatalogVerdict {
+        convergence,
+        reason,
+        next_step,
+        signal_at_ns: seen.signal_at,
         traversal_start_ns: shown.map(|t| t.start_ns),
         traversal_end_ns: shown.map(|t| t.end_ns),
         cursor_chain: shown.map(|t| t.cursors.clone()).unwrap_or_default(),
-        discovered_digest: discovered.clone(),
-        installed_digest: installed.as_deref().map(str::to_string),
-        tool_digests: last_complete.as_ref().map(|t| t.tools.clone()).unwrap_or_default(),
+        discovered_digest: discovered,
+        installed_digest: seen.installed.as_deref().map(str::to_string),
+        tool_digests: seen.last_complete.as_ref().map(|t| t.tools.clone()).unwrap_or_default(),
         projection_version: PROJECTION_VERSION,
-    };
-    let set = |v: &mut CatalogVerdict, c, reason, next| {
-        v.convergence = c;
-        v.reason = reason;
-        v.next_step = next;
-    };
+    }
+}
+
+/// The convergence rules, in order: the first that holds decides (state, reason, next step).
+fn judge(seen: &Seen, discovered: Option<&str>, policy: RefreshPolicy, at_ns: u64) -> (Convergence, &'static str, &'static str) {
     const REFRESH: &str = "suspend the affected definitions; ask for one bounded refresh";
+    let signal_at = seen.signal_at;
     // A change signal that no complete traversal has answered keeps the catalog stale whatever
     // partial traversal follows it (issue 8: the TypeScript SDK's `listChanged.autoRefresh`
     // re-lists page one only). The verdict says `stale`, not `incomplete`: both hold, but what
@@ -198,94 +212,78 @@ pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -
     // from it `stale_catalog` (SPEC §3: a signal not followed by a complete rediscovery) — an
     // `incomplete` verdict would let them through as `unverified`. The partial traversal stays
     // visible in `traversal_*` and `cursor_chain`, and the next step names both remedies.
-    let unanswered_signal = signal_at.is_some_and(|s| last_complete.as_ref().is_none_or(|d| s > d.start_ns));
-    if current.is_some() && unanswered_signal {
-        set(
-            &mut v,
+    let unanswered_signal = signal_at.is_some_and(|s| seen.last_complete.as_ref().is_none_or(|d| s > d.start_ns));
+    if seen.current.is_some() && unanswered_signal {
+        return (
             Convergence::Stale,
             "a list-change signal followed only by a partial rediscovery (a nextCursor remains)",
             "suspend the affected definitions; resume from the expected cursor if supported, else restart discovery once",
         );
-        return v;
     }
-    if current.is_some() {
-        set(
-            &mut v,
+    if seen.current.is_some() {
+        return (
             Convergence::Incomplete,
             "a traversal started but a nextCursor remains",
             "resume from the expected cursor if supported, else restart discovery once",
         );
-        return v;
     }
-    let Some(d) = last_complete else {
+    let Some(d) = &seen.last_complete else {
         if signal_at.is_some() {
             // Whatever the client holds came from before a change signal it never followed up.
-            set(&mut v, Convergence::Stale, "a list-change signal with no complete rediscovery after it", REFRESH);
-        } else {
-            set(
-                &mut v,
-                Convergence::Unverifiable,
-                "no complete tools/list traversal observed",
-                "refresh on reconnect, before a high-impact run, or at a measured interval",
-            );
+            return (Convergence::Stale, "a list-change signal with no complete rediscovery after it", REFRESH);
         }
-        return v;
+        return (
+            Convergence::Unverifiable,
+            "no complete tools/list traversal observed",
+            "refresh on reconnect, before a high-impact run, or at a measured interval",
+        );
     };
     if signal_at.is_some_and(|s| s > d.start_ns) {
-        set(&mut v, Convergence::Stale, "the latest complete discovery predates the latest list-change signal", REFRESH);
-        return v;
+        return (Convergence::Stale, "the latest complete discovery predates the latest list-change signal", REFRESH);
     }
     // 2026-07-28 caching: a ttlMs of 0 ("immediately stale") and an absent one both give no
     // freshness window; freshness then rests on change signals or the refresh policy, never
     // `stale` on that ground alone. Only a positive TTL that has passed makes the catalog stale.
     let ttl_fresh = d.ttl_ms.filter(|ttl| *ttl > 0).map(|ttl| at_ns <= d.end_ns.saturating_add(ttl.saturating_mul(1_000_000)));
     if ttl_fresh == Some(false) {
-        set(&mut v, Convergence::Stale, "the discovered catalog's ttlMs has expired", REFRESH);
-        return v;
+        return (Convergence::Stale, "the discovered catalog's ttlMs has expired", REFRESH);
     }
-    match (&installed, &discovered) {
+    match (&seen.installed, &discovered) {
         (Some(i), Some(dd)) if **i != **dd => {
-            set(&mut v, Convergence::Stale, "the installed registry differs from the last complete discovery", REFRESH);
-            return v;
+            return (Convergence::Stale, "the installed registry differs from the last complete discovery", REFRESH);
         }
         (None, _) => {
-            set(
-                &mut v,
+            return (
                 Convergence::Unverifiable,
                 "the client's installed registry was not observed",
                 "report the installed registry digest (mcp_health.catalog.installed_digest)",
             );
-            return v;
         }
         _ => {}
     }
     // Is there bounded evidence that changes would have been seen? listChanged, a listen stream
     // opted into tool-list changes that was open (acknowledged) before the discovery started and
     // still is, a TTL, or a policy.
-    let bounded = capability == Some(true)
-        || listening_since.is_some_and(|t| t <= d.start_ns)
+    let bounded = seen.capability == Some(true)
+        || seen.listening_since.is_some_and(|t| t <= d.start_ns)
         || ttl_fresh == Some(true)
         || match policy {
             RefreshPolicy::None => false,
-            RefreshPolicy::OnReconnect => reconnect_at.is_some_and(|r| d.start_ns >= r),
+            RefreshPolicy::OnReconnect => seen.reconnect_at.is_some_and(|r| d.start_ns >= r),
             RefreshPolicy::MaxAge { max_age } => at_ns.saturating_sub(d.end_ns) <= max_age.as_nanos() as u64,
         };
     if !bounded {
-        set(
-            &mut v,
+        return (
             Convergence::Unverifiable,
             "no change signal can be relied on: the server does not advertise tools.listChanged, no listen stream opted into tool-list changes is open, the catalog has no positive ttlMs, and no refresh policy evidence holds",
             "record the signal as unavailable; refresh on reconnect, before a high-impact run, or at a measured interval",
         );
-        return v;
     }
-    set(
-        &mut v,
+    (
         Convergence::Converged,
         "complete traversal after the latest signal, installed registry equals the discovered one",
         "continue; call, effect and outcome checks still apply",
-    );
-    v
+    )
 }
 
 #[cfg(test)]

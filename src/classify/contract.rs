@@ -1,31 +1,10 @@
 //! The health-contract state (SPEC section 3): the first state in precedence order whose
 //! condition holds. `unverified` sits just before `healthy`, so a call nobody checked is never green.
 
-use super::layers::{self, LayerFindings};
+use super::layers::{self, LayerFindings, SessionContext};
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{AuthError, EffectBoundary, Method, OutcomeResult};
 use crate::verdict::{HealthState, Layer, LayerStatus};
-
-/// Evidence about the session and catalog that outlives one call (filled by later stages; the
-/// call-level classifier treats `None` as not observed).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SessionContext {
-    /// The catalog the call was chosen from is known to be stale.
-    pub catalog_stale: Option<bool>,
-    /// The call is in flight with valid progress (or a task answering `working` within its poll
-    /// interval) and its absolute deadline holds.
-    pub working: bool,
-    /// The call waits for input (`input_required`) within its own clocks.
-    pub waiting: bool,
-    /// The tool definition in use differs from its pin: what changed (empty when no definition
-    /// was observed to diff).
-    pub contract_drift: Option<Vec<super::drift::ContractChange>>,
-    /// Whether the called tool is in the session's converged catalog (a complete traversal, at
-    /// the call's start): `Some(false)` makes the call an unknown tool (SPEC §3, `protocol_error`)
-    /// however the server worded its answer; `None` (no converged catalog known, or no tool name)
-    /// and the rule does not apply.
-    pub tool_in_catalog: Option<bool>,
-}
 
 /// Could this call's failure have committed a side effect before the response was lost?
 pub fn effect_may_be_committed(c: &CallEvidence, f: &LayerFindings) -> bool {

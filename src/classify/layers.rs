@@ -1,10 +1,31 @@
 //! The first failed layer (SPEC section 2): five ordered layers, each `passed`, `failed` or
 //! `unobserved`. A layer passes only on positive evidence; absence of an error is not evidence.
 
-use super::contract::SessionContext;
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{Method, OutcomeResult, TaskStatus, TransportOutcome};
 use crate::verdict::{Layer, LayerStatus, Layers};
+
+/// Evidence about the session and catalog that outlives one call (filled by later stages; the
+/// call-level classifier treats `None` as not observed). It sits beside the findings because both
+/// the layer rules and the contract state read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionContext {
+    /// The catalog the call was chosen from is known to be stale.
+    pub catalog_stale: Option<bool>,
+    /// The call is in flight with valid progress (or a task answering `working` within its poll
+    /// interval) and its absolute deadline holds.
+    pub working: bool,
+    /// The call waits for input (`input_required`) within its own clocks.
+    pub waiting: bool,
+    /// The tool definition in use differs from its pin: what changed (empty when no definition
+    /// was observed to diff).
+    pub contract_drift: Option<Vec<super::drift::ContractChange>>,
+    /// Whether the called tool is in the session's converged catalog (a complete traversal, at
+    /// the call's start): `Some(false)` makes the call an unknown tool (SPEC §3, `protocol_error`)
+    /// however the server worded its answer; `None` (no converged catalog known, or no tool name)
+    /// and the rule does not apply.
+    pub tool_in_catalog: Option<bool>,
+}
 
 /// The layer statuses before masking, with the failure class of each failed layer.
 #[derive(Clone, Debug, PartialEq, Eq)]

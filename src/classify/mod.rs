@@ -10,7 +10,7 @@ pub mod partial;
 pub mod pinning;
 pub mod progress;
 
-pub use contract::SessionContext;
+pub use layers::SessionContext;
 
 use crate::evidence::call::CallEvidence;
 use crate::evidence::hash;

@@ -348,24 +348,10 @@ fn decode(b: &[u8]) -> Result<Record, String> {
     Ok(Record { kind, items, payload: Bytes::copy_from_slice(payload) })
 }
 
-/// CRC-32 (IEEE), for damaged files only (not an integrity guarantee against tampering).
+/// CRC-32 (IEEE, the zlib one), for damaged files only (not an integrity guarantee against
+/// tampering). The same sum the evidence journal uses; the files written before keep reading.
 fn crc32(data: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut t = [0u32; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
-                k += 1;
-            }
-            t[i] = c;
-            i += 1;
-        }
-        t
-    };
-    !data.iter().fold(!0u32, |c, &b| TABLE[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8))
+    crc32fast::hash(data)
 }
 
 #[cfg(test)]
@@ -381,6 +367,29 @@ mod tests {
     #[test]
     fn crc32_matches_the_ieee_check_value() {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    }
+
+    /// A queue file as 0.2.0 wrote it (hand-written CRC-32): read back as it was, and the same
+    /// request written now gives the same bytes, so queues on disk survive the upgrade.
+    #[test]
+    fn a_queue_file_written_before_reads_back_and_is_written_the_same() {
+        let name = "00000000000000000007.req";
+        let before = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/disk_queue").join(name)).unwrap();
+        let payload: Vec<u8> = (0..=255u8).chain(*b"MHQ1 payload: every byte value, then text").collect();
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(name), &before).unwrap();
+        let q = DiskQueue::open(d.path(), 1 << 20).unwrap();
+        let t = q.take().expect("the file written before");
+        assert_eq!(t.record, Record { kind: RecordKind::Spans, items: 3, payload: Bytes::from(payload.clone()) });
+        assert_eq!(q.corrupt(), 0);
+        q.ack(t);
+
+        let d = tempfile::tempdir().unwrap();
+        let q = DiskQueue::open(d.path(), 1 << 20).unwrap();
+        q.push(RecordKind::Spans, 3, &payload).unwrap();
+        let written = files(d.path());
+        assert_eq!(written.len(), 1);
+        assert_eq!(std::fs::read(d.path().join(&written[0])).unwrap(), before, "byte for byte the format written before");
     }
 
     #[test]

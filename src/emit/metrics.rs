@@ -1,6 +1,6 @@
-//! Metrics through `opentelemetry_sdk`: one `MeterProvider` with up to two readers, an OTLP
-//! periodic reader (`opentelemetry-otlp`) and a manual reader that the Prometheus endpoint collects
-//! on each scrape, so both outputs carry the same series.
+//! Metrics through `opentelemetry_sdk`: one `MeterProvider` with up to two readers, the SDK's
+//! periodic reader (into the exporter queue, [`QueueMetricExporter`]) and a manual reader that the
+//! Prometheus endpoint collects on each scrape, so both outputs carry the same series.
 //!
 //! Verdict metrics are labelled by tool and server, which are open sets: every instrument's stream
 //! has the configured cardinality limit (`exporters.prometheus.cardinality_limit`, an SDK view),
@@ -37,6 +37,16 @@ struct ExporterItems {
 }
 
 impl ExporterItems {
+    fn new(meter: &Meter) -> Self {
+        ExporterItems {
+            sent: item_counters(meter, [&ins::EXPORTER_SENT_SPANS, &ins::EXPORTER_SENT_METRIC_POINTS, &ins::EXPORTER_SENT_LOG_RECORDS]),
+            send_failed: item_counters(
+                meter,
+                [&ins::EXPORTER_SEND_FAILED_SPANS, &ins::EXPORTER_SEND_FAILED_METRIC_POINTS, &ins::EXPORTER_SEND_FAILED_LOG_RECORDS],
+            ),
+        }
+    }
+
     fn add(counters: &ItemCounters, kind: ItemKind, n: u64, signal: ExportSignal, transport: Option<Transport>) {
         let attrs = [
             KeyValue::new("exporter", "otlp"),
@@ -58,6 +68,24 @@ fn counter(meter: &Meter, i: &Instrument) -> Counter<u64> {
     meter.u64_counter(i.name).with_description(i.description).with_unit(i.unit).build()
 }
 
+/// A counter read at each collection (from the process-wide tallies `observe` reads).
+fn observable_counter(
+    meter: &Meter,
+    i: &Instrument,
+    observe: impl Fn(&dyn opentelemetry::metrics::AsyncInstrument<u64>) + Send + Sync + 'static,
+) -> ObservableCounter<u64> {
+    meter.u64_observable_counter(i.name).with_description(i.description).with_unit(i.unit).with_callback(observe).build()
+}
+
+/// A gauge read at each collection.
+fn observable_gauge(
+    meter: &Meter,
+    i: &Instrument,
+    observe: impl Fn(&dyn opentelemetry::metrics::AsyncInstrument<u64>) + Send + Sync + 'static,
+) -> opentelemetry::metrics::ObservableGauge<u64> {
+    meter.u64_observable_gauge(i.name).with_description(i.description).with_unit(i.unit).with_callback(observe).build()
+}
+
 /// A gauge as [`ins`] declares it.
 fn gauge(meter: &Meter, i: &Instrument) -> Gauge<u64> {
     debug_assert_eq!(i.kind, ins::Kind::Gauge, "{}", i.name);
@@ -68,6 +96,36 @@ fn gauge(meter: &Meter, i: &Instrument) -> Gauge<u64> {
 fn histogram(meter: &Meter, i: &Instrument, bounds: &[f64]) -> Histogram<f64> {
     debug_assert_eq!(i.kind, ins::Kind::Histogram, "{}", i.name);
     meter.f64_histogram(i.name).with_description(i.description).with_unit(i.unit).with_boundaries(bounds.to_vec()).build()
+}
+
+/// The receivers' and the queues' counters: `early` (received, refused, rejected, looped,
+/// signals received, refused and dropped, requests refused, attributes invalid) and
+/// `enqueue_failed` made before, where [`HealthMeters::new`] keeps each in the order a
+/// collection lists them; the receivers' item counters and the journal's made here, after them.
+fn flow_meters(meter: &Meter, early: [Counter<u64>; 9], enqueue_failed: ItemCounters) -> FlowMeters {
+    let [spans_received, spans_refused, spans_rejected, spans_looped, signals_received, signals_refused, requests_refused, signals_dropped, attributes_invalid] =
+        early;
+    FlowMeters {
+        spans_received,
+        spans_refused,
+        spans_rejected,
+        spans_looped,
+        signals_received,
+        signals_refused,
+        requests_refused,
+        signals_dropped,
+        attributes_invalid,
+        receiver_accepted: item_counters(
+            meter,
+            [&ins::RECEIVER_ACCEPTED_SPANS, &ins::RECEIVER_ACCEPTED_METRIC_POINTS, &ins::RECEIVER_ACCEPTED_LOG_RECORDS],
+        ),
+        receiver_refused: item_counters(
+            meter,
+            [&ins::RECEIVER_REFUSED_SPANS, &ins::RECEIVER_REFUSED_METRIC_POINTS, &ins::RECEIVER_REFUSED_LOG_RECORDS],
+        ),
+        enqueue_failed,
+        journal_replayed: counter(meter, &ins::STATE_JOURNAL_REPLAYED),
+    }
 }
 
 /// The meter every instrument is made with: one instrumentation scope, named and versioned, which
@@ -151,6 +209,8 @@ fn observe_process(meter: &Meter) {
 
 /// Bucket bounds of `mcp_health.call.duration` (seconds): from a fast local tool to a long call.
 pub const CALL_DURATION_BOUNDS: [f64; 15] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+/// Bucket bounds of `mcp_health.verifier.duration` (seconds).
+const VERIFIER_DURATION_BOUNDS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 /// Bucket bounds of `mcp_health.verdict.delay` (seconds): around `decision_wait` (500 ms by
 /// default) up to `max_wait` and the late-span window.
 pub const VERDICT_DELAY_BOUNDS: [f64; 14] = [0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
@@ -475,15 +535,19 @@ impl HealthMeters {
         let protocol_success = counter(meter, &ins::CALLS_PROTOCOL_SUCCESS);
         let verified_success = counter(meter, &ins::CALLS_VERIFIED_SUCCESS);
         let unconfirmed = counter(meter, &ins::CALLS_UNCONFIRMED);
-        let spans_received = counter(meter, &ins::SPANS_RECEIVED);
-        let spans_refused = counter(meter, &ins::SPANS_REFUSED);
-        let spans_rejected = counter(meter, &ins::SPANS_REJECTED);
-        let spans_looped = counter(meter, &ins::SPANS_LOOPED);
-        let signals_received = counter(meter, &ins::SIGNALS_RECEIVED);
-        let signals_refused = counter(meter, &ins::SIGNALS_REFUSED);
-        let requests_refused = counter(meter, &ins::REQUESTS_REFUSED);
-        let signals_dropped = counter(meter, &ins::SIGNALS_DROPPED);
-        let attributes_invalid = counter(meter, &ins::ATTRIBUTES_INVALID);
+        // The receivers' counters come here in the order; the rest of the flow's further down.
+        let flow_counters = [
+            &ins::SPANS_RECEIVED,
+            &ins::SPANS_REFUSED,
+            &ins::SPANS_REJECTED,
+            &ins::SPANS_LOOPED,
+            &ins::SIGNALS_RECEIVED,
+            &ins::SIGNALS_REFUSED,
+            &ins::REQUESTS_REFUSED,
+            &ins::SIGNALS_DROPPED,
+            &ins::ATTRIBUTES_INVALID,
+        ]
+        .map(|i| counter(meter, i));
         let spans_late = counter(meter, &ins::SPANS_LATE);
         let spans_truncated = counter(meter, &ins::SPANS_TRUNCATED);
         let chains_evicted = counter(meter, &ins::CHAINS_EVICTED);
@@ -504,13 +568,7 @@ impl HealthMeters {
         let evidence_bytes = gauge(meter, &ins::EVIDENCE_BYTES);
         let exporter_sent = counter(meter, &ins::EXPORTER_SENT);
         let exporter_dropped = counter(meter, &ins::EXPORTER_DROPPED);
-        let exporter_items = ExporterItems {
-            sent: item_counters(meter, [&ins::EXPORTER_SENT_SPANS, &ins::EXPORTER_SENT_METRIC_POINTS, &ins::EXPORTER_SENT_LOG_RECORDS]),
-            send_failed: item_counters(
-                meter,
-                [&ins::EXPORTER_SEND_FAILED_SPANS, &ins::EXPORTER_SEND_FAILED_METRIC_POINTS, &ins::EXPORTER_SEND_FAILED_LOG_RECORDS],
-            ),
-        };
+        let exporter_items = ExporterItems::new(meter);
         let enqueue_failed = item_counters(
             meter,
             [&ins::EXPORTER_ENQUEUE_FAILED_SPANS, &ins::EXPORTER_ENQUEUE_FAILED_METRIC_POINTS, &ins::EXPORTER_ENQUEUE_FAILED_LOG_RECORDS],
@@ -552,71 +610,24 @@ impl HealthMeters {
             exporter_split: counter(meter, &ins::EXPORTER_SPLIT_REQUESTS),
             verifier_runs: counter(meter, &ins::VERIFIER_RUNS),
             verifier_errors: counter(meter, &ins::VERIFIER_ERRORS),
-            verifier_duration: histogram(
-                meter,
-                &ins::VERIFIER_DURATION,
-                &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
-            ),
-            connections_refused: meter
-                .u64_observable_counter(ins::CONNECTIONS_REFUSED.name)
-                .with_description(ins::CONNECTIONS_REFUSED.description)
-                .with_unit(ins::CONNECTIONS_REFUSED.unit)
-                .with_callback(|o| connection_counts(o, false))
-                .build(),
-            connections_timed_out: meter
-                .u64_observable_counter(ins::CONNECTIONS_TIMED_OUT.name)
-                .with_description(ins::CONNECTIONS_TIMED_OUT.description)
-                .with_unit(ins::CONNECTIONS_TIMED_OUT.unit)
-                .with_callback(|o| connection_counts(o, true))
-                .build(),
+            verifier_duration: histogram(meter, &ins::VERIFIER_DURATION, &VERIFIER_DURATION_BOUNDS),
+            connections_refused: observable_counter(meter, &ins::CONNECTIONS_REFUSED, |o| connection_counts(o, false)),
+            connections_timed_out: observable_counter(meter, &ins::CONNECTIONS_TIMED_OUT, |o| connection_counts(o, true)),
             connections_open: None,
-            process_memory_rss: meter
-                .u64_observable_gauge(ins::PROCESS_MEMORY_RSS.name)
-                .with_description(ins::PROCESS_MEMORY_RSS.description)
-                .with_unit(ins::PROCESS_MEMORY_RSS.unit)
-                .with_callback(|o| {
-                    if let Some(rss) = crate::flow::memory::process_rss() {
-                        o.observe(rss, &[]);
-                    }
-                })
-                .build(),
-            verdict_log_write_errors: meter
-                .u64_observable_counter(ins::VERDICT_LOG_WRITE_ERRORS.name)
-                .with_description(ins::VERDICT_LOG_WRITE_ERRORS.description)
-                .with_unit(ins::VERDICT_LOG_WRITE_ERRORS.unit)
-                .with_callback(|o| o.observe(crate::emit::verdict_log::WRITE_ERRORS.load(std::sync::atomic::Ordering::Relaxed), &[]))
-                .build(),
-            state_evicted: meter
-                .u64_observable_counter(ins::STATE_EVICTED.name)
-                .with_description(ins::STATE_EVICTED.description)
-                .with_unit(ins::STATE_EVICTED.unit)
-                .with_callback(|o| {
-                    for (table, n) in crate::bounded::evictions() {
-                        o.observe(n, &[KeyValue::new("table", table)]);
-                    }
-                })
-                .build(),
-            flow: FlowMeters {
-                spans_received,
-                spans_refused,
-                spans_rejected,
-                spans_looped,
-                signals_received,
-                signals_refused,
-                requests_refused,
-                signals_dropped,
-                attributes_invalid,
-                receiver_accepted: item_counters(
-                    meter,
-                    [&ins::RECEIVER_ACCEPTED_SPANS, &ins::RECEIVER_ACCEPTED_METRIC_POINTS, &ins::RECEIVER_ACCEPTED_LOG_RECORDS],
-                ),
-                receiver_refused: item_counters(
-                    meter,
-                    [&ins::RECEIVER_REFUSED_SPANS, &ins::RECEIVER_REFUSED_METRIC_POINTS, &ins::RECEIVER_REFUSED_LOG_RECORDS],
-                ),
-                enqueue_failed,
-                journal_replayed: counter(meter, &ins::STATE_JOURNAL_REPLAYED),
-            },
+            process_memory_rss: observable_gauge(meter, &ins::PROCESS_MEMORY_RSS, |o| {
+                if let Some(rss) = crate::flow::memory::process_rss() {
+                    o.observe(rss, &[]);
+                }
+            }),
+            verdict_log_write_errors: observable_counter(meter, &ins::VERDICT_LOG_WRITE_ERRORS, |o| {
+                o.observe(crate::telemetry::meters::VERDICT_LOG_WRITE_ERRORS.load(std::sync::atomic::Ordering::Relaxed), &[])
+            }),
+            state_evicted: observable_counter(meter, &ins::STATE_EVICTED, |o| {
+                for (table, n) in crate::bounded::evictions() {
+                    o.observe(n, &[KeyValue::new("table", table)]);
+                }
+            }),
+            flow: flow_meters(meter, flow_counters, enqueue_failed),
             verdict_delay: histogram(meter, &ins::VERDICT_DELAY, &VERDICT_DELAY_BOUNDS),
             call_duration: histogram(meter, &ins::CALL_DURATION, &CALL_DURATION_BOUNDS),
             exemplars: Arc::new(Exemplars::default()),

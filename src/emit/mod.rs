@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod otlp_http;
 pub mod otlp_target;
 pub mod otlp_traces;
+pub(crate) mod otlp_transport;
 pub(crate) mod pb;
 pub mod prometheus;
 pub mod reference;

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use super::otlp_target::{Protocol, Target};
-use super::otlp_traces::Failure;
+use super::otlp_transport::{https_connector, Failure};
 
 /// A response body larger than this is not read (a partial-success message or a status is small).
 const MAX_RESPONSE: usize = 64 << 10;
@@ -51,7 +51,7 @@ impl HttpSender {
             let value = HeaderValue::from_str(v).map_err(|_| HttpSetupError::Header(k.clone()))?;
             headers.push((name, value));
         }
-        let connector = super::otlp_traces::https_connector(t, false);
+        let connector = https_connector(t, false);
         let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
         Ok(HttpSender { client, url, headers, timeout: t.timeout, json: t.protocol == Protocol::HttpJson })
     }

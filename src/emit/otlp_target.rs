@@ -276,27 +276,9 @@ fn bad(var: &str, value: &str, allowed: &'static str) -> TargetError {
 pub fn parse_otel_headers(s: &str) -> Vec<(String, String)> {
     s.split(',')
         .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), percent_decode(v.trim())))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), percent_encoding::percent_decode_str(v.trim()).decode_utf8_lossy().into_owned()))
         .filter(|(k, _)| !k.is_empty())
         .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() && s.is_char_boundary(i + 3) {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -420,6 +402,11 @@ mod tests {
         assert_eq!(
             parse_otel_headers("api-key=abc%20def, X-Tenant = t1,bad"),
             vec![("api-key".to_string(), "abc def".to_string()), ("x-tenant".to_string(), "t1".to_string())]
+        );
+        // UTF-8 in escapes, an escape cut short and one that is not hex: the last two as written.
+        assert_eq!(
+            parse_otel_headers("a=%E2%9C%93,b=x%2,c=%zz%41"),
+            vec![("a".to_string(), "\u{2713}".to_string()), ("b".to_string(), "x%2".to_string()), ("c".to_string(), "%zzA".to_string())]
         );
     }
 }

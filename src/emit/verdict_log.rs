@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::sink::Sink;
 use crate::engine::Decided;
 use crate::evidence::time::Moment;
+use crate::telemetry::meters::VERDICT_LOG_WRITE_ERRORS;
 
 enum Out {
     Stdout(std::io::Stdout),
@@ -24,14 +25,11 @@ pub struct VerdictLog {
     out: Out,
     buf: Vec<u8>,
     /// Records that could not be written (each failed write counts the records it held); also
-    /// added to [`WRITE_ERRORS`], which the metrics read.
+    /// added to [`VERDICT_LOG_WRITE_ERRORS`], which the metrics read.
     pub write_errors: Arc<AtomicU64>,
     /// Set (by the SIGHUP handler) to reopen the file before the next write.
     pub reopen: Arc<AtomicBool>,
 }
-
-/// Verdict-log records lost to failed writes, process-wide (`mcp_health.verdict_log.write_errors`).
-pub static WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 fn open_append(path: &str) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new().create(true).append(true).open(path)
@@ -93,7 +91,7 @@ impl Sink for VerdictLog {
                 lines += 1;
             } else {
                 self.write_errors.fetch_add(1, Ordering::Relaxed);
-                WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+                VERDICT_LOG_WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
             }
         }
         if self.reopen.swap(false, Ordering::Relaxed) {
@@ -109,7 +107,7 @@ impl Sink for VerdictLog {
         }
         if let Err(e) = off_the_runtime(|| self.write_buf()) {
             self.write_errors.fetch_add(lines, Ordering::Relaxed);
-            WRITE_ERRORS.fetch_add(lines, Ordering::Relaxed);
+            VERDICT_LOG_WRITE_ERRORS.fetch_add(lines, Ordering::Relaxed);
             tracing::warn!(error = %e, lines, "verdict log write failed; those lines are lost (counted)");
         }
         self.buf.clear();

@@ -267,35 +267,53 @@ impl CallEvidence {
         }
         let interim = round.is_some_and(|r| matches!(r.result_type, Some(ResultType::InputRequired | ResultType::Task)));
         if let Some(r) = round {
-            if let Some(h) = &r.state_issued {
-                if !self.states_issued.contains(h) {
-                    self.states_issued.push(h.clone());
-                }
-            }
-            if let Some(h) = &r.state_echoed {
-                if !self.states_echoed.contains(h) {
-                    self.states_echoed.push(h.clone());
-                }
-            }
-            if r.result_type == Some(ResultType::InputRequired) {
-                self.last_interim_ns = Some(self.last_interim_ns.map_or(s.end_ns, |t| t.max(s.end_ns)));
-            }
-            if r.result_type == Some(ResultType::Task) {
-                let status = r.task_status.unwrap_or(TaskStatus::Working);
-                let task = self.task.get_or_insert(TaskEvidence {
-                    status,
-                    status_at_ns: s.end_ns,
-                    created_ns: Some(s.end_ns),
-                    last_answer_ns: s.end_ns,
-                    poll_interval_ms: r.task_poll_interval_ms,
-                    ttl_ms: r.task_ttl_ms,
-                });
-                task.created_ns = Some(s.end_ns);
-                task.fold(status, s.end_ns);
-                task.poll_interval_ms = r.task_poll_interval_ms.or(task.poll_interval_ms);
-                task.ttl_ms = r.task_ttl_ms.or(task.ttl_ms);
+            self.absorb_round(s, r);
+        }
+        // A notification (progress, list_changed) has no response: it is evidence about the call,
+        // not a request span of it, and must never count as the call's result.
+        let is_request = s.method.as_ref().is_some_and(|m| !m.is_notification());
+        self.absorb_request(s, is_request, interim);
+        self.absorb_identity(s, is_request);
+        self.absorb_error(s, is_request, interim);
+        self.absorb_wire(s);
+    }
+
+    /// The round's facts (2026-07-28): the request states issued and echoed, an
+    /// `input_required` answer, a task the call became.
+    fn absorb_round(&mut self, s: &SpanEvidence, r: &RoundFacts) {
+        if let Some(h) = &r.state_issued {
+            if !self.states_issued.contains(h) {
+                self.states_issued.push(h.clone());
             }
         }
+        if let Some(h) = &r.state_echoed {
+            if !self.states_echoed.contains(h) {
+                self.states_echoed.push(h.clone());
+            }
+        }
+        if r.result_type == Some(ResultType::InputRequired) {
+            self.last_interim_ns = Some(self.last_interim_ns.map_or(s.end_ns, |t| t.max(s.end_ns)));
+        }
+        if r.result_type == Some(ResultType::Task) {
+            let status = r.task_status.unwrap_or(TaskStatus::Working);
+            let task = self.task.get_or_insert(TaskEvidence {
+                status,
+                status_at_ns: s.end_ns,
+                created_ns: Some(s.end_ns),
+                last_answer_ns: s.end_ns,
+                poll_interval_ms: r.task_poll_interval_ms,
+                ttl_ms: r.task_ttl_ms,
+            });
+            task.created_ns = Some(s.end_ns);
+            task.fold(status, s.end_ns);
+            task.poll_interval_ms = r.task_poll_interval_ms.or(task.poll_interval_ms);
+            task.ttl_ms = r.task_ttl_ms.or(task.ttl_ms);
+        }
+    }
+
+    /// Where and when the call is: its first span, its start and end, its progress, and which of
+    /// its spans are requests (the outermost client span carries the verdict).
+    fn absorb_request(&mut self, s: &SpanEvidence, is_request: bool, interim: bool) {
         if self.span_count == 0 {
             self.trace_id = s.trace_id;
             self.anchor_span_id = s.span_id;
@@ -304,9 +322,6 @@ impl CallEvidence {
         }
         self.span_count += 1;
         self.end_ns = self.end_ns.max(s.end_ns);
-        // A notification (progress, list_changed) has no response: it is evidence about the call,
-        // not a request span of it, and must never count as the call's result.
-        let is_request = s.method.as_ref().is_some_and(|m| !m.is_notification());
         // The call starts when its request does: evidence around it (an earlier notification in
         // the trace, a verifier) must not move the moment its catalog is judged at.
         if let Some(p) = &s.progress {
@@ -341,6 +356,11 @@ impl CallEvidence {
                 Side::Internal => {}
             }
         }
+    }
+
+    /// Who the call is: method, tool, ids, the server and client identities (the best-ranked
+    /// span's), the tool's digest and the authorization facts.
+    fn absorb_identity(&mut self, s: &SpanEvidence, is_request: bool) {
         fill(&mut self.method, &s.method);
         fill(&mut self.tool, &s.tool);
         fill(&mut self.request_id, &s.request_id);
@@ -365,6 +385,10 @@ impl CallEvidence {
             self.auth_flow_pending = s.auth_flow_pending;
         }
         fill(&mut self.operation_key, &s.operation_key);
+    }
+
+    /// The span's error, as the layers read it: whose code it is, and whether a response came.
+    fn absorb_error(&mut self, s: &SpanEvidence, is_request: bool, interim: bool) {
         match s.error {
             Some(CallError::JsonRpc(c)) if s.side == Side::Client && client_local_code(i64::from(c)).is_some() => {
                 // The client's own report of its side of the wire: no response came.
@@ -415,6 +439,11 @@ impl CallEvidence {
                 }
             }
         }
+    }
+
+    /// What the wire and the checks said: transport outcome, HTTP and authorization statuses,
+    /// negotiation, execution and schema facts, the side-effect boundary and outcome receipts.
+    fn absorb_wire(&mut self, s: &SpanEvidence) {
         if let Some(t) = s.transport {
             // A failure outcome wins over `ok` from another span.
             if self.transport.is_none() || t != TransportOutcome::Ok {

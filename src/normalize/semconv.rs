@@ -391,7 +391,25 @@ impl Endpoints<'_> {
     }
 }
 
+/// One attribute into the span's evidence, by family; a key no family knows may be outcome
+/// evidence. A value of the wrong type is counted, never taken.
 fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) {
+    let read = read_call_attribute(kv, ev, f)
+        .or_else(|| read_network_attribute(kv, ev, f))
+        .or_else(|| read_auth_attribute(kv, ev))
+        .or_else(|| read_round_attribute(kv, ev, f))
+        .or_else(|| read_session_attribute(kv, ev, f));
+    match read {
+        Some(true) => *f.type_errors += 1,
+        Some(false) => {}
+        None => read_outcome_attribute(kv, f.outcome, f.type_errors),
+    }
+}
+
+/// The request itself: method, session, protocol version, request id, its error code or type,
+/// the tool, the request-sent marker and the operation key.
+/// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
+fn read_call_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) -> Option<bool> {
     let v = &kv.value;
     let mut bad = false;
     match kv.key {
@@ -428,6 +446,27 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             Some(s) => ev.tool = Some(intern(Kind::Tool, s, None, || s.to_string())),
             None => bad = true,
         },
+        a::CALL_PHASE => match value::as_str(v) {
+            Some("request_sent") => ev.request_sent_marker = true,
+            Some(_) => {}
+            None => bad = true,
+        },
+        a::OPERATION_KEY => match value::id_with(v, redact::ident) {
+            Some(s) => ev.operation_key = Some(s),
+            None => bad = true,
+        },
+        _ => return None,
+    }
+    Some(bad)
+}
+
+/// Where the call went and how the wire answered: server and peer endpoints, user agent and
+/// client name (the cross-trace join's keys), HTTP status and path, transport outcome.
+/// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
+fn read_network_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) -> Option<bool> {
+    let v = &kv.value;
+    let mut bad = false;
+    match kv.key {
         a::SERVER_ADDRESS => match value::as_str(v) {
             Some(s) => *f.server_address = Some(s),
             None => bad = true,
@@ -460,6 +499,17 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             Some(b) => ev.request_sent = Some(b),
             None => bad = true,
         },
+        _ => return None,
+    }
+    Some(bad)
+}
+
+/// Authorization: the 401/403, the error word, the credential (hashed), the flow, the scope.
+/// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
+fn read_auth_attribute(kv: &KeyValue<'_>, ev: &mut SpanEvidence) -> Option<bool> {
+    let v = &kv.value;
+    let mut bad = false;
+    match kv.key {
         a::AUTH_STATUS => match value::as_i64(v) {
             Some(c @ (401 | 403)) => ev.auth_status = Some(c as u16),
             _ => bad = true,
@@ -468,6 +518,31 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             Some(s) => ev.auth_error = Some(AuthError::parse(s)),
             None => bad = true,
         },
+        a::AUTH_CREDENTIAL_ID => match value::as_id(v) {
+            Some(c) => ev.credential_hash = Some(redact::hash_hex(c.as_bytes())[..32].into()),
+            None => bad = true,
+        },
+        a::AUTH_FLOW => match value::as_str(v) {
+            Some("pending") => ev.auth_flow_pending = Some(true),
+            Some("completed" | "denied") => ev.auth_flow_pending = Some(false),
+            _ => bad = true,
+        },
+        a::AUTH_REQUIRED_SCOPE => match value::as_str(v) {
+            Some(s) => ev.required_scope = redact::scope(s),
+            None => bad = true,
+        },
+        _ => return None,
+    }
+    Some(bad)
+}
+
+/// Progress and the round (2026-07-28): progress token and values, result type, request
+/// states, the task and its clocks.
+/// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
+fn read_round_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) -> Option<bool> {
+    let v = &kv.value;
+    let mut bad = false;
+    match kv.key {
         a::PROGRESS_TOKEN => match value::as_id(v) {
             Some(t) => *f.progress_token = Some(redact::ident(&t)),
             None => bad = true,
@@ -508,24 +583,18 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             Some(t) => round(ev).task_ttl_ms = Some(t as u64),
             None => bad = true,
         },
-        a::CALL_PHASE => match value::as_str(v) {
-            Some("request_sent") => ev.request_sent_marker = true,
-            Some(_) => {}
-            None => bad = true,
-        },
-        a::AUTH_CREDENTIAL_ID => match value::as_id(v) {
-            Some(c) => ev.credential_hash = Some(redact::hash_hex(c.as_bytes())[..32].into()),
-            None => bad = true,
-        },
-        a::AUTH_FLOW => match value::as_str(v) {
-            Some("pending") => ev.auth_flow_pending = Some(true),
-            Some("completed" | "denied") => ev.auth_flow_pending = Some(false),
-            _ => bad = true,
-        },
-        a::AUTH_REQUIRED_SCOPE => match value::as_str(v) {
-            Some(s) => ev.required_scope = redact::scope(s),
-            None => bad = true,
-        },
+        _ => return None,
+    }
+    Some(bad)
+}
+
+/// Negotiation and execution: the versions asked and accepted, missing capabilities, the
+/// execution timeout, the output schema, the side-effect boundary.
+/// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
+fn read_session_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) -> Option<bool> {
+    let v = &kv.value;
+    let mut bad = false;
+    match kv.key {
         a::SESSION_REQUESTED_VERSION => match value::as_str(v) {
             Some(s) => {
                 f.negotiation.requested_version = Some(redact::ident(s));
@@ -561,15 +630,9 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'
             Some("none") => ev.effect_boundary = Some(EffectBoundary::None),
             _ => bad = true,
         },
-        a::OPERATION_KEY => match value::id_with(v, redact::ident) {
-            Some(s) => ev.operation_key = Some(s),
-            None => bad = true,
-        },
-        _ => read_outcome_attribute(kv, f.outcome, f.type_errors),
+        _ => return None,
     }
-    if bad {
-        *f.type_errors += 1;
-    }
+    Some(bad)
 }
 
 /// The span's round facts, made on first write.

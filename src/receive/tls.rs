@@ -15,14 +15,15 @@
 //!
 //! rustls with the `ring` provider only (the exporters' client TLS uses the same line).
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use serde::Deserialize;
+
+use crate::receive::certificates::{CertificateFacts, LoadError, ServedCertificate};
 
 /// `tls:` of a listener. Absent: the listener is plaintext.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -196,7 +197,11 @@ impl TlsServerSettings {
             }
             None => builder.with_no_client_auth(),
         };
-        let served = Arc::new(ServedCertificate { settings: self.clone(), current: RwLock::new((key, facts)) });
+        // A reload reads the same files again: the served certificate gets the reading, not the
+        // settings, so the listener's side knows nothing of the configuration.
+        let settings = self.clone();
+        let load = move || settings.certified_key().map_err(|e| LoadError { key: e.key(), message: e.to_string() });
+        let served = Arc::new(ServedCertificate::new((key, facts), self.reload_interval, Box::new(load)));
         let mut cfg = builder.with_cert_resolver(served.clone());
         cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok((Arc::new(cfg), served))
@@ -222,91 +227,6 @@ impl TlsServerSettings {
             message: e.to_string(),
         })?;
         Ok((Arc::new(certified), facts))
-    }
-}
-
-/// The longest subject the log carries (a certificate's subject has no length limit of its own).
-const MAX_SUBJECT: usize = 256;
-
-/// What the log and the expiry gauge say of a certificate: its subject and its not-after.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CertificateFacts {
-    /// The subject's distinguished name (RFC 4514 order, `CN=…`), at most [`MAX_SUBJECT`] bytes.
-    pub subject: String,
-    /// The end of the validity period, in seconds since the Unix epoch.
-    pub not_after: i64,
-    /// The certificate's DER, hashed: a reload says whether the certificate changed.
-    fingerprint: [u8; 32],
-}
-
-impl CertificateFacts {
-    /// The subject and not-after of the DER certificate `der` (x509-parser reads what
-    /// rustls-webpki keeps to itself).
-    pub fn of(der: &CertificateDer<'_>) -> Result<CertificateFacts, String> {
-        use x509_parser::prelude::FromDer as _;
-        let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der.as_ref())
-            .map_err(|e| format!("not a readable X.509 certificate: {e}"))?;
-        let mut subject = cert.subject().to_string();
-        if subject.len() > MAX_SUBJECT {
-            let mut end = MAX_SUBJECT;
-            while !subject.is_char_boundary(end) {
-                end -= 1;
-            }
-            subject.truncate(end);
-            subject.push('…');
-        }
-        let fingerprint = ring::digest::digest(&ring::digest::SHA256, der.as_ref()).as_ref().try_into().unwrap_or([0; 32]);
-        Ok(CertificateFacts { subject, not_after: cert.validity().not_after.timestamp(), fingerprint })
-    }
-
-    /// The not-after as RFC 3339 (UTC), as the log shows it.
-    pub fn not_after_rfc3339(&self) -> String {
-        let at = u64::try_from(self.not_after).map_or(std::time::UNIX_EPOCH, |s| std::time::UNIX_EPOCH + Duration::from_secs(s));
-        humantime::format_rfc3339_seconds(at).to_string()
-    }
-}
-
-/// The certificate a TLS listener serves: rustls asks it at every handshake, and a reload swaps
-/// it in place, so a renewed certificate is served without a new listener.
-#[derive(Debug)]
-pub struct ServedCertificate {
-    settings: TlsServerSettings,
-    current: RwLock<(Arc<CertifiedKey>, CertificateFacts)>,
-}
-
-/// What a successful [`ServedCertificate::reload`] serves now.
-#[derive(Clone, Debug)]
-pub struct Reloaded {
-    pub facts: CertificateFacts,
-    /// The certificate read differs from the one served before.
-    pub changed: bool,
-}
-
-impl ServedCertificate {
-    /// The subject and not-after of the certificate served now.
-    pub fn facts(&self) -> CertificateFacts {
-        self.current.read().unwrap_or_else(PoisonError::into_inner).1.clone()
-    }
-
-    /// `reload_interval` of the listener's settings.
-    pub fn reload_interval(&self) -> Option<Duration> {
-        self.settings.reload_interval
-    }
-
-    /// Read the certificate and key again; new handshakes get them. On an error the certificate
-    /// served so far stays.
-    pub fn reload(&self) -> Result<Reloaded, TlsError> {
-        let (key, facts) = self.settings.certified_key()?;
-        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-        let changed = current.1.fingerprint != facts.fingerprint;
-        *current = (key, facts.clone());
-        Ok(Reloaded { facts, changed })
-    }
-}
-
-impl ResolvesServerCert for ServedCertificate {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().unwrap_or_else(PoisonError::into_inner).0.clone())
     }
 }
 
@@ -380,54 +300,5 @@ mod tests {
         // Named even before the files are read (a missing certificate is another error).
         let s = TlsServerSettings { reload_interval: Some(Duration::ZERO), ..Default::default() };
         assert_eq!(s.build(&[]).unwrap_err().key(), "reload_interval");
-    }
-
-    #[test]
-    fn a_reload_swaps_a_renewed_certificate_and_keeps_the_served_one_on_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let (cert, key) = self_signed(dir.path(), "first.test");
-        let s = TlsServerSettings { cert_file: Some(cert.clone()), key_file: Some(key.clone()), ..Default::default() };
-        let (_cfg, served) = s.build(&[b"h2"]).unwrap();
-        let first = served.facts();
-        assert_eq!(first.subject, "CN=rcgen self signed cert");
-        let served_der = || served.current.read().unwrap().0.cert[0].clone();
-        let first_der = served_der();
-        assert!(!served.reload().unwrap().changed, "the same files: no change");
-
-        // Renewed in place.
-        let (c2, k2) = self_signed(dir.path(), "second.test");
-        std::fs::copy(&c2, &cert).unwrap();
-        std::fs::copy(&k2, &key).unwrap();
-        let r = served.reload().unwrap();
-        assert!(r.changed);
-        let second_der = served_der();
-        assert_ne!(second_der, first_der);
-        assert_eq!(r.facts, served.facts());
-
-        // A key that does not match the certificate: refused, the renewed one stays.
-        std::fs::copy(dir.path().join("first.test.key"), &key).unwrap();
-        let e = served.reload().unwrap_err();
-        assert_eq!(e.key(), "key_file", "{e}");
-        assert_eq!(served_der(), second_der);
-        // Not a certificate at all.
-        std::fs::copy(&k2, &key).unwrap();
-        std::fs::write(&cert, "garbage").unwrap();
-        assert_eq!(served.reload().unwrap_err().key(), "cert_file");
-        assert_eq!(served_der(), second_der);
-        assert_eq!(served.facts(), r.facts);
-    }
-
-    #[test]
-    fn facts_read_the_not_after() {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut p = rcgen::CertificateParams::new(vec!["x.test".to_string()]).unwrap();
-        p.not_after = rcgen::date_time_ymd(2031, 5, 17);
-        p.distinguished_name.push(rcgen::DnType::CommonName, "x.test");
-        let der = p.self_signed(&key).unwrap().der().clone();
-        let f = CertificateFacts::of(&der).unwrap();
-        assert_eq!(f.subject, "CN=x.test");
-        assert_eq!(f.not_after, 1_936_742_400, "2031-05-17T00:00:00Z");
-        assert_eq!(f.not_after_rfc3339(), "2031-05-17T00:00:00Z");
-        assert!(CertificateFacts::of(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])).is_err());
     }
 }

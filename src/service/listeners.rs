@@ -160,7 +160,7 @@ struct Prepared {
     same_endpoint: bool,
     listener: Listener,
     spare: std::net::TcpListener,
-    certificate: Option<Arc<crate::config::tls::ServedCertificate>>,
+    certificate: Option<Arc<crate::receive::certificates::ServedCertificate>>,
 }
 
 /// How long a replacement on the same socket waits for the server it replaces to stop accepting
@@ -314,7 +314,7 @@ use std::future::Future as _;
 fn build_listener(
     spec: &Spec,
     tcp: tokio::net::TcpListener,
-) -> Result<(Listener, Option<Arc<crate::config::tls::ServedCertificate>>), ListenError> {
+) -> Result<(Listener, Option<Arc<crate::receive::certificates::ServedCertificate>>), ListenError> {
     let (limits, tls, alpn, protocol): (_, _, &[&[u8]], _) = match spec {
         Spec::Grpc(g) => (g.connections(), g.tls.as_ref(), &[b"h2"], Protocol::Http2),
         Spec::Http(h) => (h.connections(), h.tls.as_ref(), &[b"http/1.1"], Protocol::Http1),

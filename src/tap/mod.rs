@@ -24,6 +24,7 @@ pub mod http;
 pub mod jsonrpc;
 pub(crate) mod reader;
 pub mod stdio;
+pub(crate) mod upstream_tls;
 pub mod verify;
 
 use std::collections::hash_map::RandomState;

@@ -1,13 +1,20 @@
 //! What the receivers and the queues count: data received, refused, dropped, and the items that
-//! found a queue full. Declared here, under both the receivers and the exporter, so that each
+//! found a queue full, and the verdict-log records lost to failed writes. Declared here, under both the receivers and the exporter, so that each
 //! records into the same counters without importing the other; the instruments themselves are
 //! made by `emit::metrics` from their declarations ([`super::instruments`]), because the exporter
 //! is the one place that knows how a metric is exported.
+
+use std::sync::atomic::AtomicU64;
 
 use opentelemetry::metrics::Counter;
 use opentelemetry::KeyValue;
 
 use super::labels::{ExportSignal, ItemKind, RefusalReason, Transport};
+
+/// Verdict-log records lost to failed writes, process-wide
+/// (`mcp_health.verdict_log.write_errors`): the verdict log adds to it and the metrics read it, so
+/// it lives under both and neither imports the other.
+pub static VERDICT_LOG_WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 /// One counter per item kind, in the collector's units: the `_spans`, `_metric_points` and
 /// `_log_records` triple every item counter of the collector comes in.

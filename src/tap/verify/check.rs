@@ -1,16 +1,15 @@
 //! The four check kinds, each through a real client library: hyper for `http`, the file system
 //! and SHA-256 for `file`, a child process (no shell) for `command`, rusqlite and tokio-postgres
-//! for `sql`. A check returns a [`Finding`] or, when it could not decide, a [`VerifyError`]: an
+//! for `sql` (the `sql` cargo feature, on by default). A check returns a [`Finding`] or, when it could not decide, a [`VerifyError`]: an
 //! unreachable destination, a timeout or a template that does not resolve is never `missing`.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
 use serde_json::Value;
 
+use super::client::HttpClient;
 use super::rules::{Check, SqlDb};
 use super::template::{same, TemplateError};
 
@@ -76,51 +75,6 @@ impl From<TemplateError> for VerifyError {
             _ => VerifyError::TemplateError,
         }
     }
-}
-
-/// The HTTP client of `http` checks (pooled, shared by every check): `http://` and `https://`
-/// (rustls, the system's roots: systems of record are mostly behind TLS). `None` when no TLS
-/// configuration could be made at all: every `http` check then reports `unreachable`.
-#[derive(Clone)]
-pub struct HttpClient(Option<Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>>);
-
-impl std::fmt::Debug for HttpClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "HttpClient" } else { "HttpClient(none)" })
-    }
-}
-
-pub fn http_client(connect_timeout: Duration) -> HttpClient {
-    let tls = crate::tap::http::UpstreamTls::default().client_config().or_else(|e| {
-        // No system roots (a minimal container): plain http checks still work; https ones report
-        // `unreachable`, never a finding.
-        eprintln!("mcp-health tap: verifiers: {e}; https checks will fail");
-        rustls::ClientConfig::builder_with_provider(crate::config::tls::provider())
-            .with_safe_default_protocol_versions()
-            .map(|b| b.with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth())
-            .map_err(|e| e.to_string())
-    });
-    HttpClient(tls.ok().map(|tls| build(tls, connect_timeout)))
-}
-
-/// A client that trusts only the CAs in `ca_file` (PEM), for a rule's `http.ca_file`.
-pub fn http_client_trusting(ca_file: &str) -> Result<HttpClient, String> {
-    let roots = crate::config::tls::read_roots("ca_file", ca_file).map_err(|e| e.to_string())?;
-    let tls = rustls::ClientConfig::builder_with_provider(crate::config::tls::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(HttpClient(Some(build(tls, Duration::from_secs(5)))))
-}
-
-fn build(tls: rustls::ClientConfig, connect_timeout: Duration) -> Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>> {
-    let mut c = HttpConnector::new();
-    c.set_nodelay(true);
-    c.set_connect_timeout(Some(connect_timeout));
-    c.enforce_http(false);
-    let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(c);
-    Client::builder(hyper_util::rt::TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(https)
 }
 
 /// Largest destination response body read for `body_pointer`.
@@ -196,32 +150,56 @@ async fn attempt(check: &Check, call: &Value, http: &HttpClient, timeout: Durati
             let status = child.wait().await.map_err(|_| VerifyError::Other)?;
             Ok(if status.success() { Finding::Confirmed } else { Finding::Failed })
         }
-        Check::Sql { db, query, params, min_version } => {
-            let params: Vec<String> = params.iter().map(|p| p.render(call)).collect::<Result<_, _>>()?;
-            let min = min_version.as_ref().map(|m| m.render(call)).transpose()?;
-            let row = match db {
-                SqlDb::Sqlite(file) => {
-                    let file = file.render(call)?;
-                    let query = query.clone();
-                    tokio::task::spawn_blocking(move || sqlite_first(&file, &query, &params, timeout))
-                        .await
-                        .map_err(|_| VerifyError::Other)??
-                }
-                SqlDb::Postgres(url) => postgres_first(&url.render(call)?, query, &params, timeout).await?,
-            };
-            Ok(match (row, min) {
-                (None, _) => Finding::Missing,
-                (Some(_), None) => Finding::Confirmed,
-                (Some(v), Some(min)) => {
-                    if at_least(&v, &min) {
-                        Finding::Confirmed
-                    } else {
-                        Finding::Failed
-                    }
-                }
-            })
-        }
+        Check::Sql { db, query, params, min_version } => sql(db, query, params, min_version.as_ref(), call, timeout).await,
     }
+}
+
+/// An `sql` check: the first column of the first row (missing when there is none), compared with
+/// `min_version` when the rule gives one.
+#[cfg(feature = "sql")]
+async fn sql(
+    db: &SqlDb,
+    query: &str,
+    params: &[super::template::Template],
+    min_version: Option<&super::template::Template>,
+    call: &Value,
+    timeout: Duration,
+) -> Result<Finding, VerifyError> {
+    let params: Vec<String> = params.iter().map(|p| p.render(call)).collect::<Result<_, _>>()?;
+    let min = min_version.map(|m| m.render(call)).transpose()?;
+    let row = match db {
+        SqlDb::Sqlite(file) => {
+            let file = file.render(call)?;
+            let query = query.to_string();
+            tokio::task::spawn_blocking(move || sqlite_first(&file, &query, &params, timeout)).await.map_err(|_| VerifyError::Other)??
+        }
+        SqlDb::Postgres(url) => postgres_first(&url.render(call)?, query, &params, timeout).await?,
+    };
+    Ok(match (row, min) {
+        (None, _) => Finding::Missing,
+        (Some(_), None) => Finding::Confirmed,
+        (Some(v), Some(min)) => {
+            if at_least(&v, &min) {
+                Finding::Confirmed
+            } else {
+                Finding::Failed
+            }
+        }
+    })
+}
+
+/// A build without the `sql` feature has no drivers; its rules refuse an `sql` check when they
+/// load (`rules::SQL_NOT_BUILT`), so no such check ever runs. Should one come, it decides nothing.
+#[cfg(not(feature = "sql"))]
+async fn sql(
+    _db: &SqlDb,
+    _query: &str,
+    _params: &[super::template::Template],
+    _min_version: Option<&super::template::Template>,
+    _call: &Value,
+    _timeout: Duration,
+) -> Result<Finding, VerifyError> {
+    Err(VerifyError::Other)
 }
 
 /// The arguments of a command check. A value from the call that starts with `-` could be read as
@@ -366,6 +344,7 @@ pub fn at_least(v: &Cell, min: &str) -> bool {
     }
 }
 
+#[cfg(feature = "sql")]
 fn sqlite_first(file: &str, query: &str, params: &[String], timeout: Duration) -> Result<Option<Cell>, VerifyError> {
     use rusqlite::types::ValueRef;
     let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -391,6 +370,7 @@ fn sqlite_first(file: &str, query: &str, params: &[String], timeout: Duration) -
     Ok(Some(cell))
 }
 
+#[cfg(feature = "sql")]
 async fn postgres_first(url: &str, query: &str, params: &[String], timeout: Duration) -> Result<Option<Cell>, VerifyError> {
     use tokio_postgres::types::{ToSql, Type};
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|_| VerifyError::Unreachable)?;

@@ -25,6 +25,7 @@
 //! vocabularies leave.
 
 pub mod check;
+pub mod client;
 pub mod rules;
 pub mod template;
 
@@ -309,7 +310,7 @@ async fn dispatch(
 ) {
     let concurrency = rules.limits.concurrency.max(1);
     let permits = Arc::new(Semaphore::new(concurrency));
-    let http = check::http_client(Duration::from_secs(5));
+    let http = client::http_client(Duration::from_secs(5));
     while let Some(job) = rx.recv().await {
         let Ok(permit) = permits.clone().acquire_owned().await else { break };
         let (rules, sink, stats, http, signer) = (rules.clone(), sink.clone(), stats.clone(), http.clone(), signer.clone());
@@ -329,7 +330,7 @@ async fn dispatch(
 
 /// Run a rule: `delay`, then up to `attempts` tries with doubling backoff, stopping at the first
 /// `confirmed` or `failed`. Returns when the last attempt started and what it found.
-pub async fn verify(rule: &rules::Rule, call: &Value, http: &check::HttpClient) -> (u64, Result<Finding, VerifyError>) {
+pub async fn verify(rule: &rules::Rule, call: &Value, http: &client::HttpClient) -> (u64, Result<Finding, VerifyError>) {
     tokio::time::sleep(rule.delay).await;
     let mut backoff = rule.backoff;
     let mut last = (now_ns(), Err(VerifyError::Other));

@@ -180,7 +180,7 @@ pub enum Check {
         body_pointer: Option<String>,
         equals: Option<Template>,
         /// A client of its own when the rule names a `ca_file`; else the pool's.
-        client: Option<Box<super::check::HttpClient>>,
+        client: Option<Box<super::client::HttpClient>>,
     },
     File {
         path: Template,
@@ -312,124 +312,27 @@ impl RuleSet {
 }
 
 fn compile(r: RuleConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Rule, RulesError> {
-    let name = r.name.clone();
-    let bad = |why: String| RulesError::Rule { name: name.clone(), why };
+    let c = Compiler { name: &r.name, env };
     // The name is emitted (span attribute, metric label): it must be one the MCP tool-name rule
     // allows, so it cannot carry a secret or an unbounded text.
+    let name = &r.name;
     let valid_name = (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
     if !valid_name {
-        return Err(bad("a name is 1-128 of A-Z a-z 0-9 _ - .".into()));
+        return Err(c.bad("a name is 1-128 of A-Z a-z 0-9 _ - .".into()));
     }
     if r.tool.is_empty() {
-        return Err(bad("`tool` is empty".into()));
+        return Err(c.bad("`tool` is empty".into()));
     }
-    let t = |field: &'static str, src: &str| {
-        Template::parse(src, env).map_err(|source| RulesError::Template { name: name.clone(), field, source })
-    };
     let kinds = [r.http.is_some(), r.file.is_some(), r.command.is_some(), r.sql.is_some()].iter().filter(|x| **x).count();
     if kinds != 1 {
-        return Err(bad("give exactly one of http, file, command, sql".into()));
+        return Err(c.bad("give exactly one of http, file, command, sql".into()));
     }
-    let check = if let Some(h) = r.http {
-        let method =
-            hyper::Method::from_bytes(h.method.to_ascii_uppercase().as_bytes()).map_err(|_| bad("http.method is not a method".into()))?;
-        let url =
-            UrlTemplate::parse(&h.url, env).map_err(|source| RulesError::Template { name: name.clone(), field: "http.url", source })?;
-        let mut headers = Vec::new();
-        for (k, v) in &h.headers {
-            let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| bad(format!("http.headers: {k:?} is not a header name")))?;
-            headers.push((name, t("http.headers", v)?));
-        }
-        if h.equals.is_some() != h.body_pointer.is_some() {
-            return Err(bad("http.body_pointer and http.equals go together".into()));
-        }
-        if let Some(p) = &h.body_pointer {
-            if !p.is_empty() && !p.starts_with('/') {
-                return Err(bad("http.body_pointer is a JSON pointer (starts with /)".into()));
-            }
-        }
-        Check::Http {
-            method,
-            url,
-            headers,
-            expect_status: h.expect_status,
-            missing_status: if h.missing_status.is_empty() { vec![404, 410] } else { h.missing_status },
-            body_pointer: h.body_pointer,
-            equals: h.equals.as_deref().map(|e| t("http.equals", e)).transpose()?,
-            client: match &h.ca_file {
-                Some(f) => Some(Box::new(super::check::http_client_trusting(f).map_err(|e| bad(format!("http.ca_file: {e}")))?)),
-                None => None,
-            },
-        }
-    } else if let Some(f) = r.file {
-        let path = t("file.path", &f.path)?;
-        let base_dir = match &f.base_dir {
-            // Canonical when it exists (a directory made later is taken as written, if absolute).
-            Some(d) => Some(std::fs::canonicalize(d).or_else(|e| {
-                if Path::new(d).is_absolute() {
-                    Ok(PathBuf::from(d))
-                } else {
-                    Err(bad(format!("file.base_dir: {}", e.kind())))
-                }
-            })?),
-            None if path.has_holes() => {
-                return Err(bad("file.path has holes: give file.base_dir, the directory the call may name files beneath".into()))
-            }
-            None => None,
-        };
-        Check::File {
-            path,
-            base_dir,
-            sha256: f.sha256.as_deref().map(|s| t("file.sha256", s)).transpose()?,
-            min_size: f.min_size,
-            max_bytes: f.max_bytes.unwrap_or(256 << 20),
-        }
-    } else if let Some(c) = r.command {
-        if c.argv.is_empty() {
-            return Err(bad("command.argv is empty".into()));
-        }
-        let argv: Vec<Template> = c.argv.iter().map(|a| t("command.argv", a)).collect::<Result<_, _>>()?;
-        if argv[0].has_holes() {
-            return Err(bad("command.argv[0], the program, must be written in the rule".into()));
-        }
-        let mut child_env = Vec::new();
-        for k in std::iter::once("PATH").chain(c.env.iter().map(String::as_str)) {
-            if let Some(v) = env(k) {
-                child_env.push((k.to_string(), v));
-            } else if k != "PATH" {
-                return Err(bad(format!("command.env: {k} is not set")));
-            }
-        }
-        let cwd = match &c.cwd {
-            Some(d) => std::fs::canonicalize(d).map_err(|e| bad(format!("command.cwd: {}", e.kind())))?,
-            None => std::env::current_dir().map_err(|e| bad(format!("the tap's working directory: {}", e.kind())))?,
-        };
-        Check::Command { argv, env: child_env, cwd }
-    } else if let Some(s) = r.sql {
-        let db = match (s.sqlite, s.postgres) {
-            (Some(f), None) => SqlDb::Sqlite(t("sql.sqlite", &f)?),
-            (None, Some(u)) => SqlDb::Postgres(t("sql.postgres", &u)?),
-            _ => return Err(bad("give exactly one of sql.sqlite, sql.postgres".into())),
-        };
-        // Where the database is, is the operator's: a location the call could fill in could
-        // point the check at a database the checked server made up.
-        if matches!(&db, SqlDb::Sqlite(t) | SqlDb::Postgres(t) if t.has_holes()) {
-            return Err(bad(
-                "the database location (sql.sqlite, sql.postgres) may not have holes: it is the operator's, never the call's".into()
-            ));
-        }
-        if s.query.trim().is_empty() {
-            return Err(bad("sql.query is empty".into()));
-        }
-        Check::Sql {
-            db,
-            query: s.query,
-            params: s.params.iter().map(|p| t("sql.params", p)).collect::<Result<_, _>>()?,
-            min_version: s.min_version.as_deref().map(|m| t("sql.min_version", m)).transpose()?,
-        }
-    } else {
-        unreachable!("exactly one kind was checked above")
+    let check = match (r.http, r.file, r.command, r.sql) {
+        (Some(h), ..) => c.http(h)?,
+        (_, Some(f), ..) => c.file(f)?,
+        (_, _, Some(cmd), _) => c.command(cmd)?,
+        (.., Some(s)) => c.sql(s)?,
+        (None, None, None, None) => return Err(c.bad("give exactly one of http, file, command, sql".into())),
     };
     // What the check expects is the operator's or the request's, never the result's: a server
     // that lies in its result would otherwise tell the verifier what to find.
@@ -441,18 +344,18 @@ fn compile(r: RuleConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Rule, 
     };
     for (field, t) in expected {
         if t.is_some_and(Template::reads_result) {
-            return Err(bad(format!(
+            return Err(c.bad(format!(
                 "{field} reads /result: an expected value must come from the rule or the arguments, never from the result it checks"
             )));
         }
     }
     let attempts = r.attempts.unwrap_or(1);
     if !(1..=20).contains(&attempts) {
-        return Err(bad("attempts is 1 to 20".into()));
+        return Err(c.bad("attempts is 1 to 20".into()));
     }
     Ok(Rule {
-        name: r.name,
         tool: Glob::new(&r.tool),
+        name: r.name,
         server: r.server,
         delay: r.delay.unwrap_or(Duration::ZERO),
         attempts,
@@ -461,6 +364,139 @@ fn compile(r: RuleConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Rule, 
         check,
     })
 }
+
+/// One rule being compiled: its errors carry its name, its templates read `${env:…}` from `env`.
+/// One method per check kind, each the rules of that kind.
+struct Compiler<'a> {
+    name: &'a str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Compiler<'_> {
+    fn bad(&self, why: String) -> RulesError {
+        RulesError::Rule { name: self.name.to_string(), why }
+    }
+
+    fn t(&self, field: &'static str, src: &str) -> Result<Template, RulesError> {
+        Template::parse(src, self.env).map_err(|source| RulesError::Template { name: self.name.to_string(), field, source })
+    }
+
+    fn http(&self, h: HttpConfig) -> Result<Check, RulesError> {
+        let method = hyper::Method::from_bytes(h.method.to_ascii_uppercase().as_bytes())
+            .map_err(|_| self.bad("http.method is not a method".into()))?;
+        let url = UrlTemplate::parse(&h.url, self.env).map_err(|source| RulesError::Template {
+            name: self.name.to_string(),
+            field: "http.url",
+            source,
+        })?;
+        let mut headers = Vec::new();
+        for (k, v) in &h.headers {
+            let name = hyper::header::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| self.bad(format!("http.headers: {k:?} is not a header name")))?;
+            headers.push((name, self.t("http.headers", v)?));
+        }
+        if h.equals.is_some() != h.body_pointer.is_some() {
+            return Err(self.bad("http.body_pointer and http.equals go together".into()));
+        }
+        if let Some(p) = &h.body_pointer {
+            if !p.is_empty() && !p.starts_with('/') {
+                return Err(self.bad("http.body_pointer is a JSON pointer (starts with /)".into()));
+            }
+        }
+        Ok(Check::Http {
+            method,
+            url,
+            headers,
+            expect_status: h.expect_status,
+            missing_status: if h.missing_status.is_empty() { vec![404, 410] } else { h.missing_status },
+            body_pointer: h.body_pointer,
+            equals: h.equals.as_deref().map(|e| self.t("http.equals", e)).transpose()?,
+            client: match &h.ca_file {
+                Some(f) => Some(Box::new(super::client::http_client_trusting(f).map_err(|e| self.bad(format!("http.ca_file: {e}")))?)),
+                None => None,
+            },
+        })
+    }
+
+    fn file(&self, f: FileConfig) -> Result<Check, RulesError> {
+        let path = self.t("file.path", &f.path)?;
+        let base_dir = match &f.base_dir {
+            // Canonical when it exists (a directory made later is taken as written, if absolute).
+            Some(d) => Some(std::fs::canonicalize(d).or_else(|e| {
+                if Path::new(d).is_absolute() {
+                    Ok(PathBuf::from(d))
+                } else {
+                    Err(self.bad(format!("file.base_dir: {}", e.kind())))
+                }
+            })?),
+            None if path.has_holes() => {
+                return Err(self.bad("file.path has holes: give file.base_dir, the directory the call may name files beneath".into()))
+            }
+            None => None,
+        };
+        Ok(Check::File {
+            path,
+            base_dir,
+            sha256: f.sha256.as_deref().map(|s| self.t("file.sha256", s)).transpose()?,
+            min_size: f.min_size,
+            max_bytes: f.max_bytes.unwrap_or(256 << 20),
+        })
+    }
+
+    fn command(&self, c: CommandConfig) -> Result<Check, RulesError> {
+        if c.argv.is_empty() {
+            return Err(self.bad("command.argv is empty".into()));
+        }
+        let argv: Vec<Template> = c.argv.iter().map(|a| self.t("command.argv", a)).collect::<Result<_, _>>()?;
+        if argv[0].has_holes() {
+            return Err(self.bad("command.argv[0], the program, must be written in the rule".into()));
+        }
+        let mut child_env = Vec::new();
+        for k in std::iter::once("PATH").chain(c.env.iter().map(String::as_str)) {
+            if let Some(v) = (self.env)(k) {
+                child_env.push((k.to_string(), v));
+            } else if k != "PATH" {
+                return Err(self.bad(format!("command.env: {k} is not set")));
+            }
+        }
+        let cwd = match &c.cwd {
+            Some(d) => std::fs::canonicalize(d).map_err(|e| self.bad(format!("command.cwd: {}", e.kind())))?,
+            None => std::env::current_dir().map_err(|e| self.bad(format!("the tap's working directory: {}", e.kind())))?,
+        };
+        Ok(Check::Command { argv, env: child_env, cwd })
+    }
+
+    fn sql(&self, s: SqlConfig) -> Result<Check, RulesError> {
+        if !cfg!(feature = "sql") {
+            return Err(self.bad(SQL_NOT_BUILT.into()));
+        }
+        let db = match (s.sqlite, s.postgres) {
+            (Some(f), None) => SqlDb::Sqlite(self.t("sql.sqlite", &f)?),
+            (None, Some(u)) => SqlDb::Postgres(self.t("sql.postgres", &u)?),
+            _ => return Err(self.bad("give exactly one of sql.sqlite, sql.postgres".into())),
+        };
+        // Where the database is, is the operator's: a location the call could fill in could
+        // point the check at a database the checked server made up.
+        if matches!(&db, SqlDb::Sqlite(t) | SqlDb::Postgres(t) if t.has_holes()) {
+            return Err(self.bad(
+                "the database location (sql.sqlite, sql.postgres) may not have holes: it is the operator's, never the call's".into(),
+            ));
+        }
+        if s.query.trim().is_empty() {
+            return Err(self.bad("sql.query is empty".into()));
+        }
+        Ok(Check::Sql {
+            db,
+            query: s.query,
+            params: s.params.iter().map(|p| self.t("sql.params", p)).collect::<Result<_, _>>()?,
+            min_version: s.min_version.as_deref().map(|m| self.t("sql.min_version", m)).transpose()?,
+        })
+    }
+}
+
+/// Why an `sql` check is refused by a build without the `sql` feature (its drivers are not in it).
+const SQL_NOT_BUILT: &str =
+    "sql checks need the `sql` cargo feature, and this mcp-health was built without it (`--no-default-features`); build with `--features sql`";
 
 /// A tool-name pattern: `*` any run of characters, `?` one character, anything else itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -511,6 +547,16 @@ mod tests {
         RuleSet::parse(y, Path::new("v.yaml"), &env)
     }
 
+    /// Without the `sql` feature an `sql` check is refused when the rules load, with the rule's
+    /// name and the feature it needs; the other kinds still compile.
+    #[cfg(not(feature = "sql"))]
+    #[test]
+    fn sql_checks_are_refused_by_a_build_without_the_sql_feature() {
+        let e = parse("- {name: rows_v2, tool: insert, sql: {sqlite: /tmp/x.db, query: 'select 1'}}").unwrap_err().to_string();
+        assert!(e.contains("\"rows_v2\"") && e.contains("the `sql` cargo feature") && e.contains("--features sql"), "{e}");
+        assert_eq!(parse("- {name: x, tool: t, file: {path: /p}}").unwrap().rules.len(), 1);
+    }
+
     #[test]
     fn globs_match_as_shells_do() {
         for (p, s, want) in [
@@ -530,6 +576,8 @@ mod tests {
         }
     }
 
+    // Compiles `sql` checks: a build without the `sql` feature refuses them (tested below).
+    #[cfg(feature = "sql")]
     #[test]
     fn a_file_compiles_with_each_kind_and_first_rule_wins() {
         let rs = parse(
@@ -554,6 +602,8 @@ limits: {queue_size: 4, concurrency: 2}
         assert_eq!(parse("- {name: x, tool: t, file: {path: /p}}").unwrap().rules.len(), 1);
     }
 
+    // Compiles `sql` checks: a build without the `sql` feature refuses them (tested below).
+    #[cfg(feature = "sql")]
     #[test]
     fn the_example_file_compiles() {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/otel-config/verifiers.example.yaml")).unwrap();
@@ -562,6 +612,8 @@ limits: {queue_size: 4, concurrency: 2}
         assert_eq!(methods, ["http_status", "file_digest", "test_result", "row_version"]);
     }
 
+    // Compiles `sql` checks: a build without the `sql` feature refuses them (tested below).
+    #[cfg(feature = "sql")]
     #[test]
     fn bad_rules_stop_the_tap_with_their_name() {
         for (y, want) in [
