@@ -17,7 +17,6 @@ use rustls::sign::CertifiedKey;
 use tokio::task::JoinHandle;
 
 use crate::receive::listen::ListenerName;
-use crate::receive::tls::{CertificateFacts, ServedCertificate};
 
 /// The longest subject the log carries (a certificate's subject has no length limit of its own).
 const MAX_SUBJECT: usize = 256;
