@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 
 use crate::correlate::{crossjoin, DecidedCalls};
 use crate::evidence::time::Moment;
-use crate::evidence::SpanEvidence;
+use crate::evidence::{SpanEvidence, TraceId};
 use crate::state::{Changes, ClientHalf, Record, Table};
 
 use super::super::Tables;
@@ -80,8 +80,8 @@ impl<T> ListJob<T> {
 }
 
 impl Shared {
-    pub(super) fn refusals_job(&mut self, t: &mut Tables, now: Moment) -> ListJob<SpanEvidence> {
-        self.lists.orphans.extend(t.chains.take_published_orphans());
+    pub(super) fn refusals_job(&mut self, published: Vec<SpanEvidence>, now: Moment) -> ListJob<SpanEvidence> {
+        self.lists.orphans.extend(published);
         let over = self.lists.orphans.len().saturating_sub(crossjoin::MAX_ORPHANS);
         self.lists.orphans.drain(..over);
         let mut by_key: BTreeMap<String, Vec<SpanEvidence>> = BTreeMap::new();
@@ -91,8 +91,8 @@ impl Shared {
         self.list_job(Table::Refusals, now, by_key)
     }
 
-    pub(super) fn halves_job(&mut self, t: &mut Tables, now: Moment) -> ListJob<ClientHalf> {
-        self.lists.halves.extend(t.chains.take_published_halves().map(|(id, h)| h.into_shared(id)));
+    pub(super) fn halves_job(&mut self, published: Vec<(TraceId, crossjoin::Half)>, now: Moment) -> ListJob<ClientHalf> {
+        self.lists.halves.extend(published.into_iter().map(|(id, h)| h.into_shared(id)));
         let over = self.lists.halves.len().saturating_sub(crossjoin::MAX_ORPHANS);
         self.lists.halves.drain(..over);
         let mut by_key: BTreeMap<String, Vec<ClientHalf>> = BTreeMap::new();
@@ -102,8 +102,8 @@ impl Shared {
         self.list_job(Table::Halves, now, by_key)
     }
 
-    pub(super) fn parked_job(&mut self, t: &mut Tables, now: Moment) -> ListJob<SpanEvidence> {
-        self.lists.parked.extend(t.chains.take_published_parked());
+    pub(super) fn parked_job(&mut self, published: Vec<(Box<str>, SpanEvidence)>, now: Moment) -> ListJob<SpanEvidence> {
+        self.lists.parked.extend(published);
         let mut by_key: BTreeMap<String, Vec<SpanEvidence>> = BTreeMap::new();
         for (k, v) in self.lists.parked.drain(..) {
             by_key.entry(k.into_string()).or_default().push(v);

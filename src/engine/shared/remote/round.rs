@@ -213,7 +213,9 @@ impl Shared {
     fn start_round(&mut self, t: &mut Tables, now: Moment, force: bool) {
         let drift = std::mem::take(&mut self.rounds.drift);
         let incidents = self.incidents.take_pending();
-        let lists = (self.refusals_job(t, now), self.halves_job(t, now), self.parked_job(t, now));
+        let published = t.chains.take_published();
+        let lists =
+            (self.refusals_job(published.orphans, now), self.halves_job(published.halves, now), self.parked_job(published.parked, now));
         // Catalog changes held for emission whose time has come: their sessions are read and
         // written now, so the write decides who emits them.
         self.mark_catalog_due(t, now, force);
