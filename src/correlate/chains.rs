@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 use super::assemble::assemble_calls;
 use super::crossjoin::{self, CrossJoin};
 use super::due::DueQueue;
+use super::outbox::{Outbox, Published};
 use crate::classify::Decision;
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{SpanEvidence, TraceId};
@@ -238,37 +239,27 @@ pub struct Chains {
     /// Spans per trace in the batch being taken in: a new chain is made with room for all of
     /// its spans in the batch at once (growing it one span at a time moved each span twice).
     batch_spans: FxHashMap<TraceId, u32>,
-    /// Record which decided chains and operation keys changed, for the state store.
-    track: bool,
-    dirty: rustc_hash::FxHashSet<TraceId>,
-    dirty_ops: rustc_hash::FxHashSet<Box<str>>,
-    /// Chains decided at shutdown (not kept for revision here), still to be put in the store.
-    shutdown_decided: Vec<crate::state::DecidedRecord>,
+    /// What is kept for the store until the replica takes it (see `outbox`).
+    outbox: Outbox,
     /// Decided chains forgotten here under a bound (`max_decided`, `max_bytes`) before their
     /// late-span window passed, still in the store: a late span takes one back from there
     /// (decision time and operation keys, so the window still ends it and its keys go with it).
     spilled: crate::bounded::BoundedMap<TraceId, (Moment, Vec<Box<str>>)>,
-    /// With a shared store: refused-looking HTTP spans kept here as orphans, still to be
-    /// published for the other instances (`take_published_orphans`), and the orphans already
-    /// known here (kept or published), so one pulled back is not taken twice.
+    /// With a shared store: what is published for the other instances goes through the outbox
+    /// (`take_published`); the orphans already known here (kept or published) are remembered in
+    /// `known_orphans`, so one pulled back is not taken twice.
     share_orphans: bool,
-    published_orphans: Vec<SpanEvidence>,
-    /// With a shared store: client halves of chains decided here, still to be published (so an
-    /// instance holding their server half finds them), and the server halves already looked for.
-    published_halves: Vec<(TraceId, crossjoin::Half)>,
     /// With a shared store: the servers seen to split traces (only their halves are published;
     /// see `splits`), and whether the chains are being drained (every half is published then).
     splits: super::splits::Splits,
     draining: bool,
-    /// With a shared store: verifiers parked here, still to be published, and the verifiers
-    /// taken from the store already (each is taken once).
-    published_parked: Vec<(Box<str>, SpanEvidence)>,
+    /// With a shared store: the verifiers taken from the store already (each is taken once), and
+    /// the server halves already looked for.
     known_verifiers: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
     looked_for: crate::bounded::BoundedSet<TraceId>,
-    /// With a shared store: chains whose root never came, gone quiet, to look for in the store's
+    /// With a shared store: chains whose root never came looked for already in the store's
     /// decided chains (another instance may have decided the call, its client span included, and
-    /// stopped), and those looked for already (each once).
-    rootless_to_look: Vec<TraceId>,
+    /// stopped; each is looked for once).
     rootless_looked: crate::bounded::BoundedSet<TraceId>,
     /// Chains deferred as server halves (see `tick_due`): the only ones a timed look for a client
     /// half can find ([`Chains::server_halves_to_look_for`]), so that look never walks every
@@ -297,20 +288,13 @@ impl Chains {
             limbo: FxHashMap::default(),
             pending_index: Vec::new(),
             batch_spans: FxHashMap::default(),
-            track: false,
-            dirty: Default::default(),
-            dirty_ops: Default::default(),
-            shutdown_decided: Vec::new(),
             spilled: crate::bounded::BoundedMap::with_capacity("spilled_decided", 100_000),
+            outbox: Outbox::default(),
             share_orphans: false,
-            published_orphans: Vec::new(),
-            published_halves: Vec::new(),
             splits: Default::default(),
             draining: false,
-            published_parked: Vec::new(),
             known_verifiers: crate::bounded::BoundedSet::with_capacity("known_verifiers", 100_000),
             looked_for: crate::bounded::BoundedSet::with_capacity("halves_looked_for", 100_000),
-            rootless_to_look: Vec::new(),
             rootless_looked: crate::bounded::BoundedSet::with_capacity("rootless_looked_for", 100_000),
             deferred_halves: Default::default(),
             known_orphans: crate::bounded::BoundedSet::with_capacity("known_orphans", crossjoin::MAX_ORPHANS * 4),
@@ -324,23 +308,18 @@ impl Chains {
         self.splits.set_settle(settle);
     }
 
-    /// The orphans kept since the last call, to publish (at most [`crossjoin::MAX_ORPHANS`] are
-    /// held; past that the oldest go unpublished, as an orphan past the bound goes here).
-    pub fn take_published_orphans(&mut self) -> std::vec::Drain<'_, SpanEvidence> {
-        self.published_orphans.drain(..)
-    }
-
-    /// The client halves of chains decided since the last call, to publish (at most
-    /// [`crossjoin::MAX_ORPHANS`] held; past that the oldest go unpublished).
-    pub fn take_published_halves(&mut self) -> std::vec::Drain<'_, (TraceId, crossjoin::Half)> {
-        self.published_halves.drain(..)
+    /// What to publish since the last call: the orphans kept, the client halves of chains
+    /// decided and the verifiers parked (at most [`crossjoin::MAX_ORPHANS`] orphans and halves and
+    /// `max_parked_verifiers` verifiers are held; past that the oldest go unpublished).
+    pub(crate) fn take_published(&mut self) -> Published {
+        self.outbox.take_published()
     }
 
     fn publish_half(&mut self, id: TraceId, h: crossjoin::Half) {
-        if self.published_halves.len() >= crossjoin::MAX_ORPHANS {
-            self.published_halves.remove(0);
+        if self.outbox.halves.len() >= crossjoin::MAX_ORPHANS {
+            self.outbox.halves.remove(0);
         }
-        self.published_halves.push((id, h));
+        self.outbox.halves.push((id, h));
     }
 
     /// The marks of servers seen to split here since the last call, to write to the store.
@@ -381,7 +360,7 @@ impl Chains {
     /// The chains in flight whose root never came, gone quiet since the last call: the replica
     /// looks for their trace among the decided chains of a shared store.
     pub fn take_rootless_to_look(&mut self) -> Vec<TraceId> {
-        std::mem::take(&mut self.rootless_to_look)
+        std::mem::take(&mut self.outbox.rootless)
     }
 
     /// A chain another instance decided (from a shared store) for a trace in flight here without
@@ -425,15 +404,9 @@ impl Chains {
             }
         }
         found.reverse();
-        self.published_halves.extend(found);
-        let over = self.published_halves.len().saturating_sub(crossjoin::MAX_ORPHANS);
-        self.published_halves.drain(..over);
-    }
-
-    /// The verifiers parked since the last call, with their operation keys, to publish (at most
-    /// `max_parked_verifiers` held; past that the oldest go unpublished).
-    pub fn take_published_parked(&mut self) -> std::vec::Drain<'_, (Box<str>, SpanEvidence)> {
-        self.published_parked.drain(..)
+        self.outbox.halves.extend(found);
+        let over = self.outbox.halves.len().saturating_sub(crossjoin::MAX_ORPHANS);
+        self.outbox.halves.drain(..over);
     }
 
     /// A verifier another instance parked under an operation key a call here names: taken as
@@ -516,10 +489,10 @@ impl Chains {
     fn take_orphan(&mut self, ev: SpanEvidence, now: Moment, local: bool) {
         if local && self.share_orphans {
             self.known_orphans.insert((ev.trace_id, ev.span_id));
-            if self.published_orphans.len() >= crossjoin::MAX_ORPHANS {
-                self.published_orphans.remove(0);
+            if self.outbox.orphans.len() >= crossjoin::MAX_ORPHANS {
+                self.outbox.orphans.remove(0);
             }
-            self.published_orphans.push(ev.clone());
+            self.outbox.orphans.push(ev.clone());
         }
         self.cross.push_orphan(now, ev, self.limits.late_span_window)
     }
@@ -563,15 +536,15 @@ impl Chains {
 
     /// Record, from now on, which decided chains change (for the state store).
     pub fn track_changes(&mut self) {
-        self.track = true;
+        self.outbox.track = true;
     }
 
     fn mark(&mut self, id: TraceId, spans: &[SpanEvidence]) {
-        if self.track {
-            self.dirty.insert(id);
+        if self.outbox.track {
+            self.outbox.dirty.insert(id);
             for s in spans {
                 if let (Some(k), Some(_)) = (s.operation_key.as_deref(), &s.method) {
-                    self.dirty_ops.insert(k.into());
+                    self.outbox.dirty_ops.insert(k.into());
                 }
             }
         }
@@ -582,14 +555,14 @@ impl Chains {
     /// while the chain of its call is (so a verifier after a restart still finds it).
     pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
         use crate::state::{trace_key, DecidedRecord, Record, Table};
-        let shutdown = std::mem::take(&mut self.shutdown_decided);
-        out.changes.reserve(shutdown.len() + self.dirty.len() + self.dirty_ops.len());
+        let shutdown = std::mem::take(&mut self.outbox.shutdown_decided);
+        out.changes.reserve(shutdown.len() + self.outbox.dirty.len() + self.outbox.dirty_ops.len());
         for r in shutdown {
-            self.dirty.remove(&r.trace_id);
+            self.outbox.dirty.remove(&r.trace_id);
             for s in r.spans.iter() {
                 if let (Some(k), Some(_)) = (s.operation_key.as_deref(), &s.method) {
                     if self.operations.get(k) == Some(&r.trace_id) {
-                        self.dirty_ops.remove(k);
+                        self.outbox.dirty_ops.remove(k);
                         out.put(k.to_string(), Record::Operation(r.trace_id));
                     }
                 }
@@ -598,7 +571,7 @@ impl Chains {
         }
         // The sets are given back emptied, their room kept up to a bound (they fill again each
         // round).
-        let mut dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = std::mem::take(&mut self.outbox.dirty);
         for id in dirty.drain() {
             match self.decided.get(&id) {
                 Some(d) => out.put(
@@ -618,7 +591,7 @@ impl Chains {
                 None => out.delete(Table::Decided, trace_key(&id)),
             }
         }
-        let mut dirty_ops = std::mem::take(&mut self.dirty_ops);
+        let mut dirty_ops = std::mem::take(&mut self.outbox.dirty_ops);
         for k in dirty_ops.drain() {
             match self.operations.get(&k) {
                 Some(t) if self.decided.contains_key(t) || self.active.contains_key(t) || self.spilled.contains(t) => {
@@ -628,10 +601,10 @@ impl Chains {
             }
         }
         if dirty.capacity() <= MAX_BATCH_TRACES_KEPT {
-            self.dirty = dirty;
+            self.outbox.dirty = dirty;
         }
         if dirty_ops.capacity() <= MAX_BATCH_TRACES_KEPT {
-            self.dirty_ops = dirty_ops;
+            self.outbox.dirty_ops = dirty_ops;
         }
     }
 
@@ -829,10 +802,10 @@ impl Chains {
                         let key: Box<str> = key.into();
                         if self.share_orphans {
                             self.known_verifiers.insert((ev.trace_id, ev.span_id));
-                            if self.published_parked.len() >= self.limits.max_parked_verifiers.max(1) {
-                                self.published_parked.remove(0);
+                            if self.outbox.parked.len() >= self.limits.max_parked_verifiers.max(1) {
+                                self.outbox.parked.remove(0);
                             }
-                            self.published_parked.push((key.clone(), ev.clone()));
+                            self.outbox.parked.push((key.clone(), ev.clone()));
                         }
                         match self.parked.get_or_insert_with(key, Vec::new) {
                             Some(v) if v.len() < MAX_PARKED_PER_KEY => v.push((now, ev)),
@@ -1023,7 +996,7 @@ impl Chains {
         while let Some((_, id, rev)) = self.decided_order.pop_front() {
             if self.decided.get(&id).is_some_and(|d| d.revision == rev) {
                 if let Some(d) = self.decided.remove(&id) {
-                    if self.track && !by_window {
+                    if self.outbox.track && !by_window {
                         self.spilled.insert(id, (d.decided_at, op_keys(&d.spans)));
                     } else {
                         self.mark(id, &d.spans);
@@ -1116,8 +1089,8 @@ impl Chains {
                 keep
             });
             for (id, keys) in gone {
-                self.dirty.insert(id);
-                self.dirty_ops.extend(keys);
+                self.outbox.dirty.insert(id);
+                self.outbox.dirty_ops.extend(keys);
             }
         }
         if !self.parked.is_empty() {
@@ -1181,8 +1154,8 @@ impl Chains {
                     // Its root (the client's span) may be in a chain another instance decided and
                     // wrote (it stopped, or the collector's ring moved the trace): looked for once.
                     self.rootless_looked.insert(id);
-                    if self.rootless_to_look.len() < crossjoin::MAX_ORPHANS {
-                        self.rootless_to_look.push(id);
+                    if self.outbox.rootless.len() < crossjoin::MAX_ORPHANS {
+                        self.outbox.rootless.push(id);
                     }
                 }
                 let next = if c.root_seen { c.last_seen + self.limits.decision_wait } else { now + self.limits.decision_wait };
@@ -1555,11 +1528,11 @@ impl Chains {
             previous: c.extra.as_mut().map(|e| std::mem::take(&mut e.previous)).unwrap_or_default(),
         });
         if self.limits.max_decided == 0 || by == DecidedBy::Shutdown {
-            if self.track && self.limits.max_decided > 0 {
+            if self.outbox.track && self.limits.max_decided > 0 {
                 // Decided at shutdown: not kept here, but kept in the store, so that a late span
                 // after the restart still revises it.
                 self.mark(id, &c.spans);
-                self.shutdown_decided.push(crate::state::DecidedRecord {
+                self.outbox.shutdown_decided.push(crate::state::DecidedRecord {
                     trace_id: id,
                     spans: Arc::new(c.spans.clone()),
                     root_seen: c.root_seen,

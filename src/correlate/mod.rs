@@ -5,6 +5,7 @@ pub mod assemble;
 pub mod chains;
 pub mod crossjoin;
 mod due;
+pub(crate) mod outbox;
 pub mod sessions;
 pub mod splits;
 

@@ -873,14 +873,18 @@ fn held_client_halves_are_published_by_a_mark_and_the_recent_ones_at_the_drain()
     tick(&mut c, t0 + secs(3));
     ingest(&mut c, batch(vec![to(2, "marked:1")]), t0 + secs(3));
     tick(&mut c, t0 + secs(6));
-    assert_eq!(c.take_published_halves().count(), 0, "no server seen to split: nothing published");
+    assert_eq!(c.take_published().halves.len(), 0, "no server seen to split: nothing published");
     c.learn_split(&Some(Arc::from("marked:1")), t0 + secs(7));
-    assert_eq!(c.take_published_halves().map(|(id, _)| id).collect::<Vec<_>>(), vec![tid(2)]);
+    assert_eq!(c.take_published().halves.into_iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![tid(2)]);
     ingest(&mut c, batch(vec![to(3, "recent:1")]), t0 + secs(60));
     tick(&mut c, t0 + secs(63));
-    assert_eq!(c.take_published_halves().count(), 0);
+    assert_eq!(c.take_published().halves.len(), 0);
     c.drain(DecidedBy::Shutdown, t0 + secs(64), &mut Vec::new());
-    assert_eq!(c.take_published_halves().map(|(id, _)| id).collect::<Vec<_>>(), vec![tid(3)], "the old half is not published at the drain");
+    assert_eq!(
+        c.take_published().halves.into_iter().map(|(id, _)| id).collect::<Vec<_>>(),
+        vec![tid(3)],
+        "the old half is not published at the drain"
+    );
 }
 
 /// A span equal to one its chain holds (an exporter's retry, the journal replayed after a
