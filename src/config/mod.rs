@@ -478,8 +478,10 @@ fn d_queue() -> usize {
 }
 
 /// Expand `${env:VAR}`, `${VAR}` and `${env:VAR:-default}` (the collector's forms) in one string;
-/// `$$` is a literal `$`. [`Config::parse`] applies this to each scalar value after parsing, never
-/// to the text; `line` in the error counts within `text`.
+/// `$$` is a literal `$`; `line` in the error counts within `text`. [`Config::parse`] expands each
+/// scalar value as it deserializes it, never the text ([`subst::Subst`]); this is the same
+/// expansion on one string, for the forms' tests.
+#[cfg(test)]
 pub fn substitute_env(path: &str, text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
     subst::expand(text, lookup).map_err(|m| match m.why {
         subst::Unresolved::EnvNotSet => ConfigError::MissingEnv { path: path.into(), var: m.var, line: m.line },
