@@ -23,6 +23,13 @@ pub mod classify {
     }
 }
 
+/// The TLS helpers the listeners and the exporters share.
+pub mod config {
+    pub mod tls {
+        pub use crate::config::tls::{provider, read_certificates};
+    }
+}
+
 /// `replay` as the command line runs it.
 pub mod cli {
     pub mod replay {
@@ -56,6 +63,13 @@ pub mod gate {
 /// Synthetic load.
 pub mod loadgen {
     pub use crate::loadgen::{build_request, encode, run, run_with, stamp, EncodedBatch, LoadReport, SendOptions};
+}
+
+/// The interner of identifiers.
+pub mod normalize {
+    pub mod intern {
+        pub use crate::normalize::intern::{intern, Kind};
+    }
 }
 
 /// OTLP/JSON decoding.

@@ -6,10 +6,10 @@
 //! Its own test binary: the limits are process-wide.
 
 use mcp_health::config::Config;
-use mcp_health::normalize::intern::{intern, Kind};
 use mcp_health::normalize::redact::session_hash;
 use mcp_health::testing::bounded;
 use mcp_health::testing::emit::metrics::{MetricsPipeline, MetricsSettings};
+use mcp_health::testing::normalize::intern::{intern, Kind};
 
 #[test]
 fn filling_a_table_past_its_configured_limit_is_counted_and_served() {

@@ -346,9 +346,9 @@ async fn http_checks_speak_tls_to_https_destinations() {
     use rustls::pki_types::pem::PemObject;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let pki = support::pki::Pki::generate();
-    let certs = mcp_health::config::tls::read_certificates("cert", pki.server_cert.to_str().unwrap()).unwrap();
+    let certs = mcp_health::testing::config::tls::read_certificates("cert", pki.server_cert.to_str().unwrap()).unwrap();
     let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&pki.server_key).unwrap();
-    let cfg = rustls::ServerConfig::builder_with_provider(mcp_health::config::tls::provider())
+    let cfg = rustls::ServerConfig::builder_with_provider(mcp_health::testing::config::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()

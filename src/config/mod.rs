@@ -1,18 +1,18 @@
 //! Configuration: one YAML file in the OpenTelemetry Collector's style, `${env:VAR}` substitution,
 //! standard `OTEL_*` variables as fallbacks, and an embedded default that needs nothing.
 //!
-//! Substitution happens per scalar value after the YAML is parsed (see [`subst`]): a value is
+//! Substitution happens per scalar value after the YAML is parsed (see `subst`): a value is
 //! always one scalar, never YAML syntax, and comments are never looked at.
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a default), reported with the
 //! key's line and column; so are bad values found after parsing (`check`).
 
 pub mod lockfile;
-pub mod subst;
+pub(crate) mod subst;
 /// Client TLS of the exporters: declared beside the exporters that use it.
-pub use crate::emit::tls_client;
+pub(crate) use crate::emit::tls_client;
 /// Server TLS of the listeners: declared beside the receivers.
-pub use crate::receive::tls;
+pub(crate) use crate::receive::tls;
 
 use std::time::Duration;
 

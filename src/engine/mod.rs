@@ -22,7 +22,7 @@
 //! engine's first ingest — is marked partial after classification and never comes out `healthy`
 //! (`classify::partial`).
 
-pub mod decided;
+pub(crate) mod decided;
 pub(crate) mod shared;
 
 use std::sync::Arc;
