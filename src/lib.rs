@@ -8,9 +8,10 @@
 //! `telemetry` are the plumbing and the self-description under both ends of a queue; `cli` is
 //! the command line.
 //!
-//! What the library offers is the judge without the service around it: load a [`config`],
-//! turn an OTLP export request into a batch of [`evidence`] with [`normalize`], feed it to an
-//! [`engine::Engine`] and read the [`verdict`]s it decides. [`main`] is the whole command line,
+//! What the library offers is the judge without the service around it: load a [`config`] (its
+//! [`config::Config::engine_config`] is what the engine is made from), turn an OTLP export request
+//! into a batch of [`evidence`] with [`normalize`], feed it to an [`engine::Engine`] and read the
+//! [`verdict`]s it decides. [`main`] is the whole command line,
 //! for the binary. Everything else (the receivers, the exporters, the store, the tap, the gate,
 //! the plumbing) is `pub(crate)`: it is how the service runs, not a contract, and keeping it
 //! private lets it change without breaking a user and lets the compiler find what nobody calls.

@@ -539,6 +539,19 @@ impl Config {
         }
     }
 
+    /// The engine's configuration in this file (`processors.mcp_health`): what serve and replay
+    /// build their engine from.
+    pub fn engine_config(&self) -> crate::engine::EngineConfig {
+        let p = &self.processors.mcp_health;
+        let mut e = crate::engine::EngineConfig::new(p.limits(), p.session_limits());
+        e.progress = p.progress.clone();
+        e.max_drift_reported = p.state_limits.drift_reported;
+        e.max_working_reported = p.state_limits.working_reported;
+        e.max_gate_board = p.state_limits.gate_board;
+        e.partial_before_start = p.partial_before_start;
+        e
+    }
+
     /// Ask each component whether its values are allowed; the first that is not is named by its
     /// key (`Config::parse` adds the key's line and column).
     fn check(&self, path: &str) -> Result<(), ConfigError> {
