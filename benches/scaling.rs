@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use mcp_health::engine::{Decided, Engine, EngineConfig};
 use mcp_health::evidence::time::Moment;
-use mcp_health::loadgen;
+use mcp_health::testing::loadgen;
 use mcp_health::verdict::DecidedBy;
 
 /// mimalloc, as the service, with a count of the bytes it holds.

@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_health::correlate::{ChainLimits, SessionLimits};
 use mcp_health::engine::{Decided, Engine, EngineConfig};
 use mcp_health::evidence::time::Moment;
 use mcp_health::evidence::{Method, Side, SpanEvidence};
 use mcp_health::normalize::NormalizedBatch;
+use mcp_health::testing::correlate::{ChainLimits, SessionLimits};
 use mcp_health::verdict::DecidedBy;
 
 #[global_allocator]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use mcp_health::engine::{Decided, Engine, EngineConfig};
 use mcp_health::evidence::time::Moment;
-use mcp_health::loadgen;
+use mcp_health::testing::loadgen;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -25,12 +25,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_health::correlate::{ChainLimits, SessionLimits};
 use mcp_health::engine::{Decided, Engine, EngineConfig};
 use mcp_health::evidence::time::Moment;
 use mcp_health::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
 use mcp_health::normalize::NormalizedBatch;
-use mcp_health::state::{MemoryStore, RedisSettings, StoreHandle};
+use mcp_health::testing::correlate::{ChainLimits, SessionLimits};
+use mcp_health::testing::state::{MemoryStore, RedisSettings, StoreHandle};
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;

@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_health::loadgen::{self, EncodedBatch, SendOptions};
+use mcp_health::testing::loadgen::{self, EncodedBatch, SendOptions};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 

@@ -84,10 +84,6 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
         }
     }
 
-    pub fn table(&self) -> &'static str {
-        self.table
-    }
-
     pub fn capacity(&self) -> usize {
         self.cap
     }
@@ -100,6 +96,7 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
         }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -238,6 +235,7 @@ impl<K: Hash + Eq + Clone> BoundedSet<K> {
     }
 
     /// Remove `k` (not counted); true if it was there.
+    #[cfg(test)]
     pub fn remove<Q>(&mut self, k: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -246,12 +244,9 @@ impl<K: Hash + Eq + Clone> BoundedSet<K> {
         self.0.remove(k).is_some()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 

@@ -2,27 +2,56 @@
 //! servers and verifiers.
 //!
 //! The data takes one road and the modules follow it:
-//! [`receive`] (OTLP/gRPC, OTLP/HTTP) → [`normalize`] (dialects → [`evidence`]) → [`correlate`]
-//! (trace-keyed chains) → [`classify`] (pure functions → [`verdict`]) → [`emit`] (pass-through,
-//! health spans, metrics). [`engine`] is the one pipeline serve and replay both run; [`flow`] and
-//! [`telemetry`] are the plumbing and the self-description under both ends of a queue; [`cli`] is
+//! `receive` (OTLP/gRPC, OTLP/HTTP) → [`normalize`] (dialects → [`evidence`]) → `correlate`
+//! (trace-keyed chains) → `classify` (pure functions → [`verdict`]) → `emit` (pass-through,
+//! health spans, metrics). [`engine`] is the one pipeline serve and replay both run; `flow` and
+//! `telemetry` are the plumbing and the self-description under both ends of a queue; `cli` is
 //! the command line.
+//!
+//! What the library offers is the judge without the service around it: load a [`config`] (its
+//! [`config::Config::engine_config`] is what the engine is made from), turn an OTLP export request
+//! into a batch of [`evidence`] with [`normalize`], feed it to an [`engine::Engine`] and read the
+//! [`verdict`]s it decides. [`main`] is the whole command line,
+//! for the binary. Everything else (the receivers, the exporters, the store, the tap, the gate,
+//! the plumbing) is `pub(crate)`: it is how the service runs, not a contract, and keeping it
+//! private lets it change without breaking a user and lets the compiler find what nobody calls.
+//! `testing` re-exports the few inner items the crate's own benches and tests need.
 
-pub mod bounded;
-pub mod classify;
-pub mod cli;
+pub(crate) mod bounded;
+pub(crate) mod classify;
+pub(crate) mod cli;
 pub mod config;
-pub mod correlate;
-pub mod emit;
+pub(crate) mod correlate;
+pub(crate) mod emit;
 pub mod engine;
 pub mod evidence;
-pub mod flow;
-pub mod gate;
-pub mod loadgen;
+pub(crate) mod flow;
+pub(crate) mod gate;
+pub(crate) mod loadgen;
 pub mod normalize;
-pub mod receive;
+pub(crate) mod receive;
 pub(crate) mod service;
-pub mod state;
-pub mod tap;
-pub mod telemetry;
+pub(crate) mod state;
+pub(crate) mod tap;
+pub(crate) mod telemetry;
 pub mod verdict;
+
+#[doc(hidden)]
+pub mod testing;
+
+/// What the binary's allocator offers the service: the service calls them, the library does not
+/// link an allocator of its own.
+pub struct Allocator {
+    /// Make the allocator return freed memory to the OS at once: called when a memory limiter is
+    /// made, since a limit on the resident set needs freed memory to leave it.
+    pub return_freed_memory: fn(),
+    /// Called on a runtime thread about to go idle: hand back to the OS what it freed.
+    pub collect_on_idle: fn(),
+}
+
+/// The `mcp-health` command line: parse the arguments, run the command, return its exit code.
+pub fn main(allocator: Allocator) -> std::process::ExitCode {
+    flow::memory::set_allocator_hook(allocator.return_freed_memory);
+    flow::memory::set_idle_hook(allocator.collect_on_idle);
+    cli::main()
+}

@@ -43,7 +43,5 @@ fn collect_on_idle() {
 }
 
 fn main() -> std::process::ExitCode {
-    mcp_health::flow::memory::set_allocator_hook(return_freed_memory_at_once);
-    mcp_health::flow::memory::set_idle_hook(collect_on_idle);
-    mcp_health::cli::main()
+    mcp_health::main(mcp_health::Allocator { return_freed_memory: return_freed_memory_at_once, collect_on_idle })
 }

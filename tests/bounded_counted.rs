@@ -5,11 +5,11 @@
 //!
 //! Its own test binary: the limits are process-wide.
 
-use mcp_health::bounded;
 use mcp_health::config::Config;
-use mcp_health::emit::metrics::{MetricsPipeline, MetricsSettings};
-use mcp_health::normalize::intern::{intern, Kind};
 use mcp_health::normalize::redact::session_hash;
+use mcp_health::testing::bounded;
+use mcp_health::testing::emit::metrics::{MetricsPipeline, MetricsSettings};
+use mcp_health::testing::normalize::intern::{intern, Kind};
 
 #[test]
 fn filling_a_table_past_its_configured_limit_is_counted_and_served() {
@@ -40,7 +40,7 @@ fn filling_a_table_past_its_configured_limit_is_counted_and_served() {
         level: mcp_health::config::MetricsLevel::default(),
     })
     .unwrap();
-    let text = mcp_health::emit::prometheus::render(metrics.prometheus.as_ref().unwrap());
+    let text = mcp_health::testing::emit::prometheus::render(metrics.prometheus.as_ref().unwrap());
     // Every series carries the instrumentation scope after its own labels.
     let scope = format!("otel_scope_name=\"mcp-health\",otel_scope_version=\"{}\"", env!("CARGO_PKG_VERSION"));
     let want = format!("mcp_health_state_evicted_total{{table=\"interner\",{scope}}} {}", bounded::evicted("interner"));

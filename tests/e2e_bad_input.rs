@@ -285,7 +285,7 @@ async fn planted_secrets_never_come_out() {
     for (i, line) in lines.iter().enumerate() {
         let r = svc.post_traces("application/json", i % 2 == 1, line.as_bytes()).await;
         assert_eq!(r.status, 200, "{}", r.text());
-        let proto = mcp_health::receive::otlp_json::decode_traces(line.as_bytes()).unwrap();
+        let proto = mcp_health::testing::receive::otlp_json::decode_traces(line.as_bytes()).unwrap();
         // The same spans over gRPC and HTTP/protobuf too (same trace: a revision at most).
         svc.grpc_export(proto.clone()).await.expect("gRPC accepted");
         let r = svc.post_proto(&proto).await;
@@ -401,7 +401,7 @@ async fn above_the_memory_limit_requests_are_refused_retryably_and_counted() {
     let r = svc.post_json(line.as_bytes()).await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.header("retry-after").is_some(), "retryable: Retry-After is set");
-    let proto = mcp_health::receive::otlp_json::decode_traces(line.as_bytes()).unwrap();
+    let proto = mcp_health::testing::receive::otlp_json::decode_traces(line.as_bytes()).unwrap();
     let g = svc.grpc_export(proto).await.expect_err("refused");
     assert!(is_busy(&g), "{g:?}");
     let text = svc.metrics_text().await;

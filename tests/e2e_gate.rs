@@ -14,8 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use mcp_health::gate::service::pb::gate_client::GateClient;
-use mcp_health::gate::service::pb::{CatalogVerdictRequest, CatalogVerdictResponse, CheckToolRequest, CheckToolResponse};
+use mcp_health::testing::gate::service::pb::gate_client::GateClient;
+use mcp_health::testing::gate::service::pb::{CatalogVerdictRequest, CatalogVerdictResponse, CheckToolRequest, CheckToolResponse};
 use serde_json::Value;
 use support::*;
 
@@ -164,7 +164,7 @@ fn fixture_digest(name: &str, tool: &str) -> String {
         if let Some(raw) = span_attr(&s, "mcp_health.catalog.tools").and_then(|v| v["stringValue"].as_str()) {
             let defs: Vec<Value> = serde_json::from_str(raw).unwrap();
             if let Some(d) = defs.iter().find(|d| d["name"] == tool) {
-                return mcp_health::classify::digest::tool_digest(d).unwrap().digest;
+                return mcp_health::testing::classify::digest::tool_digest(d).unwrap().digest;
             }
         }
     }
@@ -335,7 +335,7 @@ async fn unpinned_deny_policy_denies_tools_without_a_pin() {
 
 /// README "Gate API": the two-line client.
 async fn readme_client(endpoint: &str, digest: String) -> Result<bool, Box<dyn std::error::Error>> {
-    use mcp_health::gate::service::pb::{gate_client::GateClient, CheckToolRequest};
+    use mcp_health::testing::gate::service::pb::{gate_client::GateClient, CheckToolRequest};
     let mut gate = GateClient::connect(endpoint.to_string()).await?;
     let ok = gate
         .check_tool(CheckToolRequest { server: "tickets.example.test:8443".into(), tool: "search_tickets".into(), digest })

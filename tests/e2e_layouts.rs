@@ -484,7 +484,7 @@ async fn run_pair(agent: &Path, pair: Pair) {
     // to each exporter of the collector's pipelines on that receiver.
     let requests: Vec<ExportTraceServiceRequest> = fixture_lines(FIXTURE)
         .iter()
-        .map(|l| mcp_health::receive::otlp_json::decode_traces(l.as_bytes()).expect("the fixture is OTLP/JSON"))
+        .map(|l| mcp_health::testing::receive::otlp_json::decode_traces(l.as_bytes()).expect("the fixture is OTLP/JSON"))
         .collect();
     let mut sent: HashMap<SpanKey, usize> = HashMap::new();
     for s in flatten(&requests) {
@@ -583,7 +583,7 @@ async fn the_compose_traffic_arrives_dated_now() {
     let done = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
 
     let requests: Vec<ExportTraceServiceRequest> =
-        fixture_lines(FIXTURE).iter().map(|l| mcp_health::receive::otlp_json::decode_traces(l.as_bytes()).unwrap()).collect();
+        fixture_lines(FIXTURE).iter().map(|l| mcp_health::testing::receive::otlp_json::decode_traces(l.as_bytes()).unwrap()).collect();
     let recorded = flatten(&requests);
     let passed = sink
         .wait_for(WAIT, "every fixture span passed on", |s| {

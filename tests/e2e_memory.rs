@@ -75,7 +75,7 @@ async fn rss_stays_under_the_memory_limit_with_64_requests_of_4_mib_and_the_back
     .await;
 
     // Realistic MCP spans (client, server and verifier span per call), just under 4 MiB a request.
-    let template = mcp_health::loadgen::encode(&mcp_health::loadgen::build_request(1, 3640));
+    let template = mcp_health::testing::loadgen::encode(&mcp_health::testing::loadgen::build_request(1, 3640));
     let wire = template.bytes.len();
     assert!((3_900_000..=4 << 20).contains(&wire), "request of {wire} bytes");
     let spans_per_request = template.spans;
@@ -101,7 +101,7 @@ async fn rss_stays_under_the_memory_limit_with_64_requests_of_4_mib_and_the_back
     // request is retried as an OTLP exporter does (here: up to 5 attempts, 100 ms apart).
     let mut sends = Vec::new();
     for sender in 0..64u32 {
-        let body = mcp_health::loadgen::stamp(&template, sender + 1);
+        let body = mcp_health::testing::loadgen::stamp(&template, sender + 1);
         let addr = svc.grpc_addr();
         sends.push(tokio::spawn(async move {
             let (mut ok, mut refused) = (0u64, 0u64);
@@ -262,7 +262,7 @@ async fn flood_the_embedded_default(extra: &[&str]) -> Option<()> {
         println!("SKIPPED: the default memory limit here is {limit} MiB (80% of the cgroup limit); the flood reaches ~1 GiB");
         return None;
     }
-    let template = mcp_health::loadgen::encode(&mcp_health::loadgen::build_request(1, 3640));
+    let template = mcp_health::testing::loadgen::encode(&mcp_health::testing::loadgen::build_request(1, 3640));
     let grpc: std::net::SocketAddr = ([127, 0, 0, 1], svc.ports.grpc).into();
     let mut sends = Vec::new();
     for sender in 0..48u32 {
@@ -270,7 +270,7 @@ async fn flood_the_embedded_default(extra: &[&str]) -> Option<()> {
         sends.push(tokio::spawn(async move {
             let (mut ok, mut refused) = (0u64, 0u64);
             for round in 0..3u32 {
-                let body = mcp_health::loadgen::stamp(&template, 1 + sender * 3 + round);
+                let body = mcp_health::testing::loadgen::stamp(&template, 1 + sender * 3 + round);
                 for _attempt in 0..5 {
                     // The bound here is memory, not latency: while a debug build on two shared
                     // cores decodes the requests it took, a refusal of another took up to 38 s

@@ -263,7 +263,7 @@ async fn otlp_http_fixture_in_every_encoding_gives_verdict_lines_and_prometheus_
     let svc = Service::start(Cfg { decision_wait: "1s", ..Cfg::default() }).await;
     let lines = fixture_lines("eight_calls.jsonl");
     for (i, line) in lines.iter().enumerate() {
-        let proto = mcp_health::receive::otlp_json::decode_traces(line.as_bytes()).expect("fixture line decodes").encode_to_vec();
+        let proto = mcp_health::testing::receive::otlp_json::decode_traces(line.as_bytes()).expect("fixture line decodes").encode_to_vec();
         let (ct, gz, body, is_json) = match i % 4 {
             0 => ("application/json", false, line.as_bytes().to_vec(), true),
             1 => ("application/x-protobuf", false, proto, false),

@@ -100,8 +100,8 @@ async fn the_authorization_incident_alert_becomes_firing() {
 /// family that ends with it, and counter families without `_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_names_follow_the_compatibility_rules() {
-    use mcp_health::emit::prometheus::{names, sanitize_name};
-    use mcp_health::telemetry::instruments::{Kind, ALL};
+    use mcp_health::testing::emit::prometheus::{names, sanitize_name};
+    use mcp_health::testing::telemetry::instruments::{Kind, ALL};
     let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::default() }).await;
     for line in fixture_lines("eight_calls.jsonl") {
         assert_eq!(svc.post_json(line.as_bytes()).await.status, 200);
@@ -215,8 +215,8 @@ async fn metrics_names_follow_the_compatibility_rules() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_level_chooses_what_is_served() {
     use mcp_health::config::MetricsLevel;
-    use mcp_health::emit::prometheus::names;
-    use mcp_health::telemetry::instruments::ALL;
+    use mcp_health::testing::emit::prometheus::names;
+    use mcp_health::testing::telemetry::instruments::ALL;
     for (level, l) in [("none", MetricsLevel::None), ("basic", MetricsLevel::Basic)] {
         let svc = Service::start(Cfg { decision_wait: "300ms", metrics_level: Some(level), ..Cfg::default() }).await;
         for line in fixture_lines("eight_calls.jsonl") {
@@ -253,8 +253,8 @@ async fn the_metrics_level_chooses_what_is_served() {
 /// exporters apply these rules to the OTLP metrics; the shipped dashboards then work on both.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_otlp_road_and_the_scrape_give_the_same_names() {
-    use mcp_health::emit::prometheus::names;
-    use mcp_health::telemetry::instruments::Kind;
+    use mcp_health::testing::emit::prometheus::names;
+    use mcp_health::testing::telemetry::instruments::Kind;
     use opentelemetry_proto::tonic::metrics::v1::metric::Data;
     let sink = Sink::start().await;
     let svc = Service::start(Cfg { decision_wait: "300ms", ..Cfg::with_sink(&sink) }).await;

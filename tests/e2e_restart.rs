@@ -12,8 +12,8 @@ mod support;
 
 use std::time::Duration;
 
-use mcp_health::gate::service::pb::gate_client::GateClient;
-use mcp_health::gate::service::pb::CatalogVerdictRequest;
+use mcp_health::testing::gate::service::pb::gate_client::GateClient;
+use mcp_health::testing::gate::service::pb::CatalogVerdictRequest;
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
 use serde_json::Value;
 use support::*;

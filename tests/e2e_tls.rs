@@ -312,8 +312,8 @@ async fn rust_sdk_otlp_exporter_over_mutual_tls() {
 /// configured CA gets its answer; one without is refused at the handshake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gate_answers_over_mutual_tls_only_to_a_client_with_a_certificate() {
-    use mcp_health::gate::service::pb::gate_client::GateClient;
-    use mcp_health::gate::service::pb::CheckToolRequest;
+    use mcp_health::testing::gate::service::pb::gate_client::GateClient;
+    use mcp_health::testing::gate::service::pb::CheckToolRequest;
     use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
     let pki = Pki::generate();

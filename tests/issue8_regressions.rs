@@ -5,13 +5,13 @@
 use mcp_health::evidence::time::Moment;
 use std::sync::Arc;
 
-use mcp_health::classify::digest::{registry_digest, ToolDigest, PROJECTION_VERSION};
-use mcp_health::classify::{classify_call, Decision};
-use mcp_health::correlate::{SessionLimits, Sessions};
 use mcp_health::engine::session_context;
 use mcp_health::evidence::call::CallEvidence;
 use mcp_health::evidence::catalog::{CatalogFacts, ListPage, SignalSource};
 use mcp_health::evidence::{Method, Side, SpanEvidence};
+use mcp_health::testing::classify::digest::{registry_digest, ToolDigest, PROJECTION_VERSION};
+use mcp_health::testing::classify::{classify_call, Decision};
+use mcp_health::testing::correlate::{SessionLimits, Sessions};
 use mcp_health::verdict::{DecidedBy, HealthState, Layer};
 
 const SERVER: &str = "127.0.0.1:8931";

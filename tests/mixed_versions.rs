@@ -16,13 +16,13 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use mcp_health::correlate::{ChainLimits, SessionLimits};
 use mcp_health::engine::{Decided, Engine, EngineConfig};
 use mcp_health::evidence::time::Moment;
 use mcp_health::normalize::normalize_request;
-use mcp_health::state::format::MAGIC;
-use mcp_health::state::redis::RedisSettings;
-use mcp_health::state::StoreHandle;
+use mcp_health::testing::correlate::{ChainLimits, SessionLimits};
+use mcp_health::testing::state::format::MAGIC;
+use mcp_health::testing::state::redis::RedisSettings;
+use mcp_health::testing::state::StoreHandle;
 use mcp_health::verdict::{HealthState, SpanKind as EvidenceKind, Verdict};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};

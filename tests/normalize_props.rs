@@ -10,10 +10,10 @@ use mcp_health::evidence::time::Moment;
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
-use mcp_health::classify::{classify_call, SessionContext};
-use mcp_health::correlate::{ChainLimits, Chains, DecidedCalls};
 use mcp_health::evidence::attributes as a;
 use mcp_health::normalize::normalize_request;
+use mcp_health::testing::classify::{classify_call, SessionContext};
+use mcp_health::testing::correlate::{ChainLimits, Chains, DecidedCalls};
 use mcp_health::verdict::{DecidedBy, HealthState, Layer, LayerStatus};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, ArrayValue, KeyValue, KeyValueList};
@@ -353,12 +353,12 @@ proptest! {
 
     #[test]
     fn decode_traces_never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        let _ = mcp_health::receive::otlp_json::decode_traces(&bytes);
+        let _ = mcp_health::testing::receive::otlp_json::decode_traces(&bytes);
     }
 
     #[test]
     fn decode_traces_never_panics_on_json_shaped_text(text in "[\\[\\]{}\",:0-9a-zA-Z_ \\-]{0,200}") {
-        let _ = mcp_health::receive::otlp_json::decode_traces(text.as_bytes());
+        let _ = mcp_health::testing::receive::otlp_json::decode_traces(text.as_bytes());
     }
 
     #[test]
@@ -368,7 +368,7 @@ proptest! {
             doc[flip] = byte;
         }
         doc.truncate(cut.max(1));
-        if let Ok(req) = mcp_health::receive::otlp_json::decode_traces(&doc) {
+        if let Ok(req) = mcp_health::testing::receive::otlp_json::decode_traces(&doc) {
             let _ = normalize_request(&req);
         }
     }
@@ -556,7 +556,7 @@ fn every_recording_reads_the_same_through_the_wire_walk() {
     let mut requests = 0;
     for f in files {
         for line in std::fs::read_to_string(&f).unwrap().lines().filter(|l| !l.trim().is_empty()) {
-            let Ok(req) = mcp_health::receive::otlp_json::decode_traces(line.as_bytes()) else { continue };
+            let Ok(req) = mcp_health::testing::receive::otlp_json::decode_traces(line.as_bytes()) else { continue };
             let bytes = req.encode_to_vec();
             let (walked, _) = mcp_health::normalize::wire::walk(&bytes, "0000000000000000").expect("walks");
             let typed = normalize_request(&req);

@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mcp_health::cli::replay::{engine_config, replay_until};
 use mcp_health::config::Config;
 use mcp_health::engine::CatalogLine;
 use mcp_health::evidence::time::Moment;
+use mcp_health::testing::cli::replay::{engine_config, replay_until};
 use serde_json::Value;
 use support::*;
 

@@ -420,8 +420,8 @@ fn every_promql_expression_parses_and_uses_only_served_metrics_and_labels() {
 /// `MCP_HEALTH_WRITE_DOCS=1` rewrites its `metrics` from the declarations.
 #[test]
 fn metrics_the_ops_package_uses_are_registered_by_the_service() {
-    use mcp_health::emit::prometheus::{names, sanitize_name};
-    use mcp_health::telemetry::instruments::{Kind, ALL};
+    use mcp_health::testing::emit::prometheus::{names, sanitize_name};
+    use mcp_health::testing::telemetry::instruments::{Kind, ALL};
     let mut catalogue: Value = serde_json::from_str(&read("tests/ops/metrics.json")).unwrap();
     let mut want = serde_json::Map::new();
     for i in ALL {

@@ -32,12 +32,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_health::correlate::{ChainLimits, SessionLimits};
 use mcp_health::engine::{Decided, Engine, EngineConfig};
 use mcp_health::evidence::time::Moment;
 use mcp_health::evidence::{CallError, Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, TransportOutcome, VerifierMethod};
 use mcp_health::normalize::NormalizedBatch;
-use mcp_health::state::{MemoryStore, StoreHandle};
+use mcp_health::testing::correlate::{ChainLimits, SessionLimits};
+use mcp_health::testing::state::{MemoryStore, StoreHandle};
 use mcp_health::verdict::{DecidedBy, HealthState};
 use proptest::prelude::*;
 

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use mcp_health::cli::replay::{replay_files, Summary};
+use mcp_health::testing::cli::replay::{replay_files, Summary};
 use mcp_health::verdict::{HealthState, Layer, LayerStatus, Verdict};
 use serde_json::Value;
 

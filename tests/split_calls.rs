@@ -23,10 +23,10 @@
 
 use std::collections::BTreeMap;
 
-use mcp_health::correlate::{ChainLimits, SessionLimits};
 use mcp_health::engine::{Decided, Engine, EngineConfig};
 use mcp_health::evidence::time::Moment;
 use mcp_health::normalize::normalize_request;
+use mcp_health::testing::correlate::{ChainLimits, SessionLimits};
 use mcp_health::verdict::{DecidedBy, HealthState, Partial, SpanKind as EvidenceKind, Verdict};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};

@@ -9,10 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_health::tap::verify::check::{Finding, VerifyError};
-use mcp_health::tap::verify::client;
-use mcp_health::tap::verify::rules::RuleSet;
-use mcp_health::tap::verify::verify;
+use mcp_health::testing::tap::verify::check::{Finding, VerifyError};
+use mcp_health::testing::tap::verify::client;
+use mcp_health::testing::tap::verify::rules::RuleSet;
+use mcp_health::testing::tap::verify::verify;
 use serde_json::{json, Value};
 
 fn rules(yaml: &str) -> RuleSet {
@@ -294,8 +294,8 @@ async fn attempts_retry_a_missing_effect_until_it_appears() {
 /// unverified); the findings' spans carry the rule and fixed words only, never the call's values.
 #[tokio::test]
 async fn a_full_verifier_queue_is_counted_and_nothing_of_the_call_leaves() {
-    use mcp_health::tap::export::{spawn, ExportSettings};
-    use mcp_health::tap::verify::{VerifierPool, VerifyJob};
+    use mcp_health::testing::tap::export::{spawn, ExportSettings};
+    use mcp_health::testing::tap::verify::{VerifierPool, VerifyJob};
     let sink = support::Sink::start().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("PLANTED_FILE"), b"x").unwrap();
@@ -346,9 +346,9 @@ async fn http_checks_speak_tls_to_https_destinations() {
     use rustls::pki_types::pem::PemObject;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let pki = support::pki::Pki::generate();
-    let certs = mcp_health::config::tls::read_certificates("cert", pki.server_cert.to_str().unwrap()).unwrap();
+    let certs = mcp_health::testing::config::tls::read_certificates("cert", pki.server_cert.to_str().unwrap()).unwrap();
     let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&pki.server_key).unwrap();
-    let cfg = rustls::ServerConfig::builder_with_provider(mcp_health::config::tls::provider())
+    let cfg = rustls::ServerConfig::builder_with_provider(mcp_health::testing::config::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()

@@ -12,7 +12,7 @@ use crate::classify::digest::PROJECTION_VERSION;
 use crate::classify::pinning::{Lockfile, Pin};
 use crate::correlate::Discovery;
 
-pub use crate::config::lockfile::{load_lockfile, save_lockfile, LockError};
+pub use crate::config::lockfile::{load_lockfile, save_lockfile};
 
 #[derive(Args, Debug)]
 pub struct LockArgs {

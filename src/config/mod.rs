@@ -1,18 +1,18 @@
 //! Configuration: one YAML file in the OpenTelemetry Collector's style, `${env:VAR}` substitution,
 //! standard `OTEL_*` variables as fallbacks, and an embedded default that needs nothing.
 //!
-//! Substitution happens per scalar value after the YAML is parsed (see [`subst`]): a value is
+//! Substitution happens per scalar value after the YAML is parsed (see `subst`): a value is
 //! always one scalar, never YAML syntax, and comments are never looked at.
 //!
 //! Unknown keys are errors (a typo must not silently fall back to a default), reported with the
 //! key's line and column; so are bad values found after parsing (`check`).
 
 pub mod lockfile;
-pub mod subst;
+pub(crate) mod subst;
 /// Client TLS of the exporters: declared beside the exporters that use it.
-pub use crate::emit::tls_client;
+pub(crate) use crate::emit::tls_client;
 /// Server TLS of the listeners: declared beside the receivers.
-pub use crate::receive::tls;
+pub(crate) use crate::receive::tls;
 
 use std::time::Duration;
 
@@ -478,8 +478,10 @@ fn d_queue() -> usize {
 }
 
 /// Expand `${env:VAR}`, `${VAR}` and `${env:VAR:-default}` (the collector's forms) in one string;
-/// `$$` is a literal `$`. [`Config::parse`] applies this to each scalar value after parsing, never
-/// to the text; `line` in the error counts within `text`.
+/// `$$` is a literal `$`; `line` in the error counts within `text`. [`Config::parse`] expands each
+/// scalar value as it deserializes it, never the text ([`subst::Subst`]); this is the same
+/// expansion on one string, for the forms' tests.
+#[cfg(test)]
 pub fn substitute_env(path: &str, text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
     subst::expand(text, lookup).map_err(|m| match m.why {
         subst::Unresolved::EnvNotSet => ConfigError::MissingEnv { path: path.into(), var: m.var, line: m.line },
@@ -535,6 +537,19 @@ impl Config {
                 Config::parse(p, &text, &env)
             }
         }
+    }
+
+    /// The engine's configuration in this file (`processors.mcp_health`): what serve and replay
+    /// build their engine from.
+    pub fn engine_config(&self) -> crate::engine::EngineConfig {
+        let p = &self.processors.mcp_health;
+        let mut e = crate::engine::EngineConfig::new(p.limits(), p.session_limits());
+        e.progress = p.progress.clone();
+        e.max_drift_reported = p.state_limits.drift_reported;
+        e.max_working_reported = p.state_limits.working_reported;
+        e.max_gate_board = p.state_limits.gate_board;
+        e.partial_before_start = p.partial_before_start;
+        e
     }
 
     /// Ask each component whether its values are allowed; the first that is not is named by its

@@ -335,7 +335,7 @@ impl Chains {
     /// The servers whose marks to read from the store: those whose client halves were held back
     /// here within the late-span window.
     pub fn split_servers_to_ask(&mut self, now: Moment) -> Vec<super::splits::Server> {
-        self.splits.to_ask(now, self.limits.late_span_window)
+        self.splits.servers_to_ask(now, self.limits.late_span_window)
     }
 
     /// A server seen to split, here or (read from the store) by another instance: the client

@@ -9,6 +9,7 @@ pub(crate) mod outbox;
 pub mod sessions;
 pub mod splits;
 
+#[cfg(test)]
 pub use assemble::assemble_calls;
 pub use chains::{ChainLimits, ChainStats, Chains, DecidedCalls};
 pub use sessions::{CatalogChange, Discovery, SessionLimits, Sessions};

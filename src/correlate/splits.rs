@@ -157,7 +157,7 @@ impl Splits {
     /// The servers whose marks to read from the store: those with halves held back within
     /// `window` of `now` and not known to split (the older ones are forgotten), each at most
     /// every [`ASK_EVERY`].
-    pub fn to_ask(&mut self, now: Moment, window: Duration) -> Vec<Server> {
+    pub fn servers_to_ask(&mut self, now: Moment, window: Duration) -> Vec<Server> {
         self.held.retain(|_, (at, _)| now.saturating_duration_since(*at) <= window);
         let mut out = Vec::new();
         for (server, (_, asked)) in self.held.iter_mut() {
@@ -211,20 +211,20 @@ mod tests {
         assert!(!sp.publishes(&s("a")));
         assert!(sp.hold(&s("a"), t0) && sp.hold(&s("b"), t0));
         // With them, the mark of a server half that names no server (it may be either).
-        assert_eq!(sp.to_ask(t0, Duration::from_secs(5)), vec![None, s("a"), s("b")]);
+        assert_eq!(sp.servers_to_ask(t0, Duration::from_secs(5)), vec![None, s("a"), s("b")]);
         assert!(sp.mark(&s("a"), t0));
         assert!(!sp.mark(&s("a"), t0), "marked once");
         assert_eq!(sp.take_marks(), vec![s("a")]);
         assert!(sp.publishes(&s("a")) && !sp.publishes(&s("b")));
-        assert!(sp.to_ask(t0, Duration::from_secs(5)).is_empty(), "asked a moment ago");
+        assert!(sp.servers_to_ask(t0, Duration::from_secs(5)).is_empty(), "asked a moment ago");
         let t1 = t0 + ASK_EVERY;
-        assert_eq!(sp.to_ask(t1, Duration::from_secs(5)), vec![None, s("b")], "a known server is not asked for");
+        assert_eq!(sp.servers_to_ask(t1, Duration::from_secs(5)), vec![None, s("b")], "a known server is not asked for");
         assert_eq!(sp.settled_at(&s("a")), Some(t0 + SETTLE));
         assert_eq!(sp.settled_at(&s("b")), None);
         assert!(sp.learn(&None, t0 + Duration::from_secs(2)));
         assert!(sp.publishes(&s("b")), "an unnamed mark marks every server");
         assert_eq!(sp.settled_at(&s("a")), Some(t0 + Duration::from_secs(2) + SETTLE), "the later mark decides");
-        assert!(sp.to_ask(t1 + ASK_EVERY, Duration::from_secs(5)).is_empty());
+        assert!(sp.servers_to_ask(t1 + ASK_EVERY, Duration::from_secs(5)).is_empty());
         sp.set_settle(Duration::from_millis(10));
         assert_eq!(sp.settled_at(&s("b")), Some(t0 + Duration::from_secs(2) + SETTLE), "never less than SETTLE");
         sp.set_settle(Duration::from_secs(5));
@@ -244,7 +244,7 @@ mod tests {
         assert!(sp.publishes(&s("c")));
         assert!(!sp.mark(&s("c"), t0), "no mark");
         assert_eq!(sp.settled_at(&s("b")), None, "no wait for a mark to settle");
-        assert!(sp.to_ask(t0 + ASK_EVERY, Duration::from_secs(5)).is_empty());
+        assert!(sp.servers_to_ask(t0 + ASK_EVERY, Duration::from_secs(5)).is_empty());
         assert!(sp.every_half(true).is_empty());
         assert!(sp.every_half(false).is_empty());
         assert!(!sp.publishes(&s("c")), "back to marks once every instance knows them");
@@ -262,7 +262,7 @@ mod tests {
         }
         assert!(!sp.hold(&s("one-too-many"), t0), "past the bound a half is published, not held");
         assert!(sp.hold(&s("new"), t0 + Duration::from_secs(9)), "a held server is held again");
-        let asked = sp.to_ask(t0 + Duration::from_secs(10), Duration::from_secs(5));
+        let asked = sp.servers_to_ask(t0 + Duration::from_secs(10), Duration::from_secs(5));
         assert!(!asked.contains(&s("old")) && asked.contains(&s("new")) && asked.len() == MAX_SERVERS);
         let before = crate::bounded::evicted("split_servers");
         for i in 0..MAX_SERVERS + 3 {

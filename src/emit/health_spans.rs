@@ -19,6 +19,7 @@ fn s(key: &str, v: impl Into<String>) -> KeyValue {
 }
 
 /// The health span of a verdict. `decided_ns` is when it was decided (the span's end).
+#[cfg(test)]
 pub fn health_span(v: &Verdict, decided_ns: u64) -> Span {
     let mut attrs = vec![
         s(a::VERDICT_STATE, v.state.as_str()),

@@ -857,10 +857,6 @@ impl VerdictTally {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.series.values().all(|b| b.iter().all(|s| s.calls.is_none()))
-    }
-
     #[cfg(test)]
     fn calls(&self) -> Vec<[u64; 6]> {
         self.series.values().flatten().filter_map(|s| s.calls).collect()

@@ -13,6 +13,7 @@ pub mod otlp_traces;
 pub(crate) mod otlp_transport;
 pub(crate) mod pb;
 pub mod prometheus;
+#[cfg(test)]
 pub mod reference;
 pub mod sink;
 pub mod status;

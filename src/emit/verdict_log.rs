@@ -16,7 +16,11 @@ use crate::telemetry::meters::VERDICT_LOG_WRITE_ERRORS;
 
 enum Out {
     Stdout(std::io::Stdout),
-    File { path: String, file: std::fs::File },
+    File {
+        path: String,
+        file: std::fs::File,
+    },
+    #[cfg(test)]
     Writer(Box<dyn Write + Send>),
 }
 
@@ -43,6 +47,7 @@ impl VerdictLog {
     }
 
     /// A log writing into any writer (tests).
+    #[cfg(test)]
     pub fn to_writer(out: Box<dyn Write + Send>) -> VerdictLog {
         VerdictLog { out: Out::Writer(out), buf: Vec::new(), write_errors: Arc::default(), reopen: Arc::default() }
     }
@@ -53,6 +58,7 @@ impl VerdictLog {
                 let mut l = s.lock();
                 l.write_all(&self.buf).and_then(|_| l.flush())
             }
+            #[cfg(test)]
             Out::Writer(w) => w.write_all(&self.buf).and_then(|_| w.flush()),
             Out::File { file, .. } => {
                 let before = file.metadata().map(|m| m.len()).ok();

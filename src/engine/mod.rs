@@ -22,7 +22,7 @@
 //! engine's first ingest — is marked partial after classification and never comes out `healthy`
 //! (`classify::partial`).
 
-pub mod decided;
+pub(crate) mod decided;
 pub(crate) mod shared;
 
 use std::sync::Arc;
@@ -378,8 +378,8 @@ impl Engine {
         lend!(self, |r, t| r.finish(&mut t, true, out));
     }
 
-    /// Write every pending change to the store now, and take every answer awaited (the driver
-    /// calls it before it stops; tests call it to let a shared store settle).
+    /// Write every pending change to the store now, and take every answer awaited (tests call it
+    /// to let a shared store settle; the driver stops with [`Engine::drain`]).
     pub fn flush_store(&mut self, now: Moment, out: &mut Vec<Decided>) {
         let mut none = Vec::new();
         self.classify_decided(&mut none, now, true, out);
@@ -662,6 +662,7 @@ pub fn reportable(v: &Verdict) -> bool {
 }
 
 /// Classify a decided chain.
+#[cfg(test)]
 pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile>, progress: &ProgressPolicy, now_ns: u64) -> Vec<Verdict> {
     verdicts_superseding(d, sessions, pins, progress, now_ns, None)
 }

@@ -57,6 +57,7 @@ pub fn is_looped(resource: Option<&Resource>, id: &str) -> bool {
 }
 
 /// The resource is what some mcp-health made itself (health spans, incident records, metrics).
+#[cfg(test)]
 pub fn is_emitted(resource: Option<&Resource>) -> bool {
     resource.is_some_and(|r| r.attributes.iter().any(|kv| kv.key == EMITTER))
 }

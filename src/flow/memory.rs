@@ -83,6 +83,7 @@ impl MemoryLimiter {
     /// `limit_mib` the hard limit; `spike_limit_mib` the allowance above the soft limit (the
     /// collector's default: a fifth of the limit). The current resident set is the floor of what
     /// is not reserved.
+    #[cfg(test)]
     pub fn new(limit_mib: u64, spike_limit_mib: Option<u64>) -> MemoryLimiter {
         let hard = limit_mib << 20;
         Self::from_limit(EffectiveLimit {
@@ -182,10 +183,6 @@ impl MemoryLimiter {
     /// Bytes reserved now.
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
-    }
-
-    pub fn rss(&self) -> u64 {
-        self.rss.load(Ordering::Relaxed)
     }
 
     pub fn limits(&self) -> (u64, u64) {

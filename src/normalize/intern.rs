@@ -41,7 +41,6 @@ pub enum Kind {
     Tool = 1,
     Server = 2,
     Version = 3,
-    Method = 4,
     Service = 5,
 }
 
@@ -65,7 +64,6 @@ pub fn intern(kind: Kind, raw: &str, extra: Option<i64>, make: impl FnOnce() -> 
         let value: Arc<str> = Arc::from(match kind {
             Kind::Tool => redact::tool_name(&made),
             Kind::Server => redact::address(&made),
-            Kind::Method => redact::method(&made).into(),
             Kind::Version | Kind::Service => redact::ident(&made),
         });
         let cap = CAPACITY.load(Ordering::Relaxed);

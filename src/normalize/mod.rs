@@ -7,17 +7,17 @@
 //! only report that their trace was active (and whether they were its root), which the correlator
 //! needs to know when a trace has gone quiet.
 
-pub mod definitions;
-pub mod digest_cache;
-pub mod fastmcp;
-pub mod intern;
-pub mod logfire;
-pub mod mcp_sdk;
+pub(crate) mod definitions;
+pub(crate) mod digest_cache;
+pub(crate) mod fastmcp;
+pub(crate) mod intern;
+pub(crate) mod logfire;
+pub(crate) mod mcp_sdk;
 pub mod redact;
-pub mod semconv;
-pub mod traceloop;
-pub mod value;
-pub mod view;
+pub(crate) mod semconv;
+pub(crate) mod traceloop;
+pub(crate) mod value;
+pub(crate) mod view;
 pub mod wire;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

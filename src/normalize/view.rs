@@ -24,6 +24,10 @@ pub struct AnyValue<'a> {
 
 /// The value's one field.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(
+    clippy::enum_variant_names,
+    reason = "the variants are named as the OTLP proto's any_value::Value, which the dialects read the same way"
+)]
 pub enum Value<'a> {
     StringValue(&'a str),
     BoolValue(bool),

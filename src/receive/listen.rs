@@ -239,7 +239,6 @@ impl Drop for InFlight {
 /// The connection a request came on (tonic puts it in the request's extensions).
 #[derive(Clone)]
 pub struct ConnInfo {
-    pub remote: Option<SocketAddr>,
     state: Arc<ConnState>,
 }
 
@@ -382,7 +381,7 @@ impl Conn {
 
     pub fn info(&self) -> ConnInfo {
         let g = self.guarded();
-        ConnInfo { remote: g.remote, state: g.state.clone() }
+        ConnInfo { state: g.state.clone() }
     }
 }
 
@@ -771,7 +770,7 @@ mod tests {
             let last = tokio::time::timeout(Duration::from_millis(50), conn.read(&mut buf)).await;
             assert!(last.is_err(), "the read that finds nothing waits; it does not close the connection: {last:?}");
         }
-        let _request = ConnInfo { remote: None, state: dispatched.state.clone() }.request_started();
+        let _request = ConnInfo { state: dispatched.state.clone() }.request_started();
         let next = tokio::time::timeout(Duration::from_secs(10), late.read(&mut buf)).await.expect("not held open");
         assert_eq!(next.expect_err("nothing more came and no request: the deadline holds").kind(), io::ErrorKind::TimedOut);
         let kept = tokio::time::timeout(Duration::from_millis(500), dispatched.read(&mut buf)).await;

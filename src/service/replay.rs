@@ -24,16 +24,9 @@ pub enum ReplayError {
     Decode { file: String, line: usize, source: otlp_json::JsonError },
 }
 
-/// The engine configuration of a configuration file (`None`: the embedded default).
+/// The engine configuration of a configuration file ([`Config::engine_config`](crate::config::Config::engine_config)).
 pub fn engine_config(cfg: &crate::config::Config) -> crate::engine::EngineConfig {
-    let p = &cfg.processors.mcp_health;
-    let mut e = crate::engine::EngineConfig::new(p.limits(), p.session_limits());
-    e.progress = p.progress.clone();
-    e.max_drift_reported = p.state_limits.drift_reported;
-    e.max_working_reported = p.state_limits.working_reported;
-    e.max_gate_board = p.state_limits.gate_board;
-    e.partial_before_start = p.partial_before_start;
-    e
+    cfg.engine_config()
 }
 
 /// Feed every line of `files` (one `ExportTraceServiceRequest` per line, `-` for stdin) to the

@@ -48,12 +48,8 @@ impl EmbeddedStore {
         Ok(EmbeddedStore { db, path })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Write records' bytes as they are (tests: damaged records, records of other versions).
-    #[doc(hidden)]
+    #[cfg(test)]
     pub fn put_raw(&mut self, rows: &[(Table, String, Vec<u8>)]) -> Result<(), StoreError> {
         let tx = self.db.begin_write().map_err(backend)?;
         for (t, k, v) in rows {
@@ -63,7 +59,7 @@ impl EmbeddedStore {
     }
 
     /// A record's bytes as stored.
-    #[doc(hidden)]
+    #[cfg(test)]
     pub fn get_raw(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let tx = self.db.begin_read().map_err(backend)?;
         let t = tx.open_table(def(table)).map_err(backend)?;

@@ -250,12 +250,9 @@ impl Journal {
     }
 
     /// Bytes on disk.
+    #[cfg(test)]
     pub fn held(&self) -> u64 {
         self.bytes
-    }
-
-    pub fn limit(&self) -> u64 {
-        self.limit
     }
 
     pub fn dir(&self) -> &Path {

@@ -566,6 +566,7 @@ impl Observer {
     }
 
     /// Requests still waiting for a response.
+    #[cfg(test)]
     pub fn in_flight(&self) -> usize {
         self.pending.len()
     }

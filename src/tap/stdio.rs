@@ -78,7 +78,6 @@ pub struct StdioReport {
     pub exit_code: i32,
     /// Chunks not observed because the observer queue was full (they were still forwarded).
     pub unobserved_chunks: u64,
-    pub stats: super::jsonrpc::ObserverStats,
 }
 
 /// The `server.address` of a command: its file name.
@@ -257,5 +256,5 @@ pub async fn run(
 
     use std::os::unix::process::ExitStatusExt;
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    Ok(StdioReport { exit_code, unobserved_chunks: unobserved.load(Ordering::Relaxed), stats })
+    Ok(StdioReport { exit_code, unobserved_chunks: unobserved.load(Ordering::Relaxed) })
 }

@@ -1069,7 +1069,7 @@ impl Decoder for RawCodec {
 // ---------------------------------------------------------------------------------------------
 
 /// Fresh W3C ids: the library's own generator (the tap uses it too).
-pub use mcp_health::tap::{new_span_id, new_trace_id};
+pub use mcp_health::testing::tap::{new_span_id, new_trace_id};
 
 pub fn kv(key: &str, v: any_value::Value) -> KeyValue {
     KeyValue { key: key.into(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }

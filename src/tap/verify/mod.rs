@@ -43,7 +43,7 @@ use super::reader::{Budget, Document, Kind, Node, Unread};
 use super::{new_span_id, now_ns};
 use crate::evidence::attributes as a;
 pub use check::{Finding, VerifyError};
-pub use rules::{RuleSet, RulesError};
+pub use rules::RuleSet;
 use std::borrow::Cow;
 
 use crate::evidence::receipt::SigningKey;
