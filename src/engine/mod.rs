@@ -228,6 +228,10 @@ impl Engine {
             has_store,
         };
         lend!(e, |r, t| r.attach(&mut t));
+        // The sessions taken back from a store go on the gate's board as they stand.
+        for (key, server, verdict) in e.sessions.all_current() {
+            e.board.publish(&key, server, verdict);
+        }
         e
     }
 

@@ -20,6 +20,7 @@
 
 pub(crate) mod durable;
 pub(crate) mod link;
+pub(crate) mod records;
 pub(crate) mod remote;
 pub(crate) mod worker;
 
