@@ -22,6 +22,7 @@
 //! engine's first ingest — is marked partial after classification and never comes out `healthy`
 //! (`classify::partial`).
 
+pub mod board;
 pub mod decided;
 pub(crate) mod shared;
 
@@ -145,7 +146,7 @@ pub struct Engine {
     waiting_reported: crate::bounded::BoundedSet<([u8; 16], [u8; 8])>,
     working: FxHashMap<(String, String), u64>,
     /// Where catalog verdicts are published for the gate API.
-    board: Arc<crate::gate::CatalogBoard>,
+    board: Arc<board::CatalogBoard>,
     last_reevaluated: Option<Moment>,
     last_expired: Option<Moment>,
     callless_chains: u64,
@@ -209,8 +210,8 @@ impl Engine {
             waiting_reported: crate::bounded::BoundedSet::with_capacity("waiting_reported", cfg.max_working_reported),
             working: FxHashMap::default(),
             board: Arc::new(match cfg.max_gate_board {
-                0 => crate::gate::CatalogBoard::default(),
-                n => crate::gate::CatalogBoard::with_capacity(n),
+                0 => board::CatalogBoard::default(),
+                n => board::CatalogBoard::with_capacity(n),
             }),
             last_reevaluated: None,
             last_expired: None,
@@ -280,7 +281,7 @@ impl Engine {
     }
 
     /// The gate's view of the catalogs (shared with the gate service, published by the engine).
-    pub fn board(&self) -> Arc<crate::gate::CatalogBoard> {
+    pub fn board(&self) -> Arc<board::CatalogBoard> {
         self.board.clone()
     }
 

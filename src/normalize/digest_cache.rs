@@ -1,4 +1,4 @@
-//! The digest cache: contract digests (`crate::classify::digest`) keyed by a hash of the raw
+//! The digest cache: contract digests (`crate::evidence::digest`) keyed by a hash of the raw
 //! definition bytes, so an unchanged definition is not re-parsed and re-canonicalized (JCS +
 //! SHA-256 of a 2 KB definition costs ~100 µs; hashing the raw bytes ~2 µs). It lives here, not in
 //! `classify/`, which stays pure (no cache, no global).
@@ -14,7 +14,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::bounded::BoundedMap;
-use crate::classify::digest::{tool_digest, DigestError, ToolDigest};
+use crate::evidence::digest::{tool_digest, DigestError, ToolDigest};
 
 /// Default capacity (`processors.mcp_health.limits.digest_cache`).
 pub const DEFAULT_CAPACITY: usize = 16_384;
@@ -87,7 +87,7 @@ pub fn with_thread_cache<R>(f: impl FnOnce(&mut DigestCache) -> R) -> R {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::digest::PROJECTION_VERSION;
+    use crate::evidence::digest::PROJECTION_VERSION;
 
     #[test]
     fn digest_ignores_order_spacing_icons_and_meta() {

@@ -278,7 +278,7 @@ fn digest_definitions(raw: &str) -> Vec<(Arc<str>, Arc<str>)> {
             .filter_map(|d| {
                 let raw = serde_json::to_vec(d).ok()?;
                 let t = c.digest_raw(&raw).ok()?;
-                if let Ok(p) = crate::classify::digest::project(d) {
+                if let Ok(p) = crate::evidence::digest::project(d) {
                     super::definitions::remember(&t.digest, p);
                 }
                 Some((intern(Kind::Tool, &t.name, None, || t.name.clone()), Arc::from(t.digest.as_str())))
