@@ -150,7 +150,6 @@ pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verd
 /// checking tool definitions against `pins`.
 pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<ReplayError>) -> Replayed {
     let cfg = Config::load(None).unwrap_or_else(|e| unreachable!("the embedded default parses: {e}"));
-    cfg.processors.mcp_health.receipts.apply();
     let mut ec = engine_config(&cfg);
     ec.pins = pins.cloned().map(std::sync::Arc::new);
     replay_with(files, ec, errors)
@@ -169,9 +168,10 @@ pub fn replay_until(
     until: Option<crate::evidence::time::Moment>,
     errors: &mut Vec<ReplayError>,
 ) -> Replayed {
+    let normalize = cfg.normalize.clone();
     let mut engine = Engine::new(cfg);
     let mut sink = Collect::default();
-    let end = crate::service::replay::replay_until(files, &mut engine, &mut sink, errors, until);
+    let end = crate::service::replay::replay_until(files, &mut engine, &mut sink, errors, until, &normalize);
     let records = sink.0;
     let verdicts = final_verdicts(&records);
     let mut drift = Vec::new();
@@ -224,7 +224,6 @@ pub fn run(a: ReplayArgs) -> ExitCode {
         }
         None => None,
     };
-    cfg.processors.mcp_health.receipts.apply();
     let mut ec = engine_config(&cfg);
     ec.pins = pins;
     let Replayed { verdicts, catalog, drift, incidents, .. } = replay_with(&a.files, ec, &mut errors);

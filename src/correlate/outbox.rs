@@ -1,8 +1,8 @@
 //! What the chains keep for a store and what a store tells them back: the whole vocabulary
 //! between this room and the replica (`engine/shared`), in this room's own types. The store's
-//! records (`state::`) and the conversions to and from them are the replica's business: this
-//! room names nothing of `state`, so the stored format can change without touching the rules
-//! here, and the rules without touching the format.
+//! records (the `state` room) and the conversions to and from them are the replica's business:
+//! this room names nothing of the store, so the stored format can change without touching the
+//! rules here, and the rules without touching the format.
 //!
 //! - [`Outbox`]: which decided chains and operation keys changed, the chains decided at shutdown,
 //!   and (with a shared store) what is to be published for the other instances and the rootless

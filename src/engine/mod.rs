@@ -83,6 +83,10 @@ pub struct EngineConfig {
     /// engine's path, and a manual clock sees the same steps as with synchronous calls. The
     /// service sets [`SHARED_STORE_ANSWER_WITHIN`].
     pub store_answer_within: Duration,
+    /// What the engine's input is normalized with where its driver normalizes it (replay): the
+    /// receipt keys trusted, the caches' sizes. The service's receivers are given theirs by their
+    /// own constructor (`receive::admit::Admission`).
+    pub normalize: crate::normalize::Settings,
 }
 
 impl EngineConfig {

@@ -4,11 +4,10 @@
 //! `classify/`, which stays pure (no cache, no global).
 //!
 //! Bounded: past its capacity the oldest digest is forgotten, counted as `digest_cache`. The
-//! receivers use one cache per thread ([`with_thread_cache`], capacity from [`set_capacity`]); the
+//! receivers use one cache per thread ([`with_thread_cache`], sized by [`fit_thread_cache`]); the
 //! tap's observer owns one ([`DigestCache::with_capacity`]).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -18,14 +17,6 @@ use crate::evidence::digest::{tool_digest, DigestError, ToolDigest};
 
 /// Default capacity (`processors.mcp_health.limits.digest_cache`).
 pub const DEFAULT_CAPACITY: usize = 16_384;
-
-static CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_CAPACITY);
-
-/// Set the capacity of every thread's cache (once at start-up; a cache already created adopts it
-/// at its next use).
-pub fn set_capacity(cap: usize) {
-    CAPACITY.store(cap, Ordering::Relaxed);
-}
 
 /// See the module documentation.
 pub struct DigestCache {
@@ -69,19 +60,23 @@ impl DigestCache {
 }
 
 thread_local! {
-    static THREAD_CACHE: RefCell<DigestCache> = RefCell::new(DigestCache::with_capacity(CAPACITY.load(Ordering::Relaxed)));
+    static THREAD_CACHE: RefCell<DigestCache> = RefCell::new(DigestCache::with_capacity(DEFAULT_CAPACITY));
 }
 
-/// Run `f` with this thread's cache (at the configured capacity).
-pub fn with_thread_cache<R>(f: impl FnOnce(&mut DigestCache) -> R) -> R {
+/// Size this thread's cache (a receiving thread, from its component's settings, at each batch: a
+/// change costs nothing when the size is the same).
+pub fn fit_thread_cache(cap: usize) {
     THREAD_CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        let cap = CAPACITY.load(Ordering::Relaxed);
         if c.map.capacity() != cap {
             c.map.set_capacity(cap);
         }
-        f(&mut c)
     })
+}
+
+/// Run `f` with this thread's cache.
+pub fn with_thread_cache<R>(f: impl FnOnce(&mut DigestCache) -> R) -> R {
+    THREAD_CACHE.with(|c| f(&mut c.borrow_mut()))
 }
 
 #[cfg(test)]

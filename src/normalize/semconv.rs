@@ -21,6 +21,7 @@ pub fn read_span(
     span_id: SpanId,
     span: &Span<'_>,
     service: Option<&Arc<str>>,
+    trusted: Option<&crate::evidence::receipt::TrustedKeys>,
     type_errors: &mut u64,
 ) -> Option<SpanEvidence> {
     // Fast reject: most spans in a shared pipeline are not MCP. Look at keys only.
@@ -116,7 +117,7 @@ pub fn read_span(
     if let Some(mut r) = outcome.receipt(ev.end_ns) {
         // Provenance: a signature over the call the receipt names (this span's trace and parent)
         // and what it found, by a key the operator trusts.
-        if let Some(keys) = crate::evidence::receipt::trusted() {
+        if let Some(keys) = trusted {
             let call_span = ev.parent_span_id.unwrap_or_default();
             let signed_by = outcome.key_id.as_deref().zip(outcome.signature.as_deref());
             r.trust = keys.judge(signed_by, || {
@@ -150,7 +151,7 @@ pub fn read_span(
         }
         if let Some(mut r) = f.receipt(event.time_unix_nano) {
             // A receipt carried as an event has no signature: evidence only where no key is trusted.
-            if let Some(keys) = crate::evidence::receipt::trusted() {
+            if let Some(keys) = trusted {
                 r.trust = keys.judge(None, Vec::new);
             }
             ev.outcomes.push(r);

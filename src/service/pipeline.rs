@@ -77,9 +77,9 @@ impl PipelineTasks {
 impl Pipeline {
     /// Build the pipeline, step by step. Nothing is received yet: the listeners come after it.
     pub(crate) async fn start(cfg: &Config) -> Result<Pipeline, ServeError> {
-        // Table and cache limits, before anything fills a table.
-        cfg.processors.mcp_health.state_limits.apply();
-        cfg.processors.mcp_health.receipts.apply();
+        // The registry of tool definitions is shared by every receiving thread and its readers
+        // (engine, gate): sized before anything fills it.
+        crate::normalize::definitions::set_capacity(cfg.processors.mcp_health.state_limits.tool_definitions);
         let mut tasks = PipelineTasks::default();
         let exporters = Exporters::start(cfg, &mut tasks.exports)?;
         let status = Status::new([exporters.own.as_ref(), exporters.passthrough.as_ref()]);
@@ -311,6 +311,7 @@ impl Exporters {
             passthrough: self.passthrough.clone().filter(|_| self.pass_on),
             meters: self.metrics.meters.flow.clone(),
             strip_tool_definitions: cfg.processors.mcp_health.strip_tool_definitions,
+            normalize: cfg.processors.mcp_health.normalize_settings(),
             memory,
             refusal_log: crate::receive::admit::refusal_log(),
             journaled,
@@ -466,6 +467,10 @@ fn open_store(cfg: &Config, engine_cfg: &mut EngineConfig) -> Result<(), ServeEr
             engine_cfg.store_answer_within = crate::engine::SHARED_STORE_ANSWER_WITHIN;
         }
         None => {}
+    }
+    // What 0.1.0 stored is read as this configuration's receipt policy says.
+    if let Some(store) = &engine_cfg.store {
+        store.set_read_policy(crate::state::ReadPolicy { receipt_keys_trusted: cfg.processors.mcp_health.receipts.keys().is_some() });
     }
     Ok(())
 }

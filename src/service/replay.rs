@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::emit::sink::Sink;
 use crate::engine::Engine;
 use crate::evidence::time::Moment;
-use crate::normalize::normalize_request;
+use crate::normalize::normalize_request_with;
 use crate::receive::otlp_json;
 use crate::verdict::DecidedBy;
 
@@ -33,16 +33,17 @@ pub fn engine_config(cfg: &crate::config::Config) -> crate::engine::EngineConfig
     e.max_working_reported = p.state_limits.working_reported;
     e.max_gate_board = p.state_limits.gate_board;
     e.partial_before_start = p.partial_before_start;
+    e.normalize = p.normalize_settings();
     e
 }
 
-/// Feed every line of `files` (one `ExportTraceServiceRequest` per line, `-` for stdin) to the
-/// engine and its records to `sink`; bad lines are reported in `errors` and skipped. Returns the
+/// Feed every line of `files` (one `ExportTraceServiceRequest` per line, `-` for stdin),
+/// normalized with the default settings, to the engine and its records to `sink`; bad lines are reported in `errors` and skipped. Returns the
 /// span-time clock at the end (the moment the final state is for). (The sinks' unit tests;
 /// `cli::replay` runs [`replay_until`].)
 #[cfg(test)]
 pub fn replay(files: &[String], engine: &mut Engine, sink: &mut dyn Sink, errors: &mut Vec<ReplayError>) -> Moment {
-    replay_until(files, engine, sink, errors, None)
+    replay_until(files, engine, sink, errors, None, &Default::default())
 }
 
 /// [`replay`], with the clock moved on to `until` after the last line (when it is later) before
@@ -54,6 +55,7 @@ pub fn replay_until(
     sink: &mut dyn Sink,
     errors: &mut Vec<ReplayError>,
     until: Option<Moment>,
+    normalize: &crate::normalize::Settings,
 ) -> Moment {
     let mut now = Moment::ZERO;
     let mut out = Vec::new();
@@ -85,7 +87,7 @@ pub fn replay_until(
             }
             match otlp_json::decode_traces(line.as_bytes()) {
                 Ok(req) => {
-                    let batch = normalize_request(&req);
+                    let batch = normalize_request_with(&req, normalize);
                     let latest = batch.evidence.iter().map(|e| e.end_ns.max(e.start_ns)).max().unwrap_or(0);
                     now = now.max(Moment::from_nanos(latest));
                     engine.ingest(batch, now, &mut out);
