@@ -134,6 +134,8 @@ pub struct Replayed {
     pub catalog: Vec<CatalogChange>,
     /// Every tool definition discovered, in (server, tool, time) order (for `lock`).
     pub discoveries: Vec<crate::correlate::Discovery>,
+    /// The definitions seen, by digest (for `lock`'s pins).
+    pub definitions: std::sync::Arc<crate::normalize::definitions::Definitions>,
     /// Definitions that differ from their pins (when replayed with a lockfile).
     pub drift: Vec<DriftEvent>,
     /// Incident transitions, in the order the engine decided them.
@@ -168,10 +170,9 @@ pub fn replay_until(
     until: Option<crate::evidence::time::Moment>,
     errors: &mut Vec<ReplayError>,
 ) -> Replayed {
-    let normalize = cfg.normalize.clone();
     let mut engine = Engine::new(cfg);
     let mut sink = Collect::default();
-    let end = crate::service::replay::replay_until(files, &mut engine, &mut sink, errors, until, &normalize);
+    let end = crate::service::replay::replay_until(files, &mut engine, &mut sink, errors, until);
     let records = sink.0;
     let verdicts = final_verdicts(&records);
     let mut drift = Vec::new();
@@ -183,7 +184,15 @@ pub fn replay_until(
             _ => {}
         }
     }
-    Replayed { verdicts, catalog: engine.catalog_rows(end), discoveries: engine.discoveries(), drift, incidents, records }
+    Replayed {
+        verdicts,
+        catalog: engine.catalog_rows(end),
+        discoveries: engine.discoveries(),
+        definitions: engine.definitions(),
+        drift,
+        incidents,
+        records,
+    }
 }
 
 /// The latest revision of each call's verdict, in (start, trace, span) order.

@@ -251,6 +251,7 @@ impl CorrelateConfig {
     pub fn normalize_settings(&self) -> crate::normalize::Settings {
         crate::normalize::Settings {
             trusted: self.receipts.keys(),
+            definitions: std::sync::Arc::new(crate::normalize::definitions::Definitions::with_capacity(self.state_limits.tool_definitions)),
             digest_cache: self.state_limits.digest_cache,
             interner: self.state_limits.interner,
             redaction_cache: self.state_limits.redaction_cache,

@@ -40,6 +40,8 @@ pub struct ToolDecision {
 pub struct GateState {
     pub pins: Option<Arc<Lockfile>>,
     pub board: Arc<CatalogBoard>,
+    /// The tool definitions seen (the engine's), what a drifted definition is diffed against.
+    pub definitions: Arc<crate::normalize::definitions::Definitions>,
     pub unpinned: UnpinnedPolicy,
     /// Set while the configured state store is unavailable (`service::Heartbeat`): catalog
     /// verdicts that other instances hold are then unknown here, and the gate says so
@@ -62,7 +64,7 @@ impl GateState {
                 changes: vec![],
             };
         };
-        match pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref()) {
+        match pins.check(server, tool, digest, self.definitions.lookup(digest).as_ref()) {
             PinCheck::Matches => {
                 ToolDecision { allow: true, reason: "matches_pin", pinned_digest: Some(digest.to_string()), changes: vec![] }
             }

@@ -43,10 +43,10 @@ fn read(
     span_id: SpanId,
     span: &Span<'_>,
     service: Option<&Arc<str>>,
-    trusted: Option<&crate::evidence::receipt::TrustedKeys>,
+    settings: &super::Settings,
     type_errors: &mut u64,
 ) -> Option<SpanEvidence> {
-    let mut ev = super::semconv::read_span(trace_id, span_id, span, service, trusted, type_errors)?;
+    let mut ev = super::semconv::read_span(trace_id, span_id, span, service, settings, type_errors)?;
     super::mcp_sdk::correct_sdk_family(&mut ev, span);
     let error_type = span.attributes.iter().find(|kv| kv.key == a::ERROR_TYPE).and_then(|kv| value::as_str(&kv.value));
     if ev.method == Some(Method::ToolsCall) && error_type.is_some_and(|t| t == "NotFoundError" || t.ends_with(".NotFoundError")) {

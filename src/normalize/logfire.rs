@@ -54,7 +54,7 @@ fn read(
     span_id: SpanId,
     span: &Span<'_>,
     service: Option<&Arc<str>>,
-    _trusted: Option<&crate::evidence::receipt::TrustedKeys>,
+    _settings: &super::Settings,
     _type_errors: &mut u64,
 ) -> Option<SpanEvidence> {
     let (side, rest) = if let Some(r) = span.name.strip_prefix(CLIENT_PREFIX) {

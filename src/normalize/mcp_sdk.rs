@@ -37,10 +37,10 @@ fn read(
     span_id: SpanId,
     span: &Span<'_>,
     service: Option<&Arc<str>>,
-    trusted: Option<&crate::evidence::receipt::TrustedKeys>,
+    settings: &super::Settings,
     type_errors: &mut u64,
 ) -> Option<SpanEvidence> {
-    let mut ev = super::semconv::read_span(trace_id, span_id, span, service, trusted, type_errors)?;
+    let mut ev = super::semconv::read_span(trace_id, span_id, span, service, settings, type_errors)?;
     correct_sdk_family(&mut ev, span);
     let is_request = ev.method.as_ref().is_some_and(|m| !m.is_notification());
     if ev.side == Side::Client && is_request && ev.error.is_none() && !ev.status_error {

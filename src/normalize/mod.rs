@@ -29,18 +29,23 @@ use crate::evidence::{SpanEvidence, SpanId, TraceId};
 use std::sync::Arc;
 
 /// Reads one span of a dialect: `None` when it carries no MCP evidence. The arguments are the
-/// span's validated ids, the span, the resource's `service.name`, the receipt keys trusted (see
-/// [`Settings`]), and a counter of attribute values with an unusable type.
-pub type ReadSpan = fn(TraceId, SpanId, &SpanView<'_>, Option<&Arc<str>>, Option<&TrustedKeys>, &mut u64) -> Option<SpanEvidence>;
+/// span's validated ids, the span, the resource's `service.name`, the normalizer's [`Settings`]
+/// (the receipt keys trusted, the registry of tool definitions), and a counter of attribute values
+/// with an unusable type.
+pub type ReadSpan = fn(TraceId, SpanId, &SpanView<'_>, Option<&Arc<str>>, &Settings, &mut u64) -> Option<SpanEvidence>;
 
-/// What the normalizer is configured with (`processors.mcp_health`): the receipt keys it trusts
-/// and the size of each receiving thread's caches. Held by the component that normalizes (the
-/// receivers' admission, replay) and handed to every walk, which sizes the caches of the thread
-/// it runs on before it reads: the limits are values, not process-wide settings.
-#[derive(Clone, Debug, PartialEq)]
+/// What the normalizer is configured with (`processors.mcp_health`): the receipt keys it trusts,
+/// the registry the tool definitions it sees go to, and the size of each receiving thread's
+/// caches. Held by the component that normalizes (the receivers' admission, replay) and handed to
+/// every walk, which sizes the caches of the thread it runs on before it reads: the limits are
+/// values, not process-wide settings.
+#[derive(Clone, Debug)]
 pub struct Settings {
     /// Keys whose signed receipts are trusted; `None`: every receipt is taken as it comes.
     pub trusted: Option<Arc<TrustedKeys>>,
+    /// The tool definitions seen (`limits.tool_definitions`), shared with their readers (the
+    /// engine's drift reports, the gate, `lock`).
+    pub definitions: Arc<definitions::Definitions>,
     /// Contract digests by raw-definition hash, per thread (`limits.digest_cache`).
     pub digest_cache: usize,
     /// Interned names, per thread (`limits.interner`).
@@ -53,6 +58,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             trusted: None,
+            definitions: Arc::default(),
             digest_cache: digest_cache::DEFAULT_CAPACITY,
             interner: intern::DEFAULT_CAPACITY,
             redaction_cache: crate::evidence::hash::DEFAULT_SESSION_CACHE_CAPACITY,
@@ -160,7 +166,6 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
 /// the protobuf receivers walk the wire bytes instead: [`wire::walk_with`], same result).
 pub fn normalize_request_with(req: &ExportTraceServiceRequest, settings: &Settings) -> NormalizedBatch {
     settings.fit_thread();
-    let trusted = settings.trusted.as_deref();
     let mut out = NormalizedBatch::default();
     let total: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
     out.evidence.reserve(total);
@@ -176,7 +181,7 @@ pub fn normalize_request_with(req: &ExportTraceServiceRequest, settings: &Settin
             for span in &ss.spans {
                 if judge {
                     out.spans += 1;
-                    read_view(&SpanView::from_proto(span), by_scope, tap, service.as_ref(), trusted, &mut out);
+                    read_view(&SpanView::from_proto(span), by_scope, tap, service.as_ref(), settings, &mut out);
                 }
             }
         }
@@ -221,7 +226,7 @@ pub(crate) fn read_view(
     by_scope: Option<&'static Dialect>,
     tap: bool,
     service: Option<&Arc<str>>,
-    trusted: Option<&TrustedKeys>,
+    settings: &Settings,
     out: &mut NormalizedBatch,
 ) {
     let (trace_id, span_id) = match ids(span.trace_id, span.span_id) {
@@ -232,7 +237,7 @@ pub(crate) fn read_view(
         }
     };
     let dialect = dialect_of_span(by_scope, span);
-    match (dialect.read)(trace_id, span_id, span, service, trusted, &mut out.attribute_type_errors) {
+    match (dialect.read)(trace_id, span_id, span, service, settings, &mut out.attribute_type_errors) {
         Some(mut ev) => {
             ev.instrumentation =
                 if tap { crate::evidence::Instrumentation::Tap } else { crate::evidence::Instrumentation::of_dialect(dialect.name) };

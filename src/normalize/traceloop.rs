@@ -51,7 +51,7 @@ fn read(
     span_id: SpanId,
     span: &Span<'_>,
     service: Option<&Arc<str>>,
-    _trusted: Option<&crate::evidence::receipt::TrustedKeys>,
+    _settings: &super::Settings,
     _type_errors: &mut u64,
 ) -> Option<SpanEvidence> {
     let name = span.name;

@@ -488,7 +488,7 @@ pub fn walk_with(buf: &[u8], me: &str, settings: &super::Settings) -> Result<(No
     let spans = span_count(buf).unwrap_or(0).min((buf.len() / MIN_EVIDENCE_SPAN_BYTES) as u64);
     out.evidence.reserve_exact(spans as usize);
     let mut facts = WireFacts::default();
-    let mut scratch = Scratch { trusted: settings.trusted.as_deref(), ..Scratch::default() };
+    let mut scratch = Scratch { ranges: Vec::new(), scopes: Vec::new(), settings };
     let mut r = Reader::whole(buf);
     let limit = RECURSION_LIMIT;
     while r.more() {
@@ -509,14 +509,12 @@ pub fn walk_with(buf: &[u8], me: &str, settings: &super::Settings) -> Result<(No
 /// length) and span id (10), and one attribute with an evidence key (at least 8).
 const MIN_EVIDENCE_SPAN_BYTES: usize = 36;
 
-/// Buffers reused from span to span.
-#[derive(Default)]
+/// Buffers reused from span to span, and the normalizer's settings carried down with them to
+/// each span's reader.
 struct Scratch<'s> {
     ranges: Vec<(usize, usize)>,
     scopes: Vec<(usize, usize)>,
-    /// The receipt keys trusted (see `Settings`), carried down with the buffers to each span's
-    /// reader.
-    trusted: Option<&'s crate::evidence::receipt::TrustedKeys>,
+    settings: &'s super::Settings,
 }
 
 fn resource_spans<'a>(
@@ -659,7 +657,7 @@ fn scope_spans_message<'a>(
         }
         if judge {
             out.spans += 1;
-            super::read_view(&view, by_scope, tap, service, scratch.trusted, out);
+            super::read_view(&view, by_scope, tap, service, scratch.settings, out);
         }
     }
     scratch.ranges = spans;

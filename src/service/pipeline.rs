@@ -77,9 +77,6 @@ impl PipelineTasks {
 impl Pipeline {
     /// Build the pipeline, step by step. Nothing is received yet: the listeners come after it.
     pub(crate) async fn start(cfg: &Config) -> Result<Pipeline, ServeError> {
-        // The registry of tool definitions is shared by every receiving thread and its readers
-        // (engine, gate): sized before anything fills it.
-        crate::normalize::definitions::set_capacity(cfg.processors.mcp_health.state_limits.tool_definitions);
         let mut tasks = PipelineTasks::default();
         let exporters = Exporters::start(cfg, &mut tasks.exports)?;
         let status = Status::new([exporters.own.as_ref(), exporters.passthrough.as_ref()]);
@@ -93,6 +90,8 @@ impl Pipeline {
         let admission = exporters.admission(cfg, ingest_tx, memory.clone(), journal.is_some());
         let (sinks, outputs) = exporters.sinks(cfg, &status, memory.clone(), verdict_log);
         let mut engine_cfg = crate::service::replay::engine_config(cfg);
+        // One registry of tool definitions: the receivers fill it, the engine and the gate read it.
+        engine_cfg.normalize = admission.normalize.clone();
         engine_cfg.pins = pins.clone();
         open_store(cfg, &mut engine_cfg)?;
         let engine = EngineParts { rx: ingest_rx, sinks, memory, journal, pins };
@@ -515,6 +514,7 @@ fn start_engine(
     let gate = crate::gate::GateState {
         pins,
         board: engine.board(),
+        definitions: engine.definitions(),
         unpinned: Default::default(),
         store_down: Some(Arc::new(move || hb.is_store_down())),
         shared,

@@ -38,12 +38,12 @@ pub fn engine_config(cfg: &crate::config::Config) -> crate::engine::EngineConfig
 }
 
 /// Feed every line of `files` (one `ExportTraceServiceRequest` per line, `-` for stdin),
-/// normalized with the default settings, to the engine and its records to `sink`; bad lines are reported in `errors` and skipped. Returns the
+/// normalized with the engine's settings, to the engine and its records to `sink`; bad lines are reported in `errors` and skipped. Returns the
 /// span-time clock at the end (the moment the final state is for). (The sinks' unit tests;
 /// `cli::replay` runs [`replay_until`].)
 #[cfg(test)]
 pub fn replay(files: &[String], engine: &mut Engine, sink: &mut dyn Sink, errors: &mut Vec<ReplayError>) -> Moment {
-    replay_until(files, engine, sink, errors, None, &Default::default())
+    replay_until(files, engine, sink, errors, None)
 }
 
 /// [`replay`], with the clock moved on to `until` after the last line (when it is later) before
@@ -55,8 +55,9 @@ pub fn replay_until(
     sink: &mut dyn Sink,
     errors: &mut Vec<ReplayError>,
     until: Option<Moment>,
-    normalize: &crate::normalize::Settings,
 ) -> Moment {
+    // The engine's settings: the definitions its drift reports diff against are the ones read here.
+    let normalize = engine.normalize_settings().clone();
     let mut now = Moment::ZERO;
     let mut out = Vec::new();
     let started = Instant::now();
@@ -87,7 +88,7 @@ pub fn replay_until(
             }
             match otlp_json::decode_traces(line.as_bytes()) {
                 Ok(req) => {
-                    let batch = normalize_request_with(&req, normalize);
+                    let batch = normalize_request_with(&req, &normalize);
                     let latest = batch.evidence.iter().map(|e| e.end_ns.max(e.start_ns)).max().unwrap_or(0);
                     now = now.max(Moment::from_nanos(latest));
                     engine.ingest(batch, now, &mut out);
