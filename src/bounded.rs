@@ -96,7 +96,6 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
         }
     }
 
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.len()
     }

@@ -15,7 +15,9 @@ use mcp_health::testing::normalize::intern::{intern, Kind};
 fn filling_a_table_past_its_configured_limit_is_counted_and_served() {
     let yaml = "processors:\n  mcp_health:\n    limits:\n      interner: 8\n      redaction_cache: 3\n";
     let cfg = Config::parse("limits.yaml", yaml, &|_| None).unwrap();
-    cfg.processors.mcp_health.state_limits.apply();
+    // The receiving threads' caches are sized by the settings a walk is given; this thread is
+    // sized the same way.
+    cfg.processors.mcp_health.normalize_settings().fit_thread();
 
     let (interner_before, redaction_before) = (bounded::evicted("interner"), bounded::evicted("redaction_cache"));
     for i in 0..20 {

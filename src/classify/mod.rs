@@ -2,7 +2,9 @@
 
 pub mod catalog;
 pub mod contract;
-pub mod digest;
+/// Tool-contract digests are evidence about a tool (the normalizer computes them from the spans'
+/// definitions); the rules here compare them. Named here too, where the rules' readers look.
+pub use crate::evidence::digest;
 pub mod drift;
 pub mod incidents;
 pub mod layers;

@@ -92,7 +92,7 @@ pub fn run_lock(a: LockArgs) -> ExitCode {
             digest: d.digest.to_string(),
             projection_version: PROJECTION_VERSION.into(),
             first_seen: rfc3339(d.at_ns),
-            definition: crate::normalize::definitions::lookup(&d.digest),
+            definition: r.definitions.lookup(&d.digest),
         };
         let existed = lock.pin(&server, &tool).is_some();
         if lock.add(&server, &tool, pin, a.update) {

@@ -134,6 +134,8 @@ pub struct Replayed {
     pub catalog: Vec<CatalogChange>,
     /// Every tool definition discovered, in (server, tool, time) order (for `lock`).
     pub discoveries: Vec<crate::correlate::Discovery>,
+    /// The definitions seen, by digest (for `lock`'s pins).
+    pub definitions: std::sync::Arc<crate::normalize::definitions::Definitions>,
     /// Definitions that differ from their pins (when replayed with a lockfile).
     pub drift: Vec<DriftEvent>,
     /// Incident transitions, in the order the engine decided them.
@@ -150,7 +152,6 @@ pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verd
 /// checking tool definitions against `pins`.
 pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<ReplayError>) -> Replayed {
     let cfg = Config::load(None).unwrap_or_else(|e| unreachable!("the embedded default parses: {e}"));
-    cfg.processors.mcp_health.receipts.apply();
     let mut ec = engine_config(&cfg);
     ec.pins = pins.cloned().map(std::sync::Arc::new);
     replay_with(files, ec, errors)
@@ -183,7 +184,15 @@ pub fn replay_until(
             _ => {}
         }
     }
-    Replayed { verdicts, catalog: engine.catalog_rows(end), discoveries: engine.discoveries(), drift, incidents, records }
+    Replayed {
+        verdicts,
+        catalog: engine.catalog_rows(end),
+        discoveries: engine.discoveries(),
+        definitions: engine.definitions(),
+        drift,
+        incidents,
+        records,
+    }
 }
 
 /// The latest revision of each call's verdict, in (start, trace, span) order.
@@ -224,7 +233,6 @@ pub fn run(a: ReplayArgs) -> ExitCode {
         }
         None => None,
     };
-    cfg.processors.mcp_health.receipts.apply();
     let mut ec = engine_config(&cfg);
     ec.pins = pins;
     let Replayed { verdicts, catalog, drift, incidents, .. } = replay_with(&a.files, ec, &mut errors);

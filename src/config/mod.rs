@@ -168,9 +168,11 @@ pub struct ReceiptPolicy {
 }
 
 impl ReceiptPolicy {
-    /// Trust these keys in this process from now on (at start, on a reload, in `replay`).
-    pub fn apply(&self) {
-        crate::evidence::receipt::set_trusted(crate::evidence::receipt::TrustedKeys::parse(&self.trusted_keys).unwrap_or_default());
+    /// The keys trusted (`None`: none, every receipt is taken as it comes). `check` refused a
+    /// key that does not parse.
+    pub fn keys(&self) -> Option<std::sync::Arc<crate::evidence::receipt::TrustedKeys>> {
+        let keys = crate::evidence::receipt::TrustedKeys::parse(&self.trusted_keys).unwrap_or_default();
+        (!keys.is_empty()).then(|| std::sync::Arc::new(keys))
     }
 }
 
@@ -235,17 +237,6 @@ impl StateLimits {
             ("working_reported", self.working_reported),
         ]
     }
-
-    /// Set the process-wide caches of the normalizer to these limits; called once at start-up,
-    /// before any of them is used. The others reach their tables as values: `gate_board`,
-    /// `operation_keys`, `parked_verifiers`, `drift_reported` and `working_reported` through the
-    /// engine's configuration, `tap_sessions` through the tap observer's constructor.
-    pub fn apply(&self) {
-        crate::normalize::digest_cache::set_capacity(self.digest_cache);
-        crate::normalize::definitions::set_capacity(self.tool_definitions);
-        crate::normalize::intern::set_capacity(self.interner);
-        crate::normalize::redact::set_session_cache_capacity(self.redaction_cache);
-    }
 }
 
 impl Default for CorrelateConfig {
@@ -255,6 +246,18 @@ impl Default for CorrelateConfig {
 }
 
 impl CorrelateConfig {
+    /// What the normalizer is configured with: the receipt keys trusted and the receiving
+    /// threads' cache sizes (`limits`), handed to the component that normalizes.
+    pub fn normalize_settings(&self) -> crate::normalize::Settings {
+        crate::normalize::Settings {
+            trusted: self.receipts.keys(),
+            definitions: std::sync::Arc::new(crate::normalize::definitions::Definitions::with_capacity(self.state_limits.tool_definitions)),
+            digest_cache: self.state_limits.digest_cache,
+            interner: self.state_limits.interner,
+            redaction_cache: self.state_limits.redaction_cache,
+        }
+    }
+
     pub fn session_limits(&self) -> crate::correlate::SessionLimits {
         crate::correlate::SessionLimits {
             max_sessions: self.max_sessions,
@@ -549,6 +552,7 @@ impl Config {
         e.max_working_reported = p.state_limits.working_reported;
         e.max_gate_board = p.state_limits.gate_board;
         e.partial_before_start = p.partial_before_start;
+        e.normalize = p.normalize_settings();
         e
     }
 

@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use super::assemble::assemble_calls;
 use super::crossjoin::{self, CrossJoin};
 use super::due::DueQueue;
-use super::outbox::{Outbox, Published};
+use super::outbox::{ChainChange, FromStore, KeptChain, Looks, Outbox, Published, Restore};
 use crate::classify::Decision;
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{SpanEvidence, TraceId};
@@ -152,9 +152,7 @@ struct DecidedChain {
     index_keys: Box<[u64]>,
     /// See `ChainExtra::moved`.
     moved: Box<[crate::evidence::SpanId]>,
-    /// Shared with the store's write of this decided chain (see [`DecidedRecord`]).
-    ///
-    /// [`DecidedRecord`]: crate::state::DecidedRecord
+    /// Shared with the store's write of this decided chain (see [`KeptChain`]).
     spans: Arc<Vec<SpanEvidence>>,
     root_seen: bool,
     truncated: bool,
@@ -246,7 +244,7 @@ pub struct Chains {
     /// (decision time and operation keys, so the window still ends it and its keys go with it).
     spilled: crate::bounded::BoundedMap<TraceId, (Moment, Vec<Box<str>>)>,
     /// With a shared store: what is published for the other instances goes through the outbox
-    /// (`take_published`); the orphans already known here (kept or published) are remembered in
+    /// (`take_for_round`); the orphans already known here (kept or published) are remembered in
     /// `known_orphans`, so one pulled back is not taken twice.
     share_orphans: bool,
     /// With a shared store: the servers seen to split traces (only their halves are published;
@@ -301,18 +299,61 @@ impl Chains {
         }
     }
 
-    /// From now on, keep the orphans this instance holds for publishing to a shared store; a
-    /// server's split mark is given `settle` to reach the other instances (see `splits`).
-    pub fn share_orphans(&mut self, settle: std::time::Duration) {
-        self.share_orphans = true;
-        self.splits.set_settle(settle);
+    /// A store is attached: from now on the outbox records which decided chains and operation
+    /// keys change. With a shared store (`shared`: the time a server's split mark is given to
+    /// reach the other instances, see `splits`), the orphans, client halves and parked verifiers
+    /// this instance holds are kept for publishing too.
+    pub(crate) fn keep_for_store(&mut self, shared: Option<std::time::Duration>) {
+        self.outbox.track = true;
+        if let Some(settle) = shared {
+            self.share_orphans = true;
+            self.splits.set_settle(settle);
+        }
     }
 
-    /// What to publish since the last call: the orphans kept, the client halves of chains
-    /// decided and the verifiers parked (at most [`crossjoin::MAX_ORPHANS`] orphans and halves and
-    /// `max_parked_verifiers` verifiers are held; past that the oldest go unpublished).
-    pub(crate) fn take_published(&mut self) -> Published {
-        self.outbox.take_published()
+    /// What a write round publishes, taken at its start: the orphans kept, the client halves of
+    /// chains decided and the verifiers parked (at most [`crossjoin::MAX_ORPHANS`] orphans and
+    /// halves and `max_parked_verifiers` verifiers are held; past that the oldest go
+    /// unpublished), the split marks made here since the last round, and the servers whose
+    /// marks to read (those whose client halves were held back here within the late-span window).
+    pub(crate) fn take_for_round(&mut self, now: Moment) -> Published {
+        let mut p = self.outbox.take_published();
+        p.marks = self.splits.take_marks();
+        p.ask_marks = self.splits.servers_to_ask(now, self.limits.late_span_window);
+        p
+    }
+
+    /// What to look for in a shared store before due chains are decided: the server halves about
+    /// to be decided alone (see [`Chains::server_halves_to_look_for`]) and the chains in flight
+    /// whose root never came, gone quiet since the last call.
+    pub(crate) fn take_looks(&mut self, now: Moment, all: bool) -> Looks {
+        Looks { server_halves: self.server_halves_to_look_for(now, all), rootless: std::mem::take(&mut self.outbox.rootless) }
+    }
+
+    /// What the store keeps, taken back (see [`Restore`]).
+    pub(crate) fn restore(&mut self, kept: Restore) {
+        match kept {
+            Restore::Decided(c) => self.restore_decided(c),
+            Restore::Spilled(id, c) => self.unspill(id, c),
+            Restore::Operation(key, trace) => self.restore_operation(&key, trace),
+            Restore::Mark(server) => {
+                self.splits.learn(&server, Moment::from_nanos(0));
+            }
+            Restore::MarksAgain(marks) => self.splits.marks_again(marks),
+        }
+    }
+
+    /// What another instance published or decided, taken in as if it had come here (see
+    /// [`FromStore`]); the chains it revises are appended to `out`.
+    pub(crate) fn take_in(&mut self, news: FromStore, now: Moment, out: &mut Vec<DecidedCalls>) {
+        match news {
+            FromStore::Adopt(c) => self.adopt_decided(c, now, out),
+            FromStore::Unpark(key) => self.unpark(&key, now, out),
+            FromStore::Split(server) => self.learn_split(&server, now),
+            FromStore::Protocol(p) => self.set_cluster_protocol(p, now),
+            FromStore::Orphan(ev) => self.take_remote_orphan(ev, now),
+            FromStore::Verifier(ev) => self.take_remote_verifier(ev, now, out),
+        }
     }
 
     fn publish_half(&mut self, id: TraceId, h: crossjoin::Half) {
@@ -322,26 +363,10 @@ impl Chains {
         self.outbox.halves.push((id, h));
     }
 
-    /// The marks of servers seen to split here since the last call, to write to the store.
-    pub fn take_split_marks(&mut self) -> Vec<super::splits::Server> {
-        self.splits.take_marks()
-    }
-
-    /// Marks the store did not take (the round failed): written at the next one.
-    pub fn split_marks_again(&mut self, marks: Vec<super::splits::Server>) {
-        self.splits.marks_again(marks);
-    }
-
-    /// The servers whose marks to read from the store: those whose client halves were held back
-    /// here within the late-span window.
-    pub fn split_servers_to_ask(&mut self, now: Moment) -> Vec<super::splits::Server> {
-        self.splits.servers_to_ask(now, self.limits.late_span_window)
-    }
-
     /// A server seen to split, here or (read from the store) by another instance: the client
     /// halves of it decided here within the late-span window and held back are published now,
     /// and later ones as they are decided.
-    pub fn learn_split(&mut self, server: &super::splits::Server, now: Moment) {
+    fn learn_split(&mut self, server: &super::splits::Server, now: Moment) {
         if self.splits.learn(server, now) {
             self.publish_held(std::slice::from_ref(server), now, self.limits.late_span_window);
         }
@@ -350,23 +375,17 @@ impl Chains {
     /// The cluster's state protocol (the lowest any instance sharing the store announces): below
     /// [`MARKS_SINCE`](super::splits::MARKS_SINCE) every client half is published, as the
     /// instances that know no split marks do, the held-back ones at once.
-    pub fn set_cluster_protocol(&mut self, protocol: u32, now: Moment) {
+    fn set_cluster_protocol(&mut self, protocol: u32, now: Moment) {
         let held = self.splits.every_half(protocol < super::splits::MARKS_SINCE);
         if !held.is_empty() {
             self.publish_held(&held, now, self.limits.late_span_window);
         }
     }
 
-    /// The chains in flight whose root never came, gone quiet since the last call: the replica
-    /// looks for their trace among the decided chains of a shared store.
-    pub fn take_rootless_to_look(&mut self) -> Vec<TraceId> {
-        std::mem::take(&mut self.outbox.rootless)
-    }
-
     /// A chain another instance decided (from a shared store) for a trace in flight here without
     /// its root: the two are one call. The decided chain is restored and the spans held here join
     /// it as late spans — a revision of the verdict it had, not a second attempt.
-    pub fn adopt_decided(&mut self, r: crate::state::DecidedRecord, now: Moment, out: &mut Vec<DecidedCalls>) {
+    fn adopt_decided(&mut self, r: KeptChain, now: Moment, out: &mut Vec<DecidedCalls>) {
         let id = r.trace_id;
         if self.decided.contains_key(&id) {
             return;
@@ -378,12 +397,6 @@ impl Chains {
         for ev in c.spans {
             self.add_span(ev, now, out);
         }
-    }
-
-    /// A mark the store held at start-up: known from now on (the halves it concerns were decided
-    /// before; nothing is published for them now).
-    pub fn restore_split(&mut self, server: &super::splits::Server, now: Moment) {
-        self.splits.learn(server, now);
     }
 
     /// Publish the held-back client halves of `servers` (`None` among them: of every server) of
@@ -411,7 +424,7 @@ impl Chains {
 
     /// A verifier another instance parked under an operation key a call here names: taken as
     /// if it had come here (it joins the call, revising it when decided), once.
-    pub fn take_remote_verifier(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
+    fn take_remote_verifier(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
         if ev.method.is_some() || ev.outcomes.is_empty() || !self.known_verifiers.insert((ev.trace_id, ev.span_id)) {
             return;
         }
@@ -433,7 +446,7 @@ impl Chains {
     /// Server halves in flight about to be decided alone (they have waited for their client
     /// half past half the extra wait, or `all` of them at the drain), each returned once: a
     /// shared store may list their client half, decided on another instance.
-    pub fn server_halves_to_look_for(&mut self, now: Moment, all: bool) -> Vec<(TraceId, crossjoin::Half)> {
+    fn server_halves_to_look_for(&mut self, now: Moment, all: bool) -> Vec<(TraceId, crossjoin::Half)> {
         let wait = self.limits.decision_wait + self.limits.server_half_wait / 2;
         let mut out = Vec::new();
         // Outside the drain only deferred chains qualify: walk those, not every chain.
@@ -473,7 +486,7 @@ impl Chains {
     /// A refused-looking HTTP span another instance published: taken as if it had come here
     /// (joined to a refused client request in flight or lately decided, or kept as an orphan),
     /// once.
-    pub fn take_remote_orphan(&mut self, ev: SpanEvidence, now: Moment) {
+    fn take_remote_orphan(&mut self, ev: SpanEvidence, now: Moment) {
         if !crossjoin::is_orphan_candidate(&ev) || self.active.contains_key(&ev.trace_id) || self.decided.contains_key(&ev.trace_id) {
             return;
         }
@@ -534,11 +547,6 @@ impl Chains {
         }
     }
 
-    /// Record, from now on, which decided chains change (for the state store).
-    pub fn track_changes(&mut self) {
-        self.outbox.track = true;
-    }
-
     fn mark(&mut self, id: TraceId, spans: &[SpanEvidence]) {
         if self.outbox.track {
             self.outbox.dirty.insert(id);
@@ -550,54 +558,51 @@ impl Chains {
         }
     }
 
-    /// The decided chains and operation keys changed since the last call, as store changes: a
-    /// decided chain kept for revision is put, one forgotten is deleted; an operation key is kept
-    /// while the chain of its call is (so a verifier after a restart still finds it).
-    pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
-        use crate::state::{trace_key, DecidedRecord, Record, Table};
+    /// The decided chains and operation keys changed since the last call, in the order to write
+    /// them: a decided chain kept for revision is put, one forgotten is deleted; an operation key
+    /// is kept while the chain of its call is (so a verifier after a restart still finds it).
+    pub(crate) fn take_changes(&mut self) -> Vec<ChainChange> {
         let shutdown = std::mem::take(&mut self.outbox.shutdown_decided);
-        out.changes.reserve(shutdown.len() + self.outbox.dirty.len() + self.outbox.dirty_ops.len());
+        let mut out = Vec::with_capacity(shutdown.len() + self.outbox.dirty.len() + self.outbox.dirty_ops.len());
         for r in shutdown {
             self.outbox.dirty.remove(&r.trace_id);
             for s in r.spans.iter() {
                 if let (Some(k), Some(_)) = (s.operation_key.as_deref(), &s.method) {
                     if self.operations.get(k) == Some(&r.trace_id) {
                         self.outbox.dirty_ops.remove(k);
-                        out.put(k.to_string(), Record::Operation(r.trace_id));
+                        out.push(ChainChange::Operation(k.into(), r.trace_id));
                     }
                 }
             }
-            out.put(trace_key(&r.trace_id), Record::Decided(Box::new(r)));
+            out.push(ChainChange::Decided(r));
         }
         // The sets are given back emptied, their room kept up to a bound (they fill again each
         // round).
         let mut dirty = std::mem::take(&mut self.outbox.dirty);
         for id in dirty.drain() {
             match self.decided.get(&id) {
-                Some(d) => out.put(
-                    trace_key(&id),
-                    Record::Decided(Box::new(DecidedRecord {
-                        trace_id: id,
-                        spans: Arc::clone(&d.spans),
-                        root_seen: d.root_seen,
-                        truncated: d.truncated,
-                        revision: d.revision,
-                        decided_at_ns: d.decided_at.as_nanos(),
-                    })),
-                ),
+                Some(d) => out.push(ChainChange::Decided(KeptChain {
+                    trace_id: id,
+                    spans: Arc::clone(&d.spans),
+                    root_seen: d.root_seen,
+                    truncated: d.truncated,
+                    revision: d.revision,
+                    decided_at_ns: d.decided_at.as_nanos(),
+                })),
                 // Reopened by a late span: the stored revision stays until the new one is decided.
                 // Spilled under a bound: it stays in the store until its window passes.
                 None if self.active.contains_key(&id) || self.spilled.contains(&id) => {}
-                None => out.delete(Table::Decided, trace_key(&id)),
+                None => out.push(ChainChange::Forgotten(id)),
             }
         }
         let mut dirty_ops = std::mem::take(&mut self.outbox.dirty_ops);
         for k in dirty_ops.drain() {
             match self.operations.get(&k) {
                 Some(t) if self.decided.contains_key(t) || self.active.contains_key(t) || self.spilled.contains(t) => {
-                    out.put(k.into_string(), Record::Operation(*t))
+                    let t = *t;
+                    out.push(ChainChange::Operation(k, t))
                 }
-                _ => out.delete(Table::Operations, k.into_string()),
+                _ => out.push(ChainChange::OperationGone(k)),
             }
         }
         if dirty.capacity() <= MAX_BATCH_TRACES_KEPT {
@@ -606,11 +611,12 @@ impl Chains {
         if dirty_ops.capacity() <= MAX_BATCH_TRACES_KEPT {
             self.outbox.dirty_ops = dirty_ops;
         }
+        out
     }
 
     /// Take back a decided chain from the store (at start-up, oldest first). It is kept for
     /// revision until `late_span_window` after its decision, like any decided chain.
-    pub fn restore_decided(&mut self, r: crate::state::DecidedRecord) {
+    fn restore_decided(&mut self, r: KeptChain) {
         if self.active.contains_key(&r.trace_id) || self.decided.contains_key(&r.trace_id) {
             return;
         }
@@ -656,7 +662,7 @@ impl Chains {
     }
 
     /// A spilled chain came back from the store (`Some`), or the store no longer has it.
-    pub fn unspill(&mut self, id: TraceId, record: Option<crate::state::DecidedRecord>) {
+    fn unspill(&mut self, id: TraceId, record: Option<KeptChain>) {
         self.spilled.remove(&id);
         if let Some(r) = record {
             self.restore_decided(r);
@@ -689,7 +695,7 @@ impl Chains {
 
     /// A call naming `key` is known now (taken from a shared store): the verifiers parked under
     /// it join it.
-    pub fn unpark(&mut self, key: &str, now: Moment, out: &mut Vec<DecidedCalls>) {
+    fn unpark(&mut self, key: &str, now: Moment, out: &mut Vec<DecidedCalls>) {
         if self.operations.get(key).is_none() {
             return;
         }
@@ -701,7 +707,7 @@ impl Chains {
     }
 
     /// Take back an operation key from the store.
-    pub fn restore_operation(&mut self, key: &str, trace: TraceId) {
+    fn restore_operation(&mut self, key: &str, trace: TraceId) {
         self.operations.insert(key.into(), trace);
     }
 
@@ -1532,7 +1538,7 @@ impl Chains {
                 // Decided at shutdown: not kept here, but kept in the store, so that a late span
                 // after the restart still revises it.
                 self.mark(id, &c.spans);
-                self.outbox.shutdown_decided.push(crate::state::DecidedRecord {
+                self.outbox.shutdown_decided.push(KeptChain {
                     trace_id: id,
                     spans: Arc::new(c.spans.clone()),
                     root_seen: c.root_seen,

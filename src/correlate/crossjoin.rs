@@ -173,34 +173,19 @@ pub struct Half {
 }
 
 impl Half {
-    /// As a shared store lists it (the client half of chain `trace`), its session id hashed (see
-    /// [`join_session`]). The tool and the keys are not listed (the record keeps its layout): a
-    /// listed half is compatible with every tool and key, which can only make a join rarer.
-    pub fn into_shared(self, trace: TraceId) -> crate::state::ClientHalf {
-        crate::state::ClientHalf {
-            trace_id: trace,
-            method: self.method,
-            request_id: self.request_id,
-            start_ns: self.start_ns,
-            end_ns: self.end_ns,
-            server: self.server,
-            session: self.session,
-        }
-    }
-
-    /// A client half a shared store listed, and its chain's trace.
-    pub fn from_shared(c: &crate::state::ClientHalf) -> (TraceId, Half) {
-        let h = Half {
-            method: c.method.clone(),
-            request_id: c.request_id.clone(),
-            start_ns: c.start_ns,
-            end_ns: c.end_ns,
-            server: c.server.clone(),
-            session: c.session.as_deref().map(join_session),
-            tool: None,
-            keys: JoinKeys::NONE,
-        };
-        (c.trace_id, h)
+    /// A client half as a shared store lists it (method, request id, interval, server and
+    /// session as published), its session id hashed (see [`join_session`]). The tool and the
+    /// keys are not listed (the record keeps its layout): a listed half is compatible with every
+    /// tool and key, which can only make a join rarer.
+    pub(crate) fn listed(
+        method: Method,
+        request_id: Box<str>,
+        start_ns: u64,
+        end_ns: u64,
+        server: Option<Arc<str>>,
+        session: Option<&str>,
+    ) -> Half {
+        Half { method, request_id, start_ns, end_ns, server, session: session.map(join_session), tool: None, keys: JoinKeys::NONE }
     }
 
     /// The half one request span of `(m, rid)` describes.

@@ -12,6 +12,8 @@ use rustc_hash::FxHashMap;
 use crate::classify::catalog::{convergence, CatalogEvent, CatalogEventKind, CatalogVerdict, Convergence, RefreshPolicy};
 use crate::evidence::{Method, SpanEvidence};
 
+use super::outbox::KeptSession;
+
 /// Bounds of the session table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionLimits {
@@ -144,13 +146,14 @@ impl Sessions {
         }
     }
 
-    /// The sessions changed since the last call, as store changes (put, or delete when forgotten).
-    pub fn take_changes(&mut self, out: &mut crate::state::Changes) {
-        use crate::state::{Record, SessionRecord, Table};
+    /// The sessions changed since the last call, as the store is to keep them (`None`: forgotten
+    /// here, to delete).
+    pub(crate) fn take_changes(&mut self) -> Vec<(String, Option<KeptSession>)> {
+        let mut out = Vec::with_capacity(self.dirty.len());
         for key in std::mem::take(&mut self.dirty) {
             match self.map.get(&key) {
                 Some(st) => {
-                    let rec = SessionRecord {
+                    let kept = KeptSession {
                         events: st.events.clone(),
                         page_requests: st.page_requests.clone(),
                         last_seen_ns: st.last_seen.as_nanos(),
@@ -162,15 +165,16 @@ impl Sessions {
                         has_ttl: st.has_ttl,
                         emitted: st.emitted,
                     };
-                    out.put(key, Record::Session(Box::new(rec)));
+                    out.push((key, Some(kept)));
                 }
-                None => out.delete(Table::Sessions, key),
+                None => out.push((key, None)),
             }
         }
+        out
     }
 
     /// Take back a session from the store (at start-up), within the same bound.
-    pub fn restore(&mut self, key: String, r: crate::state::SessionRecord) {
+    pub(crate) fn restore(&mut self, key: String, r: KeptSession) {
         if !self.map.contains_key(&key) && self.map.len() >= self.limits.max_sessions {
             return;
         }
@@ -196,7 +200,7 @@ impl Sessions {
     /// Merge a session as another instance wrote it to a shared store: the events and page
     /// requests of both (the evidence of the traces that went elsewhere), the later activity.
     /// True if it brought anything this table lacked (then the union is written back).
-    pub fn merge(&mut self, key: &str, r: crate::state::SessionRecord) -> bool {
+    pub(crate) fn merge(&mut self, key: &str, r: KeptSession) -> bool {
         let Some(st) = self.map.get_mut(key) else {
             if self.map.len() >= self.limits.max_sessions {
                 return false;

@@ -5,6 +5,7 @@ use crate::evidence::time::Moment;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::outbox::FromStore;
 use super::*;
 use crate::classify::{classify_call, Decision, SessionContext};
 use crate::evidence::call::CallEvidence;
@@ -811,12 +812,12 @@ fn a_parent_cycle_does_not_hang_assembly() {
 #[test]
 fn a_session_from_another_instance_merges_its_evidence() {
     use crate::classify::catalog::{CatalogEvent, CatalogEventKind, Convergence};
+    use crate::correlate::outbox::KeptSession;
     use crate::evidence::catalog::SignalSource;
-    use crate::state::SessionRecord;
     let mut s = Sessions::new(SessionLimits { max_events_per_session: 3, ..SessionLimits::default() });
     s.track_changes();
     let ev = |at: u64, kind: CatalogEventKind| CatalogEvent { at_ns: at, kind };
-    let rec = |events: Vec<CatalogEvent>, activity: u64| SessionRecord {
+    let rec = |events: Vec<CatalogEvent>, activity: u64| KeptSession {
         events,
         page_requests: vec!["1".into()],
         last_seen_ns: 0,
@@ -832,24 +833,22 @@ fn a_session_from_another_instance_merges_its_evidence() {
     assert!(s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true))], 5)));
     // The same evidence again: nothing new.
     assert!(!s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true))], 5)));
-    let mut out = crate::state::Changes::default();
-    s.take_changes(&mut out);
+    let out = s.take_changes();
     assert!(out.is_empty(), "nothing to write back: {out:?}");
     // A signal another instance saw: merged, written back, checked.
     assert!(
         s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true)), ev(9, CatalogEventKind::Signal(SignalSource::Notification))], 12))
     );
-    s.take_changes(&mut out);
+    let out = s.take_changes();
     assert_eq!(out.len(), 1);
-    let crate::state::Record::Session(r) = out.changes[0].value.clone().unwrap() else { panic!() };
+    let Some(r) = out[0].1.clone() else { panic!() };
     assert_eq!(r.events.len(), 2, "shared events once: {:?}", r.events);
     assert_eq!(r.last_activity_ns, 12);
     let _ = s.take_merged_changes();
     // Bounded like observed evidence: the oldest go.
     s.merge("k", rec(vec![ev(20, CatalogEventKind::Reconnect), ev(21, CatalogEventKind::Reconnect)], 21));
-    let mut out = crate::state::Changes::default();
-    s.take_changes(&mut out);
-    let crate::state::Record::Session(r) = out.changes[0].value.clone().unwrap() else { panic!() };
+    let out = s.take_changes();
+    let Some(r) = out[0].1.clone() else { panic!() };
     assert_eq!(r.events.iter().map(|e| e.at_ns).collect::<Vec<_>>(), vec![9, 20, 21]);
     // No session is converged here: nothing to read back.
     assert!(s.all_current().iter().all(|(_, _, v)| v.convergence != Convergence::Converged));
@@ -862,7 +861,7 @@ fn a_session_from_another_instance_merges_its_evidence() {
 #[test]
 fn held_client_halves_are_published_by_a_mark_and_the_recent_ones_at_the_drain() {
     let mut c = Chains::new(limits());
-    c.share_orphans(secs(1));
+    c.keep_for_store(Some(secs(1)));
     let to = |trace: u8, server: &str| {
         let mut s = client(trace, 1, &format!("r{trace}"));
         s.server = Some(Arc::from(server));
@@ -873,15 +872,15 @@ fn held_client_halves_are_published_by_a_mark_and_the_recent_ones_at_the_drain()
     tick(&mut c, t0 + secs(3));
     ingest(&mut c, batch(vec![to(2, "marked:1")]), t0 + secs(3));
     tick(&mut c, t0 + secs(6));
-    assert_eq!(c.take_published().halves.len(), 0, "no server seen to split: nothing published");
-    c.learn_split(&Some(Arc::from("marked:1")), t0 + secs(7));
-    assert_eq!(c.take_published().halves.into_iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![tid(2)]);
+    assert_eq!(c.take_for_round(t0 + secs(6)).halves.len(), 0, "no server seen to split: nothing published");
+    c.take_in(FromStore::Split(Some(Arc::from("marked:1"))), t0 + secs(7), &mut Vec::new());
+    assert_eq!(c.take_for_round(t0 + secs(7)).halves.into_iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![tid(2)]);
     ingest(&mut c, batch(vec![to(3, "recent:1")]), t0 + secs(60));
     tick(&mut c, t0 + secs(63));
-    assert_eq!(c.take_published().halves.len(), 0);
+    assert_eq!(c.take_for_round(t0 + secs(63)).halves.len(), 0);
     c.drain(DecidedBy::Shutdown, t0 + secs(64), &mut Vec::new());
     assert_eq!(
-        c.take_published().halves.into_iter().map(|(id, _)| id).collect::<Vec<_>>(),
+        c.take_for_round(t0 + secs(64)).halves.into_iter().map(|(id, _)| id).collect::<Vec<_>>(),
         vec![tid(3)],
         "the old half is not published at the drain"
     );

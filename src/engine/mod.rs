@@ -22,6 +22,7 @@
 //! engine's first ingest — is marked partial after classification and never comes out `healthy`
 //! (`classify::partial`).
 
+pub(crate) mod board;
 pub(crate) mod decided;
 pub(crate) mod shared;
 
@@ -82,6 +83,10 @@ pub struct EngineConfig {
     /// engine's path, and a manual clock sees the same steps as with synchronous calls. The
     /// service sets [`SHARED_STORE_ANSWER_WITHIN`].
     pub store_answer_within: Duration,
+    /// What the engine's input is normalized with where its driver normalizes it (replay): the
+    /// receipt keys trusted, the caches' sizes. The service's receivers are given theirs by their
+    /// own constructor (`receive::admit::Admission`).
+    pub normalize: crate::normalize::Settings,
 }
 
 impl EngineConfig {
@@ -135,6 +140,11 @@ pub struct Engine {
     chains: Chains,
     sessions: Sessions,
     pins: Option<Arc<Lockfile>>,
+    /// The tool definitions seen, by digest (shared with the normalizer that fills it): what a
+    /// drift report diffs against.
+    definitions: Arc<crate::normalize::definitions::Definitions>,
+    /// What the input is normalized with where the engine's driver normalizes it (replay).
+    normalize: crate::normalize::Settings,
     progress: ProgressPolicy,
     incidents: IncidentBook,
     /// Drift already reported, oldest first out.
@@ -145,7 +155,7 @@ pub struct Engine {
     waiting_reported: crate::bounded::BoundedSet<([u8; 16], [u8; 8])>,
     working: FxHashMap<(String, String), u64>,
     /// Where catalog verdicts are published for the gate API.
-    board: Arc<crate::gate::CatalogBoard>,
+    board: Arc<board::CatalogBoard>,
     last_reevaluated: Option<Moment>,
     last_expired: Option<Moment>,
     callless_chains: u64,
@@ -202,6 +212,8 @@ impl Engine {
             chains: Chains::new(cfg.chains),
             sessions: Sessions::new(cfg.sessions),
             pins: cfg.pins,
+            definitions: cfg.normalize.definitions.clone(),
+            normalize: cfg.normalize,
             progress: cfg.progress,
             incidents: IncidentBook::default(),
             drift_reported: crate::bounded::BoundedSet::with_capacity("drift_reported", cfg.max_drift_reported),
@@ -209,8 +221,8 @@ impl Engine {
             waiting_reported: crate::bounded::BoundedSet::with_capacity("waiting_reported", cfg.max_working_reported),
             working: FxHashMap::default(),
             board: Arc::new(match cfg.max_gate_board {
-                0 => crate::gate::CatalogBoard::default(),
-                n => crate::gate::CatalogBoard::with_capacity(n),
+                0 => board::CatalogBoard::default(),
+                n => board::CatalogBoard::with_capacity(n),
             }),
             last_reevaluated: None,
             last_expired: None,
@@ -228,6 +240,10 @@ impl Engine {
             has_store,
         };
         lend!(e, |r, t| r.attach(&mut t));
+        // The sessions taken back from a store go on the gate's board as they stand.
+        for (key, server, verdict) in e.sessions.all_current() {
+            e.board.publish(&key, server, verdict);
+        }
         e
     }
 
@@ -276,8 +292,23 @@ impl Engine {
     }
 
     /// The gate's view of the catalogs (shared with the gate service, published by the engine).
-    pub fn board(&self) -> Arc<crate::gate::CatalogBoard> {
+    pub fn board(&self) -> Arc<board::CatalogBoard> {
         self.board.clone()
+    }
+
+    /// The pins with the definitions they are checked against.
+    fn pins(&self) -> Option<Pins<'_>> {
+        self.pins.as_deref().map(|lockfile| Pins { lockfile, definitions: &self.definitions })
+    }
+
+    /// The tool definitions seen (shared with the normalizer that fills them and the gate).
+    pub fn definitions(&self) -> Arc<crate::normalize::definitions::Definitions> {
+        self.definitions.clone()
+    }
+
+    /// What a driver that normalizes the engine's input itself (replay) normalizes it with.
+    pub fn normalize_settings(&self) -> &crate::normalize::Settings {
+        &self.normalize
     }
 
     pub fn chains(&self) -> &Chains {
@@ -519,7 +550,7 @@ impl Engine {
                     self.partial_decided.remove(&d.trace_id);
                 }
             }
-            let verdicts = verdicts_superseding(&d, &self.sessions, self.pins.as_deref(), &self.progress, now.as_nanos(), previous_partial);
+            let verdicts = verdicts_superseding(&d, &self.sessions, self.pins(), &self.progress, now.as_nanos(), previous_partial);
             for mut v in verdicts {
                 if let Some(why) = partial {
                     crate::classify::partial::mark(&mut v, why);
@@ -593,7 +624,7 @@ impl Engine {
     /// The interim report of a call still in flight (`working`, `waiting`); its final verdict follows.
     fn interim(&self, c: &CallEvidence, now_ns: u64) -> Decided {
         let d = Decision { revision: 0, decided_by: DecidedBy::InFlight, root_seen: false, truncated: false };
-        Decided::Interim(classify_with_clocks(c, &self.sessions, self.pins.as_deref(), &self.progress, now_ns, d))
+        Decided::Interim(classify_with_clocks(c, &self.sessions, self.pins(), &self.progress, now_ns, d))
     }
 
     /// Check the tools of every `tools/list` page in `spans` against the pins; each drifted
@@ -607,7 +638,7 @@ impl Engine {
                     continue;
                 }
                 if let PinCheck::Drift { pinned_digest, changes } =
-                    pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref())
+                    pins.check(server, tool, digest, self.definitions.lookup(digest).as_ref())
                 {
                     self.drift_reported.insert(key.clone());
                     let event = DriftEvent {
@@ -628,9 +659,17 @@ impl Engine {
     }
 }
 
+/// The pins calls are checked against, with the tool definitions seen (what a drift diffs
+/// against).
+#[derive(Clone, Copy)]
+pub struct Pins<'a> {
+    pub lockfile: &'a Lockfile,
+    pub definitions: &'a crate::normalize::definitions::Definitions,
+}
+
 /// The session facts a call is classified with: its catalog's convergence when the call started,
 /// and whether the tool definition it used differs from its pin.
-pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvidence) -> SessionContext {
+pub fn session_context(sessions: &Sessions, pins: Option<Pins<'_>>, c: &CallEvidence) -> SessionContext {
     // Catalog staleness and drift are about choosing a tool; a `tools/list` is the remedy, not a victim.
     if c.method != Some(Method::ToolsCall) {
         return SessionContext::default();
@@ -646,7 +685,7 @@ pub fn session_context(sessions: &Sessions, pins: Option<&Lockfile>, c: &CallEvi
     if let (Some(pins), Some(server), Some(tool)) = (pins, c.server.as_deref(), c.tool.as_deref()) {
         let in_use = c.tool_digest.clone().or_else(|| key.as_ref().and_then(|k| sessions.tool_digest_at(k, tool, c.start_ns)));
         if let Some(d) = in_use {
-            if let PinCheck::Drift { changes, .. } = pins.check(server, tool, &d, crate::normalize::definitions::lookup(&d).as_ref()) {
+            if let PinCheck::Drift { changes, .. } = pins.lockfile.check(server, tool, &d, pins.definitions.lookup(&d).as_ref()) {
                 ctx.contract_drift = Some(changes);
             }
         }
@@ -663,7 +702,7 @@ pub fn reportable(v: &Verdict) -> bool {
 
 /// Classify a decided chain.
 #[cfg(test)]
-pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile>, progress: &ProgressPolicy, now_ns: u64) -> Vec<Verdict> {
+pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<Pins<'_>>, progress: &ProgressPolicy, now_ns: u64) -> Vec<Verdict> {
     verdicts_superseding(d, sessions, pins, progress, now_ns, None)
 }
 
@@ -672,7 +711,7 @@ pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<&Lockfile
 fn verdicts_superseding(
     d: &DecidedCalls,
     sessions: &Sessions,
-    pins: Option<&Lockfile>,
+    pins: Option<Pins<'_>>,
     progress: &ProgressPolicy,
     now_ns: u64,
     previous_partial: Option<Partial>,
@@ -719,7 +758,7 @@ fn verdicts_superseding(
 pub fn classify_with_clocks(
     c: &CallEvidence,
     sessions: &Sessions,
-    pins: Option<&Lockfile>,
+    pins: Option<Pins<'_>>,
     progress: &ProgressPolicy,
     now_ns: u64,
     d: Decision,

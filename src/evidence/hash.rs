@@ -1,8 +1,6 @@
 //! Hashes of identifiers that must be joinable but not readable (session ids, credential ids,
 //! incident causes). Pure functions; shared by the normalizers, the classifier and the emitters.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use sha2::{Digest, Sha256};
 
 use crate::bounded::BoundedMap;
@@ -24,18 +22,24 @@ pub fn to_hex(bytes: &[u8]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// Session hashes each thread keeps (`processors.mcp_health.limits.redaction_cache`).
-static SESSION_CACHE_CAPACITY: AtomicUsize = AtomicUsize::new(4096);
-
-/// Set the capacity of every thread's session-hash cache (once at start-up; a cache already
-/// created adopts it at its next insert).
-pub fn set_session_cache_capacity(cap: usize) {
-    SESSION_CACHE_CAPACITY.store(cap, Ordering::Relaxed);
-}
+/// Session hashes a thread keeps until told otherwise (`processors.mcp_health.limits.
+/// redaction_cache`'s default).
+pub const DEFAULT_SESSION_CACHE_CAPACITY: usize = 4096;
 
 thread_local! {
     static SESSION_HASHES: std::cell::RefCell<BoundedMap<Box<str>, std::sync::Arc<str>>> =
-        std::cell::RefCell::new(BoundedMap::with_capacity("redaction_cache", SESSION_CACHE_CAPACITY.load(Ordering::Relaxed)));
+        std::cell::RefCell::new(BoundedMap::with_capacity("redaction_cache", DEFAULT_SESSION_CACHE_CAPACITY));
+}
+
+/// Size this thread's session-hash cache (a receiving thread, from its component's settings, at
+/// each batch: a change costs nothing when the size is the same).
+pub fn fit_session_cache(cap: usize) {
+    SESSION_HASHES.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.capacity() != cap {
+            m.set_capacity(cap);
+        }
+    })
 }
 
 /// The hash of a session key `session:<id>`, cached per thread: many calls share a session. Past
@@ -50,10 +54,6 @@ pub fn session_hash(session_id: &str) -> std::sync::Arc<str> {
         h.update(b"session:");
         h.update(session_id.as_bytes());
         let v: std::sync::Arc<str> = std::sync::Arc::from(to_hex(&h.finalize()));
-        let cap = SESSION_CACHE_CAPACITY.load(Ordering::Relaxed);
-        if m.capacity() != cap {
-            m.set_capacity(cap);
-        }
         m.insert(session_id.into(), v.clone());
         v
     })

@@ -9,6 +9,7 @@ pub mod attributes;
 pub mod call;
 pub mod catalog;
 pub mod chain;
+pub mod digest;
 pub mod hash;
 pub mod receipt;
 pub mod time;

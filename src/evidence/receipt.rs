@@ -21,8 +21,6 @@
 //! receipt with a valid signature by one of them (`signed`) can pass or fail the outcome layer;
 //! anything else is `untrusted`: recorded, never evidence.
 
-use std::sync::{Arc, RwLock};
-
 use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 use sha2::{Digest, Sha256};
 
@@ -176,27 +174,6 @@ impl TrustedKeys {
             Some((id, sig)) if self.verify(id, &msg(), sig) => ReceiptTrust::Signed,
             _ => ReceiptTrust::Untrusted,
         }
-    }
-}
-
-/// The keys this process trusts (`processors.mcp_health.receipts.trusted_keys`): set at start and
-/// on a reload, read by the span readers of every receiving thread.
-static TRUSTED: RwLock<Option<Arc<TrustedKeys>>> = RwLock::new(None);
-
-/// Trust these keys from now on (none: take receipts as they come).
-pub fn set_trusted(keys: TrustedKeys) {
-    let keys = (!keys.is_empty()).then(|| Arc::new(keys));
-    match TRUSTED.write() {
-        Ok(mut g) => *g = keys,
-        Err(p) => *p.into_inner() = keys,
-    }
-}
-
-/// The keys trusted now.
-pub fn trusted() -> Option<Arc<TrustedKeys>> {
-    match TRUSTED.read() {
-        Ok(g) => g.clone(),
-        Err(p) => p.into_inner().clone(),
     }
 }
 

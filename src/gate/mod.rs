@@ -8,68 +8,13 @@
 pub(crate) mod config;
 pub mod service;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use crate::bounded::BoundedMap;
 use crate::classify::catalog::CatalogVerdict;
 use crate::classify::drift::ContractChange;
 use crate::classify::pinning::{Lockfile, PinCheck};
 
-/// Sessions a board keeps unless `processors.mcp_health.limits.gate_board` says otherwise.
-pub const DEFAULT_BOARD_CAPACITY: usize = 100_000;
-
-/// The latest catalog verdict of every session, as the correlator last decided it. Bounded: past
-/// its capacity the session published least recently is forgotten (counted as `gate_board`).
-pub struct CatalogBoard {
-    sessions: RwLock<BoundedMap<String, BoardEntry>>,
-}
-
-/// A session's server (if known) and catalog verdict.
-type BoardEntry = (Option<Arc<str>>, CatalogVerdict);
-
-impl Default for CatalogBoard {
-    fn default() -> Self {
-        CatalogBoard::with_capacity(DEFAULT_BOARD_CAPACITY)
-    }
-}
-
-impl CatalogBoard {
-    pub fn with_capacity(cap: usize) -> Self {
-        CatalogBoard { sessions: RwLock::new(BoundedMap::with_capacity("gate_board", cap)) }
-    }
-
-    pub fn publish(&self, session_key: &str, server: Option<Arc<str>>, v: CatalogVerdict) {
-        let mut m = self.sessions.write().unwrap_or_else(|p| p.into_inner());
-        m.insert(session_key.to_string(), (server, v));
-    }
-
-    /// Forget sessions the correlator forgot.
-    pub fn forget(&self, session_keys: &[String]) {
-        if session_keys.is_empty() {
-            return;
-        }
-        let mut m = self.sessions.write().unwrap_or_else(|p| p.into_inner());
-        for k in session_keys {
-            m.remove(k);
-        }
-    }
-
-    pub fn get(&self, session_key: &str) -> Option<(Option<Arc<str>>, CatalogVerdict)> {
-        self.sessions.read().unwrap_or_else(|p| p.into_inner()).get(session_key).cloned()
-    }
-
-    /// Every session of a server: (session key hash, verdict).
-    pub fn for_server(&self, server: &str) -> Vec<(String, CatalogVerdict)> {
-        let m = self.sessions.read().unwrap_or_else(|p| p.into_inner());
-        let mut out: Vec<_> = m
-            .iter()
-            .filter(|(_, (s, _))| s.as_deref() == Some(server))
-            .map(|(k, (_, v))| (crate::normalize::redact::hash_hex(k.as_bytes()), v.clone()))
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
-    }
-}
+pub use crate::engine::board::CatalogBoard;
 
 /// What to answer for a tool that has no pin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
@@ -95,6 +40,8 @@ pub struct ToolDecision {
 pub struct GateState {
     pub pins: Option<Arc<Lockfile>>,
     pub board: Arc<CatalogBoard>,
+    /// The tool definitions seen (the engine's), what a drifted definition is diffed against.
+    pub definitions: Arc<crate::normalize::definitions::Definitions>,
     pub unpinned: UnpinnedPolicy,
     /// Set while the configured state store is unavailable (`service::Heartbeat`): catalog
     /// verdicts that other instances hold are then unknown here, and the gate says so
@@ -117,7 +64,7 @@ impl GateState {
                 changes: vec![],
             };
         };
-        match pins.check(server, tool, digest, crate::normalize::definitions::lookup(digest).as_ref()) {
+        match pins.check(server, tool, digest, self.definitions.lookup(digest).as_ref()) {
             PinCheck::Matches => {
                 ToolDecision { allow: true, reason: "matches_pin", pinned_digest: Some(digest.to_string()), changes: vec![] }
             }
@@ -146,7 +93,7 @@ impl GateState {
                     // The store holds the union every instance wrote (at most 100 ms behind each);
                     // judged now, as the engine would.
                     let mut one = crate::correlate::Sessions::new(limits.clone());
-                    one.restore(key.clone(), *r);
+                    one.restore(key.clone(), (*r).into());
                     let now = crate::evidence::time::Moment::wall_now();
                     if let Some(c) = one.all_at(now).into_iter().next() {
                         return Some(c.verdict);

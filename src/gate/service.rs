@@ -243,12 +243,14 @@ mod tests {
             definition: Some(project(&old).unwrap()),
         };
         l.add(SERVER, "search", pin, false);
-        let g = GateService::new(GateState { pins: Some(Arc::new(l)), ..GateState::default() });
+        let state = GateState { pins: Some(Arc::new(l)), ..GateState::default() };
+        let definitions = state.definitions.clone();
+        let g = GateService::new(state);
 
         let r = g.check_tool_inner(&req(SERVER, "search", &digest_of(&old))).unwrap();
         assert!(r.allow && r.reason == "matches_pin" && r.pinned_digest == digest_of(&old), "{r:?}");
 
-        crate::normalize::definitions::remember(&digest_of(&new), project(&new).unwrap());
+        definitions.remember(&digest_of(&new), project(&new).unwrap());
         let r = g.check_tool_inner(&req(SERVER, "search", &digest_of(&new))).unwrap();
         assert!(!r.allow && r.reason == "contract_drift" && r.pinned_digest == digest_of(&old), "{r:?}");
         assert_eq!(

@@ -1,31 +1,22 @@
-//! The digest cache: contract digests (`crate::classify::digest`) keyed by a hash of the raw
+//! The digest cache: contract digests (`crate::evidence::digest`) keyed by a hash of the raw
 //! definition bytes, so an unchanged definition is not re-parsed and re-canonicalized (JCS +
 //! SHA-256 of a 2 KB definition costs ~100 µs; hashing the raw bytes ~2 µs). It lives here, not in
 //! `classify/`, which stays pure (no cache, no global).
 //!
 //! Bounded: past its capacity the oldest digest is forgotten, counted as `digest_cache`. The
-//! receivers use one cache per thread ([`with_thread_cache`], capacity from [`set_capacity`]); the
+//! receivers use one cache per thread ([`with_thread_cache`], sized by [`fit_thread_cache`]); the
 //! tap's observer owns one ([`DigestCache::with_capacity`]).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::bounded::BoundedMap;
-use crate::classify::digest::{tool_digest, DigestError, ToolDigest};
+use crate::evidence::digest::{tool_digest, DigestError, ToolDigest};
 
 /// Default capacity (`processors.mcp_health.limits.digest_cache`).
 pub const DEFAULT_CAPACITY: usize = 16_384;
-
-static CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_CAPACITY);
-
-/// Set the capacity of every thread's cache (once at start-up; a cache already created adopts it
-/// at its next use).
-pub fn set_capacity(cap: usize) {
-    CAPACITY.store(cap, Ordering::Relaxed);
-}
 
 /// See the module documentation.
 pub struct DigestCache {
@@ -66,25 +57,29 @@ impl DigestCache {
 }
 
 thread_local! {
-    static THREAD_CACHE: RefCell<DigestCache> = RefCell::new(DigestCache::with_capacity(CAPACITY.load(Ordering::Relaxed)));
+    static THREAD_CACHE: RefCell<DigestCache> = RefCell::new(DigestCache::with_capacity(DEFAULT_CAPACITY));
 }
 
-/// Run `f` with this thread's cache (at the configured capacity).
-pub fn with_thread_cache<R>(f: impl FnOnce(&mut DigestCache) -> R) -> R {
+/// Size this thread's cache (a receiving thread, from its component's settings, at each batch: a
+/// change costs nothing when the size is the same).
+pub fn fit_thread_cache(cap: usize) {
     THREAD_CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        let cap = CAPACITY.load(Ordering::Relaxed);
         if c.map.capacity() != cap {
             c.map.set_capacity(cap);
         }
-        f(&mut c)
     })
+}
+
+/// Run `f` with this thread's cache.
+pub fn with_thread_cache<R>(f: impl FnOnce(&mut DigestCache) -> R) -> R {
+    THREAD_CACHE.with(|c| f(&mut c.borrow_mut()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::digest::PROJECTION_VERSION;
+    use crate::evidence::digest::PROJECTION_VERSION;
 
     #[test]
     fn digest_ignores_order_spacing_icons_and_meta() {

@@ -38,8 +38,15 @@ pub const SCOPE: &str = "fastmcp";
 pub const DIALECT: Dialect =
     Dialect { name: "fastmcp", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("fastmcp.")), read };
 
-fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
-    let mut ev = super::semconv::read_span(trace_id, span_id, span, service, type_errors)?;
+fn read(
+    trace_id: TraceId,
+    span_id: SpanId,
+    span: &Span<'_>,
+    service: Option<&Arc<str>>,
+    settings: &super::Settings,
+    type_errors: &mut u64,
+) -> Option<SpanEvidence> {
+    let mut ev = super::semconv::read_span(trace_id, span_id, span, service, settings, type_errors)?;
     super::mcp_sdk::correct_sdk_family(&mut ev, span);
     let error_type = span.attributes.iter().find(|kv| kv.key == a::ERROR_TYPE).and_then(|kv| value::as_str(&kv.value));
     if ev.method == Some(Method::ToolsCall) && error_type.is_some_and(|t| t == "NotFoundError" || t.ends_with(".NotFoundError")) {

@@ -7,7 +7,6 @@
 
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rustc_hash::FxHasher;
@@ -15,13 +14,19 @@ use rustc_hash::FxHasher;
 use super::redact;
 use crate::bounded::BoundedMap;
 
-/// Names each thread's table keeps (`processors.mcp_health.limits.interner`).
-static CAPACITY: AtomicUsize = AtomicUsize::new(4096);
+/// Names a thread's table keeps until told otherwise (`processors.mcp_health.limits.interner`'s
+/// default).
+pub const DEFAULT_CAPACITY: usize = 4096;
 
-/// Set the capacity of every thread's table (once at start-up; a table already created adopts it
-/// at its next insert).
-pub fn set_capacity(cap: usize) {
-    CAPACITY.store(cap, Ordering::Relaxed);
+/// Size this thread's table (a receiving thread, from its component's settings, at each batch: a
+/// change costs nothing when the size is the same).
+pub fn fit(cap: usize) {
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        if t.capacity() != cap {
+            t.set_capacity(cap);
+        }
+    })
 }
 
 struct Entry {
@@ -32,7 +37,7 @@ struct Entry {
 }
 
 thread_local! {
-    static TABLE: RefCell<BoundedMap<u64, Entry>> = RefCell::new(BoundedMap::with_capacity("interner", CAPACITY.load(Ordering::Relaxed)));
+    static TABLE: RefCell<BoundedMap<u64, Entry>> = RefCell::new(BoundedMap::with_capacity("interner", DEFAULT_CAPACITY));
 }
 
 /// What is being interned; part of the key so a tool and a server of the same name stay apart.
@@ -66,10 +71,6 @@ pub fn intern(kind: Kind, raw: &str, extra: Option<i64>, make: impl FnOnce() -> 
             Kind::Server => redact::address(&made),
             Kind::Version | Kind::Service => redact::ident(&made),
         });
-        let cap = CAPACITY.load(Ordering::Relaxed);
-        if t.capacity() != cap {
-            t.set_capacity(cap);
-        }
         t.insert(key, Entry { kind: kind as u8, raw: raw.into(), extra: extra_v, value: value.clone() });
         value
     })

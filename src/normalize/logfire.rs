@@ -49,7 +49,14 @@ struct ResponseFacts {
     code: Option<i64>,
 }
 
-fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, _type_errors: &mut u64) -> Option<SpanEvidence> {
+fn read(
+    trace_id: TraceId,
+    span_id: SpanId,
+    span: &Span<'_>,
+    service: Option<&Arc<str>>,
+    _settings: &super::Settings,
+    _type_errors: &mut u64,
+) -> Option<SpanEvidence> {
     let (side, rest) = if let Some(r) = span.name.strip_prefix(CLIENT_PREFIX) {
         (Side::Client, r)
     } else if let Some(r) = span.name.strip_prefix(SERVER_PREFIX) {

@@ -32,8 +32,15 @@ pub const SCOPE: &str = "mcp-python-sdk";
 
 pub const DIALECT: Dialect = Dialect { name: "mcp_sdk", scopes: &[SCOPE], sniff: |s| s.name.starts_with("MCP send "), read };
 
-fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, type_errors: &mut u64) -> Option<SpanEvidence> {
-    let mut ev = super::semconv::read_span(trace_id, span_id, span, service, type_errors)?;
+fn read(
+    trace_id: TraceId,
+    span_id: SpanId,
+    span: &Span<'_>,
+    service: Option<&Arc<str>>,
+    settings: &super::Settings,
+    type_errors: &mut u64,
+) -> Option<SpanEvidence> {
+    let mut ev = super::semconv::read_span(trace_id, span_id, span, service, settings, type_errors)?;
     correct_sdk_family(&mut ev, span);
     let is_request = ev.method.as_ref().is_some_and(|m| !m.is_notification());
     if ev.side == Side::Client && is_request && ev.error.is_none() && !ev.status_error {

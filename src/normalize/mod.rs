@@ -24,13 +24,57 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
 pub use view::SpanView;
 
+use crate::evidence::receipt::TrustedKeys;
 use crate::evidence::{SpanEvidence, SpanId, TraceId};
 use std::sync::Arc;
 
 /// Reads one span of a dialect: `None` when it carries no MCP evidence. The arguments are the
-/// span's validated ids, the span, the resource's `service.name`, and a counter of attribute
-/// values with an unusable type.
-pub type ReadSpan = fn(TraceId, SpanId, &SpanView<'_>, Option<&Arc<str>>, &mut u64) -> Option<SpanEvidence>;
+/// span's validated ids, the span, the resource's `service.name`, the normalizer's [`Settings`]
+/// (the receipt keys trusted, the registry of tool definitions), and a counter of attribute values
+/// with an unusable type.
+pub type ReadSpan = fn(TraceId, SpanId, &SpanView<'_>, Option<&Arc<str>>, &Settings, &mut u64) -> Option<SpanEvidence>;
+
+/// What the normalizer is configured with (`processors.mcp_health`): the receipt keys it trusts,
+/// the registry the tool definitions it sees go to, and the size of each receiving thread's
+/// caches. Held by the component that normalizes (the receivers' admission, replay) and handed to
+/// every walk, which sizes the caches of the thread it runs on before it reads: the limits are
+/// values, not process-wide settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Keys whose signed receipts are trusted; `None`: every receipt is taken as it comes.
+    pub trusted: Option<Arc<TrustedKeys>>,
+    /// The tool definitions seen (`limits.tool_definitions`), shared with their readers (the
+    /// engine's drift reports, the gate, `lock`).
+    pub definitions: Arc<definitions::Definitions>,
+    /// Contract digests by raw-definition hash, per thread (`limits.digest_cache`).
+    pub digest_cache: usize,
+    /// Interned names, per thread (`limits.interner`).
+    pub interner: usize,
+    /// Hashed session ids, per thread (`limits.redaction_cache`).
+    pub redaction_cache: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            trusted: None,
+            definitions: Arc::default(),
+            digest_cache: digest_cache::DEFAULT_CAPACITY,
+            interner: intern::DEFAULT_CAPACITY,
+            redaction_cache: crate::evidence::hash::DEFAULT_SESSION_CACHE_CAPACITY,
+        }
+    }
+}
+
+impl Settings {
+    /// Size the caches of the thread this runs on (before a walk; nothing changes when the sizes
+    /// are the same).
+    pub fn fit_thread(&self) {
+        digest_cache::fit_thread_cache(self.digest_cache);
+        intern::fit(self.interner);
+        redact::fit_session_cache(self.redaction_cache);
+    }
+}
 
 /// One instrumentation dialect.
 pub struct Dialect {
@@ -113,9 +157,15 @@ pub fn ids(trace_id: &[u8], span_id: &[u8]) -> Result<(TraceId, [u8; 8]), Normal
     Ok((trace_id, span_id))
 }
 
-/// Walk every span of a decoded request once and produce evidence (OTLP/JSON, replay and tests;
-/// the protobuf receivers walk the wire bytes instead: [`wire::walk`], same result).
+/// [`normalize_request_with`] the default [`Settings`] (no receipt key trusted; tests, tools).
 pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
+    normalize_request_with(req, &Settings::default())
+}
+
+/// Walk every span of a decoded request once and produce evidence (OTLP/JSON, replay and tests;
+/// the protobuf receivers walk the wire bytes instead: [`wire::walk_with`], same result).
+pub fn normalize_request_with(req: &ExportTraceServiceRequest, settings: &Settings) -> NormalizedBatch {
+    settings.fit_thread();
     let mut out = NormalizedBatch::default();
     let total: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
     out.evidence.reserve(total);
@@ -131,7 +181,7 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
             for span in &ss.spans {
                 if judge {
                     out.spans += 1;
-                    read_view(&SpanView::from_proto(span), by_scope, tap, service.as_ref(), &mut out);
+                    read_view(&SpanView::from_proto(span), by_scope, tap, service.as_ref(), settings, &mut out);
                 }
             }
         }
@@ -176,6 +226,7 @@ pub(crate) fn read_view(
     by_scope: Option<&'static Dialect>,
     tap: bool,
     service: Option<&Arc<str>>,
+    settings: &Settings,
     out: &mut NormalizedBatch,
 ) {
     let (trace_id, span_id) = match ids(span.trace_id, span.span_id) {
@@ -186,7 +237,7 @@ pub(crate) fn read_view(
         }
     };
     let dialect = dialect_of_span(by_scope, span);
-    match (dialect.read)(trace_id, span_id, span, service, &mut out.attribute_type_errors) {
+    match (dialect.read)(trace_id, span_id, span, service, settings, &mut out.attribute_type_errors) {
         Some(mut ev) => {
             ev.instrumentation =
                 if tap { crate::evidence::Instrumentation::Tap } else { crate::evidence::Instrumentation::of_dialect(dialect.name) };

@@ -31,7 +31,7 @@ pub fn scope(s: &str) -> Option<Box<str>> {
 
 // The hashes of identifiers live with the evidence model (the classifier needs them and must not
 // depend on the normalizers); re-exported here for the readers and emitters that use them.
-pub use crate::evidence::hash::{hash_hex, session_hash, set_session_cache_capacity};
+pub use crate::evidence::hash::{fit_session_cache, hash_hex, session_hash};
 
 /// A method name from the specification's list, else `other` (`notifications/other` for an
 /// unknown notification, so it stays one): the evidence model's vocabulary, so a label and a

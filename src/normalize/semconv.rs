@@ -21,8 +21,10 @@ pub fn read_span(
     span_id: SpanId,
     span: &Span<'_>,
     service: Option<&Arc<str>>,
+    settings: &super::Settings,
     type_errors: &mut u64,
 ) -> Option<SpanEvidence> {
+    let trusted = settings.trusted.as_deref();
     // Fast reject: most spans in a shared pipeline are not MCP. Look at keys only.
     if !span.attributes.iter().any(|kv| is_evidence_key(kv.key)) && !span.events.iter().any(|e| e.name == a::OUTCOME_EVENT) {
         return None;
@@ -109,6 +111,9 @@ pub fn read_span(
         (false, Some(token), _) => ev.progress_token = Some(token),
         _ => {}
     }
+    for (digest, projection) in std::mem::take(&mut cat.definitions) {
+        settings.definitions.remember(&digest, projection);
+    }
     let facts = cat.finish(ev.method.as_ref());
     if !facts.is_empty() || facts.raw_definitions_seen {
         ev.catalog = Some(Box::new(facts));
@@ -116,7 +121,7 @@ pub fn read_span(
     if let Some(mut r) = outcome.receipt(ev.end_ns) {
         // Provenance: a signature over the call the receipt names (this span's trace and parent)
         // and what it found, by a key the operator trusts.
-        if let Some(keys) = crate::evidence::receipt::trusted() {
+        if let Some(keys) = trusted {
             let call_span = ev.parent_span_id.unwrap_or_default();
             let signed_by = outcome.key_id.as_deref().zip(outcome.signature.as_deref());
             r.trust = keys.judge(signed_by, || {
@@ -150,7 +155,7 @@ pub fn read_span(
         }
         if let Some(mut r) = f.receipt(event.time_unix_nano) {
             // A receipt carried as an event has no signature: evidence only where no key is trusted.
-            if let Some(keys) = crate::evidence::receipt::trusted() {
+            if let Some(keys) = trusted {
                 r.trust = keys.judge(None, Vec::new);
             }
             ev.outcomes.push(r);
@@ -179,6 +184,9 @@ struct CatalogAcc {
     tool_digest: Option<Arc<str>>,
     listen_state: Option<crate::evidence::catalog::ListenState>,
     listen_tools: Option<bool>,
+    /// The projections of the raw definitions digested (by digest), for the registry of tool
+    /// definitions.
+    definitions: Vec<(String, serde_json::Value)>,
 }
 
 fn digest_str(s: &str) -> Option<Arc<str>> {
@@ -207,7 +215,7 @@ impl CatalogAcc {
             a::CATALOG_TOOLS => match value::as_str(v) {
                 Some(raw) => {
                     self.raw_seen = true;
-                    self.tools.extend(digest_definitions(raw));
+                    self.tools.extend(digest_definitions(raw, &mut self.definitions));
                     true
                 }
                 None => false,
@@ -270,16 +278,17 @@ impl CatalogAcc {
     }
 }
 
-/// Digest each definition of a raw JSON array of tools (a `tools/list` result's `tools`).
-fn digest_definitions(raw: &str) -> Vec<(Arc<str>, Arc<str>)> {
+/// Digest each definition of a raw JSON array of tools (a `tools/list` result's `tools`); their
+/// projections go to `projections`.
+fn digest_definitions(raw: &str, projections: &mut Vec<(String, serde_json::Value)>) -> Vec<(Arc<str>, Arc<str>)> {
     let Ok(serde_json::Value::Array(defs)) = serde_json::from_str::<serde_json::Value>(raw) else { return Vec::new() };
     super::digest_cache::with_thread_cache(|c| {
         defs.iter()
             .filter_map(|d| {
                 let raw = serde_json::to_vec(d).ok()?;
                 let t = c.digest_raw(&raw).ok()?;
-                if let Ok(p) = crate::classify::digest::project(d) {
-                    super::definitions::remember(&t.digest, p);
+                if let Ok(p) = crate::evidence::digest::project(d) {
+                    projections.push((t.digest.clone(), p));
                 }
                 Some((intern(Kind::Tool, &t.name, None, || t.name.clone()), Arc::from(t.digest.as_str())))
             })

@@ -46,7 +46,14 @@ fn attr<'s>(span: &Span<'s>, key: &str) -> Option<&'s str> {
     span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| value::as_str(&kv.value))
 }
 
-fn read(trace_id: TraceId, span_id: SpanId, span: &Span<'_>, service: Option<&Arc<str>>, _type_errors: &mut u64) -> Option<SpanEvidence> {
+fn read(
+    trace_id: TraceId,
+    span_id: SpanId,
+    span: &Span<'_>,
+    service: Option<&Arc<str>>,
+    _settings: &super::Settings,
+    _type_errors: &mut u64,
+) -> Option<SpanEvidence> {
     let name = span.name;
     let (method, tool): (Option<Method>, Option<&str>) = if name == "ResponseStreamWriter" {
         (None, None)

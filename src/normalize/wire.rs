@@ -471,8 +471,14 @@ pub struct WireFacts {
     pub via_present: bool,
 }
 
-/// One walk of a request: the batch (evidence of every kept span) and the facts.
+/// [`walk_with`] the default settings (no receipt key trusted; tests, tools).
 pub fn walk(buf: &[u8], me: &str) -> Result<(NormalizedBatch, WireFacts), WireError> {
+    walk_with(buf, me, &super::Settings::default())
+}
+
+/// One walk of a request: the batch (evidence of every kept span) and the facts.
+pub fn walk_with(buf: &[u8], me: &str, settings: &super::Settings) -> Result<(NormalizedBatch, WireFacts), WireError> {
+    settings.fit_thread();
     let mut out = NormalizedBatch::default();
     // Room for every span of the request at once: grown scope by scope, the evidence of a
     // 513-span request in two resources was moved once more (some 70 KB copied). At most what
@@ -482,7 +488,7 @@ pub fn walk(buf: &[u8], me: &str) -> Result<(NormalizedBatch, WireFacts), WireEr
     let spans = span_count(buf).unwrap_or(0).min((buf.len() / MIN_EVIDENCE_SPAN_BYTES) as u64);
     out.evidence.reserve_exact(spans as usize);
     let mut facts = WireFacts::default();
-    let mut scratch = Scratch::default();
+    let mut scratch = Scratch { ranges: Vec::new(), scopes: Vec::new(), settings };
     let mut r = Reader::whole(buf);
     let limit = RECURSION_LIMIT;
     while r.more() {
@@ -503,11 +509,12 @@ pub fn walk(buf: &[u8], me: &str) -> Result<(NormalizedBatch, WireFacts), WireEr
 /// length) and span id (10), and one attribute with an evidence key (at least 8).
 const MIN_EVIDENCE_SPAN_BYTES: usize = 36;
 
-/// Buffers reused from span to span.
-#[derive(Default)]
-struct Scratch {
+/// Buffers reused from span to span, and the normalizer's settings carried down with them to
+/// each span's reader.
+struct Scratch<'s> {
     ranges: Vec<(usize, usize)>,
     scopes: Vec<(usize, usize)>,
+    settings: &'s super::Settings,
 }
 
 fn resource_spans<'a>(
@@ -650,7 +657,7 @@ fn scope_spans_message<'a>(
         }
         if judge {
             out.spans += 1;
-            super::read_view(&view, by_scope, tap, service, out);
+            super::read_view(&view, by_scope, tap, service, scratch.settings, out);
         }
     }
     scratch.ranges = spans;

@@ -15,7 +15,7 @@ use crate::flow::memory::{trace_request_heap_bytes, Reservation};
 use crate::flow::outgoing::{log_record_count, metric_point_count, span_count, Outgoing};
 use crate::flow::queue::Queue;
 use crate::normalize::wire::{self, WireError};
-use crate::normalize::{drop_invalid_spans, normalize_request, strip_raw_definitions, NormalizedBatch};
+use crate::normalize::{drop_invalid_spans, normalize_request_with, strip_raw_definitions, NormalizedBatch};
 use crate::telemetry::labels::{ItemKind, RefusalReason, Signal, Transport};
 use crate::telemetry::meters::FlowMeters;
 use bytes::Bytes;
@@ -88,6 +88,9 @@ pub struct Admission {
     pub meters: FlowMeters,
     /// Remove raw tool definitions before passing spans on (they were digested).
     pub strip_tool_definitions: bool,
+    /// What the normalizer is configured with: the receipt keys trusted, the receiving threads'
+    /// cache sizes.
+    pub normalize: crate::normalize::Settings,
     /// `processors.memory_limiter`: above its soft limit every request is refused, retryably.
     pub memory: Option<std::sync::Arc<crate::flow::memory::MemoryLimiter>>,
     /// One log line per refusal kind (signal, transport, reason) per [`REFUSAL_LOG_WINDOW`].
@@ -308,7 +311,7 @@ impl Admission {
             }
             spans = left;
         }
-        let batch = normalize_request(&req);
+        let batch = normalize_request_with(&req, &self.normalize);
         // The decoded request is alive already (its reservation paid for it): no growth here.
         self.take(batch, spans, transport, held, move |rejected, _| Some(self.typed_passthrough(req, rejected)))
     }
@@ -330,7 +333,7 @@ impl Admission {
                 None => Admitted::taken(),
             });
         }
-        let (batch, facts) = wire::walk(&bytes, id)?;
+        let (batch, facts) = wire::walk_with(&bytes, id, &self.normalize)?;
         let Some(spans) = self.received(facts.spans, facts.looped_spans, transport) else {
             return Ok(Admitted::taken());
         };
@@ -631,6 +634,7 @@ mod tests {
                 passthrough: Some(pass),
                 meters,
                 strip_tool_definitions: strip,
+                normalize: Default::default(),
                 memory: None,
                 refusal_log: refusal_log(),
                 journaled: false,
@@ -677,6 +681,7 @@ mod tests {
             passthrough: Some(pass),
             meters: crate::emit::metrics::HealthMeters::new(&opentelemetry::global::meter("admit-test")).flow,
             strip_tool_definitions: true,
+            normalize: Default::default(),
             memory: None,
             refusal_log: refusal_log(),
             journaled: false,
@@ -727,6 +732,7 @@ mod tests {
             passthrough: Some(pass),
             meters: crate::emit::metrics::HealthMeters::new(&opentelemetry::global::meter("admit-test")).flow,
             strip_tool_definitions: true,
+            normalize: Default::default(),
             memory: Some(limiter.clone()),
             refusal_log: refusal_log(),
             journaled: false,
@@ -771,6 +777,7 @@ mod tests {
             passthrough: Some(pass),
             meters: p.meters.flow.clone(),
             strip_tool_definitions: true,
+            normalize: Default::default(),
             memory: None,
             refusal_log: refusal_log(),
             journaled: false,
@@ -835,6 +842,7 @@ mod tests {
             passthrough: None,
             meters: p.meters.flow.clone(),
             strip_tool_definitions: true,
+            normalize: Default::default(),
             memory: None,
             refusal_log: refusal_log(),
             journaled: false,

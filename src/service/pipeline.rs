@@ -77,9 +77,6 @@ impl PipelineTasks {
 impl Pipeline {
     /// Build the pipeline, step by step. Nothing is received yet: the listeners come after it.
     pub(crate) async fn start(cfg: &Config) -> Result<Pipeline, ServeError> {
-        // Table and cache limits, before anything fills a table.
-        cfg.processors.mcp_health.state_limits.apply();
-        cfg.processors.mcp_health.receipts.apply();
         let mut tasks = PipelineTasks::default();
         let exporters = Exporters::start(cfg, &mut tasks.exports)?;
         let status = Status::new([exporters.own.as_ref(), exporters.passthrough.as_ref()]);
@@ -93,6 +90,8 @@ impl Pipeline {
         let admission = exporters.admission(cfg, ingest_tx, memory.clone(), journal.is_some());
         let (sinks, outputs) = exporters.sinks(cfg, &status, memory.clone(), verdict_log);
         let mut engine_cfg = crate::service::replay::engine_config(cfg);
+        // One registry of tool definitions: the receivers fill it, the engine and the gate read it.
+        engine_cfg.normalize = admission.normalize.clone();
         engine_cfg.pins = pins.clone();
         open_store(cfg, &mut engine_cfg)?;
         let engine = EngineParts { rx: ingest_rx, sinks, memory, journal, pins };
@@ -311,6 +310,7 @@ impl Exporters {
             passthrough: self.passthrough.clone().filter(|_| self.pass_on),
             meters: self.metrics.meters.flow.clone(),
             strip_tool_definitions: cfg.processors.mcp_health.strip_tool_definitions,
+            normalize: cfg.processors.mcp_health.normalize_settings(),
             memory,
             refusal_log: crate::receive::admit::refusal_log(),
             journaled,
@@ -467,6 +467,10 @@ fn open_store(cfg: &Config, engine_cfg: &mut EngineConfig) -> Result<(), ServeEr
         }
         None => {}
     }
+    // What 0.1.0 stored is read as this configuration's receipt policy says.
+    if let Some(store) = &engine_cfg.store {
+        store.set_read_policy(crate::state::ReadPolicy { receipt_keys_trusted: cfg.processors.mcp_health.receipts.keys().is_some() });
+    }
     Ok(())
 }
 
@@ -510,6 +514,7 @@ fn start_engine(
     let gate = crate::gate::GateState {
         pins,
         board: engine.board(),
+        definitions: engine.definitions(),
         unpinned: Default::default(),
         store_down: Some(Arc::new(move || hb.is_store_down())),
         shared,

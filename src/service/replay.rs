@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::emit::sink::Sink;
 use crate::engine::Engine;
 use crate::evidence::time::Moment;
-use crate::normalize::normalize_request;
+use crate::normalize::normalize_request_with;
 use crate::receive::otlp_json;
 use crate::verdict::DecidedBy;
 
@@ -29,8 +29,8 @@ pub fn engine_config(cfg: &crate::config::Config) -> crate::engine::EngineConfig
     cfg.engine_config()
 }
 
-/// Feed every line of `files` (one `ExportTraceServiceRequest` per line, `-` for stdin) to the
-/// engine and its records to `sink`; bad lines are reported in `errors` and skipped. Returns the
+/// Feed every line of `files` (one `ExportTraceServiceRequest` per line, `-` for stdin),
+/// normalized with the engine's settings, to the engine and its records to `sink`; bad lines are reported in `errors` and skipped. Returns the
 /// span-time clock at the end (the moment the final state is for). (The sinks' unit tests;
 /// `cli::replay` runs [`replay_until`].)
 #[cfg(test)]
@@ -48,6 +48,8 @@ pub fn replay_until(
     errors: &mut Vec<ReplayError>,
     until: Option<Moment>,
 ) -> Moment {
+    // The engine's settings: the definitions its drift reports diff against are the ones read here.
+    let normalize = engine.normalize_settings().clone();
     let mut now = Moment::ZERO;
     let mut out = Vec::new();
     let started = Instant::now();
@@ -78,7 +80,7 @@ pub fn replay_until(
             }
             match otlp_json::decode_traces(line.as_bytes()) {
                 Ok(req) => {
-                    let batch = normalize_request(&req);
+                    let batch = normalize_request_with(&req, &normalize);
                     let latest = batch.evidence.iter().map(|e| e.end_ns.max(e.start_ns)).max().unwrap_or(0);
                     now = now.max(Moment::from_nanos(latest));
                     engine.ingest(batch, now, &mut out);

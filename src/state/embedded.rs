@@ -31,6 +31,7 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 pub struct EmbeddedStore {
     db: Database,
     path: PathBuf,
+    read: super::ReadPolicy,
 }
 
 impl EmbeddedStore {
@@ -45,7 +46,7 @@ impl EmbeddedStore {
             tx.open_table(def(t)).map_err(backend)?;
         }
         tx.commit().map_err(backend)?;
-        Ok(EmbeddedStore { db, path })
+        Ok(EmbeddedStore { db, path, read: super::ReadPolicy::default() })
     }
 
     /// Write records' bytes as they are (tests: damaged records, records of other versions).
@@ -68,6 +69,10 @@ impl EmbeddedStore {
 }
 
 impl StateStore for EmbeddedStore {
+    fn set_read_policy(&mut self, read: super::ReadPolicy) {
+        self.read = read;
+    }
+
     fn load(&mut self) -> Result<Snapshot, StoreError> {
         let tx = self.db.begin_read().map_err(backend)?;
         let mut s = Snapshot::default();
@@ -75,7 +80,7 @@ impl StateStore for EmbeddedStore {
             let table = tx.open_table(def(t)).map_err(backend)?;
             for row in table.iter().map_err(backend)? {
                 let (k, v) = row.map_err(backend)?;
-                s.push_encoded(t, k.value(), v.value());
+                s.push_encoded(t, k.value(), v.value(), self.read);
             }
         }
         Ok(s)
@@ -86,7 +91,7 @@ impl StateStore for EmbeddedStore {
         let t = tx.open_table(def(table)).map_err(backend)?;
         match t.get(key).map_err(backend)? {
             // One that cannot be read is read as absent (the load named it).
-            Some(v) => Ok(Record::decode(table, key, v.value()).ok()),
+            Some(v) => Ok(Record::decode_with(table, key, v.value(), self.read).ok()),
             None => Ok(None),
         }
     }

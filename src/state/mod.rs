@@ -266,6 +266,15 @@ pub fn trace_key(t: &TraceId) -> String {
     hex::encode(t)
 }
 
+/// How a store reads the records 0.1.0 wrote: their receipts were never signed, so they read as
+/// `unsigned` where this service trusts no receipt key and `untrusted` where it trusts some — a
+/// stored receipt is never more evidence than a new one (`TrustedKeys::judge`). The service sets
+/// it from its configuration when it opens the store (`processors.mcp_health.receipts`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadPolicy {
+    pub receipt_keys_trusted: bool,
+}
+
 /// A record, as a change carries it.
 #[derive(Clone, Debug)]
 pub enum Record {
@@ -295,14 +304,19 @@ impl Record {
         }
     }
 
+    /// [`Record::decode_with`] the default [`ReadPolicy`] (no receipt key trusted).
+    pub fn decode(table: Table, key: &str, bytes: &[u8]) -> Result<Record, StoreError> {
+        Record::decode_with(table, key, bytes, ReadPolicy::default())
+    }
+
     /// A record of `table` from its stored bytes, whatever format version since 0.1.0 wrote them
     /// (see [`format`]); a newer one is [`StoreError::Newer`].
-    pub fn decode(table: Table, key: &str, bytes: &[u8]) -> Result<Record, StoreError> {
+    pub fn decode_with(table: Table, key: &str, bytes: &[u8], read: ReadPolicy) -> Result<Record, StoreError> {
         match format::framed(bytes) {
             format::Framed::Version(format::CURRENT, payload) => match Record::decode_current(table, key, payload) {
                 Ok(r) => Ok(r),
                 // A bare 0.1.0 record may start with the magic by chance.
-                Err(e) => v0::decode(table, key, bytes).map_err(|_| e),
+                Err(e) => v0::decode(table, key, bytes, read).map_err(|_| e),
             },
             format::Framed::Version(version, _) if version > format::CURRENT => {
                 Err(StoreError::Newer { table: table.as_str(), key: key.to_string(), version })
@@ -312,7 +326,7 @@ impl Record {
                 key: key.to_string(),
                 message: format!("no build wrote format version {version}"),
             }),
-            format::Framed::Bare(bytes) => v0::decode(table, key, bytes),
+            format::Framed::Bare(bytes) => v0::decode(table, key, bytes, read),
         }
     }
 
@@ -452,8 +466,8 @@ impl Snapshot {
     /// Add one stored record (`bytes` as [`Record::encode`], or 0.1.0, wrote them) to the
     /// snapshot. One that cannot be read is skipped and named ([`Snapshot::skipped`]): one record
     /// is never the reason to forget the rest. Whether it was read.
-    pub fn push_encoded(&mut self, table: Table, key: &str, bytes: &[u8]) -> bool {
-        match Record::decode(table, key, bytes) {
+    pub fn push_encoded(&mut self, table: Table, key: &str, bytes: &[u8], read: ReadPolicy) -> bool {
+        match Record::decode_with(table, key, bytes, read) {
             Ok(r) => {
                 r.into_snapshot(key, self);
                 true
@@ -568,6 +582,8 @@ pub trait StateStore: Send {
     /// and write records no newer than it. 0 is exactly 0.1.0's: bare records, and every client
     /// half of a split call published (no split marks). A store of one process ignores it.
     fn speak(&mut self, _protocol: u32) {}
+    /// How records 0.1.0 wrote are to be read from now on (a store that decodes bytes keeps it).
+    fn set_read_policy(&mut self, _read: ReadPolicy) {}
     /// Announce the protocol this instance speaks for `ttl` (renewed with the gauge lease), and
     /// answer the cluster's: the lowest protocol any live instance announced. Records are
     /// written in the cluster's format from then on, so that every live instance reads them. A
@@ -690,6 +706,11 @@ impl StoreHandle {
 
     pub fn get(&self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
         self.lock().get(table, key)
+    }
+
+    /// How records 0.1.0 wrote are read from now on (set once, when the store is opened).
+    pub fn set_read_policy(&self, read: ReadPolicy) {
+        self.lock().set_read_policy(read)
     }
 
     pub fn peek(&self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {

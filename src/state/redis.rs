@@ -248,6 +248,8 @@ pub struct RedisStore {
     /// What this instance last read or wrote, per (table, key), forgotten when untouched for
     /// long (see [`Versions`]).
     versions: Versions<Seen>,
+    /// How records 0.1.0 wrote are read (see [`super::ReadPolicy`]).
+    read: super::ReadPolicy,
     stats: StoreStats,
     /// Who this store is when it holds the gauge lease: the process id and a random number
     /// (two processes on one host differ by pid, two hosts by the number).
@@ -302,6 +304,7 @@ impl RedisStore {
             conn: None,
             down_until: None,
             versions,
+            read: super::ReadPolicy::default(),
             stats: StoreStats::default(),
             holder: {
                 use std::hash::{BuildHasher, Hasher};
@@ -371,7 +374,7 @@ impl RedisStore {
     /// writes are refused as conflicts and never overwrite what a newer build wrote).
     fn read_record(&mut self, table: Table, key: &str, bytes: &[u8], ver: u64) -> Option<Record> {
         self.stats.bytes_received += bytes.len() as u64;
-        match Record::decode(table, key, bytes) {
+        match Record::decode_with(table, key, bytes, self.read) {
             Ok(r) => {
                 self.versions.insert((table, key.to_string()), Seen::Record(ver));
                 Some(r)
@@ -478,6 +481,10 @@ impl RedisStore {
 }
 
 impl StateStore for RedisStore {
+    fn set_read_policy(&mut self, read: super::ReadPolicy) {
+        self.read = read;
+    }
+
     fn load(&mut self) -> Result<Snapshot, StoreError> {
         let mut s = Snapshot::default();
         for t in Table::ALL {
@@ -492,7 +499,9 @@ impl StateStore for RedisStore {
                     Some(bytes) => {
                         // A record of a newer format is not remembered: this instance expects
                         // the key absent, so its writes never overwrite it (a conflict instead).
-                        if s.push_encoded(t, &key, &bytes) || s.skipped.last().is_some_and(|k| k.why == super::SkipReason::Damaged) {
+                        if s.push_encoded(t, &key, &bytes, self.read)
+                            || s.skipped.last().is_some_and(|k| k.why == super::SkipReason::Damaged)
+                        {
                             self.versions.insert((t, key), Seen::Record(ver));
                         }
                     }
@@ -614,7 +623,7 @@ impl StateStore for RedisStore {
         match v {
             Some(v) => {
                 self.stats.bytes_received += v.len() as u64;
-                match Record::decode(table, key, &v) {
+                match Record::decode_with(table, key, &v, self.read) {
                     Ok(r) => Ok(Some(r)),
                     Err(StoreError::Newer { version, .. }) => {
                         self.stats.skipped.add(table, super::SkipReason::Newer(version));
@@ -634,7 +643,7 @@ impl StateStore for RedisStore {
         let mut out = Vec::new();
         for (key, bytes, _) in self.scan_table(table, indexed(table))? {
             if let Some(bytes) = bytes {
-                match Record::decode(table, &key, &bytes) {
+                match Record::decode_with(table, &key, &bytes, self.read) {
                     Ok(r) => out.push((key, r)),
                     Err(e) => {
                         let why = if let StoreError::Newer { version, .. } = e {

@@ -251,13 +251,14 @@ fn records_written_for_protocol_0_are_bare_and_read_back_as_0_1_0_reads_them() {
             continue;
         }
         assert!(matches!(format::framed(&bytes), format::Framed::Bare(_)), "{:?} is bare", c.table);
-        let back = super::v0::decode(c.table, &c.key, &bytes).unwrap();
+        let back = super::v0::decode(c.table, &c.key, &bytes, Default::default()).unwrap();
         assert_eq!(back.encode().unwrap(), r.encode().unwrap(), "{:?} reads back as it was", c.table);
     }
     // A waiting call's incident is a working one to 0.1.0; an untrusted receipt is not kept.
     let mut inc = server_incidents();
     inc.open[0].cause.state = crate::verdict::HealthState::Waiting;
-    let back = super::v0::decode(Table::Incidents, "k", &Record::Incidents(Box::new(inc)).encode_as(0).unwrap()).unwrap();
+    let back =
+        super::v0::decode(Table::Incidents, "k", &Record::Incidents(Box::new(inc)).encode_as(0).unwrap(), Default::default()).unwrap();
     let Record::Incidents(back) = back else { panic!() };
     assert_eq!(back.open[0].cause.state, crate::verdict::HealthState::Working);
     let mut d = decided();
@@ -271,7 +272,33 @@ fn records_written_for_protocol_0_are_bare_and_read_back_as_0_1_0_reads_them() {
     }]
     .into();
     d.spans = Arc::new(vec![span]);
-    let back = super::v0::decode(Table::Decided, "k", &Record::Decided(Box::new(d)).encode_as(0).unwrap()).unwrap();
+    let back = super::v0::decode(Table::Decided, "k", &Record::Decided(Box::new(d)).encode_as(0).unwrap(), Default::default()).unwrap();
     let Record::Decided(back) = back else { panic!() };
     assert!(back.spans[0].outcomes.is_empty(), "an untrusted receipt would be evidence to 0.1.0");
+}
+
+/// A receipt 0.1.0 stored was never signed: it reads as `unsigned` where the service trusts no
+/// receipt key, and as `untrusted` where it trusts some (the store's read policy, set from the
+/// configuration when the store is opened) — never more evidence than a new unsigned receipt.
+#[test]
+fn a_receipt_0_1_0_stored_reads_by_the_receipt_policy() {
+    use crate::evidence::receipt::ReceiptTrust;
+    let mut d = decided();
+    let mut span = d.spans[0].clone();
+    span.outcomes = vec![crate::evidence::OutcomeReceipt {
+        result: crate::evidence::OutcomeResult::Confirmed,
+        method: crate::evidence::VerifierMethod::Receipt,
+        checked_at_ns: 5,
+        request_id: None,
+        trust: ReceiptTrust::Unsigned,
+    }]
+    .into();
+    d.spans = Arc::new(vec![span]);
+    let bytes = Record::Decided(Box::new(d)).encode_as(0).unwrap();
+    let trust = |read: ReadPolicy| {
+        let Record::Decided(back) = Record::decode_with(Table::Decided, "k", &bytes, read).unwrap() else { panic!() };
+        back.spans[0].outcomes.iter().map(|o| o.trust).collect::<Vec<_>>()
+    };
+    assert_eq!(trust(ReadPolicy::default()), [ReceiptTrust::Unsigned]);
+    assert_eq!(trust(ReadPolicy { receipt_keys_trusted: true }), [ReceiptTrust::Untrusted]);
 }

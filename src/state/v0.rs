@@ -269,19 +269,43 @@ impl From<ServerIncidents> for crate::classify::incidents::ServerIncidents {
     }
 }
 
-/// A 0.1.0 receipt was never signed (0.1.0 had no receipt signatures): `unsigned` where this
-/// process trusts no key, else `untrusted` — what today's reader calls an unsigned receipt under
-/// trusted keys (`TrustedKeys::judge`), so a stored receipt is never more evidence than a new one.
+/// A 0.1.0 receipt was never signed (0.1.0 had no receipt signatures): `unsigned`, and
+/// `untrusted` where the service trusts receipt keys ([`distrust_receipts`], by the store's
+/// [`super::ReadPolicy`]) — what today's reader calls an unsigned receipt under trusted keys
+/// (`TrustedKeys::judge`), so a stored receipt is never more evidence than a new one.
 impl From<OutcomeReceipt> for crate::evidence::OutcomeReceipt {
     fn from(r: OutcomeReceipt) -> Self {
-        use crate::evidence::receipt::{trusted, ReceiptTrust};
         crate::evidence::OutcomeReceipt {
             result: r.result,
             method: r.method,
             checked_at_ns: r.checked_at_ns,
             request_id: r.request_id,
-            trust: if trusted().is_some() { ReceiptTrust::Untrusted } else { ReceiptTrust::Unsigned },
+            trust: crate::evidence::receipt::ReceiptTrust::Unsigned,
         }
+    }
+}
+
+/// The receipts of a record 0.1.0 wrote, read where the service trusts receipt keys: every one
+/// `untrusted` (none was signed).
+fn distrust_receipts(r: &mut super::Record) {
+    use super::Record;
+    let spans: &mut Vec<crate::evidence::SpanEvidence> = match r {
+        Record::Decided(d) => std::sync::Arc::make_mut(&mut d.spans),
+        Record::Refusals(x) => &mut x.orphans,
+        Record::Parked(x) => &mut x.verifiers,
+        _ => return,
+    };
+    for ev in spans.iter_mut().filter(|ev| !ev.outcomes.is_empty()) {
+        let distrusted: Vec<crate::evidence::OutcomeReceipt> = ev
+            .outcomes
+            .iter()
+            .cloned()
+            .map(|mut o| {
+                o.trust = crate::evidence::receipt::ReceiptTrust::Untrusted;
+                o
+            })
+            .collect();
+        ev.outcomes = distrusted.into();
     }
 }
 
@@ -392,9 +416,9 @@ impl From<ParkedRecord> for super::ParkedRecord {
 
 /// A record of `table` as 0.1.0 stored it, as today's [`super::Record`]. The tables whose
 /// layout did not change decode with today's types.
-pub(super) fn decode(table: super::Table, key: &str, bytes: &[u8]) -> Result<super::Record, super::StoreError> {
+pub(super) fn decode(table: super::Table, key: &str, bytes: &[u8], read: super::ReadPolicy) -> Result<super::Record, super::StoreError> {
     use super::{decode as pc, Record, Table};
-    Ok(match table {
+    let mut r = match table {
         Table::Sessions => Record::Session(Box::new(pc(table, key, bytes)?)),
         Table::Operations => Record::Operation(pc(table, key, bytes)?),
         Table::DriftReported => Record::DriftReported(pc(table, key, bytes)?),
@@ -405,7 +429,11 @@ pub(super) fn decode(table: super::Table, key: &str, bytes: &[u8]) -> Result<sup
         Table::Parked => Record::Parked(Box::new(pc::<ParkedRecord>(table, key, bytes)?.into())),
         // No such table in 0.1.0: a store it wrote has none.
         Table::Splits => Record::Split(pc(table, key, bytes)?),
-    })
+    };
+    if read.receipt_keys_trusted {
+        distrust_receipts(&mut r);
+    }
+    Ok(r)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ impl Durable {
 
 impl Replica for Durable {
     fn attach(&mut self, t: &mut Tables) {
-        t.chains.track_changes();
+        t.chains.keep_for_store(None);
         t.sessions.track_changes();
         t.incidents.track_changes();
         self.link.load(t);
@@ -79,9 +79,9 @@ impl Replica for Durable {
         self.last_persisted = Some(now);
         self.unwritten = false;
         let mut changes = Changes::default();
-        t.sessions.take_changes(&mut changes);
+        super::records::session_changes(t.sessions.take_changes(), &mut changes);
         crate::state::incident_changes(t.incidents, &mut changes);
-        t.chains.take_changes(&mut changes);
+        super::records::chain_changes(t.chains.take_changes(), &mut changes);
         for d in self.drift_dirty.drain(..) {
             changes.put(d.key(), crate::state::Record::DriftReported(d));
         }

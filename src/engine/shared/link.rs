@@ -1,6 +1,7 @@
 //! What every store-backed replica does the same way: load at start, take back decided chains
 //! the engine no longer holds, and count what failed.
 
+use crate::correlate::outbox::Restore;
 use crate::correlate::Chains;
 use crate::evidence::{SpanEvidence, TraceId};
 use crate::state::{trace_key, Record, Snapshot, StoreError, Table};
@@ -75,11 +76,11 @@ impl Link {
         for ev in spans {
             let Some(id) = chains.spilled_target(ev) else { continue };
             match self.get(Table::Decided, trace_key(&id)) {
-                Ok(Some(Record::Decided(r))) => chains.unspill(id, Some(*r)),
-                Ok(_) => chains.unspill(id, None),
+                Ok(Some(Record::Decided(r))) => chains.restore(Restore::Spilled(id, Some((*r).into()))),
+                Ok(_) => chains.restore(Restore::Spilled(id, None)),
                 Err(e) => {
                     // The evidence is then late for a forgotten chain, as without a store.
-                    chains.unspill(id, None);
+                    chains.restore(Restore::Spilled(id, None));
                     tracing::warn!(error = %e, "could not read a decided chain back from the state store");
                 }
             }
@@ -131,9 +132,9 @@ impl Link {
                     self.taken_over += 1;
                     // Its earlier evidence comes with it: not "before the start".
                     t.restored.insert(id);
-                    t.chains.restore_decided(*r);
+                    t.chains.restore(Restore::Decided((*r).into()));
                     if let Some(k) = key {
-                        t.chains.restore_operation(k, id);
+                        t.chains.restore(Restore::Operation(k.into(), id));
                     }
                 }
                 Ok(_) => {}
@@ -149,7 +150,7 @@ impl Link {
             Ok(Some(Record::Decided(r))) => {
                 self.taken_over += 1;
                 t.restored.insert(trace);
-                t.chains.restore_decided(*r);
+                t.chains.restore(Restore::Decided((*r).into()));
                 Some(true)
             }
             Ok(_) => Some(false),
@@ -181,10 +182,7 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
     }
     let skipped = snap.skipped.len();
     for (key, r) in snap.sessions {
-        t.sessions.restore(key, r);
-    }
-    for (key, server, verdict) in t.sessions.all_current() {
-        t.board.publish(&key, server, verdict);
+        t.sessions.restore(key, r.into());
     }
     for part in snap.incidents {
         t.incidents.restore(part);
@@ -193,10 +191,10 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
     snap.decided.sort_by_key(|d| d.decided_at_ns);
     for d in snap.decided {
         t.restored.insert(d.trace_id);
-        t.chains.restore_decided(d);
+        t.chains.restore(Restore::Decided(d.into()));
     }
     for (key, trace) in snap.operations {
-        t.chains.restore_operation(&key, trace);
+        t.chains.restore(Restore::Operation(key.into(), trace));
     }
     for d in snap.drift_reported {
         t.drift_reported.insert((d.server, d.tool, d.digest));
@@ -204,7 +202,7 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
     // Marked long enough ago to have settled: the instances that hold halves of these servers
     // have read the marks.
     for s in snap.splits {
-        t.chains.restore_split(&s.server, crate::evidence::time::Moment::from_nanos(0));
+        t.chains.restore(Restore::Mark(s.server));
     }
     tracing::info!(sessions = counts.0, incidents = counts.1, decided = counts.2, skipped, "state loaded from the store");
 }

@@ -20,6 +20,7 @@
 
 pub(crate) mod durable;
 pub(crate) mod link;
+pub(crate) mod records;
 pub(crate) mod remote;
 pub(crate) mod worker;
 
@@ -40,7 +41,7 @@ pub(crate) struct Tables<'a> {
     pub chains: &'a mut Chains,
     pub sessions: &'a mut Sessions,
     pub incidents: &'a mut IncidentBook,
-    pub board: &'a crate::gate::CatalogBoard,
+    pub board: &'a super::board::CatalogBoard,
     /// Decided chains restored or taken over from the store (the start rule does not apply).
     pub restored: &'a mut crate::bounded::BoundedSet<crate::evidence::TraceId>,
     pub drift_reported: &'a mut crate::bounded::BoundedSet<(std::sync::Arc<str>, std::sync::Arc<str>, std::sync::Arc<str>)>,

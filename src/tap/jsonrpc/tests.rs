@@ -584,7 +584,7 @@ fn jsonrpc_code_zero_reads_as_internal_error_through_the_tap_and_every_dialect()
     let (t, s) = crate::normalize::span_ids(&spans[0]).unwrap();
     let want = Some(CallError::JsonRpc(-32603));
     for d in crate::normalize::DIALECTS.iter().filter(|d| ["semconv", "mcp_sdk", "fastmcp"].contains(&d.name)) {
-        let ev = (d.read)(t, s, &crate::normalize::SpanView::from_proto(&spans[0]), None, &mut 0).expect("evidence");
+        let ev = (d.read)(t, s, &crate::normalize::SpanView::from_proto(&spans[0]), None, &Default::default(), &mut 0).expect("evidence");
         assert_eq!(ev.error, want, "dialect {}", d.name);
     }
     // logfire reads the code from the response body; the same normalization applies.
@@ -595,7 +595,9 @@ fn jsonrpc_code_zero_reads_as_internal_error_through_the_tap_and_every_dialect()
         value: Some(AnyValue { value: Some(any_value::Value::StringValue(r#"{"code":0,"message":"boom"}"#.into())) }),
         ..Default::default()
     }];
-    let ev = (crate::normalize::logfire::DIALECT.read)(t, s, &crate::normalize::SpanView::from_proto(&lf), None, &mut 0).expect("evidence");
+    let ev =
+        (crate::normalize::logfire::DIALECT.read)(t, s, &crate::normalize::SpanView::from_proto(&lf), None, &Default::default(), &mut 0)
+            .expect("evidence");
     assert_eq!(ev.error, want, "logfire");
     assert_eq!(CallError::jsonrpc(0), CallError::JsonRpc(-32603));
     assert_eq!(CallError::jsonrpc(-32602), CallError::JsonRpc(-32602));

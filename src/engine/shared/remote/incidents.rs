@@ -97,17 +97,23 @@ impl Shared {
                     self.link.conflicts += 1;
                     continue;
                 }
-                if let Some(vs) = incidents.remove(&f.server) {
-                    self.incidents.held -= vs.len();
-                }
-                t.incidents.restore(f.new);
-                t.incidents.resolved_total += f.resolved;
-                for (transition, row) in f.transitions {
-                    out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
-                }
+                self.apply_folded(t, f, &mut incidents, out);
             }
         }
         self.incidents.hold_again(incidents);
+    }
+
+    /// A server's fold the store took: its verdicts are no longer held, the book takes the
+    /// server's new record, and the transitions this write made are emitted.
+    fn apply_folded(&mut self, t: &mut Tables, f: Folded, held: &mut BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>, out: &mut Vec<Decided>) {
+        if let Some(vs) = held.remove(&f.server) {
+            self.incidents.held -= vs.len();
+        }
+        t.incidents.restore(f.new);
+        t.incidents.resolved_total += f.resolved;
+        for (transition, row) in f.transitions {
+            out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+        }
     }
 
     /// At the end, verdicts the store did not take are folded into this instance's own
@@ -158,14 +164,7 @@ impl Shared {
                 if refused.contains(&f.key) {
                     continue;
                 }
-                if let Some(vs) = incidents.remove(&f.server) {
-                    self.incidents.held -= vs.len();
-                }
-                t.incidents.restore(f.new);
-                t.incidents.resolved_total += f.resolved;
-                for (transition, row) in f.transitions {
-                    out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
-                }
+                self.apply_folded(t, f, &mut incidents, out);
             }
         }
         for (server, vs) in incidents {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
+use crate::correlate::outbox::FromStore;
 use crate::evidence::time::Moment;
 use crate::state::{Record, StateStore, StoreError, Table};
 
@@ -158,7 +159,7 @@ impl Shared {
 
     pub(super) fn tell_protocol(&mut self, t: &mut Tables, now: Moment) {
         if let (Some(p), false) = (self.lease.cluster_protocol, self.lease.cluster_protocol_told) {
-            t.chains.set_cluster_protocol(p, now);
+            t.chains.take_in(FromStore::Protocol(p), now, &mut Vec::new());
             self.lease.cluster_protocol_told = true;
         }
     }

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use crate::correlate::outbox::{FromStore, Restore};
 use crate::correlate::{crossjoin, DecidedCalls};
 use crate::evidence::time::Moment;
 use crate::evidence::{SpanEvidence, TraceId};
 use crate::state::{Changes, ClientHalf, Record, Table};
 
+use super::super::records::{half_of, listed_half};
 use super::super::Tables;
 use super::{prepend, Shared};
 
@@ -92,7 +94,7 @@ impl Shared {
     }
 
     pub(super) fn halves_job(&mut self, published: Vec<(TraceId, crossjoin::Half)>, now: Moment) -> ListJob<ClientHalf> {
-        self.lists.halves.extend(published.into_iter().map(|(id, h)| h.into_shared(id)));
+        self.lists.halves.extend(published.into_iter().map(|(id, h)| listed_half(id, h)));
         let over = self.lists.halves.len().saturating_sub(crossjoin::MAX_ORPHANS);
         self.lists.halves.drain(..over);
         let mut by_key: BTreeMap<String, Vec<ClientHalf>> = BTreeMap::new();
@@ -195,7 +197,7 @@ impl Shared {
                 for r in records.into_iter().flatten() {
                     if let Record::Refusals(r) = r {
                         for o in r.orphans {
-                            t.chains.take_remote_orphan(o, now);
+                            t.chains.take_in(FromStore::Orphan(o), now, &mut Vec::new());
                         }
                     }
                 }
@@ -211,8 +213,7 @@ impl Shared {
     /// instances published; where exactly one qualifies, its decided chain is taken from the
     /// store, so the server half joins it here and revises its verdict instead of giving one of
     /// its own.
-    pub(super) fn join_remote_halves(&mut self, t: &mut Tables, now: Moment, all: bool) {
-        let halves = t.chains.server_halves_to_look_for(now, all);
+    pub(super) fn join_remote_halves(&mut self, t: &mut Tables, halves: Vec<(TraceId, crossjoin::Half)>) {
         if halves.is_empty() {
             return;
         }
@@ -243,7 +244,7 @@ impl Shared {
                 let Some(r) = listed.get(&k) else { continue };
                 overflow |= r.overflow;
                 for c in &r.halves {
-                    let (trace, ch) = crossjoin::Half::from_shared(c);
+                    let (trace, ch) = half_of(c);
                     if trace != id && crossjoin::client_matches(&ch, &h) && !found.contains(&trace) {
                         found.push(trace);
                     }
@@ -287,8 +288,8 @@ impl Shared {
                     None => return,
                 }
             }
-            t.chains.restore_operation(k, trace);
-            t.chains.unpark(k, now, decided);
+            t.chains.restore(Restore::Operation(k.as_str().into(), trace));
+            t.chains.take_in(FromStore::Unpark(k.as_str().into()), now, decided);
         }
     }
 }

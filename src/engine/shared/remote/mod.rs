@@ -145,12 +145,11 @@ impl Shared {
 
 impl Replica for Shared {
     fn attach(&mut self, t: &mut Tables) {
-        t.chains.track_changes();
-        t.sessions.track_changes();
-        // Incidents are folded in the store (the write round), not written from the book.
         // A split mark's way to another instance's halves: this round's write, that instance's
         // read and its next write, each answered within `answer_within` at worst.
-        t.chains.share_orphans(self.answer_within * 3 + crate::state::PERSIST_EVERY * 4);
+        t.chains.keep_for_store(Some(self.answer_within * 3 + crate::state::PERSIST_EVERY * 4));
+        t.sessions.track_changes();
+        // Incidents are folded in the store (the write round), not written from the book.
         // The cluster's protocol before the first decision: an instance that knows no split
         // marks may share the store from the start.
         match self.link.call(|s| s.announce(GAUGE_LEASE)) {
@@ -170,8 +169,9 @@ impl Replica for Shared {
         self.now = now;
         self.tell_protocol(t, now);
         self.pull_refusals(t, now, all);
-        self.join_remote_halves(t, now, all);
-        self.adopt_rootless(t, now, decided);
+        let looks = t.chains.take_looks(now, all);
+        self.join_remote_halves(t, looks.server_halves);
+        self.adopt_rootless(t, now, looks.rootless, decided);
         if all {
             return false;
         }

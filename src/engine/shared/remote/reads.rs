@@ -5,8 +5,10 @@
 
 use std::collections::VecDeque;
 
+use crate::correlate::outbox::FromStore;
 use crate::correlate::DecidedCalls;
 use crate::evidence::time::Moment;
+use crate::evidence::TraceId;
 use crate::state::{Record, StoreError, Table};
 
 use super::super::worker::Ticket;
@@ -98,7 +100,7 @@ impl Shared {
             for r in parked.into_iter().flatten() {
                 if let Record::Parked(r) = r {
                     for v in r.verifiers {
-                        t.chains.take_remote_verifier(v, *now, &mut more);
+                        t.chains.take_in(FromStore::Verifier(v), *now, &mut more);
                     }
                 }
             }
@@ -203,8 +205,7 @@ impl Shared {
     /// chains, once each: an instance that stopped (or lost the trace to the collector's ring)
     /// decided the call — partial, at its drain — and this is the rest of its evidence. Found,
     /// the call is revised (one attempt), as one process would have revised it.
-    pub(super) fn adopt_rootless(&mut self, t: &mut Tables, now: Moment, decided: &mut Vec<DecidedCalls>) {
-        let ids = t.chains.take_rootless_to_look();
+    pub(super) fn adopt_rootless(&mut self, t: &mut Tables, now: Moment, ids: Vec<TraceId>, decided: &mut Vec<DecidedCalls>) {
         if ids.is_empty() {
             return;
         }
@@ -224,7 +225,7 @@ impl Shared {
             }
             self.link.taken_over += 1;
             t.restored.insert(id);
-            t.chains.adopt_decided(*r, now, decided);
+            t.chains.take_in(FromStore::Adopt((*r).into()), now, decided);
         }
     }
 }

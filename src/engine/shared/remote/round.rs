@@ -9,12 +9,14 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
+use crate::correlate::outbox::Restore;
 use crate::correlate::splits::Server;
 use crate::correlate::CatalogChange;
 use crate::evidence::time::Moment;
 use crate::evidence::SpanEvidence;
 use crate::state::{server_key, Changes, ClientHalf, DriftRecord, Record, StateStore, StoreError, Table};
 
+use super::super::records::{chain_changes, session_changes};
 use super::super::worker::{Ticket, Worker};
 use super::super::{Decided, DriftEvent, Tables};
 use super::incidents::{fold_incidents, ByServer, Folded, HeldVerdict};
@@ -187,12 +189,12 @@ impl Shared {
                 }
                 Some(Round::Writing { ticket, at, drift, incidents, emitting, stored_emitted, sessions_written, changes, marks }) => {
                     let Some(w) = self.link.worker.take(ticket) else {
-                        t.chains.split_marks_again(marks);
+                        t.chains.restore(Restore::MarksAgain(marks));
                         self.round_lost(drift, incidents);
                         return;
                     };
                     if w.result.is_err() {
-                        t.chains.split_marks_again(marks);
+                        t.chains.restore(Restore::MarksAgain(marks));
                     }
                     self.round_written(t, at, drift, incidents, w, emitting, stored_emitted, sessions_written, changes, out);
                 }
@@ -213,14 +215,14 @@ impl Shared {
     fn start_round(&mut self, t: &mut Tables, now: Moment, force: bool) {
         let drift = std::mem::take(&mut self.rounds.drift);
         let incidents = self.incidents.take_pending();
-        let published = t.chains.take_published();
+        let published = t.chains.take_for_round(now);
         let lists =
             (self.refusals_job(published.orphans, now), self.halves_job(published.halves, now), self.parked_job(published.parked, now));
         // Catalog changes held for emission whose time has come: their sessions are read and
         // written now, so the write decides who emits them.
         self.mark_catalog_due(t, now, force);
         let sessions = t.sessions.dirty_keys();
-        let splits = splits_job(t, now);
+        let splits = splits_job(published.marks, published.ask_marks);
         let asks = vec![
             (Table::Incidents, incidents.keys().map(|s| server_key(s.as_deref())).collect::<Vec<_>>()),
             (Table::Refusals, lists.0.keys()),
@@ -283,8 +285,8 @@ impl Shared {
         }
         let emitting = if read_sessions { self.choose_catalog(t, now, force, &stored_emitted, out) } else { Vec::new() };
         let mut changes = Changes::default();
-        t.sessions.take_changes(&mut changes);
-        t.chains.take_changes(&mut changes);
+        session_changes(t.sessions.take_changes(), &mut changes);
+        chain_changes(t.chains.take_changes(), &mut changes);
         let marks = take_split_read(t, now, splits, split_read.filter(|_| ok), &mut changes);
         let sessions_written: Vec<String> = changes.changes.iter().filter(|c| c.table == Table::Sessions).map(|c| c.key.clone()).collect();
         let n = changes.len();

@@ -38,7 +38,7 @@ impl Shared {
     pub(super) fn merge_sessions(&mut self, t: &mut Tables, keys: &[String], records: Vec<Option<Record>>) {
         for (key, r) in keys.iter().zip(records) {
             if let Some(Record::Session(r)) = r {
-                self.sessions.merged += u64::from(t.sessions.merge(key, *r));
+                self.sessions.merged += u64::from(t.sessions.merge(key, (*r).into()));
             }
         }
     }

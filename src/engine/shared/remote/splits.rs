@@ -2,6 +2,7 @@
 //! every instance publishes its client halves for that server; the marks are read and written
 //! with each write round.
 
+use crate::correlate::outbox::{FromStore, Restore};
 use crate::correlate::splits::Server;
 use crate::evidence::time::Moment;
 use crate::state::{server_key, Changes, Record, SplitRecord};
@@ -17,12 +18,11 @@ pub(super) struct SplitsJob {
 
 /// The split marks of a write round: those marked here since the last, then the servers whose
 /// client halves are held back here (to learn whether another instance marked them).
-pub(super) fn splits_job(t: &mut Tables, now: Moment) -> SplitsJob {
-    let mut servers = t.chains.take_split_marks();
-    let marked = servers.len();
+pub(super) fn splits_job(mut marks: Vec<Server>, ask: Vec<Server>) -> SplitsJob {
+    let marked = marks.len();
     // A marked server is known here, so never among those asked for.
-    servers.extend(t.chains.split_servers_to_ask(now));
-    SplitsJob { servers, marked }
+    marks.extend(ask);
+    SplitsJob { servers: marks, marked }
 }
 
 impl SplitsJob {
@@ -43,13 +43,13 @@ pub(super) fn take_split_read(
     changes: &mut Changes,
 ) -> Vec<Server> {
     let Some(records) = read else {
-        t.chains.split_marks_again(job.servers.into_iter().take(job.marked).collect());
+        t.chains.restore(Restore::MarksAgain(job.servers.into_iter().take(job.marked).collect()));
         return Vec::new();
     };
     let mut marks = Vec::new();
     for (i, (server, r)) in job.servers.into_iter().zip(records.into_iter().chain(std::iter::repeat(None))).enumerate() {
         match r {
-            Some(Record::Split(_)) => t.chains.learn_split(&server, now),
+            Some(Record::Split(_)) => t.chains.take_in(FromStore::Split(server), now, &mut Vec::new()),
             _ if i < job.marked => {
                 changes.put(server_key(server.as_deref()), Record::Split(SplitRecord { server: server.clone() }));
                 marks.push(server);
