@@ -52,11 +52,14 @@ def load(binary, g, s):
 svcs = {"A": start(A), "B": start(B)}
 for k, (p, g) in svcs.items():
     load(A, g, 2)
+time.sleep(2.5)
 res = {"A": [], "B": []}
 for r in range(rounds):
     for k in (["A", "B"] if r % 2 == 0 else ["B", "A"]):
         p, g = svcs[k]
-        c0 = cpu(p.pid); n, out = load(A, g, secs); c1 = cpu(p.pid)
+        # The window's spans are decided up to decision_wait (1 s) after the load stops: its CPU
+        # is read once they are, so each window carries its own tail and starts from rest.
+        c0 = cpu(p.pid); n, out = load(A, g, secs); time.sleep(2.5); c1 = cpu(p.pid)
         res[k].append(n / max(c1 - c0, 1e-9))
         print(f"round {r+1} {k}: {n} spans, {c1-c0:.2f} CPU-s, {n/max(c1-c0,1e-9):.0f} spans per CPU-second", flush=True)
 for k in svcs:
