@@ -6,6 +6,13 @@
 //!     MCP_HEALTH_BENCH_ONLY=walk cargo bench --bench throughput     (decode and walk rates alone)
 //!     MCP_HEALTH_BENCH_ONLY=cluster cargo bench --bench throughput  (three instances on one Redis
 //!         beside one without a store: spans per CPU-second per instance and in total)
+//!     MCP_HEALTH_BENCH_ONLY=mixed cargo bench --bench throughput    (traffic as a shared pipeline
+//!         carries it: ~95 % ordinary HTTP and database spans, 5 % MCP; walk rate and service)
+//!     MCP_HEALTH_BENCH_ONLY=profile cargo bench --bench throughput  (the stage breakdowns alone:
+//!         plaintext, inline and mixed, baseline first when given)
+//!     MCP_HEALTH_BENCH_PROFILE=1 ...          (every service line is followed by a window under
+//!         `perf record` and its stage breakdown, CPU µs per span per stage; folded stacks for a
+//!         flame graph in MCP_HEALTH_BENCH_PROFILE_DIR, by default the system's temp directory)
 //!     MCP_HEALTH_BENCH_LIMIT_MIB=2000 ...     (every service under a memory limiter of that size)
 //!     MCP_HEALTH_BENCH_HELD_QUEUE=8 MCP_HEALTH_BENCH_HELD_CONSUMERS=10 ...   (the held-request
 //!         run's pass-through queue and workers: requests held = queue + workers)
@@ -30,6 +37,8 @@ use prost::Message;
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
+#[path = "support/stages.rs"]
+mod stages;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -46,6 +55,16 @@ fn proc_cpu_secs(pid: u32) -> f64 {
     let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     (ut + st) / ticks
+}
+
+/// CPU seconds of the calling thread: the in-process rates (decode, walk) are per CPU-second
+/// of the one thread that runs them, as the service's are per CPU-second of its process, so
+/// other work on a shared machine does not move their ratios.
+fn thread_cpu_secs() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid pointer to a timespec; CLOCK_THREAD_CPUTIME_ID is always available on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 fn proc_status_kib(pid: u32, key: &str) -> u64 {
@@ -234,17 +253,41 @@ fn main() {
         return;
     }
 
+    if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "mixed") {
+        mixed(&rt, this, baseline.as_deref(), secs);
+        return;
+    }
+    if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "profile") {
+        // The stage breakdowns alone: the decode rate (for the ratios), then each service line
+        // with its profiled window.
+        let decode_rate = decode_rate_of(&batches, Duration::from_secs(2));
+        println!("prost decode:            {:>10.0} spans per CPU-second (one thread)", decode_rate);
+        let batches = Arc::new(batches);
+        if let Some(base) = &baseline {
+            measure(&rt, base, &batches, secs, decode_rate, None, None, &SendOptions::default(), "baseline-plaintext");
+        }
+        measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions::default(), "plaintext");
+        if let Some(agent) = rotel_agent() {
+            for (bin, label) in baseline.iter().map(|b| (b.as_str(), "baseline-inline")).chain([(this, "inline")]) {
+                let sink = start_rotel(&agent);
+                measure(&rt, bin, &batches, secs, decode_rate, None, Some(sink.grpc), &SendOptions::default(), label);
+            }
+        }
+        mixed(&rt, this, baseline.as_deref(), secs);
+        return;
+    }
+
     // With MCP_HEALTH_BENCH_ONLY=walk: the decode and the walk alone, in turns (quick A/B of
     // the walk: rebuild, run again, compare the ratio).
     if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "walk") {
         for round in 1..=3 {
             let rate = |f: &dyn Fn(&EncodedBatch) -> u64| {
-                let t = Instant::now();
+                let (t, c0) = (Instant::now(), thread_cpu_secs());
                 let mut n = 0u64;
                 while t.elapsed() < Duration::from_secs(2) {
                     n += batches.iter().map(f).sum::<u64>();
                 }
-                n as f64 / t.elapsed().as_secs_f64()
+                n as f64 / (thread_cpu_secs() - c0).max(1e-9)
             };
             let decode = rate(&|b| {
                 std::hint::black_box(ExportTraceServiceRequest::decode(b.bytes.clone()).expect("decode"));
@@ -257,7 +300,7 @@ fn main() {
     }
 
     // 1. Raw prost decode rate of the same batches, one core.
-    let t = Instant::now();
+    let (t, c0) = (Instant::now(), thread_cpu_secs());
     let mut n = 0u64;
     while t.elapsed() < Duration::from_secs(3) {
         for b in &batches {
@@ -266,11 +309,11 @@ fn main() {
             n += b.spans;
         }
     }
-    let decode_rate = n as f64 / t.elapsed().as_secs_f64();
-    println!("prost decode:            {:>10.0} spans/s (one core)", decode_rate);
+    let decode_rate = n as f64 / (thread_cpu_secs() - c0).max(1e-9);
+    println!("prost decode:            {:>10.0} spans per CPU-second (one thread)", decode_rate);
 
     // 2. Decode + normalize, one core: the receiver's per-span work.
-    let t = Instant::now();
+    let (t, c0) = (Instant::now(), thread_cpu_secs());
     let mut n = 0u64;
     while t.elapsed() < Duration::from_secs(3) {
         for b in &batches {
@@ -279,10 +322,10 @@ fn main() {
             n += nb.spans;
         }
     }
-    println!("decode + normalize:      {:>10.0} spans/s (one core)", n as f64 / t.elapsed().as_secs_f64());
+    println!("decode + normalize:      {:>10.0} spans per CPU-second (one thread)", n as f64 / (thread_cpu_secs() - c0).max(1e-9));
 
     // 2b. The evidence walk over the wire bytes (what the receivers do instead of 2), one core.
-    let t = Instant::now();
+    let (t, c0) = (Instant::now(), thread_cpu_secs());
     let mut n = 0u64;
     while t.elapsed() < Duration::from_secs(3) {
         for b in &batches {
@@ -290,26 +333,43 @@ fn main() {
             n += nb.spans;
         }
     }
-    let walk_rate = n as f64 / t.elapsed().as_secs_f64();
-    println!("wire walk + normalize:   {:>10.0} spans/s (one core; {:.2}x prost decode)", walk_rate, walk_rate / decode_rate);
+    let walk_rate = n as f64 / (thread_cpu_secs() - c0).max(1e-9);
+    println!(
+        "wire walk + normalize:   {:>10.0} spans per CPU-second (one thread; {:.2}x prost decode)",
+        walk_rate,
+        walk_rate / decode_rate
+    );
 
     // 3. The service end to end: gRPC in, normalize, correlate, classify, metrics.
     let batches = Arc::new(batches);
     let mut runs = Vec::new();
     if let Some(base) = &baseline {
-        runs.push(("baseline", measure(&rt, base, &batches, secs, decode_rate, None, None, &SendOptions::default()).0));
+        runs.push((
+            "baseline",
+            measure(&rt, base, &batches, secs, decode_rate, None, None, &SendOptions::default(), "baseline-plaintext").0,
+        ));
     }
-    runs.push(("this build", measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions::default()).0));
+    runs.push(("this build", measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions::default(), "plaintext").0));
     if runs.len() > 1 {
         println!("side by side (same run):  {:>14} {:>14}", runs[0].0, runs[1].0);
         println!("  spans/s per core:       {:>14.0} {:>14.0}", runs[0].1, runs[1].1);
         println!("  this build / baseline:  {:>14.2}", runs[1].1 / runs[0].1.max(1e-9));
     }
     // What zstd and TLS cost per span, same build, same batches, same run.
-    let zstd = measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions { zstd: true, ..Default::default() }).0;
+    let zstd = measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions { zstd: true, ..Default::default() }, "zstd").0;
     let (ca, cert, key) = test_pki();
-    let tls =
-        measure(&rt, this, &batches, secs, decode_rate, Some((&cert, &key)), None, &SendOptions { tls_ca_pem: Some(ca), zstd: false }).0;
+    let tls = measure(
+        &rt,
+        this,
+        &batches,
+        secs,
+        decode_rate,
+        Some((&cert, &key)),
+        None,
+        &SendOptions { tls_ca_pem: Some(ca), zstd: false },
+        "tls",
+    )
+    .0;
     let plain = runs.last().map_or(0.0, |r| r.1);
     let us = |rate: f64| 1e6 / rate.max(1e-9);
     println!("transport cost (same run): {:>12} {:>12} {:>12}", "plaintext", "zstd", "TLS");
@@ -322,7 +382,7 @@ fn main() {
     match rotel_agent() {
         Some(agent) => {
             let sink = start_rotel(&agent);
-            let (inline, _) = measure(&rt, this, &batches, secs, decode_rate, None, Some(sink.grpc), &SendOptions::default());
+            let (inline, _) = measure(&rt, this, &batches, secs, decode_rate, None, Some(sink.grpc), &SendOptions::default(), "inline");
             drop(sink);
             let rotel = start_rotel(&agent);
             let rotel_rate = measure_process(&rt, rotel.child.id(), rotel.grpc, &batches, secs, "rotel (blackhole exporter)");
@@ -345,6 +405,9 @@ fn main() {
         None => println!("inline and rotel runs skipped: .venv-rotel is missing (scripts/install-test-deps makes it)"),
     }
 
+    // Traffic as a shared pipeline carries it (mostly spans that are not MCP).
+    mixed(&rt, this, baseline.as_deref(), secs);
+
     // What holding a large request costs: pass-through to an upstream that accepts connections
     // and never answers, so every request taken stays in the exporter's queue.
     held_request_memory(&rt, this);
@@ -354,6 +417,50 @@ fn main() {
 
     // 5. Three instances on one Redis beside one instance without a store.
     cluster(&rt, this, calls_per_batch, secs);
+}
+
+/// prost's decode rate of `batches`, one core, over `window`.
+fn decode_rate_of(batches: &[EncodedBatch], window: Duration) -> f64 {
+    let (t, c0) = (Instant::now(), thread_cpu_secs());
+    let mut n = 0u64;
+    while t.elapsed() < window {
+        for b in batches {
+            std::hint::black_box(ExportTraceServiceRequest::decode(b.bytes.clone()).expect("decode"));
+            n += b.spans;
+        }
+    }
+    n as f64 / (thread_cpu_secs() - c0).max(1e-9)
+}
+
+/// Traffic as a shared pipeline carries it (`loadgen::build_mixed_request`: ~95 % ordinary HTTP
+/// and database spans, 5 % MCP, the MCP server's HTTP spans on `/mcp`): prost's decode rate and
+/// the wire walk's, one core, then the service (nothing out) in spans per CPU-second, the
+/// baseline first when given. What the fan-out layout costs without a filter in front.
+fn mixed(rt: &tokio::runtime::Runtime, this: &str, baseline: Option<&str>, secs: u64) {
+    let batches: Vec<EncodedBatch> = (0..64).map(|b| loadgen::encode(&loadgen::build_mixed_request(b, 105))).collect();
+    let spans = batches[0].spans;
+    println!("mixed traffic: {spans} spans a request, {:.0} bytes/span encoded, 5 % MCP", batches[0].bytes.len() as f64 / spans as f64);
+    let decode_rate = decode_rate_of(&batches, Duration::from_secs(2));
+    let (t, c0) = (Instant::now(), thread_cpu_secs());
+    let mut n = 0u64;
+    while t.elapsed() < Duration::from_secs(2) {
+        for b in &batches {
+            std::hint::black_box(mcp_health::normalize::wire::walk(&b.bytes, "0000000000000000").expect("walk"));
+            n += b.spans;
+        }
+    }
+    let walk_rate = n as f64 / (thread_cpu_secs() - c0).max(1e-9);
+    println!("  prost decode:          {:>10.0} spans per CPU-second (one thread)", decode_rate);
+    println!("  wire walk + normalize: {:>10.0} spans per CPU-second (one thread)", walk_rate);
+    let batches = Arc::new(batches);
+    let mut runs = Vec::new();
+    if let Some(base) = baseline {
+        runs.push(("baseline", measure(rt, base, &batches, secs, decode_rate, None, None, &SendOptions::default(), "baseline-mixed").0));
+    }
+    runs.push(("this build", measure(rt, this, &batches, secs, decode_rate, None, None, &SendOptions::default(), "mixed").0));
+    println!("mixed traffic (same run): {}", runs.iter().map(|(l, _)| format!("{l:>14}")).collect::<String>());
+    println!("  spans per CPU-second:   {}", runs.iter().map(|(_, r)| format!("{r:>14.0}")).collect::<String>());
+    println!("  / the walk alone:       {}", runs.iter().map(|(_, r)| format!("{:>14.2}", r / walk_rate)).collect::<String>());
 }
 
 /// Three instances of `bin` sharing one Redis (`storage: {kind: redis}`), each loaded by its own
@@ -535,6 +642,7 @@ fn measure(
     tls: Option<(&str, &str)>,
     upstream: Option<u16>,
     opts: &SendOptions,
+    label: &str,
 ) -> (f64, Service) {
     println!("-- service: {bin} (tls: {}, zstd: {}, pass-through and health spans out: {})", tls.is_some(), opts.zstd, upstream.is_some());
     let svc = start_binary(bin, "1s", "5s", tls, upstream);
@@ -584,7 +692,52 @@ fn measure(
             after.2 - before.2
         );
     }
+    if profiling() {
+        profile_window(rt, &svc, batches, secs, opts, label);
+    }
     (per_core, svc)
+}
+
+/// `MCP_HEALTH_BENCH_PROFILE=1` (or `MCP_HEALTH_BENCH_ONLY=profile`): each service line is
+/// followed by a window under `perf record`.
+fn profiling() -> bool {
+    std::env::var("MCP_HEALTH_BENCH_PROFILE").is_ok_and(|v| v != "0")
+        || std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "profile")
+}
+
+/// One more window of the same load on `svc`, under `perf record`: where its CPU goes by stage
+/// (see `support/stages.rs`), in µs per span. The measured window above is not profiled (perf's
+/// own cost would be in it); this one's figures are shares of its own CPU time.
+fn profile_window(
+    rt: &tokio::runtime::Runtime,
+    svc: &Service,
+    batches: &Arc<Vec<EncodedBatch>>,
+    secs: u64,
+    opts: &SendOptions,
+    label: &str,
+) {
+    if !stages::perf_available() {
+        println!("stage breakdown skipped: perf is not installed");
+        return;
+    }
+    let dir = std::env::var("MCP_HEALTH_BENCH_PROFILE_DIR").map(std::path::PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
+    let _ = std::fs::create_dir_all(&dir);
+    let Some(rec) = stages::record(svc.child.id(), &dir) else {
+        println!("stage breakdown skipped: perf record did not start");
+        return;
+    };
+    let at = format!("127.0.0.1:{}", svc.grpc);
+    let rep = rt.block_on(loadgen::run_with(&at, batches.clone(), Duration::from_secs(secs.min(5)), 2, opts));
+    let spans = rep.map(|r| r.spans_accepted).unwrap_or(0);
+    match rec.finish() {
+        Some(b) => {
+            let named = dir.join(format!("{label}.folded"));
+            let _ = std::fs::rename(&b.folded, &named);
+            let b = stages::Breakdown { folded: named, ..b };
+            b.print(label, spans);
+        }
+        None => println!("stage breakdown skipped: no samples (perf_event_paranoid, or perf could not read the process)"),
+    }
 }
 
 /// The sum of a metric's series whose labels contain `filter`.

@@ -113,6 +113,131 @@ pub fn build_request(batch_no: u32, calls: u32) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest { resource_spans: vec![rs("agent", client), rs("tickets-mcp", server)] }
 }
 
+/// Build one request of traffic as a shared pipeline carries it: `traces` ordinary traces (an
+/// HTTP server span, two database spans, an outgoing HTTP call and an internal span, with the
+/// attributes the HTTP and database instrumentations send) and, in every 12th trace's place, an
+/// MCP `tools/call` (client span, the server's HTTP span on `/mcp`, the server's MCP span), so
+/// about 95 % of the spans are ones mcp-health does not judge (105 traces: 507 spans, 27 MCP). Trace ids carry the stamping
+/// marker, as in [`build_request`].
+pub fn build_mixed_request(batch_no: u32, traces: u32) -> ExportTraceServiceRequest {
+    let (mut front, mut back, mut mcp_client, mut mcp_server) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for t in 0..traces {
+        let mut trace_id = [0u8; 16];
+        trace_id[..4].copy_from_slice(&MAGIC);
+        trace_id[4..8].copy_from_slice(&batch_no.to_be_bytes());
+        trace_id[8..12].copy_from_slice(&t.to_be_bytes());
+        let id = |k: u8| [k, 0, 0, 0, (t >> 16) as u8, (t >> 8) as u8, t as u8, k].to_vec();
+        let base = 1_764_000_000_000_000_000u64 + u64::from(t) * 1_000_000;
+        let span = |sid: Vec<u8>, parent: Vec<u8>, name: &str, kind: SpanKind, attributes: Vec<KeyValue>| Span {
+            trace_id: trace_id.to_vec(),
+            span_id: sid,
+            parent_span_id: parent,
+            name: name.into(),
+            kind: kind as i32,
+            start_time_unix_nano: base,
+            end_time_unix_nano: base + 20_000_000,
+            attributes,
+            ..Default::default()
+        };
+        if t % 12 == 6 {
+            // An MCP call over streamable HTTP: three spans.
+            let tool = ["create_ticket", "read_ticket"][(t / 12) as usize % 2];
+            let rid = format!("{}", 1000 + t);
+            let mcp = |extra: Vec<KeyValue>| {
+                let mut a = vec![
+                    s("mcp.method.name", "tools/call"),
+                    s("gen_ai.tool.name", tool),
+                    s("jsonrpc.request.id", &rid),
+                    s("mcp.session.id", "3f2b8c1e-5d4a-4e9b-8a7c-2d1e0f9b8a7c"),
+                    s("server.address", "tickets.example.test"),
+                    i("server.port", 8443),
+                ];
+                a.extend(extra);
+                a
+            };
+            mcp_client.push(span(id(1), vec![], &format!("tools/call {tool}"), SpanKind::Client, mcp(vec![])));
+            mcp_server.push(span(
+                id(2),
+                id(1),
+                "POST /mcp",
+                SpanKind::Server,
+                vec![
+                    s("http.request.method", "POST"),
+                    s("url.path", "/mcp"),
+                    s("http.route", "/mcp"),
+                    s("url.scheme", "https"),
+                    i("http.response.status_code", 200),
+                    s("network.protocol.version", "1.1"),
+                    s("client.address", "10.0.0.12"),
+                    s("user_agent.original", "python-httpx/0.28.1"),
+                ],
+            ));
+            mcp_server.push(span(id(3), id(2), &format!("tools/call {tool}"), SpanKind::Server, mcp(vec![])));
+            continue;
+        }
+        let order = format!("/api/orders/{}", 40_000 + t);
+        front.push(span(
+            id(1),
+            vec![],
+            "GET /api/orders/{id}",
+            SpanKind::Server,
+            vec![
+                s("http.request.method", "GET"),
+                s("url.path", &order),
+                s("http.route", "/api/orders/{id}"),
+                s("url.scheme", "https"),
+                i("http.response.status_code", 200),
+                s("network.protocol.version", "1.1"),
+                s("server.address", "shop.example.test"),
+                i("server.port", 443),
+                s("client.address", "10.0.3.7"),
+                s("user_agent.original", "Mozilla/5.0 (X11; Linux x86_64)"),
+            ],
+        ));
+        for (k, q) in
+            [(2u8, "SELECT id, status, total FROM orders WHERE id = $1"), (3, "SELECT sku, qty FROM order_lines WHERE order_id = $1")]
+        {
+            back.push(span(
+                id(k),
+                id(1),
+                "SELECT shop",
+                SpanKind::Client,
+                vec![
+                    s("db.system.name", "postgresql"),
+                    s("db.namespace", "shop"),
+                    s("db.operation.name", "SELECT"),
+                    s("db.query.text", q),
+                    s("server.address", "db.example.test"),
+                    i("server.port", 5432),
+                ],
+            ));
+        }
+        back.push(span(
+            id(4),
+            id(1),
+            "GET",
+            SpanKind::Client,
+            vec![
+                s("http.request.method", "GET"),
+                s("url.full", "https://inventory.example.test/v1/stock?sku=A-1"),
+                s("server.address", "inventory.example.test"),
+                i("server.port", 443),
+                i("http.response.status_code", 200),
+                s("network.protocol.version", "1.1"),
+            ],
+        ));
+        front.push(span(id(5), id(1), "render order", SpanKind::Internal, vec![s("code.function.name", "render_order"), i("items", 3)]));
+    }
+    let rs = |svc: &str, spans: Vec<Span>| ResourceSpans {
+        resource: Some(Resource { attributes: vec![s("service.name", svc), s("telemetry.sdk.language", "python")], ..Default::default() }),
+        scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+        ..Default::default()
+    };
+    ExportTraceServiceRequest {
+        resource_spans: vec![rs("shop-frontend", front), rs("shop-backend", back), rs("agent", mcp_client), rs("tickets-mcp", mcp_server)],
+    }
+}
+
 /// Encode a request and find its trace ids.
 pub fn encode(req: &ExportTraceServiceRequest) -> EncodedBatch {
     let bytes = req.encode_to_vec();
