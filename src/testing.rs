@@ -62,7 +62,7 @@ pub mod gate {
 
 /// Synthetic load.
 pub mod loadgen {
-    pub use crate::loadgen::{build_request, encode, run, run_with, stamp, EncodedBatch, LoadReport, SendOptions};
+    pub use crate::loadgen::{build_mixed_request, build_request, encode, run, run_with, stamp, EncodedBatch, LoadReport, SendOptions};
 }
 
 /// The interner of identifiers.
