@@ -29,7 +29,7 @@ use rustc_hash::FxHashMap;
 
 /// The eviction counter of a table, created on first use. Tables of the same name (one per thread,
 /// or one per tap observer) share it.
-pub fn counter(table: &'static str) -> &'static AtomicU64 {
+pub(crate) fn counter(table: &'static str) -> &'static AtomicU64 {
     let mut r = registry().lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, c)) = r.iter().find(|(t, _)| *t == table) {
         return c;
@@ -61,7 +61,7 @@ pub fn evicted(table: &'static str) -> u64 {
 
 /// A hash map with a capacity that evicts its oldest entry (see the module documentation) and
 /// counts each eviction under its table name.
-pub struct BoundedMap<K, V> {
+pub(crate) struct BoundedMap<K, V> {
     table: &'static str,
     cap: usize,
     map: FxHashMap<K, (V, u64)>,
@@ -72,7 +72,7 @@ pub struct BoundedMap<K, V> {
 
 impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
     /// An empty map that holds at most `cap` entries; evictions count under `table`.
-    pub fn with_capacity(table: &'static str, cap: usize) -> Self {
+    pub(crate) fn with_capacity(table: &'static str, cap: usize) -> Self {
         let pre = cap.min(1024);
         BoundedMap {
             table,
@@ -84,29 +84,29 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
         }
     }
 
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.cap
     }
 
     /// Change the capacity; shrinking evicts (and counts) the oldest entries past it.
-    pub fn set_capacity(&mut self, cap: usize) {
+    pub(crate) fn set_capacity(&mut self, cap: usize) {
         self.cap = cap;
         while self.map.len() > cap {
             self.evict_oldest();
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
 
     /// Insert or replace `k`; returns the value it replaced. A new key in a full map evicts the
     /// oldest entry first (counted); a replaced key becomes the newest.
-    pub fn insert(&mut self, k: K, v: V) -> Option<V> {
+    pub(crate) fn insert(&mut self, k: K, v: V) -> Option<V> {
         let generation = self.next_gen;
         self.next_gen += 1;
         if let Some(e) = self.map.get_mut(&k) {
@@ -131,14 +131,14 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
 
     /// The value of `k`, inserting `make()` first if absent (an insert as [`insert`](Self::insert)
     /// does; a present key is not refreshed).
-    pub fn get_or_insert_with(&mut self, k: K, make: impl FnOnce() -> V) -> Option<&mut V> {
+    pub(crate) fn get_or_insert_with(&mut self, k: K, make: impl FnOnce() -> V) -> Option<&mut V> {
         if !self.map.contains_key(&k) {
             self.insert(k.clone(), make());
         }
         self.get_mut(&k)
     }
 
-    pub fn get<Q>(&self, k: &Q) -> Option<&V>
+    pub(crate) fn get<Q>(&self, k: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -146,7 +146,7 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
         self.map.get(k).map(|e| &e.0)
     }
 
-    pub fn get_mut<Q>(&mut self, k: &Q) -> Option<&mut V>
+    pub(crate) fn get_mut<Q>(&mut self, k: &Q) -> Option<&mut V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -154,7 +154,7 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
         self.map.get_mut(k).map(|e| &mut e.0)
     }
 
-    pub fn contains<Q>(&self, k: &Q) -> bool
+    pub(crate) fn contains<Q>(&self, k: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -163,7 +163,7 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
     }
 
     /// Remove `k` (not an eviction: not counted).
-    pub fn remove<Q>(&mut self, k: &Q) -> Option<V>
+    pub(crate) fn remove<Q>(&mut self, k: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -174,13 +174,13 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
     }
 
     /// Keep the entries for which `keep` is true (removals, not counted).
-    pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
         self.map.retain(|k, e| keep(k, &mut e.0));
         self.compact_if_stale();
     }
 
     /// Every entry, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.map.iter().map(|(k, e)| (k, &e.0))
     }
 
@@ -213,19 +213,19 @@ impl<K, V> std::fmt::Debug for BoundedMap<K, V> {
 
 /// A [`BoundedMap`] without values.
 #[derive(Debug)]
-pub struct BoundedSet<K>(BoundedMap<K, ()>);
+pub(crate) struct BoundedSet<K>(BoundedMap<K, ()>);
 
 impl<K: Hash + Eq + Clone> BoundedSet<K> {
-    pub fn with_capacity(table: &'static str, cap: usize) -> Self {
+    pub(crate) fn with_capacity(table: &'static str, cap: usize) -> Self {
         BoundedSet(BoundedMap::with_capacity(table, cap))
     }
 
     /// Add `k`; true if it was not there (a present key is refreshed, as in [`BoundedMap::insert`]).
-    pub fn insert(&mut self, k: K) -> bool {
+    pub(crate) fn insert(&mut self, k: K) -> bool {
         self.0.insert(k, ()).is_none()
     }
 
-    pub fn contains<Q>(&self, k: &Q) -> bool
+    pub(crate) fn contains<Q>(&self, k: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -235,7 +235,7 @@ impl<K: Hash + Eq + Clone> BoundedSet<K> {
 
     /// Remove `k` (not counted); true if it was there.
     #[cfg(test)]
-    pub fn remove<Q>(&mut self, k: &Q) -> bool
+    pub(crate) fn remove<Q>(&mut self, k: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -244,7 +244,7 @@ impl<K: Hash + Eq + Clone> BoundedSet<K> {
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 }

@@ -181,7 +181,7 @@ impl Seen {
 }
 
 /// Decide convergence at `at_ns` from every event up to that moment.
-pub fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -> CatalogVerdict {
+pub(crate) fn convergence(events: &[CatalogEvent], policy: RefreshPolicy, at_ns: u64) -> CatalogVerdict {
     let seen = Seen::of(events, at_ns);
     let discovered = seen.last_complete.as_ref().map(|t| registry_digest(&t.tools));
     let (convergence, reason, next_step) = judge(&seen, discovered.as_deref(), policy, at_ns);

@@ -7,7 +7,7 @@ use crate::evidence::{AuthError, EffectBoundary, Method, OutcomeResult};
 use crate::verdict::{HealthState, Layer, LayerStatus};
 
 /// Could this call's failure have committed a side effect before the response was lost?
-pub fn effect_may_be_committed(c: &CallEvidence, f: &LayerFindings) -> bool {
+pub(crate) fn effect_may_be_committed(c: &CallEvidence, f: &LayerFindings) -> bool {
     if c.method == Some(Method::ToolsCall) && c.task_lost() {
         // The task may have run to the end where nobody saw it.
         return c.effect_boundary != Some(EffectBoundary::None);
@@ -28,12 +28,12 @@ pub fn effect_may_be_committed(c: &CallEvidence, f: &LayerFindings) -> bool {
 /// proven not committed (SPEC §2: retry only after proving the first attempt did not commit).
 /// The call is a transport failure, safe to retry — not a false success, because nothing was
 /// claimed: the tool never answered.
-pub fn reconciled_not_committed(c: &CallEvidence, f: &LayerFindings) -> bool {
+pub(crate) fn reconciled_not_committed(c: &CallEvidence, f: &LayerFindings) -> bool {
     effect_may_be_committed(c, f) && c.latest_outcome().is_some_and(|o| o.result == OutcomeResult::Missing)
 }
 
 /// Decide the state from the layer findings and the session context.
-pub fn state(c: &CallEvidence, f: &LayerFindings, ctx: &SessionContext) -> HealthState {
+pub(crate) fn state(c: &CallEvidence, f: &LayerFindings, ctx: &SessionContext) -> HealthState {
     use HealthState::*;
     let failed = |l: Layer| f.get(l) == LayerStatus::Failed;
     let effect_unknown = effect_may_be_committed(c, f);
@@ -84,7 +84,7 @@ pub fn state(c: &CallEvidence, f: &LayerFindings, ctx: &SessionContext) -> Healt
 }
 
 /// What a person or agent should do next, per SPEC's routing of each state.
-pub fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> String {
+pub(crate) fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> String {
     use HealthState::*;
     let server = c.server.as_deref().unwrap_or("the server");
     match state {

@@ -41,7 +41,7 @@ fn without(v: &Value, keys: &[&str]) -> Value {
 }
 
 /// Every change from `old` to `new` (both tool definitions or projections).
-pub fn contract_diff(old: &Value, new: &Value) -> Vec<ContractChange> {
+pub(crate) fn contract_diff(old: &Value, new: &Value) -> Vec<ContractChange> {
     use ContractChange::*;
     let mut out = Vec::new();
     if old.get("title") != new.get("title") {

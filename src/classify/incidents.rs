@@ -23,7 +23,7 @@ use crate::verdict::{Confidence, HealthState, Layer, LayerStatus, Verdict};
 /// beside it ([`IncidentBook::observe`]), owned where verdicts are held for a fold elsewhere
 /// (a shared store's, on its own thread) — a few fields, not a copy of the whole verdict.
 #[derive(Clone, Debug)]
-pub struct IncidentFacts<'a> {
+pub(crate) struct IncidentFacts<'a> {
     pub state: HealthState,
     pub first_failed_layer: Option<Layer>,
     pub server: Option<Arc<str>>,
@@ -46,7 +46,7 @@ pub struct IncidentFacts<'a> {
 
 impl<'a> IncidentFacts<'a> {
     /// The facts of `v`, borrowed.
-    pub fn of(v: &'a Verdict) -> IncidentFacts<'a> {
+    pub(crate) fn of(v: &'a Verdict) -> IncidentFacts<'a> {
         IncidentFacts {
             state: v.state,
             first_failed_layer: v.first_failed_layer,
@@ -69,7 +69,7 @@ impl<'a> IncidentFacts<'a> {
 
     /// The facts of `v` to hold for a later fold: what a fold reads of a verdict in its state
     /// (a passing verdict's failure fields are never read, so they are not copied).
-    pub fn held(v: &Verdict) -> IncidentFacts<'static> {
+    pub(crate) fn held(v: &Verdict) -> IncidentFacts<'static> {
         let f = IncidentFacts::of(v);
         let failure = f.state.is_failure();
         let own = |s: Option<Cow<'_, str>>| s.map(|s| Cow::Owned(s.into_owned()));
@@ -196,7 +196,7 @@ pub struct Incident {
 /// of open incidents is the same whichever chain is decided first (at shutdown, in replay, on two
 /// instances). Recent healthy calls are kept per server for that, bounded.
 #[derive(Default)]
-pub struct IncidentBook {
+pub(crate) struct IncidentBook {
     open: FxHashMap<Cause, Incident>,
     /// Incidents resolved lately, by cause (at most [`MAX_RESOLVED_PER_SERVER`] per server): a
     /// failure decided after the resolution that ended before it is counted in the resolved
@@ -344,13 +344,13 @@ const MAX_RECOVERY_SERVERS: usize = 10_000;
 
 /// An incident's stable id: a hash of its cause's canonical JSON (field order fixed by the type,
 /// not by `Debug`), the same on every instance and across versions that keep the cause's fields.
-pub fn incident_id(cause: &Cause) -> String {
+pub(crate) fn incident_id(cause: &Cause) -> String {
     let canonical = serde_json::to_vec(cause).unwrap_or_default();
     crate::evidence::hash::hash_hex(&canonical)[..16].to_string()
 }
 
 /// The cause of a failing verdict.
-pub fn cause_of(v: &Verdict) -> Option<Cause> {
+pub(crate) fn cause_of(v: &Verdict) -> Option<Cause> {
     cause_of_facts(&IncidentFacts::of(v))
 }
 
@@ -390,19 +390,19 @@ impl ServerIncidents {
 
 impl IncidentBook {
     /// Record, from now on, which incidents change (for the state store).
-    pub fn track_changes(&mut self) {
+    pub(crate) fn track_changes(&mut self) {
         self.track = true;
     }
 
     /// The servers whose incidents or recoveries changed since the last call (see
     /// `track_changes`); the store maps their parts to records (`state::incident_changes`).
-    pub fn take_dirty_servers(&mut self) -> Vec<Option<Arc<str>>> {
+    pub(crate) fn take_dirty_servers(&mut self) -> Vec<Option<Arc<str>>> {
         std::mem::take(&mut self.dirty).into_iter().collect()
     }
 
     /// The parts of the book that belong to `servers` (one scan of the open incidents), in the
     /// order of `servers`; incidents in id order, recoveries latest first.
-    pub fn parts(&self, servers: &[Option<Arc<str>>]) -> Vec<ServerIncidents> {
+    pub(crate) fn parts(&self, servers: &[Option<Arc<str>>]) -> Vec<ServerIncidents> {
         let index: FxHashMap<&Option<Arc<str>>, usize> = servers.iter().enumerate().map(|(i, s)| (s, i)).collect();
         let mut out: Vec<ServerIncidents> = servers.iter().map(|s| ServerIncidents { server: s.clone(), ..Default::default() }).collect();
         for inc in self.open.values() {
@@ -428,7 +428,7 @@ impl IncidentBook {
 
     /// Put a server's part of the book back (at start-up, or as a shared store holds it now),
     /// replacing what this book held of that server; within the book's bounds.
-    pub fn restore(&mut self, part: ServerIncidents) {
+    pub(crate) fn restore(&mut self, part: ServerIncidents) {
         let server = part.server;
         self.open.retain(|c, _| c.server != server);
         self.resolved.retain(|c, _| c.server != server);
@@ -466,17 +466,17 @@ impl IncidentBook {
         }
     }
 
-    pub fn open_incidents(&self) -> impl Iterator<Item = &Incident> {
+    pub(crate) fn open_incidents(&self) -> impl Iterator<Item = &Incident> {
         self.open.values()
     }
 
     /// Fold one verdict in; returns the incidents that changed, with their transition.
-    pub fn observe(&mut self, v: &Verdict) -> Vec<(Transition, Incident)> {
+    pub(crate) fn observe(&mut self, v: &Verdict) -> Vec<(Transition, Incident)> {
         self.fold(&IncidentFacts::of(v))
     }
 
     /// Fold one verdict's facts in (the same as [`IncidentBook::observe`] of that verdict).
-    pub fn fold(&mut self, v: &IncidentFacts<'_>) -> Vec<(Transition, Incident)> {
+    pub(crate) fn fold(&mut self, v: &IncidentFacts<'_>) -> Vec<(Transition, Incident)> {
         let mut out = Vec::new();
         if let Some(cause) = cause_of_facts(v) {
             if !self.open.contains_key(&cause) && self.resolved.get(&cause).is_some_and(|r| v.end_ns <= r.last_evidence_ns) {
@@ -573,7 +573,7 @@ impl IncidentBook {
     /// where the protocol has no session, of that agent) on that server are resolved. Their
     /// failed layer was the catalog, and the catalog is now known fresh; a call on it is judged
     /// on its own.
-    pub fn catalog_converged(
+    pub(crate) fn catalog_converged(
         &mut self,
         server: Option<&Arc<str>>,
         session_hash: Option<&str>,

@@ -29,20 +29,20 @@ pub struct SessionContext {
 
 /// The layer statuses before masking, with the failure class of each failed layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LayerFindings {
+pub(crate) struct LayerFindings {
     pub status: [LayerStatus; 5],
     pub reasons: [Option<String>; 5],
 }
 
 impl LayerFindings {
-    pub fn get(&self, l: Layer) -> LayerStatus {
+    pub(crate) fn get(&self, l: Layer) -> LayerStatus {
         self.status[l as usize]
     }
-    pub fn reason(&self, l: Layer) -> Option<&str> {
+    pub(crate) fn reason(&self, l: Layer) -> Option<&str> {
         self.reasons[l as usize].as_deref()
     }
     /// SPEC: the first failed layer is the verdict; every later layer is `unobserved`.
-    pub fn masked(&self) -> Layers {
+    pub(crate) fn masked(&self) -> Layers {
         let mut out = self.status;
         if let Some(first) = out.iter().position(|s| *s == LayerStatus::Failed) {
             for s in out.iter_mut().skip(first + 1) {
@@ -54,7 +54,7 @@ impl LayerFindings {
 }
 
 /// The transport failure of a call, if any, as (kind, reason).
-pub fn transport_failure(c: &CallEvidence) -> Option<(Option<TransportOutcome>, String)> {
+pub(crate) fn transport_failure(c: &CallEvidence) -> Option<(Option<TransportOutcome>, String)> {
     if let Some(t) = c.transport.filter(|t| *t != TransportOutcome::Ok) {
         return Some((Some(t), t.as_str().to_string()));
     }
@@ -71,7 +71,7 @@ pub fn transport_failure(c: &CallEvidence) -> Option<(Option<TransportOutcome>, 
 }
 
 /// Authorization failure evidence: a 401/403 anywhere on the call, or a challenge attribute.
-pub fn authorization_failure(c: &CallEvidence) -> Option<String> {
+pub(crate) fn authorization_failure(c: &CallEvidence) -> Option<String> {
     let status = c.auth_status.or(c.http_status.filter(|h| *h == 401 || *h == 403));
     if status.is_none() && c.auth_error.is_none() {
         return None;
@@ -85,23 +85,23 @@ pub fn authorization_failure(c: &CallEvidence) -> Option<String> {
 }
 
 /// 2026-07-28 `UnsupportedProtocolVersion`: the server does not speak the requested revision.
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// 2026-07-28 `MissingRequiredClientCapability`: the request needs a capability the client did
 /// not declare.
-pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+pub(crate) const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 /// JSON-RPC "method not found".
 const METHOD_NOT_FOUND: i64 = -32601;
 
 /// A `server/discover` answered "method not found": the server predates 2026-07-28, and a client
 /// in `auto` mode goes on with `initialize`. Negotiation, not a failure of anything.
-pub fn discover_fell_back(c: &CallEvidence) -> bool {
+pub(crate) fn discover_fell_back(c: &CallEvidence) -> bool {
     c.method.as_ref().is_some_and(|m| m.is("server/discover")) && c.jsonrpc_error == Some(METHOD_NOT_FOUND)
 }
 
 /// Whether the negotiation evidence says this session cannot work, with the reason. On
 /// 2026-07-28 there is no `initialize`: any request may be refused for its version (-32022) or
 /// for a capability the client did not declare (-32021), and that refusal is the negotiation.
-pub fn incompatibility(c: &CallEvidence) -> Option<String> {
+pub(crate) fn incompatibility(c: &CallEvidence) -> Option<String> {
     if let Some(n) = &c.negotiation {
         if n.version_accepted == Some(false) {
             return Some("unsupported_protocol_version".into());
@@ -130,7 +130,7 @@ pub fn incompatibility(c: &CallEvidence) -> Option<String> {
 /// from the converged catalog fails the protocol layer with `unknown_tool` — the same rule for
 /// every dialect and the tap, decided without reading any result text. A failure at an earlier
 /// layer (transport, authorization) or a protocol failure already named (a JSON-RPC code) stays.
-pub fn evaluate_in(c: &CallEvidence, ctx: &SessionContext) -> LayerFindings {
+pub(crate) fn evaluate_in(c: &CallEvidence, ctx: &SessionContext) -> LayerFindings {
     use LayerStatus::*;
     let mut f = evaluate(c);
     let earlier_failed = [Layer::Transport, Layer::Protocol, Layer::Authorization].iter().any(|l| f.get(*l) == Failed);
@@ -145,7 +145,7 @@ pub fn evaluate_in(c: &CallEvidence, ctx: &SessionContext) -> LayerFindings {
 }
 
 /// Evaluate every layer from the call's evidence alone.
-pub fn evaluate(c: &CallEvidence) -> LayerFindings {
+pub(crate) fn evaluate(c: &CallEvidence) -> LayerFindings {
     use LayerStatus::*;
     let mut status = [Unobserved; 5];
     let mut reasons: [Option<String>; 5] = Default::default();

@@ -1,16 +1,16 @@
 //! Classify: pure functions from joined evidence to a [`Verdict`]. No I/O, no clocks, no state.
 
-pub mod catalog;
-pub mod contract;
+pub(crate) mod catalog;
+pub(crate) mod contract;
 /// Tool-contract digests are evidence about a tool (the normalizer computes them from the spans'
 /// definitions); the rules here compare them. Named here too, where the rules' readers look.
 pub use crate::evidence::digest;
-pub mod drift;
-pub mod incidents;
-pub mod layers;
-pub mod partial;
-pub mod pinning;
-pub mod progress;
+pub(crate) mod drift;
+pub(crate) mod incidents;
+pub(crate) mod layers;
+pub(crate) mod partial;
+pub(crate) mod pinning;
+pub(crate) mod progress;
 
 pub use layers::SessionContext;
 
@@ -120,7 +120,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
 /// agent could not start its work, or nothing shows it could: without it an unreachable or
 /// unauthorized server shows no failed attempt at all). A server half that could not be joined
 /// to exactly one client half adds none of its own.
-pub fn is_attempt(c: &CallEvidence, failed: bool) -> bool {
+pub(crate) fn is_attempt(c: &CallEvidence, failed: bool) -> bool {
     if c.unjoined_half {
         return false;
     }
@@ -132,9 +132,9 @@ pub fn is_attempt(c: &CallEvidence, failed: bool) -> bool {
 }
 
 /// The reason of an unverified call whose answer no span shows.
-pub const RESPONSE_UNOBSERVED: &str = "response_unobserved";
+pub(crate) const RESPONSE_UNOBSERVED: &str = "response_unobserved";
 /// The reason of a session setup that failed with an error no layer explains.
-pub const TRANSPORT_OR_AUTHORIZATION_UNOBSERVED: &str = "transport_or_authorization_unobserved";
+pub(crate) const TRANSPORT_OR_AUTHORIZATION_UNOBSERVED: &str = "transport_or_authorization_unobserved";
 
 /// A request span was seen and nothing shows the request was answered: no response, no interim
 /// round, no error from the other side, no failure of the transport.
@@ -155,7 +155,7 @@ fn setup_unanswered(c: &CallEvidence) -> bool {
 
 /// High when both sides of the exchange, or an explicit evidence attribute, back the verdict;
 /// lowered when the chain was cut short or a weak verifier (an LLM judge) decided the outcome.
-pub fn confidence(c: &CallEvidence, state: HealthState, d: Decision) -> Confidence {
+pub(crate) fn confidence(c: &CallEvidence, state: HealthState, d: Decision) -> Confidence {
     // An error nobody classified only weakens a verdict that found no failure to explain it.
     let unexplained = c.unexplained_error && matches!(state, HealthState::Unverified | HealthState::Healthy);
     if d.decided_by.is_early() || d.truncated || unexplained {

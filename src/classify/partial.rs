@@ -23,7 +23,7 @@ use crate::verdict::{Confidence, DecidedBy, HealthState, Partial, Verdict};
 
 /// Since when this engine sees every span of a chain: its start, and the grace before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Since {
+pub(crate) struct Since {
     /// Engine time (ns) of the first ingest.
     pub start_ns: u64,
     /// `decision_wait`: spans that started this much before the start are still whole.
@@ -35,7 +35,7 @@ pub struct Since {
 /// came back from the store with their earlier evidence; `earliest_start_ns` is the earliest
 /// call's start (0: unknown); `store_down`: the engine's state store is configured and its last
 /// operation failed.
-pub fn partial_reason(
+pub(crate) fn partial_reason(
     decided_by: DecidedBy,
     earliest_start_ns: Option<u64>,
     since: Option<Since>,
@@ -57,7 +57,7 @@ pub fn partial_reason(
 }
 
 /// Mark a verdict partial: capped at `unverified`, low confidence, the reason said.
-pub fn mark(v: &mut Verdict, why: Partial) {
+pub(crate) fn mark(v: &mut Verdict, why: Partial) {
     v.partial = Some(why);
     v.confidence = Confidence::Low;
     if v.state == HealthState::Healthy {

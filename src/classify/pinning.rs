@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::digest::PROJECTION_VERSION;
 use super::drift::{contract_diff, ContractChange};
 
-pub const LOCKFILE_VERSION: u32 = 1;
+pub(crate) const LOCKFILE_VERSION: u32 = 1;
 
 /// One pinned tool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -76,7 +76,7 @@ impl std::fmt::Display for DigestProblem {
 
 /// The one validation of a contract digest, for the lockfile and the gate alike: `sha256:` and 64
 /// hex digits. Returned lowercased (digests are written in lowercase hex).
-pub fn parse_digest(d: &str) -> Result<String, DigestFormatError> {
+pub(crate) fn parse_digest(d: &str) -> Result<String, DigestFormatError> {
     let problem = match d.strip_prefix("sha256:") {
         None => DigestProblem::Prefix,
         Some(h) => match h.chars().position(|c| !c.is_ascii_hexdigit()) {

@@ -84,7 +84,7 @@ impl Default for TaskClocks {
 
 /// Where a call that the server answered but that has not finished stands against its clocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// A task answering `working` within its poll interval.
     Working,
     /// Waiting for input within its own clocks.
@@ -100,7 +100,7 @@ pub enum Standing {
 /// - A working task: inactivity from the server's latest answer about it, `inactivity_polls`
 ///   poll intervals (at least 1 s); absolute: its TTL from its creation or the configured
 ///   deadline, whichever comes first. Nothing resets the absolute clock.
-pub fn standing(c: &CallEvidence, policy: &ProgressPolicy, now_ns: u64) -> Option<Standing> {
+pub(crate) fn standing(c: &CallEvidence, policy: &ProgressPolicy, now_ns: u64) -> Option<Standing> {
     use crate::evidence::call::Awaiting;
     let ns = |d: Duration| d.as_nanos() as u64;
     match c.awaiting()? {
@@ -147,7 +147,7 @@ impl ProgressPolicy {
 /// Where an in-flight call stands against its clocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum InFlight {
+pub(crate) enum InFlight {
     /// The response arrived (or an error did): not in flight.
     Completed,
     /// In flight, valid progress, both clocks hold.
@@ -159,7 +159,7 @@ pub enum InFlight {
 }
 
 /// Check every progress notification of a call, in time order.
-pub fn check(c: &CallEvidence) -> ProgressFindings {
+pub(crate) fn check(c: &CallEvidence) -> ProgressFindings {
     let mut f = ProgressFindings::default();
     let mut marks: Vec<_> = c.progress.iter().collect();
     marks.sort_by_key(|m| m.at_ns);
@@ -191,7 +191,7 @@ pub fn check(c: &CallEvidence) -> ProgressFindings {
 }
 
 /// The call's standing at `now_ns` against its clocks.
-pub fn in_flight(c: &CallEvidence, f: &ProgressFindings, clocks: Clocks, now_ns: u64) -> InFlight {
+pub(crate) fn in_flight(c: &CallEvidence, f: &ProgressFindings, clocks: Clocks, now_ns: u64) -> InFlight {
     let done = c.response_end_ns.is_some()
         || c.response_seen
         || c.jsonrpc_error.is_some()

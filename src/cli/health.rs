@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 #[derive(Args, Debug)]
-pub struct HealthArgs {
+pub(crate) struct HealthArgs {
     /// The health check's `host:port` (`extensions.health_check.endpoint`).
     #[arg(long, default_value = "127.0.0.1:13133")]
     pub endpoint: String,
@@ -19,7 +19,7 @@ pub struct HealthArgs {
 }
 
 /// The HTTP status the health check answered, if it answered.
-pub fn status(endpoint: &str, timeout: Duration) -> std::io::Result<u16> {
+pub(crate) fn status(endpoint: &str, timeout: Duration) -> std::io::Result<u16> {
     let addr = endpoint
         .to_socket_addrs()?
         .next()
@@ -37,7 +37,7 @@ pub fn status(endpoint: &str, timeout: Duration) -> std::io::Result<u16> {
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer"))
 }
 
-pub fn run(a: HealthArgs) -> ExitCode {
+pub(crate) fn run(a: HealthArgs) -> ExitCode {
     match status(&a.endpoint, a.timeout) {
         Ok(200) => {
             println!("{}: available", a.endpoint);

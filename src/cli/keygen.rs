@@ -9,14 +9,14 @@ use std::process::ExitCode;
 use crate::evidence::receipt::SigningKey;
 
 #[derive(clap::Args, Debug)]
-pub struct KeygenArgs {
+pub(crate) struct KeygenArgs {
     /// Where the signing key goes (created, never overwritten; mode 0600). Give it to the tap's
     /// `--signing-key` or to the agent code that signs receipts.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
 }
 
-pub fn run(a: KeygenArgs) -> ExitCode {
+pub(crate) fn run(a: KeygenArgs) -> ExitCode {
     let (text, key) = match SigningKey::generate() {
         Ok(k) => k,
         Err(e) => {

@@ -10,7 +10,7 @@ use clap::Args;
 use crate::loadgen;
 
 #[derive(Args, Debug)]
-pub struct LoadgenArgs {
+pub(crate) struct LoadgenArgs {
     /// OTLP/gRPC endpoint to send to.
     #[arg(long, default_value = "127.0.0.1:4317")]
     pub endpoint: String,
@@ -25,7 +25,7 @@ pub struct LoadgenArgs {
     pub in_flight: usize,
 }
 
-pub fn run(a: LoadgenArgs) -> ExitCode {
+pub(crate) fn run(a: LoadgenArgs) -> ExitCode {
     let batches: Vec<_> = (0..64).map(|b| loadgen::encode(&loadgen::build_request(b, a.calls_per_batch))).collect();
     eprintln!("loadgen: {} batches of {} spans prepared; sending to {} for {}s", batches.len(), batches[0].spans, a.endpoint, a.seconds);
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {

@@ -15,7 +15,7 @@ use crate::correlate::Discovery;
 pub use crate::config::lockfile::{load_lockfile, save_lockfile};
 
 #[derive(Args, Debug)]
-pub struct LockArgs {
+pub(crate) struct LockArgs {
     /// OTLP/JSON files with `tools/list` spans (one ExportTraceServiceRequest per line).
     #[arg(required = true)]
     pub files: Vec<String>,
@@ -28,7 +28,7 @@ pub struct LockArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// OTLP/JSON files with `tools/list` spans.
     #[arg(required = true)]
     pub files: Vec<String>,
@@ -70,7 +70,7 @@ fn by_tool(discoveries: &[Discovery]) -> BTreeMap<(String, String), (&Discovery,
     m
 }
 
-pub fn run_lock(a: LockArgs) -> ExitCode {
+pub(crate) fn run_lock(a: LockArgs) -> ExitCode {
     let mut errors = Vec::new();
     let r = replay(&a.files, None, &mut errors);
     report_errors(&errors);
@@ -116,7 +116,7 @@ pub fn run_lock(a: LockArgs) -> ExitCode {
     }
 }
 
-pub fn run_verify(a: VerifyArgs) -> ExitCode {
+pub(crate) fn run_verify(a: VerifyArgs) -> ExitCode {
     let pins = match load_lockfile(&a.lockfile) {
         Ok(l) => l,
         Err(e) => {

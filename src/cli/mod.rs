@@ -1,14 +1,14 @@
 //! The command line: `serve` (the default), `replay`, `validate`. One file per command.
 
-pub mod health;
-pub mod keygen;
-pub mod loadgen;
-pub mod lock;
-pub mod replay;
-pub mod send;
-pub mod serve;
-pub mod tap;
-pub mod validate;
+pub(crate) mod health;
+pub(crate) mod keygen;
+pub(crate) mod loadgen;
+pub(crate) mod lock;
+pub(crate) mod replay;
+pub(crate) mod send;
+pub(crate) mod serve;
+pub(crate) mod tap;
+pub(crate) mod validate;
 
 use std::process::ExitCode;
 
@@ -22,14 +22,14 @@ use clap::{Parser, Subcommand};
 /// A call nobody verified is `unverified`, never `healthy`.
 #[derive(Parser, Debug)]
 #[command(name = "mcp-health", version = VERSION, about, long_about, after_help = EXAMPLES)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
 /// `--version`: the package version and the commit it was built from (`-dirty` when the tree had
 /// changes; `unknown` outside a git checkout unless `MCP_HEALTH_COMMIT` was set at build time).
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MCP_HEALTH_COMMIT"), ")");
+pub(crate) const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MCP_HEALTH_COMMIT"), ")");
 
 const EXAMPLES: &str = "\
 Examples:
@@ -57,7 +57,7 @@ OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_O
 OTEL_EXPORTER_OTLP_COMPRESSION, OTEL_METRIC_EXPORT_INTERVAL, OTEL_SERVICE_NAME, RUST_LOG.";
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the service (the default when no command is given).
     Serve(serve::ServeArgs),
     /// Classify OTLP/JSON files offline and print verdicts and the two success rates; with
@@ -87,12 +87,12 @@ pub enum Command {
 }
 
 #[derive(clap::Args, Debug)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to complete for.
     pub shell: clap_complete::Shell,
 }
 
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Serve(serve::ServeArgs::default())) {
         Command::Serve(a) => serve::run(a),

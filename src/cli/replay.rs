@@ -37,7 +37,7 @@ Examples:
   mcp-health replay evidence.jsonl --fail-on state=false_success,effect_unknown --fail-on layer=authorization
   mcp-health replay evidence.jsonl --fail-on 'verified_rate<0.9' --format sarif > mcp-health.sarif
   mcp-health replay evidence.jsonl --lockfile mcp-health.lock.json --fail-on drift --format junit > junit.xml")]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// OTLP/JSON files, one ExportTraceServiceRequest per line; `-` reads standard input.
     #[arg(required = true)]
     pub files: Vec<String>,
@@ -63,7 +63,7 @@ pub struct ReplayArgs {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     Table,
     Json,
     Junit,
@@ -150,7 +150,7 @@ pub fn replay_files(files: &[String], errors: &mut Vec<ReplayError>) -> Vec<Verd
 
 /// Classify calls and catalog sessions in `files` with the embedded default configuration,
 /// checking tool definitions against `pins`.
-pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<ReplayError>) -> Replayed {
+pub(crate) fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<ReplayError>) -> Replayed {
     let cfg = Config::load(None).unwrap_or_else(|e| unreachable!("the embedded default parses: {e}"));
     let mut ec = engine_config(&cfg);
     ec.pins = pins.cloned().map(std::sync::Arc::new);
@@ -158,7 +158,7 @@ pub fn replay(files: &[String], pins: Option<&Lockfile>, errors: &mut Vec<Replay
 }
 
 /// Replay `files` through an engine configured with `cfg`.
-pub fn replay_with(files: &[String], cfg: EngineConfig, errors: &mut Vec<ReplayError>) -> Replayed {
+pub(crate) fn replay_with(files: &[String], cfg: EngineConfig, errors: &mut Vec<ReplayError>) -> Replayed {
     replay_until(files, cfg, None, errors)
 }
 
@@ -196,7 +196,7 @@ pub fn replay_until(
 }
 
 /// The latest revision of each call's verdict, in (start, trace, span) order.
-pub fn final_verdicts(records: &[Decided]) -> Vec<Verdict> {
+pub(crate) fn final_verdicts(records: &[Decided]) -> Vec<Verdict> {
     let mut last: rustc_hash::FxHashMap<([u8; 16], [u8; 8]), &Verdict> = Default::default();
     for r in records {
         if let Decided::Call(v) = r {
@@ -208,7 +208,7 @@ pub fn final_verdicts(records: &[Decided]) -> Vec<Verdict> {
     out
 }
 
-pub fn run(a: ReplayArgs) -> ExitCode {
+pub(crate) fn run(a: ReplayArgs) -> ExitCode {
     let conditions = match fail_on::parse_all(&a.fail_on) {
         Ok(c) => c,
         Err(e) => {

@@ -15,7 +15,7 @@ use clap::Args;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 #[derive(Args, Debug)]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     /// OTLP/JSON files: one `ExportTraceServiceRequest` per line.
     #[arg(required = true)]
     pub files: Vec<String>,
@@ -47,7 +47,7 @@ enum SendError {
     Refused(usize, String),
 }
 
-pub fn run(a: SendArgs) -> ExitCode {
+pub(crate) fn run(a: SendArgs) -> ExitCode {
     match send(&a) {
         Ok((requests, spans)) => {
             println!("sent {spans} spans in {requests} requests to {}", a.endpoint);

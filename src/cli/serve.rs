@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::service::ConfigSource;
 
 #[derive(Args, Debug, Default)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// YAML configuration (collector style); the embedded default when absent.
     #[arg(long, short)]
     pub config: Option<String>,
@@ -22,7 +22,7 @@ pub struct ServeArgs {
 
 /// Exit 2 for a configuration that cannot be loaded, 1 when the service could not start or a
 /// part of it failed, 0 after a drain.
-pub fn run(a: ServeArgs) -> ExitCode {
+pub(crate) fn run(a: ServeArgs) -> ExitCode {
     let cfg = match Config::load_with(a.config.as_deref(), &a.set) {
         Ok(c) => c,
         Err(e) => {

@@ -30,7 +30,7 @@ client at the --listen address instead of the server's. Spans go to --otlp-endpo
 $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://127.0.0.1:4317);
 when it is down, spans are dropped and counted and the proxied traffic is not affected. With
 --record and no --otlp-endpoint, spans only go to the file.")]
-pub struct TapArgs {
+pub(crate) struct TapArgs {
     /// OTLP/gRPC endpoint for the spans.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
@@ -105,7 +105,7 @@ pub struct TapArgs {
 
 /// The variable that tells a command run by an HTTP-mode tap where the tap listens
 /// (`http://127.0.0.1:PORT`, the upstream's path prefix not included).
-pub const TAP_URL_ENV: &str = "MCP_HEALTH_TAP_URL";
+pub(crate) const TAP_URL_ENV: &str = "MCP_HEALTH_TAP_URL";
 
 /// Run `command` once the tap listens, with [`TAP_URL_ENV`] pointing at it. Returns its exit
 /// code (128 + the signal when a signal ended it; 127 when it could not start), or 1 when the tap
@@ -145,7 +145,7 @@ fn load_signing_key(path: &std::path::Path) -> Result<crate::evidence::receipt::
 }
 
 /// The OTLP endpoint: the flag, else the OTLP environment variables, else the local default.
-pub fn resolve_endpoint(flag: Option<&str>) -> String {
+pub(crate) fn resolve_endpoint(flag: Option<&str>) -> String {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     flag.map(str::to_string)
         .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
@@ -153,7 +153,7 @@ pub fn resolve_endpoint(flag: Option<&str>) -> String {
         .unwrap_or_else(|| "http://127.0.0.1:4317".into())
 }
 
-pub fn run(a: TapArgs) -> ExitCode {
+pub(crate) fn run(a: TapArgs) -> ExitCode {
     if a.listen.is_none() && a.command.is_empty() {
         eprintln!("mcp-health tap: give a server command after `--` (stdio), or --listen and --upstream (HTTP)");
         return ExitCode::from(2);

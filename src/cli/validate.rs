@@ -14,7 +14,7 @@ use crate::service::preflight::{check_files, env, prepare};
 use crate::service::ServeError;
 
 #[derive(Args, Debug)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     /// The YAML configuration file to check.
     pub config: String,
     /// Overrides, as `serve --set` (checked together with the file).
@@ -22,7 +22,7 @@ pub struct ValidateArgs {
     pub set: Vec<String>,
 }
 
-pub fn run(a: ValidateArgs) -> ExitCode {
+pub(crate) fn run(a: ValidateArgs) -> ExitCode {
     let checked = Config::load_with(Some(&a.config), &a.set).map_err(ServeError::from).and_then(|cfg| {
         prepare(&cfg, &env)?;
         check_files(&cfg)

@@ -21,11 +21,11 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, IntoDeserializer, MapAccess, SeqAccess, VariantAccess, Visitor};
 
 /// Where variables are looked up (the process environment, or a table in tests).
-pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub(crate) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// A reference that cannot be resolved; `line` counts from 1 within the expanded string.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Missing {
+pub(crate) struct Missing {
     /// The variable's name, the file's path or the unsupported scheme.
     pub var: String,
     pub line: usize,
@@ -34,7 +34,7 @@ pub struct Missing {
 
 /// Why a reference could not be resolved.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Unresolved {
+pub(crate) enum Unresolved {
     /// `${env:VAR}` with `VAR` not set and no default.
     EnvNotSet,
     /// `${file:PATH}` that cannot be read (the I/O error's kind; never the content).
@@ -78,7 +78,7 @@ fn read_file(path: &str) -> Result<String, std::io::ErrorKind> {
 
 /// Expand `${env:VAR}`, `${VAR}` and `${env:VAR:-default}` in one string; `$$` is a literal `$`,
 /// and a `$` not followed by `{` or `$` stays as it is.
-pub fn expand(text: &str, lookup: Lookup) -> Result<String, Missing> {
+pub(crate) fn expand(text: &str, lookup: Lookup) -> Result<String, Missing> {
     let mut out = String::with_capacity(text.len());
     for (n, line) in text.split_inclusive('\n').enumerate() {
         let mut rest = line;
@@ -145,13 +145,13 @@ enum Want {
 }
 
 /// A deserializer that expands references in the scalar values `de` yields.
-pub struct Subst<'a, D> {
+pub(crate) struct Subst<'a, D> {
     de: D,
     env: Env<'a>,
 }
 
 impl<'a, D> Subst<'a, D> {
-    pub fn new(de: D, lookup: Lookup<'a>) -> Self {
+    pub(crate) fn new(de: D, lookup: Lookup<'a>) -> Self {
         Subst { de, env: Env { lookup } }
     }
 }
@@ -539,7 +539,7 @@ impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for Variant<'_, A> {
 /// The line and column (from 1) of the key at `path` (`a.b.c`) in a YAML text, or of its deepest
 /// ancestor present when the key itself is not written (a default). `None` when not even the
 /// first key is there, or the text does not parse.
-pub fn locate(text: &str, path: &str) -> Option<(usize, usize)> {
+pub(crate) fn locate(text: &str, path: &str) -> Option<(usize, usize)> {
     let parts: Vec<&str> = path.split('.').collect();
     (1..=parts.len()).rev().find_map(|n| locate_exactly(text, &parts[..n]))
 }

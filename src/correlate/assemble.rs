@@ -61,7 +61,7 @@ impl<K: Eq + Hash, V> SpanMap<K, V> {
 }
 
 /// Group the spans of one trace into calls.
-pub fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
+pub(crate) fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
     let mut parent: SpanMap<SpanId, Option<SpanId>> = SpanMap::for_chain(spans.len());
     for s in spans {
         parent.insert(s.span_id, s.parent_span_id);

@@ -185,7 +185,7 @@ fn op_keys(spans: &[SpanEvidence]) -> Vec<Box<str>> {
 
 /// A server half's extra wait for its client half and its rivals by default (see `crossjoin`):
 /// the OpenTelemetry SDKs' default batch export delay (`OTEL_BSP_SCHEDULE_DELAY`, 5 s).
-pub const DEFAULT_SERVER_HALF_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_SERVER_HALF_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether a chain's spans hold client / server request spans.
 fn sides(spans: &[SpanEvidence]) -> (bool, bool) {

@@ -39,7 +39,7 @@ use crate::evidence::{CallError, JoinKeys, Method, Side, SpanEvidence, SpanId, T
 
 /// How a server half's client half was looked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HalfMatch {
+pub(crate) enum HalfMatch {
     One(TraceId),
     None,
     /// Several client halves fit (or too many to tell).
@@ -47,16 +47,16 @@ pub enum HalfMatch {
 }
 
 /// Clock skew tolerated between the two processes' clocks when one interval must contain the other.
-pub const SLACK_NS: u64 = 500_000_000;
+pub(crate) const SLACK_NS: u64 = 500_000_000;
 /// Refused-looking HTTP server spans kept while their client half may still arrive.
-pub const MAX_ORPHANS: usize = 4096;
+pub(crate) const MAX_ORPHANS: usize = 4096;
 /// Recently decided client requests that failed without a server side, for late HTTP spans.
-pub const MAX_REFUSED: usize = 4096;
+pub(crate) const MAX_REFUSED: usize = 4096;
 
 /// Most candidate chains one lookup examines. Request ids are small per-session counters (every
 /// FastMCP session's first call is id 1), so a busy second can hold thousands of chains under one
 /// key; past this many, a unique match cannot be shown cheaply and none is made (counted).
-pub const MAX_CANDIDATES: usize = 32;
+pub(crate) const MAX_CANDIDATES: usize = 32;
 
 /// The index's time bucket.
 const BUCKET_NS: u64 = 1_000_000_000;
@@ -106,7 +106,7 @@ fn span_keys(s: &SpanEvidence) -> Option<[u64; 2]> {
 /// without a server span of the same request in the chain, and the server requests of a chain
 /// with no client request. A chain holding both halves of its calls (the common case) needs no
 /// entry at all, so it costs the index nothing.
-pub fn half_keys(spans: &[SpanEvidence]) -> Vec<u64> {
+pub(crate) fn half_keys(spans: &[SpanEvidence]) -> Vec<u64> {
     let has_client_req = spans.iter().any(|s| is_request(s) && s.side == Side::Client);
     // The served requests: a list while few (a chain holds a call or two; a hash set built per
     // chain and batch was most of this function's cost), a set past that.
@@ -207,7 +207,7 @@ impl Half {
 /// 64 hex digits: a session id can be a credential) for what a server span records raw, so the
 /// tap's half and the server's name one session alike. A raw id that is itself 64 hex digits is
 /// taken as written (it then never equals a tap's hash of it: no join, never a wrong one).
-pub fn join_session(sid: &str) -> Arc<str> {
+pub(crate) fn join_session(sid: &str) -> Arc<str> {
     if sid.len() == 64 && sid.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return Arc::from(sid);
     }
@@ -285,7 +285,7 @@ fn is_request(s: &SpanEvidence) -> bool {
 }
 
 /// `outer` contains `inner`, give or take the clock skew.
-pub fn contains(outer: (u64, u64), inner: (u64, u64)) -> bool {
+pub(crate) fn contains(outer: (u64, u64), inner: (u64, u64)) -> bool {
     outer.0 <= inner.0.saturating_add(SLACK_NS) && inner.1 <= outer.1.saturating_add(SLACK_NS)
 }
 
@@ -304,7 +304,7 @@ fn compatible<T: PartialEq + ?Sized>(a: Option<&T>, b: Option<&T>) -> bool {
 /// The server half a chain is, if it is one: SERVER request spans of exactly one request, and no
 /// CLIENT request span. Its keys are what every server-side span of the trace recorded of the
 /// client (the HTTP server span that parents the MCP span names the connection's peer).
-pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
+pub(crate) fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
     let mut half: Option<Half> = None;
     for s in spans.iter().filter(|s| is_request(s)) {
         match s.side {
@@ -350,14 +350,14 @@ pub fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
 /// The client request spans of a chain that name a request id and have no server span of that
 /// request in the chain: the client halves waiting for a server half. A half's keys are its
 /// request span's and those of the spans directly under it (an HTTP client span).
-pub fn client_halves(spans: &[SpanEvidence]) -> Vec<Half> {
+pub(crate) fn client_halves(spans: &[SpanEvidence]) -> Vec<Half> {
     client_halves_with(spans, |_| false).into_iter().map(|(h, _)| h).collect()
 }
 
 /// [`client_halves`], where the spans `moved` names came from another trace (a join): a request
 /// whose server span came from another trace than its client span (one of the two moved) is still
 /// a client half as far as rivals are concerned, returned with `true` (joined).
-pub fn client_halves_with(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> bool) -> Vec<(Half, bool)> {
+pub(crate) fn client_halves_with(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> bool) -> Vec<(Half, bool)> {
     let served = |m: &Method, rid: &str, origin: Option<bool>| {
         spans.iter().any(|s| {
             s.side == Side::Server
@@ -386,7 +386,7 @@ pub fn client_halves_with(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> boo
 
 /// The server halves a chain holds that came from another trace than their client (one side
 /// moved in by a join): each a rival of any other client half it fits, as if it were alone.
-pub fn joined_server_halves(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> bool) -> Vec<Half> {
+pub(crate) fn joined_server_halves(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> bool) -> Vec<Half> {
     let mut out: Vec<Half> = Vec::new();
     for s in spans.iter().filter(|s| is_request(s) && s.side == Side::Server) {
         let (Some(m), Some(rid)) = (s.method.clone(), s.request_id.as_deref()) else { continue };
@@ -417,7 +417,7 @@ pub fn joined_server_halves(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> b
 /// Whether client half `c` (a request span's) may be the client of server half `h`: the same
 /// method and request id, its interval containing the server's, and the same server, session,
 /// tool and client keys where both name one.
-pub fn client_matches(c: &Half, h: &Half) -> bool {
+pub(crate) fn client_matches(c: &Half, h: &Half) -> bool {
     c.method == h.method
         && c.request_id == h.request_id
         && contains((c.start_ns, c.end_ns), (h.start_ns, h.end_ns))
@@ -429,21 +429,21 @@ pub fn client_matches(c: &Half, h: &Half) -> bool {
 
 /// How much clock slack the fit of server half `h` in client half `c` used: how far the server's
 /// interval sticks out of the client's (0 when it lies within, as it does on one clock).
-pub fn misfit(c: &Half, h: &Half) -> u64 {
+pub(crate) fn misfit(c: &Half, h: &Half) -> u64 {
     c.start_ns.saturating_sub(h.start_ns) + h.end_ns.saturating_sub(c.end_ns)
 }
 
 /// A fit within this much slack is exact (clocks that agree, give or take their precision).
-pub const EXACT_FIT_NS: u64 = 1_000_000;
+pub(crate) const EXACT_FIT_NS: u64 = 1_000_000;
 /// How much more slack every other candidate must need than an exact fit for the exact fit to be
 /// taken: two agents reusing a request id one after the other (the second 50 ms after the first
 /// ended) are told apart, two overlapping calls are not.
-pub const CLEAR_MARGIN_NS: u64 = 25_000_000;
+pub(crate) const CLEAR_MARGIN_NS: u64 = 25_000_000;
 
 /// The one candidate among `cands` (chain, slack its fit used), if one is clearly it: the only
 /// one, or the only exact fit where every other needs [`CLEAR_MARGIN_NS`] more slack. A chain
 /// listed twice (nested spans of one request) counts once, at its tightest fit.
-pub fn pick(cands: &[(TraceId, u64)]) -> HalfMatch {
+pub(crate) fn pick(cands: &[(TraceId, u64)]) -> HalfMatch {
     let mut best: smallvec::SmallVec<[(TraceId, u64); 4]> = smallvec::SmallVec::new();
     for &(t, m) in cands {
         match best.iter_mut().find(|(b, _)| *b == t) {
@@ -466,7 +466,7 @@ pub fn pick(cands: &[(TraceId, u64)]) -> HalfMatch {
 
 /// The key under which a shared store lists the client halves of `(method, request id)` that
 /// started in second `sec` (see `engine`, "split calls on a shared store").
-pub fn shared_half_key(m: &Method, rid: &str, sec: u64) -> String {
+pub(crate) fn shared_half_key(m: &Method, rid: &str, sec: u64) -> String {
     // Built by hand in one allocation, without the formatting machinery: one is made per
     // published half.
     let mut digits = [0u8; 20];
@@ -491,10 +491,10 @@ pub fn shared_half_key(m: &Method, rid: &str, sec: u64) -> String {
 }
 
 /// How far before its server half a client half is looked for in a shared store.
-pub const SHARED_LOOKBACK_NS: u64 = 5 * BUCKET_NS;
+pub(crate) const SHARED_LOOKBACK_NS: u64 = 5 * BUCKET_NS;
 
 /// The keys a server half's client half may be listed under in a shared store.
-pub fn shared_half_keys(h: &Half) -> Vec<String> {
+pub(crate) fn shared_half_keys(h: &Half) -> Vec<String> {
     let (a, b) = (h.start_ns.saturating_sub(SHARED_LOOKBACK_NS) / BUCKET_NS, h.start_ns.saturating_add(SLACK_NS) / BUCKET_NS);
     (a..=b).map(|sec| shared_half_key(&h.method, &h.request_id, sec)).collect()
 }
@@ -502,7 +502,7 @@ pub fn shared_half_keys(h: &Half) -> Vec<String> {
 /// Client requests of a chain that failed or never completed and have no server-side evidence
 /// in the chain (no server span of the same method, no HTTP status): candidates for a refused
 /// HTTP request.
-pub fn refused_requests(spans: &[SpanEvidence]) -> Vec<Refused> {
+pub(crate) fn refused_requests(spans: &[SpanEvidence]) -> Vec<Refused> {
     if spans.iter().any(|s| s.http_status.is_some() || s.auth_status.is_some()) {
         return Vec::new();
     }
@@ -522,13 +522,13 @@ pub fn refused_requests(spans: &[SpanEvidence]) -> Vec<Refused> {
 }
 
 /// Whether an HTTP span may be a refused MCP request waiting for its client half.
-pub fn is_orphan_candidate(s: &SpanEvidence) -> bool {
+pub(crate) fn is_orphan_candidate(s: &SpanEvidence) -> bool {
     s.side == Side::Server && s.http_mcp_endpoint && s.http_status.is_some_and(|h| h >= 400) && s.method.is_none()
 }
 
 /// Re-home an HTTP span into the trace of the client request it answered, under that request's
 /// span, so the correlator joins it to that call by ancestry.
-pub fn rehome(mut s: SpanEvidence, trace_id: TraceId, parent: SpanId) -> SpanEvidence {
+pub(crate) fn rehome(mut s: SpanEvidence, trace_id: TraceId, parent: SpanId) -> SpanEvidence {
     s.trace_id = trace_id;
     s.parent_span_id = Some(parent);
     s

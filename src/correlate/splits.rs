@@ -34,27 +34,27 @@ use crate::bounded::BoundedMap;
 use crate::evidence::time::Moment;
 
 /// A server as a half names it (`None`: unnamed).
-pub type Server = Option<Arc<str>>;
+pub(crate) type Server = Option<Arc<str>>;
 
 /// How long after a server is marked here its server halves' look waits, at least: the mark's
 /// write round, the client instances' read of it (with a write round, at most [`ASK_EVERY`]
 /// apart) and their publication (the next round), with room for a loaded store thread. A store
 /// whose answers may take longer waits longer ([`Splits::set_settle`]).
-pub const SETTLE: Duration = Duration::from_secs(1);
+pub(crate) const SETTLE: Duration = Duration::from_secs(1);
 
 /// How often the mark of a server whose halves are held back is asked for: well inside
 /// [`SETTLE`], and a key per held server at most four times a second however fast the rounds.
-pub const ASK_EVERY: Duration = Duration::from_millis(250);
+pub(crate) const ASK_EVERY: Duration = Duration::from_millis(250);
 
 /// Servers remembered as splitting, and servers whose halves are held back: past it the oldest
 /// mark is forgotten here (it is still in the store, and read again when a half of that server
 /// is held back), and a half of one more unmarked server is published at once.
-pub const MAX_SERVERS: usize = 4096;
+pub(crate) const MAX_SERVERS: usize = 4096;
 
 /// The first state protocol whose instances write and read split marks.
-pub const MARKS_SINCE: u32 = 1;
+pub(crate) const MARKS_SINCE: u32 = 1;
 
-pub struct Splits {
+pub(crate) struct Splits {
     /// Servers known to split, and since when this instance knows it (engine time); the oldest
     /// forgotten past [`MAX_SERVERS`], counted in `mcp_health.state.evicted{table="split_servers"}`.
     known: BoundedMap<Server, Moment>,
@@ -83,13 +83,13 @@ impl Default for Splits {
 
 impl Splits {
     /// Whether a client half of `server` is published when it is decided.
-    pub fn publishes(&self, server: &Server) -> bool {
+    pub(crate) fn publishes(&self, server: &Server) -> bool {
         self.every_half || server.is_none() || self.known.contains(server) || self.known.contains(&None)
     }
 
     /// Hold back a client half of `server` decided at `now`; false when it cannot be (as many
     /// servers are held as asked for): it is published then, as without marks.
-    pub fn hold(&mut self, server: &Server, now: Moment) -> bool {
+    pub(crate) fn hold(&mut self, server: &Server, now: Moment) -> bool {
         if let Some((at, _)) = self.held.get_mut(server) {
             *at = now;
             return true;
@@ -103,7 +103,7 @@ impl Splits {
 
     /// A server half of `server` was seen to split at `now`: marked here (written at the next
     /// round). True when the mark is new (the halves held back for it are to be published).
-    pub fn mark(&mut self, server: &Server, now: Moment) -> bool {
+    pub(crate) fn mark(&mut self, server: &Server, now: Moment) -> bool {
         if self.every_half || !self.learn(server, now) {
             return false;
         }
@@ -112,7 +112,7 @@ impl Splits {
     }
 
     /// The store says `server` splits (or this instance marked it): true when new here.
-    pub fn learn(&mut self, server: &Server, now: Moment) -> bool {
+    pub(crate) fn learn(&mut self, server: &Server, now: Moment) -> bool {
         if self.known.contains(server) {
             return false;
         }
@@ -125,18 +125,18 @@ impl Splits {
     }
 
     /// The time a mark is given to reach the other instances: [`SETTLE`], or more.
-    pub fn set_settle(&mut self, settle: Duration) {
+    pub(crate) fn set_settle(&mut self, settle: Duration) {
         self.settle = settle.max(SETTLE);
     }
 
     /// The time a mark is given to reach the other instances.
-    pub fn settle(&self) -> Duration {
+    pub(crate) fn settle(&self) -> Duration {
         self.settle
     }
 
     /// When the server halves of `server` may look for their client half: once its mark had the
     /// settle time to reach the other instances.
-    pub fn settled_at(&self, server: &Server) -> Option<Moment> {
+    pub(crate) fn settled_at(&self, server: &Server) -> Option<Moment> {
         if self.every_half {
             return None;
         }
@@ -145,19 +145,19 @@ impl Splits {
     }
 
     /// The marks made here since the last call, to write.
-    pub fn take_marks(&mut self) -> Vec<Server> {
+    pub(crate) fn take_marks(&mut self) -> Vec<Server> {
         std::mem::take(&mut self.to_write)
     }
 
     /// Marks that could not be written: written at the next round.
-    pub fn marks_again(&mut self, marks: Vec<Server>) {
+    pub(crate) fn marks_again(&mut self, marks: Vec<Server>) {
         self.to_write.extend(marks);
     }
 
     /// The servers whose marks to read from the store: those with halves held back within
     /// `window` of `now` and not known to split (the older ones are forgotten), each at most
     /// every [`ASK_EVERY`].
-    pub fn servers_to_ask(&mut self, now: Moment, window: Duration) -> Vec<Server> {
+    pub(crate) fn servers_to_ask(&mut self, now: Moment, window: Duration) -> Vec<Server> {
         self.held.retain(|_, (at, _)| now.saturating_duration_since(*at) <= window);
         let mut out = Vec::new();
         for (server, (_, asked)) in self.held.iter_mut() {
@@ -178,7 +178,7 @@ impl Splits {
 
     /// Publish every half (an instance that knows no marks shares the store), or go back to
     /// marks. The servers whose halves were held back here, to publish now, when it turns on.
-    pub fn every_half(&mut self, on: bool) -> Vec<Server> {
+    pub(crate) fn every_half(&mut self, on: bool) -> Vec<Server> {
         let was = std::mem::replace(&mut self.every_half, on);
         if on && !was {
             self.to_write.clear();
@@ -188,7 +188,7 @@ impl Splits {
     }
 
     /// The servers with halves held back (the drain publishes their recent ones).
-    pub fn held_servers(&mut self) -> Vec<Server> {
+    pub(crate) fn held_servers(&mut self) -> Vec<Server> {
         let mut out: Vec<Server> = self.held.drain().map(|(s, _)| s).collect();
         out.sort();
         out

@@ -90,7 +90,7 @@ pub(crate) struct Taken {
 
 /// Why a request was not queued, or the queue not opened.
 #[derive(Debug, thiserror::Error)]
-pub enum QueueError {
+pub(crate) enum QueueError {
     #[error("the sending queue is full ({held} of {limit} bytes held; the request needs {need})")]
     Full { held: u64, limit: u64, need: u64 },
     #[error("sending queue {0}: {1}")]

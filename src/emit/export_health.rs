@@ -12,7 +12,7 @@ use crate::evidence::time::Moment;
 
 /// One exporter's record of its attempts (wall-clock nanoseconds; 0 is "never").
 #[derive(Debug, Default)]
-pub struct ExportHealth {
+pub(crate) struct ExportHealth {
     last_success_ns: AtomicU64,
     last_failure_ns: AtomicU64,
     /// The first failed attempt after the last one that went through; 0 while not failing.
@@ -21,7 +21,7 @@ pub struct ExportHealth {
 
 /// A reading of [`ExportHealth`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ExportState {
+pub(crate) struct ExportState {
     pub last_success: Option<Moment>,
     pub last_failure: Option<Moment>,
     /// Every attempt since this moment failed; `None` when the last attempt went through (or
@@ -35,19 +35,19 @@ fn moment(ns: u64) -> Option<Moment> {
 
 impl ExportHealth {
     /// An attempt the backend accepted (a partial success included: the backend answered).
-    pub fn succeeded(&self, now: Moment) {
+    pub(crate) fn succeeded(&self, now: Moment) {
         self.last_success_ns.store(now.as_nanos().max(1), Ordering::Relaxed);
         self.failing_since_ns.store(0, Ordering::Relaxed);
     }
 
     /// An attempt that did not reach the backend or that it refused.
-    pub fn failed(&self, now: Moment) {
+    pub(crate) fn failed(&self, now: Moment) {
         let ns = now.as_nanos().max(1);
         self.last_failure_ns.store(ns, Ordering::Relaxed);
         let _ = self.failing_since_ns.compare_exchange(0, ns, Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    pub fn state(&self) -> ExportState {
+    pub(crate) fn state(&self) -> ExportState {
         ExportState {
             last_success: moment(self.last_success_ns.load(Ordering::Relaxed)),
             last_failure: moment(self.last_failure_ns.load(Ordering::Relaxed)),

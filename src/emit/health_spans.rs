@@ -20,7 +20,7 @@ fn s(key: &str, v: impl Into<String>) -> KeyValue {
 
 /// The health span of a verdict. `decided_ns` is when it was decided (the span's end).
 #[cfg(test)]
-pub fn health_span(v: &Verdict, decided_ns: u64) -> Span {
+pub(crate) fn health_span(v: &Verdict, decided_ns: u64) -> Span {
     let mut attrs = vec![
         s(a::VERDICT_STATE, v.state.as_str()),
         s(a::VERDICT_FIRST_FAILED_LAYER, v.first_failed_layer.map_or("none", |l| l.as_str())),
@@ -165,7 +165,12 @@ pub(crate) fn makes_span(r: &crate::engine::Decided) -> bool {
 /// Health spans as encoded `ExportTraceServiceRequest`s of at most `max_bytes` each (a span
 /// larger than that alone is one request): one `ResourceSpans` of the service's resource (see
 /// [`resource_spans`]) per request. Returns each request's bytes and span count.
-pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], now_ns: u64, max_bytes: usize) -> Vec<(bytes::Bytes, u64)> {
+pub(crate) fn encode_requests(
+    service_name: &str,
+    records: &[crate::engine::Decided],
+    now_ns: u64,
+    max_bytes: usize,
+) -> Vec<(bytes::Bytes, u64)> {
     use crate::engine::Decided;
     use prost::Message;
     let mut span = Writer::default();
@@ -189,7 +194,7 @@ pub fn encode_requests(service_name: &str, records: &[crate::engine::Decided], n
 }
 
 /// A catalog verdict change as a health span, in the trace of the span that caused it.
-pub fn catalog_span(c: &crate::correlate::CatalogChange, decided_ns: u64) -> Span {
+pub(crate) fn catalog_span(c: &crate::correlate::CatalogChange, decided_ns: u64) -> Span {
     let v = &c.verdict;
     let mut attrs = vec![
         s(a::CATALOG_CONVERGENCE, v.convergence.as_str()),
@@ -243,7 +248,7 @@ pub fn catalog_span(c: &crate::correlate::CatalogChange, decided_ns: u64) -> Spa
 }
 
 /// A drift event as a health span under the `tools/list` span that showed the new definition.
-pub fn drift_span(e: &crate::engine::DriftEvent, decided_ns: u64) -> Span {
+pub(crate) fn drift_span(e: &crate::engine::DriftEvent, decided_ns: u64) -> Span {
     let mut attrs = vec![
         s(a::SERVER_ADDRESS, e.server.clone()),
         s(a::GEN_AI_TOOL_NAME, e.tool.clone()),
@@ -291,7 +296,7 @@ fn health_span_id(v: &Verdict) -> Vec<u8> {
 /// Wrap health spans in one `ResourceSpans` of the service's resource. The resource carries
 /// `mcp_health.emitter` (this process's id; the scope name `mcp-health` alone could be anyone's)
 /// so a health span that comes back through a loop is recognized ([`crate::flow::loops`]).
-pub fn resource_spans(service_name: &str, spans: Vec<Span>) -> ResourceSpans {
+pub(crate) fn resource_spans(service_name: &str, spans: Vec<Span>) -> ResourceSpans {
     ResourceSpans {
         resource: Some(Resource {
             attributes: vec![s("service.name", service_name), crate::flow::loops::emitter_attribute()],

@@ -19,7 +19,7 @@ fn i(key: &str, v: u64) -> KeyValue {
 }
 
 /// The attributes of an incident row.
-pub fn attributes(t: Transition, inc: &Incident) -> Vec<KeyValue> {
+pub(crate) fn attributes(t: Transition, inc: &Incident) -> Vec<KeyValue> {
     let c = &inc.cause;
     let mut a = vec![
         s("event.name", "mcp_health.incident"),
@@ -85,7 +85,7 @@ fn body(t: Transition, inc: &Incident) -> String {
 }
 
 /// One log record per transition.
-pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns: u64) -> ExportLogsServiceRequest {
+pub(crate) fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns: u64) -> ExportLogsServiceRequest {
     let records = items
         .iter()
         .map(|(t, inc)| {
@@ -124,7 +124,7 @@ pub fn log_records(service_name: &str, items: &[(Transition, Incident)], now_ns:
 
 /// [`log_records`] written straight as protobuf (see `emit::pb`), in requests of at most
 /// `max_bytes`: each request's bytes and record count.
-pub fn encode_log_requests(
+pub(crate) fn encode_log_requests(
     service_name: &str,
     items: &[(Transition, &Incident)],
     now_ns: u64,

@@ -130,7 +130,7 @@ fn flow_meters(meter: &Meter, early: [Counter<u64>; 9], enqueue_failed: ItemCoun
 
 /// The meter every instrument is made with: one instrumentation scope, named and versioned, which
 /// the Prometheus exposition writes as `otel_scope_name`/`otel_scope_version`.
-pub fn meter(provider: &SdkMeterProvider) -> Meter {
+pub(crate) fn meter(provider: &SdkMeterProvider) -> Meter {
     let scope = opentelemetry::InstrumentationScope::builder("mcp-health").with_version(env!("CARGO_PKG_VERSION")).build();
     provider.meter_with_scope(scope)
 }
@@ -208,12 +208,13 @@ fn observe_process(meter: &Meter) {
 }
 
 /// Bucket bounds of `mcp_health.call.duration` (seconds): from a fast local tool to a long call.
-pub const CALL_DURATION_BOUNDS: [f64; 15] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+pub(crate) const CALL_DURATION_BOUNDS: [f64; 15] =
+    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 /// Bucket bounds of `mcp_health.verifier.duration` (seconds).
 const VERIFIER_DURATION_BOUNDS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 /// Bucket bounds of `mcp_health.verdict.delay` (seconds): around `decision_wait` (500 ms by
 /// default) up to `max_wait` and the late-span window.
-pub const VERDICT_DELAY_BOUNDS: [f64; 14] = [0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+pub(crate) const VERDICT_DELAY_BOUNDS: [f64; 14] = [0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
 
 /// One exemplar: the trace of the last observation that fell into a bucket.
 #[derive(Clone, Debug, PartialEq)]
@@ -265,14 +266,14 @@ pub struct BatchExemplars {
 
 /// The bucket `value` falls into under explicit `bounds` (upper bounds inclusive, as in both
 /// OpenTelemetry and Prometheus); `bounds.len()` is the `+Inf` bucket.
-pub fn bucket_of(bounds: &[f64], value: f64) -> usize {
+pub(crate) fn bucket_of(bounds: &[f64], value: f64) -> usize {
     bounds.iter().position(|b| value <= *b).unwrap_or(bounds.len())
 }
 
 /// The exporter queues' size and capacity (in requests), read at each collection, as the
 /// collector's `otelcol_exporter_queue_size` / `_queue_capacity`. The callback holds a weak
 /// gauge, so it never keeps the queue open at shutdown.
-pub fn observe_exporter_queues(meter: &Meter, queues: &[&Queue<Outgoing>]) {
+pub(crate) fn observe_exporter_queues(meter: &Meter, queues: &[&Queue<Outgoing>]) {
     let sizes: Vec<DepthGauge<Outgoing>> = queues.iter().map(|q| q.gauge()).collect();
     let capacities: Vec<(&'static str, u64)> = queues.iter().map(|q| (q.name(), q.capacity() as u64)).collect();
     let _size = meter
@@ -301,7 +302,7 @@ pub fn observe_exporter_queues(meter: &Meter, queues: &[&Queue<Outgoing>]) {
 
 /// What an on-disk sending queue holds, read at each collection by [`observe_disk_queue`].
 #[derive(Clone, Copy, Debug, Default)]
-pub struct DiskQueueReading {
+pub(crate) struct DiskQueueReading {
     /// Requests waiting or being sent.
     pub requests: u64,
     /// Spans, log records, metric points.
@@ -316,7 +317,7 @@ pub struct DiskQueueReading {
 /// The on-disk sending queue's gauges and its damaged-file counter, labelled
 /// `exporter=<exporter>`; `read` is called at each collection (once per instrument). Nothing is
 /// made for an in-memory queue: the caller does not call this.
-pub fn observe_disk_queue(meter: &Meter, exporter: &'static str, read: impl Fn() -> DiskQueueReading + Send + Sync + 'static) {
+pub(crate) fn observe_disk_queue(meter: &Meter, exporter: &'static str, read: impl Fn() -> DiskQueueReading + Send + Sync + 'static) {
     let read = Arc::new(read);
     let label = move || [KeyValue::new("exporter", exporter)];
     let gauge = |i: &'static ins::Instrument, value: fn(&DiskQueueReading) -> u64| {
@@ -357,7 +358,7 @@ pub fn observe_disk_queue(meter: &Meter, exporter: &'static str, read: impl Fn()
 /// `processors.memory_limiter` (read, decoded, queued for pass-through, encoded for export), and
 /// `mcp_health.memory.evidence`, what the engine's evidence holds; with the resident set they show
 /// where the memory is and what the limiter counts.
-pub fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::flow::memory::MemoryLimiter>) {
+pub(crate) fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::flow::memory::MemoryLimiter>) {
     let l = limiter.clone();
     let _reserved = meter
         .u64_observable_gauge(ins::MEMORY_RESERVED.name)
@@ -378,13 +379,13 @@ pub fn observe_memory_limiter(meter: &Meter, limiter: &std::sync::Arc<crate::flo
 /// the exporter queue: they then go out like every other signal (gRPC or HTTP, compression, TLS,
 /// retries, item counts). A full queue drops the batch, counted as enqueue_failed; the next
 /// collection carries the cumulative values again, so nothing is lost for good.
-pub struct QueueMetricExporter {
+pub(crate) struct QueueMetricExporter {
     queue: std::sync::Mutex<Option<Queue<Outgoing>>>,
     meters: std::sync::OnceLock<HealthMeters>,
 }
 
 impl QueueMetricExporter {
-    pub fn new(queue: Queue<Outgoing>) -> Self {
+    pub(crate) fn new(queue: Queue<Outgoing>) -> Self {
         QueueMetricExporter { queue: std::sync::Mutex::new(Some(queue)), meters: std::sync::OnceLock::new() }
     }
 }
@@ -452,8 +453,8 @@ fn connection_counts(o: &dyn opentelemetry::metrics::AsyncInstrument<u64>, timeo
 }
 
 /// OTLP names of the latency histograms (the exemplar store is keyed by them).
-pub const VERDICT_DELAY: &str = ins::VERDICT_DELAY.name;
-pub const CALL_DURATION: &str = ins::CALL_DURATION.name;
+pub(crate) const VERDICT_DELAY: &str = ins::VERDICT_DELAY.name;
+pub(crate) const CALL_DURATION: &str = ins::CALL_DURATION.name;
 
 /// Every instrument the service records.
 #[derive(Clone)]
@@ -786,7 +787,7 @@ impl CallKey {
 /// Verdict counts gathered between two flushes, so the SDK sees one `add` per series per flush
 /// rather than four per verdict.
 #[derive(Default)]
-pub struct VerdictTally {
+pub(crate) struct VerdictTally {
     /// By the hash of a call's labels: each series once, found by comparing the verdict's own
     /// fields, so counting a verdict clones nothing (issue 11: the key's `String` and `Arc`s
     /// were cloned twice per verdict).
@@ -814,7 +815,7 @@ impl VerdictTally {
     /// Count a verdict. A revision counts the call once only: it adds a success that the previous
     /// verdict lacked; a success it withdraws is counted in `mcp_health.calls.success_retracted`
     /// (counters cannot go down). Every verdict, revisions included, counts in `mcp_health.verdicts`.
-    pub fn add(&mut self, v: &Verdict) {
+    pub(crate) fn add(&mut self, v: &Verdict) {
         let (method, tool, server) = (v.method.as_deref(), v.tool.as_deref(), v.server.as_deref());
         let bucket = self.series.entry(labels_hash(method, tool, server)).or_default();
         let at = match bucket
@@ -868,7 +869,7 @@ impl VerdictTally {
     }
 
     /// Hand the counts to the SDK and start over.
-    pub fn flush(&mut self, m: &HealthMeters) {
+    pub(crate) fn flush(&mut self, m: &HealthMeters) {
         for (_, bucket) in self.series.drain() {
             for s in bucket {
                 if let Some(c) = s.calls {

@@ -3,19 +3,19 @@
 
 pub(crate) mod config;
 pub(crate) mod disk_queue;
-pub mod export_health;
-pub mod health_spans;
-pub mod incidents;
-pub mod metrics;
-pub mod otlp_http;
-pub mod otlp_target;
-pub mod otlp_traces;
+pub(crate) mod export_health;
+pub(crate) mod health_spans;
+pub(crate) mod incidents;
+pub(crate) mod metrics;
+pub(crate) mod otlp_http;
+pub(crate) mod otlp_target;
+pub(crate) mod otlp_traces;
 pub(crate) mod otlp_transport;
 pub(crate) mod pb;
-pub mod prometheus;
+pub(crate) mod prometheus;
 #[cfg(test)]
-pub mod reference;
-pub mod sink;
-pub mod status;
-pub mod tls_client;
-pub mod verdict_log;
+pub(crate) mod reference;
+pub(crate) mod sink;
+pub(crate) mod status;
+pub(crate) mod tls_client;
+pub(crate) mod verdict_log;

@@ -25,7 +25,7 @@ const MAX_RESPONSE: usize = 64 << 10;
 
 /// One signal's OTLP/HTTP sender.
 #[derive(Clone)]
-pub struct HttpSender {
+pub(crate) struct HttpSender {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     url: hyper::Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -35,7 +35,7 @@ pub struct HttpSender {
 
 /// Why an HTTP sender could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum HttpSetupError {
+pub(crate) enum HttpSetupError {
     #[error("invalid OTLP/HTTP URL {0:?}: {1}")]
     Url(String, String),
     #[error("header {0:?} is not a valid HTTP header")]
@@ -43,7 +43,7 @@ pub enum HttpSetupError {
 }
 
 impl HttpSender {
-    pub fn new(t: &Target) -> Result<HttpSender, HttpSetupError> {
+    pub(crate) fn new(t: &Target) -> Result<HttpSender, HttpSetupError> {
         let url: hyper::Uri = t.url.parse().map_err(|e: hyper::http::uri::InvalidUri| HttpSetupError::Url(t.url.clone(), e.to_string()))?;
         let mut headers = Vec::new();
         for (k, v) in &t.headers {
@@ -57,7 +57,7 @@ impl HttpSender {
     }
 
     /// Send one encoded (and compressed, named by `encoding`) request; the response body on success.
-    pub async fn send(&self, body: Bytes, encoding: Option<&'static str>) -> Result<Bytes, Failure> {
+    pub(crate) async fn send(&self, body: Bytes, encoding: Option<&'static str>) -> Result<Bytes, Failure> {
         let mut req = hyper::Request::post(self.url.clone())
             .header(CONTENT_TYPE, if self.json { "application/json" } else { "application/x-protobuf" })
             .header(USER_AGENT, concat!("mcp-health/", env!("CARGO_PKG_VERSION")));
@@ -104,7 +104,7 @@ fn status_message(body: &[u8]) -> String {
 }
 
 /// `Retry-After`: delay-seconds or an HTTP date.
-pub fn parse_retry_after(v: &str) -> Option<Duration> {
+pub(crate) fn parse_retry_after(v: &str) -> Option<Duration> {
     let v = v.trim();
     if let Ok(s) = v.parse::<u64>() {
         return Some(Duration::from_secs(s));

@@ -23,14 +23,14 @@ use crate::emit::tls_client::TlsClientError;
 
 /// The wire format of one signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     Grpc,
     HttpProtobuf,
     HttpJson,
 }
 
 impl Protocol {
-    pub fn parse(s: &str) -> Option<Protocol> {
+    pub(crate) fn parse(s: &str) -> Option<Protocol> {
         match s.trim() {
             "grpc" => Some(Protocol::Grpc),
             "http/protobuf" => Some(Protocol::HttpProtobuf),
@@ -38,28 +38,28 @@ impl Protocol {
             _ => None,
         }
     }
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Protocol::Grpc => "grpc",
             Protocol::HttpProtobuf => "http/protobuf",
             Protocol::HttpJson => "http/json",
         }
     }
-    pub fn is_http(self) -> bool {
+    pub(crate) fn is_http(self) -> bool {
         self != Protocol::Grpc
     }
 }
 
 /// Request compression.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Compression {
+pub(crate) enum Compression {
     None,
     Gzip,
     Zstd,
 }
 
 impl Compression {
-    pub fn parse(s: &str) -> Option<Compression> {
+    pub(crate) fn parse(s: &str) -> Option<Compression> {
         match s.trim() {
             "none" | "" => Some(Compression::None),
             "gzip" => Some(Compression::Gzip),
@@ -71,7 +71,7 @@ impl Compression {
 
 /// The signals a target serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Signal {
+pub(crate) enum Signal {
     Traces,
     Metrics,
     Logs,
@@ -96,7 +96,7 @@ impl Signal {
 
 /// Everything needed to send one signal.
 #[derive(Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub protocol: Protocol,
     /// gRPC: `http[s]://host:port`; HTTP: the full URL, path included.
     pub url: String,
@@ -125,7 +125,7 @@ impl std::fmt::Debug for Target {
 
 /// One target per signal; a signal without an endpoint has none.
 #[derive(Clone, Debug, Default)]
-pub struct Targets {
+pub(crate) struct Targets {
     pub traces: Option<Target>,
     pub metrics: Option<Target>,
     pub logs: Option<Target>,
@@ -133,7 +133,7 @@ pub struct Targets {
 
 /// Why the exporter's settings cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum TargetError {
+pub(crate) enum TargetError {
     #[error("{var}: {value:?} is not one of {allowed}")]
     BadValue { var: String, value: String, allowed: &'static str },
     #[error("{0}: TLS settings with an http:// endpoint would be unused; use https:// (or tls.insecure: true for plaintext)")]
@@ -147,7 +147,7 @@ pub enum TargetError {
 }
 
 /// Resolve the targets of `o` with the variables `env` reads (empty values count as unset).
-pub fn resolve(o: &OtlpExporter, env: &dyn Fn(&str) -> Option<String>) -> Result<Targets, TargetError> {
+pub(crate) fn resolve(o: &OtlpExporter, env: &dyn Fn(&str) -> Option<String>) -> Result<Targets, TargetError> {
     let var = |name: String| env(&name).filter(|v| !v.trim().is_empty()).map(|v| (name, v));
     let generic = o.endpoint.clone().or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT".into()).map(|(_, v)| v));
     let traces_own = if o.endpoint.is_some() { None } else { var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".into()).map(|(_, v)| v) };
@@ -273,7 +273,7 @@ fn bad(var: &str, value: &str, allowed: &'static str) -> TargetError {
 }
 
 /// `OTEL_EXPORTER_OTLP_HEADERS`: `k=v,k2=v2`, values percent-decoded.
-pub fn parse_otel_headers(s: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_otel_headers(s: &str) -> Vec<(String, String)> {
     s.split(',')
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), percent_encoding::percent_decode_str(v.trim()).decode_utf8_lossy().into_owned()))

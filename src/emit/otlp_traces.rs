@@ -45,7 +45,7 @@ use crate::telemetry::labels::{self, ItemKind};
 
 /// Why the sender could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum ExportError {
+pub(crate) enum ExportError {
     #[error("invalid OTLP endpoint {0:?}: {1}")]
     Endpoint(String, String),
     #[error(transparent)]
@@ -56,7 +56,7 @@ pub enum ExportError {
 
 /// Settings for [`spawn`].
 #[derive(Clone, Debug)]
-pub struct SenderSettings {
+pub(crate) struct SenderSettings {
     pub targets: Targets,
     pub workers: usize,
     pub retry: RetryOnFailure,
@@ -66,7 +66,7 @@ pub struct SenderSettings {
 }
 
 /// Add `http://` when an endpoint is written as host:port, as the OTLP exporters accept.
-pub fn endpoint_uri(e: &str) -> String {
+pub(crate) fn endpoint_uri(e: &str) -> String {
     if e.contains("://") {
         e.to_string()
     } else {
@@ -109,20 +109,20 @@ impl Route {
 /// traffic): the same transports (gRPC, http/protobuf, http/json), TLS, client certificates,
 /// headers and compression as the service's own exporter, from the same settings
 /// (`otlp_target::resolve`, the `OTEL_EXPORTER_OTLP_*` variables).
-pub struct SpanSender(Route);
+pub(crate) struct SpanSender(Route);
 
 impl SpanSender {
-    pub fn new(t: &Target) -> Result<SpanSender, ExportError> {
+    pub(crate) fn new(t: &Target) -> Result<SpanSender, ExportError> {
         Route::new(t).map(SpanSender)
     }
 
     /// The target's URL (never its headers: they are credentials).
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.0.target.url
     }
 
     /// Send `req` once: the spans the receiver rejected in a partial success, or why nothing went.
-    pub async fn send(&self, req: ExportTraceServiceRequest) -> Result<u64, String> {
+    pub(crate) async fn send(&self, req: ExportTraceServiceRequest) -> Result<u64, String> {
         let item = Outgoing::Health(req);
         let (bytes, encoding) = encode(&item, self.0.target.protocol, self.0.target.compression).map_err(|e| e.to_string())?;
         let once = RetryOnFailure { enabled: false, ..RetryOnFailure::default() };
@@ -193,7 +193,7 @@ impl Routes {
 
 /// Where a queue keeps what waits for the backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum QueueStore {
+pub(crate) enum QueueStore {
     /// In memory: lost when the process ends (counted and logged at exit).
     Memory,
     /// On disk in `dir`, at most `max_bytes`: sent after a restart (see [`super::disk_queue`]).
@@ -201,7 +201,7 @@ pub enum QueueStore {
 }
 
 /// A started queue: its workers, and what it can tell about what it still holds.
-pub struct Started {
+pub(crate) struct Started {
     pub workers: Vec<tokio::task::JoinHandle<()>>,
     /// What the workers' attempts tell about the backend (for `/status/health`).
     pub health: Arc<ExportHealth>,
@@ -213,7 +213,7 @@ pub struct Started {
 /// What a queue holds, read at exit (and by the gauges): requests waiting in memory, requests
 /// a worker is sending, and with a disk queue the requests and bytes in its directory.
 #[derive(Clone)]
-pub struct Leftover {
+pub(crate) struct Leftover {
     name: &'static str,
     rx: Arc<Mutex<mpsc::Receiver<Outgoing>>>,
     in_flight: Arc<std::sync::atomic::AtomicU64>,
@@ -224,7 +224,7 @@ pub struct Leftover {
 
 /// What [`Leftover::disk_fill`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DiskFill {
+pub(crate) struct DiskFill {
     pub bytes: u64,
     pub limit: u64,
     pub last_full: Option<crate::evidence::time::Moment>,
@@ -232,7 +232,7 @@ pub struct DiskFill {
 
 /// What [`Leftover::count`] found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Left {
+pub(crate) struct Left {
     /// Requests that only memory held (lost at exit).
     pub in_memory: u64,
     /// Requests (and their bytes) in the queue's directory, sent after the next start.
@@ -243,7 +243,7 @@ pub struct Left {
 impl Leftover {
     /// Requests still held. A worker waiting on an empty channel holds its lock: then nothing
     /// waits there.
-    pub fn count(&self) -> Left {
+    pub(crate) fn count(&self) -> Left {
         use std::sync::atomic::Ordering;
         let queued = self.rx.try_lock().map_or(0, |r| r.len() as u64);
         match &self.spool {
@@ -256,18 +256,18 @@ impl Leftover {
     }
 
     /// The exporter's name (`otlp`, `otlp/passthrough`).
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         self.name
     }
 
     /// The on-disk queue's fill: bytes held, its bound, and when a request was last refused for
     /// lack of room. `None` for an in-memory queue.
-    pub fn disk_fill(&self) -> Option<DiskFill> {
+    pub(crate) fn disk_fill(&self) -> Option<DiskFill> {
         self.spool.as_ref().map(|sp| DiskFill { bytes: sp.q.held().bytes, limit: sp.q.limit(), last_full: sp.q.last_full() })
     }
 
     /// The queue's directory, when it is on disk.
-    pub fn directory(&self) -> Option<&std::path::Path> {
+    pub(crate) fn directory(&self) -> Option<&std::path::Path> {
         self.spool.as_ref().map(|s| s.q.dir())
     }
 
@@ -275,7 +275,7 @@ impl Leftover {
     /// the next start; requests held in memory only are lost. The tasks of a disk queue are
     /// then stopped: what they were sending stays on disk, for the next run or for the pipeline a
     /// SIGHUP reload starts on the same directory (which would otherwise send it a second time).
-    pub fn report_at_exit(&self) -> Left {
+    pub(crate) fn report_at_exit(&self) -> Left {
         let left = self.count();
         for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             t.abort();
@@ -310,7 +310,7 @@ impl Leftover {
     /// The on-disk queue's gauges and damaged-file counter (declared in
     /// `telemetry::instruments`, made by [`super::metrics::observe_disk_queue`]). Nothing for an
     /// in-memory queue.
-    pub fn observe(&self, meter: &opentelemetry::metrics::Meter) {
+    pub(crate) fn observe(&self, meter: &opentelemetry::metrics::Meter) {
         let Some(sp) = self.spool.clone() else { return };
         super::metrics::observe_disk_queue(meter, self.name, move || {
             let held = sp.q.held();
@@ -431,7 +431,7 @@ impl std::fmt::Debug for SpoolHandle {
 /// dropped and the queue is drained. With [`QueueStore::Disk`], one task writes each request to
 /// the directory as it arrives and the workers send from there, removing each request once its
 /// send is over; what an earlier run left there is sent first.
-pub fn spawn(
+pub(crate) fn spawn(
     s: SenderSettings,
     rx: mpsc::Receiver<Outgoing>,
     meters: HealthMeters,
@@ -638,7 +638,7 @@ fn too_large(st: &Status) -> bool {
 /// Split a request in two halves of its items, each part keeping its resources and scopes.
 /// `Err` gives the request back when it holds one item, or is metrics (not split: the SDK's
 /// own metrics are small, and a client's are passed on as they came).
-pub fn split(item: Outgoing) -> Result<(Outgoing, Outgoing), Outgoing> {
+pub(crate) fn split(item: Outgoing) -> Result<(Outgoing, Outgoing), Outgoing> {
     match item {
         // A reservation stays with the caller (it pays for the whole request until every part is sent).
         Outgoing::Passthrough(r, h) => split_traces(r)
@@ -756,7 +756,7 @@ const METRICS_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsSer
 
 /// `interval` spread over `[1 − factor, 1 + factor]` by `r` in `[0, 1)`, as the collector's
 /// exponential backoff does.
-pub fn jittered(interval: Duration, factor: f64, r: f64) -> Duration {
+pub(crate) fn jittered(interval: Duration, factor: f64, r: f64) -> Duration {
     let f = factor.clamp(0.0, 1.0);
     interval.mul_f64((1.0 - f + 2.0 * f * r.clamp(0.0, 1.0)).max(0.0))
 }
@@ -971,7 +971,7 @@ fn http_status_to_grpc(s: tonic::codegen::http::StatusCode) -> Status {
 
 /// A codec that sends bytes already encoded as an OTLP export request and decodes the generated
 /// response type `R`. Public for the load generator, which sends pre-encoded batches.
-pub struct PreEncoded<R = ExportTraceServiceResponse>(std::marker::PhantomData<fn() -> R>);
+pub(crate) struct PreEncoded<R = ExportTraceServiceResponse>(std::marker::PhantomData<fn() -> R>);
 
 impl<R> Default for PreEncoded<R> {
     fn default() -> Self {
@@ -994,7 +994,7 @@ impl<R: Message + Default + Send + 'static> Codec for PreEncoded<R> {
 
 /// Writes pre-encoded bytes as the message.
 #[derive(Clone, Copy, Default)]
-pub struct BytesEncoder;
+pub(crate) struct BytesEncoder;
 
 impl Encoder for BytesEncoder {
     type Item = Bytes;
@@ -1006,7 +1006,7 @@ impl Encoder for BytesEncoder {
 }
 
 /// Decodes a generated response message.
-pub struct ResponseDecoder<R>(std::marker::PhantomData<fn() -> R>);
+pub(crate) struct ResponseDecoder<R>(std::marker::PhantomData<fn() -> R>);
 
 impl<R: Message + Default> Decoder for ResponseDecoder<R> {
     type Item = R;

@@ -11,7 +11,7 @@ use super::otlp_target::Target;
 /// Why one attempt to send failed: retryable (with the delay the server asked for, if any) or
 /// not.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     Retryable(Option<Duration>, String),
     Permanent(String),
     /// The request is larger than the receiver takes (gRPC `OUT_OF_RANGE` or `RESOURCE_EXHAUSTED`
@@ -22,7 +22,7 @@ pub enum Failure {
 
 /// A hyper-rustls connector with the target's TLS configuration (`https_or_http` when the target
 /// is plaintext: its URL is `http://`, so no TLS is attempted). `h2` sets ALPN for gRPC.
-pub fn https_connector(t: &Target, h2: bool) -> hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector> {
+pub(crate) fn https_connector(t: &Target, h2: bool) -> hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

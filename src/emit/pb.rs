@@ -32,7 +32,7 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub fn varint(&mut self, mut v: u64) {
+    pub(crate) fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.buf.push((v as u8) | 0x80);
             v >>= 7;
@@ -40,24 +40,24 @@ impl Writer {
         self.buf.push(v as u8);
     }
 
-    pub fn key(&mut self, field: u32, wire: u8) {
+    pub(crate) fn key(&mut self, field: u32, wire: u8) {
         self.varint(u64::from(field << 3 | u32::from(wire)));
     }
 
-    pub fn bytes(&mut self, field: u32, b: &[u8]) {
+    pub(crate) fn bytes(&mut self, field: u32, b: &[u8]) {
         self.key(field, 2);
         self.varint(b.len() as u64);
         self.buf.extend_from_slice(b);
     }
 
-    pub fn fixed64(&mut self, field: u32, v: u64) {
+    pub(crate) fn fixed64(&mut self, field: u32, v: u64) {
         if v != 0 {
             self.key(field, 1);
             self.buf.extend_from_slice(&v.to_le_bytes());
         }
     }
 
-    pub fn int(&mut self, field: u32, v: u64) {
+    pub(crate) fn int(&mut self, field: u32, v: u64) {
         if v != 0 {
             self.key(field, 0);
             self.varint(v);
@@ -66,7 +66,7 @@ impl Writer {
 
     /// A `KeyValue` as field `field` of the message being written (attributes are field 9 of a
     /// span, 1 of a resource, 3 of a scope).
-    pub fn attribute(&mut self, field: u32, key: &str, v: Val<'_>) {
+    pub(crate) fn attribute(&mut self, field: u32, key: &str, v: Val<'_>) {
         let any = match v {
             Val::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
             Val::Int(i) => 1 + varint_len(i as u64),
@@ -87,7 +87,7 @@ impl Writer {
     }
 
     /// A `KeyValue` whose value is an array of strings.
-    pub fn attribute_strs(&mut self, field: u32, key: &str, items: &[&str]) {
+    pub(crate) fn attribute_strs(&mut self, field: u32, key: &str, items: &[&str]) {
         let item = |s: &str| 1 + varint_len((1 + varint_len(s.len() as u64) + s.len()) as u64) + 1 + varint_len(s.len() as u64) + s.len();
         let array: usize = items.iter().map(|s| item(s)).sum();
         let any = 1 + varint_len(array as u64) + array;
@@ -113,7 +113,7 @@ impl Writer {
     }
 
     /// Field `field` holding `content` (an encoded message).
-    pub fn message(&mut self, field: u32, content: &[u8]) {
+    pub(crate) fn message(&mut self, field: u32, content: &[u8]) {
         self.bytes(field, content);
     }
 }
@@ -141,7 +141,7 @@ pub(crate) struct Packer {
 impl Packer {
     /// `resource` and `scope`: the encoded `Resource` and `InstrumentationScope`; `expected`:
     /// about how many bytes will be pushed (the buffer is sized once, not grown by copying).
-    pub fn new(resource: Vec<u8>, scope: Vec<u8>, max_bytes: usize, expected: usize) -> Self {
+    pub(crate) fn new(resource: Vec<u8>, scope: Vec<u8>, max_bytes: usize, expected: usize) -> Self {
         // The head: two keys and two lengths (at most 5 bytes each) around each of the resource
         // and the scope, themselves behind a key and a length.
         let room = resource.len() + scope.len() + 4 * (1 + 5);
@@ -155,7 +155,7 @@ impl Packer {
     }
 
     /// Add one item (its message content).
-    pub fn push(&mut self, item: &[u8]) {
+    pub(crate) fn push(&mut self, item: &[u8]) {
         let add = item.len() + 1 + varint_len(item.len() as u64);
         // With items written (n > 0) the buffer holds the room and them.
         if self.n > 0 && self.items.buf.len() - self.room + add + self.resource.len() + self.scope.len() + 32 > self.max_bytes {
@@ -193,7 +193,7 @@ impl Packer {
     }
 
     /// Every request's bytes and item count.
-    pub fn finish(mut self) -> Vec<(bytes::Bytes, u64)> {
+    pub(crate) fn finish(mut self) -> Vec<(bytes::Bytes, u64)> {
         self.flush();
         self.done
     }

@@ -139,7 +139,7 @@ fn sanitize_unit(u: &str) -> String {
 
 /// Which exposition format to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// `text/plain; version=0.0.4`.
     Text,
     /// `application/openmetrics-text; version=1.0.0`, with exemplars.
@@ -149,7 +149,7 @@ pub enum Format {
 impl Format {
     /// OpenMetrics when the `Accept` header lists it with a non-zero quality, else the text
     /// format (what every Prometheus understands, and what a browser or curl gets).
-    pub fn negotiate(accept: Option<&str>) -> Format {
+    pub(crate) fn negotiate(accept: Option<&str>) -> Format {
         let wants = accept.is_some_and(|a| {
             a.split(',').any(|part| {
                 let mut it = part.split(';').map(str::trim);
@@ -165,7 +165,7 @@ impl Format {
         }
     }
 
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::Text => "text/plain; version=0.0.4; charset=utf-8",
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -180,7 +180,7 @@ pub fn render(reader: &ManualReaderHandle) -> String {
 
 /// Collect now and render every metric in `format`; OpenMetrics carries the exemplars of
 /// `exemplars` on histogram buckets.
-pub fn render_as(reader: &ManualReaderHandle, format: Format, exemplars: Option<&Exemplars>) -> String {
+pub(crate) fn render_as(reader: &ManualReaderHandle, format: Format, exemplars: Option<&Exemplars>) -> String {
     let mut rm = ResourceMetrics::default();
     if reader.0.collect(&mut rm).is_err() {
         return if format == Format::OpenMetrics { "# EOF\n".into() } else { String::new() };
@@ -189,7 +189,7 @@ pub fn render_as(reader: &ManualReaderHandle, format: Format, exemplars: Option<
 }
 
 /// Render collected metrics.
-pub fn render_metrics_as(rm: &ResourceMetrics, format: Format, exemplars: Option<&Exemplars>) -> String {
+pub(crate) fn render_metrics_as(rm: &ResourceMetrics, format: Format, exemplars: Option<&Exemplars>) -> String {
     let mut out = String::with_capacity(4096);
     let ex = if format == Format::OpenMetrics { exemplars } else { None };
     target_info(&mut out, rm, format);

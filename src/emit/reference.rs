@@ -6,7 +6,7 @@
 use crate::telemetry::instruments::ALL;
 
 /// The metrics reference (docs/metrics.md), generated from [`ALL`].
-pub fn reference() -> String {
+pub(crate) fn reference() -> String {
     use std::fmt::Write;
     let mut out = String::from(
         "# Metrics reference\n\n\

@@ -15,7 +15,7 @@ use crate::flow::queue::Queue;
 use crate::telemetry::labels::{DropReason, ExportSignal, ItemKind};
 
 /// A destination of decided records.
-pub trait Sink: Send {
+pub(crate) trait Sink: Send {
     /// Take the records decided at `now` (one engine step's worth).
     fn accept(&mut self, records: &[Decided], now: Moment);
     /// Report the engine's point-in-time figures (metric sinks only).
@@ -26,10 +26,10 @@ pub trait Sink: Send {
 
 /// Every configured sink, fed the same records in the same order.
 #[derive(Default)]
-pub struct Sinks(pub Vec<Box<dyn Sink>>);
+pub(crate) struct Sinks(pub Vec<Box<dyn Sink>>);
 
 impl Sinks {
-    pub fn push(&mut self, s: impl Sink + 'static) {
+    pub(crate) fn push(&mut self, s: impl Sink + 'static) {
         self.0.push(Box::new(s));
     }
 }
@@ -57,7 +57,7 @@ impl Sink for Sinks {
 
 /// Collects records (replay, tests).
 #[derive(Default)]
-pub struct Collect(pub Vec<Decided>);
+pub(crate) struct Collect(pub Vec<Decided>);
 
 impl Sink for Collect {
     fn accept(&mut self, records: &[Decided], _now: Moment) {
@@ -67,7 +67,7 @@ impl Sink for Collect {
 
 /// Health spans (and incident log records) for the OTLP exporter's queue. A full queue drops
 /// them, counted: health spans never block the engine.
-pub struct HealthSpanSink {
+pub(crate) struct HealthSpanSink {
     /// The own-output export queue ([`OnFull::DropCounted`](crate::flow::queue::OnFull)).
     pub queue: Queue<Outgoing>,
     pub service_name: String,
@@ -96,14 +96,14 @@ pub struct HealthSpanSink {
 const HEALTH_SPAN_ESTIMATE: usize = 1200;
 
 /// An incident updated by every failing call sends one `updated` record this often at most.
-pub const INCIDENT_UPDATE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const INCIDENT_UPDATE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Open incidents whose last record time is remembered (past it the oldest is forgotten, so its
 /// next update goes out at once: never a record lost, only one sent early).
-pub const MAX_TRACKED_INCIDENTS: usize = 10_000;
+pub(crate) const MAX_TRACKED_INCIDENTS: usize = 10_000;
 
 impl HealthSpanSink {
-    pub fn new(queue: Queue<Outgoing>, service_name: String, meters: HealthMeters, max_request_bytes: usize) -> Self {
+    pub(crate) fn new(queue: Queue<Outgoing>, service_name: String, meters: HealthMeters, max_request_bytes: usize) -> Self {
         HealthSpanSink {
             queue,
             service_name,
@@ -264,7 +264,7 @@ fn coalesce_incidents(records: &[Decided]) -> Vec<(Transition, &crate::classify:
 /// Metrics: verdict and call counters (a revision counts the call once), the latency histograms
 /// (with their exemplars), catalog and drift counters, incident transitions, and the engine's
 /// gauges. Gauge groups that emptied read 0.
-pub struct MetricsSink {
+pub(crate) struct MetricsSink {
     meters: HealthMeters,
     tally: VerdictTally,
     last_stats: crate::correlate::ChainStats,
@@ -285,7 +285,7 @@ pub struct MetricsSink {
 }
 
 impl MetricsSink {
-    pub fn new(meters: HealthMeters) -> Self {
+    pub(crate) fn new(meters: HealthMeters) -> Self {
         MetricsSink {
             meters,
             tally: VerdictTally::default(),

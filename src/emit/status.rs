@@ -22,26 +22,26 @@ use crate::evidence::{CallError, OutcomeResult, TransportOutcome};
 use crate::verdict::{jsonrpc_meaning, reason_meaning, DecidedBy, HealthState, Layer, LayerStatus, Owner, SpanKind, Verdict};
 
 /// Open incidents shown (past it the least recently changed goes, counted).
-pub const MAX_INCIDENTS: usize = 500;
+pub(crate) const MAX_INCIDENTS: usize = 500;
 /// Recently resolved incidents shown.
-pub const MAX_RESOLVED: usize = 20;
+pub(crate) const MAX_RESOLVED: usize = 20;
 /// Sessions (or client/server pairs) whose catalog state is shown.
-pub const MAX_SESSIONS: usize = 1000;
+pub(crate) const MAX_SESSIONS: usize = 1000;
 /// Drift reports shown, one per (server, tool).
-pub const MAX_DRIFT: usize = 200;
+pub(crate) const MAX_DRIFT: usize = 200;
 /// Servers whose rates are kept.
-pub const MAX_SERVERS: usize = 500;
+pub(crate) const MAX_SERVERS: usize = 500;
 /// Recent calls shown, newest first.
-pub const MAX_RECENT_CALLS: usize = 50;
+pub(crate) const MAX_RECENT_CALLS: usize = 50;
 /// Healthy calls remembered to name the call that resolved an incident.
-pub const MAX_RESOLVING_CALLS: usize = 200;
+pub(crate) const MAX_RESOLVING_CALLS: usize = 200;
 
 /// The snapshot the sink writes and the page reads, behind one lock.
-pub type SharedStatus = Arc<Mutex<StatusSnapshot>>;
+pub(crate) type SharedStatus = Arc<Mutex<StatusSnapshot>>;
 
 /// One span group of an evidence chain: how many spans of a kind one instrumentation wrote.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ChainLink {
+pub(crate) struct ChainLink {
     pub kind: &'static str,
     pub instrumentation: &'static str,
     pub spans: u8,
@@ -50,7 +50,7 @@ pub struct ChainLink {
 /// One span of an evidence chain, from its bounded summary: nothing a span's own name, its
 /// attributes or its payload said beyond the fixed vocabulary.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SpanView {
+pub(crate) struct SpanView {
     /// `client`, `server`, `verifier` or `other`.
     pub side: &'static str,
     pub instrumentation: &'static str,
@@ -157,7 +157,7 @@ pub(crate) fn decided_by_meaning(d: DecidedBy) -> &'static str {
 /// A call as the page explains it: the verdict's own words, its evidence chain, the layer that
 /// decided and what was missing.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct CallView {
+pub(crate) struct CallView {
     pub trace_id: String,
     pub span_id: String,
     pub method: Option<String>,
@@ -199,7 +199,7 @@ pub struct CallView {
 }
 
 impl CallView {
-    pub fn of(v: &Verdict) -> CallView {
+    pub(crate) fn of(v: &Verdict) -> CallView {
         let chain: Vec<ChainLink> =
             v.chain.entries().map(|(k, i, n)| ChainLink { kind: k.as_str(), instrumentation: i.as_str(), spans: n }).collect();
         CallView {
@@ -277,7 +277,7 @@ fn missing(v: &Verdict) -> Vec<String> {
 
 /// An open (or lately resolved) incident, with the latest call that failed with its cause.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct IncidentView {
+pub(crate) struct IncidentView {
     pub id: String,
     pub incident_state: &'static str,
     pub server: Option<String>,
@@ -309,7 +309,7 @@ pub struct IncidentView {
 /// a later call passed the failed layer and its outcome was observed), or for a stale catalog
 /// the session's complete re-list.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Resolution {
+pub(crate) struct Resolution {
     /// `healthy_call` or `catalog_converged`.
     pub by: &'static str,
     pub trace_id: Option<String>,
@@ -350,7 +350,7 @@ impl IncidentView {
 
 /// Attempts and successes of one server since the start (SPEC's two rates).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Rates {
+pub(crate) struct Rates {
     pub attempts: u64,
     pub protocol_successes: u64,
     pub verified_successes: u64,
@@ -386,7 +386,7 @@ impl Rates {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ServerRates {
+pub(crate) struct ServerRates {
     pub server: String,
     #[serde(flatten)]
     pub rates: Rates,
@@ -396,7 +396,7 @@ pub struct ServerRates {
 
 /// One session's (or client/server pair's) catalog state, by the hash of its key.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct CatalogView {
+pub(crate) struct CatalogView {
     pub session_hash: String,
     pub server: Option<String>,
     pub agent: Option<String>,
@@ -409,7 +409,7 @@ pub struct CatalogView {
 
 /// A tool definition that differs from its pin.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct DriftView {
+pub(crate) struct DriftView {
     pub server: String,
     pub tool: String,
     pub pinned_digest: String,
@@ -420,7 +420,7 @@ pub struct DriftView {
 
 /// One queue's fill when the page was drawn.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct QueueFill {
+pub(crate) struct QueueFill {
     pub name: &'static str,
     pub depth: usize,
     pub capacity: usize,
@@ -428,7 +428,7 @@ pub struct QueueFill {
 
 /// Everything the page shows, as `/status.json` serves it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct StatusView {
+pub(crate) struct StatusView {
     pub generated_at_ns: u64,
     pub incidents: Vec<IncidentView>,
     pub resolved_incidents: Vec<IncidentView>,
@@ -442,7 +442,7 @@ pub struct StatusView {
 }
 
 /// The page's bounded memory of what the engine decided.
-pub struct StatusSnapshot {
+pub(crate) struct StatusSnapshot {
     incidents: BoundedMap<String, Incident>,
     resolved: VecDeque<IncidentView>,
     /// The latest failing call of each incident cause (the id is computed when the page is drawn:
@@ -491,12 +491,12 @@ impl Default for StatusSnapshot {
 const NO_SERVER: &str = "(unknown server)";
 
 impl StatusSnapshot {
-    pub fn shared() -> SharedStatus {
+    pub(crate) fn shared() -> SharedStatus {
         Arc::new(Mutex::new(StatusSnapshot::default()))
     }
 
     /// Fold one engine step's records in.
-    pub fn accept(&mut self, records: &[Decided]) {
+    pub(crate) fn accept(&mut self, records: &[Decided]) {
         // Only the newest calls of a step can stay among the recent ones; the others are counted
         // as pushed out without being copied.
         let calls = records.iter().filter(|r| matches!(r, Decided::Call(_))).count();
@@ -652,7 +652,7 @@ impl StatusSnapshot {
     }
 
     /// What the page shows now; `queues` are read by the caller (they are not the engine's).
-    pub fn view(&self, now: Moment, queues: Vec<QueueFill>) -> StatusView {
+    pub(crate) fn view(&self, now: Moment, queues: Vec<QueueFill>) -> StatusView {
         let mut incidents: Vec<IncidentView> =
             self.incidents.iter().map(|(_, row)| IncidentView::of(row, self.incident_calls.get(&row.cause).map(CallView::of))).collect();
         // Grouped by server, then by layer (SPEC's order), newest evidence first within.
@@ -699,7 +699,7 @@ fn layer_rank(l: Option<&str>) -> usize {
 }
 
 /// Feeds the snapshot from the engine's records (serve only).
-pub struct StatusSink(pub SharedStatus);
+pub(crate) struct StatusSink(pub SharedStatus);
 
 impl Sink for StatusSink {
     fn accept(&mut self, records: &[Decided], _now: Moment) {

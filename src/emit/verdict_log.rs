@@ -25,7 +25,7 @@ enum Out {
 }
 
 /// Where verdict lines go.
-pub struct VerdictLog {
+pub(crate) struct VerdictLog {
     out: Out,
     buf: Vec<u8>,
     /// Records that could not be written (each failed write counts the records it held); also
@@ -40,7 +40,7 @@ fn open_append(path: &str) -> std::io::Result<std::fs::File> {
 }
 
 impl VerdictLog {
-    pub fn open(path: &str) -> std::io::Result<VerdictLog> {
+    pub(crate) fn open(path: &str) -> std::io::Result<VerdictLog> {
         let out =
             if path == "stdout" { Out::Stdout(std::io::stdout()) } else { Out::File { path: path.to_string(), file: open_append(path)? } };
         Ok(VerdictLog { out, buf: Vec::with_capacity(64 << 10), write_errors: Arc::default(), reopen: Arc::default() })
@@ -48,7 +48,7 @@ impl VerdictLog {
 
     /// A log writing into any writer (tests).
     #[cfg(test)]
-    pub fn to_writer(out: Box<dyn Write + Send>) -> VerdictLog {
+    pub(crate) fn to_writer(out: Box<dyn Write + Send>) -> VerdictLog {
         VerdictLog { out: Out::Writer(out), buf: Vec::new(), write_errors: Arc::default(), reopen: Arc::default() }
     }
 

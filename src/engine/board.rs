@@ -8,7 +8,7 @@ use crate::bounded::BoundedMap;
 use crate::classify::catalog::CatalogVerdict;
 
 /// Sessions a board keeps unless `processors.mcp_health.limits.gate_board` says otherwise.
-pub const DEFAULT_BOARD_CAPACITY: usize = 100_000;
+pub(crate) const DEFAULT_BOARD_CAPACITY: usize = 100_000;
 
 /// The latest catalog verdict of every session, as the engine last decided it. Bounded: past
 /// its capacity the session published least recently is forgotten (counted as `gate_board`).

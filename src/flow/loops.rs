@@ -18,13 +18,13 @@ use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, ArrayVa
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 /// On the resource of what mcp-health makes itself: the id of the process that made it.
-pub const EMITTER: &str = "mcp_health.emitter";
+pub(crate) const EMITTER: &str = "mcp_health.emitter";
 /// On the resource of what mcp-health passed on: the ids of every process it went through.
-pub const VIA: &str = "mcp_health.via";
+pub(crate) const VIA: &str = "mcp_health.via";
 
 /// This process's id: 16 hex digits drawn once (from the clock, the pid and the hasher's random
 /// keys; it needs to be unique among the instances of a pipeline, not unpredictable).
-pub fn instance_id() -> &'static str {
+pub(crate) fn instance_id() -> &'static str {
     static ID: OnceLock<String> = OnceLock::new();
     ID.get_or_init(|| {
         use std::hash::{BuildHasher, Hasher};
@@ -43,7 +43,7 @@ fn str_value(v: &Option<AnyValue>) -> Option<&str> {
 }
 
 /// The resource was made, or passed on, by the process `id`: it has looped back.
-pub fn is_looped(resource: Option<&Resource>, id: &str) -> bool {
+pub(crate) fn is_looped(resource: Option<&Resource>, id: &str) -> bool {
     let Some(r) = resource else { return false };
     r.attributes.iter().any(|kv| match kv.key.as_str() {
         EMITTER => str_value(&kv.value) == Some(id),
@@ -58,12 +58,12 @@ pub fn is_looped(resource: Option<&Resource>, id: &str) -> bool {
 
 /// The resource is what some mcp-health made itself (health spans, incident records, metrics).
 #[cfg(test)]
-pub fn is_emitted(resource: Option<&Resource>) -> bool {
+pub(crate) fn is_emitted(resource: Option<&Resource>) -> bool {
     resource.is_some_and(|r| r.attributes.iter().any(|kv| kv.key == EMITTER))
 }
 
 /// Append `id` to the resource's `mcp_health.via` before it is passed on.
-pub fn mark_via(resource: &mut Option<Resource>, id: &str) {
+pub(crate) fn mark_via(resource: &mut Option<Resource>, id: &str) {
     let r = resource.get_or_insert_with(Resource::default);
     let me = AnyValue { value: Some(Value::StringValue(id.to_string())) };
     match r.attributes.iter_mut().find(|kv| kv.key == VIA) {
@@ -80,7 +80,7 @@ pub fn mark_via(resource: &mut Option<Resource>, id: &str) {
 }
 
 /// A fresh `mcp_health.via` attribute naming `id` (what [`mark_via`] adds to a resource without one).
-pub fn via_attribute(id: &str) -> KeyValue {
+pub(crate) fn via_attribute(id: &str) -> KeyValue {
     let me = AnyValue { value: Some(Value::StringValue(id.to_string())) };
     KeyValue {
         key: VIA.into(),
@@ -90,7 +90,7 @@ pub fn via_attribute(id: &str) -> KeyValue {
 }
 
 /// The `mcp_health.emitter` attribute of this process.
-pub fn emitter_attribute() -> KeyValue {
+pub(crate) fn emitter_attribute() -> KeyValue {
     KeyValue { key: EMITTER.into(), value: Some(AnyValue { value: Some(Value::StringValue(instance_id().into())) }), ..Default::default() }
 }
 

@@ -31,11 +31,11 @@ use serde::Deserialize;
 /// `decoded_requests_cost_what_the_reservation_says`): the decoded structs of a trace request
 /// hold 3.85× its wire size (every id, name, key and value its own allocation, every attribute
 /// 80 bytes inline); 5 leaves room for the allocator's size classes.
-pub const DECODED_PER_WIRE_BYTE: u64 = 5;
+pub(crate) const DECODED_PER_WIRE_BYTE: u64 = 5;
 
 /// Where the process stands against its memory limit.
 #[derive(Debug)]
-pub struct MemoryLimiter {
+pub(crate) struct MemoryLimiter {
     soft: u64,
     hard: u64,
     over: AtomicBool,
@@ -57,7 +57,7 @@ pub struct MemoryLimiter {
 static ALLOCATOR_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
 /// See [`ALLOCATOR_HOOK`]; the first call wins.
-pub fn set_allocator_hook(f: fn()) {
+pub(crate) fn set_allocator_hook(f: fn()) {
     let _ = ALLOCATOR_HOOK.set(f);
 }
 
@@ -68,12 +68,12 @@ pub fn set_allocator_hook(f: fn()) {
 static IDLE_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
 /// See [`IDLE_HOOK`]; the first call wins.
-pub fn set_idle_hook(f: fn()) {
+pub(crate) fn set_idle_hook(f: fn()) {
     let _ = IDLE_HOOK.set(f);
 }
 
 /// See [`IDLE_HOOK`]: for the runtime's `on_thread_park`.
-pub fn on_thread_idle() {
+pub(crate) fn on_thread_idle() {
     if let Some(f) = IDLE_HOOK.get() {
         f();
     }
@@ -84,7 +84,7 @@ impl MemoryLimiter {
     /// collector's default: a fifth of the limit). The current resident set is the floor of what
     /// is not reserved.
     #[cfg(test)]
-    pub fn new(limit_mib: u64, spike_limit_mib: Option<u64>) -> MemoryLimiter {
+    pub(crate) fn new(limit_mib: u64, spike_limit_mib: Option<u64>) -> MemoryLimiter {
         let hard = limit_mib << 20;
         Self::from_limit(EffectiveLimit {
             hard,
@@ -94,7 +94,7 @@ impl MemoryLimiter {
     }
 
     /// A limiter holding `limit` (see [`effective_limit`]).
-    pub fn from_limit(limit: EffectiveLimit) -> MemoryLimiter {
+    pub(crate) fn from_limit(limit: EffectiveLimit) -> MemoryLimiter {
         if let Some(f) = ALLOCATOR_HOOK.get() {
             f();
         }
@@ -122,7 +122,7 @@ impl MemoryLimiter {
     }
 
     /// Take a sample; returns `Some(now_over)` when the state changed.
-    pub fn sample(&self, rss_bytes: u64) -> Option<bool> {
+    pub(crate) fn sample(&self, rss_bytes: u64) -> Option<bool> {
         self.rss.store(rss_bytes, Ordering::Relaxed);
         let tracked = self.held.load(Ordering::Relaxed).saturating_add(self.engine.load(Ordering::Relaxed));
         self.untracked.store(rss_bytes.saturating_sub(tracked).max(self.floor), Ordering::Relaxed);
@@ -131,29 +131,29 @@ impl MemoryLimiter {
     }
 
     /// Refuse new data now: over at the last sample, or no room left for even one more byte.
-    pub fn over(&self) -> bool {
+    pub(crate) fn over(&self) -> bool {
         self.over.load(Ordering::Relaxed) || self.room() == 0
     }
 
     /// Bytes that may still be reserved.
-    pub fn room(&self) -> u64 {
+    pub(crate) fn room(&self) -> u64 {
         let used = self.untracked.load(Ordering::Relaxed).saturating_add(self.engine.load(Ordering::Relaxed));
         self.soft.saturating_sub(used).saturating_sub(self.held.load(Ordering::Relaxed))
     }
 
     /// The engine's evidence bytes, after each of its steps.
-    pub fn set_engine_bytes(&self, bytes: u64) {
+    pub(crate) fn set_engine_bytes(&self, bytes: u64) {
         self.engine.store(bytes, Ordering::Relaxed);
     }
 
     /// Reserve `bytes`, or `None` (refuse the request) when that would pass the soft limit.
-    pub fn reserve(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
+    pub(crate) fn reserve(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
         self.grow(bytes).then(|| Reservation { limiter: self.clone(), bytes })
     }
 
     /// Hold `bytes` whatever the limit: for what must not be dropped and is already allocated.
     /// It still counts, so the receivers refuse sooner.
-    pub fn hold(self: &Arc<Self>, bytes: u64) -> Reservation {
+    pub(crate) fn hold(self: &Arc<Self>, bytes: u64) -> Reservation {
         self.held.fetch_add(bytes, Ordering::Relaxed);
         Reservation { limiter: self.clone(), bytes }
     }
@@ -176,34 +176,34 @@ impl MemoryLimiter {
     }
 
     /// The engine's evidence bytes, as last published.
-    pub fn engine_bytes(&self) -> u64 {
+    pub(crate) fn engine_bytes(&self) -> u64 {
         self.engine.load(Ordering::Relaxed)
     }
 
     /// Bytes reserved now.
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }
 
-    pub fn limits(&self) -> (u64, u64) {
+    pub(crate) fn limits(&self) -> (u64, u64) {
         (self.soft, self.hard)
     }
 }
 
 /// The memory limit when `processors.memory_limiter` is absent: this share of the cgroup's limit
 /// (a container's), as the collector's `limit_percentage`.
-pub const DEFAULT_LIMIT_PERCENTAGE: u64 = 80;
+pub(crate) const DEFAULT_LIMIT_PERCENTAGE: u64 = 80;
 
 /// The memory limit when `processors.memory_limiter` is absent and no cgroup limit is set: an
 /// unbounded default let a dead backend take the process to 2 GB (3.4 MiB requests queued).
-pub const DEFAULT_LIMIT_MIB: u64 = 512;
+pub(crate) const DEFAULT_LIMIT_MIB: u64 = 512;
 
 /// A cgroup "limit" at or above this is no limit (cgroup v1 writes `9223372036854771712`).
 const NO_CGROUP_LIMIT: u64 = 1 << 60;
 
 /// The limits the service runs with, and where they came from (logged at start).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EffectiveLimit {
+pub(crate) struct EffectiveLimit {
     /// The hard limit, in bytes.
     pub hard: u64,
     /// The spike allowance, in bytes (the soft limit is `hard - spike`).
@@ -213,7 +213,7 @@ pub struct EffectiveLimit {
 
 /// Why the limit is what it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LimitBasis {
+pub(crate) enum LimitBasis {
     /// `limit_mib` in the configuration.
     LimitMib,
     /// `limit_percentage` of this many bytes (the cgroup's limit, else the host's memory).
@@ -225,7 +225,7 @@ pub enum LimitBasis {
 }
 
 impl LimitBasis {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             LimitBasis::LimitMib => "limit_mib",
             LimitBasis::Percentage { .. } => "limit_percentage",
@@ -237,7 +237,7 @@ impl LimitBasis {
 
 /// The memory this process may use, as the collector's `memory_limiter` reads it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SystemMemory {
+pub(crate) struct SystemMemory {
     /// The cgroup's limit (v2 `memory.max`, v1 `memory.limit_in_bytes`), if one is set.
     pub cgroup: Option<u64>,
     /// The host's `MemTotal`.
@@ -246,7 +246,7 @@ pub struct SystemMemory {
 
 impl SystemMemory {
     /// Read from `/proc` and `/sys/fs/cgroup` (Linux; elsewhere nothing is known).
-    pub fn read() -> SystemMemory {
+    pub(crate) fn read() -> SystemMemory {
         let cgroup =
             std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|c| cgroup_limit(std::path::Path::new("/sys/fs/cgroup"), &c));
         let host = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
@@ -262,7 +262,7 @@ impl SystemMemory {
 /// (`N:memory:/path` → `memory/…/memory.limit_in_bytes`). In a container the cgroup is often
 /// mounted as its own root, so the root's file is read when the named path is not there.
 /// `max` or a huge value: no limit.
-pub fn cgroup_limit(root: &std::path::Path, proc_self_cgroup: &str) -> Option<u64> {
+pub(crate) fn cgroup_limit(root: &std::path::Path, proc_self_cgroup: &str) -> Option<u64> {
     let read = |p: std::path::PathBuf| -> Option<Option<u64>> {
         let t = std::fs::read_to_string(p).ok()?;
         let t = t.trim();
@@ -357,7 +357,7 @@ fn one_second() -> Duration {
 
 /// The limits to run with: the configured ones, or the default when none is configured; `None`
 /// when `limit_mib: 0` switches the limiter off (or a percentage has nothing to be taken of).
-pub fn effective_limit(cfg: Option<&MemoryLimiterConfig>, sys: SystemMemory) -> Option<EffectiveLimit> {
+pub(crate) fn effective_limit(cfg: Option<&MemoryLimiterConfig>, sys: SystemMemory) -> Option<EffectiveLimit> {
     // The collector's default spike allowance: a fifth of the limit.
     let with_spike = |hard: u64, spike: Option<u64>, basis| EffectiveLimit { hard, spike: spike.unwrap_or(hard / 5).min(hard), basis };
     let Some(m) = cfg else {
@@ -444,7 +444,7 @@ impl Drop for Reservation {
 
 /// The heap a decoded trace request holds: every `Vec` and `String` by capacity, with the inline
 /// size of their elements. This is what a request queued for pass-through really costs.
-pub fn trace_request_heap_bytes(req: &ExportTraceServiceRequest) -> u64 {
+pub(crate) fn trace_request_heap_bytes(req: &ExportTraceServiceRequest) -> u64 {
     fn vec<T>(v: &Vec<T>) -> usize {
         v.capacity() * std::mem::size_of::<T>()
     }
@@ -493,7 +493,7 @@ pub fn trace_request_heap_bytes(req: &ExportTraceServiceRequest) -> u64 {
 }
 
 /// The process's resident set in bytes (Linux), if it can be read.
-pub fn process_rss() -> Option<u64> {
+pub(crate) fn process_rss() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.

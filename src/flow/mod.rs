@@ -5,7 +5,7 @@
 //! ([`crate::telemetry::meters`]). Nothing here knows a protocol's listener or a backend:
 //! `receive/` and `emit/` both sit above it, so neither imports the other.
 
-pub mod loops;
-pub mod memory;
-pub mod outgoing;
-pub mod queue;
+pub(crate) mod loops;
+pub(crate) mod memory;
+pub(crate) mod outgoing;
+pub(crate) mod queue;

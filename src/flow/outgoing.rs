@@ -93,15 +93,15 @@ impl Outgoing {
     }
 }
 
-pub fn span_count(r: &ExportTraceServiceRequest) -> u64 {
+pub(crate) fn span_count(r: &ExportTraceServiceRequest) -> u64 {
     r.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum()
 }
 
-pub fn log_record_count(r: &ExportLogsServiceRequest) -> u64 {
+pub(crate) fn log_record_count(r: &ExportLogsServiceRequest) -> u64 {
     r.resource_logs.iter().flat_map(|r| &r.scope_logs).map(|s| s.log_records.len() as u64).sum()
 }
 
-pub fn metric_point_count(r: &ExportMetricsServiceRequest) -> u64 {
+pub(crate) fn metric_point_count(r: &ExportMetricsServiceRequest) -> u64 {
     r.resource_metrics
         .iter()
         .flat_map(|r| &r.scope_metrics)
@@ -121,7 +121,7 @@ pub fn metric_point_count(r: &ExportMetricsServiceRequest) -> u64 {
 /// has a directory): for the receivers, which answer only once what they pass on is on disk, and
 /// for the health sink's overflow. Declared here, beside what it carries, so that neither side
 /// reaches into the exporter.
-pub trait DiskSpool: Send + Sync + std::fmt::Debug {
+pub(crate) trait DiskSpool: Send + Sync + std::fmt::Debug {
     /// Write `item` and wake a sender; `Err` when it cannot be written (the queue is at its byte
     /// bound, or the disk failed): nothing was written.
     fn push(&self, item: Outgoing) -> Result<(), String>;

@@ -35,7 +35,7 @@ impl<T> Clone for Queue<T> {
 }
 
 /// A queue of `capacity` places (at least one), named for the gauges, logs and status page.
-pub fn bounded<T>(name: &'static str, capacity: usize, on_full: OnFull) -> (Queue<T>, mpsc::Receiver<T>) {
+pub(crate) fn bounded<T>(name: &'static str, capacity: usize, on_full: OnFull) -> (Queue<T>, mpsc::Receiver<T>) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     (Queue { name, on_full, tx }, rx)
 }

@@ -6,7 +6,7 @@
 //! `proto/mcp_health/v1/gate.proto`).
 
 pub(crate) mod config;
-pub mod service;
+pub(crate) mod service;
 
 use std::sync::Arc;
 
@@ -37,7 +37,7 @@ pub struct ToolDecision {
 
 /// Shared state behind the gate.
 #[derive(Clone, Default)]
-pub struct GateState {
+pub(crate) struct GateState {
     pub pins: Option<Arc<Lockfile>>,
     pub board: Arc<CatalogBoard>,
     /// The tool definitions seen (the engine's), what a drifted definition is diffed against.
@@ -55,7 +55,7 @@ pub struct GateState {
 
 impl GateState {
     /// Allow or deny a call that is about to use `digest` as the definition of `tool` on `server`.
-    pub fn check_tool(&self, server: &str, tool: &str, digest: &str) -> ToolDecision {
+    pub(crate) fn check_tool(&self, server: &str, tool: &str, digest: &str) -> ToolDecision {
         let Some(pins) = &self.pins else {
             return ToolDecision {
                 allow: self.unpinned == UnpinnedPolicy::Allow,
@@ -85,7 +85,7 @@ impl GateState {
 
     /// The catalog verdict of a session (by `mcp.session.id`), or of a client at a server where the
     /// protocol has no session.
-    pub fn catalog_of(&self, session_id: Option<&str>, client: Option<&str>, server: Option<&str>) -> Option<CatalogVerdict> {
+    pub(crate) fn catalog_of(&self, session_id: Option<&str>, client: Option<&str>, server: Option<&str>) -> Option<CatalogVerdict> {
         let key = crate::evidence::session_key(session_id, client, server, crate::evidence::Side::Client)?;
         if let Some((store, limits)) = &self.shared {
             match store.peek(crate::state::Table::Sessions, &key) {

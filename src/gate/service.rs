@@ -25,24 +25,24 @@ use pb::gate_server::{Gate, GateServer};
 
 /// The gate service over a [`GateState`].
 #[derive(Clone)]
-pub struct GateService {
+pub(crate) struct GateService {
     state: GateState,
 }
 
 impl GateService {
-    pub fn new(state: GateState) -> Self {
+    pub(crate) fn new(state: GateState) -> Self {
         GateService { state }
     }
 
     /// The tonic service, ready for `Server::add_service`.
-    pub fn into_server(self) -> GateServer<GateService> {
+    pub(crate) fn into_server(self) -> GateServer<GateService> {
         GateServer::new(self)
     }
 }
 
 /// Serve the gate on `listener` (its limits, timeouts and TLS: `crate::receive::listen`) until
 /// `shutdown` resolves.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: crate::receive::listen::Listener,
     state: GateState,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -106,7 +106,7 @@ impl From<&CatalogVerdict> for pb::Verdict {
 
 impl GateService {
     /// `CheckTool` without the transport (also what the unit tests call).
-    pub fn check_tool_inner(&self, r: &pb::CheckToolRequest) -> Result<pb::CheckToolResponse, Status> {
+    pub(crate) fn check_tool_inner(&self, r: &pb::CheckToolRequest) -> Result<pb::CheckToolResponse, Status> {
         let server = required("server", &r.server)?;
         let tool = required("tool", &r.tool)?;
         let digest = parse_digest(required("digest", &r.digest)?)?;
@@ -114,7 +114,7 @@ impl GateService {
     }
 
     /// `CatalogVerdict` without the transport.
-    pub fn catalog_verdict_inner(&self, r: &pb::CatalogVerdictRequest) -> Result<pb::CatalogVerdictResponse, Status> {
+    pub(crate) fn catalog_verdict_inner(&self, r: &pb::CatalogVerdictRequest) -> Result<pb::CatalogVerdictResponse, Status> {
         // With a shared store down, another instance may hold a newer verdict: never a guess.
         if self.state.store_down.as_ref().is_some_and(|down| down()) {
             return Err(Status::unavailable("the state store is unavailable: catalog verdicts of other instances are unknown; retry"));

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::bounded::BoundedMap;
 
 /// Default capacity (`processors.mcp_health.limits.tool_definitions`).
-pub const DEFAULT_CAPACITY: usize = 8_192;
+pub(crate) const DEFAULT_CAPACITY: usize = 8_192;
 
 /// See the module documentation. One per service (or replay), handed as an `Arc` to the
 /// normalizer's settings (which write it) and to the engine and the gate (which read it).

@@ -16,10 +16,10 @@ use crate::bounded::BoundedMap;
 use crate::evidence::digest::{tool_digest, DigestError, ToolDigest};
 
 /// Default capacity (`processors.mcp_health.limits.digest_cache`).
-pub const DEFAULT_CAPACITY: usize = 16_384;
+pub(crate) const DEFAULT_CAPACITY: usize = 16_384;
 
 /// See the module documentation.
-pub struct DigestCache {
+pub(crate) struct DigestCache {
     map: BoundedMap<[u8; 32], ToolDigest>,
     pub hits: u64,
     pub misses: u64,
@@ -32,12 +32,12 @@ impl Default for DigestCache {
 }
 
 impl DigestCache {
-    pub fn with_capacity(cap: usize) -> Self {
+    pub(crate) fn with_capacity(cap: usize) -> Self {
         DigestCache { map: BoundedMap::with_capacity("digest_cache", cap), hits: 0, misses: 0 }
     }
 
     /// Digest a raw JSON tool definition.
-    pub fn digest_raw(&mut self, raw: &[u8]) -> Result<ToolDigest, DigestError> {
+    pub(crate) fn digest_raw(&mut self, raw: &[u8]) -> Result<ToolDigest, DigestError> {
         let key: [u8; 32] = Sha256::digest(raw).into();
         if let Some(d) = self.map.get(&key) {
             self.hits += 1;
@@ -62,7 +62,7 @@ thread_local! {
 
 /// Size this thread's cache (a receiving thread, from its component's settings, at each batch: a
 /// change costs nothing when the size is the same).
-pub fn fit_thread_cache(cap: usize) {
+pub(crate) fn fit_thread_cache(cap: usize) {
     THREAD_CACHE.with(|c| {
         let mut c = c.borrow_mut();
         if c.map.capacity() != cap {
@@ -72,7 +72,7 @@ pub fn fit_thread_cache(cap: usize) {
 }
 
 /// Run `f` with this thread's cache.
-pub fn with_thread_cache<R>(f: impl FnOnce(&mut DigestCache) -> R) -> R {
+pub(crate) fn with_thread_cache<R>(f: impl FnOnce(&mut DigestCache) -> R) -> R {
     THREAD_CACHE.with(|c| f(&mut c.borrow_mut()))
 }
 

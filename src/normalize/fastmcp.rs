@@ -33,9 +33,9 @@ use crate::evidence::attributes as a;
 use crate::evidence::*;
 use std::sync::Arc;
 
-pub const SCOPE: &str = "fastmcp";
+pub(crate) const SCOPE: &str = "fastmcp";
 
-pub const DIALECT: Dialect =
+pub(crate) const DIALECT: Dialect =
     Dialect { name: "fastmcp", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("fastmcp.")), read };
 
 fn read(

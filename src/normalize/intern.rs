@@ -16,11 +16,11 @@ use crate::bounded::BoundedMap;
 
 /// Names a thread's table keeps until told otherwise (`processors.mcp_health.limits.interner`'s
 /// default).
-pub const DEFAULT_CAPACITY: usize = 4096;
+pub(crate) const DEFAULT_CAPACITY: usize = 4096;
 
 /// Size this thread's table (a receiving thread, from its component's settings, at each batch: a
 /// change costs nothing when the size is the same).
-pub fn fit(cap: usize) {
+pub(crate) fn fit(cap: usize) {
     TABLE.with(|t| {
         let mut t = t.borrow_mut();
         if t.capacity() != cap {
@@ -87,7 +87,7 @@ const SESSION_CAPACITY: usize = 4096;
 
 /// A session id as kept in evidence (raw: it is hashed wherever it is emitted), shared between
 /// the spans of a session instead of one allocation per span.
-pub fn session(raw: &str) -> Arc<str> {
+pub(crate) fn session(raw: &str) -> Arc<str> {
     let mut h = FxHasher::default();
     raw.hash(&mut h);
     let key = h.finish();

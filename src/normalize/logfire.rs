@@ -31,13 +31,13 @@ use super::{semconv, value, Dialect};
 use crate::evidence::*;
 use std::sync::Arc;
 
-pub const SCOPE: &str = "logfire.mcp";
+pub(crate) const SCOPE: &str = "logfire.mcp";
 const CLIENT_PREFIX: &str = "MCP request: ";
 const SERVER_PREFIX: &str = "MCP server handle request: ";
 /// Bodies larger than this are not parsed at all (their `isError` / `code` stay unknown).
 const MAX_BODY: usize = 1 << 20;
 
-pub const DIALECT: Dialect =
+pub(crate) const DIALECT: Dialect =
     Dialect { name: "logfire", scopes: &[SCOPE], sniff: |s| s.name.starts_with(CLIENT_PREFIX) || s.name.starts_with(SERVER_PREFIX), read };
 
 /// The two fields of a response body mcp-health reads.

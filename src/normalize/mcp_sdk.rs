@@ -28,9 +28,9 @@ use super::Dialect;
 use crate::evidence::*;
 use std::sync::Arc;
 
-pub const SCOPE: &str = "mcp-python-sdk";
+pub(crate) const SCOPE: &str = "mcp-python-sdk";
 
-pub const DIALECT: Dialect = Dialect { name: "mcp_sdk", scopes: &[SCOPE], sniff: |s| s.name.starts_with("MCP send "), read };
+pub(crate) const DIALECT: Dialect = Dialect { name: "mcp_sdk", scopes: &[SCOPE], sniff: |s| s.name.starts_with("MCP send "), read };
 
 fn read(
     trace_id: TraceId,
@@ -54,7 +54,7 @@ fn read(
 }
 
 /// The corrections shared by everything built on the SDK 2.x (the SDK's own spans, FastMCP's).
-pub fn correct_sdk_family(ev: &mut SpanEvidence, span: &Span<'_>) {
+pub(crate) fn correct_sdk_family(ev: &mut SpanEvidence, span: &Span<'_>) {
     if ev.tool.is_none() && ev.method == Some(Method::ToolsCall) {
         if let Some(t) = tool_from_name(span.name) {
             ev.tool = Some(intern(Kind::Tool, t, None, || t.to_string()));
@@ -73,7 +73,7 @@ pub fn correct_sdk_family(ev: &mut SpanEvidence, span: &Span<'_>) {
 }
 
 /// `MCP send tools/call x` (client) or `tools/call x` (server) → `x`.
-pub fn tool_from_name(name: &str) -> Option<&str> {
+pub(crate) fn tool_from_name(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("MCP send ").unwrap_or(name);
     let tool = rest.strip_prefix("tools/call ")?.trim();
     (!tool.is_empty() && tool.len() <= 256).then_some(tool)

@@ -16,7 +16,7 @@ use crate::evidence::*;
 use std::sync::Arc;
 
 /// Read one span. `None` when the span carries no MCP evidence at all.
-pub fn read_span(
+pub(crate) fn read_span(
     trace_id: TraceId,
     span_id: SpanId,
     span: &Span<'_>,
@@ -298,14 +298,14 @@ fn digest_definitions(raw: &str, projections: &mut Vec<(String, serde_json::Valu
 
 /// Whether an HTTP path is an MCP endpoint: the streamable-HTTP path every SDK defaults to,
 /// `/mcp` (query string ignored, one trailing slash allowed). Other mount points are not guessed.
-pub fn is_mcp_path(p: &str) -> bool {
+pub(crate) fn is_mcp_path(p: &str) -> bool {
     let p = p.split(['?', '#']).next().unwrap_or("");
     let p = p.strip_suffix('/').unwrap_or(p);
     p.ends_with("/mcp")
 }
 
 /// The semantic-conventions dialect, the fallback of the registry (see `normalize::DIALECTS`).
-pub const DIALECT: super::Dialect = super::Dialect { name: "semconv", scopes: &[], sniff: |_| false, read: read_span };
+pub(crate) const DIALECT: super::Dialect = super::Dialect { name: "semconv", scopes: &[], sniff: |_| false, read: read_span };
 
 /// Keys that make a span worth reading in full.
 fn is_evidence_key(k: &str) -> bool {
@@ -671,7 +671,7 @@ fn read_outcome_attribute(kv: &KeyValue<'_>, f: &mut OutcomeFields, type_errors:
 }
 
 /// Reduce `rpc.response.status_code` / `error.type` to an error class.
-pub fn classify_error(rpc_code: Option<i64>, error_type: Option<&str>) -> Option<CallError> {
+pub(crate) fn classify_error(rpc_code: Option<i64>, error_type: Option<&str>) -> Option<CallError> {
     if error_type == Some("tool_error") {
         return Some(CallError::ToolError);
     }

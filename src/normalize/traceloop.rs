@@ -33,13 +33,13 @@ use crate::evidence::attributes as a;
 use crate::evidence::*;
 use std::sync::Arc;
 
-pub const SCOPE: &str = "opentelemetry.instrumentation.mcp.instrumentation";
+pub(crate) const SCOPE: &str = "opentelemetry.instrumentation.mcp.instrumentation";
 const SPAN_KIND: &str = "traceloop.span.kind";
 const ENTITY_NAME: &str = "traceloop.entity.name";
 const WORKFLOW_NAME: &str = "traceloop.workflow.name";
 const REQUEST_ID: &str = "mcp.request.id";
 
-pub const DIALECT: Dialect =
+pub(crate) const DIALECT: Dialect =
     Dialect { name: "traceloop", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("traceloop.")), read };
 
 fn attr<'s>(span: &Span<'s>, key: &str) -> Option<&'s str> {

@@ -5,7 +5,7 @@
 use super::view::{AnyValue, Value};
 
 /// A string value, borrowed.
-pub fn as_str<'a>(v: &Option<AnyValue<'a>>) -> Option<&'a str> {
+pub(crate) fn as_str<'a>(v: &Option<AnyValue<'a>>) -> Option<&'a str> {
     match v.as_ref()?.value.as_ref()? {
         Value::StringValue(s) => Some(s),
         _ => None,
@@ -13,7 +13,7 @@ pub fn as_str<'a>(v: &Option<AnyValue<'a>>) -> Option<&'a str> {
 }
 
 /// An integer, from an int, an integral double or a decimal string.
-pub fn as_i64(v: &Option<AnyValue<'_>>) -> Option<i64> {
+pub(crate) fn as_i64(v: &Option<AnyValue<'_>>) -> Option<i64> {
     match v.as_ref()?.value.as_ref()? {
         Value::IntValue(i) => Some(*i),
         Value::DoubleValue(d) if d.fract() == 0.0 && d.is_finite() && d.abs() < 9.0e15 => Some(*d as i64),
@@ -23,7 +23,7 @@ pub fn as_i64(v: &Option<AnyValue<'_>>) -> Option<i64> {
 }
 
 /// A boolean, from a bool or the strings `true` / `false`.
-pub fn as_bool(v: &Option<AnyValue<'_>>) -> Option<bool> {
+pub(crate) fn as_bool(v: &Option<AnyValue<'_>>) -> Option<bool> {
     match v.as_ref()?.value.as_ref()? {
         Value::BoolValue(b) => Some(*b),
         Value::StringValue(s) if s.eq_ignore_ascii_case("true") => Some(true),
@@ -35,7 +35,7 @@ pub fn as_bool(v: &Option<AnyValue<'_>>) -> Option<bool> {
 /// An identifier attribute (a string, or an integer in decimal) handed to `f` as text, without
 /// the `String` [`as_id`] makes: request ids are read on every call span and kept only in their
 /// redacted form.
-pub fn id_with<T>(v: &Option<AnyValue<'_>>, f: impl FnOnce(&str) -> T) -> Option<T> {
+pub(crate) fn id_with<T>(v: &Option<AnyValue<'_>>, f: impl FnOnce(&str) -> T) -> Option<T> {
     match v.as_ref()?.value.as_ref()? {
         Value::StringValue(s) => Some(f(s)),
         Value::IntValue(i) => {
@@ -51,12 +51,12 @@ pub fn id_with<T>(v: &Option<AnyValue<'_>>, f: impl FnOnce(&str) -> T) -> Option
 }
 
 /// An identifier that may be written as a string or an int (JSON-RPC ids are either).
-pub fn as_id(v: &Option<AnyValue<'_>>) -> Option<String> {
+pub(crate) fn as_id(v: &Option<AnyValue<'_>>) -> Option<String> {
     id_with(v, str::to_string)
 }
 
 /// A list of strings, from an array of strings or a comma-separated string.
-pub fn as_str_list(v: &Option<AnyValue<'_>>) -> Option<Vec<String>> {
+pub(crate) fn as_str_list(v: &Option<AnyValue<'_>>) -> Option<Vec<String>> {
     match v.as_ref()?.value.as_ref()? {
         Value::StringValue(s) => Some(s.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect()),
         Value::ArrayValue(a) => Some(
@@ -73,7 +73,7 @@ pub fn as_str_list(v: &Option<AnyValue<'_>>) -> Option<Vec<String>> {
 }
 
 /// A number, from a double, an int or a decimal string.
-pub fn as_f64(v: &Option<AnyValue<'_>>) -> Option<f64> {
+pub(crate) fn as_f64(v: &Option<AnyValue<'_>>) -> Option<f64> {
     match v.as_ref()?.value.as_ref()? {
         Value::DoubleValue(d) if d.is_finite() => Some(*d),
         Value::IntValue(i) => Some(*i as f64),

@@ -103,7 +103,7 @@ impl<'a> SpanView<'a> {
 }
 
 /// Borrow generated attributes.
-pub fn attributes_from_proto(kvs: &[pc::KeyValue]) -> Vec<KeyValue<'_>> {
+pub(crate) fn attributes_from_proto(kvs: &[pc::KeyValue]) -> Vec<KeyValue<'_>> {
     kvs.iter().map(|kv| KeyValue { key: &kv.key, value: kv.value.as_ref().map(any_from_proto) }).collect()
 }
 

@@ -22,7 +22,7 @@ use bytes::Bytes;
 
 /// What the receiver should answer.
 #[derive(Debug)]
-pub enum Admitted {
+pub(crate) enum Admitted {
     /// Accepted; `rejected` spans inside it were invalid (partial success). With the evidence
     /// journal on, the answer waits for its evidence to be written ([`Durable::settle`]).
     Accepted { rejected: u64, message: String, durable: Option<Durable> },
@@ -53,7 +53,7 @@ impl Admitted {
 /// answer loses none of it. Its spans are counted accepted then, or refused (retryably) when
 /// the journal could not take them.
 #[derive(Debug)]
-pub struct Durable {
+pub(crate) struct Durable {
     written: tokio::sync::oneshot::Receiver<bool>,
     /// Boxed: an admission is large, and an accepted answer carries this.
     admission: Box<Admission>,
@@ -63,7 +63,7 @@ pub struct Durable {
 }
 
 impl Durable {
-    pub async fn settle(self) -> Result<(), RefusalReason> {
+    pub(crate) async fn settle(self) -> Result<(), RefusalReason> {
         let taken = self.spans.saturating_sub(self.rejected);
         if self.written.await.unwrap_or(false) {
             self.admission.meters.receiver_accepted(ItemKind::Spans, self.transport, taken);
@@ -80,7 +80,7 @@ impl Durable {
 
 /// Shared by every receiver connection.
 #[derive(Clone)]
-pub struct Admission {
+pub(crate) struct Admission {
     /// The engine's input ([`OnFull::Refuse`](crate::flow::queue::OnFull)).
     pub ingest: Queue<NormalizedBatch>,
     /// The pass-through export queue ([`OnFull::Refuse`](crate::flow::queue::OnFull)).
@@ -110,19 +110,19 @@ impl std::fmt::Debug for Admission {
 }
 
 /// What a refusal log line is throttled by: signal, transport and reason (closed sets).
-pub type RefusalKey = (Signal, Transport, RefusalReason);
+pub(crate) type RefusalKey = (Signal, Transport, RefusalReason);
 
 /// At most one warning per refusal kind this often; the metrics count every refusal.
-pub const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
 
 /// A fresh refusal-log throttle on the system clock.
-pub fn refusal_log() -> Arc<Mutex<Throttle<RefusalKey>>> {
+pub(crate) fn refusal_log() -> Arc<Mutex<Throttle<RefusalKey>>> {
     Arc::new(Mutex::new(Throttle::new(SystemClock, REFUSAL_LOG_WINDOW)))
 }
 
 impl Admission {
     /// Above the memory limiter's soft limit: refuse, retryably.
-    pub fn over_memory(&self) -> bool {
+    pub(crate) fn over_memory(&self) -> bool {
         self.memory.as_ref().is_some_and(|m| m.over())
     }
 
@@ -132,13 +132,13 @@ impl Admission {
     /// and refuses whole when one was taken in between. A full exporter queue (a backend down,
     /// not an overloaded service) is still found after decoding, so that what it refuses is
     /// counted in items (`enqueue_failed_spans`), as the collector counts it.
-    pub fn full_before_decode(&self, signal: Signal) -> Option<RefusalReason> {
+    pub(crate) fn full_before_decode(&self, signal: Signal) -> Option<RefusalReason> {
         (signal == Signal::Traces && self.ingest.is_full()).then_some(RefusalReason::CorrelatorBusy)
     }
 
     /// Count a request refused before it could be read (undecodable, too large): 1 per request
     /// in `mcp_health.spans.refused`, nothing in the item counters (its items are unknown).
-    pub fn refused(&self, transport: Transport, reason: RefusalReason) {
+    pub(crate) fn refused(&self, transport: Transport, reason: RefusalReason) {
         self.request_refused(Signal::Traces, transport, reason);
         self.log_refusal(Signal::Traces, transport, reason, None);
     }
@@ -180,7 +180,7 @@ impl Admission {
     }
 
     /// [`Self::refused`] for any signal.
-    pub fn refused_signal(&self, signal: Signal, transport: Transport, reason: RefusalReason) {
+    pub(crate) fn refused_signal(&self, signal: Signal, transport: Transport, reason: RefusalReason) {
         if signal == Signal::Traces {
             return self.refused(transport, reason);
         }
@@ -195,7 +195,7 @@ impl Admission {
     }
 
     /// Metrics are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_metrics(&self, mut req: ExportMetricsServiceRequest, transport: Transport, held: Option<Reservation>) -> Admitted {
+    pub(crate) fn admit_metrics(&self, mut req: ExportMetricsServiceRequest, transport: Transport, held: Option<Reservation>) -> Admitted {
         let id = loops::instance_id();
         let before = metric_point_count(&req);
         req.resource_metrics.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
@@ -208,7 +208,7 @@ impl Admission {
     }
 
     /// Logs are not read: passed on unchanged when pass-through is on, else dropped and counted.
-    pub fn admit_logs(&self, mut req: ExportLogsServiceRequest, transport: Transport, held: Option<Reservation>) -> Admitted {
+    pub(crate) fn admit_logs(&self, mut req: ExportLogsServiceRequest, transport: Transport, held: Option<Reservation>) -> Admitted {
         let id = loops::instance_id();
         let before = log_record_count(&req);
         req.resource_logs.retain(|r| !loops::is_looped(r.resource.as_ref(), id));
@@ -295,7 +295,7 @@ impl Admission {
     /// reserved for it while it was read and decoded; from here on it pays for the pass-through
     /// copy (until exported) and the normalized batch (until the engine has taken it), each
     /// trimmed to what it holds.
-    pub fn admit(&self, mut req: ExportTraceServiceRequest, transport: Transport, held: Option<Reservation>) -> Admitted {
+    pub(crate) fn admit(&self, mut req: ExportTraceServiceRequest, transport: Transport, held: Option<Reservation>) -> Admitted {
         let mut spans: u64 = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum();
         let tr = KeyValue::new("transport", transport.as_str());
         self.meters.spans_received.add(spans, std::slice::from_ref(&tr));
@@ -322,7 +322,7 @@ impl Admission {
     /// tool definitions to strip, invalid spans to drop, an earlier `via` to extend): then that
     /// request alone is decoded and rebuilt. `Err` when the bytes are not an
     /// `ExportTraceServiceRequest` (INVALID_ARGUMENT; counted by the caller as `undecodable`).
-    pub fn admit_wire(&self, bytes: Bytes, transport: Transport, held: Option<Reservation>) -> Result<Admitted, WireError> {
+    pub(crate) fn admit_wire(&self, bytes: Bytes, transport: Transport, held: Option<Reservation>) -> Result<Admitted, WireError> {
         let id = loops::instance_id();
         if let Some(reason) = self.busy_now() {
             // A queue is full (most often the pass-through's, its backend slower than the

@@ -70,7 +70,7 @@ pub struct ServedCertificate {
 
 /// How a [`ServedCertificate`] reads its certificate and key again: given by the configuration,
 /// which knows the files, so this side never holds the settings.
-pub type Loader = Box<dyn Fn() -> Result<(Arc<CertifiedKey>, CertificateFacts), LoadError> + Send + Sync>;
+pub(crate) type Loader = Box<dyn Fn() -> Result<(Arc<CertifiedKey>, CertificateFacts), LoadError> + Send + Sync>;
 
 /// Why a certificate could not be read again: the key under `tls` it is about
 /// (`cert_file`, `key_file`, …) and what went wrong, as the configuration said it.
@@ -137,13 +137,13 @@ impl ResolvesServerCert for ServedCertificate {
 
 /// What asked for a reload (the log's `trigger`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     Sighup,
     Interval,
 }
 
 impl Trigger {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Trigger::Sighup => "SIGHUP",
             Trigger::Interval => "reload_interval",
@@ -153,15 +153,15 @@ impl Trigger {
 
 /// How a reload ended (`mcp_health.tls.reloads{result}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReloadResult {
+pub(crate) enum ReloadResult {
     Ok,
     Failed,
 }
 
 impl ReloadResult {
-    pub const ALL: [ReloadResult; 2] = [ReloadResult::Ok, ReloadResult::Failed];
+    pub(crate) const ALL: [ReloadResult; 2] = [ReloadResult::Ok, ReloadResult::Failed];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ReloadResult::Ok => "ok",
             ReloadResult::Failed => "failed",
@@ -180,14 +180,14 @@ static RELOADS: [[AtomicU64; 2]; LISTENERS] = [const { [const { AtomicU64::new(0
 static SERVED: Mutex<[Option<(usize, i64)>; LISTENERS]> = Mutex::new([None; LISTENERS]);
 
 /// (listener, result, count) of every certificate reload so far.
-pub fn reload_counts() -> impl Iterator<Item = (ListenerName, ReloadResult, u64)> {
+pub(crate) fn reload_counts() -> impl Iterator<Item = (ListenerName, ReloadResult, u64)> {
     ListenerName::ALL
         .into_iter()
         .flat_map(|l| ReloadResult::ALL.into_iter().map(move |r| (l, r, RELOADS[l as usize][r as usize].load(Ordering::Relaxed))))
 }
 
 /// (listener, not-after in Unix seconds) of every certificate served now.
-pub fn expiries() -> Vec<(ListenerName, i64)> {
+pub(crate) fn expiries() -> Vec<(ListenerName, i64)> {
     let served = SERVED.lock().unwrap_or_else(PoisonError::into_inner);
     ListenerName::ALL.into_iter().filter_map(|l| served[l as usize].map(|(_, t)| (l, t))).collect()
 }
@@ -219,7 +219,7 @@ fn human(seconds: i64) -> String {
 
 /// A TLS listener's certificate while the listener serves: published, logged, reloaded on its
 /// timer. Dropped with the listener: the timer stops and the expiry is no longer published.
-pub struct CertificateWatch {
+pub(crate) struct CertificateWatch {
     listener: ListenerName,
     /// The listener's key prefix (`receivers.otlp.protocols.grpc`), for the keys errors name.
     prefix: &'static str,
@@ -230,7 +230,7 @@ pub struct CertificateWatch {
 impl CertificateWatch {
     /// The listener `listener` (configured under `prefix`) starts serving `cert`. Runs on the
     /// Tokio runtime (the timer is a task).
-    pub fn start(listener: ListenerName, prefix: &'static str, cert: Arc<ServedCertificate>) -> CertificateWatch {
+    pub(crate) fn start(listener: ListenerName, prefix: &'static str, cert: Arc<ServedCertificate>) -> CertificateWatch {
         let facts = cert.facts();
         publish(listener, &cert, &facts);
         let left = remaining(&facts);
@@ -255,7 +255,7 @@ impl CertificateWatch {
     }
 
     /// Read the certificate and key again (SIGHUP).
-    pub fn reload(&self, trigger: Trigger) {
+    pub(crate) fn reload(&self, trigger: Trigger) {
         reload(self.listener, self.prefix, &self.cert, trigger);
     }
 }

@@ -65,14 +65,14 @@ impl Default for ConnectionLimits {
 /// How a listener's connections carry requests: it decides when the header-read clock runs again
 /// after the first request (HTTP/1 only: HTTP/2 sends frames that are not requests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     Http1,
     Http2,
 }
 
 /// The listeners, as named in the connection metrics' `listener` attribute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ListenerName {
+pub(crate) enum ListenerName {
     OtlpGrpc,
     OtlpHttp,
     Prometheus,
@@ -81,10 +81,10 @@ pub enum ListenerName {
 }
 
 impl ListenerName {
-    pub const ALL: [ListenerName; 5] =
+    pub(crate) const ALL: [ListenerName; 5] =
         [ListenerName::OtlpGrpc, ListenerName::OtlpHttp, ListenerName::Prometheus, ListenerName::HealthCheck, ListenerName::Gate];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ListenerName::OtlpGrpc => "otlp_grpc",
             ListenerName::OtlpHttp => "otlp_http",
@@ -97,7 +97,7 @@ impl ListenerName {
 
 /// Why a connection was refused or closed by the listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Closed {
+pub(crate) enum Closed {
     /// The listener held `max_connections` already.
     MaxConnections,
     /// The TLS handshake failed (no or a bad client certificate, a plaintext client, …).
@@ -109,9 +109,9 @@ pub enum Closed {
 }
 
 impl Closed {
-    pub const ALL: [Closed; 4] = [Closed::MaxConnections, Closed::TlsHandshake, Closed::ReadHeader, Closed::Idle];
+    pub(crate) const ALL: [Closed; 4] = [Closed::MaxConnections, Closed::TlsHandshake, Closed::ReadHeader, Closed::Idle];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Closed::MaxConnections => "max_connections",
             Closed::TlsHandshake => "tls_handshake",
@@ -121,7 +121,7 @@ impl Closed {
     }
 
     /// A timeout (`mcp_health.connections.timed_out`), else a refusal (`…refused`).
-    pub fn is_timeout(self) -> bool {
+    pub(crate) fn is_timeout(self) -> bool {
         matches!(self, Closed::ReadHeader | Closed::Idle)
     }
 }
@@ -135,14 +135,14 @@ fn count(l: ListenerName, why: Closed) {
 }
 
 /// (listener, reason, count) of every connection refused or closed so far.
-pub fn closed_counts() -> impl Iterator<Item = (ListenerName, Closed, u64)> {
+pub(crate) fn closed_counts() -> impl Iterator<Item = (ListenerName, Closed, u64)> {
     ListenerName::ALL
         .into_iter()
         .flat_map(|l| Closed::ALL.into_iter().map(move |c| (l, c, CLOSED[l as usize][c as usize].load(Ordering::Relaxed))))
 }
 
 /// (listener, connections open now).
-pub fn open_counts() -> impl Iterator<Item = (ListenerName, u64)> {
+pub(crate) fn open_counts() -> impl Iterator<Item = (ListenerName, u64)> {
     ListenerName::ALL.into_iter().map(|l| (l, OPEN[l as usize].load(Ordering::Relaxed)))
 }
 
@@ -227,7 +227,7 @@ impl ConnState {
 }
 
 /// A request in flight on a connection; dropped when its response is ready (or it is cancelled).
-pub struct InFlight(Arc<ConnState>);
+pub(crate) struct InFlight(Arc<ConnState>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -238,13 +238,13 @@ impl Drop for InFlight {
 
 /// The connection a request came on (tonic puts it in the request's extensions).
 #[derive(Clone)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     state: Arc<ConnState>,
 }
 
 impl ConnInfo {
     /// A request head arrived: the header-read clock stops and the idle clock waits for it.
-    pub fn request_started(&self) -> InFlight {
+    pub(crate) fn request_started(&self) -> InFlight {
         let s = &self.state;
         s.in_flight.fetch_add(1, Ordering::AcqRel);
         s.head_started.store(0, Ordering::Release);
@@ -256,7 +256,7 @@ impl ConnInfo {
 
 /// A TCP connection with its listener's deadlines: when one passes, reads and writes fail (and
 /// the reason is counted once). Holds the connection's place under `max_connections`.
-pub struct Guarded {
+pub(crate) struct Guarded {
     inner: TcpStream,
     state: Arc<ConnState>,
     listener: ListenerName,
@@ -366,7 +366,7 @@ impl AsyncWrite for Guarded {
 }
 
 /// An accepted connection, plaintext or with its TLS handshake done.
-pub enum Conn {
+pub(crate) enum Conn {
     Plain(Guarded),
     Tls(Box<TlsStream<Guarded>>),
 }
@@ -379,7 +379,7 @@ impl Conn {
         }
     }
 
-    pub fn info(&self) -> ConnInfo {
+    pub(crate) fn info(&self) -> ConnInfo {
         let g = self.guarded();
         ConnInfo { state: g.state.clone() }
     }
@@ -435,7 +435,7 @@ impl AsyncWrite for Conn {
 }
 
 /// A bound listener with its limits and, optionally, TLS.
-pub struct Listener {
+pub(crate) struct Listener {
     tcp: TcpListener,
     name: ListenerName,
     limits: ConnectionLimits,
@@ -450,7 +450,7 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 const HANDOFF: usize = 64;
 
 impl Listener {
-    pub fn new(
+    pub(crate) fn new(
         tcp: TcpListener,
         name: ListenerName,
         limits: ConnectionLimits,
@@ -460,14 +460,14 @@ impl Listener {
         Listener { tcp, name, limits, tls: tls.map(tokio_rustls::TlsAcceptor::from), protocol }
     }
 
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         self.tcp.local_addr()
     }
 
     /// Accept connections (and finish their TLS handshakes) until the stream is dropped. The
     /// handle ends once the accept task has let go of the socket: a server awaits it after it
     /// stops, so that the port is free when it returns (a SIGHUP reload binds it again at once).
-    pub fn incoming(self) -> (ReceiverStream<Result<Conn, io::Error>>, tokio::task::JoinHandle<()>) {
+    pub(crate) fn incoming(self) -> (ReceiverStream<Result<Conn, io::Error>>, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(HANDOFF);
         let accepting = tokio::spawn(self.accept_loop(tx));
         (ReceiverStream::new(rx), accepting)
@@ -561,7 +561,7 @@ impl Listener {
 
 /// Serve an axum router over HTTP/1.1 on `listener` until `shutdown` resolves; then stop
 /// accepting, let requests in flight finish, and close idle connections.
-pub async fn serve_http(listener: Listener, app: axum::Router, shutdown: impl Future<Output = ()>) {
+pub(crate) async fn serve_http(listener: Listener, app: axum::Router, shutdown: impl Future<Output = ()>) {
     let (mut incoming, accepting) = listener.incoming();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
@@ -616,7 +616,7 @@ async fn serve_http_conn(conn: Conn, app: axum::Router, mut stop: watch::Receive
 
 /// The tower layer that tells a tonic server's connections when their requests start and end.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct TrackLayer;
+pub(crate) struct TrackLayer;
 
 impl<S> tower::Layer<S> for TrackLayer {
     type Service = Track<S>;
@@ -627,7 +627,7 @@ impl<S> tower::Layer<S> for TrackLayer {
 
 /// See [`TrackLayer`].
 #[derive(Clone, Debug)]
-pub struct Track<S>(S);
+pub(crate) struct Track<S>(S);
 
 impl<S, B> tower::Service<hyper::Request<B>> for Track<S>
 where
@@ -656,7 +656,7 @@ where
 /// Raise the soft open-file limit to the hard limit, as Go programs (the collector) do at start,
 /// and return the limit in force: a low default soft limit (1024) is what let held connections
 /// starve every listener. `None` where it cannot be read.
-pub fn raise_open_file_limit() -> Option<u64> {
+pub(crate) fn raise_open_file_limit() -> Option<u64> {
     #[cfg(unix)]
     {
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

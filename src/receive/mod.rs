@@ -1,14 +1,14 @@
 //! Receive: OTLP/gRPC and OTLP/HTTP in, admitted evidence batches out.
 
-pub mod admit;
-pub mod certificates;
+pub(crate) mod admit;
+pub(crate) mod certificates;
 pub(crate) mod config;
-pub mod listen;
-pub mod otlp_grpc;
-pub mod otlp_http;
-pub mod otlp_json;
-pub mod throttle;
-pub mod tls;
+pub(crate) mod listen;
+pub(crate) mod otlp_grpc;
+pub(crate) mod otlp_http;
+pub(crate) mod otlp_json;
+pub(crate) mod throttle;
+pub(crate) mod tls;
 
 /// Whether `authorization` carries `token` as a bearer token (`receivers.otlp.auth`), compared in
 /// constant time. Both receivers ask it; the token itself is configuration, the check is theirs.

@@ -270,7 +270,7 @@ const MAX_FRAME_BYTES: u32 = 1 << 20;
 
 /// Serve OTLP/gRPC on `listener` (its limits, timeouts and TLS: `super::listen`) until
 /// `shutdown` resolves.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: super::listen::Listener,
     admission: Admission,
     max_message_bytes: usize,
@@ -297,7 +297,7 @@ pub async fn serve(
 
 /// Why a request was refused before it reached a service; its type picks the gRPC status.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error("mcp-health is at its memory limit; retry with backoff")]
     MemoryLimit,
     #[error("the message exceeds the size limit of {0} bytes")]
@@ -313,7 +313,7 @@ pub enum ReadError {
 impl ReadError {
     /// The OTLP answer: retryable (RESOURCE_EXHAUSTED with RetryInfo, see [`busy_status`]) only
     /// for memory.
-    pub fn status(&self) -> Status {
+    pub(crate) fn status(&self) -> Status {
         let m = self.to_string();
         match self {
             ReadError::MemoryLimit => busy_status(&m),
@@ -325,7 +325,7 @@ impl ReadError {
     }
 
     /// The `reason` label it is counted under (`Body`: the client went away, not counted).
-    pub fn reason(&self) -> Option<RefusalReason> {
+    pub(crate) fn reason(&self) -> Option<RefusalReason> {
         match self {
             ReadError::MemoryLimit => Some(RefusalReason::MemoryLimit),
             ReadError::TooLarge(_) => Some(RefusalReason::TooLarge),
@@ -338,7 +338,7 @@ impl ReadError {
 
 /// See the module docs.
 #[derive(Clone)]
-pub struct ReadMessage<S> {
+pub(crate) struct ReadMessage<S> {
     inner: S,
     admission: Admission,
     max_message_bytes: usize,
@@ -513,6 +513,6 @@ async fn read_message(
 }
 
 /// Bind a listener, with a message that names the address on failure.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await.map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
 }

@@ -48,7 +48,7 @@ enum Encoding {
 }
 
 /// The `/v1/traces`, `/v1/metrics` and `/v1/logs` router.
-pub fn router(admission: Admission, max_body: usize, token: Option<std::sync::Arc<str>>) -> Router {
+pub(crate) fn router(admission: Admission, max_body: usize, token: Option<std::sync::Arc<str>>) -> Router {
     Router::new()
         .route("/v1/traces", post(traces))
         .route("/v1/metrics", post(metrics))

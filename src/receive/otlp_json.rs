@@ -111,7 +111,7 @@ fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
 /// Which decoder a body goes through: straight into the generated types (traces), or through a
 /// `serde_json::Value` tree first (metrics and logs, see [`decode_other`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JsonDecoder {
+pub(crate) enum JsonDecoder {
     Direct,
     Tree,
 }
@@ -207,7 +207,7 @@ struct Frame<'a> {
 /// buffer while it grows), serde's scratch buffer, and for [`JsonDecoder::Tree`] the tree as
 /// well (tree and structs are alive together). [`JsonDecoder::Direct`] adds one copy of the text
 /// (enum names rewritten). Not a validation: whatever is not JSON costs no more than it reads as.
-pub fn decoded_bound(bytes: &[u8], decoder: JsonDecoder) -> u64 {
+pub(crate) fn decoded_bound(bytes: &[u8], decoder: JsonDecoder) -> u64 {
     let (mut typed, mut tree, mut largest, mut longest) = (0u64, 0u64, 0u64, 0u64);
     let mut stack: Vec<Frame> = Vec::new();
     // An element added to the innermost array, if that is where the value at `i` sits.
@@ -301,12 +301,12 @@ pub fn decoded_bound(bytes: &[u8], decoder: JsonDecoder) -> u64 {
 
 /// Decode one `ExportMetricsServiceRequest` from OTLP/JSON bytes (passed on, never read); enums
 /// may be written by name here too.
-pub fn decode_metrics(bytes: &[u8]) -> Result<ExportMetricsServiceRequest, String> {
+pub(crate) fn decode_metrics(bytes: &[u8]) -> Result<ExportMetricsServiceRequest, String> {
     decode_other(bytes, "ExportMetricsServiceRequest")
 }
 
 /// Decode one `ExportLogsServiceRequest` from OTLP/JSON bytes (passed on, never read).
-pub fn decode_logs(bytes: &[u8]) -> Result<ExportLogsServiceRequest, String> {
+pub(crate) fn decode_logs(bytes: &[u8]) -> Result<ExportLogsServiceRequest, String> {
     decode_other(bytes, "ExportLogsServiceRequest")
 }
 

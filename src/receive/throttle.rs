@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 /// Where the throttle reads the time.
-pub trait Clock {
+pub(crate) trait Clock {
     fn now(&self) -> Instant;
 }
 
 /// The monotonic system clock (the service's).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
@@ -29,7 +29,7 @@ impl Clock for SystemClock {
 /// What a line reports: the events (and their items) since the previous line of the same key,
 /// this one included.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Suppressed {
+pub(crate) struct Suppressed {
     pub events: u64,
     pub items: u64,
 }
@@ -45,7 +45,7 @@ struct Entry {
 /// `MAX_KEYS` distinct keys a new key is logged every time rather than remembered (a bound, not
 /// a silence).
 #[derive(Debug)]
-pub struct Throttle<K, C: Clock = SystemClock> {
+pub(crate) struct Throttle<K, C: Clock = SystemClock> {
     clock: C,
     window: Duration,
     entries: FxHashMap<K, Entry>,
@@ -54,13 +54,13 @@ pub struct Throttle<K, C: Clock = SystemClock> {
 const MAX_KEYS: usize = 256;
 
 impl<K: Hash + Eq, C: Clock> Throttle<K, C> {
-    pub fn new(clock: C, window: Duration) -> Self {
+    pub(crate) fn new(clock: C, window: Duration) -> Self {
         Throttle { clock, window, entries: FxHashMap::default() }
     }
 
     /// Count one event of `key` carrying `items`; `Some` when a line is due now, with what it
     /// reports (the events since the last line, this one included).
-    pub fn hit(&mut self, key: K, items: u64) -> Option<Suppressed> {
+    pub(crate) fn hit(&mut self, key: K, items: u64) -> Option<Suppressed> {
         let now = self.clock.now();
         let window = self.window;
         if !self.entries.contains_key(&key) && self.entries.len() >= MAX_KEYS {

@@ -136,7 +136,7 @@ fn certificates(src: &Source<'_>, bytes: &[u8]) -> Result<Vec<CertificateDer<'st
 }
 
 /// A root store of the CAs in a PEM file (mutual TLS, the tap's `--upstream-ca-file`).
-pub fn read_roots(key: &'static str, path: &str) -> Result<rustls::RootCertStore, TlsError> {
+pub(crate) fn read_roots(key: &'static str, path: &str) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for c in read_certificates(key, path)? {
         roots.add(c).map_err(|e| TlsError::Pem { key, what: path.to_string(), message: format!("not a usable CA certificate: {e}") })?;

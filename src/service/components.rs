@@ -24,7 +24,7 @@ use crate::service::health::{Health, Heartbeat};
 
 /// A component's status, named as the collector's `componentstatus` names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub enum ComponentStatus {
+pub(crate) enum ComponentStatus {
     #[serde(rename = "StatusOK")]
     Ok,
     /// The service is shutting down.
@@ -40,7 +40,7 @@ pub enum ComponentStatus {
 
 /// The state store in use, named as `storage.kind` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreKind {
+pub(crate) enum StoreKind {
     Embedded,
     Redis,
 }
@@ -56,7 +56,7 @@ impl StoreKind {
 
 /// One component's health.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ComponentHealth {
+pub(crate) struct ComponentHealth {
     pub healthy: bool,
     pub status: ComponentStatus,
     /// When the component entered this status, where that is known (RFC 3339).
@@ -100,7 +100,7 @@ impl ComponentHealth {
 
 /// The whole report: `healthy` when every component is.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub healthy: bool,
     /// The worst status among the components.
     pub status: ComponentStatus,
@@ -113,7 +113,7 @@ pub struct Report {
 
 impl Report {
     /// The names of the unhealthy components, for `/` when it follows them.
-    pub fn unhealthy(&self) -> Vec<&'static str> {
+    pub(crate) fn unhealthy(&self) -> Vec<&'static str> {
         self.components.iter().filter(|(_, c)| !c.healthy).map(|(n, _)| *n).collect()
     }
 }
@@ -131,7 +131,7 @@ fn rfc3339_opt<S: serde::Serializer>(m: &Option<Moment>, s: S) -> Result<S::Ok, 
 
 /// When each component is judged unhealthy.
 #[derive(Clone, Copy, Debug)]
-pub struct Thresholds {
+pub(crate) struct Thresholds {
     /// The engine is stalled when it has not stepped for longer.
     pub stall_after: Duration,
     /// An exporter whose every attempt has failed for longer is unhealthy; a sending queue that
@@ -141,7 +141,7 @@ pub struct Thresholds {
 }
 
 /// Sets a receiver's flag down when its server task ends (however it ends).
-pub struct Listening(Arc<AtomicBool>);
+pub(crate) struct Listening(Arc<AtomicBool>);
 
 impl Drop for Listening {
     fn drop(&mut self) {
@@ -151,7 +151,7 @@ impl Drop for Listening {
 
 /// What the component health reads: built with the pipeline, shared by every generation of the
 /// health-check listener.
-pub struct Components {
+pub(crate) struct Components {
     heartbeat: Arc<Heartbeat>,
     started: Moment,
     engine_queue: Option<DepthGauge<NormalizedBatch>>,
@@ -165,7 +165,7 @@ pub struct Components {
 }
 
 impl Components {
-    pub fn new(heartbeat: Arc<Heartbeat>, started: Moment) -> Components {
+    pub(crate) fn new(heartbeat: Arc<Heartbeat>, started: Moment) -> Components {
         Components {
             heartbeat,
             started,
@@ -177,17 +177,17 @@ impl Components {
         }
     }
 
-    pub fn with_engine_queue(mut self, q: DepthGauge<NormalizedBatch>) -> Self {
+    pub(crate) fn with_engine_queue(mut self, q: DepthGauge<NormalizedBatch>) -> Self {
         self.engine_queue = Some(q);
         self
     }
 
-    pub fn with_store(mut self, kind: Option<StoreKind>) -> Self {
+    pub(crate) fn with_store(mut self, kind: Option<StoreKind>) -> Self {
         self.store = kind;
         self
     }
 
-    pub fn with_exporter(mut self, name: &'static str, h: Arc<ExportHealth>, queue: Leftover) -> Self {
+    pub(crate) fn with_exporter(mut self, name: &'static str, h: Arc<ExportHealth>, queue: Leftover) -> Self {
         self.exporters.push((name, h));
         self.queues.push(queue);
         self
@@ -195,19 +195,19 @@ impl Components {
 
     /// A receiver's server starts: its flag is up until the returned guard is dropped (held by
     /// its task). A server replacing one of the same name takes its place.
-    pub fn listening(&self, name: &'static str) -> Listening {
+    pub(crate) fn listening(&self, name: &'static str) -> Listening {
         let flag = Arc::new(AtomicBool::new(true));
         self.receivers.lock().unwrap_or_else(|p| p.into_inner()).insert(name, (flag.clone(), Moment::wall_now()));
         Listening(flag)
     }
 
     /// A receiver was removed from the configuration.
-    pub fn forget(&self, name: &'static str) {
+    pub(crate) fn forget(&self, name: &'static str) {
         self.receivers.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
 
     /// The components' health at `now`.
-    pub fn report(&self, now: Moment, t: Thresholds) -> Report {
+    pub(crate) fn report(&self, now: Moment, t: Thresholds) -> Report {
         let mut components = BTreeMap::new();
         let engine = self.heartbeat.health(now, t.stall_after);
         let draining = engine == Health::Draining;

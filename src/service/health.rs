@@ -9,7 +9,7 @@ use crate::evidence::time::Moment;
 
 /// Beaten by the engine task on every step; read by the health check.
 #[derive(Debug, Default)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     last_beat_ns: AtomicU64,
     stopped: AtomicBool,
     draining: AtomicBool,
@@ -20,7 +20,7 @@ pub struct Heartbeat {
 
 /// What the health check answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Health {
+pub(crate) enum Health {
     Available,
     /// The engine has not stepped for longer than the stall limit.
     Stuck,
@@ -36,10 +36,10 @@ pub enum Health {
 }
 
 impl Health {
-    pub fn is_ok(self) -> bool {
+    pub(crate) fn is_ok(self) -> bool {
         matches!(self, Health::Available | Health::Degraded)
     }
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Health::Available => "Server available",
             Health::Stuck => "Engine stuck",
@@ -51,7 +51,7 @@ impl Health {
 }
 
 /// Sets `stopped` when dropped: at the end of the engine task, and when it unwinds from a panic.
-pub struct StoppedGuard(Arc<Heartbeat>);
+pub(crate) struct StoppedGuard(Arc<Heartbeat>);
 
 impl Drop for StoppedGuard {
     fn drop(&mut self) {
@@ -60,33 +60,33 @@ impl Drop for StoppedGuard {
 }
 
 impl Heartbeat {
-    pub fn new(now: Moment) -> Arc<Heartbeat> {
+    pub(crate) fn new(now: Moment) -> Arc<Heartbeat> {
         let h = Arc::new(Heartbeat::default());
         h.beat(now);
         h
     }
 
-    pub fn beat(&self, now: Moment) {
+    pub(crate) fn beat(&self, now: Moment) {
         self.last_beat_ns.store(now.as_nanos(), Ordering::Relaxed);
     }
 
     /// A guard the engine task holds for its lifetime.
-    pub fn guard(self: &Arc<Self>) -> StoppedGuard {
+    pub(crate) fn guard(self: &Arc<Self>) -> StoppedGuard {
         StoppedGuard(self.clone())
     }
 
     /// Whether the state store's last operation failed (see [`Self::set_store_down`]).
-    pub fn is_store_down(&self) -> bool {
+    pub(crate) fn is_store_down(&self) -> bool {
         self.store_down.load(Ordering::Relaxed)
     }
 
     /// Told by the engine task after every step.
-    pub fn set_store_down(&self, down: bool) {
+    pub(crate) fn set_store_down(&self, down: bool) {
         self.set_store_down_at(down, Moment::wall_now());
     }
 
     /// [`Self::set_store_down`] at `now`: a store going down remembers since when.
-    pub fn set_store_down_at(&self, down: bool, now: Moment) {
+    pub(crate) fn set_store_down_at(&self, down: bool, now: Moment) {
         let was = self.store_down.swap(down, Ordering::Relaxed);
         if down && !was {
             self.store_down_since_ns.store(now.as_nanos().max(1), Ordering::Relaxed);
@@ -96,22 +96,22 @@ impl Heartbeat {
     }
 
     /// Since when the store has been down (`None` while it is up).
-    pub fn store_down_since(&self) -> Option<Moment> {
+    pub(crate) fn store_down_since(&self) -> Option<Moment> {
         let ns = self.store_down_since_ns.load(Ordering::Relaxed);
         (ns != 0 && self.is_store_down()).then(|| Moment::from_nanos(ns))
     }
 
     /// The engine's last step.
-    pub fn last_beat(&self) -> Moment {
+    pub(crate) fn last_beat(&self) -> Moment {
         Moment::from_nanos(self.last_beat_ns.load(Ordering::Relaxed))
     }
 
-    pub fn set_draining(&self) {
+    pub(crate) fn set_draining(&self) {
         self.draining.store(true, Ordering::SeqCst);
     }
 
     /// The health at `now`: stuck when the engine has not stepped for `stall_after`.
-    pub fn health(&self, now: Moment, stall_after: Duration) -> Health {
+    pub(crate) fn health(&self, now: Moment, stall_after: Duration) -> Health {
         if self.draining.load(Ordering::SeqCst) {
             Health::Draining
         } else if self.stopped.load(Ordering::SeqCst) {

@@ -38,7 +38,7 @@ use crate::service::Heartbeat;
 
 /// Why a listener could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum ListenError {
+pub(crate) enum ListenError {
     #[error("{0}")]
     Bind(std::io::Error),
     /// A certificate or key that cannot be used; `0` is the key (`receivers.otlp.protocols.grpc.tls.cert_file`).
@@ -49,7 +49,7 @@ pub enum ListenError {
 /// What the servers behind the listeners serve from: built once with the pipeline and shared by
 /// every generation of listeners, so a reload never touches the engine's queue or the metrics.
 #[derive(Clone)]
-pub struct Served {
+pub(crate) struct Served {
     pub admission: Admission,
     /// The Prometheus reader and exemplars (`None`: no Prometheus exporter at start).
     pub prometheus: Option<(Arc<ManualReaderHandle>, Arc<crate::emit::metrics::Exemplars>)>,
@@ -169,21 +169,21 @@ const HANDOVER_WAIT: Duration = Duration::from_secs(2);
 
 /// The running listeners, by name.
 #[derive(Default)]
-pub struct Listeners {
+pub(crate) struct Listeners {
     running: BTreeMap<&'static str, Running>,
     /// Replaced servers finishing what they serve; awaited (bounded) at shutdown.
     retiring: Vec<JoinHandle<()>>,
 }
 
 /// What [`Listeners::prepare`] made: the new and changed listeners, bound; the names to stop.
-pub struct Plan {
+pub(crate) struct Plan {
     start: Vec<(&'static str, Prepared)>,
     stop: Vec<&'static str>,
 }
 
 impl Plan {
     /// The names of the listeners that change (started anew or stopped).
-    pub fn changed(&self) -> Vec<&'static str> {
+    pub(crate) fn changed(&self) -> Vec<&'static str> {
         let mut v: Vec<_> = self.start.iter().map(|(n, _)| *n).chain(self.stop.iter().copied()).collect();
         v.sort_unstable();
         v.dedup();
@@ -193,7 +193,7 @@ impl Plan {
 
 impl Listeners {
     /// Bind what `cfg` needs that is not serving already. Nothing running is touched.
-    pub async fn prepare(&self, cfg: &Config) -> Result<Plan, ListenError> {
+    pub(crate) async fn prepare(&self, cfg: &Config) -> Result<Plan, ListenError> {
         let wanted = specs(cfg);
         let mut plan = Plan { start: Vec::new(), stop: Vec::new() };
         for (name, r) in &self.running {
@@ -224,7 +224,7 @@ impl Listeners {
     /// socket starts once the old one has stopped accepting (at most [`HANDOVER_WAIT`] later):
     /// meanwhile new connections wait in the socket's backlog, none is refused, and none is
     /// accepted by a server that is going away.
-    pub async fn commit(&mut self, plan: Plan, served: &Served) {
+    pub(crate) async fn commit(&mut self, plan: Plan, served: &Served) {
         let replacing: Vec<_> = plan.start.iter().map(|(n, _)| *n).collect();
         for name in plan.stop.into_iter().filter(|n| !replacing.contains(n)) {
             served.components.forget(name);
@@ -260,7 +260,7 @@ impl Listeners {
 
     /// Read the certificate and key of every serving TLS listener again (SIGHUP): new handshakes
     /// get a renewed certificate; one that cannot be used leaves the served one (logged, counted).
-    pub fn reload_certificates(&self) {
+    pub(crate) fn reload_certificates(&self) {
         for r in self.running.values() {
             if let Some(c) = &r.certificate {
                 c.reload(Trigger::Sighup);
@@ -270,7 +270,7 @@ impl Listeners {
 
     /// Stop every listener but the health check (which answers 503 while the service drains)
     /// and wait until they have.
-    pub async fn stop_serving(&mut self) {
+    pub(crate) async fn stop_serving(&mut self) {
         let names: Vec<_> = self.running.keys().copied().filter(|n| *n != ListenerName::HealthCheck.as_str()).collect();
         let mut tasks = std::mem::take(&mut self.retiring);
         for n in names {
@@ -285,7 +285,7 @@ impl Listeners {
     }
 
     /// Stop the health check last, waiting at most `limit`.
-    pub async fn stop_health(&mut self, limit: Duration) {
+    pub(crate) async fn stop_health(&mut self, limit: Duration) {
         if let Some(r) = self.running.remove(ListenerName::HealthCheck.as_str()) {
             let _ = r.down.send(true);
             let _ = tokio::time::timeout(limit, r.task).await;
@@ -294,7 +294,7 @@ impl Listeners {
 
     /// Resolves with the name of the first listener whose server ended without being asked to:
     /// a receiver that stopped accepting ends the service rather than leave it deaf.
-    pub async fn ended(&mut self) -> &'static str {
+    pub(crate) async fn ended(&mut self) -> &'static str {
         std::future::poll_fn(|cx| {
             for (name, r) in self.running.iter_mut() {
                 if std::pin::Pin::new(&mut r.task).poll(cx).is_ready() {
@@ -477,7 +477,7 @@ fn gzip_body(body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Bind `host:port`; a name (`localhost:4317`) is resolved and its first address bound.
-pub async fn bind(endpoint: &str) -> Result<tokio::net::TcpListener, ListenError> {
+pub(crate) async fn bind(endpoint: &str) -> Result<tokio::net::TcpListener, ListenError> {
     let bad = |m: String| ListenError::Bind(std::io::Error::new(std::io::ErrorKind::InvalidInput, m));
     let addr: SocketAddr = match endpoint.parse() {
         Ok(a) => a,

@@ -5,16 +5,16 @@
 //! it from files on the span-time clock ([`replay`]). Both hand every decided record to the same
 //! [`Sinks`].
 
-pub mod components;
+pub(crate) mod components;
 pub(crate) mod error;
-pub mod health;
-pub mod listeners;
+pub(crate) mod health;
+pub(crate) mod listeners;
 pub(crate) mod pipeline;
 pub(crate) mod preflight;
-pub mod reload;
-pub mod replay;
+pub(crate) mod reload;
+pub(crate) mod replay;
 pub(crate) mod signals;
-pub mod status;
+pub(crate) mod status;
 pub(crate) mod supervisor;
 pub(crate) mod tasks;
 
@@ -30,7 +30,7 @@ use crate::normalize::NormalizedBatch;
 use crate::state::journal::Journal;
 use crate::verdict::DecidedBy;
 pub(crate) use error::ServeError;
-pub use health::Heartbeat;
+pub(crate) use health::Heartbeat;
 pub(crate) use supervisor::run;
 pub(crate) use supervisor::ConfigSource;
 
@@ -58,7 +58,7 @@ const MIN_STEP: Duration = Duration::from_millis(2);
 /// every step: evidence outlives the requests that brought it, so it counts against the limit
 /// apart from them.
 #[allow(clippy::too_many_arguments)]
-pub async fn run_engine(
+pub(crate) async fn run_engine(
     mut rx: mpsc::Receiver<NormalizedBatch>,
     mut engine: Engine,
     mut sinks: Sinks,

@@ -35,7 +35,7 @@ macro_rules! changed {
 /// The settings that differ between `old` and `new` and that only a restart applies, by their
 /// configuration keys (`processors.mcp_health.decision_wait`, `exporters.otlp.headers`, …). Keys
 /// only: never a value (headers and endpoints may carry credentials).
-pub fn restart_only(old: &Config, new: &Config) -> Vec<String> {
+pub(crate) fn restart_only(old: &Config, new: &Config) -> Vec<String> {
     let mut out = Vec::new();
     let (o, n) = (&old.processors.mcp_health, &new.processors.mcp_health);
     if o != n {
@@ -77,7 +77,7 @@ pub fn restart_only(old: &Config, new: &Config) -> Vec<String> {
 /// The configuration that runs after reloading `new` over `old`: `new`, with every setting of
 /// [`restart_only`] at its running value. The next reload compares against this, so a change
 /// still waiting for a restart is named again.
-pub fn effective(old: &Config, new: &Config) -> Config {
+pub(crate) fn effective(old: &Config, new: &Config) -> Config {
     let mut e = new.clone();
     e.processors = old.processors.clone();
     e.exporters.otlp = old.exporters.otlp.clone();
@@ -97,7 +97,7 @@ type Pending = Arc<Mutex<Option<Option<Box<dyn Sink>>>>>;
 /// A sink the engine holds whose destination a reload can replace (the verdict log: another
 /// file, stdout, or none). The replacement is taken at the engine's next step; the one it
 /// replaces is flushed first, so no record is lost or written twice.
-pub struct SwappableSink {
+pub(crate) struct SwappableSink {
     current: Option<Box<dyn Sink>>,
     flag: Arc<AtomicBool>,
     pending: Pending,
@@ -105,13 +105,13 @@ pub struct SwappableSink {
 
 /// Where a reload hands the replacement of a [`SwappableSink`].
 #[derive(Clone)]
-pub struct SinkSwap {
+pub(crate) struct SinkSwap {
     flag: Arc<AtomicBool>,
     pending: Pending,
 }
 
 impl SwappableSink {
-    pub fn new(current: Option<Box<dyn Sink>>) -> (SwappableSink, SinkSwap) {
+    pub(crate) fn new(current: Option<Box<dyn Sink>>) -> (SwappableSink, SinkSwap) {
         let (flag, pending): (Arc<AtomicBool>, Pending) = Default::default();
         (SwappableSink { current, flag: flag.clone(), pending: pending.clone() }, SinkSwap { flag, pending })
     }
@@ -132,7 +132,7 @@ impl SwappableSink {
 
 impl SinkSwap {
     /// Replace the sink (`None`: no sink) from the engine's next step on.
-    pub fn replace(&self, next: Option<Box<dyn Sink>>) {
+    pub(crate) fn replace(&self, next: Option<Box<dyn Sink>>) {
         *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
         self.flag.store(true, Ordering::Release);
     }

@@ -34,14 +34,14 @@ pub fn engine_config(cfg: &crate::config::Config) -> crate::engine::EngineConfig
 /// span-time clock at the end (the moment the final state is for). (The sinks' unit tests;
 /// `cli::replay` runs [`replay_until`].)
 #[cfg(test)]
-pub fn replay(files: &[String], engine: &mut Engine, sink: &mut dyn Sink, errors: &mut Vec<ReplayError>) -> Moment {
+pub(crate) fn replay(files: &[String], engine: &mut Engine, sink: &mut dyn Sink, errors: &mut Vec<ReplayError>) -> Moment {
     replay_until(files, engine, sink, errors, None)
 }
 
 /// [`replay`], with the clock moved on to `until` after the last line (when it is later) before
 /// what is still in flight is drained: "what would the service say at `until`, had it received
 /// these spans as they were made".
-pub fn replay_until(
+pub(crate) fn replay_until(
     files: &[String],
     engine: &mut Engine,
     sink: &mut dyn Sink,

@@ -32,14 +32,14 @@ type Probe = Box<dyn Fn() -> Option<(usize, usize)> + Send + Sync>;
 
 /// The status page's state: the snapshot and the queues it reports.
 #[derive(Clone, Default)]
-pub struct Status {
+pub(crate) struct Status {
     snapshot: SharedStatus,
     queues: Arc<std::sync::Mutex<Vec<(&'static str, Probe)>>>,
 }
 
 impl Status {
     /// A page reporting the exporter queues that exist (own output, pass-through).
-    pub fn new<T: Send + 'static>(exporters: [Option<&Queue<T>>; 2]) -> Status {
+    pub(crate) fn new<T: Send + 'static>(exporters: [Option<&Queue<T>>; 2]) -> Status {
         let s = Status { snapshot: StatusSnapshot::shared(), queues: Arc::default() };
         for q in exporters.into_iter().flatten() {
             s.watch_queue(q);
@@ -48,7 +48,7 @@ impl Status {
     }
 
     /// Report a queue's fill, under its name. Through its gauge: the page never keeps a queue open.
-    pub fn watch_queue<T: Send + 'static>(&self, q: &Queue<T>) {
+    pub(crate) fn watch_queue<T: Send + 'static>(&self, q: &Queue<T>) {
         let gauge = q.gauge();
         let name = gauge.name();
         let probe: Probe = Box::new(move || gauge.depth().map(|d| (d, gauge.capacity())));
@@ -56,12 +56,12 @@ impl Status {
     }
 
     /// The sink that keeps the page's snapshot.
-    pub fn sink(&self) -> impl Sink + 'static {
+    pub(crate) fn sink(&self) -> impl Sink + 'static {
         StatusSink(self.snapshot.clone())
     }
 
     /// What the page shows now.
-    pub fn view(&self) -> StatusView {
+    pub(crate) fn view(&self) -> StatusView {
         let queues = self
             .queues
             .lock()
@@ -74,7 +74,7 @@ impl Status {
 
     /// `/status` and `/status.json`, to merge into the health-check router; `trace_url` is
     /// `extensions.health_check.status.trace_url` (validated by the configuration).
-    pub fn routes(&self, trace_url: Option<&str>) -> Router {
+    pub(crate) fn routes(&self, trace_url: Option<&str>) -> Router {
         let (a, b) = (self.clone(), self.clone());
         let links = Links { trace_url: trace_url.map(Arc::from) };
         Router::new()
@@ -103,7 +103,7 @@ impl Status {
 }
 
 /// How often the page reloads itself (meta refresh) unless the query says `refresh=0`.
-pub const REFRESH_SECONDS: u32 = 10;
+pub(crate) const REFRESH_SECONDS: u32 = 10;
 
 /// Longest filter value taken from a query string (longer ones are ignored: no server, agent or
 /// state name is that long).
@@ -141,7 +141,7 @@ impl Default for Filter {
 impl Filter {
     /// Read a query string. Unknown keys, empty values and values past [`MAX_FILTER_LEN`] are
     /// ignored; nothing in it can fail the page.
-    pub fn parse(query: Option<&str>) -> Filter {
+    pub(crate) fn parse(query: Option<&str>) -> Filter {
         let mut f = Filter::default();
         for pair in query.unwrap_or("").split('&').take(16) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -200,7 +200,7 @@ impl Filter {
     }
 
     /// The view with only what the filter admits (the rates by server only: they are per server).
-    pub fn apply(&self, mut v: StatusView) -> StatusView {
+    pub(crate) fn apply(&self, mut v: StatusView) -> StatusView {
         if !self.any() {
             return v;
         }

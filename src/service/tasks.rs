@@ -34,7 +34,7 @@ impl Ended {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Ended::Returned => "stopped",
             Ended::Panicked => "panicked",
@@ -50,7 +50,7 @@ pub(crate) struct Tasks {
 }
 
 impl Tasks {
-    pub fn add(&mut self, name: impl Into<String>, task: JoinHandle<()>) {
+    pub(crate) fn add(&mut self, name: impl Into<String>, task: JoinHandle<()>) {
         self.running.push((name.into(), task));
     }
 
@@ -61,7 +61,7 @@ impl Tasks {
 
     /// The first task to end, taken out of the set: its name and how. Never resolves while
     /// every task runs (nor for an empty set), so it can sit in a `select!` beside the signals.
-    pub async fn ended(&mut self) -> (String, Ended) {
+    pub(crate) async fn ended(&mut self) -> (String, Ended) {
         std::future::poll_fn(|cx| {
             for i in 0..self.running.len() {
                 if let Poll::Ready(r) = std::pin::Pin::new(&mut self.running[i].1).poll(cx) {
@@ -75,14 +75,14 @@ impl Tasks {
     }
 
     /// Wait for every task (the drain: the export workers end once their queues are empty).
-    pub async fn join(self) {
+    pub(crate) async fn join(self) {
         for (_, t) in self.running {
             let _ = t.await;
         }
     }
 
     /// Stop every task (the samplers, which run until told).
-    pub fn abort(self) {
+    pub(crate) fn abort(self) {
         for (_, t) in self.running {
             t.abort();
         }

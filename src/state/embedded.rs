@@ -28,7 +28,7 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 }
 
 /// The redb store.
-pub struct EmbeddedStore {
+pub(crate) struct EmbeddedStore {
     db: Database,
     path: PathBuf,
     read: super::ReadPolicy,
@@ -36,7 +36,7 @@ pub struct EmbeddedStore {
 
 impl EmbeddedStore {
     /// Open (or create) `state.redb` in `directory` (created if missing).
-    pub fn open(directory: &Path) -> Result<Self, StoreError> {
+    pub(crate) fn open(directory: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(directory)?;
         let path = directory.join("state.redb");
         let db = Database::create(&path).map_err(backend)?;
@@ -51,7 +51,7 @@ impl EmbeddedStore {
 
     /// Write records' bytes as they are (tests: damaged records, records of other versions).
     #[cfg(test)]
-    pub fn put_raw(&mut self, rows: &[(Table, String, Vec<u8>)]) -> Result<(), StoreError> {
+    pub(crate) fn put_raw(&mut self, rows: &[(Table, String, Vec<u8>)]) -> Result<(), StoreError> {
         let tx = self.db.begin_write().map_err(backend)?;
         for (t, k, v) in rows {
             tx.open_table(def(*t)).map_err(backend)?.insert(k.as_str(), v.as_slice()).map_err(backend)?;
@@ -61,7 +61,7 @@ impl EmbeddedStore {
 
     /// A record's bytes as stored.
     #[cfg(test)]
-    pub fn get_raw(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(crate) fn get_raw(&self, table: Table, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let tx = self.db.begin_read().map_err(backend)?;
         let t = tx.open_table(def(table)).map_err(backend)?;
         Ok(t.get(key).map_err(backend)?.map(|v| v.value().to_vec()))

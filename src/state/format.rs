@@ -16,11 +16,11 @@ pub const MAGIC: [u8; 4] = [0xff, b'm', b'h', b's'];
 
 /// The format version this build writes. 1: the first framed one (adds, to 0.1.0's layouts,
 /// what the records gained since; see `super::v0`).
-pub const CURRENT: u32 = 1;
+pub(crate) const CURRENT: u32 = 1;
 
 /// A stored record's bytes, by their frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Framed<'a> {
+pub(crate) enum Framed<'a> {
     /// No frame: 0.1.0's layout (format version 0).
     Bare(&'a [u8]),
     /// A frame with this version and payload.
@@ -28,7 +28,7 @@ pub enum Framed<'a> {
 }
 
 /// Read a record's frame.
-pub fn framed(bytes: &[u8]) -> Framed<'_> {
+pub(crate) fn framed(bytes: &[u8]) -> Framed<'_> {
     let Some(rest) = bytes.strip_prefix(&MAGIC[..]) else { return Framed::Bare(bytes) };
     // The version: an unsigned LEB128 varint, at most five bytes for a u32.
     let mut v: u64 = 0;
@@ -45,7 +45,7 @@ pub fn framed(bytes: &[u8]) -> Framed<'_> {
 }
 
 /// Frame a record's payload with the current version.
-pub fn frame(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAGIC.len() + 1 + payload.len());
     out.extend_from_slice(&MAGIC);
     let mut v = CURRENT;

@@ -33,14 +33,14 @@ use crate::normalize::Activity;
 
 /// A segment is closed and a new one started past this many bytes (so that whole segments can
 /// be removed as the engine lets go of them).
-pub const SEGMENT_BYTES: u64 = 4 << 20;
+pub(crate) const SEGMENT_BYTES: u64 = 4 << 20;
 const SUFFIX: &str = "jnl";
 /// length (u32), CRC-32 (u32).
 const RECORD_HEADER: usize = 8;
 
 /// What went wrong with the journal.
 #[derive(Debug, thiserror::Error)]
-pub enum JournalError {
+pub(crate) enum JournalError {
     #[error("the evidence journal is full ({held} of {limit} bytes held; the batch needs {need})")]
     Full { held: u64, limit: u64, need: u64 },
     #[error("evidence journal {0}: {1}")]
@@ -51,7 +51,7 @@ pub enum JournalError {
 
 /// One batch as the engine took it in.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The engine time it was taken in at.
     pub at_ns: u64,
     pub evidence: Vec<SpanEvidence>,
@@ -71,7 +71,7 @@ struct Segment {
 
 /// What a replay found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Replayed {
+pub(crate) struct Replayed {
     pub batches: u64,
     pub spans: u64,
     /// Records that could not be read (the rest of their segment was skipped).
@@ -80,7 +80,7 @@ pub struct Replayed {
 
 /// The journal. Written by the engine's driver only (one thread).
 #[derive(Debug)]
-pub struct Journal {
+pub(crate) struct Journal {
     dir: PathBuf,
     limit: u64,
     /// Closed segments and the open one (last), oldest first.
@@ -97,7 +97,7 @@ pub struct Journal {
 impl Journal {
     /// Open (creating) the journal in `dir`, bounded at `limit` bytes. What an earlier run left
     /// is kept for [`Self::replay`]; new batches go to a new segment.
-    pub fn open(dir: &Path, limit: u64) -> Result<Journal, JournalError> {
+    pub(crate) fn open(dir: &Path, limit: u64) -> Result<Journal, JournalError> {
         let io = |e| JournalError::Io(dir.to_path_buf(), e);
         std::fs::create_dir_all(dir).map_err(io)?;
         let mut segments = Vec::new();
@@ -132,7 +132,7 @@ impl Journal {
 
     /// Every batch an earlier run left, oldest first, to `take`. Learns each segment's newest
     /// time (so it can be released once the engine is past it). Call once, before appending.
-    pub fn replay(&mut self, mut take: impl FnMut(Entry)) -> Replayed {
+    pub(crate) fn replay(&mut self, mut take: impl FnMut(Entry)) -> Replayed {
         let mut r = Replayed::default();
         for i in 0..self.segments.len() {
             let path = self.path(self.segments[i].seq);
@@ -172,7 +172,7 @@ impl Journal {
 
     /// Append a batch taken in at `at_ns` (buffered: [`Self::flush`] writes it). `Full` when it
     /// would take the journal past its bound: nothing is appended.
-    pub fn append(&mut self, at_ns: u64, evidence: &[SpanEvidence], activity: &[Activity]) -> Result<(), JournalError> {
+    pub(crate) fn append(&mut self, at_ns: u64, evidence: &[SpanEvidence], activity: &[Activity]) -> Result<(), JournalError> {
         let activity: Vec<(TraceId, bool)> = activity.iter().map(|a| (a.trace_id, a.is_root)).collect();
         let record = postcard::to_extend(&(at_ns, evidence, activity), super::format::frame(&[]))
             .map_err(|e| JournalError::Encode(e.to_string()))?;
@@ -190,7 +190,7 @@ impl Journal {
     }
 
     /// Write what was appended. Once this returns `Ok` the batches survive the process.
-    pub fn flush(&mut self) -> Result<(), JournalError> {
+    pub(crate) fn flush(&mut self) -> Result<(), JournalError> {
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -228,7 +228,7 @@ impl Journal {
     /// Remove every segment whose batches all predate `horizon_ns` (engine time): the engine
     /// holds nothing of them in flight and its store has what it decided of them. The open
     /// segment is closed first when it qualifies. How many segments went.
-    pub fn release_before(&mut self, horizon_ns: u64) -> usize {
+    pub(crate) fn release_before(&mut self, horizon_ns: u64) -> usize {
         let mut gone = 0;
         while let Some(s) = self.segments.front() {
             if s.last_ns >= horizon_ns || (self.segments.len() == 1 && !self.buf.is_empty()) {
@@ -251,11 +251,11 @@ impl Journal {
 
     /// Bytes on disk.
     #[cfg(test)]
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.bytes
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 }

@@ -42,11 +42,11 @@
 //! `engine::shared::worker`), with the gate's reads under the handle's lock.
 
 pub(crate) mod config;
-pub mod embedded;
-pub mod format;
-pub mod journal;
-pub mod memory;
-pub mod redis;
+pub(crate) mod embedded;
+pub(crate) mod format;
+pub(crate) mod journal;
+pub(crate) mod memory;
+pub(crate) mod redis;
 mod v0;
 mod versions;
 
@@ -59,12 +59,13 @@ use crate::classify::catalog::{CatalogEvent, Convergence};
 
 use crate::evidence::{SpanEvidence, TraceId};
 
-pub use self::redis::{RedisSettings, RedisStore};
-pub use embedded::EmbeddedStore;
+pub use self::redis::RedisSettings;
+pub(crate) use self::redis::RedisStore;
+pub(crate) use embedded::EmbeddedStore;
 pub use memory::MemoryStore;
 
 /// How often (engine time) the engine writes its changes, at most.
-pub const PERSIST_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const PERSIST_EVERY: Duration = Duration::from_millis(100);
 
 /// What went wrong in a store.
 #[derive(Debug, thiserror::Error)]
@@ -177,7 +178,7 @@ pub use crate::classify::incidents::ServerIncidents;
 
 /// The incident book's changed servers as store changes: one [`ServerIncidents`] record per
 /// server, deleted when the server has neither open incidents nor recent healthy calls.
-pub fn incident_changes(book: &mut crate::classify::incidents::IncidentBook, out: &mut Changes) {
+pub(crate) fn incident_changes(book: &mut crate::classify::incidents::IncidentBook, out: &mut Changes) {
     let servers = book.take_dirty_servers();
     for part in book.parts(&servers) {
         let key = server_key(part.server.as_deref());
@@ -235,7 +236,7 @@ pub struct ParkedRecord {
 }
 
 /// The key of the refusals that started in second `sec`.
-pub fn refusal_key(sec: u64) -> String {
+pub(crate) fn refusal_key(sec: u64) -> String {
     sec.to_string()
 }
 
@@ -254,7 +255,7 @@ impl DriftRecord {
 }
 
 /// The key of a server's incidents (`None` is a server nobody named).
-pub fn server_key(server: Option<&str>) -> String {
+pub(crate) fn server_key(server: Option<&str>) -> String {
     match server {
         Some(s) => format!("={s}"),
         None => "-".to_string(),
@@ -262,7 +263,7 @@ pub fn server_key(server: Option<&str>) -> String {
 }
 
 /// The key of a decided chain.
-pub fn trace_key(t: &TraceId) -> String {
+pub(crate) fn trace_key(t: &TraceId) -> String {
     hex::encode(t)
 }
 
@@ -645,7 +646,7 @@ impl SkipCounts {
 /// How a skipped record is named in the log: its table and key, the key of a session hashed (a
 /// session key holds the session id, which can be a credential) and any other key through
 /// `redact::ident` (an operation key is whatever a client chose).
-pub fn shown_key(table: Table, key: &str) -> String {
+pub(crate) fn shown_key(table: Table, key: &str) -> String {
     match table {
         Table::Sessions => crate::evidence::hash::session_hash(key).to_string(),
         _ => crate::normalize::redact::ident(key).into_string(),
@@ -746,13 +747,13 @@ impl std::fmt::Debug for StoreHandle {
 }
 
 /// Encode a record (postcard), framed with this build's format version.
-pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, StoreError> {
+pub(crate) fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, StoreError> {
     let frame = format::frame(&[]);
     postcard::to_extend(v, frame).map_err(|e| StoreError::Backend(format!("encode: {e}")))
 }
 
 /// Decode a record of `table` stored under `key`.
-pub fn decode<T: DeserializeOwned>(table: Table, key: &str, bytes: &[u8]) -> Result<T, StoreError> {
+pub(crate) fn decode<T: DeserializeOwned>(table: Table, key: &str, bytes: &[u8]) -> Result<T, StoreError> {
     postcard::from_bytes(bytes).map_err(|e| StoreError::Decode { table: table.as_str(), key: key.to_string(), message: e.to_string() })
 }
 

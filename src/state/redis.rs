@@ -68,7 +68,7 @@ use super::versions::Versions;
 use super::{Changes, Record, Snapshot, StateStore, StoreError, StoreStats, Table};
 
 /// Prefix of every key this store writes.
-pub const PREFIX: &str = "mcp-health";
+pub(crate) const PREFIX: &str = "mcp-health";
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 500;
 
@@ -219,7 +219,7 @@ impl std::fmt::Debug for RedisSettings {
 
 /// The endpoint with any password replaced by `***` (user names are kept: they are not secret,
 /// and they tell which ACL user is used).
-pub fn redact(endpoint: &str) -> String {
+pub(crate) fn redact(endpoint: &str) -> String {
     let Some((scheme, rest)) = endpoint.split_once("://") else {
         // Not a URL: nothing can be told apart from a secret.
         return "<endpoint>".to_string();
@@ -237,7 +237,7 @@ pub fn redact(endpoint: &str) -> String {
 }
 
 /// The Redis store. See the module documentation.
-pub struct RedisStore {
+pub(crate) struct RedisStore {
     client: Client,
     settings: RedisSettings,
     /// The endpoint as it may be shown.
@@ -293,7 +293,7 @@ fn index_key(table: Table) -> String {
 impl RedisStore {
     /// A store on `settings.endpoint`. The endpoint must parse, and Redis must answer a `PING`:
     /// asked for a shared store and not getting it is an error at start, not a silent downgrade.
-    pub fn open(settings: RedisSettings) -> Result<Self, StoreError> {
+    pub(crate) fn open(settings: RedisSettings) -> Result<Self, StoreError> {
         let shown = redact(&settings.endpoint);
         let client = Client::open(settings.endpoint.as_str()).map_err(|e| backend(&shown, &e))?;
         let versions = Versions::new(settings.remember_for, settings.tombstone_ttl);

@@ -96,7 +96,7 @@ pub(crate) struct Versions<V> {
 
 impl<V: Copy> Versions<V> {
     /// `remember_for`: the period for records that stay; `expire_after`: for those that expire.
-    pub fn new(remember_for: Duration, expire_after: Duration) -> Self {
+    pub(super) fn new(remember_for: Duration, expire_after: Duration) -> Self {
         Versions { kept: Generations::new(remember_for), expiring: Generations::new(expire_after), forgotten: 0 }
     }
 
@@ -108,27 +108,27 @@ impl<V: Copy> Versions<V> {
         }
     }
 
-    pub fn get(&mut self, k: &Key) -> Option<V> {
+    pub(super) fn get(&mut self, k: &Key) -> Option<V> {
         self.of(k.0).get(k)
     }
 
-    pub fn insert(&mut self, k: Key, v: V) {
+    pub(super) fn insert(&mut self, k: Key, v: V) {
         self.of(k.0).insert(k, v);
     }
 
-    pub fn remove(&mut self, k: &Key) {
+    pub(super) fn remove(&mut self, k: &Key) {
         self.of(k.0).remove(k);
     }
 
     /// Drop what has not been touched for two periods (at most once a period, so a call per
     /// store operation costs a comparison); how many were dropped.
-    pub fn turn(&mut self, now: Instant) -> u64 {
+    pub(super) fn turn(&mut self, now: Instant) -> u64 {
         let dropped = self.kept.turn(now) + self.expiring.turn(now);
         self.forgotten += dropped;
         dropped
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.kept.len() + self.expiring.len()
     }
 }

@@ -130,7 +130,7 @@ impl Exporter {
 }
 
 /// Add `http://` to `host:port`.
-pub fn endpoint_uri(e: &str) -> String {
+pub(crate) fn endpoint_uri(e: &str) -> String {
     crate::emit::otlp_traces::endpoint_uri(e)
 }
 

@@ -47,13 +47,13 @@ use tokio::sync::mpsc;
 use super::export::SpanSink;
 use super::jsonrpc::{Ctx, Observer, ObserverStats, Oversize, ServerIdentity, Transport};
 /// The tap's settings name the upstream's TLS here, beside the rest of [`HttpSettings`].
-pub use super::upstream_tls::UpstreamTls;
+pub(crate) use super::upstream_tls::UpstreamTls;
 use super::{now_ns, parse_www_authenticate, Challenge, SseParser};
 
 /// Largest request body forwarded (larger: 413). MCP request bodies are single JSON-RPC messages.
-pub const MAX_REQUEST_BODY: usize = 64 << 20;
+pub(crate) const MAX_REQUEST_BODY: usize = 64 << 20;
 /// Largest JSON response body / SSE event the observer parses (the bytes still flow).
-pub const MAX_PARSE: usize = 16 << 20;
+pub(crate) const MAX_PARSE: usize = 16 << 20;
 /// Most bytes of bodies (request bodies and response chunks) waiting for the observer; past it a
 /// copy is not handed over (the bytes still flow) and is counted as unobserved.
 const OBSERVER_BYTES: usize = 64 << 20;
@@ -62,7 +62,7 @@ const MAX_EXCHANGES: usize = 16_384;
 
 /// Settings of [`run`].
 #[derive(Clone, Debug)]
-pub struct HttpSettings {
+pub(crate) struct HttpSettings {
     pub listen: SocketAddr,
     /// `http://host:port[/prefix]`: request paths are appended to the prefix.
     pub upstream: Uri,
@@ -80,7 +80,7 @@ pub struct HttpSettings {
 
 /// What the HTTP tap did, for the exit summary.
 #[derive(Debug, Default)]
-pub struct HttpReport {
+pub(crate) struct HttpReport {
     pub exchanges: u64,
     pub unobserved_events: u64,
     pub stats: ObserverStats,
@@ -192,7 +192,7 @@ impl Event {
 }
 
 /// `server.address` and `server.port` of an upstream URI.
-pub fn upstream_identity(u: &Uri) -> ServerIdentity {
+pub(crate) fn upstream_identity(u: &Uri) -> ServerIdentity {
     ServerIdentity {
         address: u.host().unwrap_or("").trim_matches(['[', ']']).to_string(),
         port: Some(u.port_u16().unwrap_or(if u.scheme_str() == Some("https") { 443 } else { 80 })),
@@ -204,7 +204,7 @@ pub fn upstream_identity(u: &Uri) -> ServerIdentity {
 /// The upstream URL. Never echoed whole (it may carry a key): messages name it as
 /// [`shown_upstream`] does. User information and a query are refused: credentials belong in the
 /// client's headers, which the tap forwards, not in a URL it would print or log.
-pub fn parse_upstream(s: &str) -> Result<Uri, String> {
+pub(crate) fn parse_upstream(s: &str) -> Result<Uri, String> {
     let u: Uri = s.parse().map_err(|_| "--upstream is not a URL (give one such as http://127.0.0.1:8000)".to_string())?;
     let shown = shown_upstream(&u);
     match u.scheme_str() {
@@ -225,7 +225,7 @@ pub fn parse_upstream(s: &str) -> Result<Uri, String> {
 }
 
 /// The upstream as the tap names it on its stderr and in errors: `scheme://host:port`.
-pub fn shown_upstream(u: &Uri) -> String {
+pub(crate) fn shown_upstream(u: &Uri) -> String {
     let host = u.host().unwrap_or("?");
     match (u.scheme_str(), u.port_u16()) {
         (Some(sc), Some(p)) => format!("{sc}://{host}:{p}"),
@@ -235,7 +235,7 @@ pub fn shown_upstream(u: &Uri) -> String {
 }
 
 /// Bind and serve until `shutdown` resolves. `on_bound` is told the bound address (port 0 works).
-pub async fn run(
+pub(crate) async fn run(
     settings: HttpSettings,
     sink: SpanSink,
     on_bound: impl FnOnce(SocketAddr),
@@ -251,7 +251,7 @@ pub async fn run(
 }
 
 /// Serve on an already bound listener.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     settings: HttpSettings,
     sink: SpanSink,

@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 /// How the tap reaches the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// stdio: `network.transport=pipe`.
     Pipe,
     /// streamable HTTP: `network.transport=tcp`.
@@ -54,7 +54,7 @@ pub enum Transport {
 
 /// Who the server is, as the spans name it.
 #[derive(Clone, Debug)]
-pub struct ServerIdentity {
+pub(crate) struct ServerIdentity {
     /// `server.address`: the host, or for stdio the command name.
     pub address: String,
     pub port: Option<u16>,
@@ -63,7 +63,7 @@ pub struct ServerIdentity {
 
 /// Where and when a message passed.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub at_ns: u64,
     /// The session the message travelled in (`Mcp-Session-Id` of the HTTP request; none on stdio).
     pub session_id: Option<&'a str>,
@@ -90,7 +90,7 @@ pub struct Ctx<'a> {
 
 /// Counters, for the exit summary and the tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ObserverStats {
+pub(crate) struct ObserverStats {
     pub messages: u64,
     pub parse_errors: u64,
     pub spans: u64,
@@ -104,7 +104,7 @@ pub struct ObserverStats {
 
 /// Why something the tap forwarded was not read (whole).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Oversize {
+pub(crate) enum Oversize {
     /// A line, body or event-stream event past the parse limit: not read at all.
     Message,
     /// A message nested deeper than the reader follows (`reader::MAX_DEPTH`): what is down there
@@ -120,7 +120,7 @@ pub enum Oversize {
 
 /// [`ObserverStats::oversize`] by [`Oversize`] reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OversizeCounts {
+pub(crate) struct OversizeCounts {
     pub message: u64,
     pub depth: u64,
     pub value: u64,
@@ -129,7 +129,7 @@ pub struct OversizeCounts {
 
 impl ObserverStats {
     /// Count one thing not read, for `why`.
-    pub fn count(&mut self, why: Oversize) {
+    pub(crate) fn count(&mut self, why: Oversize) {
         self.oversize += 1;
         let c = &mut self.oversize_by;
         *match why {
@@ -141,7 +141,7 @@ impl ObserverStats {
     }
 
     /// The exit summary's line about what was not read, if anything was not.
-    pub fn unread_summary(&self) -> Option<String> {
+    pub(crate) fn unread_summary(&self) -> Option<String> {
         let c = &self.oversize_by;
         (self.oversize > 0).then(|| {
             format!(
@@ -242,7 +242,7 @@ struct SessionState {
 }
 
 /// See the module documentation.
-pub struct Observer {
+pub(crate) struct Observer {
     server: ServerIdentity,
     pending: FxHashMap<(String, String), Pending>,
     sessions: BoundedMap<String, SessionState>,
@@ -271,7 +271,7 @@ const MAX_PENDING: usize = 65_536;
 /// `digest_cache`); past them the oldest entry is forgotten and counted (`tap_sessions`,
 /// `digest_cache`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ObserverLimits {
+pub(crate) struct ObserverLimits {
     pub sessions: usize,
     pub digests: usize,
 }
@@ -347,7 +347,7 @@ fn progress_token(v: Node<'_>) -> Option<(AnyValue, String)> {
 }
 
 /// A W3C trace context: trace id and span id.
-pub type TraceContext = ([u8; 16], [u8; 8]);
+pub(crate) type TraceContext = ([u8; 16], [u8; 8]);
 
 /// Put a W3C `traceparent` into the `_meta` of a 2026-07-28 request that carries none, naming a new
 /// trace and the span the tap reports the request under, so that a server honouring `_meta`
@@ -360,7 +360,7 @@ pub type TraceContext = ([u8; 16], [u8; 8]);
 /// The member is written into the body as sent (after the `{` of `_meta`, of `params`, or of the
 /// message when they are missing): every other byte goes to the server as the client wrote it,
 /// and no tree of the body is built (it can be 16 MiB of any shape).
-pub fn inject_trace_context(body: &[u8], header_version: Option<&str>) -> Option<(Vec<u8>, TraceContext)> {
+pub(crate) fn inject_trace_context(body: &[u8], header_version: Option<&str>) -> Option<(Vec<u8>, TraceContext)> {
     let doc = Document::parse(body).ok().filter(Document::whole)?;
     let m = doc.root();
     let [method, id, params] = m.pick(["method", "id", "params"]);
@@ -399,7 +399,7 @@ pub fn inject_trace_context(body: &[u8], header_version: Option<&str>) -> Option
 }
 
 /// Parse a W3C `traceparent` (version 00 format; later versions read by the same prefix).
-pub fn parse_traceparent(tp: &str) -> Option<([u8; 16], [u8; 8])> {
+pub(crate) fn parse_traceparent(tp: &str) -> Option<([u8; 16], [u8; 8])> {
     let parts: Vec<&str> = tp.trim().split('-').collect();
     if parts.len() < 4 || parts[0].len() != 2 || parts[0] == "ff" || parts[1].len() != 32 || parts[2].len() != 16 || parts[3].len() != 2 {
         return None;
@@ -527,11 +527,11 @@ fn negotiation_refusal(code: i64, data: Option<Node<'_>>, attrs: &mut Vec<KeyVal
 
 impl Observer {
     /// An observer with the default limits.
-    pub fn new(server: ServerIdentity) -> Self {
+    pub(crate) fn new(server: ServerIdentity) -> Self {
         Observer::with_limits(server, ObserverLimits::default())
     }
 
-    pub fn with_limits(server: ServerIdentity, limits: ObserverLimits) -> Self {
+    pub(crate) fn with_limits(server: ServerIdentity, limits: ObserverLimits) -> Self {
         Observer {
             server,
             pending: FxHashMap::default(),
@@ -550,24 +550,24 @@ impl Observer {
     }
 
     /// Verify the calls that `rules` name (see `crate::tap::verify`).
-    pub fn with_verifiers(mut self, rules: Option<Arc<RuleSet>>) -> Self {
+    pub(crate) fn with_verifiers(mut self, rules: Option<Arc<RuleSet>>) -> Self {
         self.verifiers = rules.filter(|r| !r.rules.is_empty());
         self
     }
 
     /// The calls to verify found since the last call.
-    pub fn take_jobs(&mut self) -> Vec<VerifyJob> {
+    pub(crate) fn take_jobs(&mut self) -> Vec<VerifyJob> {
         std::mem::take(&mut self.jobs)
     }
 
     /// The spans built since the last call.
-    pub fn take_spans(&mut self) -> Vec<Span> {
+    pub(crate) fn take_spans(&mut self) -> Vec<Span> {
         std::mem::take(&mut self.spans)
     }
 
     /// Requests still waiting for a response.
     #[cfg(test)]
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.pending.len()
     }
 
@@ -575,12 +575,12 @@ impl Observer {
     /// is counted and otherwise ignored. No tree of the message is built (see `super::reader`):
     /// what the tap reads is read from the bytes, and a message nested too deep to read whole is
     /// read around the part it skipped and counted (`Oversize::Depth`).
-    pub fn client_bytes(&mut self, bytes: &[u8], ctx: &Ctx<'_>) {
+    pub(crate) fn client_bytes(&mut self, bytes: &[u8], ctx: &Ctx<'_>) {
         self.bytes(bytes, ctx, true)
     }
 
     /// See [`Self::client_bytes`]; messages from the server.
-    pub fn server_bytes(&mut self, bytes: &[u8], ctx: &Ctx<'_>) {
+    pub(crate) fn server_bytes(&mut self, bytes: &[u8], ctx: &Ctx<'_>) {
         self.bytes(bytes, ctx, false)
     }
 
@@ -805,7 +805,7 @@ impl Observer {
     /// status and the sanitized challenge.
     /// The challenge comes already sanitized ([`super::parse_www_authenticate`]): the raw header
     /// never reaches the observer.
-    pub fn http_auth_failure(&mut self, exchange: u64, status: u16, c: &Challenge, ctx: &Ctx<'_>) {
+    pub(crate) fn http_auth_failure(&mut self, exchange: u64, status: u16, c: &Challenge, ctx: &Ctx<'_>) {
         for p in self.take_exchange(exchange) {
             // A 401 to a request that carried no credential is a missing token, whatever word the
             // server chose (the `mcp` SDK says invalid_token for both).
@@ -835,7 +835,7 @@ impl Observer {
     /// The response of `exchange` ended: requests of it that got no JSON-RPC response and whose
     /// HTTP status was an error are reported with that status. Requests answered by a 2xx without
     /// a response stay in flight (the answer may come on another stream).
-    pub fn exchange_end(&mut self, exchange: u64, status: u16, ctx: &Ctx<'_>) {
+    pub(crate) fn exchange_end(&mut self, exchange: u64, status: u16, ctx: &Ctx<'_>) {
         if (200..300).contains(&status) {
             return;
         }
@@ -852,7 +852,7 @@ impl Observer {
     /// The requests of `exchange` met a transport failure (`connection_refused`, `timeout`,
     /// `dns_failure`, `connection_reset`). `request_sent`: whether the request bytes may have
     /// reached the server (false when the connection was never made).
-    pub fn transport_failure(&mut self, exchange: u64, outcome: &'static str, request_sent: bool, ctx: &Ctx<'_>) {
+    pub(crate) fn transport_failure(&mut self, exchange: u64, outcome: &'static str, request_sent: bool, ctx: &Ctx<'_>) {
         for p in self.take_exchange(exchange) {
             let mut attrs = self.common_attrs(&p, p.session_id.as_deref());
             attrs.push(s(a::TRANSPORT_OUTCOME, outcome));
@@ -869,7 +869,7 @@ impl Observer {
     }
 
     /// Forget requests older than `before_ns` (their response never came); returns how many.
-    pub fn expire(&mut self, before_ns: u64) -> usize {
+    pub(crate) fn expire(&mut self, before_ns: u64) -> usize {
         let n = self.pending.len();
         self.pending.retain(|_, p| p.start_ns >= before_ns);
         let gone = n - self.pending.len();

@@ -19,20 +19,20 @@
 //! the sanitized `WWW-Authenticate` error word and scope. Never arguments, results, messages,
 //! tokens, raw headers or bodies.
 
-pub mod export;
-pub mod http;
-pub mod jsonrpc;
+pub(crate) mod export;
+pub(crate) mod http;
+pub(crate) mod jsonrpc;
 pub(crate) mod reader;
-pub mod stdio;
+pub(crate) mod stdio;
 pub(crate) mod upstream_tls;
-pub mod verify;
+pub(crate) mod verify;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Unix time in nanoseconds.
-pub fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
@@ -61,7 +61,7 @@ pub fn new_span_id() -> [u8; 8] {
 
 /// Splits a byte stream into lines (`\n`-terminated, a trailing `\r` dropped), bounded: a line
 /// longer than `max` is skipped whole and counted, so a runaway message cannot grow memory.
-pub struct LineSplitter {
+pub(crate) struct LineSplitter {
     buf: Vec<u8>,
     max: usize,
     skipping: bool,
@@ -69,12 +69,12 @@ pub struct LineSplitter {
 }
 
 impl LineSplitter {
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         LineSplitter { buf: Vec::new(), max, skipping: false, oversize: 0 }
     }
 
     /// Feed a chunk; `f` is called with each complete line.
-    pub fn feed(&mut self, mut chunk: &[u8], mut f: impl FnMut(&[u8])) {
+    pub(crate) fn feed(&mut self, mut chunk: &[u8], mut f: impl FnMut(&[u8])) {
         while let Some(p) = chunk.iter().position(|b| *b == b'\n') {
             let (head, rest) = (&chunk[..p], &chunk[p + 1..]);
             if self.skipping {
@@ -106,13 +106,13 @@ impl LineSplitter {
     /// Bytes were lost before the next chunk (not handed to the observer): the line they were
     /// part of is dropped whole, up to the next newline, never read as the bytes around the gap
     /// joined (which could be JSON, and say something the message did not).
-    pub fn gap(&mut self) {
+    pub(crate) fn gap(&mut self) {
         self.buf = Vec::new();
         self.skipping = true;
     }
 
     /// What is left without a newline at end of stream (a last message without `\n`).
-    pub fn finish(&mut self, mut f: impl FnMut(&[u8])) {
+    pub(crate) fn finish(&mut self, mut f: impl FnMut(&[u8])) {
         if !self.skipping && !self.buf.is_empty() {
             let line = std::mem::take(&mut self.buf);
             f(trim_cr(&line));
@@ -128,7 +128,7 @@ fn trim_cr(l: &[u8]) -> &[u8] {
 /// An incremental `text/event-stream` parser (the WHATWG event-stream format): `data:` lines are
 /// joined with `\n` and an event is dispatched at a blank line. Only the data is kept; `id:`,
 /// `event:` and `retry:` fields are not evidence. Bounded like [`LineSplitter`].
-pub struct SseParser {
+pub(crate) struct SseParser {
     lines: LineSplitter,
     data: Vec<u8>,
     has_data: bool,
@@ -144,7 +144,7 @@ pub struct SseParser {
 }
 
 impl SseParser {
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         SseParser {
             lines: LineSplitter::new(max),
             data: Vec::new(),
@@ -160,14 +160,14 @@ impl SseParser {
     /// Bytes were lost before the next chunk: the event they were part of is dropped (up to the
     /// next blank line: when the lost bytes held an event's end, what follows is the tail of
     /// another event, dropped with it), never dispatched with the gap joined.
-    pub fn gap(&mut self) {
+    pub(crate) fn gap(&mut self) {
         self.lines.gap();
         self.pending_cr = false;
         self.damaged = true;
     }
 
     /// Feed a chunk; `f` is called with the data of each complete event.
-    pub fn feed(&mut self, chunk: &[u8], mut f: impl FnMut(&[u8])) {
+    pub(crate) fn feed(&mut self, chunk: &[u8], mut f: impl FnMut(&[u8])) {
         // The format allows CR, LF or CRLF line ends: normalize a lone CR to LF.
         let normalized;
         let chunk = if chunk.contains(&b'\r') || self.pending_cr {
@@ -248,14 +248,14 @@ impl SseParser {
 /// vocabulary) and the `scope` (RFC 6749 scope tokens only, through `redact::scope`). Nothing else
 /// of the header — realm, `error_description`, `resource_metadata` — is kept.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Challenge {
+pub(crate) struct Challenge {
     pub error: Option<&'static str>,
     pub scope: Option<Box<str>>,
 }
 
 /// Parse the Bearer challenge of a `WWW-Authenticate` value (RFC 6750 §3, RFC 9110 §11.6.1).
 /// Tolerates several challenges in one value; the first `Bearer` one is read.
-pub fn parse_www_authenticate(h: &str) -> Challenge {
+pub(crate) fn parse_www_authenticate(h: &str) -> Challenge {
     let mut out = Challenge::default();
     let params = auth_params(h);
     let mut description: Option<String> = None;

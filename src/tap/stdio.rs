@@ -21,7 +21,7 @@ use super::jsonrpc::{Ctx, Observer, Oversize, ServerIdentity, Transport};
 use super::{now_ns, LineSplitter};
 
 /// Longest JSON-RPC line the observer parses (longer lines are forwarded, not parsed).
-pub const MAX_LINE: usize = 16 << 20;
+pub(crate) const MAX_LINE: usize = 16 << 20;
 const CHUNK: usize = 64 << 10;
 /// Most bytes of chunks waiting for the observer (as the HTTP tap's `OBSERVER_BYTES`); past it a
 /// copy is not handed over (the bytes still flow) and is counted as unobserved, and the line it
@@ -73,7 +73,7 @@ impl HandOver {
 
 /// What the stdio tap did, for the exit summary.
 #[derive(Debug, Default)]
-pub struct StdioReport {
+pub(crate) struct StdioReport {
     /// The exit code to exit with (the server's).
     pub exit_code: i32,
     /// Chunks not observed because the observer queue was full (they were still forwarded).
@@ -81,12 +81,12 @@ pub struct StdioReport {
 }
 
 /// The `server.address` of a command: its file name.
-pub fn command_name(cmd: &OsString) -> String {
+pub(crate) fn command_name(cmd: &OsString) -> String {
     std::path::Path::new(cmd).file_name().map_or_else(|| cmd.to_string_lossy().into_owned(), |n| n.to_string_lossy().into_owned())
 }
 
 /// Run the server command behind the tap until it exits. Must be called inside a Tokio runtime.
-pub async fn run(
+pub(crate) async fn run(
     command: Vec<OsString>,
     server_address: Option<String>,
     sink: SpanSink,

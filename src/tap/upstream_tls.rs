@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 /// Verification of an `https://` upstream.
 #[derive(Clone, Debug, Default)]
-pub struct UpstreamTls {
+pub(crate) struct UpstreamTls {
     /// Trust only the CAs in this PEM file (else the system's roots).
     pub ca_file: Option<String>,
     /// Accept any certificate (the handshake is still TLS; nothing is authenticated).
@@ -15,7 +15,7 @@ pub struct UpstreamTls {
 
 impl UpstreamTls {
     /// The rustls client configuration (HTTP/1.1 only, as the tap's client).
-    pub fn client_config(&self) -> Result<rustls::ClientConfig, String> {
+    pub(crate) fn client_config(&self) -> Result<rustls::ClientConfig, String> {
         let provider = crate::config::tls::provider();
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()

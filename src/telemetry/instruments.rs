@@ -114,7 +114,7 @@ const CALL: &[&str] = &["mcp.method.name", "gen_ai.tool.name", "server.address"]
 
 macro_rules! instruments {
     ($($id:ident = $name:literal, $kind:expr, $unit:literal, [$($l:expr),* $(,)?], $tier:expr, $desc:expr;)*) => {
-        $(pub const $id: Instrument = Instrument { name: $name, kind: $kind, unit: $unit, labels: &[$($l),*], description: $desc, tier: $tier };)*
+        $(pub(crate) const $id: Instrument = Instrument { name: $name, kind: $kind, unit: $unit, labels: &[$($l),*], description: $desc, tier: $tier };)*
         /// Every instrument, in the order of the reference.
         pub const ALL: &[Instrument] = &[$($id),*];
     };
@@ -297,7 +297,7 @@ instruments! {
 }
 
 /// The declaration of the instrument named `name` (an OpenTelemetry name).
-pub fn find(name: &str) -> Option<&'static Instrument> {
+pub(crate) fn find(name: &str) -> Option<&'static Instrument> {
     ALL.iter().find(|i| i.name == name)
 }
 

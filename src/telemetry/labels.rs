@@ -13,14 +13,14 @@ pub enum ItemKind {
 
 /// An OTLP signal, as a receiver takes it in (`signal` label and log field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Signal {
+pub(crate) enum Signal {
     Traces,
     Metrics,
     Logs,
 }
 
 impl Signal {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Signal::Traces => "traces",
             Signal::Metrics => "metrics",
@@ -29,7 +29,7 @@ impl Signal {
     }
 
     /// The unit its items are counted in.
-    pub fn item_kind(self) -> ItemKind {
+    pub(crate) fn item_kind(self) -> ItemKind {
         match self {
             Signal::Traces => ItemKind::Spans,
             Signal::Metrics => ItemKind::MetricPoints,
@@ -38,7 +38,7 @@ impl Signal {
     }
 
     /// What the exporter counts this signal's pass-through copies under.
-    pub fn passthrough(self) -> ExportSignal {
+    pub(crate) fn passthrough(self) -> ExportSignal {
         match self {
             Signal::Traces => ExportSignal::Passthrough,
             Signal::Metrics => ExportSignal::PassthroughMetrics,

@@ -14,7 +14,7 @@ use super::labels::{ExportSignal, ItemKind, RefusalReason, Transport};
 /// Verdict-log records lost to failed writes, process-wide
 /// (`mcp_health.verdict_log.write_errors`): the verdict log adds to it and the metrics read it, so
 /// it lives under both and neither imports the other.
-pub static VERDICT_LOG_WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static VERDICT_LOG_WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 /// One counter per item kind, in the collector's units: the `_spans`, `_metric_points` and
 /// `_log_records` triple every item counter of the collector comes in.

@@ -5,6 +5,6 @@
 //! these declarations and generates the metrics reference from them, so a name, a unit or a label
 //! value is spelled in one place.
 
-pub mod instruments;
-pub mod labels;
-pub mod meters;
+pub(crate) mod instruments;
+pub(crate) mod labels;
+pub(crate) mod meters;

@@ -26,7 +26,7 @@ pub(crate) struct Durable {
 }
 
 impl Durable {
-    pub fn new(store: StoreHandle) -> Self {
+    pub(crate) fn new(store: StoreHandle) -> Self {
         Durable {
             link: Link::new(Worker::for_store(store)),
             last_persisted: None,

@@ -23,18 +23,18 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub fn new(worker: Worker) -> Self {
+    pub(crate) fn new(worker: Worker) -> Self {
         Link { worker, down: false, errors: 0, conflicts: 0, taken_over: 0, skipped: Default::default() }
     }
 
     /// A store operation failed: counted, and the store is down until one succeeds.
-    pub fn failed(&mut self) {
+    pub(crate) fn failed(&mut self) {
         self.errors += 1;
         self.down = true;
     }
 
     /// Run `job` and wait for it: for the rare reads whose answer the step needs now.
-    pub fn call<T: Send + 'static>(
+    pub(crate) fn call<T: Send + 'static>(
         &mut self,
         job: impl FnOnce(&mut dyn crate::state::StateStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
@@ -42,7 +42,7 @@ impl Link {
     }
 
     /// One record, waiting for it; the store's answer marks it up or down.
-    pub fn get(&mut self, table: Table, key: String) -> Result<Option<Record>, StoreError> {
+    pub(crate) fn get(&mut self, table: Table, key: String) -> Result<Option<Record>, StoreError> {
         let r = self.call(move |s| s.get(table, &key));
         match &r {
             Ok(_) => self.down = false,
@@ -54,7 +54,7 @@ impl Link {
     /// Load every record and put it back into the engine's tables. A record that cannot be
     /// read is skipped, named in the log and counted, the rest loaded; a store that cannot be
     /// read at all leaves the engine empty (nothing is judged from a state that could not be read).
-    pub fn load(&mut self, t: &mut Tables) {
+    pub(crate) fn load(&mut self, t: &mut Tables) {
         match self.call(|s| s.load()) {
             Ok(snap) => {
                 for s in &snap.skipped {
@@ -72,7 +72,7 @@ impl Link {
     /// Late evidence for a decided chain forgotten under a bound (`max_decided`, `max_bytes`)
     /// within its late-span window: take the chain back from the store first, so the evidence
     /// revises it instead of being dropped.
-    pub fn take_back_spilled(&mut self, chains: &mut Chains, spans: &[SpanEvidence]) {
+    pub(crate) fn take_back_spilled(&mut self, chains: &mut Chains, spans: &[SpanEvidence]) {
         for ev in spans {
             let Some(id) = chains.spilled_target(ev) else { continue };
             match self.get(Table::Decided, trace_key(&id)) {
@@ -95,7 +95,7 @@ impl Link {
     /// first, so the receipt revises it here — one process would have revised it too — instead
     /// of making a call-less chain that says nothing. At most two store reads (operation key,
     /// chain) per such receipt and batch; rare, so they are waited for.
-    pub fn take_over_from_store(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
+    pub(crate) fn take_over_from_store(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
         let with_request: rustc_hash::FxHashSet<TraceId> = spans.iter().filter(|s| s.method.is_some()).map(|s| s.trace_id).collect();
         let with_key: rustc_hash::FxHashSet<&str> =
             spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.as_deref()).collect();
@@ -145,7 +145,7 @@ impl Link {
 
     /// A decided chain another instance wrote, taken into the engine's chains (a client half's,
     /// a parked verifier's call): whether the store had it; `None` when the store failed.
-    pub fn take_decided(&mut self, t: &mut Tables, trace: TraceId, what: &str) -> Option<bool> {
+    pub(crate) fn take_decided(&mut self, t: &mut Tables, trace: TraceId, what: &str) -> Option<bool> {
         match self.get(Table::Decided, trace_key(&trace)) {
             Ok(Some(Record::Decided(r))) => {
                 self.taken_over += 1;

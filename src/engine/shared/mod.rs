@@ -49,7 +49,7 @@ pub(crate) struct Tables<'a> {
 
 impl Tables<'_> {
     /// Publish a catalog change on the gate's board and as a record.
-    pub fn emit_catalog(&self, ch: CatalogChange, out: &mut Vec<Decided>) {
+    pub(crate) fn emit_catalog(&self, ch: CatalogChange, out: &mut Vec<Decided>) {
         self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
         out.push(Decided::Catalog(ch));
     }

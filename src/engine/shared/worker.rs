@@ -55,7 +55,7 @@ pub(crate) struct Worker {
 
 impl Worker {
     /// A worker for `store`: a thread of its own for a network store, inline otherwise.
-    pub fn for_store(store: StoreHandle) -> Self {
+    pub(crate) fn for_store(store: StoreHandle) -> Self {
         if store.over_network() {
             Worker::thread(store)
         } else {
@@ -63,11 +63,11 @@ impl Worker {
         }
     }
 
-    pub fn inline(store: StoreHandle) -> Self {
+    pub(crate) fn inline(store: StoreHandle) -> Self {
         Worker { via: Via::Inline(store), next: 0, taken: BTreeMap::new(), in_flight: 0, queue_waits: 0, waited: std::time::Duration::ZERO }
     }
 
-    pub fn thread(store: StoreHandle) -> Self {
+    pub(crate) fn thread(store: StoreHandle) -> Self {
         let (jobs, job_rx) = mpsc::sync_channel::<(u64, Job)>(MAX_IN_FLIGHT);
         // Unbounded in type, bounded by `MAX_IN_FLIGHT` in use: one answer per job in flight.
         let (answer_tx, answers) = mpsc::channel::<(u64, Answer)>();
@@ -97,7 +97,7 @@ impl Worker {
 
     /// Submit `job`; its answer is taken with [`Worker::take`] once [`Worker::poll`] or
     /// [`Worker::wait`] has it.
-    pub fn submit<T: Send + 'static>(&mut self, job: impl FnOnce(&mut dyn StateStore) -> T + Send + 'static) -> Ticket<T> {
+    pub(crate) fn submit<T: Send + 'static>(&mut self, job: impl FnOnce(&mut dyn StateStore) -> T + Send + 'static) -> Ticket<T> {
         let id = self.next;
         self.next += 1;
         let job: Job = Box::new(move |s| Box::new(job(s)) as Answer);
@@ -126,7 +126,7 @@ impl Worker {
     }
 
     /// Take every answer that has come back, without waiting.
-    pub fn poll(&mut self) {
+    pub(crate) fn poll(&mut self) {
         let Via::Thread { answers, .. } = &self.via else { return };
         while let Ok((id, a)) = answers.try_recv() {
             self.in_flight -= 1;
@@ -153,12 +153,12 @@ impl Worker {
     }
 
     /// Whether the answer of `ticket` has come back.
-    pub fn has<T>(&self, ticket: &Ticket<T>) -> bool {
+    pub(crate) fn has<T>(&self, ticket: &Ticket<T>) -> bool {
         self.taken.contains_key(&ticket.id)
     }
 
     /// Wait until the answer of `ticket` has come back (the jobs before it have run too).
-    pub fn wait<T>(&mut self, ticket: &Ticket<T>) {
+    pub(crate) fn wait<T>(&mut self, ticket: &Ticket<T>) {
         while !self.taken.contains_key(&ticket.id) {
             if !self.recv_one() {
                 return;
@@ -167,24 +167,24 @@ impl Worker {
     }
 
     /// The answer of `ticket`, if it has come back (`None` also when the thread ended without it).
-    pub fn take<T: 'static>(&mut self, ticket: Ticket<T>) -> Option<T> {
+    pub(crate) fn take<T: 'static>(&mut self, ticket: Ticket<T>) -> Option<T> {
         self.taken.remove(&ticket.id).and_then(|a| a.downcast::<T>().ok()).map(|b| *b)
     }
 
     /// Run `job` and wait for its answer (for rare calls whose answer the step needs now).
-    pub fn call<T: Send + 'static>(&mut self, job: impl FnOnce(&mut dyn StateStore) -> T + Send + 'static) -> Option<T> {
+    pub(crate) fn call<T: Send + 'static>(&mut self, job: impl FnOnce(&mut dyn StateStore) -> T + Send + 'static) -> Option<T> {
         let t = self.submit(job);
         self.wait(&t);
         self.take(t)
     }
 
     /// Submit calls that waited for room.
-    pub fn queue_waits(&self) -> u64 {
+    pub(crate) fn queue_waits(&self) -> u64 {
         self.queue_waits
     }
 
     /// Time the caller's thread spent blocked on the store's thread.
-    pub fn waited(&self) -> std::time::Duration {
+    pub(crate) fn waited(&self) -> std::time::Duration {
         self.waited
     }
 }

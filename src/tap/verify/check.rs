@@ -81,7 +81,7 @@ impl From<TemplateError> for VerifyError {
 const MAX_BODY: usize = 1 << 20;
 
 /// Run one attempt of `check` against `call` (`{"arguments": …, "result": …}`).
-pub async fn run(check: &Check, call: &Value, http: &HttpClient, timeout: Duration) -> Result<Finding, VerifyError> {
+pub(crate) async fn run(check: &Check, call: &Value, http: &HttpClient, timeout: Duration) -> Result<Finding, VerifyError> {
     match tokio::time::timeout(timeout, attempt(check, call, http, timeout)).await {
         Ok(r) => r,
         Err(_) => Err(VerifyError::Timeout),
@@ -323,7 +323,7 @@ fn file(
 
 /// A value read from a row: a number or text.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Cell {
+pub(crate) enum Cell {
     Int(i64),
     Real(f64),
     Text(String),
@@ -331,7 +331,7 @@ pub enum Cell {
 }
 
 /// Whether a row version is at least `min`: numerically when both are numbers, else as text.
-pub fn at_least(v: &Cell, min: &str) -> bool {
+pub(crate) fn at_least(v: &Cell, min: &str) -> bool {
     let m = min.trim();
     match v {
         Cell::Int(i) => m.parse::<i64>().map(|x| *i >= x).or_else(|_| m.parse::<f64>().map(|x| *i as f64 >= x)).unwrap_or(false),

@@ -37,7 +37,7 @@ pub fn http_client(connect_timeout: Duration) -> HttpClient {
 }
 
 /// A client that trusts only the CAs in `ca_file` (PEM), for a rule's `http.ca_file`.
-pub fn http_client_trusting(ca_file: &str) -> Result<HttpClient, String> {
+pub(crate) fn http_client_trusting(ca_file: &str) -> Result<HttpClient, String> {
     let roots = crate::config::tls::read_roots("ca_file", ca_file).map_err(|e| e.to_string())?;
     let tls = rustls::ClientConfig::builder_with_provider(crate::config::tls::provider())
         .with_safe_default_protocol_versions()

@@ -24,10 +24,10 @@
 //! bodies, credentials. Only the rule's name (validated by the MCP tool-name rule) and fixed
 //! vocabularies leave.
 
-pub mod check;
-pub mod client;
-pub mod rules;
-pub mod template;
+pub(crate) mod check;
+pub(crate) mod client;
+pub(crate) mod rules;
+pub(crate) mod template;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -68,7 +68,7 @@ pub struct VerifyJob {
 /// Most bytes (an estimate of the heap its `Value`s take, see `reader::Budget`) of call values one
 /// verifier job keeps; a value past what is left is not kept (counted as `Oversize::Value`), and
 /// a check that needs it reports `pointer_unresolved` (no finding, counted as a verifier error).
-pub const MAX_JOB_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_JOB_BYTES: usize = 64 * 1024;
 
 /// Longest first text content read as the `structuredContent` of a result that has none (it is
 /// decoded to be read): past it the rule's values from it are not kept.
@@ -360,7 +360,7 @@ fn kv(key: &str, v: any_value::Value) -> KeyValue {
 }
 
 /// The span of one finding (or verifier error), in the call's trace under the call's span.
-pub fn finding_span(
+pub(crate) fn finding_span(
     rule: &rules::Rule,
     job: &VerifyJob,
     start_ns: u64,

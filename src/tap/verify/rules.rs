@@ -42,7 +42,7 @@ pub enum RulesError {
 /// The file: the rules and the runner's limits.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RulesFile {
+pub(crate) struct RulesFile {
     #[serde(default)]
     pub verifiers: Vec<RuleConfig>,
     #[serde(default)]
@@ -67,7 +67,7 @@ impl Default for RunnerLimits {
 /// One rule as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RuleConfig {
+pub(crate) struct RuleConfig {
     pub name: String,
     pub tool: String,
     #[serde(default)]
@@ -92,7 +92,7 @@ pub struct RuleConfig {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HttpConfig {
+pub(crate) struct HttpConfig {
     #[serde(default = "get")]
     pub method: String,
     pub url: String,
@@ -120,7 +120,7 @@ fn get() -> String {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileConfig {
+pub(crate) struct FileConfig {
     /// The file, relative to `base_dir` when it has holes (then `base_dir` is required).
     pub path: String,
     /// The directory the call may name files beneath: the path is resolved under it, no `..`, no
@@ -138,7 +138,7 @@ pub struct FileConfig {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CommandConfig {
+pub(crate) struct CommandConfig {
     pub argv: Vec<String>,
     /// Environment variables the child gets from the tap's environment (besides `PATH`): the
     /// child starts with an empty environment, so other rules' credentials never reach it.
@@ -151,7 +151,7 @@ pub struct CommandConfig {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SqlConfig {
+pub(crate) struct SqlConfig {
     /// A SQLite database file (opened read-only).
     #[serde(default)]
     pub sqlite: Option<String>,
@@ -500,14 +500,14 @@ const SQL_NOT_BUILT: &str =
 
 /// A tool-name pattern: `*` any run of characters, `?` one character, anything else itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Glob(Vec<char>);
+pub(crate) struct Glob(Vec<char>);
 
 impl Glob {
-    pub fn new(p: &str) -> Self {
+    pub(crate) fn new(p: &str) -> Self {
         Glob(p.chars().collect())
     }
 
-    pub fn matches(&self, s: &str) -> bool {
+    pub(crate) fn matches(&self, s: &str) -> bool {
         let s: Vec<char> = s.chars().collect();
         let p = &self.0;
         // Iterative wildcard matching with one backtrack point (linear in practice).

@@ -247,7 +247,7 @@ impl UrlTemplate {
 
 /// Percent-encode everything but RFC 3986's unreserved characters: a value is one path segment
 /// or one query value, whatever it holds (`/ ? # % @ & = +` included).
-pub fn percent_encode(v: &str) -> String {
+pub(crate) fn percent_encode(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for b in v.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
@@ -270,7 +270,7 @@ fn resolve<'a>(call: &'a Value, ptr: &str) -> Result<&'a Value, TemplateError> {
 /// Whether a value read from a destination equals what the template expects: the same JSON
 /// value, or the same text when one side is a string (`"42"` equals `42`: query strings and
 /// path segments are text).
-pub fn same(found: &Value, expected: &Value) -> bool {
+pub(crate) fn same(found: &Value, expected: &Value) -> bool {
     if found == expected {
         return true;
     }

@@ -112,7 +112,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(store: StoreHandle, late_span_window: Duration, answer_within: Duration) -> Self {
+    pub(crate) fn new(store: StoreHandle, late_span_window: Duration, answer_within: Duration) -> Self {
         Shared {
             link: Link::new(Worker::for_store(store)),
             answer_within,
