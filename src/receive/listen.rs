@@ -594,9 +594,21 @@ pub(crate) async fn serve_http(listener: Listener, app: axum::Router, shutdown: 
     while conns.join_next().await.is_some() {}
 }
 
+/// How long a connection accepted just before its server stops may take to send its first
+/// request: it was accepted, so it is answered, not closed idle (a client that connected during a
+/// reload's handover would otherwise read an empty response).
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
+
 async fn serve_http_conn(conn: Conn, app: axum::Router, mut stop: watch::Receiver<bool>) {
     let info = conn.info();
+    let first_request = Arc::new(tokio::sync::Notify::new());
+    let asked = Arc::new(AtomicBool::new(false));
+    let (first, seen) = (Arc::clone(&first_request), Arc::clone(&asked));
     let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        if !seen.swap(true, Ordering::Relaxed) {
+            // Stores a permit when nobody waits yet.
+            first.notify_one();
+        }
         let in_flight = info.request_started();
         let fut = tower::Service::call(&mut app.clone(), req);
         async move {
@@ -609,8 +621,18 @@ async fn serve_http_conn(conn: Conn, app: axum::Router, mut stop: watch::Receive
     tokio::pin!(c);
     tokio::select! {
         _ = c.as_mut() => return,
-        _ = stop.wait_for(|s| *s) => c.as_mut().graceful_shutdown(),
+        _ = stop.wait_for(|s| *s) => {}
     }
+    // Graceful shutdown closes a connection with no request in flight at once, and one whose
+    // first request has not arrived yet counts as such: wait for that request (bounded) first.
+    if !asked.load(Ordering::Relaxed) {
+        tokio::select! {
+            _ = c.as_mut() => return,
+            _ = first_request.notified() => {}
+            _ = tokio::time::sleep(FIRST_REQUEST_GRACE) => {}
+        }
+    }
+    c.as_mut().graceful_shutdown();
     let _ = c.await;
 }
 
@@ -835,6 +857,32 @@ mod tests {
         }
         assert!(closed(ListenerName::Gate, Closed::Idle) >= before + 2, "both counted as idle");
         let _ = stop.send(());
+        server.await.unwrap();
+    }
+
+    /// A connection accepted before its server is told to stop, whose request comes after: it
+    /// is answered, not closed idle (a health probe that connected during a reload's handover
+    /// read an empty response).
+    #[tokio::test]
+    async fn a_connection_accepted_before_a_stop_is_answered_when_its_request_comes_after() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let limits =
+            ConnectionLimits { read_header_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(10), max_connections: 8 };
+        let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_http(Listener::new(tcp, ListenerName::Gate, limits, None, Protocol::Http1), app, async {
+            let _ = stopped.await;
+        }));
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = stop.send(());
+        // The request comes after the stop (well within the grace for a first request).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        client.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer)).await;
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "answered: {:?}", String::from_utf8_lossy(&answer));
         server.await.unwrap();
     }
 }
