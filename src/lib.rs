@@ -22,6 +22,7 @@ pub(crate) mod classify;
 pub(crate) mod cli;
 pub mod config;
 pub(crate) mod correlate;
+pub(crate) mod defaults;
 pub(crate) mod emit;
 pub mod engine;
 pub mod evidence;

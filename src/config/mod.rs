@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::correlate::ChainLimits;
+use crate::defaults;
 /// `exporters`: declared beside the exporters.
 pub use crate::emit::config::{
     Exporters, OtlpExporter, PrometheusExporter, RetryOnFailure, SendingQueue, VerdictLog, DEFAULT_MAX_REQUEST_BYTES,
@@ -28,7 +29,7 @@ pub use crate::emit::config::{
 pub use crate::flow::memory::MemoryLimiterConfig;
 /// `extensions.gate`: declared beside the gate.
 pub use crate::gate::config::GateConfig;
-use crate::receive::config::{check_endpoint, check_listener, connection_limits, d_10s, d_60s, d_max_connections, empty_is_default};
+use crate::receive::config::{check_endpoint, check_listener, empty_is_default, listener_config};
 /// `receivers`: declared beside the receivers, with the keys every listener shares.
 pub use crate::receive::config::{listen_address_ok, GrpcReceiver, HttpReceiver, OtlpReceiver, Protocols, ReceiverAuth, Receivers};
 pub use crate::receive::tls::TlsServerSettings;
@@ -92,15 +93,15 @@ pub struct Processors {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CorrelateConfig {
-    #[serde(default = "d_2s", with = "humantime_serde")]
+    #[serde(default = "defaults::secs::<2>", with = "humantime_serde")]
     pub decision_wait: Duration,
-    #[serde(default = "d_30s", with = "humantime_serde")]
+    #[serde(default = "defaults::secs::<30>", with = "humantime_serde")]
     pub max_wait: Duration,
     /// How much longer than `decision_wait` a server half in a trace of its own (or a refused
     /// HTTP request alone in its trace) waits for its client half and that half's rivals before
     /// it is joined or decided alone. The default covers the OpenTelemetry SDKs' default batch
     /// export delay (5 s): a split call's verdict comes `decision_wait` + this after its last span.
-    #[serde(default = "d_5s", with = "humantime_serde")]
+    #[serde(default = "defaults::secs::<5>", with = "humantime_serde")]
     pub server_half_wait: Duration,
     /// Chains in flight. Unset (the default): sized from memory, `max_bytes / 1024` (a chain holds
     /// about 1.2 KB of evidence), so the byte bound decides: 256 MiB hold ~220 k chains, ~110 k
@@ -108,22 +109,23 @@ pub struct CorrelateConfig {
     /// default) made the embedded default evict most chains at ~150 k spans/s.
     #[serde(default)]
     pub max_chains: Option<usize>,
-    #[serde(default = "d_256mib")]
+    /// Bytes of evidence the chains in flight may hold: 256 MiB.
+    #[serde(default = "defaults::count::<268_435_456>")]
     pub max_bytes: usize,
-    #[serde(default = "d_1000")]
+    #[serde(default = "defaults::count::<1_000>")]
     pub max_spans_per_chain: usize,
-    #[serde(default = "d_5m", with = "humantime_serde")]
+    #[serde(default = "defaults::secs::<300>", with = "humantime_serde")]
     pub late_span_window: Duration,
-    #[serde(default = "d_100k")]
+    #[serde(default = "defaults::count::<100_000>")]
     pub max_decided: usize,
     /// Batches waiting for the correlator; past it receivers answer "retry later".
-    #[serde(default = "d_queue")]
+    #[serde(default = "defaults::count::<256>")]
     pub queue_size: usize,
     /// Sessions whose catalog state is kept.
-    #[serde(default = "d_100k")]
+    #[serde(default = "defaults::count::<100_000>")]
     pub max_sessions: usize,
     /// A session with no span for this long is forgotten.
-    #[serde(default = "d_1h", with = "humantime_serde")]
+    #[serde(default = "defaults::secs::<3600>", with = "humantime_serde")]
     pub session_idle_expiry: Duration,
     /// What counts as bounded refresh evidence for servers that do not advertise `listChanged`:
     /// `{mode: none}`, `{mode: on_reconnect}`, `{mode: max_age, max_age: 10m}`.
@@ -137,7 +139,7 @@ pub struct CorrelateConfig {
     #[serde(default)]
     pub lockfile: Option<String>,
     /// Digest raw tool definitions (`mcp_health.catalog.tools`) and strip them before passing spans on.
-    #[serde(default = "yes")]
+    #[serde(default = "defaults::yes")]
     pub strip_tool_definitions: bool,
     /// Mark partial (never `healthy`) a chain whose earliest call started before this service took
     /// its first span, less `decision_wait`: its first spans may have gone to an instance that is
@@ -183,35 +185,35 @@ impl ReceiptPolicy {
 #[serde(deny_unknown_fields)]
 pub struct StateLimits {
     /// The gate's board: the latest catalog verdict per session.
-    #[serde(default = "d_100k")]
+    #[serde(default = "defaults::count::<100_000>")]
     pub gate_board: usize,
     /// Contract digests by raw-definition hash (one cache per receiving thread).
-    #[serde(default = "d_16k")]
+    #[serde(default = "defaults::count::<16_384>")]
     pub digest_cache: usize,
     /// Projections of the tool definitions seen, by digest (what drift reports diff against).
-    #[serde(default = "d_8k")]
+    #[serde(default = "defaults::count::<8_192>")]
     pub tool_definitions: usize,
     /// Interned tool, server, version and method names (per receiving thread).
-    #[serde(default = "d_4k")]
+    #[serde(default = "defaults::count::<4_096>")]
     pub interner: usize,
     /// Hashed session ids (per receiving thread).
-    #[serde(default = "d_4k")]
+    #[serde(default = "defaults::count::<4_096>")]
     pub redaction_cache: usize,
     /// Sessions the evidence tap keeps (protocol version, `tools/list` traversal). The tap takes
     /// no configuration file: it uses this default.
-    #[serde(default = "d_16k")]
+    #[serde(default = "defaults::count::<16_384>")]
     pub tap_sessions: usize,
     /// Operation keys of calls, so a verifier in another trace finds its call.
-    #[serde(default = "d_100k")]
+    #[serde(default = "defaults::count::<100_000>")]
     pub operation_keys: usize,
     /// Operation keys under which verifiers wait for a call that has not arrived yet.
-    #[serde(default = "d_10k")]
+    #[serde(default = "defaults::count::<10_000>")]
     pub parked_verifiers: usize,
     /// (server, tool, digest) drift already reported (each is reported once).
-    #[serde(default = "d_100k")]
+    #[serde(default = "defaults::count::<100_000>")]
     pub drift_reported: usize,
     /// In-flight calls already reported `working` (reported once; the final verdict follows).
-    #[serde(default = "d_100k")]
+    #[serde(default = "defaults::count::<100_000>")]
     pub working_reported: usize,
 }
 
@@ -304,38 +306,26 @@ pub struct FileStorage {
     pub directory: std::path::PathBuf,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct HealthCheck {
-    #[serde(default = "default_health_endpoint")]
-    pub endpoint: String,
+listener_config! {
     // Plaintext only (no `tls`): probed by the container's healthcheck and load balancers.
-    /// A connection that has not sent its first request head (TLS handshake included) this long
-    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_10s", with = "humantime_serde")]
-    pub read_header_timeout: Duration,
-    /// A connection with nothing to do this long (no request in flight and none arriving, or a
-    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_60s", with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// Connections held at once; one more is accepted and closed at once, counted in
-    /// `mcp_health.connections.refused{reason="max_connections"}`.
-    #[serde(default = "d_max_connections")]
-    pub max_connections: usize,
-    /// Serve the status page (`/status`, `/status.json`) beside the health check.
-    #[serde(default = "yes")]
-    pub status_page: bool,
-    /// `/status/health`: an exporter whose every attempt has failed for longer is unhealthy
-    /// (and an on-disk sending queue that refused a request this recently).
-    #[serde(default = "d_30s", with = "humantime_serde")]
-    pub exporter_failure_threshold: Duration,
-    /// `/` answers 503 when a component is unhealthy (as `/status/health` judges it). Off: a
-    /// liveness probe on `/` must not restart the process for a backend that is down.
-    #[serde(default)]
-    pub fail_on_component_error: bool,
-    /// How the status page is drawn.
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub status: Option<StatusPage>,
+    pub struct HealthCheck {
+        #[serde(default = "default_health_endpoint")]
+        pub endpoint: String,
+        /// Serve the status page (`/status`, `/status.json`) beside the health check.
+        #[serde(default = "defaults::yes")]
+        pub status_page: bool,
+        /// `/status/health`: an exporter whose every attempt has failed for longer is unhealthy
+        /// (and an on-disk sending queue that refused a request this recently).
+        #[serde(default = "defaults::secs::<30>", with = "humantime_serde")]
+        pub exporter_failure_threshold: Duration,
+        /// `/` answers 503 when a component is unhealthy (as `/status/health` judges it). Off: a
+        /// liveness probe on `/` must not restart the process for a backend that is down.
+        #[serde(default)]
+        pub fail_on_component_error: bool,
+        /// How the status page is drawn.
+        #[serde(default, deserialize_with = "empty_is_default")]
+        pub status: Option<StatusPage>,
+    }
 }
 
 /// `extensions.health_check.status`: the status page's links out.
@@ -429,55 +419,11 @@ fn default_log_encoding() -> String {
     "console".into()
 }
 
-fn yes() -> bool {
-    true
-}
 fn default_health_endpoint() -> String {
     "127.0.0.1:13133".into()
 }
 fn default_level() -> String {
     "info".into()
-}
-fn d_2s() -> Duration {
-    Duration::from_secs(2)
-}
-fn d_5s() -> Duration {
-    Duration::from_secs(5)
-}
-fn d_30s() -> Duration {
-    Duration::from_secs(30)
-}
-connection_limits!(HealthCheck);
-
-fn d_5m() -> Duration {
-    Duration::from_secs(300)
-}
-fn d_1h() -> Duration {
-    Duration::from_secs(3600)
-}
-fn d_100k() -> usize {
-    100_000
-}
-fn d_256mib() -> usize {
-    256 << 20
-}
-fn d_10k() -> usize {
-    10_000
-}
-fn d_16k() -> usize {
-    16_384
-}
-fn d_8k() -> usize {
-    8_192
-}
-fn d_4k() -> usize {
-    4_096
-}
-fn d_1000() -> usize {
-    1_000
-}
-fn d_queue() -> usize {
-    256
 }
 
 /// Expand `${env:VAR}`, `${VAR}` and `${env:VAR:-default}` (the collector's forms) in one string;

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::defaults;
 use crate::emit::tls_client;
-use crate::receive::config::{check_endpoint, check_listener, connection_limits, d_10s, d_60s, d_max_connections, empty_is_default};
+use crate::receive::config::{check_endpoint, check_listener, empty_is_default, listener_config};
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -57,10 +58,10 @@ pub struct OtlpExporter {
     #[serde(default)]
     pub passthrough: bool,
     /// Send one health span per decided call.
-    #[serde(default = "yes")]
+    #[serde(default = "defaults::yes")]
     pub health_spans: bool,
     /// Export metrics over OTLP.
-    #[serde(default = "yes")]
+    #[serde(default = "defaults::yes")]
     pub metrics: bool,
     /// Falls back to `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds).
     #[serde(default, with = "humantime_serde")]
@@ -92,10 +93,10 @@ pub struct SendingQueue {
     /// is refused, retryably, as soon as the workers are busy; own output is dropped and
     /// counted), never on disk. The collector has the caller wait for the send instead; here the
     /// callers (receivers, the engine) never wait for the backend, so one slot is the nearest.
-    #[serde(default = "yes")]
+    #[serde(default = "defaults::yes")]
     pub enabled: bool,
     /// Export requests held while the backend is slow or down.
-    #[serde(default = "d_queue")]
+    #[serde(default = "defaults::count::<256>")]
     pub queue_size: usize,
     /// Where mcp-health's own output (health spans, incident records, own metrics) waits for the
     /// backend on disk: a directory, or `file_storage` naming the `extensions.file_storage`
@@ -131,7 +132,7 @@ impl Default for SendingQueue {
     fn default() -> Self {
         SendingQueue {
             enabled: true,
-            queue_size: d_queue(),
+            queue_size: defaults::count::<256>(),
             storage: None,
             storage_max_bytes: d_storage_max_bytes(),
             num_consumers: d_num_consumers(),
@@ -153,15 +154,15 @@ impl SendingQueue {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RetryOnFailure {
-    #[serde(default = "yes")]
+    #[serde(default = "defaults::yes")]
     pub enabled: bool,
-    #[serde(default = "d_500ms", with = "humantime_serde")]
+    #[serde(default = "defaults::millis::<500>", with = "humantime_serde")]
     pub initial_interval: Duration,
-    #[serde(default = "d_30s", with = "humantime_serde")]
+    #[serde(default = "defaults::secs::<30>", with = "humantime_serde")]
     pub max_interval: Duration,
     /// How long one request is retried at most; 0 is no limit (retried until it is accepted or
     /// the service stops), as in the collector.
-    #[serde(default = "d_5m", with = "humantime_serde")]
+    #[serde(default = "defaults::secs::<300>", with = "humantime_serde")]
     pub max_elapsed_time: Duration,
     /// Each wait is spread over `interval × [1 − f, 1 + f]` (the collector's default, 0.5): the
     /// OTLP exporter specification requires jitter, so many senders do not retry in step.
@@ -183,36 +184,24 @@ impl Default for RetryOnFailure {
     fn default() -> Self {
         RetryOnFailure {
             enabled: true,
-            initial_interval: d_500ms(),
-            max_interval: d_30s(),
-            max_elapsed_time: d_5m(),
+            initial_interval: defaults::millis::<500>(),
+            max_interval: defaults::secs::<30>(),
+            max_elapsed_time: defaults::secs::<300>(),
             randomization_factor: d_half(),
             multiplier: d_one_and_half(),
         }
     }
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct PrometheusExporter {
-    #[serde(default = "default_prom_endpoint")]
-    pub endpoint: String,
-    /// Most series per metric; further attribute sets go to one `otel_metric_overflow="true"` series.
-    #[serde(default = "d_2000")]
-    pub cardinality_limit: usize,
+listener_config! {
     // Plaintext only (no `tls`): a scrape endpoint for a local or sidecar Prometheus.
-    /// A connection that has not sent its first request head (TLS handshake included) this long
-    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_10s", with = "humantime_serde")]
-    pub read_header_timeout: Duration,
-    /// A connection with nothing to do this long (no request in flight and none arriving, or a
-    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_60s", with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// Connections held at once; one more is accepted and closed at once, counted in
-    /// `mcp_health.connections.refused{reason="max_connections"}`.
-    #[serde(default = "d_max_connections")]
-    pub max_connections: usize,
+    pub struct PrometheusExporter {
+        #[serde(default = "default_prom_endpoint")]
+        pub endpoint: String,
+        /// Most series per metric; further attribute sets go to one `otel_metric_overflow="true"` series.
+        #[serde(default = "defaults::count::<2_000>")]
+        pub cardinality_limit: usize,
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -222,8 +211,6 @@ pub struct VerdictLog {
     #[serde(default = "default_stdout")]
     pub path: String,
 }
-
-connection_limits!(PrometheusExporter);
 
 impl Exporters {
     /// The values that parsed but are not allowed: `Err((key, why))`, the key under `key_prefix`
@@ -314,27 +301,9 @@ impl SendingQueue {
     }
 }
 
-fn yes() -> bool {
-    true
-}
 fn default_prom_endpoint() -> String {
     "127.0.0.1:9464".into()
 }
 fn default_stdout() -> String {
     "stdout".into()
-}
-fn d_500ms() -> Duration {
-    Duration::from_millis(500)
-}
-fn d_30s() -> Duration {
-    Duration::from_secs(30)
-}
-fn d_5m() -> Duration {
-    Duration::from_secs(300)
-}
-fn d_2000() -> usize {
-    2_000
-}
-fn d_queue() -> usize {
-    256
 }

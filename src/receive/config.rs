@@ -4,12 +4,52 @@
 //! exporter's and the health check's listeners use the shared keys from here, and `config`
 //! assembles the tree.
 
-use std::time::Duration;
-
 use serde::Deserialize;
 
 use crate::receive::listen::ConnectionLimits;
 use crate::receive::tls::TlsServerSettings;
+
+/// Declares a listener's configuration: the fields given, then the keys every listener shares
+/// (`read_header_timeout`, `idle_timeout`, `max_connections`) with their defaults, and
+/// `connections()` to read them. One declaration, so the five listeners' keys cannot drift
+/// apart; serde's `flatten` would share them without a macro but cannot be combined with
+/// `deny_unknown_fields`, which names a misspelt key at load.
+macro_rules! listener_config {
+    ($(#[$meta:meta])* pub struct $name:ident { $($fields:tt)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, serde::Deserialize, PartialEq)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($fields)*
+            /// A connection that has not sent its first request head (TLS handshake included)
+            /// this long after it was accepted is closed, counted in
+            /// `mcp_health.connections.timed_out`.
+            #[serde(default = "crate::defaults::secs::<10>", with = "humantime_serde")]
+            pub read_header_timeout: std::time::Duration,
+            /// A connection with nothing to do this long (no request in flight and none
+            /// arriving, or a request whose client sends nothing) is closed, counted in
+            /// `mcp_health.connections.timed_out`.
+            #[serde(default = "crate::defaults::secs::<60>", with = "humantime_serde")]
+            pub idle_timeout: std::time::Duration,
+            /// Connections held at once; one more is accepted and closed at once, counted in
+            /// `mcp_health.connections.refused{reason="max_connections"}`.
+            #[serde(default = "crate::defaults::count::<4_096>")]
+            pub max_connections: usize,
+        }
+
+        impl $name {
+            /// Its timeouts and connection limit.
+            pub fn connections(&self) -> $crate::receive::listen::ConnectionLimits {
+                $crate::receive::listen::ConnectionLimits {
+                    read_header_timeout: self.read_header_timeout,
+                    idle_timeout: self.idle_timeout,
+                    max_connections: self.max_connections,
+                }
+            }
+        }
+    };
+}
+pub(crate) use listener_config;
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -34,64 +74,40 @@ pub struct Protocols {
     pub http: Option<HttpReceiver>,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct GrpcReceiver {
-    #[serde(default = "default_grpc_endpoint")]
-    pub endpoint: String,
-    /// Largest request accepted, in MiB (the collector's key).
-    #[serde(default = "default_max_mib")]
-    pub max_recv_msg_size_mib: usize,
-    /// TLS (the collector's `configtls` server keys); absent: plaintext.
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub tls: Option<TlsServerSettings>,
-    /// A connection that has not sent its first request head (TLS handshake included) this long
-    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_10s", with = "humantime_serde")]
-    pub read_header_timeout: Duration,
-    /// A connection with nothing to do this long (no request in flight and none arriving, or a
-    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_60s", with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// Connections held at once; one more is accepted and closed at once, counted in
-    /// `mcp_health.connections.refused{reason="max_connections"}`.
-    #[serde(default = "d_max_connections")]
-    pub max_connections: usize,
-    /// Require a bearer token of every sender (`auth: {bearer_token: "${env:OTLP_TOKEN}"}`): a
-    /// request without it is refused (gRPC UNAUTHENTICATED, HTTP 401), counted as `unauthenticated`.
-    /// A client certificate is required with `tls.client_ca_file`.
-    #[serde(default)]
-    pub auth: Option<ReceiverAuth>,
+listener_config! {
+    pub struct GrpcReceiver {
+        #[serde(default = "default_grpc_endpoint")]
+        pub endpoint: String,
+        /// Largest request accepted, in MiB (the collector's key).
+        #[serde(default = "default_max_mib")]
+        pub max_recv_msg_size_mib: usize,
+        /// TLS (the collector's `configtls` server keys); absent: plaintext.
+        #[serde(default, deserialize_with = "empty_is_default")]
+        pub tls: Option<TlsServerSettings>,
+        /// Require a bearer token of every sender (`auth: {bearer_token: "${env:OTLP_TOKEN}"}`): a
+        /// request without it is refused (gRPC UNAUTHENTICATED, HTTP 401), counted as `unauthenticated`.
+        /// A client certificate is required with `tls.client_ca_file`.
+        #[serde(default)]
+        pub auth: Option<ReceiverAuth>,
+    }
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct HttpReceiver {
-    #[serde(default = "default_http_endpoint")]
-    pub endpoint: String,
-    /// Largest body accepted, in bytes, after decompression (the collector's key).
-    #[serde(default = "default_max_body")]
-    pub max_request_body_size: usize,
-    /// TLS (the collector's `configtls` server keys); absent: plaintext.
-    #[serde(default, deserialize_with = "empty_is_default")]
-    pub tls: Option<TlsServerSettings>,
-    /// A connection that has not sent its first request head (TLS handshake included) this long
-    /// after it was accepted is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_10s", with = "humantime_serde")]
-    pub read_header_timeout: Duration,
-    /// A connection with nothing to do this long (no request in flight and none arriving, or a
-    /// request whose client sends nothing) is closed, counted in `mcp_health.connections.timed_out`.
-    #[serde(default = "d_60s", with = "humantime_serde")]
-    pub idle_timeout: Duration,
-    /// Connections held at once; one more is accepted and closed at once, counted in
-    /// `mcp_health.connections.refused{reason="max_connections"}`.
-    #[serde(default = "d_max_connections")]
-    pub max_connections: usize,
-    /// Require a bearer token of every sender (`auth: {bearer_token: "${env:OTLP_TOKEN}"}`): a
-    /// request without it is refused (gRPC UNAUTHENTICATED, HTTP 401), counted as `unauthenticated`.
-    /// A client certificate is required with `tls.client_ca_file`.
-    #[serde(default)]
-    pub auth: Option<ReceiverAuth>,
+listener_config! {
+    pub struct HttpReceiver {
+        #[serde(default = "default_http_endpoint")]
+        pub endpoint: String,
+        /// Largest body accepted, in bytes, after decompression (the collector's key).
+        #[serde(default = "default_max_body")]
+        pub max_request_body_size: usize,
+        /// TLS (the collector's `configtls` server keys); absent: plaintext.
+        #[serde(default, deserialize_with = "empty_is_default")]
+        pub tls: Option<TlsServerSettings>,
+        /// Require a bearer token of every sender (`auth: {bearer_token: "${env:OTLP_TOKEN}"}`): a
+        /// request without it is refused (gRPC UNAUTHENTICATED, HTTP 401), counted as `unauthenticated`.
+        /// A client certificate is required with `tls.client_ca_file`.
+        #[serde(default)]
+        pub auth: Option<ReceiverAuth>,
+    }
 }
 
 /// `receivers.otlp.protocols.{grpc,http}.auth`.
@@ -154,15 +170,6 @@ where
     }
 }
 
-pub(crate) fn d_10s() -> Duration {
-    Duration::from_secs(10)
-}
-pub(crate) fn d_60s() -> Duration {
-    Duration::from_secs(60)
-}
-pub(crate) fn d_max_connections() -> usize {
-    4096
-}
 fn default_grpc_endpoint() -> String {
     "127.0.0.1:4317".into()
 }
@@ -175,24 +182,6 @@ fn default_max_mib() -> usize {
 fn default_max_body() -> usize {
     4 << 20
 }
-
-/// `connections()` of each listener's configuration.
-macro_rules! connection_limits {
-    ($($t:ty),*) => {$(
-        impl $t {
-            /// Its timeouts and connection limit.
-            pub fn connections(&self) -> $crate::receive::listen::ConnectionLimits {
-                $crate::receive::listen::ConnectionLimits {
-                    read_header_timeout: self.read_header_timeout,
-                    idle_timeout: self.idle_timeout,
-                    max_connections: self.max_connections,
-                }
-            }
-        }
-    )*};
-}
-pub(crate) use connection_limits;
-connection_limits!(GrpcReceiver, HttpReceiver);
 
 /// The most connections one listener may be configured to hold.
 const MAX_CONNECTIONS: usize = 1 << 20;
