@@ -2,6 +2,8 @@
 //!
 //!     cargo bench --bench throughput            (MCP_HEALTH_BENCH_SECS=10 by default)
 //!     MCP_HEALTH_BENCH_BASELINE=/path/to/older/mcp-health cargo bench --bench throughput
+//!         (the plaintext and mixed lines alternate the two builds, MCP_HEALTH_BENCH_ROUNDS=3
+//!         rounds, and print each round's ratio and the medians)
 //!     MCP_HEALTH_BENCH_ONLY=memory cargo bench --bench throughput   (the memory figures alone)
 //!     MCP_HEALTH_BENCH_ONLY=walk cargo bench --bench throughput     (decode and walk rates alone)
 //!     MCP_HEALTH_BENCH_ONLY=cluster cargo bench --bench throughput  (three instances on one Redis
@@ -342,19 +344,9 @@ fn main() {
 
     // 3. The service end to end: gRPC in, normalize, correlate, classify, metrics.
     let batches = Arc::new(batches);
-    let mut runs = Vec::new();
-    if let Some(base) = &baseline {
-        runs.push((
-            "baseline",
-            measure(&rt, base, &batches, secs, decode_rate, None, None, &SendOptions::default(), "baseline-plaintext").0,
-        ));
-    }
-    runs.push(("this build", measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions::default(), "plaintext").0));
-    if runs.len() > 1 {
-        println!("side by side (same run):  {:>14} {:>14}", runs[0].0, runs[1].0);
-        println!("  spans/s per core:       {:>14.0} {:>14.0}", runs[0].1, runs[1].1);
-        println!("  this build / baseline:  {:>14.2}", runs[1].1 / runs[0].1.max(1e-9));
-    }
+    let plain = interleaved(this, baseline.as_deref(), "plaintext", |bin, label| {
+        measure(&rt, bin, &batches, secs, decode_rate, None, None, &SendOptions::default(), label).0
+    });
     // What zstd and TLS cost per span, same build, same batches, same run.
     let zstd = measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions { zstd: true, ..Default::default() }, "zstd").0;
     let (ca, cert, key) = test_pki();
@@ -370,7 +362,6 @@ fn main() {
         "tls",
     )
     .0;
-    let plain = runs.last().map_or(0.0, |r| r.1);
     let us = |rate: f64| 1e6 / rate.max(1e-9);
     println!("transport cost (same run): {:>12} {:>12} {:>12}", "plaintext", "zstd", "TLS");
     println!("  spans/s per core:        {:>12.0} {:>12.0} {:>12.0}", plain, zstd, tls);
@@ -453,14 +444,38 @@ fn mixed(rt: &tokio::runtime::Runtime, this: &str, baseline: Option<&str>, secs:
     println!("  prost decode:          {:>10.0} spans per CPU-second (one thread)", decode_rate);
     println!("  wire walk + normalize: {:>10.0} spans per CPU-second (one thread)", walk_rate);
     let batches = Arc::new(batches);
-    let mut runs = Vec::new();
-    if let Some(base) = baseline {
-        runs.push(("baseline", measure(rt, base, &batches, secs, decode_rate, None, None, &SendOptions::default(), "baseline-mixed").0));
+    let this_rate = interleaved(this, baseline, "mixed", |bin, label| {
+        measure(rt, bin, &batches, secs, decode_rate, None, None, &SendOptions::default(), label).0
+    });
+    println!("mixed traffic: {this_rate:.0} spans per CPU-second, {:.2}x the walk alone", this_rate / walk_rate);
+}
+
+/// One service line of this build beside the baseline's, when one is given: the two alternate
+/// for `MCP_HEALTH_BENCH_ROUNDS` rounds (3 by default), baseline first in each, so that the load
+/// of the machine's neighbours falls on both alike — sequential windows of one binary differ by
+/// up to 1.5× on a shared machine, more than most changes. Prints each round's pair and ratio
+/// and the medians; returns this build's median (its only figure without a baseline).
+fn interleaved(this: &str, baseline: Option<&str>, label: &str, mut run: impl FnMut(&str, &str) -> f64) -> f64 {
+    let Some(base) = baseline else { return run(this, label) };
+    let rounds: usize = std::env::var("MCP_HEALTH_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
+    let mut pairs = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let b = run(base, &format!("baseline-{label}"));
+        let t = run(this, label);
+        pairs.push((b, t));
     }
-    runs.push(("this build", measure(rt, this, &batches, secs, decode_rate, None, None, &SendOptions::default(), "mixed").0));
-    println!("mixed traffic (same run): {}", runs.iter().map(|(l, _)| format!("{l:>14}")).collect::<String>());
-    println!("  spans per CPU-second:   {}", runs.iter().map(|(_, r)| format!("{r:>14.0}")).collect::<String>());
-    println!("  / the walk alone:       {}", runs.iter().map(|(_, r)| format!("{:>14.2}", r / walk_rate)).collect::<String>());
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("{label}, side by side ({rounds} rounds interleaved): {:>14} {:>14} {:>8}", "baseline", "this build", "ratio");
+    for (i, (b, t)) in pairs.iter().enumerate() {
+        println!("  round {:<2} spans/s per core:   {b:>14.0} {t:>14.0} {:>8.2}", i + 1, t / b.max(1e-9));
+    }
+    let (b, t) = (median(pairs.iter().map(|p| p.0).collect()), median(pairs.iter().map(|p| p.1).collect()));
+    let r = median(pairs.iter().map(|p| p.1 / p.0.max(1e-9)).collect());
+    println!("  median                      {b:>14.0} {t:>14.0} {r:>8.2}");
+    t
 }
 
 /// Three instances of `bin` sharing one Redis (`storage: {kind: redis}`), each loaded by its own
