@@ -11,6 +11,8 @@
 //! - [`Restore`]: what the store keeps, taken back; [`FromStore`]: what another instance published
 //!   or decided, taken in as if it had come here.
 //! - [`KeptChain`], [`KeptSession`]: a decided chain and a session as kept for a store.
+//! - [`SessionBack`]: what a store tells the sessions back; the sessions' changes go out as
+//!   [`KeptSession`]s, like the chains'.
 
 use std::sync::Arc;
 
@@ -144,6 +146,24 @@ pub(crate) enum FromStore {
     Orphan(SpanEvidence),
     /// A verifier another instance parked under an operation key a call here names.
     Verifier(SpanEvidence),
+}
+
+/// What a store tells the sessions back (see `sessions`). One way in, whatever the store says,
+/// so what the replica may do to the session table is read off these variants.
+#[derive(Debug)]
+pub(crate) enum SessionBack<'a> {
+    /// A session the store keeps, taken back at start (within the table's bound).
+    Loaded(String, KeptSession),
+    /// A session as another instance wrote it to a shared store: merged with the one here (the
+    /// evidence of the traces that went elsewhere), written back as the union when it brought
+    /// anything new.
+    Merged(&'a str, KeptSession),
+    /// Written again at the next write: its last write was refused, or a catalog change held for
+    /// it is due (that write decides which instance emits it).
+    WriteAgain(&'a str),
+    /// The convergence recorded as emitted for it (written with it at the next write), or put
+    /// back as the store had it when that write did not go through.
+    Emitted(&'a str, Option<Convergence>),
 }
 
 impl Outbox {

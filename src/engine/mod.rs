@@ -490,7 +490,7 @@ impl Engine {
 
     /// Sessions that another instance's evidence (read from a shared store) added to.
     pub fn sessions_merged(&self) -> u64 {
-        self.replica.figures().sessions_merged
+        self.sessions.merges
     }
 
     /// Publish the catalog verdicts that evidence merged from a shared store changed.

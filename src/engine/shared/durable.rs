@@ -40,8 +40,8 @@ impl Durable {
 impl Replica for Durable {
     fn attach(&mut self, t: &mut Tables) {
         t.chains.keep_for_store(None);
-        t.sessions.track_changes();
-        t.incidents.track_changes();
+        t.sessions.keep_for_store();
+        t.incidents.keep_for_store();
         self.link.load(t);
     }
 

@@ -1,7 +1,8 @@
 //! What every store-backed replica does the same way: load at start, take back decided chains
 //! the engine no longer holds, and count what failed.
 
-use crate::correlate::outbox::Restore;
+use crate::classify::incidents::IncidentsBack;
+use crate::correlate::outbox::{Restore, SessionBack};
 use crate::correlate::Chains;
 use crate::evidence::{SpanEvidence, TraceId};
 use crate::state::{trace_key, Record, Snapshot, StoreError, Table};
@@ -182,10 +183,10 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
     }
     let skipped = snap.skipped.len();
     for (key, r) in snap.sessions {
-        t.sessions.restore(key, r.into());
+        t.sessions.restore(SessionBack::Loaded(key, r.into()));
     }
     for part in snap.incidents {
-        t.incidents.restore(part);
+        t.incidents.restore(IncidentsBack::Stored(part));
     }
     // Oldest first, so the late-span window and `max_decided` forget them in order.
     snap.decided.sort_by_key(|d| d.decided_at_ns);

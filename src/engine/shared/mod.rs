@@ -70,7 +70,6 @@ pub(crate) struct ReplicaFigures {
     pub store_errors: u64,
     pub store_conflicts: u64,
     pub taken_over: u64,
-    pub sessions_merged: u64,
     pub incidents_unshared: u64,
     /// Store calls that waited for room in the worker's queue (it was full).
     pub queue_waits: u64,

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::classify::incidents::{IncidentBook, IncidentFacts, ServerIncidents, Transition};
+use crate::classify::incidents::{IncidentBook, IncidentFacts, IncidentsBack, ServerIncidents, Transition};
 use crate::state::{server_key, Changes, Record, StateStore, StoreError, Table};
 use crate::verdict::{HealthState, Verdict};
 
@@ -109,8 +109,7 @@ impl Shared {
         if let Some(vs) = held.remove(&f.server) {
             self.incidents.held -= vs.len();
         }
-        t.incidents.restore(f.new);
-        t.incidents.resolved_total += f.resolved;
+        t.incidents.restore(IncidentsBack::Folded { part: f.new, resolved: f.resolved });
         for (transition, row) in f.transitions {
             out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
         }
@@ -191,7 +190,7 @@ pub(super) fn fold_incidents(
             _ => ServerIncidents { server: server.clone(), ..Default::default() },
         };
         let mut book = IncidentBook::default();
-        book.restore(part);
+        book.restore(IncidentsBack::Stored(part));
         let mut transitions = Vec::new();
         for v in &verdicts {
             transitions.extend(book.fold(v));

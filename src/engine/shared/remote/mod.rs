@@ -148,7 +148,7 @@ impl Replica for Shared {
         // A split mark's way to another instance's halves: this round's write, that instance's
         // read and its next write, each answered within `answer_within` at worst.
         t.chains.keep_for_store(Some(self.answer_within * 3 + crate::state::PERSIST_EVERY * 4));
-        t.sessions.track_changes();
+        t.sessions.keep_for_store();
         // Incidents are folded in the store (the write round), not written from the book.
         // The cluster's protocol before the first decision: an instance that knows no split
         // marks may share the store from the start.
@@ -252,7 +252,6 @@ impl Replica for Shared {
             store_errors: self.link.errors,
             store_conflicts: self.link.conflicts,
             taken_over: self.link.taken_over,
-            sessions_merged: self.sessions.merged(),
             incidents_unshared: self.incidents.unshared(),
             queue_waits: self.link.worker.queue_waits() + self.reads.waits(),
             waited: self.link.worker.waited(),

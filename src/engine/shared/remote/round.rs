@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
-use crate::correlate::outbox::Restore;
+use crate::correlate::outbox::{Restore, SessionBack};
 use crate::correlate::splits::Server;
 use crate::correlate::CatalogChange;
 use crate::evidence::time::Moment;
@@ -354,7 +354,7 @@ impl Shared {
             // Another instance wrote one of them in between: read, merge and write the sessions
             // again next time (the refused one among them).
             for k in &sessions_written {
-                t.sessions.mark_dirty(k);
+                t.sessions.restore(SessionBack::WriteAgain(k));
             }
             tracing::warn!(changes, "records changed by another instance; merged and written again next round");
         }
