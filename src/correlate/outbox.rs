@@ -15,6 +15,7 @@
 //!   [`KeptSession`]s, like the chains'.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustc_hash::FxHashSet;
 
@@ -109,6 +110,23 @@ pub(crate) struct Looks {
     pub server_halves: Vec<(TraceId, crossjoin::Half)>,
     /// Chains whose root never came, gone quiet: another instance may have decided their call.
     pub rootless: Vec<TraceId>,
+    /// The seconds whose published refusals to read (when [`Paced::refusals`] asked): a refused
+    /// client request here may have been answered by an HTTP span another instance received.
+    pub refusal_seconds: Vec<u64>,
+    /// Operation keys verifiers are parked under here, sorted (when [`Paced::parked`] asked):
+    /// their call's instance may have written it to the store's operation index since.
+    pub parked_keys: Vec<Box<str>>,
+}
+
+/// The looks whose store reads the replica paces (they are not wanted at every step): each is
+/// asked for only when due.
+#[derive(Default)]
+pub(crate) struct Paced {
+    /// Refusals: for the refused requests in flight and those decided within this long, at
+    /// most this many seconds.
+    pub refusals: Option<(Duration, usize)>,
+    /// Parked verifiers' calls: at most this many operation keys.
+    pub parked: Option<usize>,
 }
 
 /// What a store keeps, taken back into the chains (loaded at start, or taken from the store

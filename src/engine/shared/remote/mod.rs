@@ -168,14 +168,14 @@ impl Replica for Shared {
     fn before_decide(&mut self, t: &mut Tables, now: Moment, all: bool, decided: &mut Vec<DecidedCalls>) -> bool {
         self.now = now;
         self.tell_protocol(t, now);
-        self.pull_refusals(t, now, all);
-        let looks = t.chains.take_looks(now, all);
+        let looks = t.chains.take_looks(now, all, self.paced_looks(now, all));
+        self.pull_refusals(t, now, looks.refusal_seconds);
         self.join_remote_halves(t, looks.server_halves);
         self.adopt_rootless(t, now, looks.rootless, decided);
         if all {
             return false;
         }
-        self.find_parked_calls(t, now, decided);
+        self.find_parked_calls(t, now, looks.parked_keys, decided);
         self.hold_for_store(now)
     }
 
