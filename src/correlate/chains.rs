@@ -654,7 +654,7 @@ impl Chains {
 
     /// The decided chain a span would revise, when it is one forgotten here under a bound but
     /// still in the store (its own trace, or its call's by operation key for a verifier).
-    pub fn spilled_target(&self, ev: &SpanEvidence) -> Option<TraceId> {
+    pub(super) fn spilled_target(&self, ev: &SpanEvidence) -> Option<TraceId> {
         if self.spilled.is_empty() {
             return None;
         }
@@ -676,7 +676,7 @@ impl Chains {
 
     /// Whether this table knows the trace at all: in flight, decided (kept, in limbo or spilled
     /// to the store) or forgotten. Evidence for a trace it does not know may belong to a chain
-    /// another instance decided (see `Engine::take_over_from_store`).
+    /// another instance decided (see `takeback`).
     pub fn knows(&self, id: &TraceId) -> bool {
         self.active.contains_key(id)
             || self.decided.contains_key(id)
@@ -686,7 +686,7 @@ impl Chains {
     }
 
     /// Whether a call naming this operation key is known here.
-    pub fn has_operation(&self, key: &str) -> bool {
+    pub(super) fn has_operation(&self, key: &str) -> bool {
         self.operations.get(key).is_some()
     }
 

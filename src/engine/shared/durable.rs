@@ -46,8 +46,7 @@ impl Replica for Durable {
     }
 
     fn before_ingest(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
-        self.link.take_back_spilled(t.chains, spans);
-        self.link.take_over_from_store(t, spans);
+        self.link.take_back(t, spans);
     }
 
     fn before_decide(&mut self, _: &mut Tables, _: Moment, _: bool, _: &mut Vec<DecidedCalls>) -> bool {

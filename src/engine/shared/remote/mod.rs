@@ -161,8 +161,7 @@ impl Replica for Shared {
     }
 
     fn before_ingest(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
-        self.link.take_back_spilled(t.chains, spans);
-        self.link.take_over_from_store(t, spans);
+        self.link.take_back(t, spans);
     }
 
     fn before_decide(&mut self, t: &mut Tables, now: Moment, all: bool, decided: &mut Vec<DecidedCalls>) -> bool {
