@@ -11,8 +11,9 @@
 //! - [`Restore`]: what the store keeps, taken back; [`FromStore`]: what another instance published
 //!   or decided, taken in as if it had come here.
 //! - [`KeptChain`], [`KeptSession`]: a decided chain and a session as kept for a store.
-//! - [`SessionBack`]: what a store tells the sessions back; the sessions' changes go out as
-//!   [`KeptSession`]s, like the chains'.
+//! - [`SessionBack`]: what a store tells the sessions back; [`ReadBack`]: which sessions a
+//!   shared store's copies are wanted of. The sessions' changes go out as [`KeptSession`]s, like
+//!   the chains'.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,6 +183,18 @@ pub(crate) enum SessionBack<'a> {
     /// The convergence recorded as emitted for it (written with it at the next write), or put
     /// back as the store had it when that write did not go through.
     Emitted(&'a str, Option<Convergence>),
+}
+
+/// Which sessions to read back from a shared store, where other instances write them too.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReadBack {
+    /// Those to be written (changed since the last write): merged with the store's copy first,
+    /// so the write is the union.
+    ToWrite,
+    /// Up to `limit` of those whose verdict here is `converged`, in key order from the `from`-th
+    /// (taken in turn): only a green verdict can be wrong for want of evidence another instance
+    /// holds, with nothing more of the session coming here to make this instance look again.
+    Converged { limit: usize, from: usize },
 }
 
 impl Outbox {

@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 use crate::classify::catalog::{convergence, CatalogEvent, CatalogEventKind, CatalogVerdict, Convergence, RefreshPolicy};
 use crate::evidence::{Method, SpanEvidence};
 
-use super::outbox::{KeptSession, SessionBack};
+use super::outbox::{KeptSession, ReadBack, SessionBack};
 
 /// Bounds of the session table.
 #[derive(Clone, Debug, PartialEq)]
@@ -142,12 +142,6 @@ impl Sessions {
         if self.track && !self.dirty.contains(key) {
             self.dirty.insert(key.to_string());
         }
-    }
-
-    /// The sessions changed since the last write (to read them back from a shared store and
-    /// merge before writing the union).
-    pub fn dirty_keys(&self) -> Vec<String> {
-        self.dirty.iter().filter(|k| self.map.contains_key(*k)).cloned().collect()
     }
 
     /// What a store tells the table back (see [`SessionBack`]).
@@ -301,17 +295,21 @@ impl Sessions {
         self.map.contains_key(key)
     }
 
-    /// Up to `limit` of the sessions whose verdict here is `converged`, in key order from the
-    /// `cursor`-th: the ones to read back from a shared store, since only a green verdict can be
-    /// wrong for want of evidence another instance holds.
-    pub fn converged_window(&self, limit: usize, cursor: usize) -> Vec<String> {
-        let mut keys: Vec<&String> = self.map.iter().filter(|(_, st)| st.last == Some(Convergence::Converged)).map(|(k, _)| k).collect();
-        if keys.is_empty() {
-            return Vec::new();
+    /// The sessions to read back from a shared store (see [`ReadBack`]).
+    pub(crate) fn to_read_back(&self, which: ReadBack) -> Vec<String> {
+        match which {
+            ReadBack::ToWrite => self.dirty.iter().filter(|k| self.map.contains_key(*k)).cloned().collect(),
+            ReadBack::Converged { limit, from } => {
+                let mut keys: Vec<&String> =
+                    self.map.iter().filter(|(_, st)| st.last == Some(Convergence::Converged)).map(|(k, _)| k).collect();
+                if keys.is_empty() {
+                    return Vec::new();
+                }
+                keys.sort();
+                let start = from % keys.len();
+                keys.iter().cycle().skip(start).take(limit.min(keys.len())).map(|k| (*k).clone()).collect()
+            }
         }
-        keys.sort();
-        let start = cursor % keys.len();
-        keys.iter().cycle().skip(start).take(limit.min(keys.len())).map(|k| (*k).clone()).collect()
     }
 
     pub fn len(&self) -> usize {

@@ -807,12 +807,12 @@ fn a_parent_cycle_does_not_hang_assembly() {
 
 /// Issue 12: a session as another instance wrote it merges into this table: the events of both
 /// (shared ones once), the later activity; new evidence marks it for writing back and for a
-/// verdict check, evidence already here changes nothing; `converged_window` turns through the
+/// verdict check, evidence already here changes nothing; the converged read-back turns through the
 /// converged sessions.
 #[test]
 fn a_session_from_another_instance_merges_its_evidence() {
     use crate::classify::catalog::{CatalogEvent, CatalogEventKind, Convergence};
-    use crate::correlate::outbox::{KeptSession, SessionBack};
+    use crate::correlate::outbox::{KeptSession, ReadBack, SessionBack};
     use crate::evidence::catalog::SignalSource;
     let mut s = Sessions::new(SessionLimits { max_events_per_session: 3, ..SessionLimits::default() });
     s.keep_for_store();
@@ -856,7 +856,7 @@ fn a_session_from_another_instance_merges_its_evidence() {
     assert_eq!(r.events.iter().map(|e| e.at_ns).collect::<Vec<_>>(), vec![9, 20, 21]);
     // No session is converged here: nothing to read back.
     assert!(s.all_current().iter().all(|(_, _, v)| v.convergence != Convergence::Converged));
-    assert!(s.converged_window(10, 0).is_empty());
+    assert!(s.to_read_back(ReadBack::Converged { limit: 10, from: 0 }).is_empty());
 }
 
 /// With a shared store, a client half of a server nobody saw split is held back, not published;

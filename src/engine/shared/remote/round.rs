@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
-use crate::correlate::outbox::{Restore, SessionBack};
+use crate::correlate::outbox::{ReadBack, Restore, SessionBack};
 use crate::correlate::splits::Server;
 use crate::correlate::CatalogChange;
 use crate::evidence::time::Moment;
@@ -221,7 +221,7 @@ impl Shared {
         // Catalog changes held for emission whose time has come: their sessions are read and
         // written now, so the write decides who emits them.
         self.mark_catalog_due(t, now, force);
-        let sessions = t.sessions.dirty_keys();
+        let sessions = t.sessions.to_read_back(ReadBack::ToWrite);
         let splits = splits_job(published.marks, published.ask_marks);
         let asks = vec![
             (Table::Incidents, incidents.keys().map(|s| server_key(s.as_deref())).collect::<Vec<_>>()),

@@ -2,7 +2,7 @@
 //! this engine calls `converged` refreshed in turn (another instance may hold the signal that makes
 //! one stale).
 
-use crate::correlate::outbox::SessionBack;
+use crate::correlate::outbox::{ReadBack, SessionBack};
 use crate::correlate::DecidedCalls;
 use crate::evidence::{Method, Side};
 use crate::state::{Record, StoreError, Table};
@@ -55,7 +55,7 @@ impl Shared {
     /// with nothing more of that session coming here to make this engine look again.
     pub(super) fn refresh_converged(&mut self, t: &mut Tables, wait: bool) {
         if self.sessions.converged_read.is_none() {
-            let keys = t.sessions.converged_window(CONVERGED_REFRESH, self.sessions.refresh_cursor);
+            let keys = t.sessions.to_read_back(ReadBack::Converged { limit: CONVERGED_REFRESH, from: self.sessions.refresh_cursor });
             self.sessions.refresh_cursor = self.sessions.refresh_cursor.wrapping_add(keys.len());
             if !keys.is_empty() {
                 let ticket = self.link.worker.submit(move |s| {
