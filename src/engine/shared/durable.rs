@@ -12,7 +12,7 @@ use crate::verdict::Verdict;
 
 use super::link::Link;
 use super::worker::Worker;
-use super::{Batch, Decided, DriftEvent, GaugeSource, Replica, ReplicaFigures, Tables};
+use super::{Batch, Decided, DriftEvent, GaugeSource, HeldVerdict, Replica, ReplicaFigures, Tables};
 
 pub(crate) struct Durable {
     link: Link,
@@ -121,7 +121,9 @@ impl Replica for Durable {
         Some(event)
     }
 
-    fn finish(&mut self, _: &mut Tables, _: bool, _: &mut Vec<Decided>) {}
+    fn finish(&mut self, _: &mut Tables, _: bool, _: &mut Vec<Decided>) -> Vec<HeldVerdict> {
+        Vec::new()
+    }
 
     fn touched(&mut self) {
         self.unwritten = true;

@@ -72,7 +72,7 @@ use crate::verdict::Verdict;
 
 use super::link::Link;
 use super::worker::Worker;
-use super::{Batch, Decided, DriftEvent, GaugeSource, Replica, ReplicaFigures, Tables};
+use super::{Batch, Decided, DriftEvent, GaugeSource, HeldVerdict, Replica, ReplicaFigures, Tables};
 
 use catalog::CatalogHold;
 use incidents::IncidentFold;
@@ -224,12 +224,13 @@ impl Replica for Shared {
         None
     }
 
-    fn finish(&mut self, t: &mut Tables, catalog: bool, out: &mut Vec<Decided>) {
+    fn finish(&mut self, t: &mut Tables, catalog: bool, out: &mut Vec<Decided>) -> Vec<HeldVerdict> {
         self.advance_round(t, true, out);
-        self.fold_pending_locally(t, out);
+        let unfolded = self.finish_incidents(t, out);
         if catalog {
             self.emit_pending_catalog(t, out);
         }
+        unfolded
     }
 
     fn touched(&mut self) {

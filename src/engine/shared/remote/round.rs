@@ -18,8 +18,8 @@ use crate::state::{server_key, Changes, ClientHalf, DriftRecord, Record, StateSt
 
 use super::super::records::{chain_changes, session_changes};
 use super::super::worker::{Ticket, Worker};
-use super::super::{Decided, DriftEvent, Tables};
-use super::incidents::{fold_incidents, ByServer, Folded, HeldVerdict};
+use super::super::{Decided, DriftEvent, HeldVerdict, Tables};
+use super::incidents::{fold_incidents, ByServer, Folded};
 use super::lists::{drop_taken, list_changes, merge_halves, merge_parked, merge_refusals, ListJob};
 use super::reads::StepRead;
 use super::splits::{splits_job, take_split_read, SplitsJob};
