@@ -147,7 +147,7 @@ impl Sessions {
     /// What a store tells the table back (see [`SessionBack`]).
     pub(crate) fn restore(&mut self, back: SessionBack) {
         match back {
-            SessionBack::Loaded(key, kept) => self.take_back(key, kept),
+            SessionBack::Loaded(key, kept) => self.put_back(key, kept),
             SessionBack::Merged(key, kept) => {
                 if self.merge(key, kept) {
                     self.merges += 1;
@@ -195,7 +195,7 @@ impl Sessions {
     }
 
     /// Take back a session from the store, within the same bound.
-    fn take_back(&mut self, key: String, r: KeptSession) {
+    fn put_back(&mut self, key: String, r: KeptSession) {
         if !self.map.contains_key(&key) && self.map.len() >= self.limits.max_sessions {
             return;
         }
@@ -226,7 +226,7 @@ impl Sessions {
             if self.map.len() >= self.limits.max_sessions {
                 return false;
             }
-            self.take_back(key.to_string(), r);
+            self.put_back(key.to_string(), r);
             return true;
         };
         let before = st.events.len();
