@@ -388,14 +388,25 @@ impl ServerIncidents {
     }
 }
 
+/// A server's part of the book as a store holds it, taken back into the book.
+#[derive(Debug)]
+pub(crate) enum IncidentsBack {
+    /// As the store holds it (loaded at start, or read for a fold on the store's thread).
+    Stored(ServerIncidents),
+    /// As a shared store's fold left it, with how many incidents that fold resolved: the fold's
+    /// transitions are emitted from this instance, so its resolutions are counted here too.
+    Folded { part: ServerIncidents, resolved: u64 },
+}
+
 impl IncidentBook {
-    /// Record, from now on, which incidents change (for the state store).
-    pub(crate) fn track_changes(&mut self) {
+    /// A store is attached: from now on the book records which servers' incidents change, for
+    /// `state::incident_changes`.
+    pub(crate) fn keep_for_store(&mut self) {
         self.track = true;
     }
 
     /// The servers whose incidents or recoveries changed since the last call (see
-    /// `track_changes`); the store maps their parts to records (`state::incident_changes`).
+    /// `keep_for_store`); the store maps their parts to records (`state::incident_changes`).
     pub(crate) fn take_dirty_servers(&mut self) -> Vec<Option<Arc<str>>> {
         std::mem::take(&mut self.dirty).into_iter().collect()
     }
@@ -426,9 +437,16 @@ impl IncidentBook {
         out
     }
 
-    /// Put a server's part of the book back (at start-up, or as a shared store holds it now),
-    /// replacing what this book held of that server; within the book's bounds.
-    pub(crate) fn restore(&mut self, part: ServerIncidents) {
+    /// Put a server's part of the book back (see [`IncidentsBack`]), replacing what this book
+    /// held of that server; within the book's bounds.
+    pub(crate) fn restore(&mut self, back: IncidentsBack) {
+        let part = match back {
+            IncidentsBack::Stored(part) => part,
+            IncidentsBack::Folded { part, resolved } => {
+                self.resolved_total += resolved;
+                part
+            }
+        };
         let server = part.server;
         self.open.retain(|c, _| c.server != server);
         self.resolved.retain(|c, _| c.server != server);

@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use super::assemble::assemble_calls;
 use super::crossjoin::{self, CrossJoin};
 use super::due::DueQueue;
-use super::outbox::{ChainChange, FromStore, KeptChain, Looks, Outbox, Published, Restore};
+use super::outbox::{ChainChange, FromStore, KeptChain, Looks, Outbox, Paced, Published, Restore};
 use crate::classify::Decision;
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{SpanEvidence, TraceId};
@@ -324,10 +324,15 @@ impl Chains {
     }
 
     /// What to look for in a shared store before due chains are decided: the server halves about
-    /// to be decided alone (see [`Chains::server_halves_to_look_for`]) and the chains in flight
-    /// whose root never came, gone quiet since the last call.
-    pub(crate) fn take_looks(&mut self, now: Moment, all: bool) -> Looks {
-        Looks { server_halves: self.server_halves_to_look_for(now, all), rootless: std::mem::take(&mut self.outbox.rootless) }
+    /// to be decided alone (see [`Chains::server_halves_to_look_for`]), the chains in flight
+    /// whose root never came, gone quiet since the last call, and the paced looks that are due.
+    pub(crate) fn take_looks(&mut self, now: Moment, all: bool, paced: Paced) -> Looks {
+        Looks {
+            server_halves: self.server_halves_to_look_for(now, all),
+            rootless: std::mem::take(&mut self.outbox.rootless),
+            refusal_seconds: paced.refusals.map(|(recent, max)| self.wanted_refusal_seconds(now, recent, max)).unwrap_or_default(),
+            parked_keys: paced.parked.map(|max| self.parked_keys(max)).unwrap_or_default(),
+        }
     }
 
     /// What the store keeps, taken back (see [`Restore`]).
@@ -478,7 +483,7 @@ impl Chains {
     }
 
     /// The seconds a shared store's refusals should be read for (see `CrossJoin::wanted_seconds`).
-    pub fn wanted_refusal_seconds(&self, now: Moment, recent: std::time::Duration, max: usize) -> Vec<u64> {
+    fn wanted_refusal_seconds(&self, now: Moment, recent: std::time::Duration, max: usize) -> Vec<u64> {
         let active = &self.active;
         self.cross.wanted_seconds(now, recent, |t| active.contains_key(t), max)
     }
@@ -649,7 +654,7 @@ impl Chains {
 
     /// The decided chain a span would revise, when it is one forgotten here under a bound but
     /// still in the store (its own trace, or its call's by operation key for a verifier).
-    pub fn spilled_target(&self, ev: &SpanEvidence) -> Option<TraceId> {
+    pub(super) fn spilled_target(&self, ev: &SpanEvidence) -> Option<TraceId> {
         if self.spilled.is_empty() {
             return None;
         }
@@ -671,7 +676,7 @@ impl Chains {
 
     /// Whether this table knows the trace at all: in flight, decided (kept, in limbo or spilled
     /// to the store) or forgotten. Evidence for a trace it does not know may belong to a chain
-    /// another instance decided (see `Engine::take_over_from_store`).
+    /// another instance decided (see `takeback`).
     pub fn knows(&self, id: &TraceId) -> bool {
         self.active.contains_key(id)
             || self.decided.contains_key(id)
@@ -681,12 +686,12 @@ impl Chains {
     }
 
     /// Whether a call naming this operation key is known here.
-    pub fn has_operation(&self, key: &str) -> bool {
+    pub(super) fn has_operation(&self, key: &str) -> bool {
         self.operations.get(key).is_some()
     }
 
     /// Operation keys verifiers are parked under here, at most `max` (sorted).
-    pub fn parked_keys(&self, max: usize) -> Vec<Box<str>> {
+    fn parked_keys(&self, max: usize) -> Vec<Box<str>> {
         let mut keys: Vec<Box<str>> = self.parked.iter().map(|(k, _)| k.clone()).collect();
         keys.sort();
         keys.truncate(max);

@@ -8,6 +8,7 @@ mod due;
 pub(crate) mod outbox;
 pub(crate) mod sessions;
 pub(crate) mod splits;
+pub(crate) mod takeback;
 
 #[cfg(test)]
 pub(crate) use assemble::assemble_calls;

@@ -11,8 +11,12 @@
 //! - [`Restore`]: what the store keeps, taken back; [`FromStore`]: what another instance published
 //!   or decided, taken in as if it had come here.
 //! - [`KeptChain`], [`KeptSession`]: a decided chain and a session as kept for a store.
+//! - [`SessionBack`]: what a store tells the sessions back; [`ReadBack`]: which sessions a
+//!   shared store's copies are wanted of. The sessions' changes go out as [`KeptSession`]s, like
+//!   the chains'.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustc_hash::FxHashSet;
 
@@ -107,6 +111,23 @@ pub(crate) struct Looks {
     pub server_halves: Vec<(TraceId, crossjoin::Half)>,
     /// Chains whose root never came, gone quiet: another instance may have decided their call.
     pub rootless: Vec<TraceId>,
+    /// The seconds whose published refusals to read (when [`Paced::refusals`] asked): a refused
+    /// client request here may have been answered by an HTTP span another instance received.
+    pub refusal_seconds: Vec<u64>,
+    /// Operation keys verifiers are parked under here, sorted (when [`Paced::parked`] asked):
+    /// their call's instance may have written it to the store's operation index since.
+    pub parked_keys: Vec<Box<str>>,
+}
+
+/// The looks whose store reads the replica paces (they are not wanted at every step): each is
+/// asked for only when due.
+#[derive(Default)]
+pub(crate) struct Paced {
+    /// Refusals: for the refused requests in flight and those decided within this long, at
+    /// most this many seconds.
+    pub refusals: Option<(Duration, usize)>,
+    /// Parked verifiers' calls: at most this many operation keys.
+    pub parked: Option<usize>,
 }
 
 /// What a store keeps, taken back into the chains (loaded at start, or taken from the store
@@ -144,6 +165,36 @@ pub(crate) enum FromStore {
     Orphan(SpanEvidence),
     /// A verifier another instance parked under an operation key a call here names.
     Verifier(SpanEvidence),
+}
+
+/// What a store tells the sessions back (see `sessions`). One way in, whatever the store says,
+/// so what the replica may do to the session table is read off these variants.
+#[derive(Debug)]
+pub(crate) enum SessionBack<'a> {
+    /// A session the store keeps, taken back at start (within the table's bound).
+    Loaded(String, KeptSession),
+    /// A session as another instance wrote it to a shared store: merged with the one here (the
+    /// evidence of the traces that went elsewhere), written back as the union when it brought
+    /// anything new.
+    Merged(&'a str, KeptSession),
+    /// Written again at the next write: its last write was refused, or a catalog change held for
+    /// it is due (that write decides which instance emits it).
+    WriteAgain(&'a str),
+    /// The convergence recorded as emitted for it (written with it at the next write), or put
+    /// back as the store had it when that write did not go through.
+    Emitted(&'a str, Option<Convergence>),
+}
+
+/// Which sessions to read back from a shared store, where other instances write them too.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReadBack {
+    /// Those to be written (changed since the last write): merged with the store's copy first,
+    /// so the write is the union.
+    ToWrite,
+    /// Up to `limit` of those whose verdict here is `converged`, in key order from the `from`-th
+    /// (taken in turn): only a green verdict can be wrong for want of evidence another instance
+    /// holds, with nothing more of the session coming here to make this instance look again.
+    Converged { limit: usize, from: usize },
 }
 
 impl Outbox {

@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 use crate::classify::catalog::{convergence, CatalogEvent, CatalogEventKind, CatalogVerdict, Convergence, RefreshPolicy};
 use crate::evidence::{Method, SpanEvidence};
 
-use super::outbox::KeptSession;
+use super::outbox::{KeptSession, ReadBack, SessionBack};
 
 /// Bounds of the session table.
 #[derive(Clone, Debug, PartialEq)]
@@ -110,6 +110,8 @@ pub struct Sessions {
     limits: SessionLimits,
     map: FxHashMap<String, SessionState>,
     pub expired: u64,
+    /// Sessions another instance's evidence (read from a shared store) added to.
+    pub merges: u64,
     /// Record which sessions change, for the state store.
     track: bool,
     dirty: rustc_hash::FxHashSet<String>,
@@ -119,11 +121,20 @@ pub struct Sessions {
 
 impl Sessions {
     pub fn new(limits: SessionLimits) -> Self {
-        Sessions { limits, map: FxHashMap::default(), expired: 0, track: false, dirty: Default::default(), merged: Default::default() }
+        Sessions {
+            limits,
+            map: FxHashMap::default(),
+            expired: 0,
+            merges: 0,
+            track: false,
+            dirty: Default::default(),
+            merged: Default::default(),
+        }
     }
 
-    /// Record, from now on, which sessions change (for the state store).
-    pub fn track_changes(&mut self) {
+    /// A store is attached: from now on the table records which sessions change, for
+    /// [`Sessions::take_changes`].
+    pub(crate) fn keep_for_store(&mut self) {
         self.track = true;
     }
 
@@ -133,16 +144,26 @@ impl Sessions {
         }
     }
 
-    /// The sessions changed since the last write (to read them back from a shared store and
-    /// merge before writing the union).
-    pub fn dirty_keys(&self) -> Vec<String> {
-        self.dirty.iter().filter(|k| self.map.contains_key(*k)).cloned().collect()
-    }
-
-    /// Write this session again at the next write (its last write was refused as a conflict).
-    pub fn mark_dirty(&mut self, key: &str) {
-        if self.map.contains_key(key) {
-            self.mark(key);
+    /// What a store tells the table back (see [`SessionBack`]).
+    pub(crate) fn restore(&mut self, back: SessionBack) {
+        match back {
+            SessionBack::Loaded(key, kept) => self.put_back(key, kept),
+            SessionBack::Merged(key, kept) => {
+                if self.merge(key, kept) {
+                    self.merges += 1;
+                }
+            }
+            SessionBack::WriteAgain(key) => {
+                if self.map.contains_key(key) {
+                    self.mark(key);
+                }
+            }
+            SessionBack::Emitted(key, c) => {
+                if let Some(st) = self.map.get_mut(key) {
+                    st.emitted = c;
+                    self.mark(key);
+                }
+            }
         }
     }
 
@@ -173,8 +194,8 @@ impl Sessions {
         out
     }
 
-    /// Take back a session from the store (at start-up), within the same bound.
-    pub(crate) fn restore(&mut self, key: String, r: KeptSession) {
+    /// Take back a session from the store, within the same bound.
+    fn put_back(&mut self, key: String, r: KeptSession) {
         if !self.map.contains_key(&key) && self.map.len() >= self.limits.max_sessions {
             return;
         }
@@ -200,12 +221,12 @@ impl Sessions {
     /// Merge a session as another instance wrote it to a shared store: the events and page
     /// requests of both (the evidence of the traces that went elsewhere), the later activity.
     /// True if it brought anything this table lacked (then the union is written back).
-    pub(crate) fn merge(&mut self, key: &str, r: KeptSession) -> bool {
+    fn merge(&mut self, key: &str, r: KeptSession) -> bool {
         let Some(st) = self.map.get_mut(key) else {
             if self.map.len() >= self.limits.max_sessions {
                 return false;
             }
-            self.restore(key.to_string(), r);
+            self.put_back(key.to_string(), r);
             return true;
         };
         let before = st.events.len();
@@ -241,7 +262,7 @@ impl Sessions {
         new
     }
 
-    /// The verdicts that merged evidence changed (see [`Sessions::merge`]), as catalog changes.
+    /// The verdicts that merged evidence changed (see [`SessionBack::Merged`]), as catalog changes.
     pub fn take_merged_changes(&mut self) -> Vec<CatalogChange> {
         let policy = self.limits.refresh_policy;
         let mut changes = Vec::new();
@@ -274,25 +295,21 @@ impl Sessions {
         self.map.contains_key(key)
     }
 
-    /// Record that `c` is emitted for the session (written with it at the next write).
-    pub fn set_emitted(&mut self, key: &str, c: Option<Convergence>) {
-        if let Some(st) = self.map.get_mut(key) {
-            st.emitted = c;
-            self.mark(key);
+    /// The sessions to read back from a shared store (see [`ReadBack`]).
+    pub(crate) fn to_read_back(&self, which: ReadBack) -> Vec<String> {
+        match which {
+            ReadBack::ToWrite => self.dirty.iter().filter(|k| self.map.contains_key(*k)).cloned().collect(),
+            ReadBack::Converged { limit, from } => {
+                let mut keys: Vec<&String> =
+                    self.map.iter().filter(|(_, st)| st.last == Some(Convergence::Converged)).map(|(k, _)| k).collect();
+                if keys.is_empty() {
+                    return Vec::new();
+                }
+                keys.sort();
+                let start = from % keys.len();
+                keys.iter().cycle().skip(start).take(limit.min(keys.len())).map(|k| (*k).clone()).collect()
+            }
         }
-    }
-
-    /// Up to `limit` of the sessions whose verdict here is `converged`, in key order from the
-    /// `cursor`-th: the ones to read back from a shared store, since only a green verdict can be
-    /// wrong for want of evidence another instance holds.
-    pub fn converged_window(&self, limit: usize, cursor: usize) -> Vec<String> {
-        let mut keys: Vec<&String> = self.map.iter().filter(|(_, st)| st.last == Some(Convergence::Converged)).map(|(k, _)| k).collect();
-        if keys.is_empty() {
-            return Vec::new();
-        }
-        keys.sort();
-        let start = cursor % keys.len();
-        keys.iter().cycle().skip(start).take(limit.min(keys.len())).map(|k| (*k).clone()).collect()
     }
 
     pub fn len(&self) -> usize {

@@ -807,15 +807,15 @@ fn a_parent_cycle_does_not_hang_assembly() {
 
 /// Issue 12: a session as another instance wrote it merges into this table: the events of both
 /// (shared ones once), the later activity; new evidence marks it for writing back and for a
-/// verdict check, evidence already here changes nothing; `converged_window` turns through the
+/// verdict check, evidence already here changes nothing; the converged read-back turns through the
 /// converged sessions.
 #[test]
 fn a_session_from_another_instance_merges_its_evidence() {
     use crate::classify::catalog::{CatalogEvent, CatalogEventKind, Convergence};
-    use crate::correlate::outbox::KeptSession;
+    use crate::correlate::outbox::{KeptSession, ReadBack, SessionBack};
     use crate::evidence::catalog::SignalSource;
     let mut s = Sessions::new(SessionLimits { max_events_per_session: 3, ..SessionLimits::default() });
-    s.track_changes();
+    s.keep_for_store();
     let ev = |at: u64, kind: CatalogEventKind| CatalogEvent { at_ns: at, kind };
     let rec = |events: Vec<CatalogEvent>, activity: u64| KeptSession {
         events,
@@ -830,15 +830,19 @@ fn a_session_from_another_instance_merges_its_evidence() {
         emitted: None,
     };
     // Unknown here: taken as it is.
-    assert!(s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true))], 5)));
+    s.restore(SessionBack::Merged("k", rec(vec![ev(1, CatalogEventKind::Capability(true))], 5)));
+    assert_eq!(s.merges, 1);
     // The same evidence again: nothing new.
-    assert!(!s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true))], 5)));
+    s.restore(SessionBack::Merged("k", rec(vec![ev(1, CatalogEventKind::Capability(true))], 5)));
+    assert_eq!(s.merges, 1);
     let out = s.take_changes();
     assert!(out.is_empty(), "nothing to write back: {out:?}");
     // A signal another instance saw: merged, written back, checked.
-    assert!(
-        s.merge("k", rec(vec![ev(1, CatalogEventKind::Capability(true)), ev(9, CatalogEventKind::Signal(SignalSource::Notification))], 12))
-    );
+    s.restore(SessionBack::Merged(
+        "k",
+        rec(vec![ev(1, CatalogEventKind::Capability(true)), ev(9, CatalogEventKind::Signal(SignalSource::Notification))], 12),
+    ));
+    assert_eq!(s.merges, 2);
     let out = s.take_changes();
     assert_eq!(out.len(), 1);
     let Some(r) = out[0].1.clone() else { panic!() };
@@ -846,13 +850,13 @@ fn a_session_from_another_instance_merges_its_evidence() {
     assert_eq!(r.last_activity_ns, 12);
     let _ = s.take_merged_changes();
     // Bounded like observed evidence: the oldest go.
-    s.merge("k", rec(vec![ev(20, CatalogEventKind::Reconnect), ev(21, CatalogEventKind::Reconnect)], 21));
+    s.restore(SessionBack::Merged("k", rec(vec![ev(20, CatalogEventKind::Reconnect), ev(21, CatalogEventKind::Reconnect)], 21)));
     let out = s.take_changes();
     let Some(r) = out[0].1.clone() else { panic!() };
     assert_eq!(r.events.iter().map(|e| e.at_ns).collect::<Vec<_>>(), vec![9, 20, 21]);
     // No session is converged here: nothing to read back.
     assert!(s.all_current().iter().all(|(_, _, v)| v.convergence != Convergence::Converged));
-    assert!(s.converged_window(10, 0).is_empty());
+    assert!(s.to_read_back(ReadBack::Converged { limit: 10, from: 0 }).is_empty());
 }
 
 /// With a shared store, a client half of a server nobody saw split is held back, not published;

@@ -403,10 +403,10 @@ impl Engine {
         self.classify_decided(&mut decided, now, true, out);
         self.scratch = decided;
         self.persist(now, true, out);
-        lend!(self, |r, t| r.finish(&mut t, false, out));
+        self.finish_replica(false, out);
         self.publish_merged(out);
         self.persist(now, true, out);
-        lend!(self, |r, t| r.finish(&mut t, true, out));
+        self.finish_replica(true, out);
     }
 
     /// Write every pending change to the store now, and take every answer awaited (tests call it
@@ -415,7 +415,18 @@ impl Engine {
         let mut none = Vec::new();
         self.classify_decided(&mut none, now, true, out);
         self.persist(now, true, out);
-        lend!(self, |r, t| r.finish(&mut t, true, out));
+        self.finish_replica(true, out);
+    }
+
+    /// The replica's end (see [`Replica::finish`]); the verdicts it hands back are folded here,
+    /// like any verdict it does not hold.
+    fn finish_replica(&mut self, catalog: bool, out: &mut Vec<Decided>) {
+        let unfolded = lend!(self, |r, t| r.finish(&mut t, catalog, out));
+        for v in unfolded {
+            for (transition, row) in self.incidents.fold(&v) {
+                out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
+            }
+        }
     }
 
     fn persist(&mut self, now: Moment, force: bool, out: &mut Vec<Decided>) {
@@ -490,7 +501,7 @@ impl Engine {
 
     /// Sessions that another instance's evidence (read from a shared store) added to.
     pub fn sessions_merged(&self) -> u64 {
-        self.replica.figures().sessions_merged
+        self.sessions.merges
     }
 
     /// Publish the catalog verdicts that evidence merged from a shared store changed.

@@ -93,7 +93,7 @@ impl GateState {
                     // The store holds the union every instance wrote (at most 100 ms behind each);
                     // judged now, as the engine would.
                     let mut one = crate::correlate::Sessions::new(limits.clone());
-                    one.restore(key.clone(), (*r).into());
+                    one.restore(crate::correlate::outbox::SessionBack::Loaded(key.clone(), (*r).into()));
                     let now = crate::evidence::time::Moment::wall_now();
                     if let Some(c) = one.all_at(now).into_iter().next() {
                         return Some(c.verdict);

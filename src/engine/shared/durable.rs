@@ -12,7 +12,7 @@ use crate::verdict::Verdict;
 
 use super::link::Link;
 use super::worker::Worker;
-use super::{Batch, Decided, DriftEvent, GaugeSource, Replica, ReplicaFigures, Tables};
+use super::{Batch, Decided, DriftEvent, GaugeSource, HeldVerdict, Replica, ReplicaFigures, Tables};
 
 pub(crate) struct Durable {
     link: Link,
@@ -40,14 +40,13 @@ impl Durable {
 impl Replica for Durable {
     fn attach(&mut self, t: &mut Tables) {
         t.chains.keep_for_store(None);
-        t.sessions.track_changes();
-        t.incidents.track_changes();
+        t.sessions.keep_for_store();
+        t.incidents.keep_for_store();
         self.link.load(t);
     }
 
     fn before_ingest(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
-        self.link.take_back_spilled(t.chains, spans);
-        self.link.take_over_from_store(t, spans);
+        self.link.take_back(t, spans);
     }
 
     fn before_decide(&mut self, _: &mut Tables, _: Moment, _: bool, _: &mut Vec<DecidedCalls>) -> bool {
@@ -122,7 +121,9 @@ impl Replica for Durable {
         Some(event)
     }
 
-    fn finish(&mut self, _: &mut Tables, _: bool, _: &mut Vec<Decided>) {}
+    fn finish(&mut self, _: &mut Tables, _: bool, _: &mut Vec<Decided>) -> Vec<HeldVerdict> {
+        Vec::new()
+    }
 
     fn touched(&mut self) {
         self.unwritten = true;

@@ -1,8 +1,9 @@
 //! What every store-backed replica does the same way: load at start, take back decided chains
 //! the engine no longer holds, and count what failed.
 
-use crate::correlate::outbox::Restore;
-use crate::correlate::Chains;
+use crate::classify::incidents::IncidentsBack;
+use crate::correlate::outbox::{KeptChain, Restore, SessionBack};
+use crate::correlate::takeback::StoreReads;
 use crate::evidence::{SpanEvidence, TraceId};
 use crate::state::{trace_key, Record, Snapshot, StoreError, Table};
 
@@ -69,78 +70,10 @@ impl Link {
         }
     }
 
-    /// Late evidence for a decided chain forgotten under a bound (`max_decided`, `max_bytes`)
-    /// within its late-span window: take the chain back from the store first, so the evidence
-    /// revises it instead of being dropped.
-    pub(crate) fn take_back_spilled(&mut self, chains: &mut Chains, spans: &[SpanEvidence]) {
-        for ev in spans {
-            let Some(id) = chains.spilled_target(ev) else { continue };
-            match self.get(Table::Decided, trace_key(&id)) {
-                Ok(Some(Record::Decided(r))) => chains.restore(Restore::Spilled(id, Some((*r).into()))),
-                Ok(_) => chains.restore(Restore::Spilled(id, None)),
-                Err(e) => {
-                    // The evidence is then late for a forgotten chain, as without a store.
-                    chains.restore(Restore::Spilled(id, None));
-                    tracing::warn!(error = %e, "could not read a decided chain back from the state store");
-                }
-            }
-        }
-    }
-
-    /// A receipt for a trace this engine does not know (or naming an operation key no call here
-    /// named), with no request of that trace (or key) in the same batch: the call may have been
-    /// decided by another instance on the same shared store (the collector's ring changed
-    /// between the call and its receipt, a verifier reported in a trace of its own, or an
-    /// instance restarted). Take that decided chain (and its operation key) from the store
-    /// first, so the receipt revises it here — one process would have revised it too — instead
-    /// of making a call-less chain that says nothing. At most two store reads (operation key,
-    /// chain) per such receipt and batch; rare, so they are waited for.
-    pub(crate) fn take_over_from_store(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
-        let with_request: rustc_hash::FxHashSet<TraceId> = spans.iter().filter(|s| s.method.is_some()).map(|s| s.trace_id).collect();
-        let with_key: rustc_hash::FxHashSet<&str> =
-            spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.as_deref()).collect();
-        let mut asked = rustc_hash::FxHashSet::default();
-        for ev in spans {
-            if ev.outcomes.is_empty() || ev.method.is_some() {
-                continue;
-            }
-            let mut id = ev.trace_id;
-            // A verifier in a trace of its own names its call's operation key: the call's trace
-            // is in the store's operation index when another instance holds the call.
-            let mut key = None;
-            if let Some(k) = ev.operation_key.as_deref() {
-                if t.chains.has_operation(k) || with_key.contains(k) {
-                    continue;
-                }
-                match self.get(Table::Operations, k.to_string()) {
-                    Ok(Some(Record::Operation(trace))) => {
-                        id = trace;
-                        key = Some(k);
-                    }
-                    Ok(_) => continue,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not look for an operation key in the state store");
-                        continue;
-                    }
-                }
-            }
-            if with_request.contains(&id) || t.chains.knows(&id) || !asked.insert(id) {
-                continue;
-            }
-            match self.get(Table::Decided, trace_key(&id)) {
-                Ok(Some(Record::Decided(r))) => {
-                    self.taken_over += 1;
-                    // Its earlier evidence comes with it: not "before the start".
-                    t.restored.insert(id);
-                    t.chains.restore(Restore::Decided((*r).into()));
-                    if let Some(k) = key {
-                        t.chains.restore(Restore::Operation(k.into(), id));
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "could not look for a decided chain in the state store"),
-            }
-        }
+    /// Before a batch is taken in: the decided chains its evidence revises that the store holds
+    /// and the engine does not (see [`Chains::take_back`](crate::correlate::Chains::take_back)), read now and waited for (rare).
+    pub(crate) fn take_back(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
+        t.chains.take_back(spans, &mut Reads { link: self, restored: t.restored });
     }
 
     /// A decided chain another instance wrote, taken into the engine's chains (a client half's,
@@ -156,6 +89,54 @@ impl Link {
             Ok(_) => Some(false),
             Err(e) => {
                 tracing::warn!(error = %e, "could not take {what} from the state store");
+                None
+            }
+        }
+    }
+}
+
+/// The chains' reads as a batch comes in ([`StoreReads`]): a store that fails is logged and
+/// counted, and the evidence taken as without a store.
+struct Reads<'a> {
+    link: &'a mut Link,
+    restored: &'a mut crate::bounded::BoundedSet<TraceId>,
+}
+
+impl StoreReads for Reads<'_> {
+    fn spilled(&mut self, trace: TraceId) -> Option<KeptChain> {
+        match self.link.get(Table::Decided, trace_key(&trace)) {
+            Ok(Some(Record::Decided(r))) => Some((*r).into()),
+            Ok(_) => None,
+            Err(e) => {
+                // The evidence is then late for a forgotten chain, as without a store.
+                tracing::warn!(error = %e, "could not read a decided chain back from the state store");
+                None
+            }
+        }
+    }
+
+    fn decided(&mut self, trace: TraceId) -> Option<KeptChain> {
+        match self.link.get(Table::Decided, trace_key(&trace)) {
+            Ok(Some(Record::Decided(r))) => {
+                self.link.taken_over += 1;
+                // Its earlier evidence comes with it: not "before the start".
+                self.restored.insert(trace);
+                Some((*r).into())
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for a decided chain in the state store");
+                None
+            }
+        }
+    }
+
+    fn operation(&mut self, key: &str) -> Option<TraceId> {
+        match self.link.get(Table::Operations, key.to_string()) {
+            Ok(Some(Record::Operation(trace))) => Some(trace),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for an operation key in the state store");
                 None
             }
         }
@@ -182,10 +163,10 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
     }
     let skipped = snap.skipped.len();
     for (key, r) in snap.sessions {
-        t.sessions.restore(key, r.into());
+        t.sessions.restore(SessionBack::Loaded(key, r.into()));
     }
     for part in snap.incidents {
-        t.incidents.restore(part);
+        t.incidents.restore(IncidentsBack::Stored(part));
     }
     // Oldest first, so the late-span window and `max_decided` forget them in order.
     snap.decided.sort_by_key(|d| d.decided_at_ns);

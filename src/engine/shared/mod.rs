@@ -27,7 +27,7 @@ pub(crate) mod worker;
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
-use crate::classify::incidents::IncidentBook;
+use crate::classify::incidents::{IncidentBook, IncidentFacts};
 use crate::correlate::{CatalogChange, Chains, DecidedCalls, Sessions};
 use crate::evidence::time::Moment;
 use crate::evidence::SpanEvidence;
@@ -55,6 +55,11 @@ impl Tables<'_> {
     }
 }
 
+/// A verdict the replica holds for the store's incident fold, as the fold reads it: shared
+/// between the engine's thread, which holds it again when a write fails, and the store's, which
+/// folds it, so nothing is copied.
+pub(crate) type HeldVerdict = std::sync::Arc<IncidentFacts<'static>>;
+
 /// Decided chains with the engine time they were decided at (classified with that time).
 pub(crate) type Batch = (Moment, Vec<DecidedCalls>);
 
@@ -70,7 +75,6 @@ pub(crate) struct ReplicaFigures {
     pub store_errors: u64,
     pub store_conflicts: u64,
     pub taken_over: u64,
-    pub sessions_merged: u64,
     pub incidents_unshared: u64,
     /// Store calls that waited for room in the worker's queue (it was full).
     pub queue_waits: u64,
@@ -121,9 +125,10 @@ pub(crate) trait Replica: Send {
     fn hold_verdict(&mut self, v: &Verdict) -> bool;
     /// A drift detected here: `Some` to report it now, `None` when the replica holds it.
     fn report_drift(&mut self, record: crate::state::DriftRecord, event: DriftEvent) -> Option<DriftEvent>;
-    /// At the end (drain, flush): the incidents and drift the store did not take are emitted
-    /// from here, and (`catalog`) the catalog changes still held.
-    fn finish(&mut self, t: &mut Tables, catalog: bool, out: &mut Vec<Decided>);
+    /// At the end (drain, flush): the drift the store did not take is emitted from here, and
+    /// (`catalog`) the catalog changes still held. The verdicts held whose incidents the store did
+    /// not take are handed back, for the engine to fold into its own book as if never held.
+    fn finish(&mut self, t: &mut Tables, catalog: bool, out: &mut Vec<Decided>) -> Vec<HeldVerdict>;
     /// Evidence was taken in since the last write.
     fn touched(&mut self);
     /// When the replica next needs a step (a write due, a held catalog change).
@@ -172,7 +177,9 @@ impl Replica for Alone {
     fn report_drift(&mut self, _: crate::state::DriftRecord, event: DriftEvent) -> Option<DriftEvent> {
         Some(event)
     }
-    fn finish(&mut self, _: &mut Tables, _: bool, _: &mut Vec<Decided>) {}
+    fn finish(&mut self, _: &mut Tables, _: bool, _: &mut Vec<Decided>) -> Vec<HeldVerdict> {
+        Vec::new()
+    }
     fn touched(&mut self) {}
     fn next_due(&self) -> Option<Moment> {
         None

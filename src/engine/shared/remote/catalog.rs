@@ -7,6 +7,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
+use crate::correlate::outbox::SessionBack;
 use crate::correlate::CatalogChange;
 use crate::evidence::time::Moment;
 use crate::state::Table;
@@ -56,7 +57,7 @@ impl Shared {
     /// written with this round, so the write decides who emits them.
     pub(super) fn mark_catalog_due(&mut self, t: &mut Tables, now: Moment, force: bool) {
         for (_, ch) in self.catalog.held.iter().filter(|(at, _)| force || *at <= now) {
-            t.sessions.mark_dirty(&ch.session_key);
+            t.sessions.restore(SessionBack::WriteAgain(&ch.session_key));
         }
     }
 
@@ -90,7 +91,7 @@ impl Shared {
             if stored_emitted.get(&ch.session_key) == Some(&v) {
                 continue;
             }
-            t.sessions.set_emitted(&ch.session_key, v);
+            t.sessions.restore(SessionBack::Emitted(&ch.session_key, v));
             emitting.push(ch);
         }
         self.catalog.held = keep;
@@ -112,7 +113,7 @@ impl Shared {
         for ch in emitting {
             if refused.is_none() || is_refused(refused, Table::Sessions, &ch.session_key) {
                 let was = stored_emitted.get(&ch.session_key).copied().flatten();
-                t.sessions.set_emitted(&ch.session_key, was);
+                t.sessions.restore(SessionBack::Emitted(&ch.session_key, was));
                 self.catalog.held.push((now, ch));
             } else {
                 t.emit_catalog(ch, out);

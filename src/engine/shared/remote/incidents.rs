@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::classify::incidents::{IncidentBook, IncidentFacts, ServerIncidents, Transition};
+use crate::classify::incidents::{IncidentBook, IncidentFacts, IncidentsBack, ServerIncidents, Transition};
 use crate::state::{server_key, Changes, Record, StateStore, StoreError, Table};
 use crate::verdict::{HealthState, Verdict};
 
 use super::super::super::decided::IncidentChange;
-use super::super::{Decided, Tables};
+use super::super::{Decided, HeldVerdict, Tables};
 use super::{is_refused, Effect, Shared};
 
 /// Verdicts held for the incident fold; past it a verdict is folded into this instance's own
@@ -26,10 +26,6 @@ pub(super) struct Folded {
     new: ServerIncidents,
     resolved: u64,
 }
-
-/// A verdict held for the incident fold, as the fold reads it: shared between the engine, which
-/// holds it again when a round fails, and the write job that folds it, so a round copies nothing.
-pub(super) type HeldVerdict = Arc<IncidentFacts<'static>>;
 
 /// Verdicts by server, as a job carries them.
 pub(super) type ByServer = Vec<(Option<Arc<str>>, Vec<HeldVerdict>)>;
@@ -109,17 +105,16 @@ impl Shared {
         if let Some(vs) = held.remove(&f.server) {
             self.incidents.held -= vs.len();
         }
-        t.incidents.restore(f.new);
-        t.incidents.resolved_total += f.resolved;
+        t.incidents.restore(IncidentsBack::Folded { part: f.new, resolved: f.resolved });
         for (transition, row) in f.transitions {
             out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
         }
     }
 
-    /// At the end, verdicts the store did not take are folded into this instance's own
-    /// incidents and emitted (counted, `incidents_unshared`): an incident emitted twice is
-    /// better than one never emitted.
-    pub(super) fn fold_pending_locally(&mut self, t: &mut Tables, out: &mut Vec<Decided>) {
+    /// At the end, verdicts the store did not take are handed back, to be folded into this
+    /// instance's own incidents and emitted (counted, `incidents_unshared`): an incident emitted
+    /// twice is better than one never emitted.
+    pub(super) fn finish_incidents(&mut self, t: &mut Tables, out: &mut Vec<Decided>) -> Vec<HeldVerdict> {
         // A record another instance wrote meanwhile is refused: read and fold again, a few times.
         for _ in 0..3 {
             if self.incidents.pending.is_empty() || self.link.down {
@@ -130,18 +125,14 @@ impl Shared {
         // Drift the store did not take is reported here rather than never.
         out.extend(self.rounds.take_drift().into_iter().map(|(_, e)| Decided::Drift(e)));
         if self.incidents.pending.is_empty() {
-            return;
+            return Vec::new();
         }
         let pending = std::mem::take(&mut self.incidents.pending);
         self.incidents.held = 0;
         let n: usize = pending.values().map(Vec::len).sum();
         tracing::warn!(verdicts = n, "the state store did not take these verdicts' incidents; emitting this instance's view of them");
         self.incidents.unshared += n as u64;
-        for v in pending.into_values().flatten() {
-            for (transition, row) in t.incidents.fold(&v) {
-                out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
-            }
-        }
+        pending.into_values().flatten().collect()
     }
 
     /// One incident fold, waited for (at the end).
@@ -191,7 +182,7 @@ pub(super) fn fold_incidents(
             _ => ServerIncidents { server: server.clone(), ..Default::default() },
         };
         let mut book = IncidentBook::default();
-        book.restore(part);
+        book.restore(IncidentsBack::Stored(part));
         let mut transitions = Vec::new();
         for v in &verdicts {
             transitions.extend(book.fold(v));

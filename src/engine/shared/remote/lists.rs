@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
-use crate::correlate::outbox::{FromStore, Restore};
+use crate::correlate::outbox::{FromStore, Paced, Restore};
 use crate::correlate::{crossjoin, DecidedCalls};
 use crate::evidence::time::Moment;
 use crate::evidence::{SpanEvidence, TraceId};
@@ -177,15 +177,23 @@ impl Shared {
         prepend(&mut self.lists.parked, again.into_iter().filter_map(|v| Some((v.operation_key.clone()?, v))).collect());
     }
 
-    /// Read the refusals of the seconds in which a refused-looking client request of a chain in
-    /// flight (or decided lately) could have been answered, and take them as if they had come
-    /// here, so the refused-request join sees the HTTP spans every instance received (at most
-    /// every [`REFUSAL_PULL_EVERY`], one pipelined read; `force` at the drain).
-    pub(super) fn pull_refusals(&mut self, t: &mut Tables, now: Moment, force: bool) {
-        if !force && self.lists.last_refusal_pull.is_some_and(|at| now.saturating_duration_since(at) < REFUSAL_PULL_EVERY) {
-            return;
+    /// The shared lists' looks that are due: refusals at most every [`REFUSAL_PULL_EVERY`]
+    /// (always at the drain, `all`), parked verifiers' calls at most every `PERSIST_EVERY` (not
+    /// at the drain).
+    pub(super) fn paced_looks(&self, now: Moment, all: bool) -> Paced {
+        let since = |at: Option<Moment>, every: Duration| at.is_none_or(|at| now.saturating_duration_since(at) >= every);
+        Paced {
+            refusals: (all || since(self.lists.last_refusal_pull, REFUSAL_PULL_EVERY))
+                .then_some((REFUSAL_PULL_RECENT, REFUSAL_SECONDS_PER_PULL)),
+            parked: (!all && since(self.lists.last_parked_lookup, crate::state::PERSIST_EVERY)).then_some(256),
         }
-        let secs = t.chains.wanted_refusal_seconds(now, REFUSAL_PULL_RECENT, REFUSAL_SECONDS_PER_PULL);
+    }
+
+    /// Read the refusals of the seconds in which a refused-looking client request of a chain in
+    /// flight (or decided lately) could have been answered (`secs`, see [`Shared::paced_looks`]),
+    /// and take them as if they had come here, so the refused-request join sees the HTTP spans
+    /// every instance received (one pipelined read).
+    pub(super) fn pull_refusals(&mut self, t: &mut Tables, now: Moment, secs: Vec<u64>) {
         if secs.is_empty() {
             return;
         }
@@ -257,15 +265,12 @@ impl Shared {
         }
     }
 
-    /// Verifiers parked here look for their call in the store's operation index again (at most
-    /// every `PERSIST_EVERY`): the call's instance may have written it after the verifier came,
-    /// and decided it before it read what this instance published. A call found decided is
-    /// taken from the store and the verifiers join it here (revising it).
-    pub(super) fn find_parked_calls(&mut self, t: &mut Tables, now: Moment, decided: &mut Vec<DecidedCalls>) {
-        if self.lists.last_parked_lookup.is_some_and(|at| now.saturating_duration_since(at) < crate::state::PERSIST_EVERY) {
-            return;
-        }
-        let keys: Vec<String> = t.chains.parked_keys(256).into_iter().map(|k| k.into_string()).collect();
+    /// Verifiers parked here (under `keys`, see [`Shared::paced_looks`]) look for their call in
+    /// the store's operation index again: the call's instance may have written it after the
+    /// verifier came, and decided it before it read what this instance published. A call found
+    /// decided is taken from the store and the verifiers join it here (revising it).
+    pub(super) fn find_parked_calls(&mut self, t: &mut Tables, now: Moment, keys: Vec<Box<str>>, decided: &mut Vec<DecidedCalls>) {
+        let keys: Vec<String> = keys.into_iter().map(|k| k.into_string()).collect();
         if keys.is_empty() {
             return;
         }

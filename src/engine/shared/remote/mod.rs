@@ -72,7 +72,7 @@ use crate::verdict::Verdict;
 
 use super::link::Link;
 use super::worker::Worker;
-use super::{Batch, Decided, DriftEvent, GaugeSource, Replica, ReplicaFigures, Tables};
+use super::{Batch, Decided, DriftEvent, GaugeSource, HeldVerdict, Replica, ReplicaFigures, Tables};
 
 use catalog::CatalogHold;
 use incidents::IncidentFold;
@@ -148,7 +148,7 @@ impl Replica for Shared {
         // A split mark's way to another instance's halves: this round's write, that instance's
         // read and its next write, each answered within `answer_within` at worst.
         t.chains.keep_for_store(Some(self.answer_within * 3 + crate::state::PERSIST_EVERY * 4));
-        t.sessions.track_changes();
+        t.sessions.keep_for_store();
         // Incidents are folded in the store (the write round), not written from the book.
         // The cluster's protocol before the first decision: an instance that knows no split
         // marks may share the store from the start.
@@ -161,21 +161,20 @@ impl Replica for Shared {
     }
 
     fn before_ingest(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
-        self.link.take_back_spilled(t.chains, spans);
-        self.link.take_over_from_store(t, spans);
+        self.link.take_back(t, spans);
     }
 
     fn before_decide(&mut self, t: &mut Tables, now: Moment, all: bool, decided: &mut Vec<DecidedCalls>) -> bool {
         self.now = now;
         self.tell_protocol(t, now);
-        self.pull_refusals(t, now, all);
-        let looks = t.chains.take_looks(now, all);
+        let looks = t.chains.take_looks(now, all, self.paced_looks(now, all));
+        self.pull_refusals(t, now, looks.refusal_seconds);
         self.join_remote_halves(t, looks.server_halves);
         self.adopt_rootless(t, now, looks.rootless, decided);
         if all {
             return false;
         }
-        self.find_parked_calls(t, now, decided);
+        self.find_parked_calls(t, now, looks.parked_keys, decided);
         self.hold_for_store(now)
     }
 
@@ -225,12 +224,13 @@ impl Replica for Shared {
         None
     }
 
-    fn finish(&mut self, t: &mut Tables, catalog: bool, out: &mut Vec<Decided>) {
+    fn finish(&mut self, t: &mut Tables, catalog: bool, out: &mut Vec<Decided>) -> Vec<HeldVerdict> {
         self.advance_round(t, true, out);
-        self.fold_pending_locally(t, out);
+        let unfolded = self.finish_incidents(t, out);
         if catalog {
             self.emit_pending_catalog(t, out);
         }
+        unfolded
     }
 
     fn touched(&mut self) {
@@ -252,7 +252,6 @@ impl Replica for Shared {
             store_errors: self.link.errors,
             store_conflicts: self.link.conflicts,
             taken_over: self.link.taken_over,
-            sessions_merged: self.sessions.merged(),
             incidents_unshared: self.incidents.unshared(),
             queue_waits: self.link.worker.queue_waits() + self.reads.waits(),
             waited: self.link.worker.waited(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
-use crate::correlate::outbox::Restore;
+use crate::correlate::outbox::{ReadBack, Restore, SessionBack};
 use crate::correlate::splits::Server;
 use crate::correlate::CatalogChange;
 use crate::evidence::time::Moment;
@@ -18,8 +18,8 @@ use crate::state::{server_key, Changes, ClientHalf, DriftRecord, Record, StateSt
 
 use super::super::records::{chain_changes, session_changes};
 use super::super::worker::{Ticket, Worker};
-use super::super::{Decided, DriftEvent, Tables};
-use super::incidents::{fold_incidents, ByServer, Folded, HeldVerdict};
+use super::super::{Decided, DriftEvent, HeldVerdict, Tables};
+use super::incidents::{fold_incidents, ByServer, Folded};
 use super::lists::{drop_taken, list_changes, merge_halves, merge_parked, merge_refusals, ListJob};
 use super::reads::StepRead;
 use super::splits::{splits_job, take_split_read, SplitsJob};
@@ -221,7 +221,7 @@ impl Shared {
         // Catalog changes held for emission whose time has come: their sessions are read and
         // written now, so the write decides who emits them.
         self.mark_catalog_due(t, now, force);
-        let sessions = t.sessions.dirty_keys();
+        let sessions = t.sessions.to_read_back(ReadBack::ToWrite);
         let splits = splits_job(published.marks, published.ask_marks);
         let asks = vec![
             (Table::Incidents, incidents.keys().map(|s| server_key(s.as_deref())).collect::<Vec<_>>()),
@@ -354,7 +354,7 @@ impl Shared {
             // Another instance wrote one of them in between: read, merge and write the sessions
             // again next time (the refused one among them).
             for k in &sessions_written {
-                t.sessions.mark_dirty(k);
+                t.sessions.restore(SessionBack::WriteAgain(k));
             }
             tracing::warn!(changes, "records changed by another instance; merged and written again next round");
         }

@@ -2,6 +2,7 @@
 //! this engine calls `converged` refreshed in turn (another instance may hold the signal that makes
 //! one stale).
 
+use crate::correlate::outbox::{ReadBack, SessionBack};
 use crate::correlate::DecidedCalls;
 use crate::evidence::{Method, Side};
 use crate::state::{Record, StoreError, Table};
@@ -18,19 +19,11 @@ const CONVERGED_REFRESH: usize = 512;
 type SessionsRead = (Vec<String>, Result<Vec<Option<Record>>, StoreError>);
 
 /// The session reads' own state: the converged sessions' read in flight and where the next
-/// starts, and how many sessions were merged (a figure).
+/// starts.
 #[derive(Default)]
 pub(super) struct SessionReads {
     converged_read: Option<(Moment, Ticket<SessionsRead>)>,
     refresh_cursor: usize,
-    merged: u64,
-}
-
-impl SessionReads {
-    /// Sessions merged from what other instances wrote.
-    pub(super) fn merged(&self) -> u64 {
-        self.merged
-    }
 }
 
 impl Shared {
@@ -38,7 +31,7 @@ impl Shared {
     pub(super) fn merge_sessions(&mut self, t: &mut Tables, keys: &[String], records: Vec<Option<Record>>) {
         for (key, r) in keys.iter().zip(records) {
             if let Some(Record::Session(r)) = r {
-                self.sessions.merged += u64::from(t.sessions.merge(key, (*r).into()));
+                t.sessions.restore(SessionBack::Merged(key, (*r).into()));
             }
         }
     }
@@ -62,7 +55,7 @@ impl Shared {
     /// with nothing more of that session coming here to make this engine look again.
     pub(super) fn refresh_converged(&mut self, t: &mut Tables, wait: bool) {
         if self.sessions.converged_read.is_none() {
-            let keys = t.sessions.converged_window(CONVERGED_REFRESH, self.sessions.refresh_cursor);
+            let keys = t.sessions.to_read_back(ReadBack::Converged { limit: CONVERGED_REFRESH, from: self.sessions.refresh_cursor });
             self.sessions.refresh_cursor = self.sessions.refresh_cursor.wrapping_add(keys.len());
             if !keys.is_empty() {
                 let ticket = self.link.worker.submit(move |s| {
