@@ -45,7 +45,7 @@ use crate::normalize::NormalizedBatch;
 use crate::verdict::{DecidedBy, HealthState, Partial, Verdict};
 
 pub use decided::{CatalogLine, Decided, DriftEvent, IncidentChange};
-use shared::{Batch, GaugeSource, Replica, Tables};
+use shared::{Batch, GaugeSource, Keeps, Replica, Tables};
 
 /// How often (on the engine's clock) time-based verdicts are re-evaluated: catalog TTLs and
 /// `max_age` policies, and the progress clocks of calls in flight.
@@ -239,12 +239,30 @@ impl Engine {
             replica,
             has_store,
         };
+        e.keep_for_store(e.replica.keeps());
         lend!(e, |r, t| r.attach(&mut t));
         // The sessions taken back from a store go on the gate's board as they stand.
         for (key, server, verdict) in e.sessions.all_current() {
             e.board.publish(&key, server, verdict);
         }
         e
+    }
+
+    /// Turn on what the tables keep for the replica's store before it takes anything back, so
+    /// its first write carries every change.
+    fn keep_for_store(&mut self, keeps: Keeps) {
+        match keeps {
+            Keeps::Nothing => {}
+            Keeps::Own => {
+                self.chains.keep_for_store(None);
+                self.sessions.keep_for_store();
+                self.incidents.keep_for_store();
+            }
+            Keeps::Shared { settle } => {
+                self.chains.keep_for_store(Some(settle));
+                self.sessions.keep_for_store();
+            }
+        }
     }
 
     /// Decided chains taken from the store for evidence that came to this engine (a receipt

@@ -12,7 +12,7 @@ use crate::verdict::Verdict;
 
 use super::link::Link;
 use super::worker::Worker;
-use super::{Batch, Decided, DriftEvent, GaugeSource, HeldVerdict, Replica, ReplicaFigures, Tables};
+use super::{Batch, Decided, DriftEvent, GaugeSource, HeldVerdict, Keeps, Replica, ReplicaFigures, Tables};
 
 pub(crate) struct Durable {
     link: Link,
@@ -38,10 +38,11 @@ impl Durable {
 }
 
 impl Replica for Durable {
+    fn keeps(&self) -> Keeps {
+        Keeps::Own
+    }
+
     fn attach(&mut self, t: &mut Tables) {
-        t.chains.keep_for_store(None);
-        t.sessions.keep_for_store();
-        t.incidents.keep_for_store();
         self.link.load(t);
     }
 

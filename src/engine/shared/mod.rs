@@ -97,9 +97,27 @@ pub(crate) enum GaugeSource<'a> {
     Elsewhere,
 }
 
+/// What a replica's store needs the engine's tables to keep: their changes since each write, and
+/// for a store other instances share, what those instances read too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Keeps {
+    /// No store: nothing is kept.
+    Nothing,
+    /// A store of this instance's own: the chains', the sessions' and the incidents' changes.
+    Own,
+    /// A store other instances share: the chains' changes and, for `settle`, their orphans and
+    /// split marks; the sessions' changes. Incidents are folded in the store itself (the write
+    /// round), not written from the engine's book.
+    Shared { settle: std::time::Duration },
+}
+
 /// The multi-instance protocol, or its absence. Every method is called on the engine's thread,
 /// once per step at the places named; none may block on a network round trip.
 pub(crate) trait Replica: Send {
+    /// What the engine's tables must keep for this replica's store, from the start (asked once,
+    /// before `attach`). The engine turns the keeping on: it owns the tables, and the replica
+    /// only reads what they keep.
+    fn keeps(&self) -> Keeps;
     /// Take back what the store holds (once, when the engine is made).
     fn attach(&mut self, t: &mut Tables);
     /// Before a batch enters the chains: decided chains its evidence revises that the store holds
@@ -157,6 +175,9 @@ pub(crate) fn for_store(
 pub(crate) struct Alone;
 
 impl Replica for Alone {
+    fn keeps(&self) -> Keeps {
+        Keeps::Nothing
+    }
     fn attach(&mut self, _: &mut Tables) {}
     fn before_ingest(&mut self, _: &mut Tables, _: &[SpanEvidence]) {}
     fn before_decide(&mut self, _: &mut Tables, _: Moment, _: bool, _: &mut Vec<DecidedCalls>) -> bool {

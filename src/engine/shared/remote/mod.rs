@@ -72,7 +72,7 @@ use crate::verdict::Verdict;
 
 use super::link::Link;
 use super::worker::Worker;
-use super::{Batch, Decided, DriftEvent, GaugeSource, HeldVerdict, Replica, ReplicaFigures, Tables};
+use super::{Batch, Decided, DriftEvent, GaugeSource, HeldVerdict, Keeps, Replica, ReplicaFigures, Tables};
 
 use catalog::CatalogHold;
 use incidents::IncidentFold;
@@ -144,12 +144,13 @@ impl Shared {
 }
 
 impl Replica for Shared {
-    fn attach(&mut self, t: &mut Tables) {
+    fn keeps(&self) -> Keeps {
         // A split mark's way to another instance's halves: this round's write, that instance's
         // read and its next write, each answered within `answer_within` at worst.
-        t.chains.keep_for_store(Some(self.answer_within * 3 + crate::state::PERSIST_EVERY * 4));
-        t.sessions.keep_for_store();
-        // Incidents are folded in the store (the write round), not written from the book.
+        Keeps::Shared { settle: self.answer_within * 3 + crate::state::PERSIST_EVERY * 4 }
+    }
+
+    fn attach(&mut self, t: &mut Tables) {
         // The cluster's protocol before the first decision: an instance that knows no split
         // marks may share the store from the start.
         match self.link.call(|s| s.announce(GAUGE_LEASE)) {
