@@ -47,6 +47,13 @@ pub(crate) fn framed(bytes: &[u8]) -> Framed<'_> {
 /// Frame a record's payload with the current version.
 pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAGIC.len() + 1 + payload.len());
+    frame_into(&mut out);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The current version's frame appended to `out` (its payload follows).
+pub(crate) fn frame_into(out: &mut Vec<u8>) {
     out.extend_from_slice(&MAGIC);
     let mut v = CURRENT;
     loop {
@@ -58,8 +65,6 @@ pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
         }
         out.push(b | 0x80);
     }
-    out.extend_from_slice(payload);
-    out
 }
 
 #[cfg(test)]

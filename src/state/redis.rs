@@ -62,7 +62,7 @@
 
 use std::time::{Duration, Instant};
 
-use ::redis::{Client, Connection};
+use ::redis::{Client, Connection, ConnectionLike};
 
 use super::versions::Versions;
 use super::{Changes, Record, Snapshot, StateStore, StoreError, StoreStats, Table};
@@ -71,15 +71,30 @@ use super::{Changes, Record, Snapshot, StateStore, StoreError, StoreStats, Table
 pub(crate) const PREFIX: &str = "mcp-health";
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 500;
+/// The apply's buffer is kept between applies up to this capacity.
+const PACKED_KEEP: usize = 4 << 20;
 
 /// The apply script. KEYS[1] is the version counter; KEYS[i+1] the record key of change i.
 /// ARGV[1] is how long a tombstone lives (ms); then per change i, ARGV[3i-1] its operation (`p`
 /// put, `x` put that expires like a tombstone, `d` delete), followed, for a table the gauges
-/// count ([`indexed`]), by the name of the table's index set, which the record key joins, ARGV[3i] the version expected (`` = never seen: absent; `<n>` = a record at
-/// version n; `t<n>` = deleted at version n: that tombstone, or absent once it expired), ARGV[3i+1]
-/// the bytes (empty for a delete). Answers `{version, {i, …}}`: the transaction number the
-/// records that passed were written under (0 when none passed), and the changes whose key was not
-/// as expected, which are not written.
+/// count ([`indexed`]), by `+` (join the index always) or `=` (join it when the record is
+/// created) and the name of the table's index set, which the record key joins; ARGV[3i] the
+/// version expected (`` = never seen: absent; `<n>` = a record at version n; `t<n>` = deleted at
+/// version n: that tombstone, or absent once it expired), ARGV[3i+1] the bytes (empty for a
+/// delete). Answers `{version, {i, …}}`: the transaction number the records that passed were
+/// written under (0 when none passed), and the changes whose key was not as expected, which are
+/// not written.
+///
+/// A key that exists is in its index already (the apply that created it added it, a `load`
+/// indexes what an older version wrote, and a count drops a member only once its key is gone),
+/// so a rewrite, which is most writes (every session every round), skips the `SADD`: every
+/// `redis.call` is Redis's own CPU, which is what a busy cluster waits for. For the same reason
+/// the script compares bytes (`string.byte`: `t` 116, `d` 100, `x` 120, `+` 43, `=` 61) rather
+/// than cutting strings (each `string.sub` a new Lua string, hashed), and turns the version into
+/// a string once, not per record (a Lua number passed to `redis.call` is formatted with
+/// `printf`, which a profile of Redis showed). Records a 0.1.0
+/// instance creates are not indexed by it; while one shares the store (the cluster's protocol
+/// is 0) every write joins the index, as before.
 const APPLY: &str = r#"
 local n = #KEYS - 1
 local bad = {}
@@ -90,39 +105,56 @@ for i = 1, n do
   local ok
   if want == '' then
     ok = not have
-  elseif string.sub(want, 1, 1) == 't' then
+  elseif string.byte(want, 1) == 116 then
     ok = (not have) or have == string.sub(want, 2)
   else
     ok = have == want
   end
-  if ok then pass[i] = true else bad[#bad + 1] = i end
+  if ok then pass[i] = have or '' else bad[#bad + 1] = i end
 end
 local ver = 0
 if #bad < n then
   ver = redis.call('INCR', KEYS[1])
+  local v = tostring(ver)
   for i = 1, n do
     if pass[i] then
       local k = KEYS[i + 1]
-      local op = string.sub(ARGV[3 * i - 1], 1, 1)
-      local index = string.sub(ARGV[3 * i - 1], 2)
-      if index ~= '' then redis.call('SADD', index, k) end
-      if op == 'd' then
+      local a = ARGV[3 * i - 1]
+      local op = string.byte(a, 1)
+      local join = string.byte(a, 2)
+      if join == 43 or (join == 61 and pass[i] == '') then redis.call('SADD', string.sub(a, 3), k) end
+      if op == 100 then
         redis.call('DEL', k)
-        redis.call('HSET', k, 'ver', ver)
+        redis.call('HSET', k, 'ver', v)
         redis.call('PEXPIRE', k, ARGV[1])
-      elseif op == 'x' then
-        redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', ver)
+      elseif op == 120 then
+        redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', v)
         redis.call('PEXPIRE', k, ARGV[1])
       else
-        redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', ver)
+        redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', v)
         -- Only a tombstone (expected `t<n>`) carries a TTL to clear.
-        if string.sub(ARGV[3 * i], 1, 1) == 't' then redis.call('PERSIST', k) end
+        if string.byte(ARGV[3 * i], 1) == 116 then redis.call('PERSIST', k) end
       end
     end
   end
 end
 return {ver, bad}
 "#;
+
+/// Drop from an index set (KEYS[1]) the members (KEYS[2..]) whose record is gone, checked here
+/// in one script: a record created again since the count found it gone stays indexed (its
+/// creator's `SADD` came before this `SREM` otherwise, and its rewrites add nothing).
+const UNINDEX: &str = r#"
+local gone = 0
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    redis.call('SREM', KEYS[1], KEYS[i])
+    gone = gone + 1
+  end
+end
+return gone
+"#;
+static UNINDEX_SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| ::redis::Script::new(UNINDEX));
 
 /// One key of a table as `SCAN` found it: key, bytes (none for a tombstone), version.
 type Scanned = (String, Option<Vec<u8>>, u64);
@@ -134,15 +166,6 @@ enum Seen {
     Record(u64),
     /// Deleted at this version (a tombstone, or nothing once it expired).
     Deleted(u64),
-}
-
-impl Seen {
-    fn expectation(self) -> String {
-        match self {
-            Seen::Record(v) => v.to_string(),
-            Seen::Deleted(v) => format!("t{v}"),
-        }
-    }
 }
 
 /// The script, with its SHA-1 (sent as `EVALSHA`; loaded again when Redis answers NOSCRIPT,
@@ -258,6 +281,9 @@ pub(crate) struct RedisStore {
     /// written in: the cluster's protocol, as last announced (see [`StateStore::announce`]).
     speaks: u32,
     writes: u32,
+    /// The apply's command as sent, and one record's bytes, kept from one apply to the next.
+    packed: Vec<u8>,
+    scratch: Vec<u8>,
 }
 
 fn backend(shown: &str, e: &::redis::RedisError) -> StoreError {
@@ -314,6 +340,8 @@ impl RedisStore {
             },
             speaks: super::format::CURRENT,
             writes: super::format::CURRENT,
+            packed: Vec::new(),
+            scratch: Vec::new(),
         };
         let pong: String = s.with_conn(|c| ::redis::cmd("PING").query(c))?;
         if pong != "PONG" {
@@ -365,7 +393,7 @@ impl RedisStore {
     }
 
     fn saw_deleted(&mut self, table: Table, key: String, ver: u64) {
-        self.versions.insert((table, key), Seen::Deleted(ver));
+        self.versions.insert(table, key, Seen::Deleted(ver));
     }
 
     /// A record read at version `ver`. One that cannot be read is counted, named in the log, and
@@ -376,14 +404,14 @@ impl RedisStore {
         self.stats.bytes_received += bytes.len() as u64;
         match Record::decode_with(table, key, bytes, self.read) {
             Ok(r) => {
-                self.versions.insert((table, key.to_string()), Seen::Record(ver));
+                self.versions.insert(table, key.to_string(), Seen::Record(ver));
                 Some(r)
             }
             Err(e) => {
                 let why = match e {
                     StoreError::Newer { version, .. } => super::SkipReason::Newer(version),
                     _ => {
-                        self.versions.insert((table, key.to_string()), Seen::Record(ver));
+                        self.versions.insert(table, key.to_string(), Seen::Record(ver));
                         super::SkipReason::Damaged
                     }
                 };
@@ -436,7 +464,12 @@ impl RedisStore {
                     out.push((key, v, ver));
                 }
                 if !gone.is_empty() {
-                    let _: () = self.with_conn(|c| ::redis::cmd("SREM").arg(&index).arg(&gone).query(c))?;
+                    let mut inv = UNINDEX_SCRIPT.prepare_invoke();
+                    inv.key(&index);
+                    for k in &gone {
+                        inv.key(k.as_slice());
+                    }
+                    let _: u64 = self.with_conn(|c| inv.invoke(c))?;
                 }
             }
             cursor = next;
@@ -451,7 +484,111 @@ impl RedisStore {
     }
 }
 
+/// Redis's protocol (RESP), written into one buffer.
+mod resp {
+    /// The decimal digits of `v`, in `buf`'s tail; the slice of them.
+    fn digits(v: u64, buf: &mut [u8; 20]) -> &[u8] {
+        let (mut v, mut i) = (v, buf.len());
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                return &buf[i..];
+            }
+        }
+    }
+
+    fn header(out: &mut Vec<u8>, kind: u8, len: usize) {
+        out.push(kind);
+        out.extend_from_slice(digits(len as u64, &mut [0; 20]));
+        out.extend_from_slice(b"\r\n");
+    }
+
+    /// An array of `len` elements follows.
+    pub(super) fn array(out: &mut Vec<u8>, len: usize) {
+        header(out, b'*', len);
+    }
+
+    /// One bulk string, the concatenation of `parts`.
+    pub(super) fn bulk(out: &mut Vec<u8>, parts: &[&[u8]]) {
+        header(out, b'$', parts.iter().map(|p| p.len()).sum());
+        for p in parts {
+            out.extend_from_slice(p);
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+
+    /// `prefix` then `v` in decimal, as one bulk string.
+    pub(super) fn bulk_number(out: &mut Vec<u8>, prefix: &[u8], v: u64) {
+        bulk(out, &[prefix, digits(v, &mut [0; 20])]);
+    }
+}
+
 impl RedisStore {
+    /// The apply script's `EVALSHA` for `changes`, in RESP, into `out`; the payload bytes (keys,
+    /// expectations, operations and records) it carries.
+    fn pack_apply(&mut self, changes: &Changes, out: &mut Vec<u8>) -> Result<usize, StoreError> {
+        out.clear();
+        let n = changes.changes.len();
+        let p = PREFIX.as_bytes();
+        // EVALSHA, the script's SHA-1, the number of keys, the keys, then the arguments.
+        resp::array(out, 3 + (1 + n) + (1 + 3 * n));
+        resp::bulk(out, &[b"EVALSHA"]);
+        resp::bulk(out, &[APPLY_SCRIPT.get_hash().as_bytes()]);
+        resp::bulk_number(out, b"", 1 + n as u64);
+        resp::bulk(out, &[p, b":version"]);
+        let mut sent = 0;
+        for c in &changes.changes {
+            let parts: [&[u8]; 5] = [p, b":", c.table.as_str().as_bytes(), b":", c.key.as_bytes()];
+            sent += parts.iter().map(|x| x.len()).sum::<usize>();
+            resp::bulk(out, &parts);
+        }
+        resp::bulk_number(out, b"", u64::try_from(self.settings.tombstone_ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        // Index every write while a 0.1.0 instance (which indexes nothing) shares the store.
+        let join: &[u8] = if self.writes == 0 { b"+" } else { b"=" };
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for c in &changes.changes {
+            let op: &[u8] = match &c.value {
+                Some(_) if c.table.expires() => b"x",
+                Some(_) => b"p",
+                None => b"d",
+            };
+            if indexed(c.table) {
+                let parts: [&[u8]; 5] = [op, join, p, b":index:", c.table.as_str().as_bytes()];
+                sent += parts.iter().map(|x| x.len()).sum::<usize>();
+                resp::bulk(out, &parts);
+            } else {
+                sent += 1;
+                resp::bulk(out, &[op]);
+            }
+            let before = out.len();
+            match self.versions.get(c.table, &c.key) {
+                None => resp::bulk(out, &[]),
+                Some(Seen::Record(v)) => resp::bulk_number(out, b"", v),
+                Some(Seen::Deleted(v)) => resp::bulk_number(out, b"t", v),
+            }
+            sent += out.len() - before;
+            match &c.value {
+                Some(r) => {
+                    scratch.clear();
+                    if let Err(e) = r.encode_into(self.writes, &mut scratch) {
+                        self.scratch = scratch;
+                        return Err(e);
+                    }
+                    sent += scratch.len();
+                    resp::bulk(out, &[&scratch]);
+                }
+                None => resp::bulk(out, &[]),
+            }
+        }
+        if scratch.capacity() > PACKED_KEEP {
+            scratch = Vec::new();
+        }
+        self.scratch = scratch;
+        Ok(sent)
+    }
+
     /// The records of `keys` from their `HMGET` rows, remembering the versions seen.
     fn take_rows(
         &mut self,
@@ -470,7 +607,7 @@ impl RedisStore {
                 _ => {
                     if table.expires() {
                         // Expired (see `Table::expires`): absent is what to expect now.
-                        self.versions.remove(&(table, k.clone()));
+                        self.versions.remove(table, k);
                     }
                     out.push(None)
                 }
@@ -502,7 +639,7 @@ impl StateStore for RedisStore {
                         if s.push_encoded(t, &key, &bytes, self.read)
                             || s.skipped.last().is_some_and(|k| k.why == super::SkipReason::Damaged)
                         {
-                            self.versions.insert((t, key), Seen::Record(ver));
+                            self.versions.insert(t, key, Seen::Record(ver));
                         }
                     }
                     None => self.saw_deleted(t, key, ver),
@@ -532,31 +669,37 @@ impl StateStore for RedisStore {
         let forgotten = self.versions.turn(Instant::now());
         // Counted with the other bounded tables (`mcp_health.state.evicted{table="store_versions"}`).
         crate::bounded::counter("store_versions").fetch_add(forgotten, std::sync::atomic::Ordering::Relaxed);
-        let mut inv = APPLY_SCRIPT.prepare_invoke();
-        inv.key(format!("{PREFIX}:version"));
-        inv.arg(u64::try_from(self.settings.tombstone_ttl.as_millis()).unwrap_or(u64::MAX).max(1));
-        let mut sent = 0usize;
-        for c in &changes.changes {
-            let k = record_key(c.table, &c.key);
-            sent += k.len();
-            inv.key(k);
-            let want = self.versions.get(&(c.table, c.key.clone())).map(Seen::expectation).unwrap_or_default();
-            let index = if indexed(c.table) { index_key(c.table) } else { String::new() };
-            match &c.value {
-                Some(r) => {
-                    let bytes = r.encode_as(self.writes)?;
-                    let op = if c.table.expires() { "x" } else { "p" };
-                    sent += bytes.len() + want.len() + op.len() + index.len();
-                    inv.arg(format!("{op}{index}")).arg(want).arg(bytes);
-                }
-                None => {
-                    sent += want.len() + 1 + index.len();
-                    inv.arg(format!("d{index}")).arg(want).arg("");
-                }
+        // The `EVALSHA` is written straight into one buffer kept from round to round: each
+        // record's bytes are copied once, not through an invocation's and a command's own copies
+        // (the store's thread is the cluster's other hot thread, after Redis).
+        let mut packed = std::mem::take(&mut self.packed);
+        let sent = self.pack_apply(changes, &mut packed);
+        let sent = match sent {
+            Ok(n) => n,
+            Err(e) => {
+                self.packed = packed;
+                return Err(e);
             }
-        }
+        };
         self.stats.bytes_sent += sent as u64;
-        let (n, refused): (u64, Vec<usize>) = self.with_conn(|c| inv.invoke(c))?;
+        let answer: Result<(u64, Vec<usize>), StoreError> = self.with_conn(|c| {
+            let v = match c.req_packed_command(&packed).and_then(::redis::Value::extract_error) {
+                Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
+                    // Redis restarted (or its scripts were flushed) since the last apply.
+                    APPLY_SCRIPT.load(c)?;
+                    c.req_packed_command(&packed)?.extract_error()?
+                }
+                r => r?,
+            };
+            Ok(::redis::from_redis_value(v)?)
+        });
+        // A buffer one huge round grew is not kept for good.
+        if packed.capacity() > PACKED_KEEP {
+            packed = Vec::new();
+        }
+        packed.clear();
+        self.packed = packed;
+        let (n, refused) = answer?;
         let refused: std::collections::BTreeSet<usize> = refused.into_iter().filter_map(|i| i.checked_sub(1)).collect();
         for (i, c) in changes.changes.iter().enumerate() {
             if refused.contains(&i) {
@@ -564,7 +707,7 @@ impl StateStore for RedisStore {
             }
             match c.value {
                 Some(_) => {
-                    self.versions.insert((c.table, c.key.clone()), Seen::Record(n));
+                    self.versions.insert(c.table, c.key.clone(), Seen::Record(n));
                 }
                 // A key its writer may create again (a session that resumes, a server's next
                 // incident, an operation key used again) keeps its tombstone's version, so that
@@ -572,7 +715,7 @@ impl StateStore for RedisStore {
                 // again, and remembering each of those deletes (one per call) for twice the
                 // tombstone's life was most of what this map held.
                 None if recreated(c.table) => self.saw_deleted(c.table, c.key.clone(), n),
-                None => self.versions.remove(&(c.table, c.key.clone())),
+                None => self.versions.remove(c.table, &c.key),
             }
         }
         let refused: Vec<(Table, String)> =

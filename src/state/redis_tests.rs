@@ -148,6 +148,61 @@ fn redis_the_counted_tables_are_read_by_their_index_not_by_scanning_every_key() 
     assert!(!member, "the expired member left the index");
 }
 
+/// How many times Redis ran `cmd` (a script's `redis.call`s included).
+fn calls_of(conn: &mut ::redis::Connection, cmd: &str) -> u64 {
+    let info: String = ::redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    info.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|v| v.split(',').next()?.parse().ok()).unwrap_or(0)
+}
+
+/// A record joins its table's index when it is created; rewriting it (every session, every
+/// round) does not `SADD` again, and it stays counted. While the cluster speaks protocol 0 (a
+/// 0.1.0 instance, which indexes nothing, shares the store) every write joins the index, so
+/// what such an instance created is counted once this one writes it. An apply after Redis lost
+/// its scripts loads the script again.
+#[test]
+fn redis_a_record_joins_its_index_when_created_not_at_every_rewrite() {
+    if !available("redis_a_record_joins_its_index_when_created_not_at_every_rewrite") {
+        return;
+    }
+    let r = RedisServer::start();
+    let mut conn = r.conn();
+    let mut a = open(&r);
+    a.load().unwrap();
+    let session = |n: u64| {
+        let mut c = Changes::default();
+        let mut rec = match all_changes().changes.into_iter().find(|c| c.table == Table::Sessions).and_then(|c| c.value) {
+            Some(Record::Session(s)) => s,
+            _ => unreachable!("all_changes writes a session"),
+        };
+        rec.last_seen_ns = n;
+        c.put("session:s".into(), Record::Session(rec));
+        c
+    };
+    a.apply(&session(1)).unwrap();
+    let added = calls_of(&mut conn, "sadd");
+    assert_eq!(added, 1, "created: indexed");
+    for n in 2..5 {
+        a.apply(&session(n)).unwrap();
+    }
+    assert_eq!(calls_of(&mut conn, "sadd"), added, "rewrites add nothing to the index");
+    assert_eq!(a.scan(Table::Sessions).unwrap().len(), 1, "and the record is counted");
+    // A 0.1.0 instance's record (no index): joined at this instance's next write while the
+    // cluster speaks protocol 0.
+    let _: () = ::redis::cmd("DEL").arg("mcp-health:index:sessions").query(&mut conn).unwrap();
+    assert_eq!(a.scan(Table::Sessions).unwrap().len(), 0);
+    a.speak(0);
+    a.apply(&session(6)).unwrap();
+    assert_eq!(a.scan(Table::Sessions).unwrap().len(), 1, "indexed again by a protocol-0 write");
+    // Redis forgot its scripts (a restart): the apply loads it again and writes.
+    let _: () = ::redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+    a.apply(&session(7)).unwrap();
+    match a.get(Table::Sessions, "session:s").unwrap() {
+        Some(Record::Session(s)) => assert_eq!(s.last_seen_ns, 7),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn redis_two_stores_writing_one_record_the_loser_gets_a_conflict_and_writes_nothing() {
     if !available("redis_two_stores_writing_one_record_the_loser_gets_a_conflict_and_writes_nothing") {

@@ -18,46 +18,76 @@
 //! expire in the store on their own (the shared lists) are forgotten after their time to live,
 //! since the store has forgotten them by then too.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
 
 use super::Table;
 
 /// One key of the store: its table and its key in that table.
+#[cfg(test)]
 pub(crate) type Key = (Table, String);
+
+/// One map per table, so that a key is looked up by `&str` (the store's `apply` looks up every
+/// record it writes; a `(Table, String)` key would be a `String` allocated per lookup), hashed
+/// with FxHash: the keys are this instance's own (trace ids, session and server keys), and the
+/// map is bounded in time, so a flood of colliding keys costs at most that period's lookups.
+#[derive(Debug)]
+struct ByTable<V>([FxHashMap<String, V>; Table::ALL.len()]);
+
+impl<V> Default for ByTable<V> {
+    fn default() -> Self {
+        ByTable(std::array::from_fn(|_| FxHashMap::default()))
+    }
+}
+
+impl<V> ByTable<V> {
+    fn of(&mut self, t: Table) -> &mut FxHashMap<String, V> {
+        &mut self.0[t as usize]
+    }
+
+    fn len(&self) -> usize {
+        self.0.iter().map(FxHashMap::len).sum()
+    }
+}
 
 /// Two generations of remembered values: touched recently, and touched one period before.
 #[derive(Debug)]
 struct Generations<V> {
-    current: HashMap<Key, V>,
-    older: HashMap<Key, V>,
+    current: ByTable<V>,
+    older: ByTable<V>,
     period: Duration,
     next_turn: Option<Instant>,
 }
 
 impl<V: Copy> Generations<V> {
     fn new(period: Duration) -> Self {
-        Generations { current: HashMap::new(), older: HashMap::new(), period: period.max(Duration::from_millis(1)), next_turn: None }
+        Generations {
+            current: ByTable::default(),
+            older: ByTable::default(),
+            period: period.max(Duration::from_millis(1)),
+            next_turn: None,
+        }
     }
 
     /// The value of `k`, kept for another period (moved to the current generation).
-    fn get(&mut self, k: &Key) -> Option<V> {
-        if let Some(v) = self.current.get(k) {
+    fn get(&mut self, t: Table, k: &str) -> Option<V> {
+        if let Some(v) = self.current.of(t).get(k) {
             return Some(*v);
         }
-        let v = self.older.remove(k)?;
-        self.current.insert(k.clone(), v);
+        let (k, v) = self.older.of(t).remove_entry(k)?;
+        self.current.of(t).insert(k, v);
         Some(v)
     }
 
-    fn insert(&mut self, k: Key, v: V) {
-        self.older.remove(&k);
-        self.current.insert(k, v);
+    fn insert(&mut self, t: Table, k: String, v: V) {
+        self.older.of(t).remove(&k);
+        self.current.of(t).insert(k, v);
     }
 
-    fn remove(&mut self, k: &Key) {
-        self.current.remove(k);
-        self.older.remove(k);
+    fn remove(&mut self, t: Table, k: &str) {
+        self.current.of(t).remove(k);
+        self.older.of(t).remove(k);
     }
 
     /// Turn the generations when a period has passed since the last turn: what the older one
@@ -108,16 +138,16 @@ impl<V: Copy> Versions<V> {
         }
     }
 
-    pub(super) fn get(&mut self, k: &Key) -> Option<V> {
-        self.of(k.0).get(k)
+    pub(super) fn get(&mut self, table: Table, k: &str) -> Option<V> {
+        self.of(table).get(table, k)
     }
 
-    pub(super) fn insert(&mut self, k: Key, v: V) {
-        self.of(k.0).insert(k, v);
+    pub(super) fn insert(&mut self, table: Table, k: String, v: V) {
+        self.of(table).insert(table, k, v);
     }
 
-    pub(super) fn remove(&mut self, k: &Key) {
-        self.of(k.0).remove(k);
+    pub(super) fn remove(&mut self, table: Table, k: &str) {
+        self.of(table).remove(table, k);
     }
 
     /// Drop what has not been touched for two periods (at most once a period, so a call per
@@ -141,6 +171,20 @@ mod tests {
         (t, k.to_string())
     }
 
+    impl<V: Copy> Versions<V> {
+        fn get_key(&mut self, k: &Key) -> Option<V> {
+            self.get(k.0, &k.1)
+        }
+
+        fn insert_key(&mut self, k: Key, v: V) {
+            self.insert(k.0, k.1, v)
+        }
+
+        fn remove_key(&mut self, k: &Key) {
+            self.remove(k.0, &k.1)
+        }
+    }
+
     /// A key touched within a period is kept; one untouched for two periods is dropped and
     /// counted; the tables that expire in the store turn on their own period.
     #[test]
@@ -149,23 +193,23 @@ mod tests {
         let s = Duration::from_secs(1);
         let mut v: Versions<u64> = Versions::new(10 * s, 2 * s);
         v.turn(t0);
-        v.insert(key(Table::Decided, "kept-by-touch"), 1);
-        v.insert(key(Table::Decided, "untouched"), 2);
-        v.insert(key(Table::Halves, "list-of-second-7"), 3);
+        v.insert_key(key(Table::Decided, "kept-by-touch"), 1);
+        v.insert_key(key(Table::Decided, "untouched"), 2);
+        v.insert_key(key(Table::Halves, "list-of-second-7"), 3);
         // 2 s: the expiring table turns (its key is now older); the others not yet.
         v.turn(t0 + 2 * s);
         assert_eq!(v.len(), 3);
         // 4 s: the list record, untouched for two of its periods, is forgotten.
         v.turn(t0 + 4 * s);
-        assert_eq!(v.get(&key(Table::Halves, "list-of-second-7")), None);
+        assert_eq!(v.get_key(&key(Table::Halves, "list-of-second-7")), None);
         assert_eq!(v.forgotten, 1);
         // 10 s: a turn of the kept records; one is touched after it (moved back to current).
         v.turn(t0 + 10 * s);
-        assert_eq!(v.get(&key(Table::Decided, "kept-by-touch")), Some(1));
+        assert_eq!(v.get_key(&key(Table::Decided, "kept-by-touch")), Some(1));
         // 20 s: the untouched one is dropped, the touched one kept.
         v.turn(t0 + 20 * s);
-        assert_eq!(v.get(&key(Table::Decided, "untouched")), None);
-        assert_eq!(v.get(&key(Table::Decided, "kept-by-touch")), Some(1));
+        assert_eq!(v.get_key(&key(Table::Decided, "untouched")), None);
+        assert_eq!(v.get_key(&key(Table::Decided, "kept-by-touch")), Some(1));
         assert_eq!(v.forgotten, 2);
         // A long pause (no store operation for two periods) drops everything untouched.
         v.turn(t0 + 60 * s);
@@ -180,12 +224,12 @@ mod tests {
         let s = Duration::from_secs(1);
         let mut v: Versions<u64> = Versions::new(s, s);
         v.turn(t0);
-        v.insert(key(Table::Sessions, "a"), 1);
+        v.insert_key(key(Table::Sessions, "a"), 1);
         v.turn(t0 + s);
-        v.insert(key(Table::Sessions, "a"), 2);
-        assert_eq!((v.len(), v.get(&key(Table::Sessions, "a"))), (1, Some(2)));
+        v.insert_key(key(Table::Sessions, "a"), 2);
+        assert_eq!((v.len(), v.get_key(&key(Table::Sessions, "a"))), (1, Some(2)));
         v.turn(t0 + 2 * s);
-        v.remove(&key(Table::Sessions, "a"));
+        v.remove_key(&key(Table::Sessions, "a"));
         assert_eq!(v.len(), 0);
         v.turn(t0 + 3 * s);
         assert_eq!(v.forgotten, 0, "a removed key is not counted as forgotten");
