@@ -1,5 +1,6 @@
 //! The one `Verdict` type every emitter reads. Emitters format it; they never re-derive it.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -377,14 +378,15 @@ pub struct Verdict {
     pub request_id: Option<Box<str>>,
     /// SHA-256 of the session key `session:<mcp.session.id>`: joinable with catalog verdicts and
     /// the gate's answers, not reusable as a session id.
-    pub session_id_hash: Option<String>,
+    pub session_id_hash: Option<Arc<str>>,
     pub first_failed_layer: Option<Layer>,
     pub layers: Layers,
     pub state: HealthState,
     /// The sanitized failure class (`connection_refused`, `jsonrpc_-32601`, `insufficient_scope`).
     pub reason: Option<String>,
     pub confidence: Confidence,
-    pub next_action: String,
+    /// What to do next; most are fixed texts, so a verdict borrows them.
+    pub next_action: Cow<'static, str>,
     /// False when an automatic retry could repeat a side effect.
     pub retry_safe: bool,
     pub protocol_success: bool,
@@ -638,7 +640,7 @@ pub(crate) fn sample(method: &str, protocol_success: bool, verified_success: boo
         state: if verified_success { HealthState::Healthy } else { HealthState::Unverified },
         reason: None,
         confidence: Confidence::High,
-        next_action: String::new(),
+        next_action: Cow::Borrowed(""),
         retry_safe: true,
         protocol_success,
         verified_success,

@@ -1,6 +1,8 @@
 //! The health-contract state (SPEC section 3): the first state in precedence order whose
 //! condition holds. `unverified` sits just before `healthy`, so a call nobody checked is never green.
 
+use std::borrow::Cow;
+
 use super::layers::{self, LayerFindings, SessionContext};
 use crate::evidence::call::CallEvidence;
 use crate::evidence::{AuthError, EffectBoundary, Method, OutcomeResult};
@@ -84,7 +86,7 @@ pub(crate) fn state(c: &CallEvidence, f: &LayerFindings, ctx: &SessionContext) -
 }
 
 /// What a person or agent should do next, per SPEC's routing of each state.
-pub(crate) fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> String {
+pub(crate) fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFindings) -> Cow<'static, str> {
     use HealthState::*;
     let server = c.server.as_deref().unwrap_or("the server");
     match state {
@@ -92,7 +94,7 @@ pub(crate) fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFinding
             let scope = c.required_scope.as_deref();
             if c.auth_error == Some(AuthError::InsufficientScope) || c.auth_status == Some(403) || c.http_status == Some(403) {
                 match scope {
-                    Some(s) => format!("ask the credential owner for scope '{s}'; never loop, never switch to a stronger credential"),
+                    Some(s) => format!("ask the credential owner for scope '{s}'; never loop, never switch to a stronger credential").into(),
                     None => "ask the credential owner for the required scope; never loop, never switch to a stronger credential".into(),
                 }
             } else {
@@ -102,7 +104,7 @@ pub(crate) fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFinding
         TransportFailed if reconciled_not_committed(c, f) => {
             "the lost attempt was proven not committed (reconciled): retry once with the same operation key".into()
         }
-        TransportFailed => format!("check reachability of {server}; retry only within a fixed budget"),
+        TransportFailed => format!("check reachability of {server}; retry only within a fixed budget").into(),
         IncompatibleSession => "route to the integration owner with the requested and accepted versions and the missing capabilities".into(),
         ContractDrift => "stop the call: the tool's contract changed since it was pinned; review the change and re-pin (mcp-health lock --update) or roll the server back".into(),
         StaleCatalog => "suspend the affected definitions and run one bounded rediscovery".into(),
@@ -118,7 +120,7 @@ pub(crate) fn next_action(state: HealthState, c: &CallEvidence, f: &LayerFinding
         FalseSuccess => "open an outcome incident: the tool reported success but the outcome failed; do not declare completion".into(),
         Unverified if c.method.as_ref().is_some_and(Method::is_setup) && !c.response_seen && !c.interim_seen => format!(
             "the session could not be shown to start and no span says why: check reachability of {server} and the agent's credential; HTTP server tracing or mcp-health tap tells which"
-        ),
+        ).into(),
         Unverified if !c.response_seen && !c.interim_seen && c.request_spans > 0 && c.http_status.is_none() => {
             "no span shows the call was answered: verify the destination before declaring completion; server spans or mcp-health tap show the answer".into()
         }

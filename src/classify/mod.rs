@@ -71,7 +71,7 @@ pub fn classify_call(c: &CallEvidence, ctx: &SessionContext, d: Decision) -> Ver
         server: c.server.clone(),
         request_id: c.request_id.clone(),
         // The hash of the session key, as catalog verdicts and the gate report it, so the two join.
-        session_id_hash: c.session_id.as_ref().map(|s| hash::session_hash(s).to_string()),
+        session_id_hash: c.session_id.as_ref().map(|s| hash::session_hash(s)),
         first_failed_layer: first,
         layers: masked,
         state,

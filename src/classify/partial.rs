@@ -65,7 +65,7 @@ pub(crate) fn mark(v: &mut Verdict, why: Partial) {
         v.verified_success = false;
         v.reason = Some(why.reason().to_string());
         v.next_action =
-            format!("the call's evidence may be incomplete ({}); verify the destination before declaring completion", why.as_str());
+            format!("the call's evidence may be incomplete ({}); verify the destination before declaring completion", why.as_str()).into();
     } else if v.reason.is_none() && !v.state.is_failure() {
         // A failure's reason is its error class, part of its incident's cause: left as it is,
         // so a partial failure still joins the incident of the same cause.

@@ -1773,8 +1773,8 @@ fn verdict_carries_identity_but_hashes_the_session_id() {
     assert_eq!(hash.len(), 64);
     assert!(!hash.contains("sess-secret-1"));
     assert_eq!(
-        hash,
-        crate::evidence::hash::hash_hex(b"session:sess-secret-1"),
+        &*hash,
+        crate::evidence::hash::hash_hex(b"session:sess-secret-1").as_str(),
         "the hash of the session key, as catalog verdicts report it"
     );
     let d = Decision { revision: 3, decided_by: DecidedBy::MaxWait, root_seen: true, truncated: false };

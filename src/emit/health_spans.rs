@@ -58,7 +58,7 @@ pub(crate) fn health_span(v: &Verdict, decided_ns: u64) -> Span {
         attrs.push(s(a::JSONRPC_REQUEST_ID, r.to_string()));
     }
     if let Some(h) = &v.session_id_hash {
-        attrs.push(s(a::SESSION_ID_HASH, h.clone()));
+        attrs.push(s(a::SESSION_ID_HASH, h.to_string()));
     }
     if let Some(sc) = &v.required_scope {
         attrs.push(s(a::AUTH_REQUIRED_SCOPE, sc.to_string()));
