@@ -837,7 +837,7 @@ mod tests {
             ("storage:\n  kind: redis\n  endpoint: http://:planted-pw-81@h:1\n", "storage.endpoint"),
             ("storage:\n  kind: redis\n  endpoint: redis://h:1\n  timeout: 0s\n", "greater than zero"),
             ("storage: {}\n", "directory"),
-            ("storage:\n  kind: redis\n  endpoint: redis://h:1\n  state_protocol: 2\n", "newer than this build speaks"),
+            ("storage:\n  kind: redis\n  endpoint: redis://h:1\n  state_protocol: 3\n", "newer than this build speaks"),
             ("storage:\n  directory: /x\n  state_protocol: 0\n", "kind: redis"),
         ];
         for (text, want) in bad_cases {

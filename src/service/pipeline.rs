@@ -458,7 +458,7 @@ fn open_store(cfg: &Config, engine_cfg: &mut EngineConfig) -> Result<(), ServeEr
             if let Some(p) = state_protocol {
                 store.speak(*p);
             }
-            let speaks = state_protocol.unwrap_or(crate::state::format::CURRENT);
+            let speaks = state_protocol.unwrap_or(crate::state::format::PROTOCOL);
             tracing::info!(endpoint = %shown, state_protocol = speaks, "shared state store (redis) opened");
             engine_cfg.store = Some(store);
             // The store's round trips off the engine's path: answers are taken when they

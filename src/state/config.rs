@@ -96,8 +96,8 @@ impl TryFrom<StorageKeys> for Storage {
                     return Err("directory is for the embedded store, not kind: redis".into());
                 }
                 let endpoint = k.endpoint.ok_or("kind: redis needs an endpoint (redis://host:port)")?;
-                if let Some(p) = k.state_protocol.filter(|p| *p > crate::state::format::CURRENT) {
-                    return Err(format!("state_protocol {p} is newer than this build speaks (0 to {})", crate::state::format::CURRENT));
+                if let Some(p) = k.state_protocol.filter(|p| *p > crate::state::format::PROTOCOL) {
+                    return Err(format!("state_protocol {p} is newer than this build speaks (0 to {})", crate::state::format::PROTOCOL));
                 }
                 Ok(Storage::Redis {
                     endpoint: Secret(endpoint),

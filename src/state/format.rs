@@ -18,6 +18,20 @@ pub const MAGIC: [u8; 4] = [0xff, b'm', b'h', b's'];
 /// what the records gained since; see `super::v0`).
 pub(crate) const CURRENT: u32 = 1;
 
+/// The state protocol this build speaks: what instances sharing a store announce, the lowest of
+/// which the cluster follows. 0: release 0.1.0 (bare records); 1: release 0.2.0 (records framed
+/// in format 1); 2: this build — records as in 1, and on Redis each record is one string, its
+/// version then its bytes, where 1 wrote a hash of two fields (see `super::redis`).
+pub(crate) const PROTOCOL: u32 = 2;
+
+/// The protocol from which a record on Redis is one string rather than a hash.
+pub(crate) const STRING_RECORDS_SINCE: u32 = 2;
+
+/// The record format a cluster speaking `protocol` reads.
+pub(crate) fn format_of(protocol: u32) -> u32 {
+    protocol.min(CURRENT)
+}
+
 /// A stored record's bytes, by their frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Framed<'a> {

@@ -600,7 +600,7 @@ pub trait StateStore: Send {
     fn lease(&mut self, _ttl: Duration) -> Result<bool, StoreError> {
         Ok(true)
     }
-    /// Speak state protocol `protocol` (at most [`format::CURRENT`]) from now on: announce it,
+    /// Speak state protocol `protocol` (at most [`format::PROTOCOL`]) from now on: announce it,
     /// and write records no newer than it. 0 is exactly 0.1.0's: bare records, and every client
     /// half of a split call published (no split marks). A store of one process ignores it.
     fn speak(&mut self, _protocol: u32) {}
@@ -611,7 +611,7 @@ pub trait StateStore: Send {
     /// written in the cluster's format from then on, so that every live instance reads them. A
     /// store of one process is a cluster of one.
     fn announce(&mut self, _ttl: Duration) -> Result<u32, StoreError> {
-        Ok(format::CURRENT)
+        Ok(format::PROTOCOL)
     }
     /// Bytes the store holds on disk, where it knows (for the benchmark).
     fn bytes_on_disk(&self) -> Option<u64> {

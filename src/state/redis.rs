@@ -75,70 +75,132 @@ const SCAN_COUNT: usize = 500;
 const PACKED_KEEP: usize = 4 << 20;
 
 /// The apply script. KEYS[1] is the version counter; KEYS[i+1] the record key of change i.
-/// ARGV[1] is how long a tombstone lives (ms); then per change i, ARGV[3i-1] its operation (`p`
-/// put, `x` put that expires like a tombstone, `d` delete), followed, for a table the gauges
-/// count ([`indexed`]), by `+` (join the index always) or `=` (join it when the record is
-/// created) and the name of the table's index set, which the record key joins; ARGV[3i] the
-/// version expected (`` = never seen: absent; `<n>` = a record at version n; `t<n>` = deleted at
-/// version n: that tombstone, or absent once it expired), ARGV[3i+1] the bytes (empty for a
-/// delete). Answers `{version, {i, …}}`: the transaction number the records that passed were
-/// written under (0 when none passed), and the changes whose key was not as expected, which are
-/// not written.
+/// ARGV[1] is how long a tombstone lives (ms), ARGV[2] the layout to write (`s` one string per
+/// record, `h` a hash of two fields: see the module documentation). Then per change i:
+/// ARGV[3i] its operation and what is expected, three bytes — `p` put, `x` put into a table
+/// whose records expire like tombstones, `d` delete, `e` delete from such a table; `+` join the
+/// index always, `=` join it when the record is created, `-` no index; `a` the key is expected
+/// absent (never seen), `r` a record at the version that follows, `t` deleted at that version
+/// (that tombstone, or absent once it expired) — followed, for a table the gauges count
+/// ([`indexed`]), by the name of the table's index set; ARGV[3i+1] the version expected (empty
+/// for `a`); ARGV[3i+2] the bytes (empty for a delete). Answers `{version, {i, …}}`: the
+/// transaction number the records that passed were written under, and the changes whose key was
+/// not as expected, which are not written. A key twice in one apply is checked once; its second
+/// change is written (or refused) as its first was.
 ///
-/// A key that exists is in its index already (the apply that created it added it, a `load`
-/// indexes what an older version wrote, and a count drops a member only once its key is gone),
-/// so a rewrite, which is most writes (every session every round), skips the `SADD`: every
-/// `redis.call` is Redis's own CPU, which is what a busy cluster waits for. For the same reason
-/// the script compares bytes (`string.byte`: `t` 116, `d` 100, `x` 120, `+` 43, `=` 61) rather
-/// than cutting strings (each `string.sub` a new Lua string, hashed), and turns the version into
-/// a string once, not per record (a Lua number passed to `redis.call` is formatted with
-/// `printf`, which a profile of Redis showed). Records a 0.1.0
-/// instance creates are not indexed by it; while one shares the store (the cluster's protocol
-/// is 0) every write joins the index, as before.
+/// In the string layout a put is one `SET … GET`: the old value comes back with the write, and
+/// on the rare conflict the old value is put back. Every `redis.call` is Redis's own CPU, which
+/// is what a busy cluster waits for (a profile of `redis-server` showed more time in the calls'
+/// way in and out of Lua than in the commands), so the common case is one call per record where
+/// the hash layout takes two or three (`HGET ver`, `HSET v ver`, `PEXPIRE`). The script reads
+/// both layouts whichever it writes: while instances switch protocol (within a second of each
+/// other) a key may hold either. Bytes are compared with `string.byte`, not cut with
+/// `string.sub` (each cut a new Lua string, hashed), and the version is made a string once per
+/// apply (a Lua number passed to `redis.call` is formatted with `printf`).
 const APPLY: &str = r#"
 local n = #KEYS - 1
+local ttl = ARGV[1]
+local strings = string.byte(ARGV[2], 1) == 115
+local v = tostring(redis.call('INCR', KEYS[1]))
 local bad = {}
-local pass = {}
-for i = 1, n do
-  local have = redis.call('HGET', KEYS[i + 1], 'ver')
-  local want = ARGV[3 * i]
-  local ok
-  if want == '' then
-    ok = not have
-  elseif string.byte(want, 1) == 116 then
-    ok = (not have) or have == string.sub(want, 2)
-  else
-    ok = have == want
-  end
-  if ok then pass[i] = have or '' else bad[#bad + 1] = i end
+local done = {}
+-- The version a string-layout value carries (`<version>:<bytes>`, or `<version>` for a tombstone).
+local function version_of(s)
+  local c = string.find(s, ':', 1, true)
+  if c then return string.sub(s, 1, c - 1) end
+  return s
 end
-local ver = 0
-if #bad < n then
-  ver = redis.call('INCR', KEYS[1])
-  local v = tostring(ver)
-  for i = 1, n do
-    if pass[i] then
-      local k = KEYS[i + 1]
-      local a = ARGV[3 * i - 1]
-      local op = string.byte(a, 1)
-      local join = string.byte(a, 2)
-      if join == 43 or (join == 61 and pass[i] == '') then redis.call('SADD', string.sub(a, 3), k) end
-      if op == 100 then
-        redis.call('DEL', k)
-        redis.call('HSET', k, 'ver', v)
-        redis.call('PEXPIRE', k, ARGV[1])
-      elseif op == 120 then
-        redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', v)
-        redis.call('PEXPIRE', k, ARGV[1])
+local function wrong_type(r)
+  return type(r) == 'table' and r.err and string.find(r.err, 'WRONGTYPE', 1, true)
+end
+local function expected(kind, want, have)
+  if kind == 97 then return not have end
+  if kind == 116 then return (not have) or have == want end
+  return have == want
+end
+local function set(k, op, val)
+  if op == 112 then redis.call('SET', k, val) else redis.call('SET', k, val, 'PX', ttl) end
+end
+local function hset(k, op, bytes, was_tombstone)
+  if op == 100 or op == 101 then
+    redis.call('DEL', k)
+    redis.call('HSET', k, 'ver', v)
+    redis.call('PEXPIRE', k, ttl)
+  else
+    redis.call('HSET', k, 'v', bytes, 'ver', v)
+    if op == 120 then redis.call('PEXPIRE', k, ttl) elseif was_tombstone then redis.call('PERSIST', k) end
+  end
+end
+for i = 1, n do
+  local k = KEYS[i + 1]
+  local a = ARGV[3 * i]
+  local op, join, kind = string.byte(a, 1, 3)
+  local want = ARGV[3 * i + 1]
+  local bytes = ARGV[3 * i + 2]
+  local prior = done[k]
+  local ok, created = false, false
+  if prior ~= nil then
+    ok = prior
+    if ok then
+      if strings then
+        if op == 100 or op == 101 then set(k, op, v) else set(k, op, v .. ':' .. bytes) end
       else
-        redis.call('HSET', k, 'v', ARGV[3 * i + 1], 'ver', v)
-        -- Only a tombstone (expected `t<n>`) carries a TTL to clear.
-        if string.byte(ARGV[3 * i], 1) == 116 then redis.call('PERSIST', k) end
+        hset(k, op, bytes, true)
       end
     end
+  elseif strings then
+    local val = v
+    if op ~= 100 and op ~= 101 then val = v .. ':' .. bytes end
+    local old
+    if op == 112 then old = redis.pcall('SET', k, val, 'GET') else old = redis.pcall('SET', k, val, 'PX', ttl, 'GET') end
+    if type(old) == 'table' then
+      if not wrong_type(old) then return old end
+      -- A hash: the older layout, nothing written yet.
+      local have = redis.call('HGET', k, 'ver')
+      ok = expected(kind, want, have)
+      if ok then
+        redis.call('DEL', k)
+        set(k, op, val)
+        created = not have
+      end
+    else
+      ok = expected(kind, want, old and version_of(old))
+      created = not old
+      if not ok then
+        -- Put back what was there.
+        if not old then
+          redis.call('DEL', k)
+        elseif op == 120 or op == 101 or not string.find(old, ':', 1, true) then
+          redis.call('SET', k, old, 'PX', ttl)
+        else
+          redis.call('SET', k, old)
+        end
+      end
+    end
+  else
+    local have = redis.pcall('HGET', k, 'ver')
+    local was_string = false
+    if type(have) == 'table' then
+      if not wrong_type(have) then return have end
+      -- A string: the newer layout, written while the cluster spoke a newer protocol.
+      have = version_of(redis.call('GET', k))
+      was_string = true
+    end
+    ok = expected(kind, want, have)
+    if ok then
+      if was_string then redis.call('DEL', k) end
+      created = not have
+      hset(k, op, bytes, kind == 116)
+    end
+  end
+  done[k] = ok
+  if not ok then
+    bad[#bad + 1] = i
+  elseif join == 43 or (join == 61 and created) then
+    redis.call('SADD', string.sub(a, 4), k)
   end
 end
-return {ver, bad}
+return {tonumber(v), bad}
 "#;
 
 /// Drop from an index set (KEYS[1]) the members (KEYS[2..]) whose record is gone, checked here
@@ -188,23 +250,26 @@ static LEASE_SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock:
 /// <expiry, ms of the server's clock>`); ARGV[1] the instance, ARGV[2] its protocol, ARGV[3] how
 /// long the announcement lives (ms). Renews this instance's announcement, removes the expired
 /// (and any that does not parse) and answers the lowest protocol announced. The hash itself
-/// expires with the last announcement, so a store no instance uses keeps none.
+/// expires with the latest announcement (not this one's: a shorter one must not take the others
+/// with it), so a store no instance uses keeps none.
 const ANNOUNCE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. (now + ttl))
 local low = tonumber(ARGV[2])
+local last = now + ttl
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local v, exp = string.match(all[i + 1], '^(%d+):(%d+)$')
   if (not v) or tonumber(exp) < now then
     redis.call('HDEL', KEYS[1], all[i])
-  elseif tonumber(v) < low then
-    low = tonumber(v)
+  else
+    if tonumber(v) < low then low = tonumber(v) end
+    if tonumber(exp) > last then last = tonumber(exp) end
   end
 end
-redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[1], last - now)
 return low
 "#;
 static ANNOUNCE_SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| ::redis::Script::new(ANNOUNCE));
@@ -338,8 +403,8 @@ impl RedisStore {
                 h.write_u32(std::process::id());
                 format!("{}-{:016x}", std::process::id(), h.finish())
             },
-            speaks: super::format::CURRENT,
-            writes: super::format::CURRENT,
+            speaks: super::format::PROTOCOL,
+            writes: super::format::PROTOCOL,
             packed: Vec::new(),
             scratch: Vec::new(),
         };
@@ -423,7 +488,7 @@ impl RedisStore {
     }
 
     /// Every (key, bytes, version) of `table`, by `SCAN` (the whole keyspace, or with `by_index`
-    /// the table's index set by `SSCAN`) and `HMGET` in batches; a tombstone has no bytes.
+    /// the table's index set by `SSCAN`) and [`Self::fetch`] in batches; a tombstone has no bytes.
     fn scan_table(&mut self, table: Table, by_index: bool) -> Result<Vec<Scanned>, StoreError> {
         let prefix = format!("{PREFIX}:{}:", table.as_str());
         let pattern = format!("{prefix}*");
@@ -437,20 +502,20 @@ impl RedisStore {
                 self.with_conn(|c| ::redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(SCAN_COUNT).query(c))?
             };
             if !keys.is_empty() {
-                let mut pipe = ::redis::pipe();
-                for k in &keys {
-                    pipe.cmd("HMGET").arg(k.as_slice()).arg("v").arg("ver");
-                }
-                let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.with_conn(|c| pipe.query(c))?;
+                let rows = self.fetch(&keys)?;
                 let mut gone: Vec<Vec<u8>> = Vec::new();
-                for (k, (v, ver)) in keys.into_iter().zip(rows) {
-                    // Gone between SCAN and HMGET (an expired tombstone): nothing to know. An
+                for (k, row) in keys.into_iter().zip(rows) {
+                    // Gone between SCAN and the read (an expired tombstone): nothing to know. An
                     // index member whose record expired leaves the index.
-                    let Some(ver) = ver else {
-                        if by_index {
-                            gone.push(k);
+                    let (v, ver) = match row {
+                        Stored::Absent => {
+                            if by_index {
+                                gone.push(k);
+                            }
+                            continue;
                         }
-                        continue;
+                        Stored::Deleted(ver) => (None, ver),
+                        Stored::Record(ver, v) => (Some(v), ver),
                     };
                     if by_index && !k.starts_with(prefix.as_bytes()) {
                         continue;
@@ -533,7 +598,7 @@ impl RedisStore {
         let n = changes.changes.len();
         let p = PREFIX.as_bytes();
         // EVALSHA, the script's SHA-1, the number of keys, the keys, then the arguments.
-        resp::array(out, 3 + (1 + n) + (1 + 3 * n));
+        resp::array(out, 3 + (1 + n) + (2 + 3 * n));
         resp::bulk(out, &[b"EVALSHA"]);
         resp::bulk(out, &[APPLY_SCRIPT.get_hash().as_bytes()]);
         resp::bulk_number(out, b"", 1 + n as u64);
@@ -545,34 +610,42 @@ impl RedisStore {
             resp::bulk(out, &parts);
         }
         resp::bulk_number(out, b"", u64::try_from(self.settings.tombstone_ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        resp::bulk(out, &[if self.writes >= super::format::STRING_RECORDS_SINCE { b"s" } else { b"h" }]);
         // Index every write while a 0.1.0 instance (which indexes nothing) shares the store.
-        let join: &[u8] = if self.writes == 0 { b"+" } else { b"=" };
+        let join = if self.writes == 0 { b'+' } else { b'=' };
+        let format = super::format::format_of(self.writes);
         let mut scratch = std::mem::take(&mut self.scratch);
         for c in &changes.changes {
-            let op: &[u8] = match &c.value {
-                Some(_) if c.table.expires() => b"x",
-                Some(_) => b"p",
-                None => b"d",
+            let op = match (&c.value, c.table.expires()) {
+                (Some(_), false) => b'p',
+                (Some(_), true) => b'x',
+                (None, false) => b'd',
+                (None, true) => b'e',
+            };
+            let seen = self.versions.get(c.table, &c.key);
+            let kind = match seen {
+                None => b'a',
+                Some(Seen::Record(_)) => b'r',
+                Some(Seen::Deleted(_)) => b't',
             };
             if indexed(c.table) {
-                let parts: [&[u8]; 5] = [op, join, p, b":index:", c.table.as_str().as_bytes()];
+                let parts: [&[u8]; 4] = [&[op, join, kind], p, b":index:", c.table.as_str().as_bytes()];
                 sent += parts.iter().map(|x| x.len()).sum::<usize>();
                 resp::bulk(out, &parts);
             } else {
-                sent += 1;
-                resp::bulk(out, &[op]);
+                sent += 3;
+                resp::bulk(out, &[&[op, b'-', kind]]);
             }
             let before = out.len();
-            match self.versions.get(c.table, &c.key) {
+            match seen {
                 None => resp::bulk(out, &[]),
-                Some(Seen::Record(v)) => resp::bulk_number(out, b"", v),
-                Some(Seen::Deleted(v)) => resp::bulk_number(out, b"t", v),
+                Some(Seen::Record(v) | Seen::Deleted(v)) => resp::bulk_number(out, b"", v),
             }
             sent += out.len() - before;
             match &c.value {
                 Some(r) => {
                     scratch.clear();
-                    if let Err(e) = r.encode_into(self.writes, &mut scratch) {
+                    if let Err(e) = r.encode_into(format, &mut scratch) {
                         self.scratch = scratch;
                         return Err(e);
                     }
@@ -589,22 +662,17 @@ impl RedisStore {
         Ok(sent)
     }
 
-    /// The records of `keys` from their `HMGET` rows, remembering the versions seen.
-    fn take_rows(
-        &mut self,
-        table: Table,
-        keys: &[String],
-        rows: Vec<(Option<Vec<u8>>, Option<u64>)>,
-    ) -> Result<Vec<Option<Record>>, StoreError> {
+    /// The records of `keys` from what [`Self::fetch`] found, remembering the versions seen.
+    fn take_rows(&mut self, table: Table, keys: &[String], rows: Vec<Stored>) -> Vec<Option<Record>> {
         let mut out = Vec::with_capacity(keys.len());
-        for (k, (v, ver)) in keys.iter().zip(rows) {
-            match (v, ver) {
-                (Some(v), Some(ver)) => out.push(self.read_record(table, k, &v, ver)),
-                (None, Some(ver)) => {
+        for (k, row) in keys.iter().zip(rows) {
+            match row {
+                Stored::Record(ver, v) => out.push(self.read_record(table, k, &v, ver)),
+                Stored::Deleted(ver) => {
                     self.saw_deleted(table, k.clone(), ver);
                     out.push(None);
                 }
-                _ => {
+                Stored::Absent => {
                     if table.expires() {
                         // Expired (see `Table::expires`): absent is what to expect now.
                         self.versions.remove(table, k);
@@ -613,7 +681,100 @@ impl RedisStore {
                 }
             }
         }
+        out
+    }
+
+    /// What each of `keys` (whole record keys) holds, in either layout, in one round trip as a
+    /// rule: the layout this instance writes is asked for first (`GET`, or `HMGET v ver`), and
+    /// the keys Redis answers `WRONGTYPE` for (written in the other layout) are asked again the
+    /// other way.
+    fn fetch<K: AsRef<[u8]>>(&mut self, keys: &[K]) -> Result<Vec<Stored>, StoreError> {
+        let strings = self.writes >= super::format::STRING_RECORDS_SINCE;
+        let first = self.fetch_as(keys.iter().map(AsRef::as_ref), strings)?;
+        let mut out = Vec::with_capacity(keys.len());
+        let mut again = Vec::new();
+        for (i, row) in first.into_iter().enumerate() {
+            match row {
+                Some(s) => out.push(s),
+                None => {
+                    again.push(i);
+                    out.push(Stored::Absent);
+                }
+            }
+        }
+        if !again.is_empty() {
+            let second = self.fetch_as(again.iter().map(|&i| keys[i].as_ref()), !strings)?;
+            for (i, row) in again.into_iter().zip(second) {
+                // Neither layout: a key of another type, or one rewritten in between (read again
+                // at the next conflict); nothing this store can read.
+                out[i] = row.unwrap_or(Stored::Absent);
+            }
+        }
         Ok(out)
+    }
+
+    /// One pipeline reading `keys` in one layout; `None` for a key that holds the other.
+    fn fetch_as<'a>(&mut self, keys: impl Iterator<Item = &'a [u8]>, strings: bool) -> Result<Vec<Option<Stored>>, StoreError> {
+        let mut pipe = ::redis::pipe();
+        pipe.ignore_errors();
+        for k in keys {
+            if strings {
+                pipe.cmd("GET").arg(k);
+            } else {
+                pipe.cmd("HMGET").arg(k).arg("v").arg("ver");
+            }
+        }
+        let values: Vec<::redis::Value> = self.with_conn(|c| pipe.query(c))?;
+        let shown = &self.shown;
+        values
+            .into_iter()
+            .map(|v| match v {
+                ::redis::Value::ServerError(e) if e.code() == "WRONGTYPE" => Ok(None),
+                ::redis::Value::ServerError(e) => Err(StoreError::Backend(format!("redis at {shown}: {e}"))),
+                ::redis::Value::Nil => Ok(Some(Stored::Absent)),
+                v if strings => {
+                    let bytes: Vec<u8> = ::redis::from_redis_value(v).map_err(|e| StoreError::Backend(format!("redis at {shown}: {e}")))?;
+                    Ok(Some(Stored::parse(bytes)))
+                }
+                v => {
+                    let (bytes, ver): (Option<Vec<u8>>, Option<u64>) =
+                        ::redis::from_redis_value(v).map_err(|e| StoreError::Backend(format!("redis at {shown}: {e}")))?;
+                    Ok(Some(match (bytes, ver) {
+                        (Some(b), Some(ver)) => Stored::Record(ver, b),
+                        (None, Some(ver)) => Stored::Deleted(ver),
+                        _ => Stored::Absent,
+                    }))
+                }
+            })
+            .collect()
+    }
+}
+
+/// What a record key holds.
+#[derive(Debug, PartialEq, Eq)]
+enum Stored {
+    Absent,
+    /// A tombstone: deleted at this version.
+    Deleted(u64),
+    /// A record at this version, its bytes.
+    Record(u64, Vec<u8>),
+}
+
+impl Stored {
+    /// A value of the string layout: `<version>:<bytes>`, or `<version>` alone for a tombstone.
+    /// One that is neither is read as a record at version 0 whose bytes do not decode: skipped as
+    /// damaged, and (no write of this store ever expects version 0) never written over.
+    fn parse(mut value: Vec<u8>) -> Stored {
+        let digits = value.iter().position(|b| !b.is_ascii_digit()).unwrap_or(value.len());
+        let ver = std::str::from_utf8(&value[..digits]).ok().and_then(|d| d.parse::<u64>().ok());
+        match (ver, value.get(digits)) {
+            (Some(ver), None) => Stored::Deleted(ver),
+            (Some(ver), Some(b':')) => {
+                value.drain(..=digits);
+                Stored::Record(ver, value)
+            }
+            _ => Stored::Record(0, value),
+        }
     }
 }
 
@@ -650,16 +811,8 @@ impl StateStore for RedisStore {
     }
 
     fn get(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
-        let k = record_key(table, key);
-        let (v, ver): (Option<Vec<u8>>, Option<u64>) = self.with_conn(|c| ::redis::cmd("HMGET").arg(&k).arg("v").arg("ver").query(c))?;
-        match (v, ver) {
-            (Some(v), Some(ver)) => Ok(self.read_record(table, key, &v, ver)),
-            (None, Some(ver)) => {
-                self.saw_deleted(table, key.to_string(), ver);
-                Ok(None)
-            }
-            _ => Ok(None),
-        }
+        let rows = self.fetch(&[record_key(table, key)])?;
+        Ok(self.take_rows(table, &[key.to_string()], rows).pop().flatten())
     }
 
     fn apply(&mut self, changes: &Changes) -> Result<(), StoreError> {
@@ -736,18 +889,12 @@ impl StateStore for RedisStore {
         if n == 0 {
             return Ok(asks.iter().map(|_| Vec::new()).collect());
         }
-        let mut pipe = ::redis::pipe();
-        for (table, keys) in asks {
-            for k in keys {
-                pipe.cmd("HMGET").arg(record_key(*table, k)).arg("v").arg("ver");
-            }
-        }
-        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.with_conn(|c| pipe.query(c))?;
-        let mut rows = rows.into_iter();
+        let full: Vec<String> = asks.iter().flat_map(|(table, keys)| keys.iter().map(|k| record_key(*table, k))).collect();
+        let mut rows = self.fetch(&full)?.into_iter();
         let mut all = Vec::with_capacity(asks.len());
         for (table, keys) in asks {
             let rows: Vec<_> = rows.by_ref().take(keys.len()).collect();
-            all.push(self.take_rows(*table, keys, rows)?);
+            all.push(self.take_rows(*table, keys, rows));
         }
         Ok(all)
     }
@@ -761,24 +908,18 @@ impl StateStore for RedisStore {
     }
 
     fn peek(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
-        let k = record_key(table, key);
-        let v: Option<Vec<u8>> = self.with_conn(|c| ::redis::cmd("HGET").arg(&k).arg("v").query(c))?;
-        match v {
-            Some(v) => {
-                self.stats.bytes_received += v.len() as u64;
-                match Record::decode_with(table, key, &v, self.read) {
-                    Ok(r) => Ok(Some(r)),
-                    Err(StoreError::Newer { version, .. }) => {
-                        self.stats.skipped.add(table, super::SkipReason::Newer(version));
-                        Ok(None)
-                    }
-                    Err(_) => {
-                        self.stats.skipped.add(table, super::SkipReason::Damaged);
-                        Ok(None)
-                    }
-                }
+        let Some(Stored::Record(_, v)) = self.fetch(&[record_key(table, key)])?.pop() else { return Ok(None) };
+        self.stats.bytes_received += v.len() as u64;
+        match Record::decode_with(table, key, &v, self.read) {
+            Ok(r) => Ok(Some(r)),
+            Err(StoreError::Newer { version, .. }) => {
+                self.stats.skipped.add(table, super::SkipReason::Newer(version));
+                Ok(None)
             }
-            None => Ok(None),
+            Err(_) => {
+                self.stats.skipped.add(table, super::SkipReason::Damaged);
+                Ok(None)
+            }
         }
     }
 
@@ -810,7 +951,7 @@ impl StateStore for RedisStore {
     }
 
     fn speak(&mut self, protocol: u32) {
-        self.speaks = protocol.min(super::format::CURRENT);
+        self.speaks = protocol.min(super::format::PROTOCOL);
         self.writes = self.writes.min(self.speaks);
     }
 

@@ -68,10 +68,12 @@ fn redis_every_table_round_trips_through_a_second_store() {
     // Another instance (another store on the same Redis) finds the same records.
     let mut b = open(&r);
     check(&b.load().unwrap());
-    // The layout: one hash per record under mcp-health:<table>:<key>, bytes and version.
+    // The layout: one string per record under mcp-health:<table>:<key>, its version, `:`, its
+    // bytes.
     let mut conn = r.conn();
-    let (v, ver): (Vec<u8>, u64) = ::redis::cmd("HMGET").arg("mcp-health:operations:op-1").arg("v").arg("ver").query(&mut conn).unwrap();
-    assert_eq!((Record::decode(Table::Operations, "op-1", &v).unwrap().table(), ver), (Table::Operations, 1));
+    let raw: Vec<u8> = ::redis::cmd("GET").arg("mcp-health:operations:op-1").query(&mut conn).unwrap();
+    let v = raw.strip_prefix(b"1:").expect("version 1, then the bytes");
+    assert_eq!(Record::decode(Table::Operations, "op-1", v).unwrap().table(), Table::Operations);
     // `get` by table and key.
     assert!(matches!(b.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [3; 16]));
     assert!(b.get(Table::Decided, "nope").unwrap().is_none());
@@ -89,15 +91,9 @@ fn redis_every_table_round_trips_through_a_second_store() {
     let (index, records): (Vec<&String>, Vec<&String>) = keys.iter().partition(|k| k.starts_with("mcp-health:index:"));
     assert_eq!(index, ["mcp-health:index:incidents", "mcp-health:index:sessions"], "{keys:?}");
     assert_eq!(records.len(), all_changes().len() + 1, "{keys:?}");
-    let (v, ttl): (Option<Vec<u8>>, i64) = ::redis::pipe()
-        .cmd("HGET")
-        .arg("mcp-health:operations:op-1")
-        .arg("v")
-        .cmd("PTTL")
-        .arg("mcp-health:operations:op-1")
-        .query(&mut conn)
-        .unwrap();
-    assert!(v.is_none() && ttl > 0 && ttl <= 60_000, "{v:?} {ttl}");
+    let (v, ttl): (Vec<u8>, i64) =
+        ::redis::pipe().cmd("GET").arg("mcp-health:operations:op-1").cmd("PTTL").arg("mcp-health:operations:op-1").query(&mut conn).unwrap();
+    assert!(v == b"2" && ttl > 0 && ttl <= 60_000, "a version, no bytes: {v:?} {ttl}");
     // The deleter may write the record again on top of its own tombstone.
     let mut again = Changes::default();
     again.put("op-1".into(), Record::Operation([5; 16]));
@@ -972,7 +968,7 @@ fn redis_the_cluster_speaks_the_lowest_protocol_announced_while_it_lives() {
     let r = RedisServer::start();
     let (mut old, mut new) = (open(&r), open(&r));
     old.speak(0);
-    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::CURRENT, "alone: its own");
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::PROTOCOL, "alone: its own");
     assert_eq!(old.announce(Duration::from_millis(300)).unwrap(), 0);
     assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), 0, "the lowest live announcement");
     let mut c = Changes::default();
@@ -981,21 +977,103 @@ fn redis_the_cluster_speaks_the_lowest_protocol_announced_while_it_lives() {
     let raw: Vec<u8> = ::redis::cmd("HGET").arg("mcp-health:operations:op-1").arg("v").query(&mut r.conn()).unwrap();
     assert_eq!(raw, [1; 16], "written bare, as 0.1.0 reads it");
     std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::CURRENT, "the old announcement expired");
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::PROTOCOL, "the old announcement expired");
     let mut c = Changes::default();
     c.put("op-2".into(), Record::Operation([2; 16]));
     new.apply(&c).unwrap();
-    let raw: Vec<u8> = ::redis::cmd("HGET").arg("mcp-health:operations:op-2").arg("v").query(&mut r.conn()).unwrap();
-    assert!(raw.starts_with(&format::MAGIC), "framed again");
+    let raw: Vec<u8> = ::redis::cmd("GET").arg("mcp-health:operations:op-2").query(&mut r.conn()).unwrap();
+    let at = raw.iter().position(|b| *b == b':').unwrap();
+    assert!(raw[at + 1..].starts_with(&format::MAGIC), "framed again");
     // A field that does not parse (nothing this build writes) is dropped, never taken as a version.
     ::redis::cmd("HSET").arg("mcp-health:protocols").arg("junk").arg("zero").query::<()>(&mut r.conn()).unwrap();
-    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::CURRENT);
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::PROTOCOL);
     let n: u64 = ::redis::cmd("HLEN").arg("mcp-health:protocols").query(&mut r.conn()).unwrap();
     assert_eq!(n, 1);
 }
 
 fn record_key(table: Table, key: &str) -> String {
     format!("mcp-health:{}:{key}", table.as_str())
+}
+
+fn key_type(r: &RedisServer, key: &str) -> String {
+    ::redis::cmd("TYPE").arg(key).query(&mut r.conn()).unwrap()
+}
+
+/// While an instance of release 0.2.0 (protocol 1) shares the store, records are the hashes it
+/// reads and writes (`v`, `ver`); once the cluster speaks 2 each is one string, its version then
+/// its bytes; and a key in either layout is read, compare-and-set and rewritten in the other,
+/// whichever way the cluster's protocol moves (instances learn a change within a second of each
+/// other, so both layouts meet on one key). A key twice in one write is written once, as the
+/// last change says.
+#[test]
+fn redis_records_change_layout_with_the_cluster_protocol_and_compare_and_set_holds_across() {
+    if !available("redis_records_change_layout_with_the_cluster_protocol_and_compare_and_set_holds_across") {
+        return;
+    }
+    let r = RedisServer::start();
+    let (mut old, mut new, mut third) = (open(&r), open(&r), open(&r));
+    old.speak(1);
+    assert_eq!(old.announce(Duration::from_millis(300)).unwrap(), 1);
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), 1, "a 0.2.0 instance is announced");
+    let key = record_key(Table::Operations, "op-1");
+    let put = |b: u8| {
+        let mut c = Changes::default();
+        c.put("op-1".into(), Record::Operation([b; 16]));
+        c
+    };
+    // Protocol 1: a hash, exactly as 0.2.0 writes it.
+    new.apply(&put(1)).unwrap();
+    assert_eq!(key_type(&r, &key), "hash");
+    let (v, ver): (Vec<u8>, u64) = ::redis::cmd("HMGET").arg(&key).arg("v").arg("ver").query(&mut r.conn()).unwrap();
+    assert!(v.starts_with(&format::MAGIC) && ver > 0);
+    assert!(matches!(third.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [1; 16]));
+    // The old instance is gone: protocol 2, and the next write makes it one string.
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), format::PROTOCOL);
+    assert_eq!(third.announce(Duration::from_secs(60)).unwrap(), format::PROTOCOL);
+    new.apply(&put(2)).unwrap();
+    assert_eq!(key_type(&r, &key), "string");
+    // `third` expects the hash's version: refused, the string untouched, then read and written.
+    assert!(matches!(third.apply(&put(9)), Err(StoreError::Conflict { .. })));
+    assert!(matches!(open(&r).get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [2; 16]));
+    assert!(matches!(third.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [2; 16]));
+    third.apply(&put(3)).unwrap();
+    // Back to protocol 1 (an old instance came back): `new`'s write, expecting what it wrote, is
+    // refused, and after a read turns the string back into a hash.
+    old.speak(1);
+    assert_eq!(old.announce(Duration::from_secs(60)).unwrap(), 1);
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), 1);
+    assert!(matches!(new.apply(&put(4)), Err(StoreError::Conflict { .. })));
+    assert!(matches!(new.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [3; 16]));
+    new.apply(&put(4)).unwrap();
+    assert_eq!(key_type(&r, &key), "hash");
+    assert!(matches!(old.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [4; 16]));
+    // A delete in each layout leaves a tombstone both read; a put on it brings the record back.
+    let mut del = Changes::default();
+    del.delete(Table::Operations, "op-1".into());
+    new.apply(&del).unwrap();
+    assert!(open(&r).get(Table::Operations, "op-1").unwrap().is_none());
+    let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query(&mut r.conn()).unwrap();
+    assert!(ttl > 0, "a tombstone expires");
+    new.apply(&put(5)).unwrap();
+    // The same key twice in one write, in both layouts: no conflict, the last change stands.
+    for protocol in [1, format::PROTOCOL] {
+        // A fresh store writes in the protocol it speaks until it hears the cluster's.
+        let mut s = open(&r);
+        s.speak(protocol);
+        let _ = s.get(Table::Operations, "op-1").unwrap();
+        let mut twice = put(6);
+        twice.put("op-1".into(), Record::Operation([7; 16]));
+        s.apply(&twice).unwrap();
+        assert!(matches!(s.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [7; 16]), "{protocol}");
+        assert_eq!(key_type(&r, &key), if protocol == 1 { "hash" } else { "string" });
+        let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query(&mut r.conn()).unwrap();
+        assert_eq!(ttl, -1, "a live record does not expire ({protocol})");
+    }
+    // A short announcement does not take the longer ones with it.
+    open(&r).announce(Duration::from_millis(1)).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(new.announce(Duration::from_secs(60)).unwrap(), 1, "the old instance's announcement lives on");
 }
 
 /// The same on Redis as in the embedded store: a damaged record in each table and one a newer

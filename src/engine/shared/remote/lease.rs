@@ -145,10 +145,10 @@ impl Shared {
     /// at the next step (`tell_protocol`), logged when it changes.
     pub(super) fn heard_protocol(&mut self, p: u32) {
         if self.lease.cluster_protocol != Some(p) {
-            if self.lease.cluster_protocol.is_some() || p < crate::state::format::CURRENT {
+            if self.lease.cluster_protocol.is_some() || p < crate::state::format::PROTOCOL {
                 tracing::info!(
                     cluster = p,
-                    this_build = crate::state::format::CURRENT,
+                    this_build = crate::state::format::PROTOCOL,
                     "the instances sharing the state store speak state protocol {p} (the lowest announced)"
                 );
             }
