@@ -204,21 +204,38 @@ fn one_process() -> BTreeMap<[u8; 8], (HealthState, bool)> {
     finals(&run(&mut engines, &mut reqs))
 }
 
-/// Every record's bytes in the store, by key.
-fn records(r: &RedisServer) -> Vec<(String, Vec<u8>)> {
+/// Every record's bytes in the store, by key, and whether it is the hash releases 0.1.0 and 0.2.0
+/// write (`v`, `ver`) rather than one string (its version, `:`, its bytes).
+fn records_with_layout(r: &RedisServer) -> Vec<(String, Vec<u8>, bool)> {
     let mut conn = r.conn();
     let keys: Vec<String> = redis::cmd("KEYS").arg("mcp-health:*").query(&mut conn).unwrap();
     let mut out = Vec::new();
     for k in keys {
-        let kind: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
-        if kind != "hash" || k.ends_with(":protocols") {
+        if k.ends_with(":protocols") || k.ends_with(":version") || k.contains(":lease:") || k.contains(":index:") {
             continue;
         }
-        if let Some(v) = redis::cmd("HGET").arg(&k).arg("v").query::<Option<Vec<u8>>>(&mut conn).unwrap() {
-            out.push((k, v));
+        let kind: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
+        match kind.as_str() {
+            "hash" => {
+                if let Some(v) = redis::cmd("HGET").arg(&k).arg("v").query::<Option<Vec<u8>>>(&mut conn).unwrap() {
+                    out.push((k, v, true));
+                }
+            }
+            "string" => {
+                let v: Vec<u8> = redis::cmd("GET").arg(&k).query(&mut conn).unwrap();
+                // A tombstone is the version alone.
+                if let Some(at) = v.iter().position(|b| *b == b':') {
+                    out.push((k, v[at + 1..].to_vec(), false));
+                }
+            }
+            other => panic!("{k} is a {other}"),
         }
     }
     out
+}
+
+fn records(r: &RedisServer) -> Vec<(String, Vec<u8>)> {
+    records_with_layout(r).into_iter().map(|(k, v, _)| (k, v)).collect()
 }
 
 #[test]
@@ -248,8 +265,32 @@ fn split_calls_between_an_instance_of_the_previous_protocol_and_this_one_join_bo
     }
 }
 
+/// An instance of release 0.2.0 (state protocol 1, which it announces) next to this build: the
+/// calls join as in one process, and every record is a hash of framed bytes, what 0.2.0 reads —
+/// none of this build's one-string records, which 0.2.0 would fail to read (`WRONGTYPE`).
+#[test]
+fn split_calls_between_an_instance_of_0_2_0_and_this_one_join_and_every_record_is_one_it_reads() {
+    if !available("split_calls_between_an_instance_of_0_2_0_and_this_one_join_and_every_record_is_one_it_reads") {
+        return;
+    }
+    let reference = one_process();
+    let r = RedisServer::start();
+    let old = Engine::new(config(Some(redis_store(&r, Some(1)))));
+    let new = Engine::new(config(Some(redis_store(&r, None))));
+    let mut engines = [(To::New, new), (To::Old, old)];
+    let mut reqs: Vec<_> = calls().iter().flat_map(SplitCall::halves).collect();
+    let verdicts = run(&mut engines, &mut reqs);
+    assert_eq!(finals(&verdicts), reference, "the mixed cluster says what one process says: {verdicts:#?}");
+    let recs = records_with_layout(&r);
+    assert!(!recs.is_empty());
+    for (k, v, hash) in &recs {
+        assert!(*hash, "{k} is one string: 0.2.0 could not read it");
+        assert!(v.starts_with(&MAGIC), "{k} is not framed");
+    }
+}
+
 /// Two instances of this build: records are framed and split marks are used (the cluster speaks
-/// this build's protocol), and split calls still join.
+/// this build's protocol), each record one string, and split calls still join.
 #[test]
 fn two_instances_of_this_build_use_the_current_protocol() {
     if !available("two_instances_of_this_build_use_the_current_protocol") {
@@ -268,6 +309,7 @@ fn two_instances_of_this_build_use_the_current_protocol() {
     let recs = records(&r);
     assert!(recs.iter().any(|(k, _)| k.starts_with("mcp-health:split_servers:")), "the server was marked");
     assert!(recs.iter().all(|(_, v)| v.starts_with(&MAGIC)), "every record framed with its format version");
+    assert!(records_with_layout(&r).iter().all(|(_, _, hash)| !hash), "every record one string");
 }
 
 /// A call in flight when its instance stops is decided there at the drain (partial: its server

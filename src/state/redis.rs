@@ -342,8 +342,11 @@ pub(crate) struct RedisStore {
     /// Who this store is when it holds the gauge lease: the process id and a random number
     /// (two processes on one host differ by pid, two hosts by the number).
     holder: String,
-    /// The state protocol this instance speaks (announced), and the format its records are
-    /// written in: the cluster's protocol, as last announced (see [`StateStore::announce`]).
+    /// The state protocol this instance speaks (announced), and the one its records are written
+    /// in: the cluster's protocol, as last announced (see [`StateStore::announce`]). Until an
+    /// announcement is answered it is the last protocol before one-string records: an older
+    /// instance that announces (0.2.0 does) may share the store, and records it cannot read are
+    /// written only once the cluster is known to read them.
     speaks: u32,
     writes: u32,
     /// The apply's command as sent, and one record's bytes, kept from one apply to the next.
@@ -404,7 +407,7 @@ impl RedisStore {
                 format!("{}-{:016x}", std::process::id(), h.finish())
             },
             speaks: super::format::PROTOCOL,
-            writes: super::format::PROTOCOL,
+            writes: super::format::STRING_RECORDS_SINCE - 1,
             packed: Vec::new(),
             scratch: Vec::new(),
         };

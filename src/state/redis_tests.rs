@@ -37,7 +37,16 @@ fn engine_config(r: &RedisServer) -> crate::engine::EngineConfig {
     cfg
 }
 
+/// A store that has heard the cluster's protocol, as an engine's has before its first write (an
+/// announcement of a millisecond: it leaves no trace for the test's other stores).
 fn open(r: &RedisServer) -> RedisStore {
+    let mut s = unheard(r);
+    s.announce(Duration::from_millis(1)).expect("announce");
+    s
+}
+
+/// A store that has not announced yet.
+fn unheard(r: &RedisServer) -> RedisStore {
     RedisStore::open(settings(&r.url())).expect("open the redis store")
 }
 
@@ -1011,6 +1020,12 @@ fn redis_records_change_layout_with_the_cluster_protocol_and_compare_and_set_hol
         return;
     }
     let r = RedisServer::start();
+    // Before it hears the cluster's protocol a store writes what an announcing 0.2.0 reads.
+    let mut fresh = unheard(&r);
+    let mut c = Changes::default();
+    c.put("op-0".into(), Record::Operation([0; 16]));
+    fresh.apply(&c).unwrap();
+    assert_eq!(key_type(&r, &record_key(Table::Operations, "op-0")), "hash");
     let (mut old, mut new, mut third) = (open(&r), open(&r), open(&r));
     old.speak(1);
     assert_eq!(old.announce(Duration::from_millis(300)).unwrap(), 1);
@@ -1037,6 +1052,24 @@ fn redis_records_change_layout_with_the_cluster_protocol_and_compare_and_set_hol
     assert!(matches!(third.apply(&put(9)), Err(StoreError::Conflict { .. })));
     assert!(matches!(open(&r).get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [2; 16]));
     assert!(matches!(third.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [2; 16]));
+    // The same key twice in one write, in both layouts: no conflict, the last change stands.
+    for protocol in [1, format::PROTOCOL] {
+        let mut s = open(&r);
+        if protocol == 1 {
+            s.speak(1);
+        } else {
+            assert_eq!(s.announce(Duration::from_secs(60)).unwrap(), format::PROTOCOL);
+        }
+        let _ = s.get(Table::Operations, "op-1").unwrap();
+        let mut twice = put(6);
+        twice.put("op-1".into(), Record::Operation([7; 16]));
+        s.apply(&twice).unwrap();
+        assert!(matches!(s.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [7; 16]), "{protocol}");
+        assert_eq!(key_type(&r, &key), if protocol == 1 { "hash" } else { "string" });
+        let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query(&mut r.conn()).unwrap();
+        assert_eq!(ttl, -1, "a live record does not expire ({protocol})");
+    }
+    let _ = third.get(Table::Operations, "op-1").unwrap();
     third.apply(&put(3)).unwrap();
     // Back to protocol 1 (an old instance came back): `new`'s write, expecting what it wrote, is
     // refused, and after a read turns the string back into a hash.
@@ -1056,20 +1089,6 @@ fn redis_records_change_layout_with_the_cluster_protocol_and_compare_and_set_hol
     let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query(&mut r.conn()).unwrap();
     assert!(ttl > 0, "a tombstone expires");
     new.apply(&put(5)).unwrap();
-    // The same key twice in one write, in both layouts: no conflict, the last change stands.
-    for protocol in [1, format::PROTOCOL] {
-        // A fresh store writes in the protocol it speaks until it hears the cluster's.
-        let mut s = open(&r);
-        s.speak(protocol);
-        let _ = s.get(Table::Operations, "op-1").unwrap();
-        let mut twice = put(6);
-        twice.put("op-1".into(), Record::Operation([7; 16]));
-        s.apply(&twice).unwrap();
-        assert!(matches!(s.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [7; 16]), "{protocol}");
-        assert_eq!(key_type(&r, &key), if protocol == 1 { "hash" } else { "string" });
-        let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query(&mut r.conn()).unwrap();
-        assert_eq!(ttl, -1, "a live record does not expire ({protocol})");
-    }
     // A short announcement does not take the longer ones with it.
     open(&r).announce(Duration::from_millis(1)).unwrap();
     std::thread::sleep(Duration::from_millis(20));
