@@ -1,11 +1,21 @@
 //! A shared store in Redis (or Valkey): `storage: {kind: redis, endpoint: redis://host:port}`.
 //!
 //! # Layout
-//! Each record is a hash at `mcp-health:<table>:<key>` with two fields: `v`, the record's bytes
-//! as [`Record::encode`] wrote them, and `ver`, the number of the transaction that last wrote it.
-//! Transaction numbers come from one counter, `mcp-health:version` (`INCR`), so a version is never
-//! reused — not after a delete, not by another instance — and compare-and-set on it cannot be
-//! fooled by a record deleted and written again (ABA).
+//! Each record is one string at `mcp-health:<table>:<key>`: the number of the transaction that
+//! last wrote it in decimal, `:`, then the record's bytes as [`Record::encode`] wrote them; a
+//! tombstone is the number alone. Transaction numbers come from one counter,
+//! `mcp-health:version` (`INCR`), so a version is never reused — not after a delete, not by
+//! another instance — and compare-and-set on it cannot be fooled by a record deleted and written
+//! again (ABA).
+//!
+//! Releases 0.1.0 and 0.2.0 (state protocols 0 and 1) wrote each record as a hash of two fields,
+//! `v` (the bytes) and `ver` (the number), which costs Redis two or three commands per write
+//! where a string costs one (`SET … GET`, see [`APPLY`]). Records are written as hashes while the
+//! cluster speaks protocol 1 or lower (an older instance is announced) and until this store has
+//! heard the cluster's protocol at all; both layouts are read always, and a write turns a record
+//! into the layout the cluster speaks. An instance of 0.2.0 that joins a store protocol 2 wrote
+//! meets strings it cannot read (`WRONGTYPE`): its reads fail, so its verdicts are
+//! `store_unavailable`, never greener, and the records return to hashes as they are rewritten.
 //!
 //! # Compare-and-set
 //! The store remembers, per key, the version this instance last read (`load`, `get`) or wrote
