@@ -1,5 +1,6 @@
-//! An upgrade from release 0.1.0 forgets nothing and reads nothing greener: today's engine loads
-//! what the 0.1.0 binary stored (`tests/fixtures/upgrade/`, its README says how it was made) from
+//! An upgrade from release 0.1.0 or 0.2.0 forgets nothing and reads nothing greener: today's
+//! engine loads what each release's binary stored (`tests/fixtures/upgrade/` for 0.1.0,
+//! `tests/fixtures/upgrade-0.2.0/` for 0.2.0; each README says how it was made) from
 //! `storage.directory` and from Redis, and the traffic after the upgrade gets the verdicts one
 //! process that never stopped gives:
 //!
@@ -7,11 +8,12 @@
 //! - the open incidents stay open with their ids: the next -32601 is `updated`, `retry_count` 2;
 //! - the session whose catalog was stale stays stale: its next call is `stale_catalog`;
 //! - the call in flight at the stop (decided partial at shutdown) gets one verdict, a revision of
-//!   the one 0.1.0 decided, and counts as one attempt;
+//!   the one the release decided, and counts as one attempt;
 //! - a healthy call resolves what it resolves in one process.
 //!
-//! The engine runs on a manual clock from the moment each store's 0.1.0 was stopped. The Redis
-//! half prints `SKIPPED: …` without `redis-server`, except under `CI`.
+//! Every release's fixture goes through the same code, named by its [`Release`]. The engine runs on
+//! a manual clock from the moment each store's release was stopped. The Redis half prints
+//! `SKIPPED: …` without `redis-server`, except under `CI`.
 
 mod support;
 
@@ -31,7 +33,16 @@ use mcp_health::verdict::{HealthState, Verdict};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use support::redis_server::{available, RedisServer};
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upgrade");
+/// A release whose stored state the upgrade must keep, and the fixture its binary made.
+struct Release {
+    /// As in `--version`, for the messages.
+    name: &'static str,
+    /// Its fixture directory.
+    dir: &'static str,
+}
+
+const V0_1_0: Release = Release { name: "0.1.0", dir: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upgrade") };
+const V0_2_0: Release = Release { name: "0.2.0", dir: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upgrade-0.2.0") };
 
 struct Meta {
     pending_trace: String,
@@ -39,8 +50,9 @@ struct Meta {
     redis_stopped_ns: u64,
 }
 
-fn meta() -> Meta {
-    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(format!("{DIR}/meta.json")).unwrap()).unwrap();
+fn meta(rel: &Release) -> Meta {
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(format!("{}/meta.json", rel.dir)).unwrap()).unwrap();
+    assert!(m["made_by"].as_str().unwrap().starts_with(&format!("mcp-health {} ", rel.name)), "{}: made by {}", rel.dir, m["made_by"]);
     Meta {
         pending_trace: m["pending_trace"].as_str().unwrap().to_string(),
         redb_stopped_ns: m["redb_stopped_ns"].as_u64().unwrap(),
@@ -48,12 +60,12 @@ fn meta() -> Meta {
     }
 }
 
-fn requests(name: &str) -> Vec<ExportTraceServiceRequest> {
-    let text = std::fs::read_to_string(format!("{DIR}/{name}")).unwrap();
+fn requests(rel: &Release, name: &str) -> Vec<ExportTraceServiceRequest> {
+    let text = std::fs::read_to_string(format!("{}/{name}", rel.dir)).unwrap();
     text.lines().filter(|l| !l.trim().is_empty()).map(|l| decode_traces(l.as_bytes()).unwrap()).collect()
 }
 
-/// The limits 0.1.0 ran with (make.py's config): `decision_wait` 2 s, `max_wait` 30 s,
+/// The limits every release ran with (make.py's config): `decision_wait` 2 s, `max_wait` 30 s,
 /// `late_span_window` 5 min.
 fn config() -> EngineConfig {
     let chains = ChainLimits {
@@ -95,32 +107,33 @@ struct After {
     open_at_load: usize,
 }
 
-/// Today's engine on `store`, from a second after 0.1.0 stopped: `after.jsonl`, then two minutes.
-fn after_upgrade(store: StoreHandle, stopped_ns: u64) -> After {
+/// Today's engine on `store`, from a second after the release stopped: `after.jsonl`, then two
+/// minutes.
+fn after_upgrade(rel: &Release, store: StoreHandle, stopped_ns: u64) -> After {
     let mut e = Engine::new(EngineConfig { store: Some(store), ..config() });
     let mut out = Vec::new();
     // On Redis the open-incident gauge is the gauge lease holder's, taken at the first step.
     step_to(&mut e, Moment::from_nanos(stopped_ns + 500_000_000), &mut out);
     let undecodable = e.gauges().state_skipped.total();
     let open_at_load = e.gauges().incidents_open.values().sum::<u64>() as usize;
-    let end = send(&mut e, &requests("after.jsonl"), stopped_ns + 1_000_000_000, &mut out);
+    let end = send(&mut e, &requests(rel, "after.jsonl"), stopped_ns + 1_000_000_000, &mut out);
     settle(&mut e, end, &mut out);
     e.flush_store(Moment::from_nanos(end + 120_000_000_000), &mut out);
     After { out, undecodable, open_at_load }
 }
 
-/// One process that never stopped: `before.jsonl` as 0.1.0 got it (the last line 0.3 s before the
-/// stop, the rest 3.5 s earlier), `after.jsonl` a second after the stop.
-fn one_process(stopped_ns: u64) -> (Vec<Decided>, Vec<Decided>) {
+/// One process that never stopped: `before.jsonl` as the release got it (the last line 0.3 s
+/// before the stop, the rest 3.5 s earlier), `after.jsonl` a second after the stop.
+fn one_process(rel: &Release, stopped_ns: u64) -> (Vec<Decided>, Vec<Decided>) {
     let mut e = Engine::new(config());
-    let before = requests("before.jsonl");
+    let before = requests(rel, "before.jsonl");
     let (last, first) = before.split_last().unwrap();
     let mut out = Vec::new();
     send(&mut e, first, stopped_ns - 3_800_000_000 - 10_000_000 * first.len() as u64, &mut out);
     send(&mut e, std::slice::from_ref(last), stopped_ns - 300_000_000, &mut out);
     step_to(&mut e, Moment::from_nanos(stopped_ns + 1_000_000_000), &mut out);
     let mut after = Vec::new();
-    let end = send(&mut e, &requests("after.jsonl"), stopped_ns + 1_000_000_000, &mut after);
+    let end = send(&mut e, &requests(rel, "after.jsonl"), stopped_ns + 1_000_000_000, &mut after);
     settle(&mut e, end, &mut after);
     (out, after)
 }
@@ -143,21 +156,25 @@ fn incidents(out: &[Decided]) -> BTreeMap<String, (Vec<Transition>, u64, Inciden
     m
 }
 
-fn check(name: &str, after: After, stopped_ns: u64) {
-    let meta = meta();
-    assert_eq!(after.undecodable, 0, "{name}: every record 0.1.0 wrote is read");
-    assert!(after.open_at_load >= 2, "{name}: 0.1.0's open incidents are loaded ({} open)", after.open_at_load);
-    let (_, reference) = one_process(stopped_ns);
+/// What every release's fixture must meet after the upgrade to `store`: the same expectations for
+/// each, none specific to one release (0.2.0's story is 0.1.0's, and it meets them as they are).
+fn check(rel: &Release, store: &str, after: After, stopped_ns: u64) {
+    let meta = meta(rel);
+    let release = rel.name;
+    let name = format!("{release} on {store}");
+    assert_eq!(after.undecodable, 0, "{name}: every record {release} wrote is read");
+    assert!(after.open_at_load >= 2, "{name}: {release}'s open incidents are loaded ({} open)", after.open_at_load);
+    let (_, reference) = one_process(rel, stopped_ns);
     let ours = calls(&after.out);
     let theirs = calls(&reference);
 
-    // The call in flight at the stop: one verdict, revising the one 0.1.0 decided at shutdown.
+    // The call in flight at the stop: one verdict, revising the one the release decided at shutdown.
     let pending: Vec<_> = ours.iter().filter(|v| hex::encode(v.trace_id) == meta.pending_trace).collect();
     assert_eq!(pending.len(), 1, "{name}: the pending call gets one verdict after the upgrade: {pending:#?}");
     let p = pending[0];
     assert_eq!(p.state, HealthState::ToolFailed, "{name}: its server span said a tool error");
-    assert!(p.revision >= 1 && p.supersedes.is_some(), "{name}: a revision of the verdict 0.1.0 decided: {p:#?}");
-    assert!(p.supersedes.is_some(), "{name}: a revision replaces the attempt 0.1.0 counted, it adds none");
+    assert!(p.revision >= 1 && p.supersedes.is_some(), "{name}: a revision of the verdict {release} decided: {p:#?}");
+    assert!(p.supersedes.is_some(), "{name}: a revision replaces the attempt {release} counted, it adds none");
 
     // The stale session's next call.
     let stale: Vec<_> = ours.iter().filter(|v| v.request_id.as_deref() == Some("205")).collect();
@@ -174,13 +191,14 @@ fn check(name: &str, after: After, stopped_ns: u64) {
     };
     assert_eq!(by_id(&ours), by_id(&theirs), "{name}: the after phase's verdicts are one process's");
 
-    // Incidents: the -32601 updates the one 0.1.0 opened; what one process resolves is resolved.
+    // Incidents: the -32601 updates the one the release opened; what one process resolves is
+    // resolved.
     let ours_inc = incidents(&after.out);
     let theirs_inc = incidents(&reference);
     let opened: Vec<_> = ours_inc.iter().filter(|(_, (t, _, _))| t.first() == Some(&Transition::Opened)).map(|(id, _)| id).collect();
     let theirs_opened: Vec<_> =
         theirs_inc.iter().filter(|(_, (t, _, _))| t.first() == Some(&Transition::Opened)).map(|(id, _)| id).collect();
-    assert_eq!(opened, theirs_opened, "{name}: no incident 0.1.0 had open is opened again");
+    assert_eq!(opened, theirs_opened, "{name}: no incident {release} had open is opened again");
     let updated = ours_inc.values().find(|(t, n, _)| t.contains(&Transition::Updated) && *n == 2);
     assert!(updated.is_some(), "{name}: the next -32601 is `updated` with retry_count 2: {ours_inc:#?}");
     let fin = |m: &BTreeMap<String, (Vec<Transition>, u64, IncidentState)>| -> BTreeMap<String, (IncidentState, u64)> {
@@ -190,22 +208,24 @@ fn check(name: &str, after: After, stopped_ns: u64) {
     assert!(ours_inc.values().any(|(t, _, _)| t.contains(&Transition::Resolved)), "{name}: the healthy call resolves: {ours_inc:#?}");
 }
 
-#[test]
-fn an_upgrade_from_0_1_0_on_a_directory_keeps_everything() {
+/// Today's engine on the `state.redb` the release left in `storage.directory`.
+fn on_a_directory(rel: &Release) {
     let dir = tempfile::tempdir().unwrap();
-    let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(format!("{DIR}/state.redb.gz")).unwrap());
+    let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(format!("{}/state.redb.gz", rel.dir)).unwrap());
     let mut bytes = Vec::new();
     gz.read_to_end(&mut bytes).unwrap();
     std::fs::write(dir.path().join("state.redb"), bytes).unwrap();
     let store = StoreHandle::open_directory(dir.path()).unwrap();
-    let stopped = meta().redb_stopped_ns;
-    check("storage.directory", after_upgrade(store, stopped), stopped);
+    let stopped = meta(rel).redb_stopped_ns;
+    check(rel, "storage.directory", after_upgrade(rel, store, stopped), stopped);
 }
 
-/// Write `redis.txt` into `r` as 0.1.0 left it.
-fn restore_redis(r: &RedisServer) {
+/// Write `redis.txt` into `r` as the release left it, without expiries. That includes 0.2.0's
+/// announcement of its protocol (`mcp-health:protocols`): its expiry, in the value, is long past,
+/// so today's first announcement removes it, as it removes a stopped instance's.
+fn restore_redis(rel: &Release, r: &RedisServer) {
     let mut conn = r.conn();
-    let text = std::fs::read_to_string(format!("{DIR}/redis.txt")).unwrap();
+    let text = std::fs::read_to_string(format!("{}/redis.txt", rel.dir)).unwrap();
     for line in text.lines().filter(|l| !l.is_empty()) {
         let mut parts = line.split(' ');
         let kind = parts.next().unwrap();
@@ -223,18 +243,18 @@ fn restore_redis(r: &RedisServer) {
                     redis::cmd("SADD").arg(&key).arg(hex::decode(m).unwrap()).query::<()>(&mut conn).unwrap();
                 }
             }
-            other => panic!("unknown kind {other} in redis.txt"),
+            other => panic!("unknown kind {other} in {}/redis.txt", rel.dir),
         }
     }
 }
 
-#[test]
-fn an_upgrade_from_0_1_0_on_redis_keeps_everything() {
-    if !available("an_upgrade_from_0_1_0_on_redis_keeps_everything") {
+/// Today's engine on a Redis holding every key the release left (`test` names the skip).
+fn on_redis(rel: &Release, test: &str) {
+    if !available(test) {
         return;
     }
     let r = RedisServer::start();
-    restore_redis(&r);
+    restore_redis(rel, &r);
     let settings = RedisSettings {
         endpoint: r.url(),
         timeout: Duration::from_secs(2),
@@ -243,6 +263,26 @@ fn an_upgrade_from_0_1_0_on_redis_keeps_everything() {
         remember_for: Duration::from_secs(3600),
     };
     let store = StoreHandle::open_redis(settings).unwrap();
-    let stopped = meta().redis_stopped_ns;
-    check("redis", after_upgrade(store, stopped), stopped);
+    let stopped = meta(rel).redis_stopped_ns;
+    check(rel, "redis", after_upgrade(rel, store, stopped), stopped);
+}
+
+#[test]
+fn an_upgrade_from_0_1_0_on_a_directory_keeps_everything() {
+    on_a_directory(&V0_1_0);
+}
+
+#[test]
+fn an_upgrade_from_0_1_0_on_redis_keeps_everything() {
+    on_redis(&V0_1_0, "an_upgrade_from_0_1_0_on_redis_keeps_everything");
+}
+
+#[test]
+fn an_upgrade_from_0_2_0_on_a_directory_keeps_everything() {
+    on_a_directory(&V0_2_0);
+}
+
+#[test]
+fn an_upgrade_from_0_2_0_on_redis_keeps_everything() {
+    on_redis(&V0_2_0, "an_upgrade_from_0_2_0_on_redis_keeps_everything");
 }
