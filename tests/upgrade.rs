@@ -265,6 +265,15 @@ fn on_redis(rel: &Release, test: &str) {
     let store = StoreHandle::open_redis(settings).unwrap();
     let stopped = meta(rel).redis_stopped_ns;
     check(rel, "redis", after_upgrade(rel, store, stopped), stopped);
+    // The server's incident record, a hash the old release wrote, was read, compared-and-set and
+    // rewritten in this build's layout: one string, its version then its bytes.
+    let mut conn = r.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("mcp-health:incidents:*").query(&mut conn).unwrap();
+    assert!(!keys.is_empty(), "{}: no incident record", rel.name);
+    for k in keys {
+        let kind: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
+        assert_eq!(kind, "string", "{}: {k} was not rewritten in this build's layout", rel.name);
+    }
 }
 
 #[test]
