@@ -179,6 +179,31 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
         self.compact_if_stale();
     }
 
+    /// Remove and return the oldest entries (by insertion or last replacement) while `due` says
+    /// so, stopping at the first that is not: for a map whose entries fall due in the order they
+    /// were put in (a time window), expiry costs what it removes, not a walk of every entry.
+    pub(crate) fn take_oldest_while(&mut self, mut due: impl FnMut(&K, &V) -> bool) -> Vec<(K, V)> {
+        let mut out = Vec::new();
+        while let Some((k, generation)) = self.order.front() {
+            match self.map.get(k) {
+                Some(e) if e.1 == *generation => {
+                    if !due(k, &e.0) {
+                        break;
+                    }
+                    let Some((k, _)) = self.order.pop_front() else { break };
+                    if let Some((v, _)) = self.map.remove(&k) {
+                        out.push((k, v));
+                    }
+                }
+                // Stale: removed or replaced since.
+                _ => {
+                    self.order.pop_front();
+                }
+            }
+        }
+        out
+    }
+
     /// Every entry, in no particular order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.map.iter().map(|(k, e)| (k, &e.0))
@@ -291,6 +316,26 @@ mod tests {
         *m.get_mut("a").unwrap() += 1;
         assert_eq!(m.get("a"), Some(&4));
         assert_eq!(evicted("test_bounded_update"), 1);
+    }
+
+    /// The oldest entries leave while due, in order, past removed and replaced ones, and the
+    /// first not due stops the walk (those behind it stay, due or not).
+    #[test]
+    fn the_oldest_leave_while_due() {
+        let mut m = BoundedMap::with_capacity("test_bounded_take_oldest", 10);
+        for (k, at) in [("a", 1), ("b", 2), ("c", 3), ("d", 9), ("e", 4)] {
+            m.insert(k, at);
+        }
+        m.remove(&"b");
+        m.insert("a", 5); // replaced: now the newest
+        let due = |_: &&str, at: &i32| *at <= 4;
+        assert_eq!(m.take_oldest_while(due), vec![("c", 3)]);
+        assert_eq!(m.len(), 3, "d (not due) stops the walk; e behind it stays");
+        m.remove(&"d");
+        assert_eq!(m.take_oldest_while(due), vec![("e", 4)]);
+        assert_eq!(m.take_oldest_while(|_, _| true), vec![("a", 5)]);
+        assert!(m.is_empty() && m.take_oldest_while(|_, _| true).is_empty());
+        assert_eq!(counter("test_bounded_take_oldest").load(Ordering::Relaxed), 0, "not evictions");
     }
 
     #[test]

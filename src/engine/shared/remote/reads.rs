@@ -40,6 +40,7 @@ struct ReadGroup {
     id: u64,
     /// When its first batch was decided (its answer is due `answer_within` after).
     at: Moment,
+    /// The keys its batches named: sorted and deduplicated once the group is asked for.
     parked: Vec<String>,
     sessions: Vec<String>,
     ticket: Option<Ticket<StepRead>>,
@@ -126,6 +127,10 @@ impl Shared {
         if !settle && now.saturating_duration_since(g.at) < within && g.parked.len() + g.sessions.len() < GATHER_KEYS {
             return;
         }
+        g.parked.sort_unstable();
+        g.parked.dedup();
+        g.sessions.sort_unstable();
+        g.sessions.dedup();
         let asks = vec![(Table::Parked, g.parked.clone()), (Table::Sessions, g.sessions.clone())];
         g.ticket = Some(self.link.worker.submit(move |s| s.get_tables(&asks)));
     }
@@ -155,12 +160,11 @@ impl Shared {
             });
         }
         let Some(g) = self.reads.groups.back_mut() else { return };
+        // Sorted and deduplicated once, when the group is asked for: a group gathers many
+        // batches while the store is busy, and sorting its keys again at each was most of what
+        // this cost the engine.
         g.parked.extend(parked);
-        g.parked.sort();
-        g.parked.dedup();
         g.sessions.extend(sessions);
-        g.sessions.sort();
-        g.sessions.dedup();
         let group = g.id;
         let at = batch.0;
         self.reads.awaiting_chains += batch.1.len();
