@@ -89,6 +89,11 @@ impl<'a> CatalogLine<'a> {
 }
 
 impl Decided {
+    /// Each incident transition as the record emitted for it.
+    pub(crate) fn incidents(changes: impl IntoIterator<Item = (Transition, Incident)>) -> impl Iterator<Item = Decided> {
+        changes.into_iter().map(|(transition, row)| Decided::Incident(IncidentChange { incident: true, transition, row }))
+    }
+
     /// The record as one JSON value: the shape of a verdict line.
     pub fn to_json(&self) -> serde_json::Result<serde_json::Value> {
         match self {

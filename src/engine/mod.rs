@@ -441,9 +441,7 @@ impl Engine {
     fn finish_replica(&mut self, catalog: bool, out: &mut Vec<Decided>) {
         let unfolded = lend!(self, |r, t| r.finish(&mut t, catalog, out));
         for v in unfolded {
-            for (transition, row) in self.incidents.fold(&v) {
-                out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
-            }
+            out.extend(Decided::incidents(self.incidents.fold(&v)));
         }
     }
 
@@ -510,9 +508,7 @@ impl Engine {
                     Some(sid) => (Some(crate::evidence::hash::session_hash(sid)), None),
                     None => (None, session_key.strip_prefix("client:").and_then(|r| r.split_once("|server:")).map(|(a, _)| a)),
                 };
-                for (transition, row) in self.incidents.catalog_converged(server.as_ref(), session.as_deref(), agent, at_ns) {
-                    out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
-                }
+                out.extend(Decided::incidents(self.incidents.catalog_converged(server.as_ref(), session.as_deref(), agent, at_ns)));
             }
         }
     }
@@ -534,9 +530,7 @@ impl Engine {
         if self.replica.hold_verdict(v) {
             return;
         }
-        for (transition, row) in self.incidents.observe(v) {
-            out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
-        }
+        out.extend(Decided::incidents(self.incidents.observe(v)));
     }
 
     /// Hand what was just decided to the replica and classify what it hands back ready (at once

@@ -9,7 +9,6 @@ use crate::classify::incidents::{IncidentBook, IncidentFacts, IncidentsBack, Ser
 use crate::state::{server_key, Changes, Record, StateStore, StoreError, Table};
 use crate::verdict::{HealthState, Verdict};
 
-use super::super::super::decided::IncidentChange;
 use super::super::{Decided, HeldVerdict, Tables};
 use super::{is_refused, Effect, Shared};
 
@@ -106,9 +105,7 @@ impl Shared {
             self.incidents.held -= vs.len();
         }
         t.incidents.restore(IncidentsBack::Folded { part: f.new, resolved: f.resolved });
-        for (transition, row) in f.transitions {
-            out.push(Decided::Incident(IncidentChange { incident: true, transition, row }));
-        }
+        out.extend(Decided::incidents(f.transitions));
     }
 
     /// At the end, verdicts the store did not take are handed back, to be folded into this
