@@ -87,7 +87,8 @@ const PACKED_KEEP: usize = 4 << 20;
 /// The apply script. KEYS[1] is the version counter; KEYS[i+1] the record key of change i.
 /// ARGV[1] is how long a tombstone lives (ms), ARGV[2] the layout to write (`s` one string per
 /// record, `h` a hash of two fields: see the module documentation; `S`, `H` the same when a key
-/// occurs twice in the apply, which the script then tracks). Then per change i:
+/// occurs twice in the apply, which the script then tracks) followed by the transaction number
+/// the apply writes under (see [`RedisStore::reserved`]). Then per change i:
 /// ARGV[3i] its operation and what is expected, three bytes — `p` put, `x` put into a table
 /// whose records expire like tombstones, `d` delete, `e` delete from such a table; `+` join the
 /// index always, `=` join it when the record is created, `-` no index; `a` the key is expected
@@ -95,20 +96,22 @@ const PACKED_KEEP: usize = 4 << 20;
 /// (that tombstone, or absent once it expired) — followed, for a table the gauges count
 /// ([`indexed`]), by the name of the table's index set; ARGV[3i+1] the version expected (empty
 /// for `a`; in the string layout a record's is followed by `:`, so that the value's prefix is
-/// compared in place, without cutting it out); ARGV[3i+2] the bytes (empty for a delete). Answers `{version, {i, …}}`: the
-/// transaction number the records that passed were written under, and the changes whose key was
-/// not as expected, which are not written. A key twice in one apply is checked once; its second
-/// change is written (or refused) as its first was.
+/// compared in place, without cutting it out); ARGV[3i+2] the bytes (in the string layout the
+/// whole value, version and `:` included; empty for a delete). Answers `{next, {i, …}}`: a
+/// transaction number taken for the next apply, and the changes whose key was not as expected,
+/// which are not written. A key twice in one apply is checked once; its second change is written
+/// (or refused) as its first was.
 ///
-/// In the string layout a put is one `SET … GET`: the old value comes back with the write, and
-/// on the rare conflict the old value is put back. Every `redis.call` is Redis's own CPU, which
+/// In the string layout a put is one `SET … GET` (the puts of new keys one `MSETNX` for many):
+/// the old value comes back with the write, and on the rare conflict the old value is put back. Every `redis.call` is Redis's own CPU, which
 /// is what a busy cluster waits for (a profile of `redis-server` showed more time in the calls'
 /// way in and out of Lua than in the commands), so the common case is one call per record where
 /// the hash layout takes two or three (`HGET ver`, `HSET v ver`, `PEXPIRE`). The script reads
 /// both layouts whichever it writes: while instances switch protocol (within a second of each
 /// other) a key may hold either. Bytes are compared with `string.byte`, not cut with
-/// `string.sub` (each cut a new Lua string, hashed), and the version is made a string once per
-/// apply (a Lua number passed to `redis.call` is formatted with `printf`).
+/// `string.sub` (each cut a new Lua string, hashed), and the version comes in as a string, put
+/// in front of each value by the client (in Lua each would be a new string of the record's size,
+/// and a Lua number passed to `redis.call` is formatted with `printf`).
 const APPLY: &str = r#"
 local n = #KEYS - 1
 local ttl = ARGV[1]
@@ -116,9 +119,32 @@ local mode = string.byte(ARGV[2], 1)
 local strings = mode == 115 or mode == 83
 local done = nil
 if mode == 83 or mode == 72 then done = {} end
-local v = tostring(redis.call('INCR', KEYS[1]))
-local prefix = v .. ':'
+local v = string.sub(ARGV[2], 2)
 local bad = {}
+-- The puts of keys expected absent in tables that do not expire (every new decided chain and
+-- operation key: most of what is written) are one MSETNX per few hundred, not a SET each. One
+-- that finds any of its keys there writes none of them; those then go the way of the others.
+local quick = {}
+if strings and not done then
+  local batch = {}
+  local first = 1
+  local function flush(upto)
+    if #batch > 0 and redis.call('MSETNX', unpack(batch)) == 1 then
+      for j = first, upto do quick[j] = true end
+    end
+    batch = {}
+    first = upto + 1
+  end
+  for i = 1, n do
+    local a = ARGV[3 * i]
+    if string.byte(a, 1) == 112 and string.byte(a, 3) == 97 then
+      batch[#batch + 1] = KEYS[i + 1]
+      batch[#batch + 1] = ARGV[3 * i + 2]
+      if #batch >= 400 then flush(i) end
+    end
+  end
+  flush(n)
+end
 -- The version a string-layout value carries (`<version>:<bytes>`, or `<version>` for a tombstone).
 local function version_of(s)
   local c = string.find(s, ':', 1, true)
@@ -155,11 +181,13 @@ for i = 1, n do
   local ok, created = false, false
   local prior = nil
   if done then prior = done[k] end
-  if prior ~= nil then
+  if quick[i] and op == 112 and kind == 97 then
+    ok, created = true, true
+  elseif prior ~= nil then
     ok = prior
     if ok then
       if strings then
-        if op == 100 or op == 101 then set(k, op, v) else set(k, op, prefix .. ARGV[3 * i + 2]) end
+        if op == 100 or op == 101 then set(k, op, v) else set(k, op, ARGV[3 * i + 2]) end
       else
         hset(k, op, ARGV[3 * i + 2], true)
       end
@@ -167,7 +195,7 @@ for i = 1, n do
   elseif strings then
     -- `want` is `<version>:` for a record, `<version>` for a tombstone.
     local val = v
-    if op ~= 100 and op ~= 101 then val = prefix .. ARGV[3 * i + 2] end
+    if op ~= 100 and op ~= 101 then val = ARGV[3 * i + 2] end
     local old
     if op == 112 then old = redis.pcall('SET', k, val, 'GET') else old = redis.pcall('SET', k, val, 'PX', ttl, 'GET') end
     if type(old) == 'table' then
@@ -222,7 +250,7 @@ for i = 1, n do
     redis.call('SADD', string.sub(a, 4), k)
   end
 end
-return {tonumber(v), bad}
+return {redis.call('INCR', KEYS[1]), bad}
 "#;
 
 /// Drop from an index set (KEYS[1]) the members (KEYS[2..]) whose record is gone, checked here
@@ -371,6 +399,11 @@ pub(crate) struct RedisStore {
     /// written only once the cluster is known to read them.
     speaks: u32,
     writes: u32,
+    /// The transaction number the next apply writes under, taken (`INCR`) by the last one, so
+    /// that the client writes it in front of each value and the script copies nothing: `None`
+    /// at first and after any failure (an apply whose answer was lost may have written under
+    /// it, so it is never used twice), when an `INCR` of its own takes one.
+    reserved: Option<u64>,
     /// The apply's command as sent, and one record's bytes, kept from one apply to the next.
     packed: Vec<u8>,
     scratch: Vec<u8>,
@@ -430,6 +463,7 @@ impl RedisStore {
             },
             speaks: super::format::PROTOCOL,
             writes: super::format::STRING_RECORDS_SINCE - 1,
+            reserved: None,
             packed: Vec::new(),
             scratch: Vec::new(),
         };
@@ -577,7 +611,7 @@ impl RedisStore {
 /// Redis's protocol (RESP), written into one buffer.
 mod resp {
     /// The decimal digits of `v`, in `buf`'s tail; the slice of them.
-    fn digits(v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    pub(super) fn digits(v: u64, buf: &mut [u8; 20]) -> &[u8] {
         let (mut v, mut i) = (v, buf.len());
         loop {
             i -= 1;
@@ -623,7 +657,7 @@ mod resp {
 impl RedisStore {
     /// The apply script's `EVALSHA` for `changes`, in RESP, into `out`; the payload bytes (keys,
     /// expectations, operations and records) it carries.
-    fn pack_apply(&mut self, changes: &Changes, out: &mut Vec<u8>) -> Result<usize, StoreError> {
+    fn pack_apply(&mut self, changes: &Changes, version: u64, out: &mut Vec<u8>) -> Result<usize, StoreError> {
         out.clear();
         let n = changes.changes.len();
         let p = PREFIX.as_bytes();
@@ -653,7 +687,9 @@ impl RedisStore {
             (false, false) => b"h",
             (false, true) => b"H",
         };
-        resp::bulk(out, &[mode]);
+        let mut ver = [0; 20];
+        let ver = resp::digits(version, &mut ver);
+        resp::bulk(out, &[mode, ver]);
         // Index every write while a 0.1.0 instance (which indexes nothing) shares the store.
         let join = if self.writes == 0 { b'+' } else { b'=' };
         let format = super::format::format_of(self.writes);
@@ -694,7 +730,11 @@ impl RedisStore {
                         return Err(e);
                     }
                     sent += scratch.len();
-                    resp::bulk(out, &[&scratch]);
+                    if strings {
+                        resp::bulk(out, &[ver, b":", &scratch]);
+                    } else {
+                        resp::bulk(out, &[&scratch]);
+                    }
                 }
                 None => resp::bulk(out, &[]),
             }
@@ -869,8 +909,12 @@ impl StateStore for RedisStore {
         // The `EVALSHA` is written straight into one buffer kept from round to round: each
         // record's bytes are copied once, not through an invocation's and a command's own copies
         // (the store's thread is the cluster's other hot thread, after Redis).
+        let version = match self.reserved.take() {
+            Some(v) => v,
+            None => self.with_conn(|c| ::redis::cmd("INCR").arg(format!("{PREFIX}:version")).query(c))?,
+        };
         let mut packed = std::mem::take(&mut self.packed);
-        let sent = self.pack_apply(changes, &mut packed);
+        let sent = self.pack_apply(changes, version, &mut packed);
         let sent = match sent {
             Ok(n) => n,
             Err(e) => {
@@ -896,7 +940,9 @@ impl StateStore for RedisStore {
         }
         packed.clear();
         self.packed = packed;
-        let (n, refused) = answer?;
+        let (next, refused) = answer?;
+        self.reserved = Some(next);
+        let n = version;
         let refused: std::collections::BTreeSet<usize> = refused.into_iter().filter_map(|i| i.checked_sub(1)).collect();
         for (i, c) in changes.changes.iter().enumerate() {
             if refused.contains(&i) {

@@ -100,9 +100,17 @@ fn redis_every_table_round_trips_through_a_second_store() {
     let (index, records): (Vec<&String>, Vec<&String>) = keys.iter().partition(|k| k.starts_with("mcp-health:index:"));
     assert_eq!(index, ["mcp-health:index:incidents", "mcp-health:index:sessions"], "{keys:?}");
     assert_eq!(records.len(), all_changes().len() + 1, "{keys:?}");
-    let (v, ttl): (Vec<u8>, i64) =
-        ::redis::pipe().cmd("GET").arg("mcp-health:operations:op-1").cmd("PTTL").arg("mcp-health:operations:op-1").query(&mut conn).unwrap();
-    assert!(v == b"2" && ttl > 0 && ttl <= 60_000, "a version, no bytes: {v:?} {ttl}");
+    let (v, ttl): (Vec<u8>, i64) = ::redis::pipe()
+        .cmd("GET")
+        .arg("mcp-health:operations:op-1")
+        .cmd("PTTL")
+        .arg("mcp-health:operations:op-1")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        !v.is_empty() && v.iter().all(u8::is_ascii_digit) && v != b"1" && ttl > 0 && ttl <= 60_000,
+        "a later version, no bytes: {v:?} {ttl}"
+    );
     // The deleter may write the record again on top of its own tombstone.
     let mut again = Changes::default();
     again.put("op-1".into(), Record::Operation([5; 16]));
@@ -1002,6 +1010,59 @@ fn redis_the_cluster_speaks_the_lowest_protocol_announced_while_it_lives() {
 
 fn record_key(table: Table, key: &str) -> String {
     format!("mcp-health:{}:{key}", table.as_str())
+}
+
+/// New keys are written many to one `MSETNX`; one such key that another instance created first
+/// is refused alone and the rest of its batch is still written, each under the apply's version,
+/// and no two applies write under one version (the next apply's is taken by the last; one whose
+/// connection failed is not reused).
+#[test]
+fn redis_new_keys_written_together_one_taken_first_is_refused_alone_and_versions_are_never_reused() {
+    if !available("redis_new_keys_written_together_one_taken_first_is_refused_alone_and_versions_are_never_reused") {
+        return;
+    }
+    let r = RedisServer::start();
+    let (mut a, mut b) = (open(&r), open(&r));
+    let mut first = Changes::default();
+    first.put("op-3".into(), Record::Operation([9; 16]));
+    b.apply(&first).unwrap();
+    let mut c = Changes::default();
+    for i in 0..600 {
+        c.put(format!("op-{i}"), Record::Operation([1; 16]));
+    }
+    match a.apply(&c) {
+        Err(StoreError::Conflict { refused, .. }) => assert_eq!(refused, vec![(Table::Operations, "op-3".to_string())]),
+        other => panic!("{other:?}"),
+    }
+    let mut conn = r.conn();
+    let version = |conn: &mut ::redis::Connection, key: &str| -> String {
+        let raw: Vec<u8> = ::redis::cmd("GET").arg(record_key(Table::Operations, key)).query(conn).unwrap();
+        let at = raw.iter().position(|b| *b == b':').expect("a record");
+        String::from_utf8(raw[..at].to_vec()).unwrap()
+    };
+    assert!(matches!(open(&r).get(Table::Operations, "op-3").unwrap(), Some(Record::Operation(t)) if t == [9; 16]), "not overwritten");
+    let mine = version(&mut conn, "op-0");
+    for i in (0..600).filter(|i| *i != 3) {
+        assert_eq!(version(&mut conn, &format!("op-{i}")), mine, "op-{i}: written, under the apply's version");
+    }
+    assert_ne!(version(&mut conn, "op-3"), mine);
+    // Further applies, one after a dropped connection: a new version each time.
+    let mut seen = vec![version(&mut conn, "op-3"), mine];
+    for round in 0..3 {
+        if round == 1 {
+            let _: () = ::redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").arg("SKIPME").arg("yes").query(&mut conn).unwrap();
+            let mut lost = Changes::default();
+            lost.put("lost".into(), Record::Operation([2; 16]));
+            assert!(a.apply(&lost).is_err(), "the dropped connection fails this apply");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let mut again = Changes::default();
+        again.put(format!("next-{round}"), Record::Operation([3; 16]));
+        a.apply(&again).unwrap();
+        let v = version(&mut conn, &format!("next-{round}"));
+        assert!(!seen.contains(&v), "version {v} used twice ({seen:?})");
+        seen.push(v);
+    }
 }
 
 fn key_type(r: &RedisServer, key: &str) -> String {
