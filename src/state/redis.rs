@@ -655,11 +655,78 @@ mod resp {
 }
 
 impl RedisStore {
-    /// The apply script's `EVALSHA` for `changes`, in RESP, into `out`; the payload bytes (keys,
-    /// expectations, operations and records) it carries.
-    fn pack_apply(&mut self, changes: &Changes, version: u64, out: &mut Vec<u8>) -> Result<usize, StoreError> {
+    /// One write's commands, in RESP, into `out`: the puts of new keys that no index counts, as
+    /// one `MSETNX` (when `direct`; Redis takes them without a script, which is most of what a
+    /// cluster writes), then the script with the rest, or an `INCR` of the version counter when
+    /// nothing is left for it (the next apply's number is taken either way). The payload bytes,
+    /// and which changes went which way.
+    fn pack_round(
+        &mut self,
+        changes: &Changes,
+        which: &[usize],
+        version: u64,
+        direct: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(usize, Plan), StoreError> {
         out.clear();
-        let n = changes.changes.len();
+        let strings = self.writes >= super::format::STRING_RECORDS_SINCE;
+        let mut plan = Plan::default();
+        let quick = |c: &super::Change, seen: Option<Seen>| {
+            direct && strings && c.value.is_some() && !c.table.expires() && !indexed(c.table) && seen.is_none()
+        };
+        let mut keys: rustc_hash::FxHashSet<(Table, &str)> = Default::default();
+        for &i in which {
+            let Some(c) = changes.changes.get(i) else { continue };
+            // A key twice goes to the script, which tracks it.
+            let once = keys.insert((c.table, c.key.as_str()));
+            if once && quick(c, self.versions.get(c.table, &c.key)) {
+                plan.direct.push(i);
+            } else {
+                plan.scripted.push(i);
+            }
+        }
+        let mut sent = 0;
+        if !plan.direct.is_empty() {
+            let p = PREFIX.as_bytes();
+            let mut ver = [0; 20];
+            let ver = resp::digits(version, &mut ver);
+            let format = super::format::format_of(self.writes);
+            let mut scratch = std::mem::take(&mut self.scratch);
+            resp::array(out, 1 + 2 * plan.direct.len());
+            resp::bulk(out, &[b"MSETNX"]);
+            for c in plan.direct.iter().filter_map(|i| changes.changes.get(*i)) {
+                let parts: [&[u8]; 5] = [p, b":", c.table.as_str().as_bytes(), b":", c.key.as_bytes()];
+                sent += parts.iter().map(|x| x.len()).sum::<usize>();
+                resp::bulk(out, &parts);
+                scratch.clear();
+                if let Some(r) = &c.value {
+                    if let Err(e) = r.encode_into(format, &mut scratch) {
+                        self.scratch = scratch;
+                        return Err(e);
+                    }
+                }
+                sent += scratch.len();
+                resp::bulk(out, &[ver, b":", &scratch]);
+            }
+            self.scratch = scratch;
+        }
+        plan.script_at = out.len();
+        if plan.scripted.is_empty() {
+            resp::array(out, 2);
+            resp::bulk(out, &[b"INCR"]);
+            resp::bulk(out, &[PREFIX.as_bytes(), b":version"]);
+        } else {
+            let scripted = std::mem::take(&mut plan.scripted);
+            sent += self.pack_apply(changes, &scripted, version, out)?;
+            plan.scripted = scripted;
+        }
+        Ok((sent, plan))
+    }
+
+    /// The apply script's `EVALSHA` for the changes `which` of `changes`, in RESP, appended to
+    /// `out`; the payload bytes (keys, expectations, operations and records) it carries.
+    fn pack_apply(&mut self, changes: &Changes, which: &[usize], version: u64, out: &mut Vec<u8>) -> Result<usize, StoreError> {
+        let n = which.len();
         let p = PREFIX.as_bytes();
         // EVALSHA, the script's SHA-1, the number of keys, the keys, then the arguments.
         resp::array(out, 3 + (1 + n) + (2 + 3 * n));
@@ -668,7 +735,8 @@ impl RedisStore {
         resp::bulk_number(out, b"", 1 + n as u64);
         resp::bulk(out, &[p, b":version"]);
         let mut sent = 0;
-        for c in &changes.changes {
+        let picked = || which.iter().filter_map(|i| changes.changes.get(*i));
+        for c in picked() {
             let parts: [&[u8]; 5] = [p, b":", c.table.as_str().as_bytes(), b":", c.key.as_bytes()];
             sent += parts.iter().map(|x| x.len()).sum::<usize>();
             resp::bulk(out, &parts);
@@ -679,7 +747,7 @@ impl RedisStore {
         // tracked by the script only then: the table it takes costs every record otherwise.
         let twice = {
             let mut seen: rustc_hash::FxHashSet<(Table, &str)> = Default::default();
-            !changes.changes.iter().all(|c| seen.insert((c.table, c.key.as_str())))
+            !picked().all(|c| seen.insert((c.table, c.key.as_str())))
         };
         let mode: &[u8] = match (strings, twice) {
             (true, false) => b"s",
@@ -694,7 +762,7 @@ impl RedisStore {
         let join = if self.writes == 0 { b'+' } else { b'=' };
         let format = super::format::format_of(self.writes);
         let mut scratch = std::mem::take(&mut self.scratch);
-        for c in &changes.changes {
+        for c in picked() {
             let op = match (&c.value, c.table.expires()) {
                 (Some(_), false) => b'p',
                 (Some(_), true) => b'x',
@@ -834,6 +902,17 @@ impl RedisStore {
     }
 }
 
+/// How one write's changes (indexes into its [`Changes`]) were sent.
+#[derive(Default)]
+struct Plan {
+    /// In one `MSETNX`.
+    direct: Vec<usize>,
+    /// Through the apply script.
+    scripted: Vec<usize>,
+    /// Where the script's command (or the `INCR` in its place) starts in the packed bytes.
+    script_at: usize,
+}
+
 /// What a record key holds.
 #[derive(Debug, PartialEq, Eq)]
 enum Stored {
@@ -859,6 +938,70 @@ impl Stored {
             }
             _ => Stored::Record(0, value),
         }
+    }
+}
+
+/// How one round of an apply went.
+struct Sent {
+    /// The number taken for the next apply.
+    next: u64,
+    /// Changes sent in the `MSETNX` (passed, unless in `retry`) and through the script.
+    direct: Vec<usize>,
+    scripted: Vec<usize>,
+    /// Changes the script refused.
+    refused: Vec<usize>,
+    /// The `MSETNX`'s changes when it wrote none (a key was there): to be sent again.
+    retry: Vec<usize>,
+}
+
+impl RedisStore {
+    /// Send the changes `which` under `version` in one round trip (see [`Self::pack_round`]).
+    fn send_round(&mut self, changes: &Changes, which: &[usize], version: u64, direct: bool) -> Result<Sent, StoreError> {
+        // The commands are written straight into one buffer kept from round to round: each
+        // record's bytes are copied once, not through an invocation's and a command's own copies
+        // (the store's thread is the cluster's other hot thread, after Redis).
+        let mut packed = std::mem::take(&mut self.packed);
+        let (sent, plan) = match self.pack_round(changes, which, version, direct, &mut packed) {
+            Ok(x) => x,
+            Err(e) => {
+                self.packed = packed;
+                return Err(e);
+            }
+        };
+        self.stats.bytes_sent += sent as u64;
+        let count = usize::from(!plan.direct.is_empty()) + 1;
+        let answer = self.with_conn(|c| {
+            let mut values = c.req_packed_commands(&packed, 0, count)?;
+            let Some(last) = values.pop() else {
+                return Err(::redis::RedisError::from((::redis::ErrorKind::UnexpectedReturnType, "no answer")));
+            };
+            let last = match last.extract_error() {
+                Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
+                    // Redis restarted (or its scripts were flushed) since the last apply: the
+                    // script alone again (the `MSETNX` before it has run).
+                    APPLY_SCRIPT.load(c)?;
+                    c.req_packed_command(&packed[plan.script_at..])?.extract_error()?
+                }
+                r => r?,
+            };
+            let wrote_all = match values.pop() {
+                Some(v) => ::redis::from_redis_value::<u64>(v.extract_error()?)? == 1,
+                None => true,
+            };
+            let (next, bad): (u64, Vec<usize>) =
+                if plan.scripted.is_empty() { (::redis::from_redis_value(last)?, Vec::new()) } else { ::redis::from_redis_value(last)? };
+            Ok((wrote_all, next, bad))
+        });
+        // A buffer one huge round grew is not kept for good.
+        if packed.capacity() > PACKED_KEEP {
+            packed = Vec::new();
+        }
+        packed.clear();
+        self.packed = packed;
+        let (wrote_all, next, bad) = answer?;
+        let refused = bad.into_iter().filter_map(|i| i.checked_sub(1)).filter_map(|i| plan.scripted.get(i).copied()).collect();
+        let retry = if wrote_all { Vec::new() } else { plan.direct.clone() };
+        Ok(Sent { next, direct: plan.direct, scripted: plan.scripted, refused, retry })
     }
 }
 
@@ -906,48 +1049,40 @@ impl StateStore for RedisStore {
         let forgotten = self.versions.turn(Instant::now());
         // Counted with the other bounded tables (`mcp_health.state.evicted{table="store_versions"}`).
         crate::bounded::counter("store_versions").fetch_add(forgotten, std::sync::atomic::Ordering::Relaxed);
-        // The `EVALSHA` is written straight into one buffer kept from round to round: each
-        // record's bytes are copied once, not through an invocation's and a command's own copies
-        // (the store's thread is the cluster's other hot thread, after Redis).
         let version = match self.reserved.take() {
             Some(v) => v,
             None => self.with_conn(|c| ::redis::cmd("INCR").arg(format!("{PREFIX}:version")).query(c))?,
         };
-        let mut packed = std::mem::take(&mut self.packed);
-        let sent = self.pack_apply(changes, version, &mut packed);
-        let sent = match sent {
-            Ok(n) => n,
-            Err(e) => {
-                self.packed = packed;
-                return Err(e);
-            }
-        };
-        self.stats.bytes_sent += sent as u64;
-        let answer: Result<(u64, Vec<usize>), StoreError> = self.with_conn(|c| {
-            let v = match c.req_packed_command(&packed).and_then(::redis::Value::extract_error) {
-                Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
-                    // Redis restarted (or its scripts were flushed) since the last apply.
-                    APPLY_SCRIPT.load(c)?;
-                    c.req_packed_command(&packed)?.extract_error()?
-                }
-                r => r?,
-            };
-            Ok(::redis::from_redis_value(v)?)
-        });
-        // A buffer one huge round grew is not kept for good.
-        if packed.capacity() > PACKED_KEEP {
-            packed = Vec::new();
+        let all: Vec<usize> = (0..changes.changes.len()).collect();
+        let first = self.send_round(changes, &all, version, true)?;
+        // The version each change passed under.
+        let mut passed: Vec<Option<u64>> = vec![None; changes.changes.len()];
+        for &i in first.direct.iter().chain(&first.scripted) {
+            passed[i] = Some(version);
         }
-        packed.clear();
-        self.packed = packed;
-        let (next, refused) = answer?;
-        self.reserved = Some(next);
-        let n = version;
-        let refused: std::collections::BTreeSet<usize> = refused.into_iter().filter_map(|i| i.checked_sub(1)).collect();
-        for (i, c) in changes.changes.iter().enumerate() {
-            if refused.contains(&i) {
-                continue;
+        for &i in &first.refused {
+            passed[i] = None;
+        }
+        let mut next = first.next;
+        if !first.retry.is_empty() {
+            // The `MSETNX` found a key there and wrote none: its changes again, one by one, under
+            // the number the first round took.
+            let again = self.send_round(changes, &first.retry, next, false)?;
+            for &i in &first.retry {
+                passed[i] = Some(next);
             }
+            for &i in &again.refused {
+                passed[i] = None;
+            }
+            next = again.next;
+        }
+        self.reserved = Some(next);
+        let mut refused = Vec::new();
+        for (i, c) in changes.changes.iter().enumerate() {
+            let Some(n) = passed[i] else {
+                refused.push(i);
+                continue;
+            };
             match c.value {
                 Some(_) => {
                     self.versions.insert(c.table, c.key.clone(), Seen::Record(n));

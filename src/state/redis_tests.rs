@@ -96,6 +96,8 @@ fn redis_every_table_round_trips_through_a_second_store() {
     // What is left: the version counter, one tombstone per record (a version, no bytes, a TTL)
     // and the index sets of the counted tables (sessions, incidents).
     let mut keys: Vec<String> = ::redis::cmd("KEYS").arg("mcp-health:*").query(&mut conn).unwrap();
+    // The last store opened announced itself for a millisecond: its announcement may be there.
+    keys.retain(|k| k != "mcp-health:protocols");
     keys.sort();
     let (index, records): (Vec<&String>, Vec<&String>) = keys.iter().partition(|k| k.starts_with("mcp-health:index:"));
     assert_eq!(index, ["mcp-health:index:incidents", "mcp-health:index:sessions"], "{keys:?}");
