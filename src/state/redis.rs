@@ -19,10 +19,13 @@
 //!
 //! # Compare-and-set
 //! The store remembers, per key, the version this instance last read (`load`, `get`) or wrote
-//! (`apply`); a key it never saw is expected to be absent. [`StateStore::apply`] is one Lua
-//! script: it checks every key's version against what this instance expects, then takes one
-//! transaction number and writes every put and delete whose key passed. Redis runs a script
-//! alone, so two instances writing the same record cannot both pass: the loser's change of that
+//! (`apply`); a key it never saw is expected to be absent. [`StateStore::apply`] is one round
+//! trip: the puts of keys expected absent that no index counts (new decided chains and operation
+//! keys, most of what is written) in one `MSETNX`, which writes all of them or, when any key is
+//! there, none (those are then sent again through the script); then one Lua script that checks
+//! every other key's version against what this instance expects and writes every put and delete
+//! whose key passed, all under one transaction number. Redis runs a command and a script alone,
+//! so two instances writing the same record cannot both pass: the loser's change of that
 //! record is refused and `apply` answers [`StoreError::Conflict`] naming it (and counts every
 //! refused record in [`StoreStats::conflicts`]). The check is per record, not per transaction:
 //! the records are independent (each is whole under its key) and some are written by every
