@@ -1,19 +1,19 @@
 //! The Lua scripts the Redis store runs: each is loaded once and sent as `EVALSHA` (loaded again
 //! when Redis answers `NOSCRIPT`, after a restart).
 
-/// The apply script. KEYS[1] is the version counter; KEYS[i+1] the record key of change i.
-/// ARGV[1] is how long a tombstone lives (ms), ARGV[2] the layout to write (`s` one string per
+/// The apply script. `KEYS[1]` is the version counter; `KEYS[i+1]` the record key of change i.
+/// `ARGV[1]` is how long a tombstone lives (ms), `ARGV[2]` the layout to write (`s` one string per
 /// record, `h` a hash of two fields: see the module documentation; `S`, `H` the same when a key
 /// occurs twice in the apply, which the script then tracks) followed by the transaction number
 /// the apply writes under (see [`super::RedisStore`]'s `reserved`). Then per change i:
-/// ARGV[3i] its operation and what is expected, three bytes — `p` put, `x` put into a table
+/// `ARGV[3i]` its operation and what is expected, three bytes — `p` put, `x` put into a table
 /// whose records expire like tombstones, `d` delete, `e` delete from such a table; `+` join the
 /// index always, `=` join it when the record is created, `-` no index; `a` the key is expected
 /// absent (never seen), `r` a record at the version that follows, `t` deleted at that version
 /// (that tombstone, or absent once it expired) — followed, for a table the gauges count
-/// ([`super::indexed`]), by the name of the table's index set; ARGV[3i+1] the version expected (empty
+/// ([`super::indexed`]), by the name of the table's index set; `ARGV[3i+1]` the version expected (empty
 /// for `a`; in the string layout a record's is followed by `:`, so that the value's prefix is
-/// compared in place, without cutting it out); ARGV[3i+2] the bytes (in the string layout the
+/// compared in place, without cutting it out); `ARGV[3i+2]` the bytes (in the string layout the
 /// whole value, version and `:` included; empty for a delete). Answers `{next, {i, …}}`: a
 /// transaction number taken for the next apply, and the changes whose key was not as expected,
 /// which are not written. A key twice in one apply is checked once; its second change is written
@@ -171,7 +171,7 @@ end
 return {redis.call('INCR', KEYS[1]), bad}
 "#;
 
-/// Drop from an index set (KEYS[1]) the members (KEYS[2..]) whose record is gone, checked here
+/// Drop from an index set (`KEYS[1]`) the members (`KEYS[2..]`) whose record is gone, checked here
 /// in one script: a record created again since the count found it gone stays indexed (its
 /// creator's `SADD` came before this `SREM` otherwise, and its rewrites add nothing).
 const UNINDEX: &str = r#"
@@ -202,8 +202,8 @@ return 0
 "#;
 pub(super) static LEASE_SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| ::redis::Script::new(LEASE));
 
-/// The announce script. KEYS[1] is the hash of announcements (a field per instance: `<protocol>:
-/// <expiry, ms of the server's clock>`); ARGV[1] the instance, ARGV[2] its protocol, ARGV[3] how
+/// The announce script. `KEYS[1]` is the hash of announcements (a field per instance: `<protocol>:
+/// <expiry, ms of the server's clock>`); `ARGV[1]` the instance, `ARGV[2]` its protocol, `ARGV[3]` how
 /// long the announcement lives (ms). Renews this instance's announcement, removes the expired
 /// (and any that does not parse) and answers the lowest protocol announced. The hash itself
 /// expires with the latest announcement (not this one's: a shorter one must not take the others
