@@ -28,6 +28,8 @@
 #[path = "support/ring.rs"]
 mod ring;
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -327,6 +329,42 @@ fn with_a_shared_store_a_receipt_parked_elsewhere_before_its_call_revises_it() {
     let without = run(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0));
     assert_eq!(violations(&single, &without).len(), 1, "without a store it is a false green");
     let store = StoreHandle::new(MemoryStore::shared());
+    let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&store));
+    let bad = violations(&single, &shards);
+    assert!(bad.is_empty(), "{bad:?}");
+    let call_at = r.index_for(&all[0].trace_id).unwrap();
+    assert_eq!(shards[call_at].values().last().map(|v| v.1), Some(HealthState::FalseSuccess), "{shards:?}");
+}
+
+/// The same on Redis (the service's shared store): the call's instance finds the parked receipt
+/// among the verifiers parked under its operation keys (probed with one `EXISTS` for the batch,
+/// read when any is there) and revises the call. Prints `SKIPPED: …` without `redis-server`,
+/// except under `CI`.
+#[test]
+fn on_redis_a_receipt_parked_elsewhere_before_its_call_revises_it() {
+    if !support::redis_server::available("on_redis_a_receipt_parked_elsewhere_before_its_call_revises_it") {
+        return;
+    }
+    let r = ring::Ring::new(&endpoints(3));
+    let all = (0u8..=255)
+        .map(|seed| {
+            let c = Call { trace: [seed; 16], server_span: false, error: 0, receipt: Some((OutcomeResult::Missing, true)), sibling: false };
+            spans(std::slice::from_ref(&c))
+        })
+        .find(|all| r.index_for(&all[0].trace_id) != r.index_for(&all[1].trace_id))
+        .expect("some seed splits the call from its receipt");
+    let b = vec![vec![all[1].clone()], vec![], vec![all[0].clone()]];
+    let steps = [0, 300, 300];
+    let server = support::redis_server::RedisServer::start();
+    let store = StoreHandle::open_redis(mcp_health::testing::state::redis::RedisSettings {
+        endpoint: server.url(),
+        timeout: Duration::from_secs(2),
+        retry_after: Duration::from_millis(200),
+        tombstone_ttl: Duration::from_secs(60),
+        remember_for: Duration::from_secs(3600),
+    })
+    .expect("open the redis store");
+    let single = run(1, &b, &steps, &|_, _| 0).remove(0);
     let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&store));
     let bad = violations(&single, &shards);
     assert!(bad.is_empty(), "{bad:?}");

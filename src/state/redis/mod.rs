@@ -575,8 +575,17 @@ impl RedisStore {
     /// the keys Redis answers `WRONGTYPE` for (written in the other layout) are asked again the
     /// other way.
     fn fetch<K: AsRef<[u8]>>(&mut self, keys: &[K]) -> Result<Vec<Stored>, StoreError> {
+        Ok(self.fetch_probing(&[] as &[K], keys)?.1)
+    }
+
+    /// As [`Self::fetch`], and in the same round trip one `EXISTS` of the keys `probe`, which are
+    /// read (in a second round trip) only when any of them is there: for records most keys do
+    /// not have (the verifiers parked under each decided call's operation key), one lookup each
+    /// inside one command instead of a command each.
+    fn fetch_probing<K: AsRef<[u8]>>(&mut self, probe: &[K], keys: &[K]) -> Result<(Vec<Stored>, Vec<Stored>), StoreError> {
         let strings = self.writes >= super::format::STRING_RECORDS_SINCE;
-        let first = self.fetch_as(keys.iter().map(AsRef::as_ref), strings)?;
+        let (present, first) = self.fetch_as(probe, keys.iter().map(AsRef::as_ref), strings)?;
+        let probed = if present == 0 { probe.iter().map(|_| Stored::Absent).collect() } else { self.fetch(probe)? };
         let mut out = Vec::with_capacity(keys.len());
         let mut again = Vec::new();
         for (i, row) in first.into_iter().enumerate() {
@@ -589,20 +598,32 @@ impl RedisStore {
             }
         }
         if !again.is_empty() {
-            let second = self.fetch_as(again.iter().map(|&i| keys[i].as_ref()), !strings)?;
+            let (_, second) = self.fetch_as(&[] as &[K], again.iter().map(|&i| keys[i].as_ref()), !strings)?;
             for (i, row) in again.into_iter().zip(second) {
                 // Neither layout: a key of another type, or one rewritten in between (read again
                 // at the next conflict); nothing this store can read.
                 out[i] = row.unwrap_or(Stored::Absent);
             }
         }
-        Ok(out)
+        Ok((probed, out))
     }
 
-    /// One pipeline reading `keys` in one layout; `None` for a key that holds the other.
-    fn fetch_as<'a>(&mut self, keys: impl Iterator<Item = &'a [u8]>, strings: bool) -> Result<Vec<Option<Stored>>, StoreError> {
+    /// One pipeline: how many of `probe` exist, then `keys` read in one layout (`None` for a key
+    /// that holds the other).
+    fn fetch_as<'a, K: AsRef<[u8]>>(
+        &mut self,
+        probe: &[K],
+        keys: impl Iterator<Item = &'a [u8]>,
+        strings: bool,
+    ) -> Result<(u64, Vec<Option<Stored>>), StoreError> {
         let mut pipe = ::redis::pipe();
         pipe.ignore_errors();
+        if !probe.is_empty() {
+            let exists = pipe.cmd("EXISTS");
+            for k in probe {
+                exists.arg(k.as_ref());
+            }
+        }
         for k in keys {
             if strings {
                 pipe.cmd("GET").arg(k);
@@ -610,9 +631,17 @@ impl RedisStore {
                 pipe.cmd("HMGET").arg(k).arg("v").arg("ver");
             }
         }
-        let values: Vec<::redis::Value> = self.with_conn(|c| pipe.query(c))?;
+        let mut values: Vec<::redis::Value> = self.with_conn(|c| pipe.query(c))?;
         let shown = &self.shown;
-        values
+        let present = if probe.is_empty() || values.is_empty() {
+            0
+        } else {
+            ::redis::from_redis_value::<u64>(
+                values.remove(0).extract_error().map_err(|e| StoreError::Backend(format!("redis at {shown}: {e}")))?,
+            )
+            .map_err(|e| StoreError::Backend(format!("redis at {shown}: {e}")))?
+        };
+        let rows = values
             .into_iter()
             .map(|v| match v {
                 ::redis::Value::ServerError(e) if e.code() == "WRONGTYPE" => Ok(None),
@@ -632,7 +661,8 @@ impl RedisStore {
                     }))
                 }
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok((present, rows))
     }
 }
 
@@ -848,12 +878,21 @@ impl StateStore for RedisStore {
         if n == 0 {
             return Ok(asks.iter().map(|_| Vec::new()).collect());
         }
-        let full: Vec<String> = asks.iter().flat_map(|(table, keys)| keys.iter().map(|k| record_key(*table, k))).collect();
-        let mut rows = self.fetch(&full)?.into_iter();
+        // A verifier is parked under an operation key only when it reported before its call
+        // reached another instance: those keys are probed, not read.
+        let keys_of = |parked: bool| -> Vec<String> {
+            asks.iter()
+                .filter(|(table, _)| (*table == Table::Parked) == parked)
+                .flat_map(|(table, keys)| keys.iter().map(|k| record_key(*table, k)))
+                .collect()
+        };
+        let (probed, rows) = self.fetch_probing(&keys_of(true), &keys_of(false))?;
+        let (mut probed, mut rows) = (probed.into_iter(), rows.into_iter());
         let mut all = Vec::with_capacity(asks.len());
         for (table, keys) in asks {
-            let rows: Vec<_> = rows.by_ref().take(keys.len()).collect();
-            all.push(self.take_rows(*table, keys, rows));
+            let from = if *table == Table::Parked { &mut probed } else { &mut rows };
+            let taken: Vec<_> = from.by_ref().take(keys.len()).collect();
+            all.push(self.take_rows(*table, keys, taken));
         }
         Ok(all)
     }
