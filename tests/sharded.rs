@@ -311,29 +311,9 @@ proptest! {
 #[test]
 fn with_a_shared_store_a_receipt_parked_elsewhere_before_its_call_revises_it() {
     let r = ring::Ring::new(&endpoints(3));
-    let mut found = None;
-    for seed in 0u8..=255 {
-        let c = Call { trace: [seed; 16], server_span: false, error: 0, receipt: Some((OutcomeResult::Missing, true)), sibling: false };
-        let all = spans(std::slice::from_ref(&c));
-        if r.index_for(&all[0].trace_id) != r.index_for(&all[1].trace_id) {
-            found = Some(all);
-            break;
-        }
-    }
-    let all = found.expect("some seed splits the call from its receipt");
-    // The receipt first; a quiet step in which its instance parks and publishes it; the call.
-    let b = vec![vec![all[1].clone()], vec![], vec![all[0].clone()]];
-    let steps = [0, 300, 300];
-    let single = run(1, &b, &steps, &|_, _| 0).remove(0);
-    assert_eq!(single.values().map(|v| v.1).collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
-    let without = run(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0));
+    let (single, without) = receipt_parked_first(&r, None);
     assert_eq!(violations(&single, &without).len(), 1, "without a store it is a false green");
-    let store = StoreHandle::new(MemoryStore::shared());
-    let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&store));
-    let bad = violations(&single, &shards);
-    assert!(bad.is_empty(), "{bad:?}");
-    let call_at = r.index_for(&all[0].trace_id).unwrap();
-    assert_eq!(shards[call_at].values().last().map(|v| v.1), Some(HealthState::FalseSuccess), "{shards:?}");
+    receipt_parked_first(&r, Some(&StoreHandle::new(MemoryStore::shared())));
 }
 
 /// The same on Redis (the service's shared store): the call's instance finds the parked receipt
@@ -345,16 +325,6 @@ fn on_redis_a_receipt_parked_elsewhere_before_its_call_revises_it() {
     if !support::redis_server::available("on_redis_a_receipt_parked_elsewhere_before_its_call_revises_it") {
         return;
     }
-    let r = ring::Ring::new(&endpoints(3));
-    let all = (0u8..=255)
-        .map(|seed| {
-            let c = Call { trace: [seed; 16], server_span: false, error: 0, receipt: Some((OutcomeResult::Missing, true)), sibling: false };
-            spans(std::slice::from_ref(&c))
-        })
-        .find(|all| r.index_for(&all[0].trace_id) != r.index_for(&all[1].trace_id))
-        .expect("some seed splits the call from its receipt");
-    let b = vec![vec![all[1].clone()], vec![], vec![all[0].clone()]];
-    let steps = [0, 300, 300];
     let server = support::redis_server::RedisServer::start();
     let store = StoreHandle::open_redis(mcp_health::testing::state::redis::RedisSettings {
         endpoint: server.url(),
@@ -364,12 +334,37 @@ fn on_redis_a_receipt_parked_elsewhere_before_its_call_revises_it() {
         remember_for: Duration::from_secs(3600),
     })
     .expect("open the redis store");
+    receipt_parked_first(&ring::Ring::new(&endpoints(3)), Some(&store));
+}
+
+/// A call whose receipt (own trace, joined by operation key) the ring sends to another instance.
+fn call_and_receipt_apart(r: &ring::Ring) -> Vec<SpanEvidence> {
+    (0u8..=255)
+        .map(|seed| {
+            let c = Call { trace: [seed; 16], server_span: false, error: 0, receipt: Some((OutcomeResult::Missing, true)), sibling: false };
+            spans(std::slice::from_ref(&c))
+        })
+        .find(|all| r.index_for(&all[0].trace_id) != r.index_for(&all[1].trace_id))
+        .expect("some seed splits the call from its receipt")
+}
+
+/// The receipt first, a quiet step in which its instance parks and publishes it, then the call,
+/// on three instances sharing `store`: with a store, the call's instance says what one process
+/// says (`false_success`). One process's finals and the instances', for the caller's checks.
+fn receipt_parked_first(r: &ring::Ring, store: Option<&StoreHandle>) -> (Finals, Vec<Finals>) {
+    let all = call_and_receipt_apart(r);
+    let b = vec![vec![all[1].clone()], vec![], vec![all[0].clone()]];
+    let steps = [0, 300, 300];
     let single = run(1, &b, &steps, &|_, _| 0).remove(0);
-    let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&store));
-    let bad = violations(&single, &shards);
-    assert!(bad.is_empty(), "{bad:?}");
-    let call_at = r.index_for(&all[0].trace_id).unwrap();
-    assert_eq!(shards[call_at].values().last().map(|v| v.1), Some(HealthState::FalseSuccess), "{shards:?}");
+    assert_eq!(single.values().map(|v| v.1).collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
+    let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), store);
+    if store.is_some() {
+        let bad = violations(&single, &shards);
+        assert!(bad.is_empty(), "{bad:?}");
+        let call_at = r.index_for(&all[0].trace_id).unwrap();
+        assert_eq!(shards[call_at].values().last().map(|v| v.1), Some(HealthState::FalseSuccess), "{shards:?}");
+    }
+    (single, shards)
 }
 
 /// The receipt of a call in a trace of its own (joined by operation key), routed to another
@@ -379,18 +374,7 @@ fn on_redis_a_receipt_parked_elsewhere_before_its_call_revises_it() {
 #[test]
 fn known_gap_a_receipt_in_its_own_trace_on_another_instance_is_a_false_green() {
     let r = ring::Ring::new(&endpoints(3));
-    // Find a call whose receipt's trace lands on another instance.
-    let mut found = None;
-    for seed in 0u8..=255 {
-        let c = Call { trace: [seed; 16], server_span: false, error: 0, receipt: Some((OutcomeResult::Missing, true)), sibling: false };
-        let all = spans(std::slice::from_ref(&c));
-        if r.index_for(&all[0].trace_id) != r.index_for(&all[1].trace_id) {
-            found = Some(all);
-            break;
-        }
-    }
-    let all = found.expect("some seed splits the call from its receipt");
-    let b = vec![all];
+    let b = vec![call_and_receipt_apart(&r)];
     let single = run(1, &b, &[], &|_, _| 0).remove(0);
     assert_eq!(single.values().map(|v| v.1).collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
     let shards = run(3, &b, &[], &|_, t| r.index_for(t).unwrap_or(0));
