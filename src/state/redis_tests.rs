@@ -1048,6 +1048,12 @@ fn redis_new_keys_written_together_one_taken_first_is_refused_alone_and_versions
         assert_eq!(version(&mut conn, &format!("op-{i}")), mine, "op-{i}: written, under the apply's version");
     }
     assert_ne!(version(&mut conn, "op-3"), mine);
+    // A new key twice in one write: no conflict, the last change stands.
+    let mut twice = Changes::default();
+    twice.put("new-twice".into(), Record::Operation([4; 16]));
+    twice.put("new-twice".into(), Record::Operation([5; 16]));
+    a.apply(&twice).unwrap();
+    assert!(matches!(open(&r).get(Table::Operations, "new-twice").unwrap(), Some(Record::Operation(t)) if t == [5; 16]));
     // Further applies, one after a dropped connection: a new version each time.
     let mut seen = vec![version(&mut conn, "op-3"), mine];
     for round in 0..3 {

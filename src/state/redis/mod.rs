@@ -189,7 +189,7 @@ pub(crate) struct RedisStore {
     scratch: Vec<u8>,
 }
 
-fn backend(shown: &str, e: &::redis::RedisError) -> StoreError {
+fn backend(shown: &str, e: &impl std::fmt::Display) -> StoreError {
     // A RedisError's text names the failure (refused, timed out, NOAUTH, WRONGPASS), not the URL.
     StoreError::Backend(format!("redis at {shown}: {e}"))
 }
@@ -326,6 +326,20 @@ impl RedisStore {
         }
     }
 
+    /// A record's bytes read without remembering its version (a peek, a count): one that cannot
+    /// be read is counted as skipped, by why, and read as absent.
+    fn decode_counted(&mut self, table: Table, key: &str, bytes: &[u8]) -> Option<Record> {
+        match Record::decode_with(table, key, bytes, self.read) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                let why =
+                    if let StoreError::Newer { version, .. } = e { super::SkipReason::Newer(version) } else { super::SkipReason::Damaged };
+                self.stats.skipped.add(table, why);
+                None
+            }
+        }
+    }
+
     /// Every (key, bytes, version) of `table`, by `SCAN` (the whole keyspace, or with `by_index`
     /// the table's index set by `SSCAN`) and [`Self::fetch`] in batches; a tombstone has no bytes.
     fn scan_table(&mut self, table: Table, by_index: bool) -> Result<Vec<Scanned>, StoreError> {
@@ -408,12 +422,16 @@ impl RedisStore {
         let quick = |c: &super::Change, seen: Option<Seen>| {
             direct && strings && c.value.is_some() && !c.table.expires() && !indexed(c.table) && seen.is_none()
         };
-        let mut keys: rustc_hash::FxHashSet<(Table, &str)> = Default::default();
+        // A key twice in one apply (nothing the engine writes, but nothing forbids it either)
+        // goes to the script, which tracks keys only then: the table it takes costs every record
+        // otherwise.
+        let twice = {
+            let mut keys: rustc_hash::FxHashSet<(Table, &str)> = Default::default();
+            !which.iter().filter_map(|i| changes.changes.get(*i)).all(|c| keys.insert((c.table, c.key.as_str())))
+        };
         for &i in which {
             let Some(c) = changes.changes.get(i) else { continue };
-            // A key twice goes to the script, which tracks it.
-            let once = keys.insert((c.table, c.key.as_str()));
-            if once && quick(c, self.versions.get(c.table, &c.key)) {
+            if !twice && quick(c, self.versions.get(c.table, &c.key)) {
                 plan.direct.push(i);
             } else {
                 plan.scripted.push(i);
@@ -451,7 +469,7 @@ impl RedisStore {
             resp::bulk(out, &[PREFIX.as_bytes(), b":version"]);
         } else {
             let scripted = std::mem::take(&mut plan.scripted);
-            sent += self.pack_apply(changes, &scripted, version, out)?;
+            sent += self.pack_apply(changes, &scripted, version, twice, out)?;
             plan.scripted = scripted;
         }
         Ok((sent, plan))
@@ -459,7 +477,15 @@ impl RedisStore {
 
     /// The apply script's `EVALSHA` for the changes `which` of `changes`, in RESP, appended to
     /// `out`; the payload bytes (keys, expectations, operations and records) it carries.
-    fn pack_apply(&mut self, changes: &Changes, which: &[usize], version: u64, out: &mut Vec<u8>) -> Result<usize, StoreError> {
+    /// `twice`: a key occurs twice among them (the script then tracks keys).
+    fn pack_apply(
+        &mut self,
+        changes: &Changes,
+        which: &[usize],
+        version: u64,
+        twice: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, StoreError> {
         let n = which.len();
         let p = PREFIX.as_bytes();
         // EVALSHA, the script's SHA-1, the number of keys, the keys, then the arguments.
@@ -477,12 +503,6 @@ impl RedisStore {
         }
         resp::bulk_number(out, b"", u64::try_from(self.settings.tombstone_ttl.as_millis()).unwrap_or(u64::MAX).max(1));
         let strings = self.writes >= super::format::STRING_RECORDS_SINCE;
-        // A key twice in one apply (nothing the engine writes, but nothing forbids it either) is
-        // tracked by the script only then: the table it takes costs every record otherwise.
-        let twice = {
-            let mut seen: rustc_hash::FxHashSet<(Table, &str)> = Default::default();
-            !picked().all(|c| seen.insert((c.table, c.key.as_str())))
-        };
         let mode: &[u8] = match (strings, twice) {
             (true, false) => b"s",
             (true, true) => b"S",
@@ -636,24 +656,21 @@ impl RedisStore {
         let present = if probe.is_empty() || values.is_empty() {
             0
         } else {
-            ::redis::from_redis_value::<u64>(
-                values.remove(0).extract_error().map_err(|e| StoreError::Backend(format!("redis at {shown}: {e}")))?,
-            )
-            .map_err(|e| StoreError::Backend(format!("redis at {shown}: {e}")))?
+            ::redis::from_redis_value::<u64>(values.remove(0).extract_error().map_err(|e| backend(shown, &e))?)
+                .map_err(|e| backend(shown, &e))?
         };
         let rows = values
             .into_iter()
             .map(|v| match v {
                 ::redis::Value::ServerError(e) if e.code() == "WRONGTYPE" => Ok(None),
-                ::redis::Value::ServerError(e) => Err(StoreError::Backend(format!("redis at {shown}: {e}"))),
+                ::redis::Value::ServerError(e) => Err(backend(shown, &e)),
                 ::redis::Value::Nil => Ok(Some(Stored::Absent)),
                 v if strings => {
-                    let bytes: Vec<u8> = ::redis::from_redis_value(v).map_err(|e| StoreError::Backend(format!("redis at {shown}: {e}")))?;
+                    let bytes: Vec<u8> = ::redis::from_redis_value(v).map_err(|e| backend(shown, &e))?;
                     Ok(Some(Stored::parse(bytes)))
                 }
                 v => {
-                    let (bytes, ver): (Option<Vec<u8>>, Option<u64>) =
-                        ::redis::from_redis_value(v).map_err(|e| StoreError::Backend(format!("redis at {shown}: {e}")))?;
+                    let (bytes, ver): (Option<Vec<u8>>, Option<u64>) = ::redis::from_redis_value(v).map_err(|e| backend(shown, &e))?;
                     Ok(Some(match (bytes, ver) {
                         (Some(b), Some(ver)) => Stored::Record(ver, b),
                         (None, Some(ver)) => Stored::Deleted(ver),
@@ -908,34 +925,14 @@ impl StateStore for RedisStore {
     fn peek(&mut self, table: Table, key: &str) -> Result<Option<Record>, StoreError> {
         let Some(Stored::Record(_, v)) = self.fetch(&[record_key(table, key)])?.pop() else { return Ok(None) };
         self.stats.bytes_received += v.len() as u64;
-        match Record::decode_with(table, key, &v, self.read) {
-            Ok(r) => Ok(Some(r)),
-            Err(StoreError::Newer { version, .. }) => {
-                self.stats.skipped.add(table, super::SkipReason::Newer(version));
-                Ok(None)
-            }
-            Err(_) => {
-                self.stats.skipped.add(table, super::SkipReason::Damaged);
-                Ok(None)
-            }
-        }
+        Ok(self.decode_counted(table, key, &v))
     }
 
     fn scan(&mut self, table: Table) -> Result<Vec<(String, Record)>, StoreError> {
         let mut out = Vec::new();
         for (key, bytes, _) in self.scan_table(table, indexed(table))? {
-            if let Some(bytes) = bytes {
-                match Record::decode_with(table, &key, &bytes, self.read) {
-                    Ok(r) => out.push((key, r)),
-                    Err(e) => {
-                        let why = if let StoreError::Newer { version, .. } = e {
-                            super::SkipReason::Newer(version)
-                        } else {
-                            super::SkipReason::Damaged
-                        };
-                        self.stats.skipped.add(table, why);
-                    }
-                }
+            if let Some(r) = bytes.and_then(|bytes| self.decode_counted(table, &key, &bytes)) {
+                out.push((key, r));
             }
         }
         Ok(out)
