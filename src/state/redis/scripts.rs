@@ -19,8 +19,9 @@
 /// which are not written. A key twice in one apply is checked once; its second change is written
 /// (or refused) as its first was.
 ///
-/// In the string layout a put is one `SET … GET` (the puts of new keys one `MSETNX` for many):
-/// the old value comes back with the write, and on the rare conflict the old value is put back.
+/// In the string layout a put is one `SET … GET` (the puts of new keys that no index counts come
+/// here only when the client's `MSETNX` found one of them taken): the old value comes back with
+/// the write, and on the rare conflict the old value is put back.
 /// Every `redis.call` is Redis's own CPU, which is what a busy cluster waits for (a profile of
 /// `redis-server` showed more time in the calls' way in and out of Lua than in the commands), so
 /// the common case is one call per record where the hash layout takes two or three (`HGET ver`,
@@ -39,30 +40,6 @@ local done = nil
 if mode == 83 or mode == 72 then done = {} end
 local v = string.sub(ARGV[2], 2)
 local bad = {}
--- The puts of keys expected absent in tables that do not expire (every new decided chain and
--- operation key: most of what is written) are one MSETNX per few hundred, not a SET each. One
--- that finds any of its keys there writes none of them; those then go the way of the others.
-local quick = {}
-if strings and not done then
-  local batch = {}
-  local first = 1
-  local function flush(upto)
-    if #batch > 0 and redis.call('MSETNX', unpack(batch)) == 1 then
-      for j = first, upto do quick[j] = true end
-    end
-    batch = {}
-    first = upto + 1
-  end
-  for i = 1, n do
-    local a = ARGV[3 * i]
-    if string.byte(a, 1) == 112 and string.byte(a, 3) == 97 then
-      batch[#batch + 1] = KEYS[i + 1]
-      batch[#batch + 1] = ARGV[3 * i + 2]
-      if #batch >= 400 then flush(i) end
-    end
-  end
-  flush(n)
-end
 -- The version a string-layout value carries (`<version>:<bytes>`, or `<version>` for a tombstone).
 local function version_of(s)
   local c = string.find(s, ':', 1, true)
@@ -99,9 +76,7 @@ for i = 1, n do
   local ok, created = false, false
   local prior = nil
   if done then prior = done[k] end
-  if quick[i] and op == 112 and kind == 97 then
-    ok, created = true, true
-  elseif prior ~= nil then
+  if prior ~= nil then
     ok = prior
     if ok then
       if strings then
