@@ -348,17 +348,9 @@ impl Record {
 
     /// The record's bytes as stored: framed with this build's format version.
     pub fn encode(&self) -> Result<Vec<u8>, StoreError> {
-        match self {
-            Record::Session(r) => encode(r),
-            Record::Incidents(r) => encode(r),
-            Record::Decided(r) => encode(r),
-            Record::Operation(r) => encode(r),
-            Record::DriftReported(r) => encode(r),
-            Record::Refusals(r) => encode(r),
-            Record::Halves(r) => encode(r),
-            Record::Parked(r) => encode(r),
-            Record::Split(r) => encode(r),
-        }
+        let mut out = Vec::new();
+        self.encode_into(format::CURRENT, &mut out)?;
+        Ok(out)
     }
 
     /// The record's bytes in format `version`: 0 is 0.1.0's bare layout (written while a 0.1.0
@@ -767,13 +759,16 @@ impl std::fmt::Debug for StoreHandle {
     }
 }
 
-/// Encode a record (postcard), framed with this build's format version.
+/// [`encode_into`] a new buffer (the tests' measure of a record's size).
+#[cfg(test)]
 pub(crate) fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, StoreError> {
-    let frame = format::frame(&[]);
-    postcard::to_extend(v, frame).map_err(|e| StoreError::Backend(format!("encode: {e}")))
+    let mut out = Vec::new();
+    encode_into(v, &mut out)?;
+    Ok(out)
 }
 
-/// [`encode`] appended to `out` (left empty if the record cannot be encoded).
+/// Encode a record (postcard), framed with this build's format version, appended to `out` (left
+/// empty if the record cannot be encoded).
 pub(crate) fn encode_into<T: Serialize + ?Sized>(v: &T, out: &mut Vec<u8>) -> Result<(), StoreError> {
     format::frame_into(out);
     *out = postcard::to_extend(v, std::mem::take(out)).map_err(|e| StoreError::Backend(format!("encode: {e}")))?;
