@@ -548,6 +548,9 @@ fn cluster(rt: &tokio::runtime::Runtime, bin: &str, calls_per_batch: u32, secs: 
     let storage = format!("storage:\n  kind: redis\n  endpoint: {}\n", r.url());
     let one_shared = [start_binary_with(bin, "1s", "5s", None, None, "", &storage)];
     let one_on_redis = measure_all("one instance, on redis", &one_shared, r.pid());
+    if profiling() {
+        profile_window(rt, &one_shared[0], &batches_for(0), secs, &SendOptions::default(), "on-redis");
+    }
     drop(one_shared);
     let three: Vec<Service> = (0..3).map(|_| start_binary_with(bin, "1s", "5s", None, None, "", &storage)).collect();
     let shared = measure_all("three instances, one redis", &three, r.pid());

@@ -180,7 +180,7 @@ fn run(engines: &mut [(To, Engine)], reqs: &mut [(To, u64, ExportTraceServiceReq
     for (_, e) in engines.iter_mut() {
         e.flush_store(at(end), &mut out);
     }
-    out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect()
+    out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(std::sync::Arc::unwrap_or_clone(v)) } else { None }).collect()
 }
 
 /// Each call's last word, by its client span: a server half decided alone and later joined by
@@ -352,7 +352,8 @@ fn a_call_decided_at_one_instances_drain_is_revised_by_another() {
     // SIGTERM: the drain decides it (partial) and writes it.
     stopping.drain(mcp_health::verdict::DecidedBy::Shutdown, now(1_200), &mut out);
     stopping.flush_store(now(1_200), &mut out);
-    let first: Vec<Verdict> = out.drain(..).filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect();
+    let first: Vec<Verdict> =
+        out.drain(..).filter_map(|d| if let Decided::Call(v) = d { Some(std::sync::Arc::unwrap_or_clone(v)) } else { None }).collect();
     assert_eq!(first.len(), 1);
     assert_eq!((first[0].revision, first[0].state), (0, HealthState::Unverified), "{:#?}", first[0]);
     // The server span reaches the other instance.
@@ -362,7 +363,8 @@ fn a_call_decided_at_one_instances_drain_is_revised_by_another() {
         ms += 50;
         other.tick(now(ms), &mut out);
     }
-    let later: Vec<Verdict> = out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect();
+    let later: Vec<Verdict> =
+        out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(std::sync::Arc::unwrap_or_clone(v)) } else { None }).collect();
     assert_eq!(later.len(), 1, "one verdict for the rest of the call: {later:#?}");
     let v = &later[0];
     assert_eq!(v.state, HealthState::ToolFailed, "{v:#?}");

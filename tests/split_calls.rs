@@ -291,7 +291,8 @@ impl Run {
 }
 
 fn collect(out: Vec<Decided>, e: &Engine) -> Run {
-    let verdicts = out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect();
+    let verdicts =
+        out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(std::sync::Arc::unwrap_or_clone(v)) } else { None }).collect();
     let st = &e.chains().cross.stats;
     Run { verdicts, ambiguous: st.ambiguous + st.http_ambiguous }
 }

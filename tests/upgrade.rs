@@ -139,7 +139,7 @@ fn one_process(rel: &Release, stopped_ns: u64) -> (Vec<Decided>, Vec<Decided>) {
 }
 
 fn calls(out: &[Decided]) -> Vec<&Verdict> {
-    out.iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect()
+    out.iter().filter_map(|d| if let Decided::Call(v) = d { Some(&**v) } else { None }).collect()
 }
 
 /// Each incident's transitions, by id, in order, and its retry count at the last one.

@@ -38,6 +38,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("status page", &["mcp_health::emit::status", "StatusSink"]),
     ("emission (exporters)", &["mcp_health::emit::", "tonic::client", "tonic::transport::channel"]),
     ("queue hops", &["mcp_health::flow::queue", "tokio::sync::"]),
+    ("store (records, Redis protocol)", &["mcp_health::state::", "redis::"]),
     ("engine (steps, state)", &["mcp_health::engine::", "mcp_health::service::", "mcp_health::evidence::"]),
     (
         "receive + framing",

@@ -293,7 +293,7 @@ fn write_json(
         .cloned()
         .map(Decided::Drift)
         .chain(incidents.iter().cloned().map(Decided::Incident))
-        .chain(verdicts.iter().cloned().map(Decided::Call))
+        .chain(verdicts.iter().map(|v| Decided::Call(std::sync::Arc::new(v.clone()))))
         .chain(catalog.iter().cloned().map(Decided::Catalog));
     for r in records {
         r.write_line(&mut buf).map_err(std::io::Error::other)?;

@@ -342,12 +342,12 @@ mod tests {
         let mut records = decided();
         // Every optional attribute: a partial verdict too.
         let partial = records.iter().find_map(|r| match r {
-            Decided::Call(v) => Some(v.clone()),
+            Decided::Call(v) => Some(Verdict::clone(v)),
             _ => None,
         });
         if let Some(mut v) = partial {
             v.partial = Some(crate::verdict::Partial::DecidedAtShutdown);
-            records.push(Decided::Call(v));
+            records.push(Decided::Call(std::sync::Arc::new(v)));
         }
         let calls = records.iter().filter(|r| matches!(r, Decided::Call(_))).count();
         let catalog = records.iter().filter(|r| matches!(r, Decided::Catalog(_))).count();

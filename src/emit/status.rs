@@ -447,14 +447,14 @@ pub(crate) struct StatusSnapshot {
     resolved: VecDeque<IncidentView>,
     /// The latest failing call of each incident cause (the id is computed when the page is drawn:
     /// it is a hash, not work for every failing call).
-    incident_calls: BoundedMap<incidents::Cause, Verdict>,
+    incident_calls: BoundedMap<incidents::Cause, Arc<Verdict>>,
     servers: BoundedMap<String, Rates>,
     catalogs: BoundedMap<String, CatalogView>,
     drift: BoundedMap<(String, String), DriftView>,
     /// Kept as verdicts (a clone is a few reference counts); explained when the page is drawn.
-    recent: VecDeque<Verdict>,
+    recent: VecDeque<Arc<Verdict>>,
     /// The latest healthy calls (any server), newest first: which call resolved an incident.
-    healthy: VecDeque<Verdict>,
+    healthy: VecDeque<Arc<Verdict>>,
     /// The latest catalog convergences (server, session hash, time), for stale-catalog incidents.
     converged: VecDeque<(Option<String>, String, u64)>,
 }
@@ -609,7 +609,7 @@ impl StatusSnapshot {
                 });
             }
         }
-        let mine = |v: &&Verdict| v.server.as_deref() == server;
+        let mine = |v: &&Arc<Verdict>| v.server.as_deref() == server;
         let call = self
             .healthy
             .iter()
@@ -627,7 +627,7 @@ impl StatusSnapshot {
         })
     }
 
-    fn call(&mut self, v: &Verdict, recent: bool) {
+    fn call(&mut self, v: &Arc<Verdict>, recent: bool) {
         let server = v.server.as_deref().unwrap_or(NO_SERVER);
         if v.attempt {
             match self.servers.get_mut(server) {
@@ -653,8 +653,11 @@ impl StatusSnapshot {
 
     /// What the page shows now; `queues` are read by the caller (they are not the engine's).
     pub(crate) fn view(&self, now: Moment, queues: Vec<QueueFill>) -> StatusView {
-        let mut incidents: Vec<IncidentView> =
-            self.incidents.iter().map(|(_, row)| IncidentView::of(row, self.incident_calls.get(&row.cause).map(CallView::of))).collect();
+        let mut incidents: Vec<IncidentView> = self
+            .incidents
+            .iter()
+            .map(|(_, row)| IncidentView::of(row, self.incident_calls.get(&row.cause).map(|v| CallView::of(v))))
+            .collect();
         // Grouped by server, then by layer (SPEC's order), newest evidence first within.
         incidents.sort_by(|a, b| {
             (a.server.as_deref(), layer_rank(a.first_failed_layer), std::cmp::Reverse(a.last_evidence_ns)).cmp(&(
@@ -688,7 +691,7 @@ impl StatusSnapshot {
             catalogs,
             drift,
             queues,
-            recent_calls: self.recent.iter().map(CallView::of).collect(),
+            recent_calls: self.recent.iter().map(|v| CallView::of(v)).collect(),
             evicted: TABLES.iter().map(|t| (*t, crate::bounded::evicted(t))).collect(),
         }
     }
@@ -735,7 +738,7 @@ mod tests {
     fn status_rates_count_attempts_once_and_revisions_move_successes() {
         let mut s = StatusSnapshot::default();
         let ok = Verdict { server: Some(Arc::from("a")), ..sample("tools/call", true, false) };
-        s.accept(&[Decided::Call(ok.clone()), Decided::Call(failing("a"))]);
+        s.accept(&[Decided::Call(Arc::new(ok.clone())), Decided::Call(Arc::new(failing("a")))]);
         let was = crate::verdict::Superseded {
             state: HealthState::Unverified,
             protocol_success: true,
@@ -744,7 +747,10 @@ mod tests {
         };
         let revised =
             Verdict { revision: 1, supersedes: Some(was), ..Verdict { server: Some(Arc::from("a")), ..sample("tools/call", true, true) } };
-        s.accept(&[Decided::Call(revised), Decided::Call(Verdict { server: Some(Arc::from("a")), ..sample("ping", true, false) })]);
+        s.accept(&[
+            Decided::Call(Arc::new(revised)),
+            Decided::Call(Arc::new(Verdict { server: Some(Arc::from("a")), ..sample("ping", true, false) })),
+        ]);
         let v = s.view(Moment::from_nanos(1), vec![]);
         let a = &v.servers[0];
         assert_eq!(a.rates, Rates { attempts: 2, protocol_successes: 1, verified_successes: 1, unconfirmed: 0 });
@@ -758,9 +764,9 @@ mod tests {
         let steps: Vec<Vec<u64>> = vec![(0..150).collect(), (150..700).collect(), (700..720).collect()];
         let (mut whole, mut one_by_one) = (StatusSnapshot::default(), StatusSnapshot::default());
         for step in &steps {
-            whole.accept(&step.iter().map(|e| Decided::Call(healthy(*e))).collect::<Vec<_>>());
+            whole.accept(&step.iter().map(|e| Decided::Call(Arc::new(healthy(*e)))).collect::<Vec<_>>());
             for e in step {
-                one_by_one.accept(&[Decided::Call(healthy(*e))]);
+                one_by_one.accept(&[Decided::Call(Arc::new(healthy(*e)))]);
             }
         }
         let ends = |s: &StatusSnapshot| s.healthy.iter().map(|v| v.end_ns).collect::<Vec<_>>();
@@ -849,13 +855,13 @@ mod tests {
     fn status_tables_are_bounded_and_count_what_they_push_out() {
         let mut s = StatusSnapshot::default();
         let before = crate::bounded::evicted("status_recent_calls");
-        let calls: Vec<Decided> = (0..MAX_RECENT_CALLS + 5).map(|_| Decided::Call(sample("tools/call", true, true))).collect();
+        let calls: Vec<Decided> = (0..MAX_RECENT_CALLS + 5).map(|_| Decided::Call(Arc::new(sample("tools/call", true, true)))).collect();
         s.accept(&calls);
         assert_eq!(s.recent.len(), MAX_RECENT_CALLS);
         assert!(crate::bounded::evicted("status_recent_calls") >= before + 5);
         let before = crate::bounded::evicted("status_servers");
         let calls: Vec<Decided> = (0..MAX_SERVERS + 3)
-            .map(|i| Decided::Call(Verdict { server: Some(Arc::from(format!("s{i}"))), ..sample("tools/call", true, true) }))
+            .map(|i| Decided::Call(Arc::new(Verdict { server: Some(Arc::from(format!("s{i}"))), ..sample("tools/call", true, true) })))
             .collect();
         s.accept(&calls);
         assert_eq!(s.view(Moment::from_nanos(1), vec![]).servers.len(), MAX_SERVERS);

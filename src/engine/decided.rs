@@ -1,5 +1,7 @@
 //! What the engine decides: the one record type every sink reads, in serve and in replay alike.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::classify::catalog::CatalogVerdict;
@@ -9,13 +11,15 @@ use crate::correlate::CatalogChange;
 use crate::evidence::{SpanId, TraceId};
 use crate::verdict::Verdict;
 
-/// One thing the engine decided. Sinks format these; they never re-derive them.
+/// One thing the engine decided. Sinks format these; they never re-derive them. A verdict is
+/// shared: it is most of a kilobyte, a step's records move through several vectors on their way
+/// to the sinks, and the status page keeps some of them (recent calls, an incident's evidence).
 #[derive(Clone, Debug)]
 pub enum Decided {
     /// A call's verdict: its first decision, or a revision (`revision > 0`, `supersedes` set).
-    Call(Verdict),
+    Call(Arc<Verdict>),
     /// An interim report on a call still in flight (`working`); the final verdict follows.
-    Interim(Verdict),
+    Interim(Arc<Verdict>),
     /// A session's catalog verdict changed (new evidence, or time passed a TTL or `max_age`).
     Catalog(CatalogChange),
     /// A discovered tool definition differs from its pin.

@@ -579,7 +579,7 @@ impl Engine {
                     crate::classify::partial::mark(&mut v, why);
                 }
                 self.observe_incidents(&v, out);
-                out.push(Decided::Call(v));
+                out.push(Decided::Call(Arc::new(v)));
             }
         }
     }
@@ -647,7 +647,7 @@ impl Engine {
     /// The interim report of a call still in flight (`working`, `waiting`); its final verdict follows.
     fn interim(&self, c: &CallEvidence, now_ns: u64) -> Decided {
         let d = Decision { revision: 0, decided_by: DecidedBy::InFlight, root_seen: false, truncated: false };
-        Decided::Interim(classify_with_clocks(c, &self.sessions, self.pins(), &self.progress, now_ns, d))
+        Decided::Interim(Arc::new(classify_with_clocks(c, &self.sessions, self.pins(), &self.progress, now_ns, d)))
     }
 
     /// Check the tools of every `tools/list` page in `spans` against the pins; each drifted

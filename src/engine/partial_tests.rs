@@ -59,7 +59,7 @@ fn run(e: &mut Engine, batches: Vec<Vec<SpanEvidence>>) -> Vec<Verdict> {
     e.tick(at(T0 + 500 * MS), &mut out);
     out.into_iter()
         .filter_map(|d| match d {
-            Decided::Call(v) => Some(v),
+            Decided::Call(v) => Some(Arc::unwrap_or_clone(v)),
             _ => None,
         })
         .collect()
@@ -118,7 +118,8 @@ fn a_chain_decided_at_shutdown_is_partial_whatever_the_rule() {
         spans[0].parent_span_id = Some([9; 8]);
         e.ingest(NormalizedBatch { evidence: spans, ..Default::default() }, at(T0 + MS), &mut out);
         e.drain(DecidedBy::Shutdown, at(T0 + 2 * MS), &mut out);
-        let vs: Vec<Verdict> = out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect();
+        let vs: Vec<Verdict> =
+            out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(Arc::unwrap_or_clone(v)) } else { None }).collect();
         let v = of(&vs, 1);
         assert_eq!(
             (v.state, v.partial, v.confidence),
@@ -171,7 +172,8 @@ fn while_the_store_is_down_verdicts_are_capped_and_it_says_so() {
     step(&mut e, &mut out, 4, 3_000); // decided while still marked down; the write succeeds
     assert!(!e.store_down());
     step(&mut e, &mut out, 5, 4_000);
-    let vs: Vec<Verdict> = out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).collect();
+    let vs: Vec<Verdict> =
+        out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(Arc::unwrap_or_clone(v)) } else { None }).collect();
     let got: Vec<(u8, HealthState, Option<Partial>)> = vs.iter().map(|v| (v.trace_id[0], v.state, v.partial)).collect();
     assert_eq!(
         got,
@@ -215,8 +217,11 @@ fn a_revision_supersedes_the_capped_verdict_as_reported() {
     e.ingest(NormalizedBatch { evidence: vec![late], ..Default::default() }, at(T0 + 300 * MS), &mut out);
     e.tick(at(T0 + 400 * MS), &mut out);
     assert!(!e.store_down());
-    let vs: Vec<Verdict> =
-        out.into_iter().filter_map(|d| if let Decided::Call(v) = d { Some(v) } else { None }).filter(|v| v.trace_id == [1; 16]).collect();
+    let vs: Vec<Verdict> = out
+        .into_iter()
+        .filter_map(|d| if let Decided::Call(v) = d { Some(Arc::unwrap_or_clone(v)) } else { None })
+        .filter(|v| v.trace_id == [1; 16])
+        .collect();
     assert_eq!(vs.len(), 2, "{vs:?}");
     assert_eq!((vs[0].state, vs[0].partial, vs[0].verified_success), (HealthState::Unverified, Some(Partial::StoreUnavailable), false));
     assert_eq!((vs[1].revision, vs[1].state, vs[1].partial), (1, HealthState::Healthy, None));

@@ -80,7 +80,7 @@ fn refused(trace: u8, start_ns: u64) -> SpanEvidence {
 fn calls(out: &[Decided]) -> Vec<&Verdict> {
     out.iter()
         .filter_map(|d| match d {
-            Decided::Call(v) => Some(v),
+            Decided::Call(v) => Some(&**v),
             _ => None,
         })
         .collect()

@@ -217,7 +217,7 @@ fn engine(decision_wait_ms: u64) -> Engine {
 fn calls(out: &[Decided]) -> Vec<&Verdict> {
     out.iter()
         .filter_map(|d| match d {
-            Decided::Call(v) => Some(v),
+            Decided::Call(v) => Some(&**v),
             _ => None,
         })
         .collect()

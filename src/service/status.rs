@@ -744,7 +744,7 @@ mod tests {
             agent: Some(Arc::from("<svg onload=alert(3)>")),
             ..sample("tools/call", true, false)
         };
-        s.accept(&[Decided::Call(v)]);
+        s.accept(&[Decided::Call(Arc::new(v))]);
         let view = s.view(Moment::from_nanos(1_000_000_000), vec![]);
         // Filters echo what the reader typed: markup there is text too.
         let f = Filter::parse(Some("server=%3Cscript%3Ealert(4)%3C%2Fscript%3E&agent=%22%3E%3Cb%3E"));
@@ -800,7 +800,7 @@ mod tests {
             trace_id: [0xab; 16],
             ..sample("tools/call", false, false)
         };
-        s.accept(&[Decided::Call(failing("alpha:1", "bot-a")), Decided::Call(failing("beta:2", "bot-b"))]);
+        s.accept(&[Decided::Call(Arc::new(failing("alpha:1", "bot-a"))), Decided::Call(Arc::new(failing("beta:2", "bot-b")))]);
         let view = s.view(Moment::from_nanos(1_000_000_000), vec![]);
         let all = render_html(&view, &Filter::default(), &links());
         assert!(all.contains("http-equiv=\"refresh\""), "refreshes by default");
