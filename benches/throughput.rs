@@ -15,6 +15,8 @@
 //!     MCP_HEALTH_BENCH_PROFILE=1 ...          (every service line is followed by a window under
 //!         `perf record` and its stage breakdown, CPU µs per span per stage; folded stacks for a
 //!         flame graph in MCP_HEALTH_BENCH_PROFILE_DIR, by default the system's temp directory)
+//!     MCP_HEALTH_BENCH_MAX_DECIDED=100000 ... (decided chains kept for revision, and on Redis
+//!         written to it, as the service's default does; 0, none, by default)
 //!     MCP_HEALTH_BENCH_LIMIT_MIB=2000 ...     (every service under a memory limiter of that size)
 //!     MCP_HEALTH_BENCH_HELD_QUEUE=8 MCP_HEALTH_BENCH_HELD_CONSUMERS=10 ...   (the held-request
 //!         run's pass-through queue and workers: requests held = queue + workers)
@@ -194,9 +196,13 @@ fn start_binary_with(
     // (the binary then has mimalloc return freed memory at once).
     let limiter =
         std::env::var("MCP_HEALTH_BENCH_LIMIT_MIB").map(|m| format!("  memory_limiter:\n    limit_mib: {m}\n")).unwrap_or_default();
+    // Decided chains kept for revision: none by default (the memory lines measure chains in
+    // flight); `MCP_HEALTH_BENCH_MAX_DECIDED=100000` (the service's default) for the cluster
+    // lines as a deployment runs them, where every decided chain is also written to the store.
+    let max_decided = std::env::var("MCP_HEALTH_BENCH_MAX_DECIDED").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     let cfg = format!(
         "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{grpc}\n{tls_lines}\
-processors:\n{limiter}  mcp_health:\n    decision_wait: {decision_wait}\n    max_wait: {max_wait}\n    max_chains: 2000000\n    max_bytes: 4294967296\n    queue_size: 64\n    max_decided: 0\n\
+processors:\n{limiter}  mcp_health:\n    decision_wait: {decision_wait}\n    max_wait: {max_wait}\n    max_chains: 2000000\n    max_bytes: 4294967296\n    queue_size: 64\n    max_decided: {max_decided}\n\
 exporters:\n  prometheus:\n    endpoint: 127.0.0.1:{prom}\n{otlp_lines}\
 extensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\n\
 service:\n  telemetry:\n    logs:\n      level: warn\n{top_extra}"

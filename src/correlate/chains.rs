@@ -179,6 +179,10 @@ impl DecidedChain {
 }
 
 /// The operation keys the calls of a chain named.
+/// Decided chains forgotten under `max_decided` whose trace and operation keys are remembered
+/// (with a store, late evidence for one reads it back).
+pub(crate) const MAX_SPILLED: usize = 100_000;
+
 fn op_keys(spans: &[SpanEvidence]) -> Vec<Box<str>> {
     spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.clone()).collect()
 }
@@ -286,7 +290,7 @@ impl Chains {
             limbo: FxHashMap::default(),
             pending_index: Vec::new(),
             batch_spans: FxHashMap::default(),
-            spilled: crate::bounded::BoundedMap::with_capacity("spilled_decided", 100_000),
+            spilled: crate::bounded::BoundedMap::with_capacity("spilled_decided", MAX_SPILLED),
             outbox: Outbox::default(),
             share_orphans: false,
             splits: Default::default(),
@@ -340,6 +344,9 @@ impl Chains {
         match kept {
             Restore::Decided(c) => self.restore_decided(c),
             Restore::Spilled(id, c) => self.unspill(id, c),
+            Restore::Forgotten { trace_id, decided_at_ns, operation_keys } => {
+                self.restore_forgotten(trace_id, decided_at_ns, operation_keys)
+            }
             Restore::Operation(key, trace) => self.restore_operation(&key, trace),
             Restore::Mark(server) => {
                 self.splits.learn(&server, Moment::from_nanos(0));
@@ -650,6 +657,29 @@ impl Chains {
         while self.decided.len() > self.limits.max_decided {
             self.expire_oldest_decided(false);
         }
+    }
+
+    /// A decided chain the store holds that a start-up load did not read whole (past
+    /// `max_decided`): remembered as one forgotten here under that bound would be.
+    fn restore_forgotten(&mut self, id: TraceId, decided_at_ns: u64, keys: Vec<Box<str>>) {
+        if self.active.contains_key(&id) || self.decided.contains_key(&id) {
+            return;
+        }
+        if self.outbox.track {
+            self.spilled.insert(id, (Moment::from_nanos(decided_at_ns), keys));
+        }
+        self.forgotten.insert(id);
+    }
+
+    /// Decided chains kept whole for revision.
+    pub fn decided_len(&self) -> usize {
+        self.decided.len()
+    }
+
+    /// How much of the stored decided chains a start-up load needs: what this table keeps whole
+    /// (`max_decided`), and what it remembers of those it forgot.
+    pub(crate) fn load_bound(&self) -> crate::state::DecidedBound {
+        crate::state::DecidedBound { keep: self.limits.max_decided, forgotten: MAX_SPILLED }
     }
 
     /// The decided chain a span would revise, when it is one forgotten here under a bound but

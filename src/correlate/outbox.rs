@@ -139,6 +139,9 @@ pub(crate) enum Restore {
     /// A chain forgotten here under a bound, back from the store (`None`: the store no longer
     /// has it).
     Spilled(TraceId, Option<KeptChain>),
+    /// A stored decided chain a start-up load left in the store (older than the `max_decided`
+    /// it kept): known as forgotten under that bound (at start oldest first, before those kept).
+    Forgotten { trace_id: TraceId, decided_at_ns: u64, operation_keys: Vec<Box<str>> },
     /// An operation key and the trace of its call.
     Operation(Box<str>, TraceId),
     /// A split mark the store held at start (the halves it concerns were decided before:

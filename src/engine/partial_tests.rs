@@ -134,8 +134,8 @@ fn a_chain_decided_at_shutdown_is_partial_whatever_the_rule() {
 struct Flaky(Arc<std::sync::atomic::AtomicBool>);
 
 impl crate::state::StateStore for Flaky {
-    fn load(&mut self) -> Result<crate::state::Snapshot, crate::state::StoreError> {
-        Ok(crate::state::Snapshot::default())
+    fn load_into(&mut self, into: crate::state::Snapshot) -> Result<crate::state::Snapshot, crate::state::StoreError> {
+        Ok(into)
     }
     fn apply(&mut self, _: &crate::state::Changes) -> Result<(), crate::state::StoreError> {
         if self.0.load(std::sync::atomic::Ordering::SeqCst) {

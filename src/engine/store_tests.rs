@@ -194,7 +194,7 @@ fn a_decided_chain_past_the_window_is_forgotten_after_a_restart() {
 fn a_failing_store_is_counted_and_marks_verdicts_partial_never_greener() {
     struct Broken;
     impl crate::state::StateStore for Broken {
-        fn load(&mut self) -> Result<crate::state::Snapshot, crate::state::StoreError> {
+        fn load_into(&mut self, _: crate::state::Snapshot) -> Result<crate::state::Snapshot, crate::state::StoreError> {
             Err(crate::state::StoreError::Backend("down".into()))
         }
         fn apply(&mut self, _: &crate::state::Changes) -> Result<(), crate::state::StoreError> {
@@ -293,4 +293,54 @@ fn late_evidence_for_a_chain_forgotten_under_a_bound_revises_it_from_the_store()
     e.drain(DecidedBy::Shutdown, at(400_001), &mut out);
     let snap = store.load().unwrap();
     assert!(snap.decided.is_empty() && snap.operations.is_empty(), "{} {:?}", snap.decided.len(), snap.operations);
+}
+
+/// A restart on a store that holds more decided chains than `max_decided`: the engine takes the
+/// newest whole and knows the older ones as forgotten under its bound (not read into memory);
+/// late evidence for an older one still revises it from the store, as it would had this engine
+/// forgotten the chain itself — a verifier by operation key, and a late HTTP span, which only a
+/// chain known as forgotten brings back (alone it starts no chain).
+#[test]
+fn a_restart_keeps_the_newest_decided_chains_and_revises_an_older_one_from_the_store() {
+    let store = StoreHandle::new(MemoryStore::new());
+    let mut out = Vec::new();
+    let mut e = engine_with(&store);
+    for (k, t) in [(2u8, 0u64), (5, 100), (7, 200), (9, 300)] {
+        let mut c = call(k, 200 + t);
+        c.operation_key = Some(format!("op-{k}").into());
+        e.ingest(batch(vec![c]), at(t), &mut out);
+        e.tick(at(t + 20), &mut out);
+    }
+    e.drain(DecidedBy::Shutdown, at(400), &mut out);
+    drop(e);
+    assert_eq!(store.load().unwrap().decided.len(), 4);
+    let mut cfg = EngineConfig::new(
+        ChainLimits { decision_wait: Duration::from_millis(10), max_decided: 2, ..ChainLimits::default() },
+        SessionLimits::default(),
+    );
+    cfg.store = Some(store.clone());
+    let mut e = Engine::new(cfg);
+    out.clear();
+    e.tick(at(1_000), &mut out);
+    assert_eq!(e.chains().decided_len(), 2, "the newest chains whole, no more");
+    let mut by_key = SpanEvidence::new([6; 16], [6; 8]);
+    by_key.operation_key = Some("op-2".into());
+    by_key.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::RowVersion,
+        checked_at_ns: 260,
+        request_id: None,
+        trust: Default::default(),
+    });
+    let mut http = SpanEvidence::new([5; 16], [8; 8]);
+    http.parent_span_id = Some([1; 8]);
+    http.side = Side::Client;
+    http.http_status = Some(200);
+    http.start_ns = 301;
+    http.end_ns = 305;
+    e.ingest(batch(vec![by_key, http]), at(10_000), &mut out);
+    e.tick(at(10_100), &mut out);
+    let mut revised: Vec<_> = calls(&out).into_iter().map(|v| (v.trace_id, v.revision)).collect();
+    revised.sort();
+    assert_eq!(revised, vec![([2; 16], 1), ([5; 16], 1)]);
 }

@@ -73,9 +73,8 @@ impl StateStore for EmbeddedStore {
         self.read = read;
     }
 
-    fn load(&mut self) -> Result<Snapshot, StoreError> {
+    fn load_into(&mut self, mut s: Snapshot) -> Result<Snapshot, StoreError> {
         let tx = self.db.begin_read().map_err(backend)?;
-        let mut s = Snapshot::default();
         for t in Table::ALL {
             let table = tx.open_table(def(t)).map_err(backend)?;
             for row in table.iter().map_err(backend)? {
@@ -83,6 +82,7 @@ impl StateStore for EmbeddedStore {
                 s.push_encoded(t, k.value(), v.value(), self.read);
             }
         }
+        s.settle();
         Ok(s)
     }
 

@@ -38,11 +38,11 @@ impl MemoryStore {
 }
 
 impl StateStore for MemoryStore {
-    fn load(&mut self) -> Result<Snapshot, StoreError> {
-        let mut s = Snapshot::default();
+    fn load_into(&mut self, mut s: Snapshot) -> Result<Snapshot, StoreError> {
         for ((_, key), r) in &self.records {
             s.push_record(key, r);
         }
+        s.settle();
         Ok(s)
     }
 

@@ -389,7 +389,7 @@ impl Record {
         match self {
             Record::Session(r) => s.sessions.push((key.to_string(), *r)),
             Record::Incidents(r) => s.incidents.push(*r),
-            Record::Decided(r) => s.decided.push(*r),
+            Record::Decided(r) => s.push_decided(*r),
             Record::Operation(t) => s.operations.push((key.to_string(), t)),
             Record::DriftReported(r) => s.drift_reported.push(r),
             Record::Refusals(r) => s.refusals.push((key.to_string(), *r)),
@@ -448,7 +448,39 @@ pub struct Snapshot {
     /// Records that could not be read (damaged, or of a newer format version): skipped, each
     /// named here, the rest loaded.
     pub skipped: Vec<Skipped>,
+    /// Under a [`DecidedBound`]: the decided chains past `keep`, newest first, as much of them
+    /// as the engine remembers of a chain it forgot under its bound.
+    pub forgotten: Vec<ForgottenDecided>,
+    /// Decided chains read, kept or not.
+    pub decided_read: u64,
+    /// The bound of a load that keeps the newest decided chains only (`None`: every record).
+    bound: Option<DecidedBound>,
 }
+
+/// How much of the decided chains a start-up load holds: the engine keeps at most `keep` for
+/// revision (`max_decided`) and remembers `forgotten` more only by trace and operation keys
+/// (late evidence for one reads it back from the store). The newest by decision time are
+/// taken; what is older stays in the store, and is never all in memory at once: a shared store
+/// holds every instance's chains of the late-span window, and reading all of them made a new
+/// instance on a busy store hold several times its memory limit before it listened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecidedBound {
+    pub keep: usize,
+    pub forgotten: usize,
+}
+
+/// A decided chain a bounded load did not hold whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForgottenDecided {
+    pub trace_id: TraceId,
+    pub decided_at_ns: u64,
+    /// The operation keys its calls named (a verifier naming one revises the chain).
+    pub operation_keys: Vec<Box<str>>,
+}
+
+/// Records a bounded load holds past its bound before it drops the oldest (at least this
+/// many, so that a small bound does not sort at every record).
+const BOUND_SLACK: usize = 1024;
 
 /// A stored record the load left out, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -477,6 +509,43 @@ impl SkipReason {
 }
 
 impl Snapshot {
+    /// An empty snapshot that keeps only the newest decided chains (see [`DecidedBound`]).
+    pub fn bounded(bound: DecidedBound) -> Snapshot {
+        Snapshot { bound: Some(bound), ..Default::default() }
+    }
+
+    fn push_decided(&mut self, r: DecidedRecord) {
+        self.decided_read += 1;
+        self.decided.push(r);
+        if let Some(b) = self.bound {
+            if self.decided.len() >= b.keep.saturating_mul(2).max(BOUND_SLACK) {
+                self.settle();
+            }
+        }
+    }
+
+    /// Under a bound: the decided chains newest first (one per trace and decision time), `keep`
+    /// of them whole and `forgotten` more by trace and operation keys; the rest let go. Within
+    /// one decision time the greater trace id counts as the newer, so what is kept does not
+    /// depend on the order the store answered in. Nothing without a bound.
+    pub fn settle(&mut self) {
+        let Some(b) = self.bound else { return };
+        let newest_first = |at: u64, t: &TraceId| std::cmp::Reverse((at, *t));
+        self.decided.sort_unstable_by_key(|d| newest_first(d.decided_at_ns, &d.trace_id));
+        self.decided.dedup_by(|a, b| a.trace_id == b.trace_id && a.decided_at_ns == b.decided_at_ns);
+        if self.decided.len() > b.keep {
+            let past = self.decided.drain(b.keep..).map(|d| ForgottenDecided {
+                trace_id: d.trace_id,
+                decided_at_ns: d.decided_at_ns,
+                operation_keys: d.spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.clone()).collect(),
+            });
+            self.forgotten.extend(past);
+        }
+        self.forgotten.sort_unstable_by_key(|d| newest_first(d.decided_at_ns, &d.trace_id));
+        self.forgotten.dedup_by(|a, b| a.trace_id == b.trace_id && a.decided_at_ns == b.decided_at_ns);
+        self.forgotten.truncate(b.forgotten);
+    }
+
     /// Add one stored record (`bytes` as [`Record::encode`], or 0.1.0, wrote them) to the
     /// snapshot. One that cannot be read is skipped and named ([`Snapshot::skipped`]): one record
     /// is never the reason to forget the rest. Whether it was read.
@@ -502,7 +571,7 @@ impl Snapshot {
         match r {
             Record::Session(r) => self.sessions.push((key.to_string(), (**r).clone())),
             Record::Incidents(r) => self.incidents.push((**r).clone()),
-            Record::Decided(r) => self.decided.push((**r).clone()),
+            Record::Decided(r) => self.push_decided((**r).clone()),
             Record::Operation(t) => self.operations.push((key.to_string(), *t)),
             Record::DriftReported(r) => self.drift_reported.push(r.clone()),
             Record::Refusals(r) => self.refusals.push((key.to_string(), (**r).clone())),
@@ -528,7 +597,12 @@ impl Snapshot {
 /// A store of the engine's state. Object-safe; the engine is its only caller.
 pub trait StateStore: Send {
     /// Every record stored.
-    fn load(&mut self) -> Result<Snapshot, StoreError>;
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        self.load_into(Snapshot::default())
+    }
+    /// Every record stored, into `into` (a [`Snapshot::bounded`] one keeps the newest decided
+    /// chains only, and holds no more than its bound while it reads), settled.
+    fn load_into(&mut self, into: Snapshot) -> Result<Snapshot, StoreError>;
     /// Apply the changes as one transaction: all of them or none. A shared store checks each
     /// record's version and refuses only the records another writer changed
     /// ([`StoreError::Conflict`]), writing the rest in the same transaction (see [`redis`](self::redis)).

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::tests::{all_changes, check, incident};
+use super::tests::{all_changes, check, check_bounded_load, incident, many_decided};
 use super::*;
 
 #[path = "../../tests/support/redis_server.rs"]
@@ -1205,4 +1205,17 @@ fn redis_a_damaged_or_newer_record_is_skipped_named_and_never_overwritten() {
     assert!(matches!(fresh.apply(&c), Err(StoreError::Conflict { .. })), "a newer build's record is never written over");
     let raw: Vec<u8> = ::redis::cmd("HGET").arg(&newer_key).arg("v").query(&mut conn).unwrap();
     assert_eq!(raw, newer);
+}
+
+/// A start-up load reads the decided chains a page at a time and holds only the newest (see
+/// `DecidedBound`); a key the scan returns twice is one chain; a load without a bound reads all.
+#[test]
+fn redis_a_bounded_load_keeps_the_newest_decided_chains() {
+    if !available("redis_a_bounded_load_keeps_the_newest_decided_chains") {
+        return;
+    }
+    let r = RedisServer::start();
+    let n = 2500;
+    open(&r).apply(&many_decided(n)).unwrap();
+    check_bounded_load(&mut open(&r), n);
 }

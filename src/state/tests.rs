@@ -302,3 +302,67 @@ fn a_receipt_0_1_0_stored_reads_by_the_receipt_policy() {
     assert_eq!(trust(ReadPolicy::default()), [ReceiptTrust::Unsigned]);
     assert_eq!(trust(ReadPolicy { receipt_keys_trusted: true }), [ReceiptTrust::Untrusted]);
 }
+
+/// `n` decided chains, trace `i` decided at `(i / 2) * 10` (two chains to each decision time,
+/// so that ties are decided by trace id), each with a call naming the operation key `op-<i>`.
+pub(super) fn many_decided(n: u16) -> Changes {
+    let mut c = Changes::default();
+    for i in 0..n {
+        let mut trace = [0u8; 16];
+        trace[..2].copy_from_slice(&(i + 1).to_be_bytes());
+        let mut call = SpanEvidence::new(trace, [1; 8]);
+        call.method = Some(crate::evidence::Method::ToolsCall);
+        call.operation_key = Some(format!("op-{i}").into());
+        let verifier = SpanEvidence::new(trace, [2; 8]);
+        let r = DecidedRecord {
+            trace_id: trace,
+            spans: Arc::new(vec![call, verifier]),
+            root_seen: true,
+            truncated: false,
+            revision: 0,
+            decided_at_ns: u64::from(i / 2) * 10,
+        };
+        c.put(trace_key(&trace), Record::Decided(Box::new(r)));
+    }
+    c
+}
+
+/// What a start-up load of [`many_decided`] holds under a bound: the `keep` newest chains whole,
+/// the next `forgotten` by trace and operation keys, newest first (by decision time, then trace
+/// id, whatever order the store answers in), and a count of every chain read. A load without a
+/// bound holds every chain whole.
+pub(super) fn check_bounded_load(st: &mut dyn StateStore, n: u16) {
+    let trace = |i: u16| {
+        let mut t = [0u8; 16];
+        t[..2].copy_from_slice(&(i + 1).to_be_bytes());
+        t
+    };
+    let bound = DecidedBound { keep: 3, forgotten: 4 };
+    let snap = st.load_into(Snapshot::bounded(bound)).unwrap();
+    let newest: Vec<TraceId> = (0..n).rev().map(trace).collect();
+    assert_eq!(snap.decided_read, u64::from(n));
+    assert_eq!(snap.decided.iter().map(|d| d.trace_id).collect::<Vec<_>>(), newest[..3]);
+    assert_eq!(snap.forgotten.iter().map(|d| d.trace_id).collect::<Vec<_>>(), newest[3..7]);
+    let i = n - 4;
+    assert_eq!(snap.forgotten[0].operation_keys, vec![Box::<str>::from(format!("op-{i}"))]);
+    assert_eq!(snap.forgotten[0].decided_at_ns, u64::from(i / 2) * 10);
+    let all = st.load().unwrap();
+    assert_eq!((all.decided.len(), all.forgotten.len()), (usize::from(n), 0));
+}
+
+#[test]
+fn a_bounded_load_keeps_the_newest_decided_chains_from_every_store() {
+    // Past the bound's slack, so that the load drops the oldest while it reads.
+    let n = 2 * BOUND_SLACK as u16 + 7;
+    let mut st = MemoryStore::new();
+    st.apply(&many_decided(n)).unwrap();
+    check_bounded_load(&mut st, n);
+    let dir = tempfile::tempdir().unwrap();
+    let mut st = EmbeddedStore::open(dir.path()).unwrap();
+    st.apply(&many_decided(n)).unwrap();
+    check_bounded_load(&mut st, n);
+    // A few only: nothing is dropped before the end.
+    let mut st = MemoryStore::new();
+    st.apply(&many_decided(9)).unwrap();
+    check_bounded_load(&mut st, 9);
+}

@@ -56,7 +56,8 @@ impl Link {
     /// read is skipped, named in the log and counted, the rest loaded; a store that cannot be
     /// read at all leaves the engine empty (nothing is judged from a state that could not be read).
     pub(crate) fn load(&mut self, t: &mut Tables) {
-        match self.call(|s| s.load()) {
+        let bound = t.chains.load_bound();
+        match self.call(move |s| s.load_into(crate::state::Snapshot::bounded(bound))) {
             Ok(snap) => {
                 for s in &snap.skipped {
                     self.skipped.add(s.table, s.why);
@@ -145,7 +146,7 @@ impl StoreReads for Reads<'_> {
 
 /// Put a snapshot back into the engine's tables.
 fn restore(t: &mut Tables, mut snap: Snapshot) {
-    let counts = (snap.sessions.len(), snap.incidents.len(), snap.decided.len());
+    let counts = (snap.sessions.len(), snap.incidents.len(), snap.decided.len(), snap.forgotten.len(), snap.decided_read);
     /// The first skipped records are named one by one; past these, a count.
     const NAMED: usize = 32;
     for s in snap.skipped.iter().take(NAMED) {
@@ -168,8 +169,14 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
     for part in snap.incidents {
         t.incidents.restore(IncidentsBack::Stored(part));
     }
-    // Oldest first, so the late-span window and `max_decided` forget them in order.
-    snap.decided.sort_by_key(|d| d.decided_at_ns);
+    // Oldest first, so the late-span window and `max_decided` forget them in order: those the
+    // load left in the store (older than every one it kept), then those it kept.
+    snap.forgotten.sort_by_key(|d| (d.decided_at_ns, d.trace_id));
+    for d in snap.forgotten {
+        t.restored.insert(d.trace_id);
+        t.chains.restore(Restore::Forgotten { trace_id: d.trace_id, decided_at_ns: d.decided_at_ns, operation_keys: d.operation_keys });
+    }
+    snap.decided.sort_by_key(|d| (d.decided_at_ns, d.trace_id));
     for d in snap.decided {
         t.restored.insert(d.trace_id);
         t.chains.restore(Restore::Decided(d.into()));
@@ -185,5 +192,13 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
     for s in snap.splits {
         t.chains.restore(Restore::Mark(s.server));
     }
-    tracing::info!(sessions = counts.0, incidents = counts.1, decided = counts.2, skipped, "state loaded from the store");
+    tracing::info!(
+        sessions = counts.0,
+        incidents = counts.1,
+        decided = counts.2,
+        decided_forgotten = counts.3,
+        decided_read = counts.4,
+        skipped,
+        "state loaded from the store"
+    );
 }

@@ -343,11 +343,23 @@ impl RedisStore {
     /// Every (key, bytes, version) of `table`, by `SCAN` (the whole keyspace, or with `by_index`
     /// the table's index set by `SSCAN`) and [`Self::fetch`] in batches; a tombstone has no bytes.
     fn scan_table(&mut self, table: Table, by_index: bool) -> Result<Vec<Scanned>, StoreError> {
+        let mut out = Vec::new();
+        self.scan_table_each(table, by_index, &mut |_, row| out.push(row))?;
+        // A `SCAN` (or `SSCAN`) may return a key twice (the table rehashed meanwhile): once
+        // each, so nothing is counted twice.
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.dedup_by(|a, b| a.0 == b.0);
+        Ok(out)
+    }
+
+    /// [`Self::scan_table`] a page at a time: each row handed to `each` as it is read, so that
+    /// a caller that keeps a bounded part of a large table never holds all of it. A key may
+    /// come twice.
+    fn scan_table_each(&mut self, table: Table, by_index: bool, each: &mut dyn FnMut(&mut Self, Scanned)) -> Result<(), StoreError> {
         let prefix = format!("{PREFIX}:{}:", table.as_str());
         let pattern = format!("{prefix}*");
         let index = index_key(table);
         let mut cursor: u64 = 0;
-        let mut out = Vec::new();
         loop {
             let (next, keys): (u64, Vec<Vec<u8>>) = if by_index {
                 self.with_conn(|c| ::redis::cmd("SSCAN").arg(&index).arg(cursor).arg("COUNT").arg(SCAN_COUNT).query(c))?
@@ -379,7 +391,7 @@ impl RedisStore {
                         message: "key is not UTF-8".into(),
                     })?;
                     self.stats.bytes_received += (key.len() + v.as_ref().map_or(0, Vec::len)) as u64;
-                    out.push((key, v, ver));
+                    each(self, (key, v, ver));
                 }
                 if !gone.is_empty() {
                     let mut inv = UNINDEX_SCRIPT.prepare_invoke();
@@ -392,11 +404,7 @@ impl RedisStore {
             }
             cursor = next;
             if cursor == 0 {
-                // A `SCAN` (or `SSCAN`) may return a key twice (the table rehashed meanwhile):
-                // once each, so nothing is counted twice.
-                out.sort_by(|a, b| a.0.cmp(&b.0));
-                out.dedup_by(|a, b| a.0 == b.0);
-                return Ok(out);
+                return Ok(());
             }
         }
     }
@@ -791,9 +799,30 @@ impl StateStore for RedisStore {
         self.read = read;
     }
 
-    fn load(&mut self) -> Result<Snapshot, StoreError> {
-        let mut s = Snapshot::default();
+    fn load_into(&mut self, mut s: Snapshot) -> Result<Snapshot, StoreError> {
         for t in Table::ALL {
+            if t == Table::Decided {
+                // The largest table by far, and not indexed: read a page at a time into the
+                // snapshot, which keeps what its bound says (a chain twice is one chain).
+                let start = s.skipped.len();
+                self.scan_table_each(t, false, &mut |store, (key, bytes, ver)| match bytes {
+                    Some(bytes) => {
+                        let before = s.skipped.len();
+                        if s.push_encoded(t, &key, &bytes, store.read)
+                            || s.skipped[before..].iter().any(|k| k.why == super::SkipReason::Damaged)
+                        {
+                            store.versions.insert(t, key, Seen::Record(ver));
+                        }
+                    }
+                    None => store.saw_deleted(t, key, ver),
+                })?;
+                // Named once each, in key order (as the other tables, read whole).
+                let mut mine = s.skipped.split_off(start);
+                mine.sort_by(|a, b| a.key.cmp(&b.key));
+                mine.dedup_by(|a, b| a.key == b.key);
+                s.skipped.append(&mut mine);
+                continue;
+            }
             let scanned = self.scan_table(t, false)?;
             if indexed(t) && !scanned.is_empty() {
                 // The index from what is there (records an older version wrote had none).
@@ -815,6 +844,7 @@ impl StateStore for RedisStore {
                 }
             }
         }
+        s.settle();
         Ok(s)
     }
 
