@@ -478,8 +478,8 @@ pub struct ForgottenDecided {
     pub operation_keys: Vec<Box<str>>,
 }
 
-/// Records a bounded load holds past its bound before it drops the oldest (at least this
-/// many, so that a small bound does not sort at every record).
+/// Records a bounded load holds before it drops the oldest: its bound and a quarter more, and
+/// at least this many, so that a small bound does not sort at every record.
 const BOUND_SLACK: usize = 1024;
 
 /// A stored record the load left out, and why.
@@ -518,7 +518,7 @@ impl Snapshot {
         self.decided_read += 1;
         self.decided.push(r);
         if let Some(b) = self.bound {
-            if self.decided.len() >= b.keep.saturating_mul(2).max(BOUND_SLACK) {
+            if self.decided.len() >= b.keep.saturating_add(b.keep / 4).max(BOUND_SLACK) {
                 self.settle();
             }
         }

@@ -72,7 +72,20 @@ impl Worker {
         // Unbounded in type, bounded by `MAX_IN_FLIGHT` in use: one answer per job in flight.
         let (answer_tx, answers) = mpsc::channel::<(u64, Answer)>();
         let spawned = std::thread::Builder::new().name("mcp-health-store".into()).spawn(move || {
-            while let Ok((id, job)) = job_rx.recv() {
+            loop {
+                let next = match job_rx.try_recv() {
+                    Ok(next) => Ok(next),
+                    Err(_) => {
+                        // Going idle: what this thread allocated and the engine's thread has
+                        // freed since (records read, a start-up load's chains) goes back to the
+                        // OS now. Frees from another thread wait for the owner's next
+                        // collection, and an idle thread makes none: a load's records stayed
+                        // resident, and the memory limiter then refused data on their account.
+                        crate::flow::memory::on_thread_idle();
+                        job_rx.recv()
+                    }
+                };
+                let Ok((id, job)) = next else { break };
                 let answer = {
                     let mut s = store.0.lock().unwrap_or_else(|e| e.into_inner());
                     job(&mut **s)
@@ -186,5 +199,34 @@ impl Worker {
     /// Time the caller's thread spent blocked on the store's thread.
     pub(crate) fn waited(&self) -> std::time::Duration {
         self.waited
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static IDLE: AtomicU64 = AtomicU64::new(0);
+
+    fn count_idle() {
+        IDLE.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The store's thread hands what it freed back to the allocator each time it goes idle: the
+    /// process's hook (in the binary, a collection of the thread's heap) runs before it waits.
+    #[test]
+    fn the_store_thread_runs_the_idle_hook_before_it_waits() {
+        crate::flow::memory::set_idle_hook(count_idle);
+        let mut w = Worker::thread(StoreHandle::new(crate::state::MemoryStore::new()));
+        let before = IDLE.load(Ordering::SeqCst);
+        assert_eq!(w.call(|s| s.is_shared()), Some(false));
+        assert_eq!(w.call(|s| s.is_shared()), Some(false));
+        // Each call found the queue empty after its job: idle again before the next.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while IDLE.load(Ordering::SeqCst) < before + 2 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(IDLE.load(Ordering::SeqCst) >= before + 2, "the hook ran {} times", IDLE.load(Ordering::SeqCst) - before);
     }
 }
