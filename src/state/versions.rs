@@ -17,12 +17,21 @@
 //! after its write; a session's delete, its idle expiry after its last change). Records that
 //! expire in the store on their own (the shared lists) are forgotten after their time to live,
 //! since the store has forgotten them by then too.
+//!
+//! Time alone does not bound it under load: flat out an instance writes some 80 000 keys a second
+//! (decided chains and operation keys), so a period of six minutes would hold tens of millions. A
+//! generation therefore also turns when it holds [`MAX_PER_GENERATION`] keys, forgetting (and
+//! counting) what the older one held: the same safe forgetting, sooner.
 
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
 use super::Table;
+
+/// Keys one generation holds before it turns early (see the module documentation): with two
+/// generations and the expiring tables' pair, at most four times this many are remembered.
+pub(crate) const MAX_PER_GENERATION: usize = 250_000;
 
 /// One key of the store: its table and its key in that table.
 #[cfg(test)]
@@ -58,15 +67,21 @@ struct Generations<V> {
     older: ByTable<V>,
     period: Duration,
     next_turn: Option<Instant>,
+    /// Keys the current generation holds before it turns early.
+    cap: usize,
+    /// Dropped by early turns since the last [`Self::turn`] (which reports them).
+    dropped_early: u64,
 }
 
 impl<V: Copy> Generations<V> {
-    fn new(period: Duration) -> Self {
+    fn new(period: Duration, cap: usize) -> Self {
         Generations {
             current: ByTable::default(),
             older: ByTable::default(),
             period: period.max(Duration::from_millis(1)),
             next_turn: None,
+            cap: cap.max(1),
+            dropped_early: 0,
         }
     }
 
@@ -83,6 +98,11 @@ impl<V: Copy> Generations<V> {
     fn insert(&mut self, t: Table, k: String, v: V) {
         self.older.of(t).remove(&k);
         self.current.of(t).insert(k, v);
+        if self.current.len() >= self.cap {
+            // Full before its period ended: what the older generation still holds goes now.
+            self.dropped_early += self.older.len() as u64;
+            self.older = std::mem::take(&mut self.current);
+        }
     }
 
     fn remove(&mut self, t: Table, k: &str) {
@@ -93,19 +113,20 @@ impl<V: Copy> Generations<V> {
     /// Turn the generations when a period has passed since the last turn: what the older one
     /// still holds (untouched for a whole period since) is dropped; its count is returned.
     fn turn(&mut self, now: Instant) -> u64 {
+        let early = std::mem::take(&mut self.dropped_early);
         let Some(at) = self.next_turn else {
             self.next_turn = Some(now + self.period);
-            return 0;
+            return early;
         };
         if now < at {
-            return 0;
+            return early;
         }
         let dropped = self.older.len() as u64;
         self.older = std::mem::take(&mut self.current);
         // Two periods passed without a turn (nothing touched the store): drop both.
         let dropped = if now >= at + self.period { dropped + std::mem::take(&mut self.older).len() as u64 } else { dropped };
         self.next_turn = Some(now + self.period);
-        dropped
+        dropped + early
     }
 
     fn len(&self) -> usize {
@@ -127,7 +148,12 @@ pub(crate) struct Versions<V> {
 impl<V: Copy> Versions<V> {
     /// `remember_for`: the period for records that stay; `expire_after`: for those that expire.
     pub(super) fn new(remember_for: Duration, expire_after: Duration) -> Self {
-        Versions { kept: Generations::new(remember_for), expiring: Generations::new(expire_after), forgotten: 0 }
+        Self::with_cap(remember_for, expire_after, MAX_PER_GENERATION)
+    }
+
+    /// [`Self::new`] with generations of at most `cap` keys.
+    pub(super) fn with_cap(remember_for: Duration, expire_after: Duration, cap: usize) -> Self {
+        Versions { kept: Generations::new(remember_for, cap), expiring: Generations::new(expire_after, cap), forgotten: 0 }
     }
 
     fn of(&mut self, table: Table) -> &mut Generations<V> {
@@ -233,5 +259,25 @@ mod tests {
         assert_eq!(v.len(), 0);
         v.turn(t0 + 3 * s);
         assert_eq!(v.forgotten, 0, "a removed key is not counted as forgotten");
+    }
+
+    /// Under load a generation turns when it is full, not only when its period ends: the keys
+    /// remembered stay within twice the bound, the ones touched since the last turn are kept,
+    /// and what is dropped is counted at the next turn.
+    #[test]
+    fn a_full_generation_turns_early_and_counts_what_it_drops() {
+        let t0 = Instant::now();
+        let mut v: Versions<u64> = Versions::with_cap(Duration::from_secs(3600), Duration::from_secs(3600), 4);
+        v.turn(t0);
+        for i in 0..10u64 {
+            v.insert_key(key(Table::Decided, &format!("k{i}")), i);
+            assert!(v.len() <= 8, "{} keys after {i}", v.len());
+        }
+        // k0–k3 filled the first generation, k4–k7 the second (k0–k3 then dropped), k8, k9 since.
+        assert_eq!(v.turn(t0 + Duration::from_secs(1)), 4);
+        assert_eq!(v.forgotten, 4);
+        assert_eq!(v.get_key(&key(Table::Decided, "k0")), None);
+        assert_eq!(v.get_key(&key(Table::Decided, "k5")), Some(5));
+        assert_eq!(v.get_key(&key(Table::Decided, "k9")), Some(9));
     }
 }
