@@ -77,6 +77,20 @@ fn refused(trace: u8, start_ns: u64) -> SpanEvidence {
     s
 }
 
+/// A verifier in a trace of its own that names the operation key of the call it confirmed.
+fn verifier_by_key(key: &str) -> SpanEvidence {
+    let mut v = SpanEvidence::new([6; 16], [6; 8]);
+    v.operation_key = Some(key.into());
+    v.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Confirmed,
+        method: VerifierMethod::RowVersion,
+        checked_at_ns: 260,
+        request_id: None,
+        trust: Default::default(),
+    });
+    v
+}
+
 fn calls(out: &[Decided]) -> Vec<&Verdict> {
     out.iter()
         .filter_map(|d| match d {
@@ -268,15 +282,7 @@ fn late_evidence_for_a_chain_forgotten_under_a_bound_revises_it_from_the_store()
         e.tick(at(400), &mut out);
         out.clear();
         // A verifier in its own trace, by operation key, and a receipt under the call.
-        let mut by_key = SpanEvidence::new([6; 16], [6; 8]);
-        by_key.operation_key = Some("op-2".into());
-        by_key.outcomes.push(OutcomeReceipt {
-            result: OutcomeResult::Confirmed,
-            method: VerifierMethod::RowVersion,
-            checked_at_ns: 260,
-            request_id: None,
-            trust: Default::default(),
-        });
+        let by_key = verifier_by_key("op-2");
         e.ingest(batch(vec![by_key]), at(10_000), &mut out);
         e.tick(at(10_100), &mut out);
         (calls(&out).into_iter().map(|v| (v.trace_id, v.revision, v.state)).collect::<Vec<_>>(), e)
@@ -323,15 +329,7 @@ fn a_restart_keeps_the_newest_decided_chains_and_revises_an_older_one_from_the_s
     out.clear();
     e.tick(at(1_000), &mut out);
     assert_eq!(e.chains().decided_len(), 2, "the newest chains whole, no more");
-    let mut by_key = SpanEvidence::new([6; 16], [6; 8]);
-    by_key.operation_key = Some("op-2".into());
-    by_key.outcomes.push(OutcomeReceipt {
-        result: OutcomeResult::Confirmed,
-        method: VerifierMethod::RowVersion,
-        checked_at_ns: 260,
-        request_id: None,
-        trust: Default::default(),
-    });
+    let by_key = verifier_by_key("op-2");
     let mut http = SpanEvidence::new([5; 16], [8; 8]);
     http.parent_span_id = Some([1; 8]);
     http.side = Side::Client;
