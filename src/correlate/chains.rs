@@ -676,10 +676,10 @@ impl Chains {
         self.decided.len()
     }
 
-    /// How much of the stored decided chains a start-up load needs: what this table keeps whole
-    /// (`max_decided`), and what it remembers of those it forgot.
-    pub(crate) fn load_bound(&self) -> crate::state::DecidedBound {
-        crate::state::DecidedBound { keep: self.limits.max_decided, forgotten: MAX_SPILLED }
+    /// How many decided chains this table keeps whole (`max_decided`) and how many more it
+    /// remembers as forgotten under that bound: all a start-up load needs of a store's.
+    pub(crate) fn decided_bounds(&self) -> (usize, usize) {
+        (self.limits.max_decided, MAX_SPILLED)
     }
 
     /// The decided chain a span would revise, when it is one forgotten here under a bound but

@@ -56,7 +56,8 @@ impl Link {
     /// read is skipped, named in the log and counted, the rest loaded; a store that cannot be
     /// read at all leaves the engine empty (nothing is judged from a state that could not be read).
     pub(crate) fn load(&mut self, t: &mut Tables) {
-        let bound = t.chains.load_bound();
+        let (keep, forgotten) = t.chains.decided_bounds();
+        let bound = crate::state::DecidedBound { keep, forgotten };
         match self.call(move |s| s.load_into(crate::state::Snapshot::bounded(bound))) {
             Ok(snap) => {
                 for s in &snap.skipped {
