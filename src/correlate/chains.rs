@@ -178,14 +178,9 @@ impl DecidedChain {
     }
 }
 
-/// The operation keys the calls of a chain named.
 /// Decided chains forgotten under `max_decided` whose trace and operation keys are remembered
 /// (with a store, late evidence for one reads it back).
 pub(crate) const MAX_SPILLED: usize = 100_000;
-
-fn op_keys(spans: &[SpanEvidence]) -> Vec<Box<str>> {
-    spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.clone()).collect()
-}
 
 /// A server half's extra wait for its client half and its rivals by default (see `crossjoin`):
 /// the OpenTelemetry SDKs' default batch export delay (`OTEL_BSP_SCHEDULE_DELAY`, 5 s).
@@ -1038,7 +1033,7 @@ impl Chains {
             if self.decided.get(&id).is_some_and(|d| d.revision == rev) {
                 if let Some(d) = self.decided.remove(&id) {
                     if self.outbox.track && !by_window {
-                        self.spilled.insert(id, (d.decided_at, op_keys(&d.spans)));
+                        self.spilled.insert(id, (d.decided_at, crate::evidence::operation_keys(&d.spans)));
                     } else {
                         self.mark(id, &d.spans);
                     }

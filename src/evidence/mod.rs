@@ -996,6 +996,12 @@ impl SpanEvidence {
     }
 }
 
+/// The operation keys the calls of a chain named (what a verifier in a trace of its own names to
+/// find the call it checked).
+pub(crate) fn operation_keys(spans: &[SpanEvidence]) -> Vec<Box<str>> {
+    spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.clone()).collect()
+}
+
 /// See [`SpanEvidence::session_key`]. Server-side spans without a session id do not know the
 /// client, so they key by server alone only when nothing better exists.
 pub fn session_key(session_id: Option<&str>, service: Option<&str>, server: Option<&str>, side: Side) -> Option<String> {

@@ -527,9 +527,14 @@ impl Snapshot {
     /// Under a bound: the decided chains newest first (one per trace and decision time), `keep`
     /// of them whole and `forgotten` more by trace and operation keys; the rest let go. Within
     /// one decision time the greater trace id counts as the newer, so what is kept does not
-    /// depend on the order the store answered in. Nothing without a bound.
+    /// depend on the order the store answered in. Without a bound: every chain once, by trace
+    /// (a store's scan may return a key twice).
     pub fn settle(&mut self) {
-        let Some(b) = self.bound else { return };
+        let Some(b) = self.bound else {
+            self.decided.sort_by_key(|d| d.trace_id);
+            self.decided.dedup_by_key(|d| d.trace_id);
+            return;
+        };
         let newest_first = |at: u64, t: &TraceId| std::cmp::Reverse((at, *t));
         self.decided.sort_unstable_by_key(|d| newest_first(d.decided_at_ns, &d.trace_id));
         self.decided.dedup_by(|a, b| a.trace_id == b.trace_id && a.decided_at_ns == b.decided_at_ns);
@@ -537,7 +542,7 @@ impl Snapshot {
             let past = self.decided.drain(b.keep..).map(|d| ForgottenDecided {
                 trace_id: d.trace_id,
                 decided_at_ns: d.decided_at_ns,
-                operation_keys: d.spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.clone()).collect(),
+                operation_keys: crate::evidence::operation_keys(&d.spans),
             });
             self.forgotten.extend(past);
         }

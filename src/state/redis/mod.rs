@@ -352,6 +352,20 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// One row a load scanned, into `s`; its version remembered (a tombstone's as deleted).
+    fn load_row(&mut self, s: &mut Snapshot, t: Table, (key, bytes, ver): Scanned) {
+        match bytes {
+            Some(bytes) => {
+                // A record of a newer format is not remembered: this instance expects the key
+                // absent, so its writes never overwrite it (a conflict instead).
+                if s.push_encoded(t, &key, &bytes, self.read) || s.skipped.last().is_some_and(|k| k.why == super::SkipReason::Damaged) {
+                    self.versions.insert(t, key, Seen::Record(ver));
+                }
+            }
+            None => self.saw_deleted(t, key, ver),
+        }
+    }
+
     /// [`Self::scan_table`] a page at a time: each row handed to `each` as it is read, so that
     /// a caller that keeps a bounded part of a large table never holds all of it. A key may
     /// come twice.
@@ -805,17 +819,7 @@ impl StateStore for RedisStore {
                 // The largest table by far, and not indexed: read a page at a time into the
                 // snapshot, which keeps what its bound says (a chain twice is one chain).
                 let start = s.skipped.len();
-                self.scan_table_each(t, false, &mut |store, (key, bytes, ver)| match bytes {
-                    Some(bytes) => {
-                        let before = s.skipped.len();
-                        if s.push_encoded(t, &key, &bytes, store.read)
-                            || s.skipped[before..].iter().any(|k| k.why == super::SkipReason::Damaged)
-                        {
-                            store.versions.insert(t, key, Seen::Record(ver));
-                        }
-                    }
-                    None => store.saw_deleted(t, key, ver),
-                })?;
+                self.scan_table_each(t, false, &mut |store, row| store.load_row(&mut s, t, row))?;
                 // Named once each, in key order (as the other tables, read whole).
                 let mut mine = s.skipped.split_off(start);
                 mine.sort_by(|a, b| a.key.cmp(&b.key));
@@ -829,19 +833,8 @@ impl StateStore for RedisStore {
                 let keys: Vec<String> = scanned.iter().map(|(k, ..)| record_key(t, k)).collect();
                 let _: () = self.with_conn(|c| ::redis::cmd("SADD").arg(index_key(t)).arg(&keys).query(c))?;
             }
-            for (key, bytes, ver) in scanned {
-                match bytes {
-                    Some(bytes) => {
-                        // A record of a newer format is not remembered: this instance expects
-                        // the key absent, so its writes never overwrite it (a conflict instead).
-                        if s.push_encoded(t, &key, &bytes, self.read)
-                            || s.skipped.last().is_some_and(|k| k.why == super::SkipReason::Damaged)
-                        {
-                            self.versions.insert(t, key, Seen::Record(ver));
-                        }
-                    }
-                    None => self.saw_deleted(t, key, ver),
-                }
+            for row in scanned {
+                self.load_row(&mut s, t, row);
             }
         }
         s.settle();
