@@ -157,3 +157,47 @@ async fn sigterm_without_a_directory_counts_what_is_lost() {
     assert!(line.split_whitespace().any(|w| w.parse::<u64>().is_ok_and(|n| n >= 1)), "a count of at least one: {line}");
     drop(dead);
 }
+
+/// A start that cannot bind its ports does nothing before it exits: with the backend up it
+/// sends nothing from the queue the last run left on disk, and removes none of its files (a
+/// start that sent them and then failed would leave the next start nothing to count, and a
+/// journal it replayed would be decided twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_cannot_listen_sends_nothing_from_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let dead = dead_port();
+    let svc = Service::start(cfg(format!("http://127.0.0.1:{}", dead.port), Some(&state))).await;
+    let traces = decide_eight_calls(&svc).await;
+    wait_stored_spans(&svc, 8.0).await;
+    svc.kill();
+    drop(dead);
+    let queue_dir = state.join("sending_queue");
+    let files = |d: &Path| -> BTreeSet<String> {
+        std::fs::read_dir(d).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()
+    };
+    let before = files(&queue_dir);
+    assert!(!before.is_empty(), "requests on disk after the kill");
+
+    let sink = Sink::start().await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut ports = Ports::pick();
+    ports.http = taken.local_addr().unwrap().port();
+    let run = tempfile::tempdir().unwrap();
+    let config = run.path().join("mcp-health.yaml");
+    std::fs::write(&config, cfg(sink.endpoint(), Some(&state)).yaml(&ports)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run mcp-health");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a taken port ends the start: {err}");
+    assert!(err.contains(&format!("127.0.0.1:{}", ports.http)), "the taken address is named: {err}");
+    assert!(!err.contains("sending queue on disk"), "the queue is not opened before the ports are bound: {err}");
+    assert!(sink.health_spans().is_empty(), "nothing sent by a start that failed");
+    assert_eq!(files(&queue_dir), before, "the queue's files are untouched");
+    drop(taken);
+    restart_sends_each_once(&state, &traces).await;
+}

@@ -1,8 +1,8 @@
 //! The running service: a [`Supervisor`] over a few long-lived parts — the [`Pipeline`] (export
 //! queues and workers, metrics, the engine and its sinks), the [`Listeners`] and the signals.
-//! Binds every listener first (so a port conflict fails at once with the address named), then
-//! runs until SIGTERM or Ctrl-C, decides what is in flight, flushes exports and exits within
-//! `service.telemetry.shutdown_timeout`. SIGHUP reconciles the running parts with the
+//! Binds every listener before the pipeline starts (so a port conflict fails at once with the
+//! address named, having done nothing), then runs until SIGTERM or Ctrl-C, decides what is in
+//! flight, flushes exports and exits within `service.telemetry.shutdown_timeout`. SIGHUP reconciles the running parts with the
 //! configuration file without closing anything that did not change (the engine and its calls in
 //! flight always survive); SIGTERM, at any moment, drains.
 
@@ -70,17 +70,20 @@ fn init_logs(logs: &crate::config::Logs) {
 async fn serve(cfg: Config, source: ConfigSource, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
     tokio::pin!(shutdown);
     let hangups = Hangups::install();
+    // Bind everything before starting anything: a port conflict fails at once with the address
+    // named, and a start that fails so has done nothing — sent nothing from the sending queue on
+    // disk, replayed no journal, decided nothing — that the next start would do again.
+    // Certificates are read here, and again at every SIGHUP (and `tls.reload_interval`). Until
+    // the pipeline has started the sockets accept nothing: connections wait in their backlog.
+    check_open_file_limit(&cfg);
+    let mut listeners = Listeners::default();
+    let plan = listeners.prepare(&cfg).await.map_err(ServeError::from)?;
     // A SIGTERM while the pipeline starts (a state store that takes its time to answer) exits
     // at once: nothing was received yet, so nothing is left to decide.
     let pipeline = tokio::select! {
         _ = &mut shutdown => return Ok(()),
         p = Pipeline::start(&cfg) => p?,
     };
-    // Bind everything before serving anything: a port conflict fails at once with the address
-    // named. Certificates are read here, and again at every SIGHUP (and `tls.reload_interval`).
-    check_open_file_limit(&cfg);
-    let mut listeners = Listeners::default();
-    let plan = listeners.prepare(&cfg).await.map_err(ServeError::from)?;
     listeners.commit(plan, &pipeline.served).await;
     let mut sup = Supervisor { running: cfg, source, pipeline, listeners, hangups };
     let end = sup.supervise(&mut shutdown).await;
