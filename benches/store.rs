@@ -279,6 +279,7 @@ fn main() {
         retry_after: Duration::from_secs(1),
         tombstone_ttl: Duration::from_secs(3600),
         remember_for: Duration::from_secs(3660),
+        record_life: Duration::from_secs(360),
     };
     let store = StoreHandle::open_redis(settings.clone()).expect("open the redis store");
     let before = net(&r);

@@ -243,6 +243,12 @@ fn main() {
     let baseline = std::env::var("MCP_HEALTH_BENCH_BASELINE").ok();
     let this = env!("CARGO_BIN_EXE_mcp-health");
     if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "cluster") {
+        // The baseline's lines first, when given (one after the other: compare the ratios).
+        if let Some(base) = &baseline {
+            println!("== baseline: {base}");
+            cluster(&rt, base, calls_per_batch, secs);
+            println!("== this build");
+        }
         cluster(&rt, this, calls_per_batch, secs);
         return;
     }

@@ -145,6 +145,7 @@ fn redis_store(r: &RedisServer, protocol: Option<u32>) -> StoreHandle {
         retry_after: Duration::from_millis(200),
         tombstone_ttl: Duration::from_secs(60),
         remember_for: Duration::from_secs(3600),
+        record_life: Duration::from_secs(360),
     })
     .unwrap();
     if let Some(p) = protocol {

@@ -332,6 +332,7 @@ fn on_redis_a_receipt_parked_elsewhere_before_its_call_revises_it() {
         retry_after: Duration::from_millis(200),
         tombstone_ttl: Duration::from_secs(60),
         remember_for: Duration::from_secs(3600),
+        record_life: Duration::from_secs(360),
     })
     .expect("open the redis store");
     receipt_parked_first(&ring::Ring::new(&endpoints(3)), Some(&store));

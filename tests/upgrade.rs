@@ -261,6 +261,7 @@ fn on_redis(rel: &Release, test: &str) {
         retry_after: Duration::from_millis(200),
         tombstone_ttl: Duration::from_secs(60),
         remember_for: Duration::from_secs(3600),
+        record_life: Duration::from_secs(360),
     };
     let store = StoreHandle::open_redis(settings).unwrap();
     let stopped = meta(rel).redis_stopped_ns;

@@ -453,6 +453,8 @@ fn open_store(cfg: &Config, engine_cfg: &mut EngineConfig) -> Result<(), ServeEr
                 // Past the longest gap between two writes of one record here: a decided
                 // chain's delete, a session's idle expiry.
                 remember_for: engine_cfg.chains.late_span_window.max(engine_cfg.sessions.idle_expiry) + Duration::from_secs(60),
+                // A decided chain is written within its late-span window, then deleted.
+                record_life: engine_cfg.chains.late_span_window + Duration::from_secs(60),
             };
             let store = crate::state::StoreHandle::open_redis(settings).map_err(|e| ServeError::Store(shown.clone(), e))?;
             if let Some(p) = state_protocol {

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::tests::{all_changes, check, check_bounded_load, incident, many_decided};
+use super::tests::{all_changes, check, check_bounded_load, incident, many_decided, session};
 use super::*;
 
 #[path = "../../tests/support/redis_server.rs"]
@@ -24,6 +24,7 @@ fn settings(url: &str) -> RedisSettings {
         retry_after: Duration::from_millis(200),
         tombstone_ttl: Duration::from_secs(60),
         remember_for: Duration::from_secs(3600),
+        record_life: Duration::from_secs(360),
     }
 }
 
@@ -118,7 +119,7 @@ fn redis_every_table_round_trips_through_a_second_store() {
     again.put("op-1".into(), Record::Operation([5; 16]));
     b.apply(&again).unwrap();
     let ttl: i64 = ::redis::cmd("PTTL").arg("mcp-health:operations:op-1").query(&mut conn).unwrap();
-    assert_eq!(ttl, -1, "a live record does not expire");
+    assert!(ttl > 60_000, "a live record lives its record_life, not its tombstone's: {ttl}");
     let st = b.stats().unwrap();
     assert!(st.round_trips >= 3 && st.bytes_sent > 0 && st.bytes_received > 0 && st.conflicts == 0, "{st:?}");
 }
@@ -855,13 +856,82 @@ fn redis_shared_lists_expire_and_other_records_do_not() {
     let mut conn = r.conn();
     let ttl = |conn: &mut ::redis::Connection, k: &str| -> i64 { ::redis::cmd("PTTL").arg(k).query(conn).unwrap() };
     assert!(ttl(&mut conn, "mcp-health:refusals:7") > 0, "a list record expires");
-    assert_eq!(ttl(&mut conn, "mcp-health:operations:op-1"), -1, "other records do not");
+    assert!(ttl(&mut conn, "mcp-health:operations:op-1") > 300, "an operation key lives its record_life, not a tombstone's");
     std::thread::sleep(Duration::from_millis(450));
     assert_eq!(ttl(&mut conn, "mcp-health:refusals:7"), -2, "gone");
     assert!(st.get_many(Table::Refusals, &[refusal_key(7)]).unwrap()[0].is_none());
     let mut again = Changes::default();
     again.put(refusal_key(7), Record::Refusals(Box::default()));
     st.apply(&again).expect("an expired list record is written again without a conflict");
+}
+
+/// Decided chains and their operation keys live `record_life` after their last write, in both
+/// layouts and on every path a write takes — a new key (`SET … NX`), one another store created
+/// first (refused through the script: the winner's life is kept), a rewrite (through the
+/// script) — so those no instance deletes leave Redis; sessions and incidents do not expire.
+#[test]
+fn redis_decided_chains_and_operation_keys_live_a_bounded_time() {
+    if !available("redis_decided_chains_and_operation_keys_live_a_bounded_time") {
+        return;
+    }
+    let r = RedisServer::start();
+    let life = Duration::from_millis(1500);
+    let with_life = |s: RedisSettings| RedisSettings { record_life: life, ..s };
+    let mut st = RedisStore::open(with_life(settings(&r.url()))).unwrap();
+    st.announce(Duration::from_millis(1)).unwrap();
+    let mut first = many_decided(3);
+    first.put("session:sess-1".into(), Record::Session(Box::new(session())));
+    first.changes.extend(one_incident(1).changes);
+    for i in 0..3u8 {
+        first.put(format!("op-{i}"), Record::Operation([i; 16]));
+    }
+    st.apply(&first).unwrap();
+    let written = Instant::now();
+    let mut conn = r.conn();
+    let ttl = |conn: &mut ::redis::Connection, k: String| -> i64 { ::redis::cmd("PTTL").arg(k).query(conn).unwrap() };
+    let decided = |i: u16| {
+        let mut trace = [0u8; 16];
+        trace[..2].copy_from_slice(&(i + 1).to_be_bytes());
+        record_key(Table::Decided, &trace_key(&trace))
+    };
+    let lives = |t: i64| t > 0 && t <= 1500;
+    for i in 0..3 {
+        assert!(lives(ttl(&mut conn, decided(i))), "a new decided chain (SET … NX) lives record_life");
+        assert!(lives(ttl(&mut conn, record_key(Table::Operations, &format!("op-{i}")))), "a new operation key too");
+    }
+    assert_eq!(ttl(&mut conn, record_key(Table::Sessions, "session:sess-1")), -1, "a session does not expire");
+    assert_eq!(ttl(&mut conn, record_key(Table::Incidents, &incident_key())), -1, "an incident does not expire");
+    // A rewrite goes through the script: its life starts again.
+    std::thread::sleep((written + Duration::from_millis(900)).saturating_duration_since(Instant::now()));
+    let mut again = Changes::default();
+    again.changes.push(many_decided(1).changes.remove(0));
+    st.apply(&again).unwrap();
+    assert!(ttl(&mut conn, decided(0)) > 1000, "a rewritten chain lives record_life from its rewrite");
+    let rewritten = Instant::now();
+    // Another store creates one first: the loser's new key is refused through the script.
+    let mut other = RedisStore::open(with_life(settings(&r.url()))).unwrap();
+    other.announce(Duration::from_millis(1)).unwrap();
+    let mut taken = Changes::default();
+    taken.put("op-taken".into(), Record::Operation([7; 16]));
+    other.apply(&taken).unwrap();
+    assert!(matches!(st.apply(&taken), Err(StoreError::Conflict { .. })));
+    assert!(lives(ttl(&mut conn, record_key(Table::Operations, "op-taken"))), "the winner's record keeps its life");
+    // The hash layout (an older instance announced): through the script, with the same life.
+    let mut hashes = RedisStore::open(with_life(settings(&r.url()))).unwrap();
+    let mut old = Changes::default();
+    old.put("op-hash".into(), Record::Operation([8; 16]));
+    hashes.apply(&old).unwrap();
+    assert_eq!(key_type(&r, &record_key(Table::Operations, "op-hash")), "hash");
+    assert!(lives(ttl(&mut conn, record_key(Table::Operations, "op-hash"))), "a hash record lives record_life too");
+    // Past the first writes' life, within the rewrite's.
+    std::thread::sleep((written + life + Duration::from_millis(200)).saturating_duration_since(Instant::now()));
+    assert!(rewritten.elapsed() < life, "the test ran too slowly to tell the two lives apart");
+    for i in 1..3 {
+        assert_eq!(ttl(&mut conn, decided(i)), -2, "gone after its life");
+    }
+    assert_eq!(ttl(&mut conn, record_key(Table::Operations, "op-0")), -2);
+    assert!(ttl(&mut conn, decided(0)) > 0, "the rewritten chain is still there");
+    assert_eq!(ttl(&mut conn, record_key(Table::Sessions, "session:sess-1")), -1, "the session is still there");
 }
 
 /// What a store remembers for compare-and-set is bounded: its own deletes of keys never written
@@ -1136,7 +1206,7 @@ fn redis_records_change_layout_with_the_cluster_protocol_and_compare_and_set_hol
         assert!(matches!(s.get(Table::Operations, "op-1").unwrap(), Some(Record::Operation(t)) if t == [7; 16]), "{protocol}");
         assert_eq!(key_type(&r, &key), if protocol == 1 { "hash" } else { "string" });
         let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query(&mut r.conn()).unwrap();
-        assert_eq!(ttl, -1, "a live record does not expire ({protocol})");
+        assert!(ttl > 60_000, "a live record lives its record_life, not a tombstone's ({protocol}): {ttl}");
     }
     let _ = third.get(Table::Operations, "op-1").unwrap();
     third.apply(&put(3)).unwrap();

@@ -50,7 +50,7 @@ fn rich_span(n: u8) -> SpanEvidence {
     s
 }
 
-fn session() -> SessionRecord {
+pub(super) fn session() -> SessionRecord {
     SessionRecord {
         events: vec![
             CatalogEvent { at_ns: 1, kind: CatalogEventKind::Capability(true) },

@@ -8,6 +8,12 @@
 //! another instance — and compare-and-set on it cannot be fooled by a record deleted and written
 //! again (ABA).
 //!
+//! Decided chains and their operation keys are written with a lifetime (`record_life`, past the
+//! late-span window; see [`lives`]): their writer deletes them when it forgets them, but one it
+//! stopped tracking first (pushed out of its bounds, older than its start read, or killed) would
+//! otherwise stay for good, and they are most of what a cluster writes. Records written before
+//! this lifetime existed keep none until they are written again or deleted.
+//!
 //! Releases 0.1.0 and 0.2.0 (state protocols 0 and 1) wrote each record as a hash of two fields,
 //! `v` (the bytes) and `ver` (the number), which costs Redis two or three commands per write
 //! where a string costs one (`SET … GET`, see [`scripts::APPLY`]). Records are written as hashes while the
@@ -21,8 +27,8 @@
 //! The store remembers, per key, the version this instance last read (`load`, `get`) or wrote
 //! (`apply`); a key it never saw is expected to be absent. [`StateStore::apply`] is one round
 //! trip: the puts of keys expected absent that no index counts (new decided chains and operation
-//! keys, most of what is written) in one `MSETNX`, which writes all of them or, when any key is
-//! there, none (those are then sent again through the script); then one Lua script that checks
+//! keys, most of what is written) each a `SET … NX`, pipelined, which writes it unless its key
+//! is there (those are then sent again through the script); then one Lua script that checks
 //! every other key's version against what this instance expects and writes every put and delete
 //! whose key passed, all under one transaction number. Redis runs a command and a script alone,
 //! so two instances writing the same record cannot both pass: the loser's change of that
@@ -121,6 +127,11 @@ pub struct RedisSettings {
     /// one record by its instance — `late_span_window` for a decided chain, a session's idle
     /// expiry.
     pub remember_for: Duration,
+    /// How long a decided chain's record and its operation keys live after their last write:
+    /// past `late_span_window` (when their writer deletes them), so that the ones no instance
+    /// tracks any longer — pushed out of an instance's bounds, older than a start reads, or
+    /// left by an instance that was killed — do not stay in Redis for good.
+    pub record_life: Duration,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -131,6 +142,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("retry_after", &self.retry_after)
             .field("tombstone_ttl", &self.tombstone_ttl)
             .field("remember_for", &self.remember_for)
+            .field("record_life", &self.record_life)
             .finish()
     }
 }
@@ -213,6 +225,22 @@ fn indexed(table: Table) -> bool {
 /// and the shared lists (keyed by a past second, or expiring anyway).
 fn recreated(table: Table) -> bool {
     !(table == Table::Decided || table.expires())
+}
+
+/// Tables whose records are written with a lifetime (`record_life`): the decided chains and their
+/// operation keys, most of what a cluster writes, and the records whose writer may stop
+/// tracking them before it deletes them. The lifetime starts again at every write, and their
+/// writer writes them only within `late_span_window` of their decision, so a record expires
+/// before its writer is done with it only when a write comes more than the margin late (a store
+/// that was down): that write is then a conflict, as for any record that disappeared, never a
+/// silent re-creation. Unlike [`Table::expires`], absent is not what a reader expects of them.
+fn lives(table: Table) -> bool {
+    matches!(table, Table::Decided | Table::Operations)
+}
+
+/// A duration in whole milliseconds for Redis (`PX`, `PEXPIRE`): at least one.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 fn index_key(table: Table) -> String {
@@ -425,9 +453,9 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// One write's commands, in RESP, into `out`: the puts of new keys that no index counts, as
-    /// one `MSETNX` (when `direct`; Redis takes them without a script, which is most of what a
-    /// cluster writes), then the script with the rest, or an `INCR` of the version counter when
+    /// One write's commands, in RESP, into `out`: the puts of new keys that no index counts, each
+    /// a `SET … NX` (when `direct`; Redis takes them without a script, which is most of what a
+    /// cluster writes; `PX` their lifetime where the table [`lives`]), then the script with the rest, or an `INCR` of the version counter when
     /// nothing is left for it (the next apply's number is taken either way). The payload bytes,
     /// and which changes went which way.
     fn pack_round(
@@ -465,10 +493,13 @@ impl RedisStore {
             let mut ver = [0; 20];
             let ver = resp::digits(version, &mut ver);
             let format = super::format::format_of(self.writes);
+            let mut life = [0; 20];
+            let life = resp::digits(millis(self.settings.record_life), &mut life);
             let mut scratch = std::mem::take(&mut self.scratch);
-            resp::array(out, 1 + 2 * plan.direct.len());
-            resp::bulk(out, &[b"MSETNX"]);
             for c in plan.direct.iter().filter_map(|i| changes.changes.get(*i)) {
+                let lived = lives(c.table);
+                resp::array(out, if lived { 6 } else { 4 });
+                resp::bulk(out, &[b"SET"]);
                 let parts: [&[u8]; 5] = [p, b":", c.table.as_str().as_bytes(), b":", c.key.as_bytes()];
                 sent += parts.iter().map(|x| x.len()).sum::<usize>();
                 resp::bulk(out, &parts);
@@ -481,6 +512,11 @@ impl RedisStore {
                 }
                 sent += scratch.len();
                 resp::bulk(out, &[ver, b":", &scratch]);
+                resp::bulk(out, &[b"NX"]);
+                if lived {
+                    resp::bulk(out, &[b"PX"]);
+                    resp::bulk(out, &[life]);
+                }
             }
             self.scratch = scratch;
         }
@@ -523,7 +559,10 @@ impl RedisStore {
             sent += parts.iter().map(|x| x.len()).sum::<usize>();
             resp::bulk(out, &parts);
         }
-        resp::bulk_number(out, b"", u64::try_from(self.settings.tombstone_ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        let (mut tomb, mut life) = ([0; 20], [0; 20]);
+        let tomb = resp::digits(millis(self.settings.tombstone_ttl), &mut tomb);
+        let life = resp::digits(millis(self.settings.record_life), &mut life);
+        resp::bulk(out, &[tomb, b":", life]);
         let strings = self.writes >= super::format::STRING_RECORDS_SINCE;
         let mode: &[u8] = match (strings, twice) {
             (true, false) => b"s",
@@ -540,6 +579,7 @@ impl RedisStore {
         let mut scratch = std::mem::take(&mut self.scratch);
         for c in picked() {
             let op = match (&c.value, c.table.expires()) {
+                (Some(_), false) if lives(c.table) => b'l',
                 (Some(_), false) => b'p',
                 (Some(_), true) => b'x',
                 (None, false) => b'd',
@@ -708,7 +748,7 @@ impl RedisStore {
 /// How one write's changes (indexes into its [`Changes`]) were sent.
 #[derive(Default)]
 struct Plan {
-    /// In one `MSETNX`.
+    /// Each a `SET … NX`.
     direct: Vec<usize>,
     /// Through the apply script.
     scripted: Vec<usize>,
@@ -748,12 +788,12 @@ impl Stored {
 struct Sent {
     /// The number taken for the next apply.
     next: u64,
-    /// Changes sent in the `MSETNX` (passed, unless in `retry`) and through the script.
+    /// Changes sent as `SET … NX` (passed, unless in `retry`) and through the script.
     direct: Vec<usize>,
     scripted: Vec<usize>,
     /// Changes the script refused.
     refused: Vec<usize>,
-    /// The `MSETNX`'s changes when it wrote none (a key was there): to be sent again.
+    /// The `SET … NX` changes that wrote nothing (their key was there): to be sent again.
     retry: Vec<usize>,
 }
 
@@ -772,7 +812,7 @@ impl RedisStore {
             }
         };
         self.stats.bytes_sent += sent as u64;
-        let count = usize::from(!plan.direct.is_empty()) + 1;
+        let count = plan.direct.len() + 1;
         let answer = self.with_conn(|c| {
             let mut values = c.req_packed_commands(&packed, 0, count)?;
             let Some(last) = values.pop() else {
@@ -781,19 +821,22 @@ impl RedisStore {
             let last = match last.extract_error() {
                 Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
                     // Redis restarted (or its scripts were flushed) since the last apply: the
-                    // script alone again (the `MSETNX` before it has run).
+                    // script alone again (the `SET`s before it have run).
                     APPLY_SCRIPT.load(c)?;
                     c.req_packed_command(&packed[plan.script_at..])?.extract_error()?
                 }
                 r => r?,
             };
-            let wrote_all = match values.pop() {
-                Some(v) => ::redis::from_redis_value::<u64>(v.extract_error()?)? == 1,
-                None => true,
-            };
+            // `OK`, or nil where the key was there.
+            let mut taken = Vec::new();
+            for (v, i) in values.into_iter().zip(&plan.direct) {
+                if v.extract_error()? == ::redis::Value::Nil {
+                    taken.push(*i);
+                }
+            }
             let (next, bad): (u64, Vec<usize>) =
                 if plan.scripted.is_empty() { (::redis::from_redis_value(last)?, Vec::new()) } else { ::redis::from_redis_value(last)? };
-            Ok((wrote_all, next, bad))
+            Ok((taken, next, bad))
         });
         // A buffer one huge round grew is not kept for good.
         if packed.capacity() > PACKED_KEEP {
@@ -801,9 +844,8 @@ impl RedisStore {
         }
         packed.clear();
         self.packed = packed;
-        let (wrote_all, next, bad) = answer?;
+        let (retry, next, bad) = answer?;
         let refused = bad.into_iter().filter_map(|i| i.checked_sub(1)).filter_map(|i| plan.scripted.get(i).copied()).collect();
-        let retry = if wrote_all { Vec::new() } else { plan.direct.clone() };
         Ok(Sent { next, direct: plan.direct, scripted: plan.scripted, refused, retry })
     }
 }
@@ -869,8 +911,9 @@ impl StateStore for RedisStore {
         }
         let mut next = first.next;
         if !first.retry.is_empty() {
-            // The `MSETNX` found a key there and wrote none: its changes again, one by one, under
-            // the number the first round took.
+            // A `SET … NX` found its key there and wrote nothing: those changes again, through
+            // the script (which refuses them unless the key has expired since), under the number
+            // the first round took.
             let again = self.send_round(changes, &first.retry, next, false)?;
             for &i in &first.retry {
                 passed[i] = Some(next);
@@ -963,7 +1006,7 @@ impl StateStore for RedisStore {
 
     fn lease(&mut self, ttl: Duration) -> Result<bool, StoreError> {
         let mut inv = LEASE_SCRIPT.prepare_invoke();
-        inv.key(format!("{PREFIX}:lease:gauges")).arg(&self.holder).arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        inv.key(format!("{PREFIX}:lease:gauges")).arg(&self.holder).arg(millis(ttl));
         let held: u64 = self.with_conn(|c| inv.invoke(c))?;
         Ok(held == 1)
     }
@@ -975,10 +1018,7 @@ impl StateStore for RedisStore {
 
     fn announce(&mut self, ttl: Duration) -> Result<u32, StoreError> {
         let mut inv = ANNOUNCE_SCRIPT.prepare_invoke();
-        inv.key(format!("{PREFIX}:protocols"))
-            .arg(&self.holder)
-            .arg(self.speaks)
-            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        inv.key(format!("{PREFIX}:protocols")).arg(&self.holder).arg(self.speaks).arg(millis(ttl));
         let cluster: u64 = self.with_conn(|c| inv.invoke(c))?;
         let cluster = u32::try_from(cluster).unwrap_or(self.speaks).min(self.speaks);
         self.writes = cluster;

@@ -2,12 +2,13 @@
 //! when Redis answers `NOSCRIPT`, after a restart).
 
 /// The apply script. `KEYS[1]` is the version counter; `KEYS[i+1]` the record key of change i.
-/// `ARGV[1]` is how long a tombstone lives (ms), `ARGV[2]` the layout to write (`s` one string per
+/// `ARGV[1]` is how long a tombstone lives and how long a record of a table that [`super::lives`]
+/// lives, in ms, as `<tombstone>:<record>`; `ARGV[2]` the layout to write (`s` one string per
 /// record, `h` a hash of two fields: see the module documentation; `S`, `H` the same when a key
 /// occurs twice in the apply, which the script then tracks) followed by the transaction number
 /// the apply writes under (see [`super::RedisStore`]'s `reserved`). Then per change i:
 /// `ARGV[3i]` its operation and what is expected, three bytes — `p` put, `x` put into a table
-/// whose records expire like tombstones, `d` delete, `e` delete from such a table; `+` join the
+/// whose records expire like tombstones, `l` put with the records' lifetime, `d` delete, `e` delete from such a table; `+` join the
 /// index always, `=` join it when the record is created, `-` no index; `a` the key is expected
 /// absent (never seen), `r` a record at the version that follows, `t` deleted at that version
 /// (that tombstone, or absent once it expired) — followed, for a table the gauges count
@@ -20,7 +21,7 @@
 /// (or refused) as its first was.
 ///
 /// In the string layout a put is one `SET … GET` (the puts of new keys that no index counts come
-/// here only when the client's `MSETNX` found one of them taken): the old value comes back with
+/// here only when the client's `SET … NX` found theirs taken): the old value comes back with
 /// the write, and on the rare conflict the old value is put back.
 /// Every `redis.call` is Redis's own CPU, which is what a busy cluster waits for (a profile of
 /// `redis-server` showed more time in the calls' way in and out of Lua than in the commands), so
@@ -33,7 +34,7 @@
 /// and a Lua number passed to `redis.call` is formatted with `printf`).
 pub(super) const APPLY: &str = r#"
 local n = #KEYS - 1
-local ttl = ARGV[1]
+local ttl, life = string.match(ARGV[1], '^(%d+):(%d+)$')
 local mode = string.byte(ARGV[2], 1)
 local strings = mode == 115 or mode == 83
 local done = nil
@@ -56,7 +57,9 @@ local function as_expected(kind, want, have)
   return have == want
 end
 local function set(k, op, val)
-  if op == 112 then redis.call('SET', k, val) else redis.call('SET', k, val, 'PX', ttl) end
+  if op == 112 then redis.call('SET', k, val)
+  elseif op == 108 then redis.call('SET', k, val, 'PX', life)
+  else redis.call('SET', k, val, 'PX', ttl) end
 end
 local function hset(k, op, bytes, was_tombstone)
   if op == 100 or op == 101 then
@@ -65,7 +68,9 @@ local function hset(k, op, bytes, was_tombstone)
     redis.call('PEXPIRE', k, ttl)
   else
     redis.call('HSET', k, 'v', bytes, 'ver', v)
-    if op == 120 then redis.call('PEXPIRE', k, ttl) elseif was_tombstone then redis.call('PERSIST', k) end
+    if op == 120 then redis.call('PEXPIRE', k, ttl)
+    elseif op == 108 then redis.call('PEXPIRE', k, life)
+    elseif was_tombstone then redis.call('PERSIST', k) end
   end
 end
 for i = 1, n do
@@ -90,7 +95,9 @@ for i = 1, n do
     local val = v
     if op ~= 100 and op ~= 101 then val = ARGV[3 * i + 2] end
     local old
-    if op == 112 then old = redis.pcall('SET', k, val, 'GET') else old = redis.pcall('SET', k, val, 'PX', ttl, 'GET') end
+    if op == 112 then old = redis.pcall('SET', k, val, 'GET')
+    elseif op == 108 then old = redis.pcall('SET', k, val, 'PX', life, 'GET')
+    else old = redis.pcall('SET', k, val, 'PX', ttl, 'GET') end
     if type(old) == 'table' then
       if not wrong_type(old) then return old end
       -- A hash: the older layout, nothing written yet.
@@ -115,6 +122,8 @@ for i = 1, n do
           redis.call('DEL', k)
         elseif op == 120 or op == 101 or not string.find(old, ':', 1, true) then
           redis.call('SET', k, old, 'PX', ttl)
+        elseif op == 108 then
+          redis.call('SET', k, old, 'PX', life)
         else
           redis.call('SET', k, old)
         end
