@@ -179,8 +179,15 @@ fn run_paced(name: &str, calls: u64, store: Option<StoreHandle>, pace: Pace) -> 
 }
 
 fn engine_run(calls: u64, store: Option<StoreHandle>, pace: Pace) -> Run {
-    let mut cfg =
-        EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(20), ..ChainLimits::default() }, SessionLimits::default());
+    // A late-span window of two seconds of engine time (the flat run covers 20 s of it): the
+    // steady state then holds what a service's does, each chain written when decided and
+    // forgotten (deleted from the store) when its window ends.
+    let late =
+        std::env::var("MCP_HEALTH_BENCH_LATE_MS").ok().and_then(|v| v.parse().ok()).map_or(Duration::from_secs(2), Duration::from_millis);
+    let mut cfg = EngineConfig::new(
+        ChainLimits { decision_wait: Duration::from_millis(20), late_span_window: late, ..ChainLimits::default() },
+        SessionLimits::default(),
+    );
     if store.as_ref().is_some_and(|s| s.is_shared()) {
         cfg.store_answer_within = mcp_health::engine::SHARED_STORE_ANSWER_WITHIN;
     }
@@ -282,9 +289,27 @@ fn main() {
         record_life: Duration::from_secs(360),
     };
     let store = StoreHandle::open_redis(settings.clone()).expect("open the redis store");
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut r.conn()).expect("reset redis's statistics");
     let before = net(&r);
     let red = run("flat-redis", calls, Some(store.clone()));
     let after = net(&r);
+    // Where Redis spent its time: the commands' own microseconds per verdict, largest first.
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut r.conn()).unwrap_or_default();
+    let mut by_cmd: Vec<(String, u64, f64)> = stats
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |k: &str| rest.split(',').find_map(|f| f.strip_prefix(k)).and_then(|v| v.parse::<f64>().ok());
+            Some((name.to_string(), field("calls=")? as u64, field("usec=")?))
+        })
+        .collect();
+    by_cmd.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let shown: Vec<String> = by_cmd
+        .iter()
+        .take(6)
+        .map(|(n, c, us)| format!("{n} {:.2} µs ({:.2} calls)", us / red.verdicts.max(1) as f64, *c as f64 / red.verdicts.max(1) as f64))
+        .collect();
+    println!("  redis (shared): Redis's time per verdict by command: {}", shown.join(", "));
     let st = store.stats().unwrap_or_default();
     let per = |x: u64| x as f64 / red.verdicts.max(1) as f64;
     println!(

@@ -934,6 +934,51 @@ fn redis_decided_chains_and_operation_keys_live_a_bounded_time() {
     assert_eq!(ttl(&mut conn, record_key(Table::Sessions, "session:sess-1")), -1, "the session is still there");
 }
 
+/// A decided chain's delete by the store that wrote it (so with its lifetime) is left to that
+/// lifetime: no tombstone is written, nothing is refused. One this store only read (another
+/// store's, or one an earlier release wrote without a lifetime) is deleted as before.
+#[test]
+fn redis_a_decided_chain_its_store_wrote_is_left_to_expire_one_it_read_is_deleted() {
+    if !available("redis_a_decided_chain_its_store_wrote_is_left_to_expire_one_it_read_is_deleted") {
+        return;
+    }
+    let r = RedisServer::start();
+    let (mut a, mut b) = (open(&r), open(&r));
+    a.apply(&many_decided(2)).unwrap();
+    let keys: Vec<String> = many_decided(2).changes.iter().map(|c| c.key.clone()).collect();
+    let mut conn = r.conn();
+    let raw = |conn: &mut ::redis::Connection, k: &str| -> (Option<Vec<u8>>, i64) {
+        ::redis::pipe().cmd("GET").arg(record_key(Table::Decided, k)).cmd("PTTL").arg(record_key(Table::Decided, k)).query(conn).unwrap()
+    };
+    let mut gone = Changes::default();
+    gone.delete(Table::Decided, keys[0].clone());
+    a.apply(&gone).unwrap();
+    let (v, ttl) = raw(&mut conn, &keys[0]);
+    assert!(v.is_some_and(|v| v.contains(&b':')) && ttl > 0, "still the record, with its lifetime: no tombstone");
+    assert_eq!(a.stats().unwrap().deletes_left_to_expire, 1);
+    // Another store read the second chain: its delete writes a tombstone.
+    assert!(b.get(Table::Decided, &keys[1]).unwrap().is_some());
+    let mut gone = Changes::default();
+    gone.delete(Table::Decided, keys[1].clone());
+    b.apply(&gone).unwrap();
+    let (v, _) = raw(&mut conn, &keys[1]);
+    assert!(v.is_some_and(|v| v.iter().all(u8::is_ascii_digit)), "a tombstone");
+    assert_eq!(b.stats().unwrap().deletes_left_to_expire, 0);
+    // A record without a lifetime (as an earlier release wrote it), loaded: deleted.
+    let plain = "mcp-health:decided:plain";
+    let rec = many_decided(1).changes.remove(0).value.unwrap();
+    let mut bytes = b"7:".to_vec();
+    rec.encode_into(format::format_of(format::PROTOCOL), &mut bytes).unwrap();
+    let _: () = ::redis::cmd("SET").arg(plain).arg(&bytes).query(&mut conn).unwrap();
+    let mut c = open(&r);
+    assert!(c.get(Table::Decided, "plain").unwrap().is_some());
+    let mut gone = Changes::default();
+    gone.delete(Table::Decided, "plain".into());
+    c.apply(&gone).unwrap();
+    let v: Vec<u8> = ::redis::cmd("GET").arg(plain).query(&mut conn).unwrap();
+    assert!(v.iter().all(u8::is_ascii_digit), "a tombstone: {v:?}");
+}
+
 /// What a store remembers for compare-and-set is bounded: its own deletes of keys never written
 /// again (decided chains, list records) are not kept, the others' tombstones are (a server's next
 /// incident is written over its tombstone without a conflict); and a version forgotten untouched

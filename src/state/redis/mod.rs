@@ -12,7 +12,8 @@
 //! late-span window; see [`lives`]): their writer deletes them when it forgets them, but one it
 //! stopped tracking first (pushed out of its bounds, older than its start read, or killed) would
 //! otherwise stay for good, and they are most of what a cluster writes. Records written before
-//! this lifetime existed keep none until they are written again or deleted.
+//! this lifetime existed keep none until they are written again or deleted. A decided chain's
+//! delete by the store that wrote it is left to that lifetime (no tombstone: see `apply`).
 //!
 //! Releases 0.1.0 and 0.2.0 (state protocols 0 and 1) wrote each record as a hash of two fields,
 //! `v` (the bytes) and `ver` (the number), which costs Redis two or three commands per write
@@ -106,6 +107,9 @@ type Scanned = (String, Option<Vec<u8>>, u64);
 enum Seen {
     /// A record at this version.
     Record(u64),
+    /// A record at this version that this store wrote, so with its lifetime where its table
+    /// [`lives`]: a delete of such a decided chain is left to that lifetime (see `apply`).
+    Written(u64),
     /// Deleted at this version (a tombstone, or nothing once it expired).
     Deleted(u64),
 }
@@ -588,7 +592,7 @@ impl RedisStore {
             let seen = self.versions.get(c.table, &c.key);
             let kind = match seen {
                 None => b'a',
-                Some(Seen::Record(_)) => b'r',
+                Some(Seen::Record(_) | Seen::Written(_)) => b'r',
                 Some(Seen::Deleted(_)) => b't',
             };
             if indexed(c.table) {
@@ -602,8 +606,8 @@ impl RedisStore {
             let before = out.len();
             match seen {
                 None => resp::bulk(out, &[]),
-                Some(Seen::Record(v)) if strings => resp::bulk_number_then(out, v, b":"),
-                Some(Seen::Record(v) | Seen::Deleted(v)) => resp::bulk_number(out, b"", v),
+                Some(Seen::Record(v) | Seen::Written(v)) if strings => resp::bulk_number_then(out, v, b":"),
+                Some(Seen::Record(v) | Seen::Written(v) | Seen::Deleted(v)) => resp::bulk_number(out, b"", v),
             }
             sent += out.len() - before;
             match &c.value {
@@ -899,10 +903,28 @@ impl StateStore for RedisStore {
             Some(v) => v,
             None => self.with_conn(|c| ::redis::cmd("INCR").arg(format!("{PREFIX}:version")).query(c))?,
         };
-        let all: Vec<usize> = (0..changes.changes.len()).collect();
+        // A decided chain this store wrote carries its lifetime: its delete (a tombstone written
+        // through the script, dearer to Redis than the chain's own write) is left to that
+        // lifetime, which ends within a late-span window and the margin after it. Nothing writes a decided chain again
+        // once its writer forgets it (its late-span window has passed), so the tombstone kept
+        // nothing out. A chain this store only read may come from a release that set no
+        // lifetime: deleted as before.
+        let (mut all, mut expiring) = (Vec::with_capacity(changes.changes.len()), Vec::new());
+        for (i, c) in changes.changes.iter().enumerate() {
+            let written = matches!(self.versions.get(c.table, &c.key), Some(Seen::Written(_)));
+            if c.value.is_none() && c.table == Table::Decided && written {
+                expiring.push(i);
+            } else {
+                all.push(i);
+            }
+        }
+        self.stats.deletes_left_to_expire += expiring.len() as u64;
         let first = self.send_round(changes, &all, version, true)?;
         // The version each change passed under.
         let mut passed: Vec<Option<u64>> = vec![None; changes.changes.len()];
+        for &i in &expiring {
+            passed[i] = Some(version);
+        }
         for &i in first.direct.iter().chain(&first.scripted) {
             passed[i] = Some(version);
         }
@@ -932,7 +954,7 @@ impl StateStore for RedisStore {
             };
             match c.value {
                 Some(_) => {
-                    self.versions.insert(c.table, c.key.clone(), Seen::Record(n));
+                    self.versions.insert(c.table, c.key.clone(), Seen::Written(n));
                 }
                 // A key its writer may create again (a session that resumes, a server's next
                 // incident, an operation key used again) keeps its tombstone's version, so that
