@@ -459,9 +459,9 @@ impl RedisStore {
 impl RedisStore {
     /// One write's commands, in RESP, into `out`: the puts of new keys that no index counts, each
     /// a `SET … NX` (when `direct`; Redis takes them without a script, which is most of what a
-    /// cluster writes; `PX` their lifetime where the table [`lives`]), then the script with the rest, or an `INCR` of the version counter when
-    /// nothing is left for it (the next apply's number is taken either way). The payload bytes,
-    /// and which changes went which way.
+    /// cluster writes; `PX` their lifetime where the table [`lives`]), then the script with the
+    /// rest, or an `INCR` of the version counter when nothing is left for it (the next apply's
+    /// number is taken either way). The payload bytes, and which changes went which way.
     fn pack_round(
         &mut self,
         changes: &Changes,
@@ -905,10 +905,10 @@ impl StateStore for RedisStore {
         };
         // A decided chain this store wrote carries its lifetime: its delete (a tombstone written
         // through the script, dearer to Redis than the chain's own write) is left to that
-        // lifetime, which ends within a late-span window and the margin after it. Nothing writes a decided chain again
-        // once its writer forgets it (its late-span window has passed), so the tombstone kept
-        // nothing out. A chain this store only read may come from a release that set no
-        // lifetime: deleted as before.
+        // lifetime, which ends within a late-span window and the margin after it. Nothing
+        // writes a decided chain again once its writer forgets it (its late-span window has
+        // passed), so the tombstone kept nothing out. A chain this store only read may come from
+        // a release that set no lifetime: deleted as before.
         let (mut all, mut expiring) = (Vec::with_capacity(changes.changes.len()), Vec::new());
         for (i, c) in changes.changes.iter().enumerate() {
             let written = matches!(self.versions.get(c.table, &c.key), Some(Seen::Written(_)));
