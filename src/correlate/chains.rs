@@ -214,6 +214,10 @@ pub struct Chains {
     due_next: usize,
     decided: FxHashMap<TraceId, DecidedChain>,
     decided_order: VecDeque<(Moment, TraceId, u32)>,
+    /// The latest step's time: a decided chain older than `late_span_window` before it has been
+    /// forgotten here, and one taken from a store is not revised either (see
+    /// [`Chains::past_window`]).
+    stepped: Moment,
     bytes: usize,
     /// Operation keys of calls, so a verifier reporting in another trace joins its call.
     operations: crate::bounded::BoundedMap<Box<str>, TraceId>,
@@ -276,6 +280,7 @@ impl Chains {
             due_next: 0,
             decided: FxHashMap::default(),
             decided_order: VecDeque::new(),
+            stepped: Moment::from_nanos(0),
             bytes: 0,
             operations: crate::bounded::BoundedMap::with_capacity("operation_keys", max_operation_keys),
             parked: crate::bounded::BoundedMap::with_capacity("parked_verifiers", max_parked_verifiers),
@@ -621,10 +626,19 @@ impl Chains {
         out
     }
 
+    /// Whether a chain decided at `decided_at_ns` is past its late-span window at the latest
+    /// step: forgotten here, and not to be revised when a store still holds it (a shared store
+    /// lets its writer's chains expire a margin after the window rather than delete them, and
+    /// another instance's may lag): evidence for it is late, as in one process.
+    pub(crate) fn past_window(&self, decided_at_ns: u64) -> bool {
+        self.stepped.saturating_duration_since(Moment::from_nanos(decided_at_ns)) >= self.limits.late_span_window
+    }
+
     /// Take back a decided chain from the store (at start-up, oldest first). It is kept for
-    /// revision until `late_span_window` after its decision, like any decided chain.
+    /// revision until `late_span_window` after its decision, like any decided chain; one already
+    /// past it is not taken.
     fn restore_decided(&mut self, r: KeptChain) {
-        if self.active.contains_key(&r.trace_id) || self.decided.contains_key(&r.trace_id) {
+        if self.active.contains_key(&r.trace_id) || self.decided.contains_key(&r.trace_id) || self.past_window(r.decided_at_ns) {
             return;
         }
         let bytes: usize = r.spans.iter().map(|s| s.approx_bytes()).sum();
@@ -1076,6 +1090,7 @@ impl Chains {
     /// driver under a memory limit decides a burst in bounded steps. The step that passes the
     /// budget finishes its chain: at most one chain over it.
     pub fn tick_within(&mut self, now: Moment, budget: usize, out: &mut Vec<DecidedCalls>) {
+        self.stepped = self.stepped.max(now);
         // Everything due now, in (moment, trace id) order. What a decision pushes falls due later,
         // except with a zero `decision_wait`: then go round again.
         self.settle_orphans(now, false, out);

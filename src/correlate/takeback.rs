@@ -13,8 +13,9 @@ pub(crate) trait StoreReads {
     /// A decided chain forgotten here under a bound (`max_decided`, `max_bytes`), still in the
     /// store.
     fn spilled(&mut self, trace: TraceId) -> Option<KeptChain>;
-    /// A decided chain this table does not know: another instance may have decided it.
-    fn decided(&mut self, trace: TraceId) -> Option<KeptChain>;
+    /// A decided chain this table does not know: another instance may have decided it. One
+    /// `past` says is beyond its late-span window is not taken (answered `None`).
+    fn decided(&mut self, trace: TraceId, past: &dyn Fn(u64) -> bool) -> Option<KeptChain>;
     /// The trace of the call an operation key names, in the store's operation index.
     fn operation(&mut self, key: &str) -> Option<TraceId>;
 }
@@ -69,7 +70,7 @@ impl Chains {
             if with_request.contains(&id) || self.knows(&id) || !asked.insert(id) {
                 continue;
             }
-            if let Some(kept) = store.decided(id) {
+            if let Some(kept) = store.decided(id, &|at| self.past_window(at)) {
                 self.restore(Restore::Decided(kept));
                 if let Some(k) = key {
                     self.restore(Restore::Operation(k.into(), id));

@@ -575,6 +575,62 @@ fn redis_a_receipt_on_another_engine_revises_the_call_through_the_store() {
     assert_eq!(snap.decided.iter().map(|d| (d.revision, d.spans.len())).collect::<Vec<_>>(), vec![(1, 2)]);
 }
 
+/// The same receipt after the call's late-span window (on the engine that decided it: its
+/// chain is forgotten; its record stays in Redis until its lifetime ends, the writer's delete
+/// left to it): neither engine takes the chain from the store, so the receipt is late and the
+/// verdict stands, as in one process — whether the record is there decides nothing.
+#[test]
+fn redis_a_receipt_after_the_window_does_not_revise_a_call_the_store_still_holds() {
+    if !available("redis_a_receipt_after_the_window_does_not_revise_a_call_the_store_still_holds") {
+        return;
+    }
+    use crate::engine::{Decided, Engine};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
+    let r = RedisServer::start();
+    let engine = || Engine::new(engine_config(&r));
+    let (mut a, mut b) = (engine(), engine());
+    let window = crate::correlate::ChainLimits::default().late_span_window;
+    let mut call = SpanEvidence::new([7; 16], [1; 8]);
+    call.method = Some(Method::ToolsCall);
+    call.side = Side::Client;
+    call.tool = Some(Arc::from("t"));
+    call.server = Some(Arc::from("srv:1"));
+    call.request_id = Some("1".into());
+    call.start_ns = 1_000;
+    call.end_ns = 2_000;
+    let receipt = |span: u8| {
+        let mut receipt = SpanEvidence::new([7; 16], [span; 8]);
+        receipt.parent_span_id = Some([1; 8]);
+        receipt.outcomes.push(OutcomeReceipt {
+            result: OutcomeResult::Missing,
+            method: VerifierMethod::Receipt,
+            checked_at_ns: 3_000,
+            request_id: None,
+            trust: Default::default(),
+        });
+        receipt
+    };
+    let t = Moment::from_nanos(1_000_000_000);
+    let mut out = Vec::new();
+    a.ingest(crate::normalize::NormalizedBatch { evidence: vec![call], ..Default::default() }, t, &mut out);
+    a.tick(t + Duration::from_millis(50), &mut out);
+    a.flush_store(t + Duration::from_millis(60), &mut Vec::new());
+    let late = t + window + Duration::from_secs(1);
+    a.tick(late, &mut out);
+    a.flush_store(late, &mut Vec::new());
+    assert!(open(&r).get(Table::Decided, &trace_key(&[7; 16])).unwrap().is_some(), "the record outlives its writer's window");
+    b.tick(late, &mut Vec::new());
+    for (e, span) in [(&mut a, 2), (&mut b, 3)] {
+        let mut got = Vec::new();
+        e.ingest(crate::normalize::NormalizedBatch { evidence: vec![receipt(span)], ..Default::default() }, late, &mut got);
+        e.tick(late + Duration::from_millis(200), &mut got);
+        e.flush_store(late + Duration::from_millis(210), &mut Vec::new());
+        assert!(!got.iter().any(|d| matches!(d, Decided::Call(_))), "no revision past the window: {got:?}");
+        assert_eq!((e.taken_over(), e.store_errors()), (0, 0));
+    }
+}
+
 /// A session's catalog evidence on one engine (capability, a complete page, the install, then a
 /// list-change signal: stale), a tool call of that session on another engine on the same Redis:
 /// the second reads the session from the store before judging the call, so the call is

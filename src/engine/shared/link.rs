@@ -82,7 +82,7 @@ impl Link {
     /// a parked verifier's call): whether the store had it; `None` when the store failed.
     pub(crate) fn take_decided(&mut self, t: &mut Tables, trace: TraceId, what: &str) -> Option<bool> {
         match self.get(Table::Decided, trace_key(&trace)) {
-            Ok(Some(Record::Decided(r))) => {
+            Ok(Some(Record::Decided(r))) if !t.chains.past_window(r.decided_at_ns) => {
                 self.taken_over += 1;
                 t.restored.insert(trace);
                 t.chains.restore(Restore::Decided((*r).into()));
@@ -117,9 +117,9 @@ impl StoreReads for Reads<'_> {
         }
     }
 
-    fn decided(&mut self, trace: TraceId) -> Option<KeptChain> {
+    fn decided(&mut self, trace: TraceId, past: &dyn Fn(u64) -> bool) -> Option<KeptChain> {
         match self.link.get(Table::Decided, trace_key(&trace)) {
-            Ok(Some(Record::Decided(r))) => {
+            Ok(Some(Record::Decided(r))) if !past(r.decided_at_ns) => {
                 self.link.taken_over += 1;
                 // Its earlier evidence comes with it: not "before the start".
                 self.restored.insert(trace);
