@@ -89,19 +89,25 @@ async fn restart_sends_each_once(state: &Path, traces: &BTreeSet<String>) -> Ser
     svc
 }
 
-/// SIGKILL with health spans waiting for a down backend: nothing is lost, nothing sent twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_spans_queued_on_disk_survive_sigkill() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
+/// A run on `state` with the backend down: eight calls decided, their health spans on disk,
+/// nothing sent; then SIGKILL. The trace ids of the verdicts.
+async fn queued_then_killed(state: &Path) -> BTreeSet<String> {
     let dead = dead_port();
-    let svc = Service::start(cfg(format!("http://127.0.0.1:{}", dead.port), Some(&state))).await;
+    let svc = Service::start(cfg(format!("http://127.0.0.1:{}", dead.port), Some(state))).await;
     let traces = decide_eight_calls(&svc).await;
     wait_stored_spans(&svc, 8.0).await;
     let text = svc.metrics_text().await;
     assert_eq!(prom_value(&text, "mcp_health_exporter_sent_spans_total", &[]), 0.0, "the backend is down: {text}");
     svc.kill();
-    drop(dead);
+    traces
+}
+
+/// SIGKILL with health spans waiting for a down backend: nothing is lost, nothing sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_spans_queued_on_disk_survive_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let traces = queued_then_killed(&state).await;
     let queue_dir = state.join("sending_queue");
     let files = std::fs::read_dir(&queue_dir).unwrap().count();
     assert!(files >= 1, "requests on disk after the kill");
@@ -166,12 +172,7 @@ async fn sigterm_without_a_directory_counts_what_is_lost() {
 async fn a_start_that_cannot_listen_sends_nothing_from_the_queue() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let dead = dead_port();
-    let svc = Service::start(cfg(format!("http://127.0.0.1:{}", dead.port), Some(&state))).await;
-    let traces = decide_eight_calls(&svc).await;
-    wait_stored_spans(&svc, 8.0).await;
-    svc.kill();
-    drop(dead);
+    let traces = queued_then_killed(&state).await;
     let queue_dir = state.join("sending_queue");
     let files = |d: &Path| -> BTreeSet<String> {
         std::fs::read_dir(d).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()

@@ -519,6 +519,35 @@ fn redis_two_engines_one_shared_incident_one_emitter_per_transition() {
     assert!(open(&r).load().unwrap().incidents.iter().all(|p| p.open.is_empty()));
 }
 
+/// A client's `tools/call` of trace 7 (span 1) on `srv:1`, for the receipt tests.
+fn receipt_call() -> crate::evidence::SpanEvidence {
+    use crate::evidence::{Method, Side, SpanEvidence};
+    let mut call = SpanEvidence::new([7; 16], [1; 8]);
+    call.method = Some(Method::ToolsCall);
+    call.side = Side::Client;
+    call.tool = Some(Arc::from("t"));
+    call.server = Some(Arc::from("srv:1"));
+    call.request_id = Some("1".into());
+    call.start_ns = 1_000;
+    call.end_ns = 2_000;
+    call
+}
+
+/// A receipt (span `span`, under [`receipt_call`]) saying the call's outcome is missing.
+fn missing_receipt(span: u8) -> crate::evidence::SpanEvidence {
+    use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, VerifierMethod};
+    let mut receipt = SpanEvidence::new([7; 16], [span; 8]);
+    receipt.parent_span_id = Some([1; 8]);
+    receipt.outcomes.push(OutcomeReceipt {
+        result: OutcomeResult::Missing,
+        method: VerifierMethod::Receipt,
+        checked_at_ns: 3_000,
+        request_id: None,
+        trust: Default::default(),
+    });
+    receipt
+}
+
 /// A ring change between a call and its receipt: the call decided (and written) by one engine,
 /// its `missing` receipt routed to another engine on the same Redis, which takes the decided
 /// chain from the store and revises it to `false_success` (one process's verdict), never leaving
@@ -530,28 +559,11 @@ fn redis_a_receipt_on_another_engine_revises_the_call_through_the_store() {
     }
     use crate::engine::{Decided, Engine};
     use crate::evidence::time::Moment;
-    use crate::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
     use crate::verdict::HealthState;
     let r = RedisServer::start();
     let engine = || Engine::new(engine_config(&r));
     let (mut a, mut b) = (engine(), engine());
-    let mut call = SpanEvidence::new([7; 16], [1; 8]);
-    call.method = Some(Method::ToolsCall);
-    call.side = Side::Client;
-    call.tool = Some(Arc::from("t"));
-    call.server = Some(Arc::from("srv:1"));
-    call.request_id = Some("1".into());
-    call.start_ns = 1_000;
-    call.end_ns = 2_000;
-    let mut receipt = SpanEvidence::new([7; 16], [2; 8]);
-    receipt.parent_span_id = Some([1; 8]);
-    receipt.outcomes.push(OutcomeReceipt {
-        result: OutcomeResult::Missing,
-        method: VerifierMethod::Receipt,
-        checked_at_ns: 3_000,
-        request_id: None,
-        trust: Default::default(),
-    });
+    let (call, receipt) = (receipt_call(), missing_receipt(2));
     let t = Moment::from_nanos(1_000_000_000);
     let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
     a.ingest(crate::normalize::NormalizedBatch { evidence: vec![call], ..Default::default() }, t, &mut out_a);
@@ -586,34 +598,13 @@ fn redis_a_receipt_after_the_window_does_not_revise_a_call_the_store_still_holds
     }
     use crate::engine::{Decided, Engine};
     use crate::evidence::time::Moment;
-    use crate::evidence::{Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, VerifierMethod};
     let r = RedisServer::start();
     let engine = || Engine::new(engine_config(&r));
     let (mut a, mut b) = (engine(), engine());
     let window = crate::correlate::ChainLimits::default().late_span_window;
-    let mut call = SpanEvidence::new([7; 16], [1; 8]);
-    call.method = Some(Method::ToolsCall);
-    call.side = Side::Client;
-    call.tool = Some(Arc::from("t"));
-    call.server = Some(Arc::from("srv:1"));
-    call.request_id = Some("1".into());
-    call.start_ns = 1_000;
-    call.end_ns = 2_000;
-    let receipt = |span: u8| {
-        let mut receipt = SpanEvidence::new([7; 16], [span; 8]);
-        receipt.parent_span_id = Some([1; 8]);
-        receipt.outcomes.push(OutcomeReceipt {
-            result: OutcomeResult::Missing,
-            method: VerifierMethod::Receipt,
-            checked_at_ns: 3_000,
-            request_id: None,
-            trust: Default::default(),
-        });
-        receipt
-    };
     let t = Moment::from_nanos(1_000_000_000);
     let mut out = Vec::new();
-    a.ingest(crate::normalize::NormalizedBatch { evidence: vec![call], ..Default::default() }, t, &mut out);
+    a.ingest(crate::normalize::NormalizedBatch { evidence: vec![receipt_call()], ..Default::default() }, t, &mut out);
     a.tick(t + Duration::from_millis(50), &mut out);
     a.flush_store(t + Duration::from_millis(60), &mut Vec::new());
     let late = t + window + Duration::from_secs(1);
@@ -623,7 +614,7 @@ fn redis_a_receipt_after_the_window_does_not_revise_a_call_the_store_still_holds
     b.tick(late, &mut Vec::new());
     for (e, span) in [(&mut a, 2), (&mut b, 3)] {
         let mut got = Vec::new();
-        e.ingest(crate::normalize::NormalizedBatch { evidence: vec![receipt(span)], ..Default::default() }, late, &mut got);
+        e.ingest(crate::normalize::NormalizedBatch { evidence: vec![missing_receipt(span)], ..Default::default() }, late, &mut got);
         e.tick(late + Duration::from_millis(200), &mut got);
         e.flush_store(late + Duration::from_millis(210), &mut Vec::new());
         assert!(!got.iter().any(|d| matches!(d, Decided::Call(_))), "no revision past the window: {got:?}");
