@@ -168,6 +168,20 @@ async fn restart_keeps_state_with(stop: Stop, cfg: Cfg, redis: Option<&redis_ser
     assert_eq!(errs, 0.0);
     if let Some(r) = redis {
         assert_no_password(&svc).await;
+        // What the store costs is served: requests, bytes each way, versions remembered.
+        for name in ["mcp_health_state_store_round_trips_total", "mcp_health_state_store_versions"] {
+            svc.wait_metric(name, WAIT, |v| v > 0.0).await;
+        }
+        let bytes = |text: &str, direction: &str| -> f64 {
+            let series = format!("direction=\"{direction}\"");
+            let line = text.lines().find(|l| l.starts_with("mcp_health_state_store_bytes_total{") && l.contains(&series));
+            line.and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        };
+        eventually_async(WAIT, "bytes sent to and received from the store", || async {
+            let text = svc.metrics_text().await;
+            (bytes(&text, "sent") > 0.0 && bytes(&text, "received") > 0.0).then_some(())
+        })
+        .await;
         // The records are in Redis, under the documented keys.
         let keys: Vec<String> = redis::cmd("KEYS").arg("mcp-health:*").query(&mut r.conn()).unwrap();
         for table in ["sessions", "incidents", "decided"] {

@@ -63,6 +63,37 @@ fn item_counters(meter: &Meter, [spans, metric_points, log_records]: [&Instrumen
 }
 
 /// A counter as [`ins`] declares it.
+/// What a shared state store costs, from its [`StoreStats`](crate::state::StoreStats): reported
+/// as the differences since the last report.
+#[derive(Clone)]
+pub(crate) struct StoreMeters {
+    round_trips: Counter<u64>,
+    bytes: Counter<u64>,
+    versions: Gauge<u64>,
+    deletes_left_to_expire: Counter<u64>,
+}
+
+impl StoreMeters {
+    fn new(meter: &Meter) -> Self {
+        StoreMeters {
+            round_trips: counter(meter, &ins::STATE_STORE_ROUND_TRIPS),
+            bytes: counter(meter, &ins::STATE_STORE_BYTES),
+            versions: gauge(meter, &ins::STATE_STORE_VERSIONS),
+            deletes_left_to_expire: counter(meter, &ins::STATE_STORE_DELETES_LEFT_TO_EXPIRE),
+        }
+    }
+
+    /// Report `now` against `last` (what the previous report saw).
+    pub(crate) fn report(&self, now: &crate::state::StoreStats, last: &crate::state::StoreStats) {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        self.round_trips.add(d(now.round_trips, last.round_trips), &[]);
+        self.bytes.add(d(now.bytes_sent, last.bytes_sent), &[KeyValue::new("direction", "sent")]);
+        self.bytes.add(d(now.bytes_received, last.bytes_received), &[KeyValue::new("direction", "received")]);
+        self.deletes_left_to_expire.add(d(now.deletes_left_to_expire, last.deletes_left_to_expire), &[]);
+        self.versions.record(now.versions_held, &[]);
+    }
+}
+
 fn counter(meter: &Meter, i: &Instrument) -> Counter<u64> {
     debug_assert_eq!(i.kind, ins::Kind::Counter, "{}", i.name);
     meter.u64_counter(i.name).with_description(i.description).with_unit(i.unit).build()
@@ -476,6 +507,7 @@ pub struct HealthMeters {
     pub store_errors: Counter<u64>,
     pub store_conflicts: Counter<u64>,
     pub store_queue_waits: Counter<u64>,
+    pub(crate) store: StoreMeters,
     pub incidents_unshared: Counter<u64>,
     pub late_evidence_dropped: Counter<u64>,
     pub spans_duplicate: Counter<u64>,
@@ -559,6 +591,7 @@ impl HealthMeters {
         let store_errors = counter(meter, &ins::STATE_STORE_ERRORS);
         let store_conflicts = counter(meter, &ins::STATE_STORE_CONFLICTS);
         let store_queue_waits = counter(meter, &ins::STATE_STORE_QUEUE_WAITS);
+        let store = StoreMeters::new(meter);
         let incidents_unshared = counter(meter, &ins::INCIDENTS_UNSHARED);
         let late_evidence_dropped = counter(meter, &ins::SPANS_LATE_DROPPED);
         let spans_duplicate = counter(meter, &ins::SPANS_DUPLICATE);
@@ -590,6 +623,7 @@ impl HealthMeters {
             store_errors,
             store_conflicts,
             store_queue_waits,
+            store,
             incidents_unshared,
             late_evidence_dropped,
             spans_duplicate,

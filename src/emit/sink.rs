@@ -275,6 +275,7 @@ pub(crate) struct MetricsSink {
     last_callless: u64,
     last_store_errors: u64,
     last_store_conflicts: u64,
+    last_store: crate::state::StoreStats,
     last_store_queue_waits: u64,
     last_incidents_unshared: u64,
     incident_groups: FxHashSet<[String; 4]>,
@@ -297,6 +298,7 @@ impl MetricsSink {
             last_callless: 0,
             last_store_errors: 0,
             last_store_conflicts: 0,
+            last_store: Default::default(),
             last_store_queue_waits: 0,
             last_incidents_unshared: 0,
             incident_groups: Default::default(),
@@ -381,6 +383,10 @@ impl Sink for MetricsSink {
         self.last_store_conflicts = g.store_conflicts;
         m.store_queue_waits.add(g.store_queue_waits.saturating_sub(self.last_store_queue_waits), &[]);
         self.last_store_queue_waits = g.store_queue_waits;
+        if let Some(st) = &g.store {
+            m.store.report(st, &self.last_store);
+            self.last_store = st.clone();
+        }
         m.incidents_unshared.add(g.incidents_unshared.saturating_sub(self.last_incidents_unshared), &[]);
         self.last_incidents_unshared = g.incidents_unshared;
         self.tally.flush(m);

@@ -133,6 +133,8 @@ pub struct Gauges {
     /// Store calls that waited for room in the store thread's queue (it was full: the engine
     /// went at the store's pace).
     pub store_queue_waits: u64,
+    /// What a network store has cost so far (round trips, bytes, versions remembered).
+    pub store: Option<crate::state::StoreStats>,
 }
 
 /// The engine. See the module documentation.
@@ -478,6 +480,7 @@ impl Engine {
             store_conflicts: f.store_conflicts,
             incidents_unshared: f.incidents_unshared,
             store_queue_waits: f.queue_waits,
+            store: f.store,
         }
     }
 

@@ -611,6 +611,8 @@ fn redis_a_receipt_after_the_window_does_not_revise_a_call_the_store_still_holds
     a.tick(late, &mut out);
     a.flush_store(late, &mut Vec::new());
     assert!(open(&r).get(Table::Decided, &trace_key(&[7; 16])).unwrap().is_some(), "the record outlives its writer's window");
+    let st = a.gauges().store.expect("a network store's figures");
+    assert!(st.deletes_left_to_expire == 1 && st.round_trips > 0 && st.bytes_sent > 0, "{st:?}");
     b.tick(late, &mut Vec::new());
     for (e, span) in [(&mut a, 2), (&mut b, 3)] {
         let mut got = Vec::new();

@@ -270,6 +270,14 @@ instruments! {
         "Record writes a shared state store refused because another instance changed the record first (read, merged and written again)";
     STATE_STORE_QUEUE_WAITS = "mcp_health.state.store_queue_waits", Counter, "{call}", [], Internal(Normal),
         "Store calls the engine submitted while the store thread's bounded queue was full: it waited for the store (a store slower than the engine)";
+    STATE_STORE_ROUND_TRIPS = "mcp_health.state.store_round_trips", Counter, "{request}", [], Internal(Normal),
+        "Requests sent to a shared state store (Redis); a pipeline of many commands is one";
+    STATE_STORE_BYTES = "mcp_health.state.store_bytes", Counter, "By", ["direction"], Internal(Normal),
+        "Payload bytes (keys, versions and records) sent to and received from a shared state store, by direction (sent, received)";
+    STATE_STORE_VERSIONS = "mcp_health.state.store_versions", Gauge, "{record}", [], Internal(Normal),
+        "Record versions this instance remembers for compare-and-set on a shared state store (bounded: see mcp_health.state.evicted)";
+    STATE_STORE_DELETES_LEFT_TO_EXPIRE = "mcp_health.state.store_deletes_left_to_expire", Counter, "{record}", [], Internal(Normal),
+        "Deletes of decided chains this instance wrote to a shared state store with a lifetime, not sent: the lifetime ends them";
     STATE_LEASE_HOLDER = "mcp_health.state.lease_holder", Gauge, "{instance}", [], Internal(Normal),
         "1 when this instance reports the global gauges (open incidents, convergence) of all instances on a shared store, or runs alone; 0 otherwise";
     STATE_EVICTED = "mcp_health.state.evicted", Counter, "{entry}", ["table"], Internal(Normal),

@@ -146,6 +146,7 @@ impl Replica for Durable {
             queue_waits: self.link.worker.queue_waits(),
             waited: self.link.worker.waited(),
             skipped: self.link.skipped,
+            store: self.link.worker.store_stats(),
             durable_at: self.durable_at,
             ..Default::default()
         }

@@ -82,6 +82,8 @@ pub(crate) struct ReplicaFigures {
     pub waited: std::time::Duration,
     /// Stored records the load could not read (damaged, or of a newer format), by table.
     pub skipped: crate::state::SkipCounts,
+    /// What a network store has cost so far (round trips, bytes, versions remembered).
+    pub store: Option<crate::state::StoreStats>,
     /// The engine time of the last store round that wrote (or had nothing to write): what was
     /// decided up to then is in the store.
     pub durable_at: Option<Moment>,

@@ -15,9 +15,9 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 
-use crate::state::{StateStore, StoreHandle};
+use crate::state::{StateStore, StoreHandle, StoreStats};
 
 /// Jobs submitted and not yet taken, at most.
 pub(crate) const MAX_IN_FLIGHT: usize = 64;
@@ -35,8 +35,10 @@ pub(crate) struct Ticket<T> {
 enum Via {
     /// Run each job at once on the caller's thread.
     Inline(StoreHandle),
-    /// The worker thread; its answers come back on `answers`.
-    Thread { jobs: mpsc::SyncSender<(u64, Job)>, answers: mpsc::Receiver<(u64, Answer)> },
+    /// The worker thread; its answers come back on `answers`, and after each job what the
+    /// store has cost so far in `stats` (read by the engine's report without waiting for the
+    /// store's lock, which the thread holds through a round trip).
+    Thread { jobs: mpsc::SyncSender<(u64, Job)>, answers: mpsc::Receiver<(u64, Answer)>, stats: Arc<Mutex<Option<StoreStats>>> },
 }
 
 /// The engine's end of the store's thread.
@@ -71,6 +73,8 @@ impl Worker {
         let (jobs, job_rx) = mpsc::sync_channel::<(u64, Job)>(MAX_IN_FLIGHT);
         // Unbounded in type, bounded by `MAX_IN_FLIGHT` in use: one answer per job in flight.
         let (answer_tx, answers) = mpsc::channel::<(u64, Answer)>();
+        let stats = Arc::new(Mutex::new(None));
+        let published = stats.clone();
         let spawned = std::thread::Builder::new().name("mcp-health-store".into()).spawn(move || {
             loop {
                 let next = match job_rx.try_recv() {
@@ -88,7 +92,9 @@ impl Worker {
                 let Ok((id, job)) = next else { break };
                 let answer = {
                     let mut s = store.0.lock().unwrap_or_else(|e| e.into_inner());
-                    job(&mut **s)
+                    let answer = job(&mut **s);
+                    *published.lock().unwrap_or_else(|e| e.into_inner()) = s.stats();
+                    answer
                 };
                 if answer_tx.send((id, answer)).is_err() {
                     break;
@@ -99,7 +105,7 @@ impl Worker {
             tracing::error!(error = %e, "could not start the store's thread; its calls run on the engine's");
         }
         Worker {
-            via: Via::Thread { jobs, answers },
+            via: Via::Thread { jobs, answers, stats },
             next: 0,
             taken: BTreeMap::new(),
             in_flight: 0,
@@ -192,6 +198,15 @@ impl Worker {
     }
 
     /// Submit calls that waited for room.
+    /// What the store has cost so far (a network store's round trips and bytes; `None` for
+    /// the others), as of its last job.
+    pub(crate) fn store_stats(&self) -> Option<StoreStats> {
+        match &self.via {
+            Via::Inline(store) => store.stats(),
+            Via::Thread { stats, .. } => stats.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        }
+    }
+
     pub(crate) fn queue_waits(&self) -> u64 {
         self.queue_waits
     }
@@ -223,9 +238,11 @@ mod tests {
         assert_eq!(w.call(|s| s.is_shared()), Some(false));
         assert_eq!(w.call(|s| s.is_shared()), Some(false));
         // Each call found the queue empty after its job: idle again before the next.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // The lib's tests run side by side on two cores: the thread may wait its turn (a spin
+        // here would take the core it waits for).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while IDLE.load(Ordering::SeqCst) < before + 2 && std::time::Instant::now() < deadline {
-            std::thread::yield_now();
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert!(IDLE.load(Ordering::SeqCst) >= before + 2, "the hook ran {} times", IDLE.load(Ordering::SeqCst) - before);
     }

@@ -257,6 +257,7 @@ impl Replica for Shared {
             queue_waits: self.link.worker.queue_waits() + self.reads.waits(),
             waited: self.link.worker.waited(),
             skipped: self.link.skipped,
+            store: self.link.worker.store_stats(),
             // The evidence journal is for a store of one process (`storage.directory`).
             durable_at: None,
         }
