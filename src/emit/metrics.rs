@@ -62,7 +62,6 @@ fn item_counters(meter: &Meter, [spans, metric_points, log_records]: [&Instrumen
     ItemCounters { spans: counter(meter, spans), metric_points: counter(meter, metric_points), log_records: counter(meter, log_records) }
 }
 
-/// A counter as [`ins`] declares it.
 /// What a shared state store costs, from its [`StoreStats`](crate::state::StoreStats): reported
 /// as the differences since the last report.
 #[derive(Clone)]
@@ -94,6 +93,7 @@ impl StoreMeters {
     }
 }
 
+/// A counter as [`ins`] declares it.
 fn counter(meter: &Meter, i: &Instrument) -> Counter<u64> {
     debug_assert_eq!(i.kind, ins::Kind::Counter, "{}", i.name);
     meter.u64_counter(i.name).with_description(i.description).with_unit(i.unit).build()

@@ -2,9 +2,10 @@
 //! queues and workers, metrics, the engine and its sinks), the [`Listeners`] and the signals.
 //! Binds every listener before the pipeline starts (so a port conflict fails at once with the
 //! address named, having done nothing), then runs until SIGTERM or Ctrl-C, decides what is in
-//! flight, flushes exports and exits within `service.telemetry.shutdown_timeout`. SIGHUP reconciles the running parts with the
-//! configuration file without closing anything that did not change (the engine and its calls in
-//! flight always survive); SIGTERM, at any moment, drains.
+//! flight, flushes exports and exits within `service.telemetry.shutdown_timeout`. SIGHUP
+//! reconciles the running parts with the configuration file without closing anything that did
+//! not change (the engine and its calls in flight always survive); SIGTERM, at any moment,
+//! drains.
 
 use std::time::Duration;
 

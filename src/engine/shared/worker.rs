@@ -197,7 +197,6 @@ impl Worker {
         self.take(t)
     }
 
-    /// Submit calls that waited for room.
     /// What the store has cost so far (a network store's round trips and bytes; `None` for
     /// the others), as of its last job.
     pub(crate) fn store_stats(&self) -> Option<StoreStats> {
@@ -207,6 +206,7 @@ impl Worker {
         }
     }
 
+    /// Submit calls that waited for room.
     pub(crate) fn queue_waits(&self) -> u64 {
         self.queue_waits
     }

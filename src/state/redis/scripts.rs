@@ -8,8 +8,8 @@
 /// occurs twice in the apply, which the script then tracks) followed by the transaction number
 /// the apply writes under (see [`super::RedisStore`]'s `reserved`). Then per change i:
 /// `ARGV[3i]` its operation and what is expected, three bytes — `p` put, `x` put into a table
-/// whose records expire like tombstones, `l` put with the records' lifetime, `d` delete, `e` delete from such a table; `+` join the
-/// index always, `=` join it when the record is created, `-` no index; `a` the key is expected
+/// whose records expire like tombstones, `l` put with the records' lifetime, `d` delete, `e`
+/// delete from such a table; `+` join the index always, `=` join it when the record is created, `-` no index; `a` the key is expected
 /// absent (never seen), `r` a record at the version that follows, `t` deleted at that version
 /// (that tombstone, or absent once it expired) — followed, for a table the gauges count
 /// ([`super::indexed`]), by the name of the table's index set; `ARGV[3i+1]` the version expected (empty
