@@ -9,9 +9,9 @@
 /// the apply writes under (see [`super::RedisStore`]'s `reserved`). Then per change i:
 /// `ARGV[3i]` its operation and what is expected, three bytes — `p` put, `x` put into a table
 /// whose records expire like tombstones, `l` put with the records' lifetime, `d` delete, `e`
-/// delete from such a table; `+` join the index always, `=` join it when the record is created, `-` no index; `a` the key is expected
-/// absent (never seen), `r` a record at the version that follows, `t` deleted at that version
-/// (that tombstone, or absent once it expired) — followed, for a table the gauges count
+/// delete from such a table; `+` join the index always, `=` join it when the record is
+/// created, `-` no index; `a` the key is expected absent (never seen), `r` a record at the
+/// version that follows, `t` deleted at that version (that tombstone, or absent once it expired) — followed, for a table the gauges count
 /// ([`super::indexed`]), by the name of the table's index set; `ARGV[3i+1]` the version expected (empty
 /// for `a`; in the string layout a record's is followed by `:`, so that the value's prefix is
 /// compared in place, without cutting it out); `ARGV[3i+2]` the bytes (in the string layout the
