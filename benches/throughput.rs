@@ -10,6 +10,8 @@
 //!         beside one without a store: spans per CPU-second per instance and in total)
 //!     MCP_HEALTH_BENCH_ONLY=mixed cargo bench --bench throughput    (traffic as a shared pipeline
 //!         carries it: ~95 % ordinary HTTP and database spans, 5 % MCP; walk rate and service)
+//!     MCP_HEALTH_BENCH_ONLY=plaintext cargo bench --bench throughput  (the MCP-only plaintext
+//!         line alone, interleaved with the baseline when given)
 //!     MCP_HEALTH_BENCH_ONLY=profile cargo bench --bench throughput  (the stage breakdowns alone:
 //!         plaintext, inline and mixed, baseline first when given)
 //!     MCP_HEALTH_BENCH_PROFILE=1 ...          (every service line is followed by a window under
@@ -269,6 +271,16 @@ fn main() {
 
     if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "mixed") {
         mixed(&rt, this, baseline.as_deref(), secs);
+        return;
+    }
+    if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "plaintext") {
+        // The MCP-only plaintext line alone (interleaved with the baseline when given).
+        let decode_rate = decode_rate_of(&batches, Duration::from_secs(2));
+        println!("prost decode:            {:>10.0} spans per CPU-second (one thread)", decode_rate);
+        let batches = Arc::new(batches);
+        interleaved(this, baseline.as_deref(), "plaintext", |bin, label| {
+            measure(&rt, bin, &batches, secs, decode_rate, None, None, &SendOptions::default(), label).0
+        });
         return;
     }
     if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "profile") {

@@ -11,12 +11,17 @@ use libmimalloc_sys::{mi_collect, mi_option_set, mi_option_t};
 /// binding (0.1.49) declares the options on either side of it but not this one.
 const MI_OPTION_PURGE_DELAY: mi_option_t = 15;
 
-/// Under a memory limit, freed memory goes back to the OS at once: measured with 64 refused 4 MiB
-/// requests, the default kept ~100 MiB of freed buffers resident for good, which the limiter then
-/// (rightly) counted as used and refused everything.
-fn return_freed_memory_at_once() {
+/// mimalloc's own default purge delay, in milliseconds.
+const DEFAULT_PURGE_DELAY_MS: std::ffi::c_long = 10;
+
+/// Near a memory limit, freed memory goes back to the OS at once: measured with 64 refused 4 MiB
+/// requests, the allocator's delay kept freed buffers resident, which the limiter then (rightly)
+/// counted as used, refusing requests it had room for. Far below the limit, the delay saves a
+/// system call per freed page and a page fault per page allocated again.
+fn return_freed_memory(at_once: bool) {
+    let delay = if at_once { 0 } else { DEFAULT_PURGE_DELAY_MS };
     // SAFETY: a valid option index and value; mimalloc is this process's allocator.
-    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, delay) }
 }
 
 /// Least time between two collections on one thread going idle: a busy runtime parks its
@@ -43,5 +48,5 @@ fn collect_on_idle() {
 }
 
 fn main() -> std::process::ExitCode {
-    mcp_health::main(mcp_health::Allocator { return_freed_memory: return_freed_memory_at_once, collect_on_idle })
+    mcp_health::main(mcp_health::Allocator { return_freed_memory, collect_on_idle })
 }

@@ -49,15 +49,21 @@ pub(crate) struct MemoryLimiter {
     /// Evidence bytes the engine holds (chains in flight and decided chains kept for revision),
     /// published by the engine after each step: it outlives the requests that brought it.
     engine: AtomicU64,
+    /// Whether freed memory goes back to the OS at once: while what the process holds (at the
+    /// last sample, or reserved since) is above [`MemoryLimiter::prompt_above`].
+    prompt: AtomicBool,
 }
 
-/// Set by the binary, which owns the global allocator: make the allocator return freed memory to
-/// the OS at once. Called when a memory limiter is made: a limit on the resident set needs freed
-/// memory to leave it, or what refused requests held stays counted.
-static ALLOCATOR_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+/// Set by the binary, which owns the global allocator: whether the allocator returns freed memory
+/// to the OS at once (`true`) or after its own short delay (`false`). A limit on the resident set
+/// needs freed memory to leave it near the limit, or what refused requests held stays counted;
+/// far below the limit, returning every freed page at once costs a system call per freed page
+/// and a page fault per page allocated again, as chains come and go (measured: about 9 % of the
+/// CPU per span on mixed traffic; `benches/throughput.rs`, the mixed line).
+static ALLOCATOR_HOOK: std::sync::OnceLock<fn(bool)> = std::sync::OnceLock::new();
 
 /// See [`ALLOCATOR_HOOK`]; the first call wins.
-pub(crate) fn set_allocator_hook(f: fn()) {
+pub(crate) fn set_allocator_hook(f: fn(bool)) {
     let _ = ALLOCATOR_HOOK.set(f);
 }
 
@@ -95,10 +101,13 @@ impl MemoryLimiter {
 
     /// A limiter holding `limit` (see [`effective_limit`]).
     pub(crate) fn from_limit(limit: EffectiveLimit) -> MemoryLimiter {
+        let m = Self::with_bytes(limit.hard, limit.spike, process_rss().unwrap_or(0));
+        // The allocator's delay until the first sample says where the process stands.
         if let Some(f) = ALLOCATOR_HOOK.get() {
-            f();
+            f(false);
         }
-        Self::with_bytes(limit.hard, limit.spike, process_rss().unwrap_or(0))
+        m.follow(m.floor);
+        m
     }
 
     #[cfg(test)]
@@ -118,7 +127,32 @@ impl MemoryLimiter {
             untracked: AtomicU64::new(floor),
             floor,
             engine: AtomicU64::new(0),
+            prompt: AtomicBool::new(false),
         }
+    }
+
+    /// Above this many bytes held, freed memory goes back to the OS at once: a quarter of the soft
+    /// limit. Below it, what the allocator keeps for its short delay cannot bring the process near
+    /// the limit. At half, it did: 64 requests of 4 MiB under a 256 MiB limit (`e2e_memory`) peaked
+    /// some 30 MiB higher than with every page returned at once, at the test's margin.
+    fn prompt_above(&self) -> u64 {
+        self.soft / 4
+    }
+
+    /// Set the allocator's return of freed memory for `used` bytes held (see [`ALLOCATOR_HOOK`]).
+    fn follow(&self, used: u64) {
+        let prompt = used > self.prompt_above();
+        if self.prompt.swap(prompt, Ordering::Relaxed) != prompt {
+            if let Some(f) = ALLOCATOR_HOOK.get() {
+                f(prompt);
+            }
+        }
+    }
+
+    /// Whether freed memory goes back to the OS at once now.
+    #[cfg(test)]
+    pub(crate) fn returns_freed_memory_at_once(&self) -> bool {
+        self.prompt.load(Ordering::Relaxed)
     }
 
     /// Take a sample; returns `Some(now_over)` when the state changed.
@@ -126,6 +160,7 @@ impl MemoryLimiter {
         self.rss.store(rss_bytes, Ordering::Relaxed);
         let tracked = self.held.load(Ordering::Relaxed).saturating_add(self.engine.load(Ordering::Relaxed));
         self.untracked.store(rss_bytes.saturating_sub(tracked).max(self.floor), Ordering::Relaxed);
+        self.follow(rss_bytes.max(tracked));
         let over = rss_bytes > self.soft;
         (self.over.swap(over, Ordering::Relaxed) != over).then_some(over)
     }
@@ -169,7 +204,14 @@ impl MemoryLimiter {
                 return false;
             }
             match self.held.compare_exchange_weak(held, held + by, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    // A burst between two samples turns prompt return on as it reserves; only a
+                    // sample turns it off.
+                    if !self.prompt.load(Ordering::Relaxed) && base.saturating_add(held + by) > self.prompt_above() {
+                        self.follow(base.saturating_add(held + by));
+                    }
+                    return true;
+                }
                 Err(now) => held = now,
             }
         }
@@ -554,6 +596,35 @@ mod tests {
         m.set_engine_bytes(40 << 20);
         assert_eq!(m.room(), 10 << 20);
         assert!(m.reserve(11 << 20).is_none());
+    }
+
+    /// Freed memory goes back to the OS at once above a quarter of the soft limit: when a sample shows the
+    /// process there, or as soon as reservations take it there between two samples; only a
+    /// sample below turns it off (a released reservation does not: its memory may still be
+    /// resident).
+    #[test]
+    fn freed_memory_goes_back_at_once_above_half_the_soft_limit() {
+        let m = Arc::new(MemoryLimiter::with_floor(100, Some(20), 10 << 20));
+        assert!(!m.returns_freed_memory_at_once(), "10 MiB of an 80 MiB soft limit");
+        m.sample(21 << 20);
+        assert!(m.returns_freed_memory_at_once(), "a sample above 20 MiB");
+        m.sample(19 << 20);
+        assert!(!m.returns_freed_memory_at_once(), "a sample below");
+        m.sample(12 << 20);
+        // Reservations between two samples: 12 MiB resident + 5 MiB is under a quarter, + 5 more
+        // is not.
+        let a = m.reserve(5 << 20).expect("fits");
+        assert!(!m.returns_freed_memory_at_once());
+        let b = m.reserve(5 << 20).expect("fits");
+        assert!(m.returns_freed_memory_at_once(), "reserved past a quarter of the soft limit");
+        drop((a, b));
+        assert!(m.returns_freed_memory_at_once(), "released is not yet returned: the next sample says");
+        m.sample(12 << 20);
+        assert!(!m.returns_freed_memory_at_once());
+        // Evidence the engine holds counts as held.
+        m.set_engine_bytes(25 << 20);
+        m.sample(20 << 20);
+        assert!(m.returns_freed_memory_at_once(), "25 MiB of evidence, whatever the resident set says");
     }
 
     /// The figure behind [`DECODED_PER_WIRE_BYTE`]: what a decoded request of realistic MCP spans
