@@ -782,7 +782,14 @@ impl Chains {
             }
         }
         for ev in enrich_only {
-            self.add_span(ev, now, out);
+            // Most of a shared pipeline's spans that reach here are HTTP spans of traces that hold
+            // no call: let them go after one look at each table, not the several an added span
+            // takes (the chain's duplicates, a reopen).
+            if self.holds_chain(&ev.trace_id) {
+                self.add_span(ev, now, out);
+            } else {
+                self.let_go(ev, now);
+            }
         }
         // Scratch for the next batch; its room stays bounded by the largest batch's trace count.
         if self.batch_spans.capacity() > 4 * MAX_BATCH_TRACES_KEPT {
@@ -877,6 +884,24 @@ impl Chains {
         self.add_span_inner(ev, now, out);
     }
 
+    /// Whether a chain of `trace` is in flight, decided and kept for revision, or decided in this
+    /// step.
+    fn holds_chain(&self, trace: &TraceId) -> bool {
+        self.active.contains_key(trace) || self.limbo.contains_key(trace) || self.decided.contains_key(trace)
+    }
+
+    /// A span that cannot start a chain, of a trace no chain holds: counted when its chain was
+    /// forgotten; a refused MCP request's HTTP span, alone in its trace, may belong to a client
+    /// request in another trace. HTTP-only spans enrich a chain; they never start one.
+    fn let_go(&mut self, ev: SpanEvidence, now: Moment) {
+        if self.forgotten.contains(&ev.trace_id) {
+            self.stats.late_evidence_dropped += 1;
+        }
+        if crossjoin::is_orphan_candidate(&ev) {
+            self.take_orphan(ev, now, true);
+        }
+    }
+
     fn add_span_inner(&mut self, ev: SpanEvidence, now: Moment, out: &mut Vec<DecidedCalls>) {
         let trace_id = ev.trace_id;
         if self.holds(&ev) {
@@ -886,16 +911,12 @@ impl Chains {
         // A `request_sent` marker has no parent but is not the ended root: the call still runs.
         let is_root = ev.parent_span_id.is_none() && !ev.request_sent_marker;
         if !self.active.contains_key(&trace_id) && !self.reopen(trace_id, now) {
+            if !ev.starts_chain() {
+                self.let_go(ev, now);
+                return;
+            }
             if self.forgotten.contains(&trace_id) {
                 self.stats.late_evidence_dropped += 1;
-            }
-            // HTTP-only spans enrich a chain; they never start one. A refused MCP request's HTTP
-            // span, alone in its trace, may belong to a client request in another trace.
-            if !ev.starts_chain() {
-                if crossjoin::is_orphan_candidate(&ev) {
-                    self.take_orphan(ev, now, true);
-                }
-                return;
             }
             self.make_room(now, out);
             self.stats.chains_created += 1;

@@ -52,15 +52,18 @@ pub(crate) fn read_span(
     let mut peer = Endpoints::default();
 
     for kv in &span.attributes {
-        if kv.key.starts_with("mcp_health.catalog.")
-            || kv.key.starts_with("mcp_health.subscription.")
-            || kv.key == a::SESSION_LIST_CHANGED_CAPABILITY
+        let ours = kv.key.starts_with("mcp_health.");
+        if ours
+            && (kv.key.starts_with("mcp_health.catalog.")
+                || kv.key.starts_with("mcp_health.subscription.")
+                || kv.key == a::SESSION_LIST_CHANGED_CAPABILITY)
         {
             cat.read(kv, type_errors);
             continue;
         }
         read_attribute(
             kv,
+            ours,
             &mut ev,
             &mut Fields {
                 server_address: &mut server_address,
@@ -402,9 +405,17 @@ impl Endpoints<'_> {
 
 /// One attribute into the span's evidence, by family; a key no family knows may be outcome
 /// evidence. A value of the wrong type is counted, never taken.
-fn read_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) {
-    let read = read_call_attribute(kv, ev, f)
-        .or_else(|| read_network_attribute(kv, ev, f))
+/// `ours`: the key is in the `mcp_health.` namespace. Only those can be authorization, round,
+/// session or outcome keys; the others (most of an HTTP span's) skip those tables.
+fn read_attribute<'e>(kv: &KeyValue<'e>, ours: bool, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) {
+    let read = read_call_attribute(kv, ev, f).or_else(|| read_network_attribute(kv, ev, f));
+    if !ours {
+        if read == Some(true) {
+            *f.type_errors += 1;
+        }
+        return;
+    }
+    let read = read
         .or_else(|| read_auth_attribute(kv, ev))
         .or_else(|| read_round_attribute(kv, ev, f))
         .or_else(|| read_session_attribute(kv, ev, f));
@@ -699,6 +710,67 @@ pub(crate) fn classify_error(rpc_code: Option<i64>, error_type: Option<&str>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::normalize::view::{AnyValue, Value};
+
+    /// What reading one attribute leaves behind, through [`read_attribute`] with `ours` as given.
+    fn read_one(key: &str, value: Value<'_>, ours: bool) -> String {
+        let kv = KeyValue { key, value: Some(AnyValue { value: Some(value) }) };
+        let mut ev = SpanEvidence::new([1; 16], [2; 8]);
+        let (mut server_address, mut server_port, mut error_type, mut rpc_code) = (None, None, None, None);
+        let (mut outcome, mut negotiation, mut has_negotiation) = (OutcomeFields::default(), Negotiation::default(), false);
+        let (mut progress_token, mut progress_value, mut progress_total) = (None, None, None);
+        let (mut peer, mut type_errors) = (Endpoints::default(), 0u64);
+        read_attribute(
+            &kv,
+            ours,
+            &mut ev,
+            &mut Fields {
+                server_address: &mut server_address,
+                server_port: &mut server_port,
+                error_type: &mut error_type,
+                rpc_code: &mut rpc_code,
+                outcome: &mut outcome,
+                negotiation: &mut negotiation,
+                has_negotiation: &mut has_negotiation,
+                progress_token: &mut progress_token,
+                progress_value: &mut progress_value,
+                progress_total: &mut progress_total,
+                peer: &mut peer,
+                type_errors: &mut type_errors,
+            },
+        );
+        let o = &outcome;
+        format!(
+            "{ev:?} {server_address:?} {server_port:?} {error_type:?} {rpc_code:?} {:?} {negotiation:?} {has_negotiation} \
+             {progress_token:?} {progress_value:?} {progress_total:?} {type_errors} {:?}",
+            (o.result, o.method, o.checked_at, &o.request_id, &o.verifier, o.error, &o.tool, &o.key_id, &o.signature),
+            (peer.peer_address, peer.peer_port, peer.local_address, peer.local_port, peer.user_agent, peer.client_name),
+        )
+    }
+
+    /// A key outside the `mcp_health.` namespace skips the authorization, round, session and
+    /// outcome tables: every attribute name this project reads, of every value type, reads the same
+    /// with them as without (a new key outside the namespace in one of those tables fails here).
+    #[test]
+    fn keys_outside_the_namespace_read_the_same_without_the_namespaced_tables() {
+        let source = include_str!("../evidence/attributes.rs");
+        let keys: Vec<&str> = source
+            .lines()
+            .filter(|l| l.trim_start().starts_with("pub const ") && l.contains(": &str = \""))
+            .filter_map(|l| l.split('"').nth(1))
+            .collect();
+        assert!(keys.len() > 60, "the attribute names were found: {}", keys.len());
+        let mut outside = 0;
+        for key in keys.iter().filter(|k| !k.starts_with("mcp_health.")) {
+            outside += 1;
+            for value in
+                [Value::StringValue("x"), Value::StringValue("200"), Value::IntValue(500), Value::BoolValue(true), Value::DoubleValue(1.5)]
+            {
+                assert_eq!(read_one(key, value.clone(), false), read_one(key, value.clone(), true), "{key} = {value:?}");
+            }
+        }
+        assert!(outside > 20, "{outside} names outside the namespace");
+    }
 
     #[test]
     fn error_classes() {
