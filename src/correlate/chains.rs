@@ -348,6 +348,16 @@ impl Chains {
                 self.restore_forgotten(trace_id, decided_at_ns, operation_keys)
             }
             Restore::Operation(key, trace) => self.restore_operation(&key, trace),
+            Restore::LetGo(id) => {
+                if self.outbox.track && !self.active.contains_key(&id) && !self.decided.contains_key(&id) && !self.spilled.contains(&id) {
+                    self.outbox.dirty.insert(id);
+                }
+            }
+            Restore::OperationGone(key) => {
+                if self.outbox.track && !self.operations.contains(&*key) {
+                    self.outbox.dirty_ops.insert(key);
+                }
+            }
             Restore::Mark(server) => {
                 self.splits.learn(&server, Moment::from_nanos(0));
             }

@@ -144,6 +144,11 @@ pub(crate) enum Restore {
     Forgotten { trace_id: TraceId, decided_at_ns: u64, operation_keys: Vec<Box<str>> },
     /// An operation key and the trace of its call.
     Operation(Box<str>, TraceId),
+    /// A stored decided chain a start-up load held neither whole nor by trace (past both of its
+    /// bounds), in a store only this process writes: deleted with the next write round.
+    LetGo(TraceId),
+    /// The operation key of such a chain's call: deleted with it.
+    OperationGone(Box<str>),
     /// A split mark the store held at start (the halves it concerns were decided before:
     /// nothing is published for them).
     Mark(Server),

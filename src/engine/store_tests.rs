@@ -342,3 +342,62 @@ fn a_restart_keeps_the_newest_decided_chains_and_revises_an_older_one_from_the_s
     revised.sort();
     assert_eq!(revised, vec![([2; 16], 1), ([5; 16], 1)]);
 }
+
+/// A start on an embedded store that holds more decided chains than the load's two bounds
+/// (`max_decided` whole, `MAX_SPILLED` more by trace) deletes the rest and their operation keys
+/// with its first write round: nothing else would (the engine never knew them), and a store a
+/// killed process left under heavy load kept them for every start after to read again.
+#[test]
+fn a_start_deletes_the_decided_chains_past_both_load_bounds_from_its_own_store() {
+    use crate::state::{trace_key, Changes, DecidedRecord, Record, Table};
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreHandle::open_directory(dir.path()).unwrap();
+    let keep = 2usize;
+    let past = 5u32;
+    let n = (keep + crate::correlate::chains::MAX_SPILLED) as u32 + past;
+    let trace = |i: u32| {
+        let mut t = [0u8; 16];
+        t[..4].copy_from_slice(&(i + 1).to_be_bytes());
+        t
+    };
+    let mut c = Changes::default();
+    for i in 0..n {
+        let mut call = SpanEvidence::new(trace(i), [1; 8]);
+        call.method = Some(Method::ToolsCall);
+        call.operation_key = Some(format!("op-{i}").into());
+        // Trace `i` decided at `i` ms: the oldest are the first ones.
+        let r = DecidedRecord {
+            trace_id: trace(i),
+            spans: Arc::new(vec![call]),
+            root_seen: true,
+            truncated: false,
+            revision: 0,
+            decided_at_ns: T0 + u64::from(i) * 1_000_000,
+        };
+        c.put(trace_key(&trace(i)), Record::Decided(Box::new(r)));
+        c.put(format!("op-{i}"), Record::Operation(trace(i)));
+    }
+    store.apply(&c).unwrap();
+    drop(c);
+
+    let mut cfg = EngineConfig::new(ChainLimits { max_decided: keep, ..ChainLimits::default() }, SessionLimits::default());
+    cfg.store = Some(store.clone());
+    let mut e = Engine::new(cfg);
+    let mut out = Vec::new();
+    e.tick(Moment::from_nanos(T0 + u64::from(n) * 1_000_000), &mut out);
+    e.persist(Moment::from_nanos(T0 + u64::from(n) * 1_000_000), true, &mut out);
+    assert_eq!(e.store_errors(), 0);
+
+    let gone = |i: u32| {
+        (
+            store.get(Table::Decided, &trace_key(&trace(i))).unwrap().is_none(),
+            store.get(Table::Operations, &format!("op-{i}")).unwrap().is_none(),
+        )
+    };
+    for i in 0..past {
+        assert_eq!(gone(i), (true, true), "chain {i}, past both bounds, and its operation key are deleted");
+    }
+    // The oldest one the load remembers by trace, and the newest it kept whole, stay.
+    assert_eq!(gone(past), (false, false));
+    assert_eq!(gone(n - 1), (false, false));
+}

@@ -598,12 +598,12 @@ mod tests {
         assert!(m.reserve(11 << 20).is_none());
     }
 
-    /// Freed memory goes back to the OS at once above a quarter of the soft limit: when a sample shows the
-    /// process there, or as soon as reservations take it there between two samples; only a
-    /// sample below turns it off (a released reservation does not: its memory may still be
-    /// resident).
+    /// Freed memory goes back to the OS at once above a quarter of the soft limit: when a sample
+    /// shows the process there, or as soon as reservations take it there between two samples;
+    /// only a sample below turns it off (a released reservation does not: its memory may still
+    /// be resident).
     #[test]
-    fn freed_memory_goes_back_at_once_above_half_the_soft_limit() {
+    fn freed_memory_goes_back_at_once_above_a_quarter_of_the_soft_limit() {
         let m = Arc::new(MemoryLimiter::with_floor(100, Some(20), 10 << 20));
         assert!(!m.returns_freed_memory_at_once(), "10 MiB of an 80 MiB soft limit");
         m.sample(21 << 20);

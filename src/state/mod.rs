@@ -451,6 +451,9 @@ pub struct Snapshot {
     /// Under a [`DecidedBound`]: the decided chains past `keep`, newest first, as much of them
     /// as the engine remembers of a chain it forgot under its bound.
     pub forgotten: Vec<ForgottenDecided>,
+    /// Under a [`DecidedBound`]: the decided chains past `forgotten` too, by trace. The engine
+    /// will not know them; a store only this process writes deletes them (see `Link::load`).
+    pub let_go: Vec<TraceId>,
     /// Decided chains read, kept or not.
     pub decided_read: u64,
     /// The bound of a load that keeps the newest decided chains only (`None`: every record).
@@ -467,6 +470,9 @@ pub struct Snapshot {
 pub struct DecidedBound {
     pub keep: usize,
     pub forgotten: usize,
+    /// Name the chains past both in [`Snapshot::let_go`] (16 bytes each): for a store only this
+    /// process writes, which deletes them. A shared store's are its writers' to delete.
+    pub name_let_go: bool,
 }
 
 /// A decided chain a bounded load did not hold whole.
@@ -548,7 +554,12 @@ impl Snapshot {
         }
         self.forgotten.sort_unstable_by_key(|d| newest_first(d.decided_at_ns, &d.trace_id));
         self.forgotten.dedup_by(|a, b| a.trace_id == b.trace_id && a.decided_at_ns == b.decided_at_ns);
-        self.forgotten.truncate(b.forgotten);
+        // What falls past the bound now stays past it: each settle keeps the newest.
+        let past = self.forgotten.len().min(b.forgotten);
+        let gone = self.forgotten.drain(past..);
+        if b.name_let_go {
+            self.let_go.extend(gone.map(|d| d.trace_id));
+        }
     }
 
     /// Add one stored record (`bytes` as [`Record::encode`], or 0.1.0, wrote them) to the

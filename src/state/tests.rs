@@ -337,7 +337,7 @@ pub(super) fn check_bounded_load(st: &mut dyn StateStore, n: u16) {
         t[..2].copy_from_slice(&(i + 1).to_be_bytes());
         t
     };
-    let bound = DecidedBound { keep: 3, forgotten: 4 };
+    let bound = DecidedBound { keep: 3, forgotten: 4, name_let_go: true };
     let snap = st.load_into(Snapshot::bounded(bound)).unwrap();
     let newest: Vec<TraceId> = (0..n).rev().map(trace).collect();
     assert_eq!(snap.decided_read, u64::from(n));
@@ -346,8 +346,14 @@ pub(super) fn check_bounded_load(st: &mut dyn StateStore, n: u16) {
     let i = n - 4;
     assert_eq!(snap.forgotten[0].operation_keys, vec![Box::<str>::from(format!("op-{i}"))]);
     assert_eq!(snap.forgotten[0].decided_at_ns, u64::from(i / 2) * 10);
+    // The rest, by trace: each once.
+    let mut let_go = snap.let_go.clone();
+    let_go.sort_unstable();
+    let mut older = newest[7.min(newest.len())..].to_vec();
+    older.sort_unstable();
+    assert_eq!(let_go, older);
     let all = st.load().unwrap();
-    assert_eq!((all.decided.len(), all.forgotten.len()), (usize::from(n), 0));
+    assert_eq!((all.decided.len(), all.forgotten.len(), all.let_go.len()), (usize::from(n), 0, 0));
 }
 
 #[test]

@@ -43,7 +43,7 @@ impl Replica for Durable {
     }
 
     fn attach(&mut self, t: &mut Tables) {
-        self.link.load(t);
+        self.link.load(t, true);
     }
 
     fn before_ingest(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {

@@ -6,6 +6,7 @@ use crate::correlate::outbox::{KeptChain, Restore, SessionBack};
 use crate::correlate::takeback::StoreReads;
 use crate::evidence::{SpanEvidence, TraceId};
 use crate::state::{trace_key, Record, Snapshot, StoreError, Table};
+use rustc_hash::FxHashSet;
 
 use super::worker::Worker;
 use super::Tables;
@@ -55,9 +56,15 @@ impl Link {
     /// Load every record and put it back into the engine's tables. A record that cannot be
     /// read is skipped, named in the log and counted, the rest loaded; a store that cannot be
     /// read at all leaves the engine empty (nothing is judged from a state that could not be read).
-    pub(crate) fn load(&mut self, t: &mut Tables) {
+    ///
+    /// `own`: only this process writes the store (the embedded one). The decided chains the load
+    /// holds neither whole nor by trace are then deleted: nothing would delete them later (a
+    /// chain is deleted when the engine forgets it, and the engine never knew these), so a store
+    /// a killed process left under heavy load kept them for good. A shared store's belong to
+    /// their writers, which delete them or let their lifetime end them.
+    pub(crate) fn load(&mut self, t: &mut Tables, own: bool) {
         let (keep, forgotten) = t.chains.decided_bounds();
-        let bound = crate::state::DecidedBound { keep, forgotten };
+        let bound = crate::state::DecidedBound { keep, forgotten, name_let_go: own };
         match self.call(move |s| s.load_into(crate::state::Snapshot::bounded(bound))) {
             Ok(snap) => {
                 for s in &snap.skipped {
@@ -182,8 +189,17 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
         t.restored.insert(d.trace_id);
         t.chains.restore(Restore::Decided(d.into()));
     }
+    // The chains past the load's bound, and their calls' operation keys, deleted with the next
+    // write round (named only for a store this process alone writes).
+    let let_go: FxHashSet<TraceId> = snap.let_go.iter().copied().collect();
+    for trace in snap.let_go {
+        t.chains.restore(Restore::LetGo(trace));
+    }
     for (key, trace) in snap.operations {
-        t.chains.restore(Restore::Operation(key.into(), trace));
+        match let_go.contains(&trace) {
+            true => t.chains.restore(Restore::OperationGone(key.into())),
+            false => t.chains.restore(Restore::Operation(key.into(), trace)),
+        }
     }
     for d in snap.drift_reported {
         t.drift_reported.insert((d.server, d.tool, d.digest));
@@ -198,6 +214,7 @@ fn restore(t: &mut Tables, mut snap: Snapshot) {
         incidents = counts.1,
         decided = counts.2,
         decided_forgotten = counts.3,
+        decided_let_go = let_go.len(),
         decided_read = counts.4,
         skipped,
         "state loaded from the store"

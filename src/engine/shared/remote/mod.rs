@@ -158,7 +158,7 @@ impl Replica for Shared {
             Err(e) => tracing::warn!(error = %e, "could not announce this instance's state protocol"),
         }
         self.tell_protocol(t, Moment::from_nanos(0));
-        self.link.load(t);
+        self.link.load(t, false);
     }
 
     fn before_ingest(&mut self, t: &mut Tables, spans: &[SpanEvidence]) {
