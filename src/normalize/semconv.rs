@@ -40,16 +40,8 @@ pub(crate) fn read_span(
     ev.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
     ev.status_error = span.status.as_ref().is_some_and(|s| s.code == StatusCode::Error as i32);
 
-    let mut server_address: Option<&str> = None;
-    let mut server_port: Option<i64> = None;
-    let mut error_type: Option<&str> = None;
-    let mut rpc_code: Option<i64> = None;
-    let mut outcome = OutcomeFields::default();
-    let mut negotiation = Negotiation::default();
-    let mut has_negotiation = false;
     let mut cat = CatalogAcc::default();
-    let (mut progress_token, mut progress_value, mut progress_total) = (None, None, None);
-    let mut peer = Endpoints::default();
+    let mut f = Fields::default();
 
     for kv in &span.attributes {
         let ours = kv.key.starts_with("mcp_health.");
@@ -61,26 +53,23 @@ pub(crate) fn read_span(
             cat.read(kv, type_errors);
             continue;
         }
-        read_attribute(
-            kv,
-            ours,
-            &mut ev,
-            &mut Fields {
-                server_address: &mut server_address,
-                server_port: &mut server_port,
-                error_type: &mut error_type,
-                rpc_code: &mut rpc_code,
-                outcome: &mut outcome,
-                negotiation: &mut negotiation,
-                has_negotiation: &mut has_negotiation,
-                progress_token: &mut progress_token,
-                progress_value: &mut progress_value,
-                progress_total: &mut progress_total,
-                peer: &mut peer,
-                type_errors,
-            },
-        );
+        read_attribute(kv, ours, &mut ev, &mut f);
     }
+    let Fields {
+        server_address,
+        server_port,
+        error_type,
+        rpc_code,
+        outcome,
+        negotiation,
+        has_negotiation,
+        progress_token,
+        progress_value,
+        progress_total,
+        peer,
+        type_errors: wrong_types,
+    } = f;
+    *type_errors += wrong_types;
 
     if let Some(addr) = server_address {
         ev.server = Some(intern(Kind::Server, addr, server_port, || match server_port {
@@ -350,20 +339,24 @@ impl OutcomeFields {
     }
 }
 
-struct Fields<'s, 'e> {
-    server_address: &'s mut Option<&'e str>,
-    server_port: &'s mut Option<i64>,
-    error_type: &'s mut Option<&'e str>,
-    rpc_code: &'s mut Option<i64>,
-    outcome: &'s mut OutcomeFields,
-    negotiation: &'s mut Negotiation,
-    has_negotiation: &'s mut bool,
-    progress_token: &'s mut Option<Box<str>>,
-    progress_value: &'s mut Option<f64>,
-    progress_total: &'s mut Option<f64>,
+/// What the attributes of one span said, gathered as they are read; the span's evidence is made
+/// of it once every attribute is read.
+#[derive(Default)]
+struct Fields<'e> {
+    server_address: Option<&'e str>,
+    server_port: Option<i64>,
+    error_type: Option<&'e str>,
+    rpc_code: Option<i64>,
+    outcome: OutcomeFields,
+    negotiation: Negotiation,
+    has_negotiation: bool,
+    progress_token: Option<Box<str>>,
+    progress_value: Option<f64>,
+    progress_total: Option<f64>,
     /// The connection's ends, as the span records them (see [`JoinKeys`]).
-    peer: &'s mut Endpoints<'e>,
-    type_errors: &'s mut u64,
+    peer: Endpoints<'e>,
+    /// Values of the wrong type.
+    type_errors: u64,
 }
 
 /// What a span says of its connection and its client: the join keys of a call split over two
@@ -407,11 +400,11 @@ impl Endpoints<'_> {
 /// evidence. A value of the wrong type is counted, never taken.
 /// `ours`: the key is in the `mcp_health.` namespace. Only those can be authorization, round,
 /// session or outcome keys; the others (most of an HTTP span's) skip those tables.
-fn read_attribute<'e>(kv: &KeyValue<'e>, ours: bool, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) {
+fn read_attribute<'e>(kv: &KeyValue<'e>, ours: bool, ev: &mut SpanEvidence, f: &mut Fields<'e>) {
     let read = read_call_attribute(kv, ev, f).or_else(|| read_network_attribute(kv, ev, f));
     if !ours {
         if read == Some(true) {
-            *f.type_errors += 1;
+            f.type_errors += 1;
         }
         return;
     }
@@ -420,16 +413,16 @@ fn read_attribute<'e>(kv: &KeyValue<'e>, ours: bool, ev: &mut SpanEvidence, f: &
         .or_else(|| read_round_attribute(kv, ev, f))
         .or_else(|| read_session_attribute(kv, ev, f));
     match read {
-        Some(true) => *f.type_errors += 1,
+        Some(true) => f.type_errors += 1,
         Some(false) => {}
-        None => read_outcome_attribute(kv, f.outcome, f.type_errors),
+        None => read_outcome_attribute(kv, &mut f.outcome, &mut f.type_errors),
     }
 }
 
 /// The request itself: method, session, protocol version, request id, its error code or type,
 /// the tool, the request-sent marker and the operation key.
 /// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
-fn read_call_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) -> Option<bool> {
+fn read_call_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'e>) -> Option<bool> {
     let v = &kv.value;
     let mut bad = false;
     match kv.key {
@@ -452,13 +445,13 @@ fn read_call_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fie
             None => bad = true,
         },
         a::RPC_RESPONSE_STATUS_CODE => match value::as_i64(v) {
-            Some(c) => *f.rpc_code = Some(c),
+            Some(c) => f.rpc_code = Some(c),
             None => bad = true,
         },
         a::ERROR_TYPE => match value::as_str(v) {
-            Some(s) => *f.error_type = Some(s),
+            Some(s) => f.error_type = Some(s),
             None => match value::as_i64(v) {
-                Some(c) => *f.rpc_code = Some(c),
+                Some(c) => f.rpc_code = Some(c),
                 None => bad = true,
             },
         },
@@ -483,16 +476,16 @@ fn read_call_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fie
 /// Where the call went and how the wire answered: server and peer endpoints, user agent and
 /// client name (the cross-trace join's keys), HTTP status and path, transport outcome.
 /// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
-fn read_network_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) -> Option<bool> {
+fn read_network_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'e>) -> Option<bool> {
     let v = &kv.value;
     let mut bad = false;
     match kv.key {
         a::SERVER_ADDRESS => match value::as_str(v) {
-            Some(s) => *f.server_address = Some(s),
+            Some(s) => f.server_address = Some(s),
             None => bad = true,
         },
         a::SERVER_PORT => match value::as_i64(v) {
-            Some(p) => *f.server_port = Some(p),
+            Some(p) => f.server_port = Some(p),
             None => bad = true,
         },
         a::CLIENT_ADDRESS | a::NET_PEER_IP_OLD | a::NETWORK_PEER_ADDRESS => f.peer.peer_address = value::as_str(v),
@@ -559,20 +552,20 @@ fn read_auth_attribute(kv: &KeyValue<'_>, ev: &mut SpanEvidence) -> Option<bool>
 /// Progress and the round (2026-07-28): progress token and values, result type, request
 /// states, the task and its clocks.
 /// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
-fn read_round_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) -> Option<bool> {
+fn read_round_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'e>) -> Option<bool> {
     let v = &kv.value;
     let mut bad = false;
     match kv.key {
         a::PROGRESS_TOKEN => match value::as_id(v) {
-            Some(t) => *f.progress_token = Some(redact::ident(&t)),
+            Some(t) => f.progress_token = Some(redact::ident(&t)),
             None => bad = true,
         },
         a::PROGRESS_VALUE => match value::as_f64(v) {
-            Some(x) => *f.progress_value = Some(x),
+            Some(x) => f.progress_value = Some(x),
             None => bad = true,
         },
         a::PROGRESS_TOTAL => match value::as_f64(v) {
-            Some(x) => *f.progress_total = Some(x),
+            Some(x) => f.progress_total = Some(x),
             None => bad = true,
         },
         a::CALL_RESULT_TYPE => match value::as_str(v).and_then(ResultType::parse) {
@@ -611,28 +604,28 @@ fn read_round_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fi
 /// Negotiation and execution: the versions asked and accepted, missing capabilities, the
 /// execution timeout, the output schema, the side-effect boundary.
 /// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
-fn read_session_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'_, 'e>) -> Option<bool> {
+fn read_session_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'e>) -> Option<bool> {
     let v = &kv.value;
     let mut bad = false;
     match kv.key {
         a::SESSION_REQUESTED_VERSION => match value::as_str(v) {
             Some(s) => {
                 f.negotiation.requested_version = Some(redact::ident(s));
-                *f.has_negotiation = true;
+                f.has_negotiation = true;
             }
             None => bad = true,
         },
         a::SESSION_VERSION_ACCEPTED => match value::as_bool(v) {
             Some(b) => {
                 f.negotiation.version_accepted = Some(b);
-                *f.has_negotiation = true;
+                f.has_negotiation = true;
             }
             None => bad = true,
         },
         a::SESSION_MISSING_CAPABILITIES => match value::as_str_list(v) {
             Some(list) => {
                 f.negotiation.missing_capabilities = list.iter().map(|c| redact::ident(c)).collect();
-                *f.has_negotiation = true;
+                f.has_negotiation = true;
             }
             None => bad = true,
         },
@@ -716,35 +709,17 @@ mod tests {
     fn read_one(key: &str, value: Value<'_>, ours: bool) -> String {
         let kv = KeyValue { key, value: Some(AnyValue { value: Some(value) }) };
         let mut ev = SpanEvidence::new([1; 16], [2; 8]);
-        let (mut server_address, mut server_port, mut error_type, mut rpc_code) = (None, None, None, None);
-        let (mut outcome, mut negotiation, mut has_negotiation) = (OutcomeFields::default(), Negotiation::default(), false);
-        let (mut progress_token, mut progress_value, mut progress_total) = (None, None, None);
-        let (mut peer, mut type_errors) = (Endpoints::default(), 0u64);
-        read_attribute(
-            &kv,
-            ours,
-            &mut ev,
-            &mut Fields {
-                server_address: &mut server_address,
-                server_port: &mut server_port,
-                error_type: &mut error_type,
-                rpc_code: &mut rpc_code,
-                outcome: &mut outcome,
-                negotiation: &mut negotiation,
-                has_negotiation: &mut has_negotiation,
-                progress_token: &mut progress_token,
-                progress_value: &mut progress_value,
-                progress_total: &mut progress_total,
-                peer: &mut peer,
-                type_errors: &mut type_errors,
-            },
-        );
-        let o = &outcome;
+        let mut f = Fields::default();
+        read_attribute(&kv, ours, &mut ev, &mut f);
+        let (o, p) = (&f.outcome, &f.peer);
         format!(
-            "{ev:?} {server_address:?} {server_port:?} {error_type:?} {rpc_code:?} {:?} {negotiation:?} {has_negotiation} \
-             {progress_token:?} {progress_value:?} {progress_total:?} {type_errors} {:?}",
+            "{ev:?} {:?} {:?} {:?} {:?} {:?} {}",
+            (f.server_address, f.server_port, f.error_type, f.rpc_code),
             (o.result, o.method, o.checked_at, &o.request_id, &o.verifier, o.error, &o.tool, &o.key_id, &o.signature),
-            (peer.peer_address, peer.peer_port, peer.local_address, peer.local_port, peer.user_agent, peer.client_name),
+            (&f.negotiation, f.has_negotiation),
+            (&f.progress_token, f.progress_value, f.progress_total),
+            (p.peer_address, p.peer_port, p.local_address, p.local_port, p.user_agent, p.client_name),
+            f.type_errors,
         )
     }
 
