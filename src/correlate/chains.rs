@@ -348,13 +348,15 @@ impl Chains {
                 self.restore_forgotten(trace_id, decided_at_ns, operation_keys)
             }
             Restore::Operation(key, trace) => self.restore_operation(&key, trace),
+            // Marked changed: the next write round deletes what no table here holds (see
+            // `take_changes`).
             Restore::LetGo(id) => {
-                if self.outbox.track && !self.active.contains_key(&id) && !self.decided.contains_key(&id) && !self.spilled.contains(&id) {
+                if self.outbox.track {
                     self.outbox.dirty.insert(id);
                 }
             }
             Restore::OperationGone(key) => {
-                if self.outbox.track && !self.operations.contains(&*key) {
+                if self.outbox.track {
                     self.outbox.dirty_ops.insert(key);
                 }
             }
