@@ -771,6 +771,12 @@ impl Chains {
         self.active.len()
     }
 
+    /// The room the limbo table keeps between steps (see [`Chains::release_limbo`]).
+    #[cfg(test)]
+    pub(super) fn limbo_room(&self) -> (usize, usize) {
+        (self.limbo.len(), self.limbo.capacity())
+    }
+
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -838,9 +844,15 @@ impl Chains {
 
     /// Forget the chains decided in this step that are not kept for revision (see `limbo`).
     fn release_limbo(&mut self) {
-        for (id, d) in std::mem::take(&mut self.limbo) {
+        // Drained, not taken: the table keeps its room for the next step (a new table for every
+        // step grew from nothing each time, rehashing into freshly faulted pages). Bounded by the
+        // largest step, and given back past MAX_LIMBO_KEPT.
+        for (id, d) in self.limbo.drain() {
             self.bytes -= d.bytes;
             self.cross.remove_keys(id, &d.index_keys);
+        }
+        if self.limbo.capacity() > MAX_LIMBO_KEPT {
+            self.limbo = FxHashMap::default();
         }
     }
 
@@ -1655,6 +1667,10 @@ enum Joined {
 /// Room the per-batch span counts keep between batches (in traces); a larger batch's table is
 /// let go after it.
 const MAX_BATCH_TRACES_KEPT: usize = 4096;
+
+/// Room the limbo table keeps between steps (in chains): a step decides at most about
+/// `DECIDE_PER_STEP` calls, so this holds any step but a drain's.
+const MAX_LIMBO_KEPT: usize = 16_384;
 
 #[cfg(test)]
 mod size_tests {

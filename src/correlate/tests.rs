@@ -153,6 +153,35 @@ fn chain_with_root_is_decided_only_after_decision_wait_of_quiet() {
     assert!(tick(&mut c, t0 + secs(60)).is_empty(), "decided once");
 }
 
+/// Chains not kept for revision pass through limbo for one step. The table keeps its room from
+/// step to step (a new one each step grew from nothing and rehashed into fresh pages every
+/// time), and gives back the room of a step larger than any the engine takes (a drain's).
+#[test]
+fn the_limbo_table_keeps_its_room_between_steps_but_not_a_drains() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut c = Chains::new(ChainLimits { max_decided: 0, max_chains: 100_000, ..limits() });
+    let id = |n: u32| {
+        let mut t = [7u8; 16];
+        t[..4].copy_from_slice(&n.to_be_bytes());
+        t
+    };
+    let span = |n: u32| {
+        let mut s = client(1, 1, "1");
+        s.trace_id = id(n);
+        s
+    };
+    ingest(&mut c, batch((0..100).map(span).collect()), t0);
+    assert_eq!(tick(&mut c, t0 + secs(2)).len(), 100);
+    let (held, room) = c.limbo_room();
+    assert_eq!(held, 0, "limbo is emptied at the end of the step");
+    assert!(room >= 100, "the step's room is kept: {room}");
+    ingest(&mut c, batch((100..20_100).map(span).collect()), t0 + secs(3));
+    let mut out = Vec::new();
+    c.drain(DecidedBy::Shutdown, t0 + secs(3), &mut out);
+    assert_eq!(out.len(), 20_000);
+    assert_eq!(c.limbo_room(), (0, 0), "a drain's room is given back");
+}
+
 #[test]
 fn every_new_span_restarts_the_quiet_clock() {
     let t0 = Moment::from_nanos(1_000_000_000_000);
