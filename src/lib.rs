@@ -43,9 +43,9 @@ pub mod testing;
 /// What the binary's allocator offers the service: the service calls them, the library does not
 /// link an allocator of its own.
 pub struct Allocator {
-    /// Whether the allocator returns freed memory to the OS at once (`true`) or after its own
-    /// short delay: the memory limiter asks for at once while the process is near its limit,
-    /// since a limit on the resident set needs freed memory to leave it.
+    /// Whether the allocator returns freed memory to the OS at once (`true`) or keeps it for
+    /// reuse: the memory limiter asks for at once while the process is near its limit, since a
+    /// limit on the resident set needs freed memory to leave it.
     pub return_freed_memory: fn(bool),
     /// Called on a runtime thread about to go idle: hand back to the OS what it freed.
     pub collect_on_idle: fn(),

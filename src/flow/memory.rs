@@ -55,11 +55,12 @@ pub(crate) struct MemoryLimiter {
 }
 
 /// Set by the binary, which owns the global allocator: whether the allocator returns freed memory
-/// to the OS at once (`true`) or after its own short delay (`false`). A limit on the resident set
-/// needs freed memory to leave it near the limit, or what refused requests held stays counted;
-/// far below the limit, returning every freed page at once costs a system call per freed page
-/// and a page fault per page allocated again, as chains come and go (measured: about 9 % of the
-/// CPU per span on mixed traffic; `benches/throughput.rs`, the mixed line).
+/// to the OS at once (`true`) or keeps it for reuse (`false`). A limit on the resident set needs
+/// freed memory to leave it near the limit, or what refused requests held stays counted; far
+/// below the limit, returning freed pages costs a system call per page returned and a page fault
+/// (and a zeroed page) per page allocated again, as chains come and go (measured: about 9 % of
+/// the CPU per span on mixed traffic at once against a 10 ms delay, and a fifth of it on the
+/// MCP-only line with a 10 ms delay against none; `benches/throughput.rs`).
 static ALLOCATOR_HOOK: std::sync::OnceLock<fn(bool)> = std::sync::OnceLock::new();
 
 /// See [`ALLOCATOR_HOOK`]; the first call wins.
@@ -132,7 +133,7 @@ impl MemoryLimiter {
     }
 
     /// Above this many bytes held, freed memory goes back to the OS at once: a quarter of the soft
-    /// limit. Below it, what the allocator keeps for its short delay cannot bring the process near
+    /// limit. Below it, what the allocator keeps (at most about this much) cannot bring the process near
     /// the limit. At half, it did: 64 requests of 4 MiB under a 256 MiB limit (`e2e_memory`) peaked
     /// some 30 MiB higher than with every page returned at once, at the test's margin.
     fn prompt_above(&self) -> u64 {
