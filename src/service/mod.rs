@@ -48,7 +48,8 @@ const DECIDE_PER_STEP: usize = 4096;
 /// How often the engine's gauges are computed and reported: they walk the session and incident
 /// tables, which is not work for every tick.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
-/// The shortest gap between two engine steps woken by the timer (a verdict is at most this late).
+/// The shortest gap between two engine steps that decide (woken by the timer, or deciding after
+/// taking batches in): a verdict is at most this late.
 const MIN_STEP: Duration = Duration::from_millis(2);
 
 /// Run the engine on the wall clock until `stop` fires (or every sender is gone), then take
@@ -108,6 +109,15 @@ pub(crate) async fn run_engine(
                         take_in(&mut engine, journal.as_mut(), batch, now, &mut out, &mut written);
                     }
                     answer_written(journal.as_mut(), &mut written);
+                    // Under steady load the queue is never empty when this loop comes round, so
+                    // the timer below would not fire: decide what has fallen due here too, or the
+                    // chains pile up behind the receivers (verdicts seconds late, the table and
+                    // the resident set growing with the backlog).
+                    let stepped = tokio::time::Instant::now();
+                    if engine.next_due().is_some_and(|d| d <= now) && stepped >= last_step + MIN_STEP {
+                        last_step = stepped;
+                        engine.tick_within(now, DECIDE_PER_STEP, &mut out);
+                    }
                 }
                 None => break,
             },
@@ -278,4 +288,56 @@ fn replay_journal(journal: &mut Journal, engine: &mut Engine, out: &mut Vec<crat
         tracing::info!(directory = %journal.dir().display(), "evidence journal empty: the last run drained");
     }
     engine.note_journal_replay(r.batches, r.damaged);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::EngineConfig;
+    use std::sync::Mutex;
+
+    /// Records, for every step that brought call verdicts, how many batches were still queued.
+    struct QueuedAtVerdicts {
+        tx: mpsc::Sender<NormalizedBatch>,
+        seen: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl crate::emit::sink::Sink for QueuedAtVerdicts {
+        fn accept(&mut self, records: &[crate::engine::Decided], _now: Moment) {
+            if records.iter().any(|d| matches!(d, crate::engine::Decided::Call(_))) {
+                let queued = self.tx.max_capacity() - self.tx.capacity();
+                self.seen.lock().unwrap_or_else(|p| p.into_inner()).push(queued);
+            }
+        }
+    }
+
+    /// Under steady load the engine's queue is never empty when its loop comes round: chains
+    /// that have fallen due are still decided then, at their `decision_wait`, not only once the
+    /// receivers pause (which under a flood was seconds later, the chain table and the resident
+    /// set growing all that while).
+    #[tokio::test(flavor = "current_thread")]
+    async fn chains_are_decided_when_due_while_batches_keep_coming() {
+        let mut cfg = EngineConfig::default();
+        cfg.chains.decision_wait = Duration::from_millis(5);
+        let engine = Engine::new(cfg);
+        let (tx, rx) = mpsc::channel(4096);
+        let base = crate::loadgen::encode(&crate::loadgen::build_request(0, 20));
+        for round in 0..600u32 {
+            let (batch, _) = crate::normalize::wire::walk(&crate::loadgen::stamp(&base, round), "0000000000000000").expect("walk");
+            tx.try_send(batch).expect("room for every batch");
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut sinks = Sinks::default();
+        sinks.push(QueuedAtVerdicts { tx: tx.clone(), seen: seen.clone() });
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let heartbeat = Arc::new(Heartbeat::default());
+        let task = tokio::spawn(run_engine(rx, engine, sinks, Duration::from_secs(60), stop_rx, heartbeat, None, None));
+        while tx.capacity() < tx.max_capacity() {
+            tokio::task::yield_now().await;
+        }
+        let _ = stop_tx.send(());
+        task.await.expect("the engine ends");
+        let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert!(seen.first().is_some_and(|q| *q > 0), "the first verdicts came with batches still queued: {seen:?}");
+    }
 }
