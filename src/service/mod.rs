@@ -96,7 +96,12 @@ pub(crate) async fn run_engine(
         if timer.deadline() != wake {
             timer.as_mut().reset(wake);
         }
-        tokio::select! {
+        // Whether this round runs the timed step: its deadline has come. Under steady load the
+        // queue is never empty when the loop comes round, so the timer branch would never be
+        // chosen: the step then runs after the batches are taken in, or chains would pile up
+        // behind the receivers (verdicts seconds late, the table and the resident set growing
+        // with the backlog) and the gauges would not be reported.
+        let timed = tokio::select! {
             biased;
             _ = &mut stop => break,
             b = rx.recv() => match b {
@@ -109,30 +114,23 @@ pub(crate) async fn run_engine(
                         take_in(&mut engine, journal.as_mut(), batch, now, &mut out, &mut written);
                     }
                     answer_written(journal.as_mut(), &mut written);
-                    // Under steady load the queue is never empty when this loop comes round, so
-                    // the timer below would not fire: decide what has fallen due here too, or the
-                    // chains pile up behind the receivers (verdicts seconds late, the table and
-                    // the resident set growing with the backlog).
-                    let stepped = tokio::time::Instant::now();
-                    if engine.next_due().is_some_and(|d| d <= now) && stepped >= last_step + MIN_STEP {
-                        last_step = stepped;
-                        engine.tick_within(now, DECIDE_PER_STEP, &mut out);
-                    }
+                    tokio::time::Instant::now() >= wake
                 }
                 None => break,
             },
-            _ = &mut timer => {
-                let now = Moment::wall_now();
-                last_step = tokio::time::Instant::now();
-                if last_step >= next_tick {
-                    next_tick = last_step + tick;
-                }
-                engine.tick_within(now, DECIDE_PER_STEP, &mut out);
-                if last_report.is_none_or(|t| now.saturating_duration_since(t) >= REPORT_EVERY) {
-                    last_report = Some(now);
-                    sinks.report(&engine.gauges());
-                    release_journal(journal.as_mut(), &engine);
-                }
+            _ = &mut timer => true,
+        };
+        if timed {
+            let now = Moment::wall_now();
+            last_step = tokio::time::Instant::now();
+            if last_step >= next_tick {
+                next_tick = last_step + tick;
+            }
+            engine.tick_within(now, DECIDE_PER_STEP, &mut out);
+            if last_report.is_none_or(|t| now.saturating_duration_since(t) >= REPORT_EVERY) {
+                last_report = Some(now);
+                sinks.report(&engine.gauges());
+                release_journal(journal.as_mut(), &engine);
             }
         }
         if let Some(m) = &memory {
