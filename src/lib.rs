@@ -47,7 +47,8 @@ pub struct Allocator {
     /// reuse: the memory limiter asks for at once while the process is near its limit, since a
     /// limit on the resident set needs freed memory to leave it.
     pub return_freed_memory: fn(bool),
-    /// Called on a runtime thread about to go idle: hand back to the OS what it freed.
+    /// Called on a runtime thread about to go idle: hand back what it freed (to the OS while the
+    /// process is near its memory limit).
     pub collect_on_idle: fn(),
 }
 

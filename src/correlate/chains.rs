@@ -844,9 +844,9 @@ impl Chains {
 
     /// Forget the chains decided in this step that are not kept for revision (see `limbo`).
     fn release_limbo(&mut self) {
-        // Drained, not taken: the table keeps its room for the next step (a new table for every
-        // step grew from nothing each time, rehashing into freshly faulted pages). Bounded by the
-        // largest step, and given back past MAX_LIMBO_KEPT.
+        // Drained, not replaced: the table keeps its room for the next step, where a new one
+        // would grow from nothing every step, rehashing into freshly faulted pages. Its room is
+        // bounded by the largest step, and given back past MAX_LIMBO_KEPT.
         for (id, d) in self.limbo.drain() {
             self.bytes -= d.bytes;
             self.cross.remove_keys(id, &d.index_keys);

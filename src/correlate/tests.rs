@@ -154,7 +154,7 @@ fn chain_with_root_is_decided_only_after_decision_wait_of_quiet() {
 }
 
 /// Chains not kept for revision pass through limbo for one step. The table keeps its room from
-/// step to step (a new one each step grew from nothing and rehashed into fresh pages every
+/// step to step (a new one each step would grow from nothing and rehash into fresh pages every
 /// time), and gives back the room of a step larger than any the engine takes (a drain's).
 #[test]
 fn the_limbo_table_keeps_its_room_between_steps_but_not_a_drains() {

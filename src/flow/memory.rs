@@ -133,9 +133,10 @@ impl MemoryLimiter {
     }
 
     /// Above this many bytes held, freed memory goes back to the OS at once: a quarter of the soft
-    /// limit. Below it, what the allocator keeps (at most about this much) cannot bring the process near
-    /// the limit. At half, it did: 64 requests of 4 MiB under a 256 MiB limit (`e2e_memory`) peaked
-    /// some 30 MiB higher than with every page returned at once, at the test's margin.
+    /// limit. Below it, what the allocator keeps (at most about this much) cannot bring the
+    /// process near the limit. At half, it did: 64 requests of 4 MiB under a 256 MiB limit
+    /// (`e2e_memory`) peaked some 30 MiB higher than with every page returned at once, at the
+    /// test's margin.
     fn prompt_above(&self) -> u64 {
         self.soft / 4
     }

@@ -330,9 +330,12 @@ mod tests {
         let (stop_tx, stop_rx) = oneshot::channel();
         let heartbeat = Arc::new(Heartbeat::default());
         let task = tokio::spawn(run_engine(rx, engine, sinks, Duration::from_secs(60), stop_rx, heartbeat, None, None));
-        while tx.capacity() < tx.max_capacity() {
-            tokio::task::yield_now().await;
-        }
+        let emptied = async {
+            while tx.capacity() < tx.max_capacity() {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(120), emptied).await.expect("the engine takes every batch");
         let _ = stop_tx.send(());
         task.await.expect("the engine ends");
         let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
