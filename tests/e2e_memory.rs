@@ -192,7 +192,35 @@ struct DefaultService {
 }
 
 impl DefaultService {
+    /// Started and answering its health check. A process that exits before it answers (a port
+    /// picked here taken by another test's process before this one bound it) is started again
+    /// on new ports, up to three times; one that neither answers nor exits fails the test with
+    /// what it logged.
     async fn start(env: &[(&str, String)], extra: &[&str]) -> DefaultService {
+        for _ in 0..3 {
+            let mut svc = Self::spawn(env, extra);
+            let health: std::net::SocketAddr = ([127, 0, 0, 1], svc.ports.health).into();
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                if http_get(health, "/").await.is_ok_and(|r| r.status == 200) {
+                    return svc;
+                }
+                if svc.child.try_wait().ok().flatten().is_some() {
+                    eprintln!("the embedded default exited before it answered; starting it again:\n{}", svc.stderr());
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the embedded default did not answer its health check within 60 s; it logged:\n{}",
+                    svc.stderr()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        panic!("the embedded default exited before it answered, three times");
+    }
+
+    fn spawn(env: &[(&str, String)], extra: &[&str]) -> DefaultService {
         let ports = Ports::pick();
         let dir = tempfile::tempdir().unwrap();
         let mut sets = vec![
@@ -213,13 +241,7 @@ impl DefaultService {
             .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
             .spawn()
             .expect("spawn mcp-health");
-        let svc = DefaultService { child, ports, dir };
-        let health: std::net::SocketAddr = ([127, 0, 0, 1], svc.ports.health).into();
-        eventually_async(Duration::from_secs(30), "the embedded default answers its health check", || async {
-            http_get(health, "/").await.ok().filter(|r| r.status == 200)
-        })
-        .await;
-        svc
+        DefaultService { child, ports, dir }
     }
 
     fn stderr(&self) -> String {
