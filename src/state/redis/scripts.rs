@@ -13,9 +13,10 @@
 /// created, `-` no index; `a` the key is expected absent (never seen), `r` a record at the
 /// version that follows, `t` deleted at that version (that tombstone, or absent once it
 /// expired) — followed, for a table the gauges count ([`super::indexed`]), by the name of the
-/// table's index set; `ARGV[3i+1]` the version expected (empty for `a`; in the string layout a record's is followed by `:`, so that the value's prefix is
-/// compared in place, without cutting it out); `ARGV[3i+2]` the bytes (in the string layout the
-/// whole value, version and `:` included; empty for a delete). Answers `{next, {i, …}}`: a
+/// table's index set; `ARGV[3i+1]` the version expected (empty for `a`; in the string layout a
+/// record's is followed by `:`, so that the value's prefix is compared in place, without cutting
+/// it out); `ARGV[3i+2]` the bytes (in the string layout the whole value, version and `:`
+/// included; empty for a delete). Answers `{next, {i, …}}`: a
 /// transaction number taken for the next apply, and the changes whose key was not as expected,
 /// which are not written. A key twice in one apply is checked once; its second change is written
 /// (or refused) as its first was.
