@@ -91,7 +91,17 @@ pub struct ChainStats {
     /// Evidence spans equal to one their chain holds already (an exporter's retry, a journal
     /// replayed after a restart): taken once, so a duplicate never revises a verdict.
     pub duplicate_spans: u64,
+    /// HTTP spans on an MCP endpoint that arrived before any MCP span of their trace, parked
+    /// until one does (see [`Chains::park_http`]).
+    pub http_parked: u64,
+    /// Parked HTTP spans whose trace started no chain within `decision_wait` +
+    /// `server_half_wait`, or past a trace's bound: let go.
+    pub http_parked_dropped: u64,
 }
+
+/// Most traces with HTTP spans parked (see [`Chains::park_http`]); past it the oldest trace's
+/// spans are let go, counted under the table's evictions.
+const MAX_PARKED_HTTP_TRACES: usize = 10_000;
 
 /// Most verifiers parked under one operation key.
 const MAX_PARKED_PER_KEY: usize = 16;
@@ -224,6 +234,9 @@ pub struct Chains {
     /// Verifiers that named an operation key before any call did, waiting for their call (for
     /// `late_span_window`, bounded in keys and per key).
     parked: crate::bounded::BoundedMap<Box<str>, Vec<(Moment, SpanEvidence)>>,
+    /// HTTP spans on an MCP endpoint whose trace no chain holds yet, by trace, with the moment
+    /// the first of them came (see [`Chains::park_http`]).
+    parked_http: crate::bounded::BoundedMap<TraceId, (Moment, Vec<SpanEvidence>)>,
     pub stats: ChainStats,
     /// The cross-trace join of split calls (see `crossjoin`).
     pub cross: CrossJoin,
@@ -284,6 +297,7 @@ impl Chains {
             bytes: 0,
             operations: crate::bounded::BoundedMap::with_capacity("operation_keys", max_operation_keys),
             parked: crate::bounded::BoundedMap::with_capacity("parked_verifiers", max_parked_verifiers),
+            parked_http: crate::bounded::BoundedMap::with_capacity("parked_http_spans", MAX_PARKED_HTTP_TRACES),
             stats: ChainStats::default(),
             cross: CrossJoin::default(),
             forgotten: crate::bounded::BoundedSet::with_capacity("forgotten_traces", 100_000),
@@ -898,14 +912,36 @@ impl Chains {
                 }
             }
         }
-        if !unparked.is_empty() {
-            self.add_span_inner(ev, now, out);
-            for (_, v) in unparked {
-                self.add_span(v, now, out);
-            }
-            return;
-        }
+        let trace_id = ev.trace_id;
         self.add_span_inner(ev, now, out);
+        for (_, v) in unparked {
+            self.add_span(v, now, out);
+        }
+        if !self.parked_http.is_empty() && self.active.contains_key(&trace_id) {
+            if let Some((_, waiting)) = self.parked_http.remove(&trace_id) {
+                if waiting.iter().any(crossjoin::is_orphan_candidate) {
+                    self.cross.forget_orphans_of(trace_id);
+                }
+                for h in waiting {
+                    self.add_span_inner(h, now, out);
+                }
+            }
+        }
+    }
+
+    /// An HTTP span on an MCP endpoint (the client's POST to `/mcp`, the server's handling of
+    /// it) that came before any MCP span of its trace waits for one, bounded and counted: a child
+    /// span ends first and often leaves in an earlier export than its MCP parent, and a 401 or a
+    /// 500 it carries must not be lost to that order (the call would read greener than the same
+    /// spans in one export). It waits `decision_wait` + `server_half_wait`, the SDKs' export
+    /// delay; a chain started for its trace takes it in. Other HTTP spans are let go at once:
+    /// most traffic is ordinary HTTP, and nothing ties it to a call before a call arrives.
+    fn park_http(&mut self, ev: SpanEvidence, now: Moment) {
+        self.stats.http_parked += 1;
+        match self.parked_http.get_or_insert_with(ev.trace_id, || (now, Vec::new())) {
+            Some((_, v)) if v.len() < MAX_PARKED_PER_KEY => v.push(ev),
+            _ => self.stats.http_parked_dropped += 1,
+        }
     }
 
     /// Whether a chain of `trace` is in flight, decided and kept for revision, or decided in this
@@ -922,7 +958,13 @@ impl Chains {
             self.stats.late_evidence_dropped += 1;
         }
         if crossjoin::is_orphan_candidate(&ev) {
+            // A server's refusal may answer a client request in another trace (`crossjoin`), or
+            // its own trace's MCP spans may come yet: whichever comes first takes it (see
+            // `add_span`; both wait the same time).
+            self.park_http(ev.clone(), now);
             self.take_orphan(ev, now, true);
+        } else if ev.http_mcp_endpoint && ev.http_status.is_some() && ev.method.is_none() {
+            self.park_http(ev, now);
         }
     }
 
@@ -1034,14 +1076,15 @@ impl Chains {
     }
 
     /// The earliest engine time whose evidence only this table holds (it is in no store yet): the
-    /// first span of the oldest chain in flight, of the oldest parked verifier, of the oldest
-    /// orphan not matched yet. What came before it is decided (and written with the next
+    /// first span of the oldest chain in flight, of the oldest parked verifier or HTTP span, of
+    /// the oldest orphan not matched yet. What came before it is decided (and written with the next
     /// store round) or was let go; the evidence journal keeps what came since.
     pub fn oldest_needed(&self) -> Option<Moment> {
         let active = self.active.values().map(|c| c.first_seen).min();
         let parked = self.parked.iter().flat_map(|(_, v)| v.iter().map(|(t, _)| *t)).min();
+        let http = self.parked_http.iter().map(|(_, (t, _))| *t).min();
         let orphans = self.cross.orphans.iter().filter(|o| !o.settled).map(|o| o.at).min();
-        [active, parked, orphans].into_iter().flatten().min()
+        [active, parked, http, orphans].into_iter().flatten().min()
     }
 
     /// Take out of a batch the spans equal to one their chain holds (counted), before anything
@@ -1195,6 +1238,12 @@ impl Chains {
                 !v.is_empty()
             });
             self.stats.parked_dropped += dropped;
+        }
+        if !self.parked_http.is_empty() {
+            let wait = self.limits.decision_wait + self.limits.server_half_wait;
+            for (_, (_, spans)) in self.parked_http.take_oldest_while(|_, (at, _)| now.saturating_duration_since(*at) >= wait) {
+                self.stats.http_parked_dropped += spans.len() as u64;
+            }
         }
         self.release_limbo();
     }

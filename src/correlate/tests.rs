@@ -529,6 +529,58 @@ fn http_span_ahead_of_the_mcp_span_in_one_batch_is_kept() {
     assert_eq!(verdicts(&out[0])[0].state, HealthState::NeedsAuth);
 }
 
+/// The same 401, one export earlier than its call (a child span ends first): on an MCP endpoint
+/// it waits for a chain of its trace and the call reads as in one export, not greener. Off an
+/// MCP endpoint nothing ties it to a call, and it is let go at once (ordinary HTTP traffic).
+#[test]
+fn an_http_span_on_an_mcp_endpoint_exported_before_its_call_waits_for_it() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut c = Chains::new(limits());
+    // The client's POST (a server's refusal alone in its trace is an orphan: `crossjoin`).
+    let post = |trace: u8, endpoint: bool| {
+        let mut h = http_span(trace, 2, Some(1), 401);
+        (h.side, h.http_mcp_endpoint) = (Side::Client, endpoint);
+        h
+    };
+    ingest(&mut c, batch(vec![post(1, true), post(2, false)]), t0);
+    assert_eq!((c.in_flight(), c.stats.http_parked), (0, 1), "parked, no chain started");
+    assert_eq!(c.oldest_needed(), Some(t0), "a parked span is evidence only this table holds");
+    assert!(tick(&mut c, t0 + secs(3)).is_empty());
+    ingest(&mut c, batch(vec![client(1, 1, "1"), client(2, 1, "1")]), t0 + secs(4));
+    let out = tick(&mut c, t0 + secs(7));
+    assert_eq!(out.len(), 2);
+    let state = |t: u8| verdicts(out.iter().find(|d| d.trace_id == tid(t)).unwrap())[0].state;
+    assert_eq!(state(1), HealthState::NeedsAuth, "the parked 401 joined its call");
+    assert_ne!(state(2), HealthState::NeedsAuth, "off the endpoint: let go");
+    assert_eq!(c.stats.http_parked_dropped, 0);
+}
+
+/// A parked HTTP span whose trace never starts a chain leaves after `decision_wait` +
+/// `server_half_wait`, counted; a trace's spans past its bound are counted too.
+#[test]
+fn a_parked_http_span_whose_call_never_comes_is_let_go_and_counted() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut c = Chains::new(ChainLimits { server_half_wait: secs(5), ..limits() });
+    let spans: Vec<SpanEvidence> = (0..20u8)
+        .map(|i| {
+            let mut h = http_span(1, 10 + i, Some(1), 500);
+            (h.side, h.http_mcp_endpoint) = (Side::Client, true);
+            h
+        })
+        .collect();
+    ingest(&mut c, batch(spans), t0);
+    assert_eq!((c.stats.http_parked, c.stats.http_parked_dropped), (20, 4), "16 kept per trace");
+    tick(&mut c, t0 + ms(6_999));
+    assert_eq!(c.stats.http_parked_dropped, 4, "still waiting at 2 s + 5 s less a moment");
+    tick(&mut c, t0 + secs(7));
+    assert_eq!(c.stats.http_parked_dropped, 20);
+    assert_eq!(c.oldest_needed(), None);
+    // Its call, later still, starts a chain of its own without them.
+    ingest(&mut c, batch(vec![client(1, 1, "1")]), t0 + secs(8));
+    let out = tick(&mut c, t0 + secs(11));
+    assert_eq!(out[0].calls[0].http_status, None);
+}
+
 #[test]
 fn bytes_return_to_zero_once_everything_is_decided_and_forgotten() {
     let t0 = Moment::from_nanos(1_000_000_000_000);

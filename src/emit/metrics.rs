@@ -513,6 +513,8 @@ pub struct HealthMeters {
     pub spans_duplicate: Counter<u64>,
     pub verifiers_parked: Counter<u64>,
     pub verifiers_parked_dropped: Counter<u64>,
+    pub http_spans_parked: Counter<u64>,
+    pub http_spans_parked_dropped: Counter<u64>,
     pub chains_in_flight: Gauge<u64>,
     pub gauge_leader: Gauge<u64>,
     pub evidence_bytes: Gauge<u64>,
@@ -597,6 +599,8 @@ impl HealthMeters {
         let spans_duplicate = counter(meter, &ins::SPANS_DUPLICATE);
         let verifiers_parked = counter(meter, &ins::VERIFIERS_PARKED);
         let verifiers_parked_dropped = counter(meter, &ins::VERIFIERS_PARKED_DROPPED);
+        let http_spans_parked = counter(meter, &ins::HTTP_SPANS_PARKED);
+        let http_spans_parked_dropped = counter(meter, &ins::HTTP_SPANS_PARKED_DROPPED);
         let chains_in_flight = gauge(meter, &ins::CHAINS_IN_FLIGHT);
         let gauge_leader = gauge(meter, &ins::STATE_LEASE_HOLDER);
         let evidence_bytes = gauge(meter, &ins::EVIDENCE_BYTES);
@@ -629,6 +633,8 @@ impl HealthMeters {
             spans_duplicate,
             verifiers_parked,
             verifiers_parked_dropped,
+            http_spans_parked,
+            http_spans_parked_dropped,
             chains_in_flight,
             gauge_leader,
             evidence_bytes,

@@ -346,6 +346,8 @@ impl Sink for MetricsSink {
         m.spans_duplicate.add(s.duplicate_spans.saturating_sub(last.duplicate_spans), &[]);
         m.verifiers_parked.add(s.verifiers_parked.saturating_sub(last.verifiers_parked), &[]);
         m.verifiers_parked_dropped.add(s.parked_dropped.saturating_sub(last.parked_dropped), &[]);
+        m.http_spans_parked.add(s.http_parked.saturating_sub(last.http_parked), &[]);
+        m.http_spans_parked_dropped.add(s.http_parked_dropped.saturating_sub(last.http_parked_dropped), &[]);
         m.chains_callless.add(g.callless_chains.saturating_sub(self.last_callless), &[]);
         let (j, lj) = (&g.join_stats, &self.last_joins);
         for (kind, result, now, before) in [

@@ -368,6 +368,12 @@ mod permutations {
         server_span: bool,
         error: u8,
         receipt: Option<(OutcomeResult, bool)>,
+        /// The HTTP status of the client's HTTP span under the call (the request's POST), if one
+        /// is exported: a child, so it ends first and often leaves in an earlier export.
+        http: Option<u16>,
+        /// The HTTP status of the server's HTTP span on `/mcp`, the parent of its MCP span (when
+        /// the server exports one).
+        http_server: Option<u16>,
     }
 
     fn call() -> impl Strategy<Value = Call> {
@@ -378,8 +384,10 @@ mod permutations {
                 prop_oneof![Just(OutcomeResult::Confirmed), Just(OutcomeResult::Missing), Just(OutcomeResult::Failed)],
                 any::<bool>(),
             )),
+            proptest::option::of(prop_oneof![Just(200u16), Just(401), Just(403), Just(500), Just(400)]),
+            proptest::option::of(prop_oneof![Just(200u16), Just(401), Just(500)]),
         )
-            .prop_map(|(server_span, error, receipt)| Call { server_span, error, receipt })
+            .prop_map(|(server_span, error, receipt, http, http_server)| Call { server_span, error, receipt, http, http_server })
     }
 
     fn spans(calls: &[Call]) -> Vec<SpanEvidence> {
@@ -403,9 +411,30 @@ mod permutations {
                 _ => {}
             }
             out.push(client);
+            if let Some(status) = c.http {
+                let mut h = SpanEvidence::new([i; 16], [i.wrapping_add(150); 8]);
+                h.parent_span_id = Some([i; 8]);
+                h.side = Side::Client;
+                h.http_status = Some(status);
+                h.http_mcp_endpoint = true;
+                h.start_ns = t0 + 50_000;
+                h.end_ns = t0 + 450_000;
+                out.push(h);
+            }
             if c.server_span {
                 let mut s = SpanEvidence::new([i; 16], [i.wrapping_add(100); 8]);
                 s.parent_span_id = Some([i; 8]);
+                if let Some(status) = c.http_server {
+                    let mut h = SpanEvidence::new([i; 16], [i.wrapping_add(180); 8]);
+                    h.parent_span_id = Some([i; 8]);
+                    h.side = Side::Server;
+                    h.http_status = Some(status);
+                    h.http_mcp_endpoint = true;
+                    h.start_ns = t0 + 80_000;
+                    h.end_ns = t0 + 420_000;
+                    s.parent_span_id = Some(h.span_id);
+                    out.push(h);
+                }
                 s.method = Some(Method::ToolsCall);
                 s.side = Side::Server;
                 s.tool = Some(Arc::from("create"));

@@ -24,6 +24,10 @@ pub const HTTP_STATUS_CODE_OLD: &str = "http.status_code";
 pub const URL_PATH: &str = "url.path";
 pub const HTTP_TARGET_OLD: &str = "http.target";
 pub const HTTP_ROUTE: &str = "http.route";
+/// The URL an HTTP client span requested (stable and older conventions): read only to tell an
+/// MCP endpoint, never kept (a URL may carry credentials).
+pub const URL_FULL: &str = "url.full";
+pub const HTTP_URL_OLD: &str = "http.url";
 /// The client's end of the connection, as an HTTP server span records it (stable conventions).
 pub const CLIENT_ADDRESS: &str = "client.address";
 pub const CLIENT_PORT: &str = "client.port";

@@ -290,6 +290,15 @@ fn digest_definitions(raw: &str, projections: &mut Vec<(String, serde_json::Valu
 
 /// Whether an HTTP path is an MCP endpoint: the streamable-HTTP path every SDK defaults to,
 /// `/mcp` (query string ignored, one trailing slash allowed). Other mount points are not guessed.
+/// Whether a full URL (an HTTP client span's `url.full`) names an MCP endpoint: its path, after
+/// the scheme and authority, as [`is_mcp_path`] reads it.
+fn is_mcp_url(u: &str) -> bool {
+    match u.split_once("://") {
+        Some((_, rest)) => rest.find(['/', '?', '#']).is_some_and(|i| is_mcp_path(&rest[i..])),
+        None => is_mcp_path(u),
+    }
+}
+
 pub(crate) fn is_mcp_path(p: &str) -> bool {
     let p = p.split(['?', '#']).next().unwrap_or("");
     let p = p.strip_suffix('/').unwrap_or(p);
@@ -502,6 +511,12 @@ fn read_network_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut 
         a::HTTP_TARGET_OLD | a::URL_PATH | a::HTTP_ROUTE => {
             if let Some(p) = value::as_str(v) {
                 ev.http_mcp_endpoint |= is_mcp_path(p);
+            }
+        }
+        // The URL of an HTTP client span (the SDK's POST to the server): the same test.
+        a::URL_FULL | a::HTTP_URL_OLD => {
+            if let Some(u) = value::as_str(v) {
+                ev.http_mcp_endpoint |= is_mcp_url(u);
             }
         }
         a::TRANSPORT_OUTCOME => match value::as_str(v).and_then(TransportOutcome::parse) {
@@ -745,6 +760,32 @@ mod tests {
             }
         }
         assert!(outside > 20, "{outside} names outside the namespace");
+    }
+
+    /// An HTTP span names an MCP endpoint by its server path or its client URL; only that bit is
+    /// kept, never the URL (planted credentials in it appear nowhere in the evidence).
+    #[test]
+    fn an_mcp_endpoint_is_told_by_path_or_full_url_and_only_that_is_kept() {
+        let cases: &[(&str, &str, bool)] = &[
+            (a::URL_PATH, "/mcp", true),
+            (a::HTTP_ROUTE, "/tenant/{id}/mcp/", true),
+            (a::URL_PATH, "/api/orders", false),
+            (a::URL_FULL, "https://tools.example:8443/mcp?token=PLANTED-SECRET-1", true),
+            (a::URL_FULL, "http://127.0.0.1:9000/v1/mcp/", true),
+            (a::HTTP_URL_OLD, "http://user:PLANTED-SECRET-2@host/mcp#frag", true),
+            (a::URL_FULL, "https://host/api/mcp-docs", false),
+            (a::URL_FULL, "https://mcp.example/", false),
+            (a::URL_FULL, "https://host?next=/mcp", false),
+            (a::URL_FULL, "not a url", false),
+        ];
+        for (key, value, want) in cases {
+            let kv = KeyValue { key, value: Some(AnyValue { value: Some(Value::StringValue(value)) }) };
+            let mut ev = SpanEvidence::new([1; 16], [2; 8]);
+            read_attribute(&kv, false, &mut ev, &mut Fields::default());
+            assert_eq!(ev.http_mcp_endpoint, *want, "{key} = {value}");
+            let read = read_one(key, Value::StringValue(value), false);
+            assert!(!read.contains("PLANTED") && !read.contains("example") && !read.contains("host"), "{key}: {read}");
+        }
     }
 
     #[test]

@@ -264,6 +264,10 @@ instruments! {
         "Verifier spans that named an operation key before its call arrived, parked until it does";
     VERIFIERS_PARKED_DROPPED = "mcp_health.verifiers.parked_dropped", Counter, "{span}", [], Internal(Normal),
         "Parked verifier spans dropped (their call never came within late_span_window, or a key held too many)";
+    HTTP_SPANS_PARKED = "mcp_health.http_spans.parked", Counter, "{span}", [], Internal(Normal),
+        "HTTP spans on an MCP endpoint that arrived before any MCP span of their trace, parked until one does";
+    HTTP_SPANS_PARKED_DROPPED = "mcp_health.http_spans.parked_dropped", Counter, "{span}", [], Internal(Normal),
+        "Parked HTTP spans let go: no MCP span of their trace came within decision_wait + server_half_wait, or a trace held too many";
     STATE_STORE_ERRORS = "mcp_health.state.store_errors", Counter, "{error}", [], Internal(Normal),
         "Loads, reads and writes of the state store (storage) that failed; the engine went on in memory";
     STATE_STORE_CONFLICTS = "mcp_health.state.store_conflicts", Counter, "{record}", [], Internal(Normal),
