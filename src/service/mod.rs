@@ -41,10 +41,17 @@ const BATCHES_PER_STEP: usize = 64;
 /// calls, their verdicts, the verdict log's lines, the health spans' encodings — beside the
 /// evidence it came from, and the memory limiter sees none of it before its next sample. A
 /// flood's requests, taken in together, fall due together: decided in one step, ~100 k calls
-/// took the embedded default 60–160 MiB past its 512 MiB limit (`tests/e2e_memory.rs`). A step
-/// of 4096 calls holds about 10 MiB, and costs the engine no throughput (a step's fixed work is
-/// small beside 4096 classifications).
-const DECIDE_PER_STEP: usize = 4096;
+/// took the embedded default 60–160 MiB past its 512 MiB limit (`tests/e2e_memory.rs`).
+///
+/// The receivers share the engine's thread (one worker by default) and run only between steps,
+/// so a step is also the longest they wait. At 4096 calls (some 8 ms) the two took turns by the
+/// second under steady load: a second of intake with hardly a decision, then a second of
+/// deciding with hardly a request read (chains fall due together a `decision_wait` after they
+/// came together), the resident set swinging with them. At 1024 (some 2 ms) they interleave,
+/// and the MCP-only line did ×1.14–1.15 the spans per CPU-second in the same run
+/// (`benches/throughput.rs`, 4 rounds; 512 did as well). With [`MIN_STEP`] between steps that
+/// still decides up to half a million calls a second, more than one core takes in.
+const DECIDE_PER_STEP: usize = 1024;
 /// How often the engine's gauges are computed and reported: they walk the session and incident
 /// tables, which is not work for every tick.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
