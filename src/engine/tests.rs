@@ -411,27 +411,21 @@ mod permutations {
                 _ => {}
             }
             out.push(client);
+            // An HTTP span on `/mcp` under the client span.
+            let http = |span: u8, side: Side, status: u16, from: u64, to: u64| {
+                let mut h = SpanEvidence::new([i; 16], [span; 8]);
+                (h.parent_span_id, h.side, h.http_status, h.http_mcp_endpoint) = (Some([i; 8]), side, Some(status), true);
+                (h.start_ns, h.end_ns) = (t0 + from, t0 + to);
+                h
+            };
             if let Some(status) = c.http {
-                let mut h = SpanEvidence::new([i; 16], [i.wrapping_add(150); 8]);
-                h.parent_span_id = Some([i; 8]);
-                h.side = Side::Client;
-                h.http_status = Some(status);
-                h.http_mcp_endpoint = true;
-                h.start_ns = t0 + 50_000;
-                h.end_ns = t0 + 450_000;
-                out.push(h);
+                out.push(http(i.wrapping_add(150), Side::Client, status, 50_000, 450_000));
             }
             if c.server_span {
                 let mut s = SpanEvidence::new([i; 16], [i.wrapping_add(100); 8]);
                 s.parent_span_id = Some([i; 8]);
                 if let Some(status) = c.http_server {
-                    let mut h = SpanEvidence::new([i; 16], [i.wrapping_add(180); 8]);
-                    h.parent_span_id = Some([i; 8]);
-                    h.side = Side::Server;
-                    h.http_status = Some(status);
-                    h.http_mcp_endpoint = true;
-                    h.start_ns = t0 + 80_000;
-                    h.end_ns = t0 + 420_000;
+                    let h = http(i.wrapping_add(180), Side::Server, status, 80_000, 420_000);
                     s.parent_span_id = Some(h.span_id);
                     out.push(h);
                 }
