@@ -62,6 +62,16 @@ impl<K: Eq + Hash, V> SpanMap<K, V> {
 
 /// Group the spans of one trace into calls.
 pub(crate) fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
+    let mut out = Vec::new();
+    assemble_calls_into(spans, &mut out);
+    out
+}
+
+/// [`assemble_calls`] into `out` (emptied first), whose room is kept: the engine hands each
+/// decided chain's vector back (see `Chains::recycle_calls`), so deciding does not allocate a
+/// call's 1000 bytes anew per chain.
+pub(crate) fn assemble_calls_into(spans: &[SpanEvidence], out: &mut Vec<CallEvidence>) {
+    out.clear();
     let mut parent: SpanMap<SpanId, Option<SpanId>> = SpanMap::for_chain(spans.len());
     for s in spans {
         parent.insert(s.span_id, s.parent_span_id);
@@ -157,7 +167,7 @@ pub(crate) fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
     // 3. Which groups get a verdict, and the session evidence they inherit.
     let session_groups: Indices = (0..groups.len()).filter(|g| groups[*g].0 == Method::Initialize).collect();
     let verdict_groups: Indices = if calls_idx.is_empty() { (0..groups.len()).collect() } else { calls_idx };
-    let mut out = Vec::with_capacity(verdict_groups.len().max(1));
+    out.reserve_exact(verdict_groups.len().max(1));
     for g in verdict_groups {
         let mut call = CallEvidence::default();
         for &i in &groups[g].1 {
@@ -178,7 +188,6 @@ pub(crate) fn assemble_calls(spans: &[SpanEvidence]) -> Vec<CallEvidence> {
         call.settle();
         out.push(call);
     }
-    out
 }
 
 /// Join the requests of one logical call into its first request's group, in place:

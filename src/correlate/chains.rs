@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
-use super::assemble::assemble_calls;
+use super::assemble::{assemble_calls, assemble_calls_into};
 use super::crossjoin::{self, CrossJoin};
 use super::due::DueQueue;
 use super::outbox::{ChainChange, FromStore, KeptChain, Looks, Outbox, Paced, Published, Restore};
@@ -280,7 +280,14 @@ pub struct Chains {
     /// chain in flight. At most one entry per chain in `active` (taken out when it leaves).
     deferred_halves: rustc_hash::FxHashSet<TraceId>,
     known_orphans: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
+    /// Emptied call vectors handed back by the engine once a decided chain is classified (see
+    /// [`Chains::recycle_calls`]), at most [`MAX_SPARE_CALLS`].
+    spare_calls: Vec<Vec<CallEvidence>>,
 }
+
+/// Most emptied call vectors kept for the next decisions: a step's worth and more (an engine
+/// step decides at most 1024 chains), some 4 MiB at most.
+const MAX_SPARE_CALLS: usize = 4096;
 
 impl Chains {
     pub fn new(limits: ChainLimits) -> Self {
@@ -314,6 +321,7 @@ impl Chains {
             rootless_looked: crate::bounded::BoundedSet::with_capacity("rootless_looked_for", 100_000),
             deferred_halves: Default::default(),
             known_orphans: crate::bounded::BoundedSet::with_capacity("known_orphans", crossjoin::MAX_ORPHANS * 4),
+            spare_calls: Vec::new(),
         }
     }
 
@@ -1045,6 +1053,18 @@ impl Chains {
         }
     }
 
+    /// A decided chain's calls, classified: their vector is kept for a next decision. Under
+    /// steady load chains are decided and dropped by the thousand a second; a vector made anew
+    /// for each came from pages the allocator had just returned near the memory limit, a page
+    /// fault each (a third of the faults on the MCP-only line). Only a one- or two-call vector is
+    /// kept, so the spares stay small whatever a rare wide chain held.
+    pub(crate) fn recycle_calls(&mut self, mut calls: Vec<CallEvidence>) {
+        if self.spare_calls.len() < MAX_SPARE_CALLS && calls.capacity() <= 2 {
+            calls.clear();
+            self.spare_calls.push(calls);
+        }
+    }
+
     /// Reopen a decided chain under its next revision (a late span, or a joined half).
     fn reopen(&mut self, trace_id: TraceId, now: Moment) -> bool {
         let Some(d) = self.decided.remove(&trace_id).or_else(|| self.limbo.remove(&trace_id)) else { return false };
@@ -1643,7 +1663,8 @@ impl Chains {
                 self.publish_half(id, h);
             }
         }
-        let mut calls = assemble_calls(&c.spans);
+        let mut calls = self.spare_calls.pop().unwrap_or_default();
+        assemble_calls_into(&c.spans, &mut calls);
         match &joined {
             Joined::AmbiguousHalf => {
                 for call in calls.iter_mut().filter(|c| c.server_seen && !c.client_seen) {

@@ -997,3 +997,27 @@ fn a_duplicate_span_is_taken_once_and_never_revises() {
     assert_eq!(c.stats.late_spans, 1);
     assert_eq!(tick(&mut c, t0 + secs(14))[0].decision.revision, 1);
 }
+
+/// A decided chain's call vector, handed back once classified, is the next decision's: no
+/// allocation per decided chain (see `Chains::recycle_calls`). A wide one is not kept.
+#[test]
+fn a_classified_chains_call_vector_is_reused_by_the_next_decision() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let mut c = Chains::new(limits());
+    ingest(&mut c, batch(vec![client(1, 1, "1")]), t0);
+    let mut first = tick(&mut c, t0 + secs(3));
+    let calls = std::mem::take(&mut first[0].calls);
+    assert_eq!(calls.capacity(), 1, "exactly the room of its one call");
+    let at = calls.as_ptr();
+    c.recycle_calls(calls);
+    ingest(&mut c, batch(vec![client(2, 1, "1")]), t0 + secs(4));
+    let second = tick(&mut c, t0 + secs(7));
+    assert_eq!(second[0].calls.as_ptr(), at, "the same vector");
+    assert_eq!(second[0].calls.len(), 1);
+    assert_eq!(second[0].calls[0].request_id.as_deref(), Some("1"));
+    assert_eq!(verdicts(&second[0]).len(), 1);
+    // A vector with room for many calls is let go, not kept.
+    c.recycle_calls(Vec::with_capacity(16));
+    ingest(&mut c, batch(vec![client(3, 1, "1")]), t0 + secs(8));
+    assert_eq!(tick(&mut c, t0 + secs(11))[0].calls.capacity(), 1);
+}

@@ -744,3 +744,36 @@ fn a_receipt_dated_after_its_arrival_is_dated_at_its_arrival() {
         assert_eq!(batch[0].outcomes[0].checked_at_ns, at(want_ms), "{offset_ms} ms");
     }
 }
+
+/// A verdict the sinks are done with is the next verdict's allocation; one a sink still holds
+/// (the status page keeps some) is left to it. Each verdict is the new call's, whatever the
+/// allocation held before.
+#[test]
+fn verdicts_the_sinks_let_go_are_reused_and_held_ones_are_not() {
+    let mut e = engine(100);
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let decide = |e: &mut Engine, trace: u8, at: Moment| {
+        let mut s = call_span();
+        s.trace_id = [trace; 16];
+        s.tool = Some(Arc::from(format!("tool-{trace}")));
+        let mut out = Vec::new();
+        e.ingest(NormalizedBatch { evidence: vec![s], ..Default::default() }, at, &mut out);
+        e.tick(at + Duration::from_millis(200), &mut out);
+        out
+    };
+    let mut first = decide(&mut e, 1, t0);
+    let Some(Decided::Call(v)) = first.iter().find(|d| matches!(d, Decided::Call(_))) else { panic!("a verdict") };
+    let at = Arc::as_ptr(v);
+    e.recycle(&mut first);
+    assert!(first.is_empty());
+    let mut second = decide(&mut e, 2, t0 + Duration::from_secs(1));
+    let v2 = calls(&second)[0];
+    assert_eq!(v2 as *const Verdict, at, "the same allocation");
+    assert_eq!((v2.trace_id, v2.tool.as_deref()), ([2; 16], Some("tool-2")), "holding the new call's verdict");
+    // Held by a sink: not kept, so the next verdict is a new allocation and the held one stays.
+    let held: Vec<Arc<Verdict>> = second.iter().filter_map(|d| if let Decided::Call(v) = d { Some(v.clone()) } else { None }).collect();
+    e.recycle(&mut second);
+    let third = decide(&mut e, 3, t0 + Duration::from_secs(2));
+    assert_ne!(calls(&third)[0] as *const Verdict, Arc::as_ptr(&held[0]));
+    assert_eq!(held[0].tool.as_deref(), Some("tool-2"), "the held verdict is untouched");
+}

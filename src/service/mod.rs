@@ -147,10 +147,10 @@ pub(crate) async fn run_engine(
         let now = Moment::wall_now();
         if journal.is_some() {
             held.take(&mut out, now);
-            held.release(&engine, &mut sinks, now, false);
+            held.release(&mut engine, &mut sinks, now, false);
         } else {
             sinks.accept(&out, now);
-            out.clear();
+            engine.recycle(&mut out);
         }
     }
     rx.close();
@@ -162,7 +162,7 @@ pub(crate) async fn run_engine(
     let now = Moment::wall_now();
     engine.drain(DecidedBy::Shutdown, now, &mut out);
     held.take(&mut out, now);
-    held.release(&engine, &mut sinks, now, true);
+    held.release(&mut engine, &mut sinks, now, true);
     sinks.report(&engine.gauges());
     sinks.flush();
     // Everything was decided and written: the journal keeps nothing (unless the store's last
@@ -196,12 +196,12 @@ impl Held {
         self.until = Some(now);
     }
 
-    fn release(&mut self, engine: &Engine, sinks: &mut Sinks, now: Moment, all: bool) {
+    fn release(&mut self, engine: &mut Engine, sinks: &mut Sinks, now: Moment, all: bool) {
         let Some(until) = self.until else { return };
         let written = engine.written_through().is_some_and(|w| w >= until);
         if all || written || engine.store_down() || self.records.len() > MAX_HELD {
             sinks.accept(&self.records, now);
-            self.records.clear();
+            engine.recycle(&mut self.records);
             self.until = None;
         }
     }
