@@ -102,6 +102,10 @@ pub struct ChainStats {
 /// Most traces with HTTP spans parked (see [`Chains::park_http`]); past it the oldest trace's
 /// spans are let go, counted under the table's evictions.
 const MAX_PARKED_HTTP_TRACES: usize = 10_000;
+/// Most HTTP spans parked per trace: a call's MCP span ends right after its HTTP spans, so an
+/// export cut between them leaves one call's few ahead, not many. With the trace bound, at most
+/// 40 000 spans (some 10 MB) wait.
+const MAX_PARKED_HTTP_PER_TRACE: usize = 4;
 
 /// Most verifiers parked under one operation key.
 const MAX_PARKED_PER_KEY: usize = 16;
@@ -947,7 +951,7 @@ impl Chains {
     fn park_http(&mut self, ev: SpanEvidence, now: Moment) {
         self.stats.http_parked += 1;
         match self.parked_http.get_or_insert_with(ev.trace_id, || (now, Vec::new())) {
-            Some((_, v)) if v.len() < MAX_PARKED_PER_KEY => v.push(ev),
+            Some((_, v)) if v.len() < MAX_PARKED_HTTP_PER_TRACE => v.push(ev),
             _ => self.stats.http_parked_dropped += 1,
         }
     }
