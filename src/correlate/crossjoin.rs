@@ -660,12 +660,12 @@ impl CrossJoin {
             .max()
     }
 
-    /// Keep a refused-looking HTTP span until its client half is decided.
     /// The orphans of `trace` not matched yet leave: a chain of their own trace took them in.
     pub(crate) fn forget_orphans_of(&mut self, trace: TraceId) {
         self.orphans.retain(|o| o.settled || o.span.trace_id != trace);
     }
 
+    /// Keep a refused-looking HTTP span until its client half is decided.
     pub fn push_orphan(&mut self, now: Moment, s: SpanEvidence, keep_for: std::time::Duration) {
         while self.orphans.front().is_some_and(|o| now.saturating_duration_since(o.at) > keep_for) || self.orphans.len() >= MAX_ORPHANS {
             self.orphans.pop_front();

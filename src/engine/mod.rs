@@ -343,11 +343,6 @@ impl Engine {
         &self.chains
     }
 
-    /// When a chain next falls due (see `Chains::next_due`), or when the replica next needs a
-    /// step: a write due (another instance reading a shared store sees this one's evidence at
-    /// most [`PERSIST_EVERY`](crate::state::PERSIST_EVERY) after it came), a held catalog
-    /// change, answers awaited. Time-based catalog and progress checks run on the driver's
-    /// regular tick.
     /// Empty `records` the sinks are done with, keeping the verdicts no sink still holds for the
     /// next ones: under steady load verdicts are made and dropped by the thousand a second, and
     /// one allocated anew (most of a kilobyte) came from pages the allocator had just returned
@@ -362,6 +357,22 @@ impl Engine {
         }
     }
 
+    /// `v` behind an `Arc`: a spare one's allocation (see [`Engine::recycle`]) where there is one.
+    fn shared(&mut self, v: Verdict) -> Arc<Verdict> {
+        if let Some(mut spare) = self.spare_verdicts.pop() {
+            if let Some(slot) = Arc::get_mut(&mut spare) {
+                *slot = v;
+                return spare;
+            }
+        }
+        Arc::new(v)
+    }
+
+    /// When a chain next falls due (see `Chains::next_due`), or when the replica next needs a
+    /// step: a write due (another instance reading a shared store sees this one's evidence at
+    /// most [`PERSIST_EVERY`](crate::state::PERSIST_EVERY) after it came), a held catalog
+    /// change, answers awaited. Time-based catalog and progress checks run on the driver's
+    /// regular tick.
     pub fn next_due(&self) -> Option<Moment> {
         [self.chains.next_due(), self.replica.next_due()].into_iter().flatten().min()
     }
@@ -605,16 +616,7 @@ impl Engine {
                     crate::classify::partial::mark(&mut v, why);
                 }
                 self.observe_incidents(&v, out);
-                let v = match self.spare_verdicts.pop() {
-                    Some(mut spare) => match Arc::get_mut(&mut spare) {
-                        Some(slot) => {
-                            *slot = v;
-                            spare
-                        }
-                        None => Arc::new(v),
-                    },
-                    None => Arc::new(v),
-                };
+                let v = self.shared(v);
                 out.push(Decided::Call(v));
             }
             self.chains.recycle_calls(d.calls);

@@ -288,8 +288,6 @@ fn digest_definitions(raw: &str, projections: &mut Vec<(String, serde_json::Valu
     })
 }
 
-/// Whether an HTTP path is an MCP endpoint: the streamable-HTTP path every SDK defaults to,
-/// `/mcp` (query string ignored, one trailing slash allowed). Other mount points are not guessed.
 /// Whether a full URL (an HTTP client span's `url.full`) names an MCP endpoint: its path, after
 /// the scheme and authority, as [`is_mcp_path`] reads it.
 fn is_mcp_url(u: &str) -> bool {
@@ -299,6 +297,8 @@ fn is_mcp_url(u: &str) -> bool {
     }
 }
 
+/// Whether an HTTP path is an MCP endpoint: the streamable-HTTP path every SDK defaults to,
+/// `/mcp` (query string ignored, one trailing slash allowed). Other mount points are not guessed.
 pub(crate) fn is_mcp_path(p: &str) -> bool {
     let p = p.split(['?', '#']).next().unwrap_or("");
     let p = p.strip_suffix('/').unwrap_or(p);
