@@ -25,8 +25,9 @@ pub(crate) fn read_span(
     type_errors: &mut u64,
 ) -> Option<SpanEvidence> {
     let trusted = settings.trusted.as_deref();
-    // Fast reject: most spans in a shared pipeline are not MCP. Look at keys only.
-    if !span.attributes.iter().any(|kv| is_evidence_key(kv.key)) && !span.events.iter().any(|e| e.name == a::OUTCOME_EVENT) {
+    // Fast reject: most spans in a shared pipeline are not MCP. Look at keys (and the path of an
+    // HTTP span) only.
+    if !worth_reading(span) {
         return None;
     }
     let mut ev = SpanEvidence::new(trace_id, span_id);
@@ -153,7 +154,7 @@ pub(crate) fn read_span(
             ev.outcomes.push(r);
         }
     }
-    if ev.is_mcp_evidence() || ev.http_status.is_some() {
+    if ev.is_mcp_evidence() || (ev.http_status.is_some() && ev.http_mcp_endpoint) {
         Some(ev)
     } else {
         None
@@ -308,13 +309,28 @@ pub(crate) fn is_mcp_path(p: &str) -> bool {
 /// The semantic-conventions dialect, the fallback of the registry (see `normalize::DIALECTS`).
 pub(crate) const DIALECT: super::Dialect = super::Dialect { name: "semconv", scopes: &[], sniff: |_| false, read: read_span };
 
-/// Keys that make a span worth reading in full.
-fn is_evidence_key(k: &str) -> bool {
-    k.starts_with("mcp.")
-        || k.starts_with("mcp_health.")
-        || k == a::JSONRPC_REQUEST_ID
-        || k == a::HTTP_RESPONSE_STATUS_CODE
-        || k == a::HTTP_STATUS_CODE_OLD
+/// Whether a span is worth reading in full: it has an MCP or `mcp_health.` key, a JSON-RPC
+/// request id or a verifier's outcome event, or it is an HTTP span with a status on an MCP
+/// endpoint. An HTTP span anywhere else — the agent's own API, a tool's call to a database or a
+/// downstream service — says nothing about an MCP request's transport or authorization: a
+/// downstream 401 is not the agent's credential refused. Such a span is only activity of its
+/// trace, whichever export it comes in (it used to join a call only when its trace already held
+/// one), and the shipped collector filter, which drops it, changes no verdict.
+fn worth_reading(span: &Span<'_>) -> bool {
+    let (mut status, mut endpoint) = (false, false);
+    for kv in &span.attributes {
+        let k = kv.key;
+        if k.starts_with("mcp.") || k.starts_with("mcp_health.") || k == a::JSONRPC_REQUEST_ID {
+            return true;
+        }
+        match k {
+            a::HTTP_RESPONSE_STATUS_CODE | a::HTTP_STATUS_CODE_OLD => status = true,
+            a::HTTP_TARGET_OLD | a::URL_PATH | a::HTTP_ROUTE => endpoint |= value::as_str(&kv.value).is_some_and(is_mcp_path),
+            a::URL_FULL | a::HTTP_URL_OLD => endpoint |= value::as_str(&kv.value).is_some_and(is_mcp_url),
+            _ => {}
+        }
+    }
+    (status && endpoint) || span.events.iter().any(|e| e.name == a::OUTCOME_EVENT)
 }
 
 #[derive(Default)]
@@ -785,6 +801,37 @@ mod tests {
             assert_eq!(ev.http_mcp_endpoint, *want, "{key} = {value}");
             let read = read_one(key, Value::StringValue(value), false);
             assert!(!read.contains("PLANTED") && !read.contains("example") && !read.contains("host"), "{key}: {read}");
+        }
+    }
+
+    /// An HTTP span is evidence only on an MCP endpoint: the agent's own API, a tool's downstream
+    /// call and ASGI's internal `http send` span (status, no path) are activity, so a tool's
+    /// downstream 401 or an outer 500 never becomes the call's transport or authorization layer.
+    #[test]
+    fn an_http_span_is_evidence_only_on_an_mcp_endpoint() {
+        let s = |k: &'static str, v: &'static str| KeyValue { key: k, value: Some(AnyValue { value: Some(Value::StringValue(v)) }) };
+        let i = |k: &'static str, v: i64| KeyValue { key: k, value: Some(AnyValue { value: Some(Value::IntValue(v)) }) };
+        let cases: Vec<(&str, Vec<KeyValue<'static>>, bool)> = vec![
+            ("server span on /mcp", vec![s(a::URL_PATH, "/mcp"), i(a::HTTP_RESPONSE_STATUS_CODE, 401)], true),
+            ("old names, status first", vec![i(a::HTTP_STATUS_CODE_OLD, 503), s(a::HTTP_TARGET_OLD, "/mcp?x=1")], true),
+            ("client POST to /mcp", vec![s(a::URL_FULL, "https://tools.example/mcp"), i(a::HTTP_RESPONSE_STATUS_CODE, 403)], true),
+            ("the agent's own API", vec![s(a::URL_PATH, "/api/chat"), i(a::HTTP_RESPONSE_STATUS_CODE, 500)], false),
+            (
+                "a tool's downstream call",
+                vec![s(a::URL_FULL, "https://crm.example/v1/tickets"), i(a::HTTP_RESPONSE_STATUS_CODE, 401)],
+                false,
+            ),
+            ("status, no path (asgi http send)", vec![s("asgi.event.type", "http.response.start"), i(a::HTTP_STATUS_CODE_OLD, 401)], false),
+            ("/mcp, no status", vec![s(a::URL_PATH, "/mcp"), s("http.request.method", "POST")], false),
+            ("an MCP span with a status", vec![s(a::MCP_METHOD_NAME, "tools/call"), i(a::HTTP_RESPONSE_STATUS_CODE, 500)], true),
+        ];
+        for (what, attributes, want) in cases {
+            let span = Span { trace_id: &[1; 16], span_id: &[2; 8], kind: 2, attributes, ..Default::default() };
+            let ev = read_span([1; 16], [2; 8], &span, None, &Default::default(), &mut 0);
+            assert_eq!(ev.is_some(), want, "{what}");
+            if let Some(ev) = ev.filter(|e| e.method.is_none()) {
+                assert!(ev.http_mcp_endpoint && ev.http_status.is_some(), "{what}: {ev:?}");
+            }
         }
     }
 
