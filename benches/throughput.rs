@@ -319,6 +319,7 @@ fn main() {
     // With MCP_HEALTH_BENCH_ONLY=walk: the decode and the walk alone, in turns (quick A/B of
     // the walk: rebuild, run again, compare the ratio).
     if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "walk") {
+        let mixed_batches: Vec<EncodedBatch> = (0..64).map(|b| loadgen::encode(&loadgen::build_mixed_request(b, 105))).collect();
         for round in 1..=3 {
             let rate = |f: &dyn Fn(&EncodedBatch) -> u64| {
                 let (t, c0) = (Instant::now(), thread_cpu_secs());
@@ -333,7 +334,20 @@ fn main() {
                 b.spans
             });
             let walk = rate(&|b| mcp_health::normalize::wire::walk(&b.bytes, "0000000000000000").expect("walk").0.spans);
-            println!("round {round}: prost decode {decode:>9.0} spans/s, walk + normalize {walk:>9.0} spans/s = {:.2}x", walk / decode);
+            let mixed = mixed_batches.iter().map(|b| {
+                let (t, c0) = (Instant::now(), thread_cpu_secs());
+                let mut n = 0u64;
+                while t.elapsed() < Duration::from_millis(30) {
+                    n += mcp_health::normalize::wire::walk(&b.bytes, "0000000000000000").expect("walk").0.spans;
+                }
+                (n, thread_cpu_secs() - c0)
+            });
+            let (n, cpu) = mixed.fold((0, 0.0), |(n, c), (m, d)| (n + m, c + d));
+            println!(
+                "round {round}: prost decode {decode:>9.0} spans/s, walk + normalize {walk:>9.0} spans/s = {:.2}x; mixed traffic's walk {:>9.0} spans/s",
+                walk / decode,
+                n as f64 / cpu.max(1e-9)
+            );
         }
         return;
     }

@@ -292,8 +292,13 @@ fn digest_definitions(raw: &str, projections: &mut Vec<(String, serde_json::Valu
 /// Whether a full URL (an HTTP client span's `url.full`) names an MCP endpoint: its path, after
 /// the scheme and authority, as [`is_mcp_path`] reads it.
 fn is_mcp_url(u: &str) -> bool {
-    match u.split_once("://") {
-        Some((_, rest)) => rest.find(['/', '?', '#']).is_some_and(|i| is_mcp_path(&rest[i..])),
+    // The scheme's `://` found byte by byte: a substring search sets up a searcher per call, and
+    // every HTTP client span of a shared pipeline comes here.
+    match u.as_bytes().windows(3).position(|w| w == b"://") {
+        Some(at) => {
+            let rest = &u[at + 3..];
+            rest.find(['/', '?', '#']).is_some_and(|i| is_mcp_path(&rest[i..]))
+        }
         None => is_mcp_path(u),
     }
 }
