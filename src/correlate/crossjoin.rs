@@ -745,12 +745,21 @@ impl CrossJoin {
     /// decided less than `recent` ago: where a shared store's refusals are looked up (see
     /// `engine`, "refusals on a shared store"). At most `max` seconds, the latest requests first.
     pub fn wanted_seconds(&self, now: Moment, recent: std::time::Duration, is_active: impl Fn(&TraceId) -> bool, max: usize) -> Vec<u64> {
-        let open = self.open_refused.iter().rev().filter(|r| is_active(&r.trace_id));
-        let decided = self.refused.iter().rev().take_while(|(t, _)| now.saturating_duration_since(*t) <= recent).map(|(_, r)| r);
-        let mut out: Vec<u64> = Vec::new();
-        for r in open.chain(decided) {
+        let seconds = |r: &Refused| {
             let (a, b) = (r.start_ns.saturating_sub(SLACK_NS) / BUCKET_NS, r.end_ns.saturating_add(SLACK_NS) / BUCKET_NS);
-            for sec in a..=b.min(a + 4) {
+            a..=b.min(a + 4)
+        };
+        let open = self.open_refused.iter().rev().map(|r| (r, true));
+        let decided = self.refused.iter().rev().take_while(|(t, _)| now.saturating_duration_since(*t) <= recent).map(|(_, r)| (r, false));
+        let mut out: Vec<u64> = Vec::new();
+        for (r, in_flight) in open.chain(decided) {
+            // Most requests fall in seconds already wanted: those are passed over before the
+            // look into the chains in flight, which over a ring of thousands, every pull, was
+            // the cost of the call (what is wanted is the same either way).
+            if seconds(r).all(|s| out.contains(&s)) || (in_flight && !is_active(&r.trace_id)) {
+                continue;
+            }
+            for sec in seconds(r) {
                 if !out.contains(&sec) {
                     if out.len() >= max {
                         return out;
@@ -834,6 +843,61 @@ mod tests {
     use crate::verdict::DecidedBy;
 
     const MS: u64 = 1_000_000;
+
+    /// The seconds wanted are the same whether requests in seconds already wanted are passed
+    /// over before the look into the chains in flight or not: the plain reading, over rings of
+    /// requests in flight and decided ones, some active, with and without the cap.
+    #[test]
+    fn wanted_seconds_pass_over_known_seconds_and_want_the_same() {
+        let plain = |j: &CrossJoin, now: Moment, recent: Duration, active: &dyn Fn(&TraceId) -> bool, max: usize| {
+            let open = j.open_refused.iter().rev().filter(|r| active(&r.trace_id));
+            let decided = j.refused.iter().rev().take_while(|(t, _)| now.saturating_duration_since(*t) <= recent).map(|(_, r)| r);
+            let mut out: Vec<u64> = Vec::new();
+            for r in open.chain(decided) {
+                let (a, b) = (r.start_ns.saturating_sub(SLACK_NS) / BUCKET_NS, r.end_ns.saturating_add(SLACK_NS) / BUCKET_NS);
+                for sec in a..=b.min(a + 4) {
+                    if !out.contains(&sec) {
+                        if out.len() >= max {
+                            return out;
+                        }
+                        out.push(sec);
+                    }
+                }
+            }
+            out.sort_unstable();
+            out
+        };
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let t0 = Moment::from_nanos(1_764_000_000_000_000_000);
+        for case in 0..200 {
+            let mut j = CrossJoin::default();
+            let refused = |n: u64, next: &mut dyn FnMut() -> u64| Refused {
+                trace_id: [(n % 251) as u8 + 1; 16],
+                span_id: [1; 8],
+                start_ns: 1_764_000_000_000_000_000 + (next() % 20) * BUCKET_NS + next() % BUCKET_NS,
+                end_ns: 1_764_000_000_000_000_000 + (next() % 26) * BUCKET_NS,
+                server: None,
+            };
+            for n in 0..next() % 300 {
+                let r = refused(n, &mut next);
+                j.open_refused.push_back(r);
+            }
+            for n in 0..next() % 100 {
+                let r = refused(n + 1000, &mut next);
+                j.refused.push_back((t0 + Duration::from_millis(next() % 4000), r));
+            }
+            let modulus = 1 + next() % 5;
+            let active = move |t: &TraceId| u64::from(t[0]) % modulus == 0;
+            let (now, recent, max) = (t0 + Duration::from_secs(3), Duration::from_millis(next() % 4000), 1 + (next() % 40) as usize);
+            assert_eq!(j.wanted_seconds(now, recent, active, max), plain(&j, now, recent, &active, max), "case {case}");
+        }
+    }
 
     fn limits() -> ChainLimits {
         ChainLimits {
