@@ -134,7 +134,7 @@ pub(crate) fn assemble_calls_into(spans: &[SpanEvidence], out: &mut Vec<CallEvid
     let mut loose: Indices = Indices::new();
     for &i in &order {
         let s = &spans[i];
-        if s.method.as_ref().is_some_and(|m| !m.is_notification()) {
+        if s.method.as_ref().is_some_and(|m| !m.is_notification()) || s.is_stray_http() {
             continue;
         }
         let named_by_verifier = s.outcomes.iter().find_map(|o| o.request_id.as_deref());

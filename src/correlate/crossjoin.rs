@@ -503,7 +503,7 @@ pub(crate) fn shared_half_keys(h: &Half) -> Vec<String> {
 /// in the chain (no server span of the same method, no HTTP status): candidates for a refused
 /// HTTP request.
 pub(crate) fn refused_requests(spans: &[SpanEvidence]) -> Vec<Refused> {
-    if spans.iter().any(|s| s.http_status.is_some() || s.auth_status.is_some()) {
+    if spans.iter().any(|s| (s.http_status.is_some() && !s.is_stray_http()) || s.auth_status.is_some()) {
         return Vec::new();
     }
     let served = |m: &Method| spans.iter().any(|s| s.side == Side::Server && s.method.as_ref() == Some(m));

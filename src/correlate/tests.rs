@@ -69,11 +69,13 @@ fn verifier(trace: u8, span: u8, parent: Option<u8>, result: OutcomeResult, rid:
     s
 }
 
+/// An HTTP span on an MCP endpoint (the only HTTP spans the walk takes as evidence).
 fn http_span(trace: u8, span: u8, parent: Option<u8>, status: u16) -> SpanEvidence {
     let mut s = SpanEvidence::new(tid(trace), sid(span));
     s.parent_span_id = parent.map(sid);
     s.side = Side::Server;
     s.http_status = Some(status);
+    s.http_mcp_endpoint = true;
     s.start_ns = span as u64 * 100;
     s.end_ns = span as u64 * 100 + 50;
     s
@@ -553,6 +555,46 @@ fn an_http_span_on_an_mcp_endpoint_exported_before_its_call_waits_for_it() {
     assert_eq!(state(1), HealthState::NeedsAuth, "the parked 401 joined its call");
     assert_ne!(state(2), HealthState::NeedsAuth, "off the endpoint: let go");
     assert_eq!(c.stats.http_parked_dropped, 0);
+}
+
+/// An HTTP span off any MCP endpoint (a tool's downstream 401, the agent's outer 500) in a
+/// call's trace — the walk no longer takes one, but a chain an earlier release stored may hold
+/// one — changes nothing: not the call's layers, not whether a refused request is looked for in
+/// another trace. The verdict is the one of the same chain without it, in whichever order.
+#[test]
+fn an_http_span_off_the_mcp_endpoints_in_a_stored_chain_changes_no_verdict() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let stray = |trace: u8, span: u8, parent: Option<u8>, status: u16| {
+        let mut h = http_span(trace, span, parent, status);
+        h.http_mcp_endpoint = false;
+        assert!(h.is_stray_http());
+        h
+    };
+    let decide = |spans: Vec<SpanEvidence>| {
+        let mut c = Chains::new(limits());
+        ingest(&mut c, batch(spans), t0);
+        let out = tick(&mut c, t0 + secs(3));
+        assert_eq!(out.len(), 1);
+        (verdicts(&out[0])[0].state, out[0].calls[0].http_status, out[0].calls[0].span_count)
+    };
+    let (plain, calls) = (decide(vec![client(1, 1, "1"), server(1, 2, 1, "1")]), vec![client(1, 1, "1"), server(1, 2, 1, "1")]);
+    for status in [401, 403, 500, 503] {
+        for extra in [stray(1, 3, Some(2), status), stray(1, 3, None, status)] {
+            let mut spans = calls.clone();
+            spans.push(extra.clone());
+            assert_eq!(decide(spans.clone()), plain, "{status}, after");
+            spans.rotate_right(1);
+            assert_eq!(decide(spans), plain, "{status}, first");
+        }
+    }
+    // A client request that failed with no server span is looked for in another trace even
+    // beside a stray HTTP span (any HTTP status on the MCP endpoint would say it was served).
+    let mut failed = client(2, 1, "1");
+    failed.status_error = true;
+    let with = crossjoin::refused_requests(&[failed.clone(), stray(2, 3, None, 200)]);
+    assert_eq!(with.len(), crossjoin::refused_requests(&[failed.clone()]).len());
+    assert!(!with.is_empty());
+    assert!(crossjoin::refused_requests(&[failed, http_span(2, 3, None, 200)]).is_empty());
 }
 
 /// A parked HTTP span whose trace never starts a chain leaves after `decision_wait` +

@@ -977,6 +977,14 @@ impl SpanEvidence {
             || self.request_id.is_some()
     }
 
+    /// An HTTP span off any MCP endpoint that says nothing else: the walk no longer takes one as
+    /// evidence (`normalize::semconv`), but a chain stored by an earlier release may hold one.
+    /// The calls are assembled without it, so a revision after an upgrade gives the verdict one
+    /// process of this release gives for the same spans.
+    pub fn is_stray_http(&self) -> bool {
+        self.http_status.is_some() && !self.http_mcp_endpoint && !self.is_mcp_evidence()
+    }
+
     /// Whether this span can start a call chain: a request, or call-level evidence. Catalog facts
     /// and notifications feed the session table instead; they only enrich an existing chain.
     pub fn starts_chain(&self) -> bool {
