@@ -167,6 +167,8 @@ pub fn normalize_request(req: &ExportTraceServiceRequest) -> NormalizedBatch {
 pub fn normalize_request_with(req: &ExportTraceServiceRequest, settings: &Settings) -> NormalizedBatch {
     settings.fit_thread();
     let mut out = NormalizedBatch::default();
+    let total: usize = req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
+    out.evidence.reserve(total);
     for rs in &req.resource_spans {
         let attrs = rs.resource.as_ref().map(|r| view::attributes_from_proto(&r.attributes)).unwrap_or_default();
         // Health spans of an mcp-health (this one's own never get here: see `flow::loops`)
@@ -176,10 +178,10 @@ pub fn normalize_request_with(req: &ExportTraceServiceRequest, settings: &Settin
         for ss in &rs.scope_spans {
             let by_scope = ss.scope.as_ref().and_then(|sc| dialect_of_scope(&sc.name));
             let tap = ss.scope.as_ref().is_some_and(|sc| sc.name == TAP_SCOPE);
-            for (k, span) in ss.spans.iter().enumerate() {
+            for span in &ss.spans {
                 if judge {
                     out.spans += 1;
-                    read_view(&SpanView::from_proto(span), by_scope, tap, service.as_ref(), settings, ss.spans.len() - k, &mut out);
+                    read_view(&SpanView::from_proto(span), by_scope, tap, service.as_ref(), settings, &mut out);
                 }
             }
         }
@@ -218,17 +220,13 @@ pub(crate) fn resource_service(attrs: &[view::KeyValue<'_>]) -> Option<Arc<str>>
 }
 
 /// Read one span into `out`: evidence when its dialect finds some, else activity of its trace.
-/// `tap`: the span's scope is [`TAP_SCOPE`]. `rest_of_scope`: this span and those after it in
-/// its scope, the room made when the evidence is full — sized by the scopes that give evidence,
-/// not by the request (in a shared pipeline most scopes give none, and counting a request's
-/// spans first was another pass over it).
+/// `tap`: the span's scope is [`TAP_SCOPE`].
 pub(crate) fn read_view(
     span: &SpanView<'_>,
     by_scope: Option<&'static Dialect>,
     tap: bool,
     service: Option<&Arc<str>>,
     settings: &Settings,
-    rest_of_scope: usize,
     out: &mut NormalizedBatch,
 ) {
     let (trace_id, span_id) = match ids(span.trace_id, span.span_id) {
@@ -244,9 +242,6 @@ pub(crate) fn read_view(
             ev.instrumentation =
                 if tap { crate::evidence::Instrumentation::Tap } else { crate::evidence::Instrumentation::of_dialect(dialect.name) };
             out.raw_definitions_seen |= ev.catalog.as_ref().is_some_and(|c| c.raw_definitions_seen);
-            if out.evidence.len() == out.evidence.capacity() {
-                out.evidence.reserve_exact(rest_of_scope);
-            }
             out.evidence.push(ev)
         }
         None => {
