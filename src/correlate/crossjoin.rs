@@ -534,6 +534,13 @@ pub(crate) fn rehome(mut s: SpanEvidence, trace_id: TraceId, parent: SpanId) -> 
     s
 }
 
+/// The seconds (of [`BUCKET_NS`]) in which an HTTP request that answered `r` could have started:
+/// its own, within the clock slack, at most five.
+fn seconds(r: &Refused) -> std::ops::RangeInclusive<u64> {
+    let (a, b) = (r.start_ns.saturating_sub(SLACK_NS) / BUCKET_NS, r.end_ns.saturating_add(SLACK_NS) / BUCKET_NS);
+    a..=b.min(a + 4)
+}
+
 impl CrossJoin {
     /// Note a request span of a chain: a client request that failed or never completed may be
     /// the one a refused HTTP request answered (see `take_orphans`).
@@ -745,10 +752,6 @@ impl CrossJoin {
     /// decided less than `recent` ago: where a shared store's refusals are looked up (see
     /// `engine`, "refusals on a shared store"). At most `max` seconds, the latest requests first.
     pub fn wanted_seconds(&self, now: Moment, recent: std::time::Duration, is_active: impl Fn(&TraceId) -> bool, max: usize) -> Vec<u64> {
-        let seconds = |r: &Refused| {
-            let (a, b) = (r.start_ns.saturating_sub(SLACK_NS) / BUCKET_NS, r.end_ns.saturating_add(SLACK_NS) / BUCKET_NS);
-            a..=b.min(a + 4)
-        };
         let open = self.open_refused.iter().rev().map(|r| (r, true));
         let decided = self.refused.iter().rev().take_while(|(t, _)| now.saturating_duration_since(*t) <= recent).map(|(_, r)| (r, false));
         let mut out: Vec<u64> = Vec::new();
@@ -854,8 +857,7 @@ mod tests {
             let decided = j.refused.iter().rev().take_while(|(t, _)| now.saturating_duration_since(*t) <= recent).map(|(_, r)| r);
             let mut out: Vec<u64> = Vec::new();
             for r in open.chain(decided) {
-                let (a, b) = (r.start_ns.saturating_sub(SLACK_NS) / BUCKET_NS, r.end_ns.saturating_add(SLACK_NS) / BUCKET_NS);
-                for sec in a..=b.min(a + 4) {
+                for sec in seconds(r) {
                     if !out.contains(&sec) {
                         if out.len() >= max {
                             return out;

@@ -558,8 +558,8 @@ fn an_http_span_on_an_mcp_endpoint_exported_before_its_call_waits_for_it() {
 }
 
 /// An HTTP span off any MCP endpoint (a tool's downstream 401, the agent's outer 500) in a
-/// call's trace — the walk no longer takes one, but a chain an earlier release stored may hold
-/// one — changes nothing: not the call's layers, not whether a refused request is looked for in
+/// call's trace — the walk never takes one, but a chain release 0.2.0 stored may hold one —
+/// changes nothing: not the call's layers, not whether a refused request is looked for in
 /// another trace. The verdict is the one of the same chain without it, in whichever order.
 #[test]
 fn an_http_span_off_the_mcp_endpoints_in_a_stored_chain_changes_no_verdict() {

@@ -977,8 +977,8 @@ impl SpanEvidence {
             || self.request_id.is_some()
     }
 
-    /// An HTTP span off any MCP endpoint that says nothing else: the walk no longer takes one as
-    /// evidence (`normalize::semconv`), but a chain stored by an earlier release may hold one.
+    /// An HTTP span off any MCP endpoint that says nothing else: the walk never takes one as
+    /// evidence (`normalize::semconv`), but a chain stored by release 0.2.0 may hold one.
     /// The calls are assembled without it, so a revision after an upgrade gives the verdict one
     /// process of this release gives for the same spans.
     pub fn is_stray_http(&self) -> bool {

@@ -319,8 +319,8 @@ pub(crate) const DIALECT: super::Dialect = super::Dialect { name: "semconv", sco
 /// endpoint. An HTTP span anywhere else — the agent's own API, a tool's call to a database or a
 /// downstream service — says nothing about an MCP request's transport or authorization: a
 /// downstream 401 is not the agent's credential refused. Such a span is only activity of its
-/// trace, whichever export it comes in (it used to join a call only when its trace already held
-/// one), and the shipped collector filter, which drops it, changes no verdict.
+/// trace, whichever export it comes in, and the shipped collector filter, which drops it,
+/// changes no verdict.
 fn worth_reading(span: &Span<'_>) -> bool {
     let (mut status, mut endpoint) = (false, false);
     for kv in &span.attributes {
@@ -330,12 +330,22 @@ fn worth_reading(span: &Span<'_>) -> bool {
         }
         match k {
             a::HTTP_RESPONSE_STATUS_CODE | a::HTTP_STATUS_CODE_OLD => status = true,
-            a::HTTP_TARGET_OLD | a::URL_PATH | a::HTTP_ROUTE => endpoint |= value::as_str(&kv.value).is_some_and(is_mcp_path),
-            a::URL_FULL | a::HTTP_URL_OLD => endpoint |= value::as_str(&kv.value).is_some_and(is_mcp_url),
-            _ => {}
+            _ => endpoint |= names_mcp_endpoint(kv) == Some(true),
         }
     }
     (status && endpoint) || span.events.iter().any(|e| e.name == a::OUTCOME_EVENT)
+}
+
+/// Whether an attribute names an MCP endpoint: `Some` for the keys of an HTTP span's request path
+/// (the server's) or URL (the client's POST), one test wherever it is asked; `None` for any other
+/// key. Of the path or URL only this bit is ever kept.
+fn names_mcp_endpoint(kv: &KeyValue<'_>) -> Option<bool> {
+    let test: fn(&str) -> bool = match kv.key {
+        a::HTTP_TARGET_OLD | a::URL_PATH | a::HTTP_ROUTE => is_mcp_path,
+        a::URL_FULL | a::HTTP_URL_OLD => is_mcp_url,
+        _ => return None,
+    };
+    Some(value::as_str(&kv.value).is_some_and(test))
 }
 
 #[derive(Default)]
@@ -507,6 +517,10 @@ fn read_call_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fie
 /// client name (the cross-trace join's keys), HTTP status and path, transport outcome.
 /// `None`: not one of these keys; `Some(true)`: a value of the wrong type.
 fn read_network_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut Fields<'e>) -> Option<bool> {
+    if let Some(endpoint) = names_mcp_endpoint(kv) {
+        ev.http_mcp_endpoint |= endpoint;
+        return Some(false);
+    }
     let v = &kv.value;
     let mut bad = false;
     match kv.key {
@@ -528,18 +542,6 @@ fn read_network_attribute<'e>(kv: &KeyValue<'e>, ev: &mut SpanEvidence, f: &mut 
             Some(c) if (100..=599).contains(&c) => ev.http_status = Some(c as u16),
             _ => bad = true,
         },
-        // The request path of an HTTP server span: only whether it is an MCP endpoint is kept.
-        a::HTTP_TARGET_OLD | a::URL_PATH | a::HTTP_ROUTE => {
-            if let Some(p) = value::as_str(v) {
-                ev.http_mcp_endpoint |= is_mcp_path(p);
-            }
-        }
-        // The URL of an HTTP client span (the SDK's POST to the server): the same test.
-        a::URL_FULL | a::HTTP_URL_OLD => {
-            if let Some(u) = value::as_str(v) {
-                ev.http_mcp_endpoint |= is_mcp_url(u);
-            }
-        }
         a::TRANSPORT_OUTCOME => match value::as_str(v).and_then(TransportOutcome::parse) {
             Some(t) => ev.transport = Some(t),
             None => bad = true,
