@@ -719,8 +719,8 @@ pub struct StoreStats {
     /// untouched (a shared store; see `state::versions`).
     pub versions_held: u64,
     pub versions_forgotten: u64,
-    /// Deletes of decided chains this store wrote with a lifetime, not sent: the lifetime ends
-    /// them (a shared store; see `state::redis`).
+    /// Deletes of decided chains and operation keys this store wrote with a lifetime, not sent:
+    /// the lifetime ends them (a shared store; see `state::redis`).
     pub deletes_left_to_expire: u64,
     /// Records read while running (not at load) that could not be read, by table and reason:
     /// read as absent (see [`Snapshot::skipped`] for the load).

@@ -1028,6 +1028,80 @@ fn redis_a_decided_chain_its_store_wrote_is_left_to_expire_one_it_read_is_delete
     assert!(v.iter().all(u8::is_ascii_digit), "a tombstone: {v:?}");
 }
 
+/// An operation key's delete by the store that wrote it is left to its lifetime too: no
+/// tombstone, nothing refused. Its writer may name the key again (an operation used again): that
+/// write passes whether the record is still there or its lifetime ended, and is refused when
+/// another store wrote the key in between; a store that never saw the key is refused while the
+/// record is there. While an older release shares the store (records written as hashes: it takes
+/// any chain it finds, past its window too) a delete is sent, a tombstone, as before.
+#[test]
+fn redis_an_operation_key_its_store_wrote_is_left_to_expire_and_may_be_named_again() {
+    if !available("redis_an_operation_key_its_store_wrote_is_left_to_expire_and_may_be_named_again") {
+        return;
+    }
+    let r = RedisServer::start();
+    let put = |k: &str, t: u8| {
+        let mut c = Changes::default();
+        c.put(k.into(), Record::Operation([t; 16]));
+        c
+    };
+    let del = |table: Table, k: &str| {
+        let mut c = Changes::default();
+        c.delete(table, k.into());
+        c
+    };
+    let mut conn = r.conn();
+    let raw = |conn: &mut ::redis::Connection, k: &str| -> (Option<Vec<u8>>, i64) {
+        let k = record_key(Table::Operations, k);
+        ::redis::pipe().cmd("GET").arg(&k).cmd("PTTL").arg(&k).query(conn).unwrap()
+    };
+    let names = |s: &mut RedisStore, k: &str| match s.get(Table::Operations, k).unwrap() {
+        Some(Record::Operation(t)) => Some(t[0]),
+        _ => None,
+    };
+    let conflict = |r: Result<(), StoreError>| matches!(r, Err(StoreError::Conflict { .. }));
+    let mut a = open(&r);
+    a.apply(&put("op-a", 1)).unwrap();
+    a.apply(&del(Table::Operations, "op-a")).unwrap();
+    let (v, ttl) = raw(&mut conn, "op-a");
+    assert!(v.is_some_and(|v| v.contains(&b':')) && ttl > 0, "still the record, with its lifetime: no tombstone");
+    assert_eq!(a.stats().unwrap().deletes_left_to_expire, 1);
+    // A store that never saw the key: refused while the record is there.
+    let mut b = open(&r);
+    assert!(conflict(b.apply(&put("op-a", 2))));
+    // Its writer names it again: written, over the record it left.
+    a.apply(&put("op-a", 3)).unwrap();
+    assert_eq!(names(&mut open(&r), "op-a"), Some(3));
+    // Left again, and its lifetime ends (`DEL` stands for the expiry): named again, written.
+    a.apply(&del(Table::Operations, "op-a")).unwrap();
+    let _: () = ::redis::cmd("DEL").arg(record_key(Table::Operations, "op-a")).query(&mut conn).unwrap();
+    a.apply(&put("op-a", 4)).unwrap();
+    assert_eq!(names(&mut open(&r), "op-a"), Some(4));
+    // Left again, then another store reads it and writes it: the writer's next write is refused.
+    a.apply(&del(Table::Operations, "op-a")).unwrap();
+    let mut c = open(&r);
+    assert_eq!(names(&mut c, "op-a"), Some(4));
+    c.apply(&put("op-a", 6)).unwrap();
+    assert!(conflict(a.apply(&put("op-a", 7))), "not over what another store wrote since");
+    assert_eq!(names(&mut open(&r), "op-a"), Some(6));
+    assert_eq!(a.stats().unwrap().deletes_left_to_expire, 3);
+    // An older release shares the store: deletes are sent, tombstones (an operation key and a
+    // decided chain alike).
+    let mut h = open(&r);
+    h.speak(1);
+    h.apply(&put("op-h", 1)).unwrap();
+    let chain = many_decided(1);
+    let chain_key = chain.changes[0].key.clone();
+    h.apply(&chain).unwrap();
+    h.apply(&del(Table::Operations, "op-h")).unwrap();
+    h.apply(&del(Table::Decided, &chain_key)).unwrap();
+    for key in [record_key(Table::Operations, "op-h"), record_key(Table::Decided, &chain_key)] {
+        let fields: Vec<String> = ::redis::cmd("HKEYS").arg(&key).query(&mut conn).unwrap();
+        assert_eq!(fields, vec!["ver".to_string()], "a tombstone (its version alone) at {key}");
+    }
+    assert_eq!(h.stats().unwrap().deletes_left_to_expire, 0);
+}
+
 /// What a store remembers for compare-and-set is bounded: its own deletes of keys never written
 /// again (decided chains, list records) are not kept, the others' tombstones are (a server's next
 /// incident is written over its tombstone without a conflict); and a version forgotten untouched

@@ -281,7 +281,7 @@ instruments! {
     STATE_STORE_VERSIONS = "mcp_health.state.store_versions", Gauge, "{record}", [], Internal(Normal),
         "Record versions this instance remembers for compare-and-set on a shared state store (bounded: see mcp_health.state.evicted)";
     STATE_STORE_DELETES_LEFT_TO_EXPIRE = "mcp_health.state.store_deletes_left_to_expire", Counter, "{record}", [], Internal(Normal),
-        "Deletes of decided chains this instance wrote to a shared state store with a lifetime, not sent: the lifetime ends them";
+        "Deletes of decided chains and operation keys this instance wrote to a shared state store with a lifetime, not sent: the lifetime ends them";
     STATE_LEASE_HOLDER = "mcp_health.state.lease_holder", Gauge, "{instance}", [], Internal(Normal),
         "1 when this instance reports the global gauges (open incidents, convergence) of all instances on a shared store, or runs alone; 0 otherwise";
     STATE_EVICTED = "mcp_health.state.evicted", Counter, "{entry}", ["table"], Internal(Normal),

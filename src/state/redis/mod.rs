@@ -12,8 +12,9 @@
 //! late-span window; see [`lives`]): their writer deletes them when it forgets them, but one it
 //! stopped tracking first (pushed out of its bounds, older than its start read, or killed) would
 //! otherwise stay for good, and they are most of what a cluster writes. Records written before
-//! this lifetime existed keep none until they are written again or deleted. A decided chain's
-//! delete by the store that wrote it is left to that lifetime (no tombstone: see `apply`).
+//! this lifetime existed keep none until they are written again or deleted. Their delete by the
+//! store that wrote them is left to that lifetime while every instance speaks this protocol (no
+//! tombstone: see `apply`).
 //!
 //! Releases 0.1.0 and 0.2.0 (state protocols 0 and 1) wrote each record as a hash of two fields,
 //! `v` (the bytes) and `ver` (the number), which costs Redis two or three commands per write
@@ -112,6 +113,9 @@ enum Seen {
     Written(u64),
     /// Deleted at this version (a tombstone, or nothing once it expired).
     Deleted(u64),
+    /// A record at this version that this store wrote with its lifetime and then deleted by
+    /// leaving it to that lifetime (see `apply`): there at this version, or absent once it ended.
+    Lapsing(u64),
 }
 
 /// How to reach Redis and how long to wait for it.
@@ -594,6 +598,7 @@ impl RedisStore {
                 None => b'a',
                 Some(Seen::Record(_) | Seen::Written(_)) => b'r',
                 Some(Seen::Deleted(_)) => b't',
+                Some(Seen::Lapsing(_)) => b'w',
             };
             if indexed(c.table) {
                 let parts: [&[u8]; 4] = [&[op, join, kind], p, b":index:", c.table.as_str().as_bytes()];
@@ -606,8 +611,8 @@ impl RedisStore {
             let before = out.len();
             match seen {
                 None => resp::bulk(out, &[]),
-                Some(Seen::Record(v) | Seen::Written(v)) if strings => resp::bulk_number_then(out, v, b":"),
-                Some(Seen::Record(v) | Seen::Written(v) | Seen::Deleted(v)) => resp::bulk_number(out, b"", v),
+                Some(Seen::Record(v) | Seen::Written(v) | Seen::Lapsing(v)) if strings => resp::bulk_number_then(out, v, b":"),
+                Some(Seen::Record(v) | Seen::Written(v) | Seen::Deleted(v) | Seen::Lapsing(v)) => resp::bulk_number(out, b"", v),
             }
             sent += out.len() - before;
             match &c.value {
@@ -903,27 +908,39 @@ impl StateStore for RedisStore {
             Some(v) => v,
             None => self.with_conn(|c| ::redis::cmd("INCR").arg(format!("{PREFIX}:version")).query(c))?,
         };
-        // A decided chain this store wrote carries its lifetime: its delete (a tombstone written
-        // through the script, dearer to Redis than the chain's own write) is left to that
-        // lifetime, which ends within a late-span window and the margin after it. Nothing
-        // writes a decided chain again once its writer forgets it (its late-span window has
-        // passed), so the tombstone kept nothing out. A chain this store only read may come from
-        // a release that set no lifetime: deleted as before.
+        // A decided chain or an operation key this store wrote carries its lifetime: its delete
+        // (a tombstone written through the script, dearer to Redis than the record's own write)
+        // is left to that lifetime, which ends within a late-span window and the margin after
+        // it. No instance of this protocol takes a chain past its late-span window from the
+        // store, so a record left there (or an operation key naming it) revises nothing, and the
+        // tombstone kept nothing out. A release before it (state protocol 1) takes any chain it
+        // finds: while one shares the store (records written as hashes) deletes are sent. A
+        // record this store only read may come from a release that set no lifetime: deleted as
+        // before.
+        let strings = self.writes >= super::format::STRING_RECORDS_SINCE;
         let (mut all, mut expiring) = (Vec::with_capacity(changes.changes.len()), Vec::new());
         for (i, c) in changes.changes.iter().enumerate() {
-            let written = matches!(self.versions.get(c.table, &c.key), Some(Seen::Written(_)));
-            if c.value.is_none() && c.table == Table::Decided && written {
-                expiring.push(i);
-            } else {
-                all.push(i);
+            match self.versions.get(c.table, &c.key) {
+                Some(Seen::Written(v)) if c.value.is_none() && lives(c.table) && strings => expiring.push((i, v)),
+                _ => all.push(i),
             }
         }
         self.stats.deletes_left_to_expire += expiring.len() as u64;
         let first = self.send_round(changes, &all, version, true)?;
-        // The version each change passed under.
+        // The version each change passed under (those left to their lifetime are done here).
         let mut passed: Vec<Option<u64>> = vec![None; changes.changes.len()];
-        for &i in &expiring {
-            passed[i] = Some(version);
+        let mut left = vec![false; changes.changes.len()];
+        for &(i, v) in &expiring {
+            left[i] = true;
+            let Some(c) = changes.changes.get(i) else { continue };
+            // A key its writer may name again (an operation key used again) is expected at the
+            // version it wrote, or absent once its lifetime ended; a decided chain's is not
+            // remembered (see the deletes below).
+            if recreated(c.table) {
+                self.versions.insert(c.table, c.key.clone(), Seen::Lapsing(v));
+            } else {
+                self.versions.remove(c.table, &c.key);
+            }
         }
         for &i in first.direct.iter().chain(&first.scripted) {
             passed[i] = Some(version);
@@ -948,6 +965,9 @@ impl StateStore for RedisStore {
         self.reserved = Some(next);
         let mut refused = Vec::new();
         for (i, c) in changes.changes.iter().enumerate() {
+            if left[i] {
+                continue;
+            }
             let Some(n) = passed[i] else {
                 refused.push(i);
                 continue;

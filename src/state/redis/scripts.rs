@@ -12,9 +12,10 @@
 /// delete from such a table; `+` join the index always, `=` join it when the record is
 /// created, `-` no index; `a` the key is expected absent (never seen), `r` a record at the
 /// version that follows, `t` deleted at that version (that tombstone, or absent once it
-/// expired) — followed, for a table the gauges count ([`super::indexed`]), by the name of the
-/// table's index set; `ARGV[3i+1]` the version expected (empty for `a`; in the string layout a
-/// record's is followed by `:`, so that the value's prefix is compared in place, without cutting
+/// expired), `w` a record at that version or absent (one its writer left to its lifetime) —
+/// followed, for a table the gauges count ([`super::indexed`]), by the name of the table's index
+/// set; `ARGV[3i+1]` the version expected (empty for `a`; in the string layout a record's, `r`
+/// or `w`, is followed by `:`, so that the value's prefix is compared in place, without cutting
 /// it out); `ARGV[3i+2]` the bytes (in the string layout the whole value, version and `:`
 /// included; empty for a delete). Answers `{next, {i, …}}`: a
 /// transaction number taken for the next apply, and the changes whose key was not as expected,
@@ -54,7 +55,7 @@ end
 -- Whether a key at version `have` (false: absent) is as expected; `want` is the version alone.
 local function as_expected(kind, want, have)
   if kind == 97 then return not have end
-  if kind == 116 then return (not have) or have == want end
+  if kind == 116 or kind == 119 then return (not have) or have == want end
   return have == want
 end
 local function set(k, op, val)
@@ -104,7 +105,7 @@ for i = 1, n do
       -- A hash: the older layout, nothing written yet.
       local have = redis.call('HGET', k, 'ver')
       local w = want
-      if kind == 114 then w = string.sub(want, 1, -2) end
+      if kind == 114 or kind == 119 then w = string.sub(want, 1, -2) end
       ok = as_expected(kind, w, have)
       if ok then
         redis.call('DEL', k)
@@ -113,7 +114,7 @@ for i = 1, n do
       end
     else
       if kind == 97 then ok = not old
-      elseif not old then ok = kind == 116
+      elseif not old then ok = kind == 116 or kind == 119
       elseif kind == 116 then ok = old == want
       else ok = string.find(old, want, 1, true) == 1 end
       created = not old
