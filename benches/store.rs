@@ -14,7 +14,8 @@
 //! proxy of this bench's own that adds 0.5 ms each way to every chunk it forwards (1 ms of round
 //! trip, a Redis in another zone). Each run is on a thread of its own, named (`flat-redis`,
 //! `paced-redis`, …: `perf report --comm <name>` profiles one run), and prints the engine
-//! thread's time on a CPU and blocked on the store's thread (`Engine::store_waited`).
+//! thread's time on a CPU and blocked on the store's thread (`Engine::store_waited`), and the
+//! store thread's own time on a CPU.
 //!
 //! The flat runs feed calls as fast as the engine takes them, engine time running far ahead of
 //! the wall clock: a capacity figure, where a store slower than the engine paces it. The paced
@@ -112,6 +113,29 @@ fn on_cpu_ns() -> u64 {
     s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
+/// Time on a CPU of each live store thread (`mcp-health-store`, named by the engine's worker),
+/// by thread id: the store's own work, which the engine's thread waits for when it is behind.
+fn store_threads_cpu_ns() -> Vec<(String, u64)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "mcp-health-stor"))
+        .filter_map(|t| {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            Some((t.file_name().to_string_lossy().into_owned(), s.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The store threads' time on a CPU since `before` (threads that ended since are not counted:
+/// each run's engine has one of its own, alive until the run ends).
+fn store_cpu_since(before: &[(String, u64)]) -> u64 {
+    store_threads_cpu_ns()
+        .into_iter()
+        .map(|(tid, ns)| ns.saturating_sub(before.iter().find(|(t, _)| *t == tid).map_or(0, |(_, b)| *b)))
+        .sum()
+}
+
 fn wchar() -> u64 {
     let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
     s.lines().find_map(|l| l.strip_prefix("wchar: ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
@@ -126,6 +150,8 @@ struct Run {
     waited_secs: f64,
     verdicts: u64,
     wchar: u64,
+    /// Time the store's thread was on a CPU (a network store's; 0 for the others).
+    store_cpu_secs: f64,
     /// The same three up to the last arrival: the steady state, without the drain at the end
     /// (which decides what is left and waits for the last writes, once per process lifetime,
     /// but a large share of a two-second run).
@@ -198,6 +224,7 @@ fn engine_run(calls: u64, store: Option<StoreHandle>, pace: Pace) -> Run {
     let mut verdicts = 0;
     // What the start-up waited for (the store's load) is not the steady state's.
     let waited0 = e.store_waited();
+    let store0 = store_threads_cpu_ns();
     let (w0, c0, start) = (wchar(), on_cpu_ns(), Instant::now());
     let step = match pace {
         Pace::Flat => STEP,
@@ -235,8 +262,9 @@ fn engine_run(calls: u64, store: Option<StoreHandle>, pace: Pace) -> Run {
     verdicts += out.iter().filter(|d| matches!(d, Decided::Call(_))).count() as u64;
     let secs = start.elapsed().as_secs_f64();
     let cpu_secs = on_cpu_ns().saturating_sub(c0) as f64 / 1e9;
+    let store_cpu_secs = store_cpu_since(&store0) as f64 / 1e9;
     assert_eq!(e.store_errors(), 0);
-    Run { secs, cpu_secs, waited_secs: e.store_waited().as_secs_f64(), verdicts, wchar: wchar().saturating_sub(w0), steady }
+    Run { secs, cpu_secs, waited_secs: e.store_waited().as_secs_f64(), verdicts, wchar: wchar().saturating_sub(w0), store_cpu_secs, steady }
 }
 
 fn main() {
@@ -313,11 +341,12 @@ fn main() {
     let st = store.stats().unwrap_or_default();
     let per = |x: u64| x as f64 / red.verdicts.max(1) as f64;
     println!(
-        "  redis (shared): {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2}, blocked on the store thread {:.2}: a store slower than the engine paces it)",
+        "  redis (shared): {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2}, blocked on the store thread {:.2}: a store slower than the engine paces it; the store thread on CPU {:.2})",
         us(&red),
         us(&red) / us(&none),
         cpu(&red),
-        red.waited_secs * 1e6 / red.verdicts.max(1) as f64
+        red.waited_secs * 1e6 / red.verdicts.max(1) as f64,
+        red.store_cpu_secs * 1e6 / red.verdicts.max(1) as f64
     );
     println!(
         "  redis (shared): {:.4} round trips/verdict ({} in all), {:.0} payload bytes/verdict sent, Redis counted {:.0} B in / {:.0} B out per verdict",
@@ -337,11 +366,12 @@ fn main() {
     let far =
         run("flat-redis-far", calls, Some(StoreHandle::open_redis(settings_far.clone()).expect("open the redis store through the proxy")));
     println!(
-        "  redis +1 ms RTT: {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2}, blocked on the store thread {:.2})",
+        "  redis +1 ms RTT: {:8.2} µs/verdict  x{:.2} (engine thread on CPU {:.2}, blocked on the store thread {:.2}; the store thread on CPU {:.2})",
         us(&far),
         us(&far) / us(&none),
         cpu(&far),
-        far.waited_secs * 1e6 / far.verdicts.max(1) as f64
+        far.waited_secs * 1e6 / far.verdicts.max(1) as f64,
+        far.store_cpu_secs * 1e6 / far.verdicts.max(1) as f64
     );
     assert_eq!(far.verdicts, calls);
 

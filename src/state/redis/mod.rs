@@ -465,10 +465,12 @@ impl RedisStore {
     /// a `SET … NX` (when `direct`; Redis takes them without a script, which is most of what a
     /// cluster writes; `PX` their lifetime where the table [`lives`]), then the script with the
     /// rest, or an `INCR` of the version counter when nothing is left for it (the next apply's
-    /// number is taken either way). The payload bytes, and which changes went which way.
+    /// number is taken either way). `seen`: what this store knew of each change's key, by the
+    /// change's index. The payload bytes, and which changes went which way.
     fn pack_round(
         &mut self,
         changes: &Changes,
+        seen: &[Option<Seen>],
         which: &[usize],
         version: u64,
         direct: bool,
@@ -489,7 +491,7 @@ impl RedisStore {
         };
         for &i in which {
             let Some(c) = changes.changes.get(i) else { continue };
-            if !twice && quick(c, self.versions.get(c.table, &c.key)) {
+            if !twice && quick(c, seen.get(i).copied().flatten()) {
                 plan.direct.push(i);
             } else {
                 plan.scripted.push(i);
@@ -535,7 +537,7 @@ impl RedisStore {
             resp::bulk(out, &[PREFIX.as_bytes(), b":version"]);
         } else {
             let scripted = std::mem::take(&mut plan.scripted);
-            sent += self.pack_apply(changes, &scripted, version, twice, out)?;
+            sent += self.pack_apply(changes, seen, &scripted, version, twice, out)?;
             plan.scripted = scripted;
         }
         Ok((sent, plan))
@@ -547,6 +549,7 @@ impl RedisStore {
     fn pack_apply(
         &mut self,
         changes: &Changes,
+        seen: &[Option<Seen>],
         which: &[usize],
         version: u64,
         twice: bool,
@@ -585,7 +588,7 @@ impl RedisStore {
         let join = if self.writes == 0 { b'+' } else { b'=' };
         let format = super::format::format_of(self.writes);
         let mut scratch = std::mem::take(&mut self.scratch);
-        for c in picked() {
+        for (i, c) in which.iter().filter_map(|i| changes.changes.get(*i).map(|c| (*i, c))) {
             let op = match (&c.value, c.table.expires()) {
                 (Some(_), false) if lives(c.table) => b'l',
                 (Some(_), false) => b'p',
@@ -593,7 +596,7 @@ impl RedisStore {
                 (None, false) => b'd',
                 (None, true) => b'e',
             };
-            let seen = self.versions.get(c.table, &c.key);
+            let seen = seen.get(i).copied().flatten();
             let kind = match seen {
                 None => b'a',
                 Some(Seen::Record(_) | Seen::Written(_)) => b'r',
@@ -808,12 +811,19 @@ struct Sent {
 
 impl RedisStore {
     /// Send the changes `which` under `version` in one round trip (see [`Self::pack_round`]).
-    fn send_round(&mut self, changes: &Changes, which: &[usize], version: u64, direct: bool) -> Result<Sent, StoreError> {
+    fn send_round(
+        &mut self,
+        changes: &Changes,
+        seen: &[Option<Seen>],
+        which: &[usize],
+        version: u64,
+        direct: bool,
+    ) -> Result<Sent, StoreError> {
         // The commands are written straight into one buffer kept from round to round: each
         // record's bytes are copied once, not through an invocation's and a command's own copies
         // (the store's thread is the cluster's other hot thread, after Redis).
         let mut packed = std::mem::take(&mut self.packed);
-        let (sent, plan) = match self.pack_round(changes, which, version, direct, &mut packed) {
+        let (sent, plan) = match self.pack_round(changes, seen, which, version, direct, &mut packed) {
             Ok(x) => x,
             Err(e) => {
                 self.packed = packed;
@@ -918,15 +928,18 @@ impl StateStore for RedisStore {
         // record this store only read may come from a release that set no lifetime: deleted as
         // before.
         let strings = self.writes >= super::format::STRING_RECORDS_SINCE;
+        // What this store knows of each key, looked up once (the map is large: a lookup is a
+        // cache miss or two).
+        let seen: Vec<Option<Seen>> = changes.changes.iter().map(|c| self.versions.get(c.table, &c.key)).collect();
         let (mut all, mut expiring) = (Vec::with_capacity(changes.changes.len()), Vec::new());
-        for (i, c) in changes.changes.iter().enumerate() {
-            match self.versions.get(c.table, &c.key) {
-                Some(Seen::Written(v)) if c.value.is_none() && lives(c.table) && strings => expiring.push((i, v)),
+        for ((i, c), seen) in changes.changes.iter().enumerate().zip(&seen) {
+            match seen {
+                Some(Seen::Written(v)) if c.value.is_none() && lives(c.table) && strings => expiring.push((i, *v)),
                 _ => all.push(i),
             }
         }
         self.stats.deletes_left_to_expire += expiring.len() as u64;
-        let first = self.send_round(changes, &all, version, true)?;
+        let first = self.send_round(changes, &seen, &all, version, true)?;
         // The version each change passed under (those left to their lifetime are done here).
         let mut passed: Vec<Option<u64>> = vec![None; changes.changes.len()];
         let mut left = vec![false; changes.changes.len()];
@@ -953,7 +966,7 @@ impl StateStore for RedisStore {
             // A `SET … NX` found its key there and wrote nothing: those changes again, through
             // the script (which refuses them unless the key has expired since), under the number
             // the first round took.
-            let again = self.send_round(changes, &first.retry, next, false)?;
+            let again = self.send_round(changes, &seen, &first.retry, next, false)?;
             for &i in &first.retry {
                 passed[i] = Some(next);
             }
