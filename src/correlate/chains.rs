@@ -283,6 +283,15 @@ pub struct Chains {
     /// half can find ([`Chains::server_halves_to_look_for`]), so that look never walks every
     /// chain in flight. At most one entry per chain in `active` (taken out when it leaves).
     deferred_halves: rustc_hash::FxHashSet<TraceId>,
+    /// When each deferred half may first be looked for (its wait past its last span, or its
+    /// server's mark settled): the timed look takes only the entries due, so a step costs what
+    /// falls due, not a walk of every deferred half (flat out on a shared store, tens of
+    /// thousands wait their `server_half_wait` at once). An entry due is checked again and
+    /// pushed later when its chain is not ready yet; one whose chain left is dropped when it
+    /// falls due. Entries: one per deferred half, and those of chains that left within the wait.
+    half_looks: DueQueue,
+    /// Entries taken from `half_looks` in one look, kept for their room.
+    half_looks_due: Vec<(Moment, TraceId)>,
     known_orphans: crate::bounded::BoundedSet<(TraceId, crate::evidence::SpanId)>,
     /// Emptied call vectors handed back by the engine once a decided chain is classified (see
     /// [`Chains::recycle_calls`]), at most [`MAX_SPARE_CALLS`].
@@ -324,6 +333,8 @@ impl Chains {
             looked_for: crate::bounded::BoundedSet::with_capacity("halves_looked_for", 100_000),
             rootless_looked: crate::bounded::BoundedSet::with_capacity("rootless_looked_for", 100_000),
             deferred_halves: Default::default(),
+            half_looks: DueQueue::default(),
+            half_looks_due: Vec::new(),
             known_orphans: crate::bounded::BoundedSet::with_capacity("known_orphans", crossjoin::MAX_ORPHANS * 4),
             spare_calls: Vec::new(),
         }
@@ -484,6 +495,19 @@ impl Chains {
         }
     }
 
+    /// How long past its last span a deferred server half waits before its client half is
+    /// looked for in a shared store: half its extra wait.
+    fn half_look_wait(&self) -> std::time::Duration {
+        self.limits.decision_wait + self.limits.server_half_wait / 2
+    }
+
+    /// Chain `id`, last seen at `last_seen`, is deferred as a server half: its look is due a
+    /// wait after that (see `half_looks`).
+    fn defer_half(&mut self, id: TraceId, last_seen: Moment) {
+        self.deferred_halves.insert(id);
+        self.half_looks.push(last_seen + self.half_look_wait(), id);
+    }
+
     /// For a deferred server half whose server's mark has not settled yet: when it will have.
     fn split_settles_after(&self, c: &Chain, now: Moment) -> Option<Moment> {
         if !self.share_orphans || !c.deferred {
@@ -497,27 +521,47 @@ impl Chains {
     /// half past half the extra wait, or `all` of them at the drain), each returned once: a
     /// shared store may list their client half, decided on another instance.
     fn server_halves_to_look_for(&mut self, now: Moment, all: bool) -> Vec<(TraceId, crossjoin::Half)> {
-        let wait = self.limits.decision_wait + self.limits.server_half_wait / 2;
+        let wait = self.half_look_wait();
         let mut out = Vec::new();
-        // Outside the drain only deferred chains qualify: walk those, not every chain.
-        let deferred: Vec<TraceId>;
-        let candidates: Box<dyn Iterator<Item = (&TraceId, &Chain)>> = if all {
-            Box::new(self.active.iter())
+        if all {
+            for (id, c) in &self.active {
+                if !c.has_server_req || c.has_client_req || self.looked_for.contains(id) {
+                    continue;
+                }
+                if let Some(h) = crossjoin::server_half(&c.spans) {
+                    out.push((*id, h));
+                }
+            }
         } else {
-            deferred = self.deferred_halves.iter().copied().collect();
-            let active = &self.active;
-            Box::new(deferred.iter().filter_map(move |id| active.get_key_value(id)))
-        };
-        for (id, c) in candidates {
-            let waited = c.deferred && now.saturating_duration_since(c.last_seen) >= wait && self.split_settles_after(c, now).is_none();
-            if !c.has_server_req || c.has_client_req || !(all || waited) {
-                continue;
+            // Outside the drain only deferred chains qualify, each once its look falls due.
+            let mut due = std::mem::take(&mut self.half_looks_due);
+            due.clear();
+            self.half_looks.due(now, &mut due);
+            for &(_, id) in &due {
+                let Some(c) = self.active.get(&id).filter(|c| c.deferred && self.deferred_halves.contains(&id)) else { continue };
+                if self.looked_for.contains(&id) {
+                    continue;
+                }
+                if !c.has_server_req || c.has_client_req {
+                    // Not a lone server half now: checked again a wait later.
+                    self.half_looks.push(now + wait, id);
+                    continue;
+                }
+                let waited_from = c.last_seen + wait;
+                if waited_from > now {
+                    self.half_looks.push(waited_from, id);
+                    continue;
+                }
+                if let Some(at) = self.split_settles_after(c, now) {
+                    self.half_looks.push(at, id);
+                    continue;
+                }
+                if let Some(h) = crossjoin::server_half(&c.spans) {
+                    out.push((id, h));
+                }
             }
-            if self.looked_for.contains(id) {
-                continue;
-            }
-            if let Some(h) = crossjoin::server_half(&c.spans) {
-                out.push((*id, h));
+            if due.capacity() <= MAX_BATCH_TRACES_KEPT {
+                self.half_looks_due = due;
             }
         }
         out.sort_by_key(|a| a.0);
@@ -1094,7 +1138,7 @@ impl Chains {
                 server_rooted: false,
             },
         );
-        self.deferred_halves.insert(trace_id);
+        self.defer_half(trace_id, now);
         self.due.push(now + self.limits.decision_wait, trace_id);
         true
     }
@@ -1292,7 +1336,8 @@ impl Chains {
                 let server = self.share_orphans.then(|| crossjoin::server_half(&c.spans).map(|h| h.server)).flatten();
                 if let Some(c) = self.active.get_mut(&id) {
                     c.deferred = true;
-                    self.deferred_halves.insert(id);
+                    let last_seen = c.last_seen;
+                    self.defer_half(id, last_seen);
                 }
                 if let Some(server) = server {
                     if self.splits.mark(&server, now) {

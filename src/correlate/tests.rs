@@ -1013,6 +1013,47 @@ fn held_client_halves_are_published_by_a_mark_and_the_recent_ones_at_the_drain()
     );
 }
 
+/// With a shared store, a server half in a trace of its own, deferred, is looked for in the store
+/// once: at the first look past half its extra wait after its last span, or once its server's
+/// split mark has settled when that is later — not before, and not again; each half at its own
+/// time.
+#[test]
+fn a_deferred_server_half_is_looked_for_once_when_its_wait_and_its_mark_allow() {
+    let t0 = Moment::from_nanos(1_000_000_000_000);
+    let half = |trace: u8, server: &str| {
+        let mut s = call_span(trace, 1, None, Side::Server, &format!("r{trace}"));
+        s.server = Some(Arc::from(server));
+        s
+    };
+    let looked = |c: &mut Chains, at: Moment| -> Vec<TraceId> {
+        let looks = c.take_looks(at, false, super::outbox::Paced::default());
+        tick(c, at);
+        looks.server_halves.into_iter().map(|(id, _)| id).collect()
+    };
+    // Marks settle within a second: each half waits 2 s + 5 s / 2 past its last span.
+    let mut c = Chains::new(limits());
+    c.keep_for_store(Some(secs(1)));
+    ingest(&mut c, batch(vec![half(1, "a:1")]), t0);
+    ingest(&mut c, batch(vec![half(2, "a:1")]), t0 + secs(1));
+    tick(&mut c, t0 + secs(2));
+    tick(&mut c, t0 + secs(3));
+    assert!(looked(&mut c, t0 + secs(4)).is_empty(), "deferred, not waited yet");
+    assert!(looked(&mut c, t0 + ms(4499)).is_empty());
+    assert_eq!(looked(&mut c, t0 + ms(4500)), vec![tid(1)]);
+    assert!(looked(&mut c, t0 + secs(5)).is_empty(), "once");
+    assert_eq!(looked(&mut c, t0 + ms(5600)), vec![tid(2)], "the second at its own time");
+    assert!(looked(&mut c, t0 + secs(6)).is_empty());
+    // Marks that take 10 s to settle: the look waits for the mark made when the half was deferred.
+    let mut c = Chains::new(limits());
+    c.keep_for_store(Some(secs(10)));
+    ingest(&mut c, batch(vec![half(3, "b:1")]), t0);
+    tick(&mut c, t0 + secs(2));
+    assert!(looked(&mut c, t0 + secs(5)).is_empty(), "its server's mark has not settled");
+    assert!(looked(&mut c, t0 + ms(11_999)).is_empty());
+    assert_eq!(looked(&mut c, t0 + secs(12)), vec![tid(3)]);
+    assert!(looked(&mut c, t0 + secs(13)).is_empty());
+}
+
 /// A span equal to one its chain holds (an exporter's retry, the journal replayed after a
 /// restart) is taken once: it neither adds to a chain in flight nor revises a decided one. A
 /// span with the same id that says something else still does.
