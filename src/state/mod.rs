@@ -264,7 +264,7 @@ pub(crate) fn server_key(server: Option<&str>) -> String {
 
 /// The key of a decided chain.
 pub(crate) fn trace_key(t: &TraceId) -> String {
-    hex::encode(t)
+    crate::evidence::hex_id(t)
 }
 
 /// How a store reads the records 0.1.0 wrote: their receipts were never signed, so they read as
