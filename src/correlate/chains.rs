@@ -414,6 +414,20 @@ impl Chains {
             FromStore::Protocol(p) => self.set_cluster_protocol(p, now),
             FromStore::Orphan(ev) => self.take_remote_orphan(ev, now),
             FromStore::Verifier(ev) => self.take_remote_verifier(ev, now, out),
+            FromStore::Rival(c) => self.take_rival(c, now, out),
+        }
+    }
+
+    /// The spans of a rival revision of a chain held here that this chain lacks, taken as late
+    /// spans (see [`FromStore::Rival`]). A chain no longer held here (forgotten since) takes
+    /// nothing: its window has passed.
+    fn take_rival(&mut self, r: KeptChain, now: Moment, out: &mut Vec<DecidedCalls>) {
+        if !self.holds_chain(&r.trace_id) {
+            return;
+        }
+        let spans: Vec<SpanEvidence> = r.spans.iter().filter(|s| !self.holds(s)).cloned().collect();
+        for ev in spans {
+            self.add_span(ev, now, out);
         }
     }
 

@@ -173,6 +173,10 @@ pub(crate) enum FromStore {
     Orphan(SpanEvidence),
     /// A verifier another instance parked under an operation key a call here names.
     Verifier(SpanEvidence),
+    /// A decided chain as another instance wrote it, where this instance's write of the same
+    /// chain was refused (both revised it at once: a late span here, a verifier there): the
+    /// spans it holds that the chain here lacks join as late spans, a revision holding both.
+    Rival(KeptChain),
 }
 
 /// What a store tells the sessions back (see `sessions`). One way in, whatever the store says,

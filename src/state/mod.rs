@@ -267,6 +267,11 @@ pub(crate) fn trace_key(t: &TraceId) -> String {
     crate::evidence::hex_id(t)
 }
 
+/// The trace of a decided chain's key ([`trace_key`]'s inverse); `None` for any other key.
+pub(crate) fn trace_of_key(k: &str) -> Option<TraceId> {
+    hex::decode(k).ok()?.try_into().ok()
+}
+
 /// How a store reads the records 0.1.0 wrote: their receipts were never signed, so they read as
 /// `unsigned` where this service trusts no receipt key and `untrusted` where it trusts some — a
 /// stored receipt is never more evidence than a new one (`TrustedKeys::judge`). The service sets

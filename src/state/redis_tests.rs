@@ -587,6 +587,61 @@ fn redis_a_receipt_on_another_engine_revises_the_call_through_the_store() {
     assert_eq!(snap.decided.iter().map(|d| (d.revision, d.spans.len())).collect::<Vec<_>>(), vec![(1, 2)]);
 }
 
+/// Two engines revise one decided call at once: a late server span reaches the engine that
+/// decided it, the call's `missing` receipt reaches another, which takes the chain from the
+/// store. Both write revision 1; the second write is refused. The refused engine reads the
+/// other's revision and takes the spans it lacks as late spans: its revision 2 holds the late
+/// span and the receipt, `false_success` as one process says — not its own `unverified`, which
+/// would otherwise stand beside the other's.
+#[test]
+fn redis_two_engines_revising_one_call_at_once_end_with_a_revision_of_both() {
+    if !available("redis_two_engines_revising_one_call_at_once_end_with_a_revision_of_both") {
+        return;
+    }
+    use crate::engine::{Decided, Engine};
+    use crate::evidence::time::Moment;
+    use crate::evidence::{Method, Side, SpanEvidence};
+    use crate::verdict::HealthState;
+    let r = RedisServer::start();
+    let engine = || Engine::new(engine_config(&r));
+    let (mut a, mut b) = (engine(), engine());
+    let mut server = SpanEvidence::new([7; 16], [3; 8]);
+    server.parent_span_id = Some([1; 8]);
+    server.method = Some(Method::ToolsCall);
+    server.side = Side::Server;
+    server.tool = Some(Arc::from("t"));
+    server.request_id = Some("1".into());
+    server.start_ns = 1_100;
+    server.end_ns = 1_900;
+    let batch = |s: SpanEvidence| crate::normalize::NormalizedBatch { evidence: vec![s], ..Default::default() };
+    let t = Moment::from_nanos(1_000_000_000);
+    let ms = Duration::from_millis;
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    a.ingest(batch(receipt_call()), t, &mut out_a);
+    a.tick(t + ms(50), &mut out_a);
+    a.flush_store(t + ms(60), &mut Vec::new());
+    a.ingest(batch(server), t + ms(100), &mut out_a);
+    b.ingest(batch(missing_receipt(2)), t + ms(100), &mut out_b);
+    b.tick(t + ms(200), &mut out_b);
+    b.flush_store(t + ms(210), &mut Vec::new());
+    a.tick(t + ms(200), &mut out_a);
+    a.flush_store(t + ms(210), &mut Vec::new());
+    a.tick(t + ms(300), &mut out_a);
+    a.tick(t + ms(400), &mut out_a);
+    a.flush_store(t + ms(410), &mut Vec::new());
+    let states = |out: &[Decided]| -> Vec<(u32, HealthState)> {
+        out.iter().filter_map(|d| if let Decided::Call(v) = d { Some((v.revision, v.state)) } else { None }).collect()
+    };
+    assert_eq!(states(&out_b), vec![(1, HealthState::FalseSuccess)], "revised where the receipt landed");
+    assert_eq!(
+        states(&out_a),
+        vec![(0, HealthState::Unverified), (1, HealthState::Unverified), (2, HealthState::FalseSuccess)],
+        "the refused revision is followed by one of both"
+    );
+    let snap = open(&r).load().unwrap();
+    assert_eq!(snap.decided.iter().map(|d| (d.revision, d.spans.len())).collect::<Vec<_>>(), vec![(2, 3)], "the store holds it");
+}
+
 /// The same receipt after the call's late-span window (on the engine that decided it: its
 /// chain is forgotten; its record stays in Redis until its lifetime ends, the writer's delete
 /// left to it): neither engine takes the chain from the store, so the receipt is late and the

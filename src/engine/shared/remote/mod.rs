@@ -176,6 +176,7 @@ impl Replica for Shared {
             return false;
         }
         self.find_parked_calls(t, now, looks.parked_keys, decided);
+        self.take_rivals(t, now, decided);
         self.hold_for_store(now)
     }
 

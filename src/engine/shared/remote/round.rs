@@ -9,9 +9,10 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
-use crate::correlate::outbox::{ReadBack, Restore, SessionBack};
+use crate::correlate::outbox::{FromStore, ReadBack, Restore, SessionBack};
 use crate::correlate::splits::Server;
 use crate::correlate::CatalogChange;
+use crate::correlate::DecidedCalls;
 use crate::evidence::time::Moment;
 use crate::evidence::SpanEvidence;
 use crate::state::{server_key, Changes, ClientHalf, DriftRecord, Record, StateStore, StoreError, Table};
@@ -108,7 +109,15 @@ pub(super) struct Rounds {
     unwritten: bool,
     /// Drift detected here, reported once its record is created.
     drift: Vec<(DriftRecord, DriftEvent)>,
+    /// Decided chains whose write here was refused (another instance wrote a revision of its
+    /// own first): read at the next step and merged (see [`Shared::take_rivals`]). At most
+    /// [`MAX_RIVALS`]; past that the oldest go (counted), their chains then keep this
+    /// instance's revision alone.
+    rivals: Vec<crate::evidence::TraceId>,
 }
+
+/// Most refused decided chains waiting to be read and merged: a round's worth and more.
+const MAX_RIVALS: usize = 4096;
 
 impl Rounds {
     /// Evidence was taken in since the last write.
@@ -351,6 +360,15 @@ impl Shared {
             refused.as_ref().is_some_and(|r| r.iter().any(|(t, _)| matches!(t, Table::Sessions | Table::Decided | Table::Operations)));
         if conflict {
             self.link.conflicts += 1;
+            // A decided chain another instance revised at the same time: its revision is read
+            // and merged with this one's at the next step (a verdict of both).
+            let traces = refused.iter().flatten().filter(|(t, _)| *t == Table::Decided).filter_map(|(_, k)| crate::state::trace_of_key(k));
+            self.rounds.rivals.extend(traces);
+            let over = self.rounds.rivals.len().saturating_sub(MAX_RIVALS);
+            if over > 0 {
+                self.rounds.rivals.drain(..over);
+                crate::bounded::counter("decided_rivals").fetch_add(over as u64, std::sync::atomic::Ordering::Relaxed);
+            }
             // Another instance wrote one of them in between: read, merge and write the sessions
             // again next time (the refused one among them).
             for k in &sessions_written {
@@ -359,6 +377,36 @@ impl Shared {
             tracing::warn!(changes, "records changed by another instance; merged and written again next round");
         }
         self.catalog_written(t, now, emitting, &stored_emitted, refused.as_deref(), out);
+    }
+}
+
+impl Shared {
+    /// The decided chains whose write here was refused, read as the store holds them now
+    /// (another instance's revision) and merged: the spans that revision holds and the chain
+    /// here lacks join it as late spans, so the next revision holds the evidence of both (a late
+    /// span here, a verifier that reached the other instance). Without it each instance's
+    /// revision stands alone, and the store keeps whichever was written first.
+    pub(super) fn take_rivals(&mut self, t: &mut Tables, now: Moment, decided: &mut Vec<DecidedCalls>) {
+        if self.rounds.rivals.is_empty() {
+            return;
+        }
+        let mut traces = std::mem::take(&mut self.rounds.rivals);
+        traces.sort_unstable();
+        traces.dedup();
+        let keys: Vec<String> = traces.iter().map(crate::state::trace_key).collect();
+        let read = match self.link.call(move |s| s.get_many(Table::Decided, &keys)) {
+            Ok(r) => r,
+            Err(e) => {
+                self.link.failed();
+                tracing::warn!(error = %e, "could not read decided chains another instance revised");
+                return;
+            }
+        };
+        for r in read.into_iter().flatten() {
+            if let Record::Decided(r) = r {
+                t.chains.take_in(FromStore::Rival((*r).into()), now, decided);
+            }
+        }
     }
 }
 
