@@ -279,16 +279,14 @@ pub struct Chains {
     /// decided chains (another instance may have decided the call, its client span included, and
     /// stopped; each is looked for once).
     rootless_looked: crate::bounded::BoundedSet<TraceId>,
-    /// Chains deferred as server halves (see `tick_due`): the only ones a timed look for a client
-    /// half can find ([`Chains::server_halves_to_look_for`]), so that look never walks every
-    /// chain in flight. At most one entry per chain in `active` (taken out when it leaves).
-    deferred_halves: rustc_hash::FxHashSet<TraceId>,
-    /// When each deferred half may first be looked for (its wait past its last span, or its
-    /// server's mark settled): the timed look takes only the entries due, so a step costs what
-    /// falls due, not a walk of every deferred half (flat out on a shared store, tens of
-    /// thousands wait their `server_half_wait` at once). An entry due is checked again and
-    /// pushed later when its chain is not ready yet; one whose chain left is dropped when it
-    /// falls due. Entries: one per deferred half, and those of chains that left within the wait.
+    /// When each chain deferred as a server half (see `tick_due`: the only chains a timed look
+    /// for a client half can find, [`Chains::server_halves_to_look_for`]) may first be looked
+    /// for: its wait past its last span, or its server's mark settled. The timed look takes only
+    /// the entries due, so a step costs what falls due, not a walk of every deferred half (flat
+    /// out on a shared store, tens of thousands wait their `server_half_wait` at once). An entry
+    /// due is checked again and pushed later when its chain is not ready yet; one whose chain
+    /// left (or is no longer deferred) is dropped when it falls due. Entries: one per deferred
+    /// half, and those of chains that left within the wait.
     half_looks: DueQueue,
     /// Entries taken from `half_looks` in one look, kept for their room.
     half_looks_due: Vec<(Moment, TraceId)>,
@@ -332,7 +330,6 @@ impl Chains {
             known_verifiers: crate::bounded::BoundedSet::with_capacity("known_verifiers", 100_000),
             looked_for: crate::bounded::BoundedSet::with_capacity("halves_looked_for", 100_000),
             rootless_looked: crate::bounded::BoundedSet::with_capacity("rootless_looked_for", 100_000),
-            deferred_halves: Default::default(),
             half_looks: DueQueue::default(),
             half_looks_due: Vec::new(),
             known_orphans: crate::bounded::BoundedSet::with_capacity("known_orphans", crossjoin::MAX_ORPHANS * 4),
@@ -467,7 +464,6 @@ impl Chains {
         }
         let Some(c) = self.active.remove(&id) else { return };
         self.bytes -= c.bytes;
-        self.deferred_halves.remove(&id);
         self.restore_decided(r);
         for ev in c.spans {
             self.add_span(ev, now, out);
@@ -518,7 +514,6 @@ impl Chains {
     /// Chain `id`, last seen at `last_seen`, is deferred as a server half: its look is due a
     /// wait after that (see `half_looks`).
     fn defer_half(&mut self, id: TraceId, last_seen: Moment) {
-        self.deferred_halves.insert(id);
         self.half_looks.push(last_seen + self.half_look_wait(), id);
     }
 
@@ -552,7 +547,7 @@ impl Chains {
             due.clear();
             self.half_looks.due(now, &mut due);
             for &(_, id) in &due {
-                let Some(c) = self.active.get(&id).filter(|c| c.deferred && self.deferred_halves.contains(&id)) else { continue };
+                let Some(c) = self.active.get(&id).filter(|c| c.deferred) else { continue };
                 if self.looked_for.contains(&id) {
                     continue;
                 }
@@ -1455,7 +1450,6 @@ impl Chains {
             return false;
         }
         let Some(s) = self.active.remove(&src) else { return false };
-        self.deferred_halves.remove(&src);
         let keys = s.index_keys().to_vec();
         self.cross.remove_keys(src, &keys);
         self.cross.insert_keys(dst, &keys);
@@ -1713,7 +1707,6 @@ impl Chains {
             return;
         }
         let Some(mut c) = self.active.remove(&id) else { return };
-        self.deferred_halves.remove(&id);
         self.stats.chains_decided += 1;
         if self.share_orphans {
             // Chains not kept for revision (`max_decided: 0`, the drain) cannot be found again

@@ -378,9 +378,7 @@ impl Shared {
         }
         self.catalog_written(t, now, emitting, &stored_emitted, refused.as_deref(), out);
     }
-}
 
-impl Shared {
     /// The decided chains whose write here was refused, read as the store holds them now
     /// (another instance's revision) and merged: the spans that revision holds and the chain
     /// here lacks join it as late spans, so the next revision holds the evidence of both (a late
