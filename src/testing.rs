@@ -81,7 +81,7 @@ pub mod receive {
 
 /// The shared store.
 pub mod state {
-    pub use crate::state::{MemoryStore, RedisSettings, StoreHandle};
+    pub use crate::state::{MemoryStore, RedisSettings, SharedMemory, StoreHandle};
 
     pub mod format {
         pub use crate::state::format::MAGIC;

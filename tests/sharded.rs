@@ -39,7 +39,7 @@ use mcp_health::evidence::time::Moment;
 use mcp_health::evidence::{CallError, Method, OutcomeReceipt, OutcomeResult, Side, SpanEvidence, TransportOutcome, VerifierMethod};
 use mcp_health::normalize::NormalizedBatch;
 use mcp_health::testing::correlate::{ChainLimits, SessionLimits};
-use mcp_health::testing::state::{MemoryStore, StoreHandle};
+use mcp_health::testing::state::{MemoryStore, SharedMemory, StoreHandle};
 use mcp_health::verdict::{DecidedBy, HealthState};
 use proptest::prelude::*;
 
@@ -139,10 +139,13 @@ fn spans(calls: &[Call]) -> Vec<SpanEvidence> {
 /// The final verdict of each call on one instance: (revision, state) of its latest revision.
 type Finals = BTreeMap<([u8; 16], [u8; 8]), (u32, HealthState)>;
 
-fn engine(store: Option<&StoreHandle>) -> Engine {
+/// Opens one instance's client of the store the instances share.
+type Connect<'a> = &'a dyn Fn() -> StoreHandle;
+
+fn engine(store: Option<Connect>) -> Engine {
     let mut cfg =
         EngineConfig::new(ChainLimits { decision_wait: Duration::from_millis(100), ..ChainLimits::default() }, SessionLimits::default());
-    cfg.store = store.cloned();
+    cfg.store = store.map(|connect| connect());
     Engine::new(cfg)
 }
 
@@ -153,13 +156,14 @@ fn run(n: usize, batches: &[Vec<SpanEvidence>], steps_ms: &[u64], route: &dyn Fn
     run_with(n, batches, steps_ms, route, None)
 }
 
-/// [`run`], every instance on `store` (shared, as the Redis store is).
+/// [`run`], every instance on a client of its own (`store`) of one shared store, as instances
+/// on Redis are.
 fn run_with(
     n: usize,
     batches: &[Vec<SpanEvidence>],
     steps_ms: &[u64],
     route: &dyn Fn(usize, &[u8; 16]) -> usize,
-    store: Option<&StoreHandle>,
+    store: Option<Connect>,
 ) -> Vec<Finals> {
     let mut engines: Vec<Engine> = (0..n).map(|_| engine(store)).collect();
     let mut outs: Vec<Vec<Decided>> = (0..n).map(|_| Vec::new()).collect();
@@ -294,8 +298,8 @@ proptest! {
         let b = batches(&all, seed, &cuts);
         let single = run(1, &b, &steps, &|_, _| 0).remove(0);
         let r = ring::Ring::new(&endpoints(n));
-        let store = StoreHandle::new(MemoryStore::shared());
-        let shards = run_with(n, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&store));
+        let memory = SharedMemory::default();
+        let shards = run_with(n, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&|| StoreHandle::new(memory.instance())));
         let bad = violations(&single, &shards);
         prop_assert!(bad.is_empty(), "{bad:#?}");
         for call in single.keys() {
@@ -313,7 +317,8 @@ fn with_a_shared_store_a_receipt_parked_elsewhere_before_its_call_revises_it() {
     let r = ring::Ring::new(&endpoints(3));
     let (single, without) = receipt_parked_first(&r, None);
     assert_eq!(violations(&single, &without).len(), 1, "without a store it is a false green");
-    receipt_parked_first(&r, Some(&StoreHandle::new(MemoryStore::shared())));
+    let memory = SharedMemory::default();
+    receipt_parked_first(&r, Some(&|| StoreHandle::new(memory.instance())));
 }
 
 /// The same on Redis (the service's shared store): the call's instance finds the parked receipt
@@ -326,16 +331,19 @@ fn on_redis_a_receipt_parked_elsewhere_before_its_call_revises_it() {
         return;
     }
     let server = support::redis_server::RedisServer::start();
-    let store = StoreHandle::open_redis(mcp_health::testing::state::redis::RedisSettings {
-        endpoint: server.url(),
-        timeout: Duration::from_secs(2),
-        retry_after: Duration::from_millis(200),
-        tombstone_ttl: Duration::from_secs(60),
-        remember_for: Duration::from_secs(3600),
-        record_life: Duration::from_secs(360),
-    })
-    .expect("open the redis store");
-    receipt_parked_first(&ring::Ring::new(&endpoints(3)), Some(&store));
+    // Each instance its own connection, with its own view of the records' versions.
+    let connect = || {
+        StoreHandle::open_redis(mcp_health::testing::state::redis::RedisSettings {
+            endpoint: server.url(),
+            timeout: Duration::from_secs(2),
+            retry_after: Duration::from_millis(200),
+            tombstone_ttl: Duration::from_secs(60),
+            remember_for: Duration::from_secs(3600),
+            record_life: Duration::from_secs(360),
+        })
+        .expect("open the redis store")
+    };
+    receipt_parked_first(&ring::Ring::new(&endpoints(3)), Some(&connect));
 }
 
 /// A call whose receipt (own trace, joined by operation key) the ring sends to another instance.
@@ -352,7 +360,7 @@ fn call_and_receipt_apart(r: &ring::Ring) -> Vec<SpanEvidence> {
 /// The receipt first, a quiet step in which its instance parks and publishes it, then the call,
 /// on three instances sharing `store`: with a store, the call's instance says what one process
 /// says (`false_success`). One process's finals and the instances', for the caller's checks.
-fn receipt_parked_first(r: &ring::Ring, store: Option<&StoreHandle>) -> (Finals, Vec<Finals>) {
+fn receipt_parked_first(r: &ring::Ring, store: Option<Connect>) -> (Finals, Vec<Finals>) {
     let all = call_and_receipt_apart(r);
     let b = vec![vec![all[1].clone()], vec![], vec![all[0].clone()]];
     let steps = [0, 300, 300];
@@ -438,8 +446,13 @@ fn with_a_shared_store_a_ring_change_is_revised_where_the_receipt_lands() {
     let steps = [0, 300, 300];
     let single = run(1, &b, &steps, &|_, _| 0).remove(0);
     let store = StoreHandle::new(MemoryStore::new());
-    let shards =
-        run_with(4, &b, &steps, &|i, t| if i < 2 { three.index_for(t).unwrap_or(0) } else { four.index_for(t).unwrap_or(0) }, Some(&store));
+    let shards = run_with(
+        4,
+        &b,
+        &steps,
+        &|i, t| if i < 2 { three.index_for(t).unwrap_or(0) } else { four.index_for(t).unwrap_or(0) },
+        Some(&|| store.clone()),
+    );
     let bad = violations(&single, &shards);
     assert!(bad.is_empty(), "{bad:?}");
     let first = three.index_for(&all[0].trace_id).unwrap();
@@ -471,9 +484,42 @@ fn with_a_shared_store_a_receipt_in_its_own_trace_finds_its_call_through_the_sto
     let single = run(1, &b, &steps, &|_, _| 0).remove(0);
     assert_eq!(single.values().map(|v| v.1).collect::<Vec<_>>(), vec![HealthState::FalseSuccess]);
     let store = StoreHandle::new(MemoryStore::new());
-    let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&store));
+    let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&|| store.clone()));
     let bad = violations(&single, &shards);
     assert!(bad.is_empty(), "{bad:?}");
     let receipt_at = r.index_for(&all[1].trace_id).unwrap();
     assert_eq!(shards[receipt_at].values().copied().collect::<Vec<_>>(), vec![(1, HealthState::FalseSuccess)]);
+}
+
+/// A case the shared-store property drew in CI: two instances revise one call in the same step
+/// (one with a late receipt in a trace of its own, the other with a late span of the call's
+/// trace), each from the decided chain both read. With versions, the second write is refused and
+/// its instance merges the first's revision; a store that takes both writes keeps whichever came
+/// last, and the call's latest revisions stand side by side (`unverified` beside
+/// `false_success`).
+#[test]
+fn with_a_shared_store_two_instances_revising_one_call_at_once_end_with_both_revisions() {
+    let hex = |s: &str| -> [u8; 16] { std::array::from_fn(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()) };
+    let c = |trace: [u8; 16], server_span: bool, error: u8, receipt: Option<(OutcomeResult, bool)>, sibling: bool| Call {
+        trace,
+        server_span,
+        error,
+        receipt,
+        sibling,
+    };
+    let calls = [
+        c([0; 16], true, 0, None, false),
+        c(hex("9d6b47445a2e598e9912405f0e6a1000"), true, 0, Some((OutcomeResult::Missing, true)), false),
+        c(hex("36860d5723293202011c1d263a070400"), true, 0, Some((OutcomeResult::Confirmed, true)), true),
+        c(hex("00031df35349383c4103fa1a67c55586"), false, 3, None, false),
+    ];
+    let all = spans(&calls);
+    let b = batches(&all, 6681867084277979485, &[6, 1, 4, 3, 14]);
+    let steps = [54, 227, 36, 170, 176, 120, 247, 153];
+    let single = run(1, &b, &steps, &|_, _| 0).remove(0);
+    let r = ring::Ring::new(&endpoints(3));
+    let memory = SharedMemory::default();
+    let shards = run_with(3, &b, &steps, &|_, t| r.index_for(t).unwrap_or(0), Some(&|| StoreHandle::new(memory.instance())));
+    let bad = violations(&single, &shards);
+    assert!(bad.is_empty(), "{bad:#?}");
 }

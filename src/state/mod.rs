@@ -62,7 +62,7 @@ use crate::evidence::{SpanEvidence, TraceId};
 pub use self::redis::RedisSettings;
 pub(crate) use self::redis::RedisStore;
 pub(crate) use embedded::EmbeddedStore;
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, SharedMemory};
 
 /// How often (engine time) the engine writes its changes, at most.
 pub(crate) const PERSIST_EVERY: Duration = Duration::from_millis(100);

@@ -166,6 +166,43 @@ fn the_memory_store_keeps_the_same_records() {
     check(&st.load().unwrap());
 }
 
+/// Clients of one shared memory store refuse, as Redis's compare-and-set does, a write of a
+/// record another client changed since this one saw it, and write the rest of the apply.
+#[test]
+fn a_shared_memory_client_is_refused_a_record_another_changed_since_it_saw_it() {
+    let memory = SharedMemory::default();
+    let (mut a, mut b) = (memory.instance(), memory.instance());
+    let one = |key: &str| {
+        let mut c = Changes::default();
+        c.put(key.to_string(), Record::Operation([1; 16]));
+        c
+    };
+    let refused = |r: Result<(), StoreError>| match r {
+        Err(StoreError::Conflict { refused, .. }) => refused.into_iter().map(|(_, k)| k).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    a.apply(&one("k")).unwrap();
+    // b never saw `k`: it expects it absent.
+    assert_eq!(refused(b.apply(&one("k"))), vec!["k"]);
+    // Read, then written; a's view is now stale, for writes and deletes alike.
+    assert!(b.get(Table::Operations, "k").unwrap().is_some());
+    b.apply(&one("k")).unwrap();
+    assert_eq!(refused(a.apply(&one("k"))), vec!["k"]);
+    let mut del = Changes::default();
+    del.delete(Table::Operations, "k".to_string());
+    assert_eq!(refused(a.apply(&del)), vec!["k"]);
+    // Refused keys alone: the other changes of the apply are written.
+    let mut both = one("k");
+    both.put("other".to_string(), Record::Operation([2; 16]));
+    assert_eq!(refused(a.apply(&both)), vec!["k"]);
+    assert!(b.peek(Table::Operations, "other").unwrap().is_some());
+    // A delete leaves a tombstone: a client that saw it may create the key again, one that
+    // never saw the key may not.
+    b.apply(&del).unwrap();
+    assert_eq!(refused(a.apply(&one("k"))), vec!["k"]);
+    b.apply(&one("k")).unwrap();
+}
+
 /// Issue 35: one record that cannot be read is skipped and named, never the reason to forget
 /// the rest. A damaged record in each table (its bytes flipped), and one marked with a future
 /// format version: every other record loads, each bad one is named with its reason, and the
