@@ -20,6 +20,8 @@
 //!     MCP_HEALTH_BENCH_MAX_DECIDED=100000 ... (decided chains kept for revision, and on Redis
 //!         written to it, as the service's default does; 0, none, by default)
 //!     MCP_HEALTH_BENCH_LIMIT_MIB=2000 ...     (every service under a memory limiter of that size)
+//!     MCP_HEALTH_BENCH_RATE=200000 ...        (the cluster lines' senders paced at that many spans/s
+//!         each: CPU per span at the same intake, not flat out)
 //!     MCP_HEALTH_BENCH_HELD_QUEUE=8 MCP_HEALTH_BENCH_HELD_CONSUMERS=10 ...   (the held-request
 //!         run's pass-through queue and workers: requests held = queue + workers)
 //!
@@ -409,7 +411,7 @@ fn main() {
         decode_rate,
         Some((&cert, &key)),
         None,
-        &SendOptions { tls_ca_pem: Some(ca), zstd: false },
+        &SendOptions { tls_ca_pem: Some(ca), ..Default::default() },
         "tls",
     )
     .0;
@@ -543,13 +545,23 @@ fn cluster(rt: &tokio::runtime::Runtime, bin: &str, calls_per_batch: u32, secs: 
     let batches_for = |k: u32| -> Arc<Vec<EncodedBatch>> {
         Arc::new((0..64).map(|b| loadgen::encode(&loadgen::build_request(1000 * (k + 1) + b, calls_per_batch))).collect())
     };
+    // With MCP_HEALTH_BENCH_RATE (spans/s per instance), each sender is paced: the lines then
+    // compare CPU per span at the same intake. Flat out (the default), an instance that takes in
+    // more also holds more, and meets its memory limit sooner.
+    let rate: Option<f64> = std::env::var("MCP_HEALTH_BENCH_RATE").ok().and_then(|v| v.parse().ok());
+    if let Some(r) = rate {
+        println!("each sender paced at {r:.0} spans/s");
+    }
     let load = |targets: &[(u16, Arc<Vec<EncodedBatch>>)], secs: u64| -> Vec<loadgen::LoadReport> {
         rt.block_on(async {
             let runs: Vec<_> = targets
                 .iter()
                 .map(|(port, b)| {
                     let (at, b) = (format!("127.0.0.1:{port}"), b.clone());
-                    tokio::spawn(async move { loadgen::run(&at, b, Duration::from_secs(secs), 2).await.expect("load") })
+                    tokio::spawn(async move {
+                        let opts = SendOptions { rate, ..Default::default() };
+                        loadgen::run_with(&at, b, Duration::from_secs(secs), 2, &opts).await.expect("load")
+                    })
                 })
                 .collect();
             let mut out = Vec::new();

@@ -279,6 +279,17 @@ pub struct SendOptions {
     pub tls_ca_pem: Option<String>,
     /// zstd request bodies (`grpc-encoding: zstd`).
     pub zstd: bool,
+    /// Spans per second to send at, at most (`None`: as fast as the service accepts). Paced,
+    /// two builds or layouts are compared at the same intake: flat out, one that takes in more
+    /// also holds more and may meet its memory limit sooner.
+    pub rate: Option<f64>,
+}
+
+/// When request `n` (counting from 0, `spans` spans each) is due, sent at `rate` spans per
+/// second from `start`. A sender behind its schedule sends at once, and catches up.
+fn send_at(start: Instant, n: u64, spans: u64, rate: f64) -> Instant {
+    let secs = if rate > 0.0 { (n.saturating_mul(spans)) as f64 / rate } else { 0.0 };
+    start + Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX / 2)
 }
 
 /// Send batches round-robin to `endpoint` for `duration`, `in_flight` requests at a time.
@@ -310,7 +321,7 @@ pub async fn run_with(
         )?;
     }
     let channel = ep.connect().await?;
-    let zstd = opts.zstd;
+    let (zstd, rate) = (opts.zstd, opts.rate);
     let ok = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let spans = Arc::new(AtomicU64::new(0));
@@ -325,6 +336,13 @@ pub async fn run_with(
             while start.elapsed() < duration {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 let b = &batches[(n % batches.len() as u64) as usize];
+                if let Some(rate) = rate {
+                    let at = send_at(start, n, b.spans, rate);
+                    if at.saturating_duration_since(start) >= duration {
+                        break;
+                    }
+                    tokio::time::sleep_until(at.into()).await;
+                }
                 let body = stamp(b, (n / batches.len() as u64) as u32 + 1);
                 let mut grpc = tonic::client::Grpc::new(channel.clone());
                 if zstd {
@@ -368,6 +386,21 @@ pub async fn run_with(
 mod tests {
     use super::*;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest as Req;
+
+    /// Paced: request n is due when the spans before it, at the rate, have taken their time.
+    #[test]
+    fn a_paced_request_is_due_when_the_spans_before_it_were_sent_at_the_rate() {
+        let t0 = Instant::now();
+        for (n, spans, rate, after) in [
+            (0, 513, 100_000.0, Duration::ZERO),
+            (1, 500, 100_000.0, Duration::from_millis(5)),
+            (200, 500, 100_000.0, Duration::from_secs(1)),
+            (10, 1000, 1_000.0, Duration::from_secs(10)),
+            (3, 100, 0.0, Duration::ZERO),
+        ] {
+            assert_eq!(send_at(t0, n, spans, rate).duration_since(t0), after, "request {n} of {spans} spans at {rate}/s");
+        }
+    }
 
     #[test]
     fn stamping_changes_only_trace_ids() {

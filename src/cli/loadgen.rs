@@ -23,6 +23,9 @@ pub(crate) struct LoadgenArgs {
     /// Requests in flight at once.
     #[arg(long, default_value_t = 2)]
     pub in_flight: usize,
+    /// Spans per second to send at, at most (default: as fast as the endpoint accepts).
+    #[arg(long)]
+    pub rate: Option<f64>,
 }
 
 pub(crate) fn run(a: LoadgenArgs) -> ExitCode {
@@ -35,7 +38,8 @@ pub(crate) fn run(a: LoadgenArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(loadgen::run(&a.endpoint, Arc::new(batches), Duration::from_secs(a.seconds), a.in_flight)) {
+    let opts = loadgen::SendOptions { rate: a.rate, ..Default::default() };
+    match rt.block_on(loadgen::run_with(&a.endpoint, Arc::new(batches), Duration::from_secs(a.seconds), a.in_flight, &opts)) {
         Ok(r) => {
             println!(
                 "{} spans accepted in {:.1}s = {:.0} spans/s ({} requests ok, {} refused)",
