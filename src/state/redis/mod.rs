@@ -97,7 +97,8 @@ use scripts::{ANNOUNCE_SCRIPT, APPLY_SCRIPT, LEASE_SCRIPT, UNINDEX_SCRIPT};
 pub(crate) const PREFIX: &str = "mcp-health";
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 500;
-/// The apply's buffer is kept between applies up to this capacity.
+/// The apply's buffer is kept between applies up to this capacity, or twice what the last apply
+/// used.
 const PACKED_KEEP: usize = 4 << 20;
 
 /// One key of a table as `SCAN` found it: key, bytes (none for a tombstone), version.
@@ -857,8 +858,11 @@ impl RedisStore {
                 if plan.scripted.is_empty() { (::redis::from_redis_value(last)?, Vec::new()) } else { ::redis::from_redis_value(last)? };
             Ok((taken, next, bad))
         });
-        // A buffer one huge round grew is not kept for good.
-        if packed.capacity() > PACKED_KEEP {
+        // Kept while the rounds are as large as the one that grew it: flat out each round is
+        // megabytes, and growing a new buffer by doubling for every round copied each record
+        // again and faulted in fresh pages. A buffer one huge round grew goes once the rounds
+        // are small again.
+        if packed.capacity() > PACKED_KEEP.max(2 * packed.len()) {
             packed = Vec::new();
         }
         packed.clear();
