@@ -63,8 +63,9 @@ impl StateStore for MemoryStore {
 /// writes through its own [`SharedMemoryStore`], which remembers the version of every record it
 /// read or wrote and is refused a write where another engine changed the record since — the
 /// compare-and-set instances meet on Redis, so that the conflicts (two engines revising one
-/// call in the same step) happen here too. Deletes leave a tombstone, as on Redis, which here
-/// never expires.
+/// call in the same step) happen here too. Deletes leave a tombstone, as on Redis; here nothing
+/// expires (tombstones, the shared lists), and neither the records nor what a client remembers
+/// is bounded: it is for tests, which write a few hundred records.
 #[derive(Clone, Default)]
 pub struct SharedMemory(Arc<Mutex<Versioned>>);
 
