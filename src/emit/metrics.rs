@@ -717,7 +717,7 @@ impl HealthMeters {
                 None => Exemplars::series_key(VERDICT_DELAY, [].iter()),
                 Some(st) => Exemplars::series_key(CALL_DURATION, [KeyValue::new("state", st.as_str())].iter()),
             };
-            map.insert((series, bucket), Exemplar { trace_id: crate::evidence::hex_id(&trace_id), value, time_ns: now_ns });
+            map.insert((series, bucket), Exemplar { trace_id: crate::evidence::hash::to_hex(&trace_id), value, time_ns: now_ns });
         }
     }
 

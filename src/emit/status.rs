@@ -203,8 +203,8 @@ impl CallView {
         let chain: Vec<ChainLink> =
             v.chain.entries().map(|(k, i, n)| ChainLink { kind: k.as_str(), instrumentation: i.as_str(), spans: n }).collect();
         CallView {
-            trace_id: crate::evidence::hex_id(&v.trace_id),
-            span_id: crate::evidence::hex_id(&v.span_id),
+            trace_id: crate::evidence::hash::to_hex(&v.trace_id),
+            span_id: crate::evidence::hash::to_hex(&v.span_id),
             method: v.method.clone(),
             tool: v.tool.as_deref().map(str::to_string),
             server: v.server.as_deref().map(str::to_string),

@@ -10,16 +10,19 @@ pub fn hash_hex(bytes: &[u8]) -> String {
     to_hex(&Sha256::digest(bytes))
 }
 
-/// Lower-case hex, without going through a `char` iterator (this is on the verdict path).
+/// Lower-case hex, as OTLP's JSON and every store key spell trace and span ids: written through
+/// a table into a string of its final size. This is on the verdict path (session hashes, the
+/// decided chains' store keys, the status page's ids): `hex::encode` collects an iterator of
+/// `char`s, and building bytes then checking them as UTF-8 cost more than the digits (15 % of
+/// the engine thread with a memory store, in a profile).
 pub fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = Vec::with_capacity(bytes.len() * 2);
+    let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize]);
-        out.push(DIGITS[(b & 15) as usize]);
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
     }
-    // Only ASCII hex digits were written.
-    String::from_utf8(out).unwrap_or_default()
+    out
 }
 
 /// Session hashes a thread keeps until told otherwise (`processors.mcp_health.limits.
@@ -57,4 +60,19 @@ pub fn session_hash(session_id: &str) -> std::sync::Arc<str> {
         m.insert(session_id.into(), v.clone());
         v
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_hex;
+
+    proptest::proptest! {
+        /// Bytes of any length spell as the `hex` crate spells them (lowercase, two digits a
+        /// byte), so the stored keys, the session hashes and the ids the status page shows do
+        /// not change.
+        #[test]
+        fn bytes_spell_as_hex_encode(id in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            proptest::prop_assert_eq!(to_hex(&id), hex::encode(&id));
+        }
+    }
 }

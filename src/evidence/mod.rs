@@ -21,19 +21,6 @@ pub type TraceId = [u8; 16];
 /// A W3C span id.
 pub type SpanId = [u8; 8];
 
-/// `id` in lowercase hex, as OTLP's JSON and every store key spell trace and span ids. Written
-/// through a table into a string of its final size: the decided chains' store keys and the
-/// status page spell an id per verdict, and `hex::encode` collects an iterator of `char`s.
-pub(crate) fn hex_id(id: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(id.len() * 2);
-    for b in id {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
-    out
-}
-
 /// Which side of the exchange a span describes, from its span kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Side {
@@ -1051,15 +1038,6 @@ const SPAN_EVIDENCE_MAX: usize = 208;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    proptest::proptest! {
-        /// An id of any length spells as the `hex` crate spells it (lowercase, two digits a
-        /// byte), so the stored keys and the ids the status page shows do not change.
-        #[test]
-        fn an_id_spells_as_hex_encode(id in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
-            proptest::prop_assert_eq!(hex_id(&id), hex::encode(&id));
-        }
-    }
 
     /// Versions as a set with an order: every dated version up to 2025-11-25 is of the
     /// handshake family, 2026-07-28 and every later date (2026-12-15, announced; any future

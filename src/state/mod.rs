@@ -264,7 +264,7 @@ pub(crate) fn server_key(server: Option<&str>) -> String {
 
 /// The key of a decided chain.
 pub(crate) fn trace_key(t: &TraceId) -> String {
-    crate::evidence::hex_id(t)
+    crate::evidence::hash::to_hex(t)
 }
 
 /// The trace of a decided chain's key ([`trace_key`]'s inverse); `None` for any other key.
