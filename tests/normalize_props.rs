@@ -246,6 +246,95 @@ fn request() -> impl Strategy<Value = ExportTraceServiceRequest> {
     })
 }
 
+/// Span names a dialect claims, and others.
+const NAMES: &[&str] = &[
+    "span",
+    "MCP send tools/call",
+    "MCP request: tools/call create_ticket",
+    "MCP server handle request: tools/call",
+    "tools/call create_ticket",
+    "POST /mcp",
+    "GET /api/orders/{id}",
+    "create_ticket.tool",
+    "tools/call.mcp",
+    "ResponseStreamWriter",
+];
+
+/// Scope names a dialect owns, the tap's, and others.
+const SCOPE_NAMES: &[&str] = &[
+    "",
+    "fastmcp",
+    "logfire.mcp",
+    "mcp-python-sdk",
+    "opentelemetry.instrumentation.mcp.instrumentation",
+    "mcp-health-tap",
+    "io.opentelemetry.http",
+];
+
+/// An attribute a shared pipeline's spans carry: an HTTP span's path, URL and status, on an MCP
+/// endpoint or not; a key a dialect claims a span by; raw tool definitions.
+fn pipeline_attribute() -> impl Strategy<Value = KeyValue> {
+    let string = |k: &'static str, v: &'static [&'static str]| string_attr(k, v).boxed();
+    let int = |k: &'static str| {
+        prop::sample::select(&[200i64, 401, 503][..])
+            .prop_map(move |n| kv(k.to_string(), Some(AnyValue { value: Some(Value::IntValue(n)) })))
+            .boxed()
+    };
+    let paths: &'static [&'static str] = &["/mcp", "/api/orders", "/v1/mcp/", "/x?next=/mcp", "/mcp#f"];
+    let urls: &'static [&'static str] = &["https://h/mcp", "https://h/api", "http://u:p@h:1/mcp#f", "https://h?next=/mcp", "/mcp"];
+    prop_oneof![
+        string(a::URL_PATH, paths),
+        string(a::HTTP_ROUTE, paths),
+        string(a::HTTP_TARGET_OLD, paths),
+        string(a::URL_FULL, urls),
+        string(a::HTTP_URL_OLD, urls),
+        int(a::HTTP_RESPONSE_STATUS_CODE),
+        int(a::HTTP_STATUS_CODE_OLD),
+        string("fastmcp.tool.name", &["create_ticket"]),
+        string("traceloop.span.kind", &["tool", "task"]),
+        string("traceloop.entity.name", &["tools/call"]),
+        string(a::CATALOG_TOOLS, &["[]"]),
+        string("rpc.method", &["tools/list", "initialize"]),
+        string("response", &[r#"{"isError":true}"#, r#"{"code":-32602}"#]),
+        string("mcp.request.id", &["7"]),
+        string("db.system.name", &["postgresql"]),
+    ]
+}
+
+/// Spans as a shared pipeline carries them, for the walk: the evidence keys anywhere among
+/// the others (the walk keeps a span's attributes only from the first key that may matter),
+/// names and keys that dialects claim, HTTP spans on MCP endpoints and off them.
+fn pipeline_span() -> impl Strategy<Value = Span> {
+    (span(), prop::collection::vec(pipeline_attribute(), 0..4), prop::sample::select(NAMES), any::<bool>())
+        .prop_flat_map(|(s, extra, name, drop_core)| {
+            let mut attributes = if drop_core { Vec::new() } else { s.attributes.clone() };
+            attributes.extend(extra);
+            (Just(s), Just(attributes).prop_shuffle(), Just(name))
+        })
+        .prop_map(|(mut s, attributes, name)| {
+            s.attributes = attributes;
+            s.name = name.to_string();
+            s
+        })
+}
+
+fn pipeline_request() -> impl Strategy<Value = ExportTraceServiceRequest> {
+    let scope = (prop::sample::select(SCOPE_NAMES), any::<bool>()).prop_map(|(name, some)| {
+        some.then(|| opentelemetry_proto::tonic::common::v1::InstrumentationScope { name: name.to_string(), ..Default::default() })
+    });
+    prop::collection::vec(prop::collection::vec((scope, prop::collection::vec(pipeline_span(), 0..6)), 0..3), 0..3).prop_map(|rs| {
+        ExportTraceServiceRequest {
+            resource_spans: rs
+                .into_iter()
+                .map(|ss| ResourceSpans {
+                    scope_spans: ss.into_iter().map(|(scope, spans)| ScopeSpans { scope, spans, ..Default::default() }).collect(),
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    })
+}
+
 fn spans_of(req: &ExportTraceServiceRequest) -> impl Iterator<Item = &Span> {
     req.resource_spans.iter().flat_map(|rs| rs.scope_spans.iter()).flat_map(|ss| ss.spans.iter())
 }
@@ -443,6 +532,20 @@ proptest! {
         let (walked, facts) = mcp_health::normalize::wire::walk(&bytes, "0000000000000000").expect("a valid request walks");
         same_batch(&walked, &normalize_request(&req))?;
         prop_assert_eq!(facts.spans, spans_of(&req).count() as u64);
+    }
+
+    /// The same, on spans as a shared pipeline mixes them: most attributes are read but not
+    /// kept, and what is kept must be exactly what a dialect reads.
+    #[test]
+    fn the_wire_walk_reads_what_the_decode_reads_in_a_shared_pipeline(req in pipeline_request()) {
+        use prost::Message;
+        let bytes = req.encode_to_vec();
+        let (walked, facts) = mcp_health::normalize::wire::walk(&bytes, "0000000000000000").expect("a valid request walks");
+        same_batch(&walked, &normalize_request(&req))?;
+        // Raw tool definitions are found wherever they sit, kept or not (they must be stripped
+        // before the request is passed on).
+        let raw = |kvs: &[KeyValue]| kvs.iter().any(|kv| kv.key == a::CATALOG_TOOLS);
+        prop_assert_eq!(facts.raw_definitions, spans_of(&req).any(|s| raw(&s.attributes) || s.events.iter().any(|e| raw(&e.attributes))));
     }
 
     /// Whatever bytes come in, the walk takes exactly what prost takes (so what it passes on

@@ -35,8 +35,7 @@ use std::sync::Arc;
 
 pub(crate) const SCOPE: &str = "fastmcp";
 
-pub(crate) const DIALECT: Dialect =
-    Dialect { name: "fastmcp", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("fastmcp.")), read };
+pub(crate) const DIALECT: Dialect = Dialect { name: "fastmcp", scopes: &[SCOPE], sniff: |_| false, sniff_keys: &["fastmcp."], read };
 
 fn read(
     trace_id: TraceId,

@@ -37,8 +37,13 @@ const SERVER_PREFIX: &str = "MCP server handle request: ";
 /// Bodies larger than this are not parsed at all (their `isError` / `code` stay unknown).
 const MAX_BODY: usize = 1 << 20;
 
-pub(crate) const DIALECT: Dialect =
-    Dialect { name: "logfire", scopes: &[SCOPE], sniff: |s| s.name.starts_with(CLIENT_PREFIX) || s.name.starts_with(SERVER_PREFIX), read };
+pub(crate) const DIALECT: Dialect = Dialect {
+    name: "logfire",
+    scopes: &[SCOPE],
+    sniff: |s| s.name.starts_with(CLIENT_PREFIX) || s.name.starts_with(SERVER_PREFIX),
+    sniff_keys: &[],
+    read,
+};
 
 /// The two fields of a response body mcp-health reads.
 #[derive(serde::Deserialize)]

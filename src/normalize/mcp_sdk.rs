@@ -30,7 +30,8 @@ use std::sync::Arc;
 
 pub(crate) const SCOPE: &str = "mcp-python-sdk";
 
-pub(crate) const DIALECT: Dialect = Dialect { name: "mcp_sdk", scopes: &[SCOPE], sniff: |s| s.name.starts_with("MCP send "), read };
+pub(crate) const DIALECT: Dialect =
+    Dialect { name: "mcp_sdk", scopes: &[SCOPE], sniff: |s| s.name.starts_with("MCP send "), sniff_keys: &[], read };
 
 fn read(
     trace_id: TraceId,

@@ -81,16 +81,22 @@ pub struct Dialect {
     pub name: &'static str,
     /// Instrumentation scope names that are this dialect's (exact match).
     pub scopes: &'static [&'static str],
-    /// For a span under a scope no dialect names: whether it is this dialect's (span name and
-    /// attribute keys only; it must be cheap, it runs on every such span).
+    /// For a span under a scope no dialect names: whether it is this dialect's by its name (and
+    /// other fields, never its attributes: the wire walk asks before it has kept them). It must be
+    /// cheap, it runs on every such span.
     pub sniff: fn(&SpanView<'_>) -> bool,
+    /// For a span under a scope no dialect names: attribute key prefixes that make it this
+    /// dialect's. Keys, not a function, so that the wire walk can ask as it reads each attribute.
+    pub sniff_keys: &'static [&'static str],
     pub read: ReadSpan,
 }
 
 /// The registry. Adding a dialect is one file and one line here; the semantic conventions come
 /// last, as the fallback for every span no other dialect claims (they also read this project's
 /// `mcp_health.*` attributes, which any emitter may add).
-pub static DIALECTS: &[Dialect] = &[mcp_sdk::DIALECT, fastmcp::DIALECT, traceloop::DIALECT, logfire::DIALECT, semconv::DIALECT];
+pub static DIALECTS: &[Dialect] = &DIALECT_LIST;
+
+const DIALECT_LIST: [Dialect; 5] = [mcp_sdk::DIALECT, fastmcp::DIALECT, traceloop::DIALECT, logfire::DIALECT, semconv::DIALECT];
 
 /// The instrumentation scope of `mcp-health tap`'s spans.
 pub const TAP_SCOPE: &str = "mcp-health-tap";
@@ -102,8 +108,59 @@ pub fn dialect_of_scope(scope: &str) -> Option<&'static Dialect> {
 
 /// The dialect of one span: its scope's, else the first whose sniff claims it, else semconv.
 pub fn dialect_of_span(by_scope: Option<&'static Dialect>, span: &SpanView<'_>) -> &'static Dialect {
-    by_scope.or_else(|| DIALECTS.iter().find(|d| (d.sniff)(span))).unwrap_or(&semconv::DIALECT)
+    by_scope
+        .or_else(|| DIALECTS.iter().find(|d| (d.sniff)(span) || span.attributes.iter().any(|kv| d.claims_key(kv.key))))
+        .unwrap_or(&semconv::DIALECT)
 }
+
+impl Dialect {
+    fn claims_key(&self, key: &str) -> bool {
+        self.sniff_keys.iter().any(|p| key.starts_with(p))
+    }
+}
+
+/// Whether a span's attributes could matter to any dialect, asked one attribute at a time as
+/// the wire walk reads them (a span under a scope no dialect names). Spans for which it never
+/// says yes, and that no dialect claims by name ([`claimed_by_name`]) and that carry no event,
+/// give no evidence whatever their attributes say: the walk does not keep those, and the span
+/// is only activity of its trace. In a shared pipeline that is nearly every span.
+#[derive(Default)]
+pub(crate) struct KeyInterest(semconv::Worth);
+
+impl KeyInterest {
+    /// Take in one attribute: `true` once the span's attributes are wanted.
+    #[inline]
+    pub(crate) fn see(&mut self, kv: &view::KeyValue<'_>) -> bool {
+        self.0.see(kv)
+            || (SNIFF_KEY_FIRST_BYTES[usize::from(kv.key.as_bytes().first().copied().unwrap_or(0))]
+                && DIALECTS.iter().any(|d| d.claims_key(kv.key)))
+    }
+}
+
+/// Whether some dialect claims a span by its name (its `sniff`), before its attributes are read.
+pub(crate) fn claimed_by_name(span: &SpanView<'_>) -> bool {
+    DIALECTS.iter().any(|d| (d.sniff)(span))
+}
+
+/// The first bytes of every dialect's `sniff_keys` (an empty prefix: every byte), so that a key
+/// no dialect can claim is passed over on its first byte.
+static SNIFF_KEY_FIRST_BYTES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut d = 0;
+    while d < DIALECT_LIST.len() {
+        let keys = DIALECT_LIST[d].sniff_keys;
+        let mut k = 0;
+        while k < keys.len() {
+            match keys[k].as_bytes().first() {
+                Some(&b) => t[b as usize] = true,
+                None => t = [true; 256],
+            }
+            k += 1;
+        }
+        d += 1;
+    }
+    t
+};
 
 /// One span that was not MCP evidence, seen only so the correlator knows its trace is active.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

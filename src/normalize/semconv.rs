@@ -292,27 +292,33 @@ fn digest_definitions(raw: &str, projections: &mut Vec<(String, serde_json::Valu
 /// Whether a full URL (an HTTP client span's `url.full`) names an MCP endpoint: its path, after
 /// the scheme and authority, as [`is_mcp_path`] reads it.
 fn is_mcp_url(u: &str) -> bool {
-    // The scheme's `://` found byte by byte: a substring search sets up a searcher per call, and
-    // every HTTP client span of a shared pipeline comes here.
-    match u.as_bytes().windows(3).position(|w| w == b"://") {
+    // Every HTTP client span of a shared pipeline comes here, and most server spans through
+    // `is_mcp_path`: byte loops, no `str` pattern searcher set up per call.
+    let b = u.as_bytes();
+    match b.windows(3).position(|w| w == b"://") {
         Some(at) => {
-            let rest = &u[at + 3..];
-            rest.find(['/', '?', '#']).is_some_and(|i| is_mcp_path(&rest[i..]))
+            let rest = &b[at + 3..];
+            rest.iter().position(|c| matches!(c, b'/' | b'?' | b'#')).is_some_and(|i| mcp_path_bytes(&rest[i..]))
         }
-        None => is_mcp_path(u),
+        None => mcp_path_bytes(b),
     }
 }
 
 /// Whether an HTTP path is an MCP endpoint: the streamable-HTTP path every SDK defaults to,
 /// `/mcp` (query string ignored, one trailing slash allowed). Other mount points are not guessed.
 pub(crate) fn is_mcp_path(p: &str) -> bool {
-    let p = p.split(['?', '#']).next().unwrap_or("");
-    let p = p.strip_suffix('/').unwrap_or(p);
-    p.ends_with("/mcp")
+    mcp_path_bytes(p.as_bytes())
+}
+
+fn mcp_path_bytes(p: &[u8]) -> bool {
+    let p = &p[..p.iter().position(|c| matches!(c, b'?' | b'#')).unwrap_or(p.len())];
+    let p = p.strip_suffix(b"/").unwrap_or(p);
+    p.ends_with(b"/mcp")
 }
 
 /// The semantic-conventions dialect, the fallback of the registry (see `normalize::DIALECTS`).
-pub(crate) const DIALECT: super::Dialect = super::Dialect { name: "semconv", scopes: &[], sniff: |_| false, read: read_span };
+pub(crate) const DIALECT: super::Dialect =
+    super::Dialect { name: "semconv", scopes: &[], sniff: |_| false, sniff_keys: &[], read: read_span };
 
 /// Whether a span is worth reading in full: it has an MCP or `mcp_health.` key, a JSON-RPC
 /// request id or a verifier's outcome event, or it is an HTTP span with a status on an MCP
@@ -322,18 +328,39 @@ pub(crate) const DIALECT: super::Dialect = super::Dialect { name: "semconv", sco
 /// trace, whichever export it comes in, and the shipped collector filter, which drops it,
 /// changes no verdict.
 fn worth_reading(span: &Span<'_>) -> bool {
-    let (mut status, mut endpoint) = (false, false);
-    for kv in &span.attributes {
+    let mut worth = Worth::default();
+    span.attributes.iter().any(|kv| worth.see(kv)) || span.events.iter().any(|e| e.name == a::OUTCOME_EVENT)
+}
+
+/// [`worth_reading`] one attribute at a time, as the wire walk meets them: it asks before it
+/// keeps a span's attributes, so that the spans of a shared pipeline that say nothing about MCP
+/// are not kept only to be looked at and dropped.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Worth {
+    status: bool,
+    endpoint: bool,
+}
+
+impl Worth {
+    /// Take in one attribute: `true` once the span is worth reading whatever else it carries
+    /// (events aside: the caller looks at those).
+    #[inline]
+    pub(crate) fn see(&mut self, kv: &KeyValue<'_>) -> bool {
         let k = kv.key;
+        // Every key asked about below starts with one of these bytes; most keys of a shared
+        // pipeline (`db.*`, `server.*`, `net.*`, `code.*`...) are passed over on the first.
+        if !matches!(k.as_bytes().first(), Some(b'm' | b'j' | b'h' | b'u')) {
+            return false;
+        }
         if k.starts_with("mcp.") || k.starts_with("mcp_health.") || k == a::JSONRPC_REQUEST_ID {
             return true;
         }
         match k {
-            a::HTTP_RESPONSE_STATUS_CODE | a::HTTP_STATUS_CODE_OLD => status = true,
-            _ => endpoint |= names_mcp_endpoint(kv) == Some(true),
+            a::HTTP_RESPONSE_STATUS_CODE | a::HTTP_STATUS_CODE_OLD => self.status = true,
+            _ => self.endpoint |= names_mcp_endpoint(kv) == Some(true),
         }
+        self.status && self.endpoint
     }
-    (status && endpoint) || span.events.iter().any(|e| e.name == a::OUTCOME_EVENT)
 }
 
 /// Whether an attribute names an MCP endpoint: `Some` for the keys of an HTTP span's request path
@@ -831,6 +858,8 @@ mod tests {
             ("status, no path (asgi http send)", vec![s("asgi.event.type", "http.response.start"), i(a::HTTP_STATUS_CODE_OLD, 401)], false),
             ("/mcp, no status", vec![s(a::URL_PATH, "/mcp"), s("http.request.method", "POST")], false),
             ("an MCP span with a status", vec![s(a::MCP_METHOD_NAME, "tools/call"), i(a::HTTP_RESPONSE_STATUS_CODE, 500)], true),
+            ("a route, old status", vec![s(a::HTTP_ROUTE, "/v1/mcp/"), i(a::HTTP_STATUS_CODE_OLD, 502)], true),
+            ("an old URL, status", vec![i(a::HTTP_RESPONSE_STATUS_CODE, 401), s(a::HTTP_URL_OLD, "http://h:1/mcp")], true),
         ];
         for (what, attributes, want) in cases {
             let span = Span { trace_id: &[1; 16], span_id: &[2; 8], kind: 2, attributes, ..Default::default() };
@@ -839,6 +868,14 @@ mod tests {
             if let Some(ev) = ev.filter(|e| e.method.is_none()) {
                 assert!(ev.http_mcp_endpoint && ev.http_status.is_some(), "{what}: {ev:?}");
             }
+        }
+        // Not HTTP, found after other keys (each key is looked at from its first byte on).
+        for (what, attributes) in [
+            ("a JSON-RPC id after noise", vec![s("db.system.name", "x"), s(a::JSONRPC_REQUEST_ID, "7")]),
+            ("a verifier's outcome after noise", vec![s("code.function.name", "x"), s(a::OUTCOME_RESULT, "confirmed")]),
+        ] {
+            let span = Span { trace_id: &[1; 16], span_id: &[2; 8], kind: 2, attributes, ..Default::default() };
+            assert!(read_span([1; 16], [2; 8], &span, None, &Default::default(), &mut 0).is_some(), "{what}");
         }
     }
 

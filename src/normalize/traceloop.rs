@@ -39,8 +39,7 @@ const ENTITY_NAME: &str = "traceloop.entity.name";
 const WORKFLOW_NAME: &str = "traceloop.workflow.name";
 const REQUEST_ID: &str = "mcp.request.id";
 
-pub(crate) const DIALECT: Dialect =
-    Dialect { name: "traceloop", scopes: &[SCOPE], sniff: |s| s.attributes.iter().any(|kv| kv.key.starts_with("traceloop.")), read };
+pub(crate) const DIALECT: Dialect = Dialect { name: "traceloop", scopes: &[SCOPE], sniff: |_| false, sniff_keys: &["traceloop."], read };
 
 fn attr<'s>(span: &Span<'s>, key: &str) -> Option<&'s str> {
     span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| value::as_str(&kv.value))

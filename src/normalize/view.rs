@@ -75,6 +75,7 @@ pub struct SpanView<'a> {
     pub kind: i32,
     pub start_time_unix_nano: u64,
     pub end_time_unix_nano: u64,
+    /// Empty from the wire walk when no dialect could read them (see `wire::span_message`).
     pub attributes: Vec<KeyValue<'a>>,
     pub events: Vec<Event<'a>>,
     pub status: Option<Status<'a>>,

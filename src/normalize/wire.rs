@@ -298,39 +298,72 @@ fn single_value<'a>(mut r: Reader<'a>) -> R<Option<Value<'a>>> {
 }
 
 /// Read a repeated `KeyValue` field's element and push it.
+#[inline(always)]
 fn push_key_value<'a>(r: &mut Reader<'a>, f: u32, w: u8, limit: u32, out: &mut Vec<KeyValue<'a>>) -> R<()> {
     let range = nested(r, f, w, limit)?;
+    push_key_value_at(r.buf, range, limit, out)
+}
+
+/// The `KeyValue` message at `range` (its field's budget `limit`), pushed.
+#[inline(always)]
+fn push_key_value_at<'a>(buf: &'a [u8], range: (usize, usize), limit: u32, out: &mut Vec<KeyValue<'a>>) -> R<()> {
     // The value message sits one level below the `KeyValue`: the fast path needs that budget.
-    if limit >= 2 && push_plain_key_value(r.buf, range, out) {
+    if limit >= 2 && push_plain_key_value(buf, range, out) {
         return Ok(());
     }
     let mut kv = KeyValue { key: "", value: None };
-    key_value(r.sub(range), limit - 1, &mut kv)?;
+    key_value(Reader { buf, pos: range.0, end: range.1 }, limit - 1, &mut kv)?;
     out.push(kv);
     Ok(())
 }
 
-/// The attribute as nearly every SDK encodes it — an ASCII key, then a value that is one ASCII
-/// string or one integer, every length one byte — read by offsets and pushed in one step:
-/// `false` (nothing pushed) for anything else, which the general reader takes, errors included.
-/// The general path moved the key and the value through several intermediate results on the
-/// stack; with a dozen attributes per span that was the walk's largest cost. The value is read
-/// here rather than through [`single_value`], its twin in the general path: calling that cost the
-/// walk 17 % more instructions (callgrind, scaling bench).
+/// [`plain_key_value`] pushed in one step: built in place, not moved through a result.
 #[inline(always)]
-fn push_plain_key_value<'a>(buf: &'a [u8], (s, e): (usize, usize), out: &mut Vec<KeyValue<'a>>) -> bool {
+fn push_plain_key_value<'a>(buf: &'a [u8], range: (usize, usize), out: &mut Vec<KeyValue<'a>>) -> bool {
+    match plain_key_value(buf, range) {
+        Some(kv) => {
+            out.push(kv);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The `KeyValue` message at `range` (its field's budget `limit`).
+#[inline(always)]
+fn read_key_value(buf: &[u8], range: (usize, usize), limit: u32) -> R<KeyValue<'_>> {
+    // The value message sits one level below the `KeyValue`: the fast path needs that budget.
+    if limit >= 2 {
+        if let Some(kv) = plain_key_value(buf, range) {
+            return Ok(kv);
+        }
+    }
+    let mut kv = KeyValue { key: "", value: None };
+    key_value(Reader { buf, pos: range.0, end: range.1 }, limit - 1, &mut kv)?;
+    Ok(kv)
+}
+
+/// The attribute as nearly every SDK encodes it — an ASCII key, then a value that is one ASCII
+/// string or one integer, every length one byte — read by offsets: `None` for anything else,
+/// which the general reader takes, errors included. The general path moved the key and the
+/// value through several intermediate results on the stack; with a dozen attributes per span
+/// that was the walk's largest cost. The value is read here rather than through
+/// [`single_value`], its twin in the general path: calling that cost the walk 17 % more
+/// instructions (callgrind, scaling bench).
+#[inline(always)]
+fn plain_key_value(buf: &[u8], (s, e): (usize, usize)) -> Option<KeyValue<'_>> {
     let b = &buf[s..e];
-    let [0x0a, kl, ..] = *b else { return false };
+    let [0x0a, kl, ..] = *b else { return None };
     let kl = usize::from(kl);
     if kl >= 0x80 || b.len() < 2 + kl + 2 {
-        return false;
+        return None;
     }
     let key = &b[2..2 + kl];
-    let [0x12, vl, ..] = b[2 + kl..] else { return false };
+    let [0x12, vl, ..] = b[2 + kl..] else { return None };
     let vl = usize::from(vl);
     let v = &b[2 + kl + 2..];
     if vl >= 0x80 || v.len() != vl || !ascii(key) {
-        return false;
+        return None;
     }
     let value = match *v {
         [0x0a, sl, ..] if usize::from(sl) == v.len() - 2 && ascii(&v[2..]) => {
@@ -342,15 +375,14 @@ fn push_plain_key_value<'a>(buf: &'a [u8], (s, e): (usize, usize), out: &mut Vec
             let mut r = Reader { buf, pos: start, end: e };
             match r.varint() {
                 Ok(n) if r.pos == e => Value::IntValue(n as i64),
-                _ => return false,
+                _ => return None,
             }
         }
-        _ => return false,
+        _ => return None,
     };
     // SAFETY: checked ASCII above.
     let key = unsafe { std::str::from_utf8_unchecked(key) };
-    out.push(KeyValue { key, value: Some(AnyValue { value: Some(value) }) });
-    true
+    Some(KeyValue { key, value: Some(AnyValue { value: Some(value) }) })
 }
 
 /// An `AnyValue` message merged into `v` (a oneof: the last field wins; two arrays or two
@@ -488,7 +520,7 @@ pub fn walk_with(buf: &[u8], me: &str, settings: &super::Settings) -> Result<(No
     let spans = span_count(buf).unwrap_or(0).min((buf.len() / MIN_EVIDENCE_SPAN_BYTES) as u64);
     out.evidence.reserve_exact(spans as usize);
     let mut facts = WireFacts::default();
-    let mut scratch = Scratch { ranges: Vec::new(), scopes: Vec::new(), settings };
+    let mut scratch = Scratch { ranges: Vec::new(), scopes: Vec::new(), held: Vec::new(), settings };
     let mut r = Reader::whole(buf);
     let limit = RECURSION_LIMIT;
     while r.more() {
@@ -514,6 +546,8 @@ const MIN_EVIDENCE_SPAN_BYTES: usize = 36;
 struct Scratch<'s> {
     ranges: Vec<(usize, usize)>,
     scopes: Vec<(usize, usize)>,
+    /// A span's attributes read but not (yet) kept (`span_message`).
+    held: Vec<(usize, usize)>,
     settings: &'s super::Settings,
 }
 
@@ -651,7 +685,7 @@ fn scope_spans_message<'a>(
     let mut view = SpanView::default();
     let count = spans.len() as u64;
     for &range in &spans {
-        let raw = span_message(r.sub(range), sl, &mut view)?;
+        let raw = span_message(r.sub(range), sl, by_scope.is_some(), &mut view, &mut scratch.held)?;
         if !looped {
             facts.raw_definitions |= raw;
         }
@@ -667,11 +701,21 @@ fn scope_spans_message<'a>(
 
 /// One span into `view` (its buffers reused). Returns whether it carries raw tool definitions
 /// (on the span, an event or a link).
-fn span_message<'a>(mut r: Reader<'a>, limit: u32, view: &mut SpanView<'a>) -> R<bool> {
+///
+/// Every attribute is read (and checked as prost checks it), but kept in `view` only when
+/// `keep` (a dialect owns the span's scope) or when something may read it: a key a dialect asks
+/// about ([`super::KeyInterest`]), an event, a name a dialect claims. Until then each one's
+/// place is `held`, and read again if the span turns out to want them. Nearly every span of a
+/// shared pipeline never does, and keeping its attributes only to look through them and drop
+/// them was a quarter of the walk.
+fn span_message<'a>(mut r: Reader<'a>, limit: u32, keep: bool, view: &mut SpanView<'a>, held: &mut Vec<(usize, usize)>) -> R<bool> {
     let mut attributes = std::mem::take(&mut view.attributes);
     let mut events = std::mem::take(&mut view.events);
     attributes.clear();
     events.clear();
+    held.clear();
+    let mut kept = keep;
+    let mut interest = super::KeyInterest::default();
     *view = SpanView::default();
     let mut raw = false;
     let mut link_attrs: Vec<KeyValue<'a>> = Vec::new();
@@ -711,7 +755,22 @@ fn span_message<'a>(mut r: Reader<'a>, limit: u32, view: &mut SpanView<'a>) -> R
                 expect(f, w, I64)?;
                 view.end_time_unix_nano = r.fixed64()?;
             }
-            9 => push_key_value(&mut r, f, w, limit, &mut attributes)?,
+            9 if kept => push_key_value(&mut r, f, w, limit, &mut attributes)?,
+            9 => {
+                let range = nested(&mut r, f, w, limit)?;
+                // Dropped by hand: a string or an integer owns nothing, and a drop call per
+                // attribute was a tenth of this loop.
+                let kv = std::mem::ManuallyDrop::new(read_key_value(r.buf, range, limit)?);
+                held.push(range);
+                let wanted = interest.see(&kv);
+                if !matches!(kv.value, None | Some(AnyValue { value: None | Some(Value::StringValue(_) | Value::IntValue(_)) })) {
+                    drop(std::mem::ManuallyDrop::into_inner(kv));
+                }
+                if wanted {
+                    kept = true;
+                    keep_held(r.buf, held, limit, &mut attributes)?;
+                }
+            }
             10 | 12 | 14 => {
                 expect(f, w, VARINT)?;
                 r.varint()?;
@@ -797,10 +856,22 @@ fn span_message<'a>(mut r: Reader<'a>, limit: u32, view: &mut SpanView<'a>) -> R
             _ => r.skip(f, w, limit)?,
         }
     }
+    if !kept && (!events.is_empty() || super::claimed_by_name(view)) {
+        keep_held(r.buf, held, limit, &mut attributes)?;
+    }
     raw |= has_raw_definitions(&attributes);
     view.attributes = attributes;
     view.events = events;
     Ok(raw)
+}
+
+/// The attributes `held` so far, read again and kept.
+fn keep_held<'a>(buf: &'a [u8], held: &mut Vec<(usize, usize)>, limit: u32, out: &mut Vec<KeyValue<'a>>) -> R<()> {
+    for &range in held.iter() {
+        push_key_value_at(buf, range, limit, out)?;
+    }
+    held.clear();
+    Ok(())
 }
 
 /// The request with this process's id appended to each kept resource's `mcp_health.via`, and
