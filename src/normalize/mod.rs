@@ -301,13 +301,26 @@ pub(crate) fn read_view(
             out.raw_definitions_seen |= ev.catalog.as_ref().is_some_and(|c| c.raw_definitions_seen);
             out.evidence.push(ev)
         }
-        None => {
-            let is_root = span.parent_span_id.is_empty();
-            match out.activity.last_mut() {
-                Some(last) if last.trace_id == trace_id => last.is_root |= is_root,
-                _ => out.activity.push(Activity { trace_id, is_root }),
-            }
-        }
+        None => note_activity(trace_id, span, out),
+    }
+}
+
+/// A span the walk found no dialect could read (no attributes kept, no event, no claimed
+/// name): what [`read_view`] makes of it, without asking each dialect again.
+pub(crate) fn read_activity(span: &SpanView<'_>, out: &mut NormalizedBatch) {
+    match ids(span.trace_id, span.span_id) {
+        Ok((trace_id, _)) => note_activity(trace_id, span, out),
+        Err(_) => out.rejected_spans += 1,
+    }
+}
+
+/// The span's trace was active (and had its root here, if this span is one).
+#[inline]
+fn note_activity(trace_id: TraceId, span: &SpanView<'_>, out: &mut NormalizedBatch) {
+    let is_root = span.parent_span_id.is_empty();
+    match out.activity.last_mut() {
+        Some(last) if last.trace_id == trace_id => last.is_root |= is_root,
+        _ => out.activity.push(Activity { trace_id, is_root }),
     }
 }
 

@@ -685,13 +685,17 @@ fn scope_spans_message<'a>(
     let mut view = SpanView::default();
     let count = spans.len() as u64;
     for &range in &spans {
-        let raw = span_message(r.sub(range), sl, by_scope.is_some(), &mut view, &mut scratch.held)?;
+        let (raw, kept) = span_message(r.sub(range), sl, by_scope.is_some(), &mut view, &mut scratch.held)?;
         if !looped {
             facts.raw_definitions |= raw;
         }
         if judge {
             out.spans += 1;
-            super::read_view(&view, by_scope, tap, service, scratch.settings, out);
+            if kept {
+                super::read_view(&view, by_scope, tap, service, scratch.settings, out);
+            } else {
+                super::read_activity(&view, out);
+            }
         }
     }
     scratch.ranges = spans;
@@ -700,7 +704,8 @@ fn scope_spans_message<'a>(
 }
 
 /// One span into `view` (its buffers reused). Returns whether it carries raw tool definitions
-/// (on the span, an event or a link).
+/// (on the span, an event or a link), and whether its attributes were kept (when not, no
+/// dialect reads anything in it).
 ///
 /// Every attribute is read (and checked as prost checks it), but kept in `view` only when
 /// `keep` (a dialect owns the span's scope) or when something may read it: a key a dialect asks
@@ -708,7 +713,7 @@ fn scope_spans_message<'a>(
 /// place is `held`, and read again if the span turns out to want them. Nearly every span of a
 /// shared pipeline never does, and keeping its attributes only to look through them and drop
 /// them was a quarter of the walk.
-fn span_message<'a>(mut r: Reader<'a>, limit: u32, keep: bool, view: &mut SpanView<'a>, held: &mut Vec<(usize, usize)>) -> R<bool> {
+fn span_message<'a>(mut r: Reader<'a>, limit: u32, keep: bool, view: &mut SpanView<'a>, held: &mut Vec<(usize, usize)>) -> R<(bool, bool)> {
     let mut attributes = std::mem::take(&mut view.attributes);
     let mut events = std::mem::take(&mut view.events);
     attributes.clear();
@@ -857,12 +862,13 @@ fn span_message<'a>(mut r: Reader<'a>, limit: u32, keep: bool, view: &mut SpanVi
         }
     }
     if !kept && (!events.is_empty() || super::claimed_by_name(view)) {
+        kept = true;
         keep_held(r.buf, held, limit, &mut attributes)?;
     }
     raw |= has_raw_definitions(&attributes);
     view.attributes = attributes;
     view.events = events;
-    Ok(raw)
+    Ok((raw, kept))
 }
 
 /// The attributes `held` so far, read again and kept.
