@@ -344,14 +344,17 @@ pub(crate) struct Worth {
 impl Worth {
     /// Take in one attribute: `true` once the span is worth reading whatever else it carries
     /// (events aside: the caller looks at those).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn see(&mut self, kv: &KeyValue<'_>) -> bool {
-        let k = kv.key;
         // Every key asked about below starts with one of these bytes; most keys of a shared
-        // pipeline (`db.*`, `server.*`, `net.*`, `code.*`...) are passed over on the first.
-        if !matches!(k.as_bytes().first(), Some(b'm' | b'j' | b'h' | b'u')) {
-            return false;
-        }
+        // pipeline (`db.*`, `server.*`, `net.*`, `code.*`...) are passed over on the first,
+        // without a call.
+        matches!(kv.key.as_bytes().first(), Some(b'm' | b'j' | b'h' | b'u')) && self.see_key(kv)
+    }
+
+    #[inline(never)]
+    fn see_key(&mut self, kv: &KeyValue<'_>) -> bool {
+        let k = kv.key;
         if k.starts_with("mcp.") || k.starts_with("mcp_health.") || k == a::JSONRPC_REQUEST_ID {
             return true;
         }
