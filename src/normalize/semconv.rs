@@ -841,6 +841,23 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The byte loops read a path and a URL as the `str` searches they replaced did.
+        #[test]
+        fn endpoints_read_as_the_str_searches_read_them(u in "(https?://[a-z:@.]{0,8})?[/a-zé?#m]{0,12}(mcp)?/?([?#][a-z/]{0,4})?") {
+            let path = |p: &str| {
+                let p = p.split(['?', '#']).next().unwrap_or("");
+                p.strip_suffix('/').unwrap_or(p).ends_with("/mcp")
+            };
+            let url = match u.find("://") {
+                Some(at) => u[at + 3..].find(['/', '?', '#']).is_some_and(|i| path(&u[at + 3 + i..])),
+                None => path(&u),
+            };
+            proptest::prop_assert_eq!(is_mcp_path(&u), path(&u), "{}", u);
+            proptest::prop_assert_eq!(is_mcp_url(&u), url, "{}", u);
+        }
+    }
+
     /// An HTTP span is evidence only on an MCP endpoint: the agent's own API, a tool's downstream
     /// call and ASGI's internal `http send` span (status, no path) are activity, so a tool's
     /// downstream 401 or an outer 500 never becomes the call's transport or authorization layer.

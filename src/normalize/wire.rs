@@ -763,12 +763,12 @@ fn span_message<'a>(mut r: Reader<'a>, limit: u32, keep: bool, view: &mut SpanVi
             9 if kept => push_key_value(&mut r, f, w, limit, &mut attributes)?,
             9 => {
                 let range = nested(&mut r, f, w, limit)?;
-                // Dropped by hand: a string or an integer owns nothing, and a drop call per
+                // Dropped by hand, and only what owns memory (an array, a list): a drop call per
                 // attribute was a tenth of this loop.
                 let kv = std::mem::ManuallyDrop::new(read_key_value(r.buf, range, limit)?);
                 held.push(range);
                 let wanted = interest.see(&kv);
-                if !matches!(kv.value, None | Some(AnyValue { value: None | Some(Value::StringValue(_) | Value::IntValue(_)) })) {
+                if matches!(kv.value, Some(AnyValue { value: Some(Value::ArrayValue(_) | Value::KvlistValue(_)) })) {
                     drop(std::mem::ManuallyDrop::into_inner(kv));
                 }
                 if wanted {
