@@ -108,14 +108,18 @@ pub fn dialect_of_scope(scope: &str) -> Option<&'static Dialect> {
 
 /// The dialect of one span: its scope's, else the first whose sniff claims it, else semconv.
 pub fn dialect_of_span(by_scope: Option<&'static Dialect>, span: &SpanView<'_>) -> &'static Dialect {
-    by_scope
-        .or_else(|| DIALECTS.iter().find(|d| (d.sniff)(span) || span.attributes.iter().any(|kv| d.claims_key(kv.key))))
-        .unwrap_or(&semconv::DIALECT)
+    by_scope.or_else(|| DIALECTS.iter().find(|d| (d.sniff)(span) || d.claims_any_key(&span.attributes))).unwrap_or(&semconv::DIALECT)
 }
 
 impl Dialect {
     fn claims_key(&self, key: &str) -> bool {
         self.sniff_keys.iter().any(|p| key.starts_with(p))
+    }
+
+    /// Whether one of the attributes' keys makes the span this dialect's: no look at them for a
+    /// dialect that claims no keys (three of five; an MCP span has a dozen attributes).
+    fn claims_any_key(&self, attributes: &[view::KeyValue<'_>]) -> bool {
+        !self.sniff_keys.is_empty() && attributes.iter().any(|kv| self.claims_key(kv.key))
     }
 }
 
