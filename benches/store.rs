@@ -3,6 +3,8 @@
 //!
 //!     cargo bench --bench store            (MCP_HEALTH_BENCH_CALLS=20000 by default)
 //!
+//! `MCP_HEALTH_BENCH_ROUNDS` sets the paced rounds (5; 0 runs the flat lines alone, to profile them).
+//!
 //! Prints, per store: µs of engine time (wall clock, this thread) per verdict and the ratio to no
 //! store; for the embedded store, the file's growth per verdict and the bytes handed to write(2)
 //! per verdict (`wchar` of /proc/self/io); for the shared Redis store (a redis-server of its own on
@@ -381,7 +383,10 @@ fn main() {
     // Five rounds of the three, interleaved (the machine is shared and noisy): each round's
     // ratios, then their medians.
     let rate = if is_bench { PACED_PER_SECOND } else { 20_000 };
-    let rounds = if is_bench { 5 } else { 1 };
+    let rounds = if is_bench { std::env::var("MCP_HEALTH_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5) } else { 1 };
+    if rounds == 0 {
+        return;
+    }
     println!("paced at {rate} calls/s, engine time = wall clock; the engine thread's time per verdict in the steady state, the drain at the end excluded (on CPU + blocked on the store):");
     let (mut red_ratios, mut far_ratios) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
