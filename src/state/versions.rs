@@ -41,30 +41,28 @@ pub(crate) type Key = (Table, String);
 /// record it writes; a `(Table, String)` key would be a `String` allocated per lookup), hashed
 /// with FxHash: the keys are this instance's own (trace ids, session and server keys), and the
 /// map is bounded in time, so a flood of colliding keys costs at most that period's lookups.
-#[derive(Debug)]
-struct ByTable<V>([FxHashMap<String, V>; Table::ALL.len()]);
+type ByTable<V> = [FxHashMap<String, Stamped<V>>; Table::ALL.len()];
 
-impl<V> Default for ByTable<V> {
-    fn default() -> Self {
-        ByTable(std::array::from_fn(|_| FxHashMap::default()))
-    }
+/// A remembered value and the generation that last touched it.
+#[derive(Clone, Copy, Debug)]
+struct Stamped<V> {
+    value: V,
+    generation: u64,
 }
 
-impl<V> ByTable<V> {
-    fn of(&mut self, t: Table) -> &mut FxHashMap<String, V> {
-        &mut self.0[t as usize]
-    }
-
-    fn len(&self) -> usize {
-        self.0.iter().map(FxHashMap::len).sum()
-    }
-}
-
-/// Two generations of remembered values: touched recently, and touched one period before.
+/// Two generations of remembered values: touched recently (stamped with the current
+/// generation), and touched one period before (the one before it). Both live in one map, each
+/// entry stamped: a lookup, a write or a removal is one probe of one table, and the table keeps
+/// its room from one generation to the next (two maps, the older dropped and the current
+/// taken at each turn, cost two probes per miss and a table grown again by doubling each
+/// period). A turn drops what the older generation still holds by one pass over the map.
 #[derive(Debug)]
 struct Generations<V> {
-    current: ByTable<V>,
-    older: ByTable<V>,
+    maps: ByTable<V>,
+    /// The current generation's stamp.
+    generation: u64,
+    /// Keys stamped with the current generation.
+    current: usize,
     period: Duration,
     next_turn: Option<Instant>,
     /// Keys the current generation holds before it turns early.
@@ -76,8 +74,9 @@ struct Generations<V> {
 impl<V: Copy> Generations<V> {
     fn new(period: Duration, cap: usize) -> Self {
         Generations {
-            current: ByTable::default(),
-            older: ByTable::default(),
+            maps: std::array::from_fn(|_| FxHashMap::default()),
+            generation: 0,
+            current: 0,
             period: period.max(Duration::from_millis(1)),
             next_turn: None,
             cap: cap.max(1),
@@ -85,29 +84,53 @@ impl<V: Copy> Generations<V> {
         }
     }
 
-    /// The value of `k`, kept for another period (moved to the current generation).
+    /// The value of `k`, kept for another period (stamped with the current generation).
     fn get(&mut self, t: Table, k: &str) -> Option<V> {
-        if let Some(v) = self.current.of(t).get(k) {
-            return Some(*v);
+        let e = self.maps[t as usize].get_mut(k)?;
+        if e.generation != self.generation {
+            e.generation = self.generation;
+            self.current += 1;
         }
-        let (k, v) = self.older.of(t).remove_entry(k)?;
-        self.current.of(t).insert(k, v);
-        Some(v)
+        Some(e.value)
     }
 
     fn insert(&mut self, t: Table, k: String, v: V) {
-        self.older.of(t).remove(&k);
-        self.current.of(t).insert(k, v);
-        if self.current.len() >= self.cap {
+        let stamped = Stamped { value: v, generation: self.generation };
+        match self.maps[t as usize].insert(k, stamped) {
+            Some(was) if was.generation == self.generation => {}
+            _ => self.current += 1,
+        }
+        if self.current >= self.cap {
             // Full before its period ended: what the older generation still holds goes now.
-            self.dropped_early += self.older.len() as u64;
-            self.older = std::mem::take(&mut self.current);
+            self.dropped_early += self.advance();
         }
     }
 
     fn remove(&mut self, t: Table, k: &str) {
-        self.current.of(t).remove(k);
-        self.older.of(t).remove(k);
+        if let Some(was) = self.maps[t as usize].remove(k) {
+            if was.generation == self.generation {
+                self.current -= 1;
+            }
+        }
+    }
+
+    /// The current generation becomes the older one: what the older one held is dropped; how
+    /// many.
+    fn advance(&mut self) -> u64 {
+        let generation = self.generation;
+        let mut dropped = 0;
+        for m in &mut self.maps {
+            let before = m.len();
+            m.retain(|_, e| e.generation == generation);
+            dropped += (before - m.len()) as u64;
+            // The room a burst grew goes back once the keys are far fewer.
+            if m.capacity() > 1024 && m.len() * 4 < m.capacity() {
+                m.shrink_to(m.len() * 2);
+            }
+        }
+        self.generation += 1;
+        self.current = 0;
+        dropped
     }
 
     /// Turn the generations when a period has passed since the last turn: what the older one
@@ -121,16 +144,17 @@ impl<V: Copy> Generations<V> {
         if now < at {
             return early;
         }
-        let dropped = self.older.len() as u64;
-        self.older = std::mem::take(&mut self.current);
-        // Two periods passed without a turn (nothing touched the store): drop both.
-        let dropped = if now >= at + self.period { dropped + std::mem::take(&mut self.older).len() as u64 } else { dropped };
+        let mut dropped = self.advance();
+        if now >= at + self.period {
+            // Two periods passed without a turn (nothing touched the store): drop both.
+            dropped += self.advance();
+        }
         self.next_turn = Some(now + self.period);
         dropped + early
     }
 
     fn len(&self) -> usize {
-        self.current.len() + self.older.len()
+        self.maps.iter().map(FxHashMap::len).sum()
     }
 }
 
@@ -192,6 +216,7 @@ impl<V: Copy> Versions<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn key(t: Table, k: &str) -> Key {
         (t, k.to_string())
@@ -279,5 +304,114 @@ mod tests {
         assert_eq!(v.get_key(&key(Table::Decided, "k0")), None);
         assert_eq!(v.get_key(&key(Table::Decided, "k5")), Some(5));
         assert_eq!(v.get_key(&key(Table::Decided, "k9")), Some(9));
+    }
+
+    /// The two generations as two maps: the older dropped and the current taken at each turn.
+    /// What the stamped map must behave as.
+    #[derive(Default)]
+    struct TwoMaps {
+        current: std::collections::HashMap<Key, u64>,
+        older: std::collections::HashMap<Key, u64>,
+        dropped: u64,
+    }
+
+    impl TwoMaps {
+        fn get(&mut self, k: &Key) -> Option<u64> {
+            if let Some(v) = self.current.get(k) {
+                return Some(*v);
+            }
+            let v = self.older.remove(k)?;
+            self.current.insert(k.clone(), v);
+            Some(v)
+        }
+
+        fn insert(&mut self, k: Key, v: u64, cap: usize) {
+            self.older.remove(&k);
+            self.current.insert(k, v);
+            if self.current.len() >= cap {
+                self.advance();
+            }
+        }
+
+        fn remove(&mut self, k: &Key) {
+            self.current.remove(k);
+            self.older.remove(k);
+        }
+
+        fn advance(&mut self) {
+            self.dropped += self.older.len() as u64;
+            self.older = std::mem::take(&mut self.current);
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u8, u64),
+        Get(u8),
+        Remove(u8),
+        /// Seconds since the last step.
+        Wait(u8),
+    }
+
+    proptest::proptest! {
+        /// Any sequence of writes, reads, removals and pauses leaves the stamped generations
+        /// remembering what two maps would (the same values, the same keys forgotten, the same
+        /// count), with turns on time and on a full generation.
+        #[test]
+        fn stamped_generations_remember_what_two_maps_would(cap in 1usize..6, ops in proptest::collection::vec(
+            proptest::prop_oneof![
+                4 => (0u8..12, 0u64..100).prop_map(|(k, v)| Op::Insert(k, v)),
+                3 => (0u8..12).prop_map(Op::Get),
+                1 => (0u8..12).prop_map(Op::Remove),
+                1 => (0u8..5).prop_map(Op::Wait),
+            ], 0..120)) {
+            let period = Duration::from_secs(2);
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut g: Generations<u64> = Generations::new(period, cap);
+            let mut m = TwoMaps::default();
+            let mut next_turn = now + period;
+            g.turn(now);
+            // The key's table alternates, so that a table's keys turn with the others'.
+            let k = |i: u8| if i % 2 == 0 { key(Table::Decided, &format!("k{i}")) } else { key(Table::Operations, &format!("k{i}")) };
+            let mut reported = 0;
+            for op in ops {
+                match op {
+                    Op::Insert(i, v) => {
+                        let k = k(i);
+                        g.insert(k.0, k.1.clone(), v);
+                        m.insert(k, v, cap);
+                    }
+                    Op::Get(i) => {
+                        let k = k(i);
+                        prop_assert_eq!(g.get(k.0, &k.1), m.get(&k));
+                    }
+                    Op::Remove(i) => {
+                        let k = k(i);
+                        g.remove(k.0, &k.1);
+                        m.remove(&k);
+                    }
+                    Op::Wait(s) => {
+                        now += Duration::from_secs(u64::from(s));
+                        if now >= next_turn {
+                            m.advance();
+                            if now >= next_turn + period {
+                                m.advance();
+                            }
+                            next_turn = now + period;
+                        }
+                        reported += g.turn(now);
+                    }
+                }
+                prop_assert_eq!(g.len(), m.current.len() + m.older.len());
+                prop_assert_eq!(g.current, m.current.len());
+            }
+            reported += std::mem::take(&mut g.dropped_early);
+            prop_assert_eq!(reported, m.dropped);
+            for i in 0..12 {
+                let k = k(i);
+                prop_assert_eq!(g.get(k.0, &k.1), m.get(&k));
+            }
+        }
     }
 }
