@@ -373,7 +373,7 @@ mod tests {
             let mut next_turn = now + period;
             g.turn(now);
             // The key's table alternates, so that a table's keys turn with the others'.
-            let k = |i: u8| if i % 2 == 0 { key(Table::Decided, &format!("k{i}")) } else { key(Table::Operations, &format!("k{i}")) };
+            let k = |i: u8| if i.is_multiple_of(2) { key(Table::Decided, &format!("k{i}")) } else { key(Table::Operations, &format!("k{i}")) };
             let mut reported = 0;
             for op in ops {
                 match op {
