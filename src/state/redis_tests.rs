@@ -1308,7 +1308,8 @@ fn record_key(table: Table, key: &str) -> String {
 }
 
 /// New keys are written many to one `MSETNX`; one such key that another instance created first
-/// is refused alone and the rest of its batch is still written, each under the apply's version,
+/// (one in the first of the apply's sends, one in a later: see `SEND_EVERY`) is refused alone and
+/// the rest of its batch is still written, each under the apply's version,
 /// and no two applies write under one version (the next apply's is taken by the last; one whose
 /// connection failed is not reused).
 #[test]
@@ -1320,13 +1321,18 @@ fn redis_new_keys_written_together_one_taken_first_is_refused_alone_and_versions
     let (mut a, mut b) = (open(&r), open(&r));
     let mut first = Changes::default();
     first.put("op-3".into(), Record::Operation([9; 16]));
+    first.put("op-2900".into(), Record::Operation([9; 16]));
     b.apply(&first).unwrap();
     let mut c = Changes::default();
-    for i in 0..600 {
+    // Some 300 KiB of commands: several sends.
+    const KEYS: usize = 3000;
+    for i in 0..KEYS {
         c.put(format!("op-{i}"), Record::Operation([1; 16]));
     }
     match a.apply(&c) {
-        Err(StoreError::Conflict { refused, .. }) => assert_eq!(refused, vec![(Table::Operations, "op-3".to_string())]),
+        Err(StoreError::Conflict { refused, .. }) => {
+            assert_eq!(refused, vec![(Table::Operations, "op-3".to_string()), (Table::Operations, "op-2900".to_string())])
+        }
         other => panic!("{other:?}"),
     }
     let mut conn = r.conn();
@@ -1337,7 +1343,7 @@ fn redis_new_keys_written_together_one_taken_first_is_refused_alone_and_versions
     };
     assert!(matches!(open(&r).get(Table::Operations, "op-3").unwrap(), Some(Record::Operation(t)) if t == [9; 16]), "not overwritten");
     let mine = version(&mut conn, "op-0");
-    for i in (0..600).filter(|i| *i != 3) {
+    for i in (0..KEYS).filter(|i| *i != 3 && *i != 2900) {
         assert_eq!(version(&mut conn, &format!("op-{i}")), mine, "op-{i}: written, under the apply's version");
     }
     assert_ne!(version(&mut conn, "op-3"), mine);

@@ -101,6 +101,11 @@ const SCAN_COUNT: usize = 500;
 /// used.
 const PACKED_KEEP: usize = 4 << 20;
 
+/// Bytes of a round's `SET`s packed before they are written to the connection: Redis takes them
+/// in while the store's thread encodes the next (one write of everything at the end left Redis
+/// idle while a round was encoded, and the store's thread idle while Redis ran it).
+const SEND_EVERY: usize = 64 << 10;
+
 /// One key of a table as `SCAN` found it: key, bytes (none for a tombstone), version.
 type Scanned = (String, Option<Vec<u8>>, u64);
 
@@ -294,6 +299,20 @@ impl RedisStore {
     /// Run `f` on the connection, connecting first if needed. A failure of the connection (I/O,
     /// timeout, dropped) forgets it and holds further attempts off for `retry_after`.
     fn with_conn<T>(&mut self, f: impl FnOnce(&mut Connection) -> ::redis::RedisResult<T>) -> Result<T, StoreError> {
+        self.ensure_conn()?;
+        let Some(conn) = self.conn.as_mut() else { unreachable!("connected above") };
+        self.stats.round_trips += 1;
+        match f(conn) {
+            Ok(v) => {
+                self.down_until = None;
+                Ok(v)
+            }
+            Err(e) => Err(self.conn_failed(e)),
+        }
+    }
+
+    /// Connect unless connected (not again before `retry_after` has passed since a failure).
+    fn ensure_conn(&mut self) -> Result<(), StoreError> {
         if self.conn.is_none() {
             if let Some(t) = self.down_until {
                 if Instant::now() < t {
@@ -309,21 +328,17 @@ impl RedisStore {
             };
             self.conn = Some(conn);
         }
-        let Some(conn) = self.conn.as_mut() else { unreachable!("connected above") };
-        self.stats.round_trips += 1;
-        match f(conn) {
-            Ok(v) => {
-                self.down_until = None;
-                Ok(v)
-            }
-            Err(e) => {
-                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                    self.conn = None;
-                    self.down_until = Some(Instant::now() + self.settings.retry_after);
-                }
-                Err(backend(&self.shown, &e))
-            }
+        Ok(())
+    }
+
+    /// An error of the connection: one that leaves it unusable (I/O, timeout, dropped) forgets
+    /// it and holds further attempts off for `retry_after`.
+    fn conn_failed(&mut self, e: ::redis::RedisError) -> StoreError {
+        if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            self.conn = None;
+            self.down_until = Some(Instant::now() + self.settings.retry_after);
         }
+        backend(&self.shown, &e)
     }
 
     fn connect(&self) -> ::redis::RedisResult<Connection> {
@@ -467,7 +482,9 @@ impl RedisStore {
     /// cluster writes; `PX` their lifetime where the table [`lives`]), then the script with the
     /// rest, or an `INCR` of the version counter when nothing is left for it (the next apply's
     /// number is taken either way). `seen`: what this store knew of each change's key, by the
-    /// change's index. The payload bytes, and which changes went which way.
+    /// change's index. The payload bytes, and which changes went which way. `flush` is handed
+    /// the `SET`s packed so far each time they reach [`SEND_EVERY`] bytes, and `out` starts
+    /// again (`false`: they could not be sent, and the round stops).
     fn pack_round(
         &mut self,
         changes: &Changes,
@@ -476,6 +493,7 @@ impl RedisStore {
         version: u64,
         direct: bool,
         out: &mut Vec<u8>,
+        flush: &mut dyn FnMut(&[u8]) -> bool,
     ) -> Result<(usize, Plan), StoreError> {
         out.clear();
         let strings = self.writes >= super::format::STRING_RECORDS_SINCE;
@@ -527,6 +545,13 @@ impl RedisStore {
                 if lived {
                     resp::bulk(out, &[b"PX"]);
                     resp::bulk(out, &[life]);
+                }
+                if out.len() >= SEND_EVERY {
+                    if !flush(out) {
+                        self.scratch = scratch;
+                        return Err(StoreError::Backend("the round could not be sent".into()));
+                    }
+                    out.clear();
                 }
             }
             self.scratch = scratch;
@@ -823,11 +848,39 @@ impl RedisStore {
         // The commands are written straight into one buffer kept from round to round: each
         // record's bytes are copied once, not through an invocation's and a command's own copies
         // (the store's thread is the cluster's other hot thread, after Redis).
+        // The `SET`s go out as they are packed (see [`SEND_EVERY`]), so Redis runs the first
+        // while the rest are encoded; their answers are read with the script's.
+        self.ensure_conn()?;
+        let Some(mut conn) = self.conn.take() else { unreachable!("connected above") };
+        let (mut failed, mut flushed) = (None, false);
         let mut packed = std::mem::take(&mut self.packed);
-        let (sent, plan) = match self.pack_round(changes, seen, which, version, direct, &mut packed) {
+        let mut flush = |bytes: &[u8]| match conn.send_packed_command(bytes) {
+            Ok(()) => {
+                flushed = true;
+                true
+            }
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        };
+        let packing = self.pack_round(changes, seen, which, version, direct, &mut packed, &mut flush);
+        self.conn = Some(conn);
+        if let Some(e) = failed {
+            packed.clear();
+            self.packed = packed;
+            return Err(self.conn_failed(e));
+        }
+        let (sent, plan) = match packing {
             Ok(x) => x,
             Err(e) => {
+                packed.clear();
                 self.packed = packed;
+                if flushed {
+                    // Commands went out whose answers nobody will read: the connection is not
+                    // used again (the apply failed; its `SET`s that ran are found at the next).
+                    self.conn = None;
+                }
                 return Err(e);
             }
         };
