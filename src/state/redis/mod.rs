@@ -485,6 +485,7 @@ impl RedisStore {
     /// change's index. The payload bytes, and which changes went which way. `flush` is handed
     /// the `SET`s packed so far each time they reach [`SEND_EVERY`] bytes, and `out` starts
     /// again (`false`: they could not be sent, and the round stops).
+    #[allow(clippy::too_many_arguments)]
     fn pack_round(
         &mut self,
         changes: &Changes,
