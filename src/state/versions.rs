@@ -106,6 +106,22 @@ impl<V: Copy> Generations<V> {
         }
     }
 
+    /// [`Self::insert`] for a key likely remembered already: its entry is updated in place,
+    /// without a new copy of the key.
+    fn set(&mut self, t: Table, k: &str, v: V) {
+        let Some(e) = self.maps[t as usize].get_mut(k) else {
+            return self.insert(t, k.to_string(), v);
+        };
+        e.value = v;
+        if e.generation != self.generation {
+            e.generation = self.generation;
+            self.current += 1;
+        }
+        if self.current >= self.cap {
+            self.dropped_early += self.advance();
+        }
+    }
+
     fn remove(&mut self, t: Table, k: &str) {
         if let Some(was) = self.maps[t as usize].remove(k) {
             if was.generation == self.generation {
@@ -194,6 +210,12 @@ impl<V: Copy> Versions<V> {
 
     pub(super) fn insert(&mut self, table: Table, k: String, v: V) {
         self.of(table).insert(table, k, v);
+    }
+
+    /// [`Self::insert`] for a key likely remembered already (updated in place, the key not
+    /// copied again).
+    pub(super) fn set(&mut self, table: Table, k: &str, v: V) {
+        self.of(table).set(table, k, v);
     }
 
     pub(super) fn remove(&mut self, table: Table, k: &str) {
@@ -347,6 +369,7 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Op {
         Insert(u8, u64),
+        Set(u8, u64),
         Get(u8),
         Remove(u8),
         /// Seconds since the last step.
@@ -361,6 +384,7 @@ mod tests {
         fn stamped_generations_remember_what_two_maps_would(cap in 1usize..6, ops in proptest::collection::vec(
             proptest::prop_oneof![
                 4 => (0u8..12, 0u64..100).prop_map(|(k, v)| Op::Insert(k, v)),
+                2 => (0u8..12, 0u64..100).prop_map(|(k, v)| Op::Set(k, v)),
                 3 => (0u8..12).prop_map(Op::Get),
                 1 => (0u8..12).prop_map(Op::Remove),
                 1 => (0u8..5).prop_map(Op::Wait),
@@ -380,6 +404,11 @@ mod tests {
                     Op::Insert(i, v) => {
                         let k = k(i);
                         g.insert(k.0, k.1.clone(), v);
+                        m.insert(k, v, cap);
+                    }
+                    Op::Set(i, v) => {
+                        let k = k(i);
+                        g.set(k.0, &k.1, v);
                         m.insert(k, v, cap);
                     }
                     Op::Get(i) => {

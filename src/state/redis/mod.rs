@@ -1008,7 +1008,7 @@ impl StateStore for RedisStore {
             // version it wrote, or absent once its lifetime ended; a decided chain's is not
             // remembered (see the deletes below).
             if recreated(c.table) {
-                self.versions.insert(c.table, c.key.clone(), Seen::Lapsing(v));
+                self.versions.set(c.table, &c.key, Seen::Lapsing(v));
             } else {
                 self.versions.remove(c.table, &c.key);
             }
