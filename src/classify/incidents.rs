@@ -281,11 +281,26 @@ fn scopes_of(v: &IncidentFacts<'_>) -> Vec<Scope> {
 /// same ordered by that end: making room is taking the first, not a scan of all of them (with
 /// more than [`MAX_RECOVERIES`] sessions a server, every healthy call of a new session scanned
 /// 4096 entries).
-#[derive(Default)]
+///
+/// The order is kept lazily: a scope's entry holds the end it had when the entry was made, at
+/// most its latest. A healthy call of a known scope only raises its latest end (it was a removal
+/// and an insertion in the order, most of a healthy call's fold); the entry is brought up to
+/// date when it comes first while room is made. Each scope has exactly one entry, never later
+/// than its latest end, so the first entry that is up to date is the scope with the oldest
+/// evidence, as an order kept at once would give.
 struct ServerRecoveries {
     latest: FxHashMap<Scope, u64>,
-    /// `(end, scope)` of every scope but [`Scope::Server`], which is never the one to make room.
+    /// One `(end, scope)` of every scope but [`Scope::Server`] (which is never the one to make
+    /// room): `end` at most the scope's latest.
     order: std::collections::BTreeSet<(u64, Scope)>,
+    /// Scopes kept ([`MAX_RECOVERIES`]; smaller in tests).
+    cap: usize,
+}
+
+impl Default for ServerRecoveries {
+    fn default() -> Self {
+        ServerRecoveries { latest: FxHashMap::default(), order: Default::default(), cap: MAX_RECOVERIES }
+    }
 }
 
 impl std::ops::Deref for ServerRecoveries {
@@ -299,30 +314,32 @@ impl ServerRecoveries {
     /// Keep `scope` at `end_ns` at least; a new scope past [`MAX_RECOVERIES`] first forgets the
     /// scope with the oldest evidence (never the server's own).
     fn note(&mut self, scope: Scope, end_ns: u64) {
-        match self.latest.get_mut(&scope) {
-            Some(e) => {
-                if end_ns > *e {
-                    let was = *e;
-                    *e = end_ns;
-                    if scope != Scope::Server {
-                        // The scope moves into the key and back out: no clone per healthy call.
-                        let mut key = (was, scope);
-                        self.order.remove(&key);
-                        key.0 = end_ns;
-                        self.order.insert(key);
-                    }
+        if let Some(e) = self.latest.get_mut(&scope) {
+            *e = (*e).max(end_ns);
+            return;
+        }
+        if self.latest.len() >= self.cap {
+            self.forget_oldest();
+        }
+        if scope != Scope::Server {
+            self.order.insert((end_ns, scope.clone()));
+        }
+        self.latest.insert(scope, end_ns);
+    }
+
+    /// Forget the scope with the oldest latest end (entries behind their scope's end are moved
+    /// up on the way).
+    fn forget_oldest(&mut self) {
+        while let Some((end, scope)) = self.order.pop_first() {
+            match self.latest.get(&scope) {
+                Some(latest) if *latest > end => {
+                    let latest = *latest;
+                    self.order.insert((latest, scope));
                 }
-            }
-            None => {
-                if self.latest.len() >= MAX_RECOVERIES {
-                    if let Some((_, oldest)) = self.order.pop_first() {
-                        self.latest.remove(&oldest);
-                    }
+                _ => {
+                    self.latest.remove(&scope);
+                    return;
                 }
-                if scope != Scope::Server {
-                    self.order.insert((end_ns, scope.clone()));
-                }
-                self.latest.insert(scope, end_ns);
             }
         }
     }
@@ -776,6 +793,40 @@ mod tests {
         assert!(r.get(&Scope::Session(None, None, "s11".into())).is_some());
         assert_eq!(r.get(&Scope::Session(None, None, "s12".into())), None);
         assert_eq!(r.order.len() + 1, r.len(), "every scope but the server's is in the order");
+    }
+
+    proptest::proptest! {
+        /// The order kept lazily forgets what an order kept at once would: the scope with the
+        /// oldest latest end (ties by scope), never the server's own, for any sequence of
+        /// healthy calls of known and new scopes.
+        #[test]
+        fn recoveries_kept_lazily_forget_what_an_eager_order_would(cap in 1usize..6, calls in proptest::collection::vec((0u8..10, 0u64..40), 0..150)) {
+            let mut r = ServerRecoveries { cap, ..Default::default() };
+            let mut latest: std::collections::HashMap<Scope, u64> = Default::default();
+            let scope = |i: u8| if i == 0 { Scope::Server } else { Scope::Session(None, None, format!("s{i}")) };
+            for (i, end) in calls {
+                let sc = scope(i);
+                r.note(sc.clone(), end);
+                match latest.get_mut(&sc) {
+                    Some(e) => *e = (*e).max(end),
+                    None => {
+                        if latest.len() >= cap {
+                            let oldest = latest.iter().filter(|(s, _)| **s != Scope::Server).map(|(s, e)| (*e, s.clone())).min();
+                            if let Some((_, s)) = oldest {
+                                latest.remove(&s);
+                            }
+                        }
+                        latest.insert(sc, end);
+                    }
+                }
+                let mut got: Vec<(Scope, u64)> = r.latest.iter().map(|(s, e)| (s.clone(), *e)).collect();
+                let mut want: Vec<(Scope, u64)> = latest.iter().map(|(s, e)| (s.clone(), *e)).collect();
+                got.sort();
+                want.sort();
+                proptest::prop_assert_eq!(got, want);
+                proptest::prop_assert_eq!(r.order.len() + usize::from(r.latest.contains_key(&Scope::Server)), r.latest.len());
+            }
+        }
     }
 
     fn verdict(state: HealthState, layer: Option<Layer>, tool: &str, reason: Option<&str>) -> Verdict {
