@@ -870,7 +870,10 @@ impl RedisStore {
         if let Some(e) = failed {
             packed.clear();
             self.packed = packed;
-            return Err(self.conn_failed(e));
+            let e = self.conn_failed(e);
+            // A send that stopped part way leaves the connection's answers out of step.
+            self.conn = None;
+            return Err(e);
         }
         let (sent, plan) = match packing {
             Ok(x) => x,
