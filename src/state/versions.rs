@@ -95,29 +95,30 @@ impl<V: Copy> Generations<V> {
     }
 
     fn insert(&mut self, t: Table, k: String, v: V) {
-        let stamped = Stamped { value: v, generation: self.generation };
-        match self.maps[t as usize].insert(k, stamped) {
-            Some(was) if was.generation == self.generation => {}
-            _ => self.current += 1,
-        }
-        if self.current >= self.cap {
-            // Full before its period ended: what the older generation still holds goes now.
-            self.dropped_early += self.advance();
-        }
+        let was = self.maps[t as usize].insert(k, Stamped { value: v, generation: self.generation });
+        self.stamped(was);
     }
 
     /// [`Self::insert`] for a key likely remembered already: its entry is updated in place,
     /// without a new copy of the key.
     fn set(&mut self, t: Table, k: &str, v: V) {
+        let generation = self.generation;
         let Some(e) = self.maps[t as usize].get_mut(k) else {
             return self.insert(t, k.to_string(), v);
         };
-        e.value = v;
-        if e.generation != self.generation {
-            e.generation = self.generation;
-            self.current += 1;
+        let was = std::mem::replace(e, Stamped { value: v, generation });
+        self.stamped(Some(was));
+    }
+
+    /// An entry was written with the current generation's stamp (`was`: what it held before):
+    /// counted in the current generation unless it was already, which turns early when full.
+    fn stamped(&mut self, was: Option<Stamped<V>>) {
+        match was {
+            Some(was) if was.generation == self.generation => {}
+            _ => self.current += 1,
         }
         if self.current >= self.cap {
+            // Full before its period ended: what the older generation still holds goes now.
             self.dropped_early += self.advance();
         }
     }
