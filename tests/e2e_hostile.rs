@@ -143,18 +143,14 @@ async fn a_forged_receipt_does_not_verify_a_lying_call_when_keys_are_trusted() {
     // Without trusted keys a receipt is taken as it came, but the forgery's date five seconds
     // ahead (to be "the latest receipt") is capped at its arrival: the tap's finding, which came
     // after it, decides. The verdict says on what.
-    // The last verdict seen is named if none comes: a decision the other way is a finding, not
-    // a timeout.
-    let mut seen = None;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let v = loop {
-        seen = decided(&open, "5bf92f3577b34da6a3ce929d0e0e4737").or(seen);
-        if let Some(v) = seen.as_ref().filter(|v| v["state"] == "false_success") {
-            break v.clone();
-        }
-        assert!(std::time::Instant::now() < deadline, "the open service's verdict, after 20 s: {seen:?}\nall: {:?}", open.verdicts());
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    };
+    // What the open service decided is named if it is not this.
+    let v = eventually_showing(
+        Duration::from_secs(20),
+        "the open service's verdict",
+        || decided(&open, "5bf92f3577b34da6a3ce929d0e0e4737").filter(|v| v["state"] == "false_success"),
+        || format!("; it decided {:?}\nall its verdicts: {:?}", final_call(&open, "5bf92f3577b34da6a3ce929d0e0e4737"), open.verdicts()),
+    )
+    .await;
     assert_eq!(v["outcome_trust"], "unsigned", "without trusted keys receipts are unsigned evidence: {v}");
     let capped = prom_sum(&open.metrics_text().await, "mcp_health_receipts_capped_total").unwrap_or(0.0);
     assert!(capped >= 1.0, "the forged date was capped and counted");

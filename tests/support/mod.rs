@@ -41,14 +41,20 @@ pub mod redis_server;
 // ---------------------------------------------------------------------------------------------
 
 /// Poll `f` every 25 ms until it returns `Some`, or panic naming `what` after `timeout`.
-pub async fn eventually<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub async fn eventually<T>(timeout: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    eventually_showing(timeout, what, f, String::new).await
+}
+
+/// [`eventually`], with what `show` says at the timeout in the panic (what was seen instead):
+/// a wait that ends the other way is then a finding, not a bare timeout.
+pub async fn eventually_showing<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>, show: impl Fn() -> String) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
             return v;
         }
         if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
+            panic!("timed out after {timeout:?} waiting for {what}{}", show());
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
