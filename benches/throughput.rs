@@ -125,7 +125,8 @@ fn rotel_agent() -> Option<std::path::PathBuf> {
     std::fs::read_dir(lib).ok()?.flatten().map(|d| d.path().join("site-packages/rotel/rotel-agent")).find(|p| p.is_file())
 }
 
-/// A rotel agent taking OTLP/gRPC on a free port, exporting to its blackhole.
+/// A rotel agent taking OTLP/gRPC on a free port, exporting to its blackhole or, given a port,
+/// forwarding over OTLP/gRPC to it.
 struct Rotel {
     child: Child,
     grpc: u16,
@@ -140,11 +141,25 @@ impl Drop for Rotel {
 }
 
 fn start_rotel(agent: &std::path::Path) -> Rotel {
+    start_rotel_to(agent, None)
+}
+
+/// `upstream`: forward to this OTLP/gRPC port the way the inline service passes spans through
+/// (gRPC, uncompressed), instead of dropping them.
+fn start_rotel_to(agent: &std::path::Path, upstream: Option<u16>) -> Rotel {
     let dir = tempfile::tempdir().expect("tempdir");
     let (grpc, http) = (free_port(), free_port());
+    let exporter: Vec<String> = match upstream {
+        None => vec!["--exporter".into(), "blackhole".into()],
+        Some(port) => ["--exporter", "otlp", "--otlp-exporter-endpoint", &format!("http://127.0.0.1:{port}")]
+            .into_iter()
+            .chain(["--otlp-exporter-protocol", "grpc", "--otlp-exporter-compression", "none"])
+            .map(String::from)
+            .collect(),
+    };
     let child = Command::new(agent)
         .args(["start", "--otlp-grpc-endpoint", &format!("127.0.0.1:{grpc}"), "--otlp-http-endpoint", &format!("127.0.0.1:{http}")])
-        .args(["--exporter", "blackhole"])
+        .args(&exporter)
         .arg("--pid-file")
         .arg(dir.path().join("rotel.pid"))
         .arg("--log-file")
@@ -298,6 +313,16 @@ fn main() {
         });
         return;
     }
+    if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "inline") {
+        // The inline line and rotel's two lines alone, with the nothing-out line they are read
+        // against.
+        let decode_rate = decode_rate_of(&batches, Duration::from_secs(2));
+        println!("prost decode:            {:>10.0} spans per CPU-second (one thread)", decode_rate);
+        let batches = Arc::new(batches);
+        let plain = measure(&rt, this, &batches, secs, decode_rate, None, None, &SendOptions::default(), "plaintext").0;
+        inline_against_rotel(&rt, this, &batches, secs, decode_rate, plain);
+        return;
+    }
     if std::env::var("MCP_HEALTH_BENCH_ONLY").is_ok_and(|v| v == "profile") {
         // The stage breakdowns alone: the decode rate (for the ratios), then each service line
         // with its profiled window.
@@ -421,33 +446,7 @@ fn main() {
     println!("  service µs/span:         {:>12.3} {:>12.3} {:>12.3}", us(plain), us(zstd), us(tls));
     println!("  added µs/span:           {:>12} {:>12.3} {:>12.3}", "-", us(zstd) - us(plain), us(tls) - us(plain));
 
-    // The inline deployment (pass-through and health spans to a real OTLP receiver, a rotel
-    // blackhole), and rotel itself passing the same load to its blackhole, same run.
-    match rotel_agent() {
-        Some(agent) => {
-            let sink = start_rotel(&agent);
-            let (inline, _) = measure(&rt, this, &batches, secs, decode_rate, None, Some(sink.grpc), &SendOptions::default(), "inline");
-            drop(sink);
-            let rotel = start_rotel(&agent);
-            let rotel_rate = measure_process(&rt, rotel.child.id(), rotel.grpc, &batches, secs, "rotel (blackhole exporter)");
-            drop(rotel);
-            println!("inline vs rotel (same run): {:>12} {:>12} {:>12}", "nothing out", "inline", "rotel");
-            println!("  spans/s per core:        {:>12.0} {:>12.0} {:>12.0}", plain, inline, rotel_rate);
-            println!(
-                "  vs decode rate:          {:>11.1}% {:>11.1}% {:>11.1}%",
-                100.0 * plain / decode_rate,
-                100.0 * inline / decode_rate,
-                100.0 * rotel_rate / decode_rate
-            );
-            println!(
-                "  mcp-health / rotel:      {:>12.2} {:>12.2} {:>12}",
-                plain / rotel_rate.max(1e-9),
-                inline / rotel_rate.max(1e-9),
-                "1.00"
-            );
-        }
-        None => println!("inline and rotel runs skipped: .venv-rotel is missing (scripts/install-test-deps makes it)"),
-    }
+    inline_against_rotel(&rt, this, &batches, secs, decode_rate, plain);
 
     // Traffic as a shared pipeline carries it (mostly spans that are not MCP).
     mixed(&rt, this, baseline.as_deref(), secs);
@@ -474,6 +473,47 @@ fn decode_rate_of(batches: &[EncodedBatch], window: Duration) -> f64 {
         }
     }
     n as f64 / (thread_cpu_secs() - c0).max(1e-9)
+}
+
+/// The inline deployment (pass-through and health spans to a real OTLP receiver, a rotel
+/// blackhole) against rotel taking the same load twice, same run: dropping it (its blackhole
+/// exporter) and passing it on over OTLP/gRPC to the same kind of receiver, as inline does. Only
+/// the second does the same work: on loopback the sender's CPU also runs the receiving socket's
+/// TCP work, which a blackhole never starts.
+fn inline_against_rotel(
+    rt: &tokio::runtime::Runtime,
+    this: &str,
+    batches: &Arc<Vec<EncodedBatch>>,
+    secs: u64,
+    decode_rate: f64,
+    plain: f64,
+) {
+    let Some(agent) = rotel_agent() else {
+        println!("inline and rotel runs skipped: .venv-rotel is missing (scripts/install-test-deps makes it)");
+        return;
+    };
+    let sink = start_rotel(&agent);
+    let (inline, _) = measure(rt, this, batches, secs, decode_rate, None, Some(sink.grpc), &SendOptions::default(), "inline");
+    drop(sink);
+    let rotel = start_rotel(&agent);
+    let blackhole = measure_process(rt, rotel.child.id(), rotel.grpc, batches, secs, "rotel (blackhole exporter)");
+    drop(rotel);
+    let sink = start_rotel(&agent);
+    let rotel = start_rotel_to(&agent, Some(sink.grpc));
+    let forwarding = measure_process(rt, rotel.child.id(), rotel.grpc, batches, secs, "rotel (OTLP/gRPC exporter to a blackhole)");
+    drop((rotel, sink));
+    println!("inline vs rotel (same run): {:>12} {:>12} {:>12} {:>12}", "nothing out", "inline", "rotel drops", "rotel passes");
+    println!("  spans/s per core:        {:>12.0} {:>12.0} {:>12.0} {:>12.0}", plain, inline, blackhole, forwarding);
+    let pct = |r: f64| 100.0 * r / decode_rate;
+    println!(
+        "  vs decode rate:          {:>11.1}% {:>11.1}% {:>11.1}% {:>11.1}%",
+        pct(plain),
+        pct(inline),
+        pct(blackhole),
+        pct(forwarding)
+    );
+    println!("  mcp-health / rotel drops: {:>11.2} {:>12.2}", plain / blackhole.max(1e-9), inline / blackhole.max(1e-9));
+    println!("  mcp-health / rotel passes:{:>11.2} {:>12.2}", plain / forwarding.max(1e-9), inline / forwarding.max(1e-9));
 }
 
 /// Traffic as a shared pipeline carries it (`loadgen::build_mixed_request`: ~95 % ordinary HTTP
