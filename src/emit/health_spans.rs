@@ -170,25 +170,23 @@ pub(crate) fn encode_requests(
     records: &[crate::engine::Decided],
     now_ns: u64,
     max_bytes: usize,
+    buffers: &crate::emit::pb::Buffers,
 ) -> Vec<(bytes::Bytes, u64)> {
     use crate::engine::Decided;
     use prost::Message;
-    let mut span = Writer::default();
     // The resource and the scope, as `resource_spans` makes them; a span is about 1 KB.
     let frame = resource_spans(service_name, Vec::new());
     let resource = frame.resource.map(|r| r.encode_to_vec()).unwrap_or_default();
     let scope = frame.scope_spans.first().and_then(|s| s.scope.as_ref()).map(|s| s.encode_to_vec()).unwrap_or_default();
-    let mut packer = crate::emit::pb::Packer::new(resource, scope, max_bytes, records.len().saturating_mul(1200));
+    let mut packer = crate::emit::pb::Packer::new(resource, scope, max_bytes, records.len().saturating_mul(1200)).with_buffers(buffers);
     for r in records {
-        span.buf.clear();
         match r {
-            Decided::Call(v) | Decided::Interim(v) => write_health_span(&mut span, v, now_ns),
-            Decided::Catalog(c) => catalog_span(c, now_ns).encode(&mut span.buf).unwrap_or(()),
-            Decided::Drift(d) => drift_span(d, now_ns).encode(&mut span.buf).unwrap_or(()),
+            Decided::Call(v) | Decided::Interim(v) => packer.push_with(|w| write_health_span(w, v, now_ns)),
+            Decided::Catalog(c) => packer.push_with(|w| catalog_span(c, now_ns).encode(&mut w.buf).unwrap_or(())),
+            Decided::Drift(d) => packer.push_with(|w| drift_span(d, now_ns).encode(&mut w.buf).unwrap_or(())),
             Decided::Incident(_) | Decided::Finding(_) => continue,
         }
         debug_assert!(makes_span(r));
-        packer.push(&span.buf);
     }
     packer.finish()
 }
@@ -362,13 +360,14 @@ mod tests {
                 _ => None,
             })
             .collect();
-        let one = encode_requests("mcp-health", &records, now, 4 << 20);
+        let buffers = crate::emit::pb::Buffers::default();
+        let one = encode_requests("mcp-health", &records, now, 4 << 20, &buffers);
         assert_eq!(one.len(), 1);
         let got = ExportTraceServiceRequest::decode(&one[0].0[..]).unwrap();
         assert!(got == ExportTraceServiceRequest { resource_spans: vec![resource_spans("mcp-health", want.clone())] }, "same request");
         assert_eq!(one[0].1, want.len() as u64);
         // A small limit: several requests, each within it (a span is about 1 KB), all spans kept in order.
-        let many = encode_requests("mcp-health", &records, now, 3000);
+        let many = encode_requests("mcp-health", &records, now, 3000, &buffers);
         assert!(many.len() > 3);
         assert!(many.iter().all(|(b, _)| b.len() <= 3000), "{:?}", many.iter().map(|(b, _)| b.len()).collect::<Vec<_>>());
         let spans: Vec<Span> = many

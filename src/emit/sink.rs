@@ -89,6 +89,8 @@ pub(crate) struct HealthSpanSink {
     pub spool: Option<std::sync::Arc<dyn crate::flow::outgoing::DiskSpool>>,
     /// Health spans dropped this run, for the exit log: for memory, for a full queue.
     dropped_total: [u64; 2],
+    /// The buffers of health span requests, used again once their export is done.
+    buffers: crate::emit::pb::Buffers,
 }
 
 /// What one health span is reserved at before it is encoded (they are about 1 KB; a request's
@@ -113,6 +115,7 @@ impl HealthSpanSink {
             updates_sent: crate::bounded::BoundedMap::with_capacity("incident_updates", MAX_TRACKED_INCIDENTS),
             spool: None,
             dropped_total: [0; 2],
+            buffers: crate::emit::pb::Buffers::default(),
         }
     }
 }
@@ -182,12 +185,12 @@ impl Sink for HealthSpanSink {
                     continue;
                 }
                 // A request at a time, straight to disk: only its own bytes are in memory.
-                for (bytes, n) in health_spans::encode_requests(&self.service_name, chunk, now_ns, self.max_request_bytes) {
+                for (bytes, n) in health_spans::encode_requests(&self.service_name, chunk, now_ns, self.max_request_bytes, &self.buffers) {
                     self.overflow(bytes, n, DropReason::MemoryLimit);
                 }
                 continue;
             };
-            for (bytes, n) in health_spans::encode_requests(&self.service_name, chunk, now_ns, self.max_request_bytes) {
+            for (bytes, n) in health_spans::encode_requests(&self.service_name, chunk, now_ns, self.max_request_bytes, &self.buffers) {
                 // What the request really holds, whatever the estimate was: it exists already.
                 let h = held.as_mut().map(|r| {
                     let mut part = r.split(bytes.len() as u64);
