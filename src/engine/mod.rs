@@ -386,10 +386,23 @@ impl Engine {
         self.chains.bytes() as u64
     }
 
+    /// Receipts of `batch` dated later than its arrival (or `now`, whichever is earlier; see
+    /// [`NormalizedBatch::received`]) dated at it: how many. Done again on a batch already dated,
+    /// it changes nothing, so a batch can be dated before it is written to the evidence journal
+    /// (the journal then holds the dates it was decided on) and again as it is taken in.
+    pub fn date_receipts(batch: &mut NormalizedBatch, now: Moment) -> u64 {
+        cap_future_receipts(&mut batch.evidence, batch.received.map_or(now, |r| r.min(now)))
+    }
+
+    /// Count receipts dated by [`Self::date_receipts`] before [`Self::ingest`] took their batch.
+    pub fn count_dated_receipts(&mut self, n: u64) {
+        self.receipts_capped += n;
+    }
+
     /// Take in one normalized batch at `now`.
     pub fn ingest(&mut self, mut batch: NormalizedBatch, now: Moment, out: &mut Vec<Decided>) {
         self.now = now;
-        self.receipts_capped += cap_future_receipts(&mut batch.evidence, now);
+        self.receipts_capped += Self::date_receipts(&mut batch, now);
         self.chains.drop_duplicates(&mut batch.evidence);
         self.started_ns.get_or_insert(now.as_nanos());
         self.replica.touched();

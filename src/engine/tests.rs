@@ -745,6 +745,68 @@ fn a_receipt_dated_after_its_arrival_is_dated_at_its_arrival() {
     }
 }
 
+/// A future-dated receipt is dated at its request's arrival, not at the later moment the engine
+/// took it in: a real receipt checked in between (the tap's finding, after a forgery the server
+/// sent before it answered) stays the later one, however far the engine lags. Dating again
+/// (as the engine does a batch dated before the journal had it) changes nothing.
+#[test]
+fn a_future_receipt_is_dated_at_its_arrival_not_when_the_engine_took_it_in() {
+    use crate::evidence::{OutcomeReceipt, OutcomeResult, SpanEvidence, VerifierMethod};
+    let arrived = Moment::from_nanos(1_000_000_000_000);
+    let receipt = |result, checked_at_ns| OutcomeReceipt {
+        result,
+        method: VerifierMethod::Receipt,
+        checked_at_ns,
+        request_id: None,
+        trust: Default::default(),
+    };
+    // Each receipt its own span under the call ([1; 16], [2; 8]).
+    let with = |r: OutcomeReceipt, received: Option<Moment>| {
+        let mut ev = SpanEvidence::new([1; 16], [r.checked_at_ns as u8 | 0x10; 8]);
+        ev.parent_span_id = Some([2; 8]);
+        ev.outcomes.push(r);
+        NormalizedBatch { evidence: vec![ev], received, ..Default::default() }
+    };
+    let forged_at = arrived.as_nanos() + 5_000_000_000;
+    let taken_in = arrived + std::time::Duration::from_millis(900);
+    let mut forged = with(receipt(OutcomeResult::Confirmed, forged_at), Some(arrived));
+    assert_eq!(Engine::date_receipts(&mut forged, taken_in), 1);
+    assert_eq!(forged.evidence[0].outcomes[0].checked_at_ns, arrived.as_nanos(), "dated at its arrival");
+    assert_eq!(Engine::date_receipts(&mut forged, taken_in), 0, "dated once");
+    assert_eq!(forged.evidence[0].outcomes[0].checked_at_ns, arrived.as_nanos());
+    // Without an arrival (a replay), at the moment it is taken in, as before.
+    let mut replayed = with(receipt(OutcomeResult::Confirmed, forged_at), None);
+    assert_eq!(Engine::date_receipts(&mut replayed, taken_in), 1);
+    assert_eq!(replayed.evidence[0].outcomes[0].checked_at_ns, taken_in.as_nanos());
+
+    // The real finding, checked 100 ms after the forgery arrived and taken in later still: it
+    // is the latest receipt of the call, so it decides.
+    let mut e = engine(100);
+    let mut out = Vec::new();
+    let mut call = call_span();
+    call.trace_id = [1; 16];
+    call.span_id = [2; 8];
+    call.start_ns = arrived.as_nanos() - 1_000_000_000;
+    call.end_ns = arrived.as_nanos() - 500_000_000;
+    e.ingest(NormalizedBatch { evidence: vec![call], ..Default::default() }, arrived, &mut out);
+    let mut forged = with(receipt(OutcomeResult::Confirmed, forged_at), Some(arrived));
+    let dated = Engine::date_receipts(&mut forged, taken_in);
+    e.ingest(forged, taken_in, &mut out);
+    e.count_dated_receipts(dated);
+    let finding = with(receipt(OutcomeResult::Failed, arrived.as_nanos() + 100_000_000), Some(taken_in));
+    e.ingest(finding, taken_in + std::time::Duration::from_millis(10), &mut out);
+    e.tick(taken_in + std::time::Duration::from_secs(60), &mut out);
+    let v = out
+        .iter()
+        .rev()
+        .find_map(|d| match d {
+            Decided::Call(v) if v.trace_id == [1; 16] => Some(v.clone()),
+            _ => None,
+        })
+        .expect("the call decided");
+    assert_eq!(v.state, crate::verdict::HealthState::FalseSuccess, "{v:?}");
+}
+
 /// A verdict the sinks are done with is the next verdict's allocation; one a sink still holds
 /// (the status page keeps some) is left to it. Each verdict is the new call's, whatever the
 /// allocation held before.

@@ -192,6 +192,10 @@ pub struct NormalizedBatch {
     /// Told whether the batch was written to the evidence journal (`true`) or could not be
     /// (`false`, refused): the receiver's answer waits for it (`receive::admit::Durable`).
     pub answered: Option<tokio::sync::oneshot::Sender<bool>>,
+    /// When a receiver took the request in (`None` where no receiver did: a replay, a test).
+    /// A receipt dated later than this is dated at it: at its arrival, not at the later moment
+    /// the engine got to it, when a real receipt checked in between would already be older.
+    pub received: Option<crate::evidence::time::Moment>,
 }
 
 /// Why a span was refused by [`span_ids`].

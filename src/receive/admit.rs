@@ -511,6 +511,7 @@ impl Admission {
             }
             _ => {}
         }
+        batch.received = Some(crate::evidence::time::Moment::wall_now());
         ingest_permit.send(batch);
         // Invalid spans inside the request were not taken: refused (partial success), so that
         // received = accepted + refused. The others are accepted now, or once written.

@@ -218,6 +218,8 @@ fn take_in(
     written: &mut Vec<oneshot::Sender<bool>>,
 ) {
     let answered = batch.answered.take();
+    // Dated before the journal has it, so that a restart decides on the same dates.
+    let dated = Engine::date_receipts(&mut batch, now);
     if let Some(j) = journal {
         if let Err(e) = j.append(now.as_nanos(), &batch.evidence, &batch.activity) {
             tracing::warn!(error = %e, "a batch was not written to the evidence journal: refused to its sender (retryable)");
@@ -228,6 +230,7 @@ fn take_in(
         }
     }
     engine.ingest(batch, now, out);
+    engine.count_dated_receipts(dated);
     written.extend(answered);
 }
 
