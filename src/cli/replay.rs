@@ -179,8 +179,8 @@ pub fn replay_until(
     let mut incidents = Vec::new();
     for r in &records {
         match r {
-            Decided::Drift(d) => drift.push(d.clone()),
-            Decided::Incident(i) => incidents.push(i.clone()),
+            Decided::Drift(d) => drift.push(DriftEvent::clone(d)),
+            Decided::Incident(i) => incidents.push(IncidentChange::clone(i)),
             _ => {}
         }
     }
@@ -291,10 +291,10 @@ fn write_json(
     let records = drift
         .iter()
         .cloned()
-        .map(Decided::Drift)
-        .chain(incidents.iter().cloned().map(Decided::Incident))
+        .map(|d| Decided::Drift(Box::new(d)))
+        .chain(incidents.iter().cloned().map(|i| Decided::Incident(Box::new(i))))
         .chain(verdicts.iter().map(|v| Decided::Call(std::sync::Arc::new(v.clone()))))
-        .chain(catalog.iter().cloned().map(Decided::Catalog));
+        .chain(catalog.iter().cloned().map(|c| Decided::Catalog(Box::new(c))));
     for r in records {
         r.write_line(&mut buf).map_err(std::io::Error::other)?;
     }

@@ -830,7 +830,7 @@ mod tests {
     fn status_drift_keeps_the_latest_report_per_server_and_tool_in_words() {
         let mut s = StatusSnapshot::default();
         let drift = |digest: &str, changes| {
-            Decided::Drift(crate::engine::DriftEvent {
+            Decided::Drift(Box::new(crate::engine::DriftEvent {
                 drift: true,
                 server: "files:443".into(),
                 tool: "write_file".into(),
@@ -839,7 +839,7 @@ mod tests {
                 changes,
                 trace_id: [7; 16],
                 span_id: [8; 8],
-            })
+            }))
         };
         s.accept(&[
             drift("sha256:bbbb", vec![]),

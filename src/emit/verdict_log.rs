@@ -137,7 +137,7 @@ mod tests {
     }
 
     fn record() -> Decided {
-        Decided::Drift(crate::engine::DriftEvent {
+        Decided::Drift(Box::new(crate::engine::DriftEvent {
             drift: true,
             server: "s".into(),
             tool: "t".into(),
@@ -146,7 +146,7 @@ mod tests {
             changes: vec![],
             trace_id: [0; 16],
             span_id: [0; 8],
-        })
+        }))
     }
 
     #[test]

@@ -21,16 +21,19 @@ pub enum Decided {
     /// An interim report on a call still in flight (`working`); the final verdict follows.
     Interim(Arc<Verdict>),
     /// A session's catalog verdict changed (new evidence, or time passed a TTL or `max_age`).
-    Catalog(CatalogChange),
+    Catalog(Box<CatalogChange>),
     /// A discovered tool definition differs from its pin.
-    Drift(DriftEvent),
+    Drift(Box<DriftEvent>),
     /// An incident opened, was updated or resolved.
-    Incident(IncidentChange),
+    Incident(Box<IncidentChange>),
     /// A verifier span arrived: how the verifier ran (rule, finding or error, duration). For the
     /// verifier metrics only; it is no verdict and no line (the call's verdict, or its revision,
     /// carries the finding).
-    Finding(crate::evidence::FindingMeta),
+    Finding(Box<crate::evidence::FindingMeta>),
 }
+// Every variant a pointer: a decision is moved into and through the engine's output once per
+// verdict, and a catalog change inline (296 bytes) made each of them that large.
+const _: () = assert!(std::mem::size_of::<Decided>() == 16);
 
 /// A discovered definition that differs from its pin.
 #[derive(Clone, Debug, Serialize)]
@@ -95,7 +98,7 @@ impl<'a> CatalogLine<'a> {
 impl Decided {
     /// Each incident transition as the record emitted for it.
     pub(crate) fn incidents(changes: impl IntoIterator<Item = (Transition, Incident)>) -> impl Iterator<Item = Decided> {
-        changes.into_iter().map(|(transition, row)| Decided::Incident(IncidentChange { incident: true, transition, row }))
+        changes.into_iter().map(|(transition, row)| Decided::Incident(Box::new(IncidentChange { incident: true, transition, row })))
     }
 
     /// The record as one JSON value: the shape of a verdict line.

@@ -358,8 +358,8 @@ impl Engine {
     }
 
     /// `v` behind an `Arc`: a spare one's allocation (see [`Engine::recycle`]) where there is one.
-    fn shared(&mut self, v: Verdict) -> Arc<Verdict> {
-        if let Some(mut spare) = self.spare_verdicts.pop() {
+    fn shared(spare_verdicts: &mut Vec<Arc<Verdict>>, v: Verdict) -> Arc<Verdict> {
+        if let Some(mut spare) = spare_verdicts.pop() {
             if let Some(slot) = Arc::get_mut(&mut spare) {
                 *slot = v;
                 return spare;
@@ -406,7 +406,7 @@ impl Engine {
         self.chains.drop_duplicates(&mut batch.evidence);
         self.started_ns.get_or_insert(now.as_nanos());
         self.replica.touched();
-        out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).cloned().map(Decided::Finding));
+        out.extend(batch.evidence.iter().filter_map(|e| e.finding.as_deref()).map(|f| Decided::Finding(Box::new(f.clone()))));
         let changes = self.sessions.observe(&batch.evidence, now);
         self.publish_catalog(changes, out);
         if let Some(pins) = self.pins.clone() {
@@ -549,7 +549,7 @@ impl Engine {
             self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
             let converged =
                 (ch.verdict.convergence == Convergence::Converged).then(|| (ch.session_key.clone(), ch.server.clone(), ch.at_ns));
-            out.push(Decided::Catalog(ch));
+            out.push(Decided::Catalog(Box::new(ch)));
             if let Some((session_key, server, at_ns)) = converged {
                 // A catalog-caused incident resolves when the catalog converges (one process: on
                 // a shared store incidents are folded from verdicts only, see the README).
@@ -575,11 +575,11 @@ impl Engine {
 
     /// Fold a verdict into the incidents (unless the replica folds it in the store, where the
     /// instance whose write made a transition emits it, once across instances).
-    fn observe_incidents(&mut self, v: &Verdict, out: &mut Vec<Decided>) {
-        if self.replica.hold_verdict(v) {
+    fn observe_incidents(replica: &mut dyn Replica, incidents: &mut IncidentBook, v: &Verdict, out: &mut Vec<Decided>) {
+        if replica.hold_verdict(v) {
             return;
         }
-        out.extend(Decided::incidents(self.incidents.observe(v)));
+        out.extend(Decided::incidents(incidents.observe(v)));
     }
 
     /// Hand what was just decided to the replica and classify what it hands back ready (at once
@@ -623,15 +623,17 @@ impl Engine {
                     self.partial_decided.remove(&d.trace_id);
                 }
             }
-            let verdicts = verdicts_superseding(&d, &self.sessions, self.pins(), &self.progress, now.as_nanos(), previous_partial);
-            for mut v in verdicts {
+            // Each verdict taken as it is made, not gathered first: a verdict is most of a
+            // kilobyte, and every step through an iterator or a vector moved it again.
+            let pins = self.pins.as_deref().map(|lockfile| Pins { lockfile, definitions: &self.definitions });
+            let (replica, incidents, spare) = (&mut *self.replica, &mut self.incidents, &mut self.spare_verdicts);
+            each_verdict_superseding(&d, &self.sessions, pins, &self.progress, now.as_nanos(), previous_partial, |mut v| {
                 if let Some(why) = partial {
                     crate::classify::partial::mark(&mut v, why);
                 }
-                self.observe_incidents(&v, out);
-                let v = self.shared(v);
-                out.push(Decided::Call(v));
-            }
+                Self::observe_incidents(replica, incidents, &v, out);
+                out.push(Decided::Call(Self::shared(spare, v)));
+            });
             self.chains.recycle_calls(d.calls);
         }
     }
@@ -727,7 +729,7 @@ impl Engine {
                         span_id: s.span_id,
                     };
                     let record = crate::state::DriftRecord { server: key.0, tool: key.1, digest: key.2 };
-                    out.extend(self.replica.report_drift(record, event).map(Decided::Drift));
+                    out.extend(self.replica.report_drift(record, event).map(|e| Decided::Drift(Box::new(e))));
                 }
             }
         }
@@ -778,19 +780,23 @@ pub fn reportable(v: &Verdict) -> bool {
 /// Classify a decided chain.
 #[cfg(test)]
 pub fn verdicts_of(d: &DecidedCalls, sessions: &Sessions, pins: Option<Pins<'_>>, progress: &ProgressPolicy, now_ns: u64) -> Vec<Verdict> {
-    verdicts_superseding(d, sessions, pins, progress, now_ns, None)
+    let mut all = Vec::new();
+    each_verdict_superseding(d, sessions, pins, progress, now_ns, None, |v| all.push(v));
+    all
 }
 
-/// [`verdicts_of`], where the previous decision of a revised chain was marked partial
-/// (`previous_partial`): what a revision supersedes is the verdict as it was reported, capped.
-fn verdicts_superseding(
+/// Each reportable verdict of a decided chain, in order, to `take`; where the previous decision
+/// of a revised chain was marked partial (`previous_partial`), what a revision supersedes is the
+/// verdict as it was reported, capped.
+fn each_verdict_superseding(
     d: &DecidedCalls,
     sessions: &Sessions,
     pins: Option<Pins<'_>>,
     progress: &ProgressPolicy,
     now_ns: u64,
     previous_partial: Option<Partial>,
-) -> Vec<Verdict> {
+    mut take: impl FnMut(Verdict),
+) {
     let classify = |c: &CallEvidence| classify_with_clocks(c, sessions, pins, progress, now_ns, d.decision);
     let previous: Vec<Verdict> = d
         .previous
@@ -804,29 +810,28 @@ fn verdicts_superseding(
         })
         .filter(reportable)
         .collect();
-    d.calls
-        .iter()
-        .map(|c| (c, classify(c)))
-        .map(|(c, mut v)| {
-            // A revision names what it replaces: the same call is the one under the same span,
-            // or, for a multi-round call, under the span of one of its rounds (a round decided
-            // before the others arrived), or the one that rested on the same server span (a call
-            // first decided from its server half alone, which its client half joined late).
-            let same = |p: &&Verdict| {
-                p.span_id == v.span_id
-                    || c.round_spans.contains(&p.span_id)
-                    || (p.server_span_id.is_some() && p.server_span_id == v.server_span_id)
-            };
-            v.supersedes = previous.iter().find(same).map(|p| crate::verdict::Superseded {
-                state: p.state,
-                protocol_success: p.protocol_success,
-                verified_success: p.verified_success,
-                unconfirmed: p.unconfirmed(),
-            });
-            v
-        })
-        .filter(reportable)
-        .collect()
+    for c in &d.calls {
+        let mut v = classify(c);
+        if !reportable(&v) {
+            continue;
+        }
+        // A revision names what it replaces: the same call is the one under the same span, or,
+        // for a multi-round call, under the span of one of its rounds (a round decided before
+        // the others arrived), or the one that rested on the same server span (a call first
+        // decided from its server half alone, which its client half joined late).
+        let same = |p: &&Verdict| {
+            p.span_id == v.span_id
+                || c.round_spans.contains(&p.span_id)
+                || (p.server_span_id.is_some() && p.server_span_id == v.server_span_id)
+        };
+        v.supersedes = previous.iter().find(same).map(|p| crate::verdict::Superseded {
+            state: p.state,
+            protocol_success: p.protocol_success,
+            verified_success: p.verified_success,
+            unconfirmed: p.unconfirmed(),
+        });
+        take(v);
+    }
 }
 
 /// Classify a call with its session context and its progress clocks at `now_ns`.

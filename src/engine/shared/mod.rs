@@ -51,7 +51,7 @@ impl Tables<'_> {
     /// Publish a catalog change on the gate's board and as a record.
     pub(crate) fn emit_catalog(&self, ch: CatalogChange, out: &mut Vec<Decided>) {
         self.board.publish(&ch.session_key, ch.server.clone(), ch.verdict.clone());
-        out.push(Decided::Catalog(ch));
+        out.push(Decided::Catalog(Box::new(ch)));
     }
 }
 

@@ -120,7 +120,7 @@ impl Shared {
             self.fold_incidents_now(t, out);
         }
         // Drift the store did not take is reported here rather than never.
-        out.extend(self.rounds.take_drift().into_iter().map(|(_, e)| Decided::Drift(e)));
+        out.extend(self.rounds.take_drift().into_iter().map(|(_, e)| Decided::Drift(Box::new(e))));
         if self.incidents.pending.is_empty() {
             return Vec::new();
         }

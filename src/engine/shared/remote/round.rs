@@ -350,7 +350,7 @@ impl Shared {
                 drift
                     .into_iter()
                     .filter(|(d, _)| !is_refused(refused.as_deref(), Table::DriftReported, &d.key()))
-                    .map(|(_, e)| Decided::Drift(e)),
+                    .map(|(_, e)| Decided::Drift(Box::new(e))),
             ),
             None => prepend(&mut self.rounds.drift, drift),
         }
