@@ -169,15 +169,17 @@ pub(crate) fn assemble_calls_into(spans: &[SpanEvidence], out: &mut Vec<CallEvid
     let verdict_groups: Indices = if calls_idx.is_empty() { (0..groups.len()).collect() } else { calls_idx };
     out.reserve_exact(verdict_groups.len().max(1));
     for g in verdict_groups {
-        let mut call = CallEvidence::default();
+        // Made in its place in `out`: a call's evidence is about a kilobyte, and a call built
+        // beside it and then pushed was copied once more per call.
+        out.push(CallEvidence::default());
+        let Some(call) = out.last_mut() else { continue };
         for &i in &groups[g].1 {
             call.absorb(&spans[i]);
         }
         call.settle();
         if groups[g].0 != Method::Initialize {
-            inherit_session(&mut call, &session_groups, &groups, spans);
+            inherit_session(call, &session_groups, &groups, spans);
         }
-        out.push(call);
     }
     // A trace whose only evidence has no method (a lone transport failure) is still one attempt.
     if out.is_empty() && !loose.is_empty() && loose.iter().any(|i| spans[*i].starts_chain()) {
