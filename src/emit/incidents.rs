@@ -137,48 +137,47 @@ pub(crate) fn encode_log_requests(
     let resource = rl.resource.as_ref().map(|r| r.encode_to_vec()).unwrap_or_default();
     let scope = rl.scope_logs[0].scope.as_ref().map(|s| s.encode_to_vec()).unwrap_or_default();
     let mut packer = crate::emit::pb::Packer::new(resource, scope, max_bytes, items.len().saturating_mul(900));
-    let mut rec = Writer::default();
     for (t, inc) in items {
-        rec.buf.clear();
-        let (sev, text) = severity(*t, inc);
-        rec.fixed64(1, now_ns);
-        rec.int(2, sev as u64);
-        rec.bytes(3, text.as_bytes());
-        let body = body(*t, inc);
-        rec.key(5, 2);
-        rec.varint((1 + vl(body.len() as u64) + body.len()) as u64);
-        rec.bytes(1, body.as_bytes());
-        let c = &inc.cause;
-        let int = |v: u64| Val::Int(v.min(i64::MAX as u64) as i64);
-        rec.attribute(6, "event.name", Val::Str("mcp_health.incident"));
-        rec.attribute(6, "mcp_health.incident.id", Val::Str(&inc.id));
-        rec.attribute(6, "mcp_health.incident.transition", Val::Str(t.as_str()));
-        rec.attribute(6, "mcp_health.incident.state", Val::Str(inc.state.as_str()));
-        rec.attribute(6, "mcp_health.verdict.state", Val::Str(c.state.as_str()));
-        rec.attribute(6, "mcp_health.verdict.first_failed_layer", Val::Str(c.first_failed_layer.map_or("none", |l| l.as_str())));
-        rec.attribute(6, "mcp_health.incident.calls", int(inc.calls));
-        rec.attribute(6, "mcp_health.incident.sessions", int(inc.sessions.len() as u64));
-        rec.attribute(6, "mcp_health.incident.retry_count", int(inc.retry_count));
-        rec.attribute(6, "mcp_health.incident.first_evidence", int(inc.first_evidence_ns));
-        rec.attribute(6, "mcp_health.incident.last_evidence", int(inc.last_evidence_ns));
-        rec.attribute(6, "mcp_health.verdict.confidence", Val::Str(inc.confidence.as_str()));
-        rec.attribute(6, "mcp_health.verdict.next_action", Val::Str(&inc.next_action));
-        let agents: Vec<&str> = inc.agents.iter().map(|a| &**a).collect();
-        rec.attribute_strs(6, "mcp_health.incident.agents", &agents);
-        let opt = |rec: &mut Writer, k: &str, v: Option<&str>| {
-            if let Some(v) = v {
-                rec.attribute(6, k, Val::Str(v));
-            }
-        };
-        opt(&mut rec, "server.address", c.server.as_deref());
-        opt(&mut rec, "gen_ai.tool.name", c.tool.as_deref());
-        opt(&mut rec, "mcp_health.verdict.reason", c.error_class.as_deref());
-        opt(&mut rec, "mcp_health.incident.credential_owner_hash", c.credential_hash.as_deref());
-        opt(&mut rec, "mcp_health.incident.required_authority", inc.required_authority.as_deref());
-        opt(&mut rec, "mcp_health.incident.verifier_result", inc.verifier_result.map(|v| v.as_str()));
-        rec.fixed64(11, now_ns);
-        rec.bytes(12, b"mcp_health.incident");
-        packer.push(&rec.buf);
+        packer.push_with(|rec| {
+            let (sev, text) = severity(*t, inc);
+            rec.fixed64(1, now_ns);
+            rec.int(2, sev as u64);
+            rec.bytes(3, text.as_bytes());
+            let body = body(*t, inc);
+            rec.key(5, 2);
+            rec.varint((1 + vl(body.len() as u64) + body.len()) as u64);
+            rec.bytes(1, body.as_bytes());
+            let c = &inc.cause;
+            let int = |v: u64| Val::Int(v.min(i64::MAX as u64) as i64);
+            rec.attribute(6, "event.name", Val::Str("mcp_health.incident"));
+            rec.attribute(6, "mcp_health.incident.id", Val::Str(&inc.id));
+            rec.attribute(6, "mcp_health.incident.transition", Val::Str(t.as_str()));
+            rec.attribute(6, "mcp_health.incident.state", Val::Str(inc.state.as_str()));
+            rec.attribute(6, "mcp_health.verdict.state", Val::Str(c.state.as_str()));
+            rec.attribute(6, "mcp_health.verdict.first_failed_layer", Val::Str(c.first_failed_layer.map_or("none", |l| l.as_str())));
+            rec.attribute(6, "mcp_health.incident.calls", int(inc.calls));
+            rec.attribute(6, "mcp_health.incident.sessions", int(inc.sessions.len() as u64));
+            rec.attribute(6, "mcp_health.incident.retry_count", int(inc.retry_count));
+            rec.attribute(6, "mcp_health.incident.first_evidence", int(inc.first_evidence_ns));
+            rec.attribute(6, "mcp_health.incident.last_evidence", int(inc.last_evidence_ns));
+            rec.attribute(6, "mcp_health.verdict.confidence", Val::Str(inc.confidence.as_str()));
+            rec.attribute(6, "mcp_health.verdict.next_action", Val::Str(&inc.next_action));
+            let agents: Vec<&str> = inc.agents.iter().map(|a| &**a).collect();
+            rec.attribute_strs(6, "mcp_health.incident.agents", &agents);
+            let opt = |rec: &mut Writer, k: &str, v: Option<&str>| {
+                if let Some(v) = v {
+                    rec.attribute(6, k, Val::Str(v));
+                }
+            };
+            opt(rec, "server.address", c.server.as_deref());
+            opt(rec, "gen_ai.tool.name", c.tool.as_deref());
+            opt(rec, "mcp_health.verdict.reason", c.error_class.as_deref());
+            opt(rec, "mcp_health.incident.credential_owner_hash", c.credential_hash.as_deref());
+            opt(rec, "mcp_health.incident.required_authority", inc.required_authority.as_deref());
+            opt(rec, "mcp_health.incident.verifier_result", inc.verifier_result.map(|v| v.as_str()));
+            rec.fixed64(11, now_ns);
+            rec.bytes(12, b"mcp_health.incident");
+        });
     }
     packer.finish()
 }

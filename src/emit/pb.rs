@@ -5,8 +5,8 @@
 //! largest cost of the service (issue 11: `encode_to_vec` of health spans and the memory faults of
 //! its buffers, about half its CPU). Attributes here are written straight into one reused buffer,
 //! with their lengths computed up front; a span is written straight into its request, and its
-//! own length patched in before it ([`Packer::push_with`]). `emit::health_spans` tests hold the bytes to what prost decodes as the
-//! generated span of the same verdict.
+//! own length patched in before it ([`Packer::push_with`]). `emit::health_spans` tests hold the
+//! bytes to what prost decodes as the generated span of the same verdict.
 
 /// A value of one attribute.
 #[derive(Clone, Copy, Debug)]
@@ -173,8 +173,10 @@ impl Packer {
         self.items.buf.len() - self.room + add + self.resource.len() + self.scope.len() + 32 > self.max_bytes
     }
 
-    /// Add one item (its message content).
-    pub(crate) fn push(&mut self, item: &[u8]) {
+    /// Add one item (its message content), copied behind its length: the plain way, which
+    /// [`Self::push_with`] is held to byte for byte in the tests.
+    #[cfg(test)]
+    fn push(&mut self, item: &[u8]) {
         let add = item.len() + 1 + varint_len(item.len() as u64);
         // With items written (n > 0) the buffer holds the room and them.
         if self.n > 0 && self.past_limit(add) {
@@ -264,7 +266,7 @@ impl Packer {
 /// [`Buffers::CAPACITY`]; a request expected under half of that gets a buffer of its own size,
 /// so that no buffer is more than twice what its request holds while it waits for the backend
 /// (the memory limiter counts the request's bytes). At most [`Buffers::KEEP`] wait here,
-/// outside the memory limiter's count.
+/// outside any reservation: the memory limiter sees them only in its resident-set sample.
 #[derive(Clone, Default)]
 pub(crate) struct Buffers(std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
 
