@@ -326,7 +326,7 @@ impl Engine {
 
     /// The pins with the definitions they are checked against.
     fn pins(&self) -> Option<Pins<'_>> {
-        self.pins.as_deref().map(|lockfile| Pins { lockfile, definitions: &self.definitions })
+        Pins::of(self.pins.as_deref(), &self.definitions)
     }
 
     /// The tool definitions seen (shared with the normalizer that fills them and the gate).
@@ -625,7 +625,7 @@ impl Engine {
             }
             // Each verdict taken as it is made, not gathered first: a verdict is most of a
             // kilobyte, and every step through an iterator or a vector moved it again.
-            let pins = self.pins.as_deref().map(|lockfile| Pins { lockfile, definitions: &self.definitions });
+            let pins = Pins::of(self.pins.as_deref(), &self.definitions);
             let (replica, incidents, spare) = (&mut *self.replica, &mut self.incidents, &mut self.spare_verdicts);
             each_verdict_superseding(&d, &self.sessions, pins, &self.progress, now.as_nanos(), previous_partial, |mut v| {
                 if let Some(why) = partial {
@@ -742,6 +742,13 @@ impl Engine {
 pub struct Pins<'a> {
     pub lockfile: &'a Lockfile,
     pub definitions: &'a crate::normalize::definitions::Definitions,
+}
+
+impl<'a> Pins<'a> {
+    /// The pins to check against, when a lockfile is configured.
+    fn of(lockfile: Option<&'a Lockfile>, definitions: &'a crate::normalize::definitions::Definitions) -> Option<Self> {
+        lockfile.map(|lockfile| Pins { lockfile, definitions })
+    }
 }
 
 /// The session facts a call is classified with: its catalog's convergence when the call started,
