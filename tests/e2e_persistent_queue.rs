@@ -184,29 +184,12 @@ async fn a_start_that_cannot_listen_sends_nothing_from_the_queue() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let run = tempfile::tempdir().unwrap();
     let config = run.path().join("mcp-health.yaml");
-    // The other ports are picked free and bound later by the service: a parallel test can take
-    // one of them first, and then the start fails naming that port. Such a start is tried again
-    // on other ports; only the taken one is meant to fail it.
-    let mut attempts = 0;
-    let (ports, out) = loop {
-        attempts += 1;
-        let mut ports = Ports::pick();
-        ports.http = taken.local_addr().unwrap().port();
+    let taken_port = taken.local_addr().unwrap().port();
+    let (ports, out) = serve_to_its_end(&config, Some(taken_port), |mut ports| {
+        ports.http = taken_port;
         std::fs::write(&config, cfg(sink.endpoint(), Some(&state)).yaml(&ports)).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-health"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env_remove("RUST_LOG")
-            .output()
-            .expect("run mcp-health");
-        let err = String::from_utf8_lossy(&out.stderr);
-        let raced = !err.contains(&format!("127.0.0.1:{}", ports.http)) && err.contains("Address already in use");
-        if raced && attempts < 5 {
-            eprintln!("another port than the taken one was in use (a parallel test): trying other ports: {err}");
-            continue;
-        }
-        break (ports, out);
-    };
+        ports
+    });
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a taken port ends the start: {err}");
     assert!(err.contains(&format!("127.0.0.1:{}", ports.http)), "the taken address is named: {err}");

@@ -232,19 +232,10 @@ async fn a_start_without_its_redis_fails_naming_the_endpoint_redacted() {
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.yaml");
-        // Ports picked free can be taken by a parallel test before the service binds them: then
-        // other ports, as the support's `Service::start` does.
-        let mut attempts = 0;
-        let out = loop {
-            attempts += 1;
-            std::fs::write(&path, cfg.yaml(&Ports::pick())).unwrap();
-            let out =
-                std::process::Command::new(env!("CARGO_BIN_EXE_mcp-health")).arg("serve").arg("--config").arg(&path).output().unwrap();
-            if attempts < 5 && String::from_utf8_lossy(&out.stderr).contains("Address already in use") {
-                continue;
-            }
-            break out;
-        };
+        let (_, out) = serve_to_its_end(&path, None, |ports| {
+            std::fs::write(&path, cfg.yaml(&ports)).unwrap();
+            ports
+        });
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(!out.status.success(), "{what}: started anyway\n{stderr}");
         assert!(stderr.contains("cannot open the state store at redis://:***@127.0.0.1"), "{what}: {stderr}");

@@ -321,6 +321,32 @@ impl Ports {
     }
 }
 
+/// `mcp-health serve --config <config>` run to its end: for a start meant to fail. `write`
+/// writes the config for ports `Ports::pick` chose (adjusting them first if it must) and returns
+/// them. Picked ports are free when chosen, but a parallel test can take one before the service
+/// binds it: a start that failed on a taken port other than `meant_taken` (the one a test holds
+/// on purpose) is run again on other ports, up to five times.
+pub fn serve_to_its_end(config: &Path, meant_taken: Option<u16>, mut write: impl FnMut(Ports) -> Ports) -> (Ports, std::process::Output) {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let ports = write(Ports::pick());
+        let out = Command::new(env!("CARGO_BIN_EXE_mcp-health"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run mcp-health");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let on_purpose = meant_taken.is_some_and(|p| err.contains(&format!("127.0.0.1:{p}")));
+        if attempts < 5 && err.contains("Address already in use") && !on_purpose {
+            eprintln!("a port was taken by a parallel test: trying other ports: {err}");
+            continue;
+        }
+        return (ports, out);
+    }
+}
+
 /// A port nobody listens on (for "the backend is down"). The port stays bound, without
 /// listening, while this guard lives: connecting to it is refused, and no other test can get it.
 pub struct DeadPort {
