@@ -26,15 +26,15 @@ static LIVE: AtomicIsize = AtomicIsize::new(0);
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.alloc(l) }
+        unsafe { mcp_health::Mimalloc.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.dealloc(p, l) }
+        unsafe { mcp_health::Mimalloc.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.realloc(p, l, new) }
+        unsafe { mcp_health::Mimalloc.realloc(p, l, new) }
     }
 }
 

@@ -18,7 +18,7 @@ use mcp_health::testing::correlate::{ChainLimits, SessionLimits};
 use mcp_health::verdict::DecidedBy;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: mcp_health::Mimalloc = mcp_health::Mimalloc;
 
 fn thread_cpu_secs() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

@@ -20,7 +20,7 @@ use mcp_health::evidence::time::Moment;
 use mcp_health::testing::loadgen;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: mcp_health::Mimalloc = mcp_health::Mimalloc;
 
 fn main() {
     let is_bench = std::env::args().any(|a| a == "--bench");

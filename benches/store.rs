@@ -40,7 +40,7 @@ mod redis_server;
 use mcp_health::verdict::DecidedBy;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: mcp_health::Mimalloc = mcp_health::Mimalloc;
 
 const PER_STEP: usize = 10;
 const STEP: Duration = Duration::from_millis(10);

@@ -49,7 +49,7 @@ mod redis_server;
 mod stages;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: mcp_health::Mimalloc = mcp_health::Mimalloc;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")

@@ -17,6 +17,7 @@
 //! private lets it change without breaking a user and lets the compiler find what nobody calls.
 //! `testing` re-exports the few inner items the crate's own benches and tests need.
 
+mod allocator;
 pub(crate) mod bounded;
 pub(crate) mod classify;
 pub(crate) mod cli;
@@ -40,8 +41,10 @@ pub mod verdict;
 #[doc(hidden)]
 pub mod testing;
 
-/// What the binary's allocator offers the service: the service calls them, the library does not
-/// link an allocator of its own.
+pub use allocator::Mimalloc;
+
+/// What the binary's allocator offers the service: the service calls them. The library installs
+/// no allocator; the binary and the benchmarks install [`Mimalloc`].
 pub struct Allocator {
     /// Whether the allocator returns freed memory to the OS at once (`true`) or keeps it for
     /// reuse: the memory limiter asks for at once while the process is near its limit, since a

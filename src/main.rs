@@ -1,9 +1,9 @@
 //! The `mcp-health` binary: parse the command line, hand over to the library.
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use libmimalloc_sys::{mi_collect, mi_option_set, mi_option_t};
+
+#[global_allocator]
+static GLOBAL: mcp_health::Mimalloc = mcp_health::Mimalloc;
 
 /// `mi_option_purge_delay` in mimalloc's `mi_option_t` (index 15 in both v2 and v3, the v3 that
 /// libmimalloc-sys builds by default): how long freed pages are kept before they are returned
