@@ -29,7 +29,8 @@ pub(crate) struct IncidentFacts<'a> {
     pub server: Option<Arc<str>>,
     pub tool: Option<Arc<str>>,
     pub agent: Option<Arc<str>>,
-    pub session_id_hash: Option<Cow<'a, str>>,
+    /// Shared with the verdict's: a fold held for the store's round keeps it without a copy.
+    pub session_id_hash: Option<Arc<str>>,
     pub credential_hash: Option<Cow<'a, str>>,
     /// Read of a failure only (the cause, the incident's authority and next action).
     pub reason: Option<Cow<'a, str>>,
@@ -53,7 +54,7 @@ impl<'a> IncidentFacts<'a> {
             server: v.server.clone(),
             tool: v.tool.clone(),
             agent: v.agent.clone(),
-            session_id_hash: v.session_id_hash.as_deref().map(Cow::Borrowed),
+            session_id_hash: v.session_id_hash.clone(),
             credential_hash: v.credential_hash.as_deref().map(Cow::Borrowed),
             reason: v.reason.as_deref().map(Cow::Borrowed),
             required_scope: v.required_scope.as_deref().map(Cow::Borrowed),
@@ -74,7 +75,7 @@ impl<'a> IncidentFacts<'a> {
         let failure = f.state.is_failure();
         let own = |s: Option<Cow<'_, str>>| s.map(|s| Cow::Owned(s.into_owned()));
         IncidentFacts {
-            session_id_hash: own(f.session_id_hash),
+            session_id_hash: f.session_id_hash,
             credential_hash: own(f.credential_hash),
             reason: own(f.reason.filter(|_| failure)),
             required_scope: own(f.required_scope.filter(|_| failure)),
@@ -241,7 +242,7 @@ pub enum Scope {
     ToolCredential(Arc<str>, Box<str>),
     /// For a stale catalog: tool, credential (`None`: any) and the session (or, where the protocol
     /// has none, the agent).
-    Session(Option<Arc<str>>, Option<Box<str>>, String),
+    Session(Option<Arc<str>>, Option<Box<str>>, Arc<str>),
     Agent(Option<Arc<str>>, Option<Box<str>>, Arc<str>),
 }
 
@@ -269,7 +270,7 @@ fn scopes_of(v: &IncidentFacts<'_>) -> Vec<Scope> {
     let creds = std::iter::once(None).chain(credential.map(Some));
     for c in creds {
         match (&v.session_id_hash, &v.agent) {
-            (Some(s), _) => out.push(Scope::Session(v.tool.clone(), c, s.to_string())),
+            (Some(s), _) => out.push(Scope::Session(v.tool.clone(), c, s.clone())),
             (None, Some(a)) => out.push(Scope::Agent(v.tool.clone(), c, a.clone())),
             _ => {}
         }
@@ -728,7 +729,8 @@ fn latest_recovery(inc: &Incident, m: &FxHashMap<Scope, u64>) -> Option<u64> {
     }
     // A session's scope holds its tool and credential too: one call showed all of it.
     let (tool, cred) = (&inc.cause.tool, &inc.cause.credential_hash);
-    let by_session = inc.sessions.iter().filter_map(|s| m.get(&Scope::Session(tool.clone(), cred.clone(), s.clone()))).max().copied();
+    let by_session =
+        inc.sessions.iter().filter_map(|s| m.get(&Scope::Session(tool.clone(), cred.clone(), Arc::from(s.as_str())))).max().copied();
     let by_agent = if inc.sessions.is_empty() {
         inc.agents.iter().filter_map(|a| m.get(&Scope::Agent(tool.clone(), cred.clone(), a.clone()))).max().copied()
     } else {
@@ -780,7 +782,7 @@ mod tests {
         let mut r = ServerRecoveries::default();
         r.note(Scope::Server, 1);
         for n in 0..(MAX_RECOVERIES as u64 + 10) {
-            r.note(Scope::Session(None, None, format!("s{n}")), 100 + n);
+            r.note(Scope::Session(None, None, format!("s{n}").into()), 100 + n);
             r.note(Scope::Server, 100 + n);
         }
         assert_eq!(r.len(), MAX_RECOVERIES);
@@ -803,7 +805,7 @@ mod tests {
         fn recoveries_kept_lazily_forget_what_an_eager_order_would(cap in 1usize..6, calls in proptest::collection::vec((0u8..10, 0u64..40), 0..150)) {
             let mut r = ServerRecoveries { cap, ..Default::default() };
             let mut latest: std::collections::HashMap<Scope, u64> = Default::default();
-            let scope = |i: u8| if i == 0 { Scope::Server } else { Scope::Session(None, None, format!("s{i}")) };
+            let scope = |i: u8| if i == 0 { Scope::Server } else { Scope::Session(None, None, format!("s{i}").into()) };
             for (i, end) in calls {
                 let sc = scope(i);
                 r.note(sc.clone(), end);
