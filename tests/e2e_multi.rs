@@ -370,9 +370,12 @@ async fn a_ring_change_a_restart_and_a_redis_restart_are_never_greener_and_diffe
     let one = final_calls(&single);
     let (_, one_catalogs) = finals(&single);
     let (mut bad, mut same, mut partial, mut judged) = (Vec::new(), 0, 0, std::collections::BTreeSet::new());
+    // The traces of a failure: their verdict lines are printed below, from every process.
+    let mut bad_traces = std::collections::BTreeSet::new();
     for (k, svc) in instances.iter().chain(retired.iter()).enumerate() {
         for (call, (state, why)) in final_calls(svc) {
             judged.insert(call.clone());
+            let bad_before = bad.len();
             // A call one process does not judge as such is a part of one it does: the server
             // half of a split call (a trace of its own, joined to its client's in one process),
             // or a server span of a trace one process anchors on the client span — decided at
@@ -392,6 +395,9 @@ async fn a_ring_change_a_restart_and_a_redis_restart_are_never_greener_and_diffe
                 }
                 Some(_) => partial += 1,
             }
+            if bad.len() > bad_before {
+                bad_traces.insert(call.0.clone());
+            }
         }
     }
     bad.extend(converged_beyond(&latest_catalogs(&all), &one_catalogs));
@@ -402,14 +408,25 @@ async fn a_ring_change_a_restart_and_a_redis_restart_are_never_greener_and_diffe
         one.len(),
         lost.len()
     );
-    if std::env::var("E2E_MULTI_DEBUG").is_ok() {
+    // Traces asked for by hand (`E2E_MULTI_DEBUG=<trace id prefixes, comma-separated>`), and
+    // those of any failure: every process's verdict lines for them.
+    let asked = std::env::var("E2E_MULTI_DEBUG").unwrap_or_default();
+    let want: Vec<&str> = asked.split(',').filter(|w| !w.is_empty()).chain(bad_traces.iter().map(String::as_str)).collect();
+    if !want.is_empty() {
         for svc in instances.iter().chain(retired.iter()).chain(std::iter::once(&single)) {
             for l in svc.json_lines() {
-                let want = std::env::var("E2E_MULTI_DEBUG").unwrap_or_default();
-                if l["trace_id"].as_str().is_some_and(|t| want.split(',').any(|w| !w.is_empty() && t.starts_with(w))) {
+                if l["trace_id"].as_str().is_some_and(|t| want.iter().any(|w| t.starts_with(w))) {
                     println!(
-                        "DEBUG {} {} {} rev={} by={} partial={} sup={}",
-                        l["trace_id"], l["span_id"], l["state"], l["revision"], l["decided_by"], l["partial"], l["supersedes"]
+                        "DEBUG {} {} {} layer={} reason={} rev={} by={} partial={} sup={}",
+                        l["trace_id"],
+                        l["span_id"],
+                        l["state"],
+                        l["first_failed_layer"],
+                        l["reason"],
+                        l["revision"],
+                        l["decided_by"],
+                        l["partial"],
+                        l["supersedes"]
                     );
                 }
             }
