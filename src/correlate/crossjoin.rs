@@ -611,7 +611,9 @@ impl CrossJoin {
         let (m, rid) = (&h.method, &*h.request_id);
         // A half that names its session looks there, and among the spans that name none; a half
         // that names none is compatible with every span of its key and time.
-        let keys: Vec<u64> = match h.session.as_deref() {
+        // On the stack for the usual few buckets: a client-only chain looks here twice as it is
+        // decided, and the vector's allocation was half of the look.
+        let keys: smallvec::SmallVec<[u64; 8]> = match h.session.as_deref() {
             Some(sid) => std::iter::once(key(Kind::Session, side, m, rid, sid))
                 .chain((a..=b.min(a + MAX_BUCKETS)).map(|bucket| key(Kind::Sessionless, side, m, rid, bucket)))
                 .collect(),
