@@ -775,6 +775,31 @@ mod tests {
     use super::*;
     use crate::verdict::{DecidedBy, LayerStatus, Layers};
 
+    /// A server's stored recoveries keep their form: a session scope written when its session
+    /// was a `String` (0.2.0 before the session hash was shared) reads back, and is written the
+    /// same, in both stored encodings.
+    #[test]
+    fn a_session_scope_is_stored_as_before_the_session_hash_was_shared() {
+        #[derive(Serialize)]
+        #[allow(dead_code)]
+        enum Before {
+            Server,
+            Tool(Arc<str>),
+            Credential(Box<str>),
+            ToolCredential(Arc<str>, Box<str>),
+            Session(Option<Arc<str>>, Option<Box<str>>, String),
+            Agent(Option<Arc<str>>, Option<Box<str>>, Arc<str>),
+        }
+        let before = Before::Session(Some("read_ticket".into()), Some("cred".into()), "sess-hash".to_string());
+        let now = Scope::Session(Some("read_ticket".into()), Some("cred".into()), "sess-hash".into());
+        let bytes = postcard::to_stdvec(&before).expect("postcard");
+        assert_eq!(postcard::from_bytes::<Scope>(&bytes).expect("reads"), now);
+        assert_eq!(postcard::to_stdvec(&now).expect("postcard"), bytes);
+        let json = serde_json::to_string(&before).expect("json");
+        assert_eq!(serde_json::from_str::<Scope>(&json).expect("reads"), now);
+        assert_eq!(serde_json::to_string(&now).expect("json"), json);
+    }
+
     /// Past MAX_RECOVERIES scopes a server forgets the scope with the oldest evidence, never its
     /// own: the same rule as the scan it replaced, found in order instead.
     #[test]
