@@ -300,6 +300,37 @@ pub struct Chains {
 /// step decides at most 1024 chains), some 4 MiB at most.
 const MAX_SPARE_CALLS: usize = 4096;
 
+/// Due entries whose chains are looked up together before they are decided (see
+/// `Chains::warm`): enough lookups for the processor to overlap, few enough that the entries
+/// are still in the cache when their turn comes.
+const WARM_AHEAD: usize = 32;
+
+/// A chain's spans asked for by [`prefetch_spans`], at most: a chain of a few calls.
+const WARM_SPAN_BYTES: usize = 1024;
+
+/// Ask for the cache lines of `spans` (up to [`WARM_SPAN_BYTES`]): a decision reads every span,
+/// and a span's fields lie on more than one line.
+#[inline(always)]
+fn prefetch_spans(spans: &[SpanEvidence]) {
+    let p = spans.as_ptr().cast::<u8>();
+    for offset in (0..std::mem::size_of_val(spans).min(WARM_SPAN_BYTES)).step_by(64) {
+        prefetch(p.wrapping_add(offset));
+    }
+}
+
+/// Ask the processor to bring `p`'s cache line in, without waiting for it. Nothing is read: a
+/// dangling or empty vector's pointer is as good as any.
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing and cannot fault, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 impl Chains {
     pub fn new(limits: ChainLimits) -> Self {
         let (max_operation_keys, max_parked_verifiers) = (limits.max_operation_keys, limits.max_parked_verifiers);
@@ -870,6 +901,14 @@ impl Chains {
             for ev in &batch.evidence {
                 *self.batch_spans.entry(ev.trace_id).or_insert(0) += 1;
             }
+            // The batch's chains looked up together first, as due chains are (see `warm`): in
+            // flight, or else decided (a new trace's first span looks in both).
+            for ev in &batch.evidence {
+                match self.active.get(&ev.trace_id) {
+                    Some(c) => prefetch_spans(&c.spans),
+                    None => prefetch(self.decided.get(&ev.trace_id).map_or(std::ptr::null(), std::ptr::from_ref)),
+                }
+            }
         }
         for ev in batch.evidence {
             if ev.starts_chain() {
@@ -1271,6 +1310,10 @@ impl Chains {
             }
             while spent < budget {
                 let Some(&e) = self.due_now.get(self.due_next) else { break };
+                if self.due_next.is_multiple_of(WARM_AHEAD) {
+                    let ahead = self.due_now.len().min(self.due_next + WARM_AHEAD);
+                    self.warm(self.due_next..ahead);
+                }
                 self.due_next += 1;
                 let before = out.len();
                 self.tick_due(&[e], now, out);
@@ -1323,6 +1366,18 @@ impl Chains {
             }
         }
         self.release_limbo();
+    }
+
+    /// Look up the chains of the due entries `range` before deciding them, and ask for their
+    /// spans. In a table of hundreds of thousands of chains each lookup misses the cache twice
+    /// (the control bytes, then the entry), and a decision between two lookups is too long for
+    /// the processor to overlap them: in a loop of lookups alone it overlaps several.
+    fn warm(&self, range: std::ops::Range<usize>) {
+        for (_, id) in &self.due_now[range] {
+            if let Some(c) = self.active.get(id) {
+                prefetch_spans(&c.spans);
+            }
+        }
     }
 
     /// Decide, or put back for later, each chain of `due` (entries due at `now`).
