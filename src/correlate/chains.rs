@@ -901,12 +901,12 @@ impl Chains {
             for ev in &batch.evidence {
                 *self.batch_spans.entry(ev.trace_id).or_insert(0) += 1;
             }
-            // The batch's chains looked up together first, as due chains are (see `warm`): in
-            // flight, or else decided (a new trace's first span looks in both).
-            for ev in &batch.evidence {
-                match self.active.get(&ev.trace_id) {
+            // The batch's chains looked up together first, once each, as due chains are (see
+            // `warm`): in flight, or else decided (a new trace's first span looks in both).
+            for id in self.batch_spans.keys() {
+                match self.active.get(id) {
                     Some(c) => prefetch_spans(&c.spans),
-                    None => prefetch(self.decided.get(&ev.trace_id).map_or(std::ptr::null(), std::ptr::from_ref)),
+                    None => prefetch(self.decided.get(id).map_or(std::ptr::null(), std::ptr::from_ref)),
                 }
             }
         }
@@ -1767,11 +1767,13 @@ impl Chains {
             // Chains not kept for revision (`max_decided: 0`, the drain) cannot be found again
             // when a mark comes: theirs are published at once.
             let kept = self.limits.max_decided > 0 && !self.draining;
-            for h in crossjoin::client_halves(&c.spans) {
-                if kept && !self.splits.publishes(&h.server) && self.splits.hold(&h.server, now) {
+            for s in crossjoin::unanswered_client_requests(&c.spans) {
+                if kept && !self.splits.publishes(&s.server) && self.splits.hold(&s.server, now) {
                     continue;
                 }
-                self.publish_half(id, h);
+                if let Some(h) = crossjoin::client_half(&c.spans, s) {
+                    self.publish_half(id, h);
+                }
             }
         }
         let mut calls = self.spare_calls.pop().unwrap_or_default();

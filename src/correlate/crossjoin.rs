@@ -351,7 +351,35 @@ pub(crate) fn server_half(spans: &[SpanEvidence]) -> Option<Half> {
 /// request in the chain: the client halves waiting for a server half. A half's keys are its
 /// request span's and those of the spans directly under it (an HTTP client span).
 pub(crate) fn client_halves(spans: &[SpanEvidence]) -> Vec<Half> {
-    client_halves_with(spans, |_| false).into_iter().map(|(h, _)| h).collect()
+    unanswered_client_requests(spans).filter_map(|s| client_half(spans, s)).collect()
+}
+
+/// The request spans [`client_halves`] describes, not yet described: a decision asks a split
+/// server's halves only whether they are held back, and describing one (its keys, its
+/// session's hash) costs more than asking.
+pub(crate) fn unanswered_client_requests(spans: &[SpanEvidence]) -> impl Iterator<Item = &SpanEvidence> {
+    spans.iter().filter(|s| is_request(s) && s.side == Side::Client).filter(|s| match (&s.method, s.request_id.as_deref()) {
+        (Some(m), Some(rid)) => {
+            !spans.iter().any(|o| o.side == Side::Server && o.method.as_ref() == Some(m) && o.request_id.as_deref() == Some(rid))
+        }
+        _ => false,
+    })
+}
+
+/// The client half request span `s` of `spans` describes (one of
+/// [`unanswered_client_requests`]; `None` for a span without a method or request id).
+pub(crate) fn client_half(spans: &[SpanEvidence], s: &SpanEvidence) -> Option<Half> {
+    Some(describe(spans, s, s.method.clone()?, s.request_id.as_deref()?))
+}
+
+/// The half of request span `s` of `(m, rid)`, with the keys of the client spans directly
+/// under it.
+fn describe(spans: &[SpanEvidence], s: &SpanEvidence, m: Method, rid: &str) -> Half {
+    let mut h = Half::of(s, m, rid);
+    for child in spans.iter().filter(|c| c.parent_span_id == Some(s.span_id) && c.side == Side::Client && c.has_rare()) {
+        h.keys.fill_from(&child.keys());
+    }
+    h
 }
 
 /// [`client_halves`], where the spans `moved` names came from another trace (a join): a request
@@ -375,11 +403,7 @@ pub(crate) fn client_halves_with(spans: &[SpanEvidence], moved: impl Fn(&SpanId)
                 return None;
             }
             let joined = served(&m, rid, None);
-            let mut h = Half::of(s, m, rid);
-            for child in spans.iter().filter(|c| c.parent_span_id == Some(s.span_id) && c.side == Side::Client && c.has_rare()) {
-                h.keys.fill_from(&child.keys());
-            }
-            Some((h, joined))
+            Some((describe(spans, s, m, rid), joined))
         })
         .collect()
 }

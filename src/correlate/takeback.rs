@@ -47,6 +47,10 @@ impl Chains {
     /// of making a call-less chain that says nothing. At most two store reads (operation key,
     /// chain) per such receipt and batch.
     fn take_over(&mut self, spans: &[SpanEvidence], store: &mut impl StoreReads) {
+        // Most batches hold no verifier: nothing to index for them.
+        if !spans.iter().any(|ev| !ev.outcomes.is_empty() && ev.method.is_none()) {
+            return;
+        }
         let with_request: rustc_hash::FxHashSet<TraceId> = spans.iter().filter(|s| s.method.is_some()).map(|s| s.trace_id).collect();
         let with_key: rustc_hash::FxHashSet<&str> =
             spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.as_deref()).collect();

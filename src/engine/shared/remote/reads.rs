@@ -43,8 +43,13 @@ struct ReadGroup {
     /// The keys its batches named: sorted and deduplicated once the group is asked for.
     parked: Vec<String>,
     sessions: Vec<String>,
-    ticket: Option<Ticket<StepRead>>,
+    /// The read asked for; it hands the keys back with its answer (they went to the store's
+    /// thread, not a copy of them).
+    ticket: Option<Ticket<(Asks, StepRead)>>,
 }
+
+/// What a group asks for: its parked verifiers' keys, then its sessions'.
+type Asks = Vec<(Table, Vec<String>)>;
 
 /// A group's read: parked verifiers and sessions, in one round trip.
 pub(super) type StepRead = Result<Vec<Vec<Option<Record>>>, StoreError>;
@@ -131,8 +136,11 @@ impl Shared {
         g.parked.dedup();
         g.sessions.sort_unstable();
         g.sessions.dedup();
-        let asks = vec![(Table::Parked, g.parked.clone()), (Table::Sessions, g.sessions.clone())];
-        g.ticket = Some(self.link.worker.submit(move |s| s.get_tables(&asks)));
+        let asks = vec![(Table::Parked, std::mem::take(&mut g.parked)), (Table::Sessions, std::mem::take(&mut g.sessions))];
+        g.ticket = Some(self.link.worker.submit(move |s| {
+            let read = s.get_tables(&asks);
+            (asks, read)
+        }));
     }
 
     /// Chains just decided join the read group not yet asked for (or open one); a batch that
@@ -191,8 +199,15 @@ impl Shared {
                 self.link.worker.wait(ticket);
             }
             let Some(mut g) = self.reads.groups.pop_front() else { break };
-            let read = g.ticket.take().and_then(|tk| self.link.worker.take(tk));
-            let read = read.unwrap_or_else(|| Err(StoreError::Backend("the store's thread has ended".into())));
+            let read = match g.ticket.take().and_then(|tk| self.link.worker.take(tk)) {
+                Some((mut asks, read)) => {
+                    if let Some((_, sessions)) = asks.pop() {
+                        g.sessions = sessions;
+                    }
+                    read
+                }
+                None => Err(StoreError::Backend("the store's thread has ended".into())),
+            };
             let mut batches = Vec::new();
             while self.reads.awaiting.front().is_some_and(|a| a.group == g.id) {
                 if let Some(a) = self.reads.awaiting.pop_front() {

@@ -83,30 +83,31 @@ impl Shared {
     }
 }
 
-/// The sessions of the tool calls in `decided` (sorted, once each).
+/// The sessions of the tool calls in `decided`, once each, in no order (a read group sorts its
+/// keys once, when it is asked for).
 ///
-/// Calls are many and sessions few: the key's parts are deduplicated first (borrowed), so a
-/// key is built once per session, not once per call.
+/// Calls are many and sessions few: what names a key (the session id, or else a client's
+/// service and server) is deduplicated first, borrowed, so a key is built once per session, not
+/// once per call.
 pub(super) fn session_keys(decided: &[DecidedCalls]) -> Vec<String> {
-    type Parts<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>, bool);
-    let mut parts: rustc_hash::FxHashSet<Parts> = Default::default();
+    type Named<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>);
+    let mut named: rustc_hash::FxHashSet<Named> = Default::default();
+    let mut keys = Vec::new();
     // Calls of one session come in runs: a run costs one comparison per call, not a hash.
-    let mut last: Option<Parts> = None;
+    let mut last: Option<Named> = None;
     for c in decided.iter().flat_map(|d| d.calls.iter()).filter(|c| c.method == Some(Method::ToolsCall)) {
-        let p = (c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), c.client_seen);
-        if last != Some(p) {
-            parts.insert(p);
-            last = Some(p);
+        let n = match (c.session_id.as_deref(), c.server.as_deref()) {
+            (Some(session), _) => (Some(session), None, None),
+            (None, Some(server)) if c.client_seen => (None, Some(c.service.as_deref().unwrap_or("?")), Some(server)),
+            // A server's span without a session id names no session (see `session_key`).
+            (None, _) => continue,
+        };
+        if last != Some(n) && named.insert(n) {
+            let side = if c.client_seen { Side::Client } else { Side::Server };
+            keys.extend(crate::evidence::session_key(c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), side));
         }
+        last = Some(n);
     }
-    let mut keys: Vec<String> = parts
-        .into_iter()
-        .filter_map(|(session, service, server, client)| {
-            crate::evidence::session_key(session, service, server, if client { Side::Client } else { Side::Server })
-        })
-        .collect();
-    keys.sort();
-    keys.dedup();
     keys
 }
 
@@ -116,7 +117,7 @@ mod tests {
     use crate::evidence::call::CallEvidence;
     use std::sync::Arc;
 
-    /// The keys deduplicated by their parts are the keys of every call, sorted once each.
+    /// The keys deduplicated by what names them are the keys of every call, once each.
     #[test]
     fn session_keys_are_every_calls_key_once() {
         let call = |session: Option<&str>, service: Option<&str>, server: Option<&str>, client: bool, tool: bool| CallEvidence {
@@ -164,7 +165,10 @@ mod tests {
                 previous: Vec::new(),
             },
         ];
-        assert_eq!(session_keys(&decided), want);
+        let mut got = session_keys(&decided);
+        got.sort();
+        assert_eq!(got.len(), want.len(), "each key once: {got:?}");
+        assert_eq!(got, want);
         assert_eq!(want, ["client:?|server:y", "client:a|server:x", "session:s0", "session:s1"]);
     }
 }
