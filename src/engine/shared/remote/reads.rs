@@ -111,6 +111,8 @@ impl Shared {
                 }
             }
             missing = session_keys(&more).into_iter().filter(|k| group.sessions.binary_search(k).is_err()).collect();
+            missing.sort_unstable();
+            missing.dedup();
             decided.extend(more);
         }
         self.merge_sessions(t, &group.sessions, sessions);

@@ -83,26 +83,25 @@ impl Shared {
     }
 }
 
-/// The sessions of the tool calls in `decided`, once each, in no order (a read group sorts its
-/// keys once, when it is asked for).
+/// The sessions of the tool calls in `decided`, in no order, a key repeated only when calls
+/// of other sessions came between (a read group sorts and deduplicates its keys once, when it
+/// is asked for).
 ///
-/// Calls are many and sessions few: what names a key (the session id, or else a client's
-/// service and server) is deduplicated first, borrowed, so a key is built once per session, not
-/// once per call.
+/// Calls are many and sessions few, and the calls of one session come in runs: a key is built
+/// once per run, and a run costs one comparison per call, not a hash.
 pub(super) fn session_keys(decided: &[DecidedCalls]) -> Vec<String> {
     type Named<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>);
-    let mut named: rustc_hash::FxHashSet<Named> = Default::default();
     let mut keys = Vec::new();
-    // Calls of one session come in runs: a run costs one comparison per call, not a hash.
     let mut last: Option<Named> = None;
     for c in decided.iter().flat_map(|d| d.calls.iter()).filter(|c| c.method == Some(Method::ToolsCall)) {
+        // What names the key: the session id, or else a client's service and server.
         let n = match (c.session_id.as_deref(), c.server.as_deref()) {
             (Some(session), _) => (Some(session), None, None),
             (None, Some(server)) if c.client_seen => (None, Some(c.service.as_deref().unwrap_or("?")), Some(server)),
             // A server's span without a session id names no session (see `session_key`).
             (None, _) => continue,
         };
-        if last != Some(n) && named.insert(n) {
+        if last != Some(n) {
             let side = if c.client_seen { Side::Client } else { Side::Server };
             keys.extend(crate::evidence::session_key(c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), side));
         }
@@ -117,7 +116,7 @@ mod tests {
     use crate::evidence::call::CallEvidence;
     use std::sync::Arc;
 
-    /// The keys deduplicated by what names them are the keys of every call, once each.
+    /// The keys are the keys of every call, once per run of calls with the same one.
     #[test]
     fn session_keys_are_every_calls_key_once() {
         let call = |session: Option<&str>, service: Option<&str>, server: Option<&str>, client: bool, tool: bool| CallEvidence {
@@ -166,9 +165,24 @@ mod tests {
             },
         ];
         let mut got = session_keys(&decided);
+        // Calls 0 and 1 are one run of session s1 (one key); call 3, a server's without a
+        // session id, names none.
+        assert_eq!(got.len(), want.len(), "a key per run of calls: {got:?}");
         got.sort();
-        assert_eq!(got.len(), want.len(), "each key once: {got:?}");
         assert_eq!(got, want);
+        // A session named again after another's run is named again.
+        let again = DecidedCalls {
+            trace_id: [3; 16],
+            calls: vec![calls[0].clone(), calls[6].clone(), calls[1].clone()],
+            decision: crate::classify::Decision {
+                revision: 0,
+                decided_by: crate::verdict::DecidedBy::Quiet,
+                root_seen: true,
+                truncated: false,
+            },
+            previous: Vec::new(),
+        };
+        assert_eq!(session_keys(&[again]), ["session:s1", "session:s0", "session:s1"]);
         assert_eq!(want, ["client:?|server:y", "client:a|server:x", "session:s0", "session:s1"]);
     }
 }
