@@ -305,6 +305,10 @@ const MAX_SPARE_CALLS: usize = 4096;
 /// are still in the cache when their turn comes.
 const WARM_AHEAD: usize = 32;
 
+/// Chains in flight and decided below which nothing is looked up ahead: a table this small
+/// stays in the cache, and the lookups ahead would only be repeated.
+const WARM_FROM_CHAINS: usize = 16_384;
+
 /// A chain's spans asked for by [`prefetch_spans`], at most: a chain of a few calls.
 const WARM_SPAN_BYTES: usize = 1024;
 
@@ -903,10 +907,12 @@ impl Chains {
             }
             // The batch's chains looked up together first, once each, as due chains are (see
             // `warm`): in flight, or else decided (a new trace's first span looks in both).
-            for id in self.batch_spans.keys() {
-                match self.active.get(id) {
-                    Some(c) => prefetch_spans(&c.spans),
-                    None => prefetch(self.decided.get(id).map_or(std::ptr::null(), std::ptr::from_ref)),
+            if self.is_large() {
+                for id in self.batch_spans.keys() {
+                    match self.active.get(id) {
+                        Some(c) => prefetch_spans(&c.spans),
+                        None => prefetch(self.decided.get(id).map_or(std::ptr::null(), std::ptr::from_ref)),
+                    }
                 }
             }
         }
@@ -1310,7 +1316,7 @@ impl Chains {
             }
             while spent < budget {
                 let Some(&e) = self.due_now.get(self.due_next) else { break };
-                if self.due_next.is_multiple_of(WARM_AHEAD) {
+                if self.due_next.is_multiple_of(WARM_AHEAD) && self.is_large() {
                     let ahead = self.due_now.len().min(self.due_next + WARM_AHEAD);
                     self.warm(self.due_next..ahead);
                 }
@@ -1366,6 +1372,11 @@ impl Chains {
             }
         }
         self.release_limbo();
+    }
+
+    /// Whether the chains in flight and decided are too many for the cache (see `warm`).
+    fn is_large(&self) -> bool {
+        self.active.len() + self.decided.len() >= WARM_FROM_CHAINS
     }
 
     /// Look up the chains of the due entries `range` before deciding them, and ask for their
