@@ -140,40 +140,9 @@ mod tests {
             calls.iter().filter(|c| c.method == Some(Method::ToolsCall)).filter_map(CallEvidence::session_key).collect();
         want.sort();
         want.dedup();
-        let decided = vec![
-            DecidedCalls {
-                trace_id: [1; 16],
-                calls: calls[..3].to_vec(),
-                decision: crate::classify::Decision {
-                    revision: 0,
-                    decided_by: crate::verdict::DecidedBy::Quiet,
-                    root_seen: true,
-                    truncated: false,
-                },
-                previous: Vec::new(),
-            },
-            DecidedCalls {
-                trace_id: [2; 16],
-                calls: calls[3..].to_vec(),
-                decision: crate::classify::Decision {
-                    revision: 0,
-                    decided_by: crate::verdict::DecidedBy::Quiet,
-                    root_seen: true,
-                    truncated: false,
-                },
-                previous: Vec::new(),
-            },
-        ];
-        let mut got = session_keys(&decided);
-        // Calls 0 and 1 are one run of session s1 (one key); call 3, a server's without a
-        // session id, names none.
-        assert_eq!(got.len(), want.len(), "a key per run of calls: {got:?}");
-        got.sort();
-        assert_eq!(got, want);
-        // A session named again after another's run is named again.
-        let again = DecidedCalls {
-            trace_id: [3; 16],
-            calls: vec![calls[0].clone(), calls[6].clone(), calls[1].clone()],
+        let decided_of = |trace: u8, calls: Vec<CallEvidence>| DecidedCalls {
+            trace_id: [trace; 16],
+            calls,
             decision: crate::classify::Decision {
                 revision: 0,
                 decided_by: crate::verdict::DecidedBy::Quiet,
@@ -182,6 +151,15 @@ mod tests {
             },
             previous: Vec::new(),
         };
+        let decided = vec![decided_of(1, calls[..3].to_vec()), decided_of(2, calls[3..].to_vec())];
+        let mut got = session_keys(&decided);
+        // Calls 0 and 1 are one run of session s1 (one key); call 3, a server's without a
+        // session id, names none.
+        assert_eq!(got.len(), want.len(), "a key per run of calls: {got:?}");
+        got.sort();
+        assert_eq!(got, want);
+        // A session named again after another's run is named again.
+        let again = decided_of(3, vec![calls[0].clone(), calls[6].clone(), calls[1].clone()]);
         assert_eq!(session_keys(&[again]), ["session:s1", "session:s0", "session:s1"]);
         assert_eq!(want, ["client:?|server:y", "client:a|server:x", "session:s0", "session:s1"]);
     }
