@@ -40,7 +40,8 @@ struct ReadGroup {
     id: u64,
     /// When its first batch was decided (its answer is due `answer_within` after).
     at: Moment,
-    /// The keys its batches named: sorted and deduplicated once the group is asked for.
+    /// The keys its batches named: sorted and deduplicated once the group is asked for (and
+    /// with its read while that is in flight).
     parked: Vec<String>,
     sessions: Vec<String>,
     /// The read asked for; it hands the keys back with its answer (they went to the store's

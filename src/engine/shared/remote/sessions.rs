@@ -118,7 +118,7 @@ mod tests {
 
     /// The keys are the keys of every call, once per run of calls with the same one.
     #[test]
-    fn session_keys_are_every_calls_key_once() {
+    fn session_keys_are_every_calls_key_once_per_run() {
         let call = |session: Option<&str>, service: Option<&str>, server: Option<&str>, client: bool, tool: bool| CallEvidence {
             method: tool.then_some(Method::ToolsCall),
             session_id: session.map(Arc::from),
