@@ -359,11 +359,14 @@ pub(crate) fn client_halves(spans: &[SpanEvidence]) -> Vec<Half> {
 /// session's hash) costs more than asking.
 pub(crate) fn unanswered_client_requests(spans: &[SpanEvidence]) -> impl Iterator<Item = &SpanEvidence> {
     spans.iter().filter(|s| is_request(s) && s.side == Side::Client).filter(|s| match (&s.method, s.request_id.as_deref()) {
-        (Some(m), Some(rid)) => {
-            !spans.iter().any(|o| o.side == Side::Server && o.method.as_ref() == Some(m) && o.request_id.as_deref() == Some(rid))
-        }
+        (Some(m), Some(rid)) => !spans.iter().any(|o| answers(o, m, rid)),
         _ => false,
     })
+}
+
+/// Whether span `o` is the server side of request `(m, rid)`.
+fn answers(o: &SpanEvidence, m: &Method, rid: &str) -> bool {
+    o.side == Side::Server && o.method.as_ref() == Some(m) && o.request_id.as_deref() == Some(rid)
 }
 
 /// The client half request span `s` of `spans` describes (one of
@@ -387,12 +390,7 @@ fn describe(spans: &[SpanEvidence], s: &SpanEvidence, m: Method, rid: &str) -> H
 /// a client half as far as rivals are concerned, returned with `true` (joined).
 pub(crate) fn client_halves_with(spans: &[SpanEvidence], moved: impl Fn(&SpanId) -> bool) -> Vec<(Half, bool)> {
     let served = |m: &Method, rid: &str, origin: Option<bool>| {
-        spans.iter().any(|s| {
-            s.side == Side::Server
-                && s.method.as_ref() == Some(m)
-                && s.request_id.as_deref() == Some(rid)
-                && origin.is_none_or(|o| moved(&s.span_id) == o)
-        })
+        spans.iter().any(|s| answers(s, m, rid) && origin.is_none_or(|o| moved(&s.span_id) == o))
     };
     spans
         .iter()

@@ -47,18 +47,16 @@ impl Chains {
     /// of making a call-less chain that says nothing. At most two store reads (operation key,
     /// chain) per such receipt and batch.
     fn take_over(&mut self, spans: &[SpanEvidence], store: &mut impl StoreReads) {
-        // Most batches hold no verifier: nothing to index for them.
-        if !spans.iter().any(|ev| !ev.outcomes.is_empty() && ev.method.is_none()) {
+        // A verifier's receipt: outcomes, no request. Most batches hold none: nothing to index.
+        let is_receipt = |ev: &&SpanEvidence| !ev.outcomes.is_empty() && ev.method.is_none();
+        if !spans.iter().any(|ev| is_receipt(&ev)) {
             return;
         }
         let with_request: rustc_hash::FxHashSet<TraceId> = spans.iter().filter(|s| s.method.is_some()).map(|s| s.trace_id).collect();
         let with_key: rustc_hash::FxHashSet<&str> =
             spans.iter().filter(|s| s.method.is_some()).filter_map(|s| s.operation_key.as_deref()).collect();
         let mut asked = rustc_hash::FxHashSet::default();
-        for ev in spans {
-            if ev.outcomes.is_empty() || ev.method.is_some() {
-                continue;
-            }
+        for ev in spans.iter().filter(is_receipt) {
             let mut id = ev.trace_id;
             // A verifier in a trace of its own names its call's operation key: the call's trace
             // is in the store's operation index when another instance holds the call.

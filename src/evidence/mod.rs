@@ -1013,20 +1013,44 @@ pub(crate) fn operation_keys(spans: &[SpanEvidence]) -> Vec<Box<str>> {
 /// See [`SpanEvidence::session_key`]. Server-side spans without a session id do not know the
 /// client, so they key by server alone only when nothing better exists.
 pub fn session_key(session_id: Option<&str>, service: Option<&str>, server: Option<&str>, side: Side) -> Option<String> {
-    // Pieces pushed into one allocation of the right size (no formatting machinery: this runs
-    // for every call decided and every span with catalog facts).
-    let join = |pieces: &[&str]| {
-        let mut k = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
-        pieces.iter().for_each(|p| k.push_str(p));
-        k
-    };
-    if let Some(sid) = session_id {
-        return Some(join(&["session:", sid]));
+    SessionName::of(session_id, service, server, side).map(SessionName::key)
+}
+
+/// What names a session's key: its id, or else (a client's span) the client's service and the
+/// server. Two calls with the same name have the same key, so a caller with many calls can
+/// compare names (borrowed) and build each key once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum SessionName<'a> {
+    Session(&'a str),
+    Client { service: &'a str, server: &'a str },
+}
+
+impl<'a> SessionName<'a> {
+    /// The name [`session_key`] keys by; `None` for a server's span without a session id.
+    pub(crate) fn of(session_id: Option<&'a str>, service: Option<&'a str>, server: Option<&'a str>, side: Side) -> Option<Self> {
+        if let Some(sid) = session_id {
+            return Some(SessionName::Session(sid));
+        }
+        let server = server?;
+        match side {
+            Side::Server => None,
+            _ => Some(SessionName::Client { service: service.unwrap_or("?"), server }),
+        }
     }
-    let server = server?;
-    match side {
-        Side::Server => None,
-        _ => Some(join(&["client:", service.unwrap_or("?"), "|server:", server])),
+
+    /// The key.
+    pub(crate) fn key(self) -> String {
+        // Pieces pushed into one allocation of the right size (no formatting machinery: this runs
+        // for every call decided and every span with catalog facts).
+        let join = |pieces: &[&str]| {
+            let mut k = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+            pieces.iter().for_each(|p| k.push_str(p));
+            k
+        };
+        match self {
+            SessionName::Session(sid) => join(&["session:", sid]),
+            SessionName::Client { service, server } => join(&["client:", service, "|server:", server]),
+        }
     }
 }
 

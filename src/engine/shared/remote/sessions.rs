@@ -4,7 +4,7 @@
 
 use crate::correlate::outbox::{ReadBack, SessionBack};
 use crate::correlate::DecidedCalls;
-use crate::evidence::{Method, Side};
+use crate::evidence::{Method, SessionName, Side};
 use crate::state::{Record, StoreError, Table};
 
 use super::super::worker::Ticket;
@@ -90,22 +90,15 @@ impl Shared {
 /// Calls are many and sessions few, and the calls of one session come in runs: a key is built
 /// once per run, and a run costs one comparison per call, not a hash.
 pub(super) fn session_keys(decided: &[DecidedCalls]) -> Vec<String> {
-    type Named<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>);
     let mut keys = Vec::new();
-    let mut last: Option<Named> = None;
+    let mut last: Option<SessionName> = None;
     for c in decided.iter().flat_map(|d| d.calls.iter()).filter(|c| c.method == Some(Method::ToolsCall)) {
-        // What names the key: the session id, or else a client's service and server.
-        let n = match (c.session_id.as_deref(), c.server.as_deref()) {
-            (Some(session), _) => (Some(session), None, None),
-            (None, Some(server)) if c.client_seen => (None, Some(c.service.as_deref().unwrap_or("?")), Some(server)),
-            // A server's span without a session id names no session (see `session_key`).
-            (None, _) => continue,
-        };
-        if last != Some(n) {
-            let side = if c.client_seen { Side::Client } else { Side::Server };
-            keys.extend(crate::evidence::session_key(c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), side));
+        let side = if c.client_seen { Side::Client } else { Side::Server };
+        let Some(name) = SessionName::of(c.session_id.as_deref(), c.service.as_deref(), c.server.as_deref(), side) else { continue };
+        if last != Some(name) {
+            keys.push(name.key());
         }
-        last = Some(n);
+        last = Some(name);
     }
     keys
 }
