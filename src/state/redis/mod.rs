@@ -220,8 +220,15 @@ fn backend(shown: &str, e: &impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("redis at {shown}: {e}"))
 }
 
+/// `mcp-health:<table>:<key>`, built by hand: the read groups name thousands of keys a second,
+/// and `format!`'s machinery was a tenth of the store thread's instructions.
 fn record_key(table: Table, key: &str) -> String {
-    format!("{PREFIX}:{}:{key}", table.as_str())
+    let t = table.as_str();
+    let mut s = String::with_capacity(PREFIX.len() + t.len() + key.len() + 2);
+    for part in [PREFIX, ":", t, ":", key] {
+        s.push_str(part);
+    }
+    s
 }
 
 /// The tables the gauge lease's holder counts every few seconds ([`StateStore::scan`]): each
@@ -737,22 +744,36 @@ impl RedisStore {
         keys: impl Iterator<Item = &'a [u8]>,
         strings: bool,
     ) -> Result<(u64, Vec<Option<Stored>>), StoreError> {
-        let mut pipe = ::redis::pipe();
-        pipe.ignore_errors();
+        // Packed here, not through `redis::pipe`, which builds each command in a buffer of its
+        // own before copying it into the pipeline's.
+        let mut packed = std::mem::take(&mut self.packed);
+        packed.clear();
+        let mut count = 0;
         if !probe.is_empty() {
-            let exists = pipe.cmd("EXISTS");
+            resp::array(&mut packed, 1 + probe.len());
+            resp::bulk(&mut packed, &[b"EXISTS"]);
             for k in probe {
-                exists.arg(k.as_ref());
+                resp::bulk(&mut packed, &[k.as_ref()]);
             }
+            count += 1;
         }
         for k in keys {
             if strings {
-                pipe.cmd("GET").arg(k);
+                resp::array(&mut packed, 2);
+                resp::bulk(&mut packed, &[b"GET"]);
+                resp::bulk(&mut packed, &[k]);
             } else {
-                pipe.cmd("HMGET").arg(k).arg("v").arg("ver");
+                resp::array(&mut packed, 4);
+                resp::bulk(&mut packed, &[b"HMGET"]);
+                resp::bulk(&mut packed, &[k]);
+                resp::bulk(&mut packed, &[b"v"]);
+                resp::bulk(&mut packed, &[b"ver"]);
             }
+            count += 1;
         }
-        let mut values: Vec<::redis::Value> = self.with_conn(|c| pipe.query(c))?;
+        let answer = if count == 0 { Ok(Vec::new()) } else { self.with_conn(|c| c.req_packed_commands(&packed, 0, count)) };
+        self.keep_packed(packed);
+        let mut values: Vec<::redis::Value> = answer?;
         let shown = &self.shown;
         let present = if probe.is_empty() || values.is_empty() {
             0
@@ -837,6 +858,18 @@ struct Sent {
 }
 
 impl RedisStore {
+    /// The commands' buffer back, for the next round: kept while the rounds are as large as the
+    /// one that grew it. Flat out each round is megabytes, and growing a new buffer by doubling
+    /// for every round copied each record again and faulted in fresh pages. A buffer one huge
+    /// round grew goes once the rounds are small again.
+    fn keep_packed(&mut self, mut packed: Vec<u8>) {
+        if packed.capacity() > PACKED_KEEP.max(2 * packed.len()) {
+            packed = Vec::new();
+        }
+        packed.clear();
+        self.packed = packed;
+    }
+
     /// Send the changes `which` under `version` in one round trip (see [`Self::pack_round`]).
     fn send_round(
         &mut self,
@@ -915,15 +948,7 @@ impl RedisStore {
                 if plan.scripted.is_empty() { (::redis::from_redis_value(last)?, Vec::new()) } else { ::redis::from_redis_value(last)? };
             Ok((taken, next, bad))
         });
-        // Kept while the rounds are as large as the one that grew it: flat out each round is
-        // megabytes, and growing a new buffer by doubling for every round copied each record
-        // again and faulted in fresh pages. A buffer one huge round grew goes once the rounds
-        // are small again.
-        if packed.capacity() > PACKED_KEEP.max(2 * packed.len()) {
-            packed = Vec::new();
-        }
-        packed.clear();
-        self.packed = packed;
+        self.keep_packed(packed);
         let (retry, next, bad) = answer?;
         let refused = bad.into_iter().filter_map(|i| i.checked_sub(1)).filter_map(|i| plan.scripted.get(i).copied()).collect();
         Ok(Sent { next, direct: plan.direct, scripted: plan.scripted, refused, retry })
