@@ -513,7 +513,9 @@ impl RedisStore {
         // goes to the script, which tracks keys only then: the table it takes costs every record
         // otherwise.
         let twice = {
-            let mut keys: rustc_hash::FxHashSet<(Table, &str)> = Default::default();
+            // Sized at once: grown from empty, its rehashes cost more than its inserts.
+            let mut keys: rustc_hash::FxHashSet<(Table, &str)> =
+                rustc_hash::FxHashSet::with_capacity_and_hasher(which.len(), Default::default());
             !which.iter().filter_map(|i| changes.changes.get(*i)).all(|c| keys.insert((c.table, c.key.as_str())))
         };
         for &i in which {
