@@ -14,7 +14,7 @@ use super::tests::{all_changes, check, check_bounded_load, incident, many_decide
 use super::*;
 
 #[path = "../../tests/support/redis_server.rs"]
-mod redis_server;
+pub(super) mod redis_server;
 use redis_server::{available, RedisServer};
 
 fn settings(url: &str) -> RedisSettings {
@@ -1517,4 +1517,43 @@ fn redis_a_bounded_load_keeps_the_newest_decided_chains() {
     let n = 2500;
     open(&r).apply(&many_decided(n)).unwrap();
     check_bounded_load(&mut open(&r), n);
+}
+
+/// A write round goes over a connection of its own (see `wire`): made as the endpoint says, with
+/// an ACL user's name and password and the database, so a record written lands in that database
+/// and is read back, and a change through the apply script as well.
+#[test]
+fn redis_write_rounds_connect_as_the_endpoint_says_user_password_and_database() {
+    if !available("redis_write_rounds_connect_as_the_endpoint_says_user_password_and_database") {
+        return;
+    }
+    let r = RedisServer::start_with(false, Some("planted-admin-pw-5"));
+    let mut admin = r.conn();
+    let _: () = ::redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("writer")
+        .arg("on")
+        .arg(">planted-writer-pw-6")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://writer:planted-writer-pw-6@127.0.0.1:{}/3", r.port);
+    let mut st = RedisStore::open(settings(&url)).expect("open as the ACL user");
+    st.announce(Duration::from_millis(1)).expect("announce");
+    let mut c = Changes::default();
+    // A new key (a `SET … NX` on the round's connection) and one through the apply script.
+    c.put("op-wire".into(), Record::Operation([7; 16]));
+    c.put(incident_key(), one_incident(1).changes.remove(0).value.unwrap());
+    st.apply(&c).unwrap();
+    let mut in_db = |db: i64, key: &str| -> bool {
+        let _: () = ::redis::cmd("SELECT").arg(db).query(&mut admin).unwrap();
+        ::redis::cmd("EXISTS").arg(key).query::<u64>(&mut admin).unwrap() == 1
+    };
+    for key in [record_key(Table::Operations, "op-wire"), record_key(Table::Incidents, &incident_key())] {
+        assert!(in_db(3, &key) && !in_db(0, &key), "{key}: written into database 3 alone");
+    }
+    assert!(matches!(st.get(Table::Operations, "op-wire").unwrap(), Some(Record::Operation(t)) if t == [7; 16]));
+    assert!(st.get(Table::Incidents, &incident_key()).unwrap().is_some());
 }

@@ -63,7 +63,9 @@
 //! runs the engine's calls in order while the engine goes on, so a round trip is never on the
 //! engine's path. An async client would need a runtime handle inside the engine's step or a
 //! rewrite of the engine around `.await`, for no gain over that thread (the gate's reads share
-//! the connection, under the store's lock). Every socket operation is bounded by `storage.timeout` (connect, read, write), and
+//! the connection, under the store's lock). A write round's commands and answers go over a second
+//! connection of the store's own ([`round_socket`]), whose reader takes the round's few kinds of
+//! answer far more cheaply than the crate's. Every socket operation is bounded by `storage.timeout` (connect, read, write), and
 //! after a failure the store does not try to reconnect for `storage.retry_after`, answering
 //! [`StoreError::Backend`] at once, so a store that hangs or is down costs the engine at most one
 //! timeout per `retry_after`, never a stall per step.
@@ -89,6 +91,7 @@ use super::versions::Versions;
 use super::{Changes, Record, Snapshot, StateStore, StoreError, StoreStats, Table};
 
 mod resp;
+mod round_socket;
 mod scripts;
 
 use scripts::{ANNOUNCE_SCRIPT, APPLY_SCRIPT, LEASE_SCRIPT, UNINDEX_SCRIPT};
@@ -187,6 +190,8 @@ pub(crate) struct RedisStore {
     /// The endpoint as it may be shown.
     shown: String,
     conn: Option<Connection>,
+    /// The write rounds' own connection (see [`round_socket`]).
+    socket: Option<round_socket::RoundSocket>,
     /// No connection is tried before this (after a failure).
     down_until: Option<Instant>,
     /// What this instance last read or wrote, per (table, key), forgotten when untouched for
@@ -280,6 +285,7 @@ impl RedisStore {
             settings,
             shown,
             conn: None,
+            socket: None,
             down_until: None,
             versions,
             read: super::ReadPolicy::default(),
@@ -342,10 +348,98 @@ impl RedisStore {
     /// it and holds further attempts off for `retry_after`.
     fn conn_failed(&mut self, e: ::redis::RedisError) -> StoreError {
         if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            // The rounds' connection goes too: what broke one (Redis restarted, the clients
+            // killed, the network) most likely broke both.
             self.conn = None;
+            self.socket = None;
             self.down_until = Some(Instant::now() + self.settings.retry_after);
         }
         backend(&self.shown, &e)
+    }
+
+    /// Connect the rounds' own connection unless connected (not again before `retry_after` has
+    /// passed since a failure of either connection).
+    fn ensure_socket(&mut self) -> Result<(), StoreError> {
+        if self.socket.is_none() {
+            if let Some(t) = self.down_until {
+                if Instant::now() < t {
+                    return Err(StoreError::Backend(format!("redis at {} is unavailable; retrying shortly", self.shown)));
+                }
+            }
+            match round_socket::RoundSocket::connect(self.client.get_connection_info(), self.settings.timeout) {
+                Ok(w) => self.socket = Some(w),
+                Err(e) => return Err(self.socket_failed(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// A failure of the rounds' connection: it is forgotten (its answers may be out of step), and
+    /// so is the other connection (what broke one most likely broke both), and further attempts
+    /// are held off for `retry_after`.
+    fn socket_failed(&mut self, e: round_socket::SocketError) -> StoreError {
+        self.socket = None;
+        self.conn = None;
+        self.down_until = Some(Instant::now() + self.settings.retry_after);
+        backend(&self.shown, &e)
+    }
+
+    /// The answers to a round's commands (`packed`: those not sent yet, which go now): the
+    /// `SET … NX` changes that found their key taken, the number the script or the `INCR` took
+    /// for the next apply, and the script's refusals (1-based, among `plan.scripted`). Every
+    /// answer is read before an error is returned, so the connection stays in step.
+    fn round_answers(
+        &mut self,
+        socket: &mut round_socket::RoundSocket,
+        packed: &[u8],
+        plan: &Plan,
+    ) -> Result<(Vec<usize>, u64, Vec<usize>), RoundError> {
+        use round_socket::Answer;
+        socket.send(packed).map_err(RoundError::RoundSocket)?;
+        let (mut taken, mut refused) = (Vec::new(), None);
+        for &i in &plan.direct {
+            match socket.answer().map_err(RoundError::RoundSocket)? {
+                Answer::Nil => taken.push(i),
+                Answer::Error(e) => {
+                    refused.get_or_insert(e);
+                }
+                _ => {}
+            }
+        }
+        let mut last = socket.answer().map_err(RoundError::RoundSocket)?;
+        if last.error_code() == Some("NOSCRIPT") {
+            // Redis restarted (or its scripts were flushed) since the last apply: the script
+            // alone again (the `SET`s before it have run).
+            let _: String = self.with_conn(|c| APPLY_SCRIPT.load(c)).map_err(RoundError::Store)?;
+            socket.send(&packed[plan.script_at..]).map_err(RoundError::RoundSocket)?;
+            last = socket.answer().map_err(RoundError::RoundSocket)?;
+        }
+        let shown = &self.shown;
+        if let Some(e) = refused {
+            return Err(RoundError::Store(backend(shown, &e)));
+        }
+        let unexpected = || RoundError::Store(backend(shown, &"unexpected answer to a write"));
+        let count = |n: &Answer| match n {
+            Answer::Integer(n) => u64::try_from(*n).ok(),
+            _ => None,
+        };
+        match last {
+            Answer::Error(e) => Err(RoundError::Store(backend(shown, &e))),
+            n @ Answer::Integer(_) if plan.scripted.is_empty() => Ok((taken, count(&n).ok_or_else(unexpected)?, Vec::new())),
+            Answer::Array(parts) if !plan.scripted.is_empty() => match parts.as_slice() {
+                [n, Answer::Array(bad)] => {
+                    let next = count(n).ok_or_else(unexpected)?;
+                    let bad = bad
+                        .iter()
+                        .map(|b| count(b).and_then(|b| usize::try_from(b).ok()))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(unexpected)?;
+                    Ok((taken, next, bad))
+                }
+                _ => Err(unexpected()),
+            },
+            _ => Err(unexpected()),
+        }
     }
 
     fn connect(&self) -> ::redis::RedisResult<Connection> {
@@ -807,6 +901,13 @@ impl RedisStore {
     }
 }
 
+/// How a round's answers could not be taken: its connection failed (and is out of step), or
+/// Redis answered with an error (the connection is in step).
+enum RoundError {
+    RoundSocket(round_socket::SocketError),
+    Store(StoreError),
+}
+
 /// How one write's changes (indexes into its [`Changes`]) were sent.
 #[derive(Default)]
 struct Plan {
@@ -885,12 +986,13 @@ impl RedisStore {
         // record's bytes are copied once, not through an invocation's and a command's own copies
         // (the store's thread is the cluster's other hot thread, after Redis).
         // The `SET`s go out as they are packed (see [`SEND_EVERY`]), so Redis runs the first
-        // while the rest are encoded; their answers are read with the script's.
-        self.ensure_conn()?;
-        let Some(mut conn) = self.conn.take() else { unreachable!("connected above") };
+        // while the rest are encoded; their answers are read with the script's, on the rounds'
+        // own connection (see [`round_socket`]).
+        self.ensure_socket()?;
+        let Some(mut socket) = self.socket.take() else { unreachable!("connected above") };
         let (mut failed, mut flushed) = (None, false);
         let mut packed = std::mem::take(&mut self.packed);
-        let mut flush = |bytes: &[u8]| match conn.send_packed_command(bytes) {
+        let mut flush = |bytes: &[u8]| match socket.send(bytes) {
             Ok(()) => {
                 flushed = true;
                 true
@@ -901,56 +1003,38 @@ impl RedisStore {
             }
         };
         let packing = self.pack_round(changes, seen, which, version, direct, &mut packed, &mut flush);
-        self.conn = Some(conn);
         if let Some(e) = failed {
-            packed.clear();
-            self.packed = packed;
-            let e = self.conn_failed(e);
-            // A send that stopped part way leaves the connection's answers out of step.
-            self.conn = None;
-            return Err(e);
+            // A send that stopped part way leaves the connection's answers out of step: it is
+            // not used again.
+            self.keep_packed(packed);
+            return Err(self.socket_failed(e));
         }
         let (sent, plan) = match packing {
             Ok(x) => x,
             Err(e) => {
-                packed.clear();
-                self.packed = packed;
-                if flushed {
-                    // Commands went out whose answers nobody will read: the connection is not
-                    // used again (the apply failed; its `SET`s that ran are found at the next).
-                    self.conn = None;
+                self.keep_packed(packed);
+                if !flushed {
+                    // Nothing went out: the connection is in step.
+                    self.socket = Some(socket);
                 }
+                // Else commands went out whose answers nobody will read: the connection is not
+                // used again (the apply failed; its `SET`s that ran are found at the next).
                 return Err(e);
             }
         };
         self.stats.bytes_sent += sent as u64;
-        let count = plan.direct.len() + 1;
-        let answer = self.with_conn(|c| {
-            let mut values = c.req_packed_commands(&packed, 0, count)?;
-            let Some(last) = values.pop() else {
-                return Err(::redis::RedisError::from((::redis::ErrorKind::UnexpectedReturnType, "no answer")));
-            };
-            let last = match last.extract_error() {
-                Err(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) => {
-                    // Redis restarted (or its scripts were flushed) since the last apply: the
-                    // script alone again (the `SET`s before it have run).
-                    APPLY_SCRIPT.load(c)?;
-                    c.req_packed_command(&packed[plan.script_at..])?.extract_error()?
-                }
-                r => r?,
-            };
-            // `OK`, or nil where the key was there.
-            let mut taken = Vec::new();
-            for (v, i) in values.into_iter().zip(&plan.direct) {
-                if v.extract_error()? == ::redis::Value::Nil {
-                    taken.push(*i);
-                }
-            }
-            let (next, bad): (u64, Vec<usize>) =
-                if plan.scripted.is_empty() { (::redis::from_redis_value(last)?, Vec::new()) } else { ::redis::from_redis_value(last)? };
-            Ok((taken, next, bad))
-        });
+        self.stats.round_trips += 1;
+        let answer = self.round_answers(&mut socket, &packed, &plan);
         self.keep_packed(packed);
+        match &answer {
+            Err(RoundError::RoundSocket(_)) => {}
+            // An answer that is an error leaves the connection in step.
+            _ => self.socket = Some(socket),
+        }
+        let answer = answer.map_err(|e| match e {
+            RoundError::RoundSocket(e) => self.socket_failed(e),
+            RoundError::Store(e) => e,
+        });
         let (retry, next, bad) = answer?;
         let refused = bad.into_iter().filter_map(|i| i.checked_sub(1)).filter_map(|i| plan.scripted.get(i).copied()).collect();
         Ok(Sent { next, direct: plan.direct, scripted: plan.scripted, refused, retry })
