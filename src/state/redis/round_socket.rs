@@ -29,7 +29,9 @@ const READ_AT_ONCE: usize = 64 << 10;
 /// One answer, as a round reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Answer {
-    /// `+…`: `OK` for a `SET`.
+    /// `+OK`: a `SET` that wrote (most of a round's answers; read without an allocation).
+    Ok,
+    /// `+…` but `OK`.
     Simple(String),
     /// `-…`: the error's text, its code first (`NOSCRIPT …`).
     Error(String),
@@ -185,7 +187,7 @@ impl RoundSocket {
     fn handshake(&mut self, step: &'static str, cmd: &[u8]) -> Result<(), SocketError> {
         self.send(cmd)?;
         match self.answer()? {
-            Answer::Simple(_) => Ok(()),
+            Answer::Ok | Answer::Simple(_) => Ok(()),
             // The code alone: an `AUTH` error's text could echo what was sent.
             a => Err(SocketError::Refused { step, code: a.error_code().unwrap_or("unexpected answer").to_string() }),
         }
@@ -200,17 +202,34 @@ impl RoundSocket {
     /// The next answer, read from the socket as far as it takes.
     pub(super) fn answer(&mut self) -> Result<Answer, SocketError> {
         loop {
-            match parse(&self.buf[self.start..], 0)? {
+            let unread = &self.buf[self.start..];
+            let quick = if unread.starts_with(b"+OK\r\n") {
+                Some(Answer::Ok)
+            } else if unread.starts_with(b"$-1\r\n") {
+                Some(Answer::Nil)
+            } else {
+                None
+            };
+            if let Some(a) = quick {
+                self.take(5);
+                return Ok(a);
+            }
+            match parse(unread, 0)? {
                 Some((a, used)) => {
-                    self.start += used;
-                    if self.start == self.buf.len() {
-                        self.buf.clear();
-                        self.start = 0;
-                    }
+                    self.take(used);
                     return Ok(a);
                 }
                 None => self.fill()?,
             }
+        }
+    }
+
+    /// `n` bytes of those read are taken.
+    fn take(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
         }
     }
 
@@ -263,6 +282,7 @@ fn parse(b: &[u8], depth: usize) -> Result<Option<(Answer, usize)>, SocketError>
     };
     used += 1;
     let answer = match kind {
+        b'+' if head == b"OK" => Answer::Ok,
         b'+' => Answer::Simple(text(head)),
         b'-' => Answer::Error(text(head)),
         b':' => Answer::Integer(number(head)?),
@@ -323,7 +343,8 @@ mod tests {
     #[test]
     fn answers_a_round_gets_are_read_as_their_kind() {
         let table: &[(&[u8], Answer)] = &[
-            (b"+OK\r\n", Answer::Simple("OK".into())),
+            (b"+OK\r\n", Answer::Ok),
+            (b"+QUEUED\r\n", Answer::Simple("QUEUED".into())),
             (b"$-1\r\n", Answer::Nil),
             (b"*-1\r\n", Answer::Nil),
             (b":42\r\n", Answer::Integer(42)),
@@ -390,7 +411,7 @@ mod against_redis {
         }
         w.send(&cmd).unwrap();
         w.send(&cmd).unwrap();
-        assert_eq!(w.answer().unwrap(), Answer::Simple("OK".into()));
+        assert_eq!(w.answer().unwrap(), Answer::Ok);
         assert_eq!(w.answer().unwrap(), Answer::Nil, "the key was there");
         let wrong = format!("redis://:planted-wrong-pw-9@127.0.0.1:{}", r.port);
         let e = connect(&wrong).err().expect("a wrong password is refused").to_string();
