@@ -395,10 +395,10 @@ impl RedisStore {
         plan: &Plan,
     ) -> Result<(Vec<usize>, u64, Vec<usize>), RoundError> {
         use round_socket::Answer;
-        socket.send(packed).map_err(RoundError::RoundSocket)?;
+        socket.send(packed).map_err(RoundError::Socket)?;
         let (mut taken, mut refused) = (Vec::new(), None);
         for &i in &plan.direct {
-            match socket.answer().map_err(RoundError::RoundSocket)? {
+            match socket.answer().map_err(RoundError::Socket)? {
                 Answer::Nil => taken.push(i),
                 Answer::Error(e) => {
                     refused.get_or_insert(e);
@@ -406,13 +406,13 @@ impl RedisStore {
                 _ => {}
             }
         }
-        let mut last = socket.answer().map_err(RoundError::RoundSocket)?;
+        let mut last = socket.answer().map_err(RoundError::Socket)?;
         if last.error_code() == Some("NOSCRIPT") {
             // Redis restarted (or its scripts were flushed) since the last apply: the script
             // alone again (the `SET`s before it have run).
             let _: String = self.with_conn(|c| APPLY_SCRIPT.load(c)).map_err(RoundError::Store)?;
-            socket.send(&packed[plan.script_at..]).map_err(RoundError::RoundSocket)?;
-            last = socket.answer().map_err(RoundError::RoundSocket)?;
+            socket.send(&packed[plan.script_at..]).map_err(RoundError::Socket)?;
+            last = socket.answer().map_err(RoundError::Socket)?;
         }
         let shown = &self.shown;
         if let Some(e) = refused {
@@ -904,7 +904,7 @@ impl RedisStore {
 /// How a round's answers could not be taken: its connection failed (and is out of step), or
 /// Redis answered with an error (the connection is in step).
 enum RoundError {
-    RoundSocket(round_socket::SocketError),
+    Socket(round_socket::SocketError),
     Store(StoreError),
 }
 
@@ -1027,12 +1027,12 @@ impl RedisStore {
         let answer = self.round_answers(&mut socket, &packed, &plan);
         self.keep_packed(packed);
         match &answer {
-            Err(RoundError::RoundSocket(_)) => {}
+            Err(RoundError::Socket(_)) => {}
             // An answer that is an error leaves the connection in step.
             _ => self.socket = Some(socket),
         }
         let answer = answer.map_err(|e| match e {
-            RoundError::RoundSocket(e) => self.socket_failed(e),
+            RoundError::Socket(e) => self.socket_failed(e),
             RoundError::Store(e) => e,
         });
         let (retry, next, bad) = answer?;
