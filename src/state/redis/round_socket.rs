@@ -123,9 +123,11 @@ pub(super) enum SocketError {
 /// The connection: a socket and the answers read from it not yet taken.
 pub(super) struct RoundSocket {
     stream: Stream,
+    /// Bytes read from the socket: `buf[start..end]` not yet taken. Zeroed once as it grows,
+    /// not before each read.
     buf: Vec<u8>,
-    /// `buf[start..]` is read and not yet taken.
     start: usize,
+    end: usize,
 }
 
 impl RoundSocket {
@@ -156,7 +158,7 @@ impl RoundSocket {
             _ => return Err(SocketError::Tls),
         };
         stream.set_timeouts(timeout)?;
-        let mut socket = RoundSocket { stream, buf: Vec::new(), start: 0 };
+        let mut socket = RoundSocket { stream, buf: Vec::new(), start: 0, end: 0 };
         let settings = info.redis_settings();
         if let Some(password) = settings.password() {
             let mut cmd = Vec::new();
@@ -202,7 +204,7 @@ impl RoundSocket {
     /// The next answer, read from the socket as far as it takes.
     pub(super) fn answer(&mut self) -> Result<Answer, SocketError> {
         loop {
-            let unread = &self.buf[self.start..];
+            let unread = &self.buf[self.start..self.end];
             let quick = if unread.starts_with(b"+OK\r\n") {
                 Some(Answer::Ok)
             } else if unread.starts_with(b"$-1\r\n") {
@@ -227,34 +229,36 @@ impl RoundSocket {
     /// `n` bytes of those read are taken.
     fn take(&mut self, n: usize) {
         self.start += n;
-        if self.start == self.buf.len() {
-            self.buf.clear();
+        if self.start == self.end {
             self.start = 0;
+            self.end = 0;
         }
     }
 
     /// Read more of the socket's bytes (at least one) behind those not yet taken.
     fn fill(&mut self) -> Result<(), SocketError> {
         if self.start > 0 {
-            self.buf.drain(..self.start);
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        if self.buf.len() >= MAX_ANSWER {
-            return Err(SocketError::Protocol("an answer past its bound"));
+        if self.end == self.buf.len() {
+            if self.end >= MAX_ANSWER {
+                return Err(SocketError::Protocol("an answer past its bound"));
+            }
+            self.buf.resize((2 * self.buf.len()).max(READ_AT_ONCE), 0);
         }
-        let have = self.buf.len();
-        self.buf.resize(have + READ_AT_ONCE, 0);
         let n = loop {
-            match self.stream.read(&mut self.buf[have..]) {
+            match self.stream.read(&mut self.buf[self.end..]) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => break r,
+                r => break r?,
             }
         };
-        self.buf.truncate(have + *n.as_ref().unwrap_or(&0));
-        match n? {
-            0 => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the connection was closed").into()),
-            _ => Ok(()),
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the connection was closed").into());
         }
+        self.end += n;
+        Ok(())
     }
 }
 
@@ -370,6 +374,48 @@ mod tests {
         for bytes in [&b"!3\r\nabc\r\n"[..], b":x\r\n", b"$3\r\nabcd\r\n", b"$99999999999\r\n", b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"] {
             assert!(parse(bytes, 0).is_err(), "{:?}", String::from_utf8_lossy(bytes));
         }
+    }
+
+    /// Answers that arrive a few bytes at a time, and one larger than a read, are read whole
+    /// and in order, across as many reads as they take.
+    #[cfg(unix)]
+    #[test]
+    fn answers_arriving_in_pieces_are_read_whole_and_in_order() {
+        let (mut far, near) = UnixStream::pair().expect("a socket pair");
+        let mut socket = RoundSocket { stream: Stream::Unix(near), buf: Vec::new(), start: 0, end: 0 };
+        let large = vec![b'x'; 3 * READ_AT_ONCE + 7];
+        let mut bytes = Vec::new();
+        for _ in 0..50 {
+            bytes.extend_from_slice(b"+OK\r\n$-1\r\n:12\r\n*2\r\n:7\r\n*1\r\n:2\r\n");
+        }
+        bytes.extend_from_slice(format!("${}\r\n", large.len()).as_bytes());
+        bytes.extend_from_slice(&large);
+        bytes.extend_from_slice(b"\r\n+OK\r\n");
+        let writer = std::thread::spawn(move || {
+            for (i, piece) in bytes.chunks(4096).enumerate() {
+                // The first pieces a few bytes at a time, the rest as they come.
+                if i == 0 {
+                    for small in piece.chunks(3) {
+                        far.write_all(small).unwrap();
+                        far.flush().unwrap();
+                        std::thread::yield_now();
+                    }
+                } else {
+                    far.write_all(piece).unwrap();
+                }
+            }
+        });
+        for _ in 0..50 {
+            assert_eq!(socket.answer().unwrap(), Answer::Ok);
+            assert_eq!(socket.answer().unwrap(), Answer::Nil);
+            assert_eq!(socket.answer().unwrap(), Answer::Integer(12));
+            assert_eq!(socket.answer().unwrap(), Answer::Array(vec![Answer::Integer(7), Answer::Array(vec![Answer::Integer(2)])]));
+        }
+        assert_eq!(socket.answer().unwrap(), Answer::Bulk(large));
+        assert_eq!(socket.answer().unwrap(), Answer::Ok);
+        writer.join().unwrap();
+        // The writer is gone: the next answer is an error, not a wait.
+        assert!(socket.answer().is_err());
     }
 
     proptest! {
