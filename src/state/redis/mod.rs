@@ -225,15 +225,16 @@ fn backend(shown: &str, e: &impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("redis at {shown}: {e}"))
 }
 
-/// `mcp-health:<table>:<key>`, built by hand: the read groups name thousands of keys a second,
-/// and `format!`'s machinery was a tenth of the store thread's instructions.
+/// `mcp-health:<table>:<key>`, the key of a record, in parts: the commands are packed from
+/// them without building the key.
+fn key_parts(table: Table, key: &str) -> [&str; 5] {
+    [PREFIX, ":", table.as_str(), ":", key]
+}
+
+/// The key of a record, joined in one allocation: the read groups name thousands of keys a
+/// second, and `format!`'s machinery was a tenth of the store thread's instructions.
 fn record_key(table: Table, key: &str) -> String {
-    let t = table.as_str();
-    let mut s = String::with_capacity(PREFIX.len() + t.len() + key.len() + 2);
-    for part in [PREFIX, ":", t, ":", key] {
-        s.push_str(part);
-    }
-    s
+    key_parts(table, key).concat()
 }
 
 /// The tables the gauge lease's holder counts every few seconds ([`StateStore::scan`]): each
@@ -327,11 +328,7 @@ impl RedisStore {
     /// Connect unless connected (not again before `retry_after` has passed since a failure).
     fn ensure_conn(&mut self) -> Result<(), StoreError> {
         if self.conn.is_none() {
-            if let Some(t) = self.down_until {
-                if Instant::now() < t {
-                    return Err(StoreError::Backend(format!("redis at {} is unavailable; retrying shortly", self.shown)));
-                }
-            }
+            self.held_off()?;
             let conn = match self.connect() {
                 Ok(c) => c,
                 Err(e) => {
@@ -344,15 +341,27 @@ impl RedisStore {
         Ok(())
     }
 
+    /// An error at once while connecting is held off, `retry_after` from the last failure.
+    fn held_off(&self) -> Result<(), StoreError> {
+        match self.down_until {
+            Some(t) if Instant::now() < t => Err(StoreError::Backend(format!("redis at {} is unavailable; retrying shortly", self.shown))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Both connections forgotten (what broke one, Redis restarted, the clients killed, the
+    /// network, most likely broke both), and connecting held off for `retry_after`.
+    fn forget_connections(&mut self) {
+        self.conn = None;
+        self.socket = None;
+        self.down_until = Some(Instant::now() + self.settings.retry_after);
+    }
+
     /// An error of the connection: one that leaves it unusable (I/O, timeout, dropped) forgets
     /// it and holds further attempts off for `retry_after`.
     fn conn_failed(&mut self, e: ::redis::RedisError) -> StoreError {
         if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-            // The rounds' connection goes too: what broke one (Redis restarted, the clients
-            // killed, the network) most likely broke both.
-            self.conn = None;
-            self.socket = None;
-            self.down_until = Some(Instant::now() + self.settings.retry_after);
+            self.forget_connections();
         }
         backend(&self.shown, &e)
     }
@@ -361,11 +370,7 @@ impl RedisStore {
     /// passed since a failure of either connection).
     fn ensure_socket(&mut self) -> Result<(), StoreError> {
         if self.socket.is_none() {
-            if let Some(t) = self.down_until {
-                if Instant::now() < t {
-                    return Err(StoreError::Backend(format!("redis at {} is unavailable; retrying shortly", self.shown)));
-                }
-            }
+            self.held_off()?;
             match round_socket::RoundSocket::connect(self.client.get_connection_info(), self.settings.timeout) {
                 Ok(w) => self.socket = Some(w),
                 Err(e) => return Err(self.socket_failed(e)),
@@ -375,12 +380,9 @@ impl RedisStore {
     }
 
     /// A failure of the rounds' connection: it is forgotten (its answers may be out of step), and
-    /// so is the other connection (what broke one most likely broke both), and further attempts
-    /// are held off for `retry_after`.
+    /// so is the other (see [`Self::forget_connections`]).
     fn socket_failed(&mut self, e: round_socket::SocketError) -> StoreError {
-        self.socket = None;
-        self.conn = None;
-        self.down_until = Some(Instant::now() + self.settings.retry_after);
+        self.forget_connections();
         backend(&self.shown, &e)
     }
 
@@ -622,7 +624,6 @@ impl RedisStore {
         }
         let mut sent = 0;
         if !plan.direct.is_empty() {
-            let p = PREFIX.as_bytes();
             let mut ver = [0; 20];
             let ver = resp::digits(version, &mut ver);
             let format = super::format::format_of(self.writes);
@@ -633,7 +634,7 @@ impl RedisStore {
                 let lived = lives(c.table);
                 resp::array(out, if lived { 6 } else { 4 });
                 resp::bulk(out, &[b"SET"]);
-                let parts: [&[u8]; 5] = [p, b":", c.table.as_str().as_bytes(), b":", c.key.as_bytes()];
+                let parts = key_parts(c.table, &c.key).map(str::as_bytes);
                 sent += parts.iter().map(|x| x.len()).sum::<usize>();
                 resp::bulk(out, &parts);
                 scratch.clear();
@@ -696,7 +697,7 @@ impl RedisStore {
         let mut sent = 0;
         let picked = || which.iter().filter_map(|i| changes.changes.get(*i));
         for c in picked() {
-            let parts: [&[u8]; 5] = [p, b":", c.table.as_str().as_bytes(), b":", c.key.as_bytes()];
+            let parts = key_parts(c.table, &c.key).map(str::as_bytes);
             sent += parts.iter().map(|x| x.len()).sum::<usize>();
             resp::bulk(out, &parts);
         }
