@@ -518,6 +518,13 @@ impl IncidentBook {
     /// Fold one verdict's facts in (the same as [`IncidentBook::observe`] of that verdict).
     pub(crate) fn fold(&mut self, v: &IncidentFacts<'_>) -> Vec<(Transition, Incident)> {
         let mut out = Vec::new();
+        self.fold_into(v, &mut out);
+        out
+    }
+
+    /// [`IncidentBook::fold`], the changed incidents appended to `out` (a fold of many verdicts
+    /// grows one list, not a list per verdict).
+    pub(crate) fn fold_into(&mut self, v: &IncidentFacts<'_>, out: &mut Vec<(Transition, Incident)>) {
         if let Some(cause) = cause_of_facts(v) {
             if !self.open.contains_key(&cause) && self.resolved.get(&cause).is_some_and(|r| v.end_ns <= r.last_evidence_ns) {
                 // Ended before the incident of its cause was resolved: one of its failures.
@@ -526,7 +533,7 @@ impl IncidentBook {
                     count_failure(inc, v);
                     out.push((Transition::Updated, inc.clone()));
                 }
-                return out;
+                return;
             }
             let waiting = v.auth_flow_pending;
             let state = if waiting { IncidentState::Waiting } else { IncidentState::Open };
@@ -585,12 +592,12 @@ impl IncidentBook {
                     out.push(self.resolve(inc, end_ns));
                 }
             }
-            return out;
+            return;
         }
         // A verdict that passed: it resolves incidents of its scope only when the outcome was
         // observed (healthy). An unverified success is not enough.
         if v.state != HealthState::Healthy {
-            return out;
+            return;
         }
         let scopes = scopes_of(v);
         let resolved: Vec<Cause> = self
@@ -605,7 +612,6 @@ impl IncidentBook {
             }
         }
         self.remember(v.server.clone(), scopes, v.end_ns);
-        out
     }
 
     /// A session's catalog converged at `at_ns` (a complete re-list after the signal or the

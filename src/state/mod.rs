@@ -865,12 +865,36 @@ pub(crate) fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, StoreError
     Ok(out)
 }
 
-/// Encode a record (postcard), framed with this build's format version, appended to `out` (left
-/// empty if the record cannot be encoded).
+/// Encode a record (postcard), framed with this build's format version, appended to `out` (which
+/// holds part of it if the record cannot be encoded).
 pub(crate) fn encode_into<T: Serialize + ?Sized>(v: &T, out: &mut Vec<u8>) -> Result<(), StoreError> {
     format::frame_into(out);
-    *out = postcard::to_extend(v, std::mem::take(out)).map_err(|e| StoreError::Backend(format!("encode: {e}")))?;
-    Ok(())
+    postcard::serialize_with_flavor(v, Append(out)).map_err(|e| StoreError::Backend(format!("encode: {e}")))
+}
+
+/// postcard's output appended to a `Vec` by its own `push` and `extend_from_slice` (the same
+/// bytes as `postcard::to_extend`, for fewer instructions a byte: a record's identifiers are
+/// written a byte at a time).
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append<'_> {
+    type Output = ();
+
+    #[inline]
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.push(data);
+        Ok(())
+    }
+
+    #[inline]
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
 }
 
 /// Decode a record of `table` stored under `key`.

@@ -264,6 +264,29 @@ fn records_are_written_framed_with_the_current_version() {
     }
 }
 
+/// The stored bytes are postcard's own, byte for byte, after the frame: a record is appended to a
+/// command by the store's own writer, and every other instance reads it with postcard.
+#[test]
+fn a_record_is_written_as_postcard_writes_it_after_its_frame() {
+    for c in all_changes().changes {
+        let r = c.value.unwrap();
+        let bare = match &r {
+            Record::Session(x) => postcard::to_stdvec(x),
+            Record::Incidents(x) => postcard::to_stdvec(x),
+            Record::Decided(x) => postcard::to_stdvec(x),
+            Record::Operation(x) => postcard::to_stdvec(x),
+            Record::DriftReported(x) => postcard::to_stdvec(x),
+            Record::Refusals(x) => postcard::to_stdvec(x),
+            Record::Halves(x) => postcard::to_stdvec(x),
+            Record::Parked(x) => postcard::to_stdvec(x),
+            Record::Split(x) => postcard::to_stdvec(x),
+        };
+        let mut out = b"before".to_vec();
+        r.encode_into(format::CURRENT, &mut out).unwrap();
+        assert_eq!(out, [&b"before"[..], &format::frame(&bare.unwrap())].concat(), "{:?}", c.table);
+    }
+}
+
 /// Why postcard: the same records, measured in both encodings.
 #[test]
 fn postcard_is_smaller_than_json_for_the_records() {

@@ -109,6 +109,10 @@ const PACKED_KEEP: usize = 4 << 20;
 /// idle while a round was encoded, and the store's thread idle while Redis ran it).
 const SEND_EVERY: usize = 64 << 10;
 
+/// The length a round's first record is packed for (see [`resp::bulk_filled`]; each next one
+/// for its predecessor's): three digits, as most records of a decided chain take.
+const RECORD_GUESS: usize = 500;
+
 /// One key of a table as `SCAN` found it: key, bytes (none for a tombstone), version.
 type Scanned = (String, Option<Vec<u8>>, u64);
 
@@ -215,9 +219,8 @@ pub(crate) struct RedisStore {
     /// at first and after any failure (an apply whose answer was lost may have written under
     /// it, so it is never used twice), when an `INCR` of its own takes one.
     reserved: Option<u64>,
-    /// The apply's command as sent, and one record's bytes, kept from one apply to the next.
+    /// The apply's command as sent, kept from one apply to the next.
     packed: Vec<u8>,
-    scratch: Vec<u8>,
 }
 
 fn backend(shown: &str, e: &impl std::fmt::Display) -> StoreError {
@@ -301,7 +304,6 @@ impl RedisStore {
             writes: super::format::STRING_RECORDS_SINCE - 1,
             reserved: None,
             packed: Vec::new(),
-            scratch: Vec::new(),
         };
         let pong: String = s.with_conn(|c| ::redis::cmd("PING").query(c))?;
         if pong != "PONG" {
@@ -627,39 +629,36 @@ impl RedisStore {
             let mut ver = [0; 20];
             let ver = resp::digits(version, &mut ver);
             let format = super::format::format_of(self.writes);
+            // What every `SET` of the round ends with, packed once: `NX`, and `PX` the records'
+            // lifetime where the table lives.
             let mut life = [0; 20];
             let life = resp::digits(millis(self.settings.record_life), &mut life);
-            let mut scratch = std::mem::take(&mut self.scratch);
+            let mut lived_tail = Vec::with_capacity(32);
+            resp::bulk(&mut lived_tail, &[b"NX"]);
+            resp::bulk(&mut lived_tail, &[b"PX"]);
+            resp::bulk(&mut lived_tail, &[life]);
+            let (set_lived, set, nx) = (b"*6\r\n$3\r\nSET\r\n", b"*4\r\n$3\r\nSET\r\n", b"$2\r\nNX\r\n");
+            let mut guess = RECORD_GUESS;
             for c in plan.direct.iter().filter_map(|i| changes.changes.get(*i)) {
                 let lived = lives(c.table);
-                resp::array(out, if lived { 6 } else { 4 });
-                resp::bulk(out, &[b"SET"]);
+                out.extend_from_slice(if lived { set_lived } else { set });
                 let parts = key_parts(c.table, &c.key).map(str::as_bytes);
                 sent += parts.iter().map(|x| x.len()).sum::<usize>();
                 resp::bulk(out, &parts);
-                scratch.clear();
-                if let Some(r) = &c.value {
-                    if let Err(e) = r.encode_into(format, &mut scratch) {
-                        self.scratch = scratch;
-                        return Err(e);
-                    }
-                }
-                sent += scratch.len();
-                resp::bulk(out, &[ver, b":", &scratch]);
-                resp::bulk(out, &[b"NX"]);
-                if lived {
-                    resp::bulk(out, &[b"PX"]);
-                    resp::bulk(out, &[life]);
-                }
+                guess = resp::bulk_filled(out, guess, |out| {
+                    out.extend_from_slice(ver);
+                    out.push(b':');
+                    c.value.as_ref().map_or(Ok(()), |r| r.encode_into(format, out))
+                })?;
+                sent += guess - ver.len() - 1;
+                out.extend_from_slice(if lived { &lived_tail } else { nx });
                 if out.len() >= SEND_EVERY {
                     if !flush(out) {
-                        self.scratch = scratch;
                         return Err(StoreError::Backend("the round could not be sent".into()));
                     }
                     out.clear();
                 }
             }
-            self.scratch = scratch;
         }
         plan.script_at = out.len();
         if plan.scripted.is_empty() {
@@ -718,7 +717,7 @@ impl RedisStore {
         // Index every write while a 0.1.0 instance (which indexes nothing) shares the store.
         let join = if self.writes == 0 { b'+' } else { b'=' };
         let format = super::format::format_of(self.writes);
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut guess = RECORD_GUESS;
         for (i, c) in which.iter().filter_map(|i| changes.changes.get(*i).map(|c| (*i, c))) {
             let op = match (&c.value, c.table.expires()) {
                 (Some(_), false) if lives(c.table) => b'l',
@@ -751,25 +750,19 @@ impl RedisStore {
             sent += out.len() - before;
             match &c.value {
                 Some(r) => {
-                    scratch.clear();
-                    if let Err(e) = r.encode_into(format, &mut scratch) {
-                        self.scratch = scratch;
-                        return Err(e);
-                    }
-                    sent += scratch.len();
-                    if strings {
-                        resp::bulk(out, &[ver, b":", &scratch]);
-                    } else {
-                        resp::bulk(out, &[&scratch]);
-                    }
+                    let framed = if strings { ver.len() + 1 } else { 0 };
+                    guess = resp::bulk_filled(out, guess, |out| {
+                        if strings {
+                            out.extend_from_slice(ver);
+                            out.push(b':');
+                        }
+                        r.encode_into(format, out)
+                    })?;
+                    sent += guess - framed;
                 }
                 None => resp::bulk(out, &[]),
             }
         }
-        if scratch.capacity() > PACKED_KEEP {
-            scratch = Vec::new();
-        }
-        self.scratch = scratch;
         Ok(sent)
     }
 

@@ -182,7 +182,7 @@ pub(super) fn fold_incidents(
         book.restore(IncidentsBack::Stored(part));
         let mut transitions = Vec::new();
         for v in &verdicts {
-            transitions.extend(book.fold(v));
+            book.fold_into(v, &mut transitions);
         }
         let new = book.parts(std::slice::from_ref(&server)).pop().unwrap_or_default();
         if new.is_empty() {

@@ -313,6 +313,14 @@ pub(super) fn drop_taken<T>((job, written): &mut (ListJob<T>, bool), refused: &[
 
 /// A list's items merged onto its records as read (`None`: the read failed, nothing is written
 /// of it), and the expired records this instance wrote deleted; whether it went in.
+impl<T> ListJob<T> {
+    /// The changes [`list_changes`] makes of this job at most (a put per key, a delete per
+    /// expired key).
+    pub(super) fn changes_at_most(&self) -> usize {
+        self.by_key.len() + self.expired.len()
+    }
+}
+
 pub(super) fn list_changes<T>(
     (job, stored): (ListJob<T>, Option<Vec<Option<Record>>>),
     merge: fn(Option<Record>, &[T]) -> Record,

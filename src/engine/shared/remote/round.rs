@@ -411,7 +411,15 @@ impl Shared {
 /// The second job of a round, on the store's thread: the incident fold and the list merges
 /// onto the records read, then every change in one script.
 fn write_round(s: &mut dyn StateStore, job: WriteJob) -> Written {
-    let mut changes = Changes::default();
+    // The sessions and decided chains first, as they came (most of a round, not moved again);
+    // the rest are of other tables, so the order changes nothing the store does.
+    let mut changes = job.changes;
+    let more = job.drift.len()
+        + job.incidents.as_ref().map_or(0, |(by_server, _)| by_server.len())
+        + job.refusals.0.changes_at_most()
+        + job.halves.0.changes_at_most()
+        + job.parked.0.changes_at_most();
+    changes.changes.reserve_exact(more);
     for d in &job.drift {
         changes.put(d.key(), Record::DriftReported(d.clone()));
     }
@@ -419,7 +427,6 @@ fn write_round(s: &mut dyn StateStore, job: WriteJob) -> Written {
     let refusals = list_changes(job.refusals, merge_refusals, &mut changes);
     let halves = list_changes(job.halves, merge_halves, &mut changes);
     let parked = list_changes(job.parked, merge_parked, &mut changes);
-    changes.changes.extend(job.changes.changes);
     let result = if changes.is_empty() {
         Ok(None)
     } else {
