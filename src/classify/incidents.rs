@@ -546,22 +546,29 @@ impl IncidentBook {
                 }
             }
             self.mark_open(&cause);
-            // The id (a hash of the cause) only for a new incident, not for every failing call.
-            let inc = self.open.entry(cause.clone()).or_insert_with(|| Incident {
-                id: incident_id(&cause),
-                cause,
-                state,
-                agents: Arc::default(),
-                calls: 0,
-                sessions: Arc::default(),
-                retry_count: 0,
-                first_evidence_ns: v.start_ns,
-                last_evidence_ns: v.end_ns,
-                confidence: v.confidence,
-                required_authority: None,
-                verifier_result: None,
-                next_action: v.next_action.to_string(),
-            });
+            // The cause is copied (as the incident's key and its own) and the id (a hash of the
+            // cause) made only for a new incident, not for every failing call.
+            let inc = match self.open.entry(cause) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let cause = e.key().clone();
+                    e.insert(Incident {
+                        id: incident_id(&cause),
+                        cause,
+                        state,
+                        agents: Arc::default(),
+                        calls: 0,
+                        sessions: Arc::default(),
+                        retry_count: 0,
+                        first_evidence_ns: v.start_ns,
+                        last_evidence_ns: v.end_ns,
+                        confidence: v.confidence,
+                        required_authority: None,
+                        verifier_result: None,
+                        next_action: v.next_action.to_string(),
+                    })
+                }
+            };
             inc.state = state;
             count_failure(inc, v);
             inc.last_evidence_ns = inc.last_evidence_ns.max(v.end_ns);
@@ -573,21 +580,20 @@ impl IncidentBook {
             }
             out.push((transition, inc.clone()));
             // Decided after a healthy call of its scope that ended later: already recovered.
-            let key = inc.cause.clone();
             let recovered =
                 self.recoveries.get(&inc.cause.server).and_then(|rs| latest_recovery(inc, rs)).filter(|end| *end >= inc.last_evidence_ns);
             // A stale catalog that converged after this call: the re-list already answered it.
-            let converged = (key.state == HealthState::StaleCatalog)
+            let converged = (inc.cause.state == HealthState::StaleCatalog)
                 .then(|| {
-                    let inc = self.open.get(&key)?;
                     catalog_scopes(inc)
                         .into_iter()
-                        .filter_map(|sc| self.converged.get(&(key.server.clone(), sc)).copied())
+                        .filter_map(|sc| self.converged.get(&(inc.cause.server.clone(), sc)).copied())
                         .max()
                         .filter(|end| *end >= inc.last_evidence_ns)
                 })
                 .flatten();
             if let Some(end_ns) = recovered.or(converged) {
+                let key = inc.cause.clone();
                 if let Some(inc) = self.open.remove(&key) {
                     out.push(self.resolve(inc, end_ns));
                 }
