@@ -44,8 +44,8 @@ pub(super) fn bulk_number_then(out: &mut Vec<u8>, v: u64, suffix: &[u8]) {
 }
 
 /// One bulk string whose contents `fill` appends to `out` in place: a record encoded straight
-/// into the command, not into a buffer of its own and then copied (a copy per record was a
-/// tenth of the store's thread on a flat-out line). Their length is known only once they are
+/// into the command, not into a buffer of its own and then copied (that copy alone was 5 % of
+/// the store's thread on a flat-out line). Their length is known only once they are
 /// written, so the header is laid out for `guess` bytes and the contents moved in the rare case
 /// their length has another number of digits. Returns the contents' length; when `fill` fails,
 /// `out` holds a partial command and must be dropped.

@@ -311,8 +311,6 @@ pub(super) fn drop_taken<T>((job, written): &mut (ListJob<T>, bool), refused: &[
     }
 }
 
-/// A list's items merged onto its records as read (`None`: the read failed, nothing is written
-/// of it), and the expired records this instance wrote deleted; whether it went in.
 impl<T> ListJob<T> {
     /// The changes [`list_changes`] makes of this job at most (a put per key, a delete per
     /// expired key).
@@ -321,6 +319,8 @@ impl<T> ListJob<T> {
     }
 }
 
+/// A list's items merged onto its records as read (`None`: the read failed, nothing is written
+/// of it), and the expired records this instance wrote deleted; whether it went in.
 pub(super) fn list_changes<T>(
     (job, stored): (ListJob<T>, Option<Vec<Option<Record>>>),
     merge: fn(Option<Record>, &[T]) -> Record,
