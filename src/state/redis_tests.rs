@@ -1519,7 +1519,7 @@ fn redis_a_bounded_load_keeps_the_newest_decided_chains() {
     check_bounded_load(&mut open(&r), n);
 }
 
-/// A write round goes over a connection of its own (see `wire`): made as the endpoint says, with
+/// A write round goes over a connection of its own (see `round_socket`): made as the endpoint says, with
 /// an ACL user's name and password and the database, so a record written lands in that database
 /// and is read back, and a change through the apply script as well.
 #[test]

@@ -629,19 +629,26 @@ impl RedisStore {
             let mut ver = [0; 20];
             let ver = resp::digits(version, &mut ver);
             let format = super::format::format_of(self.writes);
-            // What every `SET` of the round ends with, packed once: `NX`, and `PX` the records'
-            // lifetime where the table lives.
+            // What every `SET` of the round starts and ends with, packed once: `SET` with its
+            // argument count, then `NX`, and `PX` the records' lifetime where the table lives.
+            let packed_once = |count: Option<usize>, args: &[&[u8]]| {
+                let mut b = Vec::with_capacity(32);
+                if let Some(n) = count {
+                    resp::array(&mut b, n);
+                }
+                for a in args {
+                    resp::bulk(&mut b, &[a]);
+                }
+                b
+            };
             let mut life = [0; 20];
             let life = resp::digits(millis(self.settings.record_life), &mut life);
-            let mut lived_tail = Vec::with_capacity(32);
-            resp::bulk(&mut lived_tail, &[b"NX"]);
-            resp::bulk(&mut lived_tail, &[b"PX"]);
-            resp::bulk(&mut lived_tail, &[life]);
-            let (set_lived, set, nx) = (b"*6\r\n$3\r\nSET\r\n", b"*4\r\n$3\r\nSET\r\n", b"$2\r\nNX\r\n");
+            let (set_lived, set) = (packed_once(Some(6), &[b"SET"]), packed_once(Some(4), &[b"SET"]));
+            let (lived_tail, nx) = (packed_once(None, &[b"NX", b"PX", life]), packed_once(None, &[b"NX"]));
             let mut guess = RECORD_GUESS;
             for c in plan.direct.iter().filter_map(|i| changes.changes.get(*i)) {
                 let lived = lives(c.table);
-                out.extend_from_slice(if lived { set_lived } else { set });
+                out.extend_from_slice(if lived { &set_lived } else { &set });
                 let parts = key_parts(c.table, &c.key).map(str::as_bytes);
                 sent += parts.iter().map(|x| x.len()).sum::<usize>();
                 resp::bulk(out, &parts);
@@ -651,7 +658,7 @@ impl RedisStore {
                     c.value.as_ref().map_or(Ok(()), |r| r.encode_into(format, out))
                 })?;
                 sent += guess - ver.len() - 1;
-                out.extend_from_slice(if lived { &lived_tail } else { nx });
+                out.extend_from_slice(if lived { &lived_tail } else { &nx });
                 if out.len() >= SEND_EVERY {
                     if !flush(out) {
                         return Err(StoreError::Backend("the round could not be sent".into()));
