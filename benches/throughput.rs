@@ -615,9 +615,11 @@ fn cluster(rt: &tokio::runtime::Runtime, bin: &str, calls_per_batch: u32, secs: 
         let targets: Vec<(u16, Arc<Vec<EncodedBatch>>)> = svcs.iter().enumerate().map(|(k, s)| (s.grpc, batches_for(k as u32))).collect();
         let _ = load(&targets, 2);
         let cpu0: Vec<f64> = svcs.iter().map(|s| proc_cpu_secs(s.child.id())).collect();
+        let split0: Vec<(f64, f64, u64)> = svcs.iter().map(|s| stages::proc_user_system_faults(s.child.id())).collect();
         let extra0 = pids_extra.map(proc_cpu_secs).unwrap_or(0.0);
         let reps = load(&targets, secs);
         let cpu: Vec<f64> = svcs.iter().zip(&cpu0).map(|(s, c0)| proc_cpu_secs(s.child.id()) - c0).collect();
+        let split: Vec<(f64, f64, u64)> = svcs.iter().map(|s| stages::proc_user_system_faults(s.child.id())).collect();
         let extra = pids_extra.map(proc_cpu_secs).unwrap_or(0.0) - extra0;
         println!("-- {label}");
         for (k, (r, c)) in reps.iter().zip(&cpu).enumerate() {
@@ -627,6 +629,19 @@ fn cluster(rt: &tokio::runtime::Runtime, bin: &str, calls_per_batch: u32, secs: 
                 c,
                 r.spans_accepted as f64 / c.max(1e-9),
                 r.requests_refused
+            );
+            // Where an instance's CPU went beside its spans: the kernel's share is mostly page
+            // faults (freed pages return to the OS near the memory limit and are faulted in
+            // again), and what it held as the load ended.
+            let ((u0, s0, f0), (u1, s1, f1)) = (split0[k], split[k]);
+            let text = scrape(svcs[k].prom);
+            println!(
+                "              user {:.2} s, system {:.2} s, {:.0} page faults per million spans; at the end {:.0} chains in flight, RSS {:.0} MiB",
+                u1 - u0,
+                s1 - s0,
+                f1.saturating_sub(f0) as f64 * 1e6 / (r.spans_accepted.max(1) as f64),
+                metric(&text, "mcp_health_chains_in_flight"),
+                metric(&text, "mcp_health_process_memory_rss_bytes") / f64::from(1 << 20),
             );
         }
         let spans: u64 = reps.iter().map(|r| r.spans_accepted).sum();

@@ -91,11 +91,17 @@ pub fn perf_available() -> bool {
 
 /// (user, system) CPU seconds of a process.
 pub fn proc_user_system(pid: u32) -> (f64, f64) {
+    let (user, system, _) = proc_user_system_faults(pid);
+    (user, system)
+}
+
+/// (user, system) CPU seconds and minor page faults of a process.
+pub fn proc_user_system_faults(pid: u32) -> (f64, f64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
-    (get(11), get(12))
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (get(11) / 100.0, get(12) / 100.0, get(7) as u64)
 }
 
 /// Start sampling `pid` (499 Hz, user space, DWARF stacks) into `dir`.

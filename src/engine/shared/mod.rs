@@ -55,10 +55,11 @@ impl Tables<'_> {
     }
 }
 
-/// A verdict the replica holds for the store's incident fold, as the fold reads it: shared
-/// between the engine's thread, which holds it again when a write fails, and the store's, which
-/// folds it, so nothing is copied.
-pub(crate) type HeldVerdict = std::sync::Arc<IncidentFacts<'static>>;
+/// A verdict the replica holds for the store's incident fold, as the fold reads it. A server's
+/// are kept side by side in one list, and a round shares that list with the store's thread
+/// (which folds it) while the engine's keeps it to hold again when a write fails: one
+/// allocation a server and round, not one a verdict.
+pub(crate) type HeldVerdict = IncidentFacts<'static>;
 
 /// Decided chains with the engine time they were decided at (classified with that time).
 pub(crate) type Batch = (Moment, Vec<DecidedCalls>);

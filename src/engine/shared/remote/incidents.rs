@@ -2,6 +2,7 @@
 //! server by compare-and-set, so exactly one instance emits each transition; a refused record is
 //! folded again next round, and what the store never took is folded here at the end.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -27,7 +28,10 @@ pub(super) struct Folded {
 }
 
 /// Verdicts by server, as a job carries them.
-pub(super) type ByServer = Vec<(Option<Arc<str>>, Vec<HeldVerdict>)>;
+pub(super) type ByServer = Vec<(Option<Arc<str>>, Arc<Vec<HeldVerdict>>)>;
+
+/// Verdicts by server, as a round holds them while the store's thread folds them.
+pub(super) type HeldByServer = BTreeMap<Option<Arc<str>>, Arc<Vec<HeldVerdict>>>;
 
 /// The incident fold's own state: the verdicts held for it, by server, and their count (with
 /// those in a round in flight).
@@ -37,6 +41,11 @@ pub(super) struct IncidentFold {
     pending: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
     held: usize,
     unshared: u64,
+    /// Lists a round folded and the store's thread let go of, emptied, for the next round's
+    /// servers: a server's verdicts go into memory already resident instead of a list grown
+    /// afresh every round (freed pages go back to the OS near the memory limit, and each was
+    /// faulted in again). Their capacities add up to at most [`MAX_PENDING_INCIDENT_VERDICTS`].
+    spare: Vec<Vec<HeldVerdict>>,
 }
 
 impl IncidentFold {
@@ -45,15 +54,33 @@ impl IncidentFold {
         self.unshared
     }
 
-    /// The verdicts held, for a write round (still counted until folded).
-    pub(super) fn take_pending(&mut self) -> BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>> {
-        std::mem::take(&mut self.pending)
+    /// A folded server's list back from its round: kept, emptied, for a server of the next
+    /// (when the store's thread has let go of it and the spare lists have room).
+    fn recycle(&mut self, vs: Arc<Vec<HeldVerdict>>) {
+        let Ok(mut vs) = Arc::try_unwrap(vs) else { return };
+        let kept: usize = self.spare.iter().map(Vec::capacity).sum();
+        if kept + vs.capacity() <= MAX_PENDING_INCIDENT_VERDICTS {
+            vs.clear();
+            self.spare.push(vs);
+        }
     }
 
-    /// Verdicts a round did not fold, held again for the next.
-    pub(super) fn hold_again(&mut self, incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>) {
+    /// The verdicts held, for a write round (still counted until folded).
+    pub(super) fn take_pending(&mut self) -> HeldByServer {
+        std::mem::take(&mut self.pending).into_iter().map(|(server, vs)| (server, Arc::new(vs))).collect()
+    }
+
+    /// Verdicts a round did not fold, held again for the next (moved back when the store's
+    /// thread has let go of them, as it has once its answer is read).
+    pub(super) fn hold_again(&mut self, incidents: HeldByServer) {
         for (server, vs) in incidents {
-            self.pending.entry(server).or_default().extend(vs);
+            let vs = Arc::unwrap_or_clone(vs);
+            match self.pending.entry(server) {
+                Entry::Vacant(e) => {
+                    e.insert(vs);
+                }
+                Entry::Occupied(mut e) => e.get_mut().extend(vs),
+            }
         }
     }
 }
@@ -64,7 +91,16 @@ impl Shared {
     pub(super) fn hold_for_fold(&mut self, v: &Verdict) -> bool {
         let relevant = v.state.is_failure() || v.state == HealthState::Healthy;
         if relevant && self.incidents.held < MAX_PENDING_INCIDENT_VERDICTS {
-            self.incidents.pending.entry(v.server.clone()).or_default().push(Arc::new(IncidentFacts::held(v)));
+            // The server's name is cloned for its first verdict of a round only.
+            let facts = IncidentFacts::held(v);
+            match self.incidents.pending.get_mut(&v.server) {
+                Some(vs) => vs.push(facts),
+                None => {
+                    let mut vs = self.incidents.spare.pop().unwrap_or_default();
+                    vs.push(facts);
+                    self.incidents.pending.insert(v.server.clone(), vs);
+                }
+            }
             self.incidents.held += 1;
             return true;
         }
@@ -83,7 +119,7 @@ impl Shared {
         t: &mut Tables,
         folded: Option<Vec<Folded>>,
         refused: Option<&[(Table, String)]>,
-        mut incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
+        mut incidents: HeldByServer,
         out: &mut Vec<Decided>,
     ) {
         if let (Some(folded), Some(_)) = (folded, refused) {
@@ -100,9 +136,10 @@ impl Shared {
 
     /// A server's fold the store took: its verdicts are no longer held, the book takes the
     /// server's new record, and the transitions this write made are emitted.
-    fn apply_folded(&mut self, t: &mut Tables, f: Folded, held: &mut BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>, out: &mut Vec<Decided>) {
+    fn apply_folded(&mut self, t: &mut Tables, f: Folded, held: &mut HeldByServer, out: &mut Vec<Decided>) {
         if let Some(vs) = held.remove(&f.server) {
             self.incidents.held -= vs.len();
+            self.incidents.recycle(vs);
         }
         t.incidents.restore(IncidentsBack::Folded { part: f.new, resolved: f.resolved });
         out.extend(Decided::incidents(f.transitions));
@@ -134,8 +171,8 @@ impl Shared {
 
     /// One incident fold, waited for (at the end).
     fn fold_incidents_now(&mut self, t: &mut Tables, out: &mut Vec<Decided>) {
-        let incidents = std::mem::take(&mut self.incidents.pending);
-        let job: Vec<(Option<Arc<str>>, Vec<HeldVerdict>)> = incidents.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let incidents = self.incidents.take_pending();
+        let job: ByServer = incidents.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let answer = self.link.call(move |s| {
             let mut effects = Vec::new();
             let r = sync_incidents(s, job, &mut effects);
@@ -155,9 +192,7 @@ impl Shared {
                 self.apply_folded(t, f, &mut incidents, out);
             }
         }
-        for (server, vs) in incidents {
-            self.incidents.pending.entry(server).or_default().extend(vs);
-        }
+        self.incidents.hold_again(incidents);
     }
 }
 
@@ -165,11 +200,7 @@ impl Shared {
 /// record another instance changed since is refused by the write; its verdicts are folded into
 /// the newer record next round (the fold does not depend on the order of verdicts, so the
 /// result is the one process's).
-pub(super) fn fold_incidents(
-    pending: Vec<(Option<Arc<str>>, Vec<HeldVerdict>)>,
-    stored: Vec<Option<Record>>,
-    changes: &mut Changes,
-) -> Vec<Folded> {
+pub(super) fn fold_incidents(pending: ByServer, stored: Vec<Option<Record>>, changes: &mut Changes) -> Vec<Folded> {
     let mut folded = Vec::with_capacity(pending.len());
     let mut stored = stored.into_iter();
     for (server, verdicts) in pending {
@@ -181,7 +212,7 @@ pub(super) fn fold_incidents(
         let mut book = IncidentBook::default();
         book.restore(IncidentsBack::Stored(part));
         let mut transitions = Vec::new();
-        for v in &verdicts {
+        for v in verdicts.iter() {
             book.fold_into(v, &mut transitions);
         }
         let new = book.parts(std::slice::from_ref(&server)).pop().unwrap_or_default();
@@ -196,11 +227,7 @@ pub(super) fn fold_incidents(
 }
 
 /// The incident fold at the end, waited for: a read of the records and one script.
-fn sync_incidents(
-    s: &mut dyn StateStore,
-    pending: Vec<(Option<Arc<str>>, Vec<HeldVerdict>)>,
-    effects: &mut Vec<Effect>,
-) -> Option<(Vec<Folded>, Vec<String>)> {
+fn sync_incidents(s: &mut dyn StateStore, pending: ByServer, effects: &mut Vec<Effect>) -> Option<(Vec<Folded>, Vec<String>)> {
     if pending.is_empty() {
         return Some((Vec::new(), Vec::new()));
     }
@@ -233,4 +260,78 @@ fn sync_incidents(
         }
     };
     Some((folded, refused))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+    use crate::verdict::{Confidence, LayerStatus};
+
+    fn facts(end_ns: u64) -> HeldVerdict {
+        IncidentFacts {
+            state: HealthState::Healthy,
+            first_failed_layer: None,
+            server: Some(Arc::from("tickets:443")),
+            tool: Some(Arc::from("create_ticket")),
+            agent: None,
+            session_id_hash: None,
+            credential_hash: None,
+            reason: None,
+            required_scope: None,
+            next_action: Cow::Borrowed(""),
+            auth_flow_pending: false,
+            confidence: Confidence::High,
+            outcome_decided: true,
+            outcome: LayerStatus::Passed,
+            start_ns: end_ns,
+            end_ns,
+        }
+    }
+
+    fn list(n: u64) -> Arc<Vec<HeldVerdict>> {
+        Arc::new((0..n).map(facts).collect())
+    }
+
+    /// A folded server's list is kept, emptied, for the next round's servers once the store's
+    /// thread has let go of it; one still shared is left alone (its verdicts are not the
+    /// engine's to clear), and what is kept stays within the held verdicts' bound.
+    #[test]
+    fn a_folded_list_is_kept_empty_for_the_next_round_within_the_bound() {
+        let mut fold = IncidentFold::default();
+        let folded = list(3);
+        let at = folded.as_ptr();
+        fold.recycle(folded);
+        assert_eq!(fold.spare.len(), 1);
+        assert!(fold.spare[0].is_empty() && fold.spare[0].capacity() >= 3);
+        assert_eq!(fold.spare[0].as_ptr(), at, "the same memory, not a new list");
+
+        let shared = list(2);
+        let store_side = shared.clone();
+        fold.recycle(shared);
+        assert_eq!(fold.spare.len(), 1, "a list the store's thread still holds is not taken");
+        assert_eq!(store_side.len(), 2);
+
+        let mut big = Vec::with_capacity(MAX_PENDING_INCIDENT_VERDICTS);
+        big.push(facts(1));
+        fold.recycle(Arc::new(big));
+        assert_eq!(fold.spare.len(), 1, "past the bound, a list is let go");
+        let kept: usize = fold.spare.iter().map(Vec::capacity).sum();
+        assert!(kept <= MAX_PENDING_INCIDENT_VERDICTS);
+    }
+
+    /// Verdicts a round did not fold are held again beside those held since, none lost, in
+    /// the order they came.
+    #[test]
+    fn verdicts_held_again_join_those_held_since() {
+        let mut fold = IncidentFold::default();
+        let server: Option<Arc<str>> = Some(Arc::from("tickets:443"));
+        fold.pending.insert(server.clone(), vec![facts(10)]);
+        let round: HeldByServer = [(server.clone(), list(2)), (None, list(1))].into_iter().collect();
+        fold.hold_again(round);
+        let ends: Vec<u64> = fold.pending[&server].iter().map(|f| f.end_ns).collect();
+        assert_eq!(ends, vec![10, 0, 1]);
+        assert_eq!(fold.pending[&None].len(), 1);
+    }
 }

@@ -3,9 +3,6 @@
 //! once the engine has merged the sessions, one script with every change. A round starts at most
 //! every `PERSIST_EVERY`; while one is in flight the next waits its turn.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use rustc_hash::FxHashMap;
 
 use crate::classify::catalog::Convergence;
@@ -19,8 +16,8 @@ use crate::state::{server_key, Changes, ClientHalf, DriftRecord, Record, StateSt
 
 use super::super::records::{chain_changes, session_changes};
 use super::super::worker::{Ticket, Worker};
-use super::super::{Decided, DriftEvent, HeldVerdict, Tables};
-use super::incidents::{fold_incidents, ByServer, Folded};
+use super::super::{Decided, DriftEvent, Tables};
+use super::incidents::{fold_incidents, ByServer, Folded, HeldByServer};
 use super::lists::{drop_taken, list_changes, merge_halves, merge_parked, merge_refusals, ListJob};
 use super::reads::StepRead;
 use super::splits::{splits_job, take_split_read, SplitsJob};
@@ -57,7 +54,7 @@ enum Round {
         at: Moment,
         force: bool,
         drift: Vec<(DriftRecord, DriftEvent)>,
-        incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
+        incidents: HeldByServer,
         lists: (ListJob<SpanEvidence>, ListJob<ClientHalf>, ListJob<SpanEvidence>),
         sessions: Vec<String>,
         splits: SplitsJob,
@@ -66,7 +63,7 @@ enum Round {
         ticket: Ticket<Written>,
         at: Moment,
         drift: Vec<(DriftRecord, DriftEvent)>,
-        incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
+        incidents: HeldByServer,
         emitting: Vec<CatalogChange>,
         stored_emitted: FxHashMap<String, Option<Convergence>>,
         sessions_written: Vec<String>,
@@ -213,7 +210,7 @@ impl Shared {
     }
 
     /// The store's thread ended with a round in flight: what it held is held again.
-    pub(super) fn round_lost(&mut self, drift: Vec<(DriftRecord, DriftEvent)>, incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>) {
+    pub(super) fn round_lost(&mut self, drift: Vec<(DriftRecord, DriftEvent)>, incidents: HeldByServer) {
         self.link.failed();
         prepend(&mut self.rounds.drift, drift);
         self.incidents.hold_again(incidents);
@@ -254,7 +251,7 @@ impl Shared {
         now: Moment,
         force: bool,
         drift: Vec<(DriftRecord, DriftEvent)>,
-        incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
+        incidents: HeldByServer,
         lists: (ListJob<SpanEvidence>, ListJob<ClientHalf>, ListJob<SpanEvidence>),
         sessions: Vec<String>,
         splits: SplitsJob,
@@ -323,7 +320,7 @@ impl Shared {
         t: &mut Tables,
         now: Moment,
         drift: Vec<(DriftRecord, DriftEvent)>,
-        incidents: BTreeMap<Option<Arc<str>>, Vec<HeldVerdict>>,
+        incidents: HeldByServer,
         w: Written,
         emitting: Vec<CatalogChange>,
         stored_emitted: FxHashMap<String, Option<Convergence>>,
