@@ -80,6 +80,21 @@ fn proc_status_kib(pid: u32, key: &str) -> u64 {
     s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
+/// Context switches of all of a process's threads: (voluntary, involuntary). Involuntary ones
+/// are the threads' time taken by others on the same cores.
+fn ctxt_switches(pid: u32) -> (u64, u64) {
+    let mut sum = (0, 0);
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let s = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let get = |key: &str| -> u64 {
+            s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
+        };
+        sum.0 += get("voluntary_ctxt_switches:");
+        sum.1 += get("nonvoluntary_ctxt_switches:");
+    }
+    sum
+}
+
 fn scrape(port: u16) -> String {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
     let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
@@ -616,10 +631,12 @@ fn cluster(rt: &tokio::runtime::Runtime, bin: &str, calls_per_batch: u32, secs: 
         let _ = load(&targets, 2);
         let cpu0: Vec<f64> = svcs.iter().map(|s| proc_cpu_secs(s.child.id())).collect();
         let split0: Vec<(f64, f64, u64)> = svcs.iter().map(|s| stages::proc_user_system_faults(s.child.id())).collect();
+        let switches0: Vec<(u64, u64)> = svcs.iter().map(|s| ctxt_switches(s.child.id())).collect();
         let extra0 = pids_extra.map(proc_cpu_secs).unwrap_or(0.0);
         let reps = load(&targets, secs);
         let cpu: Vec<f64> = svcs.iter().zip(&cpu0).map(|(s, c0)| proc_cpu_secs(s.child.id()) - c0).collect();
         let split: Vec<(f64, f64, u64)> = svcs.iter().map(|s| stages::proc_user_system_faults(s.child.id())).collect();
+        let switches: Vec<(u64, u64)> = svcs.iter().map(|s| ctxt_switches(s.child.id())).collect();
         let extra = pids_extra.map(proc_cpu_secs).unwrap_or(0.0) - extra0;
         println!("-- {label}");
         for (k, (r, c)) in reps.iter().zip(&cpu).enumerate() {
@@ -634,12 +651,17 @@ fn cluster(rt: &tokio::runtime::Runtime, bin: &str, calls_per_batch: u32, secs: 
             // faults (freed pages return to the OS near the memory limit and are faulted in
             // again), and what it held as the load ended.
             let ((u0, s0, f0), (u1, s1, f1)) = (split0[k], split[k]);
+            let ((v0, i0), (v1, i1)) = (switches0[k], switches[k]);
+            let per_million = |n: u64| n as f64 * 1e6 / (r.spans_accepted.max(1) as f64);
             let text = scrape(svcs[k].prom);
             println!(
-                "              user {:.2} s, system {:.2} s, {:.0} page faults per million spans; at the end {:.0} chains in flight, RSS {:.0} MiB",
+                "              user {:.2} s, system {:.2} s; per million spans {:.0} page faults, {:.0} context switches ({:.0} involuntary); \
+                 at the end {:.0} chains in flight, RSS {:.0} MiB",
                 u1 - u0,
                 s1 - s0,
-                f1.saturating_sub(f0) as f64 * 1e6 / (r.spans_accepted.max(1) as f64),
+                per_million(f1.saturating_sub(f0)),
+                per_million(v1.saturating_sub(v0) + i1.saturating_sub(i0)),
+                per_million(i1.saturating_sub(i0)),
                 metric(&text, "mcp_health_chains_in_flight"),
                 metric(&text, "mcp_health_process_memory_rss_bytes") / f64::from(1 << 20),
             );
