@@ -593,18 +593,20 @@ impl HealthCheck {
 }
 
 impl Config {
-    /// The runtime's threads (`service.runtime.worker_threads`). Unset: one, or two with a
-    /// `storage`.
+    /// The runtime's threads (`service.runtime.worker_threads`). Unset: one, with a `storage`
+    /// too.
     ///
     /// One, because the engine is one thread whatever this says, and a request walked on one
-    /// core and judged on another cost 1.3–1.47x the CPU per span (issue 11: every span's
-    /// evidence made on one core, then read and freed on the other; the throughput bench, same
-    /// run), while one instance took the same rate either way (the engine's thread was its
-    /// limit). Two with a store, because the engine's store operations block its thread (a
-    /// store timeout, a write), and the receivers must still answer meanwhile (busy, retryably).
-    /// More help where receiving itself is the load: many TLS handshakes, compressed requests.
+    /// core and judged on another cost 1.3–1.47x the CPU per span (every span's evidence made on
+    /// one core, then read and freed on the other; the throughput bench, same run), while one
+    /// instance took the same rate either way (the engine's thread was its limit). With a store
+    /// as well: where the engine's store operations block its thread (an answer awaited, a
+    /// store timeout, an embedded store's write), the runtime's other tasks are handed to
+    /// another thread meanwhile, so the receivers still answer (busy, retryably). Two threads
+    /// by default with a store cost one instance on Redis the same 1.47x. More help where
+    /// receiving itself is the load: many TLS handshakes, compressed requests.
     pub fn worker_threads(&self) -> usize {
-        self.service.runtime.worker_threads.unwrap_or(if self.storage.is_some() { 2 } else { 1 })
+        self.service.runtime.worker_threads.unwrap_or(1)
     }
 
     /// Where the OTLP exporter's queue of mcp-health's own output is kept on disk, if it is:
@@ -734,14 +736,14 @@ mod tests {
         assert_eq!(c.processors.mcp_health.limits().max_chains, 5);
     }
 
-    /// Issue 11: one runtime thread unless told otherwise (the walk beside the engine), two with
-    /// a store (its operations block the engine's thread; receivers must still answer), and a
-    /// number out of range refused by name.
+    /// One runtime thread unless told otherwise (the walk beside the engine), with a store too
+    /// (its blocking operations hand the receivers to another thread meanwhile), and a number
+    /// out of range refused by name.
     #[test]
-    fn one_runtime_thread_by_default_two_with_a_store() {
+    fn one_runtime_thread_by_default_with_a_store_too() {
         assert_eq!(Config::load(None).unwrap().worker_threads(), 1);
         let with_store = Config::parse("c", "storage:\n  directory: /var/lib/mcp-health\n", &|_| None).unwrap();
-        assert_eq!(with_store.worker_threads(), 2);
+        assert_eq!(with_store.worker_threads(), 1);
         let told = Config::parse("c", "storage:\n  directory: /x\nservice:\n  runtime:\n    worker_threads: 4\n", &|_| None).unwrap();
         assert_eq!(told.worker_threads(), 4);
         let e = Config::parse("c", "service:\n  runtime:\n    worker_threads: 0\n", &|_| None).unwrap_err();

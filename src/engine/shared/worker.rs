@@ -22,6 +22,13 @@ use crate::state::{StateStore, StoreHandle, StoreStats};
 /// Jobs submitted and not yet taken, at most.
 pub(crate) const MAX_IN_FLIGHT: usize = 64;
 
+/// How long the engine waits for an answer on the runtime's thread before the runtime's other
+/// tasks (the receivers) are handed to another thread ([`off_the_runtime`]). A hand-over moves
+/// the receivers to another core and back, a cost per wait: with one at every wait, one
+/// instance on Redis still ran on two threads (each engine wait for a round or a read, some
+/// 200 a second flat out, handed the core over).
+const HAND_OVER_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
+
 type Answer = Box<dyn Any + Send>;
 type Job = Box<dyn FnOnce(&mut dyn StateStore) -> Answer + Send>;
 
@@ -122,10 +129,10 @@ impl Worker {
         let job: Job = Box::new(move |s| Box::new(job(s)) as Answer);
         match &self.via {
             Via::Inline(store) => {
-                let answer = {
+                let answer = off_the_runtime(|| {
                     let mut s = store.0.lock().unwrap_or_else(|e| e.into_inner());
                     job(&mut **s)
-                };
+                });
                 self.taken.insert(id, answer);
             }
             Via::Thread { .. } => {
@@ -155,9 +162,22 @@ impl Worker {
 
     fn recv_one(&mut self) -> bool {
         let Via::Thread { answers, .. } = &self.via else { return false };
-        let since = std::time::Instant::now();
-        let answer = answers.recv();
-        self.waited += since.elapsed();
+        let answer = match answers.try_recv() {
+            Ok(a) => Ok(a),
+            Err(mpsc::TryRecvError::Disconnected) => Err(mpsc::RecvError),
+            Err(mpsc::TryRecvError::Empty) => {
+                let since = std::time::Instant::now();
+                // Most answers come within a round trip: the runtime's other tasks wait that
+                // long. A longer wait (a slow or unreachable store) hands them to another thread.
+                let answer = match answers.recv_timeout(HAND_OVER_AFTER) {
+                    Ok(a) => Ok(a),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => Err(mpsc::RecvError),
+                    Err(mpsc::RecvTimeoutError::Timeout) => off_the_runtime(|| answers.recv()),
+                };
+                self.waited += since.elapsed();
+                answer
+            }
+        };
         match answer {
             Ok((id, a)) => {
                 self.in_flight -= 1;
@@ -217,9 +237,48 @@ impl Worker {
     }
 }
 
+/// Run `f`, which blocks the calling thread (an answer awaited, an embedded store's write),
+/// off the async runtime when the caller is one of its workers: the engine shares the runtime's
+/// thread with the receivers (one by default, so that a request is walked and judged on one
+/// core), and while the engine waits, the runtime's other tasks move to another thread and go
+/// on answering. Elsewhere (a replay, a test's engine, a single-threaded runtime, which cannot
+/// hand its tasks over) `f` just runs.
+fn off_the_runtime<R>(f: impl FnOnce() -> R) -> R {
+    let on_workers = tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_workers {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a runtime of one worker, a task that waits off the runtime does not stop the others:
+    /// the answer it waits for comes from a task spawned after it (on one worker without the
+    /// hand-over, that task never runs and the wait times out). On a single-threaded runtime
+    /// and outside any, the wait just runs.
+    #[test]
+    fn a_wait_off_the_runtime_leaves_the_other_tasks_running() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let got = rt.block_on(async {
+            let (tx, rx) = mpsc::channel::<u32>();
+            let (started, on_worker) = tokio::sync::oneshot::channel();
+            let waiting = tokio::spawn(async move {
+                let _ = started.send(());
+                off_the_runtime(|| rx.recv_timeout(std::time::Duration::from_secs(10)))
+            });
+            on_worker.await.unwrap();
+            tokio::spawn(async move { tx.send(7) }).await.unwrap().unwrap();
+            waiting.await.unwrap()
+        });
+        assert_eq!(got, Ok(7));
+        let single = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        assert_eq!(single.block_on(async { off_the_runtime(|| 3) }), 3);
+        assert_eq!(off_the_runtime(|| 4), 4);
+    }
     use std::sync::atomic::{AtomicU64, Ordering};
 
     static IDLE: AtomicU64 = AtomicU64::new(0);
