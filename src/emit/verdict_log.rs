@@ -75,20 +75,6 @@ impl VerdictLog {
     }
 }
 
-/// Run a write that may block (a pipe whose reader stopped reading, a hung file system) so that
-/// it blocks only its caller: on the service's multi-thread runtime the worker's other tasks are
-/// handed to another thread first (`block_in_place`). Otherwise a task queued behind the engine
-/// on its worker — the health check's, say — would wait with it, and a stalled engine would
-/// silence the probe that should report it. Elsewhere (replay, tests) the write runs as it is.
-fn off_the_runtime<T>(write: impl FnOnce() -> T) -> T {
-    let multi = tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if multi {
-        tokio::task::block_in_place(write)
-    } else {
-        write()
-    }
-}
-
 impl Sink for VerdictLog {
     fn accept(&mut self, records: &[Decided], _now: Moment) {
         let mut lines = 0u64;
@@ -111,7 +97,7 @@ impl Sink for VerdictLog {
         if self.buf.is_empty() {
             return;
         }
-        if let Err(e) = off_the_runtime(|| self.write_buf()) {
+        if let Err(e) = crate::flow::blocking::off_the_runtime(|| self.write_buf()) {
             self.write_errors.fetch_add(lines, Ordering::Relaxed);
             VERDICT_LOG_WRITE_ERRORS.fetch_add(lines, Ordering::Relaxed);
             tracing::warn!(error = %e, lines, "verdict log write failed; those lines are lost (counted)");

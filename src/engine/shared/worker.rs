@@ -17,6 +17,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::{mpsc, Arc, Mutex};
 
+use crate::flow::blocking::off_the_runtime;
 use crate::state::{StateStore, StoreHandle, StoreStats};
 
 /// Jobs submitted and not yet taken, at most.
@@ -237,48 +238,10 @@ impl Worker {
     }
 }
 
-/// Run `f`, which blocks the calling thread (an answer awaited, an embedded store's write),
-/// off the async runtime when the caller is one of its workers: the engine shares the runtime's
-/// thread with the receivers (one by default, so that a request is walked and judged on one
-/// core), and while the engine waits, the runtime's other tasks move to another thread and go
-/// on answering. Elsewhere (a replay, a test's engine, a single-threaded runtime, which cannot
-/// hand its tasks over) `f` just runs.
-fn off_the_runtime<R>(f: impl FnOnce() -> R) -> R {
-    let on_workers = tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if on_workers {
-        tokio::task::block_in_place(f)
-    } else {
-        f()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// On a runtime of one worker, a task that waits off the runtime does not stop the others:
-    /// the answer it waits for comes from a task spawned after it (on one worker without the
-    /// hand-over, that task never runs and the wait times out). On a single-threaded runtime
-    /// and outside any, the wait just runs.
-    #[test]
-    fn a_wait_off_the_runtime_leaves_the_other_tasks_running() {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let got = rt.block_on(async {
-            let (tx, rx) = mpsc::channel::<u32>();
-            let (started, on_worker) = tokio::sync::oneshot::channel();
-            let waiting = tokio::spawn(async move {
-                let _ = started.send(());
-                off_the_runtime(|| rx.recv_timeout(std::time::Duration::from_secs(10)))
-            });
-            on_worker.await.unwrap();
-            tokio::spawn(async move { tx.send(7) }).await.unwrap().unwrap();
-            waiting.await.unwrap()
-        });
-        assert_eq!(got, Ok(7));
-        let single = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        assert_eq!(single.block_on(async { off_the_runtime(|| 3) }), 3);
-        assert_eq!(off_the_runtime(|| 4), 4);
-    }
     use std::sync::atomic::{AtomicU64, Ordering};
 
     static IDLE: AtomicU64 = AtomicU64::new(0);
