@@ -56,13 +56,8 @@ fn free_port() -> u16 {
 }
 
 fn proc_cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = 100.0; // USER_HZ on Linux
-    let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    (ut + st) / ticks
+    let (user, system) = stages::proc_user_system(pid);
+    user + system
 }
 
 /// CPU seconds of the calling thread: the in-process rates (decode, walk) are per CPU-second
@@ -76,8 +71,12 @@ fn thread_cpu_secs() -> f64 {
 }
 
 fn proc_status_kib(pid: u32, key: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    status_field(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default(), key)
+}
+
+/// The number after `key` in a `/proc/…/status` text (0 when absent).
+fn status_field(status: &str, key: &str) -> u64 {
+    status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Context switches of all of a process's threads: (voluntary, involuntary). Involuntary ones
@@ -86,11 +85,8 @@ fn ctxt_switches(pid: u32) -> (u64, u64) {
     let mut sum = (0, 0);
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
         let s = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        let get = |key: &str| -> u64 {
-            s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
-        };
-        sum.0 += get("voluntary_ctxt_switches:");
-        sum.1 += get("nonvoluntary_ctxt_switches:");
+        sum.0 += status_field(&s, "voluntary_ctxt_switches:");
+        sum.1 += status_field(&s, "nonvoluntary_ctxt_switches:");
     }
     sum
 }
@@ -629,13 +625,12 @@ fn cluster(rt: &tokio::runtime::Runtime, bin: &str, calls_per_batch: u32, secs: 
     let measure_all = |label: &str, svcs: &[Service], pids_extra: Option<u32>| {
         let targets: Vec<(u16, Arc<Vec<EncodedBatch>>)> = svcs.iter().enumerate().map(|(k, s)| (s.grpc, batches_for(k as u32))).collect();
         let _ = load(&targets, 2);
-        let cpu0: Vec<f64> = svcs.iter().map(|s| proc_cpu_secs(s.child.id())).collect();
         let split0: Vec<(f64, f64, u64)> = svcs.iter().map(|s| stages::proc_user_system_faults(s.child.id())).collect();
         let switches0: Vec<(u64, u64)> = svcs.iter().map(|s| ctxt_switches(s.child.id())).collect();
         let extra0 = pids_extra.map(proc_cpu_secs).unwrap_or(0.0);
         let reps = load(&targets, secs);
-        let cpu: Vec<f64> = svcs.iter().zip(&cpu0).map(|(s, c0)| proc_cpu_secs(s.child.id()) - c0).collect();
         let split: Vec<(f64, f64, u64)> = svcs.iter().map(|s| stages::proc_user_system_faults(s.child.id())).collect();
+        let cpu: Vec<f64> = split.iter().zip(&split0).map(|((u1, s1, _), (u0, s0, _))| (u1 + s1) - (u0 + s0)).collect();
         let switches: Vec<(u64, u64)> = svcs.iter().map(|s| ctxt_switches(s.child.id())).collect();
         let extra = pids_extra.map(proc_cpu_secs).unwrap_or(0.0) - extra0;
         println!("-- {label}");

@@ -101,6 +101,7 @@ pub fn proc_user_system_faults(pid: u32) -> (f64, f64, u64) {
     let after = stat.rsplit(')').next().unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
     let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Clock ticks (USER_HZ, 100 on Linux) for the times; field 7 is minor faults.
     (get(11) / 100.0, get(12) / 100.0, get(7) as u64)
 }
 
